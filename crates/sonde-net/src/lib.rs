@@ -1,0 +1,72 @@
+//! sonde's sockets and the loops that move test data through them. The only crate with
+//! `unsafe` (in `sys/`, for `sendmmsg`/`recvmmsg`, UDP GSO and `TCP_INFO`).
+//!
+//! * [`socket`]: how every socket is made: the agent's shared TCP+UDP port, per-flow connected
+//!   UDP sockets on that same port, client sockets.
+//! * [`bulk`]: throughput and packet-rate loops: TCP send/receive, paced UDP send (GSO batches
+//!   when unlimited), UDP receive with `recvmmsg` and sequence accounting.
+//! * [`latency`]: ping-pong (closed loop), open loop at a fixed rate, and the agent's echoes.
+//!
+//! Loops run on the calling thread until a deadline on the test [`Clock`], a stop flag, or the
+//! peer closing. They update [`Counters`] (atomics read by the interval reporter) once per
+//! system call; they never allocate, lock, format or log inside the loop.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+pub mod bulk;
+pub mod latency;
+pub mod socket;
+mod sys;
+
+/// A test's monotonic time origin, shared by all its threads.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    origin: Instant,
+}
+
+impl Clock {
+    /// A clock whose origin is now.
+    pub fn start() -> Self {
+        Self {
+            origin: Instant::now(),
+        }
+    }
+    /// A clock with the given origin.
+    pub fn from_origin(origin: Instant) -> Self {
+        Self { origin }
+    }
+    /// The origin.
+    pub fn origin(&self) -> Instant {
+        self.origin
+    }
+    /// Nanoseconds since the origin.
+    pub fn now_ns(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Live per-stream counters, written by one loop and read by the interval reporter.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Payload bytes so far.
+    pub bytes: AtomicU64,
+    /// Datagrams (or reads/writes) so far.
+    pub packets: AtomicU64,
+}
+
+impl Counters {
+    /// Adds one system call's worth.
+    #[inline]
+    pub fn add(&self, bytes: u64, packets: u64) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.packets.fetch_add(packets, Ordering::Relaxed);
+    }
+    /// `(bytes, packets)` now.
+    pub fn load(&self) -> (u64, u64) {
+        (
+            self.bytes.load(Ordering::Relaxed),
+            self.packets.load(Ordering::Relaxed),
+        )
+    }
+}

@@ -1,0 +1,1 @@
+//! Platform code. Linux gets batching and GSO; other platforms fall back to one datagram per call.

@@ -1,0 +1,1 @@
+//! Renderers: pure functions from a result to text.

@@ -1,0 +1,374 @@
+//! Fixed-layout binary structures: the preamble, data-channel joins and UDP datagram headers.
+//! All integers are big-endian.
+
+use crate::{Error, Token};
+
+/// The magic that opens every TCP connection to a sonde agent.
+pub const MAGIC: [u8; 4] = *b"SNDE";
+/// The magic of a UDP join request datagram.
+pub const UDP_JOIN_MAGIC: [u8; 4] = *b"SNDJ";
+/// The magic of a UDP join acknowledgement datagram.
+pub const UDP_ACK_MAGIC: [u8; 4] = *b"SNDA";
+/// The control protocol version this build speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Length of [`Preamble`] on the wire.
+pub const PREAMBLE_LEN: usize = 8;
+/// Length of [`DataJoin`] on the wire.
+pub const DATA_JOIN_LEN: usize = 16;
+/// Length of [`UdpJoin`] on the wire.
+pub const UDP_JOIN_LEN: usize = 16;
+/// Length of [`DataHeader`] on the wire: the smallest UDP throughput or pps payload.
+pub const DATA_HEADER_LEN: usize = 16;
+
+/// What a TCP connection to the agent's port carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    /// Length-prefixed [`crate::ControlMsg`] frames.
+    Control,
+    /// Test data for a session, after a [`DataJoin`].
+    Data,
+}
+
+impl Channel {
+    const CONTROL: u8 = 0x01;
+    const DATA: u8 = 0x02;
+}
+
+/// The first 8 bytes of every TCP connection: `SNDE`, version, channel kind, reserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preamble {
+    /// Protocol version of the sender.
+    pub version: u16,
+    /// What the connection carries.
+    pub channel: Channel,
+}
+
+impl Preamble {
+    /// Writes the preamble.
+    pub fn encode(&self) -> [u8; PREAMBLE_LEN] {
+        let mut b = [0u8; PREAMBLE_LEN];
+        b[..4].copy_from_slice(&MAGIC);
+        b[4..6].copy_from_slice(&self.version.to_be_bytes());
+        b[6] = match self.channel {
+            Channel::Control => Channel::CONTROL,
+            Channel::Data => Channel::DATA,
+        };
+        b
+    }
+
+    /// Reads a preamble. The version is returned as sent; [`Preamble::check_version`] compares it.
+    pub fn decode(b: &[u8]) -> Result<Self, Error> {
+        let b = fixed::<PREAMBLE_LEN>(b)?;
+        let magic = [b[0], b[1], b[2], b[3]];
+        if magic != MAGIC {
+            return Err(Error::BadMagic(magic));
+        }
+        let channel = match b[6] {
+            Channel::CONTROL => Channel::Control,
+            Channel::DATA => Channel::Data,
+            other => return Err(Error::Channel(other)),
+        };
+        Ok(Self {
+            version: u16::from_be_bytes([b[4], b[5]]),
+            channel,
+        })
+    }
+
+    /// Fails unless the peer speaks [`PROTOCOL_VERSION`].
+    pub fn check_version(&self) -> Result<(), Error> {
+        if self.version == PROTOCOL_VERSION {
+            Ok(())
+        } else {
+            Err(Error::Version {
+                theirs: self.version,
+                ours: PROTOCOL_VERSION,
+            })
+        }
+    }
+}
+
+/// Sent by a TCP data channel right after its [`Preamble`]: which session and which stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataJoin {
+    /// The session's secret token, from [`crate::ControlMsg::Accepted`].
+    pub token: Token,
+    /// Stream index, 0-based.
+    pub stream: u32,
+}
+
+impl DataJoin {
+    /// Writes the join.
+    pub fn encode(&self) -> [u8; DATA_JOIN_LEN] {
+        let mut b = [0u8; DATA_JOIN_LEN];
+        b[..8].copy_from_slice(&self.token.0.to_be_bytes());
+        b[8..12].copy_from_slice(&self.stream.to_be_bytes());
+        b
+    }
+
+    /// Reads a join.
+    pub fn decode(b: &[u8]) -> Result<Self, Error> {
+        let b = fixed::<DATA_JOIN_LEN>(b)?;
+        Ok(Self {
+            token: Token(be_u64(&b[..8])),
+            stream: u32::from_be_bytes([b[8], b[9], b[10], b[11]]),
+        })
+    }
+}
+
+/// A UDP datagram that binds the sender's address and port to a session's flow.
+///
+/// The client sends `SNDJ` joins to the agent's port until the agent answers with the same
+/// structure under `SNDA` from the per-flow socket; data follows only after that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpJoin {
+    /// True for the agent's acknowledgement, false for the client's request.
+    pub ack: bool,
+    /// Flow (stream) index, 0-based.
+    pub flow: u16,
+    /// The session's secret token.
+    pub token: Token,
+}
+
+impl UdpJoin {
+    /// Writes the join or its acknowledgement.
+    pub fn encode(&self) -> [u8; UDP_JOIN_LEN] {
+        let mut b = [0u8; UDP_JOIN_LEN];
+        b[..4].copy_from_slice(if self.ack {
+            &UDP_ACK_MAGIC
+        } else {
+            &UDP_JOIN_MAGIC
+        });
+        b[4..6].copy_from_slice(&PROTOCOL_VERSION.to_be_bytes());
+        b[6..8].copy_from_slice(&self.flow.to_be_bytes());
+        b[8..].copy_from_slice(&self.token.0.to_be_bytes());
+        b
+    }
+
+    /// Reads a join; anything else (junk, data, another version) is an error.
+    pub fn decode(b: &[u8]) -> Result<Self, Error> {
+        if b.len() != UDP_JOIN_LEN {
+            return Err(Error::Truncated {
+                need: UDP_JOIN_LEN,
+                have: b.len(),
+            });
+        }
+        let magic = [b[0], b[1], b[2], b[3]];
+        let ack = match magic {
+            UDP_JOIN_MAGIC => false,
+            UDP_ACK_MAGIC => true,
+            _ => return Err(Error::BadMagic(magic)),
+        };
+        let version = u16::from_be_bytes([b[4], b[5]]);
+        if version != PROTOCOL_VERSION {
+            return Err(Error::Version {
+                theirs: version,
+                ours: PROTOCOL_VERSION,
+            });
+        }
+        Ok(Self {
+            ack,
+            flow: u16::from_be_bytes([b[6], b[7]]),
+            token: Token(be_u64(&b[8..16])),
+        })
+    }
+}
+
+/// The header at the front of each UDP throughput and pps datagram.
+///
+/// The payload after it is filler. Sequence numbers are 64-bit and start at 0 per flow, so they
+/// never wrap; the send time lets the receiver compute RFC 3550 jitter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataHeader {
+    /// Per-flow sequence number, from 0.
+    pub seq: u64,
+    /// Sender's clock at send, nanoseconds since the flow started.
+    pub send_ns: u64,
+}
+
+impl DataHeader {
+    /// Writes the header into the first [`DATA_HEADER_LEN`] bytes of `buf`.
+    ///
+    /// # Panics
+    /// If `buf` is shorter than [`DATA_HEADER_LEN`]: callers size their buffers once, up front.
+    pub fn write(&self, buf: &mut [u8]) {
+        buf[..8].copy_from_slice(&self.seq.to_be_bytes());
+        buf[8..16].copy_from_slice(&self.send_ns.to_be_bytes());
+    }
+
+    /// Reads the header from the front of a datagram.
+    pub fn read(buf: &[u8]) -> Result<Self, Error> {
+        let b = fixed::<DATA_HEADER_LEN>(buf)?;
+        Ok(Self {
+            seq: be_u64(&b[..8]),
+            send_ns: be_u64(&b[8..16]),
+        })
+    }
+}
+
+/// Latency datagrams carry only the sequence number, in the first `min(8, size)` bytes.
+///
+/// A message shorter than 8 bytes carries the low bytes of the sequence number; the receiver
+/// widens it with [`widen_seq`]. The agent echoes the datagram unchanged.
+pub fn write_latency_seq(seq: u64, buf: &mut [u8]) {
+    let n = buf.len().min(8);
+    buf[..n].copy_from_slice(&seq.to_be_bytes()[8 - n..]);
+}
+
+/// Reads the (possibly truncated) sequence number of a latency datagram, and how many bytes of
+/// it were present (0 to 8).
+pub fn read_latency_seq(buf: &[u8]) -> (u64, usize) {
+    let n = buf.len().min(8);
+    let mut b = [0u8; 8];
+    b[8 - n..].copy_from_slice(&buf[..n]);
+    (u64::from_be_bytes(b), n)
+}
+
+/// Widens a sequence number of which only the low `bytes` bytes were carried to the value
+/// nearest `expected` (RFC 3550 appendix A.1 does the same for 16-bit RTP sequence numbers).
+pub fn widen_seq(low: u64, bytes: usize, expected: u64) -> u64 {
+    if bytes >= 8 {
+        return low;
+    }
+    if bytes == 0 {
+        return expected;
+    }
+    let span = 1u64 << (8 * bytes);
+    let half = span / 2;
+    let base = expected & !(span - 1);
+    let candidate = base | low;
+    if candidate > expected.saturating_add(half) && candidate >= span {
+        candidate - span
+    } else if candidate.saturating_add(half) < expected {
+        candidate.saturating_add(span)
+    } else {
+        candidate
+    }
+}
+
+fn fixed<const N: usize>(b: &[u8]) -> Result<&[u8; N], Error> {
+    b.get(..N)
+        .and_then(|s| s.try_into().ok())
+        .ok_or(Error::Truncated {
+            need: N,
+            have: b.len(),
+        })
+}
+
+fn be_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_be_bytes(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn preamble_layout_is_stable() {
+        let p = Preamble {
+            version: 1,
+            channel: Channel::Data,
+        };
+        assert_eq!(p.encode(), [b'S', b'N', b'D', b'E', 0, 1, 2, 0]);
+        assert_eq!(Preamble::decode(&p.encode()), Ok(p));
+    }
+
+    #[test]
+    fn preamble_rejects_junk_and_other_versions() {
+        assert!(matches!(
+            Preamble::decode(b"GET / HTTP/1.1"),
+            Err(Error::BadMagic(_))
+        ));
+        assert!(matches!(
+            Preamble::decode(b"SNDE"),
+            Err(Error::Truncated { need: 8, have: 4 })
+        ));
+        let p = Preamble::decode(&[b'S', b'N', b'D', b'E', 0, 9, 1, 0]).unwrap();
+        assert_eq!(
+            p.check_version(),
+            Err(Error::Version { theirs: 9, ours: 1 })
+        );
+        assert_eq!(
+            Preamble::decode(&[b'S', b'N', b'D', b'E', 0, 1, 7, 0]),
+            Err(Error::Channel(7))
+        );
+    }
+
+    #[test]
+    fn udp_join_layout_is_stable() {
+        let j = UdpJoin {
+            ack: false,
+            flow: 3,
+            token: Token(0x0102_0304_0506_0708),
+        };
+        assert_eq!(
+            j.encode(),
+            [b'S', b'N', b'D', b'J', 0, 1, 0, 3, 1, 2, 3, 4, 5, 6, 7, 8]
+        );
+        let a = UdpJoin { ack: true, ..j };
+        assert_eq!(&a.encode()[..4], b"SNDA");
+        assert_eq!(UdpJoin::decode(&a.encode()), Ok(a));
+    }
+
+    #[test]
+    fn data_header_round_trips_at_the_front_of_a_payload() {
+        let mut buf = [0xAAu8; 18];
+        let h = DataHeader {
+            seq: u64::MAX - 1,
+            send_ns: 123_456_789,
+        };
+        h.write(&mut buf);
+        assert_eq!(DataHeader::read(&buf), Ok(h));
+        assert_eq!(buf[16..], [0xAA, 0xAA]);
+        assert!(DataHeader::read(&buf[..15]).is_err());
+    }
+
+    #[test]
+    fn latency_seq_truncates_and_widens() {
+        let mut one = [0u8; 1];
+        write_latency_seq(0x1_02ff, &mut one);
+        assert_eq!(one, [0xff]);
+        let (low, n) = read_latency_seq(&one);
+        assert_eq!((low, n), (0xff, 1));
+        // The next expected is 0x1_0300: a late 0x1_02ff is the nearest match.
+        assert_eq!(widen_seq(low, n, 0x1_0300), 0x1_02ff);
+        // Wrap forward: expected 0x2ff, received 0x00 -> 0x300.
+        assert_eq!(widen_seq(0x00, 1, 0x2ff), 0x300);
+        assert_eq!(widen_seq(5, 1, 3), 5);
+        let mut full = [0u8; 20];
+        write_latency_seq(42, &mut full);
+        assert_eq!(read_latency_seq(&full), (42, 8));
+    }
+
+    proptest! {
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = Preamble::decode(&bytes);
+            let _ = DataJoin::decode(&bytes);
+            let _ = UdpJoin::decode(&bytes);
+            let _ = DataHeader::read(&bytes);
+            let _ = read_latency_seq(&bytes);
+        }
+
+        #[test]
+        fn widen_recovers_any_seq_near_expected(seq in 0u64..1u64 << 40, delta in -100i64..100, bytes in 1usize..8) {
+            let expected = seq.saturating_add_signed(delta);
+            let mut buf = vec![0u8; bytes];
+            write_latency_seq(seq, &mut buf);
+            let (low, n) = read_latency_seq(&buf);
+            // Within half the span of the carried bytes the widened value is exact.
+            prop_assume!(bytes >= 2 || delta.unsigned_abs() < 128);
+            prop_assert_eq!(widen_seq(low, n, expected), seq);
+        }
+
+        #[test]
+        fn joins_round_trip(token in any::<u64>(), stream in any::<u32>(), flow in any::<u16>(), ack in any::<bool>()) {
+            let d = DataJoin { token: Token(token), stream };
+            prop_assert_eq!(DataJoin::decode(&d.encode()), Ok(d));
+            let u = UdpJoin { ack, flow, token: Token(token) };
+            prop_assert_eq!(UdpJoin::decode(&u.encode()), Ok(u));
+        }
+    }
+}

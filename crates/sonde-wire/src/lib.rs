@@ -1,0 +1,66 @@
+//! sonde's wire formats, and nothing else: no sockets, no clocks.
+//!
+//! Everything that crosses the network between a sonde client and a sonde agent is defined here:
+//!
+//! * the 8-byte [`Preamble`] that opens every TCP connection to the agent's port and says whether
+//!   it is a control channel or a data channel;
+//! * control frames: a 4-byte big-endian length (at most [`MAX_FRAME_LEN`]) followed by one JSON
+//!   document, a [`ControlMsg`];
+//! * the 16-byte [`DataJoin`] that a TCP data channel sends after its preamble;
+//! * the 16-byte UDP [`UdpJoin`] datagram (and its acknowledgement) that binds a UDP flow to a
+//!   session;
+//! * the 16-byte [`DataHeader`] at the front of every UDP data datagram (sequence number and send
+//!   time).
+//!
+//! Decoders take caller buffers and never panic or allocate from a length field they have not
+//! checked.
+//!
+//! ```
+//! use sonde_wire::{decode_frame, encode_frame, ControlMsg, PROTOCOL_VERSION};
+//! let mut buf = Vec::new();
+//! encode_frame(&ControlMsg::Hello { protocol: PROTOCOL_VERSION, software: "sonde 0.1.0".into() }, &mut buf).unwrap();
+//! let (msg, used) = decode_frame(&buf).unwrap().unwrap();
+//! assert_eq!(used, buf.len());
+//! assert!(matches!(msg, ControlMsg::Hello { protocol: PROTOCOL_VERSION, .. }));
+//! ```
+#![forbid(unsafe_code)]
+
+mod control;
+mod data;
+
+pub use control::*;
+pub use data::*;
+
+/// Errors from decoding bytes that came from the network.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The first four bytes were not `SNDE`: this is not a sonde peer.
+    #[error("not a sonde peer (bad magic {0:02x?})")]
+    BadMagic([u8; 4]),
+    /// The peer speaks a protocol version this build does not.
+    #[error("protocol version {theirs} is not supported (this build speaks {ours})")]
+    Version {
+        /// The version the peer announced.
+        theirs: u16,
+        /// The version this build speaks.
+        ours: u16,
+    },
+    /// A preamble named a channel kind that does not exist.
+    #[error("unknown channel kind {0:#04x}")]
+    Channel(u8),
+    /// A frame's length field exceeds [`MAX_FRAME_LEN`].
+    #[error("frame of {0} bytes exceeds the {MAX_FRAME_LEN}-byte limit")]
+    FrameTooLarge(u32),
+    /// A frame's body is not a valid control message.
+    #[error("malformed control message: {0}")]
+    Malformed(String),
+    /// A fixed-size structure was shorter than it must be.
+    #[error("truncated: need {need} bytes, have {have}")]
+    Truncated {
+        /// Bytes required.
+        need: usize,
+        /// Bytes present.
+        have: usize,
+    },
+}
