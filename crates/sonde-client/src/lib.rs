@@ -1,1 +1,324 @@
-//! placeholder
+//! sonde's client: runs a test against a sonde agent and returns a result document.
+//!
+//! ```no_run
+//! use sonde_client::{latency, resolve, LatencyOptions};
+//! let target = resolve("127.0.0.1", 5300).unwrap();
+//! let result = latency(&target, &LatencyOptions::default()).unwrap();
+//! println!("median RTT {:?} ns", result.rtt_ns.p50);
+//! ```
+
+mod results;
+mod session;
+
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use sonde_net::control::ControlError;
+use sonde_report::{IntervalResult, LatencyResult, PpsResult, ThroughputResult};
+use sonde_wire::{Direction, Protocol, Refusal, TestKind, TestSpec};
+
+pub use sonde_wire::Direction as StreamsDirection;
+
+/// Why a test could not be run or did not finish.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The host name did not resolve.
+    #[error("cannot resolve {0}: {1}")]
+    Resolve(String, #[source] io::Error),
+    /// The TCP connection to the agent failed.
+    #[error("cannot connect to {1}: {0} (is `sonde server` running there, and TCP and UDP port {port} open?)", port = .1.port())]
+    Connect(#[source] io::Error, SocketAddr),
+    /// The peer is not a sonde agent, or broke the protocol.
+    #[error("{0}")]
+    Protocol(String),
+    /// The agent refused the test.
+    #[error("the agent refused the test: {message}")]
+    Refused {
+        /// Why.
+        reason: Refusal,
+        /// The agent's explanation.
+        message: String,
+    },
+    /// The control connection failed during the test.
+    #[error("control connection to the agent: {0}")]
+    Control(#[from] ControlError),
+    /// A data channel failed.
+    #[error("data stream {1}: {0}")]
+    Data(#[source] io::Error, u32),
+    /// The agent reported an error and ended the test.
+    #[error("the agent ended the test: {0}")]
+    Remote(String),
+    /// The options make no sense.
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl ClientError {
+    /// The process exit code for this error (documented in `sonde --help` and the README).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Usage(_) => 2,
+            Self::Resolve(..) | Self::Connect(..) => 3,
+            Self::Refused { .. } => 4,
+            Self::Protocol(_) | Self::Control(_) | Self::Data(..) | Self::Remote(_) => 1,
+        }
+    }
+}
+
+/// The agent to test against.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Resolved address.
+    pub addr: SocketAddr,
+    /// As the user wrote it (for reports).
+    pub label: String,
+}
+
+/// Resolves `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address.
+pub fn resolve(spec: &str, default_port: u16) -> Result<Target, ClientError> {
+    let with_port = if spec.parse::<std::net::Ipv6Addr>().is_ok() {
+        format!("[{spec}]:{default_port}")
+    } else if spec.rsplit_once(':').is_some_and(|(h, p)| {
+        !h.is_empty() && p.parse::<u16>().is_ok() && (!h.contains(':') || h.ends_with(']'))
+    }) {
+        spec.to_owned()
+    } else {
+        format!("{spec}:{default_port}")
+    };
+    let addr = with_port
+        .to_socket_addrs()
+        .map_err(|e| ClientError::Resolve(spec.to_owned(), e))?
+        .next()
+        .ok_or_else(|| {
+            ClientError::Resolve(
+                spec.to_owned(),
+                io::Error::new(io::ErrorKind::NotFound, "no address"),
+            )
+        })?;
+    Ok(Target {
+        addr,
+        label: addr.to_string(),
+    })
+}
+
+/// `sonde latency` options.
+#[derive(Debug, Clone)]
+pub struct LatencyOptions {
+    /// TCP or UDP.
+    pub protocol: Protocol,
+    /// Message size each way, bytes.
+    pub msg_size: u32,
+    /// Measured time after the warm-up.
+    pub duration: Duration,
+    /// Warm-up before the measured time; its samples are excluded.
+    pub warmup: Duration,
+    /// Open loop at this many messages per second; `None` for closed loop.
+    pub rate: Option<f64>,
+    /// Send this many messages after the warm-up instead of running for `duration`.
+    pub count: Option<u64>,
+}
+
+impl Default for LatencyOptions {
+    fn default() -> Self {
+        Self {
+            protocol: Protocol::Tcp,
+            msg_size: 64,
+            duration: Duration::from_secs(10),
+            warmup: Duration::from_secs(1),
+            rate: None,
+            count: None,
+        }
+    }
+}
+
+/// `sonde throughput` options.
+#[derive(Debug, Clone)]
+pub struct ThroughputOptions {
+    /// TCP or UDP.
+    pub protocol: Protocol,
+    /// Streams per direction.
+    pub parallel: u32,
+    /// Who sends.
+    pub direction: Direction,
+    /// Bytes per write (TCP) or datagram payload (UDP).
+    pub msg_size: u32,
+    /// UDP target for all streams of one direction together, bits/s; 0 = unlimited.
+    pub bitrate: u64,
+    /// How long the senders send.
+    pub duration: Duration,
+    /// Receiver report interval; `None` for none.
+    pub interval: Option<Duration>,
+}
+
+impl Default for ThroughputOptions {
+    fn default() -> Self {
+        Self {
+            protocol: Protocol::Tcp,
+            parallel: 1,
+            direction: Direction::Forward,
+            msg_size: 128 * 1024,
+            bitrate: 0,
+            duration: Duration::from_secs(10),
+            interval: None,
+        }
+    }
+}
+
+/// `sonde pps` options.
+#[derive(Debug, Clone)]
+pub struct PpsOptions {
+    /// Datagram payload, bytes (18: a 64-byte Ethernet frame over IPv4).
+    pub msg_size: u32,
+    /// Parallel flows (each its own UDP socket and port).
+    pub flows: u32,
+    /// How long the senders send.
+    pub duration: Duration,
+}
+
+impl Default for PpsOptions {
+    fn default() -> Self {
+        Self {
+            msg_size: 18,
+            flows: 1,
+            duration: Duration::from_secs(10),
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Runs a latency test.
+pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, ClientError> {
+    if opt.msg_size == 0 {
+        return Err(ClientError::Usage(
+            "the message size must be at least 1 byte".into(),
+        ));
+    }
+    if opt.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+        return Err(ClientError::Usage(
+            "--rate must be a positive number of messages per second".into(),
+        ));
+    }
+    if opt.count == Some(0) {
+        return Err(ClientError::Usage("-n must be at least 1".into()));
+    }
+    let mut opt = opt.clone();
+    // Open loop with a count: the schedule puts exactly `count` messages after the warm-up.
+    if let (Some(n), Some(rate)) = (opt.count, opt.rate) {
+        opt.duration = Duration::from_secs_f64(n as f64 / rate);
+        opt.count = None;
+    }
+    let spec = TestSpec {
+        kind: TestKind::Latency,
+        protocol: opt.protocol,
+        direction: Direction::Forward,
+        streams: 1,
+        msg_size: opt.msg_size,
+        bitrate_per_stream: 0,
+        // A closed loop with a count has no planned end: it may run to the agent's limit.
+        duration_ms: if opt.count.is_some() {
+            0
+        } else {
+            millis(opt.warmup + opt.duration)
+        },
+        interval_ms: 0,
+    };
+    let run = session::run_latency(target, &spec, &opt)?;
+    Ok(results::latency(target, &opt, &run))
+}
+
+/// Runs a throughput test; `on_interval` sees each receiver interval as it arrives.
+pub fn throughput(
+    target: &Target,
+    opt: &ThroughputOptions,
+    on_interval: &mut dyn FnMut(&IntervalResult),
+) -> Result<ThroughputResult, ClientError> {
+    if opt.parallel == 0 {
+        return Err(ClientError::Usage("-P must be at least 1".into()));
+    }
+    if opt.protocol == Protocol::Udp && (opt.msg_size as usize) < sonde_wire::DATA_HEADER_LEN {
+        return Err(ClientError::Usage(format!(
+            "UDP datagrams carry a {}-byte header: -l must be at least {}",
+            sonde_wire::DATA_HEADER_LEN,
+            sonde_wire::DATA_HEADER_LEN
+        )));
+    }
+    let spec = TestSpec {
+        kind: TestKind::Throughput,
+        protocol: opt.protocol,
+        direction: opt.direction,
+        streams: opt.parallel,
+        msg_size: opt.msg_size,
+        bitrate_per_stream: if opt.protocol == Protocol::Udp {
+            opt.bitrate / u64::from(opt.parallel)
+        } else {
+            0
+        },
+        duration_ms: millis(opt.duration),
+        interval_ms: opt.interval.map_or(0, millis),
+    };
+    let run = session::run_bulk(target, &spec, on_interval)?;
+    Ok(results::throughput(target, opt, &spec, &run))
+}
+
+/// Runs a packet-rate test.
+pub fn pps(target: &Target, opt: &PpsOptions) -> Result<PpsResult, ClientError> {
+    if opt.flows == 0 {
+        return Err(ClientError::Usage("--flows must be at least 1".into()));
+    }
+    if (opt.msg_size as usize) < sonde_wire::DATA_HEADER_LEN {
+        return Err(ClientError::Usage(format!(
+            "datagrams carry a {}-byte sequence header: -m must be at least {}",
+            sonde_wire::DATA_HEADER_LEN,
+            sonde_wire::DATA_HEADER_LEN
+        )));
+    }
+    let spec = TestSpec {
+        kind: TestKind::Pps,
+        protocol: Protocol::Udp,
+        direction: Direction::Forward,
+        streams: opt.flows,
+        msg_size: opt.msg_size,
+        bitrate_per_stream: 0,
+        duration_ms: millis(opt.duration),
+        interval_ms: 0,
+    };
+    let run = session::run_bulk(target, &spec, &mut |_| {})?;
+    Ok(results::pps(target, opt, &run))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolve_accepts_the_usual_spellings() {
+        assert_eq!(resolve("127.0.0.1", 5300).unwrap().addr.port(), 5300);
+        assert_eq!(resolve("127.0.0.1:7000", 5300).unwrap().addr.port(), 7000);
+        assert_eq!(resolve("[::1]:7000", 5300).unwrap().addr.port(), 7000);
+        let v6 = resolve("::1", 5300).unwrap().addr;
+        assert!(v6.is_ipv6());
+        assert_eq!(v6.port(), 5300);
+        assert!(matches!(
+            resolve("no-such-host.invalid", 1),
+            Err(ClientError::Resolve(..))
+        ));
+    }
+
+    #[test]
+    fn exit_codes_are_distinct_per_class() {
+        let connect = ClientError::Connect(io::Error::other("x"), "127.0.0.1:1".parse().unwrap());
+        let refused = ClientError::Refused {
+            reason: Refusal::Busy,
+            message: String::new(),
+        };
+        assert_eq!(connect.exit_code(), 3);
+        assert_eq!(refused.exit_code(), 4);
+        assert_eq!(ClientError::Usage(String::new()).exit_code(), 2);
+        assert_eq!(ClientError::Remote(String::new()).exit_code(), 1);
+    }
+}

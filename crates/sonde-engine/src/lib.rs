@@ -8,6 +8,26 @@
 //! * [`jitter`]: RFC 3550 interarrival jitter.
 //! * [`pace`]: evenly spaced send schedules (UDP bitrate, open-loop latency).
 //! * [`interval`]: cumulative receiver counters cut into fixed intervals.
+//!
+//! ```
+//! use sonde_engine::{pace::Schedule, rtt::RttRecorder, seq::SeqTracker};
+//!
+//! // 1,000 probes a second; the first second is warm-up.
+//! let schedule = Schedule::per_second(1_000.0);
+//! let mut rtt = RttRecorder::new(1_000_000_000);
+//! let mut seq = SeqTracker::new();
+//! for i in 0..3_000 {
+//!     if i % 100 == 7 {
+//!         continue; // lost
+//!     }
+//!     seq.on_packet(i);
+//!     rtt.record(schedule.due_ns(i), 50_000 + i % 10);
+//! }
+//! assert_eq!(seq.lost(3_000), 30);
+//! let summary = rtt.summary();
+//! assert_eq!((summary.samples, summary.warmup_excluded), (1_980, 990));
+//! assert!(summary.percentiles[0].value_ns.is_some()); // p50
+//! ```
 #![forbid(unsafe_code)]
 
 pub mod interval;

@@ -5,6 +5,7 @@
 //!   UDP sockets on that same port, client sockets.
 //! * [`bulk`]: throughput and packet-rate loops: TCP send/receive, paced UDP send (GSO batches
 //!   when unlimited), UDP receive with `recvmmsg` and sequence accounting.
+//! * [`control`]: control frames over a blocking TCP stream, with a deadline on every read.
 //! * [`latency`]: ping-pong (closed loop), open loop at a fixed rate, and the agent's echoes.
 //!
 //! Loops run on the calling thread until a deadline on the test [`Clock`], a stop flag, or the
@@ -15,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 pub mod bulk;
+pub mod control;
 pub mod latency;
 pub mod socket;
 mod sys;

@@ -289,3 +289,25 @@ pub struct QuickCase {
     /// The result.
     pub result: TestResult,
 }
+
+impl TestResult {
+    /// The `test` tag: `latency`, `throughput`, `pps` or `quick`.
+    pub fn test_name(&self) -> &'static str {
+        match self {
+            Self::Latency(_) => "latency",
+            Self::Throughput(_) => "throughput",
+            Self::Pps(_) => "pps",
+            Self::Quick(_) => "quick",
+        }
+    }
+
+    /// The common facts; `None` for quick, whose cases each have their own.
+    pub fn meta(&self) -> Option<&Meta> {
+        match self {
+            Self::Latency(r) => Some(&r.meta),
+            Self::Throughput(r) => Some(&r.meta),
+            Self::Pps(r) => Some(&r.meta),
+            Self::Quick(_) => None,
+        }
+    }
+}

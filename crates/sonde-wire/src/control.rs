@@ -224,8 +224,11 @@ pub enum ControlMsg {
         /// The session's token.
         token: Token,
     },
-    /// Agent → client: every data channel has joined; the agent's side is running.
+    /// Agent → client: every data channel has joined; the agent's receivers are running.
     Ready,
+    /// Client → agent, after `Ready`: the client's receivers are running; the agent's senders
+    /// may start (their duration counts from here).
+    Go,
     /// Receiver → sender side: one interval's counts, while the test runs.
     Interval(IntervalStats),
     /// Either side: my senders have finished; here is what they sent.

@@ -1,1 +1,24 @@
-fn main() {}
+//! `sonde`: network latency, throughput and packet rate from one binary and one port.
+//! The binary parses, runs, and maps errors to exit codes; the work is in the library crates.
+
+mod cli;
+mod latency;
+mod output;
+mod pps;
+mod quick;
+mod server;
+mod throughput;
+mod units;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = <cli::Cli as clap::Parser>::parse();
+    match cli::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sonde: {e:#}");
+            ExitCode::from(cli::exit_code(&e))
+        }
+    }
+}

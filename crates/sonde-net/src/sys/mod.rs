@@ -1,1 +1,24 @@
 //! Platform code. Linux gets batching and GSO; other platforms fall back to one datagram per call.
+//!
+//! Both implementations offer the same items, so the loops above never `cfg` on the platform:
+//!
+//! * [`send_segments`]: one UDP GSO send of consecutive equal-sized datagrams;
+//! * [`Batch`]: reusable `sendmmsg`/`recvmmsg` vectors;
+//! * [`tcp_total_retrans`]: `TCP_INFO` retransmits;
+//! * error classification ([`gso_refused`], [`batch_unsupported`], [`no_buffer_space`]).
+//!
+//! Where a facility is missing the call fails with [`std::io::ErrorKind::Unsupported`] and the
+//! classifiers say so, which sends the caller down its fallback path.
+
+#[cfg(target_os = "linux")]
+// The workspace denies `unsafe_code`; this module is where sonde's FFI lives. (`allow`, not
+// `expect`: the workspace's MSRV 1.80 predates `#[expect]`.)
+#[allow(unsafe_code)]
+mod linux;
+#[cfg(target_os = "linux")]
+pub(crate) use linux::*;
+
+#[cfg(not(target_os = "linux"))]
+mod portable;
+#[cfg(not(target_os = "linux"))]
+pub(crate) use portable::*;

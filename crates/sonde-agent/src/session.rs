@@ -1,0 +1,590 @@
+//! One control connection: hello, admission, data channels, the test, the report.
+
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sonde_engine::interval::Intervals;
+use sonde_net::bulk::{SendOutcome, TcpRecvOutcome, UdpRecvOutcome};
+use sonde_net::control::{read_frame, write_frame, ControlError};
+use sonde_net::{Clock, Counters};
+use sonde_wire::{
+    AgentReport, ControlMsg, IntervalStats, Preamble, Protocol, Refusal, SessionId, StreamStats,
+    TestKind, TestSpec, Token, PROTOCOL_VERSION,
+};
+
+use crate::{lock, peer_of, validate, DataChannel, PendingGuard, Shared, Slot};
+
+/// How long a client has to open all its data channels after `Accepted`.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long UDP receivers keep listening after the sender said it is done, for datagrams still
+/// in flight.
+const UDP_GRACE: Duration = Duration::from_secs(1);
+/// How far past its planned end a session may run before the agent ends it.
+const OVERRUN: Duration = Duration::from_secs(60);
+
+pub(crate) const SOFTWARE: &str = concat!("sonde ", env!("CARGO_PKG_VERSION"));
+
+/// Runs a control connection to its end. Returns false when the peer never said a valid hello.
+pub(crate) fn run(
+    mut ctrl: TcpStream,
+    preamble: Preamble,
+    shared: &Arc<Shared>,
+    pending: &mut Option<PendingGuard<'_>>,
+) -> bool {
+    let peer = peer_of(&ctrl);
+    let deadline = Instant::now() + shared.cfg.hello_timeout;
+    let mut body = Vec::new();
+    if let Err(e) = preamble.check_version() {
+        refuse(
+            shared,
+            &mut ctrl,
+            Refusal::Version,
+            &format!("{e}; upgrade one side"),
+        );
+        return true;
+    }
+    let hello = read_frame(&mut ctrl, &mut body, deadline);
+    match hello {
+        Ok(ControlMsg::Hello { protocol, .. }) if protocol == PROTOCOL_VERSION => {}
+        Ok(ControlMsg::Hello { protocol, .. }) => {
+            let m = format!(
+                "protocol version {protocol} is not supported (this agent speaks {PROTOCOL_VERSION}); upgrade one side"
+            );
+            refuse(shared, &mut ctrl, Refusal::Version, &m);
+            return true;
+        }
+        Ok(_) | Err(_) => return false,
+    }
+    let session = SessionId(shared.next_session.fetch_add(1, Ordering::Relaxed));
+    let welcome = ControlMsg::Welcome {
+        protocol: PROTOCOL_VERSION,
+        software: SOFTWARE.into(),
+        session,
+        limits: shared.cfg.limits(),
+    };
+    if write_frame(&mut ctrl, &welcome).is_err() {
+        return true;
+    }
+    // From here on the connection is a session, not a pending stranger.
+    pending.take();
+
+    let start = read_frame(
+        &mut ctrl,
+        &mut body,
+        Instant::now() + Duration::from_secs(30),
+    );
+    let Ok(ControlMsg::Start { spec }) = start else {
+        return true;
+    };
+    if shared.shutdown.load(Ordering::Relaxed) {
+        refuse(
+            shared,
+            &mut ctrl,
+            Refusal::ShuttingDown,
+            "the agent is shutting down",
+        );
+        return true;
+    }
+    if let Err((reason, message)) = validate(&spec, &shared.cfg) {
+        refuse(shared, &mut ctrl, reason, &message);
+        return true;
+    }
+    let Ok(peer_addr) = ctrl.peer_addr() else {
+        return true;
+    };
+    let channels = usize::try_from(spec.channels()).unwrap_or(usize::MAX);
+    let slot = Arc::new(Slot {
+        peer_ip: peer_addr.ip(),
+        spec: spec.clone(),
+        channels: Mutex::new((0..channels).map(|_| None).collect()),
+        joined: std::sync::Condvar::new(),
+        overlap: std::sync::atomic::AtomicU32::new(0),
+    });
+    let Some(token) = shared.admit(Arc::clone(&slot)) else {
+        let m = format!(
+            "the agent is running its maximum of {} sessions; try again shortly (sonde server --max-sessions)",
+            shared.cfg.max_sessions
+        );
+        refuse(shared, &mut ctrl, Refusal::Busy, &m);
+        return true;
+    };
+    let _registered = Registered { shared, token };
+    shared.log(format_args!(
+        "sonde agent: session {} from {peer}: {}",
+        session.0,
+        describe(&spec)
+    ));
+    if write_frame(&mut ctrl, &ControlMsg::Accepted { token }).is_err() {
+        return true;
+    }
+    let Some(channels) = wait_for_channels(&slot, shared) else {
+        let _ = write_frame(
+            &mut ctrl,
+            &ControlMsg::Error {
+                message: format!(
+                    "not every data channel joined within {JOIN_TIMEOUT:?} (a firewall on TCP/UDP port {}?)",
+                    shared.local.port()
+                ),
+            },
+        );
+        return true;
+    };
+    let outcome = Test::new(spec, channels, &slot, shared).run(ctrl);
+    shared.log(format_args!(
+        "sonde agent: session {} from {peer} {outcome}",
+        session.0
+    ));
+    true
+}
+
+/// Removes the session from the agent when it ends, however it ends.
+struct Registered<'a> {
+    shared: &'a Shared,
+    token: Token,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.shared.slots().remove(&self.token);
+    }
+}
+
+fn refuse(shared: &Shared, ctrl: &mut TcpStream, reason: Refusal, message: &str) {
+    shared.rejections.refused.fetch_add(1, Ordering::Relaxed);
+    shared.log(format_args!(
+        "sonde agent: refused {}: {message}",
+        peer_of(ctrl)
+    ));
+    let _ = write_frame(
+        ctrl,
+        &ControlMsg::Refused {
+            reason,
+            message: message.into(),
+        },
+    );
+}
+
+fn describe(spec: &TestSpec) -> String {
+    let proto = match spec.protocol {
+        Protocol::Tcp => "tcp",
+        Protocol::Udp => "udp",
+    };
+    let kind = match spec.kind {
+        TestKind::Latency => "latency",
+        TestKind::Throughput => "throughput",
+        TestKind::Pps => "pps",
+    };
+    format!(
+        "{proto} {kind}, {} stream(s) {:?}, {} B, {:.1} s",
+        spec.streams,
+        spec.direction,
+        spec.msg_size,
+        spec.duration_ms as f64 / 1e3
+    )
+}
+
+fn wait_for_channels(slot: &Slot, shared: &Shared) -> Option<Vec<DataChannel>> {
+    let deadline = Instant::now() + JOIN_TIMEOUT;
+    let mut channels = lock(&slot.channels);
+    loop {
+        if channels.iter().all(Option::is_some) {
+            return channels.iter_mut().map(Option::take).collect();
+        }
+        let now = Instant::now();
+        if now >= deadline || shared.shutdown.load(Ordering::Relaxed) {
+            return None;
+        }
+        let wait = (deadline - now).min(Duration::from_millis(200));
+        channels = slot
+            .joined
+            .wait_timeout(channels, wait)
+            .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+    }
+}
+
+/// What one data channel's thread came back with.
+enum RoleOutcome {
+    Sent(SendOutcome),
+    TcpReceived(TcpRecvOutcome),
+    UdpReceived(Box<UdpRecvOutcome>),
+    Echoed,
+    Failed(String),
+}
+
+enum Event {
+    Control(Result<ControlMsg, ControlError>),
+    Done(usize, RoleOutcome),
+}
+
+/// The running part of a session.
+struct Test<'a> {
+    spec: TestSpec,
+    channels: Vec<DataChannel>,
+    slot: &'a Slot,
+    shared: &'a Shared,
+    stops: Vec<AtomicBool>,
+    expect: Vec<AtomicU64>,
+    counters: Vec<Counters>,
+    /// Set when every receiving stream has finished: ends the interval reporter.
+    received_all: AtomicBool,
+    /// When the client said `Go`, ns on the test clock (`u64::MAX` before): senders start then.
+    go_at_ns: AtomicU64,
+}
+
+impl<'a> Test<'a> {
+    fn new(spec: TestSpec, channels: Vec<DataChannel>, slot: &'a Slot, shared: &'a Shared) -> Self {
+        let n = channels.len();
+        Self {
+            spec,
+            channels,
+            slot,
+            shared,
+            stops: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            expect: (0..n).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            counters: (0..n).map(|_| Counters::default()).collect(),
+            received_all: AtomicBool::new(false),
+            go_at_ns: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    fn agent_receives(&self, i: usize) -> bool {
+        self.spec.kind != TestKind::Latency && self.spec.client_sends(index_u32(i))
+    }
+
+    fn agent_sends(&self, i: usize) -> bool {
+        self.spec.kind != TestKind::Latency && !self.spec.client_sends(index_u32(i))
+    }
+
+    fn stop_all(&self) {
+        for s in &self.stops {
+            s.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Runs the test; returns a line for the agent's log.
+    fn run(self, ctrl: TcpStream) -> String {
+        let Ok(reader) = ctrl.try_clone() else {
+            return "ended: cannot clone the control socket".into();
+        };
+        let writer = Mutex::new(ctrl);
+        let (tx, rx) = mpsc::channel::<Event>();
+        let clock = Clock::start();
+        let duration = Duration::from_millis(self.spec.duration_ms);
+        let until_ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        let hard_deadline = Instant::now() + duration + OVERRUN;
+        let mut intervals_out: Vec<IntervalStats> = Vec::new();
+
+        let result = thread::scope(|scope| {
+            let ctrl_tx = tx.clone();
+            let mut reader = reader;
+            scope.spawn(move || {
+                let mut body = Vec::new();
+                loop {
+                    let msg = read_frame(&mut reader, &mut body, hard_deadline);
+                    let end = msg.is_err();
+                    if ctrl_tx.send(Event::Control(msg)).is_err() || end {
+                        break;
+                    }
+                }
+            });
+            for (i, channel) in self.channels.iter().enumerate() {
+                let tx = tx.clone();
+                let this = &self;
+                scope.spawn(move || {
+                    let outcome = this.role(i, channel, &clock, until_ns);
+                    let _ = tx.send(Event::Done(i, outcome));
+                });
+            }
+            let receivers: Vec<usize> = (0..self.channels.len())
+                .filter(|&i| self.agent_receives(i))
+                .collect();
+            let reporter = (self.spec.interval_ms > 0 && !receivers.is_empty()).then(|| {
+                let this = &self;
+                let writer = &writer;
+                let receivers = receivers.clone();
+                scope.spawn(move || this.report_intervals(&receivers, &clock, writer))
+            });
+            if write_frame(&mut lock(&writer), &ControlMsg::Ready).is_err() {
+                self.stop_all();
+            }
+            let result = self.drive(&rx, &writer, hard_deadline, &clock);
+            self.received_all.store(true, Ordering::Relaxed);
+            self.stop_all();
+            if let Some(r) = reporter {
+                intervals_out = r.join().unwrap_or_default();
+            }
+            // Unblock the control reader.
+            let _ = lock(&writer).shutdown(std::net::Shutdown::Read);
+            result
+        });
+        match result {
+            Ok(mut report) => {
+                report.intervals = intervals_out;
+                report.overlapping_sessions = self.slot.overlap.load(Ordering::Relaxed);
+                let mut w = lock(&writer);
+                if write_frame(&mut w, &ControlMsg::Report(report)).is_err() {
+                    return "ended before its report was delivered".into();
+                }
+                // Give the client time to read the report before the close.
+                let _ = w.shutdown(std::net::Shutdown::Write);
+                "finished".into()
+            }
+            Err(why) => {
+                let _ = write_frame(
+                    &mut lock(&writer),
+                    &ControlMsg::Error {
+                        message: why.clone(),
+                    },
+                );
+                format!("ended: {why}")
+            }
+        }
+    }
+
+    /// The session's event loop: control messages in, roles finishing, deadlines.
+    fn drive(
+        &self,
+        rx: &mpsc::Receiver<Event>,
+        writer: &Mutex<TcpStream>,
+        hard_deadline: Instant,
+        clock: &Clock,
+    ) -> Result<AgentReport, String> {
+        let n = self.channels.len();
+        let mut outcomes: Vec<Option<RoleOutcome>> = (0..n).map(|_| None).collect();
+        let mut client_sent: Vec<Option<u64>> = vec![None; n];
+        let mut grace_until: Option<Instant> = None;
+        let mut sender_done_sent = false;
+        let senders: Vec<usize> = (0..n).filter(|&i| self.agent_sends(i)).collect();
+        loop {
+            if outcomes.iter().all(Option::is_some) {
+                break;
+            }
+            let now = Instant::now();
+            if now >= hard_deadline {
+                return Err("the test overran its planned end by a minute".into());
+            }
+            if self.shared.shutdown.load(Ordering::Relaxed) {
+                return Err("the agent is shutting down".into());
+            }
+            if grace_until.is_some_and(|g| now >= g) {
+                for (i, stop) in self.stops.iter().enumerate() {
+                    if self.spec.protocol == Protocol::Udp && self.agent_receives(i) {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err("internal: event loop".into()),
+                Ok(Event::Control(Ok(msg))) => match msg {
+                    ControlMsg::SenderDone { streams } => {
+                        for s in streams {
+                            let Some(i) = usize::try_from(s.stream).ok().filter(|&i| i < n) else {
+                                continue;
+                            };
+                            client_sent[i] = Some(s.packets);
+                            self.expect[i].store(s.packets, Ordering::Relaxed);
+                        }
+                        grace_until = Some(Instant::now() + UDP_GRACE);
+                    }
+                    ControlMsg::Go => {
+                        self.go_at_ns.store(clock.now_ns(), Ordering::Release);
+                    }
+                    ControlMsg::Finish => self.stop_all(),
+                    ControlMsg::Error { message } => {
+                        return Err(format!("the client reported: {message}"))
+                    }
+                    _ => return Err("unexpected control message from the client".into()),
+                },
+                Ok(Event::Control(Err(e))) => {
+                    return Err(format!("control connection lost: {e}"));
+                }
+                Ok(Event::Done(i, outcome)) => {
+                    if let RoleOutcome::Failed(why) = &outcome {
+                        if !self.stops[i].load(Ordering::Relaxed) {
+                            return Err(format!("stream {i}: {why}"));
+                        }
+                    }
+                    outcomes[i] = Some(outcome);
+                    let senders_done = senders.iter().all(|&s| outcomes[s].is_some());
+                    if !senders.is_empty() && senders_done && !sender_done_sent {
+                        sender_done_sent = true;
+                        let streams = senders
+                            .iter()
+                            .filter_map(|&s| match &outcomes[s] {
+                                Some(RoleOutcome::Sent(o)) => Some(sent_stats(s, o)),
+                                _ => None,
+                            })
+                            .collect();
+                        let msg = ControlMsg::SenderDone { streams };
+                        if write_frame(&mut lock(writer), &msg).is_err() {
+                            return Err("control connection lost".into());
+                        }
+                    }
+                }
+            }
+        }
+        let mut report = AgentReport::default();
+        for (i, outcome) in outcomes.into_iter().enumerate() {
+            let stream = index_u32(i);
+            match outcome {
+                Some(RoleOutcome::Sent(o)) => report.sent.push(sent_stats(i, &o)),
+                Some(RoleOutcome::TcpReceived(o)) => report.received.push(StreamStats {
+                    stream,
+                    bytes: o.bytes,
+                    packets: o.reads,
+                    active_ns: o.last_ns.saturating_sub(o.first_ns),
+                    ..StreamStats::default()
+                }),
+                Some(RoleOutcome::UdpReceived(o)) => {
+                    report.received.push(StreamStats {
+                        stream,
+                        bytes: o.bytes,
+                        packets: o.seq.received(),
+                        active_ns: o.last_ns.saturating_sub(o.first_ns),
+                        lost: client_sent[i].map(|sent| o.seq.lost(sent)),
+                        duplicated: Some(o.seq.duplicated()),
+                        reordered: Some(o.seq.reordered()),
+                        jitter_ns: Some(o.jitter.jitter_ns()),
+                        retransmits: None,
+                    });
+                }
+                Some(RoleOutcome::Echoed) => {
+                    let (bytes, packets) = self.counters[i].load();
+                    report.echoed.push(StreamStats {
+                        stream,
+                        bytes,
+                        packets,
+                        ..StreamStats::default()
+                    });
+                }
+                Some(RoleOutcome::Failed(_)) | None => {}
+            }
+        }
+        Ok(report)
+    }
+
+    /// Waits for the client's `Go`; returns when it came (ns on the test clock), or `None` when
+    /// the test was stopped first.
+    fn wait_for_go(&self, stop: &AtomicBool) -> Option<u64> {
+        loop {
+            let go = self.go_at_ns.load(Ordering::Acquire);
+            if go != u64::MAX {
+                return Some(go);
+            }
+            if stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// One data channel's part, on its own thread. Senders start at the client's `Go` and send
+    /// for the test's duration from there.
+    fn role(
+        &self,
+        i: usize,
+        channel: &DataChannel,
+        clock: &Clock,
+        duration_ns: u64,
+    ) -> RoleOutcome {
+        let stop = &self.stops[i];
+        if self.agent_sends(i) {
+            let Some(go) = self.wait_for_go(stop) else {
+                return RoleOutcome::Sent(SendOutcome::default());
+            };
+            return self.send(i, channel, clock, go.saturating_add(duration_ns));
+        }
+        let counters = &self.counters[i];
+        let spec = &self.spec;
+        let failed = |e: std::io::Error| RoleOutcome::Failed(e.to_string());
+        match channel {
+            DataChannel::Tcp(s) if spec.kind == TestKind::Latency => {
+                sonde_net::latency::tcp_echo(s, stop, counters)
+                    .map_or_else(failed, |()| RoleOutcome::Echoed)
+            }
+            DataChannel::Udp(s) if spec.kind == TestKind::Latency => {
+                sonde_net::latency::udp_echo(s, stop, counters)
+                    .map_or_else(failed, |()| RoleOutcome::Echoed)
+            }
+            DataChannel::Tcp(s) => sonde_net::bulk::tcp_recv(s, clock, stop, counters)
+                .map_or_else(failed, RoleOutcome::TcpReceived),
+            DataChannel::Udp(s) => {
+                sonde_net::bulk::udp_recv(s, spec.msg_size, clock, stop, &self.expect[i], counters)
+                    .map_or_else(failed, |o| RoleOutcome::UdpReceived(Box::new(o)))
+            }
+        }
+    }
+
+    fn send(&self, i: usize, channel: &DataChannel, clock: &Clock, until_ns: u64) -> RoleOutcome {
+        let (stop, counters, spec) = (&self.stops[i], &self.counters[i], &self.spec);
+        let failed = |e: std::io::Error| RoleOutcome::Failed(e.to_string());
+        match channel {
+            DataChannel::Tcp(s) => {
+                sonde_net::bulk::tcp_send(s, spec.msg_size, clock, until_ns, stop, counters)
+                    .map_or_else(failed, RoleOutcome::Sent)
+            }
+            DataChannel::Udp(s) => sonde_net::bulk::udp_send(
+                s,
+                spec.msg_size,
+                spec.bitrate_per_stream,
+                clock,
+                until_ns,
+                stop,
+                counters,
+            )
+            .map_or_else(failed, RoleOutcome::Sent),
+        }
+    }
+
+    /// Sends the receiving streams' counts every interval; returns all the intervals.
+    fn report_intervals(
+        &self,
+        receivers: &[usize],
+        clock: &Clock,
+        writer: &Mutex<TcpStream>,
+    ) -> Vec<IntervalStats> {
+        let interval_ns = self.spec.interval_ms.saturating_mul(1_000_000);
+        let streams = receivers.iter().map(|&i| index_u32(i)).collect();
+        let mut cutter = Intervals::new(interval_ns, streams);
+        let mut out = Vec::new();
+        let sample =
+            || -> Vec<(u64, u64)> { receivers.iter().map(|&i| self.counters[i].load()).collect() };
+        while !self.received_all.load(Ordering::Relaxed) {
+            let now = clock.now_ns();
+            let next = cutter.next_boundary_ns();
+            if now < next {
+                let wait = Duration::from_nanos(next - now).min(Duration::from_millis(50));
+                thread::sleep(wait);
+                continue;
+            }
+            if let Some(iv) = cutter.poll(clock.now_ns(), &sample()) {
+                let _ = write_frame(&mut lock(writer), &ControlMsg::Interval(iv.clone()));
+                out.push(iv);
+            }
+        }
+        if let Some(iv) = cutter.finish(clock.now_ns(), &sample()) {
+            out.push(iv);
+        }
+        out
+    }
+}
+
+fn sent_stats(i: usize, o: &SendOutcome) -> StreamStats {
+    StreamStats {
+        stream: index_u32(i),
+        bytes: o.bytes,
+        packets: o.packets,
+        active_ns: o.active_ns,
+        retransmits: o.retransmits,
+        ..StreamStats::default()
+    }
+}
+
+fn index_u32(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}

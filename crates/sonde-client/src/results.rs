@@ -1,0 +1,434 @@
+//! From what the two sides measured to the result documents (the JSON contract).
+
+use sonde_engine::rtt::REPORTED_PERCENTILES;
+use sonde_engine::{bits_per_second, per_second};
+use sonde_report::{
+    FlowResult, IntervalResult, LatencyMode, LatencyResult, Meta, PpsResult, Protocol, RttNs,
+    SideTotals, StreamDirection, StreamResult, ThroughputResult,
+};
+use sonde_wire::{Direction, IntervalStats, SessionId, StreamStats, TestSpec};
+
+use crate::session::{BulkRun, ClientRole, LatencyRun};
+use crate::{LatencyOptions, PpsOptions, Target, ThroughputOptions};
+
+fn protocol(p: sonde_wire::Protocol) -> Protocol {
+    match p {
+        sonde_wire::Protocol::Tcp => Protocol::Tcp,
+        sonde_wire::Protocol::Udp => Protocol::Udp,
+    }
+}
+
+fn meta(target: &Target, session: SessionId, started: u64, overlapping: u32) -> Meta {
+    let mut warnings = Vec::new();
+    if overlapping > 0 {
+        warnings.push(format!(
+            "the agent ran {overlapping} other session(s) during this test: they shared its CPU and network, so these numbers are not those of an idle path"
+        ));
+    }
+    Meta {
+        sonde_version: env!("CARGO_PKG_VERSION").into(),
+        timestamp_unix_ms: started,
+        server: target.label.clone(),
+        session: session.0,
+        overlapping_sessions: overlapping,
+        warnings,
+    }
+}
+
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+/// Builds the latency document.
+pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -> LatencyResult {
+    let o = &run.outcome;
+    let s = o.rtt.summary();
+    let at = |p: f64| {
+        s.percentiles
+            .iter()
+            .find(|x| (x.pct - p).abs() < 1e-9)
+            .and_then(|x| x.value_ns)
+    };
+    let mut meta = meta(
+        target,
+        run.session,
+        run.started_unix_ms,
+        run.report.overlapping_sessions,
+    );
+    let udp = opt.protocol == sonde_wire::Protocol::Udp;
+    let (lost, duplicated, reordered) = o.seq.as_ref().map_or((0, 0, 0), |t| {
+        (
+            o.sent.saturating_sub(t.received()),
+            t.duplicated(),
+            t.reordered(),
+        )
+    });
+    let echoed: u64 = run.report.echoed.iter().map(|e| e.packets).sum();
+    let (lost_outbound, lost_return) = if udp {
+        let out = o.sent.saturating_sub(echoed).min(lost);
+        (Some(out), Some(lost - out))
+    } else {
+        (None, None)
+    };
+    if let Some(p) = REPORTED_PERCENTILES
+        .iter()
+        .find(|&&p| !sonde_engine::rtt::percentile_supported(p, s.samples))
+    {
+        let need = (10.0 / (1.0 - p / 100.0)).round() as u64;
+        meta.warnings.push(format!(
+            "{} samples: percentiles from p{p} up need at least {need} and are not stated; run longer (-t) for the tail",
+            s.samples
+        ));
+    }
+    if lost > 0 {
+        meta.warnings.push(format!(
+            "{lost} of {} messages got no reply ({:.3}% loss)",
+            o.sent,
+            pct(lost, o.sent)
+        ));
+    }
+    if o.late_sends > 0 {
+        meta.warnings.push(format!(
+            "{} sends left more than 1 ms after their scheduled time: the client could not keep --rate; their RTT counts from the schedule",
+            o.late_sends
+        ));
+    }
+    if s.samples == 0 {
+        meta.warnings
+            .push("no RTT sample was taken after the warm-up".into());
+    }
+    LatencyResult {
+        meta,
+        protocol: protocol(opt.protocol),
+        mode: if opt.rate.is_some() {
+            LatencyMode::OpenLoop
+        } else {
+            LatencyMode::ClosedLoop
+        },
+        rate_per_second: opt.rate,
+        msg_size_bytes: 0,
+        duration_ns: run.elapsed_ns,
+        warmup_ns: nanos(opt.warmup),
+        warmup_samples: s.warmup_excluded,
+        sent: o.sent,
+        samples: s.samples,
+        rtt_ns: RttNs {
+            min: s.min_ns,
+            mean: s.mean_ns,
+            stddev: s.stddev_ns,
+            p50: at(50.0),
+            p90: at(90.0),
+            p99: at(99.0),
+            p999: at(99.9),
+            p9999: at(99.99),
+            p99999: at(99.999),
+            max: s.max_ns,
+        },
+        lost,
+        lost_outbound,
+        lost_return,
+        duplicated,
+        reordered,
+        late_sends: opt.rate.map(|_| o.late_sends),
+    }
+    .with_size(opt.msg_size)
+}
+
+trait WithSize {
+    fn with_size(self, size: u32) -> Self;
+}
+
+impl WithSize for LatencyResult {
+    fn with_size(mut self, size: u32) -> Self {
+        self.msg_size_bytes = size;
+        self
+    }
+}
+
+fn side(bytes: u64, packets: u64, active_ns: u64) -> SideTotals {
+    SideTotals {
+        bytes,
+        bits_per_second: bits_per_second(bytes, active_ns),
+        packets,
+        duration_ns: active_ns,
+    }
+}
+
+fn totals(sides: &[&SideTotals]) -> SideTotals {
+    let bytes = sides.iter().map(|s| s.bytes).sum();
+    let packets = sides.iter().map(|s| s.packets).sum();
+    // The longest stream's active time: a total never reads above what the streams carried.
+    let active = sides.iter().map(|s| s.duration_ns).max().unwrap_or(0);
+    side(bytes, packets, active)
+}
+
+fn stats_for(list: &[StreamStats], i: u32) -> Option<&StreamStats> {
+    list.iter().find(|s| s.stream == i)
+}
+
+/// One stream's receiver and sender view, whichever side measured each.
+struct StreamView {
+    receiver: StreamStats,
+    sender: StreamStats,
+}
+
+fn stream_views(spec: &TestSpec, run: &BulkRun) -> Vec<StreamView> {
+    (0..spec.channels())
+        .map(|i| {
+            let role = usize::try_from(i).ok().and_then(|i| run.roles.get(i));
+            let client_sent = match role {
+                Some(ClientRole::Sent(o)) => Some(StreamStats {
+                    stream: i,
+                    bytes: o.bytes,
+                    packets: o.packets,
+                    active_ns: o.active_ns,
+                    retransmits: o.retransmits,
+                    ..StreamStats::default()
+                }),
+                _ => None,
+            };
+            if let Some(sender) = client_sent {
+                let receiver = stats_for(&run.report.received, i)
+                    .cloned()
+                    .unwrap_or_default();
+                return StreamView { receiver, sender };
+            }
+            let sender = stats_for(&run.report.sent, i)
+                .or_else(|| stats_for(&run.agent_sent, i))
+                .cloned()
+                .unwrap_or_default();
+            let receiver = match role {
+                Some(ClientRole::TcpReceived(o)) => StreamStats {
+                    stream: i,
+                    bytes: o.bytes,
+                    packets: o.reads,
+                    active_ns: o.last_ns.saturating_sub(o.first_ns),
+                    ..StreamStats::default()
+                },
+                Some(ClientRole::UdpReceived(o)) => StreamStats {
+                    stream: i,
+                    bytes: o.bytes,
+                    packets: o.seq.received(),
+                    active_ns: o.last_ns.saturating_sub(o.first_ns),
+                    lost: Some(o.seq.lost(sender.packets)),
+                    duplicated: Some(o.seq.duplicated()),
+                    reordered: Some(o.seq.reordered()),
+                    jitter_ns: Some(o.jitter.jitter_ns()),
+                    retransmits: None,
+                },
+                _ => StreamStats::default(),
+            };
+            StreamView { receiver, sender }
+        })
+        .collect()
+}
+
+/// Converts one receiver interval to the document's form, with a byte count per stream.
+pub(crate) fn interval(iv: &IntervalStats, channels: usize) -> IntervalResult {
+    let mut stream_bytes = vec![0; channels];
+    for (s, b) in iv.streams.iter().zip(&iv.bytes) {
+        if let Some(slot) = usize::try_from(*s)
+            .ok()
+            .and_then(|i| stream_bytes.get_mut(i))
+        {
+            *slot = *b;
+        }
+    }
+    let bytes = iv.bytes.iter().sum();
+    IntervalResult {
+        start_ns: iv.start_ns,
+        end_ns: iv.end_ns,
+        bytes,
+        bits_per_second: bits_per_second(bytes, iv.end_ns.saturating_sub(iv.start_ns)),
+        packets: iv.packets.iter().sum(),
+        stream_bytes,
+    }
+}
+
+/// Merges the agent's and the client's intervals (bidir has both) by position.
+fn merged_intervals(run: &BulkRun, channels: usize) -> Vec<IntervalResult> {
+    let a = &run.report.intervals;
+    let c = &run.client_intervals;
+    (0..a.len().max(c.len()))
+        .map(|k| match (a.get(k), c.get(k)) {
+            (Some(x), Some(y)) => {
+                let mut ix = interval(x, channels);
+                let iy = interval(y, channels);
+                ix.bytes += iy.bytes;
+                ix.packets += iy.packets;
+                for (d, s) in ix.stream_bytes.iter_mut().zip(&iy.stream_bytes) {
+                    *d += s;
+                }
+                ix.end_ns = ix.end_ns.max(iy.end_ns);
+                ix.bits_per_second =
+                    bits_per_second(ix.bytes, ix.end_ns.saturating_sub(ix.start_ns));
+                ix
+            }
+            (Some(x), None) | (None, Some(x)) => interval(x, channels),
+            (None, None) => unreachable!("k is below the longer length"),
+        })
+        .collect()
+}
+
+/// Builds the throughput document.
+pub(crate) fn throughput(
+    target: &Target,
+    opt: &ThroughputOptions,
+    spec: &TestSpec,
+    run: &BulkRun,
+) -> ThroughputResult {
+    let udp = opt.protocol == sonde_wire::Protocol::Udp;
+    let views = stream_views(spec, run);
+    let mut meta = meta(
+        target,
+        run.session,
+        run.started_unix_ms,
+        run.report.overlapping_sessions,
+    );
+    let streams: Vec<StreamResult> = views
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let i = u32::try_from(i).unwrap_or(u32::MAX);
+            StreamResult {
+                stream: i,
+                direction: if spec.client_sends(i) {
+                    StreamDirection::ClientToServer
+                } else {
+                    StreamDirection::ServerToClient
+                },
+                receiver: side(v.receiver.bytes, v.receiver.packets, v.receiver.active_ns),
+                sender: side(v.sender.bytes, v.sender.packets, v.sender.active_ns),
+                lost: v.receiver.lost,
+                loss_percent: v.receiver.lost.map(|l| pct(l, v.sender.packets)),
+                duplicated: v.receiver.duplicated,
+                reordered: v.receiver.reordered,
+                jitter_ns: v.receiver.jitter_ns,
+                retransmits: v.sender.retransmits,
+            }
+        })
+        .collect();
+    let receiver = totals(&streams.iter().map(|s| &s.receiver).collect::<Vec<_>>());
+    let sender = totals(&streams.iter().map(|s| &s.sender).collect::<Vec<_>>());
+    let sum = |f: fn(&StreamResult) -> Option<u64>| -> Option<u64> {
+        streams
+            .iter()
+            .map(f)
+            .try_fold(0u64, |acc, v| v.map(|v| acc + v))
+    };
+    let lost = if udp { sum(|s| s.lost) } else { None };
+    let sent_packets: u64 = streams.iter().map(|s| s.sender.packets).sum();
+    if let Some(l) = lost.filter(|&l| l > 0) {
+        meta.warnings.push(format!(
+            "{l} of {sent_packets} datagrams were lost ({:.3}%)",
+            pct(l, sent_packets)
+        ));
+    }
+    if udp && opt.bitrate > 0 {
+        let per_direction = if opt.direction == Direction::Bidir {
+            2.0
+        } else {
+            1.0
+        };
+        let target_bps = opt.bitrate as f64 * per_direction;
+        if sender.bits_per_second < target_bps * 0.95 {
+            meta.warnings.push(format!(
+                "the senders reached {:.1} Mbit/s of the {:.1} Mbit/s asked: the sending host is the limit",
+                sender.bits_per_second / 1e6,
+                target_bps / 1e6
+            ));
+        }
+    }
+    if receiver.bytes == 0 {
+        meta.warnings.push("nothing was received".into());
+    }
+    ThroughputResult {
+        meta,
+        protocol: protocol(opt.protocol),
+        direction: match opt.direction {
+            Direction::Forward => "forward",
+            Direction::Reverse => "reverse",
+            Direction::Bidir => "bidir",
+        }
+        .into(),
+        parallel: opt.parallel,
+        msg_size_bytes: opt.msg_size,
+        target_bits_per_second: (udp && opt.bitrate > 0).then_some(opt.bitrate),
+        duration_ns: nanos(opt.duration),
+        receiver,
+        sender,
+        intervals: merged_intervals(run, views.len()),
+        lost,
+        loss_percent: lost.map(|l| pct(l, sent_packets)),
+        jitter_ns: if udp {
+            streams.iter().filter_map(|s| s.jitter_ns).max()
+        } else {
+            None
+        },
+        duplicated: if udp { sum(|s| s.duplicated) } else { None },
+        reordered: if udp { sum(|s| s.reordered) } else { None },
+        retransmits: if udp { None } else { sum(|s| s.retransmits) },
+        streams,
+    }
+}
+
+/// Builds the pps document.
+pub(crate) fn pps(target: &Target, opt: &PpsOptions, run: &BulkRun) -> PpsResult {
+    let mut meta = meta(
+        target,
+        run.session,
+        run.started_unix_ms,
+        run.report.overlapping_sessions,
+    );
+    let mut flows = Vec::new();
+    let mut method = "";
+    let (mut sent_active, mut recv_active) = (0, 0);
+    for (i, role) in run.roles.iter().enumerate() {
+        let ClientRole::Sent(o) = role else { continue };
+        let flow = u32::try_from(i).unwrap_or(u32::MAX);
+        method = o.method;
+        sent_active = sent_active.max(o.active_ns);
+        let r = stats_for(&run.report.received, flow);
+        let received = r.map_or(0, |r| r.packets);
+        recv_active = recv_active.max(r.map_or(0, |r| r.active_ns));
+        flows.push(FlowResult {
+            flow,
+            sent: o.packets,
+            received,
+            lost: r
+                .and_then(|r| r.lost)
+                .unwrap_or(o.packets.saturating_sub(received)),
+        });
+    }
+    let sent: u64 = flows.iter().map(|f| f.sent).sum();
+    let received: u64 = flows.iter().map(|f| f.received).sum();
+    let lost: u64 = flows.iter().map(|f| f.lost).sum();
+    if lost > 0 {
+        meta.warnings.push(format!(
+            "{lost} of {sent} datagrams were lost ({:.2}%): at full rate the usual place is the receiver's socket buffer or NIC queue; received_pps is what got through",
+            pct(lost, sent)
+        ));
+    }
+    PpsResult {
+        meta,
+        protocol: Protocol::Udp,
+        msg_size_bytes: opt.msg_size,
+        duration_ns: nanos(opt.duration),
+        send_method: method.into(),
+        sent,
+        received,
+        lost,
+        loss_percent: pct(lost, sent),
+        sent_pps: per_second(sent, sent_active),
+        received_pps: per_second(received, recv_active),
+        flows,
+    }
+}

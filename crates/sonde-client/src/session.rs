@@ -1,0 +1,599 @@
+//! The client side of a session: handshake, data channels, the run, the agent's report.
+
+use std::io::Write;
+use std::net::{TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sonde_engine::interval::Intervals;
+use sonde_net::bulk::{SendOutcome, TcpRecvOutcome, UdpRecvOutcome};
+use sonde_net::control::{read_frame, write_frame, ControlError};
+use sonde_net::latency::{LatencyOutcome, PingConfig};
+use sonde_net::{Clock, Counters};
+use sonde_report::IntervalResult;
+use sonde_wire::{
+    AgentReport, Channel, ControlMsg, DataJoin, IntervalStats, Preamble, Protocol, SessionId,
+    StreamStats, TestKind, TestSpec, Token, UdpJoin, PROTOCOL_VERSION, UDP_JOIN_LEN,
+};
+
+use crate::{ClientError, LatencyOptions, Target};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// UDP receivers keep listening this long after the sender said it is done.
+const UDP_GRACE: Duration = Duration::from_secs(1);
+/// How long the agent has to send its report after the test.
+const REPORT_TIMEOUT: Duration = Duration::from_secs(15);
+
+pub(crate) const SOFTWARE: &str = concat!("sonde ", env!("CARGO_PKG_VERSION"));
+
+pub(crate) enum ClientChannel {
+    Tcp(TcpStream),
+    Udp(UdpSocket),
+}
+
+/// An admitted session with its data channels open and the agent ready.
+pub(crate) struct Connected {
+    ctrl: TcpStream,
+    body: Vec<u8>,
+    pub(crate) session: SessionId,
+    pub(crate) channels: Vec<ClientChannel>,
+    pub(crate) started_unix_ms: u64,
+    /// The test as the agent accepted it.
+    pub(crate) spec: TestSpec,
+}
+
+/// What a latency run produced.
+pub(crate) struct LatencyRun {
+    pub(crate) session: SessionId,
+    pub(crate) started_unix_ms: u64,
+    pub(crate) outcome: LatencyOutcome,
+    pub(crate) elapsed_ns: u64,
+    pub(crate) report: AgentReport,
+}
+
+/// One client data channel's outcome.
+pub(crate) enum ClientRole {
+    Sent(SendOutcome),
+    TcpReceived(TcpRecvOutcome),
+    UdpReceived(Box<UdpRecvOutcome>),
+}
+
+/// What a throughput or pps run produced.
+pub(crate) struct BulkRun {
+    pub(crate) session: SessionId,
+    pub(crate) started_unix_ms: u64,
+    /// Per channel, the client's part.
+    pub(crate) roles: Vec<ClientRole>,
+    /// The agent's sender counts for the streams it sent (from its `SenderDone`).
+    pub(crate) agent_sent: Vec<StreamStats>,
+    /// The agent's report.
+    pub(crate) report: AgentReport,
+    /// Intervals the client measured on the streams it received.
+    pub(crate) client_intervals: Vec<IntervalStats>,
+}
+
+fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn expect_reply(
+    ctrl: &mut TcpStream,
+    body: &mut Vec<u8>,
+    timeout: Duration,
+    what: &str,
+) -> Result<ControlMsg, ClientError> {
+    match read_frame(ctrl, body, Instant::now() + timeout) {
+        Ok(ControlMsg::Refused { reason, message }) => {
+            Err(ClientError::Refused { reason, message })
+        }
+        Ok(ControlMsg::Error { message }) => Err(ClientError::Remote(message)),
+        Ok(m) => Ok(m),
+        Err(ControlError::Wire(e)) => Err(ClientError::Protocol(format!(
+            "the peer is not a sonde agent, or a different version ({e})"
+        ))),
+        Err(ControlError::Closed) => Err(ClientError::Protocol(format!(
+            "the agent closed the connection while {what}"
+        ))),
+        Err(e) => Err(ClientError::Control(e)),
+    }
+}
+
+/// Connects, says hello, asks for the test, joins the data channels and waits for `Ready`.
+pub(crate) fn connect(target: &Target, spec: &TestSpec) -> Result<Connected, ClientError> {
+    let started_unix_ms = now_unix_ms();
+    let mut ctrl = sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, true)
+        .map_err(|e| ClientError::Connect(e, target.addr))?;
+    let mut body = Vec::new();
+    let preamble = Preamble {
+        version: PROTOCOL_VERSION,
+        channel: Channel::Control,
+    };
+    let hello = ControlMsg::Hello {
+        protocol: PROTOCOL_VERSION,
+        software: SOFTWARE.into(),
+    };
+    ctrl.write_all(&preamble.encode())
+        .map_err(|e| ClientError::Connect(e, target.addr))?;
+    write_frame(&mut ctrl, &hello)?;
+    let (session, limits) =
+        match expect_reply(&mut ctrl, &mut body, HANDSHAKE_TIMEOUT, "saying hello")? {
+            ControlMsg::Welcome {
+                session, limits, ..
+            } => (session, limits),
+            other => return Err(unexpected(&other, "a welcome")),
+        };
+    let mut spec = spec.clone();
+    if spec.duration_ms == 0 {
+        // Open-ended (latency -n): as long as the agent allows.
+        spec.duration_ms = limits.max_duration_ms;
+    }
+    write_frame(&mut ctrl, &ControlMsg::Start { spec: spec.clone() })?;
+    let token = match expect_reply(
+        &mut ctrl,
+        &mut body,
+        HANDSHAKE_TIMEOUT,
+        "asking for the test",
+    )? {
+        ControlMsg::Accepted { token } => token,
+        other => return Err(unexpected(&other, "an acceptance")),
+    };
+    let mut channels = Vec::new();
+    for i in 0..spec.channels() {
+        channels.push(open_channel(target, &spec, token, i)?);
+    }
+    match expect_reply(
+        &mut ctrl,
+        &mut body,
+        HANDSHAKE_TIMEOUT,
+        "opening data streams",
+    )? {
+        ControlMsg::Ready => {}
+        other => return Err(unexpected(&other, "ready")),
+    }
+    Ok(Connected {
+        ctrl,
+        body,
+        session,
+        channels,
+        started_unix_ms,
+        spec,
+    })
+}
+
+fn unexpected(msg: &ControlMsg, wanted: &str) -> ClientError {
+    let kind = serde_kind(msg);
+    ClientError::Protocol(format!("the agent sent `{kind}` where {wanted} was due"))
+}
+
+fn serde_kind(msg: &ControlMsg) -> String {
+    let mut buf = Vec::new();
+    let _ = sonde_wire::encode_frame(msg, &mut buf);
+    let text = String::from_utf8_lossy(buf.get(4..).unwrap_or_default()).into_owned();
+    text.split('"').nth(3).unwrap_or("?").to_owned()
+}
+
+fn open_channel(
+    target: &Target,
+    spec: &TestSpec,
+    token: Token,
+    index: u32,
+) -> Result<ClientChannel, ClientError> {
+    match spec.protocol {
+        Protocol::Tcp => {
+            let nodelay = spec.kind == TestKind::Latency;
+            let mut s = sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, nodelay)
+                .map_err(|e| ClientError::Connect(e, target.addr))?;
+            let preamble = Preamble {
+                version: PROTOCOL_VERSION,
+                channel: Channel::Data,
+            };
+            let join = DataJoin {
+                token,
+                stream: index,
+            };
+            s.write_all(&preamble.encode())
+                .and_then(|()| s.write_all(&join.encode()))
+                .map_err(|e| ClientError::Data(e, index))?;
+            Ok(ClientChannel::Tcp(s))
+        }
+        Protocol::Udp => {
+            let sock = sonde_net::socket::udp_connect(target.addr)
+                .map_err(|e| ClientError::Data(e, index))?;
+            join_udp(&sock, token, index)?;
+            Ok(ClientChannel::Udp(sock))
+        }
+    }
+}
+
+/// Sends join datagrams every 100 ms until the agent acknowledges (5 s at most).
+fn join_udp(sock: &UdpSocket, token: Token, index: u32) -> Result<(), ClientError> {
+    let flow =
+        u16::try_from(index).map_err(|_| ClientError::Usage("at most 65,536 UDP flows".into()))?;
+    let join = UdpJoin {
+        ack: false,
+        flow,
+        token,
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut buf = [0u8; 64];
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .map_err(|e| ClientError::Data(e, index))?;
+    while Instant::now() < deadline {
+        // A refused send (ICMP unreachable from an earlier try) is retried like a loss.
+        let _ = sock.send(&join.encode());
+        let wait_until = Instant::now() + Duration::from_millis(100);
+        while Instant::now() < wait_until {
+            match sock.recv(&mut buf) {
+                Ok(n) if n == UDP_JOIN_LEN => {
+                    if UdpJoin::decode(&buf[..n])
+                        .is_ok_and(|a| a.ack && a.token == token && a.flow == flow)
+                    {
+                        let _ = sock.set_read_timeout(None);
+                        return Ok(());
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    }
+    Err(ClientError::Data(
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the agent did not acknowledge the UDP flow within 5 s (is UDP to the agent's port blocked?)",
+        ),
+        index,
+    ))
+}
+
+/// Runs a latency test on an open session.
+pub(crate) fn run_latency(
+    target: &Target,
+    spec: &TestSpec,
+    opt: &LatencyOptions,
+) -> Result<LatencyRun, ClientError> {
+    let mut c = connect(target, spec)?;
+    let warmup_ns = u64::try_from(opt.warmup.as_nanos()).unwrap_or(u64::MAX);
+    let until_ns = if opt.count.is_some() {
+        c.spec.duration_ms.saturating_mul(1_000_000)
+    } else {
+        warmup_ns.saturating_add(u64::try_from(opt.duration.as_nanos()).unwrap_or(u64::MAX))
+    };
+    let cfg = PingConfig {
+        msg_size: spec.msg_size,
+        until_ns,
+        warmup_ns,
+        rate: opt.rate,
+        count: opt.count,
+    };
+    let stop = AtomicBool::new(false);
+    let clock = Clock::start();
+    let outcome = match &c.channels[0] {
+        ClientChannel::Tcp(s) => sonde_net::latency::tcp_ping(s, &cfg, &clock, &stop),
+        ClientChannel::Udp(s) => sonde_net::latency::udp_ping(s, &cfg, &clock, &stop),
+    }
+    .map_err(|e| ClientError::Data(e, 0))?;
+    let elapsed_ns = clock.now_ns();
+    write_frame(&mut c.ctrl, &ControlMsg::Finish)?;
+    let report = loop {
+        match expect_reply(&mut c.ctrl, &mut c.body, REPORT_TIMEOUT, "finishing")? {
+            ControlMsg::Report(r) => break r,
+            ControlMsg::Interval(_) | ControlMsg::SenderDone { .. } => {}
+            other => return Err(unexpected(&other, "the report")),
+        }
+    };
+    Ok(LatencyRun {
+        session: c.session,
+        started_unix_ms: c.started_unix_ms,
+        outcome,
+        elapsed_ns,
+        report,
+    })
+}
+
+enum Event {
+    Control(Result<ControlMsg, ControlError>),
+    Done(usize, Result<ClientRole, std::io::Error>),
+}
+
+/// Runs a throughput or pps test on an open session.
+pub(crate) fn run_bulk(
+    target: &Target,
+    spec: &TestSpec,
+    on_interval: &mut dyn FnMut(&IntervalResult),
+) -> Result<BulkRun, ClientError> {
+    let c = connect(target, spec)?;
+    let n = c.channels.len();
+    let clock = Clock::start();
+    let until_ns = spec.duration_ms.saturating_mul(1_000_000);
+    let stops: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(false)).collect();
+    let expect: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(u64::MAX)).collect();
+    let counters: Vec<Counters> = (0..n).map(|_| Counters::default()).collect();
+    let reader = c
+        .ctrl
+        .try_clone()
+        .map_err(|e| ClientError::Control(e.into()))?;
+    let writer = Mutex::new(c.ctrl);
+    let hard_deadline = Instant::now()
+        + Duration::from_millis(spec.duration_ms)
+        + REPORT_TIMEOUT
+        + Duration::from_secs(60);
+    let (tx, rx) = mpsc::channel::<Event>();
+    let receivers: Vec<usize> = (0..n)
+        .filter(|&i| !spec.client_sends(index_u32(i)))
+        .collect();
+    let senders: Vec<usize> = (0..n)
+        .filter(|&i| spec.client_sends(index_u32(i)))
+        .collect();
+
+    let result = thread::scope(|scope| {
+        let ctrl_tx = tx.clone();
+        let mut reader = reader;
+        scope.spawn(move || {
+            let mut body = Vec::new();
+            loop {
+                let msg = read_frame(&mut reader, &mut body, hard_deadline);
+                let end = msg.is_err();
+                if ctrl_tx.send(Event::Control(msg)).is_err() || end {
+                    break;
+                }
+            }
+        });
+        for (i, channel) in c.channels.iter().enumerate() {
+            let tx = tx.clone();
+            let (stop, expect, counters) = (&stops[i], &expect[i], &counters[i]);
+            let sends = spec.client_sends(index_u32(i));
+            scope.spawn(move || {
+                let r = role(
+                    spec, channel, sends, &clock, until_ns, stop, expect, counters,
+                );
+                let _ = tx.send(Event::Done(i, r));
+            });
+        }
+        // Our receivers are running: the agent's senders may start.
+        let go = write_frame(&mut lock(&writer), &ControlMsg::Go);
+        let mut state = Loop {
+            spec,
+            n,
+            stops: &stops,
+            expect: &expect,
+            counters: &counters,
+            receivers: &receivers,
+            senders: &senders,
+            roles: (0..n).map(|_| None).collect(),
+            agent_sent: Vec::new(),
+            report: None,
+            grace_until: None,
+            intervals: (spec.interval_ms > 0 && !receivers.is_empty()).then(|| {
+                Intervals::new(
+                    spec.interval_ms.saturating_mul(1_000_000),
+                    receivers.iter().map(|&i| index_u32(i)).collect(),
+                )
+            }),
+            client_intervals: Vec::new(),
+            sender_done_sent: false,
+        };
+        let r = go
+            .map_err(ClientError::from)
+            .and_then(|()| state.drive(&rx, &writer, &clock, hard_deadline, on_interval));
+        for s in &stops {
+            s.store(true, Ordering::Relaxed);
+        }
+        let _ = crate::session::lock(&writer).shutdown(std::net::Shutdown::Both);
+        r.map(|()| state)
+    })?;
+    let roles = result
+        .roles
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| r.ok_or_else(|| ClientError::Protocol(format!("stream {i} never finished"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(BulkRun {
+        session: c.session,
+        started_unix_ms: c.started_unix_ms,
+        roles,
+        agent_sent: result.agent_sent,
+        report: result.report.unwrap_or_default(),
+        client_intervals: result.client_intervals,
+    })
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn role(
+    spec: &TestSpec,
+    channel: &ClientChannel,
+    sends: bool,
+    clock: &Clock,
+    until_ns: u64,
+    stop: &AtomicBool,
+    expect: &AtomicU64,
+    counters: &Counters,
+) -> Result<ClientRole, std::io::Error> {
+    use sonde_net::bulk;
+    match (channel, sends) {
+        (ClientChannel::Tcp(s), true) => {
+            bulk::tcp_send(s, spec.msg_size, clock, until_ns, stop, counters).map(ClientRole::Sent)
+        }
+        (ClientChannel::Tcp(s), false) => {
+            bulk::tcp_recv(s, clock, stop, counters).map(ClientRole::TcpReceived)
+        }
+        (ClientChannel::Udp(s), true) => bulk::udp_send(
+            s,
+            spec.msg_size,
+            spec.bitrate_per_stream,
+            clock,
+            until_ns,
+            stop,
+            counters,
+        )
+        .map(ClientRole::Sent),
+        (ClientChannel::Udp(s), false) => {
+            bulk::udp_recv(s, spec.msg_size, clock, stop, expect, counters)
+                .map(|o| ClientRole::UdpReceived(Box::new(o)))
+        }
+    }
+}
+
+struct Loop<'a> {
+    spec: &'a TestSpec,
+    n: usize,
+    stops: &'a [AtomicBool],
+    expect: &'a [AtomicU64],
+    counters: &'a [Counters],
+    receivers: &'a [usize],
+    senders: &'a [usize],
+    roles: Vec<Option<ClientRole>>,
+    agent_sent: Vec<StreamStats>,
+    report: Option<AgentReport>,
+    grace_until: Option<Instant>,
+    intervals: Option<Intervals>,
+    client_intervals: Vec<IntervalStats>,
+    sender_done_sent: bool,
+}
+
+impl Loop<'_> {
+    fn drive(
+        &mut self,
+        rx: &mpsc::Receiver<Event>,
+        writer: &Mutex<TcpStream>,
+        clock: &Clock,
+        hard_deadline: Instant,
+        on_interval: &mut dyn FnMut(&IntervalResult),
+    ) -> Result<(), ClientError> {
+        loop {
+            let all_done = self.roles.iter().all(Option::is_some);
+            if all_done && self.report.is_some() {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= hard_deadline {
+                return Err(ClientError::Remote(
+                    "the test overran its planned end".into(),
+                ));
+            }
+            if self.grace_until.is_some_and(|g| now >= g) {
+                for &i in self.receivers {
+                    if self.spec.protocol == Protocol::Udp {
+                        self.stops[i].store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+            self.poll_intervals(clock, all_done, on_interval);
+            match rx.recv_timeout(Duration::from_millis(20)) {
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(ClientError::Protocol("internal: event loop ended".into()))
+                }
+                Ok(Event::Control(Ok(msg))) => self.on_control(msg, on_interval)?,
+                Ok(Event::Control(Err(e))) => {
+                    if self.report.is_some() {
+                        // The agent closed after its report: expected.
+                        continue;
+                    }
+                    return Err(match e {
+                        ControlError::Closed => ClientError::Remote(
+                            "the agent closed the control connection mid-test".into(),
+                        ),
+                        e => ClientError::Control(e),
+                    });
+                }
+                Ok(Event::Done(i, r)) => {
+                    let role = r.map_err(|e| ClientError::Data(e, index_u32(i)))?;
+                    self.roles[i] = Some(role);
+                    let done = self.senders.iter().all(|&s| self.roles[s].is_some());
+                    if !self.senders.is_empty() && done && !self.sender_done_sent {
+                        self.sender_done_sent = true;
+                        let streams = self
+                            .senders
+                            .iter()
+                            .filter_map(|&s| match &self.roles[s] {
+                                Some(ClientRole::Sent(o)) => Some(StreamStats {
+                                    stream: index_u32(s),
+                                    bytes: o.bytes,
+                                    packets: o.packets,
+                                    active_ns: o.active_ns,
+                                    retransmits: o.retransmits,
+                                    ..StreamStats::default()
+                                }),
+                                _ => None,
+                            })
+                            .collect();
+                        write_frame(&mut lock(writer), &ControlMsg::SenderDone { streams })?;
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_control(
+        &mut self,
+        msg: ControlMsg,
+        on_interval: &mut dyn FnMut(&IntervalResult),
+    ) -> Result<(), ClientError> {
+        match msg {
+            ControlMsg::Interval(iv) => {
+                on_interval(&crate::results::interval(&iv, self.n));
+            }
+            ControlMsg::SenderDone { streams } => {
+                for s in &streams {
+                    if let Some(e) = usize::try_from(s.stream)
+                        .ok()
+                        .and_then(|i| self.expect.get(i))
+                    {
+                        e.store(s.packets, Ordering::Relaxed);
+                    }
+                }
+                self.agent_sent = streams;
+                self.grace_until = Some(Instant::now() + UDP_GRACE);
+            }
+            ControlMsg::Report(r) => self.report = Some(r),
+            ControlMsg::Error { message } => return Err(ClientError::Remote(message)),
+            other => return Err(unexpected(&other, "test progress")),
+        }
+        Ok(())
+    }
+
+    fn poll_intervals(
+        &mut self,
+        clock: &Clock,
+        receivers_done: bool,
+        on_interval: &mut dyn FnMut(&IntervalResult),
+    ) {
+        let Some(cutter) = self.intervals.as_mut() else {
+            return;
+        };
+        let receivers_done =
+            receivers_done || self.receivers.iter().all(|&i| self.roles[i].is_some());
+        let sample: Vec<(u64, u64)> = self
+            .receivers
+            .iter()
+            .map(|&i| self.counters[i].load())
+            .collect();
+        let now = clock.now_ns();
+        let iv = if receivers_done {
+            let last = cutter.finish(now, &sample);
+            self.intervals = None;
+            last
+        } else {
+            cutter.poll(now, &sample)
+        };
+        if let Some(iv) = iv {
+            on_interval(&crate::results::interval(&iv, self.n));
+            self.client_intervals.push(iv);
+        }
+    }
+}
+
+fn index_u32(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}

@@ -1,0 +1,357 @@
+//! Linux: UDP GSO (`UDP_SEGMENT`, Linux 4.18), `sendmmsg`/`recvmmsg` and `TCP_INFO`.
+//!
+//! Every `unsafe` block here is a system call on a file descriptor borrowed from a live std
+//! socket, with pointers into buffers that outlive the call.
+
+use std::io;
+use std::mem;
+use std::net::{TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::ptr;
+
+/// Most datagrams in one GSO send. The kernel's `UDP_MAX_SEGMENTS` was 64 from Linux 4.18 and
+/// was later raised to 128; 64 works everywhere and already amortises the system call.
+pub(crate) const MAX_GSO_SEGMENTS: usize = 64;
+
+/// Most payload bytes in one GSO send: the 65,535-byte IPv4 total length minus the IPv4 (20)
+/// and UDP (8) headers. IPv6 allows 20 bytes more; one bound for both keeps it simple.
+pub(crate) const MAX_GSO_BYTES: usize = 65_507;
+
+/// Most datagrams in one `sendmmsg`/`recvmmsg` call (`UIO_MAXIOV`).
+const MAX_BATCH: usize = 1024;
+
+/// Sends `buf` as one UDP GSO super-datagram: the kernel cuts it into datagrams of `segment`
+/// bytes (the last one may be shorter). Returns the bytes taken: for UDP the kernel takes the
+/// whole buffer or fails.
+pub(crate) fn send_segments(sock: &UdpSocket, buf: &[u8], segment: u16) -> io::Result<usize> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_ptr().cast_mut().cast(),
+        iov_len: buf.len(),
+    };
+    // Room for one cmsghdr carrying a u16, aligned like cmsghdr (CMSG_SPACE(2) is 24 bytes on
+    // 64-bit targets, 16 on 32-bit ones).
+    let mut control = [0u64; 4];
+    // SAFETY: CMSG_SPACE is arithmetic on its argument.
+    let space = unsafe { libc::CMSG_SPACE(mem::size_of::<u16>() as u32) } as usize;
+    debug_assert!(space <= mem::size_of_val(&control));
+
+    // SAFETY: msghdr is a C struct of integers and raw pointers; all zeroes is a valid value
+    // (no name, no iovecs, no control data).
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+
+    // SAFETY: msg_control points at `space` zeroed, writable bytes aligned for cmsghdr, so
+    // CMSG_FIRSTHDR returns a non-null pointer to a cmsghdr inside `control`, and CMSG_DATA
+    // points at the 2 bytes reserved after it (written unaligned, as the kernel reads them).
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        debug_assert!(!cmsg.is_null());
+        (*cmsg).cmsg_level = libc::SOL_UDP;
+        (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of::<u16>() as u32) as _;
+        ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), segment);
+    }
+
+    // SAFETY: the descriptor belongs to `sock`, borrowed for the call; `msg` points at `iov`
+    // (covering exactly `buf`) and `control`, all alive until sendmsg returns; the kernel only
+    // reads through them.
+    let sent = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, 0) };
+    usize::try_from(sent).map_err(|_| io::Error::last_os_error())
+}
+
+/// True when a [`send_segments`] error means "no GSO for this socket or route" rather than a
+/// fault of the network: no `UDP_SEGMENT` (`ENOPROTOOPT`), a segment larger than the route's
+/// MTU (`EINVAL`), no checksum offload on the device (`EIO`), or a super-datagram the path
+/// cannot take (`EMSGSIZE`). The caller then sends datagram by datagram.
+pub(crate) fn gso_refused(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::EIO | libc::ENOPROTOOPT | libc::EOPNOTSUPP | libc::EMSGSIZE)
+    )
+}
+
+/// True when `sendmmsg`/`recvmmsg` do not exist here (`ENOSYS`, e.g. some sandboxes).
+pub(crate) fn batch_unsupported(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOSYS)
+}
+
+/// True for `ENOBUFS`: a full device queue or qdisc dropped the datagram. Worth retrying.
+pub(crate) fn no_buffer_space(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOBUFS)
+}
+
+/// Reusable `mmsghdr`/`iovec` vectors for `sendmmsg` and `recvmmsg` over a caller's buffer cut
+/// into equal slots. Allocated once, before a loop; each call only rewrites the pointers.
+pub(crate) struct Batch {
+    hdrs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+    /// Cleared when `recvmmsg` turned out not to exist; `recv` then reads one datagram a call.
+    recvmmsg: bool,
+}
+
+impl Batch {
+    /// Vectors for up to `capacity` datagrams a call (at least 1, at most `UIO_MAXIOV`).
+    pub(crate) fn new(capacity: usize) -> Self {
+        let capacity = capacity.clamp(1, MAX_BATCH);
+        Self {
+            // SAFETY: mmsghdr and iovec are C structs of integers and raw pointers; all zeroes
+            // is a valid value of each (null pointers, zero lengths).
+            hdrs: (0..capacity).map(|_| unsafe { mem::zeroed() }).collect(),
+            // SAFETY: as above.
+            iovs: (0..capacity).map(|_| unsafe { mem::zeroed() }).collect(),
+            recvmmsg: true,
+        }
+    }
+
+    /// Datagrams per call.
+    pub(crate) fn capacity(&self) -> usize {
+        self.hdrs.len()
+    }
+
+    /// Sends the consecutive `size`-byte datagrams of `buf` (as many as fit, up to
+    /// [`Batch::capacity`]) with one `sendmmsg`. Returns how many the kernel took, which may be
+    /// fewer than offered.
+    pub(crate) fn send(&mut self, sock: &UdpSocket, buf: &[u8], size: usize) -> io::Result<usize> {
+        let n = self.slots(buf.len(), size);
+        if n == 0 {
+            return Ok(0);
+        }
+        self.point(buf.as_ptr().cast_mut(), size, n);
+        // SAFETY: the descriptor belongs to `sock`, borrowed for the call. The first `n` headers
+        // each point at one iovec of `self.iovs`, which covers `size` bytes inside `buf`
+        // (n * size <= buf.len()); sendmmsg only reads the data and writes `msg_len` of those
+        // headers. Everything outlives the call.
+        let sent = unsafe {
+            libc::sendmmsg(
+                sock.as_raw_fd(),
+                self.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                0,
+            )
+        };
+        usize::try_from(sent).map_err(|_| io::Error::last_os_error())
+    }
+
+    /// Receives into consecutive `size`-byte slots of `buf` (as many as fit, up to
+    /// [`Batch::capacity`]) with one `recvmmsg(MSG_WAITFORONE)`: blocks, for at most the
+    /// socket's `SO_RCVTIMEO`, for the first datagram only, then takes what is already queued.
+    /// Returns the number of datagrams; [`Batch::datagram_len`] gives their lengths. A datagram
+    /// longer than its slot is truncated to it.
+    pub(crate) fn recv(
+        &mut self,
+        sock: &UdpSocket,
+        buf: &mut [u8],
+        size: usize,
+    ) -> io::Result<usize> {
+        let n = self.slots(buf.len(), size);
+        if n == 0 {
+            return Ok(0);
+        }
+        if !self.recvmmsg {
+            return self.recv_one(sock, &mut buf[..size]);
+        }
+        self.point(buf.as_mut_ptr(), size, n);
+        // SAFETY: the descriptor belongs to `sock`, borrowed for the call. The first `n` headers
+        // each point at one iovec of `self.iovs`, which covers a distinct `size`-byte slot of
+        // `buf` (n * size <= buf.len()), borrowed mutably for the call; the kernel writes at most
+        // `size` bytes into each slot and `msg_len`/`msg_flags` of those headers. No name and no
+        // control buffer are given. A null timeout is allowed (SO_RCVTIMEO bounds the wait).
+        let got = unsafe {
+            libc::recvmmsg(
+                sock.as_raw_fd(),
+                self.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_WAITFORONE,
+                ptr::null_mut(),
+            )
+        };
+        match usize::try_from(got) {
+            Ok(got) => Ok(got),
+            Err(_) => {
+                let e = io::Error::last_os_error();
+                if batch_unsupported(&e) {
+                    self.recvmmsg = false;
+                    return self.recv_one(sock, &mut buf[..size]);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Bytes of datagram `i` of the last [`Batch::recv`] (at most its slot size).
+    pub(crate) fn datagram_len(&self, i: usize) -> usize {
+        self.hdrs[i].msg_len as usize
+    }
+
+    fn recv_one(&mut self, sock: &UdpSocket, slot: &mut [u8]) -> io::Result<usize> {
+        let len = sock.recv(slot)?;
+        self.hdrs[0].msg_len = len as libc::c_uint;
+        Ok(1)
+    }
+
+    /// How many `size`-byte slots of a `len`-byte buffer one call uses.
+    fn slots(&self, len: usize, size: usize) -> usize {
+        len.checked_div(size)
+            .map_or(0, |slots| slots.min(self.hdrs.len()))
+    }
+
+    /// Points header `i < n` at iovec `i`, and iovec `i` at `base + i * size`, `size` bytes.
+    fn point(&mut self, base: *mut u8, size: usize, n: usize) {
+        for (i, iov) in self.iovs.iter_mut().take(n).enumerate() {
+            iov.iov_base = base.wrapping_add(i * size).cast();
+            iov.iov_len = size;
+        }
+        // Taken after the iovecs were written, so no later borrow of them invalidates it.
+        let iovs = self.iovs.as_mut_ptr();
+        for (i, hdr) in self.hdrs.iter_mut().take(n).enumerate() {
+            hdr.msg_hdr.msg_name = ptr::null_mut();
+            hdr.msg_hdr.msg_namelen = 0;
+            hdr.msg_hdr.msg_iov = iovs.wrapping_add(i);
+            hdr.msg_hdr.msg_iovlen = 1;
+            hdr.msg_hdr.msg_control = ptr::null_mut();
+            hdr.msg_hdr.msg_controllen = 0;
+            hdr.msg_hdr.msg_flags = 0;
+            hdr.msg_len = 0;
+        }
+    }
+}
+
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch")
+            .field("capacity", &self.hdrs.len())
+            .field("recvmmsg", &self.recvmmsg)
+            .finish()
+    }
+}
+
+/// `tcpi_total_retrans` of `TCP_INFO`; `None` if the kernel's `tcp_info` is too short to hold
+/// it or the call fails (not a TCP socket).
+pub(crate) fn tcp_total_retrans(stream: &TcpStream) -> Option<u64> {
+    // SAFETY: tcp_info is a C struct of integers; all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { mem::zeroed() };
+    let mut len = mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the descriptor belongs to `stream`, borrowed for the call; the kernel writes at
+    // most `len` bytes into `info` and the length it wrote into `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            ptr::addr_of_mut!(info).cast(),
+            &mut len,
+        )
+    };
+    let needed = mem::offset_of!(libc::tcp_info, tcpi_total_retrans)
+        + mem::size_of_val(&info.tcpi_total_retrans);
+    (rc == 0 && len as usize >= needed).then(|| u64::from(info.tcpi_total_retrans))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, SocketAddr};
+    use std::time::Duration;
+
+    /// A connected pair of loopback UDP sockets with a receive timeout.
+    fn pair() -> (UdpSocket, UdpSocket) {
+        let a = UdpSocket::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).unwrap();
+        let b = UdpSocket::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).unwrap();
+        a.connect(b.local_addr().unwrap()).unwrap();
+        b.connect(a.local_addr().unwrap()).unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        (a, b)
+    }
+
+    /// Three 20-byte datagrams, each filled with its own index.
+    fn three_datagrams() -> [u8; 60] {
+        let mut buf = [0u8; 60];
+        for (i, d) in buf.chunks_exact_mut(20).enumerate() {
+            d.fill(i as u8);
+        }
+        buf
+    }
+
+    /// Receives the three datagrams with one or more `recvmmsg` calls into 32-byte slots.
+    fn receive_three(rx: &UdpSocket) {
+        let mut batch = Batch::new(8);
+        let mut buf = [0xffu8; 8 * 32];
+        let mut seen = 0;
+        for _ in 0..3 {
+            let n = batch.recv(rx, &mut buf, 32).unwrap();
+            for (i, slot) in buf.chunks_exact(32).take(n).enumerate() {
+                assert_eq!(batch.datagram_len(i), 20);
+                assert_eq!(slot[..20], [seen as u8; 20]);
+                seen += 1;
+            }
+            if seen == 3 {
+                return;
+            }
+        }
+        panic!("only {seen} of 3 datagrams arrived");
+    }
+
+    #[test]
+    fn gso_send_arrives_as_separate_datagrams() {
+        let (tx, rx) = pair();
+        match send_segments(&tx, &three_datagrams(), 20) {
+            Ok(sent) => assert_eq!(sent, 60),
+            Err(e) if gso_refused(&e) => {
+                eprintln!("no UDP GSO on this kernel ({e}): skipped");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        receive_three(&rx);
+    }
+
+    #[test]
+    fn sendmmsg_and_recvmmsg_move_a_batch() {
+        let (tx, rx) = pair();
+        let mut batch = Batch::new(8);
+        assert_eq!(batch.capacity(), 8);
+        assert_eq!(batch.send(&tx, &three_datagrams(), 20).unwrap(), 3);
+        receive_three(&rx);
+    }
+
+    #[test]
+    fn recvmmsg_truncates_to_the_slot_and_times_out_when_idle() {
+        let (tx, rx) = pair();
+        tx.send(&[7u8; 100]).unwrap();
+        let mut batch = Batch::new(4);
+        let mut buf = [0u8; 4 * 32];
+        assert_eq!(batch.recv(&rx, &mut buf, 32).unwrap(), 1);
+        assert_eq!(batch.datagram_len(0), 32);
+        rx.set_read_timeout(Some(Duration::from_millis(10)))
+            .unwrap();
+        let err = batch.recv(&rx, &mut buf, 32).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+    }
+
+    #[test]
+    fn tcp_info_reports_no_retransmits_on_a_fresh_connection() {
+        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        assert_eq!(tcp_total_retrans(&client), Some(0));
+    }
+
+    #[test]
+    fn errors_are_classified_by_errno() {
+        assert!(gso_refused(&io::Error::from_raw_os_error(libc::EIO)));
+        assert!(!gso_refused(&io::Error::from_raw_os_error(
+            libc::ECONNREFUSED
+        )));
+        assert!(batch_unsupported(&io::Error::from_raw_os_error(
+            libc::ENOSYS
+        )));
+        assert!(no_buffer_space(&io::Error::from_raw_os_error(
+            libc::ENOBUFS
+        )));
+        assert!(!no_buffer_space(&io::Error::from_raw_os_error(
+            libc::EAGAIN
+        )));
+    }
+}

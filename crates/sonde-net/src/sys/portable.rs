@@ -1,0 +1,89 @@
+//! Everywhere but Linux: no GSO, no batching, no `TCP_INFO`. One datagram per system call, and
+//! no `unsafe`.
+
+use std::io;
+use std::net::{TcpStream, UdpSocket};
+
+/// No GSO here; kept so callers size their buffers the same way on every platform.
+pub(crate) const MAX_GSO_SEGMENTS: usize = 64;
+
+/// See the Linux value.
+pub(crate) const MAX_GSO_BYTES: usize = 65_507;
+
+fn unsupported() -> io::Error {
+    io::Error::from(io::ErrorKind::Unsupported)
+}
+
+/// Always fails with [`io::ErrorKind::Unsupported`] (see [`gso_refused`]).
+pub(crate) fn send_segments(_sock: &UdpSocket, _buf: &[u8], _segment: u16) -> io::Result<usize> {
+    Err(unsupported())
+}
+
+/// True for the error [`send_segments`] returns here.
+pub(crate) fn gso_refused(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::Unsupported
+}
+
+/// True for the error [`Batch::send`] returns here.
+pub(crate) fn batch_unsupported(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::Unsupported
+}
+
+/// Not distinguishable portably; transient send faults show up as `WouldBlock` instead.
+pub(crate) fn no_buffer_space(_e: &io::Error) -> bool {
+    false
+}
+
+/// One datagram per call.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    len: usize,
+}
+
+// Same methods as the Linux `Batch`, so some take `self` only for that.
+#[allow(clippy::unused_self)]
+impl Batch {
+    /// Ignores `capacity`: one datagram per call.
+    pub(crate) fn new(_capacity: usize) -> Self {
+        Self { len: 0 }
+    }
+
+    /// Always 1.
+    pub(crate) fn capacity(&self) -> usize {
+        1
+    }
+
+    /// Always fails with [`io::ErrorKind::Unsupported`]: the caller falls back to `send`.
+    pub(crate) fn send(
+        &mut self,
+        _sock: &UdpSocket,
+        _buf: &[u8],
+        _size: usize,
+    ) -> io::Result<usize> {
+        Err(unsupported())
+    }
+
+    /// Receives one datagram into the first `size` bytes of `buf`.
+    pub(crate) fn recv(
+        &mut self,
+        sock: &UdpSocket,
+        buf: &mut [u8],
+        size: usize,
+    ) -> io::Result<usize> {
+        let Some(slot) = buf.get_mut(..size).filter(|s| !s.is_empty()) else {
+            return Ok(0);
+        };
+        self.len = sock.recv(slot)?;
+        Ok(1)
+    }
+
+    /// Bytes of the datagram of the last [`Batch::recv`].
+    pub(crate) fn datagram_len(&self, _i: usize) -> usize {
+        self.len
+    }
+}
+
+/// Not available portably.
+pub(crate) fn tcp_total_retrans(_stream: &TcpStream) -> Option<u64> {
+    None
+}

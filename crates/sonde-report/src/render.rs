@@ -1,1 +1,0 @@
-//! Renderers: pure functions from a result to text.

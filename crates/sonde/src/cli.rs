@@ -1,0 +1,77 @@
+//! The command line: subcommands, shared options, exit codes.
+
+use clap::{Parser, Subcommand};
+
+use crate::{latency, pps, quick, server, throughput};
+
+/// Exit codes, shown in `--help` and the README.
+pub(crate) const EXIT_CODES: &str = "\
+Exit codes:
+  0  the test ran and its result was printed
+  1  the test started but failed (lost connection, the agent ended it)
+  2  usage error (bad option or value)
+  3  could not reach a sonde agent (resolve, connect, not a sonde agent, UDP blocked)
+  4  the agent refused the test (busy, over its limits, other protocol version)
+  130 interrupted (Ctrl-C; the agent ends the session on its side)";
+
+/// Default port of the agent, TCP and UDP.
+pub(crate) const DEFAULT_PORT: u16 = 5300;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sonde",
+    version,
+    about = "Network latency, throughput and packet rate: one binary, one port",
+    long_about = "Network latency, throughput and packet rate: one binary, one port.\n\n\
+Run `sonde server` on every host, then from any other host:\n  \
+sonde latency HOST        round-trip time (RTT) percentiles, TCP or UDP (-u)\n  \
+sonde throughput HOST     bulk bandwidth counted at the receiver, -P streams, -R reverse\n  \
+sonde pps HOST            small-packet rate counted at the receiver\n\n\
+`sonde quick` runs all three against an agent it starts on loopback: no second host needed.",
+    after_help = EXIT_CODES,
+    propagate_version = true
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the agent that clients test against (TCP and UDP on one port)
+    #[command(after_help = EXIT_CODES)]
+    Server(server::Opt),
+    /// Round-trip time: ping-pong (closed loop) or at a fixed rate (open loop)
+    #[command(after_help = EXIT_CODES)]
+    Latency(latency::Opt),
+    /// Bandwidth: TCP or UDP, parallel streams, reverse or both directions
+    #[command(after_help = EXIT_CODES)]
+    Throughput(throughput::Opt),
+    /// Packet rate: small UDP datagrams as fast as possible, counted by the receiver
+    #[command(after_help = EXIT_CODES)]
+    Pps(pps::Opt),
+    /// Everything on loopback against an in-process agent (about 20 s)
+    #[command(after_help = EXIT_CODES)]
+    Quick(quick::Opt),
+}
+
+pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Server(o) => server::run(o),
+        Command::Latency(o) => latency::run(o),
+        Command::Throughput(o) => throughput::run(o),
+        Command::Pps(o) => pps::run(o),
+        Command::Quick(o) => quick::run(o),
+    }
+}
+
+/// The process exit code for an error from `run`.
+pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
+    if let Some(c) = e.downcast_ref::<sonde_client::ClientError>() {
+        return c.exit_code();
+    }
+    if e.downcast_ref::<crate::units::BadValue>().is_some() {
+        return 2;
+    }
+    1
+}

@@ -1,0 +1,118 @@
+//! Where results go: a table for people, JSON or CSV for programs, a progress bar on a terminal.
+
+use std::io::{self, IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use sonde_report::TestResult;
+
+/// Output options shared by the test subcommands.
+#[derive(Debug, Clone, Copy, Args)]
+pub(crate) struct OutputOpt {
+    /// One JSON document on stdout (schema: schema/sonde-result.schema.json)
+    #[arg(short = 'J', long, conflicts_with = "csv")]
+    pub(crate) json: bool,
+    /// CSV on stdout: a header line, then a summary row (and one row per interval with -i)
+    #[arg(long)]
+    pub(crate) csv: bool,
+}
+
+impl OutputOpt {
+    /// True when a person reads stdout (the table).
+    pub(crate) fn human(self) -> bool {
+        !self.json && !self.csv
+    }
+
+    /// Renders the result in the chosen format.
+    pub(crate) fn render(self, result: &TestResult) -> String {
+        if self.json {
+            sonde_report::render::json(result)
+        } else if self.csv {
+            sonde_report::render::csv(result)
+        } else {
+            sonde_report::render::table(result)
+        }
+    }
+}
+
+/// Writes to stdout; a closed pipe (`| head`) is not an error.
+pub(crate) fn print(text: &str) -> anyhow::Result<()> {
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
+/// A progress bar on stderr while a test runs, only when stderr is a terminal.
+pub(crate) struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    done: Arc<AtomicBool>,
+    ticker: Option<thread::JoinHandle<()>>,
+}
+
+impl Progress {
+    /// Starts a bar for a test of `total` labelled `label`.
+    pub(crate) fn start(label: &str, total: Duration) -> Self {
+        let done = Arc::new(AtomicBool::new(false));
+        if !io::stderr().is_terminal() {
+            return Self {
+                bar: None,
+                done,
+                ticker: None,
+            };
+        }
+        let total_ms = u64::try_from(total.as_millis()).unwrap_or(u64::MAX).max(1);
+        let bar = indicatif::ProgressBar::new(total_ms);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(label.to_owned());
+        let (b, d) = (bar.clone(), Arc::clone(&done));
+        let ticker = thread::spawn(move || {
+            let start = Instant::now();
+            while !d.load(Ordering::Relaxed) {
+                let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+                b.set_position(ms.min(total_ms));
+                b.set_message(format!(
+                    "{:.1} / {:.1} s",
+                    ms as f64 / 1e3,
+                    total_ms as f64 / 1e3
+                ));
+                thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Self {
+            bar: Some(bar),
+            done,
+            ticker: Some(ticker),
+        }
+    }
+
+    /// Prints a line above the bar (interval reports).
+    pub(crate) fn println(&self, line: &str) {
+        match &self.bar {
+            Some(b) => b.println(line),
+            None => {
+                let _ = print(&format!("{line}\n"));
+            }
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        if let Some(t) = self.ticker.take() {
+            let _ = t.join();
+        }
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! `sonde quick`: the embedded default. An agent in this process on loopback, and every test
+//! against it, so one command shows what sonde does without a second host.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use sonde_agent::{Agent, AgentConfig};
+use sonde_client::{LatencyOptions, PpsOptions, Target, ThroughputOptions};
+use sonde_report::{QuickCase, QuickResult, TestResult};
+use sonde_wire::{Direction, Protocol};
+
+use crate::output::{print, OutputOpt, Progress};
+
+/// Run TCP and UDP latency, TCP throughput with 1 and 2 streams, and UDP packet rate against an
+/// agent started inside this process on 127.0.0.1 (about 20 s). Loopback measures this host's
+/// network stack and CPUs, not a network.
+#[derive(Debug, Args)]
+pub(crate) struct Opt {
+    /// Seconds per case (warm-up included for latency)
+    #[arg(short = 't', long = "time", default_value = "3.5", value_name = "SECS", value_parser = crate::units::seconds)]
+    time: Duration,
+    #[command(flatten)]
+    output: OutputOpt,
+}
+
+pub(crate) fn run(opt: Opt) -> anyhow::Result<()> {
+    let agent = Agent::bind(AgentConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))))?;
+    let addr = agent.local_addr();
+    let handle = agent.spawn();
+    let target = Target {
+        addr,
+        label: addr.to_string(),
+    };
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let t = opt.time;
+    let warmup = (t / 7).min(Duration::from_secs(1));
+    let latency = |protocol| LatencyOptions {
+        protocol,
+        msg_size: 64,
+        duration: t.saturating_sub(warmup),
+        warmup,
+        rate: None,
+        count: None,
+    };
+    let throughput = |parallel| ThroughputOptions {
+        protocol: Protocol::Tcp,
+        parallel,
+        direction: Direction::Forward,
+        duration: t,
+        ..ThroughputOptions::default()
+    };
+    let cases: [(
+        &str,
+        Box<dyn Fn() -> Result<TestResult, sonde_client::ClientError>>,
+    ); 5] = [
+        (
+            "tcp latency",
+            Box::new(|| {
+                sonde_client::latency(&target, &latency(Protocol::Tcp)).map(TestResult::Latency)
+            }),
+        ),
+        (
+            "udp latency",
+            Box::new(|| {
+                sonde_client::latency(&target, &latency(Protocol::Udp)).map(TestResult::Latency)
+            }),
+        ),
+        (
+            "tcp throughput x1",
+            Box::new(|| {
+                sonde_client::throughput(&target, &throughput(1), &mut |_| {})
+                    .map(TestResult::Throughput)
+            }),
+        ),
+        (
+            "tcp throughput x2",
+            Box::new(|| {
+                sonde_client::throughput(&target, &throughput(2), &mut |_| {})
+                    .map(TestResult::Throughput)
+            }),
+        ),
+        (
+            "udp pps",
+            Box::new(|| {
+                let o = PpsOptions {
+                    duration: t,
+                    ..PpsOptions::default()
+                };
+                sonde_client::pps(&target, &o).map(TestResult::Pps)
+            }),
+        ),
+    ];
+    let mut results = Vec::new();
+    let total = cases.len();
+    for (n, (case, run)) in cases.iter().enumerate() {
+        let progress = Progress::start(&format!("[{}/{total}] {case}", n + 1), t);
+        let result = run();
+        drop(progress);
+        results.push(QuickCase {
+            case: (*case).to_owned(),
+            result: result?,
+        });
+    }
+    handle.stop();
+    let doc = TestResult::Quick(QuickResult {
+        sonde_version: env!("CARGO_PKG_VERSION").into(),
+        timestamp_unix_ms: started,
+        results,
+    });
+    print(&opt.output.render(&doc))
+}

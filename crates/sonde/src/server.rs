@@ -1,0 +1,76 @@
+//! `sonde server`: the agent.
+
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use sonde_agent::{Agent, AgentConfig};
+
+use crate::cli::DEFAULT_PORT;
+
+/// Serve sonde clients on one port, TCP and UDP. Many clients at once, each test its own
+/// session; the agent sends data only to the address that opened the session.
+#[derive(Debug, Args)]
+#[command(
+    after_long_help = "Open TCP and UDP on the port in the host firewall. Ctrl-C or SIGTERM \
+stops the agent cleanly (running sessions are told it is shutting down)."
+)]
+pub(crate) struct Opt {
+    /// Address to listen on; the default `::` also accepts IPv4 where the host allows it,
+    /// else `0.0.0.0`
+    #[arg(long, value_name = "ADDR")]
+    bind: Option<IpAddr>,
+    /// Port for TCP and UDP alike (0: let the OS pick; the line printed at start says which)
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// Sessions at once; more are refused as busy
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    max_sessions: u32,
+    /// Longest test a client may ask for, in seconds
+    #[arg(long, default_value = "300", value_name = "SECS", value_parser = crate::units::seconds)]
+    max_duration: Duration,
+    /// Most parallel streams in one session (per direction)
+    #[arg(long, default_value_t = 128, value_name = "N")]
+    max_streams: u32,
+    /// No log line per session on stderr
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+pub(crate) fn run(opt: Opt) -> anyhow::Result<()> {
+    let config = |ip: IpAddr| {
+        let mut c = AgentConfig::new(SocketAddr::new(ip, opt.port));
+        c.max_sessions = opt.max_sessions;
+        c.max_duration = opt.max_duration;
+        c.max_streams = opt.max_streams;
+        c.log = !opt.quiet;
+        c
+    };
+    let agent = match opt.bind {
+        Some(ip) => Agent::bind(config(ip))?,
+        // Dual-stack first; a host without IPv6 gets IPv4 only.
+        None => Agent::bind(config(IpAddr::V6(Ipv6Addr::UNSPECIFIED)))
+            .or_else(|_| Agent::bind(config(IpAddr::V4(Ipv4Addr::UNSPECIFIED))))?,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
+        .context("cannot install the SIGINT/SIGTERM handler")?;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "sonde agent listening on {} (tcp+udp)",
+        agent.local_addr()
+    );
+    let _ = out.flush();
+    drop(out);
+    agent.run_until(&stop)?;
+    if !opt.quiet {
+        eprintln!("sonde agent: stopped");
+    }
+    Ok(())
+}
