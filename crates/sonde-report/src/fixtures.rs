@@ -315,7 +315,9 @@ pub(crate) fn latency_with_warnings() -> TestResult {
     r.meta.session = 47;
     r.meta.overlapping_sessions = 2;
     r.meta.warnings = vec![
-        "the agent ran 2 other sessions during this test, they shared its CPU and links".to_owned(),
+        "the agent ran 2 other session(s) during this test: they shared its CPU and network, so \
+         these numbers are not those of an idle path"
+            .to_owned(),
         "only 850 samples: p99 and above are not stated (\"-t\" longer?)".to_owned(),
     ];
     r.duration_ns = 1_034_000_000;

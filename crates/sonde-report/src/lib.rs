@@ -27,9 +27,11 @@
 //! let result: TestResult = serde_json::from_str(doc)?;
 //!
 //! let table = render::table(&result);
-//! assert!(table.contains("RTT (round trip), µs"));
-//! assert!(table.contains("p50          38.91  µs"));
-//! assert!(table.contains("p99.9          n/a  (needs ≥10,000 samples)"));
+//! assert!(table.starts_with("sonde 0.1.0 latency: server 192.0.2.10:5300, session 7, "));
+//! assert!(table.contains("\nRTT (round trip), not one-way latency\n"));
+//! let row = |name: &str| table.lines().find(|l| l.trim_start().starts_with(name)).unwrap();
+//! assert!(row("p50 ").ends_with(" 38.91 µs"));
+//! assert!(row("p99.9 ").ends_with(" n/a (needs ≥10,000 samples)"));
 //!
 //! let csv = render::csv(&result);
 //! assert!(csv.starts_with("test,row,sonde_version,"));

@@ -7,12 +7,12 @@ use crate::{latency, pps, quick, server, throughput};
 /// Exit codes, shown in `--help` and the README.
 pub(crate) const EXIT_CODES: &str = "\
 Exit codes:
-  0  the test ran and its result was printed
-  1  the test started but failed (lost connection, the agent ended it)
-  2  usage error (bad option or value)
-  3  could not reach a sonde agent (resolve, connect, not a sonde agent, UDP blocked)
-  4  the agent refused the test (busy, over its limits, other protocol version)
-  130 interrupted (Ctrl-C; the agent ends the session on its side)";
+    0  the test ran and its result was printed
+    1  the test started but failed (lost connection, the agent ended it)
+    2  usage error (bad option or value)
+    3  could not reach a sonde agent (resolve, connect, not a sonde agent, UDP blocked)
+    4  the agent refused the test (busy, over its limits, other protocol version)
+  130  interrupted (Ctrl-C; the agent ends the session on its side)";
 
 /// Default port of the agent, TCP and UDP.
 pub(crate) const DEFAULT_PORT: u16 = 5300;

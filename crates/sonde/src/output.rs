@@ -21,11 +21,6 @@ pub(crate) struct OutputOpt {
 }
 
 impl OutputOpt {
-    /// True when a person reads stdout (the table).
-    pub(crate) fn human(self) -> bool {
-        !self.json && !self.csv
-    }
-
     /// Renders the result in the chosen format.
     pub(crate) fn render(self, result: &TestResult) -> String {
         if self.json {
@@ -94,13 +89,11 @@ impl Progress {
         }
     }
 
-    /// Prints a line above the bar (interval reports).
+    /// Prints a line above the bar (live interval reports); nothing when stderr is not a
+    /// terminal, where the final output alone carries the intervals.
     pub(crate) fn println(&self, line: &str) {
-        match &self.bar {
-            Some(b) => b.println(line),
-            None => {
-                let _ = print(&format!("{line}\n"));
-            }
+        if let Some(b) = &self.bar {
+            b.println(line);
         }
     }
 }

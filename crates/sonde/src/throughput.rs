@@ -85,24 +85,12 @@ pub(crate) fn run(opt: Opt) -> anyhow::Result<()> {
         interval: opt.interval.filter(|d| !d.is_zero()),
     };
     let progress = Progress::start(&format!("throughput {}", target.label), opt.time);
-    let human = opt.output.human();
+    // Live interval lines go to the terminal above the progress bar; the table (or JSON, CSV)
+    // on stdout holds every interval once, aligned.
     let mut live = |iv: &sonde_report::IntervalResult| {
-        if human {
-            progress.println(&interval_line(iv));
-        }
+        progress.println(&sonde_report::render::interval_line(iv));
     };
     let result = sonde_client::throughput(&target, &options, &mut live);
     drop(progress);
     print(&opt.output.render(&TestResult::Throughput(result?)))
-}
-
-/// One live interval line, counted at the receiver.
-fn interval_line(iv: &sonde_report::IntervalResult) -> String {
-    format!(
-        "{:>7.2}-{:<7.2} s  {:>10.2} MiB  {:>9.2} Mbit/s  (receiver)",
-        iv.start_ns as f64 / 1e9,
-        iv.end_ns as f64 / 1e9,
-        iv.bytes as f64 / 1_048_576.0,
-        iv.bits_per_second / 1e6
-    )
 }

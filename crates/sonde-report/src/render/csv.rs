@@ -1,0 +1,518 @@
+//! CSV for spreadsheets and scripts: one header line, then rows. Units are in the column names,
+//! numbers are plain (no separators, `.` decimal point, no exponent), an unknown value is an empty
+//! cell, lines end in `\n`, and a cell is quoted (RFC 4180) when it holds a comma, a quote or a
+//! line break.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use crate::model::{LatencyMode, Meta, Protocol, StreamDirection, TestResult};
+
+/// Columns every row starts with (quick puts `case` before them).
+const HEAD: [&str; 7] = [
+    "test",
+    "row",
+    "sonde_version",
+    "timestamp_unix_ms",
+    "server",
+    "session",
+    "overlapping_sessions",
+];
+
+const LATENCY: [&str; 25] = [
+    "protocol",
+    "mode",
+    "rate_per_second",
+    "msg_size_bytes",
+    "duration_ns",
+    "warmup_ns",
+    "warmup_samples",
+    "sent",
+    "samples",
+    "rtt_min_ns",
+    "rtt_mean_ns",
+    "rtt_stddev_ns",
+    "rtt_p50_ns",
+    "rtt_p90_ns",
+    "rtt_p99_ns",
+    "rtt_p999_ns",
+    "rtt_p9999_ns",
+    "rtt_p99999_ns",
+    "rtt_max_ns",
+    "lost",
+    "lost_outbound",
+    "lost_return",
+    "duplicated",
+    "reordered",
+    "late_sends",
+];
+
+const THROUGHPUT: [&str; 24] = [
+    "protocol",
+    "direction",
+    "parallel",
+    "msg_size_bytes",
+    "target_bits_per_second",
+    "duration_ns",
+    "stream",
+    "stream_direction",
+    "interval_start_ns",
+    "interval_end_ns",
+    "receiver_bytes",
+    "receiver_bits_per_second",
+    "receiver_packets",
+    "receiver_duration_ns",
+    "sender_bytes",
+    "sender_bits_per_second",
+    "sender_packets",
+    "sender_duration_ns",
+    "lost",
+    "loss_percent",
+    "jitter_ns",
+    "duplicated",
+    "reordered",
+    "retransmits",
+];
+
+const PPS: [&str; 11] = [
+    "protocol",
+    "msg_size_bytes",
+    "duration_ns",
+    "send_method",
+    "flow",
+    "sent",
+    "received",
+    "lost",
+    "loss_percent",
+    "sent_pps",
+    "received_pps",
+];
+
+/// The columns of `result`'s CSV, in order. Each test has a fixed set, whatever the values:
+///
+/// - first `test`, `row`, `sonde_version`, `timestamp_unix_ms`, `server`, `session`,
+///   `overlapping_sessions`; last `warnings` (joined with `; `);
+/// - latency: `protocol`, `mode`, `rate_per_second`, `msg_size_bytes`, `duration_ns`,
+///   `warmup_ns`, `warmup_samples`, `sent`, `samples`, `rtt_{min,mean,stddev}_ns`,
+///   `rtt_p{50,90,99,999,9999,99999}_ns`, `rtt_max_ns`, `lost`, `lost_outbound`, `lost_return`,
+///   `duplicated`, `reordered`, `late_sends`;
+/// - throughput: `protocol`, `direction`, `parallel`, `msg_size_bytes`, `target_bits_per_second`,
+///   `duration_ns`, `stream`, `stream_direction`, `interval_start_ns`, `interval_end_ns`,
+///   `receiver_{bytes,bits_per_second,packets,duration_ns}`,
+///   `sender_{bytes,bits_per_second,packets,duration_ns}`, `lost`, `loss_percent`, `jitter_ns`,
+///   `duplicated`, `reordered`, `retransmits`;
+/// - pps: `protocol`, `msg_size_bytes`, `duration_ns`, `send_method`, `flow`, `sent`,
+///   `received`, `lost`, `loss_percent`, `sent_pps`, `received_pps`;
+/// - quick: `case` first, then the union of the three (a name shared by two tests, like `lost`,
+///   is one column with the same meaning).
+pub fn csv_columns(result: &TestResult) -> Vec<&'static str> {
+    let mut cols = Vec::new();
+    if matches!(result, TestResult::Quick(_)) {
+        cols.push("case");
+    }
+    cols.extend(HEAD);
+    let own: &[&[&'static str]] = match result {
+        TestResult::Latency(_) => &[&LATENCY],
+        TestResult::Throughput(_) => &[&THROUGHPUT],
+        TestResult::Pps(_) => &[&PPS],
+        TestResult::Quick(_) => &[&LATENCY, &THROUGHPUT, &PPS],
+    };
+    for set in own {
+        for c in *set {
+            if !cols.contains(c) {
+                cols.push(c);
+            }
+        }
+    }
+    cols.push("warnings");
+    cols
+}
+
+/// The header line of [`csv`], with its newline.
+pub fn csv_header(result: &TestResult) -> String {
+    let mut s = csv_columns(result).join(",");
+    s.push('\n');
+    s
+}
+
+/// The data rows of [`csv`], each ending in a newline. Per run (per case for quick), in order:
+///
+/// - one `summary` row: the run's totals, as in the JSON document;
+/// - throughput: one `stream` row per stream (`stream`, `stream_direction`, and that stream's
+///   receiver, sender, loss, jitter and retransmit figures), then one `interval` row per receiver
+///   interval (`interval_start_ns`, `interval_end_ns`, and all streams' `receiver_bytes`,
+///   `receiver_bits_per_second`, `receiver_packets` in it);
+/// - pps: one `flow` row per flow (`flow`, `sent`, `received`, `lost`).
+///
+/// The configuration columns (`protocol` to `duration_ns`) repeat on every row; a figure that
+/// belongs to another kind of row is empty; `warnings` is on the summary row only.
+pub fn csv_rows(result: &TestResult) -> String {
+    let cols = csv_columns(result);
+    let mut rows = Vec::new();
+    collect(result, None, &mut rows);
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<Cow<'_, str>> = cols
+            .iter()
+            .map(|c| row.get(c).map_or(Cow::Borrowed(""), |v| quote(v)))
+            .collect();
+        out.push_str(&cells.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// The result as CSV: [`csv_header`] then [`csv_rows`]. To gather several runs of the same test
+/// in one file, write the header once and append each run's rows.
+pub fn csv(result: &TestResult) -> String {
+    let mut s = csv_header(result);
+    s.push_str(&csv_rows(result));
+    s
+}
+
+type Row = BTreeMap<&'static str, String>;
+
+fn collect(result: &TestResult, case: Option<&str>, rows: &mut Vec<Row>) {
+    let base = |meta: &Meta| {
+        let mut row = Row::new();
+        if let Some(case) = case {
+            row.insert("case", case.to_owned());
+        }
+        row.insert("test", result.test_name().to_owned());
+        row.insert("row", "summary".to_owned());
+        row.insert("sonde_version", meta.sonde_version.clone());
+        row.insert("timestamp_unix_ms", meta.timestamp_unix_ms.to_string());
+        row.insert("server", meta.server.clone());
+        row.insert("session", meta.session.to_string());
+        row.insert(
+            "overlapping_sessions",
+            meta.overlapping_sessions.to_string(),
+        );
+        row
+    };
+    let warnings = |meta: &Meta| meta.warnings.join("; ");
+    match result {
+        TestResult::Latency(r) => {
+            let mut row = base(&r.meta);
+            let rtt = &r.rtt_ns;
+            row.extend([
+                ("protocol", protocol(r.protocol).to_owned()),
+                (
+                    "mode",
+                    match r.mode {
+                        LatencyMode::ClosedLoop => "closed_loop",
+                        LatencyMode::OpenLoop => "open_loop",
+                    }
+                    .to_owned(),
+                ),
+                ("rate_per_second", opt_f64(r.rate_per_second)),
+                ("msg_size_bytes", r.msg_size_bytes.to_string()),
+                ("duration_ns", r.duration_ns.to_string()),
+                ("warmup_ns", r.warmup_ns.to_string()),
+                ("warmup_samples", r.warmup_samples.to_string()),
+                ("sent", r.sent.to_string()),
+                ("samples", r.samples.to_string()),
+                ("rtt_min_ns", rtt.min.to_string()),
+                ("rtt_mean_ns", num_f64(rtt.mean)),
+                ("rtt_stddev_ns", num_f64(rtt.stddev)),
+                ("rtt_p50_ns", opt(rtt.p50)),
+                ("rtt_p90_ns", opt(rtt.p90)),
+                ("rtt_p99_ns", opt(rtt.p99)),
+                ("rtt_p999_ns", opt(rtt.p999)),
+                ("rtt_p9999_ns", opt(rtt.p9999)),
+                ("rtt_p99999_ns", opt(rtt.p99999)),
+                ("rtt_max_ns", rtt.max.to_string()),
+                ("lost", r.lost.to_string()),
+                ("lost_outbound", opt(r.lost_outbound)),
+                ("lost_return", opt(r.lost_return)),
+                ("duplicated", r.duplicated.to_string()),
+                ("reordered", r.reordered.to_string()),
+                ("late_sends", opt(r.late_sends)),
+                ("warnings", warnings(&r.meta)),
+            ]);
+            rows.push(row);
+        }
+        TestResult::Throughput(r) => {
+            let mut config = base(&r.meta);
+            config.extend([
+                ("protocol", protocol(r.protocol).to_owned()),
+                ("direction", r.direction.clone()),
+                ("parallel", r.parallel.to_string()),
+                ("msg_size_bytes", r.msg_size_bytes.to_string()),
+                ("target_bits_per_second", opt(r.target_bits_per_second)),
+                ("duration_ns", r.duration_ns.to_string()),
+            ]);
+            let sides = |row: &mut Row, rx: &crate::SideTotals, tx: &crate::SideTotals| {
+                row.extend([
+                    ("receiver_bytes", rx.bytes.to_string()),
+                    ("receiver_bits_per_second", num_f64(rx.bits_per_second)),
+                    ("receiver_packets", rx.packets.to_string()),
+                    ("receiver_duration_ns", rx.duration_ns.to_string()),
+                    ("sender_bytes", tx.bytes.to_string()),
+                    ("sender_bits_per_second", num_f64(tx.bits_per_second)),
+                    ("sender_packets", tx.packets.to_string()),
+                    ("sender_duration_ns", tx.duration_ns.to_string()),
+                ]);
+            };
+
+            let mut row = config.clone();
+            sides(&mut row, &r.receiver, &r.sender);
+            row.extend([
+                ("lost", opt(r.lost)),
+                ("loss_percent", opt_f64(r.loss_percent)),
+                ("jitter_ns", opt(r.jitter_ns)),
+                ("duplicated", opt(r.duplicated)),
+                ("reordered", opt(r.reordered)),
+                ("retransmits", opt(r.retransmits)),
+                ("warnings", warnings(&r.meta)),
+            ]);
+            rows.push(row);
+
+            for s in &r.streams {
+                let mut row = config.clone();
+                sides(&mut row, &s.receiver, &s.sender);
+                row.extend([
+                    ("row", "stream".to_owned()),
+                    ("stream", s.stream.to_string()),
+                    (
+                        "stream_direction",
+                        match s.direction {
+                            StreamDirection::ClientToServer => "client_to_server",
+                            StreamDirection::ServerToClient => "server_to_client",
+                        }
+                        .to_owned(),
+                    ),
+                    ("lost", opt(s.lost)),
+                    ("loss_percent", opt_f64(s.loss_percent)),
+                    ("jitter_ns", opt(s.jitter_ns)),
+                    ("duplicated", opt(s.duplicated)),
+                    ("reordered", opt(s.reordered)),
+                    ("retransmits", opt(s.retransmits)),
+                ]);
+                rows.push(row);
+            }
+
+            for iv in &r.intervals {
+                let mut row = config.clone();
+                row.extend([
+                    ("row", "interval".to_owned()),
+                    ("interval_start_ns", iv.start_ns.to_string()),
+                    ("interval_end_ns", iv.end_ns.to_string()),
+                    ("receiver_bytes", iv.bytes.to_string()),
+                    ("receiver_bits_per_second", num_f64(iv.bits_per_second)),
+                    ("receiver_packets", iv.packets.to_string()),
+                ]);
+                rows.push(row);
+            }
+        }
+        TestResult::Pps(r) => {
+            let mut config = base(&r.meta);
+            config.extend([
+                ("protocol", protocol(r.protocol).to_owned()),
+                ("msg_size_bytes", r.msg_size_bytes.to_string()),
+                ("duration_ns", r.duration_ns.to_string()),
+                ("send_method", r.send_method.clone()),
+            ]);
+            let mut row = config.clone();
+            row.extend([
+                ("sent", r.sent.to_string()),
+                ("received", r.received.to_string()),
+                ("lost", r.lost.to_string()),
+                ("loss_percent", num_f64(r.loss_percent)),
+                ("sent_pps", num_f64(r.sent_pps)),
+                ("received_pps", num_f64(r.received_pps)),
+                ("warnings", warnings(&r.meta)),
+            ]);
+            rows.push(row);
+            for f in &r.flows {
+                let mut row = config.clone();
+                row.extend([
+                    ("row", "flow".to_owned()),
+                    ("flow", f.flow.to_string()),
+                    ("sent", f.sent.to_string()),
+                    ("received", f.received.to_string()),
+                    ("lost", f.lost.to_string()),
+                ]);
+                rows.push(row);
+            }
+        }
+        TestResult::Quick(q) => {
+            for c in &q.results {
+                let name = match case {
+                    Some(outer) => Cow::Owned(format!("{outer} / {}", c.case)),
+                    None => Cow::Borrowed(c.case.as_str()),
+                };
+                collect(&c.result, Some(&name), rows);
+            }
+        }
+    }
+}
+
+fn protocol(p: Protocol) -> &'static str {
+    match p {
+        Protocol::Tcp => "tcp",
+        Protocol::Udp => "udp",
+    }
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or_else(String::new, |v| v.to_string())
+}
+
+fn opt_f64(v: Option<f64>) -> String {
+    v.map_or_else(String::new, num_f64)
+}
+
+/// The shortest decimal that reads back as the same `f64`, never with an exponent; empty for
+/// NaN and infinities (which JSON writes as `null`).
+fn num_f64(v: f64) -> String {
+    if v.is_finite() {
+        v.to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// RFC 4180: quote a cell holding a comma, a quote or a line break; double inner quotes.
+fn quote(s: &str) -> Cow<'_, str> {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\"")).into()
+    } else {
+        s.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures;
+
+    #[test]
+    fn quotes_only_what_needs_it() {
+        assert_eq!(quote("sendmsg+UDP_SEGMENT"), "sendmsg+UDP_SEGMENT");
+        assert_eq!(quote("[2001:db8::1]:5300"), "[2001:db8::1]:5300");
+        assert_eq!(quote("a, b"), "\"a, b\"");
+        assert_eq!(quote("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(quote("two\nlines"), "\"two\nlines\"");
+    }
+
+    #[test]
+    fn floats_are_plain_and_exact() {
+        assert_eq!(num_f64(f64::NAN), "");
+        assert_eq!(num_f64(f64::INFINITY), "");
+        assert_eq!(num_f64(39_870.4), "39870.4");
+        assert_eq!(num_f64(10_000.0), "10000");
+        assert_eq!(num_f64(1e21), "1000000000000000000000");
+        let v = 9_419_435_212.581_635;
+        assert_eq!(num_f64(v).parse::<f64>().ok(), Some(v));
+    }
+
+    /// Minimal RFC 4180 record splitter (no line breaks inside cells), for the tests.
+    fn fields(line: &str) -> Vec<String> {
+        let mut fields = vec![String::new()];
+        let mut quoted = false;
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            let cur = fields.last_mut().expect("never empty");
+            match c {
+                '"' if quoted && chars.peek() == Some(&'"') => {
+                    chars.next();
+                    cur.push('"');
+                }
+                '"' => quoted = !quoted,
+                ',' if !quoted => fields.push(String::new()),
+                c => cur.push(c),
+            }
+        }
+        fields
+    }
+
+    /// The CSV as records keyed by column name.
+    fn records(text: &str) -> Vec<BTreeMap<String, String>> {
+        let mut lines = text.lines();
+        let header = fields(lines.next().expect("a header"));
+        lines
+            .map(|l| {
+                let f = fields(l);
+                assert_eq!(f.len(), header.len(), "{l}");
+                header.iter().cloned().zip(f).collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_row_has_every_column_and_only_known_ones() {
+        for (name, r) in fixtures::all() {
+            let cols = csv_columns(&r);
+            let mut rows = Vec::new();
+            collect(&r, None, &mut rows);
+            for row in &rows {
+                for key in row.keys() {
+                    assert!(cols.contains(key), "{name}: {key} is not a column");
+                }
+            }
+            assert_eq!(records(&csv(&r)).len(), rows.len(), "{name}");
+        }
+    }
+
+    #[test]
+    fn throughput_has_summary_stream_and_interval_rows() {
+        let recs = records(&csv(&fixtures::throughput_tcp_2_streams()));
+        let kinds: Vec<&str> = recs.iter().map(|r| r["row"].as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["summary", "stream", "stream", "interval", "interval", "interval"]
+        );
+        assert_eq!(recs[0]["receiver_bytes"], "3533701120");
+        assert_eq!(recs[0]["retransmits"], "59");
+        assert_eq!(recs[2]["stream"], "1");
+        assert_eq!(recs[2]["retransmits"], "42");
+        assert_eq!(recs[3]["interval_start_ns"], "0");
+        assert_eq!(recs[3]["receiver_bits_per_second"], "9361686528");
+        assert_eq!(recs[3]["sender_bytes"], "", "no sender figure per interval");
+        assert!(recs.iter().all(|r| r["parallel"] == "2"));
+    }
+
+    #[test]
+    fn nulls_are_empty_and_warnings_are_quoted() {
+        let recs = records(&csv(&fixtures::latency_with_warnings()));
+        assert_eq!(recs.len(), 1);
+        assert_eq!(recs[0]["rtt_p90_ns"], "72191");
+        assert_eq!(recs[0]["rtt_p99_ns"], "");
+        assert_eq!(recs[0]["lost_outbound"], "");
+        assert_eq!(
+            recs[0]["warnings"],
+            "the agent ran 2 other session(s) during this test: they shared its CPU and network, \
+             so these numbers are not those of an idle path; only 850 samples: p99 and above are \
+             not stated (\"-t\" longer?)"
+        );
+    }
+
+    #[test]
+    fn quick_has_a_case_column_and_every_case() {
+        let text = csv(&fixtures::quick_all());
+        assert!(text.starts_with("case,test,row,"));
+        let recs = records(&text);
+        let summaries: Vec<(&str, &str)> = recs
+            .iter()
+            .filter(|r| r["row"] == "summary")
+            .map(|r| (r["case"].as_str(), r["test"].as_str()))
+            .collect();
+        assert_eq!(
+            summaries,
+            [
+                ("tcp latency", "latency"),
+                ("udp latency", "latency"),
+                ("tcp throughput x2", "throughput"),
+                ("udp throughput reverse", "throughput"),
+                ("udp pps", "pps"),
+            ]
+        );
+        let pps = recs
+            .iter()
+            .find(|r| r["case"] == "udp pps" && r["row"] == "summary")
+            .expect("the pps summary");
+        assert_eq!(pps["lost"], "210045");
+        assert_eq!(pps["rtt_p50_ns"], "");
+    }
+}
