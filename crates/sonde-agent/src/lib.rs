@@ -34,10 +34,10 @@ use sonde_wire::{Channel, DataJoin, Limits, TestSpec, Token, UdpJoin, DATA_JOIN_
 pub enum Error {
     /// The TCP or UDP socket could not be bound.
     #[error("cannot listen on {1}: {0}")]
-    Bind(#[source] io::Error, SocketAddr),
+    Bind(io::Error, SocketAddr),
     /// A socket operation on the listening sockets failed.
     #[error("listening socket failed: {0}")]
-    Listen(#[source] io::Error),
+    Listen(io::Error),
 }
 
 /// The agent's settings.
@@ -119,6 +119,9 @@ pub(crate) struct Slot {
     pub(crate) spec: TestSpec,
     pub(crate) channels: Mutex<Vec<Option<DataChannel>>>,
     pub(crate) joined: Condvar,
+    /// Set (under the `channels` lock) once the session has taken its channels or given up
+    /// waiting: later joins are refused, not parked.
+    pub(crate) closed: AtomicBool,
     /// Most other sessions seen running at once during this one.
     pub(crate) overlap: AtomicU32,
 }
@@ -399,6 +402,9 @@ fn join_tcp(mut stream: TcpStream, shared: &Shared, deadline: Instant) -> bool {
 /// Hands a data channel to its session; false when the index is out of range or taken.
 fn deposit(slot: &Slot, index: u32, channel: DataChannel) -> bool {
     let mut channels = lock(&slot.channels);
+    if slot.closed.load(Ordering::Relaxed) {
+        return false;
+    }
     let Some(place) = usize::try_from(index)
         .ok()
         .and_then(|i| channels.get_mut(i))

@@ -102,6 +102,7 @@ pub(crate) fn run(
         spec: spec.clone(),
         channels: Mutex::new((0..channels).map(|_| None).collect()),
         joined: std::sync::Condvar::new(),
+        closed: AtomicBool::new(false),
         overlap: std::sync::atomic::AtomicU32::new(0),
     });
     let Some(token) = shared.admit(Arc::clone(&slot)) else {
@@ -121,7 +122,7 @@ pub(crate) fn run(
     if write_frame(&mut ctrl, &ControlMsg::Accepted { token }).is_err() {
         return true;
     }
-    let Some(channels) = wait_for_channels(&slot, shared) else {
+    let Some(channels) = wait_for_channels(&slot, shared, &ctrl) else {
         let _ = write_frame(
             &mut ctrl,
             &ControlMsg::Error {
@@ -187,15 +188,19 @@ fn describe(spec: &TestSpec) -> String {
     )
 }
 
-fn wait_for_channels(slot: &Slot, shared: &Shared) -> Option<Vec<DataChannel>> {
+/// Waits for every data channel to join; gives up at the join timeout, at shutdown, or when
+/// the client closes its control connection.
+fn wait_for_channels(slot: &Slot, shared: &Shared, ctrl: &TcpStream) -> Option<Vec<DataChannel>> {
     let deadline = Instant::now() + JOIN_TIMEOUT;
     let mut channels = lock(&slot.channels);
     loop {
         if channels.iter().all(Option::is_some) {
+            slot.closed.store(true, Ordering::Relaxed);
             return channels.iter_mut().map(Option::take).collect();
         }
         let now = Instant::now();
-        if now >= deadline || shared.shutdown.load(Ordering::Relaxed) {
+        if now >= deadline || shared.shutdown.load(Ordering::Relaxed) || peer_gone(ctrl) {
+            slot.closed.store(true, Ordering::Relaxed);
             return None;
         }
         let wait = (deadline - now).min(Duration::from_millis(200));
@@ -204,6 +209,21 @@ fn wait_for_channels(slot: &Slot, shared: &Shared) -> Option<Vec<DataChannel>> {
             .wait_timeout(channels, wait)
             .map_or_else(|e| e.into_inner().0, |(g, _)| g);
     }
+}
+
+/// Whether the peer has closed (or reset) a connection we are not reading yet.
+fn peer_gone(ctrl: &TcpStream) -> bool {
+    if ctrl.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let mut b = [0u8; 1];
+    let gone = match ctrl.peek(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    };
+    let _ = ctrl.set_nonblocking(false);
+    gone
 }
 
 /// What one data channel's thread came back with.
@@ -359,11 +379,18 @@ impl<'a> Test<'a> {
         let mut grace_until: Option<Instant> = None;
         let mut sender_done_sent = false;
         let senders: Vec<usize> = (0..n).filter(|&i| self.agent_sends(i)).collect();
+        let go_deadline = Instant::now() + JOIN_TIMEOUT;
         loop {
             if outcomes.iter().all(Option::is_some) {
                 break;
             }
             let now = Instant::now();
+            if !senders.is_empty()
+                && now >= go_deadline
+                && self.go_at_ns.load(Ordering::Relaxed) == u64::MAX
+            {
+                return Err(format!("the client did not start within {JOIN_TIMEOUT:?}"));
+            }
             if now >= hard_deadline {
                 return Err("the test overran its planned end by a minute".into());
             }
@@ -567,7 +594,17 @@ impl<'a> Test<'a> {
                 out.push(iv);
             }
         }
-        if let Some(iv) = cutter.finish(clock.now_ns(), &sample()) {
+        // A boundary passed since the last cut is cut first, so the last interval is only the
+        // part after the last boundary.
+        let now = clock.now_ns();
+        let counts = sample();
+        if now >= cutter.next_boundary_ns() {
+            if let Some(iv) = cutter.poll(now, &counts) {
+                let _ = write_frame(&mut lock(writer), &ControlMsg::Interval(iv.clone()));
+                out.push(iv);
+            }
+        }
+        if let Some(iv) = cutter.finish(now, &counts) {
             out.push(iv);
         }
         out

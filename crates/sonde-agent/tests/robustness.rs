@@ -466,52 +466,107 @@ fn a_data_channel_with_an_unknown_token_is_closed() {
     assert_serves(&h);
 }
 
-#[test]
-fn joins_out_of_range_or_taken_are_refused_and_the_session_goes_on() {
-    let h = agent(|_| {});
-    let spec = spec(TestKind::Throughput, Protocol::Tcp, Direction::Forward, 300);
-    let (mut raw, token) = Raw::accepted(&h, &spec);
-    for stream in [1, 7, u32::MAX] {
-        let mut s = tcp_join(&h, None, token, stream);
-        assert!(
-            closed_within(&mut s, Duration::from_secs(2)).is_some(),
-            "stream {stream} of a 1-stream session was kept"
-        );
-    }
-    assert_counter(&h, "bad_join", |r| &r.bad_join, 3);
-    // The right join still works, and a second one for the same stream is refused.
-    let mut data = tcp_join(&h, None, token, 0);
-    assert_eq!(raw.recv(), ControlMsg::Ready);
-    let mut dup = tcp_join(&h, None, token, 0);
-    assert!(closed_within(&mut dup, Duration::from_secs(2)).is_some());
-    assert_counter(&h, "bad_join", |r| &r.bad_join, 4);
-    // Finish the session properly: send, say so, read the report.
+/// Says `Go`, sends `chunks` of 16 KiB on each of `data`, ends them, tells the agent, and returns
+/// its report.
+fn finish_forward(raw: &mut Raw, data: &mut [TcpStream], chunks: u32) -> sonde_wire::AgentReport {
+    raw.send(&ControlMsg::Go);
     let chunk = [0u8; 16 * 1024];
-    let mut sent = 0u64;
-    for _ in 0..64 {
-        data.write_all(&chunk).expect("send data");
-        sent += chunk.len() as u64;
-    }
-    data.shutdown(std::net::Shutdown::Write)
-        .expect("end of data");
-    raw.send(&ControlMsg::SenderDone {
-        streams: vec![sonde_wire::StreamStats {
-            stream: 0,
-            bytes: sent,
-            packets: 64,
+    let mut streams = Vec::new();
+    for (i, s) in data.iter_mut().enumerate() {
+        for _ in 0..chunks {
+            s.write_all(&chunk).expect("send data");
+        }
+        s.shutdown(std::net::Shutdown::Write).expect("end of data");
+        streams.push(sonde_wire::StreamStats {
+            stream: u32::try_from(i).expect("few streams"),
+            bytes: u64::from(chunks) * chunk.len() as u64,
+            packets: u64::from(chunks),
             ..sonde_wire::StreamStats::default()
-        }],
-    });
-    let report = loop {
+        });
+    }
+    raw.send(&ControlMsg::SenderDone { streams });
+    for _ in 0..1_000 {
         match raw.recv() {
-            ControlMsg::Report(r) => break r,
+            ControlMsg::Report(r) => return r,
             ControlMsg::Interval(_) | ControlMsg::SenderDone { .. } => {}
             other => panic!("expected the report, got {other:?}"),
         }
+    }
+    panic!("no report among 1,000 control messages");
+}
+
+#[test]
+fn joins_out_of_range_or_taken_are_refused_and_the_session_goes_on() {
+    let h = agent(|_| {});
+    let spec = TestSpec {
+        streams: 2,
+        ..spec(
+            TestKind::Throughput,
+            Protocol::Tcp,
+            Direction::Forward,
+            2_000,
+        )
     };
+    let (mut raw, token) = Raw::accepted(&h, &spec);
+    for stream in [2, 7, u32::MAX] {
+        let mut s = tcp_join(&h, None, token, stream);
+        assert!(
+            closed_within(&mut s, Duration::from_secs(2)).is_some(),
+            "stream {stream} of a 2-stream session was kept"
+        );
+    }
+    assert_counter(&h, "bad_join", |r| &r.bad_join, 3);
+    // Two joins for stream 0: the agent keeps exactly one (whichever it saw first).
+    let mut twins = [tcp_join(&h, None, token, 0), tcp_join(&h, None, token, 0)];
+    let closed: Vec<bool> = twins
+        .iter_mut()
+        .map(|s| closed_within(s, Duration::from_millis(500)).is_some())
+        .collect();
+    assert_eq!(
+        closed.iter().filter(|&&c| c).count(),
+        1,
+        "two joins for one stream: closed {closed:?}"
+    );
+    assert_counter(&h, "bad_join", |r| &r.bad_join, 4);
+    let [a, b] = twins;
+    let kept = if closed[0] { b } else { a };
+    let second = tcp_join(&h, None, token, 1);
+    assert_eq!(raw.recv(), ControlMsg::Ready);
+    // The session runs to its report with the channels that were kept.
+    let report = finish_forward(&mut raw, &mut [kept, second], 32);
+    assert_eq!(report.received.len(), 2, "{report:?}");
+    for r in &report.received {
+        assert_eq!(r.bytes, 32 * 16 * 1024, "{report:?}");
+    }
+    assert!(wait_until(PATIENCE, || h.sessions() == 0));
+    assert_serves(&h);
+}
+
+#[test]
+fn a_second_join_for_a_running_stream_is_refused() {
+    let h = agent(|_| {});
+    let spec = spec(
+        TestKind::Throughput,
+        Protocol::Tcp,
+        Direction::Forward,
+        2_000,
+    );
+    let (mut raw, token) = Raw::accepted(&h, &spec);
+    let data = tcp_join(&h, None, token, 0);
+    assert_eq!(raw.recv(), ControlMsg::Ready);
+    // Stream 0 is joined and running: another connection with the same token and stream is
+    // not the client's, and must not be taken in (and held open) by the session.
+    let mut late = tcp_join(&h, None, token, 0);
+    let closed = closed_within(&mut late, Duration::from_secs(1));
+    assert_eq!(h.sessions(), 1, "the session must still be running here");
+    assert!(
+        closed.is_some(),
+        "a second join for stream 0 after Ready was kept open by the agent"
+    );
+    assert_counter(&h, "bad_join", |r| &r.bad_join, 1);
+    let report = finish_forward(&mut raw, &mut [data], 32);
     assert_eq!(report.received.len(), 1, "{report:?}");
-    assert_eq!(report.received[0].bytes, sent, "{report:?}");
-    drop(data);
+    assert_eq!(report.received[0].bytes, 32 * 16 * 1024, "{report:?}");
     assert!(wait_until(PATIENCE, || h.sessions() == 0));
     assert_serves(&h);
 }
@@ -573,8 +628,15 @@ fn vanish_mid_test(protocol: Protocol, direction: Direction) {
         Protocol::Tcp => {
             let mut s = tcp_join(&h, None, token, 0);
             assert_eq!(raw.recv(), ControlMsg::Ready);
+            raw.send(&ControlMsg::Go);
             if direction == Direction::Forward {
                 s.write_all(&[0u8; 64 * 1024]).expect("send some data");
+            } else {
+                // The agent's sender is running: data arrives.
+                let mut buf = [0u8; 64 * 1024];
+                s.set_read_timeout(Some(PATIENCE))
+                    .expect("set a read timeout");
+                s.read_exact(&mut buf).expect("the agent sends after Go");
             }
             Box::new(s)
         }
@@ -582,6 +644,7 @@ fn vanish_mid_test(protocol: Protocol, direction: Direction) {
             let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
             assert!(udp_join(&sock, h.local_addr(), token, 0, PATIENCE));
             assert_eq!(raw.recv(), ControlMsg::Ready);
+            raw.send(&ControlMsg::Go);
             Box::new(sock)
         }
     };
@@ -625,7 +688,7 @@ fn a_udp_junk_flood_is_counted_and_udp_tests_still_run() {
     let h = agent(|_| {});
     let to = h.local_addr();
     let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let mut junk = Junk(0x5eed_0f_5a5a_1234);
+    let mut junk = Junk(0x5eed_0f5a_5a5a_1234);
     let mut buf = [0u8; 1500];
     for n in 0..FLOOD {
         let len = match n % 10 {

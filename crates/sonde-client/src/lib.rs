@@ -21,16 +21,24 @@ use sonde_wire::{Direction, Protocol, Refusal, TestKind, TestSpec};
 pub use sonde_wire::Direction as StreamsDirection;
 
 /// Why a test could not be run or did not finish.
+///
+/// Each message states its cause once (no `source()` chain to repeat it).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
     /// The host name did not resolve.
     #[error("cannot resolve {0}: {1}")]
-    Resolve(String, #[source] io::Error),
+    Resolve(String, io::Error),
     /// The TCP connection to the agent failed.
-    #[error("cannot connect to {1}: {0} (is `sonde server` running there, and TCP and UDP port {port} open?)", port = .1.port())]
-    Connect(#[source] io::Error, SocketAddr),
-    /// The peer is not a sonde agent, or broke the protocol.
+    #[error("cannot connect to {1}: {0} (is `sonde server` running there, and TCP port {port} open?)", port = .1.port())]
+    Connect(io::Error, SocketAddr),
+    /// The peer answered, but not as a sonde agent does.
+    #[error("{0}")]
+    NotAnAgent(String),
+    /// The agent never acknowledged a UDP flow: UDP to its port is blocked or lost.
+    #[error("the agent at {0} did not acknowledge UDP flow {1} within 5 s: is UDP port {port} blocked by a firewall?", port = .0.port())]
+    UdpBlocked(SocketAddr, u32),
+    /// The peer broke the protocol mid-test.
     #[error("{0}")]
     Protocol(String),
     /// The agent refused the test.
@@ -43,10 +51,10 @@ pub enum ClientError {
     },
     /// The control connection failed during the test.
     #[error("control connection to the agent: {0}")]
-    Control(#[from] ControlError),
+    Control(ControlError),
     /// A data channel failed.
     #[error("data stream {1}: {0}")]
-    Data(#[source] io::Error, u32),
+    Data(io::Error, u32),
     /// The agent reported an error and ended the test.
     #[error("the agent ended the test: {0}")]
     Remote(String),
@@ -55,12 +63,18 @@ pub enum ClientError {
     Usage(String),
 }
 
+impl From<ControlError> for ClientError {
+    fn from(e: ControlError) -> Self {
+        Self::Control(e)
+    }
+}
+
 impl ClientError {
     /// The process exit code for this error (documented in `sonde --help` and the README).
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Usage(_) => 2,
-            Self::Resolve(..) | Self::Connect(..) => 3,
+            Self::Resolve(..) | Self::Connect(..) | Self::NotAnAgent(_) | Self::UdpBlocked(..) => 3,
             Self::Refused { .. } => 4,
             Self::Protocol(_) | Self::Control(_) | Self::Data(..) | Self::Remote(_) => 1,
         }

@@ -78,8 +78,10 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
     } else {
         (None, None)
     };
+    // p99.999 needs a million samples: its n/a row says so; a warning is for the common tail.
     if let Some(p) = REPORTED_PERCENTILES
         .iter()
+        .filter(|&&p| p <= 99.99)
         .find(|&&p| !sonde_engine::rtt::percentile_supported(p, s.samples))
     {
         let need = (10.0 / (1.0 - p / 100.0)).round() as u64;
@@ -253,29 +255,34 @@ pub(crate) fn interval(iv: &IntervalStats, channels: usize) -> IntervalResult {
     }
 }
 
-/// Merges the agent's and the client's intervals (bidir has both) by position.
+/// Merges the agent's and the client's intervals (bidir has both). Both sides cut on the same
+/// grid (multiples of the interval from their own start), so intervals with the same start are
+/// the same period.
 fn merged_intervals(run: &BulkRun, channels: usize) -> Vec<IntervalResult> {
-    let a = &run.report.intervals;
-    let c = &run.client_intervals;
-    (0..a.len().max(c.len()))
-        .map(|k| match (a.get(k), c.get(k)) {
-            (Some(x), Some(y)) => {
-                let mut ix = interval(x, channels);
-                let iy = interval(y, channels);
-                ix.bytes += iy.bytes;
-                ix.packets += iy.packets;
-                for (d, s) in ix.stream_bytes.iter_mut().zip(&iy.stream_bytes) {
+    let mut all: Vec<IntervalResult> = run
+        .report
+        .intervals
+        .iter()
+        .chain(&run.client_intervals)
+        .map(|iv| interval(iv, channels))
+        .collect();
+    all.sort_by_key(|iv| iv.start_ns);
+    let mut merged: Vec<IntervalResult> = Vec::with_capacity(all.len());
+    for iv in all {
+        match merged.last_mut() {
+            Some(m) if m.start_ns == iv.start_ns => {
+                m.bytes += iv.bytes;
+                m.packets += iv.packets;
+                for (d, s) in m.stream_bytes.iter_mut().zip(&iv.stream_bytes) {
                     *d += s;
                 }
-                ix.end_ns = ix.end_ns.max(iy.end_ns);
-                ix.bits_per_second =
-                    bits_per_second(ix.bytes, ix.end_ns.saturating_sub(ix.start_ns));
-                ix
+                m.end_ns = m.end_ns.max(iv.end_ns);
+                m.bits_per_second = bits_per_second(m.bytes, m.end_ns.saturating_sub(m.start_ns));
             }
-            (Some(x), None) | (None, Some(x)) => interval(x, channels),
-            (None, None) => unreachable!("k is below the longer length"),
-        })
-        .collect()
+            _ => merged.push(iv),
+        }
+    }
+    merged
 }
 
 /// Builds the throughput document.

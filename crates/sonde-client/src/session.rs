@@ -94,11 +94,11 @@ fn expect_reply(
         }
         Ok(ControlMsg::Error { message }) => Err(ClientError::Remote(message)),
         Ok(m) => Ok(m),
-        Err(ControlError::Wire(e)) => Err(ClientError::Protocol(format!(
+        Err(ControlError::Wire(e)) => Err(ClientError::NotAnAgent(format!(
             "the peer is not a sonde agent, or a different version ({e})"
         ))),
-        Err(ControlError::Closed) => Err(ClientError::Protocol(format!(
-            "the agent closed the connection while {what}"
+        Err(ControlError::Closed) => Err(ClientError::NotAnAgent(format!(
+            "the peer closed the connection while {what}: not a sonde agent, or one that is shutting down"
         ))),
         Err(e) => Err(ClientError::Control(e)),
     }
@@ -243,11 +243,8 @@ fn join_udp(sock: &UdpSocket, token: Token, index: u32) -> Result<(), ClientErro
             }
         }
     }
-    Err(ClientError::Data(
-        std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "the agent did not acknowledge the UDP flow within 5 s (is UDP to the agent's port blocked?)",
-        ),
+    Err(ClientError::UdpBlocked(
+        sock.peer_addr().map_err(|e| ClientError::Data(e, index))?,
         index,
     ))
 }
@@ -282,7 +279,13 @@ pub(crate) fn run_latency(
     let elapsed_ns = clock.now_ns();
     write_frame(&mut c.ctrl, &ControlMsg::Finish)?;
     let report = loop {
-        match expect_reply(&mut c.ctrl, &mut c.body, REPORT_TIMEOUT, "finishing")? {
+        let reply = expect_reply(&mut c.ctrl, &mut c.body, REPORT_TIMEOUT, "finishing");
+        // Past the handshake, a broken control channel is a failed test, not a wrong peer.
+        let reply = reply.map_err(|e| match e {
+            ClientError::NotAnAgent(m) => ClientError::Protocol(m),
+            e => e,
+        });
+        match reply? {
             ControlMsg::Report(r) => break r,
             ControlMsg::Interval(_) | ControlMsg::SenderDone { .. } => {}
             other => return Err(unexpected(&other, "the report")),
@@ -508,7 +511,15 @@ impl Loop<'_> {
                     });
                 }
                 Ok(Event::Done(i, r)) => {
-                    let role = r.map_err(|e| ClientError::Data(e, index_u32(i)))?;
+                    let role = match r {
+                        Ok(role) => role,
+                        // The agent may have said why before the stream broke (shutting down).
+                        Err(e) => {
+                            return Err(
+                                reason_from_agent(rx).unwrap_or(ClientError::Data(e, index_u32(i)))
+                            )
+                        }
+                    };
                     self.roles[i] = Some(role);
                     let done = self.senders.iter().all(|&s| self.roles[s].is_some());
                     if !self.senders.is_empty() && done && !self.sender_done_sent {
@@ -592,6 +603,21 @@ impl Loop<'_> {
             self.client_intervals.push(iv);
         }
     }
+}
+
+/// After a data stream failed: the agent's own account of why, if it sends one within 0.5 s.
+fn reason_from_agent(rx: &mpsc::Receiver<Event>) -> Option<ClientError> {
+    let deadline = Instant::now() + Duration::from_millis(500);
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(Event::Control(Ok(ControlMsg::Error { message }))) => {
+                return Some(ClientError::Remote(message))
+            }
+            Ok(Event::Control(Err(_))) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
+    None
 }
 
 fn index_u32(i: usize) -> u32 {

@@ -18,11 +18,17 @@ pub enum ControlError {
     #[error("no message from the peer within {0:?}")]
     Timeout(Duration),
     /// The bytes were not a sonde control frame.
-    #[error("{0}")]
+    #[error(transparent)]
     Wire(#[from] sonde_wire::Error),
     /// The socket failed.
     #[error("control connection: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
+}
+
+impl From<io::Error> for ControlError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
 }
 
 /// Reads exactly `buf.len()` bytes before `deadline`.

@@ -4,15 +4,23 @@ use clap::{Parser, Subcommand};
 
 use crate::{latency, pps, quick, server, throughput};
 
-/// Exit codes, shown in `--help` and the README.
-pub(crate) const EXIT_CODES: &str = "\
+/// Exit codes, shown in every `--help` and the README. A macro so it can be `concat!`ed into
+/// each subcommand's long help.
+macro_rules! exit_codes {
+    () => {
+        "\
 Exit codes:
     0  the test ran and its result was printed
     1  the test started but failed (lost connection, the agent ended it)
     2  usage error (bad option or value)
     3  could not reach a sonde agent (resolve, connect, not a sonde agent, UDP blocked)
     4  the agent refused the test (busy, over its limits, other protocol version)
-  130  interrupted (Ctrl-C; the agent ends the session on its side)";
+  130  interrupted (Ctrl-C; the agent ends the session on its side)"
+    };
+}
+pub(crate) use exit_codes;
+
+const EXIT_CODES: &str = exit_codes!();
 
 /// Default port of the agent, TCP and UDP.
 pub(crate) const DEFAULT_PORT: u16 = 5300;
@@ -36,21 +44,17 @@ pub(crate) struct Cli {
     command: Command,
 }
 
+// The subcommands' help is the doc comment of each `Opt` (first line: the summary).
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the agent that clients test against (TCP and UDP on one port)
     #[command(after_help = EXIT_CODES)]
     Server(server::Opt),
-    /// Round-trip time: ping-pong (closed loop) or at a fixed rate (open loop)
     #[command(after_help = EXIT_CODES)]
     Latency(latency::Opt),
-    /// Bandwidth: TCP or UDP, parallel streams, reverse or both directions
     #[command(after_help = EXIT_CODES)]
     Throughput(throughput::Opt),
-    /// Packet rate: small UDP datagrams as fast as possible, counted by the receiver
     #[command(after_help = EXIT_CODES)]
     Pps(pps::Opt),
-    /// Everything on loopback against an in-process agent (about 20 s)
     #[command(after_help = EXIT_CODES)]
     Quick(quick::Opt),
 }

@@ -10,10 +10,12 @@ use sonde_wire::Protocol;
 use crate::cli::DEFAULT_PORT;
 use crate::output::{print, OutputOpt, Progress};
 
-/// Measure round-trip time (RTT) to an agent: the time from sending a message to receiving the
-/// agent's echo of it. RTT, not one-way latency: sockperf's "latency" is half of this.
+/// Round-trip time: ping-pong (closed loop) or at a fixed rate (open loop)
+///
+/// RTT is the time from sending a message to receiving the agent's echo of it. It is not one-way
+/// latency: sockperf's "latency" is half of this.
 #[derive(Debug, Args)]
-#[command(after_long_help = "\
+#[command(after_long_help = concat!("\
 By default one message is in flight at a time (closed loop, like sockperf ping-pong). With --rate \
 messages leave on a fixed schedule whatever the replies do (open loop), and each RTT counts from \
 the message's scheduled send time, so a stall shows in the percentiles instead of hiding \
@@ -28,7 +30,10 @@ back within max(100 ms, 10 x median RTT) is given up on and the next message goe
 Examples:
   sonde latency 198.18.0.2                 TCP, 64-byte messages, 1 s warm-up + 10 s
   sonde latency 198.18.0.2 -u -m 1472      UDP, 1472-byte datagrams
-  sonde latency 198.18.0.2 -u --rate 10K   open loop, 10,000 messages per second")]
+  sonde latency 198.18.0.2 -u --rate 10K   open loop, 10,000 messages per second
+  sonde latency 198.18.0.2 -n 100000       100,000 messages after the warm-up
+
+", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
     /// Agent to test: HOST, HOST:PORT or [IPv6]:PORT
     #[arg(value_name = "HOST[:PORT]")]

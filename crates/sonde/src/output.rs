@@ -15,7 +15,8 @@ pub(crate) struct OutputOpt {
     /// One JSON document on stdout (schema: schema/sonde-result.schema.json)
     #[arg(short = 'J', long, conflicts_with = "csv")]
     pub(crate) json: bool,
-    /// CSV on stdout: a header line, then a summary row (and one row per interval with -i)
+    /// CSV on stdout: a header line, then a summary row and detail rows (the `row` column says
+    /// which)
     #[arg(long)]
     pub(crate) csv: bool,
 }

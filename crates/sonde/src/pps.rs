@@ -9,10 +9,11 @@ use sonde_report::TestResult;
 use crate::cli::DEFAULT_PORT;
 use crate::output::{print, OutputOpt, Progress};
 
-/// Measure packet rate: small UDP datagrams sent as fast as the sender can, counted one by one
-/// at the receiving agent.
+/// Packet rate: small UDP datagrams as fast as possible, counted by the receiver
+///
+/// The sender sends as fast as it can; the receiving agent counts every datagram one by one.
 #[derive(Debug, Args)]
-#[command(after_long_help = "\
+#[command(after_long_help = concat!("\
 Each datagram carries a 16-byte header (64-bit sequence number, send time) and filler up to -m. \
 The default 18-byte payload makes a 64-byte Ethernet frame over IPv4 (14 + 20 + 8 + 18 + 4 FCS). \
 On Linux the sender hands the kernel batches of datagrams in one call (UDP GSO, `UDP_SEGMENT`); \
@@ -21,7 +22,9 @@ the kernel still sends every datagram separately, and the agent receives and cou
 
 Examples:
   sonde pps 198.18.0.2                  one flow, 18-byte payloads, 10 s
-  sonde pps 198.18.0.2 --flows 4        four flows (four source ports: RSS spreads them)")]
+  sonde pps 198.18.0.2 --flows 4        four flows (four source ports: RSS spreads them)
+
+", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
     /// Agent to test: HOST, HOST:PORT or [IPv6]:PORT
     #[arg(value_name = "HOST[:PORT]")]

@@ -12,10 +12,17 @@ use sonde_wire::{Direction, Protocol};
 
 use crate::output::{print, OutputOpt, Progress};
 
-/// Run TCP and UDP latency, TCP throughput with 1 and 2 streams, and UDP packet rate against an
-/// agent started inside this process on 127.0.0.1 (about 20 s). Loopback measures this host's
-/// network stack and CPUs, not a network.
+/// Everything on loopback against an in-process agent (about 20 s)
+///
+/// Runs TCP and UDP latency, TCP throughput with 1 and 2 streams, and UDP packet rate against an
+/// agent started inside this process on 127.0.0.1. Loopback measures this host's network stack
+/// and CPUs, not a network: it shows what sonde measures and how it reports, with no second
+/// host.
 #[derive(Debug, Args)]
+#[command(after_long_help = concat!("Example:
+  sonde quick --json > quick.json
+
+", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
     /// Seconds per case (warm-up included for latency)
     #[arg(short = 't', long = "time", default_value = "3.5", value_name = "SECS", value_parser = crate::units::seconds)]

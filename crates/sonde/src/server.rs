@@ -12,13 +12,20 @@ use sonde_agent::{Agent, AgentConfig};
 
 use crate::cli::DEFAULT_PORT;
 
-/// Serve sonde clients on one port, TCP and UDP. Many clients at once, each test its own
-/// session; the agent sends data only to the address that opened the session.
+/// Run the agent that clients test against (TCP and UDP on one port)
+///
+/// Serves many clients at once, each test its own session with its own token; sessions that
+/// overlap are noted in both results. The agent sends test data only to the address that opened
+/// the session.
 #[derive(Debug, Args)]
-#[command(
-    after_long_help = "Open TCP and UDP on the port in the host firewall. Ctrl-C or SIGTERM \
-stops the agent cleanly (running sessions are told it is shutting down)."
-)]
+#[command(after_long_help = concat!("Open TCP and UDP on the port in the host firewall. Ctrl-C or \
+SIGTERM stops the agent cleanly (running sessions are told it is shutting down).
+
+Examples:
+  sonde server                      all addresses, port 5300
+  sonde server --bind 198.18.0.2 -p 6000 --max-sessions 4
+
+", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
     /// Address to listen on; the default `::` also accepts IPv4 where the host allows it,
     /// else `0.0.0.0`

@@ -10,9 +10,11 @@ use sonde_wire::{Direction, Protocol};
 use crate::cli::DEFAULT_PORT;
 use crate::output::{print, OutputOpt, Progress};
 
-/// Measure bandwidth: bulk TCP or UDP, counted at the receiver.
+/// Bandwidth: TCP or UDP, parallel streams, reverse or both directions
+///
+/// Bulk transfer, counted at the receiver.
 #[derive(Debug, Args)]
-#[command(after_long_help = "\
+#[command(after_long_help = concat!("\
 The headline figure is what the receiver counted, over the receiver's own first-to-last-byte \
 time. The sender's figure (what it handed to its kernel) is shown beside it, labelled: it reads \
 high while socket buffers fill. -i intervals are counted at the receiver too, so no interval can \
@@ -26,7 +28,9 @@ Examples:
   sonde throughput 198.18.0.2                    TCP, one stream, 10 s
   sonde throughput 198.18.0.2 -P 4 -R            4 streams, the agent sends
   sonde throughput 198.18.0.2 --bidir -i 1       both directions, 1 s intervals
-  sonde throughput 198.18.0.2 -u -b 1G -l 1400   UDP at 1 Gbit/s (all streams together)")]
+  sonde throughput 198.18.0.2 -u -b 1G -l 1400   UDP at 1 Gbit/s (all streams together)
+
+", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
     /// Agent to test: HOST, HOST:PORT or [IPv6]:PORT
     #[arg(value_name = "HOST[:PORT]")]
@@ -46,7 +50,8 @@ pub(crate) struct Opt {
     /// UDP target rate for all streams of one direction together, bits/s (100M, 1G; 0 = as fast as possible)
     #[arg(short = 'b', long = "bitrate", default_value = "1M", value_name = "RATE", value_parser = crate::units::bitrate)]
     bitrate: u64,
-    /// Bytes per write (TCP, default 128K) or datagram payload (UDP, default 1400)
+    /// Bytes per write (TCP: 1 to 1M, default 128K) or datagram payload (UDP: 16 to 65507,
+    /// default 1400)
     #[arg(short = 'l', long = "length", value_name = "LEN", value_parser = crate::units::size)]
     length: Option<u32>,
     /// How long to send, seconds

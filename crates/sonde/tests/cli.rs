@@ -1,0 +1,1060 @@
+//! The `sonde` binary as users run it: each subcommand against a `sonde server` child on
+//! loopback, the JSON checked against the result schema and for the properties people rely on,
+//! CSV and table output, exit codes, a closed stdout, SIGTERM, and `--help` snapshots.
+//!
+//! Only 127.0.0.1; every test sends at most about a second of traffic.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Command as StdCommand, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+use common::{parse_listening_line, Agent};
+
+/// No single run in this file may take longer.
+const RUN_LIMIT: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------------------------
+// Running the binary
+// ---------------------------------------------------------------------------------------------
+
+fn sonde() -> Command {
+    let mut cmd = Command::cargo_bin("sonde").expect("the sonde binary is built for the tests");
+    cmd.timeout(RUN_LIMIT)
+        .env("COLUMNS", "100")
+        .env("TERM", "dumb");
+    cmd
+}
+
+/// `sonde server --bind 127.0.0.1 --port 0 -q EXTRA...`, killed when dropped.
+fn server(extra: &[&str]) -> Agent {
+    let mut args = vec!["-q"];
+    args.extend_from_slice(extra);
+    Agent::start_in(None, "127.0.0.1", &args)
+}
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(args: &[&str]) -> Run {
+    let out = sonde()
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("`sonde {}`: {e}", args.join(" ")));
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs `sonde ARGS...`, which must exit 0; its stdout.
+fn run_ok(args: &[&str]) -> String {
+    let r = run(args);
+    assert_eq!(
+        r.code,
+        Some(0),
+        "`sonde {}` failed\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        args.join(" "),
+        r.stdout,
+        r.stderr
+    );
+    r.stdout
+}
+
+/// Runs `sonde SUBCOMMAND TARGET ARGS... --json`; the document, checked against the schema and
+/// the result model.
+fn run_json(subcommand: &str, agent: &Agent, args: &[&str]) -> Value {
+    let target = agent.target();
+    let mut all = vec![subcommand, target.as_str()];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let stdout = run_ok(&all);
+    let doc: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "`sonde {}`: not one JSON document ({e}):\n{stdout}",
+            all.join(" ")
+        )
+    });
+    assert_valid(&doc);
+    doc
+}
+
+// ---------------------------------------------------------------------------------------------
+// The schema
+// ---------------------------------------------------------------------------------------------
+
+/// Checks `doc` against the result schema and that it reads back as a `TestResult`.
+fn assert_valid(doc: &Value) {
+    if let Err(errors) = sonde_report::validate(doc) {
+        panic!(
+            "the document breaks the schema:\n{}\n{doc:#}",
+            errors.join("\n")
+        );
+    }
+    if let Err(e) = serde_json::from_value::<sonde_report::TestResult>(doc.clone()) {
+        panic!("the document does not read back as a TestResult: {e}\n{doc:#}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading documents
+// ---------------------------------------------------------------------------------------------
+
+fn u(doc: &Value, pointer: &str) -> u64 {
+    doc.pointer(pointer)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("{pointer} is not an unsigned integer in\n{doc:#}"))
+}
+
+fn f(doc: &Value, pointer: &str) -> f64 {
+    doc.pointer(pointer)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("{pointer} is not a number in\n{doc:#}"))
+}
+
+fn s<'a>(doc: &'a Value, pointer: &str) -> &'a str {
+    doc.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("{pointer} is not a string in\n{doc:#}"))
+}
+
+fn arr<'a>(doc: &'a Value, pointer: &str) -> &'a Vec<Value> {
+    doc.pointer(pointer)
+        .and_then(Value::as_array)
+        .unwrap_or_else(|| panic!("{pointer} is not an array in\n{doc:#}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Latency
+// ---------------------------------------------------------------------------------------------
+
+/// What every latency document must say, whatever the transport.
+fn check_latency(doc: &Value, protocol: &str, warmup_ns: u64, measured_ns: u64) {
+    assert_eq!(s(doc, "/test"), "latency", "{doc:#}");
+    assert_eq!(s(doc, "/protocol"), protocol, "{doc:#}");
+    assert!(u(doc, "/samples") > 0, "{doc:#}");
+    assert_eq!(u(doc, "/warmup_ns"), warmup_ns, "{doc:#}");
+    // Closed loop sends until warm-up + -t has passed; open loop's last message is scheduled one
+    // period before that, and the run ends with its reply.
+    let period_ns = doc["rate_per_second"]
+        .as_f64()
+        .map_or(0, |rate| (1e9 / rate).ceil() as u64);
+    assert!(
+        u(doc, "/duration_ns") >= warmup_ns + measured_ns - period_ns,
+        "ran shorter than warm-up + -t: {doc:#}"
+    );
+    let (min, p50, max) = (
+        u(doc, "/rtt_ns/min"),
+        u(doc, "/rtt_ns/p50"),
+        u(doc, "/rtt_ns/max"),
+    );
+    let p90 = u(doc, "/rtt_ns/p90");
+    assert!(
+        0 < min && min <= p50 && p50 <= p90 && p90 <= max,
+        "RTT order: {doc:#}"
+    );
+    let mean = f(doc, "/rtt_ns/mean");
+    assert!((min as f64) <= mean && mean <= max as f64, "{doc:#}");
+    // Every message sent is either a sample, a warm-up sample, or lost.
+    assert!(
+        u(doc, "/samples") + u(doc, "/warmup_samples") + u(doc, "/lost") <= u(doc, "/sent"),
+        "{doc:#}"
+    );
+}
+
+#[test]
+fn latency_tcp_json() {
+    let agent = server(&[]);
+    let doc = run_json("latency", &agent, &["-t", "0.5", "--warmup", "0.2"]);
+    check_latency(&doc, "tcp", 200_000_000, 500_000_000);
+    assert_eq!(s(&doc, "/mode"), "closed_loop");
+    assert_eq!(u(&doc, "/msg_size_bytes"), 64);
+    assert_eq!(u(&doc, "/lost"), 0, "TCP on loopback: {doc:#}");
+    assert!(
+        doc["lost_outbound"].is_null() && doc["lost_return"].is_null(),
+        "{doc:#}"
+    );
+    // Closed loop over TCP: every message sent got its reply, before or after the warm-up.
+    assert_eq!(
+        u(&doc, "/samples") + u(&doc, "/warmup_samples"),
+        u(&doc, "/sent"),
+        "{doc:#}"
+    );
+    assert_eq!(u(&doc, "/overlapping_sessions"), 0, "{doc:#}");
+
+    // The schema check is not a formality: it rejects broken documents.
+    let breakages: [(&str, &str, Value); 4] = [
+        ("negative samples", "/samples", serde_json::json!(-1)),
+        (
+            "an unknown protocol",
+            "/protocol",
+            serde_json::json!("sctp"),
+        ),
+        (
+            "a string percentile",
+            "/rtt_ns/p50",
+            serde_json::json!("14000"),
+        ),
+        ("a null minimum RTT", "/rtt_ns/min", Value::Null),
+    ];
+    for (what, pointer, value) in breakages {
+        let mut broken = doc.clone();
+        *broken.pointer_mut(pointer).expect("the field exists") = value;
+        assert!(
+            sonde_report::validate(&broken).is_err(),
+            "the schema check accepts {what}"
+        );
+    }
+}
+
+#[test]
+fn latency_udp_json() {
+    let agent = server(&[]);
+    let doc = run_json(
+        "latency",
+        &agent,
+        &["-u", "-m", "200", "-t", "0.5", "--warmup", "0.2"],
+    );
+    check_latency(&doc, "udp", 200_000_000, 500_000_000);
+    assert_eq!(s(&doc, "/mode"), "closed_loop");
+    assert_eq!(u(&doc, "/msg_size_bytes"), 200);
+    let lost = u(&doc, "/lost");
+    assert!(
+        lost * 1000 <= u(&doc, "/sent"),
+        "more than 0.1% lost on loopback: {doc:#}"
+    );
+    assert_eq!(
+        u(&doc, "/lost_outbound") + u(&doc, "/lost_return"),
+        lost,
+        "{doc:#}"
+    );
+}
+
+#[test]
+fn latency_udp_open_loop_json() {
+    const RATE: u64 = 2000;
+    let agent = server(&[]);
+    let doc = run_json(
+        "latency",
+        &agent,
+        &["-u", "--rate", "2000", "-t", "0.5", "--warmup", "0.2"],
+    );
+    check_latency(&doc, "udp", 200_000_000, 500_000_000);
+    assert_eq!(s(&doc, "/mode"), "open_loop");
+    assert_eq!(f(&doc, "/rate_per_second"), RATE as f64);
+    assert!(doc["late_sends"].is_u64(), "{doc:#}");
+    // The schedule: RATE per second over warm-up + -t, whatever the replies did.
+    let sent = u(&doc, "/sent");
+    let planned = RATE * 7 / 10;
+    assert!(
+        sent.abs_diff(planned) <= planned / 20,
+        "sent {sent} at --rate {RATE} over 0.7 s (planned {planned}): {doc:#}"
+    );
+    let samples = u(&doc, "/samples");
+    let measured = RATE / 2;
+    assert!(
+        samples.abs_diff(measured) <= measured / 10,
+        "{samples} samples after the warm-up, {measured} planned: {doc:#}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Throughput
+// ---------------------------------------------------------------------------------------------
+
+/// Totals are the sums of the streams; TCP delivers every byte its sender wrote.
+fn check_throughput(doc: &Value, protocol: &str, direction: &str, streams: usize) {
+    assert_eq!(s(doc, "/test"), "throughput", "{doc:#}");
+    assert_eq!(s(doc, "/protocol"), protocol, "{doc:#}");
+    assert_eq!(s(doc, "/direction"), direction, "{doc:#}");
+    let list = arr(doc, "/streams");
+    assert_eq!(list.len(), streams, "{doc:#}");
+    for (i, st) in list.iter().enumerate() {
+        assert_eq!(u(st, "/stream"), i as u64, "{doc:#}");
+        assert!(
+            u(st, "/receiver/bytes") > 0,
+            "stream {i} received nothing: {doc:#}"
+        );
+        assert!(
+            u(st, "/receiver/bytes") <= u(st, "/sender/bytes"),
+            "stream {i} received more than was sent: {doc:#}"
+        );
+        if protocol == "tcp" {
+            // The receiver reads to the sender's end of stream: nothing written is missing.
+            assert_eq!(
+                u(st, "/receiver/bytes"),
+                u(st, "/sender/bytes"),
+                "stream {i}: TCP bytes went missing: {doc:#}"
+            );
+        }
+    }
+    for side in ["receiver", "sender"] {
+        for field in ["bytes", "packets"] {
+            let sum: u64 = list
+                .iter()
+                .map(|st| u(st, &format!("/{side}/{field}")))
+                .sum();
+            assert_eq!(
+                u(doc, &format!("/{side}/{field}")),
+                sum,
+                "{side}.{field}: {doc:#}"
+            );
+        }
+    }
+    assert!(f(doc, "/receiver/bits_per_second") > 0.0, "{doc:#}");
+    if protocol == "tcp" {
+        assert!(
+            doc["lost"].is_null() && doc["jitter_ns"].is_null(),
+            "{doc:#}"
+        );
+    }
+}
+
+/// Intervals start at 0, follow each other without gaps, and add up, stream by stream, to what
+/// the receivers counted: together they cover the whole run.
+fn check_intervals(doc: &Value, interval_ns: u64) {
+    let intervals = arr(doc, "/intervals");
+    assert!(intervals.len() >= 2, "with -i there are intervals: {doc:#}");
+    let streams = arr(doc, "/streams");
+    let mut expect_start = 0;
+    let mut per_stream = vec![0u64; streams.len()];
+    for (k, iv) in intervals.iter().enumerate() {
+        let (start, end) = (u(iv, "/start_ns"), u(iv, "/end_ns"));
+        assert_eq!(
+            start,
+            expect_start,
+            "interval {k} does not start where {} ended: {doc:#}",
+            k.saturating_sub(1)
+        );
+        assert!(end > start, "{doc:#}");
+        if k + 1 < intervals.len() {
+            assert_eq!(
+                (end - start) % interval_ns,
+                0,
+                "interval {k} is cut off its boundaries: {doc:#}"
+            );
+        }
+        expect_start = end;
+        let stream_bytes = arr(iv, "/stream_bytes");
+        assert_eq!(stream_bytes.len(), streams.len(), "{doc:#}");
+        let sum: u64 = stream_bytes
+            .iter()
+            .map(|b| b.as_u64().expect("bytes"))
+            .sum();
+        assert_eq!(
+            u(iv, "/bytes"),
+            sum,
+            "interval {k}: bytes vs stream_bytes: {doc:#}"
+        );
+        for (i, b) in stream_bytes.iter().enumerate() {
+            per_stream[i] += b.as_u64().expect("bytes");
+        }
+    }
+    let total: u64 = intervals.iter().map(|iv| u(iv, "/bytes")).sum();
+    assert_eq!(
+        total,
+        u(doc, "/receiver/bytes"),
+        "intervals do not add up to the receiver total: {doc:#}"
+    );
+    for (i, st) in streams.iter().enumerate() {
+        assert_eq!(
+            per_stream[i],
+            u(st, "/receiver/bytes"),
+            "stream {i}: intervals do not add up to its receiver count: {doc:#}"
+        );
+    }
+}
+
+#[test]
+fn throughput_tcp_json() {
+    let agent = server(&[]);
+    let doc = run_json("throughput", &agent, &["-t", "0.5"]);
+    check_throughput(&doc, "tcp", "forward", 1);
+    assert_eq!(s(&doc, "/streams/0/direction"), "client_to_server");
+    assert_eq!(u(&doc, "/duration_ns"), 500_000_000);
+    assert_eq!(u(&doc, "/msg_size_bytes"), 128 * 1024);
+    assert!(
+        arr(&doc, "/intervals").is_empty(),
+        "no -i, no intervals: {doc:#}"
+    );
+}
+
+#[test]
+fn throughput_tcp_parallel_reverse_json() {
+    let agent = server(&[]);
+    let doc = run_json("throughput", &agent, &["-P", "2", "-R", "-t", "0.5"]);
+    check_throughput(&doc, "tcp", "reverse", 2);
+    assert_eq!(u(&doc, "/parallel"), 2);
+    for st in arr(&doc, "/streams") {
+        assert_eq!(s(st, "/direction"), "server_to_client", "{doc:#}");
+    }
+}
+
+#[test]
+fn throughput_tcp_bidir_intervals_json() {
+    let agent = server(&[]);
+    let doc = run_json("throughput", &agent, &["--bidir", "-i", "0.2", "-t", "0.6"]);
+    check_throughput(&doc, "tcp", "bidir", 2);
+    let directions: Vec<&str> = arr(&doc, "/streams")
+        .iter()
+        .map(|st| s(st, "/direction"))
+        .collect();
+    assert_eq!(
+        directions,
+        ["client_to_server", "server_to_client"],
+        "{doc:#}"
+    );
+    check_intervals(&doc, 200_000_000);
+}
+
+#[test]
+fn throughput_tcp_forward_intervals_json() {
+    let agent = server(&[]);
+    let doc = run_json("throughput", &agent, &["-i", "0.2", "-t", "0.6"]);
+    check_throughput(&doc, "tcp", "forward", 1);
+    check_intervals(&doc, 200_000_000);
+}
+
+#[test]
+fn throughput_udp_json() {
+    let agent = server(&[]);
+    let doc = run_json(
+        "throughput",
+        &agent,
+        &["-u", "-b", "20M", "-l", "1200", "-i", "0.2", "-t", "0.6"],
+    );
+    check_throughput(&doc, "udp", "forward", 1);
+    check_intervals(&doc, 200_000_000);
+    assert_eq!(u(&doc, "/target_bits_per_second"), 20_000_000);
+    assert_eq!(u(&doc, "/msg_size_bytes"), 1200);
+    let (sent, received, lost) = (
+        u(&doc, "/sender/packets"),
+        u(&doc, "/receiver/packets"),
+        u(&doc, "/lost"),
+    );
+    assert_eq!(
+        received + lost,
+        sent,
+        "every datagram sent arrived or is counted lost: {doc:#}"
+    );
+    assert!(
+        lost * 100 <= sent,
+        "more than 1% lost at 20 Mbit/s on loopback: {doc:#}"
+    );
+    let duplicated = u(&doc, "/duplicated");
+    assert_eq!(
+        u(&doc, "/receiver/bytes"),
+        (received + duplicated) * 1200,
+        "{doc:#}"
+    );
+    assert_eq!(u(&doc, "/sender/bytes"), sent * 1200, "{doc:#}");
+    // Paced at -b: 20 Mbit/s for 0.6 s is 1,250 datagrams of 1,200 bytes.
+    assert!(
+        sent.abs_diff(1250) <= 125,
+        "{sent} datagrams sent at -b 20M for 0.6 s: {doc:#}"
+    );
+    assert!(doc["jitter_ns"].is_u64(), "{doc:#}");
+    assert!(doc["retransmits"].is_null(), "{doc:#}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packet rate
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn pps_json() {
+    let agent = server(&[]);
+    let doc = run_json("pps", &agent, &["--flows", "2", "-t", "0.5"]);
+    assert_eq!(s(&doc, "/test"), "pps");
+    assert_eq!(u(&doc, "/msg_size_bytes"), 18);
+    let (sent, received, lost) = (u(&doc, "/sent"), u(&doc, "/received"), u(&doc, "/lost"));
+    assert!(received > 0, "{doc:#}");
+    assert_eq!(received + lost, sent, "{doc:#}");
+    let flows = arr(&doc, "/flows");
+    assert_eq!(flows.len(), 2, "{doc:#}");
+    for (i, fl) in flows.iter().enumerate() {
+        assert_eq!(u(fl, "/flow"), i as u64);
+        assert!(
+            u(fl, "/received") > 0,
+            "flow {i} got nothing through: {doc:#}"
+        );
+        assert_eq!(
+            u(fl, "/received") + u(fl, "/lost"),
+            u(fl, "/sent"),
+            "flow {i}: {doc:#}"
+        );
+    }
+    for field in ["sent", "received", "lost"] {
+        let sum: u64 = flows.iter().map(|fl| u(fl, &format!("/{field}"))).sum();
+        assert_eq!(u(&doc, &format!("/{field}")), sum, "{field}: {doc:#}");
+    }
+    let pct = f(&doc, "/loss_percent");
+    assert!(
+        (pct - lost as f64 * 100.0 / sent as f64).abs() < 1e-6,
+        "{doc:#}"
+    );
+    assert!(
+        f(&doc, "/received_pps") > 0.0 && !s(&doc, "/send_method").is_empty(),
+        "{doc:#}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quick
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn quick_json() {
+    let stdout = run_ok(&["quick", "--json", "-t", "1"]);
+    let doc: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}:\n{stdout}"));
+    assert_valid(&doc);
+    assert_eq!(s(&doc, "/test"), "quick");
+    let results = arr(&doc, "/results");
+    let tests: Vec<&str> = results.iter().map(|c| s(c, "/result/test")).collect();
+    assert_eq!(
+        tests,
+        ["latency", "latency", "throughput", "throughput", "pps"],
+        "{doc:#}"
+    );
+    let cases: Vec<&str> = results.iter().map(|c| s(c, "/case")).collect();
+    let mut unique = cases.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), 5, "case names: {cases:?}");
+    for c in results {
+        let r = &c["result"];
+        match s(r, "/test") {
+            "latency" => assert!(u(r, "/samples") > 0, "{c:#}"),
+            "throughput" => assert!(u(r, "/receiver/bytes") > 0, "{c:#}"),
+            _ => assert!(u(r, "/received") > 0, "{c:#}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CSV and table
+// ---------------------------------------------------------------------------------------------
+
+/// Splits one CSV line (RFC 4180 quoting).
+fn csv_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                chars.next();
+                fields.last_mut().expect("a field").push('"');
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => fields.push(String::new()),
+            (c, _) => fields.last_mut().expect("a field").push(c),
+        }
+    }
+    assert!(!quoted, "unterminated quote in {line:?}");
+    fields
+}
+
+/// The rows as maps from the header's names; every row has as many fields as the header.
+fn csv_rows(text: &str) -> Vec<BTreeMap<String, String>> {
+    let mut lines = text.lines();
+    let header = csv_fields(lines.next().expect("a header line"));
+    let rows: Vec<BTreeMap<String, String>> = lines
+        .map(|line| {
+            let fields = csv_fields(line);
+            assert_eq!(
+                fields.len(),
+                header.len(),
+                "row {line:?} vs header {header:?}"
+            );
+            header.iter().cloned().zip(fields).collect()
+        })
+        .collect();
+    assert!(!rows.is_empty(), "no row under the header:\n{text}");
+    rows
+}
+
+#[test]
+fn latency_csv() {
+    let agent = server(&[]);
+    let out = run_ok(&[
+        "latency",
+        &agent.target(),
+        "-t",
+        "0.3",
+        "--warmup",
+        "0.1",
+        "--csv",
+    ]);
+    let rows = csv_rows(&out);
+    assert_eq!(rows.len(), 1, "{out}");
+    assert_eq!(rows[0]["test"], "latency");
+    let samples: u64 = rows[0]["samples"].parse().expect("samples is a number");
+    assert!(samples > 0, "{out}");
+}
+
+#[test]
+fn throughput_csv_has_a_row_per_interval() {
+    let agent = server(&[]);
+    let out = run_ok(&[
+        "throughput",
+        &agent.target(),
+        "-t",
+        "0.5",
+        "-i",
+        "0.2",
+        "--csv",
+    ]);
+    let rows = csv_rows(&out);
+    assert!(rows.len() >= 3, "a summary and intervals:\n{out}");
+    assert!(rows.iter().all(|r| r["test"] == "throughput"), "{out}");
+    let sum: u64 = rows
+        .iter()
+        .filter(|r| r["row"] == "interval")
+        .map(|r| r["receiver_bytes"].parse::<u64>().expect("bytes"))
+        .sum();
+    let summary = rows
+        .iter()
+        .find(|r| r["row"] == "summary")
+        .expect("a summary row");
+    assert_eq!(sum.to_string(), summary["receiver_bytes"], "{out}");
+}
+
+#[test]
+fn pps_csv() {
+    let agent = server(&[]);
+    let out = run_ok(&["pps", &agent.target(), "-t", "0.3", "--csv"]);
+    let rows = csv_rows(&out);
+    assert_eq!(rows[0]["test"], "pps", "{out}");
+}
+
+#[test]
+fn latency_table_speaks_of_rtt() {
+    let agent = server(&[]);
+    let out = run_ok(&["latency", &agent.target(), "-t", "0.3", "--warmup", "0.1"]);
+    assert!(out.contains("RTT"), "{out}");
+    assert!(out.contains("p50"), "{out}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exit codes
+// ---------------------------------------------------------------------------------------------
+
+/// A loopback port with nothing listening on it (bound by us, then released).
+fn closed_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("local address").port()
+}
+
+#[test]
+fn no_agent_is_exit_3_with_one_line() {
+    let port = closed_port();
+    let r = run(&["latency", &format!("127.0.0.1:{port}"), "-t", "0.3"]);
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    let msg = r.stderr.trim_end();
+    assert_eq!(msg.lines().count(), 1, "one line on stderr:\n{msg}");
+    assert!(
+        msg.starts_with("sonde: ") && msg.contains(&port.to_string()),
+        "{msg}"
+    );
+}
+
+#[test]
+fn connect_error_states_its_cause_once() {
+    let port = closed_port();
+    let r = run(&["throughput", &format!("127.0.0.1:{port}"), "-t", "0.3"]);
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    let msg = r.stderr.trim_end();
+    assert_eq!(
+        msg.matches("Connection refused").count(),
+        1,
+        "the OS error is repeated: {msg}"
+    );
+}
+
+#[test]
+fn unresolvable_host_is_exit_3() {
+    let r = run(&["latency", "no-such-host.invalid", "-t", "0.3"]);
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert!(r.stderr.contains("no-such-host.invalid"), "{}", r.stderr);
+}
+
+#[test]
+fn bad_values_are_exit_2() {
+    let closed = format!("127.0.0.1:{}", closed_port());
+    for args in [
+        vec!["latency", "127.0.0.1", "-t", "abc"],
+        vec!["latency", "127.0.0.1", "-m", "5X"],
+        vec!["throughput", "127.0.0.1", "-b", "fast"],
+        vec!["latency"],
+        vec!["throughput", "127.0.0.1", "--json", "--csv"],
+        // Checked before connecting: a closed port does not turn it into exit 3.
+        vec!["throughput", &closed, "-P", "0"],
+        vec!["pps", &closed, "-m", "8"],
+    ] {
+        let r = run(&args);
+        assert_eq!(r.code, Some(2), "`sonde {}`: {}", args.join(" "), r.stderr);
+        assert!(
+            !r.stderr.trim().is_empty(),
+            "`sonde {}` says nothing",
+            args.join(" ")
+        );
+    }
+}
+
+#[test]
+fn refused_is_exit_4_and_says_why() {
+    let agent = server(&["--max-duration", "1"]);
+    let r = run(&["latency", &agent.target(), "-t", "5", "--warmup", "0.2"]);
+    assert_eq!(r.code, Some(4), "{}", r.stderr);
+    assert!(r.stderr.contains("refused"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("--max-duration"),
+        "names the agent's limit: {}",
+        r.stderr
+    );
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+}
+
+/// A TCP server that answers like another service (an SSH banner) and closes.
+fn not_sonde() -> (SocketAddr, thread::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("address");
+    let t = thread::spawn(move || {
+        if let Ok((mut s, _)) = l.accept() {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n");
+            let mut buf = [0u8; 256];
+            let _ = s.read(&mut buf);
+        }
+    });
+    (addr, t)
+}
+
+#[test]
+fn a_peer_that_is_not_a_sonde_agent_is_exit_3() {
+    // `--help`: "3  could not reach a sonde agent (resolve, connect, not a sonde agent, ...)".
+    let (addr, peer) = not_sonde();
+    let r = run(&["latency", &addr.to_string(), "-t", "0.3"]);
+    let _ = peer.join();
+    assert!(r.stderr.contains("not a sonde agent"), "{}", r.stderr);
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+}
+
+/// A fake agent on TCP only: it admits a UDP test, but nothing answers on the UDP port, as when
+/// a firewall blocks UDP.
+fn agent_without_udp() -> (SocketAddr, thread::JoinHandle<()>) {
+    use sonde_wire::{
+        decode_frame, encode_frame, ControlMsg, Limits, SessionId, Token, PROTOCOL_VERSION,
+    };
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("address");
+    let t = thread::spawn(move || {
+        let Ok((mut s, _)) = l.accept() else { return };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(15)));
+        let read_frame = |s: &mut TcpStream| -> Option<ControlMsg> {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            for _ in 0..64 {
+                if let Ok(Some((msg, _))) = decode_frame(&buf) {
+                    return Some(msg);
+                }
+                let n = s.read(&mut chunk).ok().filter(|&n| n > 0)?;
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            None
+        };
+        let mut preamble = [0u8; 8];
+        if s.read_exact(&mut preamble).is_err() {
+            return;
+        }
+        let send = |s: &mut TcpStream, msg: &ControlMsg| {
+            let mut out = Vec::new();
+            encode_frame(msg, &mut out).expect("encodes");
+            let _ = s.write_all(&out);
+        };
+        if !matches!(read_frame(&mut s), Some(ControlMsg::Hello { .. })) {
+            return;
+        }
+        send(
+            &mut s,
+            &ControlMsg::Welcome {
+                protocol: PROTOCOL_VERSION,
+                software: "fake".into(),
+                session: SessionId(1),
+                limits: Limits {
+                    max_sessions: 1,
+                    max_duration_ms: 60_000,
+                    max_streams: 1,
+                    max_msg_size: 65_536,
+                },
+            },
+        );
+        if !matches!(read_frame(&mut s), Some(ControlMsg::Start { .. })) {
+            return;
+        }
+        send(&mut s, &ControlMsg::Accepted { token: Token(42) });
+        // Hold the session until the client gives up.
+        let mut sink = [0u8; 256];
+        while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+    });
+    (addr, t)
+}
+
+#[test]
+fn udp_blocked_is_exit_3() {
+    // `--help`: "3  could not reach a sonde agent (..., UDP blocked)". The client gives up on the
+    // UDP join after 5 s.
+    let (addr, fake) = agent_without_udp();
+    let started = Instant::now();
+    let r = run(&[
+        "latency",
+        &addr.to_string(),
+        "-u",
+        "-t",
+        "0.3",
+        "--warmup",
+        "0.1",
+    ]);
+    let _ = fake.join();
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        r.stderr.contains("UDP"),
+        "says that UDP is the problem: {}",
+        r.stderr
+    );
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A closed stdout
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `sonde ARGS...` with its stdout closed before it writes anything (as `| head -c 0`
+/// would); the exit code and stderr.
+fn run_with_closed_stdout(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sonde");
+    drop(child.stdout.take());
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let reader = thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + RUN_LIMIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "`sonde {}` with a closed stdout did not finish",
+                args.join(" ")
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    (status.code(), reader.join().unwrap_or_default())
+}
+
+#[test]
+fn a_closed_stdout_is_not_an_error() {
+    let agent = server(&[]);
+    let target = agent.target();
+    for args in [
+        vec!["latency", &target, "-t", "0.3", "--warmup", "0.1"],
+        vec!["latency", &target, "-t", "0.3", "--warmup", "0.1", "--json"],
+        // Interval lines are printed while the test runs.
+        vec!["throughput", &target, "-t", "0.5", "-i", "0.1"],
+        vec!["pps", &target, "-t", "0.3", "--csv"],
+    ] {
+        let (code, stderr) = run_with_closed_stdout(&args);
+        assert!(
+            !stderr.contains("panicked"),
+            "`sonde {}`:\n{stderr}",
+            args.join(" ")
+        );
+        assert_eq!(code, Some(0), "`sonde {}`:\n{stderr}", args.join(" "));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server shutdown
+// ---------------------------------------------------------------------------------------------
+
+/// A `sonde server` child whose exit status the test reads; killed if the test fails first.
+struct ServerChild {
+    child: std::process::Child,
+    target: String,
+    stderr: Option<thread::JoinHandle<String>>,
+}
+
+impl ServerChild {
+    fn start() -> ServerChild {
+        let mut child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+            .args(["server", "--bind", "127.0.0.1", "--port", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sonde server");
+        let mut stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            use std::io::BufRead;
+            let mut lines = std::io::BufReader::new(&mut stdout).lines();
+            if let Some(Ok(line)) = lines.next() {
+                let _ = tx.send(line);
+            }
+            // Keep draining so the server never blocks on its stdout.
+            for _ in lines {}
+        });
+        let mut pipe = child.stderr.take().expect("piped stderr");
+        let stderr = thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        });
+        let line = rx.recv_timeout(Duration::from_secs(10));
+        let Some((addr, port)) = line.as_deref().ok().and_then(parse_listening_line) else {
+            let _ = child.kill();
+            panic!("no listening line from sonde server: {line:?}");
+        };
+        ServerChild {
+            child,
+            target: format!("{addr}:{port}"),
+            stderr: Some(stderr),
+        }
+    }
+}
+
+impl Drop for ServerChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a server and a 5 s client test against it, sends the server SIGTERM after 0.7 s; the
+/// server's exit status (`None`: still running 3 s later), its stderr, and the client's output.
+fn sigterm_during_a_test() -> (
+    Option<std::process::ExitStatus>,
+    String,
+    std::process::Output,
+) {
+    let mut server = ServerChild::start();
+    let client = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+        .args(["throughput", &server.target, "-t", "5", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the client");
+    thread::sleep(Duration::from_millis(700));
+    let pid = server.child.id().to_string();
+    let killed = StdCommand::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    let signalled = Instant::now();
+    let status = loop {
+        if let Some(status) = server.child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if signalled.elapsed() > Duration::from_secs(3) {
+            break None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    // Kill a server that did not stop, so that the client ends too.
+    drop(server.child.kill());
+    let client = client.wait_with_output().expect("the client ends");
+    let server_err = server
+        .stderr
+        .take()
+        .and_then(|t| t.join().ok())
+        .unwrap_or_default();
+    (status, server_err, client)
+}
+
+#[test]
+fn sigterm_stops_the_server_within_3_s_even_mid_test() {
+    let (status, server_err, client) = sigterm_during_a_test();
+    let status = status.expect("the server did not exit within 3 s of SIGTERM");
+    assert!(
+        status.success(),
+        "the server exited with {status} on SIGTERM:\n{server_err}"
+    );
+    assert!(!server_err.contains("panicked"), "{server_err}");
+    // The client's test was cut short: it fails (exit 1) rather than hang or claim success.
+    let client_err = String::from_utf8_lossy(&client.stderr);
+    assert_eq!(client.status.code(), Some(1), "{client_err}");
+    assert!(client.stdout.is_empty(), "no result for a test cut short");
+}
+
+#[test]
+fn a_client_whose_agent_shuts_down_is_told_so() {
+    // `sonde server --help`: "running sessions are told it is shutting down".
+    let (status, _, client) = sigterm_during_a_test();
+    assert!(status.is_some_and(|s| s.success()));
+    let client_err = String::from_utf8_lossy(&client.stderr);
+    assert!(client_err.contains("shutting down"), "{client_err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// --help
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn help_snapshots() {
+    for (name, args) in [
+        ("help_sonde", vec!["--help"]),
+        ("help_server", vec!["server", "--help"]),
+        ("help_latency", vec!["latency", "--help"]),
+        ("help_throughput", vec!["throughput", "--help"]),
+        ("help_pps", vec!["pps", "--help"]),
+        ("help_quick", vec!["quick", "--help"]),
+    ] {
+        let out = run_ok(&args);
+        insta::assert_snapshot!(name, out);
+    }
+}
+
+#[test]
+fn every_help_lists_the_exit_codes() {
+    for sub in ["server", "latency", "throughput", "pps", "quick"] {
+        for flag in ["-h", "--help"] {
+            let out = run_ok(&[sub, flag]);
+            assert!(
+                out.contains("Exit codes:") && out.contains("4  the agent refused"),
+                "`sonde {sub} {flag}` does not list the exit codes:\n{out}"
+            );
+        }
+    }
+}
