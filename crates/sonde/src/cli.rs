@@ -61,11 +61,11 @@ enum Command {
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Server(o) => server::run(o),
-        Command::Latency(o) => latency::run(o),
-        Command::Throughput(o) => throughput::run(o),
-        Command::Pps(o) => pps::run(o),
-        Command::Quick(o) => quick::run(o),
+        Command::Server(o) => server::run(&o),
+        Command::Latency(o) => latency::run(&o),
+        Command::Throughput(o) => throughput::run(&o),
+        Command::Pps(o) => pps::run(&o),
+        Command::Quick(o) => quick::run(&o),
     }
 }
 

@@ -60,7 +60,7 @@ pub(crate) struct Opt {
     output: OutputOpt,
 }
 
-pub(crate) fn run(opt: Opt) -> anyhow::Result<()> {
+pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
     let options = LatencyOptions {
         protocol: if opt.udp {

@@ -42,7 +42,7 @@ pub(crate) struct Opt {
     output: OutputOpt,
 }
 
-pub(crate) fn run(opt: Opt) -> anyhow::Result<()> {
+pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
     let options = PpsOptions {
         msg_size: opt.msg_size,

@@ -31,7 +31,13 @@ pub(crate) struct Opt {
     output: OutputOpt,
 }
 
-pub(crate) fn run(opt: Opt) -> anyhow::Result<()> {
+/// One case: its name and how to run it.
+type Case<'a> = (
+    &'static str,
+    Box<dyn Fn() -> Result<TestResult, sonde_client::ClientError> + 'a>,
+);
+
+pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let agent = Agent::bind(AgentConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))))?;
     let addr = agent.local_addr();
     let handle = agent.spawn();
@@ -59,10 +65,7 @@ pub(crate) fn run(opt: Opt) -> anyhow::Result<()> {
         duration: t,
         ..ThroughputOptions::default()
     };
-    let cases: [(
-        &str,
-        Box<dyn Fn() -> Result<TestResult, sonde_client::ClientError>>,
-    ); 5] = [
+    let cases: [Case<'_>; 5] = [
         (
             "tcp latency",
             Box::new(|| {

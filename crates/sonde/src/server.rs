@@ -48,7 +48,7 @@ pub(crate) struct Opt {
     quiet: bool,
 }
 
-pub(crate) fn run(opt: Opt) -> anyhow::Result<()> {
+pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let config = |ip: IpAddr| {
         let mut c = AgentConfig::new(SocketAddr::new(ip, opt.port));
         c.max_sessions = opt.max_sessions;

@@ -898,9 +898,39 @@ impl Grid {
     }
 }
 
+/// One interval as a single line, for live display while a test runs (the final table aligns
+/// all intervals in a block; this line is for a terminal, before the table exists).
+pub fn interval_line(iv: &crate::model::IntervalResult) -> String {
+    let bytes = Unit::for_largest(&BYTES, to_f64(iv.bytes));
+    let rate = Unit::for_largest(&RATE, iv.bits_per_second);
+    format!(
+        "[SUM]  {:.2}-{:.2} sec  {:>12}  {:>14}  (counted at the receiver)",
+        ns_to_s(iv.start_ns),
+        ns_to_s(iv.end_ns),
+        bytes.fmt(to_f64(iv.bytes)),
+        rate.fmt(iv.bits_per_second)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_live_interval_line_states_span_bytes_rate_and_where_counted() {
+        let iv = crate::model::IntervalResult {
+            start_ns: 1_000_000_000,
+            end_ns: 2_000_000_000,
+            bytes: 11_955_000,
+            bits_per_second: 95_640_000.0,
+            packets: 0,
+            stream_bytes: vec![11_955_000],
+        };
+        assert_eq!(
+            interval_line(&iv),
+            "[SUM]  1.00-2.00 sec     11.40 MiB    95.64 Mbit/s  (counted at the receiver)"
+        );
+    }
     use crate::fixtures;
 
     #[test]
@@ -1040,18 +1070,4 @@ mod tests {
         g.render(&mut out);
         assert_eq!(out, "a            1.5 µs\n\nlong name  12.25\n");
     }
-}
-
-/// One interval as a single line, for live display while a test runs (the final table aligns
-/// all intervals in a block; this line is for a terminal, before the table exists).
-pub fn interval_line(iv: &crate::model::IntervalResult) -> String {
-    let bytes = Unit::for_largest(&BYTES, to_f64(iv.bytes));
-    let rate = Unit::for_largest(&RATE, iv.bits_per_second);
-    format!(
-        "[SUM]  {:.2}-{:.2} sec  {:>12}  {:>14}  (counted at the receiver)",
-        ns_to_s(iv.start_ns),
-        ns_to_s(iv.end_ns),
-        bytes.fmt(to_f64(iv.bytes)),
-        rate.fmt(iv.bits_per_second)
-    )
 }
