@@ -41,8 +41,12 @@ pub const UDP_MAX_MSG: u32 = 65_507;
 pub const TCP_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Open loop over TCP: how long the reader waits for the remaining replies after the last send.
 pub const TCP_OPEN_LOOP_DRAIN: Duration = Duration::from_secs(2);
-/// The shortest UDP reply timeout; the timeout is `max(this, 10 × median RTT so far)`.
-pub const UDP_MIN_REPLY_TIMEOUT: Duration = Duration::from_millis(100);
+/// The shortest UDP reply timeout; the timeout is `max(this, 10 × median RTT so far)`. Short,
+/// because a closed loop stalls for it at every lost reply (at 1% loss a 100 ms floor cut a
+/// 10 µs loop to 1% of its samples); a reply that comes later still counts.
+pub const UDP_MIN_REPLY_TIMEOUT: Duration = Duration::from_millis(1);
+/// The UDP reply timeout before the first RTT is known.
+pub const UDP_FIRST_REPLY_TIMEOUT: Duration = Duration::from_secs(1);
 /// A scheduled send that leaves later than this counts in [`LatencyOutcome::late_sends`].
 pub const LATE_SEND: Duration = Duration::from_millis(1);
 
@@ -203,7 +207,7 @@ pub fn tcp_ping(
 }
 
 /// Client side, UDP on a connected socket: closed or open loop per `cfg.rate`. A reply not back
-/// within `max(100 ms, 10 × median RTT so far)` is given up on (the next message goes); a late
+/// within `max(1 ms, 10 × median RTT so far)` (1 s before the first reply) is given up on (the next message goes); a late
 /// reply still counts. After `until_ns` the loop drains replies for up to that timeout.
 ///
 /// # Errors
@@ -508,6 +512,7 @@ fn udp_closed(
         let seq = st.sent;
         if seq % TIMEOUT_REFRESH == 0 || seq.is_power_of_two() {
             reply_timeout_ns = udp_reply_timeout_ns(&st.rtt);
+            sock.set_read_timeout(Some(udp_poll_for(reply_timeout_ns)))?;
         }
         write_latency_seq(seq, &mut st.out);
         let t0 = clock.now_ns();
@@ -638,11 +643,20 @@ fn reply_seq(datagram: &[u8], msg: usize, expected: u64) -> Option<u64> {
     Some(widen_seq(low, bytes, expected))
 }
 
-/// `max(100 ms, 10 × median RTT so far)`.
+/// `max(1 ms, 10 × median RTT so far)`, or 1 s before the first RTT is known.
 fn udp_reply_timeout_ns(rtt: &RttRecorder) -> u64 {
     let floor = duration_ns(UDP_MIN_REPLY_TIMEOUT);
     rtt.value_at(50.0)
-        .map_or(floor, |median| median.saturating_mul(10).max(floor))
+        .map_or(duration_ns(UDP_FIRST_REPLY_TIMEOUT), |median| {
+            median.saturating_mul(10).max(floor)
+        })
+}
+
+/// How often a blocked `recv` wakes to look at a reply deadline of `timeout_ns`: a quarter of
+/// it (so a timeout overshoots by at most 25%), between 100 µs and [`UDP_POLL`]. Set when the
+/// timeout is recomputed, never between a send and its reply.
+fn udp_poll_for(timeout_ns: u64) -> Duration {
+    Duration::from_nanos(timeout_ns / 4).clamp(Duration::from_micros(100), UDP_POLL)
 }
 
 fn ring_slot(seq: u64) -> usize {
@@ -1139,11 +1153,17 @@ mod tests {
             "lost {lost} of {}",
             out.sent
         );
-        assert_eq!(out.timeouts, lost);
-        assert_eq!(out.rtt.samples(), seq.received());
-        // Each loss costs one 100 ms timeout, the drain at most one more.
+        // Every lost request timed out; a slow reply on a busy host may time out too and
+        // still count as received.
         assert!(
-            took < Duration::from_millis(500 + 2 * 100 + 300),
+            out.timeouts >= lost,
+            "{} timeouts, {lost} lost",
+            out.timeouts
+        );
+        assert_eq!(out.rtt.samples(), seq.received());
+        // The run ends on time: losses cost a reply timeout each, not the run.
+        assert!(
+            took < Duration::from_millis(500 + 2 * 1000 + 300),
             "{took:?}"
         );
     }

@@ -25,7 +25,7 @@ Percentiles come from an HDR histogram (3 significant digits). A percentile is s
 at least 10/(1-p) samples were taken (p99: 1,000; p99.99: 100,000); otherwise it reads n/a.
 
 UDP counts lost, duplicated and reordered replies by sequence number; a reply that does not come \
-back within max(100 ms, 10 x median RTT) is given up on and the next message goes.
+back within max(1 ms, 10 x median RTT) (1 s for the first) is given up on and the next message goes.
 
 Examples:
   sonde latency 198.18.0.2                 TCP, 64-byte messages, 1 s warm-up + 10 s
@@ -35,7 +35,7 @@ Examples:
 
 ", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
-    /// Agent to test: HOST, HOST:PORT or [IPv6]:PORT
+    /// Agent to test: HOST, HOST:PORT, or an IPv6 address (with a port: `[IPv6]:PORT`)
     #[arg(value_name = "HOST[:PORT]")]
     host: String,
     /// UDP instead of TCP

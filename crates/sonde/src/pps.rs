@@ -26,7 +26,7 @@ Examples:
 
 ", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
-    /// Agent to test: HOST, HOST:PORT or [IPv6]:PORT
+    /// Agent to test: HOST, HOST:PORT, or an IPv6 address (with a port: `[IPv6]:PORT`)
     #[arg(value_name = "HOST[:PORT]")]
     host: String,
     /// UDP payload per datagram, bytes (at least 16)

@@ -1,16 +1,26 @@
 //! The netns lab: sonde measured against a known truth.
 //!
 //! Two network namespaces, client `a` (198.18.0.1) and server `b` (198.18.0.2), joined by a veth
-//! pair. The truth comes from the kernel, not from another measuring tool:
-//! - a `tc tbf` on a's side of the link fixes the TCP goodput;
-//! - an nftables rule that drops 1% of sonde's datagrams at random counts every drop.
+//! pair at MTU 1500. The truth comes from the kernel, not from another measuring tool:
+//! - a `tc tbf` of 100 Mbit/s on a's side of the link fixes the TCP goodput: 100e6 x 1448 / 1514
+//!   (payload per full frame as tbf counts it, Ethernet header included) = 95.64 Mbit/s;
+//! - an nftables rule drops 1% of sonde's datagrams at random and counts every drop, a second
+//!   rule counts those that passed, and the namespace's UDP `RcvbufErrors` counts those a full
+//!   socket buffer dropped.
 //!
-//! Each truth is first checked with iperf3 in the same lab (the `lab_*_iperf3` tests), so a
-//! failure of a sonde test points at sonde, not at the lab.
+//! The veths hand no GSO super-packets across (`gso_max_segs 1`), so tbf and nftables see each
+//! datagram and segment as a wire would carry it.
+//!
+//! Each truth is first checked with iperf3 in the same lab (the `lab_*` tests), so a failure of a
+//! sonde test points at sonde, not at the lab. The tbf truth holds only while the sender keeps the
+//! link busy: TCP small queues leave about a millisecond of data in tbf, so a sender that loses its
+//! CPU for longer leaves the link idle and every tool reads low. The tests run one at a time for
+//! that reason; on a heavily loaded host, expect the throughput tests to read low, sonde and iperf3
+//! alike.
 //!
 //! The tests need root, `ip`, `tc`, `nft` and `iperf3`. Without them they print `SKIP ...` and
-//! pass, unless `SONDE_TEST_REQUIRE_ALL=1` (CI), where a missing prerequisite fails. They run one
-//! at a time (a measurement must not share the 2 cores with another), about a minute in all.
+//! pass, unless `SONDE_TEST_REQUIRE_ALL=1` (CI), where a missing prerequisite fails. About a
+//! minute in all.
 //!
 //! Traffic stays inside the namespaces, addressed from 198.18.0.0/15 (RFC 2544 benchmarking).
 //! Every namespace is deleted when its `Lab` drops, also when a test panics; namespaces left by a
@@ -126,6 +136,11 @@ impl Lab {
             // No IPv6 link-local address: nothing but the tests' own packets crosses the link.
             lab.ip(ns, &["link", "set", "dev", dev, "addrgenmode", "none"]);
             lab.ip(ns, &["link", "set", "dev", dev, "mtu", "1500"]);
+            // A veth hands a GSO super-packet (up to 64 UDP datagrams or TCP segments) to its
+            // peer whole, where nftables sees one packet with one length; a wire would carry
+            // them one by one. One segment per packet makes the kernel segment before the link,
+            // so tbf and nftables see, and count, each datagram and segment.
+            lab.ip(ns, &["link", "set", "dev", dev, "gso_max_segs", "1"]);
             lab.ip(ns, &["addr", "add", &format!("{addr}/24"), "dev", dev]);
             lab.ip(ns, &["link", "set", "dev", "lo", "up"]);
             lab.ip(ns, &["link", "set", "dev", dev, "up"]);
@@ -178,32 +193,36 @@ impl Lab {
         );
     }
 
-    /// Installs, in `side`'s input hook, `MATCH numgen random mod 100 < 1 counter drop`.
+    /// Installs, in `side`'s input hook, `MATCH numgen random mod 100 < 1 counter drop`, and after
+    /// it `MATCH counter` to count what passed. Read both with [`Lab::nft_counts`].
     fn drop_one_percent(&self, side: Side, matcher: &str) {
         let ns = self.ns(side);
-        let ruleset = format!(
-            "table inet sonde_lab {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    \
-             {matcher} numgen random mod 100 < 1 counter drop\n  }}\n}}\n"
+        let nft = |args: &[&str]| check(command_in(Some(ns), tool("nft")).args(args));
+        // nft joins its arguments into one command line.
+        nft(&["add", "table", "inet", "sonde_lab"]);
+        nft(&[
+            "add",
+            "chain",
+            "inet",
+            "sonde_lab",
+            "input",
+            "{ type filter hook input priority 0; policy accept; }",
+        ]);
+        let rule = ["add", "rule", "inet", "sonde_lab", "input"];
+        let matcher: Vec<&str> = matcher.split_whitespace().collect();
+        let drop = [
+            "numgen", "random", "mod", "100", "<", "1", "counter", "drop",
+        ];
+        nft(&[&rule[..], &matcher, &drop].concat());
+        nft(&[&rule[..], &matcher, &["counter"]].concat());
+        eprintln!(
+            "lab: {ns}: {} numgen random mod 100 < 1 counter drop",
+            matcher.join(" ")
         );
-        let mut nft = command_in(Some(ns), tool("nft"));
-        nft.arg("-f").arg("-").stdin(std::process::Stdio::piped());
-        let mut child = nft
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start nft: {e}"));
-        {
-            use std::io::Write;
-            let mut stdin = child.stdin.take().expect("piped stdin");
-            stdin
-                .write_all(ruleset.as_bytes())
-                .expect("write the ruleset to nft");
-        }
-        let status = child.wait().expect("wait for nft");
-        assert!(status.success(), "nft rejected\n{ruleset}");
-        eprintln!("lab: {ns}: {matcher} numgen random mod 100 < 1 counter drop");
     }
 
-    /// Packets dropped so far by the rule of [`Lab::drop_one_percent`] on `side`.
-    fn dropped(&self, side: Side) -> u64 {
+    /// The counters of [`Lab::drop_one_percent`]'s two rules on `side`.
+    fn nft_counts(&self, side: Side) -> NftCounts {
         let ns = self.ns(side);
         let json = check(command_in(Some(ns), tool("nft")).args([
             "-j",
@@ -215,16 +234,53 @@ impl Lab {
         ]));
         let doc: Value =
             serde_json::from_str(&json).unwrap_or_else(|e| panic!("nft -j: {e}\n{json}"));
-        let counters: Vec<u64> = doc["nftables"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|item| item.get("rule")?.get("expr")?.as_array())
-            .flatten()
-            .filter_map(|expr| expr.get("counter")?.get("packets")?.as_u64())
-            .collect();
-        assert_eq!(counters.len(), 1, "expected one counter in\n{json}");
-        counters[0]
+        // Rules come in order; the one whose expressions include `drop` is the dropper.
+        let mut dropped = None;
+        let mut passed = None;
+        let rules = doc["nftables"].as_array().into_iter().flatten();
+        for expr in rules.filter_map(|item| item.get("rule")?.get("expr")?.as_array()) {
+            let packets = expr
+                .iter()
+                .find_map(|e| e.get("counter")?.get("packets")?.as_u64());
+            if expr.iter().any(|e| e.get("drop").is_some()) {
+                dropped = packets;
+            } else {
+                passed = packets;
+            }
+        }
+        match (dropped, passed) {
+            (Some(dropped), Some(passed)) => NftCounts { dropped, passed },
+            _ => panic!("expected a drop and a pass counter in\n{json}"),
+        }
+    }
+
+    /// `side`'s UDP receive-buffer overflows (`/proc/net/snmp` Udp RcvbufErrors, per namespace).
+    fn udp_rcvbuf_errors(&self, side: Side) -> u64 {
+        let snmp = check(command_in(Some(self.ns(side)), "cat").arg("/proc/net/snmp"));
+        let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+        let (names, values) = (udp.next(), udp.next());
+        names
+            .zip(values)
+            .and_then(|(names, values)| {
+                let at = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+                values.split_whitespace().nth(at)?.parse().ok()
+            })
+            .unwrap_or_else(|| panic!("no Udp RcvbufErrors in\n{snmp}"))
+    }
+
+    /// Packets `side`'s veth dropped on transmit (the peer's backlog was full): lost before any
+    /// hook on the other side sees them.
+    fn veth_tx_dropped(&self, side: Side) -> u64 {
+        let dev = match side {
+            Side::A => VETH_A,
+            Side::B => VETH_B,
+        };
+        let json = self.ip(side, &["-s", "-j", "link", "show", "dev", dev]);
+        let doc: Value =
+            serde_json::from_str(&json).unwrap_or_else(|e| panic!("ip -j: {e}\n{json}"));
+        doc[0]["stats64"]["tx"]["dropped"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no stats64.tx.dropped in\n{json}"))
     }
 
     /// A server that runs on `side` until dropped.
@@ -267,9 +323,15 @@ impl Drop for Lab {
     }
 }
 
-/// Names from `ip netns list` ("name" or "name (id: N)").
+/// Names from `ip netns list` ("name" or "name (id: N)"); empty when it fails (never panics: it
+/// runs in `Drop`).
 fn netns_list() -> Vec<String> {
-    let out = check(Command::new(tool("ip")).args(["netns", "list"]));
+    let out = run_with_timeout(
+        Command::new(tool("ip")).args(["netns", "list"]),
+        Duration::from_secs(10),
+    )
+    .map(|out| out.stdout)
+    .unwrap_or_default();
     out.lines()
         .filter_map(|l| l.split_whitespace().next())
         .map(str::to_owned)
@@ -293,6 +355,15 @@ fn sweep_stale_namespaces() {
     }
 }
 
+/// What [`Lab::drop_one_percent`]'s rules counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NftCounts {
+    /// Matching packets dropped (1%).
+    dropped: u64,
+    /// Matching packets let through.
+    passed: u64,
+}
+
 /// One reading of the tbf counters.
 #[derive(Debug, Clone, Copy)]
 struct TbfSample {
@@ -312,7 +383,8 @@ fn tbf_counters(ns: &str) -> Option<(u64, u64)> {
     Some((tbf["bytes"].as_u64()?, tbf["packets"].as_u64()?))
 }
 
-/// Reads a's tbf counters every 250 ms on a thread, for at most `limit`, until finished or dropped.
+/// Reads a's tbf counters every 500 ms on a thread, for at most `limit`, until finished or
+/// dropped. Each read starts a `tc`: rarely, so as not to take the sender's CPU.
 struct TbfSampler {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<Vec<TbfSample>>>,
@@ -327,11 +399,16 @@ impl TbfSampler {
             let started = Instant::now();
             let mut samples = Vec::new();
             while !flag.load(Ordering::Relaxed) && started.elapsed() < limit {
-                let at = Instant::now();
-                if let Some((bytes, packets)) = tbf_counters(&ns) {
+                let before = Instant::now();
+                let read = tbf_counters(&ns);
+                let took = before.elapsed();
+                // The counters were read somewhere inside `took`: keep only sharp readings, and
+                // date them at the middle.
+                if let (Some((bytes, packets)), true) = (read, took < Duration::from_millis(20)) {
+                    let at = before + took / 2;
                     samples.push(TbfSample { at, bytes, packets });
                 }
-                thread::sleep(Duration::from_millis(250));
+                thread::sleep(Duration::from_millis(500));
             }
             samples
         });
@@ -360,7 +437,8 @@ impl Drop for TbfSampler {
 }
 
 /// The link's L2 rate and TCP goodput from the tbf counters over the steady part of a transfer
-/// (from 0.5 s after the first byte to 0.5 s before the last), assuming full-size segments.
+/// (from about 1 s after the first byte to about 1 s before the last), assuming full-size
+/// segments.
 /// `None` when the transfer was too short to tell.
 fn tbf_truth(samples: &[TbfSample]) -> Option<(f64, f64)> {
     let first = samples.first()?;
@@ -380,6 +458,58 @@ fn tbf_truth(samples: &[TbfSample]) -> Option<(f64, f64)> {
     let l2 = bytes * 8.0 / seconds;
     let goodput = (bytes - packets * TCP_FRAME_OVERHEAD) * 8.0 / seconds;
     Some((l2, goodput))
+}
+
+/// The tbf truth assumes the sender keeps the link busy. TCP small queues leave only about a
+/// millisecond of data in tbf, so a sender that loses its CPU for longer (a busy host, a stolen
+/// vCPU) leaves the link idle and reads low through no fault of its own. tbf's counters tell:
+/// below this L2 rate over the steady part of the run, the link was not kept busy.
+const TBF_SATURATED_BPS: f64 = TBF_RATE_BPS * 0.9975;
+
+/// How many times a TCP measurement through tbf is tried while it misses and the counters show
+/// an idle link.
+const TBF_ATTEMPTS: u32 = 3;
+
+/// Runs `measure` (which returns its goodput reading and anything else) in a fresh lab with a's
+/// side shaped to 100 Mbit/s, sampling the tbf counters around it. When the reading is off the
+/// truth by more than `tolerance` and the counters show the link was not kept busy, the run says
+/// so and is tried again, up to [`TBF_ATTEMPTS`] times; a miss on a busy link is returned at once
+/// for the caller's assertions to report.
+fn through_tbf<T>(
+    what: &str,
+    tolerance: f64,
+    mut measure: impl FnMut(&Lab) -> (f64, T),
+) -> (f64, T) {
+    for attempt in 1..=TBF_ATTEMPTS {
+        let lab = Lab::new();
+        lab.shape_a("100mbit", TBF_BURST_BYTES, "20ms");
+        let sampler = TbfSampler::start(lab.a(), Duration::from_secs(60));
+        let (bps, extra) = measure(&lab);
+        let counters = tbf_truth(&sampler.finish());
+        eprintln!(
+            "{what} (attempt {attempt}): truth {} (100 Mbit/s x 1448/1514); tbf counters: {}; \
+             measured {} ({:+.3}%)",
+            mbit(TCP_GOODPUT_BPS),
+            counters.map_or("n/a".to_owned(), |(l2, g)| format!(
+                "L2 {} goodput {}",
+                mbit(l2),
+                mbit(g)
+            )),
+            mbit(bps),
+            rel_err(bps, TCP_GOODPUT_BPS) * 100.0
+        );
+        let idle_link = counters.is_some_and(|(l2, _)| l2 < TBF_SATURATED_BPS);
+        if rel_err(bps, TCP_GOODPUT_BPS).abs() <= tolerance || !idle_link || attempt == TBF_ATTEMPTS
+        {
+            return (bps, extra);
+        }
+        eprintln!(
+            "{what}: the link was idle part of the time (tbf passed less than {} at L2): the host \
+             starved the sender; trying again",
+            mbit(TBF_SATURATED_BPS)
+        );
+    }
+    unreachable!("the last attempt returns")
 }
 
 fn rel_err(measured: f64, truth: f64) -> f64 {
@@ -487,7 +617,9 @@ fn lab_namespaces_are_deleted_on_drop_and_on_panic() {
     );
 }
 
-/// The tbf truth, checked with iperf3: its receiver count must read 95.64 Mbit/s within 0.05%.
+/// The tbf truth, checked with iperf3: its receiver count must read 95.64 Mbit/s. On a quiet
+/// machine it reads within 0.04%; the test allows 0.2% for a busy CI host, still well inside the
+/// 0.5% sonde is held to, so a sonde failure cannot be the lab's noise.
 #[test]
 fn lab_tbf_goodput_matches_iperf3() {
     if !require_or_skip(
@@ -497,48 +629,37 @@ fn lab_tbf_goodput_matches_iperf3() {
         return;
     }
     let _serial = serial();
-    let lab = Lab::new();
-    lab.shape_a("100mbit", TBF_BURST_BYTES, "20ms");
-    let _server = iperf3_in_b(&lab);
-    let sampler = TbfSampler::start(lab.a(), Duration::from_secs(30));
-    let json = lab.run_in(
-        Side::A,
-        "iperf3",
-        &["-c", B_ADDR, "-p", IPERF3_PORT, "-t", "10", "-J"],
-        Duration::from_secs(40),
-    );
-    let samples = sampler.finish();
-    let doc: Value = serde_json::from_str(&json).expect("iperf3 -J");
-    let received = f64_at(&doc, &["end", "sum_received", "bits_per_second"]);
-    let mss = u64_at(&doc, &["start", "tcp_mss_default"]);
-    let from_counters = tbf_truth(&samples);
-    eprintln!(
-        "truth {} (100 Mbit/s x 1448/1514); tbf counters: {}; iperf3 receiver {} ({:+.3}%), MSS {mss}",
-        mbit(TCP_GOODPUT_BPS),
-        from_counters.map_or("n/a".to_owned(), |(l2, g)| format!("L2 {} goodput {}", mbit(l2), mbit(g))),
-        mbit(received),
-        rel_err(received, TCP_GOODPUT_BPS) * 100.0
-    );
+    let (received, mss) = through_tbf("iperf3 receiver", 0.002, |lab| {
+        let _server = iperf3_in_b(lab);
+        let json = lab.run_in(
+            Side::A,
+            "iperf3",
+            &["-c", B_ADDR, "-p", IPERF3_PORT, "-t", "10", "-J"],
+            Duration::from_secs(40),
+        );
+        let doc: Value = serde_json::from_str(&json).expect("iperf3 -J");
+        (
+            f64_at(&doc, &["end", "sum_received", "bits_per_second"]),
+            u64_at(&doc, &["start", "tcp_mss_default"]),
+        )
+    });
     assert_eq!(
         mss, 1448,
         "the goodput constant assumes MSS 1448 (MTU 1500, TCP timestamps)"
     );
-    if let Some((l2, _)) = from_counters {
-        assert!(
-            rel_err(l2, TBF_RATE_BPS).abs() < 0.02,
-            "tbf passed {} at L2, not 100 Mbit/s",
-            mbit(l2)
-        );
-    }
     assert!(
-        rel_err(received, TCP_GOODPUT_BPS).abs() <= 0.0005,
+        rel_err(received, TCP_GOODPUT_BPS).abs() <= 0.002,
         "iperf3 received {}, the lab's truth is {}: the lab is off, not sonde",
         mbit(received),
         mbit(TCP_GOODPUT_BPS)
     );
 }
 
-/// The nft truth, checked with iperf3 both ways: the counter equals sent - received exactly.
+/// The nft truth, checked with iperf3 both ways: every datagram iperf3 sent met the rules
+/// (dropped plus passed is sent), and the drop counter is iperf3's loss. iperf3 counts loss from
+/// sequence gaps, which misses drops after the last datagram received, and with `-R` its receiver
+/// stops counting before the last datagrams in flight arrive, so: gaps <= dropped <= sent -
+/// received, and dropped - gaps is at most a couple of tail drops (each has probability 1%).
 #[test]
 fn lab_nft_counter_matches_iperf3_udp_loss() {
     if !require_or_skip(
@@ -585,20 +706,27 @@ fn lab_nft_counter_matches_iperf3_udp_loss() {
         let len: u64 = UDP_LEN.parse().unwrap();
         let sent = u64_at(&doc, &["end", "sum_sent", "bytes"]) / len;
         let received = u64_at(&doc, &["end", "sum_received", "bytes"]) / len;
-        let dropped = lab.dropped(ns);
+        let gaps = u64_at(&doc, &["end", "sum", "lost_packets"]);
+        let NftCounts { dropped, passed } = lab.nft_counts(ns);
         eprintln!(
-            "reverse={reverse}: nft dropped {dropped}; iperf3 sent {sent} received {received} (lost {}, its own count {})",
+            "reverse={reverse}: nft dropped {dropped} passed {passed}; iperf3 sent {sent} \
+             received {received} (sent - received {}, its own count {gaps})",
             sent - received,
-            u64_at(&doc, &["end", "sum", "lost_packets"])
         );
         assert!(
             dropped > 0,
             "the rule matched nothing: is the UDP length {UDP_LENGTH_FIELD}?"
         );
         assert_eq!(
-            sent - received,
-            dropped,
-            "reverse={reverse}: iperf3's loss is not the nft counter: the lab is off"
+            dropped + passed,
+            sent,
+            "reverse={reverse}: not every datagram iperf3 sent met the rules: the lab is off"
+        );
+        assert!(
+            gaps <= dropped && dropped <= sent - received && dropped - gaps <= 2,
+            "reverse={reverse}: nft dropped {dropped}, iperf3 lost {gaps} by gaps and \
+             {} by count: the lab is off",
+            sent - received
         );
     }
 }
@@ -618,24 +746,28 @@ fn tcp_throughput_matches_tbf_goodput() {
         return;
     }
     let _serial = serial();
-    let lab = Lab::new();
-    lab.shape_a("100mbit", TBF_BURST_BYTES, "20ms");
-    let agent = agent_in_b(&lab);
-    let sampler = TbfSampler::start(lab.a(), Duration::from_secs(40));
-    let doc = run_json_in(
-        Some(lab.a()),
-        &["throughput", &agent.target(), "-t", "10", "-i", "1"],
-        Duration::from_secs(40),
-    );
-    let samples = sampler.finish();
+    let (received, doc) = through_tbf("sonde receiver", 0.005, |lab| {
+        let agent = agent_in_b(lab);
+        let doc = run_json_in(
+            Some(lab.a()),
+            &["throughput", &agent.target(), "-t", "10", "-i", "1"],
+            Duration::from_secs(40),
+        );
+        (f64_at(&doc, &["receiver", "bits_per_second"]), doc)
+    });
 
     assert_eq!(at(&doc, &["test"]), "throughput");
     assert_eq!(at(&doc, &["protocol"]), "tcp");
     assert_eq!(at(&doc, &["direction"]), "forward");
-    let received = f64_at(&doc, &["receiver", "bits_per_second"]);
     let received_bytes = u64_at(&doc, &["receiver", "bytes"]);
     let sent_bytes = u64_at(&doc, &["sender", "bytes"]);
     let receiver_ns = u64_at(&doc, &["receiver", "duration_ns"]);
+    let interval_bytes: u64 = at(&doc, &["intervals"])
+        .as_array()
+        .expect("intervals is an array")
+        .iter()
+        .map(|i| u64_at(i, &["bytes"]))
+        .sum();
     let intervals: Vec<(u64, u64, f64)> = at(&doc, &["intervals"])
         .as_array()
         .expect("intervals is an array")
@@ -648,16 +780,6 @@ fn tcp_throughput_matches_tbf_goodput() {
             )
         })
         .collect();
-    let from_counters = tbf_truth(&samples);
-    eprintln!(
-        "truth {} (100 Mbit/s x 1448/1514); tbf counters: {}",
-        mbit(TCP_GOODPUT_BPS),
-        from_counters.map_or("n/a".to_owned(), |(l2, g)| format!(
-            "L2 {} goodput {}",
-            mbit(l2),
-            mbit(g)
-        ))
-    );
     eprintln!(
         "sonde receiver {} ({:+.3}%), {received_bytes} B in {:.3} s; sender {sent_bytes} B",
         mbit(received),
@@ -688,6 +810,10 @@ fn tcp_throughput_matches_tbf_goodput() {
         (9_500_000_000..=11_000_000_000).contains(&receiver_ns),
         "receiver active {receiver_ns} ns for a 10 s test"
     );
+    assert_eq!(
+        interval_bytes, received_bytes,
+        "the receiver's intervals do not add up to its total"
+    );
     assert!(
         intervals.len() >= 9,
         "{} intervals for -t 10 -i 1",
@@ -700,14 +826,14 @@ fn tcp_throughput_matches_tbf_goodput() {
             mbit(*bps),
             mbit(TCP_GOODPUT_BPS)
         );
-        // A full interval in the middle of a saturated transfer is not far below the link either
-        // (catches intervals that are empty or mis-timed).
+        // A full interval in the middle of a saturated transfer is not far below the link either:
+        // this catches empty or mis-timed intervals, and leaves room for a busy CI host.
         if end - start >= 900_000_000
             && *start > 0
             && *end < receiver_ns.saturating_sub(1_000_000_000)
         {
             assert!(
-                *bps >= TCP_GOODPUT_BPS * 0.9,
+                *bps >= TCP_GOODPUT_BPS * 0.5,
                 "interval {start}-{end} ns reads {} on a saturated {} link",
                 mbit(*bps),
                 mbit(TCP_GOODPUT_BPS)
@@ -716,8 +842,9 @@ fn tcp_throughput_matches_tbf_goodput() {
     }
 }
 
-/// UDP throughput with 1% of the data datagrams dropped by nftables in `drop_ns`; sonde's loss
-/// must equal the counter exactly (tail losses included).
+/// UDP throughput with 1% of the data datagrams dropped by nftables on the receiving side; sonde's
+/// loss must equal the kernel's count exactly, tail losses included: the drop counter plus the
+/// receiving namespace's UDP receive-buffer overflows (none expected at 50 Mbit/s).
 fn udp_loss_case(test: &str, reverse: bool) {
     if !require_or_skip(test, &[LAB_NEEDS, &[Need::Cmd("nft")]].concat()) {
         return;
@@ -754,8 +881,10 @@ fn udp_loss_case(test: &str, reverse: bool) {
     if reverse {
         args.push("-R");
     }
+    let overflows_before = lab.udp_rcvbuf_errors(ns);
     let doc = run_json_in(Some(lab.a()), &args, Duration::from_secs(40));
-    let dropped = lab.dropped(ns);
+    let NftCounts { dropped, passed } = lab.nft_counts(ns);
+    let overflows = lab.udp_rcvbuf_errors(ns) - overflows_before;
 
     assert_eq!(at(&doc, &["test"]), "throughput");
     assert_eq!(at(&doc, &["protocol"]), "udp");
@@ -769,12 +898,28 @@ fn udp_loss_case(test: &str, reverse: bool) {
     let received = u64_at(&doc, &["receiver", "packets"]);
     let loss_percent = f64_at(&doc, &["loss_percent"]);
     eprintln!(
-        "{test}: nft dropped {dropped}; sonde sent {sent} received {received} lost {lost} ({loss_percent:.3}%) \
+        "{test}: truth: nft dropped {dropped} passed {passed}, receive-buffer overflows \
+         {overflows}; sonde sent {sent} received {received} lost {lost} ({loss_percent:.3}%) \
          duplicated {duplicated} reordered {}",
         at(&doc, &["reordered"])
     );
-    assert!(dropped > 0, "the rule `{matcher}` matched nothing: do sonde's data datagrams go {} port {port} with UDP length {UDP_LENGTH_FIELD} (-l {UDP_LEN} incl. the 16-byte header)?", if reverse { "from" } else { "to" });
-    assert_eq!(lost, dropped, "sonde's lost is not what nftables dropped");
+    assert!(
+        dropped > 0,
+        "the rule `{matcher}` matched nothing: do sonde's data datagrams go {} port {port} with \
+         UDP length {UDP_LENGTH_FIELD} (-l {UDP_LEN} incl. the 16-byte header)?",
+        if reverse { "from" } else { "to" }
+    );
+    assert_eq!(
+        dropped + passed,
+        sent,
+        "sender packets are not the datagrams that reached the receiver's input hook"
+    );
+    assert_eq!(
+        lost,
+        dropped + overflows,
+        "sonde's lost is not what the kernel dropped (nftables {dropped} + receive buffer \
+         {overflows})"
+    );
     assert_eq!(duplicated, 0, "nothing duplicates datagrams in the lab");
     assert_eq!(
         received + lost,
@@ -809,12 +954,14 @@ fn udp_throughput_reverse_loss_matches_nft_counter() {
     udp_loss_case("udp_throughput_reverse_loss_matches_nft_counter", true);
 }
 
-/// pps at full rate also loses datagrams in socket buffers, which no rule counts: sonde's lost
-/// must cover the nft drops (lost >= counter) and add up (received + lost == sent). The two causes
-/// cannot be told apart from outside, so equality is not asserted.
+/// pps at full rate also loses datagrams in the agent's socket buffer, and could on the veth when
+/// b's backlog is full. Each place counts: the veth's TX drops in a, the nftables rule, and b's
+/// UDP RcvbufErrors (per namespace, and the agent is b's only UDP socket). sonde's lost must be
+/// their sum exactly, and every datagram it says it sent must be accounted for on the way
+/// (veth drops + dropped + passed == sent).
 #[test]
-fn pps_loss_accounts_for_nft_drops() {
-    let test = "pps_loss_accounts_for_nft_drops";
+fn pps_loss_matches_nft_and_socket_drops() {
+    let test = "pps_loss_matches_nft_and_socket_drops";
     if !require_or_skip(test, &[LAB_NEEDS, &[Need::Cmd("nft")]].concat()) {
         return;
     }
@@ -826,6 +973,8 @@ fn pps_loss_accounts_for_nft_drops() {
         agent.port()
     );
     lab.drop_one_percent(Side::B, &matcher);
+    let overflows_before = lab.udp_rcvbuf_errors(Side::B);
+    let link_drops_before = lab.veth_tx_dropped(Side::A);
     let doc = run_json_in(
         Some(lab.a()),
         &[
@@ -840,16 +989,18 @@ fn pps_loss_accounts_for_nft_drops() {
         ],
         Duration::from_secs(40),
     );
-    let dropped = lab.dropped(Side::B);
+    let NftCounts { dropped, passed } = lab.nft_counts(Side::B);
+    let overflows = lab.udp_rcvbuf_errors(Side::B) - overflows_before;
+    let link_drops = lab.veth_tx_dropped(Side::A) - link_drops_before;
 
     assert_eq!(at(&doc, &["test"]), "pps");
     let sent = u64_at(&doc, &["sent"]);
     let received = u64_at(&doc, &["received"]);
     let lost = u64_at(&doc, &["lost"]);
     eprintln!(
-        "{test}: nft dropped {dropped}; sonde sent {sent} received {received} lost {lost} ({} more than nft), \
+        "{test}: truth: veth dropped {link_drops}, nft dropped {dropped} passed {passed}, \
+         receive-buffer overflows {overflows}; sonde sent {sent} received {received} lost {lost}, \
          {:.0} pps received, via {}",
-        lost.saturating_sub(dropped),
         f64_at(&doc, &["received_pps"]),
         at(&doc, &["send_method"])
     );
@@ -858,9 +1009,20 @@ fn pps_loss_accounts_for_nft_drops() {
         dropped > 0,
         "the rule `{matcher}` matched nothing: are pps datagrams 18 bytes of payload?"
     );
+    assert_eq!(
+        link_drops + dropped + passed,
+        sent,
+        "sent is not the datagrams that left a (veth drops + reached the agent's input hook)"
+    );
     assert!(
         lost >= dropped,
         "sonde lost {lost} < the {dropped} nftables dropped"
+    );
+    assert_eq!(
+        lost,
+        link_drops + dropped + overflows,
+        "sonde's lost is not what the kernel dropped (veth {link_drops} + nftables {dropped} + \
+         agent's receive buffer {overflows})"
     );
     assert_eq!(received + lost, sent, "received + lost must be sent");
     let flows = at(&doc, &["flows"]).as_array().expect("flows is an array");
@@ -876,7 +1038,8 @@ fn pps_loss_accounts_for_nft_drops() {
 }
 
 /// Issue acceptance: UDP ping-pong with 1% of the requests dropped on the way in; every loss is
-/// outbound and counted.
+/// outbound and counted. (Receive-buffer overflows would add to the outbound loss in b and to the
+/// return loss in a; closed loop has none, but they are counted in the truth all the same.)
 #[test]
 fn udp_latency_loss_matches_nft_counter() {
     let test = "udp_latency_loss_matches_nft_counter";
@@ -891,6 +1054,7 @@ fn udp_latency_loss_matches_nft_counter() {
         agent.port()
     );
     lab.drop_one_percent(Side::B, &matcher);
+    let overflows_before = [Side::A, Side::B].map(|side| lab.udp_rcvbuf_errors(side));
     let doc = run_json_in(
         Some(lab.a()),
         &[
@@ -904,7 +1068,13 @@ fn udp_latency_loss_matches_nft_counter() {
         ],
         Duration::from_secs(40),
     );
-    let dropped = lab.dropped(Side::B);
+    let NftCounts { dropped, passed } = lab.nft_counts(Side::B);
+    let [overflows_a, overflows_b] = [Side::A, Side::B].map(|side| lab.udp_rcvbuf_errors(side));
+    let (overflows_a, overflows_b) = (
+        overflows_a - overflows_before[0],
+        overflows_b - overflows_before[1],
+    );
+    let (outbound, inbound) = (dropped + overflows_b, overflows_a);
 
     assert_eq!(at(&doc, &["test"]), "latency");
     assert_eq!(at(&doc, &["protocol"]), "udp");
@@ -912,7 +1082,8 @@ fn udp_latency_loss_matches_nft_counter() {
     let sent = u64_at(&doc, &["sent"]);
     let samples = u64_at(&doc, &["samples"]);
     eprintln!(
-        "{test}: nft dropped {dropped}; sonde sent {sent} samples {samples} (+{} warm-up) lost {lost} \
+        "{test}: truth: nft dropped {dropped} passed {passed}, receive-buffer overflows \
+         a {overflows_a} b {overflows_b}; sonde sent {sent} samples {samples} (+{} warm-up) lost {lost} \
          (outbound {}, return {}) duplicated {}; rtt p50 {} ns",
         at(&doc, &["warmup_samples"]),
         at(&doc, &["lost_outbound"]),
@@ -924,13 +1095,26 @@ fn udp_latency_loss_matches_nft_counter() {
         dropped > 0,
         "the rule `{matcher}` matched nothing: are -m 64 requests 64 bytes of UDP payload?"
     );
-    assert_eq!(lost, dropped, "sonde's lost is not what nftables dropped");
+    assert_eq!(
+        dropped + passed,
+        sent,
+        "sent is not the requests that reached the agent's input hook"
+    );
+    assert_eq!(
+        lost,
+        outbound + inbound,
+        "sonde's lost is not what the kernel dropped"
+    );
     assert_eq!(
         u64_at(&doc, &["lost_outbound"]),
-        dropped,
-        "every drop was of a request on its way to the agent"
+        outbound,
+        "lost_outbound is not the requests dropped on the way to the agent"
     );
-    assert_eq!(u64_at(&doc, &["lost_return"]), 0, "no reply was dropped");
+    assert_eq!(
+        u64_at(&doc, &["lost_return"]),
+        inbound,
+        "lost_return is not the replies dropped on the way back"
+    );
     assert_eq!(
         u64_at(&doc, &["duplicated"]),
         0,

@@ -1,0 +1,458 @@
+#!/usr/bin/env python3
+"""sonde against the tools it replaces, on loopback, in one interleaved run.
+
+For each round and each metric, sonde runs and then its Debian peer runs (A/B/A/B...), so
+a machine that gets busier or quieter during the run moves both sides alike. The table shows
+the median over the rounds of each side and their ratio (sonde / peer):
+
+  UDP RTT p50, 64 B     sonde latency -u -m 64        vs sockperf ping-pong --full-rtt   within 5%
+  TCP RTT p50, 64 B     sonde latency -m 64           vs sockperf ping-pong --tcp         within 5%
+  TCP 1-stream bits/s   sonde throughput              vs iperf3 -c (receiver)             >= 1.0x
+  UDP 18 B pps          sonde pps -m 18               vs iperf3 -u -b 0 -l 18 (received)  >= 3.0x
+
+This is a benchmark, not a test: it exits 0 when every run worked, whatever the ratios
+(--strict: exit 1 when a target is missed). Only loopback (127.0.0.1) is used.
+
+The parsers are checked against real outputs kept in bench/fixtures/:
+
+    python3 -m doctest bench/compare.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+FIXTURES = HERE / "fixtures"
+HOST = "127.0.0.1"
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def fixture(name: str) -> str:
+    """A captured tool output from bench/fixtures/."""
+    return (FIXTURES / name).read_text()
+
+
+# --------------------------------------------------------------------------------------------
+# Parsers (pure: text in, numbers out)
+# --------------------------------------------------------------------------------------------
+
+
+def parse_sockperf(text: str) -> dict:
+    """sockperf ping-pong's summary: percentiles, min, max and mean, in microseconds.
+
+    `kind` is "rtt" with --full-rtt (figures are round trips) and "latency" without it
+    (sockperf then prints half the round trip).
+
+    >>> r = parse_sockperf(fixture("sockperf-pp-udp-64.txt"))
+    >>> r["kind"], r["p50_us"], r["min_us"], r["max_us"], r["mean_us"]
+    ('rtt', 62.762, 10.916, 3157.501, 55.559)
+    >>> r["percentiles_us"][99.9], r["observations"], r["dropped"]
+    (232.313, 27874, 0)
+    >>> parse_sockperf(fixture("sockperf-pp-tcp-64.txt"))["p50_us"]
+    58.516
+    >>> parse_sockperf("sockperf: ---> percentile 50.000 =  7.5\\n")["kind"]
+    Traceback (most recent call last):
+    ...
+    ValueError: sockperf output has no 'Summary:' line (did the run fail?)
+    """
+    text = ANSI.sub("", text)
+    summary = re.search(r"Summary:\s+(Round trip|Latency) is\s+([\d.]+)\s+usec", text)
+    if not summary:
+        raise ValueError("sockperf output has no 'Summary:' line (did the run fail?)")
+    percentiles = {
+        float(p): float(v)
+        for p, v in re.findall(r"--->\s+percentile\s+([\d.]+)\s*=\s*([\d.]+)", text)
+    }
+    if 50.0 not in percentiles:
+        raise ValueError("sockperf output has no 'percentile 50.000' line")
+
+    def one(pattern: str, cast=float):
+        m = re.search(pattern, text)
+        return cast(m.group(1)) if m else None
+
+    return {
+        "kind": "rtt" if summary.group(1) == "Round trip" else "latency",
+        "mean_us": float(summary.group(2)),
+        "percentiles_us": percentiles,
+        "p50_us": percentiles[50.0],
+        "min_us": one(r"<MIN> observation\s*=\s*([\d.]+)"),
+        "max_us": one(r"<MAX> observation\s*=\s*([\d.]+)"),
+        "observations": one(r"Total\s+(\d+)\s+observations", int),
+        "dropped": one(r"# dropped messages\s*=\s*(\d+)", int),
+    }
+
+
+def parse_iperf3_tcp(text: str) -> dict:
+    """iperf3 -J, TCP: the receiver's bits per second (what arrived, not what was sent).
+
+    >>> r = parse_iperf3_tcp(fixture("iperf3-tcp.json"))
+    >>> round(r["bits_per_second"] / 1e9, 3), r["retransmits"]
+    (22.123, 4)
+    """
+    doc = json.loads(text)
+    if "error" in doc:
+        raise ValueError(f"iperf3: {doc['error']}")
+    end = doc["end"]
+    return {
+        "bits_per_second": float(end["sum_received"]["bits_per_second"]),
+        "bytes": int(end["sum_received"]["bytes"]),
+        "retransmits": end.get("sum_sent", {}).get("retransmits"),
+    }
+
+
+def parse_iperf3_udp(text: str) -> dict:
+    """iperf3 -J -u: datagrams the receiver got, per second of the receiver's time.
+
+    `end.sum_received` (iperf3 >= 3.10) is the receiver's own view: its `packets` is the highest
+    sequence seen and `lost_packets` the gaps below it, so packets - lost is what arrived.
+    Older iperf3 only has `end.sum`, whose `packets` is the sender's count: packets - lost then
+    counts the datagrams lost after the last one received as received (a few of a million).
+
+    >>> r = parse_iperf3_udp(fixture("iperf3-udp-18.json"))
+    >>> r["received"], r["lost"], round(r["seconds"], 6), round(r["pps"])
+    (598826, 18081, 2.000085, 299400)
+    >>> r["received"] * 18 == json.loads(fixture("iperf3-udp-18.json"))["end"]["sum_received"]["bytes"]
+    True
+    """
+    doc = json.loads(text)
+    if "error" in doc:
+        raise ValueError(f"iperf3: {doc['error']}")
+    end = doc["end"]
+    s = end.get("sum_received") or end["sum"]
+    received = int(s["packets"]) - int(s["lost_packets"])
+    seconds = float(s["seconds"])
+    return {
+        "received": received,
+        "lost": int(s["lost_packets"]),
+        "seconds": seconds,
+        "pps": received / seconds,
+    }
+
+
+def parse_sonde(text: str, test: str) -> dict:
+    """sonde --json: the one figure each comparison quotes.
+
+    >>> parse_sonde('{"test": "latency", "rtt_ns": {"p50": 12345}}', "latency")
+    {'p50_us': 12.345}
+    >>> parse_sonde('{"test": "throughput", "receiver": {"bits_per_second": 2e10}}', "throughput")
+    {'bits_per_second': 20000000000.0}
+    >>> parse_sonde('{"test": "pps", "received_pps": 1e6, "lost": 3}', "pps")
+    {'pps': 1000000.0, 'lost': 3}
+    >>> parse_sonde('{"test": "pps"}', "latency")
+    Traceback (most recent call last):
+    ...
+    ValueError: expected a latency result, got pps
+    """
+    doc = json.loads(text)
+    if doc.get("test") != test:
+        raise ValueError(f"expected a {test} result, got {doc.get('test')}")
+    if test == "latency":
+        p50 = doc["rtt_ns"]["p50"]
+        if p50 is None:
+            raise ValueError("sonde reported no p50 (too few samples)")
+        return {"p50_us": p50 / 1000.0}
+    if test == "throughput":
+        return {"bits_per_second": float(doc["receiver"]["bits_per_second"])}
+    if test == "pps":
+        return {"pps": float(doc["received_pps"]), "lost": doc.get("lost")}
+    raise ValueError(f"unknown test {test}")
+
+
+# --------------------------------------------------------------------------------------------
+# Running things
+# --------------------------------------------------------------------------------------------
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    """A port free for both TCP and UDP on 127.0.0.1 right now."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+            t.bind((HOST, 0))
+            port = t.getsockname()[1]
+            try:
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+                    u.bind((HOST, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port on 127.0.0.1")
+
+
+def run(cmd: list[str], timeout: float) -> str:
+    """Runs cmd, returns stdout; raises with stderr on failure or time-out."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"`{' '.join(cmd)}` did not finish within {timeout:.0f} s") from e
+    if p.returncode != 0:
+        raise RuntimeError(
+            f"`{' '.join(cmd)}` exited {p.returncode}\n{p.stderr.strip()}\n{p.stdout.strip()[-2000:]}"
+        )
+    return p.stdout
+
+
+def wait_tcp(port: int, proc: subprocess.Popen, what: str, timeout: float = 10.0) -> None:
+    """Waits until something accepts TCP connections on 127.0.0.1:port."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited ({proc.returncode}) before listening")
+        try:
+            with socket.create_connection((HOST, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} not listening on {HOST}:{port} within {timeout:.0f} s")
+
+
+class Servers:
+    """The servers, started once; all stopped by close() (also on error)."""
+
+    def __init__(self) -> None:
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, what: str, cmd: list[str], **kw) -> subprocess.Popen:
+        log(f"start {what}: {' '.join(cmd)}")
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, **kw)
+        self.procs.append((what, proc))
+        return proc
+
+    def close(self) -> None:
+        for what, proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            log(f"stopped {what}")
+        self.procs.clear()
+
+
+def start_sonde_agent(servers: Servers, sonde: str) -> int:
+    """sonde server on an OS-chosen port; returns the port from its ready line."""
+    proc = servers.start(
+        "sonde agent",
+        [sonde, "server", "--bind", HOST, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        # Keeps reading after the ready line so the agent never blocks on (or dies of) a full pipe.
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + 10
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            line = lines.get(timeout=left)
+        except queue.Empty:
+            break
+        if line is None:
+            raise RuntimeError(f"sonde agent exited ({proc.wait()}) before its ready line")
+        m = re.match(r"sonde agent listening on (\S+):(\d+) ", line)
+        if m:
+            return int(m.group(2))
+    raise RuntimeError("sonde agent printed no ready line")
+
+
+# --------------------------------------------------------------------------------------------
+# The comparisons
+# --------------------------------------------------------------------------------------------
+
+
+class Metric:
+    def __init__(self, key, title, unit, scale, target, ok, sonde_cmd, peer_cmd, sonde_fig, peer_fig):
+        self.key, self.title, self.unit, self.scale = key, title, unit, scale
+        self.target, self.ok = target, ok
+        self.sonde_cmd, self.peer_cmd = sonde_cmd, peer_cmd
+        self.sonde_fig, self.peer_fig = sonde_fig, peer_fig
+        self.sonde: list[float] = []
+        self.peer: list[float] = []
+
+
+def metrics(sonde: str, ports: dict, secs: int) -> list[Metric]:
+    t = str(secs)
+    agent = f"{HOST}:{ports['sonde']}"
+
+    def sockperf(port: int, tcp: bool) -> list[str]:
+        cmd = ["sockperf", "ping-pong", "-i", HOST, "-p", str(port), "-t", t, "-m", "64", "--full-rtt"]
+        return cmd + (["--tcp"] if tcp else [])
+
+    def within(pct):
+        return lambda r: abs(r - 1.0) <= pct
+
+    return [
+        Metric(
+            "udp_rtt", "UDP RTT p50, 64 B", "µs", 1.0, "within ±5%", within(0.05),
+            [sonde, "latency", agent, "-u", "-m", "64", "-t", t, "--json"],
+            sockperf(ports["sockperf_udp"], tcp=False),
+            lambda out: parse_sonde(out, "latency")["p50_us"],
+            lambda out: rtt_us(parse_sockperf(out)),
+        ),
+        Metric(
+            "tcp_rtt", "TCP RTT p50, 64 B", "µs", 1.0, "within ±5%", within(0.05),
+            [sonde, "latency", agent, "-m", "64", "-t", t, "--json"],
+            sockperf(ports["sockperf_tcp"], tcp=True),
+            lambda out: parse_sonde(out, "latency")["p50_us"],
+            lambda out: rtt_us(parse_sockperf(out)),
+        ),
+        Metric(
+            "tcp_bps", "TCP 1 stream", "Gbit/s", 1e-9, "≥ 1.0×", lambda r: r >= 1.0,
+            [sonde, "throughput", agent, "-t", t, "--json"],
+            ["iperf3", "-c", HOST, "-p", str(ports["iperf3"]), "-t", t, "-J"],
+            lambda out: parse_sonde(out, "throughput")["bits_per_second"],
+            lambda out: parse_iperf3_tcp(out)["bits_per_second"],
+        ),
+        Metric(
+            "udp_pps", "UDP 18 B received", "Mpps", 1e-6, "≥ 3.0×", lambda r: r >= 3.0,
+            [sonde, "pps", agent, "-m", "18", "-t", t, "--json"],
+            ["iperf3", "-c", HOST, "-p", str(ports["iperf3"]), "-u", "-b", "0", "-l", "18", "-t", t, "-J"],
+            lambda out: parse_sonde(out, "pps")["pps"],
+            lambda out: parse_iperf3_udp(out)["pps"],
+        ),
+    ]
+
+
+def rtt_us(r: dict) -> float:
+    # Without --full-rtt sockperf halves the round trip; the commands above ask for full RTT.
+    return r["p50_us"] if r["kind"] == "rtt" else 2 * r["p50_us"]
+
+
+def fmt(v: float | None) -> str:
+    if v is None:
+        return "—"
+    if v >= 100:
+        return f"{v:.1f}"
+    if v >= 10:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def table(ms: list[Metric], rounds: int, secs: int) -> tuple[str, bool]:
+    lines = [
+        f"sonde vs peers on loopback, median of {rounds} interleaved round(s) of {secs} s each",
+        "",
+        "| metric | sonde | peer | ratio | target | ok? |",
+        "| --- | ---: | ---: | ---: | --- | --- |",
+    ]
+    all_ok = True
+    for m in ms:
+        s = statistics.median(m.sonde) if m.sonde else None
+        p = statistics.median(m.peer) if m.peer else None
+        ratio = s / p if s is not None and p else None
+        ok = ratio is not None and m.ok(ratio)
+        all_ok &= ok
+        peer = {"udp_rtt": "sockperf", "tcp_rtt": "sockperf", "tcp_bps": "iperf3", "udp_pps": "iperf3"}[m.key]
+        lines.append(
+            f"| {m.title} ({m.unit}) | {fmt(s * m.scale) if s is not None else '—'} "
+            f"| {fmt(p * m.scale) if p is not None else '—'} ({peer}) "
+            f"| {f'{ratio:.2f}×' if ratio is not None else '—'} | {m.target} | {'yes' if ok else 'NO'} |"
+        )
+    lines.append("")
+    lines.append("Per round (sonde / peer):")
+    for m in ms:
+        pairs = ", ".join(
+            f"{fmt(a * m.scale)}/{fmt(b * m.scale)}" for a, b in zip(m.sonde, m.peer)
+        )
+        lines.append(f"- {m.title}: {pairs or '—'}")
+    return "\n".join(lines), all_ok
+
+
+def build(release: bool) -> str:
+    target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+    profile = "release" if release else "debug"
+    cmd = ["cargo", "build", "-p", "sonde", "--bin", "sonde"] + (["--release"] if release else [])
+    log(f"build: {' '.join(cmd)}")
+    subprocess.run(cmd, cwd=REPO, check=True)
+    return str(target / profile / "sonde")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description="Compare sonde with sockperf and iperf3 on loopback (interleaved rounds).",
+        epilog="Parsers: python3 -m doctest bench/compare.py",
+    )
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every comparison (default 3)")
+    ap.add_argument("--seconds", type=int, default=5, help="duration of each run (default 5)")
+    ap.add_argument(
+        "--only",
+        default="udp_rtt,tcp_rtt,tcp_bps,udp_pps",
+        help="comma-separated subset of udp_rtt,tcp_rtt,tcp_bps,udp_pps",
+    )
+    ap.add_argument("--sonde", help="use this sonde binary instead of building one")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    args = ap.parse_args(argv)
+    if args.rounds < 1 or not 1 <= args.seconds <= 60:
+        ap.error("--rounds must be >= 1 and --seconds within 1..60")
+
+    for tool in ("sockperf", "iperf3"):
+        if not shutil.which(tool):
+            ap.error(f"{tool} not found (apt-get install {tool})")
+    sonde = args.sonde or build(release=True)
+
+    wanted = args.only.split(",")
+    servers = Servers()
+    try:
+        ports = {k: free_port() for k in ("sockperf_udp", "sockperf_tcp", "iperf3")}
+        ports["sonde"] = start_sonde_agent(servers, sonde)
+        log(f"sonde agent on {HOST}:{ports['sonde']}")
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        servers.start("sockperf udp", ["sockperf", "sr", "-i", HOST, "-p", str(ports["sockperf_udp"])], **quiet)
+        p = servers.start(
+            "sockperf tcp", ["sockperf", "sr", "--tcp", "-i", HOST, "-p", str(ports["sockperf_tcp"])], **quiet
+        )
+        wait_tcp(ports["sockperf_tcp"], p, "sockperf sr --tcp")
+        p = servers.start("iperf3", ["iperf3", "-s", "-p", str(ports["iperf3"])], **quiet)
+        wait_tcp(ports["iperf3"], p, "iperf3 -s")
+        # sockperf's UDP server has no ready signal; its TCP twin being up says it had the time.
+
+        ms = [m for m in metrics(sonde, ports, args.seconds) if m.key in wanted]
+        limit = args.seconds + 30
+        for r in range(1, args.rounds + 1):
+            for m in ms:
+                for side, cmd, fig, into in (
+                    ("sonde", m.sonde_cmd, m.sonde_fig, m.sonde),
+                    ("peer", m.peer_cmd, m.peer_fig, m.peer),
+                ):
+                    out = run(cmd, limit)
+                    v = fig(out)
+                    into.append(v)
+                    log(f"round {r}/{args.rounds} {m.key:8} {side:5} {fmt(v * m.scale)} {m.unit}")
+                    # Let TIME_WAIT sockets and softirq backlog settle between runs.
+                    time.sleep(0.5)
+    finally:
+        servers.close()
+
+    text, all_ok = table(ms, args.rounds, args.seconds)
+    print(text)
+    return 1 if args.strict and not all_ok else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
