@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use sonde_engine::interval::Intervals;
 use sonde_net::bulk::{SendOutcome, TcpRecvOutcome, UdpRecvOutcome};
-use sonde_net::control::{read_frame, write_frame, ControlError};
+use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
 use sonde_net::{Clock, Counters};
 use sonde_wire::{
     AgentReport, ControlMsg, IntervalStats, Preamble, Protocol, Refusal, SessionId, StreamStats,
@@ -300,16 +300,10 @@ impl<'a> Test<'a> {
 
         let result = thread::scope(|scope| {
             let ctrl_tx = tx.clone();
-            let mut reader = reader;
             scope.spawn(move || {
-                let mut body = Vec::new();
-                loop {
-                    let msg = read_frame(&mut reader, &mut body, hard_deadline);
-                    let end = msg.is_err();
-                    if ctrl_tx.send(Event::Control(msg)).is_err() || end {
-                        break;
-                    }
-                }
+                forward_frames(reader, hard_deadline, |m| {
+                    ctrl_tx.send(Event::Control(m)).is_ok()
+                });
             });
             for (i, channel) in self.channels.iter().enumerate() {
                 let tx = tx.clone();
@@ -612,14 +606,7 @@ impl<'a> Test<'a> {
 }
 
 fn sent_stats(i: usize, o: &SendOutcome) -> StreamStats {
-    StreamStats {
-        stream: index_u32(i),
-        bytes: o.bytes,
-        packets: o.packets,
-        active_ns: o.active_ns,
-        retransmits: o.retransmits,
-        ..StreamStats::default()
-    }
+    o.stats(index_u32(i))
 }
 
 fn index_u32(i: usize) -> u32 {

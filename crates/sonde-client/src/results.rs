@@ -187,14 +187,7 @@ fn stream_views(spec: &TestSpec, run: &BulkRun) -> Vec<StreamView> {
         .map(|i| {
             let role = usize::try_from(i).ok().and_then(|i| run.roles.get(i));
             let client_sent = match role {
-                Some(ClientRole::Sent(o)) => Some(StreamStats {
-                    stream: i,
-                    bytes: o.bytes,
-                    packets: o.packets,
-                    active_ns: o.active_ns,
-                    retransmits: o.retransmits,
-                    ..StreamStats::default()
-                }),
+                Some(ClientRole::Sent(o)) => Some(o.stats(i)),
                 _ => None,
             };
             if let Some(sender) = client_sent {

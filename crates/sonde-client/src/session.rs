@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sonde_engine::interval::Intervals;
 use sonde_net::bulk::{SendOutcome, TcpRecvOutcome, UdpRecvOutcome};
-use sonde_net::control::{read_frame, write_frame, ControlError};
+use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
 use sonde_net::latency::{LatencyOutcome, PingConfig};
 use sonde_net::{Clock, Counters};
 use sonde_report::IntervalResult;
@@ -337,16 +337,10 @@ pub(crate) fn run_bulk(
 
     let result = thread::scope(|scope| {
         let ctrl_tx = tx.clone();
-        let mut reader = reader;
         scope.spawn(move || {
-            let mut body = Vec::new();
-            loop {
-                let msg = read_frame(&mut reader, &mut body, hard_deadline);
-                let end = msg.is_err();
-                if ctrl_tx.send(Event::Control(msg)).is_err() || end {
-                    break;
-                }
-            }
+            forward_frames(reader, hard_deadline, |m| {
+                ctrl_tx.send(Event::Control(m)).is_ok()
+            });
         });
         for (i, channel) in c.channels.iter().enumerate() {
             let tx = tx.clone();
@@ -528,14 +522,7 @@ impl Loop<'_> {
                             .senders
                             .iter()
                             .filter_map(|&s| match &self.roles[s] {
-                                Some(ClientRole::Sent(o)) => Some(StreamStats {
-                                    stream: index_u32(s),
-                                    bytes: o.bytes,
-                                    packets: o.packets,
-                                    active_ns: o.active_ns,
-                                    retransmits: o.retransmits,
-                                    ..StreamStats::default()
-                                }),
+                                Some(ClientRole::Sent(o)) => Some(o.stats(index_u32(s))),
                                 _ => None,
                             })
                             .collect();

@@ -70,6 +70,20 @@ pub struct SendOutcome {
     pub method: &'static str,
 }
 
+impl SendOutcome {
+    /// The sender's counts for stream `stream`, as reported over the control channel.
+    pub fn stats(&self, stream: u32) -> sonde_wire::StreamStats {
+        sonde_wire::StreamStats {
+            stream,
+            bytes: self.bytes,
+            packets: self.packets,
+            active_ns: self.active_ns,
+            retransmits: self.retransmits,
+            ..sonde_wire::StreamStats::default()
+        }
+    }
+}
+
 /// What a TCP receiver received.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TcpRecvOutcome {
@@ -759,22 +773,28 @@ mod tests {
         assert!(0 < received.first_ns && received.first_ns <= received.last_ns);
     }
 
-    #[test]
-    fn unlimited_udp_counts_every_small_datagram_individually() {
-        const SIZE: u32 = 18;
+    /// Sends `size`-byte datagrams as fast as possible for `for_ns` through a shared-port flow
+    /// pair, the receiver told the sender's count at the end.
+    fn unlimited_run(size: u32, for_ns: u64) -> (SendOutcome, UdpRecvOutcome, Counters, Counters) {
         let (_listener, flow, client) = udp_flow_pair();
         let clock = Clock::start();
         let stop = AtomicBool::new(false);
         let expect = AtomicU64::new(u64::MAX);
         let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
-
         let (sent, received) = thread::scope(|s| {
-            let rx = s.spawn(|| udp_recv(&flow, SIZE, &clock, &stop, &expect, &rx_counters));
-            let sent = udp_send(&client, SIZE, 0, &clock, 200 * MS, &stop, &tx_counters).unwrap();
+            let rx = s.spawn(|| udp_recv(&flow, size, &clock, &stop, &expect, &rx_counters));
+            let sent = udp_send(&client, size, 0, &clock, for_ns, &stop, &tx_counters).unwrap();
             expect.store(sent.packets, Ordering::Relaxed);
             finish(&rx, &rx_counters, &stop, true);
             (sent, rx.join().unwrap().unwrap())
         });
+        (sent, received, tx_counters, rx_counters)
+    }
+
+    #[test]
+    fn unlimited_udp_counts_every_small_datagram_individually() {
+        const SIZE: u32 = 18;
+        let (sent, received, tx_counters, rx_counters) = unlimited_run(SIZE, 200 * MS);
 
         if cfg!(target_os = "linux") {
             assert!(
@@ -905,18 +925,7 @@ mod tests {
     #[ignore = "a measurement, not a test"]
     fn pps_on_loopback() {
         const SIZE: u32 = 18;
-        let (_listener, flow, client) = udp_flow_pair();
-        let clock = Clock::start();
-        let stop = AtomicBool::new(false);
-        let expect = AtomicU64::new(u64::MAX);
-        let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
-        let (sent, received) = thread::scope(|s| {
-            let rx = s.spawn(|| udp_recv(&flow, SIZE, &clock, &stop, &expect, &rx_counters));
-            let sent = udp_send(&client, SIZE, 0, &clock, 2_000 * MS, &stop, &tx_counters).unwrap();
-            expect.store(sent.packets, Ordering::Relaxed);
-            finish(&rx, &rx_counters, &stop, true);
-            (sent, rx.join().unwrap().unwrap())
-        });
+        let (sent, received, _, _) = unlimited_run(SIZE, 2_000 * MS);
         let span = received.last_ns - received.first_ns;
         println!(
             "method {}: sent {} ({:.3} Mpps), received {} ({:.3} Mpps over {:.3} s), lost {}",

@@ -87,6 +87,24 @@ pub fn read_frame(
     Ok(sonde_wire::decode_body(body)?)
 }
 
+/// Reads frames until the first error (the peer closing included) or `deadline`, handing each
+/// result to `forward`; stops early when `forward` returns false. For a reader thread that feeds
+/// a session's event loop.
+pub fn forward_frames(
+    mut stream: TcpStream,
+    deadline: Instant,
+    mut forward: impl FnMut(Result<ControlMsg, ControlError>) -> bool,
+) {
+    let mut body = Vec::new();
+    loop {
+        let msg = read_frame(&mut stream, &mut body, deadline);
+        let end = msg.is_err();
+        if !forward(msg) || end {
+            break;
+        }
+    }
+}
+
 /// Writes one control frame (whole, or an error). A write timeout bounds a peer that does not
 /// read.
 pub fn write_frame(stream: &mut TcpStream, msg: &ControlMsg) -> Result<(), ControlError> {
