@@ -38,8 +38,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use common::{
-    at, check, command_in, f64_at, parse_listening_line, quiet, require_or_skip, run_json_in,
-    run_with_timeout, tool, u64_at, Agent, Daemon, Need,
+    at, check, check_within, command_in, f64_at, parse_listening_line, quiet, require_or_skip,
+    run_json_in, run_with_timeout, tool, u64_at, Agent, Daemon, Need,
 };
 
 /// Client side of the link.
@@ -292,18 +292,10 @@ impl Lab {
 
     /// `program ARGS...` on `side`; panics unless it exits 0 within `timeout`. Returns stdout.
     fn run_in(&self, side: Side, program: &str, args: &[&str], timeout: Duration) -> String {
-        let mut cmd = command_in(Some(self.ns(side)), tool(program));
-        cmd.args(args);
-        let line = common::command_line(&cmd);
-        let out = run_with_timeout(&mut cmd, timeout).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            out.status.success(),
-            "`{line}` failed ({})\n{}\n{}",
-            out.status,
-            out.stdout,
-            out.stderr
-        );
-        out.stdout
+        check_within(
+            command_in(Some(self.ns(side)), tool(program)).args(args),
+            timeout,
+        )
     }
 }
 

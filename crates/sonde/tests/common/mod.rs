@@ -233,8 +233,13 @@ pub(crate) fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Result<O
 
 /// Runs `cmd` (30 s limit) and panics unless it exits 0; returns its stdout.
 pub(crate) fn check(cmd: &mut Command) -> String {
+    check_within(cmd, Duration::from_secs(30))
+}
+
+/// Like [`check`], with the time limit given.
+pub(crate) fn check_within(cmd: &mut Command, timeout: Duration) -> String {
     let line = command_line(cmd);
-    match run_with_timeout(cmd, Duration::from_secs(30)) {
+    match run_with_timeout(cmd, timeout) {
         Ok(out) if out.status.success() => out.stdout,
         Ok(out) => panic!(
             "`{line}` failed ({})\n--- stdout ---\n{}\n--- stderr ---\n{}",
