@@ -116,7 +116,7 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
             LatencyMode::ClosedLoop
         },
         rate_per_second: opt.rate,
-        msg_size_bytes: 0,
+        msg_size_bytes: opt.msg_size,
         duration_ns: run.elapsed_ns,
         warmup_ns: nanos(opt.warmup),
         warmup_samples: s.warmup_excluded,
@@ -140,18 +140,6 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
         duplicated,
         reordered,
         late_sends: opt.rate.map(|_| o.late_sends),
-    }
-    .with_size(opt.msg_size)
-}
-
-trait WithSize {
-    fn with_size(self, size: u32) -> Self;
-}
-
-impl WithSize for LatencyResult {
-    fn with_size(mut self, size: u32) -> Self {
-        self.msg_size_bytes = size;
-        self
     }
 }
 
