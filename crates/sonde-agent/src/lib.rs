@@ -15,7 +15,9 @@
 //! handle.stop();
 //! ```
 
+mod iperf3;
 mod session;
+mod sockperf;
 
 use std::collections::HashMap;
 use std::io;
@@ -57,6 +59,10 @@ pub struct AgentConfig {
     pub hello_timeout: Duration,
     /// Print one line per session to stderr.
     pub log: bool,
+    /// Also answer real iperf3 clients on this address (TCP and UDP), under the same limits.
+    pub iperf3: Option<SocketAddr>,
+    /// Also answer real sockperf clients on this address (TCP and UDP), under the same limits.
+    pub sockperf: Option<SocketAddr>,
 }
 
 impl AgentConfig {
@@ -70,6 +76,8 @@ impl AgentConfig {
             max_pending: 64,
             hello_timeout: Duration::from_secs(5),
             log: false,
+            iperf3: None,
+            sockperf: None,
         }
     }
 
@@ -134,6 +142,11 @@ pub(crate) struct Shared {
     pub(crate) pending: AtomicUsize,
     pub(crate) next_session: AtomicU64,
     pub(crate) rejections: Rejections,
+    /// Sessions of the compatibility listeners (iperf3, sockperf) running now; they count
+    /// against `max_sessions` together with `slots`.
+    pub(crate) compat_sessions: AtomicU32,
+    pub(crate) iperf3_local: Option<SocketAddr>,
+    pub(crate) sockperf_local: Option<SocketAddr>,
 }
 
 impl Shared {
@@ -144,7 +157,7 @@ impl Shared {
     /// Admits a session if there is room, noting the overlap in every running session.
     pub(crate) fn admit(&self, slot: Arc<Slot>) -> Option<Token> {
         let mut slots = self.slots();
-        let running = u32::try_from(slots.len()).unwrap_or(u32::MAX);
+        let running = self.running(&slots);
         if running >= self.cfg.max_sessions {
             return None;
         }
@@ -162,10 +175,59 @@ impl Shared {
         Some(token)
     }
 
+    /// Sessions running now, of every kind; the caller holds the `slots` lock.
+    fn running(&self, slots: &HashMap<Token, Arc<Slot>>) -> u32 {
+        u32::try_from(slots.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(self.compat_sessions.load(Ordering::Acquire))
+    }
+
+    /// Admits a compatibility-listener session (iperf3, sockperf) if there is room. The session
+    /// counts against `max_sessions` until the guard drops. Running sonde sessions see it as
+    /// overlap.
+    pub(crate) fn admit_compat(&self) -> Option<CompatSession<'_>> {
+        let slots = self.slots();
+        let running = self.running(&slots);
+        if running >= self.cfg.max_sessions {
+            return None;
+        }
+        for other in slots.values() {
+            other.overlap.fetch_max(running, Ordering::Relaxed);
+        }
+        self.compat_sessions.fetch_add(1, Ordering::AcqRel);
+        Some(CompatSession(self))
+    }
+
     pub(crate) fn log(&self, line: std::fmt::Arguments<'_>) {
         if self.cfg.log {
             eprintln!("{line}");
         }
+    }
+}
+
+/// An admitted compatibility-listener session; dropping it frees its place.
+pub(crate) struct CompatSession<'a>(&'a Shared);
+
+impl Drop for CompatSession<'_> {
+    fn drop(&mut self) {
+        let _slots = self.0.slots();
+        self.0.compat_sessions.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The TCP listener and UDP socket of a compatibility listener, bound to one port number.
+#[derive(Debug)]
+pub(crate) struct CompatListener {
+    pub(crate) tcp: TcpListener,
+    pub(crate) udp: UdpSocket,
+}
+
+impl CompatListener {
+    fn bind(addr: SocketAddr) -> Result<(Self, SocketAddr), Error> {
+        let tcp = sonde_net::socket::tcp_listen(addr).map_err(|e| Error::Bind(e, addr))?;
+        let local = tcp.local_addr().map_err(Error::Listen)?;
+        let udp = sonde_net::socket::udp_listen(local).map_err(|e| Error::Bind(e, local))?;
+        Ok((Self { tcp, udp }, local))
     }
 }
 
@@ -191,6 +253,8 @@ fn random_u64() -> u64 {
 pub struct Agent {
     tcp: TcpListener,
     udp: UdpSocket,
+    iperf3: Option<CompatListener>,
+    sockperf: Option<CompatListener>,
     shared: Arc<Shared>,
 }
 
@@ -201,6 +265,9 @@ impl Agent {
         let tcp = sonde_net::socket::tcp_listen(cfg.bind).map_err(|e| Error::Bind(e, cfg.bind))?;
         let local = tcp.local_addr().map_err(Error::Listen)?;
         let udp = sonde_net::socket::udp_listen(local).map_err(|e| Error::Bind(e, local))?;
+        let (iperf3, iperf3_local) = cfg.iperf3.map(CompatListener::bind).transpose()?.unzip();
+        let (sockperf, sockperf_local) =
+            cfg.sockperf.map(CompatListener::bind).transpose()?.unzip();
         let shared = Arc::new(Shared {
             cfg,
             local,
@@ -209,13 +276,32 @@ impl Agent {
             pending: AtomicUsize::new(0),
             next_session: AtomicU64::new(1),
             rejections: Rejections::default(),
+            compat_sessions: AtomicU32::new(0),
+            iperf3_local,
+            sockperf_local,
         });
-        Ok(Self { tcp, udp, shared })
+        Ok(Self {
+            tcp,
+            udp,
+            iperf3,
+            sockperf,
+            shared,
+        })
     }
 
     /// The address and port the agent serves on.
     pub fn local_addr(&self) -> SocketAddr {
         self.shared.local
+    }
+
+    /// The iperf3 listener's address, when [`AgentConfig::iperf3`] asked for one.
+    pub fn iperf3_addr(&self) -> Option<SocketAddr> {
+        self.shared.iperf3_local
+    }
+
+    /// The sockperf listener's address, when [`AgentConfig::sockperf`] asked for one.
+    pub fn sockperf_addr(&self) -> Option<SocketAddr> {
+        self.shared.sockperf_local
     }
 
     /// Serves until [`AgentHandle::stop`] is called (or forever).
@@ -239,12 +325,37 @@ impl Agent {
     }
 
     fn serve(self) {
-        let Self { tcp, udp, shared } = self;
+        let Self {
+            tcp,
+            udp,
+            iperf3,
+            sockperf,
+            shared,
+        } = self;
         let udp_shared = Arc::clone(&shared);
         let udp_thread = thread::Builder::new()
             .name("sonde-udp".into())
             .spawn(move || udp_dispatch(&udp, &udp_shared))
             .ok();
+        let mut compat_threads = Vec::new();
+        if let Some(listener) = iperf3 {
+            let s = Arc::clone(&shared);
+            compat_threads.extend(
+                thread::Builder::new()
+                    .name("sonde-iperf3".into())
+                    .spawn(move || iperf3::serve(listener, &s))
+                    .ok(),
+            );
+        }
+        if let Some(listener) = sockperf {
+            let s = Arc::clone(&shared);
+            compat_threads.extend(
+                thread::Builder::new()
+                    .name("sonde-sockperf".into())
+                    .spawn(move || sockperf::serve(listener, &s))
+                    .ok(),
+            );
+        }
         for conn in tcp.incoming() {
             if shared.shutdown.load(Ordering::Relaxed) {
                 break;
@@ -270,6 +381,9 @@ impl Agent {
         if let Some(t) = udp_thread {
             let _ = t.join();
         }
+        for t in compat_threads {
+            let _ = t.join();
+        }
     }
 }
 
@@ -290,9 +404,20 @@ impl AgentHandle {
         &self.shared.rejections
     }
 
-    /// Sessions running now.
+    /// The iperf3 listener's address, when [`AgentConfig::iperf3`] asked for one.
+    pub fn iperf3_addr(&self) -> Option<SocketAddr> {
+        self.shared.iperf3_local
+    }
+
+    /// The sockperf listener's address, when [`AgentConfig::sockperf`] asked for one.
+    pub fn sockperf_addr(&self) -> Option<SocketAddr> {
+        self.shared.sockperf_local
+    }
+
+    /// Sessions running now, of every kind (sonde, iperf3, sockperf).
     pub fn sessions(&self) -> usize {
-        self.shared.slots().len()
+        let slots = self.shared.slots();
+        self.shared.running(&slots) as usize
     }
 
     /// Stops accepting, ends running sessions (their clients get an error) and waits.
@@ -302,21 +427,27 @@ impl AgentHandle {
 
     fn shutdown(&mut self) {
         self.shared.shutdown.store(true, Ordering::Relaxed);
-        // Wake the blocking accept with a connection of our own.
-        let mut wake = self.shared.local;
-        if wake.ip().is_unspecified() {
-            wake.set_ip(match wake {
-                SocketAddr::V4(_) => IpAddr::from([127, 0, 0, 1]),
-                SocketAddr::V6(_) => IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
-            });
+        // Wake the blocking accepts with connections of our own.
+        let listeners = [
+            Some(self.shared.local),
+            self.shared.iperf3_local,
+            self.shared.sockperf_local,
+        ];
+        for mut wake in listeners.into_iter().flatten() {
+            if wake.ip().is_unspecified() {
+                wake.set_ip(match wake {
+                    SocketAddr::V4(_) => IpAddr::from([127, 0, 0, 1]),
+                    SocketAddr::V6(_) => IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+                });
+            }
+            let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
         }
-        let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
         // Sessions notice the flag within their poll interval; give them a moment to say so.
         let deadline = Instant::now() + Duration::from_secs(2);
-        while !self.shared.slots().is_empty() && Instant::now() < deadline {
+        while self.sessions() > 0 && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(20));
         }
     }

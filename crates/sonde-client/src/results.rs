@@ -26,6 +26,7 @@ fn meta(target: &Target, session: SessionId, started: u64, overlapping: u32) -> 
         ));
     }
     Meta {
+        peer: sonde_report::Peer::Sonde,
         sonde_version: env!("CARGO_PKG_VERSION").into(),
         timestamp_unix_ms: started,
         server: target.label.clone(),

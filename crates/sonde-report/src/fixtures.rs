@@ -9,6 +9,7 @@ const TS: u64 = 1_714_564_800_000; // 2024-05-01 12:00:00 UTC
 
 fn meta(session: u64) -> Meta {
     Meta {
+        peer: Peer::Sonde,
         sonde_version: "0.1.0".to_owned(),
         timestamp_unix_ms: TS,
         server: "192.0.2.10:5300".to_owned(),

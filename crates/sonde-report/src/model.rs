@@ -27,13 +27,29 @@ pub struct Meta {
     pub timestamp_unix_ms: u64,
     /// The agent's address as the client reached it.
     pub server: String,
-    /// The agent's session id.
+    /// What answered at `server`: a sonde agent, or a real iperf3 or sockperf server.
+    #[serde(default)]
+    pub peer: Peer,
+    /// The agent's session id (0 when the peer is not a sonde agent).
     pub session: u64,
     /// The largest number of other sessions the agent ran during this one (0: it had the agent
     /// to itself).
     pub overlapping_sessions: u32,
     /// Things the reader must know to trust the numbers (overlap, too few samples, loss...).
     pub warnings: Vec<String>,
+}
+
+/// The kind of server a test ran against.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Peer {
+    /// A sonde agent (`sonde server`): both ends measured.
+    #[default]
+    Sonde,
+    /// A real `iperf3 -s`, reached with `iperf3://HOST`.
+    Iperf3,
+    /// A real `sockperf server`, reached with `sockperf://HOST`.
+    Sockperf,
 }
 
 /// Transport.

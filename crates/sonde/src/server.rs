@@ -24,6 +24,7 @@ SIGTERM stops the agent cleanly (running sessions are told it is shutting down).
 Examples:
   sonde server                      all addresses, port 5300
   sonde server --bind 198.18.0.2 -p 6000 --max-sessions 4
+  sonde server --iperf3 --sockperf  also serve iperf3 (5201) and sockperf (11111) clients
 
 ", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
@@ -43,6 +44,14 @@ pub(crate) struct Opt {
     /// Most parallel streams in one session (per direction)
     #[arg(long, default_value_t = 128, value_name = "N")]
     max_streams: u32,
+    /// Also answer real iperf3 clients (`iperf3 -c HOST -p PORT`), TCP and UDP, on PORT
+    /// (default 5201), several at once, under the same limits
+    #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "5201")]
+    iperf3: Option<u16>,
+    /// Also answer real sockperf clients (`sockperf pp|ul|tp -i HOST -p PORT [--tcp]`), TCP and
+    /// UDP, on PORT (default 11111)
+    #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "11111")]
+    sockperf: Option<u16>,
     /// No log line per session on stderr
     #[arg(short, long)]
     quiet: bool,
@@ -55,6 +64,8 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         c.max_duration = opt.max_duration;
         c.max_streams = opt.max_streams;
         c.log = !opt.quiet;
+        c.iperf3 = opt.iperf3.map(|port| SocketAddr::new(ip, port));
+        c.sockperf = opt.sockperf.map(|port| SocketAddr::new(ip, port));
         c
     };
     let agent = match opt.bind {
@@ -73,6 +84,12 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         "sonde agent listening on {} (tcp+udp)",
         agent.local_addr()
     );
+    if let Some(addr) = agent.iperf3_addr() {
+        let _ = writeln!(out, "iperf3 clients served on {addr} (tcp+udp)");
+    }
+    if let Some(addr) = agent.sockperf_addr() {
+        let _ = writeln!(out, "sockperf clients served on {addr} (tcp+udp)");
+    }
     let _ = out.flush();
     drop(out);
     agent.run_until(&stop)?;
