@@ -534,10 +534,16 @@ impl<'a> Test<'a> {
             }
             DataChannel::Tcp(s) => sonde_net::bulk::tcp_recv(s, clock, stop, counters)
                 .map_or_else(failed, RoleOutcome::TcpReceived),
-            DataChannel::Udp(s) => {
-                sonde_net::bulk::udp_recv(s, spec.msg_size, clock, stop, &self.expect[i], counters)
-                    .map_or_else(failed, |o| RoleOutcome::UdpReceived(Box::new(o)))
-            }
+            DataChannel::Udp(s) => sonde_net::bulk::udp_recv(
+                s,
+                spec.msg_size,
+                sonde_net::bulk::UdpFormat::Sonde,
+                clock,
+                stop,
+                &self.expect[i],
+                counters,
+            )
+            .map_or_else(failed, |o| RoleOutcome::UdpReceived(Box::new(o))),
         }
     }
 
@@ -553,6 +559,7 @@ impl<'a> Test<'a> {
                 s,
                 spec.msg_size,
                 spec.bitrate_per_stream,
+                sonde_net::bulk::UdpFormat::Sonde,
                 clock,
                 until_ns,
                 stop,

@@ -428,16 +428,23 @@ fn role(
             s,
             spec.msg_size,
             spec.bitrate_per_stream,
+            bulk::UdpFormat::Sonde,
             clock,
             until_ns,
             stop,
             counters,
         )
         .map(ClientRole::Sent),
-        (ClientChannel::Udp(s), false) => {
-            bulk::udp_recv(s, spec.msg_size, clock, stop, expect, counters)
-                .map(|o| ClientRole::UdpReceived(Box::new(o)))
-        }
+        (ClientChannel::Udp(s), false) => bulk::udp_recv(
+            s,
+            spec.msg_size,
+            bulk::UdpFormat::Sonde,
+            clock,
+            stop,
+            expect,
+            counters,
+        )
+        .map(|o| ClientRole::UdpReceived(Box::new(o))),
     }
 }
 

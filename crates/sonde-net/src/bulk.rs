@@ -17,7 +17,7 @@ use std::time::Duration;
 use sonde_engine::jitter::Jitter;
 use sonde_engine::pace::Schedule;
 use sonde_engine::seq::SeqTracker;
-use sonde_wire::{DataHeader, UdpJoin, DATA_HEADER_LEN, UDP_JOIN_LEN};
+use sonde_wire::{DataHeader, Iperf3UdpHeader, UdpJoin, DATA_HEADER_LEN, UDP_JOIN_LEN};
 
 use crate::{socket, sys, Clock, Counters};
 
@@ -54,6 +54,58 @@ const SLEEP_ABOVE_NS: u64 = 200_000;
 const WAKE_EARLY_NS: u64 = 100_000;
 /// Longest single sleep, so that a slow schedule still notices `stop`.
 const MAX_SLEEP_NS: u64 = 50_000_000;
+
+/// The header at the front of each UDP data datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UdpFormat {
+    /// sonde's own [`DataHeader`]: 64-bit sequence from 0, send time in ns. The receiver also
+    /// answers sonde [`UdpJoin`] datagrams that arrive late.
+    #[default]
+    Sonde,
+    /// iperf3's [`Iperf3UdpHeader`]: seconds and microseconds, then a sequence number from 1,
+    /// 64 bits wide when `seq64` (`udp_counters_64bit`) was negotiated, else 32. A receiver maps
+    /// iperf3 seq `s` to tracker seq `s - 1`, so the tracker's `highest + 1` is iperf3's
+    /// `packets`.
+    Iperf3 {
+        /// 64-bit sequence numbers.
+        seq64: bool,
+    },
+}
+
+impl UdpFormat {
+    /// The header's length.
+    pub fn header_len(self) -> usize {
+        match self {
+            Self::Sonde => DATA_HEADER_LEN,
+            Self::Iperf3 { seq64 } => Iperf3UdpHeader::len(seq64),
+        }
+    }
+
+    /// Stamps the `index`-th datagram of a flow (from 0), sent at `now_ns` on the test clock.
+    #[inline]
+    fn write(self, index: u64, now_ns: u64, buf: &mut [u8]) {
+        match self {
+            Self::Sonde => DataHeader {
+                seq: index,
+                send_ns: now_ns,
+            }
+            .write(buf),
+            Self::Iperf3 { seq64 } => Iperf3UdpHeader::at(index + 1, now_ns).write(buf, seq64),
+        }
+    }
+
+    /// The tracker sequence number (from 0) and the sender's clock of a data datagram.
+    #[inline]
+    fn read(self, datagram: &[u8]) -> Option<(u64, u64)> {
+        match self {
+            Self::Sonde => DataHeader::read(datagram).ok().map(|h| (h.seq, h.send_ns)),
+            Self::Iperf3 { seq64 } => Iperf3UdpHeader::read(datagram, seq64)
+                .ok()
+                // iperf3 counts from 1; a 0 is junk (seq 0 would wrap the tracker).
+                .and_then(|h| Some((h.seq.checked_sub(1)?, h.ns()))),
+        }
+    }
+}
 
 /// What a sender sent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -240,24 +292,27 @@ pub fn tcp_recv(
 /// * `ECONNREFUSED` (an ICMP port unreachable: nothing listens on the peer's port) is tolerated
 ///   [`UDP_REFUSED_LIMIT`] times before the deadline, then returned as the error; after the
 ///   deadline or `stop` it is ignored.
+#[allow(clippy::too_many_arguments)]
 pub fn udp_send(
     sock: &UdpSocket,
     msg_size: u32,
     bits_per_second: u64,
+    format: UdpFormat,
     clock: &Clock,
     until_ns: u64,
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<SendOutcome> {
     let size = msg_size as usize;
-    if size < DATA_HEADER_LEN {
+    if size < format.header_len() {
         return Err(invalid_input(
-            "a UDP data datagram must be at least 16 bytes (its header)",
+            "a UDP data datagram must be at least as long as its header (16 bytes; iperf3: 12, or 16 with 64-bit counters)",
         ));
     }
     sock.set_nonblocking(false)?;
     sock.set_write_timeout(Some(UDP_RECV_POLL))?;
     let mut run = SendRun {
+        format,
         clock,
         until_ns,
         stop,
@@ -278,9 +333,9 @@ pub fn udp_send(
 }
 
 /// Receives datagrams on a connected socket with `recvmmsg` until `stop`, or until the number of
-/// unique datagrams reaches `expect` (`u64::MAX` while the sender's count is unknown). Answers
-/// any [`sonde_wire::UdpJoin`] request that still arrives with its acknowledgement, and ignores
-/// join acknowledgements; neither is counted as data.
+/// unique datagrams reaches `expect` (`u64::MAX` while the sender's count is unknown). In
+/// [`UdpFormat::Sonde`] it answers any [`sonde_wire::UdpJoin`] request that still arrives with
+/// its acknowledgement, and ignores join acknowledgements; neither is counted as data.
 ///
 /// * The socket is set blocking with a [`UDP_RECV_POLL`] receive timeout, so `stop` and
 ///   `expect` are looked at at least that often.
@@ -294,6 +349,7 @@ pub fn udp_send(
 pub fn udp_recv(
     sock: &UdpSocket,
     msg_size: u32,
+    format: UdpFormat,
     clock: &Clock,
     stop: &AtomicBool,
     expect: &AtomicU64,
@@ -323,7 +379,7 @@ pub fn udp_recv(
         let (mut bytes, mut packets) = (0u64, 0u64);
         for (i, slot_buf) in buf.chunks_exact(slot).take(n).enumerate() {
             let datagram = &slot_buf[..batch.datagram_len(i).min(slot)];
-            if datagram.len() == UDP_JOIN_LEN {
+            if format == UdpFormat::Sonde && datagram.len() == UDP_JOIN_LEN {
                 if let Ok(join) = UdpJoin::decode(datagram) {
                     if !join.ack {
                         // Best effort: a lost acknowledgement makes the client send another
@@ -333,12 +389,12 @@ pub fn udp_recv(
                     continue;
                 }
             }
-            let Ok(header) = DataHeader::read(datagram) else {
+            let Some((seq, send_ns)) = format.read(datagram) else {
                 out.malformed += 1;
                 continue;
             };
-            out.seq.on_packet(header.seq);
-            out.jitter.on_packet(header.send_ns, now);
+            out.seq.on_packet(seq);
+            out.jitter.on_packet(send_ns, now);
             bytes += datagram.len() as u64;
             packets += 1;
         }
@@ -363,6 +419,7 @@ fn recv_slot(msg_size: u32) -> usize {
 
 /// One UDP send loop's shared state and error policy.
 struct SendRun<'a> {
+    format: UdpFormat,
     clock: &'a Clock,
     until_ns: u64,
     stop: &'a AtomicBool,
@@ -442,7 +499,7 @@ fn send_paced(
         if now - due > MAX_LAG_NS {
             (base_ns, base_seq) = (now, seq);
         }
-        DataHeader { seq, send_ns: now }.write(&mut buf);
+        run.format.write(seq, now, &mut buf);
         match sock.send(&buf) {
             Ok(n) => {
                 run.sent(now, n, 1);
@@ -514,11 +571,7 @@ fn send_unlimited(sock: &UdpSocket, size: usize, run: &mut SendRun<'_>) -> io::R
             SendMethod::Plain => 1,
         };
         for (i, datagram) in buf.chunks_exact_mut(size).take(count).enumerate() {
-            DataHeader {
-                seq: seq + i as u64,
-                send_ns: now,
-            }
-            .write(datagram);
+            run.format.write(seq + i as u64, now, datagram);
         }
         let data = &buf[..count * size];
         let result = match (method, gso_size) {
@@ -741,8 +794,28 @@ mod tests {
         let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
 
         let (sent, received) = thread::scope(|s| {
-            let rx = s.spawn(|| udp_recv(&flow, SIZE, &clock, &stop, &expect, &rx_counters));
-            let sent = udp_send(&client, SIZE, BPS, &clock, UNTIL, &stop, &tx_counters).unwrap();
+            let rx = s.spawn(|| {
+                udp_recv(
+                    &flow,
+                    SIZE,
+                    UdpFormat::Sonde,
+                    &clock,
+                    &stop,
+                    &expect,
+                    &rx_counters,
+                )
+            });
+            let sent = udp_send(
+                &client,
+                SIZE,
+                BPS,
+                UdpFormat::Sonde,
+                &clock,
+                UNTIL,
+                &stop,
+                &tx_counters,
+            )
+            .unwrap();
             expect.store(sent.packets, Ordering::Relaxed);
             finish(&rx, &rx_counters, &stop, false);
             (sent, rx.join().unwrap().unwrap())
@@ -782,8 +855,28 @@ mod tests {
         let expect = AtomicU64::new(u64::MAX);
         let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
         let (sent, received) = thread::scope(|s| {
-            let rx = s.spawn(|| udp_recv(&flow, size, &clock, &stop, &expect, &rx_counters));
-            let sent = udp_send(&client, size, 0, &clock, for_ns, &stop, &tx_counters).unwrap();
+            let rx = s.spawn(|| {
+                udp_recv(
+                    &flow,
+                    size,
+                    UdpFormat::Sonde,
+                    &clock,
+                    &stop,
+                    &expect,
+                    &rx_counters,
+                )
+            });
+            let sent = udp_send(
+                &client,
+                size,
+                0,
+                UdpFormat::Sonde,
+                &clock,
+                for_ns,
+                &stop,
+                &tx_counters,
+            )
+            .unwrap();
             expect.store(sent.packets, Ordering::Relaxed);
             finish(&rx, &rx_counters, &stop, true);
             (sent, rx.join().unwrap().unwrap())
@@ -837,7 +930,17 @@ mod tests {
         };
 
         let received = thread::scope(|s| {
-            let rx = s.spawn(|| udp_recv(&flow, SIZE, &clock, &stop, &expect, &counters));
+            let rx = s.spawn(|| {
+                udp_recv(
+                    &flow,
+                    SIZE,
+                    UdpFormat::Sonde,
+                    &clock,
+                    &stop,
+                    &expect,
+                    &counters,
+                )
+            });
             client.send(&join.encode()).unwrap();
             client.set_read_timeout(SECOND).unwrap();
             let mut buf = [0u8; 64];
@@ -872,12 +975,51 @@ mod tests {
     }
 
     #[test]
+    fn iperf3_format_numbers_from_one_and_reads_back_as_iperf3_counts() {
+        // The agent's iperf3 listener and the `iperf3://` client send and count with this; the
+        // real iperf3's receiver reports `packets` = highest seq and `errors` = gaps.
+        for seq64 in [false, true] {
+            let format = UdpFormat::Iperf3 { seq64 };
+            let (_listener, flow, client) = udp_flow_pair();
+            let clock = Clock::start();
+            let stop = AtomicBool::new(false);
+            let expect = AtomicU64::new(u64::MAX);
+            let (tx, rx_counters) = (Counters::default(), Counters::default());
+            let (sent, received) = thread::scope(|s| {
+                let rx =
+                    s.spawn(|| udp_recv(&flow, 64, format, &clock, &stop, &expect, &rx_counters));
+                let sent =
+                    udp_send(&client, 64, 2_000_000, format, &clock, 200 * MS, &stop, &tx).unwrap();
+                expect.store(sent.packets, Ordering::Relaxed);
+                finish(&rx, &rx_counters, &stop, false);
+                (sent, rx.join().unwrap().unwrap())
+            });
+            assert!(sent.packets > 10, "{sent:?}");
+            assert_eq!(received.packets, sent.packets);
+            assert_eq!(received.malformed, 0);
+            // Tracker seq = iperf3 seq - 1, so highest + 1 is iperf3's `packets`.
+            assert_eq!(received.seq.highest(), Some(sent.packets - 1));
+            assert_eq!(received.seq.lost(sent.packets), 0);
+        }
+        // What goes on the wire: seq 1 first, the clock in sec/usec.
+        let mut buf = [0u8; 16];
+        UdpFormat::Iperf3 { seq64: false }.write(0, 1_500_000_000, &mut buf);
+        assert_eq!(buf[..12], [0, 0, 0, 1, 0, 7, 0xa1, 0x20, 0, 0, 0, 1]);
+        assert_eq!(UdpFormat::Iperf3 { seq64: true }.read(&[0u8; 16]), None);
+        assert_eq!(
+            UdpFormat::Iperf3 { seq64: false }.read(&buf[..12]),
+            Some((0, 1_500_000_000))
+        );
+    }
+
+    #[test]
     fn udp_send_rejects_datagrams_too_small_for_the_header() {
         let (_listener, _flow, client) = udp_flow_pair();
         let err = udp_send(
             &client,
             15,
             0,
+            UdpFormat::Sonde,
             &Clock::start(),
             MS,
             &AtomicBool::new(false),
@@ -901,6 +1043,7 @@ mod tests {
             &client,
             64,
             1_000_000,
+            UdpFormat::Sonde,
             &clock,
             5_000 * MS,
             &AtomicBool::new(false),

@@ -205,6 +205,98 @@ impl DataHeader {
     }
 }
 
+/// Bytes of an iperf3 UDP header with a 32-bit sequence number (iperf3's default).
+pub const IPERF3_UDP_HEADER_LEN_32: usize = 12;
+/// Bytes of an iperf3 UDP header with a 64-bit sequence number (`udp_counters_64bit`).
+pub const IPERF3_UDP_HEADER_LEN_64: usize = 16;
+
+/// The header at the front of every iperf3 UDP datagram (PROTOCOLS.md 1.8): the sender's clock
+/// as seconds and microseconds, then the sequence number, all big-endian. The sequence number
+/// starts at 1 per stream and is 32 bits wide unless the client negotiated
+/// `udp_counters_64bit`.
+///
+/// ```
+/// use sonde_wire::Iperf3UdpHeader;
+/// // Captured from iperf3 3.12: sec = 323, usec = 641419, seq = 1, 32-bit counters.
+/// let bytes = [0, 0, 0x01, 0x43, 0, 0x09, 0xc9, 0x8b, 0, 0, 0, 1];
+/// let h = Iperf3UdpHeader::read(&bytes, false).unwrap();
+/// assert_eq!(h, Iperf3UdpHeader { sec: 323, usec: 641_419, seq: 1 });
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Iperf3UdpHeader {
+    /// Sender's clock, whole seconds (truncated to 32 bits).
+    pub sec: u32,
+    /// Sender's clock, microseconds within the second (0 to 999,999).
+    pub usec: u32,
+    /// Sequence number, from 1.
+    pub seq: u64,
+}
+
+impl Iperf3UdpHeader {
+    /// The header's length for the given counter width.
+    pub fn len(seq64: bool) -> usize {
+        if seq64 {
+            IPERF3_UDP_HEADER_LEN_64
+        } else {
+            IPERF3_UDP_HEADER_LEN_32
+        }
+    }
+
+    /// A header stamped with `ns` nanoseconds of the sender's clock.
+    pub fn at(seq: u64, ns: u64) -> Self {
+        Self {
+            // iperf3 itself truncates its clock's seconds to 32 bits.
+            #[allow(clippy::cast_possible_truncation)]
+            sec: (ns / 1_000_000_000) as u32,
+            #[allow(clippy::cast_possible_truncation)]
+            usec: ((ns % 1_000_000_000) / 1_000) as u32,
+            seq,
+        }
+    }
+
+    /// The sender's clock in nanoseconds (modulo 2^32 seconds), for jitter.
+    pub fn ns(&self) -> u64 {
+        u64::from(self.sec) * 1_000_000_000 + u64::from(self.usec) * 1_000
+    }
+
+    /// Writes the header into the front of `buf`; a 32-bit counter keeps the low 32 bits of
+    /// `seq`, as iperf3 does.
+    ///
+    /// # Panics
+    /// If `buf` is shorter than [`Iperf3UdpHeader::len`]: callers size their buffers once.
+    pub fn write(&self, buf: &mut [u8], seq64: bool) {
+        buf[..4].copy_from_slice(&self.sec.to_be_bytes());
+        buf[4..8].copy_from_slice(&self.usec.to_be_bytes());
+        if seq64 {
+            buf[8..16].copy_from_slice(&self.seq.to_be_bytes());
+        } else {
+            #[allow(clippy::cast_possible_truncation)]
+            buf[8..12].copy_from_slice(&(self.seq as u32).to_be_bytes());
+        }
+    }
+
+    /// Reads the header from the front of a datagram.
+    pub fn read(buf: &[u8], seq64: bool) -> Result<Self, Error> {
+        let need = Self::len(seq64);
+        if buf.len() < need {
+            return Err(Error::Truncated {
+                need,
+                have: buf.len(),
+            });
+        }
+        let be32 = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        Ok(Self {
+            sec: be32(&buf[..4]),
+            usec: be32(&buf[4..8]),
+            seq: if seq64 {
+                be_u64(&buf[8..16])
+            } else {
+                u64::from(be32(&buf[8..12]))
+            },
+        })
+    }
+}
+
 /// Latency datagrams carry only the sequence number, in the first `min(8, size)` bytes.
 ///
 /// A message shorter than 8 bytes carries the low bytes of the sequence number; the receiver
@@ -262,6 +354,30 @@ fn be_u64(b: &[u8]) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn iperf3_udp_header_matches_captured_bytes_and_round_trips() {
+        // PROTOCOLS.md 1.8 [verified]: 32-bit `00000143 0009c98b 00000001`, 64-bit
+        // `0000017a 000d0e25 0000000000000001`.
+        let h32 = [0, 0, 0x01, 0x43, 0, 0x09, 0xc9, 0x8b, 0, 0, 0, 1];
+        let h64 = [
+            0, 0, 0x01, 0x7a, 0, 0x0d, 0x0e, 0x25, 0, 0, 0, 0, 0, 0, 0, 1,
+        ];
+        let a = Iperf3UdpHeader::read(&h32, false).unwrap();
+        assert_eq!((a.sec, a.usec, a.seq), (323, 641_419, 1));
+        let b = Iperf3UdpHeader::read(&h64, true).unwrap();
+        assert_eq!((b.sec, b.usec, b.seq), (378, 855_589, 1));
+        let mut buf = [0u8; 16];
+        a.write(&mut buf, false);
+        assert_eq!(buf[..12], h32);
+        b.write(&mut buf, true);
+        assert_eq!(buf, h64);
+        assert!(Iperf3UdpHeader::read(&h32[..11], false).is_err());
+        assert!(Iperf3UdpHeader::read(&h32, true).is_err());
+        let t = Iperf3UdpHeader::at(7, 323_641_419_999);
+        assert_eq!((t.sec, t.usec, t.seq), (323, 641_419, 7));
+        assert_eq!(t.ns(), 323_641_419_000);
+    }
+
     use super::*;
     use proptest::prelude::*;
 
