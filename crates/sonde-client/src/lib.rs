@@ -7,6 +7,7 @@
 //! println!("median RTT {:?} ns", result.rtt_ns.p50);
 //! ```
 
+mod load;
 mod results;
 mod session;
 
@@ -18,6 +19,7 @@ use sonde_net::control::ControlError;
 use sonde_report::{IntervalResult, LatencyResult, PpsResult, ThroughputResult};
 use sonde_wire::{Direction, Protocol, Refusal, TestKind, TestSpec};
 
+pub use load::{latency_under_load, LoadOptions};
 pub use sonde_wire::Direction as StreamsDirection;
 
 /// Why a test could not be run or did not finish.

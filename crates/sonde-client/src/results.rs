@@ -18,12 +18,20 @@ fn protocol(p: sonde_wire::Protocol) -> Protocol {
     }
 }
 
+/// How the overlap warning starts, to find it again.
+pub(crate) const OVERLAP_WARNING_START: &str = "the agent ran ";
+
+/// The warning for a run during which the agent ran `overlapping` other sessions.
+pub(crate) fn overlap_warning(overlapping: u32) -> String {
+    format!(
+        "{OVERLAP_WARNING_START}{overlapping} other session(s) during this test: they shared its CPU and network, so these numbers are not those of an idle path"
+    )
+}
+
 fn meta(target: &Target, session: SessionId, started: u64, overlapping: u32) -> Meta {
     let mut warnings = Vec::new();
     if overlapping > 0 {
-        warnings.push(format!(
-            "the agent ran {overlapping} other session(s) during this test: they shared its CPU and network, so these numbers are not those of an idle path"
-        ));
+        warnings.push(overlap_warning(overlapping));
     }
     Meta {
         peer: sonde_report::Peer::Sonde,

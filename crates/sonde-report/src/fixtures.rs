@@ -341,6 +341,57 @@ pub(crate) fn latency_with_warnings() -> TestResult {
     TestResult::Latency(r)
 }
 
+/// `sonde load`: UDP probes at 1,000/s, idle then under 4 TCP streams through a 100 Mbit/s
+/// bottleneck with a deep queue: the median grows by tens of ms.
+pub(crate) fn load_udp_bufferbloat() -> TestResult {
+    let probes = |session: u64, p50: u64, lost: u64| {
+        let TestResult::Latency(mut r) = latency_tcp() else {
+            unreachable!("latency_tcp is a latency result")
+        };
+        r.meta = meta(session);
+        r.protocol = Protocol::Udp;
+        r.mode = LatencyMode::OpenLoop;
+        r.rate_per_second = Some(1_000.0);
+        r.duration_ns = 6 * SEC;
+        r.warmup_ns = SEC;
+        r.warmup_samples = 1_000;
+        r.sent = 5_000;
+        r.samples = 5_000 - lost;
+        r.lost = lost;
+        r.lost_outbound = Some(lost);
+        r.lost_return = Some(0);
+        r.late_sends = Some(0);
+        r.rtt_ns = RttNs {
+            min: p50 * 9 / 10,
+            mean: p50 as f64 * 1.05,
+            stddev: p50 as f64 * 0.1,
+            p50: Some(p50),
+            p90: Some(p50 * 11 / 10),
+            p99: Some(p50 * 13 / 10),
+            p999: Some(p50 * 2),
+            p9999: None,
+            p99999: None,
+            max: p50 * 3,
+        };
+        r
+    };
+    let idle = probes(51, 212_991, 0);
+    let loaded = probes(53, 48_758_783, 17);
+    let TestResult::Throughput(mut load) = throughput_tcp_2_streams() else {
+        unreachable!("throughput_tcp_2_streams is a throughput result")
+    };
+    load.meta = meta(52);
+    TestResult::Load(LoadResult {
+        sonde_version: "0.1.0".to_owned(),
+        timestamp_unix_ms: TS,
+        ramp_ns: 2 * SEC,
+        added_rtt_ns: AddedRttNs::between(&idle, &loaded),
+        idle,
+        loaded,
+        load,
+    })
+}
+
 /// Every fixture, named.
 pub(crate) fn all() -> Vec<(&'static str, TestResult)> {
     vec![
@@ -352,5 +403,6 @@ pub(crate) fn all() -> Vec<(&'static str, TestResult)> {
         ("pps_2_flows", pps_2_flows()),
         ("quick_all", quick_all()),
         ("latency_with_warnings", latency_with_warnings()),
+        ("load_udp_bufferbloat", load_udp_bufferbloat()),
     ]
 }

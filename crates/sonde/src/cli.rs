@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::{latency, pps, quick, server, throughput};
+use crate::{latency, load, pps, quick, server, throughput};
 
 /// Exit codes, shown in every `--help` and the README. A macro so it can be `concat!`ed into
 /// each subcommand's long help.
@@ -34,7 +34,8 @@ pub(crate) const DEFAULT_PORT: u16 = 5300;
 Run `sonde server` on every host, then from any other host:\n  \
 sonde latency HOST        round-trip time (RTT) percentiles, TCP or UDP (-u)\n  \
 sonde throughput HOST     bulk bandwidth counted at the receiver, -P streams, -R reverse\n  \
-sonde pps HOST            small-packet rate counted at the receiver\n\n\
+sonde pps HOST            small-packet rate counted at the receiver\n  \
+sonde load HOST           RTT idle and while TCP streams fill the path (bufferbloat)\n\n\
 `sonde quick` runs all three against an agent it starts on loopback: no second host needed.",
     after_help = EXIT_CODES,
     propagate_version = true
@@ -56,6 +57,8 @@ enum Command {
     #[command(after_help = EXIT_CODES)]
     Pps(pps::Opt),
     #[command(after_help = EXIT_CODES)]
+    Load(load::Opt),
+    #[command(after_help = EXIT_CODES)]
     Quick(quick::Opt),
 }
 
@@ -65,6 +68,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Latency(o) => latency::run(&o),
         Command::Throughput(o) => throughput::run(&o),
         Command::Pps(o) => pps::run(&o),
+        Command::Load(o) => load::run(&o),
         Command::Quick(o) => quick::run(&o),
     }
 }

@@ -3,6 +3,7 @@
 
 mod cli;
 mod latency;
+mod load;
 mod output;
 mod pps;
 mod quick;

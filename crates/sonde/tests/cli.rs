@@ -544,6 +544,97 @@ fn quick_json() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Load (latency under load)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn load_json_has_idle_and_loaded_probes_and_the_load() {
+    let agent = server(&[]);
+    for (probe, load_dir) in [("tcp", &[][..]), ("udp", &["-u", "-R"][..])] {
+        let mut args = vec![
+            "-t", "1", "--warmup", "0.2", "--ramp", "0.5", "-P", "2", "--rate", "500",
+        ];
+        args.extend_from_slice(load_dir);
+        let doc = run_json("load", &agent, &args);
+        assert_eq!(s(&doc, "/test"), "load");
+        for phase in ["idle", "loaded"] {
+            // A phase is a latency result without the `test` tag of a whole document.
+            let mut p = doc[phase].clone();
+            p["test"] = "latency".into();
+            let p = &p;
+            check_latency(p, probe, 200_000_000, 1_000_000_000);
+            assert_eq!(s(p, "/mode"), "open_loop", "{p:#}");
+            // Our own load and probes overlap by design; nobody else used this agent.
+            assert_eq!(u(p, "/overlapping_sessions"), 0, "{p:#}");
+            assert!(
+                !p["warnings"].to_string().contains("other session"),
+                "{p:#}"
+            );
+        }
+        let load = &doc["load"];
+        assert_eq!(s(load, "/protocol"), "tcp");
+        assert_eq!(
+            s(load, "/direction"),
+            if load_dir.is_empty() {
+                "forward"
+            } else {
+                "reverse"
+            }
+        );
+        assert_eq!(u(load, "/overlapping_sessions"), 0, "{load:#}");
+        assert!(u(load, "/receiver/bytes") > 0, "{load:#}");
+        // The load ran through the loaded probes: ramp + warm-up + measured time, and more.
+        assert!(u(load, "/duration_ns") >= 1_700_000_000, "{load:#}");
+        assert_eq!(u(&doc, "/ramp_ns"), 500_000_000);
+        // added = loaded - idle, exactly, wherever both are stated.
+        for stat in ["min", "p50", "p90", "max"] {
+            let added = doc["added_rtt_ns"][stat].as_i64().expect(stat);
+            let (i, l) = (
+                u(&doc["idle"], &format!("/rtt_ns/{stat}")),
+                u(&doc["loaded"], &format!("/rtt_ns/{stat}")),
+            );
+            assert_eq!(added, l as i64 - i as i64, "{stat}: {doc:#}");
+        }
+        // Too few samples for p99.9 in either phase: no difference is made up.
+        assert!(doc["added_rtt_ns"]["p999"].is_null(), "{doc:#}");
+    }
+}
+
+#[test]
+fn load_table_and_csv_show_both_phases() {
+    let agent = server(&[]);
+    let target = agent.target();
+    let common = [
+        "-t", "0.5", "--warmup", "0.1", "--ramp", "0.3", "-P", "1", "--rate", "200",
+    ];
+    let mut args = vec!["load", target.as_str()];
+    args.extend_from_slice(&common);
+    let table = run_ok(&args);
+    for needle in [
+        "idle",
+        "loaded",
+        "added",
+        "load throughput",
+        "RTT (round trip)",
+    ] {
+        assert!(table.contains(needle), "no {needle:?} in\n{table}");
+    }
+    args.push("--csv");
+    let csv = run_ok(&args);
+    let rows = csv_rows(&csv);
+    let cases: Vec<&str> = rows.iter().map(|r| r["case"].as_str()).collect();
+    assert_eq!(
+        &cases[..3],
+        ["idle", "loaded", "added (loaded - idle)"],
+        "{csv}"
+    );
+    assert!(cases[3..].iter().all(|c| *c == "load"), "{csv}");
+    let added: i64 = rows[2]["rtt_p50_ns"].parse().expect("added p50");
+    let p50 = |i: usize| rows[i]["rtt_p50_ns"].parse::<i64>().expect("p50");
+    assert_eq!(added, p50(1) - p50(0));
+}
+
+// ---------------------------------------------------------------------------------------------
 // CSV and table
 // ---------------------------------------------------------------------------------------------
 
@@ -1040,6 +1131,7 @@ fn help_snapshots() {
         ("help_throughput", vec!["throughput", "--help"]),
         ("help_pps", vec!["pps", "--help"]),
         ("help_quick", vec!["quick", "--help"]),
+        ("help_load", vec!["load", "--help"]),
     ] {
         let out = run_ok(&args);
         insta::assert_snapshot!(name, out);
@@ -1048,7 +1140,7 @@ fn help_snapshots() {
 
 #[test]
 fn every_help_lists_the_exit_codes() {
-    for sub in ["server", "latency", "throughput", "pps", "quick"] {
+    for sub in ["server", "latency", "throughput", "pps", "quick", "load"] {
         for flag in ["-h", "--help"] {
             let out = run_ok(&[sub, flag]);
             assert!(

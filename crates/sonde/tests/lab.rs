@@ -1113,3 +1113,208 @@ fn udp_latency_loss_matches_nft_counter() {
         "nothing duplicates datagrams in the lab"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Latency under load: a router's queue
+// ---------------------------------------------------------------------------------------------
+
+/// The routed lab's addresses: a on 198.18.0.0/24, b on 198.18.1.0/24, r between them.
+const RA_ADDR: &str = "198.18.0.254";
+const RB_ADDR: &str = "198.18.1.254";
+const B_ROUTED_ADDR: &str = "198.18.1.2";
+const VETH_RA: &str = "veth-ra";
+const VETH_RB: &str = "veth-rb";
+/// The router's queue toward b may hold this much time at 100 Mbit/s (tbf `latency`).
+const ROUTER_QUEUE_MS: f64 = 20.0;
+
+/// Three namespaces in a line, a — r — b; r forwards between two /24s, and its egress toward b
+/// is the bottleneck. A queue there fills as a real bottleneck's does: the TCP small-queues limit
+/// that keeps a sender's own qdisc nearly empty (see [`TBF_SATURATED_BPS`]) does not reach a
+/// router. All three are deleted on drop.
+struct RoutedLab {
+    a: String,
+    r: String,
+    b: String,
+}
+
+impl RoutedLab {
+    fn new() -> RoutedLab {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        sweep_stale_namespaces();
+        let base = format!(
+            "{LAB_PREFIX}{}-routed{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let lab = RoutedLab {
+            a: format!("{base}-a"),
+            r: format!("{base}-r"),
+            b: format!("{base}-b"),
+        };
+        for ns in [&lab.a, &lab.r, &lab.b] {
+            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", ns]));
+        }
+        for ns in [&lab.a, &lab.r, &lab.b] {
+            check(Command::new(tool("ip")).args(["netns", "add", ns]));
+        }
+        let ip =
+            |ns: &str, args: &[&str]| check(Command::new(tool("ip")).args(["-n", ns]).args(args));
+        check(Command::new(tool("ip")).args([
+            "link", "add", VETH_A, "netns", &lab.a, "type", "veth", "peer", "name", VETH_RA,
+            "netns", &lab.r,
+        ]));
+        check(Command::new(tool("ip")).args([
+            "link", "add", VETH_RB, "netns", &lab.r, "type", "veth", "peer", "name", VETH_B,
+            "netns", &lab.b,
+        ]));
+        for (ns, dev, addr) in [
+            (&lab.a, VETH_A, A_ADDR),
+            (&lab.r, VETH_RA, RA_ADDR),
+            (&lab.r, VETH_RB, RB_ADDR),
+            (&lab.b, VETH_B, B_ROUTED_ADDR),
+        ] {
+            ip(ns, &["link", "set", "dev", dev, "addrgenmode", "none"]);
+            ip(ns, &["link", "set", "dev", dev, "mtu", "1500"]);
+            ip(ns, &["link", "set", "dev", dev, "gso_max_segs", "1"]);
+            ip(ns, &["addr", "add", &format!("{addr}/24"), "dev", dev]);
+            ip(ns, &["link", "set", "dev", "lo", "up"]);
+            ip(ns, &["link", "set", "dev", dev, "up"]);
+        }
+        ip(&lab.a, &["route", "add", "198.18.1.0/24", "via", RA_ADDR]);
+        ip(&lab.b, &["route", "add", "198.18.0.0/24", "via", RB_ADDR]);
+        check(command_in(Some(&lab.r), "sysctl").args(["-w", "net.ipv4.ip_forward=1"]));
+        let latency = format!("{ROUTER_QUEUE_MS}ms");
+        check(Command::new(tool("tc")).args([
+            "-n",
+            &lab.r,
+            "qdisc",
+            "replace",
+            "dev",
+            VETH_RB,
+            "root",
+            "tbf",
+            "rate",
+            "100mbit",
+            "burst",
+            &TBF_BURST_BYTES.to_string(),
+            "latency",
+            &latency,
+        ]));
+        lab
+    }
+}
+
+/// The bytes queued in the tbf on `VETH_RB` in namespace `r` now.
+fn router_backlog(r: &str) -> Option<u64> {
+    let out = run_with_timeout(
+        Command::new(tool("tc")).args(["-n", r, "-s", "-j", "qdisc", "show", "dev", VETH_RB]),
+        Duration::from_secs(5),
+    )
+    .ok()?;
+    let doc: Value = serde_json::from_str(&out.stdout).ok()?;
+    let tbf = doc.as_array()?.iter().find(|q| q["kind"] == "tbf")?;
+    tbf["backlog"].as_u64()
+}
+
+impl Drop for RoutedLab {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.r, &self.b] {
+            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", ns]));
+        }
+    }
+}
+
+/// `sonde load` through a 100 Mbit/s router whose queue holds up to 20 ms: the probes' added
+/// RTT is the queue the load built, which r's tbf reports as its backlog. Checked three ways:
+/// the loaded probes can never wait longer than the queue allows; the median added RTT matches
+/// the median backlog (in time at the link rate) sampled during the loaded phase; and idle probes
+/// see no queue.
+#[test]
+fn load_added_rtt_matches_the_router_queue() {
+    let test = "load_added_rtt_matches_the_router_queue";
+    if !require_or_skip(test, LAB_NEEDS) {
+        return;
+    }
+    let _serial = serial();
+    let lab = RoutedLab::new();
+    let agent = Agent::start_in(Some(&lab.b), B_ROUTED_ADDR, &[]);
+    let target = agent.target();
+    // Backlog readings, every 100 ms, from the start of the run.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (stop, r) = (Arc::clone(&stop), lab.r.clone());
+        thread::spawn(move || {
+            let started = Instant::now();
+            let mut samples = Vec::new();
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(60) {
+                if let Some(bytes) = router_backlog(&r) {
+                    samples.push((started.elapsed(), bytes));
+                }
+                thread::sleep(Duration::from_millis(100));
+            }
+            samples
+        })
+    };
+    let started = Instant::now();
+    let doc = run_json_in(
+        Some(&lab.a),
+        &[
+            "load", &target, "-u", "-t", "4", "--warmup", "0.5", "--ramp", "2", "-P", "4",
+            "--rate", "500",
+        ],
+        Duration::from_secs(60),
+    );
+    stop.store(true, Ordering::Relaxed);
+    let samples = sampler.join().expect("the backlog sampler");
+    // The loaded probes ran from (idle phase + ramp + warm-up) to the end of the load; the idle
+    // phase took about warm-up + measured time plus a session set-up.
+    let idle_ns = u64_at(&doc, &["idle", "duration_ns"]);
+    let loaded_from = Duration::from_nanos(idle_ns) + Duration::from_millis(2_500 + 300);
+    let loaded_to = loaded_from + Duration::from_secs(4) - Duration::from_millis(600);
+    let mut queue_ms: Vec<f64> = samples
+        .iter()
+        .filter(|(at, _)| *at >= loaded_from && *at <= loaded_to)
+        .map(|(_, bytes)| *bytes as f64 * 8.0 / TBF_RATE_BPS * 1e3)
+        .collect();
+    queue_ms.sort_by(f64::total_cmp);
+    let ms = |path: &[&str]| u64_at(&doc, path) as f64 / 1e6;
+    let (idle_p50, loaded_p50, loaded_p99) = (
+        ms(&["idle", "rtt_ns", "p50"]),
+        ms(&["loaded", "rtt_ns", "p50"]),
+        ms(&["loaded", "rtt_ns", "p99"]),
+    );
+    let added_p50 = at(&doc, &["added_rtt_ns", "p50"])
+        .as_i64()
+        .expect("added p50") as f64
+        / 1e6;
+    let median_queue = queue_ms.get(queue_ms.len() / 2).copied().unwrap_or(0.0);
+    eprintln!(
+        "{test}: idle p50 {idle_p50:.3} ms, loaded p50 {loaded_p50:.3} p99 {loaded_p99:.3} ms, \
+         added p50 {added_p50:.3} ms; router queue during the loaded phase ({} readings): median \
+         {median_queue:.3} ms, min {:.3}, max {:.3}; load {} at the receiver",
+        queue_ms.len(),
+        queue_ms.first().unwrap_or(&0.0),
+        queue_ms.last().unwrap_or(&0.0),
+        mbit(f64_at(&doc, &["load", "receiver", "bits_per_second"]))
+    );
+    assert!(
+        queue_ms.len() >= 10,
+        "too few backlog readings: {samples:?}"
+    );
+    // Serialising a probe and the burst tbf may send at line rate add about 1.2 ms; the host's
+    // scheduling a few ms more on a loaded 2-core machine.
+    let burst_ms = f64::from(TBF_BURST_BYTES) * 8.0 / TBF_RATE_BPS * 1e3;
+    assert!(
+        loaded_p99 <= idle_p50 + ROUTER_QUEUE_MS + burst_ms + 5.0,
+        "loaded probes waited longer than the router's queue can hold"
+    );
+    assert!(
+        median_queue > 2.0,
+        "the load did not build a queue at the router: the lab, not sonde, is off"
+    );
+    assert!(
+        (added_p50 - median_queue).abs() <= (0.25 * median_queue).max(2.0),
+        "the added median RTT ({added_p50:.3} ms) is not the router's queue ({median_queue:.3} ms)"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+}

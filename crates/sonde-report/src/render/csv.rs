@@ -107,7 +107,7 @@ const PPS: [&str; 11] = [
 ///   is one column with the same meaning).
 pub fn csv_columns(result: &TestResult) -> Vec<&'static str> {
     let mut cols = Vec::new();
-    if matches!(result, TestResult::Quick(_)) {
+    if matches!(result, TestResult::Quick(_) | TestResult::Load(_)) {
         cols.push("case");
     }
     cols.extend(HEAD);
@@ -116,6 +116,7 @@ pub fn csv_columns(result: &TestResult) -> Vec<&'static str> {
         TestResult::Throughput(_) => &[&THROUGHPUT],
         TestResult::Pps(_) => &[&PPS],
         TestResult::Quick(_) => &[&LATENCY, &THROUGHPUT, &PPS],
+        TestResult::Load(_) => &[&LATENCY, &THROUGHPUT],
     };
     for set in own {
         for c in *set {
@@ -336,6 +337,30 @@ fn collect(result: &TestResult, case: Option<&str>, rows: &mut Vec<Row>) {
                 rows.push(row);
             }
         }
+        TestResult::Load(l) => {
+            collect(&TestResult::Latency(l.idle.clone()), Some("idle"), rows);
+            collect(&TestResult::Latency(l.loaded.clone()), Some("loaded"), rows);
+            // What the load added, in the RTT columns of the two rows above.
+            let a = &l.added_rtt_ns;
+            let signed = |v: Option<i64>| v.map_or_else(String::new, |v| v.to_string());
+            let mut row = Row::new();
+            row.insert("case", "added (loaded - idle)".to_owned());
+            row.insert("test", "load".to_owned());
+            row.insert("row", "added".to_owned());
+            row.insert("sonde_version", l.sonde_version.clone());
+            row.insert("timestamp_unix_ms", l.timestamp_unix_ms.to_string());
+            row.extend([
+                ("rtt_min_ns", signed(a.min)),
+                ("rtt_mean_ns", num_f64_opt(a.mean)),
+                ("rtt_p50_ns", signed(a.p50)),
+                ("rtt_p90_ns", signed(a.p90)),
+                ("rtt_p99_ns", signed(a.p99)),
+                ("rtt_p999_ns", signed(a.p999)),
+                ("rtt_max_ns", signed(a.max)),
+            ]);
+            rows.push(row);
+            collect(&TestResult::Throughput(l.load.clone()), Some("load"), rows);
+        }
         TestResult::Quick(q) => {
             for c in &q.results {
                 let name = match case {
@@ -365,6 +390,10 @@ fn opt_f64(v: Option<f64>) -> String {
 
 /// The shortest decimal that reads back as the same `f64`, never with an exponent; empty for
 /// NaN and infinities (which JSON writes as `null`).
+fn num_f64_opt(v: Option<f64>) -> String {
+    v.map_or_else(String::new, num_f64)
+}
+
 fn num_f64(v: f64) -> String {
     if v.is_finite() {
         v.to_string()

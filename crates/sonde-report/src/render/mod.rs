@@ -72,5 +72,6 @@ mod tests {
         pps_2_flows,
         quick_all,
         latency_with_warnings,
+        load_udp_bufferbloat,
     );
 }

@@ -1,0 +1,175 @@
+//! `sonde load`: latency idle and under load. The same probes run twice against one agent:
+//! first on the idle path, then while bulk TCP streams load it, so the difference is what the
+//! load's queues add to every round trip (bufferbloat).
+
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sonde_report::{AddedRttNs, LoadResult, Meta};
+use sonde_wire::Protocol;
+
+use crate::{ClientError, LatencyOptions, Target, ThroughputOptions};
+
+/// How long the load keeps running after the loaded probes are due to end, so that a probe run
+/// that takes a little longer than planned (handshake, the last replies) is still loaded.
+const LOAD_TAIL: Duration = Duration::from_secs(1);
+
+/// `sonde load` options.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// The probes, run once idle and once loaded, each for `probes.duration` after
+    /// `probes.warmup`. `probes.count` must be `None`: a phase has a fixed length.
+    pub probes: LatencyOptions,
+    /// The load: TCP streams (`load.duration` is set from the probes and the ramp).
+    pub load: ThroughputOptions,
+    /// How long the load runs before the loaded probes start.
+    pub ramp: Duration,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            probes: LatencyOptions {
+                rate: Some(1_000.0),
+                ..LatencyOptions::default()
+            },
+            load: ThroughputOptions {
+                parallel: 4,
+                ..ThroughputOptions::default()
+            },
+            ramp: Duration::from_secs(2),
+        }
+    }
+}
+
+impl LoadOptions {
+    /// How long the load runs: the ramp, the probes' warm-up and measured time, and a tail.
+    pub fn load_duration(&self) -> Duration {
+        self.ramp + self.probes.warmup + self.probes.duration + LOAD_TAIL
+    }
+
+    /// The whole run, roughly: idle probes, then the load.
+    pub fn expected(&self) -> Duration {
+        self.probes.warmup + self.probes.duration + self.load_duration()
+    }
+}
+
+/// Runs the idle probes, then the load and the loaded probes together.
+pub fn latency_under_load(target: &Target, opt: &LoadOptions) -> Result<LoadResult, ClientError> {
+    if opt.probes.count.is_some() {
+        return Err(ClientError::Usage(
+            "a load test's phases run for a time (-t), not a count".into(),
+        ));
+    }
+    if opt.load.protocol != Protocol::Tcp {
+        return Err(ClientError::Usage("the load is bulk TCP".into()));
+    }
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let idle = crate::latency(target, &opt.probes)?;
+
+    let load_opt = ThroughputOptions {
+        duration: opt.load_duration(),
+        ..opt.load.clone()
+    };
+    let (load, loaded, probes_late) = thread::scope(|s| {
+        let load_started = Instant::now();
+        let load = s.spawn(|| crate::throughput(target, &load_opt, &mut |_| {}));
+        thread::sleep(opt.ramp);
+        let loaded = crate::latency(target, &opt.probes);
+        // The load's senders stop `load_duration` after they start (the handshake before that
+        // makes it a little later still, never earlier).
+        let probes_late = load_started.elapsed() > opt.load_duration();
+        (load.join(), loaded, probes_late)
+    });
+    let mut load = load.map_err(|_| ClientError::Protocol("the load thread panicked".into()))??;
+    let mut loaded = loaded?;
+
+    // Each of the two ran during the other by design: that is not someone else's session.
+    discount_own_session(&mut loaded.meta);
+    discount_own_session(&mut load.meta);
+    if probes_late {
+        loaded.meta.warnings.push(
+            "the load's senders stopped before the loaded probes ended: the last probes may have seen an idle path"
+                .into(),
+        );
+    }
+    if load.receiver.bytes == 0 {
+        loaded.meta.warnings.push(
+            "the load's receivers counted no bytes: these probes did not run under load".into(),
+        );
+    }
+    Ok(LoadResult {
+        sonde_version: env!("CARGO_PKG_VERSION").into(),
+        timestamp_unix_ms: started,
+        ramp_ns: u64::try_from(opt.ramp.as_nanos()).unwrap_or(u64::MAX),
+        added_rtt_ns: AddedRttNs::between(&idle, &loaded),
+        idle,
+        loaded,
+        load,
+    })
+}
+
+/// Takes the other half of this load test out of a run's overlap count and its warning.
+fn discount_own_session(meta: &mut Meta) {
+    if meta.overlapping_sessions == 0 {
+        return;
+    }
+    meta.overlapping_sessions -= 1;
+    meta.warnings
+        .retain(|w| !w.starts_with(crate::results::OVERLAP_WARNING_START));
+    if meta.overlapping_sessions > 0 {
+        meta.warnings.insert(
+            0,
+            crate::results::overlap_warning(meta.overlapping_sessions),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_session_is_discounted_and_others_still_warned() {
+        let mut meta = Meta {
+            sonde_version: "0".into(),
+            timestamp_unix_ms: 0,
+            server: "x".into(),
+            peer: sonde_report::Peer::Sonde,
+            session: 1,
+            overlapping_sessions: 1,
+            warnings: vec![crate::results::overlap_warning(1), "other".into()],
+        };
+        discount_own_session(&mut meta);
+        assert_eq!(meta.overlapping_sessions, 0);
+        assert_eq!(meta.warnings, ["other"]);
+
+        meta.overlapping_sessions = 3;
+        meta.warnings = vec![crate::results::overlap_warning(3)];
+        discount_own_session(&mut meta);
+        assert_eq!(meta.overlapping_sessions, 2);
+        assert_eq!(meta.warnings, [crate::results::overlap_warning(2)]);
+    }
+
+    #[test]
+    fn phases_need_a_time_and_the_load_is_tcp() {
+        let target = Target {
+            addr: "127.0.0.1:9".parse().unwrap(),
+            label: "x".into(),
+        };
+        let mut opt = LoadOptions::default();
+        opt.probes.count = Some(10);
+        assert!(matches!(
+            latency_under_load(&target, &opt),
+            Err(ClientError::Usage(_))
+        ));
+        let mut opt = LoadOptions::default();
+        opt.load.protocol = Protocol::Udp;
+        assert!(matches!(
+            latency_under_load(&target, &opt),
+            Err(ClientError::Usage(_))
+        ));
+    }
+}
