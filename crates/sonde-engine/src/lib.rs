@@ -8,6 +8,9 @@
 //! * [`jitter`]: RFC 3550 interarrival jitter.
 //! * [`pace`]: evenly spaced send schedules (UDP bitrate, open-loop latency).
 //! * [`interval`]: cumulative receiver counters cut into fixed intervals.
+//! * [`offset`]: NTP-style clock offset and drift between two hosts, and one-way delays with
+//!   their uncertainty.
+//! * [`sweep`]: sweep specs (`msg_size=1:64K:*2`) expanded into the values to run.
 //!
 //! ```
 //! use sonde_engine::{pace::Schedule, rtt::RttRecorder, seq::SeqTracker};
@@ -32,9 +35,11 @@
 
 pub mod interval;
 pub mod jitter;
+pub mod offset;
 pub mod pace;
 pub mod rtt;
 pub mod seq;
+pub mod sweep;
 
 /// Bits per second for `bytes` over `ns` nanoseconds; 0 when no time has passed.
 pub fn bits_per_second(bytes: u64, ns: u64) -> f64 {

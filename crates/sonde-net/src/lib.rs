@@ -7,6 +7,10 @@
 //!   when unlimited), UDP receive with `recvmmsg` and sequence accounting.
 //! * [`control`]: control frames over a blocking TCP stream, with a deadline on every read.
 //! * [`latency`]: ping-pong (closed loop), open loop at a fixed rate, and the agent's echoes.
+//! * [`cpu`]: CPU time and context switches of the process or a thread (`getrusage`).
+//! * [`tcpinfo`]: a TCP connection's `TCP_INFO` (smoothed RTT, cwnd, retransmits, pacing).
+//! * [`hostinfo`]: this host's configuration (CPU, memory, OS, NICs, TCP and buffer settings).
+//! * [`samplelog`]: the opt-in full sample log, written as CSV by a thread of its own.
 //!
 //! Loops run on the calling thread until a deadline on the test [`Clock`], a stop flag, or the
 //! peer closing. They update [`Counters`] (atomics read by the interval reporter) once per
@@ -17,8 +21,12 @@ use std::time::Instant;
 
 pub mod bulk;
 pub mod control;
+pub mod cpu;
+pub mod hostinfo;
 pub mod latency;
+pub mod samplelog;
 pub mod socket;
+pub mod tcpinfo;
 mod sys;
 
 /// A test's monotonic time origin, shared by all its threads.

@@ -27,9 +27,11 @@
 
 mod control;
 mod data;
+mod hostinfo;
 
 pub use control::*;
 pub use data::*;
+pub use hostinfo::{HostInfo, MinDefaultMax, NicInfo, NicOffloads, SocketBufferLimits};
 
 /// Errors from decoding bytes that came from the network.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

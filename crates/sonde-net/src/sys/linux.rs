@@ -250,6 +250,219 @@ pub(crate) fn tcp_total_retrans(stream: &TcpStream) -> Option<u64> {
     (rc == 0 && len as usize >= needed).then(|| u64::from(info.tcpi_total_retrans))
 }
 
+// CPU cost, the whole of TCP_INFO, and interface facts (ethtool, getifaddrs), for issue 4. Kept
+// above the tests so that module stays last.
+
+/// `getrusage` for the whole process, or with `thread` for the calling thread only
+/// (`RUSAGE_THREAD`, Linux 2.6.26).
+pub(crate) fn rusage(thread: bool) -> io::Result<crate::cpu::CpuSnapshot> {
+    let who = if thread {
+        libc::RUSAGE_THREAD
+    } else {
+        libc::RUSAGE_SELF
+    };
+    // SAFETY: rusage is a C struct of integers; all zeroes is a valid value.
+    let mut usage: libc::rusage = unsafe { mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage that outlives the call.
+    if unsafe { libc::getrusage(who, &mut usage) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let time = |tv: libc::timeval| {
+        std::time::Duration::from_secs(u64::try_from(tv.tv_sec).unwrap_or(0))
+            + std::time::Duration::from_micros(u64::try_from(tv.tv_usec).unwrap_or(0))
+    };
+    Ok(crate::cpu::CpuSnapshot {
+        user: time(usage.ru_utime),
+        system: time(usage.ru_stime),
+        voluntary_switches: u64::try_from(usage.ru_nvcsw).unwrap_or(0),
+        involuntary_switches: u64::try_from(usage.ru_nivcsw).unwrap_or(0),
+    })
+}
+
+/// Reads `TCP_INFO` into `buf` as the kernel lays it out and returns how many bytes the kernel
+/// wrote: older kernels write a shorter `struct tcp_info`, and the caller reads only what is
+/// there.
+pub(crate) fn tcp_info_bytes(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    let mut len = libc::socklen_t::try_from(buf.len()).unwrap_or(libc::socklen_t::MAX);
+    // SAFETY: the descriptor belongs to `stream`, borrowed for the call; the kernel writes at
+    // most `len` bytes (the length of `buf`, borrowed mutably) and the length it wrote into
+    // `len`. A byte buffer needs no alignment: the kernel copies bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((len as usize).min(buf.len()))
+}
+
+/// ethtool commands (`linux/ethtool.h`). The legacy per-offload "get" commands are used rather
+/// than `ETHTOOL_GFEATURES`, whose bits only mean something after a string-set lookup; the
+/// kernel still answers them from the same feature flags, and without `CAP_NET_ADMIN`.
+const ETHTOOL_GDRVINFO: u32 = 0x0000_0003;
+const ETHTOOL_GRXCSUM: u32 = 0x0000_0014;
+const ETHTOOL_GTXCSUM: u32 = 0x0000_0016;
+const ETHTOOL_GTSO: u32 = 0x0000_001e;
+const ETHTOOL_GGSO: u32 = 0x0000_0023;
+const ETHTOOL_GFLAGS: u32 = 0x0000_0025;
+const ETHTOOL_GGRO: u32 = 0x0000_002b;
+/// The LRO bit of `ETHTOOL_GFLAGS` (`ETH_FLAG_LRO`).
+const ETH_FLAG_LRO: u32 = 1 << 15;
+
+/// `struct ethtool_value`.
+#[repr(C)]
+// `cmd` is only read by the kernel.
+#[allow(dead_code)]
+struct EthtoolValue {
+    cmd: u32,
+    data: u32,
+}
+
+/// `struct ethtool_drvinfo`: the kernel copies exactly its 196 bytes.
+#[repr(C)]
+// Only `driver` is read here; the rest is room for what the kernel writes.
+#[allow(dead_code)]
+struct EthtoolDrvinfo {
+    cmd: u32,
+    driver: [u8; 32],
+    version: [u8; 32],
+    fw_version: [u8; 32],
+    bus_info: [u8; 32],
+    erom_version: [u8; 32],
+    reserved2: [u8; 12],
+    n_priv_flags: u32,
+    n_stats: u32,
+    testinfo_len: u32,
+    eedump_len: u32,
+    regdump_len: u32,
+}
+const _: () = assert!(mem::size_of::<EthtoolDrvinfo>() == 196);
+
+/// A datagram socket to hang `SIOCETHTOOL` on (any family does; IPv6-only hosts exist).
+fn ioctl_socket() -> io::Result<socket2::Socket> {
+    socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)
+        .or_else(|_| socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::DGRAM, None))
+}
+
+/// `SIOCETHTOOL` on `interface` with the command structure at `data`.
+///
+/// # Safety
+///
+/// `data` must point at a live, writable ethtool command structure of the size the kernel
+/// expects for its `cmd`.
+unsafe fn ethtool(
+    sock: &socket2::Socket,
+    interface: &str,
+    data: *mut libc::c_void,
+) -> io::Result<()> {
+    // The name and its NUL must fit IFNAMSIZ; a name with a NUL would name another interface.
+    if interface.len() >= libc::IFNAMSIZ || interface.as_bytes().contains(&0) {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: ifreq is a C struct of a byte array and a union of integers and pointers; all
+    // zeroes is a valid value (an empty name, null data).
+    let mut req: libc::ifreq = unsafe { mem::zeroed() };
+    for (dst, &src) in req.ifr_name.iter_mut().zip(interface.as_bytes()) {
+        *dst = src as libc::c_char;
+    }
+    req.ifr_ifru.ifru_data = data.cast();
+    // SAFETY: the descriptor belongs to `sock`, borrowed for the call; `req` is a valid ifreq
+    // with a NUL-terminated name whose data pointer the caller vouches for.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL as _, &mut req) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// One legacy ethtool "get" command's value.
+fn ethtool_value(sock: &socket2::Socket, interface: &str, cmd: u32) -> io::Result<u32> {
+    let mut value = EthtoolValue { cmd, data: 0 };
+    // SAFETY: every command passed here takes a `struct ethtool_value`, which `value` is.
+    unsafe { ethtool(sock, interface, ptr::addr_of_mut!(value).cast())? };
+    Ok(value.data)
+}
+
+/// The offloads switched on for `interface`; each one the kernel will not say is `None`.
+pub(crate) fn nic_offloads(interface: &str) -> sonde_wire::NicOffloads {
+    let Ok(sock) = ioctl_socket() else {
+        return sonde_wire::NicOffloads::default();
+    };
+    let on = |cmd| ethtool_value(&sock, interface, cmd).ok().map(|v| v != 0);
+    sonde_wire::NicOffloads {
+        gso: on(ETHTOOL_GGSO),
+        gro: on(ETHTOOL_GGRO),
+        tso: on(ETHTOOL_GTSO),
+        lro: ethtool_value(&sock, interface, ETHTOOL_GFLAGS)
+            .ok()
+            .map(|flags| flags & ETH_FLAG_LRO != 0),
+        rx_checksum: on(ETHTOOL_GRXCSUM),
+        tx_checksum: on(ETHTOOL_GTXCSUM),
+    }
+}
+
+/// The driver ethtool names for `interface` (virtual devices such as `veth` have one though
+/// they have no `device/driver` in sysfs); `None` where there is none (`lo`).
+pub(crate) fn nic_driver(interface: &str) -> Option<String> {
+    let sock = ioctl_socket().ok()?;
+    // SAFETY: EthtoolDrvinfo is a C struct of integers and byte arrays; all zeroes is valid.
+    let mut info: EthtoolDrvinfo = unsafe { mem::zeroed() };
+    info.cmd = ETHTOOL_GDRVINFO;
+    // SAFETY: ETHTOOL_GDRVINFO takes a `struct ethtool_drvinfo`, which `info` is, all 196 bytes.
+    unsafe { ethtool(&sock, interface, ptr::addr_of_mut!(info).cast()) }.ok()?;
+    let name = info.driver.split(|&b| b == 0).next().unwrap_or_default();
+    let name = String::from_utf8_lossy(name).trim().to_owned();
+    (!name.is_empty()).then_some(name)
+}
+
+/// Every IPv4 and IPv6 address of every interface, with the interface's name (`getifaddrs`).
+pub(crate) fn interface_addresses() -> io::Result<Vec<(String, std::net::IpAddr)>> {
+    let mut head: *mut libc::ifaddrs = ptr::null_mut();
+    // SAFETY: `head` is a valid place for the list pointer; on success the list is ours until
+    // freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut found = Vec::new();
+    let mut cursor = head;
+    while !cursor.is_null() {
+        // SAFETY: `cursor` is a non-null node of the list getifaddrs returned, not yet freed.
+        let node = unsafe { &*cursor };
+        cursor = node.ifa_next;
+        if node.ifa_addr.is_null() || node.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_addr is non-null and points at a sockaddr whose family says which
+        // sockaddr_* it is; reads are unaligned-safe copies of the whole structure.
+        let addr = unsafe {
+            match i32::from((*node.ifa_addr).sa_family) {
+                libc::AF_INET => {
+                    let sin = ptr::read_unaligned(node.ifa_addr.cast::<libc::sockaddr_in>());
+                    // s_addr holds the address in network order, i.e. its bytes in memory.
+                    std::net::IpAddr::from(sin.sin_addr.s_addr.to_ne_bytes())
+                }
+                libc::AF_INET6 => {
+                    let sin6 = ptr::read_unaligned(node.ifa_addr.cast::<libc::sockaddr_in6>());
+                    std::net::IpAddr::from(sin6.sin6_addr.s6_addr)
+                }
+                _ => continue,
+            }
+        };
+        // SAFETY: ifa_name is a non-null, NUL-terminated string owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(node.ifa_name) };
+        found.push((name.to_string_lossy().into_owned(), addr));
+    }
+    // SAFETY: `head` came from a successful getifaddrs and is freed once; no reference into the
+    // list outlives this point (names were copied).
+    unsafe { libc::freeifaddrs(head) };
+    Ok(found)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -87,3 +87,28 @@ impl Batch {
 pub(crate) fn tcp_total_retrans(_stream: &TcpStream) -> Option<u64> {
     None
 }
+
+/// Not available portably (`getrusage` needs `unsafe`, which this module does without).
+pub(crate) fn rusage(_thread: bool) -> io::Result<crate::cpu::CpuSnapshot> {
+    Err(unsupported())
+}
+
+/// Not available portably.
+pub(crate) fn tcp_info_bytes(_stream: &TcpStream, _buf: &mut [u8]) -> io::Result<usize> {
+    Err(unsupported())
+}
+
+/// Not available portably: every offload unknown.
+pub(crate) fn nic_offloads(_interface: &str) -> sonde_wire::NicOffloads {
+    sonde_wire::NicOffloads::default()
+}
+
+/// Not available portably.
+pub(crate) fn nic_driver(_interface: &str) -> Option<String> {
+    None
+}
+
+/// Not available portably.
+pub(crate) fn interface_addresses() -> io::Result<Vec<(String, std::net::IpAddr)>> {
+    Err(unsupported())
+}

@@ -1,0 +1,297 @@
+//! CPU cost of a test: user and system CPU time and context switches, from `getrusage`, for the
+//! whole process or for one thread, and the share of one core that came to over the test's wall
+//! time (netperf's "service demand", latte's CPU columns).
+//!
+//! A test runner starts a [`CpuMeter`] when the measured part begins and stops it at the end:
+//!
+//! ```
+//! use sonde_net::cpu::{CpuMeter, CpuScope};
+//!
+//! let meter = CpuMeter::start(CpuScope::Process);
+//! let _work: u64 = (0..100_000u64).map(|i| i * i).sum();
+//! if let Some(cost) = meter.stop() {
+//!     // On Linux (and wherever getrusage is offered) the figures are there...
+//!     let _percent = cost.percent_of_one_core();
+//! } // ...elsewhere the meter says it cannot tell, rather than reporting zero.
+//! ```
+//!
+//! The kernel accounts CPU time in ticks or, with `CONFIG_VIRT_CPU_ACCOUNTING`, precisely; so
+//! short intervals can read 0 and a test of a second or more is where the figures mean something.
+
+use std::io;
+use std::thread::{self, ThreadId};
+use std::time::{Duration, Instant};
+
+use crate::sys;
+
+/// Whose CPU time is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuScope {
+    /// The whole process, all threads (`RUSAGE_SELF`).
+    Process,
+    /// The calling thread only (`RUSAGE_THREAD`, Linux); a meter of this scope must be stopped
+    /// on the thread that started it.
+    Thread,
+}
+
+/// Cumulative CPU time and context switches at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuSnapshot {
+    /// CPU time in user mode.
+    pub user: Duration,
+    /// CPU time in the kernel on this process's (or thread's) behalf: system calls, and the
+    /// network stack's work done in them.
+    pub system: Duration,
+    /// Times the process (or thread) gave up the CPU to wait (a blocking read, a sleep).
+    pub voluntary_switches: u64,
+    /// Times it was preempted: it wanted to run on and was made to wait.
+    pub involuntary_switches: u64,
+}
+
+impl CpuSnapshot {
+    /// Takes a snapshot now. Fails with [`io::ErrorKind::Unsupported`] where the platform cannot
+    /// say (and for [`CpuScope::Thread`] outside Linux).
+    pub fn take(scope: CpuScope) -> io::Result<Self> {
+        sys::rusage(scope == CpuScope::Thread)
+    }
+
+    /// What was used between `earlier` and this snapshot. Each figure saturates at zero, so
+    /// snapshots passed in the wrong order give zeros, not a wrapped number.
+    pub fn since(&self, earlier: &Self) -> CpuUsage {
+        CpuUsage {
+            user: self.user.saturating_sub(earlier.user),
+            system: self.system.saturating_sub(earlier.system),
+            voluntary_switches: self
+                .voluntary_switches
+                .saturating_sub(earlier.voluntary_switches),
+            involuntary_switches: self
+                .involuntary_switches
+                .saturating_sub(earlier.involuntary_switches),
+        }
+    }
+}
+
+/// CPU time and context switches over an interval: the difference of two [`CpuSnapshot`]s.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuUsage {
+    /// CPU time in user mode.
+    pub user: Duration,
+    /// CPU time in the kernel.
+    pub system: Duration,
+    /// Voluntary context switches (waits).
+    pub voluntary_switches: u64,
+    /// Involuntary context switches (preemptions).
+    pub involuntary_switches: u64,
+}
+
+impl CpuUsage {
+    /// User plus system time.
+    pub fn total(&self) -> Duration {
+        self.user.saturating_add(self.system)
+    }
+}
+
+/// Measures the CPU cost of one stretch of work: [`CpuMeter::start`], then [`CpuMeter::stop`].
+#[derive(Debug, Clone)]
+pub struct CpuMeter {
+    scope: CpuScope,
+    /// `None` when the platform cannot say; `stop` then says so too.
+    start: Option<CpuSnapshot>,
+    wall_start: Instant,
+    thread: ThreadId,
+}
+
+impl CpuMeter {
+    /// Starts measuring now.
+    pub fn start(scope: CpuScope) -> Self {
+        Self {
+            scope,
+            start: CpuSnapshot::take(scope).ok(),
+            wall_start: Instant::now(),
+            thread: thread::current().id(),
+        }
+    }
+
+    /// The cost since [`CpuMeter::start`]; `None` when the platform cannot measure it, or when
+    /// a [`CpuScope::Thread`] meter is stopped on another thread than the one that started it
+    /// (the figures would belong to another thread). The meter can be stopped more than once,
+    /// each time measuring from the start.
+    pub fn stop(&self) -> Option<CpuCost> {
+        let start = self.start?;
+        if self.scope == CpuScope::Thread && thread::current().id() != self.thread {
+            return None;
+        }
+        let end = CpuSnapshot::take(self.scope).ok()?;
+        Some(CpuCost {
+            usage: end.since(&start),
+            wall: self.wall_start.elapsed(),
+        })
+    }
+
+    /// The scope the meter counts.
+    pub fn scope(&self) -> CpuScope {
+        self.scope
+    }
+}
+
+/// The CPU used over a stretch of wall-clock time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuCost {
+    /// CPU time and context switches.
+    pub usage: CpuUsage,
+    /// The wall-clock time they were counted over.
+    pub wall: Duration,
+}
+
+impl CpuCost {
+    /// User plus system CPU time as a percentage of one core over the wall time: 100 is one
+    /// core busy the whole time; a process with several busy threads can pass 100. `None` when
+    /// no wall time passed.
+    pub fn percent_of_one_core(&self) -> Option<f64> {
+        self.percent(self.usage.total())
+    }
+
+    /// User CPU time as a percentage of one core over the wall time.
+    pub fn user_percent_of_one_core(&self) -> Option<f64> {
+        self.percent(self.usage.user)
+    }
+
+    /// System CPU time as a percentage of one core over the wall time.
+    pub fn system_percent_of_one_core(&self) -> Option<f64> {
+        self.percent(self.usage.system)
+    }
+
+    fn percent(&self, cpu: Duration) -> Option<f64> {
+        (!self.wall.is_zero()).then(|| cpu.as_secs_f64() * 100.0 / self.wall.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::hint::black_box;
+
+    /// Spins until the calling thread's user time has grown past `from`, for at most a bounded
+    /// number of rounds. Returns whether it grew.
+    fn burn_until_user_time_grows(scope: CpuScope, from: Duration) -> bool {
+        let mut x = 1u64;
+        for _ in 0..20_000 {
+            for i in 0..100_000u64 {
+                x = black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i));
+            }
+            if CpuSnapshot::take(scope).unwrap().user > from {
+                return true;
+            }
+        }
+        false
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn burning_cpu_shows_as_user_time_for_the_thread_and_the_process() {
+        let process = CpuSnapshot::take(CpuScope::Process).unwrap();
+        let thread = CpuSnapshot::take(CpuScope::Thread).unwrap();
+        assert!(burn_until_user_time_grows(CpuScope::Thread, thread.user));
+        let thread_used = CpuSnapshot::take(CpuScope::Thread).unwrap().since(&thread);
+        let process_used = CpuSnapshot::take(CpuScope::Process)
+            .unwrap()
+            .since(&process);
+        assert!(thread_used.user > Duration::ZERO);
+        // The process's time includes this thread's. (Only the sum: the kernel splits each
+        // one's runtime into user and system by its own tick samples, so the parts can
+        // differ; and each figure is cut to whole microseconds.)
+        assert!(
+            process_used.total() + Duration::from_micros(2) >= thread_used.total(),
+            "{process_used:?} {thread_used:?}"
+        );
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn sleeping_is_a_voluntary_context_switch() {
+        let meter = CpuMeter::start(CpuScope::Thread);
+        let process = CpuSnapshot::take(CpuScope::Process).unwrap();
+        for _ in 0..3 {
+            thread::sleep(Duration::from_millis(2));
+        }
+        let cost = meter.stop().unwrap();
+        assert!(cost.usage.voluntary_switches >= 3, "{cost:?}");
+        let process_used = CpuSnapshot::take(CpuScope::Process)
+            .unwrap()
+            .since(&process);
+        assert!(process_used.voluntary_switches >= 3, "{process_used:?}");
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_meter_reports_a_share_of_one_core() {
+        let meter = CpuMeter::start(CpuScope::Thread);
+        let start = CpuSnapshot::take(CpuScope::Thread).unwrap();
+        assert!(burn_until_user_time_grows(CpuScope::Thread, start.user));
+        let cost = meter.stop().unwrap();
+        assert!(cost.usage.user > Duration::ZERO);
+        assert!(cost.wall > Duration::ZERO);
+        assert!(cost.percent_of_one_core().unwrap() > 0.0);
+        assert!(cost.user_percent_of_one_core().unwrap() > 0.0);
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_thread_meter_stopped_on_another_thread_says_it_cannot_tell() {
+        let meter = CpuMeter::start(CpuScope::Thread);
+        assert!(meter.stop().is_some());
+        let elsewhere = thread::spawn(move || meter.stop()).join().unwrap();
+        assert_eq!(elsewhere, None);
+        // A process meter may be read from anywhere.
+        let meter = CpuMeter::start(CpuScope::Process);
+        assert!(thread::spawn(move || meter.stop())
+            .join()
+            .unwrap()
+            .is_some());
+    }
+
+    #[test]
+    #[cfg(not(target_os = "linux"))]
+    fn without_getrusage_the_meter_says_it_cannot_tell() {
+        assert!(CpuMeter::start(CpuScope::Process).stop().is_none());
+    }
+
+    #[test]
+    fn differences_saturate_and_percentages_are_of_one_core() {
+        let earlier = CpuSnapshot {
+            user: Duration::from_millis(500),
+            system: Duration::from_millis(200),
+            voluntary_switches: 10,
+            involuntary_switches: 5,
+        };
+        let later = CpuSnapshot {
+            user: Duration::from_millis(1_500),
+            system: Duration::from_millis(700),
+            voluntary_switches: 30,
+            involuntary_switches: 5,
+        };
+        let used = later.since(&earlier);
+        assert_eq!(used.user, Duration::from_secs(1));
+        assert_eq!(used.system, Duration::from_millis(500));
+        assert_eq!(used.total(), Duration::from_millis(1_500));
+        assert_eq!(
+            (used.voluntary_switches, used.involuntary_switches),
+            (20, 0)
+        );
+        assert_eq!(earlier.since(&later), CpuUsage::default());
+
+        // Two threads busy for one second of wall time: 150 % of one core.
+        let cost = CpuCost {
+            usage: used,
+            wall: Duration::from_secs(1),
+        };
+        assert_eq!(cost.percent_of_one_core(), Some(150.0));
+        assert_eq!(cost.user_percent_of_one_core(), Some(100.0));
+        assert_eq!(cost.system_percent_of_one_core(), Some(50.0));
+        let instant = CpuCost {
+            wall: Duration::ZERO,
+            ..cost
+        };
+        assert_eq!(instant.percent_of_one_core(), None);
+    }
+}
