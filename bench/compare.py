@@ -10,6 +10,12 @@ the median over the rounds of each side and their ratio (sonde / peer):
   TCP 1-stream bits/s   sonde throughput              vs iperf3 -c (receiver)             >= 1.0x
   UDP 18 B pps          sonde pps -m 18               vs iperf3 -u -b 0 -l 18 (received)  >= 3.0x
 
+and the real clients against sonde's compatibility listeners (same client, two servers):
+
+  UDP RTT p50 (sockperf client)  sonde server --sockperf  vs sockperf sr          within 5%
+  TCP RTT p50 (sockperf client)  sonde server --sockperf  vs sockperf sr --tcp    within 5%
+  TCP 1 stream (iperf3 client)   sonde server --iperf3    vs iperf3 -s (receiver) >= 0.95x
+
 This is a benchmark, not a test: it exits 0 when every run worked, whatever the ratios
 (--strict: exit 1 when a target is missed). Only loopback (127.0.0.1) is used.
 
@@ -249,11 +255,12 @@ class Servers:
         self.procs.clear()
 
 
-def start_sonde_agent(servers: Servers, sonde: str) -> int:
-    """sonde server on an OS-chosen port; returns the port from its ready line."""
+def start_sonde_agent(servers: Servers, sonde: str, extra: list[str] | None = None) -> int:
+    """sonde server on an OS-chosen port (plus `extra` options); returns the port from its
+    ready line."""
     proc = servers.start(
         "sonde agent",
-        [sonde, "server", "--bind", HOST, "--port", "0"],
+        [sonde, "server", "--bind", HOST, "--port", "0"] + (extra or []),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -307,7 +314,31 @@ def metrics(sonde: str, ports: dict, secs: int) -> list[Metric]:
     def within(pct):
         return lambda r: abs(r - 1.0) <= pct
 
+    def iperf3(port: int) -> list[str]:
+        return ["iperf3", "-c", HOST, "-p", str(port), "-t", t, "-J"]
+
     return [
+        Metric(
+            "srv_udp_rtt", "UDP RTT p50, 64 B, sockperf client", "µs", 1.0, "within ±5%", within(0.05),
+            sockperf(ports["sonde_sockperf"], tcp=False),
+            sockperf(ports["sockperf_udp"], tcp=False),
+            lambda out: rtt_us(parse_sockperf(out)),
+            lambda out: rtt_us(parse_sockperf(out)),
+        ),
+        Metric(
+            "srv_tcp_rtt", "TCP RTT p50, 64 B, sockperf client", "µs", 1.0, "within ±5%", within(0.05),
+            sockperf(ports["sonde_sockperf"], tcp=True),
+            sockperf(ports["sockperf_tcp"], tcp=True),
+            lambda out: rtt_us(parse_sockperf(out)),
+            lambda out: rtt_us(parse_sockperf(out)),
+        ),
+        Metric(
+            "srv_tcp_bps", "TCP 1 stream, iperf3 client", "Gbit/s", 1e-9, "≥ 0.95×", lambda r: r >= 0.95,
+            iperf3(ports["sonde_iperf3"]),
+            iperf3(ports["iperf3"]),
+            lambda out: parse_iperf3_tcp(out)["bits_per_second"],
+            lambda out: parse_iperf3_tcp(out)["bits_per_second"],
+        ),
         Metric(
             "udp_rtt", "UDP RTT p50, 64 B", "µs", 1.0, "within ±5%", within(0.05),
             [sonde, "latency", agent, "-u", "-m", "64", "-t", t, "--json"],
@@ -354,6 +385,20 @@ def fmt(v: float | None) -> str:
     return f"{v:.3f}"
 
 
+# What the sonde figure is compared with, per metric. For the srv_* metrics the client is the
+# real tool on both sides; the sonde column is its figure against `sonde server`.
+PEERS = {
+    "udp_rtt": "sockperf",
+    "tcp_rtt": "sockperf",
+    "tcp_bps": "iperf3",
+    "udp_pps": "iperf3",
+    "srv_udp_rtt": "sockperf sr",
+    "srv_tcp_rtt": "sockperf sr",
+    "srv_tcp_bps": "iperf3 -s",
+}
+ALL = ",".join(PEERS)
+
+
 def table(ms: list[Metric], rounds: int, secs: int) -> tuple[str, bool]:
     lines = [
         f"sonde vs peers on loopback, median of {rounds} interleaved round(s) of {secs} s each",
@@ -368,7 +413,7 @@ def table(ms: list[Metric], rounds: int, secs: int) -> tuple[str, bool]:
         ratio = s / p if s is not None and p else None
         ok = ratio is not None and m.ok(ratio)
         all_ok &= ok
-        peer = {"udp_rtt": "sockperf", "tcp_rtt": "sockperf", "tcp_bps": "iperf3", "udp_pps": "iperf3"}[m.key]
+        peer = PEERS[m.key]
         lines.append(
             f"| {m.title} ({m.unit}) | {fmt(s * m.scale) if s is not None else '—'} "
             f"| {fmt(p * m.scale) if p is not None else '—'} ({peer}) "
@@ -402,8 +447,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=int, default=5, help="duration of each run (default 5)")
     ap.add_argument(
         "--only",
-        default="udp_rtt,tcp_rtt,tcp_bps,udp_pps",
-        help="comma-separated subset of udp_rtt,tcp_rtt,tcp_bps,udp_pps",
+        default=ALL,
+        help=f"comma-separated subset of {ALL}",
     )
     ap.add_argument("--sonde", help="use this sonde binary instead of building one")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
@@ -419,8 +464,14 @@ def main(argv: list[str] | None = None) -> int:
     wanted = args.only.split(",")
     servers = Servers()
     try:
-        ports = {k: free_port() for k in ("sockperf_udp", "sockperf_tcp", "iperf3")}
-        ports["sonde"] = start_sonde_agent(servers, sonde)
+        ports = {
+            k: free_port() for k in ("sockperf_udp", "sockperf_tcp", "iperf3", "sonde_iperf3", "sonde_sockperf")
+        }
+        ports["sonde"] = start_sonde_agent(
+            servers,
+            sonde,
+            [f"--iperf3={ports['sonde_iperf3']}", f"--sockperf={ports['sonde_sockperf']}"],
+        )
         log(f"sonde agent on {HOST}:{ports['sonde']}")
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         servers.start("sockperf udp", ["sockperf", "sr", "-i", HOST, "-p", str(ports["sockperf_udp"])], **quiet)

@@ -1,18 +1,593 @@
-//! The iperf3 compatibility listener: answers real `iperf3 -c` clients (PROTOCOLS.md part 1).
+//! The iperf3 compatibility listener: answers real `iperf3 -c` clients (PROTOCOLS.md part 1),
+//! several at once, under the agent's limits.
 //!
-//! Work in progress: owned by the iperf3-server change.
+//! One TCP listener and one UDP socket share a port number, as with iperf3. Every new TCP
+//! connection starts with a 37-byte cookie (read with the agent's hello timeout). If the cookie
+//! names a running test, the connection is one of its data streams: accepted while that test
+//! waits for its streams (CREATE_STREAMS) and comes from the control connection's IP address,
+//! refused with ACCESS_DENIED otherwise. Any other cookie opens a new test, admitted against
+//! `max_sessions` together with sonde's own sessions; when full it gets ACCESS_DENIED, which the
+//! client prints as "the server is busy running a test. try again later".
+//!
+//! UDP streams attach with a 4-byte datagram that carries no cookie, so only one test at a time
+//! may be attaching UDP streams (others wait before they send CREATE_STREAMS), and only
+//! datagrams from that test's control-connection IP count. Each attached stream gets a socket on
+//! the shared port connected to the client's socket ([`sonde_net::socket::udp_flow`]), from
+//! which the `"6789"` reply goes out; the kernel then hands that peer's datagrams to it.
+//!
+//! [`run`] runs an attached test: the data streams, the control state machine, the results.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+mod run;
+mod text;
 
-use crate::{CompatListener, Shared};
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sonde_net::control::{read_exact_by, ControlError};
+use sonde_wire::iperf3::{
+    encode_server_error, errno, json_len, Cookie, Params, Protocol, State, COOKIE_LEN,
+    UDP_CONNECT_REPLY,
+};
+
+use crate::{
+    canonical, lock, peer_of, AgentConfig, CompatListener, CompatSession, PendingGuard, Shared,
+    MAX_MSG_SIZE, MAX_UDP_PAYLOAD,
+};
+
+/// How long a client has to open all its data streams after CREATE_STREAMS.
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a UDP test waits for another test to finish attaching its UDP streams before it
+/// gives up (and answers ACCESS_DENIED, as a busy iperf3 server would): longer than one test
+/// may hold it.
+const UDP_GATE_WAIT: Duration = Duration::from_secs(15);
+/// How often waits look at the agent's shutdown flag and the control connection.
+const POLL: Duration = Duration::from_millis(100);
+/// Bound on a blocked write to a client's control connection.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// iperf3's smallest UDP datagram (`MIN_UDP_BLOCKSIZE`: a header with a 64-bit sequence).
+const MIN_UDP_LEN: i64 = 16;
+/// `EINVAL`, sent with `SERVER_ERROR` codes that iperf3 prints with `strerror(errno)`.
+const EINVAL: i32 = 22;
+
+/// State shared by the listener's threads.
+struct Listener {
+    shared: Arc<Shared>,
+    /// The bound address of the TCP listener and UDP socket (the flow sockets bind it too).
+    local: SocketAddr,
+    /// Tests from admission to their end, for matching data connections by cookie.
+    tests: Mutex<Vec<Arc<Attach>>>,
+    /// The test allowed to attach UDP streams now, if any.
+    gate: Gate,
+    /// Tests so far, numbered for the log.
+    next_test: AtomicU64,
+}
+
+/// A test as data connections see it.
+struct Attach {
+    cookie: Cookie,
+    peer_ip: IpAddr,
+    state: Mutex<AttachState>,
+    joined: Condvar,
+}
+
+#[derive(Default)]
+struct AttachState {
+    /// Between CREATE_STREAMS and the last TCP stream: data connections are taken.
+    open: bool,
+    /// TCP streams the test expects.
+    expected: usize,
+    /// TCP streams so far, with the listener's accept index (their order on the wire).
+    streams: Vec<(u64, TcpStream)>,
+}
 
 /// Accepts iperf3 control and data connections until the agent shuts down.
 pub(crate) fn serve(listener: CompatListener, shared: &Arc<Shared>) {
-    for conn in listener.tcp.incoming() {
+    let CompatListener { tcp, udp } = listener;
+    let local = match udp.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            shared.log(format_args!("sonde agent: iperf3 listener failed: {e}"));
+            return;
+        }
+    };
+    let state = Arc::new(Listener {
+        shared: Arc::clone(shared),
+        local,
+        tests: Mutex::new(Vec::new()),
+        gate: Gate::default(),
+        next_test: AtomicU64::new(1),
+    });
+    let udp_state = Arc::clone(&state);
+    let udp_thread = thread::Builder::new()
+        .name("sonde-iperf3-udp".into())
+        .spawn(move || udp_dispatch(&udp, &udp_state))
+        .ok();
+    // The accept index orders data streams: a real client opens stream k+1 only after stream
+    // k's connection and cookie, so accept order is the client's order (PROTOCOLS.md 1.7).
+    for (index, conn) in (0u64..).zip(tcp.incoming()) {
         if shared.shutdown.load(Ordering::Relaxed) {
             break;
         }
-        drop(conn);
+        let Ok(stream) = conn else { continue };
+        let in_flight = shared.pending.fetch_add(1, Ordering::AcqRel);
+        if in_flight >= shared.cfg.max_pending {
+            shared.pending.fetch_sub(1, Ordering::AcqRel);
+            shared
+                .rejections
+                .pending_full
+                .fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let conn_state = Arc::clone(&state);
+        let spawned = thread::Builder::new()
+            .name("sonde-iperf3".into())
+            .spawn(move || handle_connection(stream, index, &conn_state));
+        if spawned.is_err() {
+            shared.pending.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    if let Some(t) = udp_thread {
+        let _ = t.join();
+    }
+}
+
+/// Reads a new connection's cookie and hands it to its test or starts a test with it.
+fn handle_connection(mut stream: TcpStream, index: u64, l: &Listener) {
+    let shared = &*l.shared;
+    let pending = PendingGuard(shared);
+    let mut cookie = [0u8; COOKIE_LEN];
+    let deadline = Instant::now() + shared.cfg.hello_timeout;
+    if let Err(e) = read_exact_by(&mut stream, &mut cookie, deadline) {
+        shared.rejections.bad_hello.fetch_add(1, Ordering::Relaxed);
+        if !matches!(e, ControlError::Closed) {
+            shared.log(format_args!(
+                "sonde agent: iperf3: closed connection from {}: no cookie ({e})",
+                peer_of(&stream)
+            ));
+        }
+        return;
+    }
+    let cookie = Cookie::from_bytes(cookie);
+    let test = lock(&l.tests)
+        .iter()
+        .find(|t| t.cookie.matches(cookie.as_bytes()))
+        .cloned();
+    if let Some(test) = test {
+        drop(pending);
+        attach_tcp(stream, index, &test, shared);
+        return;
+    }
+    if shared.shutdown.load(Ordering::Relaxed) {
+        deny(&mut stream);
+        return;
+    }
+    let Some(admitted) = shared.admit_compat() else {
+        shared.rejections.refused.fetch_add(1, Ordering::Relaxed);
+        shared.log(format_args!(
+            "sonde agent: iperf3: refused {}: busy ({} sessions running)",
+            peer_of(&stream),
+            shared.cfg.max_sessions
+        ));
+        deny(&mut stream);
+        return;
+    };
+    drop(pending);
+    session(stream, cookie, &admitted, l);
+}
+
+/// ACCESS_DENIED, then close: what iperf3 sends when busy and for a bad data cookie.
+fn deny(stream: &mut TcpStream) {
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let _ = stream.write_all(&[State::AccessDenied.byte()]);
+}
+
+/// A data connection whose cookie names a test: take it if the test is waiting for it.
+fn attach_tcp(mut stream: TcpStream, index: u64, test: &Attach, shared: &Shared) {
+    let from = stream.peer_addr().ok();
+    let same_ip = from.is_some_and(|a| canonical(a.ip()) == canonical(test.peer_ip));
+    let mut st = lock(&test.state);
+    if st.open && st.streams.len() < st.expected && same_ip {
+        st.streams.push((index, stream));
+        test.joined.notify_all();
+        return;
+    }
+    drop(st);
+    shared.rejections.bad_join.fetch_add(1, Ordering::Relaxed);
+    shared.log(format_args!(
+        "sonde agent: iperf3: refused a data stream from {} for test {:?}: {}",
+        from.map_or_else(|| "?".into(), |a| a.to_string()),
+        test.cookie.text(),
+        if same_ip {
+            "the test is not waiting for streams"
+        } else {
+            "not from the control connection's address"
+        }
+    ));
+    deny(&mut stream);
+}
+
+/// Removes a test from the listener's list when it ends, however it ends.
+struct Registered<'a> {
+    l: &'a Listener,
+    test: Arc<Attach>,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        lock(&self.l.tests).retain(|t| !Arc::ptr_eq(t, &self.test));
+    }
+}
+
+/// One admitted iperf3 test, from PARAM_EXCHANGE to the end; logs one line.
+fn session(mut ctrl: TcpStream, cookie: Cookie, _admitted: &CompatSession<'_>, l: &Listener) {
+    let shared = &*l.shared;
+    let number = l.next_test.fetch_add(1, Ordering::Relaxed);
+    let Ok(peer) = ctrl.peer_addr() else {
+        return;
+    };
+    // An IPv4 client of a dual-stack listener logs as 127.0.0.1, not ::ffff:127.0.0.1.
+    let peer = SocketAddr::new(canonical(peer.ip()), peer.port());
+    let test = Arc::new(Attach {
+        cookie,
+        peer_ip: peer.ip(),
+        state: Mutex::new(AttachState::default()),
+        joined: Condvar::new(),
+    });
+    lock(&l.tests).push(Arc::clone(&test));
+    let _registered = Registered {
+        l,
+        test: Arc::clone(&test),
+    };
+    let _ = ctrl.set_nodelay(true);
+    let _ = ctrl.set_write_timeout(Some(WRITE_TIMEOUT));
+    let line = match negotiate(&mut ctrl, &test, l) {
+        Ok((params, streams)) => {
+            let what = describe(&params);
+            match run::run(ctrl, &params, streams, shared, peer, l.local) {
+                Ok(summary) => format!("{what}: {summary}"),
+                Err(why) => format!("{what}: ended: {why}"),
+            }
+        }
+        Err(why) => format!("ended: {why}"),
+    };
+    shared.log(format_args!(
+        "sonde agent: iperf3 test {number} from {peer}: {line}"
+    ));
+}
+
+/// PARAM_EXCHANGE, the parameters, the limits, CREATE_STREAMS and the streams.
+fn negotiate(
+    ctrl: &mut TcpStream,
+    test: &Attach,
+    l: &Listener,
+) -> Result<(Params, Vec<run::Stream>), String> {
+    let shared = &*l.shared;
+    let lost = |e: std::io::Error| format!("control connection lost: {e}");
+    ctrl.write_all(&[State::ParamExchange.byte()])
+        .map_err(lost)?;
+    let deadline = Instant::now() + shared.cfg.hello_timeout;
+    let params = read_params(ctrl, deadline).inspect_err(|_| {
+        shared.rejections.bad_hello.fetch_add(1, Ordering::Relaxed);
+    })?;
+    if let Err((code, os_errno, why)) = check(&params, &shared.cfg) {
+        shared.rejections.refused.fetch_add(1, Ordering::Relaxed);
+        let _ = ctrl.write_all(&encode_server_error(code, os_errno));
+        return Err(format!("refused: {why}"));
+    }
+    let count = usize::try_from(params.streams()).unwrap_or(usize::MAX);
+    if params.udp() {
+        let Some((_gate, arrivals)) = l.gate.enter(test.peer_ip, || gone(ctrl, shared)) else {
+            deny(ctrl);
+            return Err(format!(
+                "another test kept the UDP stream attach busy for {UDP_GATE_WAIT:?}"
+            ));
+        };
+        ctrl.write_all(&[State::CreateStreams.byte()])
+            .map_err(lost)?;
+        let streams = attach_udp(&arrivals, count, l, || gone(ctrl, shared))?;
+        return Ok((params, streams));
+    }
+    {
+        let mut st = lock(&test.state);
+        st.expected = count;
+        st.open = true;
+    }
+    let created = ctrl.write_all(&[State::CreateStreams.byte()]);
+    let streams = created
+        .map_err(lost)
+        .and_then(|()| wait_for_tcp(test, count, || gone(ctrl, shared)));
+    let mut st = lock(&test.state);
+    st.open = false;
+    // Streams that arrived for a test that gave up are closed here.
+    st.streams.clear();
+    drop(st);
+    Ok((params, streams?))
+}
+
+/// Reads the parameter JSON: a checked length, then the body, before `deadline`.
+fn read_params(ctrl: &mut TcpStream, deadline: Instant) -> Result<Params, String> {
+    let mut prefix = [0u8; 4];
+    read_exact_by(ctrl, &mut prefix, deadline)
+        .map_err(|e| format!("no parameters from the client: {e}"))?;
+    let len = json_len(prefix).map_err(|e| format!("bad parameters: {e}"))?;
+    let mut body = vec![0u8; len];
+    read_exact_by(ctrl, &mut body, deadline)
+        .map_err(|e| format!("truncated parameters ({len} bytes announced): {e}"))?;
+    Params::from_json(&body).map_err(|e| format!("bad parameters: {e}"))
+}
+
+/// Checks parameters against the agent's limits: `Err((i_errno, errno, why))` to refuse with
+/// SERVER_ERROR. The codes are the ones whose message the iperf3 client prints sensibly (the
+/// maxima it prints are its own, so the log line says the agent's).
+fn check(p: &Params, cfg: &AgentConfig) -> Result<(), (i32, i32, String)> {
+    if p.protocol == Protocol::Sctp {
+        return Err((errno::IENOSCTP, 0, "SCTP is not served".into()));
+    }
+    if p.reverse && p.bidirectional {
+        return Err((
+            errno::IEREVERSEBIDIR,
+            0,
+            "reverse and bidirectional together".into(),
+        ));
+    }
+    if p.parallel < 1 || p.omit < 0 || p.time < 0 || p.bandwidth < 0 || p.len < 1 {
+        return Err((
+            errno::IEINITTEST,
+            EINVAL,
+            format!(
+                "nonsense parameters (parallel {}, omit {}, time {}, bandwidth {}, len {})",
+                p.parallel, p.omit, p.time, p.bandwidth, p.len
+            ),
+        ));
+    }
+    if p.parallel > i64::from(cfg.max_streams) {
+        return Err((
+            errno::IENUMSTREAMS,
+            0,
+            format!(
+                "{} streams asked, this agent allows {} (sonde server --max-streams)",
+                p.parallel, cfg.max_streams
+            ),
+        ));
+    }
+    let max_s = cfg.max_duration.as_secs();
+    let asked = u64::try_from(p.time.saturating_add(p.omit)).unwrap_or(u64::MAX);
+    if asked > max_s {
+        return Err((
+            errno::IEDURATION,
+            0,
+            format!("{asked} s asked (time + omit), this agent allows {max_s} s (sonde server --max-duration)"),
+        ));
+    }
+    if p.udp() {
+        if !(MIN_UDP_LEN..=i64::from(MAX_UDP_PAYLOAD)).contains(&p.len) {
+            return Err((
+                errno::IEUDPBLOCKSIZE,
+                0,
+                format!(
+                    "UDP datagram size {} is outside {MIN_UDP_LEN}..={MAX_UDP_PAYLOAD}",
+                    p.len
+                ),
+            ));
+        }
+    } else if p.len > i64::from(MAX_MSG_SIZE) {
+        return Err((
+            errno::IEBLOCKSIZE,
+            0,
+            format!("block size {} is above {MAX_MSG_SIZE}", p.len),
+        ));
+    }
+    Ok(())
+}
+
+fn describe(p: &Params) -> String {
+    let dir = if p.bidirectional {
+        "bidir"
+    } else if p.reverse {
+        "reverse"
+    } else {
+        "forward"
+    };
+    let proto = if p.udp() { "udp" } else { "tcp" };
+    let end = if p.num > 0 {
+        format!("{} bytes", p.num)
+    } else if p.blockcount > 0 {
+        format!("{} blocks", p.blockcount)
+    } else {
+        format!("{} s", p.time)
+    };
+    let version = p.client_version.as_deref().unwrap_or("?");
+    format!(
+        "{proto} {dir}, {} stream(s), {} B, {end}, client {version}",
+        p.parallel, p.len
+    )
+}
+
+/// Whether the test must stop waiting: the agent is stopping or the client went away.
+fn gone(ctrl: &TcpStream, shared: &Shared) -> bool {
+    shared.shutdown.load(Ordering::Relaxed) || peer_closed(ctrl)
+}
+
+/// Whether the peer has closed (or reset) a connection we are not reading yet. A byte that
+/// arrived early (a CLIENT_TERMINATE) is left for the reader.
+fn peer_closed(ctrl: &TcpStream) -> bool {
+    if ctrl.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let mut b = [0u8; 1];
+    let closed = match ctrl.peek(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    };
+    let _ = ctrl.set_nonblocking(false);
+    closed
+}
+
+/// Waits for `count` TCP streams, in accept order.
+fn wait_for_tcp(
+    test: &Attach,
+    count: usize,
+    gone: impl Fn() -> bool,
+) -> Result<Vec<run::Stream>, String> {
+    let deadline = Instant::now() + ATTACH_TIMEOUT;
+    let mut st = lock(&test.state);
+    loop {
+        if st.streams.len() >= count {
+            st.open = false;
+            let mut streams = std::mem::take(&mut st.streams);
+            drop(st);
+            streams.sort_by_key(|(index, _)| *index);
+            let streams: Vec<run::Stream> = streams
+                .into_iter()
+                .filter_map(|(_, s)| run::Stream::tcp(s))
+                .collect();
+            if streams.len() < count {
+                return Err("a data stream closed as it attached".into());
+            }
+            return Ok(streams);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(format!(
+                "{} of {count} TCP streams attached within {ATTACH_TIMEOUT:?}",
+                st.streams.len()
+            ));
+        }
+        drop(st);
+        if gone() {
+            return Err("the client went away while opening its streams".into());
+        }
+        st = lock(&test.state);
+        if st.streams.len() < count {
+            st = test
+                .joined
+                .wait_timeout(st, POLL.min(deadline - now))
+                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+        }
+    }
+}
+
+/// Takes `count` UDP connect datagrams (their sources, from the gate) and answers each from a
+/// socket of its own on the shared port, connected to the client's socket.
+fn attach_udp(
+    arrivals: &Receiver<SocketAddr>,
+    count: usize,
+    l: &Listener,
+    gone: impl Fn() -> bool,
+) -> Result<Vec<run::Stream>, String> {
+    let deadline = Instant::now() + ATTACH_TIMEOUT;
+    let mut streams: Vec<run::Stream> = Vec::with_capacity(count.min(1024));
+    while streams.len() < count {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(format!(
+                "{} of {count} UDP streams attached within {ATTACH_TIMEOUT:?}",
+                streams.len()
+            ));
+        }
+        let from = match arrivals.recv_timeout(POLL.min(deadline - now)) {
+            Ok(from) => from,
+            Err(RecvTimeoutError::Timeout) => {
+                if gone() {
+                    return Err("the client went away while opening its streams".into());
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return Err("internal: UDP gate".into()),
+        };
+        // A copy of a connect datagram that raced its flow socket: already answered.
+        if streams.iter().any(|s| s.peer == from) {
+            continue;
+        }
+        let flow = sonde_net::socket::udp_flow(l.local, from)
+            .map_err(|e| format!("cannot open a UDP stream socket for {from}: {e}"))?;
+        flow.send(&UDP_CONNECT_REPLY)
+            .map_err(|e| format!("cannot answer the UDP stream from {from}: {e}"))?;
+        streams.push(run::Stream::udp(flow, from));
+    }
+    Ok(streams)
+}
+
+/// The listener's UDP socket: connect datagrams go to the test that is attaching UDP streams,
+/// everything else is counted and dropped.
+fn udp_dispatch(udp: &UdpSocket, l: &Listener) {
+    let _ = udp.set_read_timeout(Some(Duration::from_millis(200)));
+    // Larger datagrams are truncated to this, which is enough to see they are not 4 bytes.
+    let mut buf = [0u8; 64];
+    while !l.shared.shutdown.load(Ordering::Relaxed) {
+        let Ok((n, from)) = udp.recv_from(&mut buf) else {
+            continue;
+        };
+        // Any 4 bytes attach a stream, as with iperf3 (which replies even to "abcd").
+        if !(n == 4 && l.gate.offer(from)) {
+            l.shared.rejections.udp_junk.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Lets one test at a time attach UDP streams.
+#[derive(Default)]
+struct Gate {
+    current: Mutex<Option<(IpAddr, Sender<SocketAddr>)>>,
+    freed: Condvar,
+}
+
+/// Holds the gate; dropping it lets the next test in.
+struct GateGuard<'a>(&'a Gate);
+
+impl Drop for GateGuard<'_> {
+    fn drop(&mut self) {
+        *lock(&self.0.current) = None;
+        self.0.freed.notify_all();
+    }
+}
+
+impl Gate {
+    /// Waits (up to [`UDP_GATE_WAIT`], or until `gone`) for the gate, then takes it for UDP
+    /// connect datagrams from `ip`.
+    fn enter(
+        &self,
+        ip: IpAddr,
+        gone: impl Fn() -> bool,
+    ) -> Option<(GateGuard<'_>, Receiver<SocketAddr>)> {
+        let deadline = Instant::now() + UDP_GATE_WAIT;
+        let mut current = lock(&self.current);
+        loop {
+            if current.is_none() {
+                let (tx, rx) = mpsc::channel();
+                *current = Some((canonical(ip), tx));
+                return Some((GateGuard(self), rx));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            drop(current);
+            if gone() {
+                return None;
+            }
+            current = lock(&self.current);
+            if current.is_some() {
+                current = self
+                    .freed
+                    .wait_timeout(current, POLL.min(deadline - now))
+                    .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+            }
+        }
+    }
+
+    /// Passes a connect datagram's source to the test attaching streams, if it is from that
+    /// test's address.
+    fn offer(&self, from: SocketAddr) -> bool {
+        match &*lock(&self.current) {
+            Some((ip, tx)) if *ip == canonical(from.ip()) => tx.send(from).is_ok(),
+            _ => false,
+        }
     }
 }

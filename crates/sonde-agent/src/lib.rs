@@ -15,6 +15,8 @@
 //! handle.stop();
 //! ```
 
+mod clock;
+mod crr;
 mod iperf3;
 mod session;
 mod sockperf;
@@ -111,6 +113,17 @@ pub struct Rejections {
     pub udp_junk: AtomicU64,
     /// Sessions refused (busy, limits, bad request, version).
     pub refused: AtomicU64,
+    /// sockperf listener: TCP connections closed, and UDP datagrams dropped unanswered, because
+    /// `max_sessions` sessions were running.
+    pub sockperf_refused: AtomicU64,
+    /// sockperf listener: UDP datagrams that could not be framed (shorter than a header, a
+    /// length below 14 or above 65,507, a message cut off), and TCP connections closed for the
+    /// same.
+    pub sockperf_junk: AtomicU64,
+    /// Connection-rate (`crr`) connections closed unanswered: an unknown token (or a session
+    /// that has ended), another source address than the session's, a worker index out of range,
+    /// a response size out of bounds, or a bad join.
+    pub bad_crr: AtomicU64,
 }
 
 /// A data channel handed to its session.
@@ -147,6 +160,8 @@ pub(crate) struct Shared {
     pub(crate) compat_sessions: AtomicU32,
     pub(crate) iperf3_local: Option<SocketAddr>,
     pub(crate) sockperf_local: Option<SocketAddr>,
+    /// Connection-rate sessions running now.
+    pub(crate) crr: crr::Registry,
 }
 
 impl Shared {
@@ -279,6 +294,7 @@ impl Agent {
             compat_sessions: AtomicU32::new(0),
             iperf3_local,
             sockperf_local,
+            crr: crr::Registry::default(),
         });
         Ok(Self {
             tcp,
@@ -356,11 +372,16 @@ impl Agent {
                     .ok(),
             );
         }
+        let mut crr_pool = crr::Pool::new(&shared);
         for conn in tcp.incoming() {
             if shared.shutdown.load(Ordering::Relaxed) {
                 break;
             }
             let Ok(stream) = conn else { continue };
+            // While a crr session runs, an idle pool thread takes the connection (crr.rs).
+            let Some(stream) = crr_pool.offer(stream) else {
+                continue;
+            };
             let in_flight = shared.pending.fetch_add(1, Ordering::AcqRel);
             if in_flight >= shared.cfg.max_pending {
                 shared.pending.fetch_sub(1, Ordering::AcqRel);
@@ -492,6 +513,7 @@ fn handle_connection(mut stream: TcpStream, shared: &Arc<Shared>) {
                 shared.rejections.bad_hello.fetch_add(1, Ordering::Relaxed);
             }
         }
+        Channel::Crr => crr::serve_spawned(stream, preamble, shared, &mut pending),
         Channel::Data => {
             if preamble.check_version().is_err() || !join_tcp(stream, shared, deadline) {
                 shared.rejections.bad_join.fetch_add(1, Ordering::Relaxed);
@@ -646,6 +668,14 @@ pub(crate) fn validate(
         return bad(format!(
             "message size {} is outside {min}..={max} bytes for this test",
             spec.msg_size
+        ));
+    }
+    if spec.kind == TestKind::Crr
+        && (spec.protocol != Protocol::Tcp || spec.msg_size > crr::MAX_CRR_MESSAGE)
+    {
+        return bad(format!(
+            "connection rate tests are TCP, with requests of 1 to {} bytes",
+            crr::MAX_CRR_MESSAGE
         ));
     }
     if spec.kind == TestKind::Pps && spec.protocol != Protocol::Udp {

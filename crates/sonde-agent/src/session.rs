@@ -1,4 +1,17 @@
 //! One control connection: hello, admission, data channels, the test, the report.
+//!
+//! Besides the counts, a session tells the client what it ran on and what it cost:
+//!
+//! * `Welcome` carries this host's configuration for the interface that faces the client
+//!   ([`sonde_net::hostinfo::collect_for_peer`], about 0.3 ms of `/proc` and `/sys` reads).
+//! * The report's `cpu` is the CPU time of this session's threads only (control, control
+//!   reader, data streams, interval reporter), each counted with `RUSAGE_THREAD` by a
+//!   [`ThreadsMeter`]: sessions running at once do not count each other. Its syscalls are the
+//!   data loops' send/receive calls ([`Counters::syscalls`]); the latency echoes do not count
+//!   theirs yet, so a latency session reports none.
+//! * TCP senders sample `TCP_INFO` per stream at every interval (`Interval.tcp_info`, sent
+//!   even when the agent receives nothing, in reverse) and once when their loop ends
+//!   (`SenderDone`). A message that would pass the frame limit goes without them.
 
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -10,10 +23,12 @@ use std::time::{Duration, Instant};
 use sonde_engine::interval::Intervals;
 use sonde_net::bulk::{SendOutcome, TcpRecvOutcome, UdpRecvOutcome};
 use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
+use sonde_net::cpu::ThreadsMeter;
+use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
 use sonde_wire::{
-    AgentReport, ControlMsg, IntervalStats, Preamble, Protocol, Refusal, SessionId, StreamStats,
-    TestKind, TestSpec, Token, PROTOCOL_VERSION,
+    AgentReport, ControlMsg, CpuReport, IntervalStats, Preamble, Protocol, Refusal, SessionId,
+    StreamStats, TcpInfoStats, TestKind, TestSpec, Token, PROTOCOL_VERSION,
 };
 
 use crate::{lock, peer_of, validate, DataChannel, PendingGuard, Shared, Slot};
@@ -60,11 +75,19 @@ pub(crate) fn run(
         Ok(_) | Err(_) => return false,
     }
     let session = SessionId(shared.next_session.fetch_add(1, Ordering::Relaxed));
+    // The configuration as this client sees the agent: the interface its traffic comes in by.
+    let host = ctrl.peer_addr().ok().map(|peer| {
+        Box::new(sonde_net::hostinfo::collect_for_peer(
+            env!("CARGO_PKG_VERSION"),
+            peer.ip(),
+        ))
+    });
     let welcome = ControlMsg::Welcome {
         protocol: PROTOCOL_VERSION,
         software: SOFTWARE.into(),
         session,
         limits: shared.cfg.limits(),
+        host,
     };
     if write_frame(&mut ctrl, &welcome).is_err() {
         return true;
@@ -120,6 +143,10 @@ pub(crate) fn run(
         describe(&spec)
     ));
     if write_frame(&mut ctrl, &ControlMsg::Accepted { token }).is_err() {
+        return true;
+    }
+    if spec.kind == TestKind::Crr {
+        crate::crr::run_session(ctrl, token, &slot, shared, session, &peer);
         return true;
     }
     let Some(channels) = wait_for_channels(&slot, shared, &ctrl) else {
@@ -178,6 +205,7 @@ fn describe(spec: &TestSpec) -> String {
         TestKind::Latency => "latency",
         TestKind::Throughput => "throughput",
         TestKind::Pps => "pps",
+        TestKind::Crr => "crr",
     };
     format!(
         "{proto} {kind}, {} stream(s) {:?}, {} B, {:.1} s",
@@ -228,7 +256,8 @@ fn peer_gone(ctrl: &TcpStream) -> bool {
 
 /// What one data channel's thread came back with.
 enum RoleOutcome {
-    Sent(SendOutcome),
+    /// What the sender sent, and (TCP) its connection's `TCP_INFO` at the end.
+    Sent(SendOutcome, Option<Box<TcpInfoStats>>),
     TcpReceived(TcpRecvOutcome),
     UdpReceived(Box<UdpRecvOutcome>),
     Echoed,
@@ -253,6 +282,8 @@ struct Test<'a> {
     received_all: AtomicBool,
     /// When the client said `Go`, ns on the test clock (`u64::MAX` before): senders start then.
     go_at_ns: AtomicU64,
+    /// The CPU of this session's threads, from the start of the test.
+    cpu: ThreadsMeter,
 }
 
 impl<'a> Test<'a> {
@@ -268,6 +299,7 @@ impl<'a> Test<'a> {
             counters: (0..n).map(|_| Counters::default()).collect(),
             received_all: AtomicBool::new(false),
             go_at_ns: AtomicU64::new(u64::MAX),
+            cpu: ThreadsMeter::start(),
         }
     }
 
@@ -290,6 +322,7 @@ impl<'a> Test<'a> {
         let Ok(reader) = ctrl.try_clone() else {
             return "ended: cannot clone the control socket".into();
         };
+        let this_thread = self.cpu.track();
         let writer = Mutex::new(ctrl);
         let (tx, rx) = mpsc::channel::<Event>();
         let clock = Clock::start();
@@ -300,7 +333,9 @@ impl<'a> Test<'a> {
 
         let result = thread::scope(|scope| {
             let ctrl_tx = tx.clone();
+            let cpu = &self.cpu;
             scope.spawn(move || {
+                let _counted = cpu.track();
                 forward_frames(reader, hard_deadline, |m| {
                     ctrl_tx.send(Event::Control(m)).is_ok()
                 });
@@ -309,6 +344,7 @@ impl<'a> Test<'a> {
                 let tx = tx.clone();
                 let this = &self;
                 scope.spawn(move || {
+                    let _counted = this.cpu.track();
                     let outcome = this.role(i, channel, &clock, until_ns);
                     let _ = tx.send(Event::Done(i, outcome));
                 });
@@ -316,11 +352,19 @@ impl<'a> Test<'a> {
             let receivers: Vec<usize> = (0..self.channels.len())
                 .filter(|&i| self.agent_receives(i))
                 .collect();
-            let reporter = (self.spec.interval_ms > 0 && !receivers.is_empty()).then(|| {
+            // TCP senders are sampled at every interval too, so a reverse test has a reporter.
+            let tcp_senders: Vec<usize> = (0..self.channels.len())
+                .filter(|&i| self.agent_sends(i) && self.spec.protocol == Protocol::Tcp)
+                .collect();
+            let reporting = !receivers.is_empty() || !tcp_senders.is_empty();
+            let reporter = (self.spec.interval_ms > 0 && reporting).then(|| {
                 let this = &self;
                 let writer = &writer;
                 let receivers = receivers.clone();
-                scope.spawn(move || this.report_intervals(&receivers, &clock, writer))
+                scope.spawn(move || {
+                    let _counted = this.cpu.track();
+                    this.report_intervals(&receivers, &tcp_senders, &clock, writer)
+                })
             });
             if write_frame(&mut lock(&writer), &ControlMsg::Ready).is_err() {
                 self.stop_all();
@@ -339,8 +383,11 @@ impl<'a> Test<'a> {
             Ok(mut report) => {
                 report.intervals = intervals_out;
                 report.overlapping_sessions = self.slot.overlap.load(Ordering::Relaxed);
+                // Every other thread of the session has ended: the sum is complete.
+                drop(this_thread);
+                report.cpu = self.cpu_report();
                 let mut w = lock(&writer);
-                if write_frame(&mut w, &ControlMsg::Report(report)).is_err() {
+                if write_shrinking(&mut w, ControlMsg::Report(report)).is_err() {
                     return "ended before its report was delivered".into();
                 }
                 // Give the client time to read the report before the close.
@@ -416,6 +463,9 @@ impl<'a> Test<'a> {
                         self.go_at_ns.store(clock.now_ns(), Ordering::Release);
                     }
                     ControlMsg::Finish => self.stop_all(),
+                    ControlMsg::ClockProbe { client_send_ns } => {
+                        crate::clock::answer(client_send_ns, writer)?;
+                    }
                     ControlMsg::Error { message } => {
                         return Err(format!("the client reported: {message}"))
                     }
@@ -437,12 +487,14 @@ impl<'a> Test<'a> {
                         let streams = senders
                             .iter()
                             .filter_map(|&s| match &outcomes[s] {
-                                Some(RoleOutcome::Sent(o)) => Some(sent_stats(s, o)),
+                                Some(RoleOutcome::Sent(o, info)) => {
+                                    Some(sent_stats(s, o, info.as_deref().copied()))
+                                }
                                 _ => None,
                             })
                             .collect();
                         let msg = ControlMsg::SenderDone { streams };
-                        if write_frame(&mut lock(writer), &msg).is_err() {
+                        if write_shrinking(&mut lock(writer), msg).is_err() {
                             return Err("control connection lost".into());
                         }
                     }
@@ -453,7 +505,8 @@ impl<'a> Test<'a> {
         for (i, outcome) in outcomes.into_iter().enumerate() {
             let stream = index_u32(i);
             match outcome {
-                Some(RoleOutcome::Sent(o)) => report.sent.push(sent_stats(i, &o)),
+                // The final TCP_INFO went with `SenderDone`; the report stays small.
+                Some(RoleOutcome::Sent(o, _)) => report.sent.push(sent_stats(i, &o, None)),
                 Some(RoleOutcome::TcpReceived(o)) => report.received.push(StreamStats {
                     stream,
                     bytes: o.bytes,
@@ -472,6 +525,7 @@ impl<'a> Test<'a> {
                         reordered: Some(o.seq.reordered()),
                         jitter_ns: Some(o.jitter.jitter_ns()),
                         retransmits: None,
+                        tcp_info: None,
                     });
                 }
                 Some(RoleOutcome::Echoed) => {
@@ -516,7 +570,7 @@ impl<'a> Test<'a> {
         let stop = &self.stops[i];
         if self.agent_sends(i) {
             let Some(go) = self.wait_for_go(stop) else {
-                return RoleOutcome::Sent(SendOutcome::default());
+                return RoleOutcome::Sent(SendOutcome::default(), None);
             };
             return self.send(i, channel, clock, go.saturating_add(duration_ns));
         }
@@ -553,7 +607,10 @@ impl<'a> Test<'a> {
         match channel {
             DataChannel::Tcp(s) => {
                 sonde_net::bulk::tcp_send(s, spec.msg_size, clock, until_ns, stop, counters)
-                    .map_or_else(failed, RoleOutcome::Sent)
+                    .map_or_else(failed, |o| {
+                        let info = TcpInfoSample::read(s).ok().map(|t| t.stats(index_u32(i)));
+                        RoleOutcome::Sent(o, info.map(Box::new))
+                    })
             }
             DataChannel::Udp(s) => sonde_net::bulk::udp_send(
                 s,
@@ -565,14 +622,56 @@ impl<'a> Test<'a> {
                 stop,
                 counters,
             )
-            .map_or_else(failed, RoleOutcome::Sent),
+            .map_or_else(failed, |o| RoleOutcome::Sent(o, None)),
         }
     }
 
-    /// Sends the receiving streams' counts every interval; returns all the intervals.
+    /// What this session cost the agent, from its meter and its data loops' counters.
+    fn cpu_report(&self) -> Option<CpuReport> {
+        let cost = self.cpu.cost()?;
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let (bytes, packets) = self
+            .counters
+            .iter()
+            .map(Counters::load)
+            .fold((0u64, 0u64), |(b, p), (cb, cp)| {
+                (b.saturating_add(cb), p.saturating_add(cp))
+            });
+        let latency = self.spec.kind == TestKind::Latency;
+        let messages = match self.spec.protocol {
+            // TCP counts calls, not messages: a message is `msg_size` bytes of the stream.
+            Protocol::Tcp if !latency => bytes / u64::from(self.spec.msg_size.max(1)),
+            _ => packets,
+        };
+        Some(CpuReport {
+            wall_ns: ns(cost.wall),
+            user_ns: ns(cost.usage.user),
+            system_ns: ns(cost.usage.system),
+            voluntary_switches: cost.usage.voluntary_switches,
+            involuntary_switches: cost.usage.involuntary_switches,
+            syscalls: Some(self.counters.iter().map(Counters::syscalls).sum()),
+            messages: Some(messages),
+            bytes: Some(bytes),
+        })
+    }
+
+    /// `TCP_INFO` of the given sending streams now (those whose socket can say).
+    fn tcp_info_of(&self, senders: &[usize]) -> Vec<TcpInfoStats> {
+        senders
+            .iter()
+            .filter_map(|&i| match &self.channels[i] {
+                DataChannel::Tcp(s) => TcpInfoSample::read(s).ok().map(|t| t.stats(index_u32(i))),
+                DataChannel::Udp(_) => None,
+            })
+            .collect()
+    }
+
+    /// Sends the receiving streams' counts, and the TCP senders' `TCP_INFO`, every interval;
+    /// returns the receivers' intervals (without `TCP_INFO`: the client has it already).
     fn report_intervals(
         &self,
         receivers: &[usize],
+        tcp_senders: &[usize],
         clock: &Clock,
         writer: &Mutex<TcpStream>,
     ) -> Vec<IntervalStats> {
@@ -590,9 +689,13 @@ impl<'a> Test<'a> {
                 thread::sleep(wait);
                 continue;
             }
-            if let Some(iv) = cutter.poll(clock.now_ns(), &sample()) {
-                let _ = write_frame(&mut lock(writer), &ControlMsg::Interval(iv.clone()));
-                out.push(iv);
+            if let Some(mut iv) = cutter.poll(clock.now_ns(), &sample()) {
+                iv.tcp_info = self.tcp_info_of(tcp_senders);
+                let _ = write_shrinking(&mut lock(writer), ControlMsg::Interval(iv.clone()));
+                iv.tcp_info.clear();
+                if !receivers.is_empty() {
+                    out.push(iv);
+                }
             }
         }
         // A boundary passed since the last cut is cut first, so the last interval is only the
@@ -600,20 +703,48 @@ impl<'a> Test<'a> {
         let now = clock.now_ns();
         let counts = sample();
         if now >= cutter.next_boundary_ns() {
-            if let Some(iv) = cutter.poll(now, &counts) {
-                let _ = write_frame(&mut lock(writer), &ControlMsg::Interval(iv.clone()));
+            if let Some(mut iv) = cutter.poll(now, &counts) {
+                iv.tcp_info = self.tcp_info_of(tcp_senders);
+                let _ = write_shrinking(&mut lock(writer), ControlMsg::Interval(iv.clone()));
+                iv.tcp_info.clear();
                 out.push(iv);
             }
         }
         if let Some(iv) = cutter.finish(now, &counts) {
             out.push(iv);
         }
+        if receivers.is_empty() {
+            // Only TCP_INFO samples, which went out live: no receiver intervals to report.
+            out.clear();
+        }
         out
     }
 }
 
-fn sent_stats(i: usize, o: &SendOutcome) -> StreamStats {
-    o.stats(index_u32(i))
+fn sent_stats(i: usize, o: &SendOutcome, tcp_info: Option<TcpInfoStats>) -> StreamStats {
+    StreamStats {
+        tcp_info,
+        ..o.stats(index_u32(i))
+    }
+}
+
+/// Writes `msg`; one that would pass the frame limit (many streams' `TCP_INFO`) goes again
+/// without its `TCP_INFO`, which is the part a client can do without.
+fn write_shrinking(w: &mut TcpStream, mut msg: ControlMsg) -> Result<(), ControlError> {
+    match write_frame(w, &msg) {
+        Err(ControlError::Wire(sonde_wire::Error::FrameTooLarge(_))) => {
+            match &mut msg {
+                ControlMsg::Interval(iv) => iv.tcp_info.clear(),
+                ControlMsg::SenderDone { streams } => {
+                    streams.iter_mut().for_each(|s| s.tcp_info = None);
+                }
+                ControlMsg::Report(r) => r.sent.iter_mut().for_each(|s| s.tcp_info = None),
+                _ => {}
+            }
+            write_frame(w, &msg)
+        }
+        r => r,
+    }
 }
 
 fn index_u32(i: usize) -> u32 {

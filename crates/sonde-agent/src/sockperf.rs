@@ -1,18 +1,569 @@
-//! The sockperf compatibility listener: answers real `sockperf` clients (PROTOCOLS.md part 2).
+//! The sockperf compatibility listener: answers real `sockperf` clients (`ping-pong`,
+//! `under-load`, `throughput`; UDP and `--tcp`) as `sockperf server` does (PROTOCOLS.md 2.4).
 //!
-//! Work in progress: owned by the sockperf change.
+//! Every message starts with sockperf's 14-byte header. A message without the client flag, or a
+//! warm-up, is ignored; every other message is counted, and one that asks for a reply
+//! (`PONG_REQUEST`) is sent back byte for byte with only the client bit cleared: over UDP to the
+//! datagram's source address, over TCP on the same connection. Messages of 14 to 65,507 bytes
+//! are accepted, the default maximum of `sockperf server`.
+//!
+//! Sessions and limits, shared with sonde's own sessions through [`Shared::admit_compat`]:
+//! * **TCP**: each connection is a session on its own thread. When `max_sessions` are running a
+//!   new connection is closed at once (the sockperf client reports the peer closing). A
+//!   connection must send its first message within the hello timeout plus sockperf's 2 s start-up
+//!   sleep, may then be silent for at most [`TCP_IDLE`], and lasts at most `max_duration` plus
+//!   [`DURATION_SLACK`].
+//! * **UDP**: sockperf has no connection, so a session is a source address seen recently: it
+//!   starts with the first well-formed message from that address and ends after [`UDP_IDLE`]
+//!   without one (or at `max_duration` plus [`DURATION_SLACK`], after which the address is no
+//!   longer answered until it has been quiet for [`UDP_IDLE`]). One thread serves every UDP peer
+//!   from a table sized to `max_sessions`; datagrams from an address that cannot be admitted are
+//!   dropped unanswered, like a full server's.
+//!
+//! Bad input is counted in [`crate::Rejections`] and dropped: a datagram shorter than a header,
+//! or holding a length below 14 or above the maximum, or a message cut off by the datagram's end
+//! (sockperf would join it with the next datagram; a UDP client never sends one that way) is
+//! junk; over TCP the same closes the connection, as sockperf does. A length below 14 is never
+//! looped on (a 3.7 server spins forever on a zero length).
+//!
+//! The receive loops do not allocate, lock or log: buffers are allocated once per thread or
+//! connection, the peer table once, and the one log line per TCP connection or UDP peer
+//! ("N messages received and handled", as `sockperf server` says on exit) is written when it
+//! ends.
 
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
 
-use crate::{CompatListener, Shared};
+use sonde_wire::sockperf::{self, Parsed};
 
-/// Accepts sockperf TCP connections and UDP messages until the agent shuts down.
+use crate::{CompatListener, CompatSession, Shared};
+
+/// The largest message accepted, bytes: `sockperf server`'s default maximum.
+pub(crate) const MAX_MSG: u32 = sockperf::SERVER_MAX_MSG;
+/// A UDP peer with no message for this long has ended its session.
+pub(crate) const UDP_IDLE: Duration = Duration::from_secs(2);
+/// A TCP connection silent this long (after its first message) is closed.
+pub(crate) const TCP_IDLE: Duration = Duration::from_secs(30);
+/// A sockperf client sleeps this long after connecting before it sends anything.
+const CLIENT_START_SLEEP: Duration = Duration::from_secs(2);
+/// Time over `max_duration` a sockperf session gets: the client's 2 s start-up sleep, the
+/// 450 µs its timer adds, and its last replies.
+pub(crate) const DURATION_SLACK: Duration = Duration::from_secs(5);
+/// How often blocked reads and writes look at the shutdown flag and the deadlines.
+const POLL: Duration = Duration::from_millis(200);
+/// How often the UDP thread ends idle peers.
+const SWEEP_EVERY: Duration = Duration::from_millis(250);
+/// A TCP client that takes none of its replies for this long is closed.
+const WRITE_STALL: Duration = Duration::from_secs(10);
+/// After a refusal, new UDP peers are refused without asking again for this long, so that a flood
+/// from many addresses does not take the session lock per datagram.
+const REFUSAL_HOLD: Duration = Duration::from_millis(100);
+/// TCP receive buffer: several largest messages, so that reads are large and a message never
+/// waits for room.
+const TCP_BUF: usize = 4 * 65_536;
+/// The TCP loop moves a partial message to the front of its buffer when less room than this is
+/// left after it, so that reads stay large.
+const READ_ROOM: usize = 65_536;
+/// UDP receive buffer: above the largest IPv6 UDP payload, so nothing is cut off unseen.
+const UDP_BUF: usize = 65_536;
+/// At most this many UDP peers are tracked at once, whatever `max_sessions` says.
+const MAX_UDP_PEERS: usize = 4096;
+
+/// Serves sockperf TCP connections and UDP messages until the agent shuts down.
 pub(crate) fn serve(listener: CompatListener, shared: &Arc<Shared>) {
-    for conn in listener.tcp.incoming() {
-        if shared.shutdown.load(Ordering::Relaxed) {
-            break;
+    let CompatListener { tcp, udp } = listener;
+    let shared: &Shared = shared;
+    // Scoped threads: a connection's session guard borrows `shared`, and every thread has
+    // noticed the shutdown flag (within `POLL`) when `serve` returns.
+    thread::scope(|scope| {
+        let udp = &udp;
+        let spawned = thread::Builder::new()
+            .name("sonde-sockperf-udp".into())
+            .spawn_scoped(scope, move || udp_loop(udp, shared));
+        if let Err(e) = spawned {
+            shared.log(format_args!(
+                "sonde agent: sockperf UDP not served: cannot start its thread: {e}"
+            ));
         }
-        drop(conn);
+        for conn in tcp.incoming() {
+            if shared.shutdown.load(Ordering::Relaxed) {
+                break;
+            }
+            let Ok(stream) = conn else {
+                // Out of file descriptors, or a connection reset before accept: do not spin.
+                thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            let Some(session) = shared.admit_compat() else {
+                shared
+                    .rejections
+                    .sockperf_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                drop(stream);
+                continue;
+            };
+            // A failed spawn drops the closure, and with it the connection and its session.
+            let _ = thread::Builder::new()
+                .name("sonde-sockperf-tcp".into())
+                .spawn_scoped(scope, move || tcp_session(&stream, shared, session));
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// TCP
+
+/// How a TCP connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TcpEnd {
+    /// EOF or a reset from the client: its normal way to finish.
+    PeerClosed,
+    /// EOF with part of a message buffered.
+    Truncated(usize),
+    /// A header whose length is below 14.
+    TooShort(u32),
+    /// A header whose length is above [`MAX_MSG`].
+    TooLong(u32),
+    /// No bytes within the idle limit.
+    Idle(Duration),
+    /// The session reached `max_duration` (plus slack).
+    OverDuration(Duration),
+    /// The client took no replies for [`WRITE_STALL`].
+    WriteStalled,
+    /// The agent is shutting down.
+    Shutdown,
+    /// Any other socket error.
+    Failed(io::ErrorKind),
+}
+
+impl TcpEnd {
+    /// Whether the client sent something sockperf cannot frame.
+    fn is_junk(self) -> bool {
+        matches!(
+            self,
+            Self::Truncated(_) | Self::TooShort(_) | Self::TooLong(_)
+        )
     }
+}
+
+impl std::fmt::Display for TcpEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::PeerClosed => f.write_str("closed by the client"),
+            Self::Truncated(n) => write!(
+                f,
+                "closed by the client in the middle of a message ({n} bytes of it)"
+            ),
+            Self::TooShort(n) => write!(
+                f,
+                "closed: a message length of {n}, below the 14-byte header"
+            ),
+            Self::TooLong(n) => write!(
+                f,
+                "closed: a message of {n} bytes, over the {MAX_MSG}-byte maximum"
+            ),
+            Self::Idle(d) => write!(f, "closed: no message for {} s", d.as_secs()),
+            Self::OverDuration(d) => write!(f, "closed: over --max-duration ({} s)", d.as_secs()),
+            Self::WriteStalled => write!(
+                f,
+                "closed: the client took no replies for {} s",
+                WRITE_STALL.as_secs()
+            ),
+            Self::Shutdown => f.write_str("closed: the agent is stopping"),
+            Self::Failed(kind) => write!(f, "closed: {kind}"),
+        }
+    }
+}
+
+/// What a connection or UDP peer handled.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    /// Messages counted (client flag set, not a warm-up).
+    messages: u64,
+    /// Replies sent.
+    replies: u64,
+}
+
+fn tcp_session(stream: &TcpStream, shared: &Shared, session: CompatSession<'_>) {
+    let started = Instant::now();
+    let peer = stream
+        .peer_addr()
+        .map_or_else(|_| "?".to_owned(), |a| canonical(a).to_string());
+    let mut tally = Tally::default();
+    let end = tcp_serve(stream, shared, started, &mut tally);
+    drop(session);
+    if end.is_junk() {
+        shared
+            .rejections
+            .sockperf_junk
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    shared.log(format_args!(
+        "sonde agent: sockperf tcp {peer}: {} messages received and handled, {} replies, {:.1} s, {end}",
+        tally.messages,
+        tally.replies,
+        started.elapsed().as_secs_f64()
+    ));
+}
+
+fn tcp_serve(stream: &TcpStream, shared: &Shared, started: Instant, tally: &mut Tally) -> TcpEnd {
+    // sockperf turns Nagle off in ping-pong and under-load; a reply held back by Nagle would
+    // add up to 40 ms to the client's RTT.
+    if let Err(e) = stream
+        .set_nodelay(true)
+        .and_then(|()| stream.set_read_timeout(Some(POLL)))
+        .and_then(|()| stream.set_write_timeout(Some(POLL)))
+    {
+        return TcpEnd::Failed(e.kind());
+    }
+    let max_life = shared.cfg.max_duration.saturating_add(DURATION_SLACK);
+    let first_limit = shared.cfg.hello_timeout.saturating_add(CLIENT_START_SLEEP);
+    let mut buf = vec![0u8; TCP_BUF];
+    // Unparsed bytes are buf[start..end].
+    let (mut start, mut end) = (0usize, 0usize);
+    let mut last_data = started;
+    let mut s = stream;
+    loop {
+        // Answer every whole message in the buffer.
+        loop {
+            match sockperf::parse(&buf[start..end], MAX_MSG) {
+                Parsed::Message(h) => {
+                    let len = h.length as usize;
+                    let msg = &mut buf[start..start + len];
+                    if h.counted_by_server() {
+                        tally.messages += 1;
+                        if h.wants_reply() {
+                            sockperf::make_reply(msg);
+                            if let Err(e) = write_reply(stream, msg, shared) {
+                                return e;
+                            }
+                            tally.replies += 1;
+                        }
+                    }
+                    start += len;
+                }
+                Parsed::Incomplete { need } => {
+                    if start > 0 && (start + need > buf.len() || buf.len() - end < READ_ROOM) {
+                        // `need` is at most MAX_MSG, well under the buffer: moving the partial
+                        // message to the front always makes room for it, and for a large read.
+                        buf.copy_within(start..end, 0);
+                        end -= start;
+                        start = 0;
+                    }
+                    break;
+                }
+                Parsed::TooShort(h) => return TcpEnd::TooShort(h.length),
+                Parsed::TooLong(h) => return TcpEnd::TooLong(h.length),
+            }
+        }
+        if start == end {
+            (start, end) = (0, 0);
+        }
+        match s.read(&mut buf[end..]) {
+            Ok(0) => {
+                return if start == end {
+                    TcpEnd::PeerClosed
+                } else {
+                    TcpEnd::Truncated(end - start)
+                };
+            }
+            Ok(n) => {
+                end += n;
+                last_data = Instant::now();
+            }
+            Err(e) if is_retry(&e) => {}
+            Err(e) if is_reset(&e) => return TcpEnd::PeerClosed,
+            Err(e) => return TcpEnd::Failed(e.kind()),
+        }
+        if shared.shutdown.load(Ordering::Relaxed) {
+            return TcpEnd::Shutdown;
+        }
+        let now = Instant::now();
+        let idle_limit = if last_data == started {
+            first_limit
+        } else {
+            TCP_IDLE
+        };
+        if now.duration_since(last_data) >= idle_limit {
+            return TcpEnd::Idle(idle_limit);
+        }
+        if now.duration_since(started) >= max_life {
+            return TcpEnd::OverDuration(shared.cfg.max_duration);
+        }
+    }
+}
+
+/// Writes one reply whole. A client that stops reading holds the loop at most [`WRITE_STALL`];
+/// the shutdown flag is looked at every [`POLL`].
+fn write_reply(stream: &TcpStream, mut data: &[u8], shared: &Shared) -> Result<(), TcpEnd> {
+    let mut s = stream;
+    let mut stalled_since: Option<Instant> = None;
+    while !data.is_empty() {
+        match s.write(data) {
+            Ok(0) => return Err(TcpEnd::Failed(io::ErrorKind::WriteZero)),
+            Ok(k) => {
+                data = &data[k..];
+                stalled_since = None;
+            }
+            Err(e) if is_retry(&e) => {
+                if shared.shutdown.load(Ordering::Relaxed) {
+                    return Err(TcpEnd::Shutdown);
+                }
+                if stalled_since.get_or_insert_with(Instant::now).elapsed() >= WRITE_STALL {
+                    return Err(TcpEnd::WriteStalled);
+                }
+            }
+            Err(e) if is_reset(&e) => return Err(TcpEnd::PeerClosed),
+            Err(e) => return Err(TcpEnd::Failed(e.kind())),
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// UDP
+
+/// One UDP source address being served.
+struct UdpPeer<'a> {
+    addr: SocketAddr,
+    first_seen: Instant,
+    last_seen: Instant,
+    tally: Tally,
+    /// Datagrams with unframable bytes from this peer.
+    junk: u64,
+    /// `None` once the peer has run past `max_duration`: its messages are dropped.
+    session: Option<CompatSession<'a>>,
+}
+
+fn udp_loop(udp: &UdpSocket, shared: &Shared) {
+    if let Err(e) = udp.set_read_timeout(Some(POLL)) {
+        shared.log(format_args!(
+            "sonde agent: sockperf UDP not served: cannot set its read timeout: {e}"
+        ));
+        return;
+    }
+    let capacity = usize::try_from(shared.cfg.max_sessions)
+        .unwrap_or(usize::MAX)
+        .min(MAX_UDP_PEERS);
+    let mut table = UdpPeers {
+        peers: Vec::with_capacity(capacity),
+        capacity,
+        refused_until: None,
+        last: 0,
+    };
+    let mut buf = vec![0u8; UDP_BUF];
+    let mut next_sweep = Instant::now() + SWEEP_EVERY;
+    while !shared.shutdown.load(Ordering::Relaxed) {
+        // An error is the shutdown poll's timeout, or an ICMP error about an earlier reply to a
+        // client that has gone: neither concerns the other peers.
+        if let Ok((n, from)) = udp.recv_from(&mut buf) {
+            table.on_datagram(udp, &mut buf[..n], from, shared);
+        }
+        let now = Instant::now();
+        if now >= next_sweep {
+            next_sweep = now + SWEEP_EVERY;
+            table.sweep(now, shared);
+        }
+    }
+    for peer in table.peers.drain(..) {
+        peer.end(shared, "the agent is stopping");
+    }
+}
+
+/// The UDP peers being served, allocated once.
+struct UdpPeers<'a> {
+    peers: Vec<UdpPeer<'a>>,
+    /// Most peers at once.
+    capacity: usize,
+    /// New peers are refused without asking for a session until then.
+    refused_until: Option<Instant>,
+    /// The index of the last peer served: ping-pong traffic comes from one address at a time.
+    last: usize,
+}
+
+impl<'a> UdpPeers<'a> {
+    fn on_datagram(
+        &mut self,
+        udp: &UdpSocket,
+        datagram: &mut [u8],
+        from: SocketAddr,
+        shared: &'a Shared,
+    ) {
+        let now = Instant::now();
+        // A datagram must frame before its sender costs a session.
+        if !matches!(sockperf::parse(datagram, MAX_MSG), Parsed::Message(_)) {
+            shared
+                .rejections
+                .sockperf_junk
+                .fetch_add(1, Ordering::Relaxed);
+            if let Some(p) = self.find(from) {
+                self.peers[p].junk += 1;
+            }
+            return;
+        }
+        let index = match self.find(from) {
+            Some(i) => i,
+            None => {
+                let Some(i) = self.admit(from, now, shared) else {
+                    shared
+                        .rejections
+                        .sockperf_refused
+                        .fetch_add(1, Ordering::Relaxed);
+                    return;
+                };
+                i
+            }
+        };
+        self.last = index;
+        let peer = &mut self.peers[index];
+        peer.last_seen = now;
+        if peer.session.is_some() && !serve_datagram(udp, datagram, from, &mut peer.tally) {
+            peer.junk += 1;
+            shared
+                .rejections
+                .sockperf_junk
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn find(&self, from: SocketAddr) -> Option<usize> {
+        if self.peers.get(self.last).is_some_and(|p| p.addr == from) {
+            return Some(self.last);
+        }
+        self.peers.iter().position(|p| p.addr == from)
+    }
+
+    /// Starts a session for a new peer: its index, or `None` when the agent is full.
+    fn admit(&mut self, from: SocketAddr, now: Instant, shared: &'a Shared) -> Option<usize> {
+        if self.refused_until.is_some_and(|t| now < t) {
+            return None;
+        }
+        let session = if self.peers.len() < self.capacity {
+            shared.admit_compat()
+        } else {
+            None
+        };
+        let Some(session) = session else {
+            self.refused_until = Some(now + REFUSAL_HOLD);
+            return None;
+        };
+        // Within the capacity reserved at the start: no allocation.
+        self.peers.push(UdpPeer {
+            addr: from,
+            first_seen: now,
+            last_seen: now,
+            tally: Tally::default(),
+            junk: 0,
+            session: Some(session),
+        });
+        Some(self.peers.len() - 1)
+    }
+
+    /// Ends peers that have gone quiet, and stops answering those past `max_duration`.
+    fn sweep(&mut self, now: Instant, shared: &Shared) {
+        let max_life = shared.cfg.max_duration.saturating_add(DURATION_SLACK);
+        let mut i = 0;
+        while i < self.peers.len() {
+            let p = &mut self.peers[i];
+            if now.duration_since(p.last_seen) >= UDP_IDLE {
+                self.peers.swap_remove(i).end(shared, "quiet");
+                continue;
+            }
+            if p.session.is_some() && now.duration_since(p.first_seen) >= max_life {
+                p.session = None;
+                shared.log(format_args!(
+                    "sonde agent: sockperf udp {}: over --max-duration ({} s), no longer answered",
+                    canonical(p.addr),
+                    shared.cfg.max_duration.as_secs()
+                ));
+            }
+            i += 1;
+        }
+    }
+}
+
+impl UdpPeer<'_> {
+    /// Frees the session and writes the peer's log line.
+    fn end(self, shared: &Shared, why: &str) {
+        let Self {
+            addr,
+            first_seen,
+            last_seen,
+            tally,
+            junk,
+            session,
+        } = self;
+        drop(session);
+        let junk = if junk > 0 {
+            format!(", {junk} junk datagrams")
+        } else {
+            String::new()
+        };
+        shared.log(format_args!(
+            "sonde agent: sockperf udp {}: {} messages received and handled, {} replies{junk}, \
+             {:.1} s, {why}",
+            canonical(addr),
+            tally.messages,
+            tally.replies,
+            last_seen.duration_since(first_seen).as_secs_f64()
+        ));
+    }
+}
+
+/// Handles every message in one datagram; `false` when some of it could not be framed (the rest
+/// of the datagram is then dropped).
+fn serve_datagram(
+    udp: &UdpSocket,
+    datagram: &mut [u8],
+    from: SocketAddr,
+    tally: &mut Tally,
+) -> bool {
+    let mut off = 0;
+    while off < datagram.len() {
+        let Parsed::Message(h) = sockperf::parse(&datagram[off..], MAX_MSG) else {
+            return false;
+        };
+        let len = h.length as usize;
+        if h.counted_by_server() {
+            tally.messages += 1;
+            if h.wants_reply() {
+                let msg = &mut datagram[off..off + len];
+                sockperf::make_reply(msg);
+                // A reply the kernel cannot queue is lost like any other datagram.
+                if udp.send_to(msg, from).is_ok() {
+                    tally.replies += 1;
+                }
+            }
+        }
+        off += len;
+    }
+    true
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// An IPv4 client of a dual-stack listener is shown as IPv4, not `::ffff:a.b.c.d`.
+fn canonical(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
+}
+
+fn is_retry(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
+fn is_reset(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+    )
 }

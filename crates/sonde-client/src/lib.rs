@@ -7,9 +7,15 @@
 //! println!("median RTT {:?} ns", result.rtt_ns.p50);
 //! ```
 
+mod clock;
+mod conf;
+mod crr;
+mod inner;
+pub mod iperf3;
 mod load;
 mod results;
 mod session;
+pub mod sockperf;
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -19,6 +25,8 @@ use sonde_net::control::ControlError;
 use sonde_report::{IntervalResult, LatencyResult, PpsResult, ThroughputResult};
 use sonde_wire::{Direction, Protocol, Refusal, TestKind, TestSpec};
 
+pub use conf::conf;
+pub use crr::{crr, CrrOptions, MAX_CRR_MESSAGE};
 pub use load::{latency_under_load, LoadOptions};
 pub use sonde_wire::Direction as StreamsDirection;
 
@@ -63,6 +71,18 @@ pub enum ClientError {
     /// The options make no sense.
     #[error("{0}")]
     Usage(String),
+    /// A peer that is not a sonde agent (a real `sockperf server`) never answered.
+    #[error("{0}")]
+    NoReply(String),
+    /// `iperf3://`: nothing could be reached there, or what answered is not an iperf3 server.
+    #[error("{0}")]
+    NotIperf3(String),
+    /// `iperf3://`: the iperf3 server refused the test (busy, or its `SERVER_ERROR`).
+    #[error("{0}")]
+    Iperf3Refused(String),
+    /// Ctrl-C or SIGTERM ended the test (a peer that understands it was told).
+    #[error("interrupted")]
+    Interrupted,
 }
 
 impl From<ControlError> for ClientError {
@@ -77,7 +97,10 @@ impl ClientError {
         match self {
             Self::Usage(_) => 2,
             Self::Resolve(..) | Self::Connect(..) | Self::NotAnAgent(_) | Self::UdpBlocked(..) => 3,
-            Self::Refused { .. } => 4,
+            Self::NoReply(_) => 3,
+            Self::NotIperf3(_) => 3,
+            Self::Refused { .. } | Self::Iperf3Refused(_) => 4,
+            Self::Interrupted => 130,
             Self::Protocol(_) | Self::Control(_) | Self::Data(..) | Self::Remote(_) => 1,
         }
     }
@@ -134,6 +157,15 @@ pub struct LatencyOptions {
     pub rate: Option<f64>,
     /// Send this many messages after the warm-up instead of running for `duration`.
     pub count: Option<u64>,
+    /// `--full-log`: every sample to this file as CSV, written by a thread of its own.
+    pub full_log: Option<std::path::PathBuf>,
+    /// `--histogram`: the RTT distribution's buckets in the result.
+    pub histogram: bool,
+    /// `--timestamps`: the kernel's software timestamps, and the RTT at the sockets.
+    pub timestamps: bool,
+    /// `--one-way`: the delay each way, from the agent's stamps and its clock's offset
+    /// (messages of at least 24 bytes).
+    pub one_way: bool,
 }
 
 impl Default for LatencyOptions {
@@ -145,6 +177,10 @@ impl Default for LatencyOptions {
             warmup: Duration::from_secs(1),
             rate: None,
             count: None,
+            full_log: None,
+            histogram: false,
+            timestamps: false,
+            one_way: false,
         }
     }
 }
@@ -214,6 +250,7 @@ pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, C
             "the message size must be at least 1 byte".into(),
         ));
     }
+    inner::check(opt)?;
     if opt.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
         return Err(ClientError::Usage(
             "--rate must be a positive number of messages per second".into(),

@@ -141,6 +141,8 @@ mod tests {
             session: 1,
             overlapping_sessions: 1,
             warnings: vec![crate::results::overlap_warning(1), "other".into()],
+            hosts: sonde_report::Hosts::default(),
+            cpu: sonde_report::CpuCosts::default(),
         };
         discount_own_session(&mut meta);
         assert_eq!(meta.overlapping_sessions, 0);

@@ -8,7 +8,7 @@ use sonde_report::{
 };
 use sonde_wire::{Direction, IntervalStats, SessionId, StreamStats, TestSpec};
 
-use crate::session::{BulkRun, ClientRole, LatencyRun};
+use crate::session::{BulkRun, ClientRole, Context, LatencyRun};
 use crate::{LatencyOptions, PpsOptions, Target, ThroughputOptions};
 
 fn protocol(p: sonde_wire::Protocol) -> Protocol {
@@ -41,6 +41,39 @@ fn meta(target: &Target, session: SessionId, started: u64, overlapping: u32) -> 
         session: session.0,
         overlapping_sessions: overlapping,
         warnings,
+        hosts: sonde_report::Hosts::default(),
+        cpu: sonde_report::CpuCosts::default(),
+    }
+}
+
+/// Puts both ends' configuration and CPU cost in `meta`, with a warning for what a sonde agent
+/// did not report (an older one) and for a CPU cost this host cannot measure.
+pub(crate) fn add_context(
+    meta: &mut Meta,
+    ctx: &Context,
+    agent_cpu: Option<&sonde_wire::CpuReport>,
+) {
+    use sonde_report::{CpuCost, CpuScope};
+    meta.hosts.client.clone_from(&ctx.client_host);
+    meta.hosts.server.clone_from(&ctx.server_host);
+    let cost = |r: &sonde_wire::CpuReport| CpuCost::from_report(CpuScope::TestThreads, r);
+    meta.cpu.client = ctx.client_cpu.as_ref().map(cost);
+    meta.cpu.server = agent_cpu.map(cost);
+    // Against other servers this host's CPU is not measured (yet): nothing to warn about.
+    if ctx.agent && ctx.client_cpu.is_none() {
+        meta.warnings.push(
+            "this host cannot measure the test's CPU cost (no per-thread getrusage here): cpu.client is null".into(),
+        );
+    }
+    if ctx.agent && ctx.server_host.is_none() {
+        meta.warnings.push(
+            "the agent did not report its configuration (an older sonde agent?): hosts.server is null".into(),
+        );
+    }
+    if ctx.agent && agent_cpu.is_none() {
+        meta.warnings.push(
+            "the agent did not report the test's CPU cost (an older sonde agent, or one that cannot measure it): cpu.server is null".into(),
+        );
     }
 }
 
@@ -72,6 +105,7 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
         run.started_unix_ms,
         run.report.overlapping_sessions,
     );
+    add_context(&mut meta, &run.context, run.report.cpu.as_ref());
     let udp = opt.protocol == sonde_wire::Protocol::Udp;
     let (lost, duplicated, reordered) = o.seq.as_ref().map_or((0, 0, 0), |t| {
         (
@@ -116,6 +150,10 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
         meta.warnings
             .push("no RTT sample was taken after the warm-up".into());
     }
+    // The inner view (`--timestamps`, `--one-way`, `--full-log`), each with its warnings.
+    let socket_rtt = crate::inner::socket_rtt(o, &mut meta.warnings);
+    let one_way = crate::inner::one_way(o, run.elapsed_ns, &mut meta.warnings);
+    let full_log = crate::inner::full_log(o, &mut meta.warnings);
     LatencyResult {
         meta,
         protocol: protocol(opt.protocol),
@@ -149,6 +187,10 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
         duplicated,
         reordered,
         late_sends: opt.rate.map(|_| o.late_sends),
+        rtt_histogram: crate::inner::histogram(o, opt),
+        socket_rtt,
+        one_way,
+        full_log,
     }
 }
 
@@ -184,7 +226,12 @@ fn stream_views(spec: &TestSpec, run: &BulkRun) -> Vec<StreamView> {
         .map(|i| {
             let role = usize::try_from(i).ok().and_then(|i| run.roles.get(i));
             let client_sent = match role {
-                Some(ClientRole::Sent(o)) => Some(o.stats(i)),
+                Some(ClientRole::Sent(o)) => Some(StreamStats {
+                    tcp_info: usize::try_from(i)
+                        .ok()
+                        .and_then(|i| run.client_tcp_info.get(i).copied().flatten()),
+                    ..o.stats(i)
+                }),
                 _ => None,
             };
             if let Some(sender) = client_sent {
@@ -193,10 +240,14 @@ fn stream_views(spec: &TestSpec, run: &BulkRun) -> Vec<StreamView> {
                     .unwrap_or_default();
                 return StreamView { receiver, sender };
             }
-            let sender = stats_for(&run.report.sent, i)
+            let mut sender = stats_for(&run.report.sent, i)
                 .or_else(|| stats_for(&run.agent_sent, i))
                 .cloned()
                 .unwrap_or_default();
+            // The agent's last TCP_INFO came with its `SenderDone`, not in the report.
+            sender.tcp_info = sender
+                .tcp_info
+                .or_else(|| stats_for(&run.agent_sent, i).and_then(|s| s.tcp_info));
             let receiver = match role {
                 Some(ClientRole::TcpReceived(o)) => StreamStats {
                     stream: i,
@@ -215,6 +266,7 @@ fn stream_views(spec: &TestSpec, run: &BulkRun) -> Vec<StreamView> {
                     reordered: Some(o.seq.reordered()),
                     jitter_ns: Some(o.jitter.jitter_ns()),
                     retransmits: None,
+                    tcp_info: None,
                 },
                 _ => StreamStats::default(),
             };
@@ -242,7 +294,24 @@ pub(crate) fn interval(iv: &IntervalStats, channels: usize) -> IntervalResult {
         bits_per_second: bits_per_second(bytes, iv.end_ns.saturating_sub(iv.start_ns)),
         packets: iv.packets.iter().sum(),
         stream_bytes,
+        tcp_info: Vec::new(),
     }
+}
+
+/// The TCP senders' samples, put in the interval that starts where they were taken (both ends
+/// cut on the same grid), in stream order.
+fn with_tcp_info(mut intervals: Vec<IntervalResult>, run: &BulkRun) -> Vec<IntervalResult> {
+    for (start_ns, samples) in &run.interval_tcp_info {
+        if let Some(iv) = intervals.iter_mut().find(|iv| iv.start_ns == *start_ns) {
+            iv.tcp_info
+                .extend(samples.iter().map(|t| sonde_report::StreamTcpInfo {
+                    stream: t.stream,
+                    tcp_info: t.into(),
+                }));
+            iv.tcp_info.sort_by_key(|t| t.stream);
+        }
+    }
+    intervals
 }
 
 /// Merges the agent's and the client's intervals (bidir has both). Both sides cut on the same
@@ -290,6 +359,7 @@ pub(crate) fn throughput(
         run.started_unix_ms,
         run.report.overlapping_sessions,
     );
+    add_context(&mut meta, &run.context, run.report.cpu.as_ref());
     let streams: Vec<StreamResult> = views
         .iter()
         .enumerate()
@@ -310,6 +380,7 @@ pub(crate) fn throughput(
                 reordered: v.receiver.reordered,
                 jitter_ns: v.receiver.jitter_ns,
                 retransmits: v.sender.retransmits,
+                tcp_info: v.sender.tcp_info.as_ref().map(Into::into),
             }
         })
         .collect();
@@ -362,7 +433,8 @@ pub(crate) fn throughput(
         duration_ns: nanos(opt.duration),
         receiver,
         sender,
-        intervals: merged_intervals(run, views.len()),
+        intervals: with_tcp_info(merged_intervals(run, views.len()), run),
+        intervals_counted_at: sonde_report::CountedAt::Receiver,
         lost,
         loss_percent: lost.map(|l| pct(l, sent_packets)),
         jitter_ns: if udp {
@@ -385,6 +457,7 @@ pub(crate) fn pps(target: &Target, opt: &PpsOptions, run: &BulkRun) -> PpsResult
         run.started_unix_ms,
         run.report.overlapping_sessions,
     );
+    add_context(&mut meta, &run.context, run.report.cpu.as_ref());
     let mut flows = Vec::new();
     let mut method = "";
     let (mut sent_active, mut recv_active) = (0, 0);
@@ -427,5 +500,67 @@ pub(crate) fn pps(target: &Target, opt: &PpsOptions, run: &BulkRun) -> PpsResult
         sent_pps: per_second(sent, sent_active),
         received_pps: per_second(received, recv_active),
         flows,
+    }
+}
+
+#[cfg(test)]
+mod context_tests {
+    use super::*;
+
+    fn target() -> Target {
+        Target {
+            addr: "127.0.0.1:5300".parse().unwrap(),
+            label: "127.0.0.1:5300".into(),
+        }
+    }
+
+    #[test]
+    fn what_an_older_agent_does_not_report_is_null_with_a_warning() {
+        let ctx = Context {
+            agent: true,
+            client_host: Some(sonde_wire::HostInfo {
+                kernel_release: Some("6.1.0".into()),
+                ..sonde_wire::HostInfo::default()
+            }),
+            server_host: None,
+            client_cpu: Some(sonde_wire::CpuReport {
+                wall_ns: 1_000,
+                user_ns: 500,
+                ..sonde_wire::CpuReport::default()
+            }),
+        };
+        let mut m = meta(&target(), SessionId(1), 0, 0);
+        add_context(&mut m, &ctx, None);
+        assert_eq!(m.hosts.client, ctx.client_host);
+        assert_eq!(m.hosts.server, None);
+        assert_eq!(
+            m.cpu.client.as_ref().unwrap().percent_of_one_core,
+            Some(50.0)
+        );
+        assert_eq!(m.cpu.server, None);
+        assert_eq!(m.warnings.len(), 2, "{:?}", m.warnings);
+        assert!(m.warnings[0].contains("hosts.server is null"));
+        assert!(m.warnings[1].contains("cpu.server is null"));
+    }
+
+    #[test]
+    fn a_host_without_rusage_says_so_and_other_servers_are_not_warned_about() {
+        let ctx = Context {
+            agent: true,
+            server_host: Some(sonde_wire::HostInfo::default()),
+            ..Context::default()
+        };
+        let cpu = sonde_wire::CpuReport::default();
+        let mut m = meta(&target(), SessionId(1), 0, 0);
+        add_context(&mut m, &ctx, Some(&cpu));
+        assert_eq!(m.cpu.client, None);
+        assert!(m.cpu.server.is_some());
+        assert_eq!(m.warnings.len(), 1, "{:?}", m.warnings);
+        assert!(m.warnings[0].contains("cpu.client is null"));
+        // Not a sonde agent (a sockperf server): what it cannot report is expected.
+        let mut m = meta(&target(), SessionId(0), 0, 0);
+        add_context(&mut m, &Context::default(), None);
+        assert_eq!((m.cpu.client.clone(), m.cpu.server.clone()), (None, None));
+        assert!(m.warnings.is_empty(), "{:?}", m.warnings);
     }
 }

@@ -1,4 +1,12 @@
 //! The client side of a session: handshake, data channels, the run, the agent's report.
+//!
+//! Besides the counts, each run gathers its [`Context`]: both ends' configuration (this host's
+//! for the interface toward the agent; the agent's from its `Welcome`) and this end's CPU cost,
+//! counted over the threads that ran the test (a [`ThreadsMeter`]: the caller's, the control
+//! reader's and the data streams'), so an agent in the same process (`sonde quick`) or another
+//! test running beside it (`sonde load`) is not counted. TCP senders' `TCP_INFO` is read when
+//! their loop ends and, with intervals, whenever the agent's `Interval` for those streams
+//! arrives; the agent's own senders' samples come in its `Interval` and `SenderDone` messages.
 
 use std::io::Write;
 use std::net::{TcpStream, UdpSocket};
@@ -11,12 +19,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sonde_engine::interval::Intervals;
 use sonde_net::bulk::{SendOutcome, TcpRecvOutcome, UdpRecvOutcome};
 use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
+use sonde_net::cpu::ThreadsMeter;
 use sonde_net::latency::{LatencyOutcome, PingConfig};
+use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
 use sonde_report::IntervalResult;
 use sonde_wire::{
-    AgentReport, Channel, ControlMsg, DataJoin, IntervalStats, Preamble, Protocol, SessionId,
-    StreamStats, TestKind, TestSpec, Token, UdpJoin, PROTOCOL_VERSION, UDP_JOIN_LEN,
+    AgentReport, Channel, ControlMsg, CpuReport, DataJoin, HostInfo, IntervalStats, Preamble,
+    Protocol, SessionId, StreamStats, TcpInfoStats, TestKind, TestSpec, Token, UdpJoin,
+    PROTOCOL_VERSION, UDP_JOIN_LEN,
 };
 
 use crate::{ClientError, LatencyOptions, Target};
@@ -44,6 +55,34 @@ pub(crate) struct Connected {
     pub(crate) started_unix_ms: u64,
     /// The test as the agent accepted it.
     pub(crate) spec: TestSpec,
+    /// Both ends' configuration (the client's CPU cost is added when the run ends).
+    pub(crate) context: Context,
+}
+
+/// What a run says about where it ran and what it cost this end, beside its counts.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Context {
+    /// The peer is a sonde agent: what it does not report deserves a warning.
+    pub(crate) agent: bool,
+    /// This host, for the interface toward the agent.
+    pub(crate) client_host: Option<HostInfo>,
+    /// The agent, as its `Welcome` described it.
+    pub(crate) server_host: Option<HostInfo>,
+    /// This end's CPU cost; `None` where it cannot be measured.
+    pub(crate) client_cpu: Option<CpuReport>,
+}
+
+impl Context {
+    /// This host's configuration as a test toward `target` sees it; nothing about the peer.
+    pub(crate) fn this_host(target: &Target) -> Self {
+        Self {
+            client_host: Some(sonde_net::hostinfo::collect_for_peer(
+                env!("CARGO_PKG_VERSION"),
+                target.addr.ip(),
+            )),
+            ..Self::default()
+        }
+    }
 }
 
 /// What a latency run produced.
@@ -53,6 +92,8 @@ pub(crate) struct LatencyRun {
     pub(crate) outcome: LatencyOutcome,
     pub(crate) elapsed_ns: u64,
     pub(crate) report: AgentReport,
+    /// Both ends' configuration and this end's CPU cost.
+    pub(crate) context: Context,
 }
 
 /// One client data channel's outcome.
@@ -74,6 +115,45 @@ pub(crate) struct BulkRun {
     pub(crate) report: AgentReport,
     /// Intervals the client measured on the streams it received.
     pub(crate) client_intervals: Vec<IntervalStats>,
+    /// TCP senders' `TCP_INFO` per interval (by its start on the interval grid): the agent's
+    /// senders' from its `Interval` messages, this host's sampled when those arrived.
+    pub(crate) interval_tcp_info: Vec<(u64, Vec<TcpInfoStats>)>,
+    /// Per channel: this host's TCP sender's `TCP_INFO` when its loop ended.
+    pub(crate) client_tcp_info: Vec<Option<TcpInfoStats>>,
+    /// Both ends' configuration and this end's CPU cost.
+    pub(crate) context: Context,
+}
+
+/// This end's CPU cost from its meter and its data loops' counters. `messages` is what the
+/// loops moved: UDP datagrams, latency messages, or TCP bytes over the message size.
+pub(crate) fn cpu_report(
+    meter: &ThreadsMeter,
+    spec: &TestSpec,
+    counters: &[Counters],
+    syscalls_counted: bool,
+) -> Option<CpuReport> {
+    let cost = meter.cost()?;
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let (bytes, packets) = counters
+        .iter()
+        .map(Counters::load)
+        .fold((0u64, 0u64), |(b, p), (cb, cp)| {
+            (b.saturating_add(cb), p.saturating_add(cp))
+        });
+    let messages = match spec.protocol {
+        Protocol::Tcp if spec.kind != TestKind::Latency => bytes / u64::from(spec.msg_size.max(1)),
+        _ => packets,
+    };
+    Some(CpuReport {
+        wall_ns: ns(cost.wall),
+        user_ns: ns(cost.usage.user),
+        system_ns: ns(cost.usage.system),
+        voluntary_switches: cost.usage.voluntary_switches,
+        involuntary_switches: cost.usage.involuntary_switches,
+        syscalls: syscalls_counted.then(|| counters.iter().map(Counters::syscalls).sum()),
+        messages: Some(messages),
+        bytes: Some(bytes),
+    })
 }
 
 fn now_unix_ms() -> u64 {
@@ -104,9 +184,18 @@ fn expect_reply(
     }
 }
 
-/// Connects, says hello, asks for the test, joins the data channels and waits for `Ready`.
-pub(crate) fn connect(target: &Target, spec: &TestSpec) -> Result<Connected, ClientError> {
-    let started_unix_ms = now_unix_ms();
+/// The agent's answer to a hello.
+pub(crate) struct Welcomed {
+    ctrl: TcpStream,
+    body: Vec<u8>,
+    pub(crate) session: SessionId,
+    limits: sonde_wire::Limits,
+    /// The agent's configuration; `None` from an agent that does not say.
+    pub(crate) host: Option<HostInfo>,
+}
+
+/// Connects and says hello: enough for the agent's configuration (`sonde conf`).
+pub(crate) fn hello(target: &Target) -> Result<Welcomed, ClientError> {
     let mut ctrl = sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, true)
         .map_err(|e| ClientError::Connect(e, target.addr))?;
     let mut body = Vec::new();
@@ -121,13 +210,38 @@ pub(crate) fn connect(target: &Target, spec: &TestSpec) -> Result<Connected, Cli
     ctrl.write_all(&preamble.encode())
         .map_err(|e| ClientError::Connect(e, target.addr))?;
     write_frame(&mut ctrl, &hello)?;
-    let (session, limits) =
-        match expect_reply(&mut ctrl, &mut body, HANDSHAKE_TIMEOUT, "saying hello")? {
-            ControlMsg::Welcome {
-                session, limits, ..
-            } => (session, limits),
-            other => return Err(unexpected(&other, "a welcome")),
-        };
+    match expect_reply(&mut ctrl, &mut body, HANDSHAKE_TIMEOUT, "saying hello")? {
+        ControlMsg::Welcome {
+            session,
+            limits,
+            host,
+            ..
+        } => Ok(Welcomed {
+            ctrl,
+            body,
+            session,
+            limits,
+            host: host.map(|h| *h),
+        }),
+        other => Err(unexpected(&other, "a welcome")),
+    }
+}
+
+/// Connects, says hello, asks for the test, joins the data channels and waits for `Ready`.
+pub(crate) fn connect(target: &Target, spec: &TestSpec) -> Result<Connected, ClientError> {
+    let started_unix_ms = now_unix_ms();
+    let Welcomed {
+        mut ctrl,
+        mut body,
+        session,
+        limits,
+        host: server_host,
+    } = hello(target)?;
+    let context = Context {
+        agent: true,
+        server_host,
+        ..Context::this_host(target)
+    };
     let mut spec = spec.clone();
     if spec.duration_ms == 0 {
         // Open-ended (latency -n): as long as the agent allows.
@@ -163,6 +277,7 @@ pub(crate) fn connect(target: &Target, spec: &TestSpec) -> Result<Connected, Cli
         channels,
         started_unix_ms,
         spec,
+        context,
     })
 }
 
@@ -270,13 +385,30 @@ pub(crate) fn run_latency(
         count: opt.count,
     };
     let stop = AtomicBool::new(false);
+    let meter = ThreadsMeter::start();
+    let counted = meter.track();
+    let calls_before = sonde_net::latency::ping_syscalls();
     let clock = Clock::start();
-    let outcome = match &c.channels[0] {
-        ClientChannel::Tcp(s) => sonde_net::latency::tcp_ping(s, &cfg, &clock, &stop),
-        ClientChannel::Udp(s) => sonde_net::latency::udp_ping(s, &cfg, &clock, &stop),
-    }
-    .map_err(|e| ClientError::Data(e, 0))?;
+    // The ping loop, with the inner view (log, timestamps, one-way clock sync) when asked.
+    let outcome = crate::inner::ping(
+        &mut c.ctrl,
+        &mut c.body,
+        &c.channels[0],
+        &cfg,
+        opt,
+        &clock,
+        &stop,
+    )?;
     let elapsed_ns = clock.now_ns();
+    drop(counted);
+    // Messages and bytes are what this end sent; the system calls its ping loops made.
+    let sent = Counters::default();
+    sent.add(
+        outcome.sent.saturating_mul(u64::from(spec.msg_size)),
+        outcome.sent,
+    );
+    sent.add_syscalls(sonde_net::latency::ping_syscalls().saturating_sub(calls_before));
+    c.context.client_cpu = cpu_report(&meter, &c.spec, std::slice::from_ref(&sent), true);
     write_frame(&mut c.ctrl, &ControlMsg::Finish)?;
     let report = loop {
         let reply = expect_reply(&mut c.ctrl, &mut c.body, REPORT_TIMEOUT, "finishing");
@@ -297,12 +429,17 @@ pub(crate) fn run_latency(
         outcome,
         elapsed_ns,
         report,
+        context: c.context,
     })
 }
 
 enum Event {
     Control(Result<ControlMsg, ControlError>),
-    Done(usize, Result<ClientRole, std::io::Error>),
+    /// A data channel ended: its outcome, and a TCP sender's last `TCP_INFO`.
+    Done(
+        usize,
+        Result<(ClientRole, Option<TcpInfoStats>), std::io::Error>,
+    ),
 }
 
 /// Runs a throughput or pps test on an open session.
@@ -311,7 +448,9 @@ pub(crate) fn run_bulk(
     spec: &TestSpec,
     on_interval: &mut dyn FnMut(&IntervalResult),
 ) -> Result<BulkRun, ClientError> {
-    let c = connect(target, spec)?;
+    let mut c = connect(target, spec)?;
+    let meter = ThreadsMeter::start();
+    let counted = meter.track();
     let n = c.channels.len();
     let clock = Clock::start();
     let until_ns = spec.duration_ms.saturating_mul(1_000_000);
@@ -337,7 +476,9 @@ pub(crate) fn run_bulk(
 
     let result = thread::scope(|scope| {
         let ctrl_tx = tx.clone();
+        let meter = &meter;
         scope.spawn(move || {
+            let _counted = meter.track();
             forward_frames(reader, hard_deadline, |m| {
                 ctrl_tx.send(Event::Control(m)).is_ok()
             });
@@ -347,9 +488,19 @@ pub(crate) fn run_bulk(
             let (stop, expect, counters) = (&stops[i], &expect[i], &counters[i]);
             let sends = spec.client_sends(index_u32(i));
             scope.spawn(move || {
+                let _counted = meter.track();
                 let r = role(
                     spec, channel, sends, &clock, until_ns, stop, expect, counters,
                 );
+                let r = r.map(|role| {
+                    let info = match (channel, &role) {
+                        (ClientChannel::Tcp(s), ClientRole::Sent(_)) => {
+                            TcpInfoSample::read(s).ok().map(|t| t.stats(index_u32(i)))
+                        }
+                        _ => None,
+                    };
+                    (role, info)
+                });
                 let _ = tx.send(Event::Done(i, r));
             });
         }
@@ -375,6 +526,9 @@ pub(crate) fn run_bulk(
             }),
             client_intervals: Vec::new(),
             sender_done_sent: false,
+            channels: &c.channels,
+            interval_tcp_info: Vec::new(),
+            client_tcp_info: vec![None; n],
         };
         let r = go
             .map_err(ClientError::from)
@@ -391,6 +545,9 @@ pub(crate) fn run_bulk(
         .enumerate()
         .map(|(i, r)| r.ok_or_else(|| ClientError::Protocol(format!("stream {i} never finished"))))
         .collect::<Result<Vec<_>, _>>()?;
+    // The other threads of the run have ended: the sum is complete.
+    drop(counted);
+    c.context.client_cpu = cpu_report(&meter, spec, &counters, true);
     Ok(BulkRun {
         session: c.session,
         started_unix_ms: c.started_unix_ms,
@@ -398,6 +555,9 @@ pub(crate) fn run_bulk(
         agent_sent: result.agent_sent,
         report: result.report.unwrap_or_default(),
         client_intervals: result.client_intervals,
+        interval_tcp_info: result.interval_tcp_info,
+        client_tcp_info: result.client_tcp_info,
+        context: c.context,
     })
 }
 
@@ -463,6 +623,9 @@ struct Loop<'a> {
     intervals: Option<Intervals>,
     client_intervals: Vec<IntervalStats>,
     sender_done_sent: bool,
+    channels: &'a [ClientChannel],
+    interval_tcp_info: Vec<(u64, Vec<TcpInfoStats>)>,
+    client_tcp_info: Vec<Option<TcpInfoStats>>,
 }
 
 impl Loop<'_> {
@@ -513,7 +676,10 @@ impl Loop<'_> {
                 }
                 Ok(Event::Done(i, r)) => {
                     let role = match r {
-                        Ok(role) => role,
+                        Ok((role, info)) => {
+                            self.client_tcp_info[i] = info;
+                            role
+                        }
                         // The agent may have said why before the stream broke (shutting down).
                         Err(e) => {
                             return Err(
@@ -546,8 +712,28 @@ impl Loop<'_> {
         on_interval: &mut dyn FnMut(&IntervalResult),
     ) -> Result<(), ClientError> {
         match msg {
-            ControlMsg::Interval(iv) => {
-                on_interval(&crate::results::interval(&iv, self.n));
+            ControlMsg::Interval(mut iv) => {
+                // This host's TCP senders are the other end of the streams the agent counts
+                // here: sampled now, on the agent's grid.
+                let ours: Vec<TcpInfoStats> = self
+                    .senders
+                    .iter()
+                    .filter_map(|&i| match &self.channels[i] {
+                        ClientChannel::Tcp(s) => {
+                            TcpInfoSample::read(s).ok().map(|t| t.stats(index_u32(i)))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                iv.tcp_info.extend(ours);
+                let tcp_info = std::mem::take(&mut iv.tcp_info);
+                if !tcp_info.is_empty() {
+                    self.interval_tcp_info.push((iv.start_ns, tcp_info));
+                }
+                // An agent that only sends (reverse) sends intervals with only its TCP_INFO.
+                if !iv.streams.is_empty() {
+                    on_interval(&crate::results::interval(&iv, self.n));
+                }
             }
             ControlMsg::SenderDone { streams } => {
                 for s in &streams {

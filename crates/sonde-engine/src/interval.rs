@@ -91,6 +91,8 @@ impl Intervals {
             streams: self.streams.clone(),
             bytes,
             packets,
+            // The sender's TCP_INFO is added by whoever has the sockets (sonde-agent, -client).
+            tcp_info: Vec::new(),
         };
         self.start_ns = end_ns;
         stats
@@ -119,6 +121,7 @@ mod tests {
                 streams: vec![0, 3],
                 bytes: vec![1_000, 20],
                 packets: vec![10, 2],
+                tcp_info: Vec::new(),
             }
         );
         assert_eq!(iv.next_boundary_ns(), 2 * S);

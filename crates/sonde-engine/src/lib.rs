@@ -10,6 +10,10 @@
 //! * [`interval`]: cumulative receiver counters cut into fixed intervals.
 //! * [`offset`]: NTP-style clock offset and drift between two hosts, and one-way delays with
 //!   their uncertainty.
+//! * [`histogram`]: log-spaced buckets of a distribution, for `--histogram`.
+//! * [`oneway`]: one-way delays from four-timestamp probes, in signed histograms, and how far a
+//!   provisional clock model strays from the final one.
+//! * [`crr`]: connection-rate counts and connect/transaction times per worker, merged at the end.
 //! * [`sweep`]: sweep specs (`msg_size=1:64K:*2`) expanded into the values to run.
 //!
 //! ```
@@ -33,9 +37,12 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod crr;
+pub mod histogram;
 pub mod interval;
 pub mod jitter;
 pub mod offset;
+pub mod oneway;
 pub mod pace;
 pub mod rtt;
 pub mod seq;

@@ -50,7 +50,7 @@ fn min_samples(pct: f64) -> Option<u64> {
 /// noise can push that one rank up (0.999 * 1000 = 999.000...1, so p99.9 of 1..=1000 would be
 /// 1000). So the nearest rank `ceil(pct * samples / 100)` is computed in integers, and the
 /// quantile is aimed at the middle of that rank, where rounding cannot move it.
-fn quantile(pct: f64, samples: u64) -> f64 {
+pub(crate) fn quantile(pct: f64, samples: u64) -> f64 {
     let ppb = pct_to_ppb(pct).unwrap_or(PPB);
     let rank = (u128::from(ppb) * u128::from(samples))
         .div_ceil(u128::from(PPB))
@@ -192,6 +192,17 @@ impl RttRecorder {
             stddev_ns: self.hist.stdev(),
             percentiles,
         }
+    }
+
+    /// The distribution as log-spaced buckets (`--histogram`), from the bucket holding the
+    /// smallest sample to the one holding the largest: see [`crate::histogram::log_buckets`].
+    pub fn log_buckets(&self, max_buckets: usize) -> Vec<crate::histogram::Bucket> {
+        crate::histogram::log_buckets(
+            self.hist
+                .iter_recorded()
+                .map(|v| (v.value_iterated_to(), v.count_at_value())),
+            max_buckets,
+        )
     }
 }
 

@@ -6,7 +6,9 @@
 //! afterwards.
 //!
 //! Buffers are allocated once before a loop starts; inside it there is no allocation, locking,
-//! formatting or logging, and [`Counters`] are updated once per system call.
+//! formatting or logging, and [`Counters`] are updated once per system call. Every send or
+//! receive call a loop makes, whether it moved data, timed out or failed, is counted in
+//! [`Counters::syscalls`] (one relaxed atomic add): the "syscalls per message" of the CPU cost.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream, UdpSocket};
@@ -203,7 +205,9 @@ pub fn tcp_send(
         if now >= until_ns {
             break;
         }
-        match writer.write(&buf[offset..]) {
+        let written = writer.write(&buf[offset..]);
+        counters.syscall();
+        match written {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => {
                 span.mark(now, clock.now_ns());
@@ -253,7 +257,9 @@ pub fn tcp_recv(
     let mut out = TcpRecvOutcome::default();
     let mut reader = stream;
     while !stop.load(Ordering::Relaxed) {
-        match reader.read(&mut buf) {
+        let read = reader.read(&mut buf);
+        counters.syscall();
+        match read {
             Ok(0) => break,
             Ok(n) => {
                 let now = clock.now_ns();
@@ -370,7 +376,9 @@ pub fn udp_recv(
         jitter: Jitter::default(),
     };
     while !stop.load(Ordering::Relaxed) && out.seq.received() < expect.load(Ordering::Relaxed) {
-        let n = match batch.recv(sock, &mut buf, slot) {
+        let received = batch.recv(sock, &mut buf, slot);
+        counters.syscall();
+        let n = match received {
             Ok(n) => n,
             Err(e) if is_retry(&e) || e.kind() == io::ErrorKind::ConnectionRefused => continue,
             Err(e) => return Err(e),
@@ -385,6 +393,7 @@ pub fn udp_recv(
                         // Best effort: a lost acknowledgement makes the client send another
                         // join. On a connected socket the reply goes to the joining peer.
                         let _ = sock.send(&UdpJoin { ack: true, ..join }.encode());
+                        counters.syscall();
                     }
                     continue;
                 }
@@ -500,7 +509,9 @@ fn send_paced(
             (base_ns, base_seq) = (now, seq);
         }
         run.format.write(seq, now, &mut buf);
-        match sock.send(&buf) {
+        let sent = sock.send(&buf);
+        run.counters.syscall();
+        match sent {
             Ok(n) => {
                 run.sent(now, n, 1);
                 seq += 1;
@@ -579,6 +590,7 @@ fn send_unlimited(sock: &UdpSocket, size: usize, run: &mut SendRun<'_>) -> io::R
             (SendMethod::Gso | SendMethod::Mmsg, _) => batch.send(sock, data, size),
             (SendMethod::Plain, _) => sock.send(data).map(|_| 1),
         };
+        run.counters.syscall();
         match result {
             Ok(sent) => {
                 run.sent(now, sent * size, sent);
@@ -728,6 +740,15 @@ mod tests {
         if cfg!(target_os = "linux") {
             assert!(sent.retransmits.is_some());
         }
+        // One write call per write counted, plus the few that timed out (100 ms each, within a
+        // 300 ms run); the receiver's reads plus the one that saw the end.
+        let tx_calls = tx_counters.syscalls();
+        assert!(
+            (sent.packets..=sent.packets + 5).contains(&tx_calls),
+            "{tx_calls} calls for {} writes",
+            sent.packets
+        );
+        assert!(rx_counters.syscalls() > received.reads);
     }
 
     #[test]
@@ -913,6 +934,12 @@ mod tests {
         assert_eq!(seq.lost(sent.packets), sent.packets - seq.received());
         assert_eq!(received.malformed, 0);
         assert_eq!(rx_counters.load(), (received.bytes, received.packets));
+        // A batch is one system call of at most 64 datagrams, each way.
+        assert!(sent.packets <= 64 * tx_counters.syscalls());
+        assert!(received.packets <= 64 * rx_counters.syscalls());
+        if cfg!(target_os = "linux") {
+            assert!(tx_counters.syscalls() < sent.packets, "batched");
+        }
     }
 
     #[test]

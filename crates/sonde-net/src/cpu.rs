@@ -15,10 +15,34 @@
 //! } // ...elsewhere the meter says it cannot tell, rather than reporting zero.
 //! ```
 //!
+//! A test session that runs on several threads (control, data streams, interval reporter)
+//! uses a [`ThreadsMeter`]: each thread counts its own `RUSAGE_THREAD` time from when it
+//! joins to when it leaves, and the meter sums them. Sessions running at once in one process
+//! (the agent serving several clients, `sonde quick` with its agent in-process) then do not
+//! count each other's CPU, which `RUSAGE_SELF` would.
+//!
+//! ```
+//! use sonde_net::cpu::ThreadsMeter;
+//!
+//! let meter = ThreadsMeter::start();
+//! std::thread::scope(|s| {
+//!     for _ in 0..2 {
+//!         s.spawn(|| {
+//!             let _counted = meter.track(); // this thread's CPU, until the guard drops
+//!             let _work: u64 = (0..100_000u64).map(|i| i * i).sum();
+//!         });
+//!     }
+//! });
+//! if let Some(cost) = meter.cost() {
+//!     let _ = cost.usage.total(); // both threads together
+//! }
+//! ```
+//!
 //! The kernel accounts CPU time in ticks or, with `CONFIG_VIRT_CPU_ACCOUNTING`, precisely; so
 //! short intervals can read 0 and a test of a second or more is where the figures mean something.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
@@ -166,6 +190,97 @@ impl CpuCost {
     }
 }
 
+/// The CPU used by a group of threads (one session's), each counted with `RUSAGE_THREAD` from
+/// [`ThreadsMeter::track`] until its guard drops, over the wall time since
+/// [`ThreadsMeter::start`].
+#[derive(Debug)]
+pub struct ThreadsMeter {
+    wall_start: Instant,
+    user_ns: AtomicU64,
+    system_ns: AtomicU64,
+    voluntary_switches: AtomicU64,
+    involuntary_switches: AtomicU64,
+    /// Set when a thread could not be measured: the sum would be short, so there is none.
+    unmeasured: AtomicBool,
+}
+
+impl ThreadsMeter {
+    /// Starts the wall clock; no thread is counted until it calls [`ThreadsMeter::track`].
+    pub fn start() -> Self {
+        Self {
+            wall_start: Instant::now(),
+            user_ns: AtomicU64::new(0),
+            system_ns: AtomicU64::new(0),
+            voluntary_switches: AtomicU64::new(0),
+            involuntary_switches: AtomicU64::new(0),
+            unmeasured: AtomicBool::new(false),
+        }
+    }
+
+    /// Counts the calling thread's CPU from now until the returned guard is dropped, which must
+    /// happen on this thread (it is not `Send`).
+    pub fn track(&self) -> TrackedThread<'_> {
+        let start = CpuSnapshot::take(CpuScope::Thread).ok();
+        if start.is_none() {
+            self.unmeasured.store(true, Ordering::Relaxed);
+        }
+        TrackedThread {
+            meter: self,
+            start,
+            _not_send: std::marker::PhantomData,
+        }
+    }
+
+    /// What the tracked threads used so far (those still running count from their guard's
+    /// drop, so call this after they ended), over the wall time since the start. `None` when
+    /// a thread could not be measured (no `RUSAGE_THREAD`: not Linux).
+    pub fn cost(&self) -> Option<CpuCost> {
+        if self.unmeasured.load(Ordering::Relaxed) {
+            return None;
+        }
+        let ns = |a: &AtomicU64| Duration::from_nanos(a.load(Ordering::Relaxed));
+        Some(CpuCost {
+            usage: CpuUsage {
+                user: ns(&self.user_ns),
+                system: ns(&self.system_ns),
+                voluntary_switches: self.voluntary_switches.load(Ordering::Relaxed),
+                involuntary_switches: self.involuntary_switches.load(Ordering::Relaxed),
+            },
+            wall: self.wall_start.elapsed(),
+        })
+    }
+
+    fn add(&self, used: &CpuUsage) {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.user_ns.fetch_add(ns(used.user), Ordering::Relaxed);
+        self.system_ns.fetch_add(ns(used.system), Ordering::Relaxed);
+        self.voluntary_switches
+            .fetch_add(used.voluntary_switches, Ordering::Relaxed);
+        self.involuntary_switches
+            .fetch_add(used.involuntary_switches, Ordering::Relaxed);
+    }
+}
+
+/// One thread counted by a [`ThreadsMeter`]; its CPU is added to the meter when this drops.
+#[derive(Debug)]
+#[must_use = "the thread is counted until this guard drops"]
+pub struct TrackedThread<'a> {
+    meter: &'a ThreadsMeter,
+    start: Option<CpuSnapshot>,
+    /// `RUSAGE_THREAD` reads the calling thread: the guard must drop where it was made.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for TrackedThread<'_> {
+    fn drop(&mut self) {
+        let Some(start) = self.start else { return };
+        match CpuSnapshot::take(CpuScope::Thread) {
+            Ok(end) => self.meter.add(&end.since(&start)),
+            Err(_) => self.meter.unmeasured.store(true, Ordering::Relaxed),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,5 +408,62 @@ mod tests {
             ..cost
         };
         assert_eq!(instant.percent_of_one_core(), None);
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_threads_meter_sums_its_threads_and_not_the_others() {
+        let meter = ThreadsMeter::start();
+        let (idle_meter, outsider) = (ThreadsMeter::start(), ThreadsMeter::start());
+        let used: Vec<CpuUsage> = thread::scope(|s| {
+            // A busy thread that is not tracked by `meter` must not show in it.
+            let other = s.spawn(|| {
+                let _t = outsider.track();
+                let start = CpuSnapshot::take(CpuScope::Thread).unwrap();
+                assert!(burn_until_user_time_grows(CpuScope::Thread, start.user));
+            });
+            let tracked: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        let before = CpuSnapshot::take(CpuScope::Thread).unwrap();
+                        let t = meter.track();
+                        assert!(burn_until_user_time_grows(CpuScope::Thread, before.user));
+                        thread::sleep(Duration::from_millis(2));
+                        let used = CpuSnapshot::take(CpuScope::Thread).unwrap().since(&before);
+                        drop(t);
+                        used
+                    })
+                })
+                .collect();
+            let _idle = idle_meter.track();
+            other.join().unwrap();
+            tracked.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let cost = meter.cost().unwrap();
+        let own: Duration = used.iter().map(CpuUsage::total).sum();
+        // Each thread's own reading bounds what the meter added for it (the guard was made
+        // after the first reading and dropped after the second: at most a few µs apart).
+        assert!(cost.usage.total() > Duration::ZERO);
+        assert!(
+            cost.usage.total() <= own + Duration::from_micros(100),
+            "{cost:?} {used:?}"
+        );
+        assert!(cost.usage.voluntary_switches >= 2, "{cost:?}");
+        assert!(cost.wall > Duration::ZERO);
+        // The outsider's burn is in its own meter only; the idle thread used next to nothing.
+        assert!(outsider.cost().unwrap().usage.user > Duration::ZERO);
+        assert!(
+            idle_meter.cost().unwrap().usage.total() < cost.usage.total(),
+            "{:?}",
+            idle_meter.cost()
+        );
+    }
+
+    #[test]
+    #[cfg(not(target_os = "linux"))]
+    fn without_rusage_thread_a_threads_meter_says_it_cannot_tell() {
+        let meter = ThreadsMeter::start();
+        drop(meter.track());
+        assert!(meter.cost().is_none());
     }
 }

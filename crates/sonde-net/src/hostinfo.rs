@@ -104,6 +104,20 @@ pub fn collect(sonde_version: &str, interfaces: &[String]) -> Result<HostInfo, H
     })
 }
 
+/// This host's configuration as a test with `peer` sees it: the interface toward `peer` only
+/// ([`interface_for_peer`]), or every interface that is up when that cannot be found. Never
+/// fails: what cannot be read is `None`.
+pub fn collect_for_peer(sonde_version: &str, peer: IpAddr) -> HostInfo {
+    let interfaces: Vec<String> = interface_for_peer(peer)
+        .ok()
+        .flatten()
+        .into_iter()
+        .collect();
+    collect(sonde_version, &interfaces)
+        .or_else(|_| collect(sonde_version, &[]))
+        .unwrap_or_default()
+}
+
 /// The interface a test to `peer` leaves this host by, found as the kernel would route it: a
 /// UDP socket is connected to the peer (which sends nothing, only picks a route and a source
 /// address) and the source address is looked up among the interfaces' addresses.
@@ -616,6 +630,15 @@ mod tests {
         if let Ok(v6) = interface_for_peer(IpAddr::V6(Ipv6Addr::LOCALHOST)) {
             assert_eq!(v6.as_deref(), Some("lo"));
         }
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_loopback_peer_is_described_by_lo_alone() {
+        let info = collect_for_peer("0.1.0", IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let names: Vec<&str> = info.interfaces.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["lo"]);
+        assert_eq!(info.kernel_release, uname("-r"));
     }
 
     #[test]

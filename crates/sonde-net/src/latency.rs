@@ -18,6 +18,14 @@
 //!
 //! The loops set the socket's read (and, for TCP, write) timeouts and restore the previous ones
 //! when they return.
+//!
+//! [`Framing`] says how a message looks on the wire: sonde's (the sequence number in its first
+//! bytes; nothing at all over TCP) or sockperf's 14-byte header, so that the same loops measure
+//! against a real `sockperf server` ([`tcp_ping_framed`], [`udp_ping_framed`]).
+//!
+//! [`tcp_ping_with`] and [`udp_ping_with`] add the inner view ([`InnerView`]): every sample to
+//! the full log, kernel timestamps, and the agent's stamps for one-way delay (see
+//! [`sonde_wire::stamps`]). The echoes stamp any message that asks, on [`host_clock_ns`].
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, UdpSocket};
@@ -28,9 +36,38 @@ use std::time::Duration;
 use sonde_engine::pace::Schedule;
 use sonde_engine::rtt::RttRecorder;
 use sonde_engine::seq::{Arrival, SeqTracker};
+use sonde_wire::sockperf::{self, Flags};
+use sonde_wire::stamps;
 use sonde_wire::{read_latency_seq, widen_seq, write_latency_seq, UdpJoin, UDP_JOIN_LEN};
 
-use crate::{Clock, Counters};
+use crate::{sys, Clock, Counters};
+
+mod inner;
+
+use inner::{realtime_ns, Recorder, ReplyAt, Stamps};
+pub use inner::{InnerView, OneWayLink, OneWayOutcome, SocketOutcome};
+
+/// Data-path system calls the client's ping loops of this process have made (sends, receives,
+/// reads of the transmit-timestamp queue; a `write_all` of a message larger than the socket takes
+/// at once is counted as one). A caller takes the difference around one run: sonde runs one
+/// latency test at a time per process. The agent's echoes count theirs in their [`Counters`].
+pub fn ping_syscalls() -> u64 {
+    PING_CALLS.load(Ordering::Relaxed)
+}
+
+static PING_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[inline]
+fn count_call() {
+    PING_CALLS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// This host's monotonic clock, ns (`CLOCK_MONOTONIC` on Linux: since boot, the same in every
+/// process of the host). The echoes stamp one-way requests with it, and the agent answers clock
+/// probes with it, so that the two agree without sharing a [`Clock`].
+pub fn host_clock_ns() -> u64 {
+    sys::monotonic_ns()
+}
 
 /// Largest TCP latency message, bytes.
 pub const TCP_MAX_MSG: u32 = 65_536;
@@ -49,6 +86,10 @@ pub const UDP_MIN_REPLY_TIMEOUT: Duration = Duration::from_millis(1);
 pub const UDP_FIRST_REPLY_TIMEOUT: Duration = Duration::from_secs(1);
 /// A scheduled send that leaves later than this counts in [`LatencyOutcome::late_sends`].
 pub const LATE_SEND: Duration = Duration::from_millis(1);
+/// sockperf framing over UDP: a run that has had no reply at all this long after its first send
+/// ends with [`NoReply`] (nothing answers sockperf messages there), rather than sending into the
+/// void until `until_ns`.
+pub const SOCKPERF_NO_REPLY: Duration = Duration::from_secs(3);
 
 /// Echo loops: how often a blocked read looks at the stop flag.
 const ECHO_POLL: Duration = Duration::from_millis(100);
@@ -63,11 +104,124 @@ const MAX_SLEEP: Duration = Duration::from_millis(50);
 const UDP_RECV_BUF: usize = 65_535;
 /// TCP echo buffer.
 const TCP_ECHO_BUF: usize = 64 * 1024;
+/// Bytes of a one-way message's header (`sonde_wire::stamps`).
+const STAMPS_LEN: usize = stamps::ONE_WAY_MIN_MSG as usize;
 /// Send times of the last this many UDP closed-loop messages are kept for late replies.
 const SEND_RING: usize = 65_536;
 /// The UDP closed loop re-reads the median for its reply timeout this often (and at every power
 /// of two before that): a percentile query walks the histogram.
 const TIMEOUT_REFRESH: u64 = 1024;
+
+/// How latency messages are laid out on the wire.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Framing {
+    /// sonde's: over UDP the message's sequence number (from 0) in its first bytes (up to 8,
+    /// big-endian), the rest zero; over TCP only zeros, since replies come back in order. The peer
+    /// echoes every message.
+    #[default]
+    Sonde,
+    /// sockperf's (PROTOCOLS.md 2.2): a 14-byte header with `seq` from 1, flags
+    /// `CLIENT | PONG_REQUEST` (0x0003) and `length` = the message size (14 or more), then a payload
+    /// filled once. A reply counts only when its flags lack `CLIENT` (and `WARMUP`), its length is
+    /// the message size, and its seq is that of a message sent: over UDP that of any message sent,
+    /// over TCP (closed loop) exactly the one in flight. The TCP open loop counts replies by size,
+    /// as the sonde framing does.
+    Sockperf,
+}
+
+impl Framing {
+    /// Message sizes this framing can carry on a transport whose limits are `sonde_max` and
+    /// `sockperf_max`.
+    fn size_range(self, sonde_max: u32, sockperf_max: u32) -> (u32, u32) {
+        match self {
+            Self::Sonde => (1, sonde_max),
+            Self::Sockperf => (sockperf::MIN_MSG, sockperf_max),
+        }
+    }
+
+    /// Fills a message buffer once, before the first send.
+    fn prepare(self, out: &mut [u8]) {
+        if self == Self::Sockperf {
+            // Any payload will do (the server echoes it unchanged); sockperf's own is random.
+            for (i, b) in out.iter_mut().enumerate() {
+                *b = (i % 251) as u8;
+            }
+            // The size was checked against MIN_MSG before: the header fits.
+            let _ = sockperf::write_request(0, Flags::CLIENT | Flags::PONG_REQUEST, out);
+        }
+    }
+
+    /// Writes message `seq`'s (from 0) sequence number into `out`: sonde's UDP framing, and
+    /// sockperf's on either transport.
+    fn stamp(self, seq: u64, out: &mut [u8]) {
+        match self {
+            Self::Sonde => write_latency_seq(seq, out),
+            Self::Sockperf => {
+                let _ = sockperf::set_seq(seq.saturating_add(1), out);
+            }
+        }
+    }
+
+    /// The seq (from 0) of the message a UDP datagram answers, or `None` when it is not a reply.
+    fn reply_seq(self, datagram: &[u8], msg: usize, expected: u64) -> Option<u64> {
+        match self {
+            Self::Sonde => reply_seq(datagram, msg, expected),
+            Self::Sockperf => sockperf_reply_seq(datagram, msg),
+        }
+    }
+}
+
+/// The seq (from 0) of a sockperf reply of `msg` bytes, or `None` for anything else: a request
+/// (client flag set, e.g. our own message reflected), a warm-up, another size, seq 0.
+fn sockperf_reply_seq(datagram: &[u8], msg: usize) -> Option<u64> {
+    if datagram.len() != msg {
+        return None;
+    }
+    let h = sockperf::Header::decode(datagram).ok()?;
+    let is_reply = !h.flags.contains(Flags::CLIENT) && !h.flags.contains(Flags::WARMUP);
+    (is_reply && h.length as usize == msg)
+        .then(|| h.seq.checked_sub(1))
+        .flatten()
+}
+
+/// Why a sockperf-framed run got no reply at all. It travels inside the [`io::Error`] the ping
+/// functions return (`error.get_ref()` downcasts to it), so that a caller can tell "nothing
+/// answers there" from a failure in the middle of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoReply {
+    /// No reply within this long of the first message.
+    TimedOut(Duration),
+    /// The TCP peer closed the connection before its first reply.
+    Closed,
+}
+
+impl std::fmt::Display for NoReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::TimedOut(d) => write!(f, "no reply within {} s", d.as_secs_f64()),
+            Self::Closed => f.write_str("the peer closed the connection before its first reply"),
+        }
+    }
+}
+
+impl std::error::Error for NoReply {}
+
+impl NoReply {
+    /// The `NoReply` inside an error from [`tcp_ping_framed`] or [`udp_ping_framed`], if any.
+    pub fn of(e: &io::Error) -> Option<NoReply> {
+        e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<NoReply>())
+            .copied()
+    }
+
+    fn into_io(self) -> io::Error {
+        let kind = match self {
+            Self::TimedOut(_) => io::ErrorKind::TimedOut,
+            Self::Closed => io::ErrorKind::UnexpectedEof,
+        };
+        io::Error::new(kind, self)
+    }
+}
 
 /// How a latency run goes.
 #[derive(Debug, Clone, Copy)]
@@ -108,9 +262,21 @@ pub struct LatencyOutcome {
     /// UDP closed loop: replies not back within the reply timeout (the run moved on; a reply
     /// that arrives later still counts as received).
     pub timeouts: u64,
+    /// `--timestamps`: the RTT at the sockets (`None` when not asked for).
+    pub socket: Option<SocketOutcome>,
+    /// `--one-way`: the one-way delays as recorded (`None` when not asked for).
+    pub one_way: Option<OneWayOutcome>,
+    /// `--full-log`: how the log went; set by whoever finishes the log (the loops only feed
+    /// it).
+    pub log: Option<crate::samplelog::LogSummary>,
 }
 
 /// Agent side: echoes every byte back until EOF or `stop`.
+///
+/// A connection whose first bytes are a one-way request ([`stamps::tcp_request_size`]) is
+/// echoed message by message instead, each reply stamped with the time the read that completed
+/// its request returned (`t2`) and the time just before it is written (`t3`), on
+/// [`host_clock_ns`].
 ///
 /// # Errors
 /// A failed read or write (a reset connection included); the loop ends there.
@@ -118,37 +284,132 @@ pub fn tcp_echo(stream: &TcpStream, stop: &AtomicBool, counters: &Counters) -> i
     let _restore = Timeouts::save_tcp(stream)?;
     stream.set_read_timeout(Some(ECHO_POLL))?;
     stream.set_write_timeout(Some(ECHO_POLL))?;
-    let mut buf = vec![0u8; TCP_ECHO_BUF];
+    // Room for a whole message of the largest size plus a read's worth behind it.
+    let mut buf = vec![0u8; 2 * TCP_ECHO_BUF];
     let mut s = stream;
+    // Bytes read before the echo knew which kind of connection this is.
+    let mut have = 0;
     while !stop.load(Ordering::Relaxed) {
-        let n = match s.read(&mut buf) {
+        let read = s.read(&mut buf[have..TCP_ECHO_BUF]);
+        counters.syscall();
+        let n = match read {
             Ok(0) => return Ok(()),
             Ok(n) => n,
             Err(e) if is_retry(&e) => continue,
             Err(e) => return Err(e),
         };
-        // Written by hand rather than `write_all` so that a peer that stopped reading cannot
-        // hold the echo past `stop`.
-        let mut off = 0;
-        while off < n {
-            match s.write(&buf[off..n]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(k) => off += k,
-                Err(e) if is_retry(&e) => {
-                    if stop.load(Ordering::Relaxed) {
-                        return Ok(());
-                    }
-                }
-                Err(e) => return Err(e),
-            }
+        let t2 = host_clock_ns();
+        have += n;
+        // A plain sonde message is zeros and a sockperf one never reaches this port: anything
+        // but `S` first is echoed as bytes. A one-way request shows itself in 8 bytes.
+        if buf[0] == stamps::TCP_STAMP_REQUEST[0] && have < 8 {
+            continue;
+        }
+        if let Some(size) = stamps::tcp_request_size(&buf[..have], TCP_MAX_MSG) {
+            return tcp_echo_stamped(stream, stop, counters, &mut buf, have, t2, size as usize);
+        }
+        if !write_echo(stream, stop, &buf[..have], counters)? {
+            return Ok(());
+        }
+        counters.add(have as u64, 1);
+        break;
+    }
+    // Plain from here on: every byte back as it comes.
+    while !stop.load(Ordering::Relaxed) {
+        let read = s.read(&mut buf[..TCP_ECHO_BUF]);
+        counters.syscall();
+        let n = match read {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if is_retry(&e) => continue,
+            Err(e) => return Err(e),
+        };
+        if !write_echo(stream, stop, &buf[..n], counters)? {
+            return Ok(());
         }
         counters.add(n as u64, 1);
     }
     Ok(())
 }
 
+/// Writes all of `data`; `Ok(false)` when `stop` was raised while the peer would not take it.
+/// Written by hand rather than `write_all` so that a peer that stopped reading cannot hold the
+/// echo past `stop`.
+fn write_echo(
+    stream: &TcpStream,
+    stop: &AtomicBool,
+    data: &[u8],
+    counters: &Counters,
+) -> io::Result<bool> {
+    let mut s = stream;
+    let mut off = 0;
+    while off < data.len() {
+        let written = s.write(&data[off..]);
+        counters.syscall();
+        match written {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(k) => off += k,
+            Err(e) if is_retry(&e) => {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(false);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// The one-way TCP echo: frames the stream into `size`-byte messages, stamps each and writes it
+/// back. `buf` holds `have` bytes already read (the last read returned at `t2`).
+fn tcp_echo_stamped(
+    stream: &TcpStream,
+    stop: &AtomicBool,
+    counters: &Counters,
+    buf: &mut [u8],
+    mut have: usize,
+    mut t2: u64,
+    size: usize,
+) -> io::Result<()> {
+    let mut s = stream;
+    loop {
+        // Every complete message in the buffer, stamped and written back in one write.
+        let whole = have - have % size;
+        if whole > 0 {
+            let t3 = host_clock_ns();
+            for m in buf[..whole].chunks_exact_mut(size) {
+                stamps::write_agent_stamps(m, t2, t3);
+            }
+            if !write_echo(stream, stop, &buf[..whole], counters)? {
+                return Ok(());
+            }
+            counters.add(whole as u64, (whole / size) as u64);
+            buf.copy_within(whole..have, 0);
+            have -= whole;
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        // Read at most up to the end of the message being assembled plus a read's worth; the
+        // buffer holds two of the largest messages.
+        let room = (size + TCP_ECHO_BUF).min(buf.len());
+        let read = s.read(&mut buf[have..room]);
+        counters.syscall();
+        let n = match read {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if is_retry(&e) => continue,
+            Err(e) => return Err(e),
+        };
+        t2 = host_clock_ns();
+        have += n;
+    }
+}
+
 /// Agent side: echoes every datagram back on a connected flow socket until `stop`; answers join
-/// requests with acknowledgements (not counted).
+/// requests with acknowledgements (not counted). A datagram that asks for one-way stamps
+/// ([`stamps::udp_wants_stamps`]) goes back with the agent's receive and send times on
+/// [`host_clock_ns`].
 ///
 /// # Errors
 /// A failed `recv` or `send`, except the transient ones: a timeout, a full send buffer, and
@@ -158,13 +419,20 @@ pub fn udp_echo(sock: &UdpSocket, stop: &AtomicBool, counters: &Counters) -> io:
     sock.set_read_timeout(Some(ECHO_POLL))?;
     let mut buf = vec![0u8; UDP_RECV_BUF];
     while !stop.load(Ordering::Relaxed) {
-        let n = match sock.recv(&mut buf) {
+        let received = sock.recv(&mut buf);
+        counters.syscall();
+        let n = match received {
             Ok(n) => n,
             // The client's port is closed (an ICMP error for an earlier echo): it may be gone
             // or about to rejoin; the agent's session decides, through `stop`.
             Err(e) if is_retry(&e) || e.kind() == io::ErrorKind::ConnectionRefused => continue,
             Err(e) => return Err(e),
         };
+        if stamps::udp_wants_stamps(&buf[..n]) {
+            let t2 = host_clock_ns();
+            stamps::write_agent_stamps(&mut buf[..n], t2, t2);
+            stamps::write_agent_send_stamp(&mut buf[..n], host_clock_ns());
+        }
         let datagram = &buf[..n];
         if n == UDP_JOIN_LEN {
             if let Ok(join) = UdpJoin::decode(datagram) {
@@ -172,11 +440,13 @@ pub fn udp_echo(sock: &UdpSocket, stop: &AtomicBool, counters: &Counters) -> io:
                 // sent to an agent) is dropped.
                 if !join.ack {
                     send_transient_ok(sock, &UdpJoin { ack: true, ..join }.encode())?;
+                    counters.syscall();
                 }
                 continue;
             }
         }
         send_transient_ok(sock, datagram)?;
+        counters.syscall();
         counters.add(n as u64, 1);
     }
     Ok(())
@@ -195,15 +465,104 @@ pub fn tcp_ping(
     clock: &Clock,
     stop: &AtomicBool,
 ) -> io::Result<LatencyOutcome> {
-    let msg = check_size(cfg.msg_size, TCP_MAX_MSG, "TCP")?;
+    tcp_ping_framed(stream, cfg, Framing::Sonde, clock, stop)
+}
+
+/// [`tcp_ping`] with the messages laid out as `framing` says. With [`Framing::Sockperf`] the
+/// message size is 14 to [`sockperf::MAX_TCP_MSG`] bytes (a `sockperf server` takes up to
+/// 65,507 unless started with a larger `-m`), and a closed loop fails with `InvalidData` on a
+/// reply that does not answer the message in flight.
+///
+/// # Errors
+/// As [`tcp_ping`]; with sockperf framing, an error carrying [`NoReply`] when the peer never
+/// answered the first message.
+pub fn tcp_ping_framed(
+    stream: &TcpStream,
+    cfg: &PingConfig,
+    framing: Framing,
+    clock: &Clock,
+    stop: &AtomicBool,
+) -> io::Result<LatencyOutcome> {
+    tcp_ping_with(stream, cfg, framing, InnerView::default(), clock, stop)
+}
+
+/// [`tcp_ping_framed`] with the inner view: every sample to `view.log`, the kernel's receive
+/// timestamps (TCP's transmit stamps are not read: [`SocketOutcome::tx`] says so), the agent's
+/// stamps for one-way delay (sonde framing only, messages of at least
+/// [`stamps::ONE_WAY_MIN_MSG`] bytes).
+///
+/// # Errors
+/// As [`tcp_ping_framed`]; `InvalidInput` for one-way delay with sockperf framing or a message
+/// too small for the stamps. Kernel timestamps the socket refuses are not an error: the outcome
+/// says why they are missing.
+pub fn tcp_ping_with(
+    stream: &TcpStream,
+    cfg: &PingConfig,
+    framing: Framing,
+    view: InnerView,
+    clock: &Clock,
+    stop: &AtomicBool,
+) -> io::Result<LatencyOutcome> {
+    let msg = check_size(
+        cfg.msg_size,
+        framing.size_range(TCP_MAX_MSG, sockperf::MAX_TCP_MSG),
+        "TCP",
+    )?;
     let rate = check_rate(cfg.rate)?;
+    check_one_way(&view, framing, msg)?;
     let _restore = Timeouts::save_tcp(stream)?;
     stream.set_read_timeout(Some(TCP_POLL))?;
     stream.set_write_timeout(Some(TCP_REPLY_TIMEOUT))?;
-    match rate {
-        None => tcp_closed(stream, msg, cfg, clock, stop),
-        Some(rate) => tcp_open(stream, msg, rate, cfg, clock, stop),
+    let mut rec = Recorder::new(view, cfg.warmup_ns);
+    let _stamps_off = if rec.timestamps() {
+        let rx = sys::tcp_enable_rx_timestamps(stream).map_err(|e| e.to_string());
+        let on = rx.is_ok();
+        rec.set_enabled(
+            rx,
+            Err("sonde reads the kernel's transmit timestamps for UDP only".into()),
+        );
+        on.then(|| StampsOff(sys::tcp_fd(stream)))
+    } else {
+        None
+    };
+    let mut out = match rate {
+        None => tcp_closed(stream, msg, framing, cfg, clock, stop, &mut rec),
+        Some(rate) => tcp_open(stream, msg, framing, rate, cfg, clock, stop, &mut rec),
+    }?;
+    (out.socket, out.one_way) = rec.finish();
+    Ok(out)
+}
+
+/// Turns a socket's kernel timestamps off again when dropped.
+struct StampsOff(i32);
+
+impl Drop for StampsOff {
+    fn drop(&mut self) {
+        sys::disable_timestamps(self.0);
     }
+}
+
+/// One-way delay needs sonde's framing and room for the agent's stamps.
+fn check_one_way(view: &InnerView, framing: Framing, msg: usize) -> io::Result<()> {
+    if view.one_way.is_none() {
+        return Ok(());
+    }
+    if framing != Framing::Sonde {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "one-way delay needs a sonde agent's echo (sonde framing)",
+        ));
+    }
+    if msg < STAMPS_LEN {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "one-way delay needs messages of at least {STAMPS_LEN} bytes (the agent's two \
+                 timestamps), not {msg}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Client side, UDP on a connected socket: closed or open loop per `cfg.rate`. A reply not back
@@ -220,14 +579,76 @@ pub fn udp_ping(
     clock: &Clock,
     stop: &AtomicBool,
 ) -> io::Result<LatencyOutcome> {
-    let msg = check_size(cfg.msg_size, UDP_MAX_MSG, "UDP")?;
+    udp_ping_framed(sock, cfg, Framing::Sonde, clock, stop)
+}
+
+/// [`udp_ping`] with the messages laid out as `framing` says. With [`Framing::Sockperf`] the
+/// message size is 14 to 65,507 bytes, and datagrams that are not sockperf replies to a message
+/// sent are ignored.
+///
+/// # Errors
+/// As [`udp_ping`]; with sockperf framing, an error carrying [`NoReply`] when nothing has
+/// answered [`SOCKPERF_NO_REPLY`] after the first send.
+pub fn udp_ping_framed(
+    sock: &UdpSocket,
+    cfg: &PingConfig,
+    framing: Framing,
+    clock: &Clock,
+    stop: &AtomicBool,
+) -> io::Result<LatencyOutcome> {
+    udp_ping_with(sock, cfg, framing, InnerView::default(), clock, stop)
+}
+
+/// [`udp_ping_framed`] with the inner view: every sample to `view.log` (lost ones too), the
+/// kernel's receive and transmit timestamps, the agent's stamps for one-way delay (sonde
+/// framing only, messages of at least [`stamps::ONE_WAY_MIN_MSG`] bytes).
+///
+/// # Errors
+/// As [`udp_ping_framed`]; `InvalidInput` for one-way delay with sockperf framing or a message
+/// too small for the stamps. Kernel timestamps the socket refuses are not an error: the outcome
+/// says why they are missing.
+pub fn udp_ping_with(
+    sock: &UdpSocket,
+    cfg: &PingConfig,
+    framing: Framing,
+    view: InnerView,
+    clock: &Clock,
+    stop: &AtomicBool,
+) -> io::Result<LatencyOutcome> {
+    let msg = check_size(
+        cfg.msg_size,
+        framing.size_range(UDP_MAX_MSG, sockperf::MAX_UDP_MSG),
+        "UDP",
+    )?;
     let rate = check_rate(cfg.rate)?;
+    check_one_way(&view, framing, msg)?;
     let _restore = Timeouts::save_udp(sock)?;
     sock.set_read_timeout(Some(UDP_POLL))?;
-    match rate {
-        None => udp_closed(sock, msg, cfg, clock, stop),
-        Some(rate) => udp_open(sock, msg, rate, cfg, clock, stop),
-    }
+    let mut rec = Recorder::new(view, cfg.warmup_ns);
+    let _stamps_off = if rec.timestamps() {
+        // Transmit stamps need receive stamps' option too; try both, then receive alone.
+        let (rx, tx) = match sys::udp_enable_timestamps(sock, true) {
+            Ok(()) => (Ok(()), Ok(())),
+            Err(e) => {
+                let tx = Err(format!("the kernel refused transmit timestamps: {e}"));
+                (
+                    sys::udp_enable_timestamps(sock, false).map_err(|e| e.to_string()),
+                    tx,
+                )
+            }
+        };
+        let on = rx.is_ok();
+        rec.set_enabled(rx, tx);
+        on.then(|| StampsOff(sys::udp_fd(sock)))
+    } else {
+        None
+    };
+    let mut out = match rate {
+        None => udp_closed(sock, msg, framing, cfg, clock, stop, &mut rec),
+        Some(rate) => udp_open(sock, msg, framing, rate, cfg, clock, stop, &mut rec),
+    }?;
+    (out.socket, out.one_way) = rec.finish();
+    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -236,11 +657,19 @@ pub fn udp_ping(
 fn tcp_closed(
     stream: &TcpStream,
     msg: usize,
+    framing: Framing,
     cfg: &PingConfig,
     clock: &Clock,
     stop: &AtomicBool,
+    rec: &mut Recorder,
 ) -> io::Result<LatencyOutcome> {
-    let out = vec![0u8; msg];
+    let mut out = vec![0u8; msg];
+    framing.prepare(&mut out);
+    let one_way = rec.one_way();
+    if one_way {
+        stamps::write_tcp_request(cfg.msg_size, &mut out);
+    }
+    let stamped = rec.reading_rx();
     let mut reply = vec![0u8; msg];
     let mut rtt = RttRecorder::new(cfg.warmup_ns);
     let mut sent = 0;
@@ -251,15 +680,57 @@ fn tcp_closed(
         if t0 >= cfg.until_ns || cfg.counted_out(measured) {
             break;
         }
-        s.write_all(&out).map_err(tcp_write_error)?;
+        if framing == Framing::Sockperf {
+            framing.stamp(sent, &mut out);
+        }
+        // Before the first reply, a failure means nothing answers there: say so, not "a reply
+        // was late" or "reset" (a sockperf server closes on a message over its maximum).
+        let first = framing == Framing::Sockperf && sent == 0;
+        let send_real_ns = stamped.then(realtime_ns);
+        count_call();
+        s.write_all(&out).map_err(tcp_write_error).map_err(|e| {
+            if first {
+                no_first_reply(e)
+            } else {
+                e
+            }
+        })?;
         sent += 1;
         measured += u64::from(t0 >= cfg.warmup_ns);
         let deadline = t0.saturating_add(duration_ns(TCP_REPLY_TIMEOUT));
-        if !tcp_read_reply(stream, &mut reply, clock, stop, deadline)? {
+        let read =
+            tcp_read_reply(stream, &mut reply, clock, stop, deadline, stamped).map_err(|e| {
+                if first {
+                    no_first_reply(e)
+                } else {
+                    e
+                }
+            });
+        let ReadReply::Done(rx_ns) = read? else {
+            rec.lost(sent - 1, t0);
             break;
-        }
+        };
         let t1 = clock.now_ns();
+        if framing == Framing::Sockperf {
+            check_sockperf_tcp_reply(&reply, sent)?;
+        }
         rtt.record(t0, t1.saturating_sub(t0));
+        rec.reply(&ReplyAt {
+            seq: sent - 1,
+            send_ns: t0,
+            receive_ns: t1,
+            late: false,
+            stamps: Stamps {
+                rx_ns,
+                tx_ns: None,
+                send_real_ns,
+                agent: if one_way {
+                    stamps::tcp_reply_stamps(&reply)
+                } else {
+                    None
+                },
+            },
+        });
     }
     Ok(LatencyOutcome {
         rtt,
@@ -267,26 +738,77 @@ fn tcp_closed(
         seq: None,
         late_sends: 0,
         timeouts: 0,
+        socket: None,
+        one_way: None,
+        log: None,
     })
 }
 
-/// Reads exactly `buf.len()` bytes. `Ok(false)` when `stop` was raised first.
+/// A TCP failure before the first reply, as a [`NoReply`] where it says that nothing answered.
+fn no_first_reply(e: io::Error) -> io::Error {
+    match e.kind() {
+        io::ErrorKind::TimedOut => NoReply::TimedOut(TCP_REPLY_TIMEOUT).into_io(),
+        io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => NoReply::Closed.into_io(),
+        _ => e,
+    }
+}
+
+/// A sockperf reply over TCP must answer the message in flight (`seq`, from 1): anything else
+/// means the byte stream is out of step and no later reply can be trusted.
+fn check_sockperf_tcp_reply(reply: &[u8], seq: u64) -> io::Result<()> {
+    let ok = sockperf_reply_seq(reply, reply.len()).is_some_and(|s| s.saturating_add(1) == seq);
+    if ok {
+        return Ok(());
+    }
+    let got = sockperf::Header::decode(reply).ok();
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "the peer's reply to sockperf message {seq} is not one (header {got:?}): is it a \
+             sockperf server?"
+        ),
+    ))
+}
+
+/// How a wait for a whole TCP reply ended.
+enum ReadReply {
+    /// It arrived; with `--timestamps`, the kernel receive time of its last segment.
+    Done(Option<u64>),
+    /// `stop` was raised first.
+    Stopped,
+}
+
+/// Reads exactly `buf.len()` bytes (with the kernel's receive timestamp when `stamped`).
 fn tcp_read_reply(
     stream: &TcpStream,
     buf: &mut [u8],
     clock: &Clock,
     stop: &AtomicBool,
     deadline_ns: u64,
-) -> io::Result<bool> {
+    stamped: bool,
+) -> io::Result<ReadReply> {
     let mut s = stream;
     let mut got = 0;
+    let mut rx_ns = None;
     while got < buf.len() {
-        match s.read(&mut buf[got..]) {
-            Ok(0) => return Err(peer_closed()),
-            Ok(n) => got += n,
+        count_call();
+        let read = if stamped {
+            sys::tcp_recv_stamped(stream, &mut buf[got..])
+        } else {
+            s.read(&mut buf[got..]).map(|n| (n, None))
+        };
+        match read {
+            Ok((0, _)) => return Err(peer_closed()),
+            Ok((n, stamp)) => {
+                got += n;
+                rx_ns = stamp.or(rx_ns);
+            }
             Err(e) if is_retry(&e) => {
                 if stop.load(Ordering::Relaxed) {
-                    return Ok(false);
+                    return Ok(ReadReply::Stopped);
                 }
                 if clock.now_ns() >= deadline_ns {
                     return Err(io::Error::new(
@@ -302,28 +824,51 @@ fn tcp_read_reply(
             Err(e) => return Err(e),
         }
     }
-    Ok(true)
+    Ok(ReadReply::Done(rx_ns))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn tcp_open(
     stream: &TcpStream,
     msg: usize,
+    framing: Framing,
     rate: f64,
     cfg: &PingConfig,
     clock: &Clock,
     stop: &AtomicBool,
+    rec: &mut Recorder,
 ) -> io::Result<LatencyOutcome> {
     let plan = OpenLoop::new(rate, clock.now_ns(), cfg.until_ns);
     let progress = Progress::default();
-    let rtt = thread::scope(|scope| {
+    let send_times = rec.reading_rx().then(SendTimes::new);
+    let one_way = rec.one_way();
+    let (rtt, received) = thread::scope(|scope| {
         let sender = scope.spawn(|| {
-            let out = vec![0u8; msg];
+            let mut out = vec![0u8; msg];
+            framing.prepare(&mut out);
+            if one_way {
+                stamps::write_tcp_request(cfg.msg_size, &mut out);
+            }
             let mut s = stream;
-            paced_sender(&plan, clock, stop, &progress, |_| {
+            paced_sender(&plan, clock, stop, &progress, |i| {
+                if framing == Framing::Sockperf {
+                    framing.stamp(i, &mut out);
+                }
+                if let Some(times) = &send_times {
+                    times.store(i, realtime_ns());
+                }
+                count_call();
                 s.write_all(&out).map_err(tcp_write_error)
             })
         });
-        let received = tcp_open_reader(stream, msg, &plan, clock, stop, &progress, cfg.warmup_ns);
+        let reader = OpenReader {
+            plan: &plan,
+            clock,
+            stop,
+            progress: &progress,
+            send_times: send_times.as_ref(),
+        };
+        let received = tcp_open_reader(stream, msg, &reader, cfg.warmup_ns, rec);
         if received.is_err() {
             progress.abort.store(true, Ordering::Relaxed);
         }
@@ -332,66 +877,161 @@ fn tcp_open(
         // other way round.
         sent.and(received)
     })?;
+    let sent = progress.sent();
+    if rec.wants_lost() {
+        for k in received..sent {
+            rec.lost(k, plan.due(k));
+        }
+    }
     Ok(LatencyOutcome {
         rtt,
-        sent: progress.sent(),
+        sent,
         seq: None,
         late_sends: progress.late.load(Ordering::Relaxed),
         timeouts: 0,
+        socket: None,
+        one_way: None,
+        log: None,
     })
+}
+
+/// What an open-loop reader shares with its sender.
+struct OpenReader<'a> {
+    plan: &'a OpenLoop,
+    clock: &'a Clock,
+    stop: &'a AtomicBool,
+    progress: &'a Progress,
+    /// `--timestamps`: the wall clock at each actual send.
+    send_times: Option<&'a SendTimes>,
 }
 
 /// Reads replies in order: reply `k` answers message `k`. TCP may split or coalesce them, so
 /// complete `msg`-sized units are counted, and every message completed by one `read` gets that
-/// read's timestamp.
+/// read's timestamp. Returns the RTTs and how many replies came.
 fn tcp_open_reader(
     stream: &TcpStream,
     msg: usize,
-    plan: &OpenLoop,
-    clock: &Clock,
-    stop: &AtomicBool,
-    progress: &Progress,
+    r: &OpenReader<'_>,
     warmup_ns: u64,
-) -> io::Result<RttRecorder> {
+    rec: &mut Recorder,
+) -> io::Result<(RttRecorder, u64)> {
+    let (plan, clock, progress) = (r.plan, r.clock, r.progress);
     let mut rtt = RttRecorder::new(warmup_ns);
     let mut buf = vec![0u8; TCP_ECHO_BUF.max(msg)];
     let mut s = stream;
     let mut received = 0u64;
-    // Bytes of the reply currently being assembled.
+    // Bytes of the reply currently being assembled, and (one-way) its first bytes.
     let mut partial = 0usize;
+    let mut head = [0u8; STAMPS_LEN];
+    let one_way = rec.one_way();
+    let stamped = rec.reading_rx();
     let mut sender_done_at = None;
     let drain_ns = duration_ns(TCP_OPEN_LOOP_DRAIN);
     loop {
-        if stop.load(Ordering::Relaxed) || progress.abort.load(Ordering::Relaxed) {
-            return Ok(rtt);
+        if r.stop.load(Ordering::Relaxed) || progress.abort.load(Ordering::Relaxed) {
+            return Ok((rtt, received));
         }
         if let Some(done_at) = progress.done_at(&mut sender_done_at, clock) {
             // TCP cannot lose a reply; a peer that stops echoing is given the drain time.
             if received >= progress.sent() || clock.now_ns() >= done_at.saturating_add(drain_ns) {
-                return Ok(rtt);
+                return Ok((rtt, received));
             }
         }
-        let n = match s.read(&mut buf) {
-            Ok(0) => {
+        count_call();
+        let read = if stamped {
+            sys::tcp_recv_stamped(stream, &mut buf)
+        } else {
+            s.read(&mut buf).map(|n| (n, None))
+        };
+        let (n, rx_ns) = match read {
+            Ok((0, _)) => {
                 if progress.done.load(Ordering::Acquire) && received >= progress.sent() {
-                    return Ok(rtt);
+                    return Ok((rtt, received));
                 }
                 return Err(peer_closed());
             }
-            Ok(n) => n,
+            Ok(got) => got,
             Err(e) if is_retry(&e) => continue,
             Err(e) => return Err(e),
         };
         let t = clock.now_ns();
-        let total = partial + n;
-        partial = total % msg;
         // Only a message already due can have been answered; more is a misbehaving peer.
-        let completed = ((total / msg) as u64).min(plan.due_by(t).saturating_sub(received));
-        for k in received..received + completed {
+        let due_by = plan.due_by(t);
+        let mut reply = |k: u64, agent: Option<(u64, u64)>| {
             let due = plan.due(k);
             rtt.record(due, t.saturating_sub(due));
+            rec.reply(&ReplyAt {
+                seq: k,
+                send_ns: due,
+                receive_ns: t,
+                late: false,
+                stamps: Stamps {
+                    rx_ns,
+                    tx_ns: None,
+                    send_real_ns: r.send_times.and_then(|st| st.load(k)),
+                    agent,
+                },
+            });
+        };
+        if one_way {
+            // Message by message, to pick up each reply's stamps across reads.
+            let mut at = 0;
+            while at < n {
+                let take = (msg - partial).min(n - at);
+                if partial < STAMPS_LEN {
+                    let end = (partial + take).min(STAMPS_LEN);
+                    head[partial..end].copy_from_slice(&buf[at..at + end - partial]);
+                }
+                partial += take;
+                at += take;
+                if partial == msg {
+                    partial = 0;
+                    if received < due_by {
+                        reply(received, stamps::tcp_reply_stamps(&head));
+                        received += 1;
+                    }
+                }
+            }
+        } else {
+            let total = partial + n;
+            partial = total % msg;
+            let completed = ((total / msg) as u64).min(due_by.saturating_sub(received));
+            for k in received..received + completed {
+                reply(k, None);
+            }
+            received += completed;
         }
-        received += completed;
+    }
+}
+
+/// The wall clock at each open-loop send (`--timestamps`), written by the sender and read by
+/// the reader: a ring of slots tagged with their message, so that a slot the sender has
+/// already reused for a later message reads as unknown.
+struct SendTimes {
+    slots: Vec<(AtomicU64, AtomicU64)>,
+}
+
+impl SendTimes {
+    fn new() -> Self {
+        Self {
+            slots: (0..SEND_RING)
+                .map(|_| (AtomicU64::new(u64::MAX), AtomicU64::new(0)))
+                .collect(),
+        }
+    }
+
+    fn store(&self, seq: u64, real_ns: u64) {
+        let (tag, value) = &self.slots[ring_slot(seq)];
+        tag.store(u64::MAX, Ordering::Release);
+        value.store(real_ns, Ordering::Release);
+        tag.store(seq, Ordering::Release);
+    }
+
+    fn load(&self, seq: u64) -> Option<u64> {
+        let (tag, value) = &self.slots[ring_slot(seq)];
+        let before = tag.load(Ordering::Acquire);
+        let v = value.load(Ordering::Acquire);
+        (before == seq && tag.load(Ordering::Acquire) == seq).then_some(v)
     }
 }
 
@@ -404,6 +1044,10 @@ fn tcp_open_reader(
 struct SentAt {
     seq: u64,
     ns: u64,
+    /// `--timestamps`: the wall clock just before the send (0: not read).
+    real_ns: u64,
+    /// Its reply has come (for the full log's lost messages).
+    answered: bool,
 }
 
 /// How a wait for replies ended.
@@ -417,17 +1061,96 @@ enum Wait {
     Stopped,
 }
 
+/// The sequence number a UDP reply answers: sonde's and sockperf's framings, and the one-way
+/// layout (the seq with the stamps' flag bits, in a full-size reply).
+fn udp_reply_seq(
+    framing: Framing,
+    one_way: bool,
+    datagram: &[u8],
+    msg: usize,
+    expected: u64,
+) -> Option<u64> {
+    if one_way {
+        (datagram.len() == msg).then(|| stamps::udp_seq(datagram))
+    } else {
+        framing.reply_seq(datagram, msg, expected)
+    }
+}
+
+/// Receives one datagram, with its kernel receive timestamp when `stamped`.
+fn udp_recv(sock: &UdpSocket, buf: &mut [u8], stamped: bool) -> io::Result<(usize, Option<u64>)> {
+    count_call();
+    if stamped {
+        sys::udp_recv_stamped(sock, buf)
+    } else {
+        sock.recv(buf).map(|n| (n, None))
+    }
+}
+
+/// Transmit timestamps off a UDP socket's error queue, kept by message until their reply.
+struct TxStamps {
+    /// `(seq, ns)` per ring slot; empty when transmit stamps are not read.
+    ring: Vec<(u64, u64)>,
+}
+
+impl TxStamps {
+    fn new(reading: bool) -> Self {
+        Self {
+            ring: if reading {
+                vec![(u64::MAX, 0); SEND_RING]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// The kernel's transmit time of message `seq`, after taking what the error queue holds.
+    /// `newest` is the highest seq sent (keys carry its low 32 bits). A stamp outside
+    /// `[sent, received]` (wall clock, ns) belongs to another message (a send the kernel
+    /// dropped before numbering it would shift the keys) and is not used.
+    fn of(
+        &mut self,
+        sock: &UdpSocket,
+        seq: u64,
+        newest: u64,
+        sent: Option<u64>,
+        received: Option<u64>,
+    ) -> Option<u64> {
+        if self.ring.is_empty() {
+            return None;
+        }
+        while let Ok(Some((key, ns))) = {
+            count_call();
+            sys::udp_read_tx_stamp(sock)
+        } {
+            let s = widen_seq(u64::from(key), 4, newest);
+            self.ring[ring_slot(s)] = (s, ns);
+        }
+        let (tag, ns) = self.ring[ring_slot(seq)];
+        let plausible = sent.map_or(true, |a| ns >= a) && received.map_or(true, |b| ns <= b);
+        (tag == seq && plausible).then_some(ns)
+    }
+}
+
 /// The UDP closed loop's state: everything preallocated before the first send.
 struct ClosedUdp<'a> {
     sock: &'a UdpSocket,
     msg: usize,
+    framing: Framing,
+    one_way: bool,
+    stamped: bool,
     out: Vec<u8>,
     inbuf: Vec<u8>,
     sent_at: Vec<SentAt>,
+    tx: TxStamps,
     /// Messages sent so far; the next seq.
     sent: u64,
     rtt: RttRecorder,
+    /// Every RTT, warm-up included: the reply timeout's median. (From `rtt` alone, every reply
+    /// lost during the warm-up cost the 1 s first-reply timeout.)
+    all: RttRecorder,
     tracker: SeqTracker,
+    rec: &'a mut Recorder,
 }
 
 impl ClosedUdp<'_> {
@@ -445,18 +1168,23 @@ impl ClosedUdp<'_> {
             if want.is_none() && self.tracker.received() >= self.sent {
                 return Ok(Wait::Answered);
             }
-            match self.sock.recv(&mut self.inbuf) {
-                Ok(n) => {
+            match udp_recv(self.sock, &mut self.inbuf, self.stamped) {
+                Ok((n, rx_ns)) => {
                     let t = clock.now_ns();
                     let expected = self.sent.saturating_sub(1);
-                    if let Some(seq) = reply_seq(&self.inbuf[..n], self.msg, expected) {
+                    let datagram = &self.inbuf[..n];
+                    let seq =
+                        udp_reply_seq(self.framing, self.one_way, datagram, self.msg, expected);
+                    let agent = if self.one_way {
+                        stamps::udp_reply_stamps(datagram)
+                    } else {
+                        None
+                    };
+                    if let Some(seq) = seq {
                         // A seq never sent is junk, or a truncated seq widened the wrong way.
                         if seq < self.sent {
                             if self.tracker.on_packet(seq) != Arrival::Duplicate {
-                                let at = self.sent_at[ring_slot(seq)];
-                                if at.seq == seq {
-                                    self.rtt.record(at.ns, t.saturating_sub(at.ns));
-                                }
+                                self.answer(seq, t, rx_ns, agent);
                             }
                             if want == Some(seq) {
                                 return Ok(Wait::Answered);
@@ -479,53 +1207,128 @@ impl ClosedUdp<'_> {
             }
         }
     }
+
+    /// The first reply to message `seq`, received at `t`.
+    fn answer(&mut self, seq: u64, t: u64, rx_ns: Option<u64>, agent: Option<(u64, u64)>) {
+        let slot = ring_slot(seq);
+        let at = self.sent_at[slot];
+        if at.seq != seq {
+            return;
+        }
+        self.sent_at[slot].answered = true;
+        self.rtt.record(at.ns, t.saturating_sub(at.ns));
+        self.all.record(at.ns, t.saturating_sub(at.ns));
+        let send_real_ns = (at.real_ns != 0).then_some(at.real_ns);
+        let newest = self.sent.saturating_sub(1);
+        let tx_ns = self.tx.of(self.sock, seq, newest, send_real_ns, rx_ns);
+        self.rec.reply(&ReplyAt {
+            seq,
+            send_ns: at.ns,
+            receive_ns: t,
+            // Not the message in flight: the loop gave up on it and moved on.
+            late: seq + 1 < self.sent,
+            stamps: Stamps {
+                rx_ns,
+                tx_ns,
+                send_real_ns,
+                agent,
+            },
+        });
+    }
+
+    /// For the full log: message `seq`'s slot is about to be reused, or the run is over; if it
+    /// was never answered, it is lost.
+    fn settle(&mut self, seq: u64) {
+        let at = self.sent_at[ring_slot(seq)];
+        if at.seq == seq && !at.answered {
+            self.rec.lost(seq, at.ns);
+        }
+    }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn udp_closed(
     sock: &UdpSocket,
     msg: usize,
+    framing: Framing,
     cfg: &PingConfig,
     clock: &Clock,
     stop: &AtomicBool,
+    rec: &mut Recorder,
 ) -> io::Result<LatencyOutcome> {
+    let stamped = rec.reading_rx();
     let mut st = ClosedUdp {
         sock,
         msg,
+        framing,
+        one_way: rec.one_way(),
+        stamped,
         out: vec![0u8; msg],
         inbuf: vec![0u8; UDP_RECV_BUF],
         sent_at: vec![
             SentAt {
                 seq: u64::MAX,
-                ns: 0
+                ns: 0,
+                real_ns: 0,
+                answered: false,
             };
             SEND_RING
         ],
+        tx: TxStamps::new(rec.reading_tx()),
         sent: 0,
         rtt: RttRecorder::new(cfg.warmup_ns),
+        all: RttRecorder::new(0),
         tracker: SeqTracker::new(),
+        rec,
     };
+    framing.prepare(&mut st.out);
+    let log_lost = st.rec.wants_lost();
     let mut timeouts = 0;
-    let mut reply_timeout_ns = udp_reply_timeout_ns(&st.rtt);
+    let mut reply_timeout_ns = udp_reply_timeout_ns(&st.all);
     let mut stopped = false;
     let mut measured = 0;
+    let mut first_send_ns = None;
     while !stop.load(Ordering::Relaxed) {
         let seq = st.sent;
         if seq % TIMEOUT_REFRESH == 0 || seq.is_power_of_two() {
-            reply_timeout_ns = udp_reply_timeout_ns(&st.rtt);
+            reply_timeout_ns = udp_reply_timeout_ns(&st.all);
             sock.set_read_timeout(Some(udp_poll_for(reply_timeout_ns)))?;
         }
-        write_latency_seq(seq, &mut st.out);
+        if st.one_way {
+            stamps::write_udp_request(seq, &mut st.out);
+        } else {
+            framing.stamp(seq, &mut st.out);
+        }
         let t0 = clock.now_ns();
         if t0 >= cfg.until_ns || cfg.counted_out(measured) {
             break;
         }
+        if log_lost && seq >= SEND_RING as u64 {
+            st.settle(seq - SEND_RING as u64);
+        }
+        let real_ns = if stamped { realtime_ns() } else { 0 };
+        count_call();
         send_transient_ok(sock, &st.out).map_err(udp_error)?;
-        st.sent_at[ring_slot(seq)] = SentAt { seq, ns: t0 };
+        st.sent_at[ring_slot(seq)] = SentAt {
+            seq,
+            ns: t0,
+            real_ns,
+            answered: false,
+        };
         st.sent += 1;
+        let first = *first_send_ns.get_or_insert(t0);
         measured += u64::from(t0 >= cfg.warmup_ns);
         match st.collect(clock, stop, t0.saturating_add(reply_timeout_ns), Some(seq))? {
             Wait::Answered => {}
-            Wait::TimedOut => timeouts += 1,
+            Wait::TimedOut => {
+                timeouts += 1;
+                if framing == Framing::Sockperf
+                    && st.tracker.received() == 0
+                    && clock.now_ns().saturating_sub(first) >= duration_ns(SOCKPERF_NO_REPLY)
+                {
+                    return Err(NoReply::TimedOut(SOCKPERF_NO_REPLY).into_io());
+                }
+            }
             Wait::Stopped => {
                 stopped = true;
                 break;
@@ -536,34 +1339,63 @@ fn udp_closed(
         let deadline = clock.now_ns().saturating_add(reply_timeout_ns);
         st.collect(clock, stop, deadline, None)?;
     }
+    if log_lost {
+        for seq in st.sent.saturating_sub(SEND_RING as u64)..st.sent {
+            st.settle(seq);
+        }
+    }
     Ok(LatencyOutcome {
         rtt: st.rtt,
         sent: st.sent,
         seq: Some(st.tracker),
         late_sends: 0,
         timeouts,
+        socket: None,
+        one_way: None,
+        log: None,
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn udp_open(
     sock: &UdpSocket,
     msg: usize,
+    framing: Framing,
     rate: f64,
     cfg: &PingConfig,
     clock: &Clock,
     stop: &AtomicBool,
+    rec: &mut Recorder,
 ) -> io::Result<LatencyOutcome> {
     let plan = OpenLoop::new(rate, clock.now_ns(), cfg.until_ns);
     let progress = Progress::default();
+    let send_times = rec.reading_rx().then(SendTimes::new);
+    let one_way = rec.one_way();
     let (rtt, tracker) = thread::scope(|scope| {
         let sender = scope.spawn(|| {
             let mut out = vec![0u8; msg];
+            framing.prepare(&mut out);
             paced_sender(&plan, clock, stop, &progress, |seq| {
-                write_latency_seq(seq, &mut out);
+                if one_way {
+                    stamps::write_udp_request(seq, &mut out);
+                } else {
+                    framing.stamp(seq, &mut out);
+                }
+                if let Some(times) = &send_times {
+                    times.store(seq, realtime_ns());
+                }
+                count_call();
                 send_transient_ok(sock, &out).map_err(udp_error)
             })
         });
-        let received = udp_open_reader(sock, msg, &plan, clock, stop, &progress, cfg.warmup_ns);
+        let reader = OpenReader {
+            plan: &plan,
+            clock,
+            stop,
+            progress: &progress,
+            send_times: send_times.as_ref(),
+        };
+        let received = udp_open_reader(sock, msg, framing, &reader, cfg.warmup_ns, rec);
         if received.is_err() {
             progress.abort.store(true, Ordering::Relaxed);
         }
@@ -575,7 +1407,52 @@ fn udp_open(
         seq: Some(tracker),
         late_sends: progress.late.load(Ordering::Relaxed),
         timeouts: 0,
+        socket: None,
+        one_way: None,
+        log: None,
     })
+}
+
+/// For the full log, in an open loop: which messages have been answered, by ring slot, and
+/// how far the loop has settled (every message below `swept` is answered or logged lost).
+struct Answered {
+    got: Vec<u64>,
+    swept: u64,
+}
+
+impl Answered {
+    fn new(logging: bool) -> Self {
+        Self {
+            got: if logging {
+                vec![u64::MAX; SEND_RING]
+            } else {
+                Vec::new()
+            },
+            swept: 0,
+        }
+    }
+
+    fn mark(&mut self, seq: u64) {
+        if let Some(slot) = self.got.get_mut(ring_slot(seq)) {
+            *slot = seq;
+        }
+    }
+
+    /// Logs as lost every message below `upto` not answered yet whose slot is needed
+    /// (`final`: every one below `upto`).
+    fn sweep(&mut self, upto: u64, last: bool, plan: &OpenLoop, rec: &mut Recorder) {
+        if self.got.is_empty() {
+            return;
+        }
+        let keep = if last { 0 } else { SEND_RING as u64 };
+        while self.swept.saturating_add(keep) < upto {
+            let s = self.swept;
+            if self.got[ring_slot(s)] != s {
+                rec.lost(s, plan.due(s));
+            }
+            self.swept += 1;
+        }
+    }
 }
 
 /// Receives replies until every message sent is answered after the sender ended, the drain
@@ -583,19 +1460,24 @@ fn udp_open(
 fn udp_open_reader(
     sock: &UdpSocket,
     msg: usize,
-    plan: &OpenLoop,
-    clock: &Clock,
-    stop: &AtomicBool,
-    progress: &Progress,
+    framing: Framing,
+    r: &OpenReader<'_>,
     warmup_ns: u64,
+    rec: &mut Recorder,
 ) -> io::Result<(RttRecorder, SeqTracker)> {
+    let (plan, clock, progress) = (r.plan, r.clock, r.progress);
     let mut rtt = RttRecorder::new(warmup_ns);
     let mut tracker = SeqTracker::new();
     let mut buf = vec![0u8; UDP_RECV_BUF];
+    let one_way = rec.one_way();
+    let stamped = rec.reading_rx();
+    let mut tx = TxStamps::new(rec.reading_tx());
+    let mut answered = Answered::new(rec.wants_lost());
     let mut sender_done_at = None;
     let mut drain_ns = 0;
     loop {
-        if stop.load(Ordering::Relaxed) || progress.abort.load(Ordering::Relaxed) {
+        if r.stop.load(Ordering::Relaxed) || progress.abort.load(Ordering::Relaxed) {
+            answered.sweep(progress.sent(), true, plan, rec);
             return Ok((rtt, tracker));
         }
         if let Some(done_at) = progress.done_at(&mut sender_done_at, clock) {
@@ -605,26 +1487,60 @@ fn udp_open_reader(
             if tracker.received() >= progress.sent()
                 || clock.now_ns() >= done_at.saturating_add(drain_ns)
             {
+                answered.sweep(progress.sent(), true, plan, rec);
                 return Ok((rtt, tracker));
             }
         }
-        let n = match sock.recv(&mut buf) {
-            Ok(n) => n,
-            Err(e) if is_retry(&e) => continue,
+        let (n, rx_ns) = match udp_recv(sock, &mut buf, stamped) {
+            Ok(got) => got,
+            Err(e) if is_retry(&e) => {
+                if framing == Framing::Sockperf
+                    && tracker.received() == 0
+                    && progress.sent() > 0
+                    && clock.now_ns().saturating_sub(plan.start_ns)
+                        >= duration_ns(SOCKPERF_NO_REPLY)
+                {
+                    return Err(NoReply::TimedOut(SOCKPERF_NO_REPLY).into_io());
+                }
+                continue;
+            }
             Err(e) => return Err(udp_error(e)),
         };
         let t = clock.now_ns();
         let expected = tracker.highest().map_or(0, |h| h.saturating_add(1));
-        let Some(seq) = reply_seq(&buf[..n], msg, expected) else {
+        let datagram = &buf[..n];
+        let Some(seq) = udp_reply_seq(framing, one_way, datagram, msg, expected) else {
             continue;
         };
         // Only a message already due can have been sent (and answered).
-        if seq >= plan.due_by(t) {
+        let due_by = plan.due_by(t);
+        if seq >= due_by {
             continue;
         }
         if tracker.on_packet(seq) != Arrival::Duplicate {
+            let agent = if one_way {
+                stamps::udp_reply_stamps(datagram)
+            } else {
+                None
+            };
             let due = plan.due(seq);
             rtt.record(due, t.saturating_sub(due));
+            answered.mark(seq);
+            let send_real_ns = r.send_times.and_then(|st| st.load(seq));
+            let tx_ns = tx.of(sock, seq, due_by - 1, send_real_ns, rx_ns);
+            rec.reply(&ReplyAt {
+                seq,
+                send_ns: due,
+                receive_ns: t,
+                late: false,
+                stamps: Stamps {
+                    rx_ns,
+                    tx_ns,
+                    send_real_ns,
+                    agent,
+                },
+            });
+            answered.sweep(progress.sent(), false, plan, rec);
         }
     }
 }
@@ -807,13 +1723,13 @@ fn join<T>(handle: thread::ScopedJoinHandle<'_, T>) -> T {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-fn check_size(msg_size: u32, max: u32, proto: &str) -> io::Result<usize> {
-    if (1..=max).contains(&msg_size) {
+fn check_size(msg_size: u32, (min, max): (u32, u32), proto: &str) -> io::Result<usize> {
+    if (min..=max).contains(&msg_size) {
         Ok(msg_size as usize)
     } else {
         Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("{proto} latency message size must be 1 to {max} bytes, not {msg_size}"),
+            format!("{proto} latency message size must be {min} to {max} bytes, not {msg_size}"),
         ))
     }
 }
@@ -1169,6 +2085,19 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_lost_in_the_warm_up_costs_a_short_timeout_not_a_second() {
+        // Every 10th request unanswered, all within the warm-up: the reply timeout comes from
+        // the warm-up's own RTTs (10 x median, at least 1 ms), not the 1 s first-reply one.
+        let (out, took) = udp_run(
+            &cfg(64, 400, 400, None),
+            scripted_echo(|i| u32::from(i % 10 != 9)),
+        );
+        assert!(out.timeouts >= 3, "{out:?}");
+        assert!(out.sent > 100, "{out:?}");
+        assert!(took < Duration::from_millis(400 + 1000), "{took:?}");
+    }
+
+    #[test]
     fn udp_duplicates_are_counted_not_recorded_twice() {
         let (out, _) = udp_run(
             &cfg(64, 150, 0, None),
@@ -1276,6 +2205,243 @@ mod tests {
         assert!(progress.done.load(Ordering::Relaxed));
     }
 
+    /// A sockperf server's UDP side, as PROTOCOLS.md 2.4 has it: count client messages, answer
+    /// PONG requests with the client bit cleared. Returns the seqs and flags it saw.
+    fn sockperf_udp_server(
+        sock: &UdpSocket,
+        stop: &AtomicBool,
+        reflect: bool,
+    ) -> Vec<(u64, u16, u32)> {
+        sock.set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        let mut seen = Vec::new();
+        let mut buf = vec![0u8; 65_536];
+        for _ in 0..10_000_000 {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let Ok(n) = sock.recv(&mut buf) else { continue };
+            let sockperf::Parsed::Message(h) = sockperf::parse(&buf[..n], 65_507) else {
+                panic!("not a sockperf message: {:02x?}", &buf[..n.min(14)]);
+            };
+            seen.push((h.seq, h.flags.0, h.length));
+            if h.wants_reply() {
+                if !reflect {
+                    sockperf::make_reply(&mut buf[..n]);
+                }
+                sock.send(&buf[..n]).unwrap();
+            }
+        }
+        seen
+    }
+
+    fn sockperf_udp_run(
+        cfg: &PingConfig,
+        reflect: bool,
+    ) -> (io::Result<LatencyOutcome>, Vec<(u64, u16, u32)>) {
+        let (client, server) = udp_pair();
+        let stop = AtomicBool::new(false);
+        let clock = Clock::start();
+        thread::scope(|s| {
+            let peer = s.spawn(|| sockperf_udp_server(&server, &stop, reflect));
+            let out = udp_ping_framed(
+                &client,
+                cfg,
+                Framing::Sockperf,
+                &clock,
+                &AtomicBool::new(false),
+            );
+            stop.store(true, Ordering::Relaxed);
+            (out, peer.join().unwrap())
+        })
+    }
+
+    #[test]
+    fn sockperf_udp_messages_carry_the_header_sockperf_sends() {
+        for size in [14, 64, 1400] {
+            for rate in [None, Some(2000.0)] {
+                let (out, seen) = sockperf_udp_run(&cfg(size, 200, 20, rate), false);
+                let out = out.unwrap();
+                assert_sane(&out);
+                let seq = out.seq.as_ref().unwrap();
+                assert_eq!(seq.received(), out.sent, "{out:?}");
+                assert_eq!(seq.lost(out.sent), 0);
+                assert_eq!(out.sent, out.rtt.samples() + out.rtt.warmup_excluded());
+                // seq 1, 2, 3...; flags CLIENT | PONG_REQUEST; length = the message size.
+                assert_eq!(seen.len() as u64, out.sent);
+                for (i, &(s, flags, length)) in seen.iter().enumerate() {
+                    assert_eq!((s, flags, length), (i as u64 + 1, 0x0003, size));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sockperf_udp_ignores_requests_reflected_back() {
+        // A peer that sends our requests back unchanged (client bit still set) is no server.
+        let (out, seen) = sockperf_udp_run(&cfg(64, 300, 0, None), true);
+        let out = out.unwrap();
+        assert!(!seen.is_empty());
+        assert_eq!(out.seq.as_ref().unwrap().received(), 0, "{out:?}");
+        assert_eq!(out.rtt.samples(), 0);
+    }
+
+    #[test]
+    fn sockperf_udp_gives_up_when_nothing_answers() {
+        let (client, _silent) = udp_pair();
+        let started = Instant::now();
+        let err = udp_ping_framed(
+            &client,
+            &cfg(64, 60_000, 0, None),
+            Framing::Sockperf,
+            &Clock::start(),
+            &AtomicBool::new(false),
+        )
+        .unwrap_err();
+        assert_eq!(
+            NoReply::of(&err),
+            Some(NoReply::TimedOut(SOCKPERF_NO_REPLY)),
+            "{err:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    /// A sockperf server's TCP side: reassemble messages, answer PONG requests. `corrupt` bumps
+    /// the seq of the reply to the k-th message.
+    fn sockperf_tcp_server(server: &TcpStream, corrupt: Option<usize>) -> u64 {
+        server
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut s = server;
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let mut handled = 0;
+        loop {
+            let n = match s.read(&mut chunk) {
+                Ok(0) | Err(_) => return handled,
+                Ok(n) => n,
+            };
+            buf.extend_from_slice(&chunk[..n]);
+            while let sockperf::Parsed::Message(h) = sockperf::parse(&buf, sockperf::MAX_TCP_MSG) {
+                let len = h.length as usize;
+                let mut msg: Vec<u8> = buf.drain(..len).collect();
+                handled += 1;
+                if corrupt == Some(handled as usize) {
+                    sockperf::set_seq(h.seq + 1, &mut msg).unwrap();
+                }
+                sockperf::make_reply(&mut msg);
+                if s.write_all(&msg).is_err() {
+                    return handled;
+                }
+            }
+        }
+    }
+
+    fn sockperf_tcp_run(
+        cfg: &PingConfig,
+        corrupt: Option<usize>,
+    ) -> (io::Result<LatencyOutcome>, u64) {
+        let (client, server) = tcp_pair();
+        let clock = Clock::start();
+        thread::scope(|s| {
+            let peer = s.spawn(|| sockperf_tcp_server(&server, corrupt));
+            let out = tcp_ping_framed(
+                &client,
+                cfg,
+                Framing::Sockperf,
+                &clock,
+                &AtomicBool::new(false),
+            );
+            client.shutdown(std::net::Shutdown::Both).unwrap();
+            (out, peer.join().unwrap())
+        })
+    }
+
+    #[test]
+    fn sockperf_tcp_closed_and_open_loops_measure_every_message() {
+        for size in [14, 100, 65_507, 100_000] {
+            for rate in [None, Some(1000.0)] {
+                let (out, handled) = sockperf_tcp_run(&cfg(size, 200, 20, rate), None);
+                let out = out.unwrap();
+                assert_sane(&out);
+                assert_eq!(handled, out.sent, "{size}");
+                assert_eq!(out.sent, out.rtt.samples() + out.rtt.warmup_excluded());
+            }
+        }
+    }
+
+    #[test]
+    fn sockperf_tcp_reply_out_of_step_is_an_error() {
+        let (out, _) = sockperf_tcp_run(&cfg(64, 2000, 0, None), Some(3));
+        let err = out.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        assert!(err.to_string().contains("sockperf message 3"), "{err}");
+    }
+
+    #[test]
+    fn sockperf_tcp_peer_closing_before_any_reply_is_no_reply() {
+        let (client, server) = tcp_pair();
+        drop(server);
+        let err = tcp_ping_framed(
+            &client,
+            &cfg(64, 1000, 0, None),
+            Framing::Sockperf,
+            &Clock::start(),
+            &AtomicBool::new(false),
+        )
+        .unwrap_err();
+        // Whether the write or the read sees the close first, and as EOF or a reset.
+        assert_eq!(NoReply::of(&err), Some(NoReply::Closed), "{err:?}");
+    }
+
+    #[test]
+    fn sockperf_sizes_start_at_the_header() {
+        let (client, _server) = tcp_pair();
+        let (udp, _peer) = udp_pair();
+        let clock = Clock::start();
+        let stop = AtomicBool::new(false);
+        for size in [13, 1_048_576] {
+            let err = tcp_ping_framed(
+                &client,
+                &cfg(size, 100, 0, None),
+                Framing::Sockperf,
+                &clock,
+                &stop,
+            )
+            .unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{size}");
+        }
+        for size in [13, 65_508] {
+            let err = udp_ping_framed(
+                &udp,
+                &cfg(size, 100, 0, None),
+                Framing::Sockperf,
+                &clock,
+                &stop,
+            )
+            .unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{size}");
+        }
+    }
+
+    #[test]
+    fn sockperf_reply_seq_accepts_replies_only() {
+        let mut msg = vec![0u8; 20];
+        sockperf::write_request(5, Flags::CLIENT | Flags::PONG_REQUEST, &mut msg).unwrap();
+        // The request itself (client bit set) is not a reply.
+        assert_eq!(sockperf_reply_seq(&msg, 20), None);
+        sockperf::make_reply(&mut msg);
+        assert_eq!(sockperf_reply_seq(&msg, 20), Some(4));
+        assert_eq!(sockperf_reply_seq(&msg[..19], 19), None);
+        assert_eq!(sockperf_reply_seq(&msg, 21), None);
+        // A warm-up reply, and seq 0 (never sent), are not either.
+        let mut warm = msg.clone();
+        warm[9] |= 0x04;
+        assert_eq!(sockperf_reply_seq(&warm, 20), None);
+        sockperf::set_seq(0, &mut msg).unwrap();
+        assert_eq!(sockperf_reply_seq(&msg, 20), None);
+    }
+
     #[test]
     fn reply_seq_skips_acks_and_wrong_sizes() {
         let ack = UdpJoin {
@@ -1290,5 +2456,472 @@ mod tests {
         assert_eq!(reply_seq(&msg, 16, 0), Some((1 << 62) - 1));
         assert_eq!(reply_seq(&msg[..8], 16, 0), None);
         assert_eq!(reply_seq(&[0x05], 1, 0x1_00), Some(0x1_05));
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The inner view: full log, kernel timestamps, one-way stamps
+
+    /// A byte sink the sample log can own while the test reads it.
+    #[derive(Clone, Default)]
+    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// One line of the full log.
+    #[derive(Debug)]
+    struct Line {
+        seq: u64,
+        send_ns: u64,
+        rtt_ns: Option<u64>,
+        socket_rtt_ns: Option<u64>,
+        send_to_socket_rx_ns: Option<u64>,
+        warmup: bool,
+        outcome: String,
+    }
+
+    fn lines(sink: &Sink) -> Vec<Line> {
+        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        let mut it = text.lines();
+        assert_eq!(it.next(), Some(crate::samplelog::HEADER.trim_end()));
+        it.map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            let num = |s: &str| (!s.is_empty()).then(|| s.parse::<u64>().unwrap());
+            Line {
+                seq: f[0].parse().unwrap(),
+                send_ns: f[1].parse().unwrap(),
+                rtt_ns: num(f[3]),
+                socket_rtt_ns: num(f[4]),
+                send_to_socket_rx_ns: num(f[5]),
+                warmup: f[6].parse().unwrap(),
+                outcome: f[7].to_owned(),
+            }
+        })
+        .collect()
+    }
+
+    /// A log into a sink, and the view that feeds it.
+    fn logged(timestamps: bool) -> (crate::samplelog::SampleLog, Sink, InnerView) {
+        let sink = Sink::default();
+        let log = crate::samplelog::SampleLog::with_writer(sink.clone(), 1 << 20).unwrap();
+        let view = InnerView {
+            log: Some(log.sender()),
+            timestamps,
+            one_way: None,
+        };
+        (log, sink, view)
+    }
+
+    /// Checks a log against its run: one line per message, in the statistics as the
+    /// outcome says, the warm-up flagged, and every kernel figure within the app's RTT.
+    fn check_log(out: &LatencyOutcome, log: crate::samplelog::SampleLog, sink: &Sink) -> Vec<Line> {
+        let summary = log.finish();
+        assert!(summary.error.is_none());
+        assert_eq!(summary.dropped, 0);
+        let mut lines = lines(sink);
+        assert_eq!(summary.written, lines.len() as u64);
+        lines.sort_by_key(|l| l.seq);
+        let seqs: Vec<u64> = lines.iter().map(|l| l.seq).collect();
+        assert_eq!(
+            seqs,
+            (0..out.sent).collect::<Vec<_>>(),
+            "one line per message sent"
+        );
+        let answered = lines.iter().filter(|l| l.outcome != "lost");
+        let measured = answered.clone().filter(|l| !l.warmup).count() as u64;
+        assert_eq!(measured, out.rtt.samples());
+        assert_eq!(
+            answered.filter(|l| l.warmup).count() as u64,
+            out.rtt.warmup_excluded()
+        );
+        for l in &lines {
+            assert_eq!(l.warmup, l.send_ns < 20 * MS, "{l:?}");
+            let rtt = l.rtt_ns.unwrap_or(u64::MAX);
+            for k in [l.socket_rtt_ns, l.send_to_socket_rx_ns]
+                .into_iter()
+                .flatten()
+            {
+                assert!(k <= rtt, "a kernel figure above the app's RTT: {l:?}");
+            }
+            if l.outcome == "lost" {
+                assert_eq!((l.rtt_ns, l.socket_rtt_ns), (None, None), "{l:?}");
+            }
+        }
+        lines
+    }
+
+    fn udp_with(
+        cfg: &PingConfig,
+        view: InnerView,
+        echo: impl FnOnce(&UdpSocket, &AtomicBool) + Send,
+    ) -> LatencyOutcome {
+        let (client, server) = udp_pair();
+        let stop = AtomicBool::new(false);
+        let clock = Clock::start();
+        thread::scope(|s| {
+            let peer = s.spawn(|| echo(&server, &stop));
+            let out = udp_ping_with(
+                &client,
+                cfg,
+                Framing::Sonde,
+                view,
+                &clock,
+                &AtomicBool::new(false),
+            );
+            stop.store(true, Ordering::Relaxed);
+            peer.join().unwrap();
+            out.unwrap()
+        })
+    }
+
+    fn tcp_with(cfg: &PingConfig, view: InnerView) -> LatencyOutcome {
+        let (client, server) = tcp_pair();
+        let stop = AtomicBool::new(false);
+        let counters = Counters::default();
+        let clock = Clock::start();
+        thread::scope(|s| {
+            let echo = s.spawn(|| tcp_echo(&server, &stop, &counters));
+            let out = tcp_ping_with(
+                &client,
+                cfg,
+                Framing::Sonde,
+                view,
+                &clock,
+                &AtomicBool::new(false),
+            );
+            client.shutdown(std::net::Shutdown::Both).unwrap();
+            echo.join().unwrap().unwrap();
+            out.unwrap()
+        })
+    }
+
+    #[test]
+    fn the_full_log_lists_every_udp_message_lost_and_late_ones_marked() {
+        for rate in [None, Some(2_000.0)] {
+            let (log, sink, view) = logged(false);
+            // Every 10th request goes unanswered; every 25th is answered 30 ms late (after
+            // the closed loop's reply timeout).
+            let echo = |sock: &UdpSocket, stop: &AtomicBool| {
+                sock.set_read_timeout(Some(Duration::from_millis(5)))
+                    .unwrap();
+                let mut buf = [0u8; 2048];
+                let mut held: Option<(Vec<u8>, Instant)> = None;
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) && i < 10_000_000 {
+                    if let Some((m, at)) = &held {
+                        if at.elapsed() > Duration::from_millis(30) {
+                            sock.send(m).unwrap();
+                            held = None;
+                        }
+                    }
+                    let Ok(n) = sock.recv(&mut buf) else { continue };
+                    match i % 50 {
+                        9 | 19 | 29 | 39 | 49 => {}
+                        24 if held.is_none() => held = Some((buf[..n].to_vec(), Instant::now())),
+                        _ => {
+                            sock.send(&buf[..n]).unwrap();
+                        }
+                    }
+                    i += 1;
+                }
+            };
+            let out = udp_with(&cfg(64, 400, 20, rate), view, echo);
+            let lines = check_log(&out, log, &sink);
+            let lost = lines.iter().filter(|l| l.outcome == "lost").count() as u64;
+            assert_eq!(lost, out.seq.as_ref().unwrap().lost(out.sent), "{rate:?}");
+            assert!(lost >= out.sent / 11, "{lost} of {}", out.sent);
+            let late = lines.iter().filter(|l| l.outcome == "late").count();
+            if rate.is_none() {
+                assert!(late > 0, "held replies come after the reply timeout");
+            } else {
+                assert_eq!(late, 0, "an open loop waits for no reply");
+            }
+        }
+    }
+
+    #[test]
+    fn the_full_log_lists_every_tcp_message() {
+        for rate in [None, Some(2_000.0)] {
+            let (log, sink, view) = logged(false);
+            let out = tcp_with(&cfg(64, 300, 20, rate), view);
+            assert!(out.log.is_none() && out.socket.is_none() && out.one_way.is_none());
+            let lines = check_log(&out, log, &sink);
+            assert!(lines.iter().all(|l| l.outcome == "received"), "{rate:?}");
+        }
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn udp_kernel_timestamps_bracket_the_socket_rtt() {
+        for rate in [None, Some(3_000.0)] {
+            let (log, sink, view) = logged(true);
+            let counters = Counters::default();
+            let out = udp_with(&cfg(200, 300, 20, rate), view, real_echo(&counters));
+            let lines = check_log(&out, log, &sink);
+            let s = out.socket.as_ref().expect("asked for");
+            assert_eq!((s.rx.is_ok(), s.tx.is_ok()), (true, true), "{s:?}");
+            // Loopback stamps every datagram both ways.
+            assert_eq!(s.rx_stamped, out.rtt.samples(), "{rate:?}");
+            assert_eq!(s.tx_stamped, out.rtt.samples(), "{rate:?}");
+            assert_eq!(s.inconsistent, 0);
+            assert_eq!(s.socket_rtt.samples(), out.rtt.samples());
+            // The kernel turns receive stamping on a moment after the first socket asks: the
+            // warm-up may go without.
+            for l in lines.iter().filter(|l| l.outcome != "lost" && !l.warmup) {
+                assert!(
+                    l.socket_rtt_ns.is_some() && l.send_to_socket_rx_ns.is_some(),
+                    "{rate:?}: {l:?}"
+                );
+            }
+            // The sockets see less than the application; never more.
+            let app = out.rtt.summary();
+            let sock = s.socket_rtt.summary();
+            assert!(
+                sock.min_ns <= app.min_ns && sock.max_ns <= app.max_ns,
+                "{sock:?} {app:?}"
+            );
+            assert_eq!(s.host.samples(), out.rtt.samples());
+        }
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn tcp_reads_receive_stamps_and_say_transmit_ones_are_not_read() {
+        for rate in [None, Some(2_000.0)] {
+            let (log, sink, view) = logged(true);
+            let out = tcp_with(&cfg(64, 300, 20, rate), view);
+            let lines = check_log(&out, log, &sink);
+            let s = out.socket.as_ref().unwrap();
+            assert!(s.rx.is_ok(), "{s:?}");
+            assert!(s.tx.as_ref().unwrap_err().contains("UDP only"));
+            assert_eq!((s.rx_stamped, s.tx_stamped), (out.rtt.samples(), 0));
+            assert_eq!(
+                s.socket_rtt.samples(),
+                0,
+                "no transmit stamps: no socket RTT"
+            );
+            assert_eq!(s.send_to_rx.samples(), out.rtt.samples());
+            assert!(lines.iter().all(|l| l.socket_rtt_ns.is_none()));
+            assert!(lines
+                .iter()
+                .filter(|l| !l.warmup)
+                .all(|l| l.send_to_socket_rx_ns.is_some()));
+        }
+    }
+
+    /// A one-way view whose model says what the host clock says: the echo runs in this
+    /// process, so the offset is 0.
+    fn one_way_view(
+        clock: &Clock,
+    ) -> (
+        InnerView,
+        std::sync::mpsc::Receiver<sonde_engine::offset::Exchange>,
+    ) {
+        let (model_tx, models) = std::sync::mpsc::sync_channel(4);
+        let (probes, probe_rx) = std::sync::mpsc::sync_channel(64);
+        model_tx
+            .send(sonde_engine::oneway::LinearOffset {
+                at_ns: 0,
+                offset_ns: 0,
+                drift: 0.0,
+            })
+            .unwrap();
+        let view = InnerView {
+            log: None,
+            timestamps: false,
+            one_way: Some(OneWayLink {
+                models,
+                probes,
+                host_minus_test_ns: host_clock_ns() - clock.now_ns(),
+            }),
+        };
+        (view, probe_rx)
+    }
+
+    /// Forward + return + the agent's hold is the RTT (to the histograms' precision), and on
+    /// one host both directions are positive and below the RTT.
+    fn check_one_way(out: &LatencyOutcome) {
+        let ow = out.one_way.as_ref().expect("asked for");
+        assert_eq!(ow.unstamped, 0);
+        assert_eq!(ow.recorder.samples(), out.rtt.samples());
+        let (f, b) = (
+            ow.recorder.forward().summary(),
+            ow.recorder.backward().summary(),
+        );
+        let hold = ow.recorder.hold().summary();
+        let rtt = out.rtt.summary();
+        let sum = f.mean_ns + b.mean_ns + hold.mean_ns;
+        assert!(
+            (sum - rtt.mean_ns).abs() <= rtt.mean_ns * 0.003 + 10.0,
+            "{sum} vs {}",
+            rtt.mean_ns
+        );
+        // The conversion is exact here (offset 0, one clock): a one-way delay is never
+        // negative, and never above the whole round trip (3 significant digits aside).
+        assert!(f.min_ns >= 0 && b.min_ns >= 0, "{f:?} {b:?}");
+        assert!(
+            f.max_ns as f64 <= rtt.max_ns as f64 * 1.001
+                && b.max_ns as f64 <= rtt.max_ns as f64 * 1.001
+        );
+    }
+
+    #[test]
+    fn udp_echo_stamps_one_way_requests() {
+        for rate in [None, Some(2_000.0)] {
+            let clock = Clock::start();
+            let (view, probes) = one_way_view(&clock);
+            let counters = Counters::default();
+            let (client, server) = udp_pair();
+            let stop = AtomicBool::new(false);
+            let out = thread::scope(|s| {
+                let peer = s.spawn(|| udp_echo(&server, &stop, &counters));
+                let out = udp_ping_with(
+                    &client,
+                    &cfg(64, 300, 20, rate),
+                    Framing::Sonde,
+                    view,
+                    &clock,
+                    &AtomicBool::new(false),
+                );
+                stop.store(true, Ordering::Relaxed);
+                peer.join().unwrap().unwrap();
+                out.unwrap()
+            });
+            check_one_way(&out);
+            assert_eq!(out.seq.as_ref().unwrap().lost(out.sent), 0);
+            // The best probe exchange of the run went to the clock sync.
+            let offered: Vec<_> = probes.try_iter().collect();
+            assert!(!offered.is_empty());
+            assert_eq!(
+                out.one_way.as_ref().unwrap().probes_offered,
+                offered.len() as u64
+            );
+        }
+    }
+
+    #[test]
+    fn tcp_echo_stamps_one_way_requests_message_by_message() {
+        // Sizes around the echo's read buffer, so replies straddle reads.
+        for (size, rate) in [
+            (24, None),
+            (100, Some(3_000.0)),
+            (40_000, None),
+            (65_536, Some(500.0)),
+        ] {
+            let clock = Clock::start();
+            let (view, _probes) = one_way_view(&clock);
+            let (client, server) = tcp_pair();
+            let stop = AtomicBool::new(false);
+            let counters = Counters::default();
+            let out = thread::scope(|s| {
+                let echo = s.spawn(|| tcp_echo(&server, &stop, &counters));
+                let out = tcp_ping_with(
+                    &client,
+                    &cfg(size, 300, 20, rate),
+                    Framing::Sonde,
+                    view,
+                    &clock,
+                    &AtomicBool::new(false),
+                );
+                client.shutdown(std::net::Shutdown::Both).unwrap();
+                echo.join().unwrap().unwrap();
+                out.unwrap()
+            });
+            assert_sane(&out);
+            check_one_way(&out);
+            assert_eq!(
+                counters.load(),
+                (out.sent * u64::from(size), out.sent),
+                "{size}"
+            );
+        }
+    }
+
+    #[test]
+    fn tcp_echo_still_echoes_bytes_that_only_start_like_a_request() {
+        let (client, server) = tcp_pair();
+        let stop = AtomicBool::new(false);
+        let counters = Counters::default();
+        thread::scope(|s| {
+            let echo = s.spawn(|| tcp_echo(&server, &stop, &counters));
+            let mut c = &client;
+            c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            // "S" alone waits for 8 bytes; "SNDX..." is not a request: echoed as it came.
+            c.write_all(b"S").unwrap();
+            c.write_all(b"NDX1234-and-more").unwrap();
+            let mut got = [0u8; 17];
+            c.read_exact(&mut got).unwrap();
+            assert_eq!(&got, b"SNDX1234-and-more");
+            client.shutdown(std::net::Shutdown::Both).unwrap();
+            echo.join().unwrap().unwrap();
+        });
+    }
+
+    #[test]
+    fn one_way_needs_room_for_the_stamps_and_sonde_framing() {
+        let clock = Clock::start();
+        let (client, _server) = udp_pair();
+        let (tcp, _peer) = tcp_pair();
+        let stop = AtomicBool::new(false);
+        let err = udp_ping_with(
+            &client,
+            &cfg(23, 100, 0, None),
+            Framing::Sonde,
+            one_way_view(&clock).0,
+            &clock,
+            &stop,
+        )
+        .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert!(err.to_string().contains("at least 24 bytes"), "{err}");
+        let err = tcp_ping_with(
+            &tcp,
+            &cfg(64, 100, 0, None),
+            Framing::Sockperf,
+            one_way_view(&clock).0,
+            &clock,
+            &stop,
+        )
+        .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn an_echo_that_does_not_stamp_is_counted() {
+        // A plain echo (an older agent) sends the request back unstamped.
+        let clock = Clock::start();
+        let (view, _probes) = one_way_view(&clock);
+        let out = {
+            let (client, server) = udp_pair();
+            let stop = AtomicBool::new(false);
+            thread::scope(|s| {
+                let peer = s.spawn(|| scripted_echo(|_| 1)(&server, &stop));
+                let out = udp_ping_with(
+                    &client,
+                    &cfg(64, 200, 20, None),
+                    Framing::Sonde,
+                    view,
+                    &clock,
+                    &AtomicBool::new(false),
+                );
+                stop.store(true, Ordering::Relaxed);
+                peer.join().unwrap();
+                out.unwrap()
+            })
+        };
+        let ow = out.one_way.unwrap();
+        assert_eq!(ow.unstamped, out.rtt.samples());
+        assert_eq!(ow.recorder.samples(), 0);
+        assert_eq!(
+            out.seq.unwrap().lost(out.sent),
+            0,
+            "replies still count for the RTT"
+        );
     }
 }

@@ -6,6 +6,8 @@
 //! * [`bulk`]: throughput and packet-rate loops: TCP send/receive, paced UDP send (GSO batches
 //!   when unlimited), UDP receive with `recvmmsg` and sequence accounting.
 //! * [`control`]: control frames over a blocking TCP stream, with a deadline on every read.
+//! * [`crr`]: connection rate: the client's connect-request-response-close loop and the agent's
+//!   side of one exchange.
 //! * [`latency`]: ping-pong (closed loop), open loop at a fixed rate, and the agent's echoes.
 //! * [`cpu`]: CPU time and context switches of the process or a thread (`getrusage`).
 //! * [`tcpinfo`]: a TCP connection's `TCP_INFO` (smoothed RTT, cwnd, retransmits, pacing).
@@ -22,12 +24,13 @@ use std::time::Instant;
 pub mod bulk;
 pub mod control;
 pub mod cpu;
+pub mod crr;
 pub mod hostinfo;
 pub mod latency;
 pub mod samplelog;
 pub mod socket;
-pub mod tcpinfo;
 mod sys;
+pub mod tcpinfo;
 
 /// A test's monotonic time origin, shared by all its threads.
 #[derive(Debug, Clone, Copy)]
@@ -63,6 +66,10 @@ pub struct Counters {
     pub bytes: AtomicU64,
     /// Datagrams (or reads/writes) so far.
     pub packets: AtomicU64,
+    /// System calls the loop made to move data (the send and receive family, failed and timed
+    /// out ones included; not sleeps or yields). Counted by the [`bulk`] loops; 0 from loops
+    /// that do not count them.
+    pub syscalls: AtomicU64,
 }
 
 impl Counters {
@@ -71,6 +78,19 @@ impl Counters {
     pub fn add(&self, bytes: u64, packets: u64) {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
         self.packets.fetch_add(packets, Ordering::Relaxed);
+    }
+    /// Counts one data-path system call.
+    #[inline]
+    pub fn syscall(&self) {
+        self.syscalls.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Counts `n` data-path system calls made elsewhere.
+    pub fn add_syscalls(&self, n: u64) {
+        self.syscalls.fetch_add(n, Ordering::Relaxed);
+    }
+    /// System calls counted so far.
+    pub fn syscalls(&self) -> u64 {
+        self.syscalls.load(Ordering::Relaxed)
     }
     /// `(bytes, packets)` now.
     pub fn load(&self) -> (u64, u64) {

@@ -9,28 +9,41 @@
 //! The file is CSV with a header line ([`HEADER`]):
 //!
 //! ```text
-//! seq,send_ns,receive_ns,rtt_ns,outcome
-//! 0,1000000,1052000,52000,received
-//! 1,2000000,,,lost
+//! seq,send_ns,receive_ns,rtt_ns,socket_rtt_ns,send_to_socket_rx_ns,warmup,outcome
+//! 0,1000000,1052000,52000,,,true,received
+//! 1,2000000,,,,,false,lost
+//! 2,3000000,3041000,41000,37500,39900,false,received
+//! 3,4000000,4900000,900000,,,false,late
 //! ```
 //!
-//! Times are ns since the test's clock origin; `receive_ns` is on the receiver's clock (the same
-//! as `send_ns` for round trips), `rtt_ns` is empty for one-way samples, and both are empty for
-//! a lost message.
+//! * `seq`: the message's sequence number, from 0.
+//! * `send_ns`, `receive_ns`: ns since the test's clock origin; `receive_ns` is on the
+//!   receiver's clock (the same as `send_ns` for round trips). An open loop's `send_ns` is the
+//!   *scheduled* send time, as its RTT counts from there.
+//! * `rtt_ns`: the RTT as the application saw it (empty for one-way samples).
+//! * `socket_rtt_ns`: `--timestamps`: the reply's kernel receive time minus the request's
+//!   kernel transmit time; empty where the kernel gave either no stamp.
+//! * `send_to_socket_rx_ns`: `--timestamps`: the reply's kernel receive time minus the
+//!   application's send (the fallback where transmit stamps are missing, e.g. TCP).
+//! * `warmup`: `true` for a message sent during the warm-up (left out of the statistics).
+//! * `outcome`: `received`; `late`, a reply that came after the loop had stopped waiting for
+//!   it (a UDP closed loop's reply timeout), still counted in the RTTs; `lost`, no reply by the
+//!   end of the run (its other fields are empty).
 //!
 //! ```
-//! use sonde_net::samplelog::{Outcome, Sample, SampleLog};
+//! use sonde_net::samplelog::{Outcome, Reply, Sample, SampleLog};
 //!
 //! let path = std::env::temp_dir().join(format!("sonde-doc-{}.csv", std::process::id()));
 //! let mut log = SampleLog::create(&path, 4096).unwrap();
-//! log.record(Sample { seq: 0, send_ns: 10, outcome: Outcome::Received { receive_ns: 60, rtt_ns: Some(50) } });
-//! log.record(Sample { seq: 1, send_ns: 20, outcome: Outcome::Lost });
+//! log.record(Sample { seq: 0, send_ns: 10, warmup: false, outcome: Outcome::Received(Reply::app(60, Some(50))) });
+//! log.record(Sample { seq: 1, send_ns: 20, warmup: false, outcome: Outcome::Lost });
 //! let summary = log.finish();
 //! assert_eq!((summary.written, summary.dropped), (2, 0));
 //! assert!(summary.error.is_none());
 //! assert_eq!(
 //!     std::fs::read_to_string(&path).unwrap(),
-//!     "seq,send_ns,receive_ns,rtt_ns,outcome\n0,10,60,50,received\n1,20,,,lost\n"
+//!     "seq,send_ns,receive_ns,rtt_ns,socket_rtt_ns,send_to_socket_rx_ns,warmup,outcome\n\
+//!      0,10,60,50,,,false,received\n1,20,,,,,false,lost\n"
 //! );
 //! # std::fs::remove_file(&path).unwrap();
 //! ```
@@ -45,7 +58,8 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 /// The CSV header line.
-pub const HEADER: &str = "seq,send_ns,receive_ns,rtt_ns,outcome\n";
+pub const HEADER: &str =
+    "seq,send_ns,receive_ns,rtt_ns,socket_rtt_ns,send_to_socket_rx_ns,warmup,outcome\n";
 
 /// How often the writer, idle, looks whether it has been told to finish.
 const POLL: Duration = Duration::from_millis(50);
@@ -60,6 +74,8 @@ pub struct Sample {
     pub seq: u64,
     /// When it was sent (or scheduled to be, for open loop), ns since the test's origin.
     pub send_ns: u64,
+    /// It was sent during the warm-up (and left out of the statistics).
+    pub warmup: bool,
     /// What became of it.
     pub outcome: Outcome,
 }
@@ -67,15 +83,62 @@ pub struct Sample {
 /// Whether a message arrived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// It arrived.
-    Received {
-        /// When it arrived, ns since the receiving side's origin.
-        receive_ns: u64,
-        /// Its round-trip time, for round trips; `None` for one-way samples.
-        rtt_ns: Option<u64>,
-    },
+    /// It arrived (its reply, for round trips).
+    Received(Reply),
+    /// Its reply arrived after the loop had stopped waiting for it; it still counts.
+    Late(Reply),
     /// It never arrived (or its reply never did).
     Lost,
+}
+
+/// What is known of an arrival.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply {
+    /// When it arrived, ns since the receiving side's origin.
+    pub receive_ns: u64,
+    /// Its round-trip time, for round trips; `None` for one-way samples.
+    pub rtt_ns: Option<u64>,
+    /// The reply's kernel receive time minus the request's kernel transmit time, ns.
+    pub socket_rtt_ns: Option<u64>,
+    /// The reply's kernel receive time minus the application's send, ns.
+    pub send_to_socket_rx_ns: Option<u64>,
+}
+
+impl Reply {
+    /// An arrival seen by the application only (no kernel timestamps).
+    pub fn app(receive_ns: u64, rtt_ns: Option<u64>) -> Self {
+        Self {
+            receive_ns,
+            rtt_ns,
+            socket_rtt_ns: None,
+            send_to_socket_rx_ns: None,
+        }
+    }
+}
+
+/// A [`SampleLogSummary`] as a result carries it: cloneable, the error as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSummary {
+    /// Where the log went.
+    pub path: String,
+    /// Lines written.
+    pub written: u64,
+    /// Samples not written (the writer fell behind, or writing failed).
+    pub dropped: u64,
+    /// The write error that stopped the log, if any.
+    pub error: Option<String>,
+}
+
+impl SampleLogSummary {
+    /// This summary for a log at `path`, with the error as text.
+    pub fn into_summary(self, path: &Path) -> LogSummary {
+        LogSummary {
+            path: path.display().to_string(),
+            written: self.written,
+            dropped: self.dropped,
+            error: self.error.map(|e| e.to_string()),
+        }
+    }
 }
 
 /// What [`SampleLog::finish`] found.
@@ -259,21 +322,24 @@ fn write_all<W: Write>(
 }
 
 fn write_line<W: Write>(out: &mut W, s: &Sample) -> io::Result<()> {
-    match s.outcome {
-        Outcome::Received {
-            receive_ns,
-            rtt_ns: Some(rtt_ns),
-        } => writeln!(
-            out,
-            "{},{},{receive_ns},{rtt_ns},received",
-            s.seq, s.send_ns
-        ),
-        Outcome::Received {
-            receive_ns,
-            rtt_ns: None,
-        } => writeln!(out, "{},{},{receive_ns},,received", s.seq, s.send_ns),
-        Outcome::Lost => writeln!(out, "{},{},,,lost", s.seq, s.send_ns),
+    let (reply, outcome) = match s.outcome {
+        Outcome::Received(r) => (Some(r), "received"),
+        Outcome::Late(r) => (Some(r), "late"),
+        Outcome::Lost => (None, "lost"),
+    };
+    write!(out, "{},{},", s.seq, s.send_ns)?;
+    if let Some(r) = reply {
+        write!(out, "{}", r.receive_ns)?;
+        for v in [r.rtt_ns, r.socket_rtt_ns, r.send_to_socket_rx_ns] {
+            match v {
+                Some(v) => write!(out, ",{v}")?,
+                None => out.write_all(b",")?,
+            }
+        }
+    } else {
+        out.write_all(b",,,")?;
     }
+    writeln!(out, ",{},{outcome}", s.warmup)
 }
 
 #[cfg(test)]
@@ -298,19 +364,26 @@ mod tests {
         }
     }
 
-    /// Sample `i` of the test pattern: every 7th lost, every 5th one-way.
+    /// Sample `i` of the test pattern: every 7th lost, every 5th one-way, every 11th late,
+    /// every 3rd with kernel times, the first 20 in the warm-up.
     fn sample(i: u64) -> Sample {
+        let reply = Reply {
+            receive_ns: i * 1_000 + 500 + i % 13,
+            rtt_ns: (i % 5 != 0).then_some(500 + i % 13),
+            socket_rtt_ns: (i % 3 == 0).then_some(400 + i % 7),
+            send_to_socket_rx_ns: (i % 3 == 0).then_some(450 + i % 7),
+        };
         let outcome = if i % 7 == 3 {
             Outcome::Lost
+        } else if i % 11 == 4 {
+            Outcome::Late(reply)
         } else {
-            Outcome::Received {
-                receive_ns: i * 1_000 + 500 + i % 13,
-                rtt_ns: (i % 5 != 0).then_some(500 + i % 13),
-            }
+            Outcome::Received(reply)
         };
         Sample {
             seq: i,
             send_ns: i * 1_000,
+            warmup: i < 20,
             outcome,
         }
     }
@@ -318,21 +391,27 @@ mod tests {
     /// Parses one CSV line back into a sample.
     fn parse(line: &str) -> Sample {
         let f: Vec<&str> = line.split(',').collect();
-        assert_eq!(f.len(), 5, "{line}");
-        let outcome = match f[4] {
+        assert_eq!(f.len(), 8, "{line}");
+        let num = |s: &str| (!s.is_empty()).then(|| s.parse::<u64>().unwrap());
+        let reply = || Reply {
+            receive_ns: f[2].parse().unwrap(),
+            rtt_ns: num(f[3]),
+            socket_rtt_ns: num(f[4]),
+            send_to_socket_rx_ns: num(f[5]),
+        };
+        let outcome = match f[7] {
             "lost" => {
-                assert_eq!((f[2], f[3]), ("", ""), "{line}");
+                assert_eq!(f[2..6], ["", "", "", ""], "{line}");
                 Outcome::Lost
             }
-            "received" => Outcome::Received {
-                receive_ns: f[2].parse().unwrap(),
-                rtt_ns: (!f[3].is_empty()).then(|| f[3].parse().unwrap()),
-            },
+            "received" => Outcome::Received(reply()),
+            "late" => Outcome::Late(reply()),
             other => panic!("outcome {other:?} in {line}"),
         };
         Sample {
             seq: f[0].parse().unwrap(),
             send_ns: f[1].parse().unwrap(),
+            warmup: f[6].parse().unwrap(),
             outcome,
         }
     }
@@ -471,12 +550,30 @@ mod tests {
     #[test]
     fn lines_have_empty_fields_for_what_is_unknown() {
         let mut buf = Vec::new();
-        for s in [sample(0), sample(1), sample(3)] {
+        for s in [sample(0), sample(1), sample(3), sample(4)] {
             write_line(&mut buf, &s).unwrap();
         }
         assert_eq!(
             String::from_utf8(buf).unwrap(),
-            "0,0,500,,received\n1,1000,1501,501,received\n3,3000,,,lost\n"
+            "0,0,500,,400,450,true,received\n\
+             1,1000,1501,501,,,true,received\n\
+             3,3000,,,,,true,lost\n\
+             4,4000,4504,504,,,true,late\n"
         );
+    }
+
+    #[test]
+    fn a_summary_carries_the_error_as_text() {
+        let summary = SampleLogSummary {
+            written: 3,
+            dropped: 1,
+            error: Some(io::Error::other("no space left on device")),
+        };
+        let s = summary.into_summary(Path::new("/tmp/x.csv"));
+        assert_eq!(
+            (s.path.as_str(), s.written, s.dropped),
+            ("/tmp/x.csv", 3, 1)
+        );
+        assert!(s.error.unwrap().contains("space"));
     }
 }

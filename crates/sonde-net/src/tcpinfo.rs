@@ -165,6 +165,29 @@ impl TcpInfoSample {
         Ok(Self::from_kernel_bytes(&buf[..len.min(BUF_LEN)]))
     }
 
+    /// The figures that travel in a session's `Interval`, `SenderDone` and `Report` messages,
+    /// for stream `stream`.
+    pub fn stats(&self, stream: u32) -> sonde_wire::TcpInfoStats {
+        sonde_wire::TcpInfoStats {
+            stream,
+            srtt_ns: self.srtt_ns,
+            rttvar_ns: self.rttvar_ns,
+            min_rtt_ns: self.min_rtt_ns,
+            cwnd: self.snd_cwnd_segments,
+            ssthresh: self.snd_ssthresh_segments,
+            mss: self.snd_mss_bytes,
+            retrans: self.total_retrans_segments.map(u64::from),
+            unacked: self.unacked_segments,
+            pacing_rate: self.pacing_rate_bytes_per_second,
+            delivery_rate: self.delivery_rate_bytes_per_second,
+            app_limited: self.delivery_rate_app_limited,
+            notsent_bytes: self.notsent_bytes,
+            busy_ns: self.busy_ns,
+            rwnd_limited_ns: self.rwnd_limited_ns,
+            sndbuf_limited_ns: self.sndbuf_limited_ns,
+        }
+    }
+
     /// Decodes `struct tcp_info` as the kernel returned it: `bytes` is exactly what it wrote, in
     /// native byte order. Fields past its end are `None`.
     pub fn from_kernel_bytes(bytes: &[u8]) -> Self {
@@ -321,6 +344,34 @@ mod tests {
         assert_eq!(
             TcpInfoSample::from_kernel_bytes(&[]),
             TcpInfoSample::default()
+        );
+    }
+
+    #[test]
+    fn the_wire_figures_are_the_samples_unchanged_and_unknown_stays_unknown() {
+        let info = TcpInfoSample::from_kernel_bytes(&kernel_bytes(248));
+        let wire = info.stats(3);
+        assert_eq!(wire.stream, 3);
+        assert_eq!(wire.srtt_ns, Some(250_000));
+        assert_eq!(wire.rttvar_ns, Some(40_000));
+        assert_eq!(wire.min_rtt_ns, Some(180_000));
+        assert_eq!(wire.cwnd, Some(10));
+        assert_eq!(wire.mss, Some(1_448));
+        assert_eq!(wire.retrans, Some(3));
+        assert_eq!(wire.pacing_rate, Some(125_000_000));
+        assert_eq!(wire.delivery_rate, Some(100_000_000));
+        assert_eq!(wire.app_limited, Some(true));
+        assert_eq!(wire.busy_ns, Some(2_000_000_000));
+        assert_eq!(wire.ssthresh, None);
+        let old = TcpInfoSample::from_kernel_bytes(&kernel_bytes(104)).stats(0);
+        assert_eq!(old.pacing_rate, None);
+        assert_eq!(old.busy_ns, None);
+        assert_eq!(
+            TcpInfoSample::default().stats(1),
+            sonde_wire::TcpInfoStats {
+                stream: 1,
+                ..sonde_wire::TcpInfoStats::default()
+            }
         );
     }
 

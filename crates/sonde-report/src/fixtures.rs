@@ -16,6 +16,8 @@ fn meta(session: u64) -> Meta {
         session,
         overlapping_sessions: 0,
         warnings: Vec::new(),
+        hosts: Hosts::default(),
+        cpu: CpuCosts::default(),
     }
 }
 
@@ -37,6 +39,7 @@ fn interval(start_s: u64, stream_bytes: Vec<u64>, packets: u64) -> IntervalResul
         bits_per_second: bytes as f64 * 8.0,
         packets,
         stream_bytes,
+        tcp_info: Vec::new(),
     }
 }
 
@@ -71,6 +74,10 @@ pub(crate) fn latency_tcp() -> TestResult {
         duplicated: 0,
         reordered: 0,
         late_sends: None,
+        rtt_histogram: None,
+        socket_rtt: None,
+        one_way: None,
+        full_log: None,
     })
 }
 
@@ -106,6 +113,10 @@ pub(crate) fn latency_udp_lossy() -> TestResult {
         duplicated: 2,
         reordered: 7,
         late_sends: Some(3),
+        rtt_histogram: None,
+        socket_rtt: None,
+        one_way: None,
+        full_log: None,
     })
 }
 
@@ -126,6 +137,7 @@ pub(crate) fn throughput_tcp_2_streams() -> TestResult {
         reordered: None,
         jitter_ns: None,
         retransmits: Some(retr),
+        tcp_info: None,
     };
     let streams = vec![
         stream(0, b0, b0 + 2_621_440, 17),
@@ -146,6 +158,7 @@ pub(crate) fn throughput_tcp_2_streams() -> TestResult {
             3 * SEC,
         ),
         streams,
+        intervals_counted_at: CountedAt::Receiver,
         intervals: (0..3)
             .map(|i| interval(i, vec![s0[i as usize], s1[i as usize]], 0))
             .collect(),
@@ -187,7 +200,9 @@ pub(crate) fn throughput_udp_reverse() -> TestResult {
             reordered: Some(12),
             jitter_ns: Some(23_417),
             retransmits: None,
+            tcp_info: None,
         }],
+        intervals_counted_at: CountedAt::Receiver,
         intervals: Vec::new(),
         lost: Some(lost),
         loss_percent: Some(lost as f64 * 100.0 / sent as f64),
@@ -214,6 +229,7 @@ pub(crate) fn throughput_bidir() -> TestResult {
         reordered: None,
         jitter_ns: None,
         retransmits: Some(retr),
+        tcp_info: None,
     };
     let sum = |a: [u64; 2]| a[0] + a[1];
     let streams = vec![
@@ -235,6 +251,7 @@ pub(crate) fn throughput_bidir() -> TestResult {
         receiver: side(rx_total, rx_total / 131_072, rx_ns),
         sender: side(tx_total, tx_total / 131_072, 2 * SEC),
         streams,
+        intervals_counted_at: CountedAt::Receiver,
         intervals: (0..2)
             .map(|i| {
                 let i_us = usize::try_from(i).unwrap_or(0);
@@ -341,6 +358,120 @@ pub(crate) fn latency_with_warnings() -> TestResult {
     TestResult::Latency(r)
 }
 
+/// UDP closed loop with the whole inner view: `--histogram --timestamps --one-way --full-log`,
+/// 64-byte messages on loopback, where the sockets see about two thirds of the RTT.
+pub(crate) fn latency_inner_view() -> TestResult {
+    let TestResult::Latency(mut r) = latency_tcp() else {
+        unreachable!("latency_tcp is a latency result")
+    };
+    r.meta.session = 48;
+    r.protocol = Protocol::Udp;
+    r.sent = 332_860;
+    r.samples = 310_851;
+    r.warmup_samples = 22_009;
+    r.lost = 0;
+    r.lost_outbound = Some(0);
+    r.lost_return = Some(0);
+    r.rtt_ns = RttNs {
+        min: 10_983,
+        mean: 14_912.6,
+        stddev: 4_324.1,
+        p50: Some(14_263),
+        p90: Some(15_927),
+        p99: Some(49_599),
+        p999: Some(90_559),
+        p9999: Some(274_227),
+        p99999: None,
+        max: 5_369_855,
+    };
+    let stat = |min: u64, mean: f64, p50: u64, p90: u64, p99: u64, p999: u64, max: u64| RttNs {
+        min,
+        mean,
+        stddev: mean / 4.0,
+        p50: Some(p50),
+        p90: Some(p90),
+        p99: Some(p99),
+        p999: Some(p999),
+        p9999: Some(max / 2),
+        p99999: None,
+        max,
+    };
+    let signed =
+        |min: i64, mean: f64, p50: i64, p90: i64, p99: i64, p999: i64, max: i64| SignedNs {
+            min,
+            mean,
+            stddev: mean / 4.0,
+            p50: Some(p50),
+            p90: Some(p90),
+            p99: Some(p99),
+            p999: Some(p999),
+            p9999: Some(max / 2),
+            p99999: None,
+            max,
+        };
+    r.rtt_histogram = Some(
+        [
+            (11_586, 1_204),
+            (13_778, 98_112),
+            (16_384, 199_530),
+            (19_484, 7_100),
+            (23_171, 1_630),
+            (27_555, 810),
+            (32_768, 0),
+            (38_968, 1_203),
+            (46_341, 801),
+            (55_109, 410),
+            (65_536, 51),
+        ]
+        .into_iter()
+        .map(|(le_ns, count)| HistogramBucket { le_ns, count })
+        .collect(),
+    );
+    r.socket_rtt = Some(SocketRtt {
+        rx_timestamps: true,
+        tx_timestamps: true,
+        rx_stamped: 310_851,
+        tx_stamped: 310_851,
+        inconsistent: 0,
+        socket_rtt_ns: Some(stat(
+            6_911, 9_870.2, 9_535, 10_623, 31_231, 60_415, 5_226_495,
+        )),
+        host_ns: Some(stat(3_607, 5_042.4, 4_651, 5_315, 18_431, 30_207, 143_359)),
+        send_to_socket_rx_ns: Some(stat(
+            8_703, 11_781.9, 11_391, 12_671, 38_655, 71_679, 5_271_551,
+        )),
+        rx_host_ns: Some(stat(1_903, 3_130.7, 2_871, 3_255, 10_943, 18_879, 98_303)),
+    });
+    r.one_way = Some(OneWay {
+        samples: 310_851,
+        unstamped: 0,
+        forward_ns: Some(signed(
+            5_127, 7_210.5, 6_987, 7_811, 24_063, 44_799, 2_604_031,
+        )),
+        return_ns: Some(signed(
+            4_903, 7_301.8, 6_911, 7_771, 24_575, 45_311, 2_765_823,
+        )),
+        agent_hold_ns: Some(stat(251, 400.3, 383, 431, 1_103, 2_047, 27_007)),
+        uncertainty_ns: Some(3_113),
+        clock: Some(ClockEstimate {
+            offset_ns: -412,
+            offset_uncertainty_ns: 2_904,
+            drift_ppm: 0.0,
+            best_round_trip_ns: 5_808,
+            control_exchanges: 115,
+            probe_exchanges: 11,
+            exchanges_used: 11,
+        }),
+    });
+    r.full_log = Some(FullLog {
+        path: "rtt.csv".into(),
+        written: 332_860,
+        dropped: 0,
+        error: None,
+    });
+    TestResult::Latency(r)
+}
+
 /// `sonde load`: UDP probes at 1,000/s, idle then under 4 TCP streams through a 100 Mbit/s
 /// bottleneck with a deep queue: the median grows by tens of ms.
 pub(crate) fn load_udp_bufferbloat() -> TestResult {
@@ -392,6 +523,356 @@ pub(crate) fn load_udp_bufferbloat() -> TestResult {
     })
 }
 
+/// `sonde latency --sweep msg_size=64,1400,9000`: the RTT grows with the message.
+pub(crate) fn sweep_latency_msg_size() -> TestResult {
+    let step = |session: u64, size: u32, p50: u64| {
+        let TestResult::Latency(mut r) = latency_tcp() else {
+            unreachable!("latency_tcp is a latency result")
+        };
+        r.meta = meta(session);
+        r.msg_size_bytes = size;
+        r.rtt_ns.p50 = Some(p50);
+        r.rtt_ns.p90 = Some(p50 + p50 / 8);
+        SweepStep {
+            value: u64::from(size),
+            result: TestResult::Latency(r),
+        }
+    };
+    TestResult::Sweep(SweepResult {
+        sonde_version: "0.1.0".to_owned(),
+        timestamp_unix_ms: TS,
+        sweep_test: "latency".to_owned(),
+        parameter: "msg_size".to_owned(),
+        unit: "bytes".to_owned(),
+        steps: vec![
+            step(61, 64, 38_911),
+            step(62, 1400, 41_215),
+            step(63, 9000, 52_991),
+        ],
+    })
+}
+
+/// Two hosts as `sonde conf` and every result see them: a client on a 10 Gbit/s virtio NIC, an
+/// agent on a 25 Gbit/s mlx5 with jumbo frames, BBR and larger buffers.
+fn host(name: &str, agent: bool) -> HostInfo {
+    HostInfo {
+        sonde_version: Some("0.1.0".to_owned()),
+        host_name: Some(name.to_owned()),
+        cpu_model: Some(if agent {
+            "AMD EPYC 7763 64-Core Processor".to_owned()
+        } else {
+            "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz".to_owned()
+        }),
+        cpu_logical_count: Some(if agent { 128 } else { 8 }),
+        cpu_available_count: Some(if agent { 128 } else { 4 }),
+        memory_bytes: Some(if agent { 512 << 30 } else { 16 << 30 }),
+        os_name: Some("Debian GNU/Linux 12 (bookworm)".to_owned()),
+        os_version: Some("12".to_owned()),
+        kernel_name: Some("Linux".to_owned()),
+        kernel_release: Some(if agent {
+            "6.1.0-18-amd64".to_owned()
+        } else {
+            "6.1.0-17-cloud-amd64".to_owned()
+        }),
+        architecture: Some("x86_64".to_owned()),
+        interfaces: vec![NicInfo {
+            name: if agent { "enp65s0f0" } else { "ens5" }.to_owned(),
+            driver: Some(if agent { "mlx5_core" } else { "virtio_net" }.to_owned()),
+            speed_mbit_per_second: if agent { Some(25_000) } else { None },
+            mtu_bytes: Some(if agent { 9000 } else { 1500 }),
+            up: Some(true),
+            offloads: NicOffloads {
+                gso: Some(true),
+                gro: Some(true),
+                tso: Some(true),
+                lro: Some(false),
+                rx_checksum: Some(true),
+                tx_checksum: if agent { Some(true) } else { None },
+            },
+        }],
+        tcp_congestion_control: Some(if agent { "bbr" } else { "cubic" }.to_owned()),
+        tcp_congestion_control_available: Some(if agent {
+            vec!["reno".to_owned(), "cubic".to_owned(), "bbr".to_owned()]
+        } else {
+            vec!["reno".to_owned(), "cubic".to_owned()]
+        }),
+        socket_buffers: SocketBufferLimits {
+            rmem_max_bytes: Some(if agent { 67_108_864 } else { 212_992 }),
+            wmem_max_bytes: Some(if agent { 67_108_864 } else { 212_992 }),
+            rmem_default_bytes: Some(212_992),
+            wmem_default_bytes: Some(212_992),
+            tcp_rmem_bytes: Some(MinDefaultMax {
+                min: 4_096,
+                default: 131_072,
+                max: if agent { 67_108_864 } else { 6_291_456 },
+            }),
+            tcp_wmem_bytes: Some(MinDefaultMax {
+                min: 4_096,
+                default: 16_384,
+                max: 4_194_304,
+            }),
+            udp_mem_pages: Some(MinDefaultMax {
+                min: 188_049,
+                default: 250_735,
+                max: 376_098,
+            }),
+        },
+    }
+}
+
+fn tcp_info(srtt_us: u64, cwnd: u32, retr: u64) -> TcpInfo {
+    TcpInfo {
+        srtt_ns: Some(srtt_us * 1_000),
+        rttvar_ns: Some(srtt_us * 250),
+        min_rtt_ns: Some(180_000),
+        cwnd_segments: Some(cwnd),
+        ssthresh_segments: (retr > 0).then_some(cwnd * 7 / 10),
+        mss_bytes: Some(8_948),
+        retransmits: Some(retr),
+        unacked_segments: Some(cwnd / 2),
+        pacing_rate_bits_per_second: Some(u64::from(cwnd) * 8_948 * 8 * 1_000_000 / srtt_us),
+        delivery_rate_bits_per_second: Some(9_412_000_000),
+        delivery_rate_app_limited: Some(false),
+        notsent_bytes: Some(1_048_576),
+        busy_ns: Some(2_990_000_000),
+        rwnd_limited_ns: Some(0),
+        sndbuf_limited_ns: Some(1_250_000_000),
+    }
+}
+
+/// TCP reverse, `-P 2 -t 3 -i 1`, with everything a result says about its context: both ends'
+/// configuration, their CPU cost, and the agent's senders' TCP_INFO per interval and at the end
+/// (stream 1's kernel is an old one: no delivery rate, busy time or unsent bytes).
+pub(crate) fn throughput_tcp_context() -> TestResult {
+    let TestResult::Throughput(mut r) = throughput_tcp_2_streams() else {
+        unreachable!("throughput_tcp_2_streams is a throughput result")
+    };
+    r.meta.session = 48;
+    r.direction = "reverse".to_owned();
+    let old_kernel = |mut t: TcpInfo| {
+        t.delivery_rate_bits_per_second = None;
+        t.delivery_rate_app_limited = None;
+        t.notsent_bytes = None;
+        t.busy_ns = None;
+        t.rwnd_limited_ns = None;
+        t.sndbuf_limited_ns = None;
+        t
+    };
+    for s in &mut r.streams {
+        s.direction = StreamDirection::ServerToClient;
+        let retr = s.retransmits.unwrap_or(0);
+        let t = tcp_info(412 + u64::from(s.stream) * 9, 310 + s.stream * 17, retr);
+        s.tcp_info = Some(if s.stream == 1 { old_kernel(t) } else { t });
+    }
+    for (i, iv) in r.intervals.iter_mut().enumerate() {
+        let i = i as u64;
+        iv.tcp_info = vec![
+            StreamTcpInfo {
+                stream: 0,
+                tcp_info: tcp_info(380 + 10 * i, 280 + 10 * i as u32, 5 * i),
+            },
+            StreamTcpInfo {
+                stream: 1,
+                tcp_info: old_kernel(tcp_info(395 + 10 * i, 300 + 9 * i as u32, 14 * i)),
+            },
+        ];
+    }
+    r.meta.hosts = Hosts {
+        client: Some(host("client-a", false)),
+        server: Some(host("agent-b", true)),
+    };
+    let cpu = |wall_ns, user_ns, system_ns, vol, invol, syscalls, bytes: u64| {
+        CpuCost::from_report(
+            CpuScope::TestThreads,
+            &sonde_wire::CpuReport {
+                wall_ns,
+                user_ns,
+                system_ns,
+                voluntary_switches: vol,
+                involuntary_switches: invol,
+                syscalls: Some(syscalls),
+                messages: Some(bytes / 131_072),
+                bytes: Some(bytes),
+            },
+        )
+    };
+    r.meta.cpu = CpuCosts {
+        // The client reads 512 KiB at a time: a quarter of a call per 128 KiB message.
+        client: Some(cpu(
+            3_021_000_000,
+            61_000_000,
+            1_730_000_000,
+            4_120,
+            311,
+            6_729,
+            r.receiver.bytes,
+        )),
+        server: Some(cpu(
+            3_004_000_000,
+            48_000_000,
+            2_390_000_000,
+            902,
+            1_470,
+            26_957,
+            r.sender.bytes,
+        )),
+    };
+    TestResult::Throughput(r)
+}
+
+/// `sonde conf agent-b`: both ends side by side.
+pub(crate) fn conf_two_hosts() -> TestResult {
+    TestResult::Conf(ConfResult {
+        sonde_version: "0.1.0".to_owned(),
+        timestamp_unix_ms: TS,
+        server: Some("192.0.2.10:5300".to_owned()),
+        hosts: Hosts {
+            client: Some(host("client-a", false)),
+            server: Some(host("agent-b", true)),
+        },
+        warnings: Vec::new(),
+    })
+}
+
+/// `sonde conf` without a host: this host alone, every interface that is up (here two, one of
+/// them down to what a container shows: no driver, no offloads).
+pub(crate) fn conf_this_host() -> TestResult {
+    let mut me = host("client-a", false);
+    me.interfaces.push(NicInfo {
+        name: "docker0".to_owned(),
+        driver: None,
+        speed_mbit_per_second: None,
+        mtu_bytes: Some(1500),
+        up: Some(true),
+        offloads: NicOffloads::default(),
+    });
+    me.tcp_congestion_control_available = None;
+    TestResult::Conf(ConfResult {
+        sonde_version: "0.1.0".to_owned(),
+        timestamp_unix_ms: TS,
+        server: None,
+        hosts: Hosts {
+            client: Some(me),
+            server: None,
+        },
+        warnings: Vec::new(),
+    })
+}
+
+/// `sonde crr -P 4 -t 10`: 1-byte request and response on a LAN, FIN closes; one SYN was lost
+/// (the 1 s retransmission timeout shows in the connect maximum).
+pub(crate) fn crr_4_workers() -> TestResult {
+    let transactions = 143_208;
+    let agent_ns = 9_998_120_000;
+    let client_ns = 9_999_310_000;
+    TestResult::Crr(CrrResult {
+        meta: meta(48),
+        protocol: Protocol::Tcp,
+        workers: 4,
+        request_bytes: 1,
+        response_bytes: 1,
+        close: CrrClose::Fin,
+        duration_ns: 10 * SEC,
+        connections_per_second: Some(transactions as f64 * 1e9 / agent_ns as f64),
+        agent_transactions: Some(transactions),
+        agent_duration_ns: Some(agent_ns),
+        agent_failed: Some(0),
+        transactions,
+        client_connections_per_second: Some(transactions as f64 * 1e9 / client_ns as f64),
+        client_duration_ns: client_ns,
+        connects: transactions,
+        connect_ns: Some(RttNs {
+            min: 19_711,
+            mean: 41_230.5,
+            stddev: 12_118.2,
+            p50: Some(38_143),
+            p90: Some(55_807),
+            p99: Some(96_255),
+            p999: Some(412_671),
+            p9999: Some(689_151),
+            p99999: None,
+            max: 1_031_167,
+        }),
+        // Four workers at 14,300/s: about 280 µs each, most of it waiting for a core.
+        transaction_ns: Some(RttNs {
+            min: 48_127,
+            mean: 278_911.4,
+            stddev: 61_027.9,
+            p50: Some(268_031),
+            p90: Some(331_775),
+            p99: Some(471_039),
+            p999: Some(902_143),
+            p9999: Some(1_712_127),
+            p99999: None,
+            max: 2_015_231,
+        }),
+        errors: CrrErrors::default(),
+    })
+}
+
+/// `sonde crr -P 8 -t 10` from a host with the default 28,232 ephemeral ports and no
+/// `TIME_WAIT` reuse: the ports ran out after 2.09 s, which ended the test; one response timed
+/// out (the agent counts it as failed).
+pub(crate) fn crr_ports_exhausted() -> TestResult {
+    let transactions = 28_230;
+    let ns = 2_093_004_112;
+    let mut m = meta(49);
+    m.warnings = vec![
+        "the client ran out of local ports (EADDRNOTAVAIL) after 28,231 connections: each \
+         connection it closes holds its port in TIME_WAIT (60 s on Linux), so the test stopped \
+         after 2.093 s of the 10.000 s asked and the rates are for that time only; --rst (no \
+         TIME_WAIT), a wider net.ipv4.ip_local_port_range or net.ipv4.tcp_tw_reuse=1 lift the \
+         limit"
+            .to_owned(),
+    ];
+    TestResult::Crr(CrrResult {
+        meta: m,
+        protocol: Protocol::Tcp,
+        workers: 8,
+        request_bytes: 64,
+        response_bytes: 1_024,
+        close: CrrClose::Fin,
+        duration_ns: 10 * SEC,
+        connections_per_second: Some(transactions as f64 * 1e9 / ns as f64),
+        agent_transactions: Some(transactions),
+        agent_duration_ns: Some(ns),
+        agent_failed: Some(1),
+        transactions,
+        client_connections_per_second: Some(transactions as f64 * 1e9 / (ns + 90_000) as f64),
+        client_duration_ns: ns + 90_000,
+        connects: transactions + 1,
+        connect_ns: Some(RttNs {
+            min: 52_223,
+            mean: 88_412.7,
+            stddev: 20_553.1,
+            p50: Some(84_991),
+            p90: Some(109_567),
+            p99: Some(160_767),
+            p999: Some(301_055),
+            p9999: None,
+            p99999: None,
+            max: 398_335,
+        }),
+        transaction_ns: Some(RttNs {
+            min: 170_111,
+            mean: 592_340.8,
+            stddev: 98_700.2,
+            p50: Some(581_631),
+            p90: Some(702_463),
+            p99: Some(911_359),
+            p999: Some(1_380_351),
+            p9999: None,
+            p99999: None,
+            max: 1_996_799,
+        }),
+        errors: CrrErrors {
+            timeout: 1,
+            addr_not_available: 3,
+            ..CrrErrors::default()
+        },
+    })
+}
+
 /// Every fixture, named.
 pub(crate) fn all() -> Vec<(&'static str, TestResult)> {
     vec![
@@ -401,8 +882,15 @@ pub(crate) fn all() -> Vec<(&'static str, TestResult)> {
         ("throughput_udp_reverse", throughput_udp_reverse()),
         ("throughput_bidir", throughput_bidir()),
         ("pps_2_flows", pps_2_flows()),
+        ("crr_4_workers", crr_4_workers()),
+        ("crr_ports_exhausted", crr_ports_exhausted()),
         ("quick_all", quick_all()),
         ("latency_with_warnings", latency_with_warnings()),
+        ("latency_inner_view", latency_inner_view()),
         ("load_udp_bufferbloat", load_udp_bufferbloat()),
+        ("sweep_latency_msg_size", sweep_latency_msg_size()),
+        ("throughput_tcp_context", throughput_tcp_context()),
+        ("conf_two_hosts", conf_two_hosts()),
+        ("conf_this_host", conf_this_host()),
     ]
 }

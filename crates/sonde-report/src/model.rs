@@ -3,8 +3,12 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+pub use sonde_wire::{HostInfo, MinDefaultMax, NicInfo, NicOffloads, SocketBufferLimits};
 
 /// One run's document, tagged by `test`.
+// Variants differ in size (load holds three results); a result is built once per run and never
+// sits in a hot loop, so boxing would only add noise to every construction site.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "test", rename_all = "lowercase")]
 pub enum TestResult {
@@ -14,10 +18,33 @@ pub enum TestResult {
     Throughput(ThroughputResult),
     /// `sonde pps`.
     Pps(PpsResult),
+    /// `sonde crr`: connection rate.
+    Crr(CrrResult),
     /// `sonde quick`.
     Quick(QuickResult),
     /// `sonde load`: latency idle and under load.
     Load(LoadResult),
+    /// `--sweep`: one test at each value of a parameter.
+    Sweep(SweepResult),
+    /// `sonde conf`: both ends' configuration, side by side.
+    Conf(ConfResult),
+}
+
+/// `sonde conf [HOST]`: this host's configuration and, with a host, the agent's, as a test
+/// between them would see them (the interfaces that face each other).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ConfResult {
+    /// sonde's version.
+    pub sonde_version: String,
+    /// When it was collected, milliseconds since the Unix epoch.
+    pub timestamp_unix_ms: u64,
+    /// The agent asked, as the client reached it; `null` for this host alone.
+    pub server: Option<String>,
+    /// This host (`client`) and the agent (`server`; `null` without a host, or from an agent
+    /// too old to say).
+    pub hosts: Hosts,
+    /// What the reader must know (an agent that did not report its configuration).
+    pub warnings: Vec<String>,
 }
 
 /// Facts common to every result.
@@ -39,6 +66,155 @@ pub struct Meta {
     pub overlapping_sessions: u32,
     /// Things the reader must know to trust the numbers (overlap, too few samples, loss...).
     pub warnings: Vec<String>,
+    /// Both ends' configuration: CPU, memory, OS and kernel, the interface the test used,
+    /// TCP congestion control, socket buffer limits, sonde's version.
+    #[serde(default)]
+    pub hosts: Hosts,
+    /// What the test cost each end in CPU.
+    #[serde(default)]
+    pub cpu: CpuCosts,
+}
+
+/// Both ends' configuration. `null` for an end that cannot say: a peer that is not a sonde
+/// agent (a real iperf3 or sockperf server), or an older agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Hosts {
+    /// This host (the client), for the interface toward the server.
+    pub client: Option<HostInfo>,
+    /// The server (the agent), for the interface toward this client, as it reported itself.
+    pub server: Option<HostInfo>,
+}
+
+/// What the test cost each end in CPU. `null` for an end that cannot say (a peer that is not
+/// a sonde agent, an older agent, a platform without `getrusage`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CpuCosts {
+    /// This host (the client).
+    pub client: Option<CpuCost>,
+    /// The server (the agent).
+    pub server: Option<CpuCost>,
+}
+
+/// Whose CPU a [`CpuCost`] counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuScope {
+    /// The threads that ran this test only (`RUSAGE_THREAD`, summed): other tests running in
+    /// the same process (other clients of the agent, `sonde quick`'s agent) are not included.
+    #[default]
+    TestThreads,
+    /// The whole process (`RUSAGE_SELF`).
+    Process,
+}
+
+/// One end's CPU cost of a test (netperf's "service demand", latte's CPU columns): user and
+/// system time, context switches, and the system calls its data path made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CpuCost {
+    /// Whose CPU is counted.
+    pub scope: CpuScope,
+    /// Wall-clock time the figures were counted over, ns (this end's part of the test: its
+    /// threads' start to the report).
+    pub wall_ns: u64,
+    /// CPU time in user mode, ns.
+    pub user_ns: u64,
+    /// CPU time in the kernel (system calls, and the network stack's work done in them), ns.
+    pub system_ns: u64,
+    /// User plus system time as a percentage of one core over `wall_ns` (100 = one core busy
+    /// the whole time; several busy threads pass 100). `null` when no wall time passed.
+    pub percent_of_one_core: Option<f64>,
+    /// User time as a percentage of one core.
+    pub user_percent_of_one_core: Option<f64>,
+    /// System time as a percentage of one core.
+    pub system_percent_of_one_core: Option<f64>,
+    /// Times the counted threads gave up the CPU to wait (a blocking read, a sleep).
+    pub voluntary_context_switches: u64,
+    /// Times they were preempted.
+    pub involuntary_context_switches: u64,
+    /// System calls the data path made to send and receive (failed and timed-out ones
+    /// included; not sleeps). `null` where they are not counted (latency tests, for now).
+    pub syscalls: Option<u64>,
+    /// Messages this end's data path moved: datagrams (UDP), messages (latency), or for TCP
+    /// bulk the bytes over the write size.
+    pub messages: Option<u64>,
+    /// Payload bytes this end's data path moved.
+    pub bytes: Option<u64>,
+    /// `syscalls / messages`: about 1 for one write per TCP message, 1/64 for full UDP GSO or
+    /// `recvmmsg` batches. `null` when either is unknown or no message moved.
+    pub syscalls_per_message: Option<f64>,
+    /// `syscalls / bytes`.
+    pub syscalls_per_byte: Option<f64>,
+}
+
+/// A TCP connection's state as its sender's kernel saw it (`TCP_INFO`, `tcp(7)`). Each figure
+/// is `null` when that kernel did not fill it (older kernels have fewer), never 0 in its place.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TcpInfo {
+    /// Smoothed RTT (`tcpi_rtt`), ns.
+    pub srtt_ns: Option<u64>,
+    /// RTT mean deviation (`tcpi_rttvar`), ns.
+    pub rttvar_ns: Option<u64>,
+    /// Smallest RTT seen (`tcpi_min_rtt`), ns.
+    pub min_rtt_ns: Option<u64>,
+    /// Congestion window (`tcpi_snd_cwnd`), segments.
+    pub cwnd_segments: Option<u32>,
+    /// Slow-start threshold (`tcpi_snd_ssthresh`), segments; also `null` while the connection
+    /// is still in its first slow start.
+    pub ssthresh_segments: Option<u32>,
+    /// The sender's MSS (`tcpi_snd_mss`), bytes.
+    pub mss_bytes: Option<u32>,
+    /// Segments retransmitted since the connection opened (`tcpi_total_retrans`).
+    pub retransmits: Option<u64>,
+    /// Segments sent and not yet acknowledged (`tcpi_unacked`).
+    pub unacked_segments: Option<u32>,
+    /// Pacing rate (`tcpi_pacing_rate`); `null` too when unlimited.
+    pub pacing_rate_bits_per_second: Option<u64>,
+    /// Latest delivery rate (`tcpi_delivery_rate`).
+    pub delivery_rate_bits_per_second: Option<u64>,
+    /// Whether that delivery rate was limited by the application, not the network.
+    pub delivery_rate_app_limited: Option<bool>,
+    /// Bytes written by the application and not yet sent (`tcpi_notsent_bytes`).
+    pub notsent_bytes: Option<u32>,
+    /// Time the connection had data to send (`tcpi_busy_time`), ns.
+    pub busy_ns: Option<u64>,
+    /// Of that, time limited by the receiver's window (`tcpi_rwnd_limited`), ns.
+    pub rwnd_limited_ns: Option<u64>,
+    /// Of that, time limited by the sender's buffer (`tcpi_sndbuf_limited`), ns.
+    pub sndbuf_limited_ns: Option<u64>,
+}
+
+/// One stream's [`TcpInfo`] at the end of an interval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StreamTcpInfo {
+    /// Stream index.
+    pub stream: u32,
+    /// The sender's `TCP_INFO`.
+    #[serde(flatten)]
+    pub tcp_info: TcpInfo,
+}
+
+/// Where a throughput test's intervals were counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CountedAt {
+    /// At each stream's receiver: no interval can read above what the path delivered.
+    #[default]
+    Receiver,
+    /// At the senders (what they handed to their kernel): reads high while buffers fill.
+    Sender,
+    /// At this host: client→server streams at their sender, server→client at their receiver.
+    ThisHost,
+}
+
+impl CountedAt {
+    /// How a table names it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Receiver => "counted at the receiver",
+            Self::Sender => "counted at the sender (what it handed to its kernel)",
+            Self::ThisHost => "counted at this host (sent by client→server streams, received by server→client ones)",
+        }
+    }
 }
 
 /// The kind of server a test ran against.
@@ -138,6 +314,153 @@ pub struct LatencyResult {
     pub reordered: u64,
     /// Open loop: sends that left more than 1 ms late (the client could not keep the rate).
     pub late_sends: Option<u64>,
+    /// `--histogram`: the RTT distribution in log-spaced buckets (from the same HDR histogram
+    /// as `rtt_ns`). Absent unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_histogram: Option<Vec<HistogramBucket>>,
+    /// `--timestamps`: the RTT as the sockets saw it, from the kernel's software timestamps.
+    /// Absent unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_rtt: Option<SocketRtt>,
+    /// `--one-way`: the delay each way, from the agent's timestamps and an estimate of its
+    /// clock's offset. Absent unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_way: Option<OneWay>,
+    /// `--full-log`: where every sample went. Absent unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_log: Option<FullLog>,
+}
+
+/// One bucket of a histogram: the samples above the previous bucket's `le_ns`, up to and
+/// including this one's. Counts are per bucket, not cumulative. Bounds are log-spaced (4 per
+/// octave, fewer for a wide range); empty buckets between the first and the last are listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct HistogramBucket {
+    /// Upper bound, inclusive, ns.
+    pub le_ns: u64,
+    /// Samples in this bucket.
+    pub count: u64,
+}
+
+/// `--timestamps`: the RTT at the sockets. The kernel stamps a datagram (or TCP segment) as it
+/// leaves for the device and as it arrives from it, in software; what lies between the
+/// application's RTT and the sockets' is this host's own time: system calls, scheduling,
+/// wake-ups. Figures the kernel did not give are `null` (and a warning says why), never 0.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SocketRtt {
+    /// The kernel gave receive timestamps on the client's socket.
+    pub rx_timestamps: bool,
+    /// The kernel gave transmit timestamps (sonde reads them for UDP only).
+    pub tx_timestamps: bool,
+    /// Samples (after the warm-up) whose reply had a kernel receive timestamp.
+    pub rx_stamped: u64,
+    /// Samples that also had their request's kernel transmit timestamp.
+    pub tx_stamped: u64,
+    /// Samples where a kernel figure came out longer than the application's RTT (the wall
+    /// clock the kernel stamps with was stepped); left out of the distributions below.
+    pub inconsistent: u64,
+    /// The reply's kernel receive time minus the request's kernel transmit time: the round
+    /// trip as the sockets saw it. `null` without transmit timestamps (TCP).
+    pub socket_rtt_ns: Option<RttNs>,
+    /// Per sample, the application's RTT minus `socket_rtt_ns`: time spent in this host on
+    /// both ends of the round trip. `null` with `socket_rtt_ns`.
+    pub host_ns: Option<RttNs>,
+    /// The reply's kernel receive time minus the application's send: the fallback where
+    /// transmit timestamps are missing (it still holds the send path's host time).
+    pub send_to_socket_rx_ns: Option<RttNs>,
+    /// Per sample, the application's RTT minus `send_to_socket_rx_ns`: from the reply's
+    /// kernel receive time to the application's.
+    pub rx_host_ns: Option<RttNs>,
+}
+
+/// `--one-way`: the delay of the requests (client to agent) and of the replies (agent to
+/// client). The agent stamps each reply with its receive and send times; the client converts
+/// them with an NTP-style estimate of the agent clock's offset and drift, from timestamp
+/// exchanges over the control channel (and the probes themselves). Forward plus return plus
+/// the agent's hold time is the RTT; only the split depends on the estimate, and every stated
+/// delay is within `uncertainty_ns` of the truth.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OneWay {
+    /// Probes (after the warm-up) converted into one-way delays.
+    pub samples: u64,
+    /// Replies that came back without the agent's timestamps (an older agent).
+    pub unstamped: u64,
+    /// Client to agent, ns. `null` when nothing could be converted.
+    pub forward_ns: Option<SignedNs>,
+    /// Agent to client, ns.
+    pub return_ns: Option<SignedNs>,
+    /// The agent's time between receiving a probe and sending its reply, ns.
+    pub agent_hold_ns: Option<RttNs>,
+    /// Every stated one-way figure is within this of the truth, ns: the clock estimate's
+    /// bound (`clock.offset_uncertainty_ns` over the whole test), plus what the provisional
+    /// estimates used during the run strayed from the final one.
+    pub uncertainty_ns: Option<u64>,
+    /// The estimate of the agent's clock; `null` when none could be made.
+    pub clock: Option<ClockEstimate>,
+}
+
+/// The agent's clock as the client estimated it (RFC 5905-style exchanges, the cleanest of
+/// each second fitted with a straight line for offset and drift).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ClockEstimate {
+    /// The agent's monotonic clock minus the client's, in the middle of the test, ns. On one
+    /// host (both ends read the same clock) it is 0 within `offset_uncertainty_ns`.
+    pub offset_ns: i64,
+    /// How far the true offset can be from `offset_ns` there, ns: half the round trip of the
+    /// cleanest exchanges (the path may be asymmetric by that much, unseen), and more away
+    /// from them.
+    pub offset_uncertainty_ns: u64,
+    /// How fast the agent's clock runs against the client's, parts per million.
+    pub drift_ppm: f64,
+    /// The smallest round trip (agent hold left out) of any exchange, ns.
+    pub best_round_trip_ns: u64,
+    /// Exchanges over the control channel.
+    pub control_exchanges: u64,
+    /// Probe exchanges offered to the estimate (the best of each second).
+    pub probe_exchanges: u64,
+    /// Exchanges the fit used (one per window of time, those without a queue in the way).
+    pub exchanges_used: u64,
+}
+
+/// Signed delay statistics, ns (a one-way delay estimate can come out below zero when the
+/// clock estimate is off by more than the delay; the uncertainty says by how much it can be).
+/// A percentile is `null` when the sample count cannot support it, as for RTTs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SignedNs {
+    /// Smallest.
+    pub min: i64,
+    /// Mean.
+    pub mean: f64,
+    /// Standard deviation.
+    pub stddev: f64,
+    /// Median.
+    pub p50: Option<i64>,
+    /// 90th percentile.
+    pub p90: Option<i64>,
+    /// 99th.
+    pub p99: Option<i64>,
+    /// 99.9th.
+    pub p999: Option<i64>,
+    /// 99.99th.
+    pub p9999: Option<i64>,
+    /// 99.999th.
+    pub p99999: Option<i64>,
+    /// Largest.
+    pub max: i64,
+}
+
+/// `--full-log FILE`: every sample, one CSV line each, written by a thread of its own. A sample
+/// the writer could not keep up with is dropped (never waited for) and counted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct FullLog {
+    /// The file.
+    pub path: String,
+    /// Lines written (one per message, lost ones too).
+    pub written: u64,
+    /// Samples dropped because the writer fell behind (or writing failed).
+    pub dropped: u64,
+    /// The write error that stopped the log, if any.
+    pub error: Option<String>,
 }
 
 /// One side's totals.
@@ -186,6 +509,10 @@ pub struct StreamResult {
     pub jitter_ns: Option<u64>,
     /// TCP: retransmitted segments at the sender.
     pub retransmits: Option<u64>,
+    /// TCP: the sender's `TCP_INFO` when it stopped sending; `null` for UDP, or when the
+    /// sender could not read it.
+    #[serde(default)]
+    pub tcp_info: Option<TcpInfo>,
 }
 
 /// One interval, counted at the receiver(s).
@@ -203,6 +530,10 @@ pub struct IntervalResult {
     pub packets: u64,
     /// Per stream: bytes, in the order of `streams` in the result.
     pub stream_bytes: Vec<u64>,
+    /// TCP: each sending stream's `TCP_INFO`, sampled by its sender at the end of the interval
+    /// (empty for UDP, or where the sender could not read it).
+    #[serde(default)]
+    pub tcp_info: Vec<StreamTcpInfo>,
 }
 
 /// `sonde throughput`: bulk transfer, counted at the receiver.
@@ -229,8 +560,12 @@ pub struct ThroughputResult {
     pub sender: SideTotals,
     /// Per stream.
     pub streams: Vec<StreamResult>,
-    /// Receiver intervals (`-i`).
+    /// Intervals (`-i`), counted where `intervals_counted_at` says.
     pub intervals: Vec<IntervalResult>,
+    /// Where the intervals were counted: at the receivers (always, against a sonde agent), or
+    /// at this host whatever its role (against an iperf3 server, which does not report its own).
+    #[serde(default)]
+    pub intervals_counted_at: CountedAt,
     /// UDP: datagrams lost, all streams.
     pub lost: Option<u64>,
     /// UDP: lost as a percentage of sent.
@@ -288,6 +623,87 @@ pub struct PpsResult {
     pub flows: Vec<FlowResult>,
 }
 
+/// How the client closed each connection of a crr test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CrrClose {
+    /// A FIN, as in netperf's `TCP_CRR`: the client's end then waits in `TIME_WAIT` (60 s on
+    /// Linux), holding its ephemeral port.
+    Fin,
+    /// A reset (`SO_LINGER` 0, `--rst`): no closing handshake and no `TIME_WAIT`.
+    Rst,
+}
+
+/// Failed attempts of a crr test by kind, counted by the client.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CrrErrors {
+    /// Connections refused (`ECONNREFUSED`).
+    pub refused: u64,
+    /// A connect, or the wait for the whole response, that passed the client's timeout.
+    pub timeout: u64,
+    /// Connections reset before the response was read in full.
+    pub reset: u64,
+    /// Connects that found no free local port (`EADDRNOTAVAIL`): the client's ephemeral ports
+    /// were all in use or in `TIME_WAIT`. The first one ends the test.
+    pub addr_not_available: u64,
+    /// Connections the agent closed before the whole response (it refused them).
+    pub closed: u64,
+    /// Anything else (out of file descriptors, no route...).
+    pub other: u64,
+}
+
+/// `sonde crr`: connection rate. Each transaction is a new TCP connection: connect, a request,
+/// the agent's response, close; `workers` connections at a time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CrrResult {
+    /// Common facts.
+    #[serde(flatten)]
+    pub meta: Meta,
+    /// Always `tcp`.
+    pub protocol: Protocol,
+    /// Connections at a time: each worker makes one transaction after another.
+    pub workers: u32,
+    /// Request size, bytes.
+    pub request_bytes: u32,
+    /// Response size, bytes.
+    pub response_bytes: u32,
+    /// How the client closed each connection.
+    pub close: CrrClose,
+    /// Requested duration, ns.
+    pub duration_ns: u64,
+    /// Transactions per second counted by the agent over its own window (the figure to quote);
+    /// `null` when the agent completed none or did not report.
+    pub connections_per_second: Option<f64>,
+    /// Transactions the agent completed: request read, response written, then the client's
+    /// close. `null` when the agent did not report.
+    pub agent_transactions: Option<u64>,
+    /// The agent's window: its first identified connection to its last completed transaction,
+    /// ns; `null` when it completed none or did not report.
+    pub agent_duration_ns: Option<u64>,
+    /// Connections of this test the agent could not complete; `null` when it did not report.
+    pub agent_failed: Option<u64>,
+    /// Transactions the client completed: response read in full.
+    pub transactions: u64,
+    /// Transactions per second counted by the client over its own window; `null` when it
+    /// completed none.
+    pub client_connections_per_second: Option<f64>,
+    /// The client's window: its first connect to its last completed transaction, ns (0 when it
+    /// completed none).
+    pub client_duration_ns: u64,
+    /// Connections the client established (those that then failed included).
+    pub connects: u64,
+    /// Connect times, from the `connect` call to the connection established: one round trip,
+    /// plus the retransmission timeout (1 s at first on Linux) when a SYN or SYN-ACK was lost.
+    /// The percentiles follow the latency rule (`samples >= 10 / (1 - p)`); `null` without
+    /// any connection.
+    pub connect_ns: Option<RttNs>,
+    /// Transaction times, from the `connect` call to the last byte of the response; `null`
+    /// without any completed transaction.
+    pub transaction_ns: Option<RttNs>,
+    /// Failed attempts by kind, counted by the client.
+    pub errors: CrrErrors,
+}
+
 /// `sonde quick`: the embedded default's results, one per case.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct QuickResult {
@@ -305,6 +721,33 @@ pub struct QuickCase {
     /// Short name (`tcp latency`, `tcp throughput x2`...).
     pub case: String,
     /// The result.
+    pub result: TestResult,
+}
+
+/// `--sweep PARAM=VALUES`: the same test run once per value of one parameter, in order, so a
+/// reader sees where bandwidth stops growing or latency starts to climb.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SweepResult {
+    /// sonde's version.
+    pub sonde_version: String,
+    /// When the sweep started, milliseconds since the Unix epoch.
+    pub timestamp_unix_ms: u64,
+    /// The test swept: `latency`, `throughput` or `pps`.
+    pub sweep_test: String,
+    /// The parameter varied: `msg_size`, `parallel`, `rate` or `bitrate`.
+    pub parameter: String,
+    /// The parameter's unit: `bytes`, `streams`, `messages_per_second` or `bits_per_second`.
+    pub unit: String,
+    /// One run per value, in the order run.
+    pub steps: Vec<SweepStep>,
+}
+
+/// One step of a sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SweepStep {
+    /// The parameter's value in this run, in the sweep's `unit`.
+    pub value: u64,
+    /// The run's full result.
     pub result: TestResult,
 }
 
@@ -362,7 +805,7 @@ impl AddedRttNs {
         let (i, l) = (&idle.rtt_ns, &loaded.rtt_ns);
         Self {
             min: diff(Some(i.min), Some(l.min)),
-            mean: both.then(|| l.mean - i.mean),
+            mean: both.then_some(l.mean - i.mean),
             p50: diff(i.p50, l.p50),
             p90: diff(i.p90, l.p90),
             p99: diff(i.p99, l.p99),
@@ -379,18 +822,146 @@ impl TestResult {
             Self::Latency(_) => "latency",
             Self::Throughput(_) => "throughput",
             Self::Pps(_) => "pps",
+            Self::Crr(_) => "crr",
             Self::Quick(_) => "quick",
             Self::Load(_) => "load",
+            Self::Sweep(_) => "sweep",
+            Self::Conf(_) => "conf",
         }
     }
 
-    /// The common facts; `None` for quick and load, whose runs each have their own.
+    /// The common facts; `None` for quick, load and sweep, whose runs each have their own.
     pub fn meta(&self) -> Option<&Meta> {
         match self {
             Self::Latency(r) => Some(&r.meta),
             Self::Throughput(r) => Some(&r.meta),
             Self::Pps(r) => Some(&r.meta),
-            Self::Quick(_) | Self::Load(_) => None,
+            Self::Crr(r) => Some(&r.meta),
+            Self::Quick(_) | Self::Load(_) | Self::Sweep(_) | Self::Conf(_) => None,
         }
+    }
+}
+
+impl CpuCost {
+    /// One end's cost from its raw counts (as a sonde agent reports them in its `Report`), with
+    /// the percentages and per-message figures worked out; those are `null` where a divisor is
+    /// 0 or unknown.
+    pub fn from_report(scope: CpuScope, r: &sonde_wire::CpuReport) -> Self {
+        let of_wall = |ns: u64| (r.wall_ns > 0).then(|| ns as f64 * 100.0 / r.wall_ns as f64);
+        let per = |n: Option<u64>, d: Option<u64>| match (n, d) {
+            (Some(n), Some(d)) if d > 0 => Some(n as f64 / d as f64),
+            _ => None,
+        };
+        Self {
+            scope,
+            wall_ns: r.wall_ns,
+            user_ns: r.user_ns,
+            system_ns: r.system_ns,
+            percent_of_one_core: of_wall(r.user_ns.saturating_add(r.system_ns)),
+            user_percent_of_one_core: of_wall(r.user_ns),
+            system_percent_of_one_core: of_wall(r.system_ns),
+            voluntary_context_switches: r.voluntary_switches,
+            involuntary_context_switches: r.involuntary_switches,
+            syscalls: r.syscalls,
+            messages: r.messages,
+            bytes: r.bytes,
+            syscalls_per_message: per(r.syscalls, r.messages),
+            syscalls_per_byte: per(r.syscalls, r.bytes),
+        }
+    }
+}
+
+impl From<&sonde_wire::TcpInfoStats> for TcpInfo {
+    /// The sender's sample, rates from the kernel's bytes per second to bits per second.
+    fn from(t: &sonde_wire::TcpInfoStats) -> Self {
+        let bits = |bytes: Option<u64>| bytes.map(|b| b.saturating_mul(8));
+        Self {
+            srtt_ns: t.srtt_ns,
+            rttvar_ns: t.rttvar_ns,
+            min_rtt_ns: t.min_rtt_ns,
+            cwnd_segments: t.cwnd,
+            ssthresh_segments: t.ssthresh,
+            mss_bytes: t.mss,
+            retransmits: t.retrans,
+            unacked_segments: t.unacked,
+            pacing_rate_bits_per_second: bits(t.pacing_rate),
+            delivery_rate_bits_per_second: bits(t.delivery_rate),
+            delivery_rate_app_limited: t.app_limited,
+            notsent_bytes: t.notsent_bytes,
+            busy_ns: t.busy_ns,
+            rwnd_limited_ns: t.rwnd_limited_ns,
+            sndbuf_limited_ns: t.sndbuf_limited_ns,
+        }
+    }
+}
+
+#[cfg(test)]
+mod context_tests {
+    use super::*;
+
+    #[test]
+    fn cpu_figures_are_worked_out_and_unknown_where_a_divisor_is() {
+        let raw = sonde_wire::CpuReport {
+            wall_ns: 2_000_000_000,
+            user_ns: 500_000_000,
+            system_ns: 1_500_000_000,
+            voluntary_switches: 7,
+            involuntary_switches: 3,
+            syscalls: Some(1_000),
+            messages: Some(4_000),
+            bytes: Some(4_000 * 18),
+        };
+        let c = CpuCost::from_report(CpuScope::TestThreads, &raw);
+        assert_eq!(c.percent_of_one_core, Some(100.0));
+        assert_eq!(c.user_percent_of_one_core, Some(25.0));
+        assert_eq!(c.system_percent_of_one_core, Some(75.0));
+        assert_eq!(c.syscalls_per_message, Some(0.25));
+        assert_eq!(c.syscalls_per_byte, Some(1_000.0 / 72_000.0));
+        assert_eq!(
+            (c.voluntary_context_switches, c.involuntary_context_switches),
+            (7, 3)
+        );
+        // No wall time, no calls counted, nothing moved: unknown, not 0.
+        let none = CpuCost::from_report(
+            CpuScope::Process,
+            &sonde_wire::CpuReport {
+                syscalls: None,
+                messages: Some(0),
+                bytes: Some(0),
+                ..sonde_wire::CpuReport::default()
+            },
+        );
+        assert_eq!(none.percent_of_one_core, None);
+        assert_eq!(none.syscalls_per_message, None);
+        assert_eq!(none.syscalls_per_byte, None);
+        let idle = CpuCost::from_report(
+            CpuScope::Process,
+            &sonde_wire::CpuReport {
+                syscalls: Some(5),
+                messages: Some(0),
+                ..raw
+            },
+        );
+        assert_eq!(idle.syscalls_per_message, None);
+    }
+
+    #[test]
+    fn tcp_info_rates_are_in_bits_and_unknown_stays_null() {
+        let t = TcpInfo::from(&sonde_wire::TcpInfoStats {
+            stream: 2,
+            srtt_ns: Some(40_000),
+            cwnd: Some(10),
+            pacing_rate: Some(125_000_000),
+            delivery_rate: Some(u64::MAX),
+            ..sonde_wire::TcpInfoStats::default()
+        });
+        assert_eq!(t.srtt_ns, Some(40_000));
+        assert_eq!(t.cwnd_segments, Some(10));
+        assert_eq!(t.pacing_rate_bits_per_second, Some(1_000_000_000));
+        assert_eq!(t.delivery_rate_bits_per_second, Some(u64::MAX));
+        assert_eq!(t.rttvar_ns, None);
+        let v = serde_json::to_value(&t).unwrap();
+        assert!(v["ssthresh_segments"].is_null());
+        assert_eq!(v["cwnd_segments"], 10);
     }
 }

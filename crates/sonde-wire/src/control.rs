@@ -51,6 +51,9 @@ pub enum TestKind {
     Throughput,
     /// Small UDP packets as fast as possible.
     Pps,
+    /// Connection rate: TCP connect, request, response, close, over `streams` workers; each
+    /// connection joins with a [`crate::CrrJoin`]. `msg_size` is the request size.
+    Crr,
 }
 
 /// Everything the agent needs to play its part in a test.
@@ -79,6 +82,8 @@ impl TestSpec {
     pub fn channels(&self) -> u32 {
         match (self.kind, self.direction) {
             (TestKind::Throughput, Direction::Bidir) => self.streams.saturating_mul(2),
+            // A crr worker opens a new connection per transaction; none is held open.
+            (TestKind::Crr, _) => 0,
             _ => self.streams,
         }
     }
@@ -86,7 +91,7 @@ impl TestSpec {
     /// Whether the client sends on stream `index` (the agent sends on the others).
     pub fn client_sends(&self, index: u32) -> bool {
         match self.kind {
-            TestKind::Latency => true,
+            TestKind::Latency | TestKind::Crr => true,
             TestKind::Pps | TestKind::Throughput => match self.direction {
                 Direction::Forward => true,
                 Direction::Reverse => false,
@@ -152,6 +157,9 @@ pub struct StreamStats {
     /// TCP sender: segments retransmitted (`tcpi_total_retrans`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retransmits: Option<u64>,
+    /// TCP sender: the connection's `TCP_INFO` when the sender's loop ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_info: Option<TcpInfoStats>,
 }
 
 /// Bytes and datagrams per stream in one interval, counted by the receiver.
@@ -167,6 +175,91 @@ pub struct IntervalStats {
     pub bytes: Vec<u64>,
     /// Datagrams received per stream in the interval.
     pub packets: Vec<u64>,
+    /// TCP: the `TCP_INFO` of the streams this side *sends*, sampled at the interval's end.
+    /// The agent sends `Interval` messages with only these (and no receiving streams) when it
+    /// sends and does not receive (reverse): an older client shows them as empty intervals.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tcp_info: Vec<TcpInfoStats>,
+}
+
+/// One TCP connection's `TCP_INFO` at one moment, as the sending side read it (`tcp(7)`). Every
+/// figure is `None` when the sender's kernel did not fill it; times in ns, rates in bytes per
+/// second as the kernel keeps them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TcpInfoStats {
+    /// Stream index.
+    pub stream: u32,
+    /// Smoothed RTT (`tcpi_rtt`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub srtt_ns: Option<u64>,
+    /// RTT mean deviation (`tcpi_rttvar`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rttvar_ns: Option<u64>,
+    /// Smallest RTT seen (`tcpi_min_rtt`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_rtt_ns: Option<u64>,
+    /// Congestion window, segments (`tcpi_snd_cwnd`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwnd: Option<u32>,
+    /// Slow-start threshold, segments (`tcpi_snd_ssthresh`); `None` also while in slow start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ssthresh: Option<u32>,
+    /// Sender MSS, bytes (`tcpi_snd_mss`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mss: Option<u32>,
+    /// Segments retransmitted since the connection opened (`tcpi_total_retrans`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retrans: Option<u64>,
+    /// Segments in flight, not yet acknowledged (`tcpi_unacked`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unacked: Option<u32>,
+    /// Pacing rate, bytes/s (`tcpi_pacing_rate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pacing_rate: Option<u64>,
+    /// Latest delivery rate, bytes/s (`tcpi_delivery_rate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery_rate: Option<u64>,
+    /// Whether that delivery rate was limited by the application (`tcpi_delivery_rate_app_limited`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub app_limited: Option<bool>,
+    /// Bytes written and not yet sent (`tcpi_notsent_bytes`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notsent_bytes: Option<u32>,
+    /// Time with data to send (`tcpi_busy_time`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busy_ns: Option<u64>,
+    /// Of that, limited by the receiver's window (`tcpi_rwnd_limited`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rwnd_limited_ns: Option<u64>,
+    /// Of that, limited by the send buffer (`tcpi_sndbuf_limited`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sndbuf_limited_ns: Option<u64>,
+}
+
+/// What one side's share of a session cost in CPU: the threads that ran it (`getrusage`
+/// `RUSAGE_THREAD`, summed), and the system calls its data loops made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CpuReport {
+    /// Wall-clock time the figures were counted over, ns.
+    pub wall_ns: u64,
+    /// CPU time in user mode, ns.
+    pub user_ns: u64,
+    /// CPU time in the kernel, ns.
+    pub system_ns: u64,
+    /// Voluntary context switches (waits).
+    pub voluntary_switches: u64,
+    /// Involuntary context switches (preemptions).
+    pub involuntary_switches: u64,
+    /// System calls the data loops made (send/receive family); `None` where they are not
+    /// counted.
+    pub syscalls: Option<u64>,
+    /// Messages the data loops moved: datagrams (UDP), messages echoed (latency), or TCP bytes
+    /// over the message size.
+    pub messages: Option<u64>,
+    /// Payload bytes the data loops moved.
+    pub bytes: Option<u64>,
 }
 
 /// The agent's account of a finished session.
@@ -182,6 +275,25 @@ pub struct AgentReport {
     pub intervals: Vec<IntervalStats>,
     /// The largest number of *other* sessions that ran on the agent during this one.
     pub overlapping_sessions: u32,
+    /// Connection rate: the exchanges the agent completed (absent for other tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crr: Option<CrrReport>,
+    /// What the session cost the agent in CPU; `None` from an agent that cannot measure it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuReport>,
+}
+
+/// The agent's count of a connection-rate (`crr`) session.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrrReport {
+    /// Exchanges completed: the request read, the response written in full, then the client's
+    /// close (a FIN, or with `--rst` a reset).
+    pub transactions: u64,
+    /// From the first connection the agent identified to the last completed exchange, ns.
+    pub active_ns: u64,
+    /// Connections of this session the agent could not complete: a timeout, a reset or an early
+    /// close before the response, or bytes after the request.
+    pub failed: u64,
 }
 
 /// Every message on a control channel. The client speaks first.
@@ -206,6 +318,10 @@ pub enum ControlMsg {
         session: SessionId,
         /// The agent's limits.
         limits: Limits,
+        /// The agent's configuration, for the interface that faces this client; `None` from an
+        /// agent that does not say (older versions).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host: Option<Box<crate::HostInfo>>,
     },
     /// Agent → client: the request is refused; the agent closes the connection after this.
     Refused {
@@ -244,6 +360,22 @@ pub enum ControlMsg {
     Error {
         /// What went wrong.
         message: String,
+    },
+    /// Client → agent, while a latency test runs (`--one-way`): one NTP-style clock exchange,
+    /// `t1` = the client's clock when it sent this (ns, the client's monotonic clock).
+    ClockProbe {
+        /// `t1`.
+        client_send_ns: u64,
+    },
+    /// Agent → client: the answer to a [`ControlMsg::ClockProbe`], with the agent's receive
+    /// (`t2`) and send (`t3`) times on the clock its latency echoes stamp with.
+    ClockReply {
+        /// `t1`, as the probe carried it.
+        client_send_ns: u64,
+        /// `t2`.
+        agent_receive_ns: u64,
+        /// `t3`.
+        agent_send_ns: u64,
     },
 }
 
@@ -348,6 +480,21 @@ mod tests {
     }
 
     #[test]
+    fn clock_exchanges_carry_full_64_bit_times() {
+        let reply = ControlMsg::ClockReply {
+            client_send_ns: u64::MAX,
+            agent_receive_ns: 1,
+            agent_send_ns: 2,
+        };
+        let mut buf = Vec::new();
+        encode_frame(&ControlMsg::ClockProbe { client_send_ns: 7 }, &mut buf).unwrap();
+        assert_eq!(&buf[4..], br#"{"type":"clock_probe","client_send_ns":7}"#);
+        encode_frame(&reply, &mut buf).unwrap();
+        let first = decode_frame(&buf).unwrap().unwrap().1;
+        assert_eq!(decode_frame(&buf[first..]).unwrap().unwrap().0, reply);
+    }
+
+    #[test]
     fn json_shape_is_tagged_and_readable() {
         let mut buf = Vec::new();
         encode_frame(&ControlMsg::Ready, &mut buf).unwrap();
@@ -378,6 +525,121 @@ mod tests {
         assert_eq!(s.channels(), 4);
         assert!(s.client_sends(0) && s.client_sends(1));
         assert!(!s.client_sends(2) && !s.client_sends(3));
+    }
+
+    #[test]
+    fn crr_holds_no_data_channel_and_its_report_reads_back() {
+        let s = TestSpec {
+            kind: TestKind::Crr,
+            protocol: Protocol::Tcp,
+            direction: Direction::Forward,
+            streams: 8,
+            ..spec()
+        };
+        assert_eq!(s.channels(), 0, "crr connections join one by one");
+        let mut buf = Vec::new();
+        encode_frame(&ControlMsg::Start { spec: s.clone() }, &mut buf).unwrap();
+        assert!(String::from_utf8_lossy(&buf).contains(r#""kind":"crr""#));
+        let report = ControlMsg::Report(AgentReport {
+            crr: Some(CrrReport {
+                transactions: 12_345,
+                active_ns: 2_000_000_000,
+                failed: 2,
+            }),
+            ..AgentReport::default()
+        });
+        buf.clear();
+        encode_frame(&report, &mut buf).unwrap();
+        assert_eq!(decode_frame(&buf).unwrap().unwrap().0, report);
+        // An older agent's report has no `crr`: it reads as `None`, not as zero transactions.
+        let old = br#"{"type":"report","received":[],"sent":[],"echoed":[],"intervals":[],"overlapping_sessions":0}"#;
+        let Ok(ControlMsg::Report(r)) = decode_body(old) else {
+            panic!("an older report still decodes");
+        };
+        assert_eq!(r.crr, None);
+    }
+
+    #[test]
+    fn context_fields_are_optional_both_ways() {
+        // An older agent's welcome, interval and report: no host, TCP_INFO or CPU.
+        let welcome = br#"{"type":"welcome","protocol":1,"software":"sonde 0.1.0","session":3,
+            "limits":{"max_sessions":1,"max_duration_ms":1,"max_streams":1,"max_msg_size":1}}"#;
+        let Ok(ControlMsg::Welcome { host, .. }) = decode_body(welcome) else {
+            panic!("an older welcome still decodes");
+        };
+        assert_eq!(host, None);
+        let iv = br#"{"type":"interval","start_ns":0,"end_ns":1,"streams":[0],"bytes":[5],"packets":[1]}"#;
+        let Ok(ControlMsg::Interval(iv)) = decode_body(iv) else {
+            panic!("an older interval still decodes");
+        };
+        assert!(iv.tcp_info.is_empty());
+        let old = br#"{"type":"report","received":[],"sent":[{"stream":0,"bytes":1,"packets":1,"active_ns":1}],"echoed":[],"intervals":[],"overlapping_sessions":0}"#;
+        let Ok(ControlMsg::Report(r)) = decode_body(old) else {
+            panic!("an older report still decodes");
+        };
+        assert_eq!((r.cpu, r.sent[0].tcp_info), (None, None));
+        // And what a newer agent adds reads back; an unknown TCP_INFO figure is left out.
+        let welcome = ControlMsg::Welcome {
+            protocol: 1,
+            software: "sonde 0.1.0".into(),
+            session: SessionId(3),
+            limits: Limits {
+                max_sessions: 1,
+                max_duration_ms: 1,
+                max_streams: 1,
+                max_msg_size: 1,
+            },
+            host: Some(Box::new(crate::HostInfo {
+                kernel_release: Some("6.1.0".into()),
+                ..crate::HostInfo::default()
+            })),
+        };
+        let mut buf = Vec::new();
+        encode_frame(&welcome, &mut buf).unwrap();
+        assert_eq!(decode_frame(&buf).unwrap().unwrap().0, welcome);
+        let info = TcpInfoStats {
+            stream: 2,
+            srtt_ns: Some(50_000),
+            ..TcpInfoStats::default()
+        };
+        let text = serde_json::to_string(&info).unwrap();
+        assert_eq!(text, r#"{"stream":2,"srtt_ns":50000}"#);
+        assert_eq!(serde_json::from_str::<TcpInfoStats>(&text).unwrap(), info);
+    }
+
+    #[test]
+    fn an_interval_of_the_most_streams_fits_in_a_frame_with_their_tcp_info() {
+        // 128 streams received and 128 sent (bidir at the agent's default limit), each sender
+        // with every TCP_INFO figure at a large value.
+        let big = TcpInfoStats {
+            stream: 255,
+            srtt_ns: Some(9_999_999_000),
+            rttvar_ns: Some(9_999_999_000),
+            min_rtt_ns: Some(9_999_999_000),
+            cwnd: Some(999_999),
+            ssthresh: Some(999_999),
+            mss: Some(65_535),
+            retrans: Some(99_999_999),
+            unacked: Some(999_999),
+            pacing_rate: Some(99_999_999_999),
+            delivery_rate: Some(99_999_999_999),
+            app_limited: Some(false),
+            notsent_bytes: Some(99_999_999),
+            busy_ns: Some(999_999_999_999_000),
+            rwnd_limited_ns: Some(999_999_999_999_000),
+            sndbuf_limited_ns: Some(999_999_999_999_000),
+        };
+        let iv = IntervalStats {
+            start_ns: 299_000_000_000,
+            end_ns: 300_000_000_000,
+            streams: (0..128).collect(),
+            bytes: vec![99_999_999_999; 128],
+            packets: vec![9_999_999_999; 128],
+            tcp_info: vec![big; 128],
+        };
+        let mut buf = Vec::new();
+        encode_frame(&ControlMsg::Interval(iv), &mut buf).unwrap();
+        assert!(buf.len() < MAX_FRAME_LEN as usize, "{} bytes", buf.len());
     }
 
     proptest! {

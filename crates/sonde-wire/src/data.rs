@@ -17,6 +17,8 @@ pub const PREAMBLE_LEN: usize = 8;
 pub const DATA_JOIN_LEN: usize = 16;
 /// Length of [`UdpJoin`] on the wire.
 pub const UDP_JOIN_LEN: usize = 16;
+/// Length of [`CrrJoin`] on the wire.
+pub const CRR_JOIN_LEN: usize = 16;
 /// Length of [`DataHeader`] on the wire: the smallest UDP throughput or pps payload.
 pub const DATA_HEADER_LEN: usize = 16;
 
@@ -27,11 +29,15 @@ pub enum Channel {
     Control,
     /// Test data for a session, after a [`DataJoin`].
     Data,
+    /// One connection-rate exchange, after a [`CrrJoin`]: the request, the agent's response,
+    /// then the client closes.
+    Crr,
 }
 
 impl Channel {
     const CONTROL: u8 = 0x01;
     const DATA: u8 = 0x02;
+    const CRR: u8 = 0x03;
 }
 
 /// The first 8 bytes of every TCP connection: `SNDE`, version, channel kind, reserved.
@@ -52,6 +58,7 @@ impl Preamble {
         b[6] = match self.channel {
             Channel::Control => Channel::CONTROL,
             Channel::Data => Channel::DATA,
+            Channel::Crr => Channel::CRR,
         };
         b
     }
@@ -66,6 +73,7 @@ impl Preamble {
         let channel = match b[6] {
             Channel::CONTROL => Channel::Control,
             Channel::DATA => Channel::Data,
+            Channel::CRR => Channel::Crr,
             other => return Err(Error::Channel(other)),
         };
         Ok(Self {
@@ -111,6 +119,51 @@ impl DataJoin {
         Ok(Self {
             token: Token(be_u64(&b[..8])),
             stream: u32::from_be_bytes([b[8], b[9], b[10], b[11]]),
+        })
+    }
+}
+
+/// Sent by a connection-rate (`crr`) connection right after its [`Preamble`]: which session,
+/// which worker, how large a response, and how the client will close. The request
+/// ([`crate::TestSpec::msg_size`] bytes) follows at once.
+///
+/// Layout: token (8), worker (2), flags (2), response size (4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CrrJoin {
+    /// The session's secret token, from [`crate::ControlMsg::Accepted`].
+    pub token: Token,
+    /// Worker index, 0-based (below [`crate::TestSpec::streams`]).
+    pub worker: u16,
+    /// The client closes with a reset (`SO_LINGER` 0) rather than a FIN, so the agent counts a
+    /// reset after the response as a completed exchange.
+    pub rst: bool,
+    /// Bytes the agent answers with.
+    pub response_size: u32,
+}
+
+impl CrrJoin {
+    const FLAG_RST: u16 = 0x0001;
+
+    /// Writes the join.
+    pub fn encode(&self) -> [u8; CRR_JOIN_LEN] {
+        let mut b = [0u8; CRR_JOIN_LEN];
+        b[..8].copy_from_slice(&self.token.0.to_be_bytes());
+        b[8..10].copy_from_slice(&self.worker.to_be_bytes());
+        let flags = if self.rst { Self::FLAG_RST } else { 0 };
+        b[10..12].copy_from_slice(&flags.to_be_bytes());
+        b[12..16].copy_from_slice(&self.response_size.to_be_bytes());
+        b
+    }
+
+    /// Reads a join. Unknown flag bits are ignored (a later version may add some).
+    pub fn decode(b: &[u8]) -> Result<Self, Error> {
+        let b = fixed::<CRR_JOIN_LEN>(b)?;
+        let flags = u16::from_be_bytes([b[10], b[11]]);
+        Ok(Self {
+            token: Token(be_u64(&b[..8])),
+            worker: u16::from_be_bytes([b[8], b[9]]),
+            rst: flags & Self::FLAG_RST != 0,
+            response_size: u32::from_be_bytes([b[12], b[13], b[14], b[15]]),
         })
     }
 }
@@ -413,6 +466,38 @@ mod tests {
     }
 
     #[test]
+    fn crr_join_layout_is_stable() {
+        let p = Preamble {
+            version: 1,
+            channel: Channel::Crr,
+        };
+        assert_eq!(p.encode(), [b'S', b'N', b'D', b'E', 0, 1, 3, 0]);
+        assert_eq!(Preamble::decode(&p.encode()), Ok(p));
+        let j = CrrJoin {
+            token: Token(0x0102_0304_0506_0708),
+            worker: 0x0a0b,
+            rst: true,
+            response_size: 0x0001_0000,
+        };
+        assert_eq!(
+            j.encode(),
+            [1, 2, 3, 4, 5, 6, 7, 8, 0x0a, 0x0b, 0, 1, 0, 1, 0, 0]
+        );
+        assert_eq!(CrrJoin::decode(&j.encode()), Ok(j));
+        let fin = CrrJoin { rst: false, ..j };
+        assert_eq!(fin.encode()[10..12], [0, 0]);
+        assert_eq!(CrrJoin::decode(&fin.encode()), Ok(fin));
+        // Flag bits this version does not know are ignored.
+        let mut later = fin.encode();
+        later[10] = 0x80;
+        assert_eq!(CrrJoin::decode(&later), Ok(fin));
+        assert_eq!(
+            CrrJoin::decode(&j.encode()[..15]),
+            Err(Error::Truncated { need: 16, have: 15 })
+        );
+    }
+
+    #[test]
     fn udp_join_layout_is_stable() {
         let j = UdpJoin {
             ack: false,
@@ -463,6 +548,7 @@ mod tests {
         fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = Preamble::decode(&bytes);
             let _ = DataJoin::decode(&bytes);
+            let _ = CrrJoin::decode(&bytes);
             let _ = UdpJoin::decode(&bytes);
             let _ = DataHeader::read(&bytes);
             let _ = read_latency_seq(&bytes);

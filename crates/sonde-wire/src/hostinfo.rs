@@ -5,6 +5,9 @@
 //! an empty string. Every struct takes `#[serde(default)]`, so a peer that knows fewer fields
 //! still decodes (the missing ones are `None`), and unknown fields are ignored.
 //!
+//! The result documents embed these structs as they are (`hosts.client`, `hosts.server`), so
+//! with the `schema` feature they also derive `schemars::JsonSchema` for the result schema.
+//!
 //! ```
 //! use sonde_wire::HostInfo;
 //!
@@ -21,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 /// One host's configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct HostInfo {
     /// The sonde build that collected this (`0.1.0`).
@@ -58,6 +62,7 @@ pub struct HostInfo {
 
 /// One network interface.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct NicInfo {
     /// The interface's name (`eth0`).
@@ -76,6 +81,7 @@ pub struct NicInfo {
 
 /// Whether each offload is on (`Some(true)`), off (`Some(false)`) or could not be read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct NicOffloads {
     /// Generic segmentation offload.
@@ -94,6 +100,7 @@ pub struct NicOffloads {
 
 /// The kernel's socket buffer limits (Linux `sysctl` names in the docs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct SocketBufferLimits {
     /// `net.core.rmem_max`: the largest receive buffer `SO_RCVBUF` may ask for.
@@ -116,6 +123,7 @@ pub struct SocketBufferLimits {
 /// A `sysctl` triple such as `net.ipv4.tcp_rmem` (`4096 131072 6291456`); the unit is in the
 /// name of the field that holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MinDefaultMax {
     /// The first value (the minimum; for `udp_mem`, the low threshold).
     pub min: u64,

@@ -7,10 +7,14 @@
 //! * control frames: a 4-byte big-endian length (at most [`MAX_FRAME_LEN`]) followed by one JSON
 //!   document, a [`ControlMsg`];
 //! * the 16-byte [`DataJoin`] that a TCP data channel sends after its preamble;
+//! * the 16-byte [`CrrJoin`] that each connection of a connection-rate test sends after its
+//!   preamble, before its request;
 //! * the 16-byte UDP [`UdpJoin`] datagram (and its acknowledgement) that binds a UDP flow to a
 //!   session;
 //! * the 16-byte [`DataHeader`] at the front of every UDP data datagram (sequence number and send
-//!   time).
+//!   time);
+//! * the agent's receive and send times inside latency messages ([`stamps`], for one-way
+//!   delay).
 //!
 //! Decoders take caller buffers and never panic or allocate from a length field they have not
 //! checked.
@@ -28,6 +32,9 @@
 mod control;
 mod data;
 mod hostinfo;
+pub mod iperf3;
+pub mod sockperf;
+pub mod stamps;
 
 pub use control::*;
 pub use data::*;

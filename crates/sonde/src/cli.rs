@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::{latency, load, pps, quick, server, throughput};
+use crate::{conf, crr, latency, load, pps, quick, server, throughput};
 
 /// Exit codes, shown in every `--help` and the README. A macro so it can be `concat!`ed into
 /// each subcommand's long help.
@@ -13,8 +13,9 @@ Exit codes:
     0  the test ran and its result was printed
     1  the test started but failed (lost connection, the agent ended it)
     2  usage error (bad option or value)
-    3  could not reach a sonde agent (resolve, connect, not a sonde agent, UDP blocked)
-    4  the agent refused the test (busy, over its limits, other protocol version)
+    3  could not reach the server (resolve, connect, not a sonde agent or not the
+       iperf3/sockperf server the URL names, UDP blocked, no reply)
+    4  the server refused the test (busy, over its limits, other protocol version)
   130  interrupted (Ctrl-C; the agent ends the session on its side)"
     };
 }
@@ -35,8 +36,18 @@ Run `sonde server` on every host, then from any other host:\n  \
 sonde latency HOST        round-trip time (RTT) percentiles, TCP or UDP (-u)\n  \
 sonde throughput HOST     bulk bandwidth counted at the receiver, -P streams, -R reverse\n  \
 sonde pps HOST            small-packet rate counted at the receiver\n  \
-sonde load HOST           RTT idle and while TCP streams fill the path (bufferbloat)\n\n\
-`sonde quick` runs all three against an agent it starts on loopback: no second host needed.",
+sonde crr HOST            TCP connections per second: connect, request, response, close\n  \
+sonde load HOST           RTT idle and while TCP streams fill the path (bufferbloat)\n  \
+sonde conf HOST           both ends' configuration side by side (CPU, kernel, NIC, TCP)\n\n\
+`sonde quick` runs latency, throughput, pps and crr against an agent it starts on loopback: no\n\
+second host needed.\n\n\
+It speaks the tools already deployed: `sonde server --iperf3 --sockperf` answers real iperf3 and \
+sockperf clients (several at once), and `sonde throughput iperf3://HOST` and `sonde latency \
+sockperf://HOST` test against their servers.\n\n\
+Every result also states its context: both ends' configuration (host, CPU, kernel, NIC, TCP \
+settings: what `sonde conf` shows), the CPU the test cost each end (user and system time, \
+context switches, system calls per message), and for TCP each sender's TCP_INFO (smoothed RTT, \
+cwnd, retransmits, pacing rate) per stream and interval.",
     after_help = EXIT_CODES,
     propagate_version = true
 )]
@@ -57,9 +68,13 @@ enum Command {
     #[command(after_help = EXIT_CODES)]
     Pps(pps::Opt),
     #[command(after_help = EXIT_CODES)]
+    Crr(crr::Opt),
+    #[command(after_help = EXIT_CODES)]
     Load(load::Opt),
     #[command(after_help = EXIT_CODES)]
     Quick(quick::Opt),
+    #[command(after_help = EXIT_CODES)]
+    Conf(conf::Opt),
 }
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
@@ -68,8 +83,10 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Latency(o) => latency::run(&o),
         Command::Throughput(o) => throughput::run(&o),
         Command::Pps(o) => pps::run(&o),
+        Command::Crr(o) => crr::run(&o),
         Command::Load(o) => load::run(&o),
         Command::Quick(o) => quick::run(&o),
+        Command::Conf(o) => conf::run(&o),
     }
 }
 

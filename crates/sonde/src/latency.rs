@@ -1,9 +1,11 @@
 //! `sonde latency`: round-trip time.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
 use sonde_client::LatencyOptions;
+use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_report::TestResult;
 use sonde_wire::Protocol;
 
@@ -27,21 +29,68 @@ at least 10/(1-p) samples were taken (p99: 1,000; p99.99: 100,000); otherwise it
 UDP counts lost, duplicated and reordered replies by sequence number; a reply that does not come \
 back within max(1 ms, 10 x median RTT) (1 s for the first) is given up on and the next message goes.
 
+sockperf://HOST[:PORT] tests against a real `sockperf server` (port 11111 by default) with the \
+same loops and report. UDP is the default there, as in sockperf; --tcp needs `sockperf server \
+--tcp`. Messages carry sockperf's 14-byte header, so -m is at least 14 (sockperf's own default \
+size); a sockperf server takes up to 65507 bytes unless started with a larger -m. sonde reports \
+the full round trip: sockperf's \"latency\" is half of it (`sockperf ping-pong --full-rtt` reports \
+the same quantity as sonde), and sonde does not wait 2 s before sending. A sockperf server \
+reports no counts, so the result has session 0, and UDP loss is not split into outbound and \
+return. A server that never answers is exit code 3.
+
+Inside a latency test (each adds to the table, the JSON and the CSV; none changes the RTTs):
+
+--full-log FILE: every message as a CSV line (seq, send and receive times, RTT, the kernel \
+figures with --timestamps, warm-up flag, received/late/lost), written by a thread of its own. \
+The loop never waits for it; a sample the writer cannot keep up with is dropped and counted \
+(full_log.dropped, with a warning). A FILE that cannot be created is exit code 2.
+
+--histogram: the RTT distribution in log-spaced buckets (4 per octave), with counts and a bar; \
+rtt_histogram [{le_ns, count}] in the JSON, `histogram` rows in the CSV.
+
+--timestamps: the kernel's software timestamps (SO_TIMESTAMPING). The RTT at the sockets (the \
+reply's kernel receive minus the request's kernel transmit) is shown next to the application's, \
+with their difference per sample: the time spent in this host. TCP gets receive stamps only: \
+its socket RTT is null (with a warning) and the application's send to the reply's kernel receive \
+stands in. Where the kernel gives no stamps, the figures are null, never 0.
+
+--one-way: the delay each way. The agent stamps its receive and send times into each reply (-m \
+24 or more); the client estimates the agent clock's offset and drift NTP-style from exchanges \
+over the control channel (8 before the test, then 3 every 100 ms) and the cleanest probe of each \
+second. Forward + return + the agent's hold is the RTT; the split rests on the cleanest \
+exchanges taking as long one way as the other, and every figure is within the stated ± \
+(uncertainty_ns) that follows from it. An open loop's forward delay counts from the scheduled \
+send, as its RTT does.
+
 Examples:
   sonde latency 198.18.0.2                 TCP, 64-byte messages, 1 s warm-up + 10 s
   sonde latency 198.18.0.2 -u -m 1472      UDP, 1472-byte datagrams
   sonde latency 198.18.0.2 -u --rate 10K   open loop, 10,000 messages per second
   sonde latency 198.18.0.2 -n 100000       100,000 messages after the warm-up
+  sonde latency sockperf://198.18.0.2      UDP against `sockperf server` on port 11111
+  sonde latency sockperf://198.18.0.2:11112 --tcp -m 14
+                                           TCP against `sockperf server --tcp -p 11112`
+  sonde latency 198.18.0.2 -u --sweep msg_size=64:8K:*2
+                                           RTT by message size, one row per size
+  sonde latency 198.18.0.2 -u --timestamps --histogram
+                                           socket RTT, host time and the distribution
+  sonde latency 198.18.0.2 -u --one-way --full-log rtt.csv
+                                           delay each way, every sample to rtt.csv
 
 ", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
-    /// Agent to test: HOST, HOST:PORT, or an IPv6 address (with a port: `[IPv6]:PORT`)
+    /// Agent to test: HOST, HOST:PORT, or an IPv6 address (with a port: `[IPv6]:PORT`); or
+    /// `sockperf://HOST[:PORT]` for a real `sockperf server` (default port 11111)
     #[arg(value_name = "HOST[:PORT]")]
     host: String,
     /// UDP instead of TCP
     #[arg(short, long)]
     udp: bool,
-    /// Message size each way, bytes (1 to 64K; UDP up to 65507)
+    /// TCP: the default for a sonde agent; for sockperf:// (UDP by default, as in sockperf) the
+    /// server must run with --tcp too
+    #[arg(long, conflicts_with = "udp")]
+    tcp: bool,
+    /// Message size each way, bytes (1 to 64K; UDP up to 65507; sockperf:// 14 or more)
     #[arg(short = 'm', long = "msg-size", default_value = "64", value_name = "SIZE", value_parser = crate::units::size)]
     msg_size: u32,
     /// Measured time, seconds, after the warm-up
@@ -56,32 +105,151 @@ pub(crate) struct Opt {
     /// Open loop: send this many messages per second on a fixed schedule (e.g. 1000, 10K)
     #[arg(long, value_name = "MSG_PER_SEC", value_parser = crate::units::per_second)]
     rate: Option<f64>,
+    /// Run once per value: msg_size (-m) or rate (--rate, open loop), e.g.
+    /// `msg_size=64:64K:*4`
+    #[arg(long, value_name = "PARAM=VALUES", value_parser = crate::sweep::parse, long_help = crate::sweep::SWEEP_HELP)]
+    sweep: Option<Sweep>,
+    /// Write every sample to FILE as CSV (seq, send/receive time, RTT, outcome), from a thread
+    /// outside the measurement loop
+    #[arg(long, value_name = "FILE", conflicts_with = "sweep")]
+    full_log: Option<PathBuf>,
+    /// Print the RTT distribution (log-spaced buckets) and put its buckets in the JSON and CSV
+    #[arg(long)]
+    histogram: bool,
+    /// Read the kernel's software timestamps: the RTT at the sockets next to the application's,
+    /// and the time spent in this host
+    #[arg(long)]
+    timestamps: bool,
+    /// One-way delay each way, from the agent's timestamps and an estimate of its clock's
+    /// offset (needs -m 24 or more)
+    #[arg(long = "one-way")]
+    one_way: bool,
     #[command(flatten)]
     output: OutputOpt,
 }
 
-pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
-    let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
-    let options = LatencyOptions {
-        protocol: if opt.udp {
+impl Opt {
+    /// The protocol asked for, or `default` when neither -u nor --tcp was given.
+    fn protocol(&self, default: Protocol) -> Protocol {
+        if self.udp {
             Protocol::Udp
-        } else {
+        } else if self.tcp {
             Protocol::Tcp
-        },
-        msg_size: opt.msg_size,
-        duration: opt.time,
-        warmup: opt.warmup,
-        rate: opt.rate,
-        count: opt.count,
+        } else {
+            default
+        }
+    }
+
+    fn options(&self, protocol: Protocol) -> LatencyOptions {
+        LatencyOptions {
+            protocol,
+            msg_size: self.msg_size,
+            duration: self.time,
+            warmup: self.warmup,
+            rate: self.rate,
+            count: self.count,
+            full_log: self.full_log.clone(),
+            histogram: self.histogram,
+            timestamps: self.timestamps,
+            one_way: self.one_way,
+        }
+    }
+
+    /// The inner-view options a sockperf server cannot serve (sonde's sockperf path runs the
+    /// plain loop): a usage error rather than a silently missing figure.
+    fn check_sockperf(&self) -> anyhow::Result<()> {
+        let unsupported = [
+            (self.full_log.is_some(), "--full-log"),
+            (self.timestamps, "--timestamps"),
+            (self.one_way, "--one-way"),
+        ];
+        if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {
+            let why = if self.one_way {
+                "one-way delay needs a sonde agent's timestamps"
+            } else {
+                "against sockperf:// sonde runs its plain loop"
+            };
+            return Err(crate::units::BadValue(format!(
+                "{flag} is for tests against a sonde agent ({why}); --histogram works with sockperf://"
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// How long the run should take, for the progress bar.
+    fn expected(&self) -> Duration {
+        let measured = match (self.count, self.rate) {
+            (Some(n), Some(rate)) => Duration::from_secs_f64(n as f64 / rate),
+            (Some(_), None) => Duration::ZERO,
+            (None, _) => self.time,
+        };
+        self.warmup + measured
+    }
+}
+
+pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    if let Some(sweep) = &opt.sweep {
+        return run_sweep(opt, sweep);
+    }
+    if let Some(target) = sonde_client::sockperf::parse_target(&opt.host) {
+        return run_sockperf(opt, &target?);
+    }
+    let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
+    let options = opt.options(opt.protocol(Protocol::Tcp));
+    let label = format!("latency {}", target.label);
+    let progress = Progress::start(&label, opt.expected());
+    let result = sonde_client::latency(&target, &options);
+    drop(progress);
+    print(&opt.output.render(&TestResult::Latency(result?)))
+}
+
+/// `--sweep`: one test per value, against a sonde agent or a sockperf server.
+fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
+    let sockperf = sonde_client::sockperf::parse_target(&opt.host).transpose()?;
+    if sockperf.is_some() {
+        opt.check_sockperf()?;
+    }
+    let (target, base) = match &sockperf {
+        Some(t) => (t.clone(), opt.options(opt.protocol(Protocol::Udp))),
+        None => (
+            sonde_client::resolve(&opt.host, DEFAULT_PORT)?,
+            opt.options(opt.protocol(Protocol::Tcp)),
+        ),
     };
     let label = format!("latency {}", target.label);
-    let expected = match (opt.count, opt.rate) {
-        (Some(n), Some(rate)) => Duration::from_secs_f64(n as f64 / rate),
-        (Some(_), None) => Duration::ZERO,
-        (None, _) => opt.time,
-    };
-    let progress = Progress::start(&label, opt.warmup + expected);
-    let result = sonde_client::latency(&target, &options);
+    let allowed = [SweepParam::MsgSize, SweepParam::Rate];
+    let doc = crate::sweep::run(
+        "latency",
+        &label,
+        sweep,
+        &allowed,
+        opt.expected(),
+        |value| {
+            let mut o = base.clone();
+            match sweep.param() {
+                SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
+                _ => o.rate = Some(value as f64),
+            }
+            let result = if sockperf.is_some() {
+                sonde_client::sockperf::latency(&target, &o)
+            } else {
+                sonde_client::latency(&target, &o)
+            };
+            result.map(TestResult::Latency)
+        },
+    )?;
+    print(&opt.output.render(&doc))
+}
+
+/// `sonde latency sockperf://HOST[:PORT]`: the same test against a real `sockperf server`, UDP
+/// unless --tcp (sockperf's default).
+fn run_sockperf(opt: &Opt, target: &sonde_client::Target) -> anyhow::Result<()> {
+    opt.check_sockperf()?;
+    let options = opt.options(opt.protocol(Protocol::Udp));
+    let label = format!("latency {}", target.label);
+    let progress = Progress::start(&label, opt.expected());
+    let result = sonde_client::sockperf::latency(target, &options);
     drop(progress);
     print(&opt.output.render(&TestResult::Latency(result?)))
 }

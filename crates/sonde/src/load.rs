@@ -84,6 +84,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
             warmup: opt.warmup,
             rate: Some(opt.rate),
             count: None,
+            ..LatencyOptions::default()
         },
         load: ThroughputOptions {
             protocol: Protocol::Tcp,

@@ -2,12 +2,15 @@
 //! The binary parses, runs, and maps errors to exit codes; the work is in the library crates.
 
 mod cli;
+mod conf;
+mod crr;
 mod latency;
 mod load;
 mod output;
 mod pps;
 mod quick;
 mod server;
+mod sweep;
 mod throughput;
 mod units;
 

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use clap::Args;
 use sonde_client::PpsOptions;
+use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_report::TestResult;
 
 use crate::cli::DEFAULT_PORT;
@@ -23,6 +24,8 @@ the kernel still sends every datagram separately, and the agent receives and cou
 Examples:
   sonde pps 198.18.0.2                  one flow, 18-byte payloads, 10 s
   sonde pps 198.18.0.2 --flows 4        four flows (four source ports: RSS spreads them)
+  sonde pps 198.18.0.2 --sweep msg_size=18:1472:*2
+                                        where the packet rate turns into a bandwidth limit
 
 ", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
@@ -38,6 +41,9 @@ pub(crate) struct Opt {
     /// How long to send, seconds
     #[arg(short = 't', long = "time", default_value = "10", value_name = "SECS", value_parser = crate::units::seconds)]
     time: Duration,
+    /// Run once per value: msg_size (-m) or parallel (--flows), e.g. `parallel=1:8:*2`.
+    #[arg(long, value_name = "PARAM=VALUES", value_parser = crate::sweep::parse, long_help = crate::sweep::SWEEP_HELP)]
+    sweep: Option<Sweep>,
     #[command(flatten)]
     output: OutputOpt,
 }
@@ -49,6 +55,18 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         flows: opt.flows,
         duration: opt.time,
     };
+    if let Some(sweep) = &opt.sweep {
+        let allowed = [SweepParam::MsgSize, SweepParam::Parallel];
+        let doc = crate::sweep::run("pps", "pps", sweep, &allowed, opt.time, |value| {
+            let mut o = options.clone();
+            match sweep.param() {
+                SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
+                _ => o.flows = crate::sweep::as_u32(sweep.param(), value)?,
+            }
+            sonde_client::pps(&target, &o).map(TestResult::Pps)
+        })?;
+        return print(&opt.output.render(&doc));
+    }
     let progress = Progress::start(&format!("pps {}", target.label), opt.time);
     let result = sonde_client::pps(&target, &options);
     drop(progress);

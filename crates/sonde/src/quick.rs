@@ -6,18 +6,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use sonde_agent::{Agent, AgentConfig};
-use sonde_client::{LatencyOptions, PpsOptions, Target, ThroughputOptions};
+use sonde_client::{CrrOptions, LatencyOptions, PpsOptions, Target, ThroughputOptions};
 use sonde_report::{QuickCase, QuickResult, TestResult};
 use sonde_wire::{Direction, Protocol};
 
 use crate::output::{print, OutputOpt, Progress};
 
-/// Everything on loopback against an in-process agent (about 20 s)
+/// Everything on loopback against an in-process agent (about 25 s)
 ///
-/// Runs TCP and UDP latency, TCP throughput with 1 and 2 streams, and UDP packet rate against an
-/// agent started inside this process on 127.0.0.1. Loopback measures this host's network stack
-/// and CPUs, not a network: it shows what sonde measures and how it reports, with no second
-/// host.
+/// Runs TCP and UDP latency, TCP throughput with 1 and 2 streams, UDP packet rate and TCP
+/// connection rate against an agent started inside this process on 127.0.0.1. Loopback measures
+/// this host's network stack and CPUs, not a network: it shows what sonde measures and how it
+/// reports, with no second host.
 #[derive(Debug, Args)]
 #[command(after_long_help = concat!("Example:
   sonde quick --json > quick.json
@@ -57,6 +57,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         warmup,
         rate: None,
         count: None,
+        ..LatencyOptions::default()
     };
     let throughput = |parallel| ThroughputOptions {
         protocol: Protocol::Tcp,
@@ -65,7 +66,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         duration: t,
         ..ThroughputOptions::default()
     };
-    let cases: [Case<'_>; 5] = [
+    let cases: [Case<'_>; 6] = [
         (
             "tcp latency",
             Box::new(|| {
@@ -100,6 +101,17 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
                     ..PpsOptions::default()
                 };
                 sonde_client::pps(&target, &o).map(TestResult::Pps)
+            }),
+        ),
+        (
+            "tcp crr x2",
+            Box::new(|| {
+                let o = CrrOptions {
+                    workers: 2,
+                    duration: t,
+                    ..CrrOptions::default()
+                };
+                sonde_client::crr(&target, &o).map(TestResult::Crr)
             }),
         ),
     ];

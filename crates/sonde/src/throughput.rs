@@ -1,9 +1,11 @@
 //! `sonde throughput`: bandwidth.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
-use sonde_client::ThroughputOptions;
+use sonde_client::{Target, ThroughputOptions};
+use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_report::TestResult;
 use sonde_wire::{Direction, Protocol};
 
@@ -24,15 +26,32 @@ UDP datagrams carry a 16-byte header (64-bit sequence number, send time); loss, 
 reordering and RFC 3550 jitter are measured at the receiver, and loss includes datagrams lost \
 after the last one that arrived. UDP is paced smoothly at -b; -b 0 sends as fast as possible.
 
+Against a real `iperf3 -s`, write the target as iperf3://HOST[:PORT] (port 5201 by default): \
+the same flags, sonde's own output (tested with iperf3 3.12; 3.13 to 3.17 speak the same \
+protocol). What the iperf3 server received comes from its \
+results (bytes, and for UDP its packet, loss and jitter counts); what it does not report \
+(duplicates, reordering, its read calls, its intervals) is null or explained in a warning, and \
+-i intervals of client-to-server streams are counted at this sender. Exit code 3 also means \
+that what answered is not an iperf3 server, 4 that it is busy or refused the test; Ctrl-C tells \
+the server (CLIENT_TERMINATE) and exits 130.
+
 Examples:
   sonde throughput 198.18.0.2                    TCP, one stream, 10 s
   sonde throughput 198.18.0.2 -P 4 -R            4 streams, the agent sends
   sonde throughput 198.18.0.2 --bidir -i 1       both directions, 1 s intervals
   sonde throughput 198.18.0.2 -u -b 1G -l 1400   UDP at 1 Gbit/s (all streams together)
+  sonde throughput iperf3://198.18.0.2 -P 4      against `iperf3 -s` on port 5201
+  sonde throughput iperf3://198.18.0.2:5202 -u -b 100M -R
+                                                 UDP, the iperf3 server sends 100 Mbit/s
+  sonde throughput 198.18.0.2 --sweep parallel=1:16:*2
+                                                 where more streams stop adding bandwidth
+  sonde throughput 198.18.0.2 -u --sweep bitrate=100M:1G:+100M
+                                                 where UDP loss starts
 
 ", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
-    /// Agent to test: HOST, HOST:PORT, or an IPv6 address (with a port: `[IPv6]:PORT`)
+    /// Agent to test: HOST, HOST:PORT, or an IPv6 address (with a port: `[IPv6]:PORT`); a real
+    /// iperf3 server as `iperf3://HOST[:PORT]`
     #[arg(value_name = "HOST[:PORT]")]
     host: String,
     /// UDP instead of TCP
@@ -60,18 +79,104 @@ pub(crate) struct Opt {
     /// Report every SECS seconds (counted at the receiver)
     #[arg(short = 'i', long = "interval", value_name = "SECS", value_parser = crate::units::seconds)]
     interval: Option<Duration>,
+    /// Run once per value: msg_size (-l), parallel (-P) or bitrate (-b, UDP), e.g.
+    /// `parallel=1:16:*2`
+    #[arg(long, value_name = "PARAM=VALUES", value_parser = crate::sweep::parse, long_help = crate::sweep::SWEEP_HELP)]
+    sweep: Option<Sweep>,
     #[command(flatten)]
     output: OutputOpt,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    if let Some(sweep) = &opt.sweep {
+        return run_sweep(opt, sweep);
+    }
+    if let Some(target) = sonde_client::iperf3::target(&opt.host) {
+        return run_iperf3(opt, &target?);
+    }
     let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
+    let options = options(opt);
+    let progress = Progress::start(&format!("throughput {}", target.label), opt.time);
+    // Live interval lines go to the terminal above the progress bar; the table (or JSON, CSV)
+    // on stdout holds every interval once, aligned.
+    let mut live = |iv: &sonde_report::IntervalResult| {
+        progress.println(&sonde_report::render::interval_line(iv));
+    };
+    let result = sonde_client::throughput(&target, &options, &mut live);
+    drop(progress);
+    print(&opt.output.render(&TestResult::Throughput(result?)))
+}
+
+/// Set by Ctrl-C (or SIGTERM) during an iperf3 test, so the client can tell the server.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// `iperf3://`: the test against a real iperf3 server.
+fn run_iperf3(opt: &Opt, target: &Target) -> anyhow::Result<()> {
+    let options = options(opt);
+    // An iperf3 server keeps a dropped test's slot until its own timeouts: the client says
+    // CLIENT_TERMINATE on Ctrl-C, as iperf3's own does, and then exits 130. If a handler is
+    // already set, the default end (also 130) stands.
+    let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed));
+    let progress = Progress::start(&format!("throughput {}", target.label), opt.time);
+    // Only the intervals of server-to-client streams are counted at a receiver (this one).
+    let sender_counted = options.direction != Direction::Reverse;
+    let mut live = |iv: &sonde_report::IntervalResult| {
+        let line = sonde_report::render::interval_line(iv);
+        progress.println(&if sender_counted {
+            line.replace("(counted at the receiver)", "(counted at this host)")
+        } else {
+            line
+        });
+    };
+    let result = sonde_client::iperf3::throughput(target, &options, &INTERRUPTED, &mut live);
+    drop(progress);
+    print(&opt.output.render(&TestResult::Throughput(result?)))
+}
+
+/// `--sweep`: one test per value, against a sonde agent or an iperf3 server.
+fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
+    let iperf3 = sonde_client::iperf3::target(&opt.host).transpose()?;
+    let target = match &iperf3 {
+        Some(t) => t.clone(),
+        None => sonde_client::resolve(&opt.host, DEFAULT_PORT)?,
+    };
+    let base = options(opt);
+    if sweep.param() == SweepParam::Bitrate && base.protocol == Protocol::Tcp {
+        return Err(crate::units::BadValue(
+            "a bitrate sweep is for UDP (-u): TCP sends as fast as the path allows".into(),
+        )
+        .into());
+    }
+    let allowed = [
+        SweepParam::MsgSize,
+        SweepParam::Parallel,
+        SweepParam::Bitrate,
+    ];
+    let label = format!("throughput {}", target.label);
+    let doc = crate::sweep::run("throughput", &label, sweep, &allowed, opt.time, |value| {
+        let mut o = base.clone();
+        match sweep.param() {
+            SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
+            SweepParam::Parallel => o.parallel = crate::sweep::as_u32(sweep.param(), value)?,
+            _ => o.bitrate = value,
+        }
+        let result = if iperf3.is_some() {
+            sonde_client::iperf3::throughput(&target, &o, &INTERRUPTED, &mut |_| {})
+        } else {
+            sonde_client::throughput(&target, &o, &mut |_| {})
+        };
+        result.map(TestResult::Throughput)
+    })?;
+    print(&opt.output.render(&doc))
+}
+
+fn options(opt: &Opt) -> ThroughputOptions {
     let protocol = if opt.udp {
         Protocol::Udp
     } else {
         Protocol::Tcp
     };
-    let options = ThroughputOptions {
+    ThroughputOptions {
         protocol,
         parallel: opt.parallel,
         direction: if opt.bidir {
@@ -88,14 +193,5 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         bitrate: opt.bitrate,
         duration: opt.time,
         interval: opt.interval.filter(|d| !d.is_zero()),
-    };
-    let progress = Progress::start(&format!("throughput {}", target.label), opt.time);
-    // Live interval lines go to the terminal above the progress bar; the table (or JSON, CSV)
-    // on stdout holds every interval once, aligned.
-    let mut live = |iv: &sonde_report::IntervalResult| {
-        progress.println(&sonde_report::render::interval_line(iv));
-    };
-    let result = sonde_client::throughput(&target, &options, &mut live);
-    drop(progress);
-    print(&opt.output.render(&TestResult::Throughput(result?)))
+    }
 }

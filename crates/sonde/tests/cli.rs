@@ -325,6 +325,8 @@ fn check_throughput(doc: &Value, protocol: &str, direction: &str, streams: usize
 /// Intervals start at 0, follow each other without gaps, and add up, stream by stream, to what
 /// the receivers counted: together they cover the whole run.
 fn check_intervals(doc: &Value, interval_ns: u64) {
+    // Against a sonde agent every interval is the receiver's count.
+    assert_eq!(s(doc, "/intervals_counted_at"), "receiver", "{doc:#}");
     let intervals = arr(doc, "/intervals");
     assert!(intervals.len() >= 2, "with -i there are intervals: {doc:#}");
     let streams = arr(doc, "/streams");
@@ -525,19 +527,27 @@ fn quick_json() {
     let tests: Vec<&str> = results.iter().map(|c| s(c, "/result/test")).collect();
     assert_eq!(
         tests,
-        ["latency", "latency", "throughput", "throughput", "pps"],
+        [
+            "latency",
+            "latency",
+            "throughput",
+            "throughput",
+            "pps",
+            "crr"
+        ],
         "{doc:#}"
     );
     let cases: Vec<&str> = results.iter().map(|c| s(c, "/case")).collect();
     let mut unique = cases.clone();
     unique.sort_unstable();
     unique.dedup();
-    assert_eq!(unique.len(), 5, "case names: {cases:?}");
+    assert_eq!(unique.len(), 6, "case names: {cases:?}");
     for c in results {
         let r = &c["result"];
         match s(r, "/test") {
             "latency" => assert!(u(r, "/samples") > 0, "{c:#}"),
             "throughput" => assert!(u(r, "/receiver/bytes") > 0, "{c:#}"),
+            "crr" => assert!(u(r, "/agent_transactions") > 0, "{c:#}"),
             _ => assert!(u(r, "/received") > 0, "{c:#}"),
         }
     }
@@ -632,6 +642,122 @@ fn load_table_and_csv_show_both_phases() {
     let added: i64 = rows[2]["rtt_p50_ns"].parse().expect("added p50");
     let p50 = |i: usize| rows[i]["rtt_p50_ns"].parse::<i64>().expect("p50");
     assert_eq!(added, p50(1) - p50(0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sweeps
+// ---------------------------------------------------------------------------------------------
+
+/// The steps of a sweep document: (value, result), after checking the envelope.
+fn sweep_steps<'a>(doc: &'a Value, test: &str, parameter: &str) -> Vec<(u64, &'a Value)> {
+    assert_eq!(s(doc, "/test"), "sweep", "{doc:#}");
+    assert_eq!(s(doc, "/sweep_test"), test, "{doc:#}");
+    assert_eq!(s(doc, "/parameter"), parameter, "{doc:#}");
+    arr(doc, "/steps")
+        .iter()
+        .map(|step| {
+            assert_eq!(s(step, "/result/test"), test, "{step:#}");
+            (u(step, "/value"), &step["result"])
+        })
+        .collect()
+}
+
+#[test]
+fn sweeps_run_each_value_in_order_with_the_value_applied() {
+    let agent = server(&[]);
+    let doc = run_json(
+        "pps",
+        &agent,
+        &["-t", "0.3", "--sweep", "msg_size=18,64,32"],
+    );
+    let steps = sweep_steps(&doc, "pps", "msg_size");
+    assert_eq!(
+        steps.iter().map(|(v, _)| *v).collect::<Vec<_>>(),
+        [18, 64, 32]
+    );
+    for (value, r) in &steps {
+        assert_eq!(u(r, "/msg_size_bytes"), *value, "{r:#}");
+        assert!(u(r, "/received") > 0, "{r:#}");
+    }
+
+    let doc = run_json(
+        "throughput",
+        &agent,
+        &["-t", "0.3", "--sweep", "parallel=1:4:*2"],
+    );
+    let steps = sweep_steps(&doc, "throughput", "parallel");
+    assert_eq!(steps.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [1, 2, 4]);
+    for (value, r) in &steps {
+        assert_eq!(u(r, "/parallel"), *value, "{r:#}");
+        assert_eq!(arr(r, "/streams").len() as u64, *value, "{r:#}");
+        assert!(u(r, "/receiver/bytes") > 0, "{r:#}");
+    }
+
+    let doc = run_json(
+        "throughput",
+        &agent,
+        &[
+            "-u",
+            "-t",
+            "0.3",
+            "-l",
+            "1200",
+            "--sweep",
+            "bitrate=2M:6M:+2M",
+        ],
+    );
+    for (value, r) in sweep_steps(&doc, "throughput", "bitrate") {
+        assert_eq!(u(r, "/target_bits_per_second"), value, "{r:#}");
+    }
+}
+
+#[test]
+fn sweep_table_and_csv_have_a_row_per_step() {
+    let agent = server(&[]);
+    let target = agent.target();
+    let table = run_ok(&["pps", &target, "-t", "0.2", "--sweep", "parallel=1,2"]);
+    assert!(
+        table.contains("pps sweep of parallel (streams): 2 steps"),
+        "{table}"
+    );
+    let data_rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("1 ") || l.starts_with("2 "))
+        .collect();
+    assert_eq!(data_rows.len(), 2, "{table}");
+    let csv = run_ok(&[
+        "pps",
+        &target,
+        "-t",
+        "0.2",
+        "--sweep",
+        "parallel=1,2",
+        "--csv",
+    ]);
+    let rows = csv_rows(&csv);
+    let summaries: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["row"] == "summary")
+        .map(|r| r["case"].as_str())
+        .collect();
+    assert_eq!(summaries, ["parallel=1", "parallel=2"], "{csv}");
+}
+
+#[test]
+fn a_sweep_the_test_cannot_run_is_a_usage_error() {
+    let agent = server(&[]);
+    let target = agent.target();
+    for args in [
+        vec!["pps", &target, "--sweep", "rate=1K,2K"],
+        vec!["throughput", &target, "--sweep", "bitrate=1M,2M"],
+        vec!["pps", &target, "--sweep", "msg_size=1:2:3"],
+        vec!["pps", &target, "--sweep", "color=1,2"],
+    ] {
+        let r = run(&args);
+        assert_eq!(r.code, Some(2), "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains("sweep"), "{args:?}: {}", r.stderr);
+        assert!(r.stdout.is_empty(), "{args:?}: {}", r.stdout);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -892,6 +1018,7 @@ fn agent_without_udp() -> (SocketAddr, thread::JoinHandle<()>) {
                     max_streams: 1,
                     max_msg_size: 65_536,
                 },
+                host: None,
             },
         );
         if !matches!(read_frame(&mut s), Some(ControlMsg::Start { .. })) {
@@ -1132,6 +1259,7 @@ fn help_snapshots() {
         ("help_pps", vec!["pps", "--help"]),
         ("help_quick", vec!["quick", "--help"]),
         ("help_load", vec!["load", "--help"]),
+        ("help_conf", vec!["conf", "--help"]),
     ] {
         let out = run_ok(&args);
         insta::assert_snapshot!(name, out);
@@ -1144,7 +1272,7 @@ fn every_help_lists_the_exit_codes() {
         for flag in ["-h", "--help"] {
             let out = run_ok(&[sub, flag]);
             assert!(
-                out.contains("Exit codes:") && out.contains("4  the agent refused"),
+                out.contains("Exit codes:") && out.contains("4  the server refused"),
                 "`sonde {sub} {flag}` does not list the exit codes:\n{out}"
             );
         }

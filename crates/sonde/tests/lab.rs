@@ -1232,7 +1232,10 @@ impl Drop for RoutedLab {
 #[test]
 fn load_added_rtt_matches_the_router_queue() {
     let test = "load_added_rtt_matches_the_router_queue";
-    if !require_or_skip(test, LAB_NEEDS) {
+    if !require_or_skip(
+        test,
+        &[LAB_NEEDS, &[Need::Cmd("tc"), Need::Cmd("sysctl")]].concat(),
+    ) {
         return;
     }
     let _serial = serial();

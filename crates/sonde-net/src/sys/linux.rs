@@ -463,6 +463,234 @@ pub(crate) fn interface_addresses() -> io::Result<Vec<(String, std::net::IpAddr)
     Ok(found)
 }
 
+// Kernel timestamps (`SO_TIMESTAMPING`) and the host's monotonic clock, for latency's inner
+// view (`--timestamps`, `--one-way`). Kept above the tests as well.
+
+/// `SO_TIMESTAMPING` (`SO_TIMESTAMPING_OLD`, whose `timespec` is the C library's) and the
+/// control message that carries its stamps. The value is 37 on the architectures that use
+/// `asm-generic/socket.h` (x86, Arm, RISC-V, s390, PowerPC, LoongArch); others get no stamps.
+#[cfg(any(
+    target_arch = "x86",
+    target_arch = "x86_64",
+    target_arch = "arm",
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "s390x",
+    target_arch = "powerpc",
+    target_arch = "powerpc64",
+    target_arch = "loongarch64"
+))]
+const SO_TIMESTAMPING: libc::c_int = 37;
+#[cfg(not(any(
+    target_arch = "x86",
+    target_arch = "x86_64",
+    target_arch = "arm",
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "s390x",
+    target_arch = "powerpc",
+    target_arch = "powerpc64",
+    target_arch = "loongarch64"
+)))]
+const SO_TIMESTAMPING: libc::c_int = -1;
+/// `SCM_TSTAMP_SND` (`linux/errqueue.h`): the stamp was taken as the packet left for the device.
+const SCM_TSTAMP_SND: u32 = 0;
+
+/// Room for the control messages of one receive: `SCM_TIMESTAMPING` (three `timespec`s) and an
+/// `IP(V6)_RECVERR` (`sock_extended_err` and an address), with their headers; `u64`s so that
+/// it is aligned for `cmsghdr`.
+type ControlBuf = [u64; 48];
+
+/// `CLOCK_MONOTONIC` now, ns: the clock `std::time::Instant` reads, here with its origin (the
+/// host's boot), so that two processes on one host read the same clock.
+pub(crate) fn monotonic_ns() -> u64 {
+    // SAFETY: timespec is a C struct of integers; all zeroes is a valid value.
+    let mut ts: libc::timespec = unsafe { mem::zeroed() };
+    // SAFETY: `ts` is a valid, writable timespec that outlives the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        // CLOCK_MONOTONIC cannot fail on Linux; keep a value that does not go backwards.
+        return 0;
+    }
+    timespec_ns(&ts).unwrap_or(0)
+}
+
+fn timespec_ns(ts: &libc::timespec) -> Option<u64> {
+    let s = u64::try_from(ts.tv_sec).ok()?;
+    let ns = u64::try_from(ts.tv_nsec).ok()?;
+    s.checked_mul(1_000_000_000)?.checked_add(ns)
+}
+
+fn set_timestamping(fd: libc::c_int, flags: libc::c_uint) -> io::Result<()> {
+    if SO_TIMESTAMPING < 0 {
+        return Err(io::Error::from(io::ErrorKind::Unsupported));
+    }
+    // SAFETY: the descriptor is borrowed from a live socket for the call; the kernel reads
+    // `size_of::<c_uint>()` bytes from `flags`, which outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_TIMESTAMPING,
+            ptr::addr_of!(flags).cast(),
+            mem::size_of::<libc::c_uint>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Asks the kernel for software receive timestamps on `sock` and, with `tx`, software transmit
+/// timestamps on its error queue, keyed by a per-datagram counter from 0 (`OPT_ID`) and without
+/// a copy of the datagram (`OPT_TSONLY`).
+pub(crate) fn udp_enable_timestamps(sock: &UdpSocket, tx: bool) -> io::Result<()> {
+    let mut flags = libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE;
+    if tx {
+        flags |= libc::SOF_TIMESTAMPING_TX_SOFTWARE
+            | libc::SOF_TIMESTAMPING_OPT_ID
+            | libc::SOF_TIMESTAMPING_OPT_TSONLY;
+    }
+    set_timestamping(sock.as_raw_fd(), flags)
+}
+
+/// Asks the kernel for software receive timestamps on `stream` (the stamp of the last segment
+/// a read takes).
+pub(crate) fn tcp_enable_rx_timestamps(stream: &TcpStream) -> io::Result<()> {
+    set_timestamping(
+        stream.as_raw_fd(),
+        libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE,
+    )
+}
+
+/// Turns timestamps off again (best effort: the socket may be closing).
+pub(crate) fn disable_timestamps(fd: libc::c_int) {
+    let _ = set_timestamping(fd, 0);
+}
+
+/// The raw descriptor of a UDP socket, for [`disable_timestamps`].
+pub(crate) fn udp_fd(sock: &UdpSocket) -> libc::c_int {
+    sock.as_raw_fd()
+}
+
+/// The raw descriptor of a TCP stream, for [`disable_timestamps`].
+pub(crate) fn tcp_fd(stream: &TcpStream) -> libc::c_int {
+    stream.as_raw_fd()
+}
+
+/// What one `recvmsg` found in its control messages.
+#[derive(Debug, Default, Clone, Copy)]
+struct Found {
+    /// The software timestamp of `SCM_TIMESTAMPING`, ns of `CLOCK_REALTIME`.
+    software_ns: Option<u64>,
+    /// An `IP(V6)_RECVERR` of timestamping origin: `(ee_info, ee_data)`.
+    stamp_key: Option<(u32, u32)>,
+}
+
+/// One `recvmsg` into `buf` with a control buffer; `flags` as recvmsg's. Returns the bytes
+/// received and what the control messages said.
+fn recvmsg_with_control(
+    fd: libc::c_int,
+    buf: &mut [u8],
+    flags: libc::c_int,
+) -> io::Result<(usize, Found)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control: ControlBuf = [0; 48];
+    // SAFETY: msghdr is a C struct of integers and raw pointers; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = mem::size_of_val(&control) as _;
+    // SAFETY: the descriptor is borrowed from a live socket for the call; `msg` points at one
+    // iovec covering exactly `buf` (borrowed mutably) and at `control`, both alive until the
+    // call returns; the kernel writes at most their lengths and updates the lengths in `msg`.
+    let got = unsafe { libc::recvmsg(fd, &mut msg, flags) };
+    let n = usize::try_from(got).map_err(|_| io::Error::last_os_error())?;
+    let mut found = Found::default();
+    // SAFETY: `msg` was filled by a successful recvmsg: its control pointer and (updated)
+    // length describe initialised bytes inside `control`, so CMSG_FIRSTHDR/CMSG_NXTHDR walk
+    // valid headers inside it (they return null past the end) and each CMSG_DATA has
+    // `cmsg_len - CMSG_LEN(0)` bytes, checked before every unaligned read.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            let c = &*cmsg;
+            let data = libc::CMSG_DATA(cmsg);
+            let len = (c.cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+            if c.cmsg_level == libc::SOL_SOCKET
+                && c.cmsg_type == SO_TIMESTAMPING
+                && len >= mem::size_of::<[libc::timespec; 3]>()
+            {
+                let ts = ptr::read_unaligned(data.cast::<[libc::timespec; 3]>());
+                found.software_ns = timespec_ns(&ts[0]).filter(|&ns| ns != 0);
+            } else if ((c.cmsg_level == libc::SOL_IP && c.cmsg_type == libc::IP_RECVERR)
+                || (c.cmsg_level == libc::SOL_IPV6 && c.cmsg_type == libc::IPV6_RECVERR))
+                && len >= mem::size_of::<libc::sock_extended_err>()
+            {
+                let err = ptr::read_unaligned(data.cast::<libc::sock_extended_err>());
+                if err.ee_errno == libc::ENOMSG as u32
+                    && err.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING
+                {
+                    found.stamp_key = Some((err.ee_info, err.ee_data));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok((n, found))
+}
+
+/// Receives one datagram with its kernel receive timestamp (ns of `CLOCK_REALTIME`), if the
+/// kernel gave one. Blocks for at most the socket's read timeout, as `recv`.
+pub(crate) fn udp_recv_stamped(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<u64>)> {
+    recvmsg_with_control(sock.as_raw_fd(), buf, 0).map(|(n, f)| (n, f.software_ns))
+}
+
+/// Reads from a TCP stream with the kernel receive timestamp of the last segment read, as
+/// [`udp_recv_stamped`].
+pub(crate) fn tcp_recv_stamped(
+    stream: &TcpStream,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<u64>)> {
+    recvmsg_with_control(stream.as_raw_fd(), buf, 0).map(|(n, f)| (n, f.software_ns))
+}
+
+/// Takes one transmit timestamp off the socket's error queue without waiting: `(key, ns of
+/// CLOCK_REALTIME)`, the key counting the socket's datagrams from 0 (mod 2^32) since
+/// timestamps were enabled. `Ok(None)` when the queue is empty. Error-queue entries that are
+/// not send timestamps are skipped.
+pub(crate) fn udp_read_tx_stamp(sock: &UdpSocket) -> io::Result<Option<(u32, u64)>> {
+    let mut scratch = [0u8; 64];
+    loop {
+        match recvmsg_with_control(
+            sock.as_raw_fd(),
+            &mut scratch,
+            libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+        ) {
+            Ok((
+                _,
+                Found {
+                    software_ns: Some(ns),
+                    stamp_key: Some((SCM_TSTAMP_SND, key)),
+                },
+            )) => return Ok(Some((key, ns))),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -549,6 +777,89 @@ mod tests {
         let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         assert_eq!(tcp_total_retrans(&client), Some(0));
+    }
+
+    #[test]
+    fn monotonic_ns_is_the_clock_instant_reads() {
+        let a = monotonic_ns();
+        let b = monotonic_ns();
+        assert!(a > 0 && b >= a);
+    }
+
+    /// Sends through `send` until a datagram or read comes back with a receive stamp: the
+    /// kernel turns software receive stamping on for the whole host through a deferred static
+    /// key, so what arrives in the first moments after the first socket asks may carry none.
+    fn until_stamping_is_on(mut exchange: impl FnMut() -> Option<u64>) {
+        for _ in 0..1_000 {
+            if exchange().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        panic!("no software receive timestamp within a second of enabling them");
+    }
+
+    #[test]
+    fn udp_datagrams_carry_kernel_rx_and_tx_timestamps() {
+        let (tx, rx) = pair();
+        let mut buf = [0u8; 64];
+        udp_enable_timestamps(&rx, false).unwrap();
+        until_stamping_is_on(|| {
+            tx.send(&[0xee; 8]).unwrap();
+            udp_recv_stamped(&rx, &mut buf).unwrap().1
+        });
+        // Keys count from 0 when the option is set, whatever the socket sent before.
+        udp_enable_timestamps(&tx, true).unwrap();
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        for i in 0..3u8 {
+            tx.send(&[i; 40]).unwrap();
+        }
+        let mut rx_stamps = Vec::new();
+        for i in 0..3u8 {
+            let (n, stamp) = udp_recv_stamped(&rx, &mut buf).unwrap();
+            assert_eq!((n, buf[0]), (40, i));
+            rx_stamps.push(stamp.expect("a software RX timestamp on loopback"));
+        }
+        // Each TX stamp precedes its RX stamp.
+        let mut keys = Vec::new();
+        for _ in 0..100 {
+            match udp_read_tx_stamp(&tx).unwrap() {
+                Some((key, ns)) => {
+                    assert!(ns >= before && ns <= rx_stamps[key as usize], "{key}: {ns}");
+                    keys.push(key);
+                }
+                None if keys.len() == 3 => break,
+                None => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+        assert_eq!(keys, [0, 1, 2]);
+        assert_eq!(udp_read_tx_stamp(&tx).unwrap(), None);
+        // Off again: this socket asks for no stamp (another socket of the host may still
+        // keep stamping on, but it is not reported here).
+        disable_timestamps(udp_fd(&rx));
+        tx.send(&[9; 8]).unwrap();
+        assert_eq!(udp_recv_stamped(&rx, &mut buf).unwrap(), (8, None));
+    }
+
+    #[test]
+    fn tcp_reads_carry_kernel_rx_timestamps() {
+        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        tcp_enable_rx_timestamps(&server).unwrap();
+        server
+            .set_read_timeout(Some(Duration::from_secs(1)))
+            .unwrap();
+        let mut buf = [0u8; 16];
+        until_stamping_is_on(|| {
+            std::io::Write::write_all(&mut client, b"hello").unwrap();
+            let (n, stamp) = tcp_recv_stamped(&server, &mut buf).unwrap();
+            assert_eq!(&buf[..n], b"hello");
+            stamp
+        });
     }
 
     #[test]

@@ -112,3 +112,59 @@ pub(crate) fn nic_driver(_interface: &str) -> Option<String> {
 pub(crate) fn interface_addresses() -> io::Result<Vec<(String, std::net::IpAddr)>> {
     Err(unsupported())
 }
+
+// Kernel timestamps and the host's monotonic clock, for latency's inner view.
+
+/// No host-wide monotonic clock without `unsafe` here: the process's, from its first use. Two
+/// processes on one host then disagree by their start times, which the offset estimate finds.
+pub(crate) fn monotonic_ns() -> u64 {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let origin = *ORIGIN.get_or_init(std::time::Instant::now);
+    u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Not available portably: fails with [`io::ErrorKind::Unsupported`].
+pub(crate) fn udp_enable_timestamps(_sock: &UdpSocket, _tx: bool) -> io::Result<()> {
+    Err(unsupported())
+}
+
+/// Not available portably: fails with [`io::ErrorKind::Unsupported`].
+pub(crate) fn tcp_enable_rx_timestamps(_stream: &TcpStream) -> io::Result<()> {
+    Err(unsupported())
+}
+
+/// Nothing to turn off.
+pub(crate) fn disable_timestamps(_fd: i32) {}
+
+/// A placeholder descriptor for [`disable_timestamps`].
+pub(crate) fn udp_fd(_sock: &UdpSocket) -> i32 {
+    -1
+}
+
+/// A placeholder descriptor for [`disable_timestamps`].
+pub(crate) fn tcp_fd(_stream: &TcpStream) -> i32 {
+    -1
+}
+
+/// A plain `recv`: never a timestamp.
+pub(crate) fn udp_recv_stamped(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<u64>)> {
+    sock.recv(buf).map(|n| (n, None))
+}
+
+/// A plain `read`: never a timestamp.
+pub(crate) fn tcp_recv_stamped(
+    stream: &TcpStream,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<u64>)> {
+    use std::io::Read;
+    let mut s = stream;
+    s.read(buf).map(|n| (n, None))
+}
+
+/// No error queue here: never a stamp.
+pub(crate) fn udp_read_tx_stamp(_sock: &UdpSocket) -> io::Result<Option<(u32, u64)>> {
+    Ok(None)
+}

@@ -3,6 +3,10 @@
 //! cell, lines end in `\n`, and a cell is quoted (RFC 4180) when it holds a comma, a quote or a
 //! line break.
 
+mod context;
+mod crr;
+mod inner;
+
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -95,7 +99,10 @@ const PPS: [&str; 11] = [
 /// - latency: `protocol`, `mode`, `rate_per_second`, `msg_size_bytes`, `duration_ns`,
 ///   `warmup_ns`, `warmup_samples`, `sent`, `samples`, `rtt_{min,mean,stddev}_ns`,
 ///   `rtt_p{50,90,99,999,9999,99999}_ns`, `rtt_max_ns`, `lost`, `lost_outbound`, `lost_return`,
-///   `duplicated`, `reordered`, `late_sends`;
+///   `duplicated`, `reordered`, `late_sends`; then (latency and latency sweeps) the inner
+///   view's `full_log_written`, `full_log_dropped`, `one_way_uncertainty_ns`, `clock_offset_ns`,
+///   `clock_offset_uncertainty_ns`, `clock_drift_ppm`, `socket_rx_stamped`,
+///   `socket_tx_stamped`, `histogram_le_ns`, `histogram_count`;
 /// - throughput: `protocol`, `direction`, `parallel`, `msg_size_bytes`, `target_bits_per_second`,
 ///   `duration_ns`, `stream`, `stream_direction`, `interval_start_ns`, `interval_end_ns`,
 ///   `receiver_{bytes,bits_per_second,packets,duration_ns}`,
@@ -103,11 +110,33 @@ const PPS: [&str; 11] = [
 ///   `duplicated`, `reordered`, `retransmits`;
 /// - pps: `protocol`, `msg_size_bytes`, `duration_ns`, `send_method`, `flow`, `sent`,
 ///   `received`, `lost`, `loss_percent`, `sent_pps`, `received_pps`;
+/// - crr: `protocol`, `workers`, `request_bytes`, `response_bytes`, `close`, `duration_ns`,
+///   `connections_per_second` (the agent's), `agent_transactions`, `agent_duration_ns`,
+///   `agent_failed`, `transactions`, `client_connections_per_second`, `client_duration_ns`,
+///   `connects`, `connect_{min,mean,stddev}_ns`, `connect_p{50,90,99,999,9999,99999}_ns`,
+///   `connect_max_ns`, the same ten `transaction_*_ns`, and `errors_{refused,timeout,reset,
+///   addr_not_available,closed,other}`;
 /// - quick: `case` first, then the union of the three (a name shared by two tests, like `lost`,
-///   is one column with the same meaning).
+///   is one column with the same meaning);
+/// - then, wherever a throughput result is, the TCP senders' `TCP_INFO`: `tcp_srtt_ns`,
+///   `tcp_rttvar_ns`, `tcp_min_rtt_ns`, `tcp_cwnd_segments`, `tcp_ssthresh_segments`,
+///   `tcp_mss_bytes`, `tcp_retransmits`, `tcp_unacked_segments`,
+///   `tcp_pacing_rate_bits_per_second`, `tcp_delivery_rate_bits_per_second`,
+///   `tcp_delivery_rate_app_limited`, `tcp_notsent_bytes`, `tcp_busy_ns`, `tcp_rwnd_limited_ns`,
+///   `tcp_sndbuf_limited_ns`;
+/// - then, for every test, each end's context (`client_` and `server_` each):
+///   `{client,server}_host_name`, `_kernel_release`, `_cpu_wall_ns`, `_cpu_user_ns`,
+///   `_cpu_system_ns`, `_cpu_percent_of_one_core`, `_voluntary_context_switches`,
+///   `_involuntary_context_switches`, `_syscalls`, `_syscalls_per_message`, `_syscalls_per_byte`;
+/// - conf: `side`, then every [`crate::HostInfo`] figure (`host_name` ... `udp_mem_max_pages`),
+///   then the interface's (`interface`, `driver`, `speed_mbit_per_second`, `mtu_bytes`, `up`,
+///   and each offload as `true`/`false`).
 pub fn csv_columns(result: &TestResult) -> Vec<&'static str> {
     let mut cols = Vec::new();
-    if matches!(result, TestResult::Quick(_) | TestResult::Load(_)) {
+    if matches!(
+        result,
+        TestResult::Quick(_) | TestResult::Load(_) | TestResult::Sweep(_)
+    ) {
         cols.push("case");
     }
     cols.extend(HEAD);
@@ -115,14 +144,32 @@ pub fn csv_columns(result: &TestResult) -> Vec<&'static str> {
         TestResult::Latency(_) => &[&LATENCY],
         TestResult::Throughput(_) => &[&THROUGHPUT],
         TestResult::Pps(_) => &[&PPS],
-        TestResult::Quick(_) => &[&LATENCY, &THROUGHPUT, &PPS],
+        TestResult::Crr(_) => &[&crr::COLUMNS],
+        TestResult::Quick(_) => &[&LATENCY, &THROUGHPUT, &PPS, &crr::COLUMNS],
         TestResult::Load(_) => &[&LATENCY, &THROUGHPUT],
+        TestResult::Sweep(w) => match w.sweep_test.as_str() {
+            "latency" => &[&LATENCY],
+            "throughput" => &[&THROUGHPUT],
+            "pps" => &[&PPS],
+            _ => &[&LATENCY, &THROUGHPUT, &PPS],
+        },
+        TestResult::Conf(_) => &[],
     };
     for set in own {
         for c in *set {
             if !cols.contains(c) {
                 cols.push(c);
             }
+        }
+    }
+    for c in inner::columns(result) {
+        if !cols.contains(c) {
+            cols.push(c);
+        }
+    }
+    for c in context::columns(result) {
+        if !cols.contains(&c) {
+            cols.push(c);
         }
     }
     cols.push("warnings");
@@ -143,7 +190,18 @@ pub fn csv_header(result: &TestResult) -> String {
 ///   receiver, sender, loss, jitter and retransmit figures), then one `interval` row per receiver
 ///   interval (`interval_start_ns`, `interval_end_ns`, and all streams' `receiver_bytes`,
 ///   `receiver_bits_per_second`, `receiver_packets` in it);
-/// - pps: one `flow` row per flow (`flow`, `sent`, `received`, `lost`).
+/// - pps: one `flow` row per flow (`flow`, `sent`, `received`, `lost`);
+/// - latency with `--timestamps`, `--one-way` or `--histogram`: a row per distribution
+///   (`socket_rtt`, `host`, `send_to_socket_rx`, `rx_host`, `forward`, `return`, `agent_hold`)
+///   with it in the `rtt_*` columns, and one `histogram` row per bucket (`histogram_le_ns`,
+///   `histogram_count`);
+/// - TCP throughput: `stream` rows also carry the sender's last `TCP_INFO` (`tcp_*`), and one
+///   `interval_stream` row per stream and interval that has one (`stream`, `interval_*`, that
+///   stream's `receiver_bytes`, and the `tcp_*` its sender sampled at the interval's end);
+/// - conf: one `host` row per end (`side` = `client` or `server`), then one `interface` row per
+///   interface of each end.
+///
+/// The context columns (`client_*`, `server_*`) are on summary rows only.
 ///
 /// The configuration columns (`protocol` to `duration_ns`) repeat on every row; a figure that
 /// belongs to another kind of row is empty; `warnings` is on the summary row only.
@@ -231,7 +289,11 @@ fn collect(result: &TestResult, case: Option<&str>, rows: &mut Vec<Row>) {
                 ("late_sends", opt(r.late_sends)),
                 ("warnings", warnings(&r.meta)),
             ]);
+            row.extend(context::summary_cells(&r.meta));
+            row.extend(inner::summary_cells(r));
+            let detail = inner::rows(&row, r);
             rows.push(row);
+            rows.extend(detail);
         }
         TestResult::Throughput(r) => {
             let mut config = base(&r.meta);
@@ -267,6 +329,7 @@ fn collect(result: &TestResult, case: Option<&str>, rows: &mut Vec<Row>) {
                 ("retransmits", opt(r.retransmits)),
                 ("warnings", warnings(&r.meta)),
             ]);
+            row.extend(context::summary_cells(&r.meta));
             rows.push(row);
 
             for s in &r.streams {
@@ -290,6 +353,7 @@ fn collect(result: &TestResult, case: Option<&str>, rows: &mut Vec<Row>) {
                     ("reordered", opt(s.reordered)),
                     ("retransmits", opt(s.retransmits)),
                 ]);
+                row.extend(context::tcp_cells(s.tcp_info.as_ref()));
                 rows.push(row);
             }
 
@@ -305,6 +369,14 @@ fn collect(result: &TestResult, case: Option<&str>, rows: &mut Vec<Row>) {
                 ]);
                 rows.push(row);
             }
+            context::interval_stream_rows(&config, r, rows);
+        }
+        TestResult::Crr(r) => {
+            let mut row = base(&r.meta);
+            row.extend(crr::cells(r));
+            row.insert("warnings", warnings(&r.meta));
+            row.extend(context::summary_cells(&r.meta));
+            rows.push(row);
         }
         TestResult::Pps(r) => {
             let mut config = base(&r.meta);
@@ -324,6 +396,7 @@ fn collect(result: &TestResult, case: Option<&str>, rows: &mut Vec<Row>) {
                 ("received_pps", num_f64(r.received_pps)),
                 ("warnings", warnings(&r.meta)),
             ]);
+            row.extend(context::summary_cells(&r.meta));
             rows.push(row);
             for f in &r.flows {
                 let mut row = config.clone();
@@ -360,6 +433,13 @@ fn collect(result: &TestResult, case: Option<&str>, rows: &mut Vec<Row>) {
             ]);
             rows.push(row);
             collect(&TestResult::Throughput(l.load.clone()), Some("load"), rows);
+        }
+        TestResult::Conf(c) => context::conf_rows(c, rows),
+        TestResult::Sweep(w) => {
+            for step in &w.steps {
+                let name = format!("{}={}", w.parameter, step.value);
+                collect(&step.result, Some(&name), rows);
+            }
         }
         TestResult::Quick(q) => {
             for c in &q.results {

@@ -70,8 +70,15 @@ mod tests {
         throughput_udp_reverse,
         throughput_bidir,
         pps_2_flows,
+        crr_4_workers,
+        crr_ports_exhausted,
         quick_all,
         latency_with_warnings,
+        latency_inner_view,
         load_udp_bufferbloat,
+        sweep_latency_msg_size,
+        throughput_tcp_context,
+        conf_two_hosts,
+        conf_this_host,
     );
 }

@@ -1,5 +1,9 @@
 //! The table for people.
 
+mod context;
+mod crr;
+mod inner;
+
 use std::borrow::Cow;
 
 use super::units::{
@@ -9,7 +13,7 @@ use super::units::{
 };
 use crate::model::{
     FlowResult, LatencyMode, LatencyResult, LoadResult, Meta, PpsResult, Protocol, QuickResult,
-    RttNs, SideTotals, StreamDirection, StreamResult, TestResult, ThroughputResult,
+    RttNs, SideTotals, StreamDirection, StreamResult, SweepResult, TestResult, ThroughputResult,
 };
 
 /// A table for people: a header line (test, server, session, start), the configuration, the
@@ -24,8 +28,11 @@ pub fn table(result: &TestResult) -> String {
         TestResult::Latency(r) => latency(r, &mut out),
         TestResult::Throughput(r) => throughput(r, &mut out),
         TestResult::Pps(r) => pps(r, &mut out),
+        TestResult::Crr(r) => crr::crr(r, &mut out),
         TestResult::Quick(r) => quick(r, &mut out),
         TestResult::Load(r) => load(r, &mut out),
+        TestResult::Sweep(r) => sweep(r, &mut out),
+        TestResult::Conf(r) => context::conf(r, &mut out),
     }
     out
 }
@@ -106,6 +113,7 @@ fn latency(r: &LatencyResult, out: &mut String) {
     kv.row(["warm-up".into(), warmup]);
     kv.row(["sent".into(), format!("{} messages", fmt_count(r.sent))]);
     kv.row(["samples".into(), format!("{} RTTs", fmt_count(r.samples))]);
+    inner::config_rows(r, &mut kv);
     kv.render(out);
 
     out.push('\n');
@@ -143,6 +151,7 @@ fn latency(r: &LatencyResult, out: &mut String) {
         stat(&mut g, "max", to_f64(rtt.max));
         g.render(out);
     }
+    inner::sections(r, out);
 
     let udp = r.protocol == Protocol::Udp;
     let open = r.mode == LatencyMode::OpenLoop;
@@ -196,6 +205,7 @@ fn latency(r: &LatencyResult, out: &mut String) {
         }
         g.render(out);
     }
+    context::blocks(out, &r.meta);
     footer(out, &[("", &r.meta)]);
 }
 
@@ -261,7 +271,10 @@ fn throughput(r: &ThroughputResult, out: &mut String) {
 
     if !r.intervals.is_empty() {
         out.push('\n');
-        line(out, "Intervals, counted at the receiver");
+        line(
+            out,
+            format!("Intervals, {}", r.intervals_counted_at.describe()),
+        );
         let bytes_unit = Unit::for_largest(
             &BYTES,
             r.intervals
@@ -272,6 +285,14 @@ fn throughput(r: &ThroughputResult, out: &mut String) {
         let (mut cols, mut head) = lead("Interval");
         cols.extend([Col::right(), Col::right()]);
         head.extend(["Transfer".into(), "Bitrate".into()]);
+        // TCP: each stream's smoothed RTT at the interval's end, from its sender's TCP_INFO.
+        let srtt_col = r.intervals.iter().any(|iv| !iv.tcp_info.is_empty());
+        if srtt_col {
+            cols.push(Col::right());
+            head.push("sRTT".into());
+        }
+        let srtt_of =
+            |iv: &crate::model::IntervalResult, stream: u32| context::interval_srtt(iv, stream);
         let mut g = Grid::new(cols);
         g.row(head);
         for (n, iv) in r.intervals.iter().enumerate() {
@@ -280,7 +301,7 @@ fn throughput(r: &ThroughputResult, out: &mut String) {
             }
             let span_ns = iv.end_ns.saturating_sub(iv.start_ns);
             let span = format!("{:.2}-{:.2}", ns_to_s(iv.start_ns), ns_to_s(iv.end_ns));
-            let mut push = |id: String, dir: &str, bytes: u64, bps: f64| {
+            let mut push = |id: String, dir: &str, bytes: u64, bps: f64, srtt: String| {
                 let mut row = vec![id];
                 if bidir {
                     row.push(dir.to_owned());
@@ -291,12 +312,16 @@ fn throughput(r: &ThroughputResult, out: &mut String) {
                     bytes_unit.fmt(to_f64(bytes)),
                     rate_unit.fmt(bps),
                 ]);
+                if srtt_col {
+                    row.push(srtt);
+                }
                 g.row(row);
             };
             if !many {
                 let id = r.streams.first().map_or(0, |s| s.stream);
                 let dir = r.streams.first().map_or("", |s| dir_name(s.direction));
-                push(stream_id(id), dir, iv.bytes, iv.bits_per_second);
+                let srtt = srtt_of(iv, id);
+                push(stream_id(id), dir, iv.bytes, iv.bits_per_second, srtt);
                 continue;
             }
             for (i, s) in r.streams.iter().enumerate() {
@@ -306,6 +331,7 @@ fn throughput(r: &ThroughputResult, out: &mut String) {
                     dir_name(s.direction),
                     bytes,
                     rate(bytes, span_ns),
+                    srtt_of(iv, s.stream),
                 );
             }
             if dir_sums {
@@ -317,11 +343,18 @@ fn throughput(r: &ThroughputResult, out: &mut String) {
                         .filter(|(s, _)| s.direction == *dir)
                         .map(|(_, b)| *b)
                         .sum::<u64>();
-                    push("[SUM]".into(), dir_name(*dir), bytes, rate(bytes, span_ns));
+                    let bps = rate(bytes, span_ns);
+                    push("[SUM]".into(), dir_name(*dir), bytes, bps, String::new());
                 }
             }
             let dir = if bidir { "both" } else { "" };
-            push("[SUM]".into(), dir, iv.bytes, iv.bits_per_second);
+            push(
+                "[SUM]".into(),
+                dir,
+                iv.bytes,
+                iv.bits_per_second,
+                String::new(),
+            );
         }
         g.render(out);
     }
@@ -347,11 +380,18 @@ fn throughput(r: &ThroughputResult, out: &mut String) {
         cols.push(Col::right());
         head.push("Retr".into());
     }
+    // TCP: each stream's sender's TCP_INFO when it stopped sending.
+    let tcp_cols = !udp && r.streams.iter().any(|s| s.tcp_info.is_some());
+    if tcp_cols {
+        cols.extend([Col::right(), Col::right()]);
+        head.extend(["sRTT".into(), "Cwnd".into()]);
+    }
     cols.push(Col::left());
     head.push(String::new());
     let mut g = Grid::new(cols);
     g.row(head);
-    let mut pair = |id: String, dir: &str, sum: &Sums| {
+    // `tcp`: a stream's sRTT and Cwnd cells; `None` for sums.
+    let mut pair = |id: String, dir: &str, sum: &Sums, tcp: Option<[String; 2]>| {
         let mut rx = vec![id.clone()];
         let mut tx = vec![id];
         if bidir {
@@ -386,6 +426,10 @@ fn throughput(r: &ThroughputResult, out: &mut String) {
             rx.push(String::new());
             tx.push(sum.retransmits.map_or_else(|| "n/a".to_owned(), fmt_count));
         }
+        if tcp_cols {
+            rx.extend([String::new(), String::new()]);
+            tx.extend(tcp.unwrap_or_default());
+        }
         rx.push(RECEIVER.into());
         tx.push(SENDER.into());
         g.row(rx);
@@ -396,16 +440,17 @@ fn throughput(r: &ThroughputResult, out: &mut String) {
             stream_id(s.stream),
             dir_name(s.direction),
             &Sums::of_stream(s),
+            Some(context::srtt_cwnd(s.tcp_info.as_ref())),
         );
     }
     if dir_sums {
         for (dir, sum) in &by_dir {
-            pair("[SUM]".into(), dir_name(*dir), sum);
+            pair("[SUM]".into(), dir_name(*dir), sum, None);
         }
     }
     if many || r.streams.is_empty() {
         let dir = if bidir { "both" } else { "" };
-        pair("[SUM]".into(), dir, &Sums::of_total(r));
+        pair("[SUM]".into(), dir, &Sums::of_total(r), None);
     }
     g.render(out);
     if udp {
@@ -440,6 +485,7 @@ fn throughput(r: &ThroughputResult, out: &mut String) {
         headline.push_str(&format!(", {} lost", fmt_percent(loss)));
     }
     line(out, headline);
+    context::blocks(out, &r.meta);
     footer(out, &[("", &r.meta)]);
 }
 
@@ -586,6 +632,7 @@ fn pps(r: &PpsResult, out: &mut String) {
         "pps  counted by the receiving agent: the figure to quote".into(),
     ]);
     kv.render(out);
+    context::blocks(out, &r.meta);
     footer(out, &[("", &r.meta)]);
 }
 
@@ -615,7 +662,8 @@ fn quick(r: &QuickResult, out: &mut String) {
     );
     line(
         out,
-        "headline: RTT (latency), receiver bitrate (throughput), received datagrams/s (pps)",
+        "headline: RTT (latency), receiver bitrate (throughput), received datagrams/s (pps), \
+         connections/s counted by the agent (crr)",
     );
     out.push('\n');
     let mut g = Grid::new(vec![Col::left(), Col::right(), Col::left(), Col::left()]);
@@ -714,6 +762,12 @@ fn quick_headline(result: &TestResult) -> (String, String) {
             ),
         ),
         TestResult::Quick(q) => (format!("{} nested cases", q.results.len()), String::new()),
+        TestResult::Crr(c) => crr::headline(c),
+        TestResult::Conf(_) => ("configuration".into(), String::new()),
+        TestResult::Sweep(w) => (
+            format!("{} steps of {}", w.steps.len(), w.parameter),
+            w.sweep_test.clone(),
+        ),
         TestResult::Load(l) => (
             format!(
                 "RTT p50 {} under load",
@@ -729,6 +783,154 @@ fn quick_headline(result: &TestResult) -> (String, String) {
             format!("load {}", fmt_rate(l.load.receiver.bits_per_second)),
         ),
     }
+}
+
+fn sweep(r: &SweepResult, out: &mut String) {
+    let server = r
+        .steps
+        .iter()
+        .find_map(|s| s.result.meta())
+        .map_or_else(String::new, |m| format!(", server {}", m.server));
+    line(
+        out,
+        format!(
+            "sonde {} {} sweep of {} ({}): {} step{}{server}, started {}",
+            r.sonde_version,
+            r.sweep_test,
+            r.parameter,
+            r.unit.replace('_', " "),
+            r.steps.len(),
+            plural(r.steps.len() as u64),
+            fmt_timestamp(r.timestamp_unix_ms)
+        ),
+    );
+    out.push('\n');
+    let value = |v: u64| match r.parameter.as_str() {
+        "msg_size" => fmt_size(v),
+        "bitrate" => fmt_rate(to_f64(v)),
+        _ => fmt_count(v),
+    };
+    let na = || "n/a".to_owned();
+    match r.sweep_test.as_str() {
+        "latency" => {
+            // One unit for the whole table: the largest median decides.
+            let largest = r
+                .steps
+                .iter()
+                .filter_map(|s| match &s.result {
+                    TestResult::Latency(l) => l.rtt_ns.p50.map(to_f64),
+                    _ => None,
+                })
+                .fold(0.0, f64::max);
+            let unit = TimeUnit::for_typical(largest);
+            let mut g = Grid::new(vec![
+                Col::left(),
+                Col::right(),
+                Col::right(),
+                Col::right(),
+                Col::right(),
+                Col::right(),
+                Col::right(),
+                Col::right(),
+            ]);
+            g.row([
+                r.parameter.clone(),
+                "samples".into(),
+                format!("p50 {}", unit.suffix()),
+                format!("p90 {}", unit.suffix()),
+                format!("p99 {}", unit.suffix()),
+                format!("p99.9 {}", unit.suffix()),
+                format!("mean {}", unit.suffix()),
+                "lost".into(),
+            ]);
+            for s in &r.steps {
+                let TestResult::Latency(l) = &s.result else {
+                    continue;
+                };
+                let p = |v: Option<u64>| {
+                    v.filter(|_| l.samples > 0)
+                        .map_or_else(na, |ns| ns_number(to_f64(ns), unit))
+                };
+                g.row([
+                    value(s.value),
+                    fmt_count(l.samples),
+                    p(l.rtt_ns.p50),
+                    p(l.rtt_ns.p90),
+                    p(l.rtt_ns.p99),
+                    p(l.rtt_ns.p999),
+                    if l.samples > 0 {
+                        ns_number(l.rtt_ns.mean, unit)
+                    } else {
+                        na()
+                    },
+                    fmt_ratio(l.lost, l.sent),
+                ]);
+            }
+            g.render(out);
+        }
+        "throughput" => {
+            let mut g = Grid::new(vec![
+                Col::left(),
+                Col::right(),
+                Col::right(),
+                Col::right(),
+                Col::right(),
+            ]);
+            g.row([
+                r.parameter.clone(),
+                "receiver".into(),
+                "sender".into(),
+                "retransmits".into(),
+                "lost".into(),
+            ]);
+            for s in &r.steps {
+                let TestResult::Throughput(t) = &s.result else {
+                    continue;
+                };
+                g.row([
+                    value(s.value),
+                    fmt_rate(t.receiver.bits_per_second),
+                    fmt_rate(t.sender.bits_per_second),
+                    t.retransmits.map_or_else(na, fmt_count),
+                    t.loss_percent.map_or_else(na, fmt_percent),
+                ]);
+            }
+            g.render(out);
+        }
+        _ => {
+            let mut g = Grid::new(vec![Col::left(), Col::right(), Col::right(), Col::right()]);
+            g.row([
+                r.parameter.clone(),
+                "received pps".into(),
+                "sent pps".into(),
+                "lost".into(),
+            ]);
+            for s in &r.steps {
+                let TestResult::Pps(p) = &s.result else {
+                    continue;
+                };
+                g.row([
+                    value(s.value),
+                    fmt_count_f64(p.received_pps),
+                    fmt_count_f64(p.sent_pps),
+                    fmt_percent(p.loss_percent),
+                ]);
+            }
+            g.render(out);
+        }
+    }
+    let labels: Vec<String> = r
+        .steps
+        .iter()
+        .map(|s| format!("{}={}", r.parameter, s.value))
+        .collect();
+    let metas: Vec<(&str, &Meta)> = r
+        .steps
+        .iter()
+        .zip(&labels)
+        .filter_map(|(s, l)| s.result.meta().map(|m| (l.as_str(), m)))
+        .collect();
+    footer(out, &metas);
 }
 
 fn load(r: &LoadResult, out: &mut String) {
@@ -813,7 +1015,8 @@ fn load(r: &LoadResult, out: &mut String) {
         String::new(),
         String::new(),
     ]);
-    let rows: [(&str, fn(&RttNs) -> Option<f64>, Option<f64>); 7] = [
+    type Stat = fn(&RttNs) -> Option<f64>;
+    let rows: [(&str, Stat, Option<f64>); 7] = [
         (
             "min",
             |r| Some(to_f64(r.min)),
@@ -1104,6 +1307,7 @@ mod tests {
             bits_per_second: 95_640_000.0,
             packets: 0,
             stream_bytes: vec![11_955_000],
+            tcp_info: Vec::new(),
         };
         assert_eq!(
             interval_line(&iv),
@@ -1172,7 +1376,7 @@ mod tests {
         for (name, r) in fixtures::all() {
             let t = table(&r);
             assert!(t.ends_with('\n') && !t.ends_with("\n\n"), "{name}");
-            if name != "latency_with_warnings" {
+            if !["latency_with_warnings", "crr_ports_exhausted"].contains(&name) {
                 assert!(
                     !t.contains("warning") && !t.contains("overlapping"),
                     "{name}"

@@ -1,0 +1,787 @@
+//! A running iperf3 test, from TEST_START to the end (PROTOCOLS.md 1.5, 1.8, 1.10, 1.11): one
+//! thread per data stream, the control connection read on this thread until the client's
+//! TEST_END, then the results exchange.
+//!
+//! The numbers follow iperf3's definitions, because the client prints them as its own:
+//! * Bytes are counted from TEST_RUNNING; the first `omit` seconds are excluded (a counter
+//!   snapshot at the end of omit, or for UDP receivers a second receive loop whose fresh
+//!   sequence tracker and jitter start there, as iperf3 resets them).
+//! * A UDP receiver's `packets` is the highest sequence number seen and `errors` the ones that
+//!   never arrived below it; both are cumulative, with the omit-period values in `omitted_*`.
+//! * `end_time` runs from the end of omit to the client's TEST_END.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sonde_engine::pace::Schedule;
+use sonde_net::bulk::{self, SendOutcome, TcpRecvOutcome, UdpFormat, UdpRecvOutcome};
+use sonde_net::control::read_exact_by;
+use sonde_net::cpu::ThreadsMeter;
+use sonde_net::{Clock, Counters};
+use sonde_wire::iperf3::{json_len, json_prefix, stream_id, Params, Results, State, StreamResults};
+
+use super::text;
+use crate::Shared;
+
+/// How far past `time + omit` a test may run before the agent closes it, like iperf3's
+/// failsafe timer (which allows 40 s); a `-n`/`-k` test (time 0) gets the agent's maximum
+/// duration instead of `time`.
+const FAILSAFE_SLACK: Duration = Duration::from_secs(30);
+/// How long the client has for its results, and for IPERF_DONE after DISPLAY_RESULTS.
+const RESULTS_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the control loop looks at the shutdown flag and the failsafe.
+const CONTROL_POLL: Duration = Duration::from_millis(100);
+const NS_PER_S: u64 = 1_000_000_000;
+/// After TEST_END, receivers keep reading until nothing has arrived for this long...
+const DRAIN_QUIET: Duration = Duration::from_millis(50);
+/// ...or for at most this long in all.
+const DRAIN_LIMIT: Duration = Duration::from_millis(500);
+/// Interval samples kept for the server output (one a second; the failsafe ends a test long
+/// before this).
+const MAX_SAMPLES: usize = 100_000;
+
+/// One attached data stream.
+pub(super) struct Stream {
+    sock: Sock,
+    /// The client's end of the stream.
+    pub(super) peer: SocketAddr,
+}
+
+enum Sock {
+    Tcp(TcpStream),
+    Udp(UdpSocket),
+}
+
+impl Stream {
+    /// A TCP data connection (`None` if it is already gone).
+    pub(super) fn tcp(s: TcpStream) -> Option<Self> {
+        let peer = s.peer_addr().ok()?;
+        Some(Self {
+            sock: Sock::Tcp(s),
+            peer,
+        })
+    }
+
+    /// A UDP stream's socket, connected to `peer`.
+    pub(super) fn udp(s: UdpSocket, peer: SocketAddr) -> Self {
+        Self {
+            sock: Sock::Udp(s),
+            peer,
+        }
+    }
+}
+
+/// What one stream's thread came back with.
+enum Outcome {
+    Sent(SendOutcome),
+    TcpReceived(TcpRecvOutcome),
+    /// The receive loop of the omit period (when there is one) and the one after it.
+    UdpReceived {
+        first: Option<Box<UdpRecvOutcome>>,
+        second: Option<Box<UdpRecvOutcome>>,
+    },
+    Failed(String),
+}
+
+/// Counters at the end of the omit period.
+#[derive(Debug, Clone, Copy, Default)]
+struct Snap {
+    bytes: u64,
+    packets: u64,
+    retransmits: u64,
+}
+
+/// How the control connection ended the running phase.
+enum Finish {
+    TestEnd,
+    ClientTerminate,
+    IperfDone,
+    Closed,
+    Failsafe,
+    Shutdown,
+    Unexpected(u8),
+    Failed(io::Error),
+}
+
+/// Per-stream byte counts at one interval boundary, for the server output.
+pub(super) struct Sample {
+    pub(super) at_ns: u64,
+    pub(super) bytes: Vec<u64>,
+}
+
+/// CPU use of the test's threads, percent of one core (iperf3's `cpu_util_*`).
+#[derive(Debug, Clone, Copy, Default)]
+struct Cpu {
+    total: f64,
+    user: f64,
+    system: f64,
+}
+
+struct Run<'a> {
+    p: &'a Params,
+    streams: &'a [Stream],
+    counters: Vec<Counters>,
+    clock: Clock,
+    len: u32,
+    bits_per_second: u64,
+    format: UdpFormat,
+    omit_ns: u64,
+    failsafe_ns: u64,
+    stop_send: AtomicBool,
+    stop_recv: AtomicBool,
+    /// Ends the omit-period receive loop of UDP receivers (at the end of omit, or of the test).
+    omit_over: AtomicBool,
+    done: AtomicBool,
+    /// The CPU of this test's threads only: other sessions of the agent do not count.
+    cpu: ThreadsMeter,
+}
+
+/// Runs an attached test to its end; `Ok` carries a summary for the log line.
+pub(super) fn run(
+    mut ctrl: TcpStream,
+    p: &Params,
+    streams: Vec<Stream>,
+    shared: &Shared,
+    peer: SocketAddr,
+    local: SocketAddr,
+) -> Result<String, String> {
+    let secs = |s: i64| u64::try_from(s).unwrap_or(0).saturating_mul(NS_PER_S);
+    let planned_ns = if p.time > 0 {
+        secs(p.time)
+    } else {
+        u64::try_from(shared.cfg.max_duration.as_nanos()).unwrap_or(u64::MAX)
+    };
+    let slack = u64::try_from(FAILSAFE_SLACK.as_nanos()).unwrap_or(u64::MAX);
+    if p.nodelay {
+        for s in &streams {
+            if let Sock::Tcp(t) = &s.sock {
+                let _ = t.set_nodelay(true);
+            }
+        }
+    }
+    let r = Run {
+        p,
+        streams: &streams,
+        counters: streams.iter().map(|_| Counters::default()).collect(),
+        clock: Clock::start(),
+        // check() bounded it to 1..=1 MiB.
+        len: u32::try_from(p.len).unwrap_or(1),
+        bits_per_second: u64::try_from(p.bandwidth).unwrap_or(0),
+        format: UdpFormat::Iperf3 {
+            seq64: p.udp_counters_64bit,
+        },
+        omit_ns: secs(p.omit),
+        failsafe_ns: planned_ns
+            .saturating_add(secs(p.omit))
+            .saturating_add(slack),
+        stop_send: AtomicBool::new(false),
+        stop_recv: AtomicBool::new(false),
+        omit_over: AtomicBool::new(false),
+        done: AtomicBool::new(false),
+        cpu: ThreadsMeter::start(),
+    };
+    // Back to back, as iperf3 sends them; data may flow from here on.
+    ctrl.write_all(&[State::TestStart.byte(), State::TestRunning.byte()])
+        .map_err(|e| format!("control connection lost: {e}"))?;
+
+    let (end, end_ns, snaps, outcomes, samples) = thread::scope(|s| {
+        let workers: Vec<_> = (0..streams.len())
+            .map(|i| {
+                let r = &r;
+                thread::Builder::new()
+                    .name("sonde-iperf3-data".into())
+                    .spawn_scoped(s, move || r.stream(i))
+            })
+            .collect();
+        let sampler = {
+            let r = &r;
+            thread::Builder::new()
+                .name("sonde-iperf3-int".into())
+                .spawn_scoped(s, move || r.sample_intervals())
+        };
+        let (end, end_ns, snaps) = if workers.iter().all(Result::is_ok) {
+            let _counted = r.cpu.track();
+            let ended = r.control(&mut ctrl, shared);
+            if matches!(ended.0, Finish::TestEnd) {
+                r.drain_receivers();
+            }
+            ended
+        } else {
+            let e = io::Error::other("cannot start a stream thread");
+            (Finish::Failed(e), r.clock.now_ns(), None)
+        };
+        r.stop_all();
+        let outcomes: Vec<Outcome> = workers
+            .into_iter()
+            .map(|w| match w.map(thread::ScopedJoinHandle::join) {
+                Ok(Ok(o)) => o,
+                _ => Outcome::Failed("the stream thread failed".into()),
+            })
+            .collect();
+        let samples = match sampler.map(thread::ScopedJoinHandle::join) {
+            Ok(Ok(v)) => v,
+            _ => Vec::new(),
+        };
+        (end, end_ns, snaps, outcomes, samples)
+    });
+    let cpu = r.cpu.cost().map_or_else(Cpu::default, |c| Cpu {
+        total: c.percent_of_one_core().unwrap_or(0.0),
+        user: c.user_percent_of_one_core().unwrap_or(0.0),
+        system: c.system_percent_of_one_core().unwrap_or(0.0),
+    });
+    let failures: Vec<String> = outcomes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| match o {
+            Outcome::Failed(why) => Some(format!("stream {}: {why}", stream_id(i))),
+            _ => None,
+        })
+        .collect();
+    let why = match end {
+        Finish::TestEnd => None,
+        Finish::ClientTerminate => Some("the client terminated the test".to_owned()),
+        Finish::IperfDone => Some("the client ended the test before its results".to_owned()),
+        Finish::Closed => Some("the client closed the control connection".to_owned()),
+        Finish::Failsafe => Some(format!(
+            "no TEST_END {FAILSAFE_SLACK:?} after the planned end (failsafe)"
+        )),
+        Finish::Shutdown => {
+            let _ = ctrl.write_all(&[State::ServerTerminate.byte()]);
+            Some("the agent is shutting down".to_owned())
+        }
+        Finish::Unexpected(b) => Some(format!("unexpected control byte {b:#04x}")),
+        Finish::Failed(e) => Some(format!("control connection lost: {e}")),
+    };
+    if let Some(why) = why {
+        return Err(with_failures(why, &failures));
+    }
+    let mut results = r.results(&outcomes, snaps.as_deref(), end_ns, cpu);
+    let summary = r.summary(&results, end_ns, snaps.is_some());
+    if p.get_server_output {
+        let finals: Vec<u64> = r.counters.iter().map(|c| c.load().0).collect();
+        let info: Vec<text::StreamInfo> = streams
+            .iter()
+            .enumerate()
+            .map(|(i, s)| text::StreamInfo {
+                id: stream_id(i),
+                peer: s.peer,
+                server_sends: !p.client_sends(i),
+            })
+            .collect();
+        results.server_output_text = Some(text::report(&text::Report {
+            peer,
+            local,
+            udp: p.udp(),
+            bidir: p.bidirectional,
+            omit_ns: r.omit_ns,
+            end_ns,
+            streams: &info,
+            samples: &samples,
+            finals: &finals,
+            results: &results,
+        }));
+    }
+    drop(r);
+    // iperf3 closes the data sockets before it asks for results.
+    drop(streams);
+    exchange(&mut ctrl, &results)?;
+    Ok(with_failures(summary, &failures))
+}
+
+fn with_failures(line: String, failures: &[String]) -> String {
+    if failures.is_empty() {
+        line
+    } else {
+        format!("{line} ({})", failures.join("; "))
+    }
+}
+
+impl Run<'_> {
+    /// One stream's thread: send or receive until the control loop says stop.
+    fn stream(&self, i: usize) -> Outcome {
+        let _counted = self.cpu.track();
+        let counters = &self.counters[i];
+        let server_sends = !self.p.client_sends(i);
+        let clock = &self.clock;
+        let result = match (&self.streams[i].sock, server_sends) {
+            (Sock::Tcp(t), true) => if self.bits_per_second > 0 {
+                tcp_send_paced(
+                    t,
+                    self.len,
+                    self.bits_per_second,
+                    clock,
+                    self.failsafe_ns,
+                    &self.stop_send,
+                    counters,
+                )
+            } else {
+                bulk::tcp_send(
+                    t,
+                    self.len,
+                    clock,
+                    self.failsafe_ns,
+                    &self.stop_send,
+                    counters,
+                )
+            }
+            .map(Outcome::Sent),
+            (Sock::Tcp(t), false) => {
+                bulk::tcp_recv(t, clock, &self.stop_recv, counters).map(Outcome::TcpReceived)
+            }
+            (Sock::Udp(u), true) => bulk::udp_send(
+                u,
+                self.len,
+                self.bits_per_second,
+                self.format,
+                clock,
+                self.failsafe_ns,
+                &self.stop_send,
+                counters,
+            )
+            .map(Outcome::Sent),
+            (Sock::Udp(u), false) => self.udp_receive(u, counters),
+        };
+        result.unwrap_or_else(|e| Outcome::Failed(e.to_string()))
+    }
+
+    /// A UDP receiver: one loop for the omit period, a fresh one (new sequence tracker and
+    /// jitter, as iperf3 resets them) for the rest.
+    fn udp_receive(&self, u: &UdpSocket, counters: &Counters) -> io::Result<Outcome> {
+        let expect = AtomicU64::new(u64::MAX);
+        let clock = &self.clock;
+        let first = if self.omit_ns > 0 {
+            let o = bulk::udp_recv(
+                u,
+                self.len,
+                self.format,
+                clock,
+                &self.omit_over,
+                &expect,
+                counters,
+            )?;
+            Some(Box::new(o))
+        } else {
+            None
+        };
+        let second = if self.stop_recv.load(Ordering::Relaxed) {
+            None
+        } else {
+            let o = bulk::udp_recv(
+                u,
+                self.len,
+                self.format,
+                clock,
+                &self.stop_recv,
+                &expect,
+                counters,
+            )?;
+            Some(Box::new(o))
+        };
+        Ok(Outcome::UdpReceived { first, second })
+    }
+
+    /// The client's last writes and its TEST_END travel on different connections, so data it
+    /// sent before ending the test may still sit in our receive queues (a short `-k` or `-n` test
+    /// on a fast path can be entirely there). Stops the senders and lets the receivers read until
+    /// their counts have not moved for [`DRAIN_QUIET`], for at most [`DRAIN_LIMIT`].
+    fn drain_receivers(&self) {
+        self.stop_send.store(true, Ordering::Relaxed);
+        let received = || -> u64 {
+            (0..self.streams.len())
+                .filter(|&i| self.p.client_sends(i))
+                .map(|i| self.counters[i].load().0)
+                .sum()
+        };
+        if !(0..self.streams.len()).any(|i| self.p.client_sends(i)) {
+            return;
+        }
+        let started = Instant::now();
+        let (mut last, mut quiet_since) = (received(), Instant::now());
+        while started.elapsed() < DRAIN_LIMIT && quiet_since.elapsed() < DRAIN_QUIET {
+            thread::sleep(Duration::from_millis(5));
+            let now = received();
+            if now != last {
+                (last, quiet_since) = (now, Instant::now());
+            }
+        }
+    }
+
+    fn stop_all(&self) {
+        self.stop_send.store(true, Ordering::Relaxed);
+        self.stop_recv.store(true, Ordering::Relaxed);
+        self.omit_over.store(true, Ordering::Relaxed);
+        self.done.store(true, Ordering::Relaxed);
+    }
+
+    /// Reads the control connection until the test ends; takes the omit snapshot on the way.
+    /// Returns how it ended, when (ns on the test clock), and the snapshot if omit ended.
+    fn control(&self, ctrl: &mut TcpStream, shared: &Shared) -> (Finish, u64, Option<Vec<Snap>>) {
+        let mut snaps = (self.omit_ns == 0).then(|| vec![Snap::default(); self.streams.len()]);
+        if snaps.is_some() {
+            self.omit_over.store(true, Ordering::Relaxed);
+        }
+        let mut b = [0u8; 1];
+        loop {
+            let now = self.clock.now_ns();
+            if shared.shutdown.load(Ordering::Relaxed) {
+                return (Finish::Shutdown, now, snaps);
+            }
+            if now >= self.failsafe_ns {
+                return (Finish::Failsafe, now, snaps);
+            }
+            if snaps.is_none() && now >= self.omit_ns {
+                snaps = Some(self.snapshot());
+                self.omit_over.store(true, Ordering::Relaxed);
+            }
+            let mut wait = CONTROL_POLL;
+            if snaps.is_none() {
+                wait = wait.min(Duration::from_nanos(self.omit_ns.saturating_sub(now)));
+            }
+            if let Err(e) = ctrl.set_read_timeout(Some(wait.max(Duration::from_millis(1)))) {
+                return (Finish::Failed(e), now, snaps);
+            }
+            match ctrl.read(&mut b) {
+                Ok(0) => return (Finish::Closed, self.clock.now_ns(), snaps),
+                Ok(_) => {
+                    let at = self.clock.now_ns();
+                    match State::from_byte(b[0]) {
+                        Some(State::TestEnd) => return (Finish::TestEnd, at, snaps),
+                        // The real server ignores it too.
+                        Some(State::TestStart) => {}
+                        Some(State::ClientTerminate) => {
+                            return (Finish::ClientTerminate, at, snaps)
+                        }
+                        Some(State::IperfDone) => return (Finish::IperfDone, at, snaps),
+                        _ => return (Finish::Unexpected(b[0]), at, snaps),
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return (Finish::Failed(e), self.clock.now_ns(), snaps),
+            }
+        }
+    }
+
+    /// Every stream's counters (and TCP retransmits) at the end of the omit period.
+    fn snapshot(&self) -> Vec<Snap> {
+        self.streams
+            .iter()
+            .zip(&self.counters)
+            .map(|(s, c)| {
+                let (bytes, packets) = c.load();
+                let retransmits = match &s.sock {
+                    Sock::Tcp(t) => sonde_net::socket::tcp_retransmits(t).unwrap_or(0),
+                    Sock::Udp(_) => 0,
+                };
+                Snap {
+                    bytes,
+                    packets,
+                    retransmits,
+                }
+            })
+            .collect()
+    }
+
+    /// Byte counts once a second for the server output, until the test ends.
+    fn sample_intervals(&self) -> Vec<Sample> {
+        let _counted = self.cpu.track();
+        let mut samples = Vec::new();
+        let mut next = NS_PER_S;
+        while !self.done.load(Ordering::Relaxed) && samples.len() < MAX_SAMPLES {
+            let now = self.clock.now_ns();
+            if now >= next {
+                samples.push(Sample {
+                    at_ns: next,
+                    bytes: self.counters.iter().map(|c| c.load().0).collect(),
+                });
+                next += NS_PER_S;
+                continue;
+            }
+            thread::sleep(Duration::from_nanos((next - now).min(50_000_000)));
+        }
+        samples
+    }
+
+    /// This side's results: what its receivers counted and its senders sent, after omit.
+    fn results(
+        &self,
+        outcomes: &[Outcome],
+        snaps: Option<&[Snap]>,
+        end_ns: u64,
+        cpu: Cpu,
+    ) -> Results {
+        let n = self.streams.len();
+        let udp = self.p.udp();
+        let any_send = (0..n).any(|i| !self.p.client_sends(i));
+        let has_retransmits = !udp
+            && outcomes
+                .iter()
+                .any(|o| matches!(o, Outcome::Sent(s) if s.retransmits.is_some()));
+        // iperf3: -1 for a side that only receives, else whether it has TCP retransmits.
+        let sender_has_retransmits = match (any_send, has_retransmits) {
+            (false, _) => -1,
+            (true, true) => 1,
+            (true, false) => 0,
+        };
+        let start_ns = if snaps.is_some() { self.omit_ns } else { 0 };
+        let end_time = end_ns.saturating_sub(start_ns) as f64 / 1e9;
+        let streams = outcomes
+            .iter()
+            .enumerate()
+            .map(|(i, outcome)| {
+                let snap = snaps.and_then(|s| s.get(i)).copied().unwrap_or_default();
+                let mut s = StreamResults {
+                    id: stream_id(i),
+                    retransmits: -1,
+                    end_time,
+                    ..StreamResults::default()
+                };
+                match outcome {
+                    Outcome::Sent(o) => {
+                        s.bytes = o.bytes.saturating_sub(snap.bytes);
+                        if has_retransmits {
+                            let total = o.retransmits.unwrap_or(0);
+                            s.retransmits = to_i64(total.saturating_sub(snap.retransmits));
+                        }
+                        if udp {
+                            s.packets = to_i64(o.packets);
+                            s.omitted_packets = to_i64(snap.packets);
+                        }
+                    }
+                    Outcome::TcpReceived(o) => s.bytes = o.bytes.saturating_sub(snap.bytes),
+                    Outcome::UdpReceived { first, second } => {
+                        // Omit never ended: the first loop is all there is, and all counts.
+                        let (omitted, counted) = if snaps.is_some() {
+                            (first.as_deref(), second.as_deref())
+                        } else {
+                            (None, first.as_deref().or(second.as_deref()))
+                        };
+                        udp_received(&mut s, omitted, counted);
+                    }
+                    Outcome::Failed(_) => {}
+                }
+                s
+            })
+            .collect();
+        Results {
+            cpu_util_total: cpu.total,
+            cpu_util_user: cpu.user,
+            cpu_util_system: cpu.system,
+            sender_has_retransmits,
+            congestion_used: None,
+            streams,
+            server_output_text: None,
+            server_output_json: None,
+        }
+    }
+
+    /// One line for the agent's log: what the agent received and sent.
+    fn summary(&self, results: &Results, end_ns: u64, omit_ended: bool) -> String {
+        let (mut received, mut sent) = (0u64, 0u64);
+        for (i, s) in results.streams.iter().enumerate() {
+            if self.p.client_sends(i) {
+                received += s.bytes;
+            } else {
+                sent += s.bytes;
+            }
+        }
+        let start = if omit_ended { self.omit_ns } else { 0 };
+        let secs = end_ns.saturating_sub(start) as f64 / 1e9;
+        let rate = |b: u64| {
+            if secs > 0.0 {
+                b as f64 * 8.0 / secs / 1e6
+            } else {
+                0.0
+            }
+        };
+        format!(
+            "finished: received {received} B ({:.1} Mbit/s), sent {sent} B ({:.1} Mbit/s) in {secs:.2} s",
+            rate(received),
+            rate(sent)
+        )
+    }
+}
+
+/// A UDP receiver's iperf3 counts from the receive loops before and after the end of omit.
+fn udp_received(
+    s: &mut StreamResults,
+    omitted: Option<&UdpRecvOutcome>,
+    counted: Option<&UdpRecvOutcome>,
+) {
+    // Tracker seq = iperf3 seq - 1, so the highest + 1 is iperf3's `packets`.
+    let packets_of = |o: &UdpRecvOutcome| o.seq.highest().map_or(0, |h| h.saturating_add(1));
+    let om_packets = omitted.map_or(0, packets_of);
+    let om_received = omitted.map_or(0, |o| o.seq.received());
+    let packets = om_packets.max(counted.map_or(0, packets_of));
+    let received = om_received.saturating_add(counted.map_or(0, |o| o.seq.received()));
+    s.packets = to_i64(packets);
+    s.errors = to_i64(packets.saturating_sub(received));
+    s.omitted_packets = to_i64(om_packets);
+    s.omitted_errors = to_i64(om_packets.saturating_sub(om_received));
+    if let Some(o) = counted {
+        s.bytes = o.bytes;
+        s.jitter = o.jitter.jitter_ns() as f64 / 1e9;
+    }
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// EXCHANGE_RESULTS: read the client's results, send ours and DISPLAY_RESULTS, then wait for
+/// IPERF_DONE (or the close).
+fn exchange(ctrl: &mut TcpStream, ours: &Results) -> Result<(), String> {
+    let lost = |e: io::Error| format!("control connection lost: {e}");
+    ctrl.write_all(&[State::ExchangeResults.byte()])
+        .map_err(lost)?;
+    let deadline = Instant::now() + RESULTS_TIMEOUT;
+    let mut prefix = [0u8; 4];
+    read_exact_by(ctrl, &mut prefix, deadline)
+        .map_err(|e| format!("no results from the client: {e}"))?;
+    let len = json_len(prefix).map_err(|e| format!("bad results from the client: {e}"))?;
+    let mut body = vec![0u8; len];
+    read_exact_by(ctrl, &mut body, deadline)
+        .map_err(|e| format!("truncated results from the client: {e}"))?;
+    Results::from_json(&body).map_err(|e| format!("bad results from the client: {e}"))?;
+    let json = ours.to_json();
+    let mut msg = Vec::with_capacity(json.len() + 5);
+    msg.extend_from_slice(&json_prefix(&json));
+    msg.extend_from_slice(&json);
+    msg.push(State::DisplayResults.byte());
+    ctrl.write_all(&msg).map_err(lost)?;
+    // IPERF_DONE, or the client just closes: both end the test (PROTOCOLS.md 1.5).
+    let mut done = [0u8; 1];
+    match read_exact_by(ctrl, &mut done, Instant::now() + RESULTS_TIMEOUT) {
+        Ok(()) if done[0] == State::IperfDone.byte() => Ok(()),
+        Ok(()) => Err(format!(
+            "unexpected control byte {:#04x} after the results",
+            done[0]
+        )),
+        Err(_) => Ok(()),
+    }
+}
+
+/// TCP sender paced to `bits_per_second`: `len`-byte blocks, each written when the schedule
+/// says it is due (a sender that fell behind catches up back to back, as iperf3's does).
+/// Otherwise as [`bulk::tcp_send`].
+fn tcp_send_paced(
+    stream: &TcpStream,
+    len: u32,
+    bits_per_second: u64,
+    clock: &Clock,
+    until_ns: u64,
+    stop: &AtomicBool,
+    counters: &Counters,
+) -> io::Result<SendOutcome> {
+    stream.set_nonblocking(false)?;
+    stream.set_write_timeout(Some(bulk::TCP_POLL))?;
+    let schedule = Schedule::bits_per_second(bits_per_second, len);
+    let buf = vec![0u8; len as usize];
+    let mut out = SendOutcome {
+        method: "write (paced)",
+        ..SendOutcome::default()
+    };
+    let start = clock.now_ns();
+    let (mut block, mut offset) = (0u64, 0usize);
+    let (mut first_ns, mut last_ns) = (None, 0u64);
+    let mut writer = stream;
+    while !stop.load(Ordering::Relaxed) {
+        let now = clock.now_ns();
+        if now >= until_ns {
+            break;
+        }
+        if offset == 0 {
+            let due = start.saturating_add(schedule.due_ns(block));
+            if now < due {
+                thread::sleep(Duration::from_nanos((due - now).min(50_000_000)));
+                continue;
+            }
+        }
+        match writer.write(&buf[offset..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                first_ns.get_or_insert(now);
+                last_ns = clock.now_ns();
+                out.bytes += n as u64;
+                out.packets += 1;
+                counters.add(n as u64, 1);
+                offset += n;
+                if offset == buf.len() {
+                    offset = 0;
+                    block += 1;
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::BrokenPipe
+                        | io::ErrorKind::ConnectionReset
+                        | io::ErrorKind::ConnectionAborted
+                ) && stop.load(Ordering::Relaxed) =>
+            {
+                break
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Write);
+    out.retransmits = sonde_net::socket::tcp_retransmits(stream);
+    out.active_ns = last_ns.saturating_sub(first_ns.unwrap_or(last_ns));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_counts_follow_iperf3() {
+        let mut omitted = UdpRecvOutcome {
+            bytes: 0,
+            packets: 0,
+            first_ns: 0,
+            last_ns: 0,
+            malformed: 0,
+            seq: sonde_engine::seq::SeqTracker::new(),
+            jitter: sonde_engine::jitter::Jitter::default(),
+        };
+        // iperf3 seqs 1..=10 with 4 and 7 lost during omit (tracker seq = iperf3 seq - 1).
+        for s in (0..10).filter(|s| ![3, 6].contains(s)) {
+            omitted.seq.on_packet(s);
+        }
+        let mut counted = omitted.clone();
+        counted.seq = sonde_engine::seq::SeqTracker::new();
+        counted.bytes = 5 * 100;
+        // Then 11..=16 with 13 lost.
+        for s in (10..16).filter(|&s| s != 12) {
+            counted.seq.on_packet(s);
+        }
+        let mut s = StreamResults::default();
+        udp_received(&mut s, Some(&omitted), Some(&counted));
+        assert_eq!((s.packets, s.errors), (16, 3));
+        assert_eq!((s.omitted_packets, s.omitted_errors), (10, 2));
+        assert_eq!(s.bytes, 500);
+
+        let mut s = StreamResults::default();
+        udp_received(&mut s, None, Some(&counted));
+        assert_eq!((s.packets, s.errors), (16, 11), "seqs 1..=11 never seen");
+        let mut s = StreamResults::default();
+        udp_received(&mut s, None, None);
+        assert_eq!((s.packets, s.errors, s.bytes), (0, 0, 0));
+    }
+}

@@ -1,0 +1,52 @@
+//! `sonde conf`: this host's configuration and, given an agent, the agent's, as a test between
+//! them would see them (each end's interface toward the other). Asking the agent costs one
+//! hello: its `Welcome` carries its configuration, and no test is started.
+//!
+//! ```no_run
+//! let target = sonde_client::resolve("127.0.0.1", 5300).unwrap();
+//! let conf = sonde_client::conf(Some(&target)).unwrap();
+//! println!("agent kernel {:?}", conf.hosts.server.and_then(|h| h.kernel_release));
+//! ```
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sonde_report::{ConfResult, Hosts};
+
+use crate::session::{self, Context};
+use crate::{ClientError, Target};
+
+/// Both ends' configuration: with `target`, this host for the interface toward it and the
+/// agent as it describes itself; without, this host alone, every interface that is up.
+pub fn conf(target: Option<&Target>) -> Result<ConfResult, ClientError> {
+    let timestamp_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let mut warnings = Vec::new();
+    let hosts = match target {
+        None => Hosts {
+            client: sonde_net::hostinfo::collect(env!("CARGO_PKG_VERSION"), &[]).ok(),
+            server: None,
+        },
+        Some(target) => {
+            // The hello first: an unreachable agent is an error before anything is collected.
+            let welcomed = session::hello(target)?;
+            if welcomed.host.is_none() {
+                warnings.push(
+                    "the agent did not report its configuration (a sonde agent older than this client?)"
+                        .to_owned(),
+                );
+            }
+            Hosts {
+                client: Context::this_host(target).client_host,
+                server: welcomed.host,
+            }
+        }
+    };
+    Ok(ConfResult {
+        sonde_version: env!("CARGO_PKG_VERSION").into(),
+        timestamp_unix_ms,
+        server: target.map(|t| t.label.clone()),
+        hosts,
+        warnings,
+    })
+}

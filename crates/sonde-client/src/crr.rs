@@ -1,0 +1,630 @@
+//! `sonde crr`: connection rate. A control session (`TestKind::Crr`, `streams` = workers,
+//! `msg_size` = request size) admits the test and returns a token; then each worker makes one
+//! transaction after another on a new TCP connection (connect, request, response, close; see
+//! `sonde_net::crr`) until the test's time is up; then the client says `Finish` and the agent
+//! reports how many exchanges it completed.
+//!
+//! The headline rate is the agent's: transactions it completed over its own window. The
+//! client's count and rate are reported next to it, with the connect and transaction times
+//! (HDR histograms per worker, merged) and the failures by kind. A client that runs out of
+//! ephemeral ports (`EADDRNOTAVAIL`, every port in `TIME_WAIT`) stops there and says so rather
+//! than counting a rate over a time when no connection could be made.
+
+use std::io::Write;
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sonde_engine::crr::{rate, CrrStats};
+use sonde_engine::rtt::RttRecorder;
+use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
+use sonde_net::cpu::ThreadsMeter;
+use sonde_net::crr::{client_worker, CrrClientConfig};
+use sonde_net::Clock;
+use sonde_report::{
+    CpuCost, CpuCosts, CpuScope, CrrClose, CrrErrors, CrrResult, Hosts, Meta, Protocol, RttNs,
+};
+use sonde_wire::{
+    AgentReport, Channel, ControlMsg, CpuReport, CrrReport, Direction, HostInfo, Preamble,
+    SessionId, TestKind, TestSpec, Token, PROTOCOL_VERSION,
+};
+
+use crate::{ClientError, Target};
+
+/// The largest request and response (the agent's limit, as for TCP latency messages).
+pub const MAX_CRR_MESSAGE: u32 = 65_536;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the agent has to report after `Finish` (it first lets its last exchanges end).
+const REPORT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// `sonde crr` options.
+#[derive(Debug, Clone)]
+pub struct CrrOptions {
+    /// Connections at a time, each worker one after another (1 to 65,536).
+    pub workers: u32,
+    /// Request size, bytes (1 to [`MAX_CRR_MESSAGE`]).
+    pub request_bytes: u32,
+    /// Response size, bytes (1 to [`MAX_CRR_MESSAGE`]).
+    pub response_bytes: u32,
+    /// How long workers start new transactions.
+    pub duration: Duration,
+    /// Close each connection with a reset instead of a FIN: no `TIME_WAIT` on the client.
+    pub rst: bool,
+    /// Limit of a connect, and of the wait for a whole response.
+    pub timeout: Duration,
+}
+
+impl Default for CrrOptions {
+    /// One worker, 1-byte request and response (netperf's `TCP_CRR` defaults), 10 s, FIN, 5 s.
+    fn default() -> Self {
+        Self {
+            workers: 1,
+            request_bytes: 1,
+            response_bytes: 1,
+            duration: Duration::from_secs(10),
+            rst: false,
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Runs a connection-rate test.
+pub fn crr(target: &Target, opt: &CrrOptions) -> Result<CrrResult, ClientError> {
+    let usage = |m: String| Err(ClientError::Usage(m));
+    if !(1..=65_536).contains(&opt.workers) {
+        return usage("-P must be between 1 and 65536 workers".into());
+    }
+    for (what, n) in [
+        ("-m (request size)", opt.request_bytes),
+        ("--response-size", opt.response_bytes),
+    ] {
+        if !(1..=MAX_CRR_MESSAGE).contains(&n) {
+            return usage(format!(
+                "{what} must be between 1 and {MAX_CRR_MESSAGE} bytes, not {n}"
+            ));
+        }
+    }
+    if opt.duration.is_zero() || opt.timeout.is_zero() {
+        return usage("-t must be above zero".into());
+    }
+    let spec = TestSpec {
+        kind: TestKind::Crr,
+        protocol: sonde_wire::Protocol::Tcp,
+        direction: Direction::Forward,
+        streams: opt.workers,
+        msg_size: opt.request_bytes,
+        bitrate_per_stream: 0,
+        duration_ms: u64::try_from(opt.duration.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1),
+        interval_ms: 0,
+    };
+    let started_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let session = handshake(target, &spec)?;
+    let run = run(target, opt, session)?;
+    Ok(result(target, opt, started_unix_ms, &run))
+}
+
+/// An admitted crr session whose agent is ready.
+struct Admitted {
+    ctrl: TcpStream,
+    session: SessionId,
+    token: Token,
+    agent_host: Option<HostInfo>,
+}
+
+fn expect_reply(
+    ctrl: &mut TcpStream,
+    body: &mut Vec<u8>,
+    what: &str,
+) -> Result<ControlMsg, ClientError> {
+    match read_frame(ctrl, body, Instant::now() + HANDSHAKE_TIMEOUT) {
+        Ok(ControlMsg::Refused { reason, message }) => {
+            Err(ClientError::Refused { reason, message })
+        }
+        Ok(ControlMsg::Error { message }) => Err(ClientError::Remote(message)),
+        Ok(m) => Ok(m),
+        Err(ControlError::Wire(e)) => Err(ClientError::NotAnAgent(format!(
+            "the peer is not a sonde agent, or a different version ({e})"
+        ))),
+        Err(ControlError::Closed) => Err(ClientError::NotAnAgent(format!(
+            "the peer closed the connection while {what}: not a sonde agent, or one that is shutting down (or too old for `sonde crr`)"
+        ))),
+        Err(e) => Err(ClientError::Control(e)),
+    }
+}
+
+fn unexpected(wanted: &str) -> ClientError {
+    ClientError::Protocol(format!(
+        "the agent sent another message where {wanted} was due"
+    ))
+}
+
+/// Hello, Start, Accepted, Ready.
+fn handshake(target: &Target, spec: &TestSpec) -> Result<Admitted, ClientError> {
+    let mut ctrl = sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, true)
+        .map_err(|e| ClientError::Connect(e, target.addr))?;
+    let preamble = Preamble {
+        version: PROTOCOL_VERSION,
+        channel: Channel::Control,
+    };
+    ctrl.write_all(&preamble.encode())
+        .map_err(|e| ClientError::Connect(e, target.addr))?;
+    write_frame(
+        &mut ctrl,
+        &ControlMsg::Hello {
+            protocol: PROTOCOL_VERSION,
+            software: crate::session::SOFTWARE.into(),
+        },
+    )?;
+    let mut body = Vec::new();
+    let (session, agent_host) = match expect_reply(&mut ctrl, &mut body, "saying hello")? {
+        ControlMsg::Welcome { session, host, .. } => (session, host.map(|h| *h)),
+        _ => return Err(unexpected("a welcome")),
+    };
+    write_frame(&mut ctrl, &ControlMsg::Start { spec: spec.clone() })?;
+    let ControlMsg::Accepted { token } = expect_reply(&mut ctrl, &mut body, "asking for the test")?
+    else {
+        return Err(unexpected("an acceptance"));
+    };
+    match expect_reply(&mut ctrl, &mut body, "waiting for the agent")? {
+        ControlMsg::Ready => {}
+        _ => return Err(unexpected("ready")),
+    }
+    Ok(Admitted {
+        ctrl,
+        session,
+        token,
+        agent_host,
+    })
+}
+
+/// What a crr run produced.
+struct Run {
+    session: SessionId,
+    agent_host: Option<HostInfo>,
+    stats: CrrStats,
+    /// From the workers' start to the last one's end.
+    elapsed_ns: u64,
+    report: AgentReport,
+    cpu: Option<CpuReport>,
+}
+
+enum Event {
+    Control(Result<ControlMsg, ControlError>),
+}
+
+fn run(target: &Target, opt: &CrrOptions, admitted: Admitted) -> Result<Run, ClientError> {
+    let Admitted {
+        ctrl,
+        session,
+        token,
+        agent_host,
+    } = admitted;
+    let reader = ctrl
+        .try_clone()
+        .map_err(|e| ClientError::Control(e.into()))?;
+    let mut writer = ctrl;
+    let hard_deadline = Instant::now()
+        + opt.duration
+        + opt.timeout.saturating_mul(2)
+        + REPORT_TIMEOUT
+        + Duration::from_secs(60);
+    let clock = Clock::start();
+    let stop = AtomicBool::new(false);
+    let meter = ThreadsMeter::start();
+    let (tx, rx) = mpsc::channel::<Event>();
+    let outcome = thread::scope(|scope| {
+        scope.spawn(move || {
+            forward_frames(reader, hard_deadline, |m| {
+                tx.send(Event::Control(m)).is_ok()
+            });
+        });
+        let workers: Vec<_> = (0..opt.workers)
+            .map(|w| {
+                let cfg = CrrClientConfig {
+                    agent: target.addr,
+                    token,
+                    worker: u16::try_from(w).unwrap_or(u16::MAX),
+                    request_bytes: opt.request_bytes,
+                    response_bytes: opt.response_bytes,
+                    rst: opt.rst,
+                    until_ns: nanos(opt.duration),
+                    timeout: opt.timeout,
+                };
+                let (clock, stop, meter) = (&clock, &stop, &meter);
+                scope.spawn(move || {
+                    let _tracked = meter.track();
+                    client_worker(&cfg, clock, stop)
+                })
+            })
+            .collect();
+        // While the workers run, the agent may end the test (it is shutting down).
+        let mut failure = None;
+        while !workers.iter().all(thread::ScopedJoinHandle::is_finished) {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(Event::Control(Ok(ControlMsg::Error { message }))) => {
+                    failure = Some(ClientError::Remote(message));
+                }
+                Ok(Event::Control(Ok(_))) => {
+                    failure = Some(unexpected("nothing (the test was running)"));
+                }
+                Ok(Event::Control(Err(e))) => {
+                    failure = Some(match e {
+                        ControlError::Closed => ClientError::Remote(
+                            "the agent closed the control connection mid-test".into(),
+                        ),
+                        e => ClientError::Control(e),
+                    });
+                }
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+            }
+            if failure.is_some() {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                break;
+            }
+        }
+        let mut stats = CrrStats::new();
+        for w in workers {
+            match w.join() {
+                Ok(s) => stats.merge(&s),
+                Err(_) => {
+                    failure.get_or_insert(ClientError::Protocol("a crr worker panicked".into()));
+                }
+            }
+        }
+        let elapsed_ns = clock.now_ns();
+        let result = match failure {
+            Some(e) => Err(e),
+            None => finish(&mut writer, &rx).map(|report| (stats, elapsed_ns, report)),
+        };
+        // Unblock the control reader.
+        let _ = writer.shutdown(Shutdown::Both);
+        result
+    });
+    let (stats, elapsed_ns, report) = outcome?;
+    let cpu = meter.cost().map(|cost| CpuReport {
+        wall_ns: nanos(cost.wall),
+        user_ns: nanos(cost.usage.user),
+        system_ns: nanos(cost.usage.system),
+        voluntary_switches: cost.usage.voluntary_switches,
+        involuntary_switches: cost.usage.involuntary_switches,
+        // Each transaction makes a dozen calls (socket, options, connect, write, read, close),
+        // some inside socket2 and std: not counted one by one.
+        syscalls: None,
+        messages: Some(stats.transactions()),
+        bytes: Some(
+            stats
+                .transactions()
+                .saturating_mul(u64::from(opt.request_bytes) + u64::from(opt.response_bytes)),
+        ),
+    });
+    Ok(Run {
+        session,
+        agent_host,
+        stats,
+        elapsed_ns,
+        report,
+        cpu,
+    })
+}
+
+/// Says `Finish` and waits for the agent's report.
+fn finish(writer: &mut TcpStream, rx: &mpsc::Receiver<Event>) -> Result<AgentReport, ClientError> {
+    write_frame(writer, &ControlMsg::Finish)?;
+    // Nothing else is due: the agent sends its report, or says why not.
+    match rx.recv_timeout(REPORT_TIMEOUT) {
+        Ok(Event::Control(Ok(ControlMsg::Report(r)))) => Ok(r),
+        Ok(Event::Control(Ok(ControlMsg::Error { message }))) => Err(ClientError::Remote(message)),
+        Ok(Event::Control(Ok(_))) => Err(unexpected("the report")),
+        Ok(Event::Control(Err(ControlError::Closed))) => Err(ClientError::Remote(
+            "the agent closed the control connection before its report".into(),
+        )),
+        Ok(Event::Control(Err(e))) => Err(ClientError::Control(e)),
+        Err(_) => Err(ClientError::Remote(format!(
+            "the agent sent no report within {} s",
+            REPORT_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+/// The document's form of a histogram; `None` without samples.
+fn times(r: &RttRecorder) -> Option<RttNs> {
+    let s = r.summary();
+    if s.samples == 0 {
+        return None;
+    }
+    let at = |p: f64| {
+        s.percentiles
+            .iter()
+            .find(|x| (x.pct - p).abs() < 1e-9)
+            .and_then(|x| x.value_ns)
+    };
+    Some(RttNs {
+        min: s.min_ns,
+        mean: s.mean_ns,
+        stddev: s.stddev_ns,
+        p50: at(50.0),
+        p90: at(90.0),
+        p99: at(99.0),
+        p999: at(99.9),
+        p9999: at(99.99),
+        p99999: at(99.999),
+        max: s.max_ns,
+    })
+}
+
+fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) -> CrrResult {
+    let stats = &run.stats;
+    let agent: Option<&CrrReport> = run.report.crr.as_ref();
+    let overlapping = run.report.overlapping_sessions;
+    let mut warnings = Vec::new();
+    if overlapping > 0 {
+        warnings.push(crate::results::overlap_warning(overlapping));
+    }
+    let e = *stats.errors();
+    if e.addr_not_available > 0 {
+        warnings.push(format!(
+            "the client ran out of local ports (EADDRNOTAVAIL) after {} connections: each connection it closes holds its port in TIME_WAIT (60 s on Linux), so the test stopped after {:.3} s of the {:.3} s asked and the rates are for that time only; --rst (no TIME_WAIT), a wider net.ipv4.ip_local_port_range or net.ipv4.tcp_tw_reuse=1 lift the limit",
+            stats.connects(),
+            run.elapsed_ns as f64 / 1e9,
+            opt.duration.as_secs_f64()
+        ));
+    }
+    match agent {
+        None => warnings.push(
+            "the agent reported no count (an older agent?): the rate is the client's alone".into(),
+        ),
+        Some(a) if a.transactions != stats.transactions() => warnings.push(format!(
+            "the agent completed {} transactions and the client {}: {}",
+            a.transactions,
+            stats.transactions(),
+            if a.transactions > stats.transactions() {
+                "the client gave up on some the agent had answered (timeouts, resets)"
+            } else {
+                "the agent did not see the client's close after some responses"
+            }
+        )),
+        Some(_) => {}
+    }
+    if stats.transactions() == 0 {
+        warnings.push(format!(
+            "no transaction completed ({} attempts failed)",
+            e.total()
+        ));
+    }
+    let cpu = CpuCosts {
+        client: run
+            .cpu
+            .as_ref()
+            .map(|c| CpuCost::from_report(CpuScope::TestThreads, c)),
+        // The agent serves crr exchanges on threads shared by all its crr sessions: their CPU
+        // cannot be told apart per session.
+        server: None,
+    };
+    let agent_ns = agent.filter(|a| a.transactions > 0).map(|a| a.active_ns);
+    CrrResult {
+        meta: Meta {
+            peer: sonde_report::Peer::Sonde,
+            sonde_version: env!("CARGO_PKG_VERSION").into(),
+            timestamp_unix_ms: started_unix_ms,
+            server: target.label.clone(),
+            session: run.session.0,
+            overlapping_sessions: overlapping,
+            warnings,
+            hosts: Hosts {
+                client: Some(sonde_net::hostinfo::collect_for_peer(
+                    env!("CARGO_PKG_VERSION"),
+                    target.addr.ip(),
+                )),
+                server: run.agent_host.clone(),
+            },
+            cpu,
+        },
+        protocol: Protocol::Tcp,
+        workers: opt.workers,
+        request_bytes: opt.request_bytes,
+        response_bytes: opt.response_bytes,
+        close: if opt.rst {
+            CrrClose::Rst
+        } else {
+            CrrClose::Fin
+        },
+        duration_ns: nanos(opt.duration),
+        connections_per_second: agent.and_then(|a| rate(a.transactions, a.active_ns)),
+        agent_transactions: agent.map(|a| a.transactions),
+        agent_duration_ns: agent_ns,
+        agent_failed: agent.map(|a| a.failed),
+        transactions: stats.transactions(),
+        client_connections_per_second: stats.per_second(),
+        client_duration_ns: stats.active_ns(),
+        connects: stats.connects(),
+        connect_ns: times(stats.connect_times()),
+        transaction_ns: times(stats.transaction_times()),
+        errors: CrrErrors {
+            refused: e.refused,
+            timeout: e.timeout,
+            reset: e.reset,
+            addr_not_available: e.addr_not_available,
+            closed: e.closed,
+            other: e.other,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target() -> Target {
+        Target {
+            addr: "127.0.0.1:9".parse().unwrap(),
+            label: "127.0.0.1:9".into(),
+        }
+    }
+
+    #[test]
+    fn options_out_of_range_are_usage_errors_before_any_connection() {
+        for opt in [
+            CrrOptions {
+                workers: 0,
+                ..CrrOptions::default()
+            },
+            CrrOptions {
+                workers: 65_537,
+                ..CrrOptions::default()
+            },
+            CrrOptions {
+                request_bytes: 0,
+                ..CrrOptions::default()
+            },
+            CrrOptions {
+                response_bytes: MAX_CRR_MESSAGE + 1,
+                ..CrrOptions::default()
+            },
+            CrrOptions {
+                duration: Duration::ZERO,
+                ..CrrOptions::default()
+            },
+        ] {
+            assert!(
+                matches!(crr(&target(), &opt), Err(ClientError::Usage(_))),
+                "{opt:?}"
+            );
+        }
+    }
+
+    fn stats(transactions: u64) -> CrrStats {
+        let mut s = CrrStats::new();
+        for i in 0..transactions {
+            s.connected(i * 100, i * 100 + 30);
+            s.completed(i * 100, i * 100 + 90);
+        }
+        s
+    }
+
+    fn run_with(stats: CrrStats, report: AgentReport) -> Run {
+        Run {
+            session: SessionId(3),
+            agent_host: None,
+            stats,
+            elapsed_ns: 1_000_000_000,
+            report,
+            cpu: None,
+        }
+    }
+
+    #[test]
+    fn the_agents_count_is_the_headline_and_a_mismatch_is_explained() {
+        let report = AgentReport {
+            crr: Some(CrrReport {
+                transactions: 50,
+                active_ns: 5_000_000,
+                failed: 0,
+            }),
+            ..AgentReport::default()
+        };
+        let r = result(
+            &target(),
+            &CrrOptions::default(),
+            0,
+            &run_with(stats(50), report),
+        );
+        assert_eq!(r.agent_transactions, Some(50));
+        assert_eq!(r.connections_per_second, Some(10_000.0));
+        assert_eq!(r.transactions, 50);
+        assert!(r.meta.warnings.is_empty(), "{:?}", r.meta.warnings);
+        assert_eq!(r.connect_ns.as_ref().unwrap().p50, Some(30));
+        // 50 samples: p90 needs 100.
+        assert_eq!(r.transaction_ns.as_ref().unwrap().p90, None);
+
+        let report = AgentReport {
+            crr: Some(CrrReport {
+                transactions: 52,
+                active_ns: 5_000_000,
+                failed: 0,
+            }),
+            ..AgentReport::default()
+        };
+        let r = result(
+            &target(),
+            &CrrOptions::default(),
+            0,
+            &run_with(stats(50), report),
+        );
+        assert!(
+            r.meta.warnings[0].starts_with("the agent completed 52 transactions and the client 50"),
+            "{:?}",
+            r.meta.warnings
+        );
+    }
+
+    #[test]
+    fn what_was_not_measured_is_null_not_zero() {
+        let r = result(
+            &target(),
+            &CrrOptions::default(),
+            0,
+            &run_with(stats(0), AgentReport::default()),
+        );
+        assert_eq!(r.agent_transactions, None);
+        assert_eq!(r.connections_per_second, None);
+        assert_eq!(r.client_connections_per_second, None);
+        assert_eq!((r.connect_ns, r.transaction_ns), (None, None));
+        assert!(r.meta.warnings.iter().any(|w| w.contains("no count")));
+        assert!(r
+            .meta
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("no transaction")));
+        let report = AgentReport {
+            crr: Some(CrrReport::default()),
+            ..AgentReport::default()
+        };
+        let r = result(
+            &target(),
+            &CrrOptions::default(),
+            0,
+            &run_with(stats(0), report),
+        );
+        assert_eq!(r.agent_transactions, Some(0));
+        assert_eq!(
+            (r.connections_per_second, r.agent_duration_ns),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn running_out_of_ports_is_said_plainly() {
+        let mut s = stats(10);
+        s.failed(5_000, sonde_engine::crr::CrrError::AddrNotAvailable);
+        let report = AgentReport {
+            crr: Some(CrrReport {
+                transactions: 10,
+                active_ns: 990,
+                failed: 0,
+            }),
+            ..AgentReport::default()
+        };
+        let r = result(&target(), &CrrOptions::default(), 0, &run_with(s, report));
+        assert_eq!(r.errors.addr_not_available, 1);
+        assert!(
+            r.meta.warnings[0].starts_with(
+                "the client ran out of local ports (EADDRNOTAVAIL) after 10 connections"
+            ),
+            "{:?}",
+            r.meta.warnings
+        );
+        assert!(r.meta.warnings[0].contains("stopped after 1.000 s of the 10.000 s asked"));
+    }
+}

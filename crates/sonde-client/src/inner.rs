@@ -1,0 +1,475 @@
+//! Latency's inner view on the client: the full sample log, kernel timestamps and one-way delay
+//! (`--full-log`, `--timestamps`, `--one-way`) around sonde's own ping loops.
+//!
+//! [`check`] runs before the session opens, so that a log file that cannot be created or a
+//! message too small for one-way stamps is a usage error, not a failed test. [`ping`] runs the
+//! loop with the views asked for: it creates the log and its writer thread, runs the clock
+//! synchronisation beside the loop for one-way delay ([`crate::clock`]), and puts the log's
+//! summary into the outcome. Without any of them it runs the plain loop, exactly as before.
+
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+
+use sonde_net::latency::{self, Framing, InnerView, LatencyOutcome, PingConfig};
+use sonde_net::samplelog::SampleLog;
+use sonde_net::Clock;
+use sonde_wire::stamps::ONE_WAY_MIN_MSG;
+
+use sonde_report::{ClockEstimate, FullLog, HistogramBucket, OneWay, RttNs, SignedNs, SocketRtt};
+
+use crate::session::ClientChannel;
+use crate::{ClientError, LatencyOptions};
+
+/// Samples that may wait for the log's writer: about two seconds of a fast closed loop
+/// (the queue holds 80-byte samples: 10 MiB).
+pub(crate) const LOG_QUEUE: usize = 131_072;
+
+/// The options' inner-view part makes sense, and the log file can be created. Runs before
+/// anything is sent.
+///
+/// # Errors
+/// [`ClientError::Usage`] (exit code 2) saying what to change.
+pub(crate) fn check(opt: &LatencyOptions) -> Result<(), ClientError> {
+    if opt.one_way && opt.msg_size < ONE_WAY_MIN_MSG {
+        return Err(ClientError::Usage(format!(
+            "--one-way needs messages of at least {ONE_WAY_MIN_MSG} bytes: the agent writes its \
+             receive and send times (8 bytes each, after 8 of sequence number) into every reply; \
+             use -m {ONE_WAY_MIN_MSG} or more (-m is {})",
+            opt.msg_size
+        )));
+    }
+    if let Some(path) = &opt.full_log {
+        create_log_file(path)?;
+    }
+    Ok(())
+}
+
+fn create_log_file(path: &Path) -> Result<(), ClientError> {
+    std::fs::File::create(path).map(drop).map_err(|e| {
+        ClientError::Usage(format!("--full-log: cannot create {}: {e}", path.display()))
+    })
+}
+
+/// Runs sonde's ping loop on the session's data channel with the inner view `opt` asks for.
+/// `ctrl` and `body` are the session's control connection, used for the clock exchanges of
+/// `--one-way` (idle otherwise while the loop runs).
+///
+/// # Errors
+/// [`ClientError::Data`] for a failed loop; [`ClientError::Usage`] when the log cannot be
+/// created; the clock synchronisation's errors ([`crate::clock::with_sync`]).
+pub(crate) fn ping(
+    ctrl: &mut TcpStream,
+    body: &mut Vec<u8>,
+    channel: &ClientChannel,
+    cfg: &PingConfig,
+    opt: &LatencyOptions,
+    clock: &Clock,
+    stop: &AtomicBool,
+) -> Result<LatencyOutcome, ClientError> {
+    let log = match &opt.full_log {
+        Some(path) => Some(SampleLog::create(path, LOG_QUEUE).map_err(|e| {
+            ClientError::Usage(format!("--full-log: cannot create {}: {e}", path.display()))
+        })?),
+        None => None,
+    };
+    let view = InnerView {
+        log: log.as_ref().map(SampleLog::sender),
+        timestamps: opt.timestamps,
+        one_way: None,
+    };
+    let run = |view: InnerView| match channel {
+        ClientChannel::Tcp(s) => latency::tcp_ping_with(s, cfg, Framing::Sonde, view, clock, stop),
+        ClientChannel::Udp(s) => latency::udp_ping_with(s, cfg, Framing::Sonde, view, clock, stop),
+    };
+    let outcome = if opt.one_way {
+        crate::clock::with_sync(ctrl, body, clock, stop, |link| {
+            run(InnerView {
+                one_way: Some(link),
+                ..view
+            })
+        })
+    } else {
+        run(view).map_err(|e| ClientError::Data(e, 0))
+    };
+    // The loop has dropped its sender: the writer drains what is queued and stops.
+    let summary = log.map(|log| {
+        let path = opt.full_log.as_deref().unwrap_or(Path::new(""));
+        log.finish().into_summary(path)
+    });
+    let mut outcome = outcome?;
+    outcome.log = summary;
+    Ok(outcome)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Into the result document
+
+/// A distribution as the result states it; `None` with no samples.
+fn rtt_ns(rec: &sonde_engine::rtt::RttRecorder) -> Option<RttNs> {
+    let s = rec.summary();
+    if s.samples == 0 {
+        return None;
+    }
+    let at = |p: f64| {
+        s.percentiles
+            .iter()
+            .find(|x| (x.pct - p).abs() < 1e-9)
+            .and_then(|x| x.value_ns)
+    };
+    Some(RttNs {
+        min: s.min_ns,
+        mean: s.mean_ns,
+        stddev: s.stddev_ns,
+        p50: at(50.0),
+        p90: at(90.0),
+        p99: at(99.0),
+        p999: at(99.9),
+        p9999: at(99.99),
+        p99999: at(99.999),
+        max: s.max_ns,
+    })
+}
+
+fn signed_ns(s: &sonde_engine::oneway::SignedSummary) -> Option<SignedNs> {
+    if s.samples == 0 {
+        return None;
+    }
+    let at = |p: f64| {
+        s.percentiles
+            .iter()
+            .find(|x| (x.0 - p).abs() < 1e-9)
+            .and_then(|x| x.1)
+    };
+    Some(SignedNs {
+        min: s.min_ns,
+        mean: s.mean_ns,
+        stddev: s.stddev_ns,
+        p50: at(50.0),
+        p90: at(90.0),
+        p99: at(99.0),
+        p999: at(99.9),
+        p9999: at(99.99),
+        p99999: at(99.999),
+        max: s.max_ns,
+    })
+}
+
+/// The most buckets `--histogram` shows (4 per octave up to 12 octaves).
+const HISTOGRAM_BUCKETS: usize = 48;
+
+/// `rtt_histogram`, when asked for.
+pub(crate) fn histogram(o: &LatencyOutcome, opt: &LatencyOptions) -> Option<Vec<HistogramBucket>> {
+    opt.histogram.then(|| {
+        o.rtt
+            .log_buckets(HISTOGRAM_BUCKETS)
+            .into_iter()
+            .map(|b| HistogramBucket {
+                le_ns: b.le_ns,
+                count: b.count,
+            })
+            .collect()
+    })
+}
+
+/// `full_log`, and a warning for a log with holes.
+pub(crate) fn full_log(o: &LatencyOutcome, warnings: &mut Vec<String>) -> Option<FullLog> {
+    let log = o.log.as_ref()?;
+    if let Some(e) = &log.error {
+        warnings.push(format!(
+            "writing the full log {} failed ({e}): it holds {} of the samples",
+            log.path, log.written
+        ));
+    } else if log.dropped > 0 {
+        warnings.push(format!(
+            "the full log {} dropped {} samples: its writer could not keep up (a slow disk?); \
+             the statistics have every sample",
+            log.path, log.dropped
+        ));
+    }
+    Some(FullLog {
+        path: log.path.clone(),
+        written: log.written,
+        dropped: log.dropped,
+        error: log.error.clone(),
+    })
+}
+
+/// `socket_rtt`, and warnings for what the kernel did not give.
+pub(crate) fn socket_rtt(o: &LatencyOutcome, warnings: &mut Vec<String>) -> Option<SocketRtt> {
+    let s = o.socket.as_ref()?;
+    let samples = o.rtt.samples();
+    match (&s.rx, &s.tx) {
+        (Err(why), _) => warnings.push(format!(
+            "--timestamps: the kernel gave no receive timestamps on this socket ({why}): the RTT \
+             at the sockets is not measured (socket_rtt figures are null)"
+        )),
+        (Ok(()), Err(why)) => warnings.push(format!(
+            "--timestamps: no kernel transmit timestamps ({why}): socket_rtt_ns and host_ns are \
+             null; send_to_socket_rx_ns (from the application's send to the reply's kernel \
+             receive) stands in, and still holds the send side's host time"
+        )),
+        (Ok(()), Ok(())) => {
+            if s.tx_stamped < s.rx_stamped {
+                warnings.push(format!(
+                    "--timestamps: {} of {} samples had no kernel transmit timestamp; the \
+                     socket RTT is from the others",
+                    s.rx_stamped - s.tx_stamped,
+                    s.rx_stamped
+                ));
+            }
+        }
+    }
+    if s.rx.is_ok() && s.rx_stamped < samples {
+        warnings.push(format!(
+            "--timestamps: {} of {samples} replies had no kernel receive timestamp",
+            samples - s.rx_stamped
+        ));
+    }
+    if s.inconsistent > 0 {
+        warnings.push(format!(
+            "--timestamps: in {} samples a kernel figure came out longer than the application's \
+             RTT (the wall clock the kernel stamps with was stepped?)",
+            s.inconsistent
+        ));
+    }
+    Some(SocketRtt {
+        rx_timestamps: s.rx.is_ok(),
+        tx_timestamps: s.tx.is_ok(),
+        rx_stamped: s.rx_stamped,
+        tx_stamped: s.tx_stamped,
+        inconsistent: s.inconsistent,
+        socket_rtt_ns: rtt_ns(&s.socket_rtt),
+        host_ns: rtt_ns(&s.host),
+        send_to_socket_rx_ns: rtt_ns(&s.send_to_rx),
+        rx_host_ns: rtt_ns(&s.rx_host),
+    })
+}
+
+/// `one_way`, and warnings for what could not be stated. `elapsed_ns` is the loop's length on
+/// the test clock (the clock estimate is stated for its middle).
+pub(crate) fn one_way(
+    o: &LatencyOutcome,
+    elapsed_ns: u64,
+    warnings: &mut Vec<String>,
+) -> Option<OneWay> {
+    let ow = o.one_way.as_ref()?;
+    let samples = ow.recorder.samples();
+    if ow.unstamped > 0 {
+        warnings.push(format!(
+            "--one-way: {} replies came back without the agent's timestamps (an older sonde \
+             agent?); one-way delays are from the other {samples}",
+            ow.unstamped
+        ));
+    }
+    if ow.recorder.unconverted() > 0 {
+        warnings.push(format!(
+            "--one-way: {} stamped replies could not be converted (no clock estimate yet, or \
+             timestamps that contradict each other)",
+            ow.recorder.unconverted()
+        ));
+    }
+    let Some(fit) = &ow.fit else {
+        warnings.push(
+            "--one-way: no clock exchange with the agent was usable, so its clock's offset is \
+             unknown: the one-way figures are null"
+                .into(),
+        );
+        return Some(OneWay {
+            samples,
+            unstamped: ow.unstamped,
+            forward_ns: None,
+            return_ns: None,
+            agent_hold_ns: None,
+            uncertainty_ns: None,
+            clock: None,
+        });
+    };
+    let mid = ow.host_minus_test_ns.saturating_add(elapsed_ns / 2);
+    let offset = fit.offset_at(mid);
+    let clock = ClockEstimate {
+        offset_ns: offset.offset_ns,
+        offset_uncertainty_ns: offset
+            .uncertainty_ns
+            .saturating_add(ow.extra_uncertainty_ns),
+        drift_ppm: fit.drift_ppm(),
+        best_round_trip_ns: fit.best_delay_ns(),
+        control_exchanges: ow.control_exchanges,
+        probe_exchanges: ow.probes_offered,
+        exchanges_used: fit.exchanges_used() as u64,
+    };
+    let Some(summary) = ow.recorder.finish(fit, 0) else {
+        warnings.push("--one-way: no probe after the warm-up carried the agent's timestamps: the one-way figures are null".into());
+        return Some(OneWay {
+            samples,
+            unstamped: ow.unstamped,
+            forward_ns: None,
+            return_ns: None,
+            agent_hold_ns: None,
+            uncertainty_ns: None,
+            clock: Some(clock),
+        });
+    };
+    let forward = signed_ns(&summary.forward);
+    let backward = signed_ns(&summary.backward);
+    let smaller = [&forward, &backward]
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d.p50)
+        .min();
+    if smaller.is_some_and(|d| d.unsigned_abs() < summary.uncertainty_ns) {
+        warnings.push(format!(
+            "--one-way: the clock estimate is uncertain by ± {} ns, more than a median one-way \
+             delay: the split between the two directions is not resolved here (their sum, the \
+             RTT less the agent's hold, is)",
+            summary.uncertainty_ns
+        ));
+    }
+    Some(OneWay {
+        samples,
+        unstamped: ow.unstamped,
+        forward_ns: forward,
+        return_ns: backward,
+        agent_hold_ns: rtt_ns(ow.recorder.hold()),
+        uncertainty_ns: Some(summary.uncertainty_ns),
+        clock: Some(clock),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_way_needs_room_for_the_stamps() {
+        let opt = LatencyOptions {
+            one_way: true,
+            msg_size: 23,
+            ..LatencyOptions::default()
+        };
+        let err = check(&opt).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("at least 24 bytes"), "{err}");
+        assert!(check(&LatencyOptions {
+            msg_size: 24,
+            ..opt
+        })
+        .is_ok());
+    }
+
+    fn outcome() -> LatencyOutcome {
+        let mut rtt = sonde_engine::rtt::RttRecorder::new(0);
+        for i in 0..100 {
+            rtt.record(i, 10_000 + i);
+        }
+        LatencyOutcome {
+            rtt,
+            sent: 100,
+            seq: None,
+            late_sends: 0,
+            timeouts: 0,
+            socket: None,
+            one_way: None,
+            log: None,
+        }
+    }
+
+    #[test]
+    fn a_log_with_dropped_samples_says_so() {
+        let mut o = outcome();
+        let mut warnings = Vec::new();
+        assert!(full_log(&o, &mut warnings).is_none(), "not asked for");
+        o.log = Some(sonde_net::samplelog::LogSummary {
+            path: "rtt.csv".into(),
+            written: 90,
+            dropped: 10,
+            error: None,
+        });
+        let log = full_log(&o, &mut warnings).unwrap();
+        assert_eq!((log.written, log.dropped), (90, 10));
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("dropped 10 samples"), "{warnings:?}");
+        // A complete log is no news.
+        o.log.as_mut().unwrap().dropped = 0;
+        full_log(&o, &mut warnings).unwrap();
+        assert_eq!(warnings.len(), 1);
+    }
+
+    #[test]
+    fn missing_transmit_stamps_are_null_with_a_warning_never_zero() {
+        let rec = |n: u64| {
+            let mut r = sonde_engine::rtt::RttRecorder::new(0);
+            for i in 0..n {
+                r.record(i, 5_000 + i);
+            }
+            r
+        };
+        let mut o = outcome();
+        o.socket = Some(sonde_net::latency::SocketOutcome {
+            rx: Ok(()),
+            tx: Err("TCP".into()),
+            rx_stamped: 100,
+            tx_stamped: 0,
+            inconsistent: 0,
+            socket_rtt: rec(0),
+            host: rec(0),
+            send_to_rx: rec(100),
+            rx_host: rec(100),
+        });
+        let mut warnings = Vec::new();
+        let s = socket_rtt(&o, &mut warnings).unwrap();
+        assert!(s.rx_timestamps && !s.tx_timestamps);
+        assert!(s.socket_rtt_ns.is_none() && s.host_ns.is_none());
+        assert!(s.send_to_socket_rx_ns.is_some() && s.rx_host_ns.is_some());
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("no kernel transmit timestamps (TCP)"));
+        // No receive stamps at all: every figure null.
+        let sock = o.socket.as_mut().unwrap();
+        sock.rx = Err("unsupported".into());
+        sock.rx_stamped = 0;
+        sock.send_to_rx = rec(0);
+        sock.rx_host = rec(0);
+        let mut warnings = Vec::new();
+        let s = socket_rtt(&o, &mut warnings).unwrap();
+        assert!(!s.rx_timestamps && s.send_to_socket_rx_ns.is_none());
+        assert!(warnings.iter().any(|w| w.contains("no receive timestamps")));
+    }
+
+    #[test]
+    fn one_way_without_a_clock_estimate_is_null_with_a_warning() {
+        let mut o = outcome();
+        o.one_way = Some(sonde_net::latency::OneWayOutcome {
+            recorder: sonde_engine::oneway::OneWayRecorder::new(0),
+            unstamped: 3,
+            probes_offered: 0,
+            fit: None,
+            control_exchanges: 0,
+            extra_uncertainty_ns: 1,
+            host_minus_test_ns: 0,
+        });
+        let mut warnings = Vec::new();
+        let ow = one_way(&o, 1_000, &mut warnings).unwrap();
+        assert!(ow.forward_ns.is_none() && ow.return_ns.is_none());
+        assert!(ow.uncertainty_ns.is_none() && ow.clock.is_none());
+        assert_eq!(ow.unstamped, 3);
+        assert!(warnings
+            .iter()
+            .any(|w| w.contains("without the agent's timestamps")));
+        assert!(warnings.iter().any(|w| w.contains("offset is unknown")));
+    }
+
+    #[test]
+    fn a_log_that_cannot_be_created_is_a_usage_error() {
+        let opt = LatencyOptions {
+            full_log: Some("/nonexistent-dir-of-sonde/rtt.csv".into()),
+            ..LatencyOptions::default()
+        };
+        let err = check(&opt).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(
+            err.to_string()
+                .contains("/nonexistent-dir-of-sonde/rtt.csv"),
+            "{err}"
+        );
+    }
+}

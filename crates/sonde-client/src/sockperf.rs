@@ -1,0 +1,305 @@
+//! sonde's latency test against a real `sockperf server` (`sockperf sr`), reached as
+//! `sockperf://HOST[:PORT]` (PROTOCOLS.md part 2).
+//!
+//! sockperf has no control channel: the client sends messages with sockperf's 14-byte header
+//! (seq from 1, flags `CLIENT | PONG_REQUEST`, length = the message size) and the server echoes
+//! each with the client flag cleared. The loops are sonde's own ([`sonde_net::latency`] with
+//! [`Framing::Sockperf`]): closed loop by default, open loop with a rate, the warm-up's samples
+//! left out, RTT into the same histogram, and the same [`LatencyResult`] with
+//! `peer: "sockperf"` and session 0.
+//!
+//! What a sockperf server cannot tell us is stated in the result's warnings: it reports no
+//! counts, so UDP loss is not split into requests and replies lost (`lost_outbound` and
+//! `lost_return` are null), and other clients it served meanwhile are not known.
+//!
+//! Unlike sockperf's client, sonde does not sleep 2 s before sending, and it reports the full
+//! round trip: sockperf's "latency" is half of it (`sockperf ping-pong --full-rtt` reports the
+//! same quantity as sonde).
+//!
+//! ```no_run
+//! use sonde_client::{sockperf, LatencyOptions};
+//! let target = sockperf::parse_target("sockperf://127.0.0.1").unwrap().unwrap();
+//! let result = sockperf::latency(&target, &LatencyOptions::default()).unwrap();
+//! println!("median RTT {:?} ns", result.rtt_ns.p50);
+//! ```
+
+use std::io;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sonde_net::latency::{Framing, LatencyOutcome, NoReply, PingConfig};
+use sonde_net::Clock;
+use sonde_report::{LatencyResult, Peer};
+use sonde_wire::sockperf::{DEFAULT_PORT, MAX_TCP_MSG, MAX_UDP_MSG, MIN_MSG, SERVER_MAX_MSG};
+use sonde_wire::{AgentReport, Protocol, SessionId};
+
+use crate::session::LatencyRun;
+use crate::{ClientError, LatencyOptions, Target};
+
+/// The scheme that names a sockperf server as the target.
+pub const SCHEME: &str = "sockperf://";
+
+/// How long a TCP connection to the server may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `Some` when `spec` names a sockperf server (`sockperf://HOST[:PORT]`, port 11111 by default;
+/// HOST as [`crate::resolve`] takes it), `None` when it does not start with [`SCHEME`] (a sonde
+/// agent, for [`crate::resolve`]). The target's label keeps the scheme.
+pub fn parse_target(spec: &str) -> Option<Result<Target, ClientError>> {
+    let scheme = spec.get(..SCHEME.len())?;
+    if !scheme.eq_ignore_ascii_case(SCHEME) {
+        return None;
+    }
+    let rest = spec[SCHEME.len()..].trim_end_matches('/');
+    if rest.is_empty() {
+        return Some(Err(ClientError::Usage(format!(
+            "`{spec}` names no host: write {SCHEME}HOST or {SCHEME}HOST:PORT"
+        ))));
+    }
+    Some(crate::resolve(rest, DEFAULT_PORT).map(|t| Target {
+        label: format!("{SCHEME}{}", t.addr),
+        addr: t.addr,
+    }))
+}
+
+/// Runs sonde's latency test against the `sockperf server` at `target`: TCP or UDP per
+/// `opt.protocol` (the server must run with `--tcp` for TCP), `opt.msg_size` of 14 bytes or more.
+///
+/// # Errors
+/// [`ClientError::Usage`] for a message size sockperf cannot carry; [`ClientError::NoReply`]
+/// (exit code 3) when the server never answered or cannot be connected to;
+/// [`ClientError::Data`] for a failure in the middle of the run.
+pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, ClientError> {
+    let max = match opt.protocol {
+        Protocol::Udp => MAX_UDP_MSG,
+        Protocol::Tcp => MAX_TCP_MSG,
+    };
+    if !(MIN_MSG..=max).contains(&opt.msg_size) {
+        return Err(ClientError::Usage(format!(
+            "sockperf messages carry a {MIN_MSG}-byte header: -m must be {MIN_MSG} to {max} bytes \
+             over {} (a sockperf server takes up to {SERVER_MAX_MSG} unless started with a \
+             larger -m)",
+            proto_name(opt.protocol)
+        )));
+    }
+    if opt.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+        return Err(ClientError::Usage(
+            "--rate must be a positive number of messages per second".into(),
+        ));
+    }
+    if opt.count == Some(0) {
+        return Err(ClientError::Usage("-n must be at least 1".into()));
+    }
+    let mut opt = opt.clone();
+    // Open loop with a count: the schedule puts exactly `count` messages after the warm-up.
+    if let (Some(n), Some(rate)) = (opt.count, opt.rate) {
+        opt.duration = Duration::from_secs_f64(n as f64 / rate);
+        opt.count = None;
+    }
+    let warmup_ns = nanos(opt.warmup);
+    let cfg = PingConfig {
+        msg_size: opt.msg_size,
+        // A closed loop with a count ends at the count: there is no agent limit to stop at.
+        until_ns: if opt.count.is_some() {
+            u64::MAX
+        } else {
+            warmup_ns.saturating_add(nanos(opt.duration))
+        },
+        warmup_ns,
+        rate: opt.rate,
+        count: opt.count,
+    };
+    let started_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let stop = AtomicBool::new(false);
+    let (outcome, elapsed_ns) = match opt.protocol {
+        Protocol::Tcp => {
+            let stream = sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, true)
+                .map_err(|e| no_reply(target, opt.protocol, &format!("(cannot connect: {e})")))?;
+            let clock = Clock::start();
+            let out = sonde_net::latency::tcp_ping_framed(
+                &stream,
+                &cfg,
+                Framing::Sockperf,
+                &clock,
+                &stop,
+            );
+            (out, clock.now_ns())
+        }
+        Protocol::Udp => {
+            let sock =
+                sonde_net::socket::udp_connect(target.addr).map_err(|e| ClientError::Data(e, 0))?;
+            let clock = Clock::start();
+            let out =
+                sonde_net::latency::udp_ping_framed(&sock, &cfg, Framing::Sockperf, &clock, &stop);
+            (out, clock.now_ns())
+        }
+    };
+    let outcome = outcome.map_err(|e| run_error(target, opt.protocol, e))?;
+    if outcome.sent > 0 && replies(&outcome) == 0 {
+        return Err(no_reply(
+            target,
+            opt.protocol,
+            &format!("within {:.1} s", elapsed_ns as f64 / 1e9),
+        ));
+    }
+    let run = LatencyRun {
+        session: SessionId(0),
+        started_unix_ms,
+        outcome,
+        elapsed_ns,
+        report: AgentReport::default(),
+        context: crate::session::Context::this_host(target),
+    };
+    Ok(document(target, &opt, &run))
+}
+
+/// Replies received, warm-up included.
+fn replies(o: &LatencyOutcome) -> u64 {
+    match &o.seq {
+        Some(t) => t.received(),
+        None => o.rtt.samples() + o.rtt.warmup_excluded(),
+    }
+}
+
+/// sonde's latency document, told what a sockperf server leaves unknown.
+fn document(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -> LatencyResult {
+    let mut doc = crate::results::latency(target, opt, run);
+    doc.meta.peer = Peer::Sockperf;
+    // Nothing to split the loss with: the server counts nothing it tells us.
+    doc.lost_outbound = None;
+    doc.lost_return = None;
+    if opt.protocol == Protocol::Udp {
+        doc.meta.warnings.push(
+            "the peer is a sockperf server, which reports no counts: UDP loss cannot be split \
+             into requests lost on the way out and replies lost on the way back \
+             (lost_outbound and lost_return are null)"
+                .into(),
+        );
+    }
+    doc.meta.warnings.push(
+        "the peer is a sockperf server, which reports no counts: whether it served other \
+         clients during this test is not known"
+            .into(),
+    );
+    doc
+}
+
+fn run_error(target: &Target, protocol: Protocol, e: io::Error) -> ClientError {
+    match NoReply::of(&e) {
+        Some(NoReply::TimedOut(d)) => {
+            no_reply(target, protocol, &format!("within {} s", d.as_secs_f64()))
+        }
+        Some(NoReply::Closed) => no_reply(
+            target,
+            protocol,
+            &format!(
+                "(it closed the connection: is -m above its maximum, {SERVER_MAX_MSG} bytes \
+                 unless started with a larger -m?)"
+            ),
+        ),
+        None if e.kind() == io::ErrorKind::ConnectionRefused => no_reply(
+            target,
+            protocol,
+            "(its UDP port is closed: ICMP port unreachable)",
+        ),
+        None => ClientError::Data(e, 0),
+    }
+}
+
+/// The one line for a server that does not answer: where, what happened, what to check.
+fn no_reply(target: &Target, protocol: Protocol, what: &str) -> ClientError {
+    let hint = match protocol {
+        Protocol::Udp => "is `sockperf server` running there (UDP is its default; with --tcp it serves TCP only)?",
+        Protocol::Tcp => "is `sockperf server --tcp` running there (without --tcp it serves UDP only)?",
+    };
+    ClientError::NoReply(format!(
+        "no reply from sockperf server at {} over {} {what}: {hint}",
+        target.addr,
+        proto_name(protocol)
+    ))
+}
+
+fn proto_name(p: Protocol) -> &'static str {
+    match p {
+        Protocol::Tcp => "TCP",
+        Protocol::Udp => "UDP",
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scheme_names_a_sockperf_server() {
+        let t = parse_target("sockperf://127.0.0.1").unwrap().unwrap();
+        assert_eq!(t.addr, "127.0.0.1:11111".parse().unwrap());
+        assert_eq!(t.label, "sockperf://127.0.0.1:11111");
+        let t = parse_target("SOCKPERF://127.0.0.1:7000/").unwrap().unwrap();
+        assert_eq!(t.addr.port(), 7000);
+        let t = parse_target("sockperf://[::1]:7000").unwrap().unwrap();
+        assert!(t.addr.is_ipv6());
+        assert_eq!(
+            parse_target("sockperf://::1").unwrap().unwrap().addr.port(),
+            11111
+        );
+        // Not this scheme: left to the sonde resolver.
+        assert!(parse_target("127.0.0.1").is_none());
+        assert!(parse_target("iperf3://127.0.0.1").is_none());
+        assert!(parse_target("sock").is_none());
+        assert!(matches!(
+            parse_target("sockperf://"),
+            Some(Err(ClientError::Usage(_)))
+        ));
+        assert!(matches!(
+            parse_target("sockperf://no-such-host.invalid"),
+            Some(Err(ClientError::Resolve(..)))
+        ));
+    }
+
+    #[test]
+    fn sizes_sockperf_cannot_carry_are_usage_errors() {
+        let target = parse_target("sockperf://127.0.0.1:9").unwrap().unwrap();
+        for (protocol, size) in [
+            (Protocol::Udp, 13),
+            (Protocol::Udp, 65_508),
+            (Protocol::Tcp, 1),
+            (Protocol::Tcp, 1_048_576),
+        ] {
+            let opt = LatencyOptions {
+                protocol,
+                msg_size: size,
+                ..LatencyOptions::default()
+            };
+            let err = latency(&target, &opt).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{err}");
+            assert!(err.to_string().contains("-m must be 14 to"), "{err}");
+        }
+    }
+
+    #[test]
+    fn no_reply_is_exit_3_and_says_what_to_check() {
+        let target = parse_target("sockperf://127.0.0.1:9").unwrap().unwrap();
+        let e = no_reply(&target, Protocol::Tcp, "within 5 s");
+        assert_eq!(e.exit_code(), 3);
+        assert_eq!(
+            e.to_string(),
+            "no reply from sockperf server at 127.0.0.1:9 over TCP within 5 s: is `sockperf \
+             server --tcp` running there (without --tcp it serves UDP only)?"
+        );
+        let refused = run_error(
+            &target,
+            Protocol::Udp,
+            io::Error::from(io::ErrorKind::ConnectionRefused),
+        );
+        assert_eq!(refused.exit_code(), 3);
+        let mid_run = run_error(&target, Protocol::Udp, io::Error::other("boom"));
+        assert_eq!(mid_run.exit_code(), 1);
+    }
+}

@@ -1,0 +1,73 @@
+//! `--sweep PARAM=VALUES` for latency, throughput and pps: the same test once per value, one
+//! document with a row per step.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sonde_engine::sweep::{Sweep, SweepParam};
+use sonde_report::{SweepResult, SweepStep, TestResult};
+
+use crate::output::Progress;
+
+/// Shared `--help` text of the `--sweep` option.
+pub(crate) const SWEEP_HELP: &str =
+    "Run the test once per value of one parameter and print one table (one JSON document) \
+with a row per step: `msg_size=1:64K:*2` (doubling; the end is always run), \
+`msg_size=64:1472:+256` (adding), `msg_size=64,512,1400` (a list). Sizes take binary suffixes \
+(64K = 65,536), counts and rates decimal ones (10K = 10,000)";
+
+/// clap's parser for `--sweep`.
+pub(crate) fn parse(spec: &str) -> Result<Sweep, String> {
+    spec.parse::<Sweep>().map_err(|e| e.to_string())
+}
+
+/// Runs `one(value)` for each value of `sweep`, which must vary one of `allowed`; `step_time`
+/// sizes each step's progress bar.
+pub(crate) fn run(
+    test: &str,
+    label: &str,
+    sweep: &Sweep,
+    allowed: &[SweepParam],
+    step_time: Duration,
+    mut one: impl FnMut(u64) -> Result<TestResult, sonde_client::ClientError>,
+) -> anyhow::Result<TestResult> {
+    let param = sweep.param();
+    if !allowed.contains(&param) {
+        let names: Vec<&str> = allowed.iter().map(|p| p.name()).collect();
+        return Err(crate::units::BadValue(format!(
+            "sonde {test} cannot sweep {param}: it sweeps {}",
+            names.join(", ")
+        ))
+        .into());
+    }
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let total = sweep.values().len();
+    let mut steps = Vec::with_capacity(total);
+    for (i, &value) in sweep.values().iter().enumerate() {
+        let progress = Progress::start(
+            &format!("{label} [{}/{total}] {param}={value}", i + 1),
+            step_time,
+        );
+        let result = one(value);
+        drop(progress);
+        steps.push(SweepStep {
+            value,
+            result: result?,
+        });
+    }
+    Ok(TestResult::Sweep(SweepResult {
+        sonde_version: env!("CARGO_PKG_VERSION").into(),
+        timestamp_unix_ms: started,
+        sweep_test: test.to_owned(),
+        parameter: param.name().to_owned(),
+        unit: param.unit().to_owned(),
+        steps,
+    }))
+}
+
+/// A swept value as a `u32` option (sizes, counts), or a usage error naming it.
+pub(crate) fn as_u32(param: SweepParam, value: u64) -> Result<u32, sonde_client::ClientError> {
+    u32::try_from(value)
+        .map_err(|_| sonde_client::ClientError::Usage(format!("{param}={value} is out of range")))
+}

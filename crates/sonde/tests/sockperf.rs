@@ -1,0 +1,877 @@
+//! sockperf compatibility in both directions, against the real `sockperf` 3.7 binary:
+//!
+//! 1. `sockperf ping-pong` (UDP and `--tcp`, several message sizes) against
+//!    `sonde server --sockperf`: the agent counts exactly the messages sockperf sent.
+//! 2. `sockperf under-load` and `sockperf throughput` against the agent: only PONG requests are
+//!    answered, every message is counted.
+//! 3. `sonde latency sockperf://...` against a real `sockperf server`: a valid document, and the
+//!    server counted exactly the messages sonde says it sent.
+//! 4. Bad input to the agent's sockperf listener (in-process agent, its counters read directly).
+//! 5. `sonde latency sockperf://...` where nothing answers: one line, exit code 3.
+//!
+//! Tests that need sockperf skip through `require_or_skip` when it is missing. Only 127.0.0.1;
+//! every sockperf run is `-t 1` (plus its 2 s start-up sleep).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sonde_agent::{Agent as InProcessAgent, AgentConfig, AgentHandle};
+use sonde_client::LatencyOptions;
+use sonde_wire::sockperf::{self as wire, Flags, Header};
+use sonde_wire::Protocol;
+
+use common::{require_or_skip, run_with_timeout, sonde_bin, Daemon, Need};
+
+/// How long one sockperf client run may take: `-t 1` plus its 2 s sleep, with room for a busy
+/// host.
+const SOCKPERF_RUN_LIMIT: Duration = Duration::from_secs(30);
+/// How long a server may take to say it is ready, or to print its totals when stopped.
+const READY: Duration = Duration::from_secs(10);
+
+fn have_sockperf(test: &str) -> bool {
+    require_or_skip(test, &[Need::Cmd("sockperf")])
+}
+
+/// A port free for both TCP and UDP on 127.0.0.1 right now (bound, read, released).
+fn free_port() -> u16 {
+    for _ in 0..50 {
+        let tcp = TcpListener::bind("127.0.0.1:0").expect("bind a TCP port");
+        let port = tcp.local_addr().expect("local address").port();
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no port free for both TCP and UDP on 127.0.0.1");
+}
+
+/// sockperf prints some lines inside ANSI colour codes.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ ... letter
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The number right after the first `key` in `text` that has one (e.g. `SentMessages=` →
+/// 28045; `Total ` skips `[Total Run]` for `Total 15102 observations`).
+fn number_after(text: &str, key: &str) -> Option<u64> {
+    text.match_indices(key).find_map(|(at, _)| {
+        let digits: String = text[at + key.len()..]
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    })
+}
+
+fn must_number_after(text: &str, key: &str) -> u64 {
+    number_after(text, key).unwrap_or_else(|| panic!("no `{key}` number in:\n{text}"))
+}
+
+/// Runs a sockperf client; panics unless it exits 0. Its output, ANSI codes removed.
+fn sockperf_client(args: &[&str]) -> String {
+    let mut cmd = Command::new(common::tool("sockperf"));
+    cmd.args(args);
+    let line = common::command_line(&cmd);
+    let out = run_with_timeout(&mut cmd, SOCKPERF_RUN_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let text = strip_ansi(&format!("{}\n{}", out.stdout, out.stderr));
+    assert!(
+        out.status.success(),
+        "`{line}` failed ({}):\n{text}",
+        out.status
+    );
+    text
+}
+
+// ---------------------------------------------------------------------------------------------
+// A `sonde server --sockperf=0` child
+// ---------------------------------------------------------------------------------------------
+
+/// What the agent logged for one sockperf TCP connection or UDP peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Handled {
+    tcp: bool,
+    messages: u64,
+    replies: u64,
+}
+
+/// `sonde server --bind 127.0.0.1 --port 0 --sockperf=0`, logging; killed when dropped.
+struct SondeServer {
+    daemon: Daemon,
+    sockperf_port: u16,
+}
+
+impl SondeServer {
+    fn start(extra: &[&str]) -> SondeServer {
+        let mut cmd = Command::new(sonde_bin());
+        cmd.args([
+            "server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--sockperf=0",
+        ])
+        .args(extra);
+        let mut daemon = Daemon::spawn(&mut cmd);
+        let sockperf_port = daemon.wait_for_line(READY, |line| {
+            let rest = line.strip_prefix("sockperf clients served on ")?;
+            let endpoint = rest.split_whitespace().next()?;
+            endpoint.rsplit_once(':')?.1.parse::<u16>().ok()
+        });
+        SondeServer {
+            daemon,
+            sockperf_port,
+        }
+    }
+
+    fn port(&self) -> String {
+        self.sockperf_port.to_string()
+    }
+
+    /// Stops the agent with SIGTERM and returns what it logged per sockperf connection or peer
+    /// (a UDP peer's line is written when it goes quiet or when the agent stops).
+    fn stop(self) -> Vec<Handled> {
+        let pid = self.daemon.pid().to_string();
+        assert!(
+            common::quiet(Command::new("kill").args(["-TERM", &pid])),
+            "cannot signal the agent"
+        );
+        let deadline = Instant::now() + READY;
+        while !self.daemon.stderr().contains("sonde agent: stopped") {
+            assert!(
+                Instant::now() < deadline,
+                "the agent did not stop within {READY:?}:\n{}",
+                self.daemon.stderr()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+        let log = self.daemon.stderr();
+        log.lines()
+            .filter_map(|line| {
+                let rest = line.strip_prefix("sonde agent: sockperf ")?;
+                let tcp = rest.starts_with("tcp ");
+                let messages = number_after(rest, ": ")?;
+                rest.contains("messages received and handled")
+                    .then_some(())?;
+                let replies = number_after(rest, "handled, ")?;
+                Some(Handled {
+                    tcp,
+                    messages,
+                    replies,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The sum over every connection or peer of one transport.
+fn total(handled: &[Handled], tcp: bool) -> Handled {
+    handled.iter().filter(|h| h.tcp == tcp).fold(
+        Handled {
+            tcp,
+            messages: 0,
+            replies: 0,
+        },
+        |a, h| Handled {
+            tcp,
+            messages: a.messages + h.messages,
+            replies: a.replies + h.replies,
+        },
+    )
+}
+
+fn tcp_flag(tcp: bool) -> &'static [&'static str] {
+    if tcp {
+        &["--tcp"]
+    } else {
+        &[]
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. sockperf ping-pong against the agent
+// ---------------------------------------------------------------------------------------------
+
+fn ping_pong_against_the_agent(test: &str, tcp: bool, sizes: &[u32]) {
+    if !have_sockperf(test) {
+        return;
+    }
+    for &size in sizes {
+        let agent = SondeServer::start(&[]);
+        let port = agent.port();
+        let msg = size.to_string();
+        let mut args = vec![
+            "ping-pong",
+            "-i",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "-m",
+            &msg,
+        ];
+        args.extend_from_slice(tcp_flag(tcp));
+        let out = sockperf_client(&args);
+        let handled = agent.stop();
+        let sent = must_number_after(&out, "SentMessages=");
+        let observations = must_number_after(&out, "Total ");
+        assert!(sent > 0 && observations > 0, "size {size}:\n{out}");
+        assert!(out.contains("percentile 50.000"), "size {size}:\n{out}");
+        if tcp {
+            assert_eq!(
+                must_number_after(&out, "# dropped messages ="),
+                0,
+                "size {size}:\n{out}"
+            );
+        }
+        // Every message sockperf sent reached the agent, was counted and answered (loopback,
+        // one message in flight: nothing is lost).
+        let t = total(&handled, tcp);
+        assert_eq!(
+            (t.messages, t.replies),
+            (sent, sent),
+            "size {size}: agent logged {handled:?}\n{out}"
+        );
+    }
+}
+
+#[test]
+fn sockperf_ping_pong_udp_against_the_agent() {
+    ping_pong_against_the_agent(
+        "sockperf_ping_pong_udp_against_the_agent",
+        false,
+        &[14, 64, 1400, 65_000],
+    );
+}
+
+#[test]
+fn sockperf_ping_pong_tcp_against_the_agent() {
+    // 65,507 is the largest message sockperf's server (and so the agent) takes by default.
+    ping_pong_against_the_agent(
+        "sockperf_ping_pong_tcp_against_the_agent",
+        true,
+        &[14, 64, 1400, 65_507],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. sockperf under-load and throughput against the agent
+// ---------------------------------------------------------------------------------------------
+
+fn under_load_against_the_agent(test: &str, tcp: bool) {
+    if !have_sockperf(test) {
+        return;
+    }
+    let agent = SondeServer::start(&[]);
+    let port = agent.port();
+    // sockperf's defaults: 10,000 messages/s, a reply asked for every 100th.
+    let mut args = vec![
+        "under-load",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "1",
+        "--reply-every",
+        "100",
+    ];
+    args.extend_from_slice(tcp_flag(tcp));
+    let out = sockperf_client(&args);
+    let handled = agent.stop();
+    let sent = must_number_after(&out, "SentMessages=");
+    let received = must_number_after(&out, "ReceivedMessages=");
+    assert!(sent >= 100, "{out}");
+    let t = total(&handled, tcp);
+    assert_eq!(t.messages, sent, "agent logged {handled:?}\n{out}");
+    // Only the PONG requests (seq 100, 200, ...) are answered: a reply to any other message
+    // would land in the wrong slot of sockperf's statistics.
+    assert_eq!(t.replies, sent / 100, "agent logged {handled:?}\n{out}");
+    assert!(received > 0 && received <= t.replies, "{out}");
+    assert!(must_number_after(&out, "Total ") > 0, "{out}");
+}
+
+#[test]
+fn sockperf_under_load_udp_against_the_agent() {
+    under_load_against_the_agent("sockperf_under_load_udp_against_the_agent", false);
+}
+
+#[test]
+fn sockperf_under_load_tcp_against_the_agent() {
+    under_load_against_the_agent("sockperf_under_load_tcp_against_the_agent", true);
+}
+
+fn throughput_against_the_agent(test: &str, tcp: bool) {
+    if !have_sockperf(test) {
+        return;
+    }
+    let agent = SondeServer::start(&[]);
+    let port = agent.port();
+    // TCP at full speed; UDP paced so that a busy test host's socket buffer cannot overflow and
+    // the count stays exact.
+    let mps = if tcp { "max" } else { "5000" };
+    let mut args = vec![
+        "throughput",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "1",
+        "-m",
+        "100",
+        "--mps",
+        mps,
+    ];
+    args.extend_from_slice(tcp_flag(tcp));
+    let out = sockperf_client(&args);
+    let handled = agent.stop();
+    let sent = must_number_after(&out, "Total of ");
+    assert!(sent > 0, "{out}");
+    let t = total(&handled, tcp);
+    assert_eq!(
+        (t.messages, t.replies),
+        (sent, 0),
+        "agent logged {handled:?}\n{out}"
+    );
+}
+
+#[test]
+fn sockperf_throughput_udp_against_the_agent() {
+    throughput_against_the_agent("sockperf_throughput_udp_against_the_agent", false);
+}
+
+#[test]
+fn sockperf_throughput_tcp_against_the_agent() {
+    throughput_against_the_agent("sockperf_throughput_tcp_against_the_agent", true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. sonde's client against a real sockperf server
+// ---------------------------------------------------------------------------------------------
+
+/// A `sockperf server` child on 127.0.0.1; killed when dropped.
+struct SockperfServer {
+    daemon: Daemon,
+    port: u16,
+}
+
+impl SockperfServer {
+    fn start(tcp: bool) -> SockperfServer {
+        let port = free_port();
+        let mut cmd = Command::new(common::tool("sockperf"));
+        cmd.args(["server", "-i", "127.0.0.1", "-p", &port.to_string()])
+            .args(tcp_flag(tcp));
+        let mut daemon = Daemon::spawn(&mut cmd);
+        // Printed by the server thread just before it blocks in its receive loop.
+        daemon.wait_for_line(READY, |l| l.contains("to block on socket").then_some(()));
+        SockperfServer { daemon, port }
+    }
+
+    /// Stops the server with SIGINT; the messages it says it received and handled.
+    fn stop(mut self) -> u64 {
+        let pid = self.daemon.pid().to_string();
+        assert!(
+            common::quiet(Command::new("kill").args(["-INT", &pid])),
+            "cannot signal sockperf"
+        );
+        self.daemon.wait_for_line(READY, |l| {
+            let l = strip_ansi(l);
+            if l.contains("No messages were received") {
+                return Some(0);
+            }
+            l.contains("messages received and handled")
+                .then(|| number_after(&l, "Total "))
+                .flatten()
+        })
+    }
+}
+
+/// Runs `sonde ARGS...` to completion: (exit code, stdout, stderr).
+fn sonde(args: &[&str]) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(sonde_bin());
+    cmd.args(args).env("TERM", "dumb");
+    let out = run_with_timeout(&mut cmd, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+    (out.status.code(), out.stdout, out.stderr)
+}
+
+fn sonde_json(args: &[&str]) -> Value {
+    let (code, stdout, stderr) = sonde(args);
+    assert_eq!(
+        code,
+        Some(0),
+        "`sonde {}` failed\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+        args.join(" ")
+    );
+    let doc: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}):\n{stdout}"));
+    if let Err(errors) = sonde_report::validate(&doc) {
+        panic!(
+            "the document breaks the schema:\n{}\n{doc:#}",
+            errors.join("\n")
+        );
+    }
+    doc
+}
+
+fn u(doc: &Value, pointer: &str) -> u64 {
+    doc.pointer(pointer)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("{pointer} is not an unsigned integer in\n{doc:#}"))
+}
+
+/// A percentile is stated exactly when the sample count supports it (10 / (1 − p) samples);
+/// checked away from the boundary.
+fn check_percentiles(doc: &Value) {
+    let samples = u(doc, "/samples") as f64;
+    for (key, p) in [
+        ("p50", 0.5),
+        ("p90", 0.9),
+        ("p99", 0.99),
+        ("p999", 0.999),
+        ("p9999", 0.9999),
+        ("p99999", 0.99999),
+    ] {
+        let need = 10.0 / (1.0 - p);
+        let value = &doc["rtt_ns"][key];
+        if samples >= need * 1.01 {
+            assert!(value.as_u64().is_some_and(|v| v > 0), "{key}: {doc:#}");
+        } else if samples < need * 0.99 {
+            assert!(value.is_null(), "{key}: {doc:#}");
+        }
+    }
+}
+
+fn sonde_against_sockperf_server(test: &str, tcp: bool) {
+    if !have_sockperf(test) {
+        return;
+    }
+    let server = SockperfServer::start(tcp);
+    let port = server.port.to_string();
+    // sockperf's own client first, on the same path (loosely: it runs, it measures).
+    let mut args = vec![
+        "ping-pong",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "1",
+        "--full-rtt",
+    ];
+    args.extend_from_slice(tcp_flag(tcp));
+    let theirs = sockperf_client(&args);
+    let their_sent = must_number_after(&theirs, "SentMessages=");
+    let their_rtt = theirs
+        .split("avg-rtt=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no avg-rtt in:\n{theirs}"));
+
+    let target = format!("sockperf://127.0.0.1:{port}");
+    let proto = if tcp { "--tcp" } else { "-u" };
+    let doc = sonde_json(&[
+        "latency", &target, proto, "-t", "0.5", "--warmup", "0.2", "--json",
+    ]);
+    let handled = server.stop();
+
+    assert_eq!(doc["test"], "latency", "{doc:#}");
+    assert_eq!(doc["peer"], "sockperf", "{doc:#}");
+    assert_eq!(doc["protocol"], if tcp { "tcp" } else { "udp" }, "{doc:#}");
+    assert_eq!(u(&doc, "/session"), 0, "{doc:#}");
+    assert_eq!(doc["server"], target.as_str(), "{doc:#}");
+    assert!(u(&doc, "/samples") > 0, "{doc:#}");
+    assert!(u(&doc, "/warmup_samples") > 0, "{doc:#}");
+    check_percentiles(&doc);
+    let sent = u(&doc, "/sent");
+    assert_eq!(
+        u(&doc, "/samples") + u(&doc, "/warmup_samples") + u(&doc, "/lost"),
+        sent,
+        "{doc:#}"
+    );
+    // The server can tell us nothing to split the loss with, and the document says so.
+    assert!(
+        doc["lost_outbound"].is_null() && doc["lost_return"].is_null(),
+        "{doc:#}"
+    );
+    let warnings = doc["warnings"].as_array().expect("warnings");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("sockperf server"))),
+        "{doc:#}"
+    );
+    if tcp {
+        assert_eq!(u(&doc, "/lost"), 0, "{doc:#}");
+    }
+    // What the server counted is exactly what the two clients sent.
+    assert_eq!(
+        handled,
+        their_sent + sent,
+        "the server handled {handled}: sockperf sent {their_sent}, sonde {sent}\n{doc:#}"
+    );
+    // Both measured something on the same path; no comparison of the numbers.
+    assert!(
+        their_rtt > 0.0 && u(&doc, "/rtt_ns/p50") > 0,
+        "{their_rtt} {doc:#}"
+    );
+}
+
+#[test]
+fn sonde_latency_udp_against_a_sockperf_server() {
+    sonde_against_sockperf_server("sonde_latency_udp_against_a_sockperf_server", false);
+}
+
+#[test]
+fn sonde_latency_tcp_against_a_sockperf_server() {
+    sonde_against_sockperf_server("sonde_latency_tcp_against_a_sockperf_server", true);
+}
+
+#[test]
+fn sonde_latency_count_and_table_against_a_sockperf_server() {
+    if !have_sockperf("sonde_latency_count_and_table_against_a_sockperf_server") {
+        return;
+    }
+    let server = SockperfServer::start(false);
+    let target = format!("sockperf://127.0.0.1:{}", server.port);
+    // sockperf://HOST defaults to UDP, like sockperf; -n counts messages after the warm-up.
+    let doc = sonde_json(&[
+        "latency", &target, "-n", "500", "--warmup", "0.1", "-m", "14", "--json",
+    ]);
+    assert_eq!(doc["protocol"], "udp", "{doc:#}");
+    assert_eq!(u(&doc, "/msg_size_bytes"), 14, "{doc:#}");
+    assert_eq!(u(&doc, "/samples"), 500, "{doc:#}");
+    let (code, table, stderr) = sonde(&["latency", &target, "-t", "0.2", "--warmup", "0.1"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(table.contains(&target), "{table}");
+    assert!(table.contains("RTT"), "{table}");
+    let handled = server.stop();
+    assert!(handled >= u(&doc, "/sent"), "{handled} {doc:#}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Bad input to the agent's sockperf listener
+// ---------------------------------------------------------------------------------------------
+
+fn in_process_agent(max_sessions: u32) -> AgentHandle {
+    let mut cfg = AgentConfig::new("127.0.0.1:0".parse().expect("address"));
+    cfg.sockperf = Some("127.0.0.1:0".parse().expect("address"));
+    cfg.max_sessions = max_sessions;
+    InProcessAgent::bind(cfg).expect("bind the agent").spawn()
+}
+
+fn sockperf_addr(agent: &AgentHandle) -> SocketAddr {
+    agent.sockperf_addr().expect("the sockperf listener")
+}
+
+fn message(seq: u64, flags: u16, length: u32, total: usize) -> Vec<u8> {
+    let mut m = vec![0x5a; total.max(wire::HEADER_LEN)];
+    Header {
+        seq,
+        flags: Flags(flags),
+        length,
+    }
+    .write(&mut m)
+    .expect("room for the header");
+    m.truncate(total);
+    m
+}
+
+/// A short sonde run against the agent's sockperf port: it answers.
+fn sonde_client_answers(addr: SocketAddr, protocol: Protocol) {
+    let target = sonde_client::sockperf::parse_target(&format!("sockperf://{addr}"))
+        .expect("the scheme")
+        .expect("the target");
+    let opt = LatencyOptions {
+        protocol,
+        msg_size: 64,
+        count: Some(200),
+        warmup: Duration::from_millis(20),
+        ..LatencyOptions::default()
+    };
+    let doc = sonde_client::sockperf::latency(&target, &opt).expect("the agent answers");
+    assert_eq!(doc.samples, 200, "{doc:?}");
+    assert_eq!(doc.lost, 0, "{doc:?}");
+}
+
+/// The agent's own port still runs a sonde test.
+fn sonde_port_answers(agent: &AgentHandle) {
+    let target = sonde_client::resolve(&agent.local_addr().to_string(), 0).expect("target");
+    let opt = LatencyOptions {
+        count: Some(50),
+        warmup: Duration::from_millis(10),
+        ..LatencyOptions::default()
+    };
+    let doc = sonde_client::latency(&target, &opt).expect("the sonde port answers");
+    assert_eq!(doc.samples, 50);
+}
+
+fn load(counter: &std::sync::atomic::AtomicU64) -> u64 {
+    counter.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Waits until `cond` holds (the agent works on its own threads).
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "not within 10 s: {what}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn udp_junk_is_counted_and_never_answered() {
+    let agent = in_process_agent(16);
+    let addr = sockperf_addr(&agent);
+    let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    sock.connect(addr).expect("connect");
+    sock.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut good_then_zero = message(7, 0x0003, 14, 14);
+    good_then_zero.extend(message(8, 0x0003, 0, 14));
+    let junk: Vec<Vec<u8>> = vec![
+        Vec::new(),
+        vec![1, 2, 3, 4, 5],
+        message(1, 0x0003, 0, 14),
+        message(1, 0x0003, 13, 40),
+        message(1, 0x0003, 65_508, 14),
+        message(1, 0x0003, 100, 20),
+        // Answered (seq 7), then a zero length: the rest is dropped, never looped on.
+        good_then_zero,
+    ];
+    let not_counted = [
+        message(2, 0x0002, 14, 14), // no client flag
+        message(3, 0x0007, 14, 14), // warm-up
+        message(4, 0x0001, 14, 14), // counted, no reply asked
+    ];
+    for d in junk.iter().chain(&not_counted) {
+        sock.send(d).expect("send");
+    }
+    let ping = message(9, 0x8003, 64, 64);
+    sock.send(&ping).expect("send");
+    // Exactly two replies, in order: seq 7 (from the datagram that ended in a zero length) and
+    // seq 9, each the request with only the client bit cleared.
+    let mut buf = [0u8; 2048];
+    let n = sock.recv(&mut buf).expect("the reply to seq 7");
+    assert_eq!(&buf[..n], &message(7, 0x0002, 14, 14)[..]);
+    let n = sock.recv(&mut buf).expect("the reply to seq 9");
+    let mut expected = ping.clone();
+    expected[9] = 0x02;
+    assert_eq!(&buf[..n], &expected[..]);
+    sock.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    assert!(
+        sock.recv(&mut buf).is_err(),
+        "a third reply: {:02x?}",
+        &buf[..14]
+    );
+    eventually("junk counted", || {
+        load(&agent.rejections().sockperf_junk) == junk.len() as u64
+    });
+    assert_eq!(load(&agent.rejections().sockperf_refused), 0);
+    // Still serving, both ports.
+    sonde_client_answers(addr, Protocol::Udp);
+    sonde_port_answers(&agent);
+    agent.stop();
+}
+
+/// Connects to the agent's sockperf port, sends `bytes`, and says whether the agent closed the
+/// connection (EOF or reset) within 10 s.
+fn closed_after(addr: SocketAddr, bytes: &[u8], half_close: bool) -> bool {
+    let is_closed = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::BrokenPipe
+        )
+    };
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    // A refused connection may be gone before the write.
+    if let Err(e) = s.write_all(bytes) {
+        return is_closed(&e);
+    }
+    if half_close {
+        s.shutdown(Shutdown::Write).expect("shutdown");
+    }
+    let mut buf = [0u8; 64];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) => return is_closed(&e),
+        }
+    }
+}
+
+#[test]
+fn tcp_bad_lengths_close_the_connection_and_are_counted() {
+    let agent = in_process_agent(16);
+    let addr = sockperf_addr(&agent);
+    // A length over the agent's 65,507 maximum: closed from the header alone, nothing buffered.
+    assert!(closed_after(
+        addr,
+        &message(1, 0x0003, 100_000_000, 14),
+        false
+    ));
+    // A zero length: closed, not spun on.
+    assert!(closed_after(addr, &message(1, 0x0003, 0, 14), false));
+    // Half a message, then the client closes.
+    assert!(closed_after(addr, &message(1, 0x0003, 100, 50), true));
+    eventually("three junk connections", || {
+        load(&agent.rejections().sockperf_junk) == 3
+    });
+    // A good connection is still answered, its messages reassembled across writes.
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut two = message(1, 0x0003, 30, 30);
+    two.extend(message(2, 0x0001, 20, 20));
+    two.extend(message(3, 0x0003, 40, 40));
+    for chunk in two.chunks(7) {
+        s.write_all(chunk).expect("write");
+        thread::sleep(Duration::from_millis(2));
+    }
+    let mut replies = vec![0u8; 70];
+    s.read_exact(&mut replies).expect("two replies");
+    assert_eq!(&replies[..30], &message(1, 0x0002, 30, 30)[..]);
+    assert_eq!(&replies[30..], &message(3, 0x0002, 40, 40)[..]);
+    drop(s);
+    sonde_client_answers(addr, Protocol::Tcp);
+    sonde_port_answers(&agent);
+    assert_eq!(load(&agent.rejections().sockperf_junk), 3);
+    agent.stop();
+}
+
+#[test]
+fn tcp_connections_beyond_max_sessions_are_refused_and_counted() {
+    let agent = in_process_agent(2);
+    let addr = sockperf_addr(&agent);
+    // Two connections hold the two sessions (each proven admitted by a reply).
+    let held: Vec<TcpStream> = (0..2)
+        .map(|i| {
+            let mut s = TcpStream::connect(addr).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            s.write_all(&message(i + 1, 0x0003, 14, 14)).expect("write");
+            let mut r = [0u8; 14];
+            s.read_exact(&mut r).expect("a reply: admitted");
+            s
+        })
+        .collect();
+    assert_eq!(agent.sessions(), 2);
+    // A flood of further connections: every one closed at once and counted.
+    let flood = 40;
+    for _ in 0..flood {
+        assert!(closed_after(addr, &message(1, 0x0003, 14, 14), false));
+    }
+    eventually("the flood counted", || {
+        load(&agent.rejections().sockperf_refused) == flood
+    });
+    // The sonde port refuses too (the limit is shared)...
+    let target = sonde_client::resolve(&agent.local_addr().to_string(), 0).expect("target");
+    let busy = sonde_client::latency(&target, &LatencyOptions::default()).unwrap_err();
+    assert_eq!(busy.exit_code(), 4, "{busy}");
+    // ...and a UDP peer is not answered while the agent is full.
+    let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    sock.connect(addr).expect("connect");
+    sock.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    sock.send(&message(1, 0x0003, 14, 14)).expect("send");
+    assert!(sock.recv(&mut [0u8; 64]).is_err());
+    eventually("the UDP datagram refused", || {
+        load(&agent.rejections().sockperf_refused) == flood + 1
+    });
+    // Closing the held connections frees the sessions; everything answers again.
+    drop(held);
+    eventually("sessions freed", || agent.sessions() == 0);
+    sonde_client_answers(addr, Protocol::Tcp);
+    sonde_port_answers(&agent);
+    agent.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Nothing answers
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `sonde ARGS...`, which must fail with exit code 3 and one "no reply" line; the line.
+fn assert_no_reply(args: &[&str]) -> String {
+    let (code, stdout, stderr) = sonde(args);
+    assert_eq!(
+        code,
+        Some(3),
+        "`sonde {}`\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+        args.join(" ")
+    );
+    assert!(stdout.is_empty(), "{stdout}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("sonde: no reply from sockperf server at 127.0.0.1:")
+            && lines[0].contains("sockperf server"),
+        "{stderr}"
+    );
+    lines[0].to_owned()
+}
+
+#[test]
+fn nothing_listening_is_exit_3_with_one_line() {
+    let port = free_port();
+    let target = format!("sockperf://127.0.0.1:{port}");
+    let udp = assert_no_reply(&["latency", &target, "-t", "0.5", "--warmup", "0.1"]);
+    assert!(
+        udp.contains("over UDP") && udp.contains("port is closed"),
+        "{udp}"
+    );
+    let tcp = assert_no_reply(&["latency", &target, "--tcp", "-t", "0.5", "--warmup", "0.1"]);
+    assert!(
+        tcp.contains("over TCP") && tcp.contains("cannot connect"),
+        "{tcp}"
+    );
+}
+
+#[test]
+fn a_silent_udp_port_is_exit_3_with_one_line() {
+    // Something holds the port but never answers: sonde gives up after 3 s, not after -t.
+    let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let target = format!("sockperf://{}", silent.local_addr().expect("address"));
+    let started = Instant::now();
+    let line = assert_no_reply(&["latency", &target, "-t", "30"]);
+    assert!(line.contains("within 3 s"), "{line}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn a_message_over_the_sockperf_servers_maximum_is_exit_3_and_says_so() {
+    if !have_sockperf("a_message_over_the_sockperf_servers_maximum_is_exit_3_and_says_so") {
+        return;
+    }
+    // sockperf's server closes a TCP connection on a message above its 65,507-byte default.
+    let server = SockperfServer::start(true);
+    let target = format!("sockperf://127.0.0.1:{}", server.port);
+    let line = assert_no_reply(&["latency", &target, "--tcp", "-m", "100000", "-t", "1"]);
+    assert!(line.contains("it closed the connection"), "{line}");
+}
