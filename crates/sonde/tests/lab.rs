@@ -100,69 +100,108 @@ enum Side {
     B,
 }
 
-/// Two namespaces joined by a veth pair; both deleted on drop (which removes the veths, the
-/// qdiscs and the nftables rules with them).
+/// The lab's namespaces, `sonde-lab-<pid>-<tag><n>-<role>`, one per role. Namespaces left by a
+/// killed run (its pid gone) are swept first and a leftover of the same name is deleted; all are
+/// deleted on drop, also when a test panics, which removes the veths, qdiscs and nftables rules
+/// in them.
+struct Namespaces(Vec<String>);
+
+impl Namespaces {
+    fn new(tag: &str, roles: &[&str]) -> Namespaces {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        sweep_stale_namespaces();
+        let base = format!(
+            "{LAB_PREFIX}{}-{tag}{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let ns = Namespaces(roles.iter().map(|r| format!("{base}-{r}")).collect());
+        for name in &ns.0 {
+            // A namespace of the same name can only be a leftover of a run whose pid was reused.
+            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", name]));
+        }
+        // From here on `ns` owns whatever exists, so a failure below still cleans up.
+        for name in &ns.0 {
+            check(Command::new(tool("ip")).args(["netns", "add", name]));
+        }
+        ns
+    }
+
+    fn get(&self, i: usize) -> &str {
+        &self.0[i]
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for ns in &self.0 {
+            // Fails harmlessly for one that was never created.
+            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", ns]));
+        }
+        let left: Vec<String> = netns_list()
+            .into_iter()
+            .filter(|n| self.0.contains(n))
+            .collect();
+        if !left.is_empty() {
+            eprintln!("lab: could not delete namespaces {left:?}");
+        }
+    }
+}
+
+/// Joins `dev_a` in namespace `ns_a` and `dev_b` in `ns_b` with a veth pair.
+fn veth(ns_a: &str, dev_a: &str, ns_b: &str, dev_b: &str) {
+    check(Command::new(tool("ip")).args([
+        "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns", ns_b,
+    ]));
+}
+
+/// Brings `dev` in `ns` up at `addr`/24 and MTU 1500, with `lo` up too.
+fn link_up(ns: &str, dev: &str, addr: &str) {
+    let ip = |args: &[&str]| check(Command::new(tool("ip")).args(["-n", ns]).args(args));
+    // No IPv6 link-local address: nothing but the tests' own packets crosses the link.
+    ip(&["link", "set", "dev", dev, "addrgenmode", "none"]);
+    ip(&["link", "set", "dev", dev, "mtu", "1500"]);
+    // A veth hands a GSO super-packet (up to 64 UDP datagrams or TCP segments) to its peer
+    // whole, where nftables sees one packet with one length; a wire would carry them one by
+    // one. One segment per packet makes the kernel segment before the link, so tbf and nftables
+    // see, and count, each datagram and segment.
+    ip(&["link", "set", "dev", dev, "gso_max_segs", "1"]);
+    ip(&["addr", "add", &format!("{addr}/24"), "dev", dev]);
+    ip(&["link", "set", "dev", "lo", "up"]);
+    ip(&["link", "set", "dev", dev, "up"]);
+}
+
+/// Two namespaces joined by a veth pair; both deleted on drop.
 struct Lab {
-    a: String,
-    b: String,
+    ns: Namespaces,
 }
 
 impl Lab {
     fn new() -> Lab {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        sweep_stale_namespaces();
-        let base = format!(
-            "{LAB_PREFIX}{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
         let lab = Lab {
-            a: format!("{base}-a"),
-            b: format!("{base}-b"),
+            ns: Namespaces::new("", &["a", "b"]),
         };
-        for ns in [&lab.a, &lab.b] {
-            // A namespace of the same name can only be a leftover of a run whose pid was reused.
-            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", ns]));
-        }
-        // From here on `lab` owns whatever exists, so a failure below still cleans up.
-        for ns in [&lab.a, &lab.b] {
-            check(Command::new(tool("ip")).args(["netns", "add", ns]));
-        }
-        check(Command::new(tool("ip")).args([
-            "link", "add", VETH_A, "netns", &lab.a, "type", "veth", "peer", "name", VETH_B,
-            "netns", &lab.b,
-        ]));
-        for (ns, dev, addr) in [(Side::A, VETH_A, A_ADDR), (Side::B, VETH_B, B_ADDR)] {
-            // No IPv6 link-local address: nothing but the tests' own packets crosses the link.
-            lab.ip(ns, &["link", "set", "dev", dev, "addrgenmode", "none"]);
-            lab.ip(ns, &["link", "set", "dev", dev, "mtu", "1500"]);
-            // A veth hands a GSO super-packet (up to 64 UDP datagrams or TCP segments) to its
-            // peer whole, where nftables sees one packet with one length; a wire would carry
-            // them one by one. One segment per packet makes the kernel segment before the link,
-            // so tbf and nftables see, and count, each datagram and segment.
-            lab.ip(ns, &["link", "set", "dev", dev, "gso_max_segs", "1"]);
-            lab.ip(ns, &["addr", "add", &format!("{addr}/24"), "dev", dev]);
-            lab.ip(ns, &["link", "set", "dev", "lo", "up"]);
-            lab.ip(ns, &["link", "set", "dev", dev, "up"]);
-        }
+        veth(lab.a(), VETH_A, lab.b(), VETH_B);
+        link_up(lab.a(), VETH_A, A_ADDR);
+        link_up(lab.b(), VETH_B, B_ADDR);
         lab
     }
 
     /// The client namespace (198.18.0.1).
     fn a(&self) -> &str {
-        &self.a
+        self.ns.get(0)
     }
 
     /// The server namespace (198.18.0.2).
     fn b(&self) -> &str {
-        &self.b
+        self.ns.get(1)
     }
 
     /// The namespace of `side`.
     fn ns(&self, side: Side) -> &str {
         match side {
-            Side::A => &self.a,
-            Side::B => &self.b,
+            Side::A => self.a(),
+            Side::B => self.b(),
         }
     }
 
@@ -180,7 +219,14 @@ impl Lab {
         check(
             Command::new(tool("tc"))
                 .args([
-                    "-n", &self.a, "qdisc", "replace", "dev", VETH_A, "root", "tbf",
+                    "-n",
+                    self.a(),
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    VETH_A,
+                    "root",
+                    "tbf",
                 ])
                 .args([
                     "rate",
@@ -296,22 +342,6 @@ impl Lab {
             command_in(Some(self.ns(side)), tool(program)).args(args),
             timeout,
         )
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            // Fails harmlessly for one that was never created.
-            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", ns]));
-        }
-        let left: Vec<String> = netns_list()
-            .into_iter()
-            .filter(|n| *n == self.a || *n == self.b)
-            .collect();
-        if !left.is_empty() {
-            eprintln!("lab: could not delete namespaces {left:?}");
-        }
     }
 }
 
@@ -1132,61 +1162,33 @@ const ROUTER_QUEUE_MS: f64 = 20.0;
 /// that keeps a sender's own qdisc nearly empty (see [`TBF_SATURATED_BPS`]) does not reach a
 /// router. All three are deleted on drop.
 struct RoutedLab {
-    a: String,
-    r: String,
-    b: String,
+    ns: Namespaces,
 }
 
 impl RoutedLab {
     fn new() -> RoutedLab {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        sweep_stale_namespaces();
-        let base = format!(
-            "{LAB_PREFIX}{}-routed{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
         let lab = RoutedLab {
-            a: format!("{base}-a"),
-            r: format!("{base}-r"),
-            b: format!("{base}-b"),
+            ns: Namespaces::new("routed", &["a", "r", "b"]),
         };
-        for ns in [&lab.a, &lab.r, &lab.b] {
-            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", ns]));
-        }
-        for ns in [&lab.a, &lab.r, &lab.b] {
-            check(Command::new(tool("ip")).args(["netns", "add", ns]));
+        veth(lab.a(), VETH_A, lab.r(), VETH_RA);
+        veth(lab.r(), VETH_RB, lab.b(), VETH_B);
+        for (ns, dev, addr) in [
+            (lab.a(), VETH_A, A_ADDR),
+            (lab.r(), VETH_RA, RA_ADDR),
+            (lab.r(), VETH_RB, RB_ADDR),
+            (lab.b(), VETH_B, B_ROUTED_ADDR),
+        ] {
+            link_up(ns, dev, addr);
         }
         let ip =
             |ns: &str, args: &[&str]| check(Command::new(tool("ip")).args(["-n", ns]).args(args));
-        check(Command::new(tool("ip")).args([
-            "link", "add", VETH_A, "netns", &lab.a, "type", "veth", "peer", "name", VETH_RA,
-            "netns", &lab.r,
-        ]));
-        check(Command::new(tool("ip")).args([
-            "link", "add", VETH_RB, "netns", &lab.r, "type", "veth", "peer", "name", VETH_B,
-            "netns", &lab.b,
-        ]));
-        for (ns, dev, addr) in [
-            (&lab.a, VETH_A, A_ADDR),
-            (&lab.r, VETH_RA, RA_ADDR),
-            (&lab.r, VETH_RB, RB_ADDR),
-            (&lab.b, VETH_B, B_ROUTED_ADDR),
-        ] {
-            ip(ns, &["link", "set", "dev", dev, "addrgenmode", "none"]);
-            ip(ns, &["link", "set", "dev", dev, "mtu", "1500"]);
-            ip(ns, &["link", "set", "dev", dev, "gso_max_segs", "1"]);
-            ip(ns, &["addr", "add", &format!("{addr}/24"), "dev", dev]);
-            ip(ns, &["link", "set", "dev", "lo", "up"]);
-            ip(ns, &["link", "set", "dev", dev, "up"]);
-        }
-        ip(&lab.a, &["route", "add", "198.18.1.0/24", "via", RA_ADDR]);
-        ip(&lab.b, &["route", "add", "198.18.0.0/24", "via", RB_ADDR]);
-        check(command_in(Some(&lab.r), "sysctl").args(["-w", "net.ipv4.ip_forward=1"]));
+        ip(lab.a(), &["route", "add", "198.18.1.0/24", "via", RA_ADDR]);
+        ip(lab.b(), &["route", "add", "198.18.0.0/24", "via", RB_ADDR]);
+        check(command_in(Some(lab.r()), "sysctl").args(["-w", "net.ipv4.ip_forward=1"]));
         let latency = format!("{ROUTER_QUEUE_MS}ms");
         check(Command::new(tool("tc")).args([
             "-n",
-            &lab.r,
+            lab.r(),
             "qdisc",
             "replace",
             "dev",
@@ -1202,6 +1204,18 @@ impl RoutedLab {
         ]));
         lab
     }
+
+    fn a(&self) -> &str {
+        self.ns.get(0)
+    }
+
+    fn r(&self) -> &str {
+        self.ns.get(1)
+    }
+
+    fn b(&self) -> &str {
+        self.ns.get(2)
+    }
 }
 
 /// The bytes queued in the tbf on `VETH_RB` in namespace `r` now.
@@ -1214,14 +1228,6 @@ fn router_backlog(r: &str) -> Option<u64> {
     let doc: Value = serde_json::from_str(&out.stdout).ok()?;
     let tbf = doc.as_array()?.iter().find(|q| q["kind"] == "tbf")?;
     tbf["backlog"].as_u64()
-}
-
-impl Drop for RoutedLab {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.r, &self.b] {
-            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", ns]));
-        }
-    }
 }
 
 /// `sonde load` through a 100 Mbit/s router whose queue holds up to 20 ms: the probes' added
@@ -1240,12 +1246,12 @@ fn load_added_rtt_matches_the_router_queue() {
     }
     let _serial = serial();
     let lab = RoutedLab::new();
-    let agent = Agent::start_in(Some(&lab.b), B_ROUTED_ADDR, &[]);
+    let agent = Agent::start_in(Some(lab.b()), B_ROUTED_ADDR, &[]);
     let target = agent.target();
     // Backlog readings, every 100 ms, from the start of the run.
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
-        let (stop, r) = (Arc::clone(&stop), lab.r.clone());
+        let (stop, r) = (Arc::clone(&stop), lab.r().to_owned());
         thread::spawn(move || {
             let started = Instant::now();
             let mut samples = Vec::new();
@@ -1260,7 +1266,7 @@ fn load_added_rtt_matches_the_router_queue() {
     };
     let started = Instant::now();
     let doc = run_json_in(
-        Some(&lab.a),
+        Some(lab.a()),
         &[
             "load", &target, "-u", "-t", "4", "--warmup", "0.5", "--ramp", "2", "-P", "4",
             "--rate", "500",
