@@ -18,13 +18,12 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sonde_engine::crr::{rate, CrrStats};
-use sonde_engine::rtt::RttRecorder;
 use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
 use sonde_net::cpu::ThreadsMeter;
 use sonde_net::crr::{client_worker, CrrClientConfig};
 use sonde_net::Clock;
 use sonde_report::{
-    CpuCost, CpuCosts, CpuScope, CrrClose, CrrErrors, CrrResult, Hosts, Meta, Protocol, RttNs,
+    CpuCost, CpuCosts, CpuScope, CrrClose, CrrErrors, CrrResult, Hosts, Meta, Protocol,
 };
 use sonde_wire::{
     AgentReport, Channel, ControlMsg, CpuReport, CrrReport, Direction, HostInfo, Preamble,
@@ -338,32 +337,6 @@ fn finish(writer: &mut TcpStream, rx: &mpsc::Receiver<Event>) -> Result<AgentRep
     }
 }
 
-/// The document's form of a histogram; `None` without samples.
-fn times(r: &RttRecorder) -> Option<RttNs> {
-    let s = r.summary();
-    if s.samples == 0 {
-        return None;
-    }
-    let at = |p: f64| {
-        s.percentiles
-            .iter()
-            .find(|x| (x.pct - p).abs() < 1e-9)
-            .and_then(|x| x.value_ns)
-    };
-    Some(RttNs {
-        min: s.min_ns,
-        mean: s.mean_ns,
-        stddev: s.stddev_ns,
-        p50: at(50.0),
-        p90: at(90.0),
-        p99: at(99.0),
-        p999: at(99.9),
-        p9999: at(99.99),
-        p99999: at(99.999),
-        max: s.max_ns,
-    })
-}
-
 fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) -> CrrResult {
     let stats = &run.stats;
     let agent: Option<&CrrReport> = run.report.crr.as_ref();
@@ -449,8 +422,8 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
         client_connections_per_second: stats.per_second(),
         client_duration_ns: stats.active_ns(),
         connects: stats.connects(),
-        connect_ns: times(stats.connect_times()),
-        transaction_ns: times(stats.transaction_times()),
+        connect_ns: crate::results::rtt_ns_if_any(stats.connect_times()),
+        transaction_ns: crate::results::rtt_ns_if_any(stats.transaction_times()),
         errors: CrrErrors {
             refused: e.refused,
             timeout: e.timeout,

@@ -16,7 +16,7 @@ use sonde_net::samplelog::SampleLog;
 use sonde_net::Clock;
 use sonde_wire::stamps::ONE_WAY_MIN_MSG;
 
-use sonde_report::{ClockEstimate, FullLog, HistogramBucket, OneWay, RttNs, SignedNs, SocketRtt};
+use sonde_report::{ClockEstimate, FullLog, HistogramBucket, OneWay, SignedNs, SocketRtt};
 
 use crate::session::ClientChannel;
 use crate::{ClientError, LatencyOptions};
@@ -104,32 +104,6 @@ pub(crate) fn ping(
 
 // ---------------------------------------------------------------------------------------------
 // Into the result document
-
-/// A distribution as the result states it; `None` with no samples.
-fn rtt_ns(rec: &sonde_engine::rtt::RttRecorder) -> Option<RttNs> {
-    let s = rec.summary();
-    if s.samples == 0 {
-        return None;
-    }
-    let at = |p: f64| {
-        s.percentiles
-            .iter()
-            .find(|x| (x.pct - p).abs() < 1e-9)
-            .and_then(|x| x.value_ns)
-    };
-    Some(RttNs {
-        min: s.min_ns,
-        mean: s.mean_ns,
-        stddev: s.stddev_ns,
-        p50: at(50.0),
-        p90: at(90.0),
-        p99: at(99.0),
-        p999: at(99.9),
-        p9999: at(99.99),
-        p99999: at(99.999),
-        max: s.max_ns,
-    })
-}
 
 fn signed_ns(s: &sonde_engine::oneway::SignedSummary) -> Option<SignedNs> {
     if s.samples == 0 {
@@ -239,10 +213,10 @@ pub(crate) fn socket_rtt(o: &LatencyOutcome, warnings: &mut Vec<String>) -> Opti
         rx_stamped: s.rx_stamped,
         tx_stamped: s.tx_stamped,
         inconsistent: s.inconsistent,
-        socket_rtt_ns: rtt_ns(&s.socket_rtt),
-        host_ns: rtt_ns(&s.host),
-        send_to_socket_rx_ns: rtt_ns(&s.send_to_rx),
-        rx_host_ns: rtt_ns(&s.rx_host),
+        socket_rtt_ns: crate::results::rtt_ns_if_any(&s.socket_rtt),
+        host_ns: crate::results::rtt_ns_if_any(&s.host),
+        send_to_socket_rx_ns: crate::results::rtt_ns_if_any(&s.send_to_rx),
+        rx_host_ns: crate::results::rtt_ns_if_any(&s.rx_host),
     })
 }
 
@@ -330,7 +304,7 @@ pub(crate) fn one_way(
         unstamped: ow.unstamped,
         forward_ns: forward,
         return_ns: backward,
-        agent_hold_ns: rtt_ns(ow.recorder.hold()),
+        agent_hold_ns: crate::results::rtt_ns_if_any(ow.recorder.hold()),
         uncertainty_ns: Some(summary.uncertainty_ns),
         clock: Some(clock),
     })

@@ -1361,12 +1361,7 @@ fn document(
         } else {
             sonde_report::Protocol::Tcp
         },
-        direction: match opt.direction {
-            Direction::Forward => "forward",
-            Direction::Reverse => "reverse",
-            Direction::Bidir => "bidir",
-        }
-        .into(),
+        direction: crate::results::direction_name(opt.direction),
         parallel: opt.parallel,
         msg_size_bytes: opt.msg_size,
         target_bits_per_second: (udp && opt.bitrate > 0).then_some(opt.bitrate),

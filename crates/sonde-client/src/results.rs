@@ -89,16 +89,49 @@ fn pct(part: u64, whole: u64) -> f64 {
     }
 }
 
-/// Builds the latency document.
-pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -> LatencyResult {
-    let o = &run.outcome;
-    let s = o.rtt.summary();
+/// A distribution as the documents state it: a percentile the sample count cannot support is
+/// `None` (the engine's rule).
+pub(crate) fn rtt_ns(s: &sonde_engine::rtt::RttSummary) -> RttNs {
     let at = |p: f64| {
         s.percentiles
             .iter()
             .find(|x| (x.pct - p).abs() < 1e-9)
             .and_then(|x| x.value_ns)
     };
+    RttNs {
+        min: s.min_ns,
+        mean: s.mean_ns,
+        stddev: s.stddev_ns,
+        p50: at(50.0),
+        p90: at(90.0),
+        p99: at(99.0),
+        p999: at(99.9),
+        p9999: at(99.99),
+        p99999: at(99.999),
+        max: s.max_ns,
+    }
+}
+
+/// [`rtt_ns`] of a recorder, `None` when it holds no samples.
+pub(crate) fn rtt_ns_if_any(r: &sonde_engine::rtt::RttRecorder) -> Option<RttNs> {
+    let s = r.summary();
+    (s.samples > 0).then(|| rtt_ns(&s))
+}
+
+/// The direction as the documents name it.
+pub(crate) fn direction_name(d: Direction) -> String {
+    match d {
+        Direction::Forward => "forward",
+        Direction::Reverse => "reverse",
+        Direction::Bidir => "bidir",
+    }
+    .into()
+}
+
+/// Builds the latency document.
+pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -> LatencyResult {
+    let o = &run.outcome;
+    let s = o.rtt.summary();
     let mut meta = meta(
         target,
         run.session,
@@ -169,18 +202,7 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
         warmup_samples: s.warmup_excluded,
         sent: o.sent,
         samples: s.samples,
-        rtt_ns: RttNs {
-            min: s.min_ns,
-            mean: s.mean_ns,
-            stddev: s.stddev_ns,
-            p50: at(50.0),
-            p90: at(90.0),
-            p99: at(99.0),
-            p999: at(99.9),
-            p9999: at(99.99),
-            p99999: at(99.999),
-            max: s.max_ns,
-        },
+        rtt_ns: rtt_ns(&s),
         lost,
         lost_outbound,
         lost_return,
@@ -421,12 +443,7 @@ pub(crate) fn throughput(
     ThroughputResult {
         meta,
         protocol: protocol(opt.protocol),
-        direction: match opt.direction {
-            Direction::Forward => "forward",
-            Direction::Reverse => "reverse",
-            Direction::Bidir => "bidir",
-        }
-        .into(),
+        direction: direction_name(opt.direction),
         parallel: opt.parallel,
         msg_size_bytes: opt.msg_size,
         target_bits_per_second: (udp && opt.bitrate > 0).then_some(opt.bitrate),
