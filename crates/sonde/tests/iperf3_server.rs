@@ -897,7 +897,9 @@ impl Drop for ShapedLink {
 
 /// Issue acceptance: "the numbers the iperf3 client prints are right (they agree with sonde's
 /// own measurement of the same path)". The iperf3 client's receiver rate, which is what the
-/// agent counted, and `sonde throughput` over the same 100 Mbit/s link agree within 1%. A
+/// agent counted, and `sonde throughput` over the same 100 Mbit/s link agree within 0.5%. (Bytes
+/// still in flight at TEST_END once counted over the test's time, not the time they took to
+/// arrive, read 1.1% over the link; agreement is now within 0.1%.) A
 /// sender starved of CPU (other work on the host) leaves the link idle and reads low, whichever
 /// tool it is, so a miss is measured again, up to three pairs, before it fails.
 #[test]
@@ -941,13 +943,13 @@ fn lab_iperf3_client_agrees_with_sonde_throughput() {
             diff * 100.0
         );
         last = (via_iperf3, via_sonde);
-        if diff.abs() <= 0.01 {
+        if diff.abs() <= 0.005 {
             return;
         }
     }
     panic!(
         "the iperf3 client's receiver read {:.3} Mbit/s, sonde's own measurement {:.3} Mbit/s: \
-         more than 1% apart\nagent stderr:\n{}",
+         more than 0.5% apart\nagent stderr:\n{}",
         last.0 / 1e6,
         last.1 / 1e6,
         agent.stderr()

@@ -8,7 +8,10 @@
 //!   sequence tracker and jitter start there, as iperf3 resets them).
 //! * A UDP receiver's `packets` is the highest sequence number seen and `errors` the ones that
 //!   never arrived below it; both are cumulative, with the omit-period values in `omitted_*`.
-//! * `end_time` runs from the end of omit to the client's TEST_END.
+//! * `end_time` runs from the end of omit to the client's TEST_END, or for a receiving stream
+//!   to the last byte it read, when the drain after TEST_END (see `drain_receivers`) counted
+//!   bytes that were still in flight: those bytes took that long to arrive, and dividing them
+//!   by the shorter time would report more than the path carried.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
@@ -259,7 +262,7 @@ pub(super) fn run(
         return Err(with_failures(why, &failures));
     }
     let mut results = r.results(&outcomes, snaps.as_deref(), end_ns, cpu);
-    let summary = r.summary(&results, end_ns, snaps.is_some());
+    let summary = r.summary(&results);
     if p.get_server_output {
         let finals: Vec<u64> = r.counters.iter().map(|c| c.load().0).collect();
         let info: Vec<text::StreamInfo> = streams
@@ -533,6 +536,8 @@ impl Run<'_> {
         };
         let start_ns = if snaps.is_some() { self.omit_ns } else { 0 };
         let end_time = end_ns.saturating_sub(start_ns) as f64 / 1e9;
+        let received_end_time =
+            received_end_ns(outcomes, end_ns).saturating_sub(start_ns) as f64 / 1e9;
         let streams = outcomes
             .iter()
             .enumerate()
@@ -556,8 +561,12 @@ impl Run<'_> {
                             s.omitted_packets = to_i64(snap.packets);
                         }
                     }
-                    Outcome::TcpReceived(o) => s.bytes = o.bytes.saturating_sub(snap.bytes),
+                    Outcome::TcpReceived(o) => {
+                        s.bytes = o.bytes.saturating_sub(snap.bytes);
+                        s.end_time = received_end_time;
+                    }
                     Outcome::UdpReceived { first, second } => {
+                        s.end_time = received_end_time;
                         // Omit never ended: the first loop is all there is, and all counts.
                         let (omitted, counted) = if snaps.is_some() {
                             (first.as_deref(), second.as_deref())
@@ -583,19 +592,21 @@ impl Run<'_> {
         }
     }
 
-    /// One line for the agent's log: what the agent received and sent.
-    fn summary(&self, results: &Results, end_ns: u64, omit_ended: bool) -> String {
+    /// One line for the agent's log: what the agent received and sent, each over its own
+    /// stream time (the `end_time` the client is told).
+    fn summary(&self, results: &Results) -> String {
         let (mut received, mut sent) = (0u64, 0u64);
+        let (mut received_secs, mut sent_secs) = (0f64, 0f64);
         for (i, s) in results.streams.iter().enumerate() {
             if self.p.client_sends(i) {
                 received += s.bytes;
+                received_secs = received_secs.max(s.end_time);
             } else {
                 sent += s.bytes;
+                sent_secs = sent_secs.max(s.end_time);
             }
         }
-        let start = if omit_ended { self.omit_ns } else { 0 };
-        let secs = end_ns.saturating_sub(start) as f64 / 1e9;
-        let rate = |b: u64| {
+        let rate = |b: u64, secs: f64| {
             if secs > 0.0 {
                 b as f64 * 8.0 / secs / 1e6
             } else {
@@ -603,9 +614,10 @@ impl Run<'_> {
             }
         };
         format!(
-            "finished: received {received} B ({:.1} Mbit/s), sent {sent} B ({:.1} Mbit/s) in {secs:.2} s",
-            rate(received),
-            rate(sent)
+            "finished: received {received} B ({:.1} Mbit/s), sent {sent} B ({:.1} Mbit/s) in {:.2} s",
+            rate(received, received_secs),
+            rate(sent, sent_secs),
+            received_secs.max(sent_secs)
         )
     }
 }
@@ -630,6 +642,23 @@ fn udp_received(
         s.bytes = o.bytes;
         s.jitter = o.jitter.jitter_ns() as f64 / 1e9;
     }
+}
+
+/// When the receiving streams read their last byte, or `end_ns` (the client's TEST_END) if that
+/// is later: the end of the time over which their bytes were counted.
+fn received_end_ns(outcomes: &[Outcome], end_ns: u64) -> u64 {
+    outcomes
+        .iter()
+        .filter_map(|o| match o {
+            Outcome::TcpReceived(t) if t.bytes > 0 => Some(t.last_ns),
+            Outcome::UdpReceived { first, second } => second
+                .as_deref()
+                .or(first.as_deref())
+                .filter(|u| u.packets > 0)
+                .map(|u| u.last_ns),
+            _ => None,
+        })
+        .fold(end_ns, u64::max)
 }
 
 fn to_i64(v: u64) -> i64 {
