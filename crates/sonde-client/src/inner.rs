@@ -272,7 +272,7 @@ pub(crate) fn one_way(
         probe_exchanges: ow.probes_offered,
         exchanges_used: fit.exchanges_used() as u64,
     };
-    let Some(summary) = ow.recorder.finish(fit, 0) else {
+    let Some(summary) = ow.recorder.finish(fit, ow.extra_uncertainty_ns) else {
         warnings.push("--one-way: no probe after the warm-up carried the agent's timestamps: the one-way figures are null".into());
         return Some(OneWay {
             samples,
@@ -430,6 +430,44 @@ mod tests {
             .iter()
             .any(|w| w.contains("without the agent's timestamps")));
         assert!(warnings.iter().any(|w| w.contains("offset is unknown")));
+    }
+
+    /// Every one-way figure is converted with the offset, so its stated bound is never
+    /// narrower than the offset's, mapping error (host clock to test clock) included.
+    #[test]
+    fn the_figures_bound_includes_the_offsets_mapping_error() {
+        use sonde_engine::offset::{Exchange, OffsetEstimator};
+        use sonde_engine::oneway::{LinearOffset, OneWayRecorder};
+        let ex = |t: u64| Exchange {
+            client_send_ns: t,
+            agent_receive_ns: t + 40_000,
+            agent_send_ns: t + 45_000,
+            client_receive_ns: t + 85_000,
+        };
+        let mut est = OffsetEstimator::new(std::time::Duration::from_secs(1));
+        let mut recorder = OneWayRecorder::new(0);
+        for tick in 0..20u64 {
+            let t = tick * 100_000_000;
+            est.add(ex(t));
+            recorder.set_model(LinearOffset::from_fit(&est.fit().unwrap(), t));
+            recorder.record(t + 1_000_000, &ex(t + 1_000_000));
+        }
+        let mut o = outcome();
+        o.one_way = Some(sonde_net::latency::OneWayOutcome {
+            recorder,
+            unstamped: 0,
+            probes_offered: 20,
+            fit: est.fit(),
+            control_exchanges: 20,
+            extra_uncertainty_ns: 1_000_000,
+            host_minus_test_ns: 0,
+        });
+        let mut warnings = Vec::new();
+        let ow = one_way(&o, 2_000_000_000, &mut warnings).unwrap();
+        let clock = ow.clock.expect("a clock estimate");
+        assert!(clock.offset_uncertainty_ns >= 1_000_000, "{clock:?}");
+        let u = ow.uncertainty_ns.expect("figures");
+        assert!(u >= clock.offset_uncertainty_ns, "{u} < {clock:?}");
     }
 
     #[test]
