@@ -23,6 +23,13 @@
 //! exchanges (each bounded: the agent's hello timeout to show a token, 5 s per read or write,
 //! 10 s in all) only send the next connections down the ordinary path, never stall them.
 //!
+//! CPU: the threads that serve exchanges are shared by every crr session, so each exchange's
+//! CPU is counted to its own session: the serving thread takes a `RUSAGE_THREAD` snapshot when
+//! it takes the connection, and once the token names the session, counts from that snapshot to
+//! the close into the session's meter (two `getrusage` calls per connection). The session's
+//! control thread counts too. Not counted: the accept loop's `accept` calls, which happen before
+//! any connection is known to be a crr one, and exchanges rejected before they named a session.
+//!
 //! A connection's token is looked up under the registry's lock, once per connection: a
 //! transaction already costs a dozen system calls (accept, options, reads, write, close), and
 //! the lock is held for one hash lookup.
@@ -37,10 +44,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use sonde_net::control::{read_frame, write_frame};
+use sonde_net::cpu::{CpuScope, CpuSnapshot, ThreadsMeter};
 use sonde_net::crr::{agent_answer, agent_prepare, agent_read_join, peek_preamble, read_full};
 use sonde_net::Clock;
 use sonde_wire::{
-    AgentReport, Channel, ControlMsg, CrrReport, Preamble, SessionId, Token, PREAMBLE_LEN,
+    AgentReport, Channel, ControlMsg, CpuReport, CrrReport, Preamble, SessionId, Token,
+    PREAMBLE_LEN,
 };
 
 use crate::{canonical, lock, PendingGuard, Shared, Slot};
@@ -79,6 +88,10 @@ pub(crate) struct Session {
     first_ns: AtomicU64,
     /// When the last exchange completed.
     last_ns: AtomicU64,
+    /// Request and response bytes of the completed exchanges.
+    bytes: AtomicU64,
+    /// CPU of this session's exchanges and its control thread.
+    cpu: ThreadsMeter,
 }
 
 impl Session {
@@ -95,6 +108,24 @@ impl Session {
             },
             failed: self.failed.load(Ordering::Acquire),
         }
+    }
+
+    /// What the session's exchanges and control thread cost, once they have ended.
+    fn cpu_report(&self) -> Option<CpuReport> {
+        let cost = self.cpu.cost()?;
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        Some(CpuReport {
+            wall_ns: ns(cost.wall),
+            user_ns: ns(cost.usage.user),
+            system_ns: ns(cost.usage.system),
+            voluntary_switches: cost.usage.voluntary_switches,
+            involuntary_switches: cost.usage.involuntary_switches,
+            // A dozen calls per exchange (accept, options, reads, write, close), not counted
+            // one by one, as on the client.
+            syscalls: None,
+            messages: Some(self.transactions.load(Ordering::Acquire)),
+            bytes: Some(self.bytes.load(Ordering::Acquire)),
+        })
     }
 }
 
@@ -147,6 +178,8 @@ pub(crate) fn run_session(
         active: AtomicU32::new(0),
         first_ns: AtomicU64::new(u64::MAX),
         last_ns: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+        cpu: ThreadsMeter::start(),
     });
     {
         let mut sessions = lock(&shared.crr.sessions);
@@ -161,7 +194,10 @@ pub(crate) fn run_session(
         "ended: the client left before the test began".to_owned()
     } else {
         let planned = Duration::from_millis(spec.duration_ms);
-        match wait_for_finish(&mut ctrl, shared, Instant::now() + planned + OVERRUN) {
+        let counted = state.cpu.track();
+        let waited = wait_for_finish(&mut ctrl, shared, Instant::now() + planned + OVERRUN);
+        drop(counted);
+        match waited {
             Ok(()) => finish(&mut ctrl, &state, slot),
             Err(why) => {
                 let _ = write_frame(
@@ -238,6 +274,7 @@ fn finish(ctrl: &mut TcpStream, state: &Session, slot: &Slot) -> String {
     let report = AgentReport {
         overlapping_sessions: slot.overlap.load(Ordering::Relaxed),
         crr: Some(crr),
+        cpu: state.cpu_report(),
         ..AgentReport::default()
     };
     if write_frame(ctrl, &ControlMsg::Report(report)).is_err() {
@@ -267,8 +304,9 @@ pub(crate) fn serve_spawned(
     shared: &Shared,
     pending: &mut Option<PendingGuard<'_>>,
 ) {
+    let cpu_start = CpuSnapshot::take(CpuScope::Thread).ok();
     let served = if preamble.check_version().is_ok() {
-        serve(stream, shared, true, || {
+        serve(stream, shared, true, cpu_start, || {
             pending.take();
         })
     } else {
@@ -279,11 +317,13 @@ pub(crate) fn serve_spawned(
     }
 }
 
-/// One exchange: join, identification, request, response, the client's close.
+/// One exchange: join, identification, request, response, the client's close. Its CPU, from
+/// `cpu_start` (this thread, when it took the connection) to the close, counts to its session.
 fn serve(
     mut stream: TcpStream,
     shared: &Shared,
     preamble_read: bool,
+    cpu_start: Option<CpuSnapshot>,
     identified: impl FnOnce(),
 ) -> Served {
     // A stranger has the agent's hello timeout to say who it is, as on every other channel.
@@ -315,6 +355,7 @@ fn serve(
         return Served::Rejected;
     }
     identified();
+    let counted = session.cpu.track_from(cpu_start);
     session.active.fetch_add(1, Ordering::AcqRel);
     session
         .first_ns
@@ -326,7 +367,13 @@ fn serve(
         join.rst,
         deadline,
     );
+    // The close is part of the exchange's cost.
+    drop(stream);
     let served = if answered.is_ok() {
+        session.bytes.fetch_add(
+            u64::from(session.request_bytes) + u64::from(join.response_size),
+            Ordering::AcqRel,
+        );
         session
             .last_ns
             .fetch_max(session.clock.now_ns(), Ordering::AcqRel);
@@ -336,6 +383,8 @@ fn serve(
         session.failed.fetch_add(1, Ordering::AcqRel);
         Served::Failed
     };
+    // Counted before the exchange stops being active: the session's report waits for that.
+    drop(counted);
     session.active.fetch_sub(1, Ordering::AcqRel);
     served
 }
@@ -428,10 +477,11 @@ fn pool_thread(rx: &Mutex<mpsc::Receiver<TcpStream>>, idle: &AtomicUsize, shared
 
 /// A connection a pool thread took: a crr exchange is served here, anything else goes on.
 fn take_offered(stream: TcpStream, shared: &Arc<Shared>) {
+    let cpu_start = CpuSnapshot::take(CpuScope::Thread).ok();
     match peek_preamble(&stream, PEEK_BUDGET) {
         Some(p) if p.channel == Channel::Crr => {
             let served = if p.check_version().is_ok() {
-                serve(stream, shared, false, || {})
+                serve(stream, shared, false, cpu_start, || {})
             } else {
                 Served::Rejected
             };
@@ -551,10 +601,14 @@ mod tests {
     }
 
     fn finish(ctrl: &mut TcpStream) -> CrrReport {
+        finish_whole(ctrl).crr.expect("a crr report")
+    }
+
+    fn finish_whole(ctrl: &mut TcpStream) -> AgentReport {
         write_frame(ctrl, &ControlMsg::Finish).unwrap();
         let mut body = Vec::new();
         match read_frame(ctrl, &mut body, Instant::now() + PATIENCE + DRAIN) {
-            Ok(ControlMsg::Report(r)) => r.crr.expect("a crr report"),
+            Ok(ControlMsg::Report(r)) => r,
             other => panic!("no report: {other:?}"),
         }
     }
@@ -612,10 +666,17 @@ mod tests {
         });
         // The session still serves, and counts only its own completed exchanges.
         assert_eq!(exchange(&h, Ipv4Addr::LOCALHOST, good, 100), Some(3_000));
-        let report = finish(&mut ctrl);
+        let whole = finish_whole(&mut ctrl);
+        let report = whole.crr.expect("a crr report");
         assert_eq!(report.transactions, 6);
         assert_eq!(report.failed, 0);
         assert!(report.active_ns > 0);
+        // The session's CPU: its own six exchanges, not the rejected strangers'.
+        let cpu = whole.cpu.expect("the session's CPU");
+        assert_eq!(cpu.messages, Some(6));
+        assert_eq!(cpu.bytes, Some(6 * (100 + 3_000)));
+        assert!(cpu.user_ns + cpu.system_ns > 0, "{cpu:?}");
+        assert!(cpu.wall_ns > 0);
         // Once the session is over, its token opens nothing.
         wait_for("the session's end", || h.sessions() == 0);
         assert_eq!(exchange(&h, Ipv4Addr::LOCALHOST, good, 100), None);

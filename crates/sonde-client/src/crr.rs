@@ -381,9 +381,12 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
             .cpu
             .as_ref()
             .map(|c| CpuCost::from_report(CpuScope::TestThreads, c)),
-        // The agent serves crr exchanges on threads shared by all its crr sessions: their CPU
-        // cannot be told apart per session.
-        server: None,
+        // The agent counts each exchange's CPU to its session (not its accept calls).
+        server: run
+            .report
+            .cpu
+            .as_ref()
+            .map(|c| CpuCost::from_report(CpuScope::TestThreads, c)),
     };
     let agent_ns = agent.filter(|a| a.transactions > 0).map(|a| a.active_ns);
     CrrResult {

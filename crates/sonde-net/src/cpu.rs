@@ -231,6 +231,22 @@ impl ThreadsMeter {
         }
     }
 
+    /// Counts the calling thread's CPU from `start`, a snapshot of this thread taken earlier
+    /// (before it knew which meter the work belongs to: an agent thread serving connections of
+    /// several sessions learns the session from the connection's first bytes), until the
+    /// returned guard drops, on this thread. `None` (no snapshot could be taken) leaves the
+    /// meter without figures, as [`ThreadsMeter::track`] does when it cannot measure.
+    pub fn track_from(&self, start: Option<CpuSnapshot>) -> TrackedThread<'_> {
+        if start.is_none() {
+            self.unmeasured.store(true, Ordering::Relaxed);
+        }
+        TrackedThread {
+            meter: self,
+            start,
+            _not_send: std::marker::PhantomData,
+        }
+    }
+
     /// What the tracked threads used so far (those still running count from their guard's
     /// drop, so call this after they ended), over the wall time since the start. `None` when
     /// a thread could not be measured (no `RUSAGE_THREAD`: not Linux).
@@ -348,6 +364,23 @@ mod tests {
         assert!(cost.wall > Duration::ZERO);
         assert!(cost.percent_of_one_core().unwrap() > 0.0);
         assert!(cost.user_percent_of_one_core().unwrap() > 0.0);
+    }
+
+    /// Work done before the meter was known is counted from the snapshot, and only once.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_thread_counted_from_an_earlier_snapshot_includes_the_work_before() {
+        let start = CpuSnapshot::take(CpuScope::Thread).unwrap();
+        assert!(burn_until_user_time_grows(CpuScope::Thread, start.user));
+        let burnt = CpuSnapshot::take(CpuScope::Thread).unwrap().since(&start);
+        let meter = ThreadsMeter::start();
+        drop(meter.track_from(Some(start)));
+        let counted = meter.cost().unwrap().usage;
+        assert!(counted.total() >= burnt.total(), "{counted:?} < {burnt:?}");
+        // A snapshot that could not be taken: no figures rather than a short sum.
+        let meter = ThreadsMeter::start();
+        drop(meter.track_from(None));
+        assert!(meter.cost().is_none());
     }
 
     #[test]

@@ -144,6 +144,20 @@ fn crr_json_agent_and_client_count_the_same_transactions() {
     assert!(u(&doc, "/transactions") >= 20, "{doc:#}");
     // The agent's configuration came with its welcome.
     assert!(doc["hosts"]["server"].is_object(), "{doc:#}");
+    // Both ends' CPU, each over the transactions it completed.
+    for side in ["client", "server"] {
+        let cpu = &doc["cpu"][side];
+        assert!(cpu.is_object(), "{side}: {doc:#}");
+        assert!(u(cpu, "/user_ns") + u(cpu, "/system_ns") > 0, "{side}: {cpu:#}");
+    }
+    assert_eq!(
+        u(&doc, "/cpu/server/messages"),
+        u(&doc, "/agent_transactions")
+    );
+    assert_eq!(
+        u(&doc, "/cpu/server/bytes"),
+        u(&doc, "/agent_transactions") * (100 + 20 * 1024)
+    );
 }
 
 #[test]
