@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::{conf, crr, latency, load, pps, quick, server, throughput};
+use crate::{completions, conf, crr, latency, load, man, pps, quick, server, throughput};
 
 /// Exit codes, shown in every `--help` and the README. A macro so it can be `concat!`ed into
 /// each subcommand's long help.
@@ -75,6 +75,9 @@ enum Command {
     Quick(quick::Opt),
     #[command(after_help = EXIT_CODES)]
     Conf(conf::Opt),
+    // No EXIT_CODES here: these two state their own (they start no test).
+    Completions(completions::Opt),
+    Man(man::Opt),
 }
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
@@ -87,6 +90,8 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Load(o) => load::run(&o),
         Command::Quick(o) => quick::run(&o),
         Command::Conf(o) => conf::run(&o),
+        Command::Completions(o) => completions::run(&o),
+        Command::Man(o) => man::run(&o),
     }
 }
 

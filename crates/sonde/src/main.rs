@@ -2,10 +2,12 @@
 //! The binary parses, runs, and maps errors to exit codes; the work is in the library crates.
 
 mod cli;
+mod completions;
 mod conf;
 mod crr;
 mod latency;
 mod load;
+mod man;
 mod output;
 mod pps;
 mod quick;
