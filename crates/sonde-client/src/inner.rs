@@ -6,6 +6,10 @@
 //! loop with the views asked for: it creates the log and its writer thread, runs the clock
 //! synchronisation beside the loop for one-way delay ([`crate::clock`]), and puts the log's
 //! summary into the outcome. Without any of them it runs the plain loop, exactly as before.
+//!
+//! The log and the kernel timestamps are the client's own measurements and need nothing from
+//! the peer: [`with_view`] sets them up around any loop, so the client of a `sockperf server`
+//! ([`crate::sockperf`]) gets them in sockperf framing. Only one-way delay needs the agent.
 
 use std::net::TcpStream;
 use std::path::Path;
@@ -67,31 +71,50 @@ pub(crate) fn ping(
     clock: &Clock,
     stop: &AtomicBool,
 ) -> Result<LatencyOutcome, ClientError> {
+    with_view(opt, |view| {
+        let run = |view: InnerView| match channel {
+            ClientChannel::Tcp(s) => {
+                latency::tcp_ping_with(s, cfg, Framing::Sonde, view, clock, stop)
+            }
+            ClientChannel::Udp(s) => {
+                latency::udp_ping_with(s, cfg, Framing::Sonde, view, clock, stop)
+            }
+        };
+        if opt.one_way {
+            crate::clock::with_sync(ctrl, body, clock, stop, |link| {
+                run(InnerView {
+                    one_way: Some(link),
+                    ..view
+                })
+            })
+        } else {
+            run(view).map_err(|e| ClientError::Data(e, 0))
+        }
+    })
+}
+
+/// Runs `run` (a ping loop) with the part of the inner view that needs nothing from the peer:
+/// the full log `opt.full_log` asks for (created here, with its writer thread) and
+/// `opt.timestamps`. `view.one_way` is `None`; a caller that synchronises clocks sets it. The
+/// log's summary goes into the outcome once the loop has returned.
+///
+/// # Errors
+/// [`ClientError::Usage`] when the log cannot be created; `run`'s errors.
+pub(crate) fn with_view(
+    opt: &LatencyOptions,
+    run: impl FnOnce(InnerView) -> Result<LatencyOutcome, ClientError>,
+) -> Result<LatencyOutcome, ClientError> {
     let log = match &opt.full_log {
         Some(path) => Some(SampleLog::create(path, LOG_QUEUE).map_err(|e| {
             ClientError::Usage(format!("--full-log: cannot create {}: {e}", path.display()))
         })?),
         None => None,
     };
-    let view = InnerView {
+    let outcome = run(InnerView {
         log: log.as_ref().map(SampleLog::sender),
         timestamps: opt.timestamps,
         one_way: None,
-    };
-    let run = |view: InnerView| match channel {
-        ClientChannel::Tcp(s) => latency::tcp_ping_with(s, cfg, Framing::Sonde, view, clock, stop),
-        ClientChannel::Udp(s) => latency::udp_ping_with(s, cfg, Framing::Sonde, view, clock, stop),
-    };
-    let outcome = if opt.one_way {
-        crate::clock::with_sync(ctrl, body, clock, stop, |link| {
-            run(InnerView {
-                one_way: Some(link),
-                ..view
-            })
-        })
-    } else {
-        run(view).map_err(|e| ClientError::Data(e, 0))
-    };
+    });
     // The loop has dropped its sender: the writer drains what is queued and stops.
     let summary = log.map(|log| {
         let path = opt.full_log.as_deref().unwrap_or(Path::new(""));

@@ -8,6 +8,11 @@
 //! left out, RTT into the same histogram, and the same [`LatencyResult`] with
 //! `peer: "sockperf"` and session 0.
 //!
+//! The inner view's client-side part works here as against an agent, through the same code
+//! (`inner::with_view` around [`sonde_net::latency::udp_ping_with`] and `tcp_ping_with`):
+//! `--full-log` (every message as the client saw it) and `--timestamps` (the kernel's stamps on
+//! the client's own socket). `--one-way` does not: a sockperf server does not stamp its replies.
+//!
 //! What a sockperf server cannot tell us is stated in the result's warnings: it reports no
 //! counts, so UDP loss is not split into requests and replies lost (`lost_outbound` and
 //! `lost_return` are null), and other clients it served meanwhile are not known.
@@ -63,10 +68,12 @@ pub fn parse_target(spec: &str) -> Option<Result<Target, ClientError>> {
 }
 
 /// Runs sonde's latency test against the `sockperf server` at `target`: TCP or UDP per
-/// `opt.protocol` (the server must run with `--tcp` for TCP), `opt.msg_size` of 14 bytes or more.
+/// `opt.protocol` (the server must run with `--tcp` for TCP), `opt.msg_size` of 14 bytes or more,
+/// with the full log and kernel timestamps when `opt` asks for them.
 ///
 /// # Errors
-/// [`ClientError::Usage`] for a message size sockperf cannot carry; [`ClientError::NoReply`]
+/// [`ClientError::Usage`] for a message size sockperf cannot carry, `opt.one_way` (it needs a
+/// sonde agent) or a full log that cannot be created; [`ClientError::NoReply`]
 /// (exit code 3) when the server never answered or cannot be connected to;
 /// [`ClientError::Data`] for a failure in the middle of the run.
 pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, ClientError> {
@@ -90,6 +97,15 @@ pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, C
     if opt.count == Some(0) {
         return Err(ClientError::Usage("-n must be at least 1".into()));
     }
+    if opt.one_way {
+        return Err(ClientError::Usage(
+            "--one-way needs a sonde agent's timestamps: a sockperf server does not stamp its \
+             replies"
+                .into(),
+        ));
+    }
+    // A log file that cannot be created is a usage error before anything is sent.
+    crate::inner::check(opt)?;
     let mut opt = opt.clone();
     // Open loop with a count: the schedule puts exactly `count` messages after the warm-up.
     if let (Some(n), Some(rate)) = (opt.count, opt.rate) {
@@ -113,30 +129,44 @@ pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, C
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let stop = AtomicBool::new(false);
-    let (outcome, elapsed_ns) = match opt.protocol {
+    // The loop's length, taken before the full log's writer drains.
+    let mut elapsed_ns = 0;
+    let outcome = match opt.protocol {
         Protocol::Tcp => {
             let stream = sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, true)
                 .map_err(|e| no_reply(target, opt.protocol, &format!("(cannot connect: {e})")))?;
-            let clock = Clock::start();
-            let out = sonde_net::latency::tcp_ping_framed(
-                &stream,
-                &cfg,
-                Framing::Sockperf,
-                &clock,
-                &stop,
-            );
-            (out, clock.now_ns())
+            crate::inner::with_view(&opt, |view| {
+                let clock = Clock::start();
+                let out = sonde_net::latency::tcp_ping_with(
+                    &stream,
+                    &cfg,
+                    Framing::Sockperf,
+                    view,
+                    &clock,
+                    &stop,
+                );
+                elapsed_ns = clock.now_ns();
+                out.map_err(|e| run_error(target, opt.protocol, e))
+            })
         }
         Protocol::Udp => {
             let sock =
                 sonde_net::socket::udp_connect(target.addr).map_err(|e| ClientError::Data(e, 0))?;
-            let clock = Clock::start();
-            let out =
-                sonde_net::latency::udp_ping_framed(&sock, &cfg, Framing::Sockperf, &clock, &stop);
-            (out, clock.now_ns())
+            crate::inner::with_view(&opt, |view| {
+                let clock = Clock::start();
+                let out = sonde_net::latency::udp_ping_with(
+                    &sock,
+                    &cfg,
+                    Framing::Sockperf,
+                    view,
+                    &clock,
+                    &stop,
+                );
+                elapsed_ns = clock.now_ns();
+                out.map_err(|e| run_error(target, opt.protocol, e))
+            })
         }
-    };
-    let outcome = outcome.map_err(|e| run_error(target, opt.protocol, e))?;
+    }?;
     if outcome.sent > 0 && replies(&outcome) == 0 {
         return Err(no_reply(
             target,
@@ -281,6 +311,28 @@ mod tests {
             assert_eq!(err.exit_code(), 2, "{err}");
             assert!(err.to_string().contains("-m must be 14 to"), "{err}");
         }
+    }
+
+    #[test]
+    fn one_way_and_an_uncreatable_log_are_usage_errors_before_anything_is_sent() {
+        // Nothing listens on port 9: a usage error must come before any attempt to reach it.
+        let target = parse_target("sockperf://127.0.0.1:9").unwrap().unwrap();
+        let one_way = LatencyOptions {
+            protocol: Protocol::Udp,
+            one_way: true,
+            ..LatencyOptions::default()
+        };
+        let err = latency(&target, &one_way).unwrap_err();
+        assert_eq!(err.exit_code(), 2, "{err}");
+        assert!(err.to_string().contains("--one-way"), "{err}");
+        let log = LatencyOptions {
+            protocol: Protocol::Tcp,
+            full_log: Some("/nonexistent-dir-of-sonde/rtt.csv".into()),
+            ..LatencyOptions::default()
+        };
+        let err = latency(&target, &log).unwrap_err();
+        assert_eq!(err.exit_code(), 2, "{err}");
+        assert!(err.to_string().contains("cannot create"), "{err}");
     }
 
     #[test]

@@ -36,7 +36,9 @@ size); a sockperf server takes up to 65507 bytes unless started with a larger -m
 the full round trip: sockperf's \"latency\" is half of it (`sockperf ping-pong --full-rtt` reports \
 the same quantity as sonde), and sonde does not wait 2 s before sending. A sockperf server \
 reports no counts, so the result has session 0, and UDP loss is not split into outbound and \
-return. A server that never answers is exit code 3.
+return. A server that never answers is exit code 3. --full-log, --histogram and --timestamps \
+work there as against an agent (they measure at this end); --one-way needs a sonde agent (exit \
+code 2).
 
 Inside a latency test (each adds to the table, the JSON and the CSV; none changes the RTTs):
 
@@ -121,7 +123,7 @@ pub(crate) struct Opt {
     #[arg(long)]
     timestamps: bool,
     /// One-way delay each way, from the agent's timestamps and an estimate of its clock's
-    /// offset (needs -m 24 or more)
+    /// offset (needs -m 24 or more; not with sockperf://)
     #[arg(long = "one-way")]
     one_way: bool,
     #[command(flatten)]
@@ -155,23 +157,17 @@ impl Opt {
         }
     }
 
-    /// The inner-view options a sockperf server cannot serve (sonde's sockperf path runs the
-    /// plain loop): a usage error rather than a silently missing figure.
+    /// The inner-view option a sockperf server cannot serve: a usage error rather than a
+    /// silently missing figure. The full log, the histogram and kernel timestamps are the
+    /// client's own measurements and work there; one-way delay needs the agent's stamps.
     fn check_sockperf(&self) -> anyhow::Result<()> {
-        let unsupported = [
-            (self.full_log.is_some(), "--full-log"),
-            (self.timestamps, "--timestamps"),
-            (self.one_way, "--one-way"),
-        ];
-        if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {
-            let why = if self.one_way {
-                "one-way delay needs a sonde agent's timestamps"
-            } else {
-                "against sockperf:// sonde runs its plain loop"
-            };
-            return Err(crate::units::BadValue(format!(
-                "{flag} is for tests against a sonde agent ({why}); --histogram works with sockperf://"
-            ))
+        if self.one_way {
+            return Err(crate::units::BadValue(
+                "--one-way is for tests against a sonde agent (one-way delay needs a sonde \
+                 agent's timestamps); --full-log, --histogram and --timestamps work with \
+                 sockperf://"
+                    .into(),
+            )
             .into());
         }
         Ok(())

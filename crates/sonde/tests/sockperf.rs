@@ -8,6 +8,9 @@
 //!    server counted exactly the messages sonde says it sent.
 //! 4. Bad input to the agent's sockperf listener (in-process agent, its counters read directly).
 //! 5. `sonde latency sockperf://...` where nothing answers: one line, exit code 3.
+//! 6. The inner view against a real `sockperf server`: `--full-log` (a line per message sent,
+//!    agreeing with the result), `--timestamps` (the sockets never see more than the
+//!    application), and `--one-way` still refused (exit code 2).
 //!
 //! Tests that need sockperf skip through `require_or_skip` when it is missing. Only 127.0.0.1;
 //! every sockperf run is `-t 1` (plus its 2 s start-up sleep).
@@ -874,4 +877,288 @@ fn a_message_over_the_sockperf_servers_maximum_is_exit_3_and_says_so() {
     let target = format!("sockperf://127.0.0.1:{}", server.port);
     let line = assert_no_reply(&["latency", &target, "--tcp", "-m", "100000", "-t", "1"]);
     assert!(line.contains("it closed the connection"), "{line}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. The inner view against a real sockperf server
+// ---------------------------------------------------------------------------------------------
+
+/// A file in the temp directory, removed when dropped however the test ends.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str) -> Self {
+        Self(std::env::temp_dir().join(format!("sonde-sockperf-{name}-{}.csv", std::process::id())))
+    }
+    fn path(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 temp path")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// One line of a full log.
+#[derive(Debug)]
+struct LogLine {
+    seq: u64,
+    send_ns: u64,
+    receive_ns: Option<u64>,
+    rtt_ns: Option<u64>,
+    socket_rtt_ns: Option<u64>,
+    send_to_socket_rx_ns: Option<u64>,
+    warmup: bool,
+    outcome: String,
+}
+
+impl LogLine {
+    /// A reply that counts in the statistics: received (or late) after the warm-up.
+    fn measured(&self) -> bool {
+        !self.warmup && self.outcome != "lost"
+    }
+}
+
+fn read_log(file: &TempFile) -> Vec<LogLine> {
+    let text = std::fs::read_to_string(&file.0).expect("the full log");
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("seq,send_ns,receive_ns,rtt_ns,socket_rtt_ns,send_to_socket_rx_ns,warmup,outcome")
+    );
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            assert_eq!(f.len(), 8, "{l}");
+            let n = |s: &str| (!s.is_empty()).then(|| s.parse::<u64>().expect(l));
+            LogLine {
+                seq: f[0].parse().expect(l),
+                send_ns: f[1].parse().expect(l),
+                receive_ns: n(f[2]),
+                rtt_ns: n(f[3]),
+                socket_rtt_ns: n(f[4]),
+                send_to_socket_rx_ns: n(f[5]),
+                warmup: f[6].parse().expect(l),
+                outcome: f[7].to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// How far the result's HDR histogram (3 significant digits) may put a value from the sample:
+/// a bucket is at most 1/1024 of its values wide.
+fn hdr_slack(v: u64) -> u64 {
+    v / 1000 + 1
+}
+
+fn full_log_against_sockperf_server(test: &str, tcp: bool) {
+    if !have_sockperf(test) {
+        return;
+    }
+    let server = SockperfServer::start(tcp);
+    let target = format!("sockperf://127.0.0.1:{}", server.port);
+    let file = TempFile::new(if tcp { "log-tcp" } else { "log-udp" });
+    let proto = if tcp { "--tcp" } else { "-u" };
+    let doc = sonde_json(&[
+        "latency",
+        &target,
+        proto,
+        "-t",
+        "1",
+        "--warmup",
+        "0.2",
+        "--full-log",
+        file.path(),
+        "--json",
+    ]);
+    let handled = server.stop();
+    assert_eq!(doc["peer"], "sockperf", "{doc:#}");
+    let sent = u(&doc, "/sent");
+    let samples = u(&doc, "/samples");
+    assert!(samples > 0, "{doc:#}");
+    // The result states the log, complete.
+    assert_eq!(doc["full_log"]["path"], file.path(), "{doc:#}");
+    assert_eq!(u(&doc, "/full_log/written"), sent, "{doc:#}");
+    assert_eq!(u(&doc, "/full_log/dropped"), 0, "{doc:#}");
+    assert!(doc["full_log"]["error"].is_null(), "{doc:#}");
+    assert!(doc.get("socket_rtt").is_none(), "no --timestamps: {doc:#}");
+    // One line per message sent, and the server received every one of them.
+    let lines = read_log(&file);
+    let mut seqs: Vec<u64> = lines.iter().map(|l| l.seq).collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (0..sent).collect::<Vec<_>>());
+    assert_eq!(handled, sent, "the server handled {handled}\n{doc:#}");
+    // The lines agree with the result's counts.
+    let count = |f: &dyn Fn(&LogLine) -> bool| lines.iter().filter(|l| f(l)).count() as u64;
+    assert_eq!(count(&LogLine::measured), samples, "{doc:#}");
+    assert_eq!(
+        count(&|l| l.warmup && l.outcome != "lost"),
+        u(&doc, "/warmup_samples"),
+        "{doc:#}"
+    );
+    assert_eq!(count(&|l| l.outcome == "lost"), u(&doc, "/lost"), "{doc:#}");
+    if tcp {
+        assert_eq!(count(&|l| l.outcome != "received"), 0, "TCP loses nothing");
+    }
+    let mut rtts = Vec::new();
+    for l in &lines {
+        if l.outcome == "lost" {
+            assert!(l.receive_ns.is_none() && l.rtt_ns.is_none(), "{l:?}");
+            continue;
+        }
+        let rtt = l.rtt_ns.unwrap_or_else(|| panic!("no RTT: {l:?}"));
+        assert_eq!(Some(l.send_ns + rtt), l.receive_ns, "{l:?}");
+        assert!(l.socket_rtt_ns.is_none() && l.send_to_socket_rx_ns.is_none());
+        if l.measured() {
+            rtts.push(rtt);
+        }
+    }
+    // The logged RTTs are the result's: its minimum and maximum are theirs, and every
+    // percentile it states lies between them (to the histogram's precision).
+    let lo = *rtts.iter().min().expect("measured RTTs");
+    let hi = *rtts.iter().max().expect("measured RTTs");
+    let (min, max) = (u(&doc, "/rtt_ns/min"), u(&doc, "/rtt_ns/max"));
+    assert!(
+        min <= lo && lo - min <= hdr_slack(lo),
+        "log {lo}..{hi}: {doc:#}"
+    );
+    assert!(
+        max >= hi && max - hi <= hdr_slack(hi),
+        "log {lo}..{hi}: {doc:#}"
+    );
+    let mut stated = 0;
+    for key in ["p50", "p90", "p99", "p999", "p9999", "p99999"] {
+        if let Some(p) = doc["rtt_ns"][key].as_u64() {
+            assert!(
+                p + hdr_slack(lo) >= lo && p <= hi + hdr_slack(hi),
+                "{key} {p} outside the log's {lo}..{hi}"
+            );
+            stated += 1;
+        }
+    }
+    assert!(stated >= 2, "{doc:#}");
+}
+
+#[test]
+fn full_log_udp_against_a_sockperf_server() {
+    full_log_against_sockperf_server("full_log_udp_against_a_sockperf_server", false);
+}
+
+#[test]
+fn full_log_tcp_against_a_sockperf_server() {
+    full_log_against_sockperf_server("full_log_tcp_against_a_sockperf_server", true);
+}
+
+/// `--timestamps --full-log` against a sockperf server: the kernel's stamps on this end's
+/// socket, never more than the application saw, for every logged sample.
+#[cfg(target_os = "linux")]
+fn timestamps_against_sockperf_server(test: &str, tcp: bool, rate: Option<&str>) {
+    if !have_sockperf(test) {
+        return;
+    }
+    let server = SockperfServer::start(tcp);
+    let target = format!("sockperf://127.0.0.1:{}", server.port);
+    let file = TempFile::new(if tcp { "ts-tcp" } else { "ts-udp" });
+    let mut args = vec![
+        "latency",
+        &target,
+        if tcp { "--tcp" } else { "-u" },
+        "-t",
+        "1",
+        "--warmup",
+        "0.2",
+        "--timestamps",
+        "--full-log",
+        file.path(),
+        "--json",
+    ];
+    if let Some(r) = rate {
+        args.extend(["--rate", r]);
+    }
+    let doc = sonde_json(&args);
+    drop(server);
+    let samples = u(&doc, "/samples");
+    assert!(samples > 0, "{doc:#}");
+    let s = &doc["socket_rtt"];
+    assert_eq!(s["rx_timestamps"], true, "{doc:#}");
+    assert_eq!(u(s, "/rx_stamped"), samples, "{doc:#}");
+    assert_eq!(u(s, "/inconsistent"), 0, "{doc:#}");
+    let lines = read_log(&file);
+    let (mut socket, mut send_to_rx) = (0u64, 0u64);
+    for l in lines.iter().filter(|l| l.measured()) {
+        let app = l.rtt_ns.unwrap_or_else(|| panic!("no RTT: {l:?}"));
+        if let Some(k) = l.socket_rtt_ns {
+            assert!(k <= app, "socket RTT above the application's: {l:?}");
+            socket += 1;
+        }
+        if let Some(k) = l.send_to_socket_rx_ns {
+            assert!(k <= app, "send to socket RX above the RTT: {l:?}");
+            send_to_rx += 1;
+        }
+    }
+    assert!(send_to_rx >= samples, "{send_to_rx} of {samples}");
+    if tcp {
+        // TCP: receive stamps only; the socket RTT is null, never 0, and a warning says why.
+        assert_eq!(s["tx_timestamps"], false, "{doc:#}");
+        assert!(
+            s["socket_rtt_ns"].is_null() && s["host_ns"].is_null(),
+            "{s:#}"
+        );
+        assert_eq!(socket, 0);
+        let warned = doc["warnings"]
+            .as_array()
+            .expect("warnings")
+            .iter()
+            .any(|w| {
+                w.as_str()
+                    .is_some_and(|w| w.contains("no kernel transmit timestamps"))
+            });
+        assert!(warned, "{doc:#}");
+    } else {
+        assert_eq!(s["tx_timestamps"], true, "{doc:#}");
+        assert_eq!(u(s, "/tx_stamped"), samples, "{doc:#}");
+        assert!(
+            u(s, "/socket_rtt_ns/p50") <= u(&doc, "/rtt_ns/p50"),
+            "{doc:#}"
+        );
+        assert!(socket >= samples, "{socket} of {samples}");
+    }
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn udp_timestamps_against_a_sockperf_server_see_less_than_the_application() {
+    let test = "udp_timestamps_against_a_sockperf_server_see_less_than_the_application";
+    timestamps_against_sockperf_server(test, false, None);
+    timestamps_against_sockperf_server(test, false, Some("3000"));
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn tcp_timestamps_against_a_sockperf_server_are_receive_only() {
+    timestamps_against_sockperf_server(
+        "tcp_timestamps_against_a_sockperf_server_are_receive_only",
+        true,
+        None,
+    );
+}
+
+#[test]
+fn one_way_against_a_sockperf_server_is_still_a_usage_error() {
+    // Nothing listens there: exit code 2, not 3, shows the refusal comes before any contact.
+    let target = format!("sockperf://127.0.0.1:{}", free_port());
+    for proto in ["-u", "--tcp"] {
+        let (code, stdout, stderr) = sonde(&["latency", &target, proto, "--one-way", "-m", "64"]);
+        assert_eq!(code, Some(2), "{proto}: {stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+        assert!(
+            stderr.contains(
+                "--one-way is for tests against a sonde agent (one-way delay needs a sonde \
+                 agent's timestamps)"
+            ),
+            "{stderr}"
+        );
+    }
 }
