@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use sonde_engine::offset::{Exchange, OffsetEstimator};
 use sonde_engine::oneway::LinearOffset;
 use sonde_net::control::{read_frame, write_frame};
+use sonde_net::cpu::ThreadsMeter;
 use sonde_net::latency::{host_clock_ns, LatencyOutcome, OneWayLink};
 use sonde_net::Clock;
 use sonde_wire::ControlMsg;
@@ -131,7 +132,8 @@ impl Sync<'_> {
 }
 
 /// Runs `run` (the latency loop, given its end of the clock sync) while this thread keeps the
-/// clock estimate, and puts the final estimate into the outcome's `one_way`.
+/// clock estimate, and puts the final estimate into the outcome's `one_way`. The keeper thread
+/// counts its CPU in `cpu`.
 ///
 /// # Errors
 /// [`ClientError::Remote`] when the agent does not take clock probes (an older agent ends the
@@ -142,6 +144,7 @@ pub(crate) fn with_sync(
     body: &mut Vec<u8>,
     clock: &Clock,
     stop: &AtomicBool,
+    cpu: Option<&ThreadsMeter>,
     run: impl FnOnce(OneWayLink) -> std::io::Result<LatencyOutcome>,
 ) -> Result<LatencyOutcome, ClientError> {
     let (host_minus_test_ns, mapping_error_ns) = map_clocks(clock);
@@ -172,6 +175,7 @@ pub(crate) fn with_sync(
         // The receiver goes to the keeper and comes back with it: the last probe is taken
         // after the loop ends.
         let keeper = s.spawn(move || {
+            let _counted = cpu.map(ThreadsMeter::track);
             let mut next = Instant::now() + EXCHANGE_EVERY;
             let result = (|| {
                 while !done.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {

@@ -14,6 +14,9 @@
 use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use sonde_net::cpu::ThreadsMeter;
 
 use sonde_net::latency::{self, Framing, InnerView, LatencyOutcome, PingConfig};
 use sonde_net::samplelog::SampleLog;
@@ -57,11 +60,16 @@ fn create_log_file(path: &Path) -> Result<(), ClientError> {
 
 /// Runs sonde's ping loop on the session's data channel with the inner view `opt` asks for.
 /// `ctrl` and `body` are the session's control connection, used for the clock exchanges of
-/// `--one-way` (idle otherwise while the loop runs).
+/// `--one-way` (idle otherwise while the loop runs). The threads the run starts (the open
+/// loop's sender, the clock keeper) count their CPU in `cpu`; the calling thread is the
+/// caller's to count.
 ///
 /// # Errors
 /// [`ClientError::Data`] for a failed loop; [`ClientError::Usage`] when the log cannot be
 /// created; the clock synchronisation's errors ([`crate::clock::with_sync`]).
+// The session's parts, the loop's configuration and the run's clock, stop flag and meter: one
+// call site, and a struct to carry them would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn ping(
     ctrl: &mut TcpStream,
     body: &mut Vec<u8>,
@@ -70,8 +78,9 @@ pub(crate) fn ping(
     opt: &LatencyOptions,
     clock: &Clock,
     stop: &AtomicBool,
+    cpu: &Arc<ThreadsMeter>,
 ) -> Result<LatencyOutcome, ClientError> {
-    with_view(opt, |view| {
+    with_view(opt, Some(Arc::clone(cpu)), |view| {
         let run = |view: InnerView| match channel {
             ClientChannel::Tcp(s) => {
                 latency::tcp_ping_with(s, cfg, Framing::Sonde, view, clock, stop)
@@ -81,7 +90,7 @@ pub(crate) fn ping(
             }
         };
         if opt.one_way {
-            crate::clock::with_sync(ctrl, body, clock, stop, |link| {
+            crate::clock::with_sync(ctrl, body, clock, stop, Some(cpu), |link| {
                 run(InnerView {
                     one_way: Some(link),
                     ..view
@@ -102,6 +111,7 @@ pub(crate) fn ping(
 /// [`ClientError::Usage`] when the log cannot be created; `run`'s errors.
 pub(crate) fn with_view(
     opt: &LatencyOptions,
+    cpu: Option<Arc<ThreadsMeter>>,
     run: impl FnOnce(InnerView) -> Result<LatencyOutcome, ClientError>,
 ) -> Result<LatencyOutcome, ClientError> {
     let log = match &opt.full_log {
@@ -114,6 +124,7 @@ pub(crate) fn with_view(
         log: log.as_ref().map(SampleLog::sender),
         timestamps: opt.timestamps,
         one_way: None,
+        cpu,
     });
     // The loop has dropped its sender: the writer drains what is queued and stops.
     let summary = log.map(|log| {

@@ -12,14 +12,14 @@ use std::io::Write;
 use std::net::{TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sonde_engine::interval::Intervals;
 use sonde_net::bulk::{SendOutcome, TcpRecvOutcome, UdpRecvOutcome};
 use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
-use sonde_net::cpu::ThreadsMeter;
+use sonde_net::cpu::{CpuCost, ThreadsMeter};
 use sonde_net::latency::{LatencyOutcome, PingConfig};
 use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
@@ -133,7 +133,6 @@ pub(crate) fn cpu_report(
     syscalls_counted: bool,
 ) -> Option<CpuReport> {
     let cost = meter.cost()?;
-    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
     let (bytes, packets) = counters
         .iter()
         .map(Counters::load)
@@ -144,16 +143,43 @@ pub(crate) fn cpu_report(
         Protocol::Tcp if spec.kind != TestKind::Latency => bytes / u64::from(spec.msg_size.max(1)),
         _ => packets,
     };
-    Some(CpuReport {
+    let syscalls = syscalls_counted.then(|| counters.iter().map(Counters::syscalls).sum());
+    Some(report_of(&cost, syscalls, messages, bytes))
+}
+
+fn report_of(cost: &CpuCost, syscalls: Option<u64>, messages: u64, bytes: u64) -> CpuReport {
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    CpuReport {
         wall_ns: ns(cost.wall),
         user_ns: ns(cost.usage.user),
         system_ns: ns(cost.usage.system),
         voluntary_switches: cost.usage.voluntary_switches,
         involuntary_switches: cost.usage.involuntary_switches,
-        syscalls: syscalls_counted.then(|| counters.iter().map(Counters::syscalls).sum()),
+        syscalls,
         messages: Some(messages),
         bytes: Some(bytes),
-    })
+    }
+}
+
+/// Runs a latency loop (`run`) on this thread and measures this end's CPU: this thread and
+/// those the loop starts (given the meter), the messages it sent and the system calls its
+/// ping loops made ([`sonde_net::latency::ping_syscalls`], this thread's).
+pub(crate) fn metered_latency<T>(
+    msg_size: u32,
+    run: impl FnOnce(&Arc<ThreadsMeter>) -> Result<(LatencyOutcome, T), ClientError>,
+) -> Result<(LatencyOutcome, T, Option<CpuReport>), ClientError> {
+    let meter = Arc::new(ThreadsMeter::start());
+    let counted = meter.track();
+    let calls_before = sonde_net::latency::ping_syscalls();
+    let (outcome, extra) = run(&meter)?;
+    let calls = sonde_net::latency::ping_syscalls().wrapping_sub(calls_before);
+    drop(counted);
+    // Messages and bytes are what this end sent.
+    let bytes = outcome.sent.saturating_mul(u64::from(msg_size));
+    let cpu = meter
+        .cost()
+        .map(|cost| report_of(&cost, Some(calls), outcome.sent, bytes));
+    Ok((outcome, extra, cpu))
 }
 
 fn now_unix_ms() -> u64 {
@@ -385,30 +411,22 @@ pub(crate) fn run_latency(
         count: opt.count,
     };
     let stop = AtomicBool::new(false);
-    let meter = ThreadsMeter::start();
-    let counted = meter.track();
-    let calls_before = sonde_net::latency::ping_syscalls();
-    let clock = Clock::start();
-    // The ping loop, with the inner view (log, timestamps, one-way clock sync) when asked.
-    let outcome = crate::inner::ping(
-        &mut c.ctrl,
-        &mut c.body,
-        &c.channels[0],
-        &cfg,
-        opt,
-        &clock,
-        &stop,
-    )?;
-    let elapsed_ns = clock.now_ns();
-    drop(counted);
-    // Messages and bytes are what this end sent; the system calls its ping loops made.
-    let sent = Counters::default();
-    sent.add(
-        outcome.sent.saturating_mul(u64::from(spec.msg_size)),
-        outcome.sent,
-    );
-    sent.add_syscalls(sonde_net::latency::ping_syscalls().saturating_sub(calls_before));
-    c.context.client_cpu = cpu_report(&meter, &c.spec, std::slice::from_ref(&sent), true);
+    let (outcome, elapsed_ns, client_cpu) = metered_latency(spec.msg_size, |meter| {
+        let clock = Clock::start();
+        // The ping loop, with the inner view (log, timestamps, one-way clock sync) when asked.
+        let outcome = crate::inner::ping(
+            &mut c.ctrl,
+            &mut c.body,
+            &c.channels[0],
+            &cfg,
+            opt,
+            &clock,
+            &stop,
+            meter,
+        )?;
+        Ok((outcome, clock.now_ns()))
+    })?;
+    c.context.client_cpu = client_cpu;
     write_frame(&mut c.ctrl, &ControlMsg::Finish)?;
     let report = loop {
         let reply = expect_reply(&mut c.ctrl, &mut c.body, REPORT_TIMEOUT, "finishing");

@@ -131,42 +131,48 @@ pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, C
     let stop = AtomicBool::new(false);
     // The loop's length, taken before the full log's writer drains.
     let mut elapsed_ns = 0;
-    let outcome = match opt.protocol {
-        Protocol::Tcp => {
-            let stream = sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, true)
-                .map_err(|e| no_reply(target, opt.protocol, &format!("(cannot connect: {e})")))?;
-            crate::inner::with_view(&opt, |view| {
-                let clock = Clock::start();
-                let out = sonde_net::latency::tcp_ping_with(
-                    &stream,
-                    &cfg,
-                    Framing::Sockperf,
-                    view,
-                    &clock,
-                    &stop,
-                );
-                elapsed_ns = clock.now_ns();
-                out.map_err(|e| run_error(target, opt.protocol, e))
-            })
-        }
-        Protocol::Udp => {
-            let sock =
-                sonde_net::socket::udp_connect(target.addr).map_err(|e| ClientError::Data(e, 0))?;
-            crate::inner::with_view(&opt, |view| {
-                let clock = Clock::start();
-                let out = sonde_net::latency::udp_ping_with(
-                    &sock,
-                    &cfg,
-                    Framing::Sockperf,
-                    view,
-                    &clock,
-                    &stop,
-                );
-                elapsed_ns = clock.now_ns();
-                out.map_err(|e| run_error(target, opt.protocol, e))
-            })
-        }
-    }?;
+    let (outcome, (), client_cpu) = crate::session::metered_latency(cfg.msg_size, |meter| {
+        let cpu = Some(std::sync::Arc::clone(meter));
+        let outcome = match opt.protocol {
+            Protocol::Tcp => {
+                let stream = sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, true)
+                    .map_err(|e| {
+                        no_reply(target, opt.protocol, &format!("(cannot connect: {e})"))
+                    })?;
+                crate::inner::with_view(&opt, cpu, |view| {
+                    let clock = Clock::start();
+                    let out = sonde_net::latency::tcp_ping_with(
+                        &stream,
+                        &cfg,
+                        Framing::Sockperf,
+                        view,
+                        &clock,
+                        &stop,
+                    );
+                    elapsed_ns = clock.now_ns();
+                    out.map_err(|e| run_error(target, opt.protocol, e))
+                })
+            }
+            Protocol::Udp => {
+                let sock = sonde_net::socket::udp_connect(target.addr)
+                    .map_err(|e| ClientError::Data(e, 0))?;
+                crate::inner::with_view(&opt, cpu, |view| {
+                    let clock = Clock::start();
+                    let out = sonde_net::latency::udp_ping_with(
+                        &sock,
+                        &cfg,
+                        Framing::Sockperf,
+                        view,
+                        &clock,
+                        &stop,
+                    );
+                    elapsed_ns = clock.now_ns();
+                    out.map_err(|e| run_error(target, opt.protocol, e))
+                })
+            }
+        }?;
+        Ok((outcome, ()))
+    })?;
     if outcome.sent > 0 && replies(&outcome) == 0 {
         return Err(no_reply(
             target,
@@ -180,7 +186,10 @@ pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, C
         outcome,
         elapsed_ns,
         report: AgentReport::default(),
-        context: crate::session::Context::this_host(target),
+        context: crate::session::Context {
+            client_cpu,
+            ..crate::session::Context::this_host(target)
+        },
     };
     Ok(document(target, &opt, &run))
 }

@@ -40,6 +40,7 @@ use sonde_wire::sockperf::{self, Flags};
 use sonde_wire::stamps;
 use sonde_wire::{read_latency_seq, widen_seq, write_latency_seq, UdpJoin, UDP_JOIN_LEN};
 
+use crate::cpu::ThreadsMeter;
 use crate::{sys, Clock, Counters};
 
 mod inner;
@@ -47,19 +48,37 @@ mod inner;
 use inner::{realtime_ns, Recorder, ReplyAt, Stamps};
 pub use inner::{InnerView, OneWayLink, OneWayOutcome, SocketOutcome};
 
-/// Data-path system calls the client's ping loops of this process have made (sends, receives,
-/// reads of the transmit-timestamp queue; a `write_all` of a message larger than the socket takes
-/// at once is counted as one). A caller takes the difference around one run: sonde runs one
-/// latency test at a time per process. The agent's echoes count theirs in their [`Counters`].
+/// Data-path system calls the client's ping loops run on the calling thread have made (sends,
+/// receives, reads of the transmit-timestamp queue; a `write_all` of a message larger than the
+/// socket takes at once is counted as one), the calls of the threads a loop starts (the open
+/// loop's sender) included once the loop returns. A caller takes the difference around one run
+/// on its thread; runs on other threads at the same time do not mix in. The agent's echoes
+/// count theirs in their [`Counters`].
 pub fn ping_syscalls() -> u64 {
-    PING_CALLS.load(Ordering::Relaxed)
+    PING_CALLS.with(std::cell::Cell::get)
 }
 
-static PING_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+thread_local! {
+    /// This thread's count for [`ping_syscalls`]: a plain cell, no atomic in the hot loop.
+    static PING_CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 #[inline]
 fn count_call() {
-    PING_CALLS.fetch_add(1, Ordering::Relaxed);
+    add_calls(1);
+}
+
+fn add_calls(n: u64) {
+    PING_CALLS.with(|c| c.set(c.get().wrapping_add(n)));
+}
+
+/// Runs `send` on a thread an open loop starts: its CPU counted in the caller's meter (if any),
+/// its system calls returned so that the loop's thread can add them to its own count.
+fn sender_thread<T>(cpu: Option<&ThreadsMeter>, send: impl FnOnce() -> T) -> (T, u64) {
+    let _counted = cpu.map(ThreadsMeter::track);
+    let before = ping_syscalls();
+    let out = send();
+    (out, ping_syscalls().wrapping_sub(before))
 }
 
 /// This host's monotonic clock, ns (`CLOCK_MONOTONIC` on Linux: since boot, the same in every
@@ -842,23 +861,26 @@ fn tcp_open(
     let progress = Progress::default();
     let send_times = rec.reading_rx().then(SendTimes::new);
     let one_way = rec.one_way();
+    let cpu = rec.cpu();
     let (rtt, received) = thread::scope(|scope| {
         let sender = scope.spawn(|| {
-            let mut out = vec![0u8; msg];
-            framing.prepare(&mut out);
-            if one_way {
-                stamps::write_tcp_request(cfg.msg_size, &mut out);
-            }
-            let mut s = stream;
-            paced_sender(&plan, clock, stop, &progress, |i| {
-                if framing == Framing::Sockperf {
-                    framing.stamp(i, &mut out);
+            sender_thread(cpu.as_deref(), || {
+                let mut out = vec![0u8; msg];
+                framing.prepare(&mut out);
+                if one_way {
+                    stamps::write_tcp_request(cfg.msg_size, &mut out);
                 }
-                if let Some(times) = &send_times {
-                    times.store(i, realtime_ns());
-                }
-                count_call();
-                s.write_all(&out).map_err(tcp_write_error)
+                let mut s = stream;
+                paced_sender(&plan, clock, stop, &progress, |i| {
+                    if framing == Framing::Sockperf {
+                        framing.stamp(i, &mut out);
+                    }
+                    if let Some(times) = &send_times {
+                        times.store(i, realtime_ns());
+                    }
+                    count_call();
+                    s.write_all(&out).map_err(tcp_write_error)
+                })
             })
         });
         let reader = OpenReader {
@@ -872,7 +894,8 @@ fn tcp_open(
         if received.is_err() {
             progress.abort.store(true, Ordering::Relaxed);
         }
-        let sent = join(sender);
+        let (sent, calls) = join(sender);
+        add_calls(calls);
         // The sender's error explains a reader's error (a reset seen on both sides), not the
         // other way round.
         sent.and(received)
@@ -1127,7 +1150,7 @@ impl TxStamps {
             self.ring[ring_slot(s)] = (s, ns);
         }
         let (tag, ns) = self.ring[ring_slot(seq)];
-        let plausible = sent.map_or(true, |a| ns >= a) && received.map_or(true, |b| ns <= b);
+        let plausible = sent.is_none_or(|a| ns >= a) && received.is_none_or(|b| ns <= b);
         (tag == seq && plausible).then_some(ns)
     }
 }
@@ -1290,7 +1313,7 @@ fn udp_closed(
     let mut first_send_ns = None;
     while !stop.load(Ordering::Relaxed) {
         let seq = st.sent;
-        if seq % TIMEOUT_REFRESH == 0 || seq.is_power_of_two() {
+        if seq.is_multiple_of(TIMEOUT_REFRESH) || seq.is_power_of_two() {
             reply_timeout_ns = udp_reply_timeout_ns(&st.all);
             sock.set_read_timeout(Some(udp_poll_for(reply_timeout_ns)))?;
         }
@@ -1371,21 +1394,24 @@ fn udp_open(
     let progress = Progress::default();
     let send_times = rec.reading_rx().then(SendTimes::new);
     let one_way = rec.one_way();
+    let cpu = rec.cpu();
     let (rtt, tracker) = thread::scope(|scope| {
         let sender = scope.spawn(|| {
-            let mut out = vec![0u8; msg];
-            framing.prepare(&mut out);
-            paced_sender(&plan, clock, stop, &progress, |seq| {
-                if one_way {
-                    stamps::write_udp_request(seq, &mut out);
-                } else {
-                    framing.stamp(seq, &mut out);
-                }
-                if let Some(times) = &send_times {
-                    times.store(seq, realtime_ns());
-                }
-                count_call();
-                send_transient_ok(sock, &out).map_err(udp_error)
+            sender_thread(cpu.as_deref(), || {
+                let mut out = vec![0u8; msg];
+                framing.prepare(&mut out);
+                paced_sender(&plan, clock, stop, &progress, |seq| {
+                    if one_way {
+                        stamps::write_udp_request(seq, &mut out);
+                    } else {
+                        framing.stamp(seq, &mut out);
+                    }
+                    if let Some(times) = &send_times {
+                        times.store(seq, realtime_ns());
+                    }
+                    count_call();
+                    send_transient_ok(sock, &out).map_err(udp_error)
+                })
             })
         });
         let reader = OpenReader {
@@ -1399,7 +1425,9 @@ fn udp_open(
         if received.is_err() {
             progress.abort.store(true, Ordering::Relaxed);
         }
-        join(sender).and(received)
+        let (sent, calls) = join(sender);
+        add_calls(calls);
+        sent.and(received)
     })?;
     Ok(LatencyOutcome {
         rtt,
@@ -1929,6 +1957,54 @@ mod tests {
             assert_eq!(bytes, out.sent * u64::from(size));
             assert!(out.seq.is_none());
         }
+    }
+
+    /// The open loop's sender thread counts its CPU in the caller's meter and its system calls
+    /// in the calling thread's count; a run on another thread at the same time stays out.
+    #[test]
+    fn an_open_loops_sender_counts_for_its_caller_and_other_runs_do_not_mix_in() {
+        let (client, server) = udp_pair();
+        let stop = AtomicBool::new(false);
+        let counters = Counters::default();
+        let clock = Clock::start();
+        let meter = std::sync::Arc::new(ThreadsMeter::start());
+        thread::scope(|s| {
+            let peer = s.spawn(|| udp_echo(&server, &stop, &counters).unwrap());
+            // A closed loop on another thread meanwhile: thousands of calls, none of them ours.
+            let other = s.spawn(|| {
+                let before = ping_syscalls();
+                let (out, _) = udp_run(&cfg(64, 250, 0, None), real_echo(&Counters::default()));
+                (out.sent, ping_syscalls() - before)
+            });
+            let before = ping_syscalls();
+            let view = InnerView {
+                cpu: Some(std::sync::Arc::clone(&meter)),
+                ..InnerView::default()
+            };
+            let out = udp_ping_with(
+                &client,
+                &cfg(64, 300, 0, Some(2_000.0)),
+                Framing::Sonde,
+                view,
+                &clock,
+                &AtomicBool::new(false),
+            )
+            .unwrap();
+            let calls = ping_syscalls() - before;
+            stop.store(true, Ordering::Relaxed);
+            peer.join().unwrap();
+            let (other_sent, other_calls) = other.join().unwrap();
+            // A send per message (on the sender thread), a receive per reply, and the reader's
+            // timed-out polls (a few per 10 ms at most).
+            let (sent, received) = (out.sent, out.seq.as_ref().unwrap().received());
+            let what = format!("{calls} calls for {sent} sent, {received} received");
+            assert!(received > 0 && sent >= 590, "{what}");
+            assert!(calls >= sent + received, "{what}");
+            assert!(calls <= sent + received + 200, "{what}");
+            assert!(other_sent > 0 && other_calls >= 2 * other_sent);
+        });
+        #[cfg(target_os = "linux")]
+        assert!(meter.cost().unwrap().usage.total() > Duration::ZERO);
     }
 
     #[test]
@@ -2513,7 +2589,7 @@ mod tests {
         let view = InnerView {
             log: Some(log.sender()),
             timestamps,
-            one_way: None,
+            ..InnerView::default()
         };
         (log, sink, view)
     }
@@ -2735,6 +2811,7 @@ mod tests {
         let view = InnerView {
             log: None,
             timestamps: false,
+            cpu: None,
             one_way: Some(OneWayLink {
                 models,
                 probes,

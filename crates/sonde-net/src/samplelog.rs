@@ -369,9 +369,9 @@ mod tests {
     fn sample(i: u64) -> Sample {
         let reply = Reply {
             receive_ns: i * 1_000 + 500 + i % 13,
-            rtt_ns: (i % 5 != 0).then_some(500 + i % 13),
-            socket_rtt_ns: (i % 3 == 0).then_some(400 + i % 7),
-            send_to_socket_rx_ns: (i % 3 == 0).then_some(450 + i % 7),
+            rtt_ns: (!i.is_multiple_of(5)).then_some(500 + i % 13),
+            socket_rtt_ns: i.is_multiple_of(3).then_some(400 + i % 7),
+            send_to_socket_rx_ns: i.is_multiple_of(3).then_some(450 + i % 7),
         };
         let outcome = if i % 7 == 3 {
             Outcome::Lost

@@ -385,6 +385,22 @@ fn latency_counts_about_two_syscalls_per_message_on_both_ends() {
         check_hosts(&doc);
         check_cpu(&doc, Some((1.5, 4.0)), Some((1.5, 4.0)));
     }
+    // Open loop: the sends are made on a thread of their own, and count all the same.
+    for proto in [&[][..], &["-u"][..]] {
+        let mut args = vec![
+            "latency",
+            target.as_str(),
+            "-t",
+            "0.5",
+            "--warmup",
+            "0",
+            "--rate",
+            "2000",
+        ];
+        args.extend_from_slice(proto);
+        let doc = run_json(&args);
+        check_cpu(&doc, Some((1.5, 4.0)), Some((1.5, 4.0)));
+    }
 }
 
 #[test]

@@ -539,6 +539,16 @@ fn sonde_against_sockperf_server(test: &str, tcp: bool) {
         their_rtt > 0.0 && u(&doc, "/rtt_ns/p50") > 0,
         "{their_rtt} {doc:#}"
     );
+    // This end's CPU, as against an agent: a send and a receive (or so) per message. The
+    // server's is unknown.
+    let cpu = &doc["cpu"]["client"];
+    assert!(u(cpu, "/user_ns") + u(cpu, "/system_ns") > 0, "{doc:#}");
+    assert_eq!(u(cpu, "/messages"), sent, "{doc:#}");
+    let per = cpu["syscalls_per_message"]
+        .as_f64()
+        .expect("syscalls per message");
+    assert!((1.5..=4.0).contains(&per), "{per}: {doc:#}");
+    assert!(doc["cpu"]["server"].is_null(), "{doc:#}");
 }
 
 #[test]

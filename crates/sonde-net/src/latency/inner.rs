@@ -13,12 +13,14 @@
 //! are bounded and used with `try_send`/`try_recv`.
 
 use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use sonde_engine::offset::{ClockFit, Exchange};
 use sonde_engine::oneway::{LinearOffset, OneWayRecorder};
 use sonde_engine::rtt::RttRecorder;
 
+use crate::cpu::ThreadsMeter;
 use crate::samplelog::{Outcome, Reply as LogReply, Sample, SampleSender};
 
 /// Probe exchanges are offered to the clock estimate at most once per this much client time
@@ -34,6 +36,9 @@ pub struct InnerView {
     pub timestamps: bool,
     /// `--one-way`: ask the agent's echo for its stamps and convert them.
     pub one_way: Option<OneWayLink>,
+    /// The caller's CPU meter: threads the loop starts (the open loop's sender) count their
+    /// CPU here. The calling thread, which runs the rest of the loop, is the caller's to count.
+    pub cpu: Option<Arc<ThreadsMeter>>,
 }
 
 /// The latency loop's end of the clock synchronisation (`--one-way`).
@@ -138,6 +143,7 @@ pub(crate) struct Recorder {
     log: Option<SampleSender>,
     socket: Option<SocketOutcome>,
     one_way: Option<OneWayState>,
+    cpu: Option<Arc<ThreadsMeter>>,
 }
 
 impl Recorder {
@@ -172,7 +178,13 @@ impl Recorder {
             log: view.log,
             socket,
             one_way,
+            cpu: view.cpu,
         }
+    }
+
+    /// The meter the loop's own threads count their CPU in, if the caller gave one.
+    pub(crate) fn cpu(&self) -> Option<Arc<ThreadsMeter>> {
+        self.cpu.clone()
     }
 
     /// Whether kernel timestamps were asked for.

@@ -127,7 +127,7 @@ fn nic_summary(nic: &NicInfo) -> String {
 
 /// A link speed as the drivers state it: `25 Gbit/s`, `100 Mbit/s`.
 fn speed(mbit: u64) -> String {
-    if mbit >= 1_000 && mbit % 1_000 == 0 {
+    if mbit >= 1_000 && mbit.is_multiple_of(1_000) {
         format!("{} Gbit/s", mbit / 1_000)
     } else if mbit >= 1_000 {
         format!("{:.1} Gbit/s", to_f64(mbit) / 1e3)
