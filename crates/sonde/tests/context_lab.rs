@@ -17,13 +17,12 @@
 
 mod common;
 
-use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use common::{check, command_in, quiet, require_or_skip, run_json_in, tool, Agent, Need};
+use common::netns::{self, link_up, tbf, veth, Namespaces, Segments};
+use common::{check, command_in, require_or_skip, run_json_in, tool, Agent, Need};
 
 const A_ADDR: &str = "198.18.0.1";
 const RA_ADDR: &str = "198.18.0.254";
@@ -34,93 +33,61 @@ const VETH_RA: &str = "veth-ra";
 const VETH_RB: &str = "veth-rb";
 const VETH_B: &str = "veth-b";
 /// a's link and b's link have different MTUs, so each end's report is told apart.
-const MTU_A: u64 = 4000;
-const MTU_B: u64 = 3000;
+const MTU_A: u32 = 4000;
+const MTU_B: u32 = 3000;
 /// r's queue toward either end holds at most this much time at [`RATE`].
 const QUEUE_MS: u64 = 20;
 const RATE: &str = "50mbit";
-/// Every namespace of this file is `sonde-ctx-<pid>-<n>-{a,r,b}`.
-const PREFIX: &str = "sonde-ctx-";
 /// The client's time limit for each run.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// a — r — b, deleted on drop.
 struct Lab {
-    a: String,
-    r: String,
-    b: String,
+    ns: Namespaces,
 }
 
 impl Lab {
     fn new() -> Lab {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        sweep_stale_namespaces();
-        let base = format!(
-            "{PREFIX}{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
         let lab = Lab {
-            a: format!("{base}-a"),
-            r: format!("{base}-r"),
-            b: format!("{base}-b"),
+            ns: Namespaces::new("ctx", &["a", "r", "b"]),
         };
-        for ns in [&lab.a, &lab.r, &lab.b] {
-            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", ns]));
-        }
-        // From here on `lab` owns whatever exists: a failure below still cleans up.
-        for ns in [&lab.a, &lab.r, &lab.b] {
-            check(Command::new(tool("ip")).args(["netns", "add", ns]));
-        }
-        let ip =
-            |ns: &str, args: &[&str]| check(Command::new(tool("ip")).args(["-n", ns]).args(args));
-        check(Command::new(tool("ip")).args([
-            "link", "add", VETH_A, "netns", &lab.a, "type", "veth", "peer", "name", VETH_RA,
-            "netns", &lab.r,
-        ]));
-        check(Command::new(tool("ip")).args([
-            "link", "add", VETH_RB, "netns", &lab.r, "type", "veth", "peer", "name", VETH_B,
-            "netns", &lab.b,
-        ]));
+        veth(lab.a(), VETH_A, lab.r(), VETH_RA);
+        veth(lab.r(), VETH_RB, lab.b(), VETH_B);
         for (ns, dev, addr, mtu) in [
-            (&lab.a, VETH_A, A_ADDR, MTU_A),
-            (&lab.r, VETH_RA, RA_ADDR, MTU_A),
-            (&lab.r, VETH_RB, RB_ADDR, MTU_B),
-            (&lab.b, VETH_B, B_ADDR, MTU_B),
+            (lab.a(), VETH_A, A_ADDR, MTU_A),
+            (lab.r(), VETH_RA, RA_ADDR, MTU_A),
+            (lab.r(), VETH_RB, RB_ADDR, MTU_B),
+            (lab.b(), VETH_B, B_ADDR, MTU_B),
         ] {
-            ip(ns, &["link", "set", "dev", dev, "addrgenmode", "none"]);
-            ip(ns, &["link", "set", "dev", dev, "mtu", &mtu.to_string()]);
-            ip(ns, &["addr", "add", &format!("{addr}/24"), "dev", dev]);
-            ip(ns, &["link", "set", "dev", "lo", "up"]);
-            ip(ns, &["link", "set", "dev", dev, "up"]);
+            link_up(ns, dev, addr, mtu, Segments::Whole);
         }
-        ip(&lab.a, &["route", "add", "198.18.1.0/24", "via", RA_ADDR]);
-        ip(&lab.b, &["route", "add", "198.18.0.0/24", "via", RB_ADDR]);
-        sysctl(&lab.r, "net.ipv4.ip_forward=1");
+        netns::ip(lab.a(), &["route", "add", "198.18.1.0/24", "via", RA_ADDR]);
+        netns::ip(lab.b(), &["route", "add", "198.18.0.0/24", "via", RB_ADDR]);
+        sysctl(lab.r(), "net.ipv4.ip_forward=1");
         // Loss-based congestion control fills the queue up to its limit, where the smoothed
         // RTT can be checked against it (BBR keeps it short on purpose).
-        for ns in [&lab.a, &lab.b] {
+        for ns in [lab.a(), lab.b()] {
             sysctl(ns, "net.ipv4.tcp_congestion_control=reno");
         }
         for dev in [VETH_RA, VETH_RB] {
-            check(Command::new(tool("tc")).args([
-                "-n",
-                &lab.r,
-                "qdisc",
-                "replace",
-                "dev",
-                dev,
-                "root",
-                "tbf",
-                "rate",
-                RATE,
-                "burst",
-                "15000",
-                "latency",
-                &format!("{QUEUE_MS}ms"),
-            ]));
+            tbf(lab.r(), dev, RATE, 15_000, &format!("{QUEUE_MS}ms"));
         }
         lab
+    }
+
+    /// The client's namespace.
+    fn a(&self) -> &str {
+        self.ns.name(0)
+    }
+
+    /// The router's namespace.
+    fn r(&self) -> &str {
+        self.ns.name(1)
+    }
+
+    /// The agent's namespace.
+    fn b(&self) -> &str {
+        self.ns.name(2)
     }
 }
 
@@ -136,36 +103,6 @@ fn read_in(ns: &str, path: &str) -> String {
         .to_owned()
 }
 
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.r, &self.b] {
-            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", ns]));
-        }
-    }
-}
-
-/// Deletes namespaces of this file whose test process is gone (killed before its drop ran).
-fn sweep_stale_namespaces() {
-    let Ok(out) = Command::new(tool("ip")).args(["netns", "list"]).output() else {
-        return;
-    };
-    for name in String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-    {
-        let Some(pid) = name
-            .strip_prefix(PREFIX)
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", name]));
-        }
-    }
-}
-
 fn valid(doc: &Value) {
     if let Err(errors) = sonde_report::validate(doc) {
         panic!(
@@ -177,7 +114,7 @@ fn valid(doc: &Value) {
 
 /// One end's only interface in a document: the lab's veth, as the kernel in its namespace
 /// states it.
-fn check_nic(host: &Value, ns: &str, dev: &str, mtu: u64) {
+fn check_nic(host: &Value, ns: &str, dev: &str, mtu: u32) {
     let nics = host["interfaces"].as_array().expect("interfaces");
     assert_eq!(
         nics.len(),
@@ -204,7 +141,7 @@ fn check_nic(host: &Value, ns: &str, dev: &str, mtu: u64) {
 fn check_path(doc: &Value, sender_ns: &str) {
     let timestamps = read_in(sender_ns, "/proc/sys/net/ipv4/tcp_timestamps") != "0";
     // The smaller MTU, less IPv4 (20) and TCP (20) headers and the timestamp option (12).
-    let mss = MTU_B - 40 - if timestamps { 12 } else { 0 };
+    let mss = u64::from(MTU_B) - 40 - if timestamps { 12 } else { 0 };
     let queue_ns = QUEUE_MS * 1_000_000;
     let st = &doc["streams"][0]["tcp_info"];
     assert_eq!(st["mss_bytes"], mss, "{doc:#}");
@@ -245,16 +182,16 @@ fn each_end_reports_its_own_link_and_tcp_info_sees_the_routers_queue() {
         return;
     }
     let lab = Lab::new();
-    let agent = Agent::start_in(Some(&lab.b), B_ADDR, &[]);
+    let agent = Agent::start_in(Some(lab.b()), B_ADDR, &[]);
     let target = agent.target();
 
-    let conf = run_json_in(Some(&lab.a), &["conf", &target], CLIENT_TIMEOUT);
+    let conf = run_json_in(Some(lab.a()), &["conf", &target], CLIENT_TIMEOUT);
     valid(&conf);
-    check_nic(&conf["hosts"]["client"], &lab.a, VETH_A, MTU_A);
-    check_nic(&conf["hosts"]["server"], &lab.b, VETH_B, MTU_B);
+    check_nic(&conf["hosts"]["client"], lab.a(), VETH_A, MTU_A);
+    check_nic(&conf["hosts"]["server"], lab.b(), VETH_B, MTU_B);
 
     let forward = run_json_in(
-        Some(&lab.a),
+        Some(lab.a()),
         &["throughput", &target, "-t", "1.5", "-i", "0.25"],
         CLIENT_TIMEOUT,
     );
@@ -263,13 +200,13 @@ fn each_end_reports_its_own_link_and_tcp_info_sees_the_routers_queue() {
         forward["hosts"], conf["hosts"],
         "a test embeds what conf shows"
     );
-    check_path(&forward, &lab.a);
+    check_path(&forward, lab.a());
 
     let reverse = run_json_in(
-        Some(&lab.a),
+        Some(lab.a()),
         &["throughput", &target, "-R", "-t", "1.5", "-i", "0.25"],
         CLIENT_TIMEOUT,
     );
     valid(&reverse);
-    check_path(&reverse, &lab.b);
+    check_path(&reverse, lab.b());
 }

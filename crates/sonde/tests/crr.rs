@@ -20,7 +20,7 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -28,9 +28,10 @@ use serde_json::Value;
 use sonde_agent::{Agent as InProcessAgent, AgentConfig};
 use sonde_wire::{Channel, CrrJoin, Preamble, Token, PROTOCOL_VERSION};
 
+use common::netns::{link_up, veth, Namespaces, Segments};
 use common::{
-    command_line, quiet, require_or_skip, run_json_in, run_with_timeout, sonde_bin, tool, Agent,
-    Need, CLIENT_TIMEOUT,
+    command_line, require_or_skip, run_json_in, run_with_timeout, sonde_bin, tool, Agent, Need,
+    CLIENT_TIMEOUT,
 };
 
 /// No single client run here may take longer.
@@ -148,7 +149,10 @@ fn crr_json_agent_and_client_count_the_same_transactions() {
     for side in ["client", "server"] {
         let cpu = &doc["cpu"][side];
         assert!(cpu.is_object(), "{side}: {doc:#}");
-        assert!(u(cpu, "/user_ns") + u(cpu, "/system_ns") > 0, "{side}: {cpu:#}");
+        assert!(
+            u(cpu, "/user_ns") + u(cpu, "/system_ns") > 0,
+            "{side}: {cpu:#}"
+        );
     }
     assert_eq!(
         u(&doc, "/cpu/server/messages"),
@@ -443,79 +447,6 @@ fn help_crr() {
 // The netns lab
 // ---------------------------------------------------------------------------------------------
 
-const NS_PREFIX: &str = "sonde-crr-";
-
-/// Namespaces named `sonde-crr-<pid>-<n>...`, deleted on drop (also when a test panics), and
-/// those of a dead test process swept first.
-struct Namespaces(Vec<String>);
-
-impl Namespaces {
-    fn new(sides: &[&str]) -> Namespaces {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        sweep_stale();
-        let base = format!(
-            "{NS_PREFIX}{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let ns = Namespaces(sides.iter().map(|s| format!("{base}-{s}")).collect());
-        for name in &ns.0 {
-            ip(&["netns", "add", name]);
-            ip(&["-n", name, "link", "set", "lo", "up"]);
-        }
-        ns
-    }
-
-    fn name(&self, i: usize) -> &str {
-        &self.0[i]
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for name in &self.0 {
-            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", name]));
-        }
-    }
-}
-
-fn sweep_stale() {
-    let Ok(out) = run_with_timeout(
-        Command::new(tool("ip")).args(["netns", "list"]),
-        Duration::from_secs(10),
-    ) else {
-        return;
-    };
-    for name in out
-        .stdout
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-    {
-        let Some(pid) = name
-            .strip_prefix(NS_PREFIX)
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", name]));
-        }
-    }
-}
-
-/// Runs `ip ARGS...`, which must succeed.
-fn ip(args: &[&str]) {
-    let out = run_with_timeout(Command::new(tool("ip")).args(args), Duration::from_secs(10))
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        out.status.success(),
-        "`ip {}` failed: {}",
-        args.join(" "),
-        out.stderr
-    );
-}
-
 /// Runs `PROGRAM ARGS...` inside `ns`, which must succeed; its stdout.
 fn in_ns(ns: &str, program: &str, args: &[&str]) -> String {
     let mut cmd = common::command_in(Some(ns), tool(program));
@@ -547,7 +478,7 @@ fn lab_fin_closes_run_out_of_ports_and_rst_closes_do_not() {
     );
     let run = |rst: bool| -> Value {
         // A fresh namespace each: the FIN run's TIME_WAITs would hold the ports for 60 s.
-        let ns = Namespaces::new(&["ports"]);
+        let ns = Namespaces::new("crr", &["ports"]);
         let name = ns.name(0);
         // Linux reuses a port in TIME_WAIT for a new connection to the same place only on
         // loopback (tcp_tw_reuse 2, the default) or everywhere (1): off here, as between hosts.
@@ -619,31 +550,11 @@ fn lab_a_lost_syn_costs_the_initial_retransmission_timeout() {
     ) {
         return;
     }
-    let ns = Namespaces::new(&["a", "b"]);
+    let ns = Namespaces::new("crr", &["a", "b"]);
     let (a, b) = (ns.name(0), ns.name(1));
-    ip(&[
-        "link", "add", "veth-a", "netns", a, "type", "veth", "peer", "name", "veth-b", "netns", b,
-    ]);
-    ip(&[
-        "-n",
-        a,
-        "addr",
-        "add",
-        &format!("{SYN_A}/24"),
-        "dev",
-        "veth-a",
-    ]);
-    ip(&[
-        "-n",
-        b,
-        "addr",
-        "add",
-        &format!("{SYN_B}/24"),
-        "dev",
-        "veth-b",
-    ]);
-    ip(&["-n", a, "link", "set", "veth-a", "up"]);
-    ip(&["-n", b, "link", "set", "veth-b", "up"]);
+    veth(a, "veth-a", b, "veth-b");
+    link_up(a, "veth-a", SYN_A, 1500, Segments::Whole);
+    link_up(b, "veth-b", SYN_B, 1500, Segments::Whole);
     let agent = Agent::start_in(Some(b), SYN_B, &["-q"]);
     let port = agent.port().to_string();
     in_ns(b, "nft", &["add", "table", "inet", "sondecrr"]);

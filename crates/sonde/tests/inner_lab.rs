@@ -24,60 +24,36 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use common::{check, quiet, require_or_skip, run_json_in, tool, Agent, Need};
+use common::netns::{link_up, veth, Namespaces, Segments};
+use common::{check, require_or_skip, run_json_in, tool, Agent, Need};
 
 const A_ADDR: &str = "198.18.0.1";
 const B_ADDR: &str = "198.18.0.2";
-const MTU: &str = "9000";
+const MTU: u32 = 9000;
 /// The UDP payload of a 9,000-byte IPv4 packet.
 const MSG: &str = "8972";
-/// Every namespace of this file is `sonde-inner-<pid>-<n>-{a,b}`.
-const PREFIX: &str = "sonde-inner-";
+/// The full log's file (in the temp directory) is `sonde-inner-<pid>.csv`.
+const LOG_PREFIX: &str = "sonde-inner-";
 
 /// a — b, deleted on drop.
 struct Lab {
-    a: String,
-    b: String,
+    ns: Namespaces,
 }
 
 impl Lab {
     fn new() -> Lab {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let base = format!(
-            "{PREFIX}{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
         let lab = Lab {
-            a: format!("{base}-a"),
-            b: format!("{base}-b"),
+            ns: Namespaces::new("inner", &["a", "b"]),
         };
-        for ns in [&lab.a, &lab.b] {
-            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", ns]));
-        }
-        // From here on `lab` owns whatever exists: a failure below still cleans up.
-        for ns in [&lab.a, &lab.b] {
-            check(Command::new(tool("ip")).args(["netns", "add", ns]));
-        }
-        check(Command::new(tool("ip")).args([
-            "link", "add", "veth-a", "netns", &lab.a, "type", "veth", "peer", "name", "veth-b",
-            "netns", &lab.b,
-        ]));
-        for (ns, dev, addr) in [(&lab.a, "veth-a", A_ADDR), (&lab.b, "veth-b", B_ADDR)] {
-            let ip = |args: &[&str]| check(Command::new(tool("ip")).args(["-n", ns]).args(args));
-            ip(&["link", "set", "dev", dev, "addrgenmode", "none"]);
-            ip(&["link", "set", "dev", dev, "mtu", MTU]);
-            ip(&["addr", "add", &format!("{addr}/24"), "dev", dev]);
-            ip(&["link", "set", "dev", "lo", "up"]);
-            ip(&["link", "set", "dev", dev, "up"]);
-        }
+        veth(lab.a(), "veth-a", lab.b(), "veth-b");
+        link_up(lab.a(), "veth-a", A_ADDR, MTU, Segments::Whole);
+        link_up(lab.b(), "veth-b", B_ADDR, MTU, Segments::Whole);
         let tc = |args: &[&str]| {
-            check(Command::new(tool("tc")).args(["-n", &lab.a]).args(args));
+            check(Command::new(tool("tc")).args(["-n", lab.a()]).args(args));
         };
         // UDP from a to b: 10 Mbit/s, a bucket of one 9,014-byte frame (plus a little). The
         // rest (class 1:20): unshaped.
@@ -98,13 +74,15 @@ impl Lab {
         ]);
         lab
     }
-}
 
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", ns]));
-        }
+    /// The client's namespace (198.18.0.1).
+    fn a(&self) -> &str {
+        self.ns.name(0)
+    }
+
+    /// The agent's namespace (198.18.0.2).
+    fn b(&self) -> &str {
+        self.ns.name(1)
     }
 }
 
@@ -132,11 +110,12 @@ fn one_way_delay_finds_the_shaped_direction_and_the_sockets_see_less_than_the_ap
         return;
     }
     let lab = Lab::new();
-    let agent = Agent::start_in(Some(&lab.b), B_ADDR, &["-q"]);
-    let log = TempFile(std::env::temp_dir().join(format!("{PREFIX}{}.csv", std::process::id())));
+    let agent = Agent::start_in(Some(lab.b()), B_ADDR, &["-q"]);
+    let log =
+        TempFile(std::env::temp_dir().join(format!("{LOG_PREFIX}{}.csv", std::process::id())));
     let log_path = log.0.to_str().expect("a UTF-8 temp path").to_owned();
     let doc = run_json_in(
-        Some(&lab.a),
+        Some(lab.a()),
         &[
             "latency",
             &agent.target(),

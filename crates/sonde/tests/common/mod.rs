@@ -4,6 +4,9 @@
 //! Each test file includes this with `mod common;` and uses part of it.
 #![allow(dead_code)]
 
+/// The network-namespace guard and link helpers of the lab tests.
+pub(crate) mod netns;
+
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
