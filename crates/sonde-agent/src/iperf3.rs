@@ -253,6 +253,12 @@ fn session(mut ctrl: TcpStream, cookie: Cookie, _admitted: &CompatSession<'_>, l
                 Err(why) => format!("{what}: ended: {why}"),
             }
         }
+        // Stopped while the client was still setting up: it is waiting on the control
+        // connection, and SERVER_TERMINATE is what it prints as the agent's shutdown.
+        Err(_) if shared.shutdown.load(Ordering::Relaxed) => {
+            let _ = ctrl.write_all(&[State::ServerTerminate.byte()]);
+            "ended: the agent is shutting down".to_owned()
+        }
         Err(why) => format!("ended: {why}"),
     };
     shared.log(format_args!(

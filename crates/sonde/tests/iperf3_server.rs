@@ -26,9 +26,9 @@ use serde_json::Value;
 use sonde_agent::{Agent, AgentConfig, AgentHandle};
 use sonde_wire::iperf3::{json_prefix, Cookie, Params, Results, State, StreamResults};
 
+use common::netns::{link_up, tbf, veth, Namespaces, Segments};
 use common::{
-    at, check, f64_at, quiet, require_or_skip, run_json, run_json_in, run_with_timeout, tool,
-    u64_at, Need,
+    at, f64_at, require_or_skip, run_json, run_json_in, run_with_timeout, tool, u64_at, Need,
 };
 
 const IPERF3: &[Need] = &[Need::Cmd("iperf3")];
@@ -479,6 +479,20 @@ fn stopping_the_agent_tells_running_clients() {
     });
 }
 
+/// A client still setting up (its streams not all open) when the agent stops is told
+/// SERVER_TERMINATE too, not left with a closed connection to guess about.
+#[test]
+fn stopping_the_agent_tells_a_client_still_opening_its_streams() {
+    let _m = shared_machine();
+    let Server { handle, port, .. } = Server::start();
+    let mut raw = Raw::hello(port, &cookie());
+    raw.expect(State::ParamExchange);
+    raw.send_json(&tcp_params(2));
+    raw.expect(State::CreateStreams);
+    handle.stop();
+    raw.expect(State::ServerTerminate);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Raw sockets: the protocol by hand, and bad input
 // ---------------------------------------------------------------------------------------------
@@ -843,7 +857,6 @@ fn junk_udp_and_unknown_control_bytes_are_survived() {
 // The netns lab: iperf3's numbers against sonde's own, over the same shaped link
 // ---------------------------------------------------------------------------------------------
 
-const LAB_PREFIX: &str = "sonde-ip3lab-";
 const A_ADDR: &str = "198.18.0.1";
 const B_ADDR: &str = "198.18.0.2";
 
@@ -851,47 +864,29 @@ const B_ADDR: &str = "198.18.0.2";
 /// (100 Mbit/s, 15,140-byte burst, 20 ms latency, MTU 1500, one segment per packet); both
 /// deleted on drop.
 struct ShapedLink {
-    a: String,
-    b: String,
+    ns: Namespaces,
 }
 
 impl ShapedLink {
     fn new() -> ShapedLink {
-        let ip = |args: &[&str]| check(Command::new(tool("ip")).args(args));
-        let base = format!("{LAB_PREFIX}{}", std::process::id());
         let link = ShapedLink {
-            a: format!("{base}-a"),
-            b: format!("{base}-b"),
+            ns: Namespaces::new("ip3", &["a", "b"]),
         };
-        for ns in [&link.a, &link.b] {
-            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", ns]));
-            ip(&["netns", "add", ns]);
-        }
-        ip(&[
-            "link", "add", "veth-a", "netns", &link.a, "type", "veth", "peer", "name", "veth-b",
-            "netns", &link.b,
-        ]);
-        for (ns, dev, addr) in [(&link.a, "veth-a", A_ADDR), (&link.b, "veth-b", B_ADDR)] {
-            ip(&["-n", ns, "link", "set", "dev", dev, "addrgenmode", "none"]);
-            ip(&["-n", ns, "link", "set", "dev", dev, "mtu", "1500"]);
-            ip(&["-n", ns, "link", "set", "dev", dev, "gso_max_segs", "1"]);
-            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev]);
-            ip(&["-n", ns, "link", "set", "dev", "lo", "up"]);
-            ip(&["-n", ns, "link", "set", "dev", dev, "up"]);
-        }
-        check(Command::new(tool("tc")).args([
-            "-n", &link.a, "qdisc", "replace", "dev", "veth-a", "root", "tbf", "rate", "100mbit",
-            "burst", "15140", "latency", "20ms",
-        ]));
+        veth(link.a(), "veth-a", link.b(), "veth-b");
+        link_up(link.a(), "veth-a", A_ADDR, 1500, Segments::OnePerPacket);
+        link_up(link.b(), "veth-b", B_ADDR, 1500, Segments::OnePerPacket);
+        tbf(link.a(), "veth-a", "100mbit", 15_140, "20ms");
         link
     }
-}
 
-impl Drop for ShapedLink {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", ns]));
-        }
+    /// The client's namespace (198.18.0.1).
+    fn a(&self) -> &str {
+        self.ns.name(0)
+    }
+
+    /// The agent's namespace (198.18.0.2).
+    fn b(&self) -> &str {
+        self.ns.name(1)
     }
 }
 
@@ -918,11 +913,11 @@ fn lab_iperf3_client_agrees_with_sonde_throughput() {
     }
     let _m = whole_machine();
     let link = ShapedLink::new();
-    let agent = common::Agent::start_in(Some(&link.b), B_ADDR, &["--iperf3=5201"]);
+    let agent = common::Agent::start_in(Some(link.b()), B_ADDR, &["--iperf3=5201"]);
     let mut last = (0.0, 0.0);
     for attempt in 1..=3 {
         let out = common::check_within(
-            common::command_in(Some(&link.a), tool("iperf3"))
+            common::command_in(Some(link.a()), tool("iperf3"))
                 .args(["-c", B_ADDR, "-p", "5201", "-t", "5", "-J"]),
             Duration::from_secs(40),
         );
@@ -930,7 +925,7 @@ fn lab_iperf3_client_agrees_with_sonde_throughput() {
         assert!(doc.get("error").is_none(), "{doc:#}");
         let via_iperf3 = f64_at(&doc, &["end", "sum_received", "bits_per_second"]);
         let own = run_json_in(
-            Some(&link.a),
+            Some(link.a()),
             &["throughput", &agent.target(), "-t", "5"],
             Duration::from_secs(40),
         );

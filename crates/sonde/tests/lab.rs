@@ -24,21 +24,22 @@
 //!
 //! Traffic stays inside the namespaces, addressed from 198.18.0.0/15 (RFC 2544 benchmarking).
 //! Every namespace is deleted when its `Lab` drops, also when a test panics; namespaces left by a
-//! killed run (its pid gone) are swept by the next `Lab::new`.
+//! killed run (its pid gone) are swept when the next lab of any test file starts (`common::netns`).
 
 mod common;
 
 use std::panic::{self, AssertUnwindSafe};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use common::netns::{self, link_up, tbf, veth, Namespaces, Segments};
 use common::{
-    at, check, check_within, command_in, f64_at, parse_listening_line, quiet, require_or_skip,
+    at, check, check_within, command_in, f64_at, parse_listening_line, require_or_skip,
     run_json_in, run_with_timeout, tool, u64_at, Agent, Daemon, Need,
 };
 
@@ -49,8 +50,6 @@ const B_ADDR: &str = "198.18.0.2";
 /// Interface names: they live only inside their namespaces, so they never clash.
 const VETH_A: &str = "veth-a";
 const VETH_B: &str = "veth-b";
-/// Every lab namespace is `sonde-lab-<pid>-<n>-{a,b}`.
-const LAB_PREFIX: &str = "sonde-lab-";
 /// iperf3's port inside the lab (namespaces have their own port space).
 const IPERF3_PORT: &str = "5201";
 
@@ -100,75 +99,10 @@ enum Side {
     B,
 }
 
-/// The lab's namespaces, `sonde-lab-<pid>-<tag><n>-<role>`, one per role. Namespaces left by a
-/// killed run (its pid gone) are swept first and a leftover of the same name is deleted; all are
-/// deleted on drop, also when a test panics, which removes the veths, qdiscs and nftables rules
-/// in them.
-struct Namespaces(Vec<String>);
-
-impl Namespaces {
-    fn new(tag: &str, roles: &[&str]) -> Namespaces {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        sweep_stale_namespaces();
-        let base = format!(
-            "{LAB_PREFIX}{}-{tag}{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let ns = Namespaces(roles.iter().map(|r| format!("{base}-{r}")).collect());
-        for name in &ns.0 {
-            // A namespace of the same name can only be a leftover of a run whose pid was reused.
-            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", name]));
-        }
-        // From here on `ns` owns whatever exists, so a failure below still cleans up.
-        for name in &ns.0 {
-            check(Command::new(tool("ip")).args(["netns", "add", name]));
-        }
-        ns
-    }
-
-    fn get(&self, i: usize) -> &str {
-        &self.0[i]
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for ns in &self.0 {
-            // Fails harmlessly for one that was never created.
-            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", ns]));
-        }
-        let left: Vec<String> = netns_list()
-            .into_iter()
-            .filter(|n| self.0.contains(n))
-            .collect();
-        if !left.is_empty() {
-            eprintln!("lab: could not delete namespaces {left:?}");
-        }
-    }
-}
-
-/// Joins `dev_a` in namespace `ns_a` and `dev_b` in `ns_b` with a veth pair.
-fn veth(ns_a: &str, dev_a: &str, ns_b: &str, dev_b: &str) {
-    check(Command::new(tool("ip")).args([
-        "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns", ns_b,
-    ]));
-}
-
-/// Brings `dev` in `ns` up at `addr`/24 and MTU 1500, with `lo` up too.
-fn link_up(ns: &str, dev: &str, addr: &str) {
-    let ip = |args: &[&str]| check(Command::new(tool("ip")).args(["-n", ns]).args(args));
-    // No IPv6 link-local address: nothing but the tests' own packets crosses the link.
-    ip(&["link", "set", "dev", dev, "addrgenmode", "none"]);
-    ip(&["link", "set", "dev", dev, "mtu", "1500"]);
-    // A veth hands a GSO super-packet (up to 64 UDP datagrams or TCP segments) to its peer
-    // whole, where nftables sees one packet with one length; a wire would carry them one by
-    // one. One segment per packet makes the kernel segment before the link, so tbf and nftables
-    // see, and count, each datagram and segment.
-    ip(&["link", "set", "dev", dev, "gso_max_segs", "1"]);
-    ip(&["addr", "add", &format!("{addr}/24"), "dev", dev]);
-    ip(&["link", "set", "dev", "lo", "up"]);
-    ip(&["link", "set", "dev", dev, "up"]);
+/// Every link in the lab: MTU 1500, and one segment per packet, so tbf and nftables see each
+/// datagram and segment as a wire would carry it.
+fn lab_link(ns: &str, dev: &str, addr: &str) {
+    link_up(ns, dev, addr, 1500, Segments::OnePerPacket);
 }
 
 /// Two namespaces joined by a veth pair; both deleted on drop.
@@ -182,19 +116,19 @@ impl Lab {
             ns: Namespaces::new("", &["a", "b"]),
         };
         veth(lab.a(), VETH_A, lab.b(), VETH_B);
-        link_up(lab.a(), VETH_A, A_ADDR);
-        link_up(lab.b(), VETH_B, B_ADDR);
+        lab_link(lab.a(), VETH_A, A_ADDR);
+        lab_link(lab.b(), VETH_B, B_ADDR);
         lab
     }
 
     /// The client namespace (198.18.0.1).
     fn a(&self) -> &str {
-        self.ns.get(0)
+        self.ns.name(0)
     }
 
     /// The server namespace (198.18.0.2).
     fn b(&self) -> &str {
-        self.ns.get(1)
+        self.ns.name(1)
     }
 
     /// The namespace of `side`.
@@ -207,36 +141,12 @@ impl Lab {
 
     /// `ip -n NS ARGS...`, which must succeed.
     fn ip(&self, side: Side, args: &[&str]) -> String {
-        check(
-            Command::new(tool("ip"))
-                .args(["-n", self.ns(side)])
-                .args(args),
-        )
+        netns::ip(self.ns(side), args)
     }
 
     /// Shapes a's egress (the client's sending side) with tbf.
     fn shape_a(&self, rate: &str, burst_bytes: u32, latency: &str) {
-        check(
-            Command::new(tool("tc"))
-                .args([
-                    "-n",
-                    self.a(),
-                    "qdisc",
-                    "replace",
-                    "dev",
-                    VETH_A,
-                    "root",
-                    "tbf",
-                ])
-                .args([
-                    "rate",
-                    rate,
-                    "burst",
-                    &burst_bytes.to_string(),
-                    "latency",
-                    latency,
-                ]),
-        );
+        tbf(self.a(), VETH_A, rate, burst_bytes, latency);
     }
 
     /// Installs, in `side`'s input hook, `MATCH numgen random mod 100 < 1 counter drop`, and after
@@ -342,38 +252,6 @@ impl Lab {
             command_in(Some(self.ns(side)), tool(program)).args(args),
             timeout,
         )
-    }
-}
-
-/// Names from `ip netns list` ("name" or "name (id: N)"); empty when it fails (never panics: it
-/// runs in `Drop`).
-fn netns_list() -> Vec<String> {
-    let out = run_with_timeout(
-        Command::new(tool("ip")).args(["netns", "list"]),
-        Duration::from_secs(10),
-    )
-    .map(|out| out.stdout)
-    .unwrap_or_default();
-    out.lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Deletes `sonde-lab-<pid>-...` namespaces whose test process is gone (killed before its drops
-/// ran). Namespaces of a live process, this one or a concurrent run, are left alone.
-fn sweep_stale_namespaces() {
-    for name in netns_list() {
-        let Some(rest) = name.strip_prefix(LAB_PREFIX) else {
-            continue;
-        };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            eprintln!("lab: deleting stale namespace {name}");
-            let _ = quiet(Command::new(tool("ip")).args(["netns", "delete", &name]));
-        }
     }
 }
 
@@ -492,46 +370,117 @@ const TBF_SATURATED_BPS: f64 = TBF_RATE_BPS * 0.9975;
 /// an idle link.
 const TBF_ATTEMPTS: u32 = 3;
 
-/// Runs `measure` (which returns its goodput reading and anything else) in a fresh lab with a's
-/// side shaped to 100 Mbit/s, sampling the tbf counters around it. When the reading is off the
-/// truth by more than `tolerance` and the counters show the link was not kept busy, the run says
-/// so and is tried again, up to [`TBF_ATTEMPTS`] times; a miss on a busy link is returned at once
-/// for the caller's assertions to report.
+/// Whether [`through_tbf`] may take a reading's own window as the time the link had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Window {
+    /// A reference tool's (iperf3's): its timing is not what the test checks, so time inside
+    /// it in which the link carried nothing may excuse a low reading.
+    Trusted,
+    /// The window of the tool under test (sonde's): one too long is a fault to report, so only
+    /// the steady middle of the transfer may excuse a miss.
+    UnderTest,
+}
+
+/// What a receiver read through the shaped link.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    /// Its goodput.
+    bits_per_second: f64,
+    /// The bytes it counted, which with the goodput give the time it divided by.
+    bytes: u64,
+}
+
+impl Reading {
+    /// The window the goodput is measured over; `None` for a reading of nothing.
+    fn seconds(self) -> Option<f64> {
+        #[allow(clippy::cast_precision_loss)] // byte counts of a 10 s test are far below 2^52
+        let seconds = self.bytes as f64 * 8.0 / self.bits_per_second;
+        (self.bytes > 0 && seconds.is_finite()).then_some(seconds)
+    }
+}
+
+/// Runs `measure` (which returns its reading and anything else) in a fresh lab with a's side
+/// shaped to 100 Mbit/s, reading the tbf counters around it. When the reading is off the truth by
+/// more than `tolerance` and the counters show the link was idle part of the time (see
+/// [`idle_link_explains_miss`]), the run says so and is tried again, up to [`TBF_ATTEMPTS`]
+/// times; any other miss is returned at once for the caller's assertions to report. A fault of
+/// the lab itself (a wrong rate, a link no sender can keep busy) misses on every attempt and
+/// still fails.
 fn through_tbf<T>(
     what: &str,
     tolerance: f64,
-    mut measure: impl FnMut(&Lab) -> (f64, T),
+    window: Window,
+    mut measure: impl FnMut(&Lab) -> (Reading, T),
 ) -> (f64, T) {
     for attempt in 1..=TBF_ATTEMPTS {
         let lab = Lab::new();
         lab.shape_a("100mbit", TBF_BURST_BYTES, "20ms");
+        let before = tbf_counters(lab.a());
         let sampler = TbfSampler::start(lab.a(), Duration::from_secs(60));
-        let (bps, extra) = measure(&lab);
-        let counters = tbf_truth(&sampler.finish());
+        let (reading, extra) = measure(&lab);
+        let steady = tbf_truth(&sampler.finish());
+        let after = tbf_counters(lab.a());
+        let bps = reading.bits_per_second;
+        // Everything a sent through tbf, as TCP payload, over the reading's window. It includes
+        // the few control packets and anything sent after the window closed, so it errs high:
+        // toward no retry.
+        #[allow(clippy::cast_precision_loss)] // byte counts of a 10 s test are far below 2^52
+        let carried = before.zip(after).zip(reading.seconds()).map(
+            |(((bytes_0, packets_0), (bytes_1, packets_1)), seconds)| {
+                let bytes = bytes_1.saturating_sub(bytes_0) as f64;
+                let packets = packets_1.saturating_sub(packets_0) as f64;
+                (bytes - packets * TCP_FRAME_OVERHEAD) * 8.0 / seconds
+            },
+        );
         eprintln!(
-            "{what} (attempt {attempt}): truth {} (100 Mbit/s x 1448/1514); tbf counters: {}; \
-             measured {} ({:+.3}%)",
+            "{what} (attempt {attempt}): truth {} (100 Mbit/s x 1448/1514); tbf counters: {}, \
+             {} carried over the reading's {:.3} s; measured {} ({:+.3}%)",
             mbit(TCP_GOODPUT_BPS),
-            counters.map_or("n/a".to_owned(), |(l2, g)| format!(
-                "L2 {} goodput {}",
+            steady.map_or("n/a".to_owned(), |(l2, g)| format!(
+                "steady L2 {} goodput {}",
                 mbit(l2),
                 mbit(g)
             )),
+            carried.map_or("n/a".to_owned(), mbit),
+            reading.seconds().unwrap_or(f64::NAN),
             mbit(bps),
             rel_err(bps, TCP_GOODPUT_BPS) * 100.0
         );
-        let idle_link = counters.is_some_and(|(l2, _)| l2 < TBF_SATURATED_BPS);
-        if rel_err(bps, TCP_GOODPUT_BPS).abs() <= tolerance || !idle_link || attempt == TBF_ATTEMPTS
-        {
+        let trusted = carried.filter(|_| window == Window::Trusted);
+        if !idle_link_explains_miss(bps, tolerance, steady, trusted) || attempt == TBF_ATTEMPTS {
             return (bps, extra);
         }
         eprintln!(
-            "{what}: the link was idle part of the time (tbf passed less than {} at L2): the host \
-             starved the sender; trying again",
+            "{what}: the link was idle part of the time (tbf passed less than {} at L2 in the \
+             steady part, or carried less than the truth over the reading's window): the host \
+             starved the sender or the receiver; trying again",
             mbit(TBF_SATURATED_BPS)
         );
     }
     unreachable!("the last attempt returns")
+}
+
+/// [`through_tbf`]'s retry rule: the reading `bps` misses the truth by more than `tolerance`, and
+/// tbf's counters show the link was idle part of the time. Idle is judged two ways:
+/// - over the steady middle of the transfer (`steady`: its L2 rate and goodput), the L2 rate is
+///   below [`TBF_SATURATED_BPS`];
+/// - for a low reading, over the reading's own window when it is trusted (`carried`: the goodput
+///   tbf carried in the whole run, divided by the time the reading divides by): that too misses
+///   the truth, by more than half the tolerance. Then the window held time in which nothing
+///   crossed the link, such as a sender that started late or a receiver that closed its window
+///   late because the host gave them no CPU, which the steady middle does not see. When tbf
+///   carried the truth in that window and the receiver read less, the receiver miscounted: no
+///   idle link explains that, nor a reading above the truth.
+fn idle_link_explains_miss(
+    bps: f64,
+    tolerance: f64,
+    steady: Option<(f64, f64)>,
+    carried: Option<f64>,
+) -> bool {
+    let err = rel_err(bps, TCP_GOODPUT_BPS);
+    let idle_steady = steady.is_some_and(|(l2, _)| l2 < TBF_SATURATED_BPS);
+    let idle_window = carried.is_some_and(|c| rel_err(c, TCP_GOODPUT_BPS) < -tolerance / 2.0);
+    err.abs() > tolerance && (idle_steady || (err < 0.0 && idle_window))
 }
 
 fn rel_err(measured: f64, truth: f64) -> f64 {
@@ -587,6 +536,51 @@ fn listening_line_parses() {
     assert_eq!(parse_listening_line("Server listening on 5201"), None);
 }
 
+/// A miss is measured again only when tbf shows the link idle: a receiver that counted less than
+/// tbf carried in its window, or more than the link allows, fails at once.
+#[test]
+fn tbf_retry_only_when_an_idle_link_explains_the_miss() {
+    let truth = TCP_GOODPUT_BPS;
+    let busy = Some((TBF_RATE_BPS * 0.9995, truth * 0.9995));
+    let stalled = Some((TBF_RATE_BPS * 0.995, truth * 0.995));
+    let tol = 0.002;
+    // Within the tolerance: nothing to retry, whatever the counters say.
+    assert!(!idle_link_explains_miss(
+        truth * 0.999,
+        tol,
+        stalled,
+        Some(truth * 0.99)
+    ));
+    // 25 ms of a 10 s window without traffic (a late start): tbf carried as little in the
+    // window as the receiver read, though the steady middle was busy.
+    assert!(idle_link_explains_miss(
+        truth * 0.9975,
+        tol,
+        busy,
+        Some(truth * 0.9977)
+    ));
+    // The same when the window is not trusted (sonde's own): a miss to report.
+    assert!(!idle_link_explains_miss(truth * 0.9975, tol, busy, None));
+    // A stall in the steady middle excuses a miss either way.
+    assert!(idle_link_explains_miss(truth * 0.995, tol, stalled, None));
+    // tbf carried the truth in the receiver's window: the receiver miscounted.
+    assert!(!idle_link_explains_miss(
+        truth * 0.997,
+        tol,
+        busy,
+        Some(truth * 1.0002)
+    ));
+    // Above the truth: an idle window does not explain that.
+    assert!(!idle_link_explains_miss(
+        truth * 1.003,
+        tol,
+        busy,
+        Some(truth * 0.99)
+    ));
+    // No counters: no evidence.
+    assert!(!idle_link_explains_miss(truth * 0.99, tol, None, None));
+}
+
 #[test]
 fn lab_namespaces_are_deleted_on_drop_and_on_panic() {
     if !require_or_skip("lab_namespaces_are_deleted_on_drop_and_on_panic", LAB_NEEDS) {
@@ -597,12 +591,12 @@ fn lab_namespaces_are_deleted_on_drop_and_on_panic() {
     // A namespace left by a run that was killed (its pid is gone) is swept by the next lab.
     let mut dead = Command::new("true").spawn().expect("spawn true");
     dead.wait().expect("wait true");
-    let stale = format!("{LAB_PREFIX}{}-0-a", dead.id());
+    let stale = format!("{}{}-0-a", netns::PREFIX, dead.id());
     check(Command::new(tool("ip")).args(["netns", "add", &stale]));
 
     let lab = Lab::new();
     let names = [lab.a().to_owned(), lab.b().to_owned()];
-    let listed = netns_list();
+    let listed = netns::list();
     assert!(
         !listed.contains(&stale),
         "stale {stale} not swept: {listed:?}"
@@ -614,7 +608,7 @@ fn lab_namespaces_are_deleted_on_drop_and_on_panic() {
     let link = lab.ip(Side::A, &["-o", "addr", "show", "dev", VETH_A]);
     assert!(link.contains(&format!("{A_ADDR}/24")), "{link}");
     drop(lab);
-    let listed = netns_list();
+    let listed = netns::list();
     assert!(
         names.iter().all(|n| !listed.contains(n)),
         "{names:?} still in {listed:?} after drop"
@@ -632,7 +626,7 @@ fn lab_namespaces_are_deleted_on_drop_and_on_panic() {
     assert!(unwound.is_err());
     let names = names.lock().unwrap().clone();
     assert_eq!(names.len(), 2);
-    let listed = netns_list();
+    let listed = netns::list();
     assert!(
         names.iter().all(|n| !listed.contains(n)),
         "{names:?} still in {listed:?} after a panic"
@@ -641,7 +635,9 @@ fn lab_namespaces_are_deleted_on_drop_and_on_panic() {
 
 /// The tbf truth, checked with iperf3: its receiver count must read 95.64 Mbit/s. On a quiet
 /// machine it reads within 0.04%; the test allows 0.2% for a busy CI host, still well inside the
-/// 0.5% sonde is held to, so a sonde failure cannot be the lab's noise.
+/// 0.5% sonde is held to, so a sonde failure cannot be the lab's noise. A run that reads low
+/// because the host left the link idle, in the middle of the transfer or at the edges of
+/// iperf3's window (tbf's counters tell), is measured again (see [`through_tbf`]).
 #[test]
 fn lab_tbf_goodput_matches_iperf3() {
     if !require_or_skip(
@@ -651,7 +647,7 @@ fn lab_tbf_goodput_matches_iperf3() {
         return;
     }
     let _serial = serial();
-    let (received, mss) = through_tbf("iperf3 receiver", 0.002, |lab| {
+    let (received, mss) = through_tbf("iperf3 receiver", 0.002, Window::Trusted, |lab| {
         let _server = iperf3_in_b(lab);
         let json = lab.run_in(
             Side::A,
@@ -660,10 +656,11 @@ fn lab_tbf_goodput_matches_iperf3() {
             Duration::from_secs(40),
         );
         let doc: Value = serde_json::from_str(&json).expect("iperf3 -J");
-        (
-            f64_at(&doc, &["end", "sum_received", "bits_per_second"]),
-            u64_at(&doc, &["start", "tcp_mss_default"]),
-        )
+        let reading = Reading {
+            bits_per_second: f64_at(&doc, &["end", "sum_received", "bits_per_second"]),
+            bytes: u64_at(&doc, &["end", "sum_received", "bytes"]),
+        };
+        (reading, u64_at(&doc, &["start", "tcp_mss_default"]))
     });
     assert_eq!(
         mss, 1448,
@@ -768,14 +765,18 @@ fn tcp_throughput_matches_tbf_goodput() {
         return;
     }
     let _serial = serial();
-    let (received, doc) = through_tbf("sonde receiver", 0.005, |lab| {
+    let (received, doc) = through_tbf("sonde receiver", 0.005, Window::UnderTest, |lab| {
         let agent = agent_in_b(lab);
         let doc = run_json_in(
             Some(lab.a()),
             &["throughput", &agent.target(), "-t", "10", "-i", "1"],
             Duration::from_secs(40),
         );
-        (f64_at(&doc, &["receiver", "bits_per_second"]), doc)
+        let reading = Reading {
+            bits_per_second: f64_at(&doc, &["receiver", "bits_per_second"]),
+            bytes: u64_at(&doc, &["receiver", "bytes"]),
+        };
+        (reading, doc)
     });
 
     assert_eq!(at(&doc, &["test"]), "throughput");
@@ -1178,43 +1179,26 @@ impl RoutedLab {
             (lab.r(), VETH_RB, RB_ADDR),
             (lab.b(), VETH_B, B_ROUTED_ADDR),
         ] {
-            link_up(ns, dev, addr);
+            lab_link(ns, dev, addr);
         }
-        let ip =
-            |ns: &str, args: &[&str]| check(Command::new(tool("ip")).args(["-n", ns]).args(args));
-        ip(lab.a(), &["route", "add", "198.18.1.0/24", "via", RA_ADDR]);
-        ip(lab.b(), &["route", "add", "198.18.0.0/24", "via", RB_ADDR]);
+        netns::ip(lab.a(), &["route", "add", "198.18.1.0/24", "via", RA_ADDR]);
+        netns::ip(lab.b(), &["route", "add", "198.18.0.0/24", "via", RB_ADDR]);
         check(command_in(Some(lab.r()), "sysctl").args(["-w", "net.ipv4.ip_forward=1"]));
         let latency = format!("{ROUTER_QUEUE_MS}ms");
-        check(Command::new(tool("tc")).args([
-            "-n",
-            lab.r(),
-            "qdisc",
-            "replace",
-            "dev",
-            VETH_RB,
-            "root",
-            "tbf",
-            "rate",
-            "100mbit",
-            "burst",
-            &TBF_BURST_BYTES.to_string(),
-            "latency",
-            &latency,
-        ]));
+        tbf(lab.r(), VETH_RB, "100mbit", TBF_BURST_BYTES, &latency);
         lab
     }
 
     fn a(&self) -> &str {
-        self.ns.get(0)
+        self.ns.name(0)
     }
 
     fn r(&self) -> &str {
-        self.ns.get(1)
+        self.ns.name(1)
     }
 
     fn b(&self) -> &str {
-        self.ns.get(2)
+        self.ns.name(2)
     }
 }
 
@@ -1234,7 +1218,9 @@ fn router_backlog(r: &str) -> Option<u64> {
 /// RTT is the queue the load built, which r's tbf reports as its backlog. Checked three ways:
 /// the loaded probes can never wait longer than the queue allows; the median added RTT matches
 /// the median backlog (in time at the link rate) sampled during the loaded phase; and idle probes
-/// see no queue.
+/// see no queue. A run whose probes' tail went past the queue while the load could not keep the
+/// link full (95.4 Mbit/s normally; 78.9 once, with p99 at 540 ms, while the host was compiling)
+/// measured the host, not the network: it is measured again, up to three runs.
 #[test]
 fn load_added_rtt_matches_the_router_queue() {
     let test = "load_added_rtt_matches_the_router_queue";
@@ -1247,7 +1233,29 @@ fn load_added_rtt_matches_the_router_queue() {
     let _serial = serial();
     let lab = RoutedLab::new();
     let agent = Agent::start_in(Some(lab.b()), B_ROUTED_ADDR, &[]);
-    let target = agent.target();
+    for attempt in 1..=3 {
+        match load_run(test, &lab, &agent.target()) {
+            LoadRun::Agrees => return,
+            LoadRun::HostStalled(why) if attempt < 3 => {
+                eprintln!("{test}: attempt {attempt}: {why}; measuring again");
+            }
+            LoadRun::HostStalled(why) => panic!("{why}, in three attempts"),
+        }
+    }
+}
+
+/// How one `sonde load` run through the routed lab went.
+enum LoadRun {
+    Agrees,
+    /// The loaded probes' tail went past what the router's queue can hold while the load could
+    /// not fill the link: the host stalled (a 2-core machine running other work), and both the
+    /// probes and the streams waited on it, not on the network. Measured again.
+    HostStalled(String),
+}
+
+/// One `sonde load` run against the router's queue, sampled with `tc` meanwhile. Fails the
+/// test at once when the figures disagree with the queue on a link the load kept full.
+fn load_run(test: &str, lab: &RoutedLab, target: &str) -> LoadRun {
     // Backlog readings, every 100 ms, from the start of the run.
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
@@ -1268,8 +1276,8 @@ fn load_added_rtt_matches_the_router_queue() {
     let doc = run_json_in(
         Some(lab.a()),
         &[
-            "load", &target, "-u", "-t", "4", "--warmup", "0.5", "--ramp", "2", "-P", "4",
-            "--rate", "500",
+            "load", target, "-u", "-t", "4", "--warmup", "0.5", "--ramp", "2", "-P", "4", "--rate",
+            "500",
         ],
         Duration::from_secs(60),
     );
@@ -1313,10 +1321,21 @@ fn load_added_rtt_matches_the_router_queue() {
     // Serialising a probe and the burst tbf may send at line rate add about 1.2 ms; the host's
     // scheduling a few ms more on a loaded 2-core machine.
     let burst_ms = f64::from(TBF_BURST_BYTES) * 8.0 / TBF_RATE_BPS * 1e3;
-    assert!(
-        loaded_p99 <= idle_p50 + ROUTER_QUEUE_MS + burst_ms + 5.0,
-        "loaded probes waited longer than the router's queue can hold"
-    );
+    if loaded_p99 > idle_p50 + ROUTER_QUEUE_MS + burst_ms + 5.0 {
+        // Four TCP streams keep a 100 Mbit/s link full unless the host stops running them.
+        let load = f64_at(&doc, &["load", "receiver", "bits_per_second"]);
+        assert!(
+            load < TCP_GOODPUT_BPS * 0.9,
+            "loaded probes waited longer than the router's queue can hold, on a link the load \
+             kept full ({})",
+            mbit(load)
+        );
+        return LoadRun::HostStalled(format!(
+            "loaded p99 {loaded_p99:.3} ms past the router's queue while the load reached only {} \
+             of the link",
+            mbit(load)
+        ));
+    }
     assert!(
         median_queue > 2.0,
         "the load did not build a queue at the router: the lab, not sonde, is off"
@@ -1326,4 +1345,5 @@ fn load_added_rtt_matches_the_router_queue() {
         "the added median RTT ({added_p50:.3} ms) is not the router's queue ({median_queue:.3} ms)"
     );
     assert!(started.elapsed() < Duration::from_secs(60));
+    LoadRun::Agrees
 }

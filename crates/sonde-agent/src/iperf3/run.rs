@@ -35,6 +35,9 @@ use crate::Shared;
 const FAILSAFE_SLACK: Duration = Duration::from_secs(30);
 /// How long the client has for its results, and for IPERF_DONE after DISPLAY_RESULTS.
 const RESULTS_TIMEOUT: Duration = Duration::from_secs(10);
+/// After SERVER_TERMINATE, how long the agent waits for the client to hang up before it
+/// closes the data sockets anyway.
+const TERMINATE_GRACE: Duration = Duration::from_secs(2);
 /// How often the control loop looks at the shutdown flag and the failsafe.
 const CONTROL_POLL: Duration = Duration::from_millis(100);
 const NS_PER_S: u64 = 1_000_000_000;
@@ -252,7 +255,12 @@ pub(super) fn run(
             "no TEST_END {FAILSAFE_SLACK:?} after the planned end (failsafe)"
         )),
         Finish::Shutdown => {
-            let _ = ctrl.write_all(&[State::ServerTerminate.byte()]);
+            if ctrl.write_all(&[State::ServerTerminate.byte()]).is_ok() {
+                // The data sockets stay open until the client has read that and hung up:
+                // closed with its unread data they would reset, and a client that hits the
+                // reset on a stream first reports that instead of the agent's shutdown.
+                await_hang_up(&mut ctrl, TERMINATE_GRACE);
+            }
             Some("the agent is shutting down".to_owned())
         }
         Finish::Unexpected(b) => Some(format!("unexpected control byte {b:#04x}")),
@@ -292,6 +300,21 @@ pub(super) fn run(
     drop(streams);
     exchange(&mut ctrl, &results)?;
     Ok(with_failures(summary, &failures))
+}
+
+/// Reads (and drops) what the client sends on `ctrl` until it closes, for at most `limit`.
+fn await_hang_up(ctrl: &mut TcpStream, limit: Duration) {
+    let end = Instant::now() + limit;
+    let mut sink = [0u8; 64];
+    while let Some(left) = end.checked_duration_since(Instant::now()) {
+        if left.is_zero() || ctrl.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        match ctrl.read(&mut sink) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
 }
 
 fn with_failures(line: String, failures: &[String]) -> String {
