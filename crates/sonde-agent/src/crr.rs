@@ -113,19 +113,13 @@ impl Session {
     /// What the session's exchanges and control thread cost, once they have ended.
     fn cpu_report(&self) -> Option<CpuReport> {
         let cost = self.cpu.cost()?;
-        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        Some(CpuReport {
-            wall_ns: ns(cost.wall),
-            user_ns: ns(cost.usage.user),
-            system_ns: ns(cost.usage.system),
-            voluntary_switches: cost.usage.voluntary_switches,
-            involuntary_switches: cost.usage.involuntary_switches,
-            // A dozen calls per exchange (accept, options, reads, write, close), not counted
-            // one by one, as on the client.
-            syscalls: None,
-            messages: Some(self.transactions.load(Ordering::Acquire)),
-            bytes: Some(self.bytes.load(Ordering::Acquire)),
-        })
+        // A dozen calls per exchange (accept, options, reads, write, close), not counted one by
+        // one, as on the client.
+        Some(cost.report(
+            None,
+            Some(self.transactions.load(Ordering::Acquire)),
+            Some(self.bytes.load(Ordering::Acquire)),
+        ))
     }
 }
 

@@ -629,30 +629,12 @@ impl<'a> Test<'a> {
     /// What this session cost the agent, from its meter and its data loops' counters.
     fn cpu_report(&self) -> Option<CpuReport> {
         let cost = self.cpu.cost()?;
-        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        let (bytes, packets) = self
-            .counters
-            .iter()
-            .map(Counters::load)
-            .fold((0u64, 0u64), |(b, p), (cb, cp)| {
-                (b.saturating_add(cb), p.saturating_add(cp))
-            });
-        let latency = self.spec.kind == TestKind::Latency;
-        let messages = match self.spec.protocol {
-            // TCP counts calls, not messages: a message is `msg_size` bytes of the stream.
-            Protocol::Tcp if !latency => bytes / u64::from(self.spec.msg_size.max(1)),
-            _ => packets,
-        };
-        Some(CpuReport {
-            wall_ns: ns(cost.wall),
-            user_ns: ns(cost.usage.user),
-            system_ns: ns(cost.usage.system),
-            voluntary_switches: cost.usage.voluntary_switches,
-            involuntary_switches: cost.usage.involuntary_switches,
-            syscalls: Some(self.counters.iter().map(Counters::syscalls).sum()),
-            messages: Some(messages),
-            bytes: Some(bytes),
-        })
+        Some(sonde_net::cpu::loops_report(
+            &cost,
+            &self.spec,
+            &self.counters,
+            true,
+        ))
     }
 
     /// `TCP_INFO` of the given sending streams now (those whose socket can say).

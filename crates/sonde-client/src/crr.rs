@@ -292,21 +292,15 @@ fn run(target: &Target, opt: &CrrOptions, admitted: Admitted) -> Result<Run, Cli
         result
     });
     let (stats, elapsed_ns, report) = outcome?;
-    let cpu = meter.cost().map(|cost| CpuReport {
-        wall_ns: nanos(cost.wall),
-        user_ns: nanos(cost.usage.user),
-        system_ns: nanos(cost.usage.system),
-        voluntary_switches: cost.usage.voluntary_switches,
-        involuntary_switches: cost.usage.involuntary_switches,
-        // Each transaction makes a dozen calls (socket, options, connect, write, read, close),
-        // some inside socket2 and std: not counted one by one.
-        syscalls: None,
-        messages: Some(stats.transactions()),
-        bytes: Some(
-            stats
-                .transactions()
-                .saturating_mul(u64::from(opt.request_bytes) + u64::from(opt.response_bytes)),
-        ),
+    // Each transaction makes a dozen calls (socket, options, connect, write, read, close), some
+    // inside socket2 and std: not counted one by one.
+    let cpu = meter.cost().map(|cost| {
+        let per = u64::from(opt.request_bytes) + u64::from(opt.response_bytes);
+        cost.report(
+            None,
+            Some(stats.transactions()),
+            Some(stats.transactions().saturating_mul(per)),
+        )
     });
     Ok(Run {
         session,

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sonde_engine::interval::Intervals;
 use sonde_net::bulk::{SendOutcome, TcpRecvOutcome, UdpRecvOutcome};
 use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
-use sonde_net::cpu::{CpuCost, ThreadsMeter};
+use sonde_net::cpu::ThreadsMeter;
 use sonde_net::latency::{LatencyOutcome, PingConfig};
 use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
@@ -124,8 +124,8 @@ pub(crate) struct BulkRun {
     pub(crate) context: Context,
 }
 
-/// This end's CPU cost from its meter and its data loops' counters. `messages` is what the
-/// loops moved: UDP datagrams, latency messages, or TCP bytes over the message size.
+/// This end's CPU cost from its meter and its data loops' counters (see
+/// [`sonde_net::cpu::loops_report`]).
 pub(crate) fn cpu_report(
     meter: &ThreadsMeter,
     spec: &TestSpec,
@@ -133,32 +133,12 @@ pub(crate) fn cpu_report(
     syscalls_counted: bool,
 ) -> Option<CpuReport> {
     let cost = meter.cost()?;
-    let (bytes, packets) = counters
-        .iter()
-        .map(Counters::load)
-        .fold((0u64, 0u64), |(b, p), (cb, cp)| {
-            (b.saturating_add(cb), p.saturating_add(cp))
-        });
-    let messages = match spec.protocol {
-        Protocol::Tcp if spec.kind != TestKind::Latency => bytes / u64::from(spec.msg_size.max(1)),
-        _ => packets,
-    };
-    let syscalls = syscalls_counted.then(|| counters.iter().map(Counters::syscalls).sum());
-    Some(report_of(&cost, syscalls, messages, bytes))
-}
-
-fn report_of(cost: &CpuCost, syscalls: Option<u64>, messages: u64, bytes: u64) -> CpuReport {
-    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-    CpuReport {
-        wall_ns: ns(cost.wall),
-        user_ns: ns(cost.usage.user),
-        system_ns: ns(cost.usage.system),
-        voluntary_switches: cost.usage.voluntary_switches,
-        involuntary_switches: cost.usage.involuntary_switches,
-        syscalls,
-        messages: Some(messages),
-        bytes: Some(bytes),
-    }
+    Some(sonde_net::cpu::loops_report(
+        &cost,
+        spec,
+        counters,
+        syscalls_counted,
+    ))
 }
 
 /// Runs a latency loop (`run`) on this thread and measures this end's CPU: this thread and
@@ -178,7 +158,7 @@ pub(crate) fn metered_latency<T>(
     let bytes = outcome.sent.saturating_mul(u64::from(msg_size));
     let cpu = meter
         .cost()
-        .map(|cost| report_of(&cost, Some(calls), outcome.sent, bytes));
+        .map(|cost| cost.report(Some(calls), Some(outcome.sent), Some(bytes)));
     Ok((outcome, extra, cpu))
 }
 

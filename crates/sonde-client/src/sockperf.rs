@@ -30,6 +30,7 @@
 
 use std::io;
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sonde_net::latency::{Framing, LatencyOutcome, NoReply, PingConfig};
@@ -38,7 +39,7 @@ use sonde_report::{LatencyResult, Peer};
 use sonde_wire::sockperf::{DEFAULT_PORT, MAX_TCP_MSG, MAX_UDP_MSG, MIN_MSG, SERVER_MAX_MSG};
 use sonde_wire::{AgentReport, Protocol, SessionId};
 
-use crate::session::LatencyRun;
+use crate::session::{ClientChannel, LatencyRun};
 use crate::{ClientError, LatencyOptions, Target};
 
 /// The scheme that names a sockperf server as the target.
@@ -129,50 +130,44 @@ pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, C
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let stop = AtomicBool::new(false);
-    // The loop's length, taken before the full log's writer drains.
-    let mut elapsed_ns = 0;
-    let (outcome, (), client_cpu) = crate::session::metered_latency(cfg.msg_size, |meter| {
-        let cpu = Some(std::sync::Arc::clone(meter));
-        let outcome = match opt.protocol {
-            Protocol::Tcp => {
-                let stream = sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, true)
-                    .map_err(|e| {
-                        no_reply(target, opt.protocol, &format!("(cannot connect: {e})"))
-                    })?;
-                crate::inner::with_view(&opt, cpu, |view| {
-                    let clock = Clock::start();
-                    let out = sonde_net::latency::tcp_ping_with(
-                        &stream,
+    let channel = match opt.protocol {
+        Protocol::Tcp => ClientChannel::Tcp(
+            sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, true)
+                .map_err(|e| no_reply(target, opt.protocol, &format!("(cannot connect: {e})")))?,
+        ),
+        Protocol::Udp => ClientChannel::Udp(
+            sonde_net::socket::udp_connect(target.addr).map_err(|e| ClientError::Data(e, 0))?,
+        ),
+    };
+    let (outcome, elapsed_ns, client_cpu) =
+        crate::session::metered_latency(cfg.msg_size, |meter| {
+            // The loop's length, taken before the full log's writer drains.
+            let mut elapsed_ns = 0;
+            let outcome = crate::inner::with_view(&opt, Some(Arc::clone(meter)), |view| {
+                let clock = Clock::start();
+                let out = match &channel {
+                    ClientChannel::Tcp(s) => sonde_net::latency::tcp_ping_with(
+                        s,
                         &cfg,
                         Framing::Sockperf,
                         view,
                         &clock,
                         &stop,
-                    );
-                    elapsed_ns = clock.now_ns();
-                    out.map_err(|e| run_error(target, opt.protocol, e))
-                })
-            }
-            Protocol::Udp => {
-                let sock = sonde_net::socket::udp_connect(target.addr)
-                    .map_err(|e| ClientError::Data(e, 0))?;
-                crate::inner::with_view(&opt, cpu, |view| {
-                    let clock = Clock::start();
-                    let out = sonde_net::latency::udp_ping_with(
-                        &sock,
+                    ),
+                    ClientChannel::Udp(s) => sonde_net::latency::udp_ping_with(
+                        s,
                         &cfg,
                         Framing::Sockperf,
                         view,
                         &clock,
                         &stop,
-                    );
-                    elapsed_ns = clock.now_ns();
-                    out.map_err(|e| run_error(target, opt.protocol, e))
-                })
-            }
-        }?;
-        Ok((outcome, ()))
-    })?;
+                    ),
+                };
+                elapsed_ns = clock.now_ns();
+                out.map_err(|e| run_error(target, opt.protocol, e))
+            })?;
+            Ok((outcome, elapsed_ns))
+        })?;
     if outcome.sent > 0 && replies(&outcome) == 0 {
         return Err(no_reply(
             target,

@@ -46,7 +46,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
-use crate::sys;
+use sonde_wire::{CpuReport, Protocol, TestKind, TestSpec};
+
+use crate::{sys, Counters};
 
 /// Whose CPU time is counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,6 +190,51 @@ impl CpuCost {
     fn percent(&self, cpu: Duration) -> Option<f64> {
         (!self.wall.is_zero()).then(|| cpu.as_secs_f64() * 100.0 / self.wall.as_secs_f64())
     }
+
+    /// The cost as it travels in a report (`Report.cpu`, and the client's own before it goes
+    /// into the result), with what the data loops moved: `syscalls` where they were counted,
+    /// `messages` and `bytes`.
+    pub fn report(
+        &self,
+        syscalls: Option<u64>,
+        messages: Option<u64>,
+        bytes: Option<u64>,
+    ) -> CpuReport {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        CpuReport {
+            wall_ns: ns(self.wall),
+            user_ns: ns(self.usage.user),
+            system_ns: ns(self.usage.system),
+            voluntary_switches: self.usage.voluntary_switches,
+            involuntary_switches: self.usage.involuntary_switches,
+            syscalls,
+            messages,
+            bytes,
+        }
+    }
+}
+
+/// The report of a test's data loops, either end: what they moved from their `counters`, with
+/// a message being a UDP datagram, a latency message, or `msg_size` bytes of a TCP stream (TCP
+/// counts calls, not messages), and their system calls when `syscalls_counted`.
+pub fn loops_report(
+    cost: &CpuCost,
+    spec: &TestSpec,
+    counters: &[Counters],
+    syscalls_counted: bool,
+) -> CpuReport {
+    let (bytes, packets) = counters
+        .iter()
+        .map(Counters::load)
+        .fold((0u64, 0u64), |(b, p), (cb, cp)| {
+            (b.saturating_add(cb), p.saturating_add(cp))
+        });
+    let messages = match spec.protocol {
+        Protocol::Tcp if spec.kind != TestKind::Latency => bytes / u64::from(spec.msg_size.max(1)),
+        _ => packets,
+    };
+    let syscalls = syscalls_counted.then(|| counters.iter().map(Counters::syscalls).sum());
+    cost.report(syscalls, Some(messages), Some(bytes))
 }
 
 /// The CPU used by a group of threads (one session's), each counted with `RUSAGE_THREAD` from

@@ -7,33 +7,15 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
+use common::fulllog::{read_log, TempFile};
 use common::{run_with_timeout, sonde_bin, Agent};
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// A file in the temp directory, removed when dropped however the test ends.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn new(name: &str) -> Self {
-        Self(std::env::temp_dir().join(format!("sonde-inner-{name}-{}.csv", std::process::id())))
-    }
-    fn path(&self) -> &str {
-        self.0.to_str().expect("a UTF-8 temp path")
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 fn agent() -> Agent {
     Agent::start_in(None, "127.0.0.1", &["-q"])
@@ -85,46 +67,11 @@ fn warnings(doc: &Value) -> Vec<String> {
         .collect()
 }
 
-/// One line of a full log.
-#[derive(Debug)]
-struct Line {
-    seq: u64,
-    rtt_ns: Option<u64>,
-    socket_rtt_ns: Option<u64>,
-    send_to_socket_rx_ns: Option<u64>,
-    warmup: bool,
-    outcome: String,
-}
-
-fn read_log(file: &TempFile) -> Vec<Line> {
-    let text = std::fs::read_to_string(&file.0).unwrap();
-    let mut lines = text.lines();
-    assert_eq!(
-        lines.next(),
-        Some("seq,send_ns,receive_ns,rtt_ns,socket_rtt_ns,send_to_socket_rx_ns,warmup,outcome")
-    );
-    lines
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            assert_eq!(f.len(), 8, "{l}");
-            let n = |s: &str| (!s.is_empty()).then(|| s.parse::<u64>().unwrap());
-            Line {
-                seq: f[0].parse().unwrap(),
-                rtt_ns: n(f[3]),
-                socket_rtt_ns: n(f[4]),
-                send_to_socket_rx_ns: n(f[5]),
-                warmup: f[6].parse().unwrap(),
-                outcome: f[7].to_owned(),
-            }
-        })
-        .collect()
-}
-
 #[test]
 fn the_full_log_has_a_line_per_message_and_the_result_says_so() {
     let agent = agent();
     for proto in [&["-u"][..], &[], &["-u", "--rate", "3000"]] {
-        let file = TempFile::new("log");
+        let file = TempFile::new("inner-log");
         let mut args = vec!["-t", "1", "--warmup", "0.2", "--full-log", file.path()];
         args.extend_from_slice(proto);
         let doc = latency_json(&agent, &args);
@@ -213,7 +160,7 @@ fn the_histogram_holds_every_sample_and_only_when_asked() {
 fn udp_kernel_timestamps_see_less_than_the_application_every_sample() {
     let agent = agent();
     for rate in [None, Some("3000")] {
-        let file = TempFile::new("ts");
+        let file = TempFile::new("inner-ts");
         let mut args = vec![
             "-u",
             "-t",
@@ -264,7 +211,7 @@ fn udp_kernel_timestamps_see_less_than_the_application_every_sample() {
 #[cfg(target_os = "linux")]
 fn tcp_kernel_timestamps_are_receive_only_and_say_so() {
     let agent = agent();
-    let file = TempFile::new("tcp-ts");
+    let file = TempFile::new("inner-tcp-ts");
     let doc = latency_json(
         &agent,
         &[

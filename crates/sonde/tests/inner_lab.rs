@@ -22,12 +22,12 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
+use common::fulllog::{read_log, TempFile};
 use common::netns::{link_up, veth, Namespaces, Segments};
 use common::{check, require_or_skip, run_json_in, tool, Agent, Need};
 
@@ -36,8 +36,6 @@ const B_ADDR: &str = "198.18.0.2";
 const MTU: u32 = 9000;
 /// The UDP payload of a 9,000-byte IPv4 packet.
 const MSG: &str = "8972";
-/// The full log's file (in the temp directory) is `sonde-inner-<pid>.csv`.
-const LOG_PREFIX: &str = "sonde-inner-";
 
 /// a — b, deleted on drop.
 struct Lab {
@@ -86,15 +84,6 @@ impl Lab {
     }
 }
 
-/// A file in the temp directory (visible from every namespace), removed on drop.
-struct TempFile(PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 fn num(doc: &Value, pointer: &str) -> f64 {
     doc.pointer(pointer)
         .and_then(Value::as_f64)
@@ -111,9 +100,8 @@ fn one_way_delay_finds_the_shaped_direction_and_the_sockets_see_less_than_the_ap
     }
     let lab = Lab::new();
     let agent = Agent::start_in(Some(lab.b()), B_ADDR, &["-q"]);
-    let log =
-        TempFile(std::env::temp_dir().join(format!("{LOG_PREFIX}{}.csv", std::process::id())));
-    let log_path = log.0.to_str().expect("a UTF-8 temp path").to_owned();
+    let log = TempFile::new("inner-lab");
+    let log_path = log.path().to_owned();
     let doc = run_json_in(
         Some(lab.a()),
         &[
@@ -184,14 +172,12 @@ fn one_way_delay_finds_the_shaped_direction_and_the_sockets_see_less_than_the_ap
     let s = &doc["socket_rtt"];
     assert_eq!(s["tx_timestamps"], true, "{s:#}");
     assert_eq!(num(s, "/tx_stamped"), num(&doc, "/samples"));
-    let text = std::fs::read_to_string(&log.0).unwrap();
     let mut both = 0u32;
-    for line in text.lines().skip(1) {
-        let f: Vec<&str> = line.split(',').collect();
-        let (Ok(app), Ok(sock)) = (f[3].parse::<u64>(), f[4].parse::<u64>()) else {
+    for line in read_log(&log) {
+        let (Some(app), Some(sock)) = (line.rtt_ns, line.socket_rtt_ns) else {
             continue;
         };
-        assert!(sock <= app, "socket RTT above the application's: {line}");
+        assert!(sock <= app, "socket RTT above the application's: {line:?}");
         both += 1;
     }
     assert!(

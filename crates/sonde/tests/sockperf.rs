@@ -29,6 +29,7 @@ use sonde_client::LatencyOptions;
 use sonde_wire::sockperf::{self as wire, Flags, Header};
 use sonde_wire::Protocol;
 
+use common::fulllog::{read_log, LogLine, TempFile};
 use common::{require_or_skip, run_with_timeout, sonde_bin, Daemon, Need};
 
 /// How long one sockperf client run may take: `-t 1` plus its 2 s sleep, with room for a busy
@@ -893,70 +894,6 @@ fn a_message_over_the_sockperf_servers_maximum_is_exit_3_and_says_so() {
 // 6. The inner view against a real sockperf server
 // ---------------------------------------------------------------------------------------------
 
-/// A file in the temp directory, removed when dropped however the test ends.
-struct TempFile(std::path::PathBuf);
-
-impl TempFile {
-    fn new(name: &str) -> Self {
-        Self(std::env::temp_dir().join(format!("sonde-sockperf-{name}-{}.csv", std::process::id())))
-    }
-    fn path(&self) -> &str {
-        self.0.to_str().expect("a UTF-8 temp path")
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// One line of a full log.
-#[derive(Debug)]
-struct LogLine {
-    seq: u64,
-    send_ns: u64,
-    receive_ns: Option<u64>,
-    rtt_ns: Option<u64>,
-    socket_rtt_ns: Option<u64>,
-    send_to_socket_rx_ns: Option<u64>,
-    warmup: bool,
-    outcome: String,
-}
-
-impl LogLine {
-    /// A reply that counts in the statistics: received (or late) after the warm-up.
-    fn measured(&self) -> bool {
-        !self.warmup && self.outcome != "lost"
-    }
-}
-
-fn read_log(file: &TempFile) -> Vec<LogLine> {
-    let text = std::fs::read_to_string(&file.0).expect("the full log");
-    let mut lines = text.lines();
-    assert_eq!(
-        lines.next(),
-        Some("seq,send_ns,receive_ns,rtt_ns,socket_rtt_ns,send_to_socket_rx_ns,warmup,outcome")
-    );
-    lines
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            assert_eq!(f.len(), 8, "{l}");
-            let n = |s: &str| (!s.is_empty()).then(|| s.parse::<u64>().expect(l));
-            LogLine {
-                seq: f[0].parse().expect(l),
-                send_ns: f[1].parse().expect(l),
-                receive_ns: n(f[2]),
-                rtt_ns: n(f[3]),
-                socket_rtt_ns: n(f[4]),
-                send_to_socket_rx_ns: n(f[5]),
-                warmup: f[6].parse().expect(l),
-                outcome: f[7].to_owned(),
-            }
-        })
-        .collect()
-}
-
 /// How far the result's HDR histogram (3 significant digits) may put a value from the sample:
 /// a bucket is at most 1/1024 of its values wide.
 fn hdr_slack(v: u64) -> u64 {
@@ -969,7 +906,11 @@ fn full_log_against_sockperf_server(test: &str, tcp: bool) {
     }
     let server = SockperfServer::start(tcp);
     let target = format!("sockperf://127.0.0.1:{}", server.port);
-    let file = TempFile::new(if tcp { "log-tcp" } else { "log-udp" });
+    let file = TempFile::new(if tcp {
+        "sockperf-log-tcp"
+    } else {
+        "sockperf-log-udp"
+    });
     let proto = if tcp { "--tcp" } else { "-u" };
     let doc = sonde_json(&[
         "latency",
@@ -1070,7 +1011,11 @@ fn timestamps_against_sockperf_server(test: &str, tcp: bool, rate: Option<&str>)
     }
     let server = SockperfServer::start(tcp);
     let target = format!("sockperf://127.0.0.1:{}", server.port);
-    let file = TempFile::new(if tcp { "ts-tcp" } else { "ts-udp" });
+    let file = TempFile::new(if tcp {
+        "sockperf-ts-tcp"
+    } else {
+        "sockperf-ts-udp"
+    });
     let mut args = vec![
         "latency",
         &target,

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 /// The network-namespace guard and link helpers of the lab tests.
+pub(crate) mod fulllog;
 pub(crate) mod netns;
 
 use std::ffi::OsStr;
