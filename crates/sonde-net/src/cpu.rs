@@ -267,15 +267,7 @@ impl ThreadsMeter {
     /// Counts the calling thread's CPU from now until the returned guard is dropped, which must
     /// happen on this thread (it is not `Send`).
     pub fn track(&self) -> TrackedThread<'_> {
-        let start = CpuSnapshot::take(CpuScope::Thread).ok();
-        if start.is_none() {
-            self.unmeasured.store(true, Ordering::Relaxed);
-        }
-        TrackedThread {
-            meter: self,
-            start,
-            _not_send: std::marker::PhantomData,
-        }
+        self.track_from(CpuSnapshot::take(CpuScope::Thread).ok())
     }
 
     /// Counts the calling thread's CPU from `start`, a snapshot of this thread taken earlier
