@@ -415,7 +415,7 @@ mod tests {
         let mut o = outcome();
         o.socket = Some(sonde_net::latency::SocketOutcome {
             rx: Ok(()),
-            tx: Err("TCP".into()),
+            tx: Err("refused".into()),
             rx_stamped: 100,
             tx_stamped: 0,
             inconsistent: 0,
@@ -430,7 +430,7 @@ mod tests {
         assert!(s.socket_rtt_ns.is_none() && s.host_ns.is_none());
         assert!(s.send_to_socket_rx_ns.is_some() && s.rx_host_ns.is_some());
         assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(warnings[0].contains("no kernel transmit timestamps (TCP)"));
+        assert!(warnings[0].contains("no kernel transmit timestamps (refused)"));
         // No receive stamps at all: every figure null.
         let sock = o.socket.as_mut().unwrap();
         sock.rx = Err("unsupported".into());

@@ -506,7 +506,7 @@ pub fn tcp_ping_framed(
 }
 
 /// [`tcp_ping_framed`] with the inner view: every sample to `view.log`, the kernel's receive
-/// timestamps (TCP's transmit stamps are not read: [`SocketOutcome::tx`] says so), the agent's
+/// and transmit timestamps (a message's transmit stamp is the one of its last byte), the agent's
 /// stamps for one-way delay (sonde framing only, messages of at least
 /// [`stamps::ONE_WAY_MIN_MSG`] bytes).
 ///
@@ -534,12 +534,19 @@ pub fn tcp_ping_with(
     stream.set_write_timeout(Some(TCP_REPLY_TIMEOUT))?;
     let mut rec = Recorder::new(view, cfg.warmup_ns);
     let _stamps_off = if rec.timestamps() {
-        let rx = sys::tcp_enable_rx_timestamps(stream).map_err(|e| e.to_string());
+        // As for UDP: both, else receive alone.
+        let (rx, tx) = match sys::tcp_enable_timestamps(stream, true) {
+            Ok(()) => (Ok(()), Ok(())),
+            Err(e) => {
+                let tx = Err(format!("the kernel refused transmit timestamps: {e}"));
+                (
+                    sys::tcp_enable_timestamps(stream, false).map_err(|e| e.to_string()),
+                    tx,
+                )
+            }
+        };
         let on = rx.is_ok();
-        rec.set_enabled(
-            rx,
-            Err("sonde reads the kernel's transmit timestamps for UDP only".into()),
-        );
+        rec.set_enabled(rx, tx);
         on.then(|| StampsOff(sys::tcp_fd(stream)))
     } else {
         None
@@ -689,6 +696,11 @@ fn tcp_closed(
         stamps::write_tcp_request(cfg.msg_size, &mut out);
     }
     let stamped = rec.reading_rx();
+    let mut tx = TxStamps::new(
+        rec.reading_tx(),
+        sys::tcp_fd(stream),
+        Keying::Bytes(msg as u64),
+    );
     let mut reply = vec![0u8; msg];
     let mut rtt = RttRecorder::new(cfg.warmup_ns);
     let mut sent = 0;
@@ -734,6 +746,7 @@ fn tcp_closed(
             check_sockperf_tcp_reply(&reply, sent)?;
         }
         rtt.record(t0, t1.saturating_sub(t0));
+        let tx_ns = tx.of(sent - 1, sent - 1, send_real_ns, rx_ns);
         rec.reply(&ReplyAt {
             seq: sent - 1,
             send_ns: t0,
@@ -741,7 +754,7 @@ fn tcp_closed(
             late: false,
             stamps: Stamps {
                 rx_ns,
-                tx_ns: None,
+                tx_ns,
                 send_real_ns,
                 agent: if one_way {
                     stamps::tcp_reply_stamps(&reply)
@@ -948,6 +961,11 @@ fn tcp_open_reader(
     let mut head = [0u8; STAMPS_LEN];
     let one_way = rec.one_way();
     let stamped = rec.reading_rx();
+    let mut tx = TxStamps::new(
+        rec.reading_tx(),
+        sys::tcp_fd(stream),
+        Keying::Bytes(msg as u64),
+    );
     let mut sender_done_at = None;
     let drain_ns = duration_ns(TCP_OPEN_LOOP_DRAIN);
     loop {
@@ -980,9 +998,12 @@ fn tcp_open_reader(
         let t = clock.now_ns();
         // Only a message already due can have been answered; more is a misbehaving peer.
         let due_by = plan.due_by(t);
+        let newest = progress.sent().saturating_sub(1);
         let mut reply = |k: u64, agent: Option<(u64, u64)>| {
             let due = plan.due(k);
             rtt.record(due, t.saturating_sub(due));
+            let send_real_ns = r.send_times.and_then(|st| st.load(k));
+            let tx_ns = tx.of(k, newest.max(k), send_real_ns, rx_ns);
             rec.reply(&ReplyAt {
                 seq: k,
                 send_ns: due,
@@ -990,8 +1011,8 @@ fn tcp_open_reader(
                 late: false,
                 stamps: Stamps {
                     rx_ns,
-                    tx_ns: None,
-                    send_real_ns: r.send_times.and_then(|st| st.load(k)),
+                    tx_ns,
+                    send_real_ns,
                     agent,
                 },
             });
@@ -1110,30 +1131,61 @@ fn udp_recv(sock: &UdpSocket, buf: &mut [u8], stamped: bool) -> io::Result<(usiz
     }
 }
 
-/// Transmit timestamps off a UDP socket's error queue, kept by message until their reply.
+/// What a transmit stamp's key counts.
+#[derive(Debug, Clone, Copy)]
+enum Keying {
+    /// UDP: datagrams, from 0.
+    Datagram,
+    /// TCP: bytes, from 0, up to the last byte of the write; every message is this many bytes.
+    Bytes(u64),
+}
+
+impl Keying {
+    /// The message a stamp's 32-bit `key` is for, `newest` being the highest seq sent. `None`
+    /// for a TCP stamp that does not end a message (a message written in parts).
+    fn seq(self, key: u32, newest: u64) -> Option<u64> {
+        match self {
+            Keying::Datagram => Some(widen_seq(u64::from(key), 4, newest)),
+            Keying::Bytes(msg) => {
+                let msg = msg.max(1);
+                let last_byte = newest.saturating_add(1).saturating_mul(msg) - 1;
+                let byte = widen_seq(u64::from(key), 4, last_byte);
+                let end = byte.saturating_add(1);
+                end.is_multiple_of(msg).then(|| end / msg - 1)
+            }
+        }
+    }
+}
+
+/// Transmit timestamps off a socket's error queue, kept by message until their reply.
 struct TxStamps {
     /// `(seq, ns)` per ring slot; empty when transmit stamps are not read.
     ring: Vec<(u64, u64)>,
+    fd: i32,
+    keying: Keying,
 }
 
 impl TxStamps {
-    fn new(reading: bool) -> Self {
+    fn new(reading: bool, fd: i32, keying: Keying) -> Self {
         Self {
             ring: if reading {
                 vec![(u64::MAX, 0); SEND_RING]
             } else {
                 Vec::new()
             },
+            fd,
+            keying,
         }
     }
 
     /// The kernel's transmit time of message `seq`, after taking what the error queue holds.
-    /// `newest` is the highest seq sent (keys carry its low 32 bits). A stamp outside
-    /// `[sent, received]` (wall clock, ns) belongs to another message (a send the kernel
-    /// dropped before numbering it would shift the keys) and is not used.
+    /// `newest` is the highest seq sent (keys carry 32 bits). A stamp outside `[sent,
+    /// received]` (wall clock, ns) belongs to another message (a send the kernel dropped before
+    /// numbering it would shift the keys) and is not used. TCP may put two messages written
+    /// back to back into one segment, which carries only the later one's stamp: the earlier
+    /// has none.
     fn of(
         &mut self,
-        sock: &UdpSocket,
         seq: u64,
         newest: u64,
         sent: Option<u64>,
@@ -1144,10 +1196,11 @@ impl TxStamps {
         }
         while let Ok(Some((key, ns))) = {
             count_call();
-            sys::udp_read_tx_stamp(sock)
+            sys::read_tx_stamp(self.fd)
         } {
-            let s = widen_seq(u64::from(key), 4, newest);
-            self.ring[ring_slot(s)] = (s, ns);
+            if let Some(s) = self.keying.seq(key, newest) {
+                self.ring[ring_slot(s)] = (s, ns);
+            }
         }
         let (tag, ns) = self.ring[ring_slot(seq)];
         let plausible = sent.is_none_or(|a| ns >= a) && received.is_none_or(|b| ns <= b);
@@ -1243,7 +1296,7 @@ impl ClosedUdp<'_> {
         self.all.record(at.ns, t.saturating_sub(at.ns));
         let send_real_ns = (at.real_ns != 0).then_some(at.real_ns);
         let newest = self.sent.saturating_sub(1);
-        let tx_ns = self.tx.of(self.sock, seq, newest, send_real_ns, rx_ns);
+        let tx_ns = self.tx.of(seq, newest, send_real_ns, rx_ns);
         self.rec.reply(&ReplyAt {
             seq,
             send_ns: at.ns,
@@ -1297,7 +1350,7 @@ fn udp_closed(
             };
             SEND_RING
         ],
-        tx: TxStamps::new(rec.reading_tx()),
+        tx: TxStamps::new(rec.reading_tx(), sys::udp_fd(sock), Keying::Datagram),
         sent: 0,
         rtt: RttRecorder::new(cfg.warmup_ns),
         all: RttRecorder::new(0),
@@ -1499,7 +1552,7 @@ fn udp_open_reader(
     let mut buf = vec![0u8; UDP_RECV_BUF];
     let one_way = rec.one_way();
     let stamped = rec.reading_rx();
-    let mut tx = TxStamps::new(rec.reading_tx());
+    let mut tx = TxStamps::new(rec.reading_tx(), sys::udp_fd(sock), Keying::Datagram);
     let mut answered = Answered::new(rec.wants_lost());
     let mut sender_done_at = None;
     let mut drain_ns = 0;
@@ -1555,7 +1608,7 @@ fn udp_open_reader(
             rtt.record(due, t.saturating_sub(due));
             answered.mark(seq);
             let send_real_ns = r.send_times.and_then(|st| st.load(seq));
-            let tx_ns = tx.of(sock, seq, due_by - 1, send_real_ns, rx_ns);
+            let tx_ns = tx.of(seq, due_by - 1, send_real_ns, rx_ns);
             rec.reply(&ReplyAt {
                 seq,
                 send_ns: due,
@@ -2766,29 +2819,58 @@ mod tests {
         }
     }
 
+    /// TCP: transmit stamps keyed by byte offset find their message; the closed loop gets one
+    /// for every message, the open loop (which may put two messages in one segment, stamped
+    /// for the later) for most; the sockets never see more than the application.
     #[test]
     #[cfg(target_os = "linux")]
-    fn tcp_reads_receive_stamps_and_say_transmit_ones_are_not_read() {
-        for rate in [None, Some(2_000.0)] {
+    fn tcp_reads_receive_and_transmit_stamps_by_message() {
+        for (size, rate) in [(64, None), (3_000, None), (64, Some(2_000.0))] {
             let (log, sink, view) = logged(true);
-            let out = tcp_with(&cfg(64, 300, 20, rate), view);
+            let out = tcp_with(&cfg(size, 300, 20, rate), view);
             let lines = check_log(&out, log, &sink);
             let s = out.socket.as_ref().unwrap();
-            assert!(s.rx.is_ok(), "{s:?}");
-            assert!(s.tx.as_ref().unwrap_err().contains("UDP only"));
-            assert_eq!((s.rx_stamped, s.tx_stamped), (out.rtt.samples(), 0));
-            assert_eq!(
-                s.socket_rtt.samples(),
-                0,
-                "no transmit stamps: no socket RTT"
+            assert_eq!((s.rx.is_ok(), s.tx.is_ok()), (true, true), "{s:?}");
+            assert_eq!(s.rx_stamped, out.rtt.samples(), "{rate:?}");
+            assert_eq!(s.inconsistent, 0, "{rate:?}");
+            if rate.is_none() {
+                assert_eq!(s.tx_stamped, out.rtt.samples(), "{size} {rate:?}");
+            } else {
+                assert!(s.tx_stamped * 10 >= out.rtt.samples() * 9, "{s:?}");
+            }
+            assert_eq!(s.socket_rtt.samples(), s.tx_stamped);
+            let app = out.rtt.summary();
+            let sock = s.socket_rtt.summary();
+            assert!(
+                sock.min_ns <= app.min_ns && sock.max_ns <= app.max_ns,
+                "{sock:?} {app:?}"
             );
-            assert_eq!(s.send_to_rx.samples(), out.rtt.samples());
-            assert!(lines.iter().all(|l| l.socket_rtt_ns.is_none()));
-            assert!(lines
-                .iter()
-                .filter(|l| !l.warmup)
-                .all(|l| l.send_to_socket_rx_ns.is_some()));
+            for l in &lines {
+                if let (Some(app), Some(sock)) = (l.rtt_ns, l.socket_rtt_ns) {
+                    assert!(sock <= app, "{l:?}");
+                }
+            }
         }
+    }
+
+    #[test]
+    fn tcp_stamp_keys_name_the_message_of_their_last_byte() {
+        let k = Keying::Bytes(100);
+        // Message 0 is bytes 0..=99, message 4 bytes 400..=499.
+        assert_eq!(k.seq(99, 0), Some(0));
+        assert_eq!(k.seq(499, 7), Some(4));
+        // A write that ended inside a message (it was written in parts) names none.
+        assert_eq!(k.seq(450, 7), None);
+        // Past 2^32 bytes the key wraps; the newest message places it.
+        let newest = (1u64 << 32) / 100 + 5;
+        let last = (newest + 1) * 100 - 1;
+        assert_eq!(k.seq((last & 0xffff_ffff) as u32, newest), Some(newest));
+        let earlier = last - 300;
+        assert_eq!(
+            k.seq((earlier & 0xffff_ffff) as u32, newest),
+            Some(newest - 3)
+        );
+        assert_eq!(Keying::Datagram.seq(5, 7), Some(5));
     }
 
     /// A one-way view whose model says what the host clock says: the echo runs in this

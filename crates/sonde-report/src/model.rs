@@ -350,7 +350,8 @@ pub struct HistogramBucket {
 pub struct SocketRtt {
     /// The kernel gave receive timestamps on the client's socket.
     pub rx_timestamps: bool,
-    /// The kernel gave transmit timestamps (sonde reads them for UDP only).
+    /// The kernel gave transmit timestamps (per datagram for UDP, per message's last byte for
+    /// TCP).
     pub tx_timestamps: bool,
     /// Samples (after the warm-up) whose reply had a kernel receive timestamp.
     pub rx_stamped: u64,
@@ -360,7 +361,7 @@ pub struct SocketRtt {
     /// clock the kernel stamps with was stepped); left out of the distributions below.
     pub inconsistent: u64,
     /// The reply's kernel receive time minus the request's kernel transmit time: the round
-    /// trip as the sockets saw it. `null` without transmit timestamps (TCP).
+    /// trip as the sockets saw it. `null` without transmit timestamps.
     pub socket_rtt_ns: Option<RttNs>,
     /// Per sample, the application's RTT minus `socket_rtt_ns`: time spent in this host on
     /// both ends of the round trip. `null` with `socket_rtt_ns`.

@@ -52,9 +52,10 @@ rtt_histogram [{le_ns, count}] in the JSON, `histogram` rows in the CSV.
 
 --timestamps: the kernel's software timestamps (SO_TIMESTAMPING). The RTT at the sockets (the \
 reply's kernel receive minus the request's kernel transmit) is shown next to the application's, \
-with their difference per sample: the time spent in this host. TCP gets receive stamps only: \
-its socket RTT is null (with a warning) and the application's send to the reply's kernel receive \
-stands in. Where the kernel gives no stamps, the figures are null, never 0.
+with their difference per sample: the time spent in this host. A TCP message's transmit stamp \
+is its last byte's. Without transmit stamps the socket RTT is null (with a warning) and the \
+application's send to the reply's kernel receive stands in. Where the kernel gives no stamps, \
+the figures are null, never 0.
 
 --one-way: the delay each way. The agent stamps its receive and send times into each reply (-m \
 24 or more); the client estimates the agent clock's offset and drift NTP-style from exchanges \

@@ -207,42 +207,61 @@ fn udp_kernel_timestamps_see_less_than_the_application_every_sample() {
     }
 }
 
+/// TCP's transmit stamps are keyed by byte: each message gets the stamp of its last byte. The
+/// closed loop has one per message; the open loop may put two messages in one segment, which
+/// carries the later one's stamp only, and a warning counts the samples without.
 #[test]
 #[cfg(target_os = "linux")]
-fn tcp_kernel_timestamps_are_receive_only_and_say_so() {
+fn tcp_kernel_timestamps_find_each_message_by_its_last_byte() {
     let agent = agent();
-    let file = TempFile::new("inner-tcp-ts");
-    let doc = latency_json(
-        &agent,
-        &[
+    for (rate, size) in [(None, "64"), (None, "3000"), (Some("3000"), "64")] {
+        let file = TempFile::new("inner-tcp-ts");
+        let mut args = vec![
             "-t",
             "1",
             "--warmup",
             "0.2",
+            "-m",
+            size,
             "--timestamps",
             "--full-log",
             file.path(),
-        ],
-    );
-    let s = &doc["socket_rtt"];
-    assert_eq!(
-        (s["rx_timestamps"].as_bool(), s["tx_timestamps"].as_bool()),
-        (Some(true), Some(false))
-    );
-    // No transmit stamps: that figure is null, never 0, and a warning says why.
-    assert!(
-        s["socket_rtt_ns"].is_null() && s["host_ns"].is_null(),
-        "{s:#}"
-    );
-    assert!(warnings(&doc)
-        .iter()
-        .any(|w| w.contains("no kernel transmit timestamps")));
-    assert!(num(s, "/send_to_socket_rx_ns/p50") <= num(&doc, "/rtt_ns/p50"));
-    for l in read_log(&file) {
-        if let (Some(app), Some(k)) = (l.rtt_ns, l.send_to_socket_rx_ns) {
-            assert!(k <= app, "{l:?}");
+        ];
+        if let Some(r) = rate {
+            args.extend(["--rate", r]);
         }
-        assert_eq!(l.socket_rtt_ns, None);
+        let doc = latency_json(&agent, &args);
+        let s = &doc["socket_rtt"];
+        assert_eq!(
+            (s["rx_timestamps"].as_bool(), s["tx_timestamps"].as_bool()),
+            (Some(true), Some(true)),
+            "{s:#}"
+        );
+        let samples = num(&doc, "/samples");
+        let stamped = num(s, "/tx_stamped");
+        if rate.is_none() {
+            assert_eq!(stamped, samples, "{size}: {s:#}");
+        } else {
+            assert!(stamped >= samples * 0.9, "{s:#}");
+            if stamped < samples {
+                assert!(warnings(&doc)
+                    .iter()
+                    .any(|w| w.contains("had no kernel transmit timestamp")));
+            }
+        }
+        assert!(num(s, "/socket_rtt_ns/p50") <= num(&doc, "/rtt_ns/p50"));
+        assert!(num(s, "/host_ns/min") >= 0.0);
+        let mut both = 0.0;
+        for l in read_log(&file) {
+            if let (Some(app), Some(k)) = (l.rtt_ns, l.socket_rtt_ns) {
+                assert!(k <= app, "{l:?}");
+                both += 1.0;
+            }
+            if let (Some(app), Some(k)) = (l.rtt_ns, l.send_to_socket_rx_ns) {
+                assert!(k <= app, "{l:?}");
+            }
+        }
+        assert!(both >= stamped, "{both} of {stamped}");
     }
 }
 

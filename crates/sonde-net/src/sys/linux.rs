@@ -557,12 +557,17 @@ pub(crate) fn udp_enable_timestamps(sock: &UdpSocket, tx: bool) -> io::Result<()
 }
 
 /// Asks the kernel for software receive timestamps on `stream` (the stamp of the last segment
-/// a read takes).
-pub(crate) fn tcp_enable_rx_timestamps(stream: &TcpStream) -> io::Result<()> {
-    set_timestamping(
-        stream.as_raw_fd(),
-        libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE,
-    )
+/// a read takes) and, with `tx`, software transmit timestamps on its error queue, keyed by the
+/// offset of the last byte of each write from the first byte written after this call
+/// (`OPT_ID`), without a copy of the data (`OPT_TSONLY`).
+pub(crate) fn tcp_enable_timestamps(stream: &TcpStream, tx: bool) -> io::Result<()> {
+    let mut flags = libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE;
+    if tx {
+        flags |= libc::SOF_TIMESTAMPING_TX_SOFTWARE
+            | libc::SOF_TIMESTAMPING_OPT_ID
+            | libc::SOF_TIMESTAMPING_OPT_TSONLY;
+    }
+    set_timestamping(stream.as_raw_fd(), flags)
 }
 
 /// Turns timestamps off again (best effort: the socket may be closing).
@@ -664,18 +669,14 @@ pub(crate) fn tcp_recv_stamped(
     recvmsg_with_control(stream.as_raw_fd(), buf, 0).map(|(n, f)| (n, f.software_ns))
 }
 
-/// Takes one transmit timestamp off the socket's error queue without waiting: `(key, ns of
-/// CLOCK_REALTIME)`, the key counting the socket's datagrams from 0 (mod 2^32) since
-/// timestamps were enabled. `Ok(None)` when the queue is empty. Error-queue entries that are
-/// not send timestamps are skipped.
-pub(crate) fn udp_read_tx_stamp(sock: &UdpSocket) -> io::Result<Option<(u32, u64)>> {
+/// Takes one transmit timestamp off the error queue of the socket `fd` without waiting: `(key,
+/// ns of CLOCK_REALTIME)`, the key (mod 2^32) counting a UDP socket's datagrams from 0, or a TCP
+/// socket's bytes up to the last of the write, from 0, since timestamps were enabled. `Ok(None)`
+/// when the queue is empty. Error-queue entries that are not send timestamps are skipped.
+pub(crate) fn read_tx_stamp(fd: libc::c_int) -> io::Result<Option<(u32, u64)>> {
     let mut scratch = [0u8; 64];
     loop {
-        match recvmsg_with_control(
-            sock.as_raw_fd(),
-            &mut scratch,
-            libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
-        ) {
+        match recvmsg_with_control(fd, &mut scratch, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) {
             Ok((
                 _,
                 Found {
@@ -826,7 +827,7 @@ mod tests {
         // Each TX stamp precedes its RX stamp.
         let mut keys = Vec::new();
         for _ in 0..100 {
-            match udp_read_tx_stamp(&tx).unwrap() {
+            match read_tx_stamp(tx.as_raw_fd()).unwrap() {
                 Some((key, ns)) => {
                     assert!(ns >= before && ns <= rx_stamps[key as usize], "{key}: {ns}");
                     keys.push(key);
@@ -836,7 +837,7 @@ mod tests {
             }
         }
         assert_eq!(keys, [0, 1, 2]);
-        assert_eq!(udp_read_tx_stamp(&tx).unwrap(), None);
+        assert_eq!(read_tx_stamp(tx.as_raw_fd()).unwrap(), None);
         // Off again: this socket asks for no stamp (another socket of the host may still
         // keep stamping on, but it is not reported here).
         disable_timestamps(udp_fd(&rx));
@@ -849,7 +850,7 @@ mod tests {
         let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server, _) = listener.accept().unwrap();
-        tcp_enable_rx_timestamps(&server).unwrap();
+        tcp_enable_timestamps(&server, false).unwrap();
         server
             .set_read_timeout(Some(Duration::from_secs(1)))
             .unwrap();

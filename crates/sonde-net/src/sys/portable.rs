@@ -129,7 +129,7 @@ pub(crate) fn udp_enable_timestamps(_sock: &UdpSocket, _tx: bool) -> io::Result<
 }
 
 /// Not available portably: fails with [`io::ErrorKind::Unsupported`].
-pub(crate) fn tcp_enable_rx_timestamps(_stream: &TcpStream) -> io::Result<()> {
+pub(crate) fn tcp_enable_timestamps(_stream: &TcpStream, _tx: bool) -> io::Result<()> {
     Err(unsupported())
 }
 
@@ -165,6 +165,6 @@ pub(crate) fn tcp_recv_stamped(
 }
 
 /// No error queue here: never a stamp.
-pub(crate) fn udp_read_tx_stamp(_sock: &UdpSocket) -> io::Result<Option<(u32, u64)>> {
+pub(crate) fn read_tx_stamp(_fd: i32) -> io::Result<Option<(u32, u64)>> {
     Ok(None)
 }
