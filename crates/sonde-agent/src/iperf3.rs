@@ -29,6 +29,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use sonde_net::control::{read_exact_by, ControlError};
+use sonde_net::socket::{DataOptionError, DataOptions};
 use sonde_wire::iperf3::{
     encode_server_error, errno, json_len, Cookie, Params, Protocol, State, COOKIE_LEN,
     UDP_CONNECT_REPLY,
@@ -53,6 +54,16 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 const MIN_UDP_LEN: i64 = 16;
 /// `EINVAL`, sent with `SERVER_ERROR` codes that iperf3 prints with `strerror(errno)`.
 const EINVAL: i32 = 22;
+/// iperf3's codes (iperf_api.h) for the socket options of its `-S` and `-C` that
+/// `sonde_wire::iperf3::errno` does not name: a bad TOS value, and IP_TOS, IPV6_TCLASS and
+/// TCP_CONGESTION refused.
+const IEBADTOS: i32 = 21;
+const IESETTOS: i32 = 125;
+const IESETCOS: i32 = 126;
+const IESETCONGESTION: i32 = 134;
+
+/// A refusal: `(i_errno, errno, why)`, sent as SERVER_ERROR; `why` goes to the log.
+type Refusal = (i32, i32, String);
 
 /// State shared by the listener's threads.
 struct Listener {
@@ -246,9 +257,17 @@ fn session(mut ctrl: TcpStream, cookie: Cookie, _admitted: &CompatSession<'_>, l
     let _ = ctrl.set_nodelay(true);
     let _ = ctrl.set_write_timeout(Some(WRITE_TIMEOUT));
     let line = match negotiate(&mut ctrl, &test, l) {
-        Ok((params, streams)) => {
+        Ok((params, streams, congestion_used)) => {
             let what = describe(&params);
-            match run::run(ctrl, &params, streams, shared, peer, l.local) {
+            match run::run(
+                ctrl,
+                &params,
+                streams,
+                congestion_used,
+                shared,
+                peer,
+                l.local,
+            ) {
                 Ok(summary) => format!("{what}: {summary}"),
                 Err(why) => format!("{what}: ended: {why}"),
             }
@@ -266,12 +285,13 @@ fn session(mut ctrl: TcpStream, cookie: Cookie, _admitted: &CompatSession<'_>, l
     ));
 }
 
-/// PARAM_EXCHANGE, the parameters, the limits, CREATE_STREAMS and the streams.
+/// PARAM_EXCHANGE, the parameters, the limits, CREATE_STREAMS and the streams, with the
+/// client's socket options set on them; also the congestion control the TCP streams use.
 fn negotiate(
     ctrl: &mut TcpStream,
     test: &Attach,
     l: &Listener,
-) -> Result<(Params, Vec<run::Stream>), String> {
+) -> Result<(Params, Vec<run::Stream>, Option<String>), String> {
     let shared = &*l.shared;
     let lost = |e: std::io::Error| format!("control connection lost: {e}");
     ctrl.write_all(&[State::ParamExchange.byte()])
@@ -280,11 +300,15 @@ fn negotiate(
     let params = read_params(ctrl, deadline).inspect_err(|_| {
         shared.rejections.bad_hello.fetch_add(1, Ordering::Relaxed);
     })?;
-    if let Err((code, os_errno, why)) = check(&params, &shared.cfg) {
-        shared.rejections.refused.fetch_add(1, Ordering::Relaxed);
-        let _ = ctrl.write_all(&encode_server_error(code, os_errno));
-        return Err(format!("refused: {why}"));
-    }
+    // Like iperf3's server, which sets the client's socket options up when it reads the
+    // parameters, refuse what the kernel will not do before any stream opens.
+    let opts = check(&params, &shared.cfg)
+        .and_then(|()| stream_options(&params))
+        .and_then(|opts| try_options(&opts, &params, test.peer_ip, l.local).map(|()| opts));
+    let opts = match opts {
+        Ok(opts) => opts,
+        Err(refusal) => return Err(refuse(ctrl, shared, refusal)),
+    };
     let count = usize::try_from(params.streams()).unwrap_or(usize::MAX);
     if params.udp() {
         let Some((_gate, arrivals)) = l.gate.enter(test.peer_ip, || gone(ctrl, shared)) else {
@@ -296,7 +320,10 @@ fn negotiate(
         ctrl.write_all(&[State::CreateStreams.byte()])
             .map_err(lost)?;
         let streams = attach_udp(&arrivals, count, l, || gone(ctrl, shared))?;
-        return Ok((params, streams));
+        return match apply_options(&streams, &params, &opts, shared) {
+            Ok(congestion_used) => Ok((params, streams, congestion_used)),
+            Err(refusal) => Err(refuse(ctrl, shared, refusal)),
+        };
     }
     {
         let mut st = lock(&test.state);
@@ -312,7 +339,18 @@ fn negotiate(
     // Streams that arrived for a test that gave up are closed here.
     st.streams.clear();
     drop(st);
-    Ok((params, streams?))
+    let streams = streams?;
+    match apply_options(&streams, &params, &opts, shared) {
+        Ok(congestion_used) => Ok((params, streams, congestion_used)),
+        Err(refusal) => Err(refuse(ctrl, shared, refusal)),
+    }
+}
+
+/// Sends a refusal as SERVER_ERROR and counts it; returns the line for the log.
+fn refuse(ctrl: &mut TcpStream, shared: &Shared, (code, os_errno, why): Refusal) -> String {
+    shared.rejections.refused.fetch_add(1, Ordering::Relaxed);
+    let _ = ctrl.write_all(&encode_server_error(code, os_errno));
+    format!("refused: {why}")
 }
 
 /// Reads the parameter JSON: a checked length, then the body, before `deadline`.
@@ -330,7 +368,7 @@ fn read_params(ctrl: &mut TcpStream, deadline: Instant) -> Result<Params, String
 /// Checks parameters against the agent's limits: `Err((i_errno, errno, why))` to refuse with
 /// SERVER_ERROR. The codes are the ones whose message the iperf3 client prints sensibly (the
 /// maxima it prints are its own, so the log line says the agent's).
-fn check(p: &Params, cfg: &AgentConfig) -> Result<(), (i32, i32, String)> {
+fn check(p: &Params, cfg: &AgentConfig) -> Result<(), Refusal> {
     if p.protocol == Protocol::Sctp {
         return Err((errno::IENOSCTP, 0, "SCTP is not served".into()));
     }
@@ -391,6 +429,153 @@ fn check(p: &Params, cfg: &AgentConfig) -> Result<(), (i32, i32, String)> {
     Ok(())
 }
 
+/// The socket options the client asked its server to use on the data streams (`-w`, `-M`,
+/// `-C`, `-S`, `--fq-rate`), which the agent honours on its end of every stream rather than
+/// measure with defaults the client did not ask for. The pacing rate is for the streams the
+/// agent sends on (see [`apply_options`]). Values no real client sends are refused with the
+/// code iperf3's server would get from the kernel for them.
+fn stream_options(p: &Params) -> Result<DataOptions, Refusal> {
+    let buffer_bytes = match p.window {
+        0 => None,
+        w => Some(
+            u32::try_from(w)
+                .ok()
+                .filter(|&w| i32::try_from(w).is_ok())
+                .ok_or_else(|| {
+                    (
+                        errno::IESETBUF,
+                        EINVAL,
+                        format!("window {w} B is no socket buffer size"),
+                    )
+                })?,
+        ),
+    };
+    let mss = match p.mss {
+        0 => None,
+        m => Some(
+            u32::try_from(m)
+                .map_err(|_| (errno::IESETMSS, EINVAL, format!("MSS {m} is negative")))?,
+        ),
+    };
+    let tos = match p.tos {
+        0 => None,
+        t => Some(
+            u8::try_from(t).map_err(|_| (IEBADTOS, 0, format!("TOS {t} is outside 0..=255")))?,
+        ),
+    };
+    // bits to bytes per second, truncated as iperf3 does (a rate below 8 bit/s is no rate).
+    let max_pacing_rate_bytes_per_second = match p.fqrate {
+        r if r < 0 => {
+            return Err((
+                errno::IEINITTEST,
+                EINVAL,
+                format!("--fq-rate {r} is negative"),
+            ))
+        }
+        r => u64::try_from(r / 8).ok().filter(|&r| r > 0),
+    };
+    Ok(DataOptions {
+        buffer_bytes,
+        mss,
+        congestion: p.congestion.clone(),
+        tos,
+        max_pacing_rate_bytes_per_second,
+    })
+}
+
+/// Tries the options on a throwaway socket like the streams' (an accepted TCP socket or a UDP
+/// flow socket of the listener's family, talking to the client's address), as iperf3's server
+/// sets them on its data listener when it reads the parameters: a buffer the kernel will not
+/// grant, an MSS it rejects, an algorithm it does not have are refused before CREATE_STREAMS.
+fn try_options(
+    opts: &DataOptions,
+    p: &Params,
+    peer: IpAddr,
+    local: SocketAddr,
+) -> Result<(), Refusal> {
+    if *opts == DataOptions::default() {
+        return Ok(());
+    }
+    opts.try_on(local, peer, !p.udp())
+        .map(drop)
+        .map_err(|e| option_refusal(&e))
+}
+
+/// Sets the client's socket options on the agent's end of every stream, before any data
+/// flows (the client sends none before TEST_START); returns the congestion control the TCP
+/// streams use, which the results report as `congestion_used` (the client shows it as the
+/// agent's "receiver/sender congestion").
+///
+/// How each one compares with iperf3 3.12's server:
+/// * `-w`: iperf3 sets SO_SNDBUF/SO_RCVBUF on a listening socket it makes for the test, so
+///   accepted streams have them from the SYN on. The agent's listener is shared by every test
+///   (and sonde's own sessions), so they are set on each accepted stream instead. The window
+///   scale is fixed at the handshake, but Linux picks it from the largest buffer the socket
+///   could have (`tcp_rmem`'s max or `rmem_max`), not from SO_RCVBUF, so the scale the stream
+///   got without `-w` can advertise all of a larger buffer set later. A grant below the
+///   request (`rmem_max`/`wmem_max` caps it) is refused with IESETBUF2 as iperf3 does; UDP
+///   flow sockets get the size too, in place of the agent's large UDP default.
+/// * `-M`: TCP_MAXSEG on an accepted socket does not change its MSS (Linux fixes it at the
+///   handshake; measured on 6.18, an accepted loopback socket kept its 32 KiB MSS after
+///   TCP_MAXSEG 500). It does not need to: the real client sets `-M` on its own socket before
+///   it connects, so its SYN's MSS option already holds the agent's segments to it (an
+///   accepted socket reads an MSS of 524 for `-M 536`). The agent sets it anyway, so that a
+///   value the kernel rejects is refused with IESETMSS as by iperf3's server.
+/// * `-C`: set on every TCP stream and read back. An algorithm the kernel lacks (`ENOENT`) is
+///   refused with IESETCONGESTION; iperf3 3.12's server only warns on its console and runs
+///   the default, which the client reports only with `-J` or `-V`, so its numbers would
+///   silently be another algorithm's. (On one host the real client fails first anyway: it sets
+///   `-C` on its own sockets too.)
+/// * `-S`: IP_TOS, or IPV6_TCLASS for an IPv6 peer, on TCP and UDP streams alike (iperf3
+///   sets it on every stream, by the socket's family; the agent by the peer's, since a
+///   dual-stack socket sends an IPv4 client IPv4 packets, which IPV6_TCLASS does not mark).
+/// * `--fq-rate`: SO_MAX_PACING_RATE on the streams the agent sends on (`-R`, `--bidir`). iperf3
+///   3.12's server sets it on its listener only when `-w`, `-M` or `-N` is also given, so it
+///   paces a plain `--fq-rate 10M -R` not at all; the agent paces whenever asked. Failing to
+///   set it is only logged, as iperf3 only warns.
+fn apply_options(
+    streams: &[run::Stream],
+    p: &Params,
+    opts: &DataOptions,
+    shared: &Shared,
+) -> Result<Option<String>, Refusal> {
+    let receiving = DataOptions {
+        max_pacing_rate_bytes_per_second: None,
+        ..opts.clone()
+    };
+    let mut congestion_used = None;
+    for (i, stream) in streams.iter().enumerate() {
+        let agent_sends = !p.client_sends(i);
+        let applied = stream
+            .apply(if agent_sends { opts } else { &receiving })
+            .map_err(|e| option_refusal(&e))?;
+        if let Some(e) = applied.pacing_error {
+            shared.log(format_args!(
+                "sonde agent: iperf3: stream to {} runs unpaced: cannot set --fq-rate ({e})",
+                stream.peer
+            ));
+        }
+        congestion_used = congestion_used.or(applied.congestion);
+    }
+    Ok(congestion_used)
+}
+
+/// The SERVER_ERROR for an option the kernel refused: the code iperf3's server uses for it,
+/// with the kernel's errno where iperf3 prints one.
+fn option_refusal(e: &DataOptionError) -> Refusal {
+    let code = match e {
+        DataOptionError::Buffer { .. } => errno::IESETBUF,
+        DataOptionError::BufferShort { .. } => errno::IESETBUF2,
+        DataOptionError::Mss { .. } => errno::IESETMSS,
+        DataOptionError::Congestion { .. } => IESETCONGESTION,
+        DataOptionError::Tos { ipv6: false, .. } => IESETTOS,
+        DataOptionError::Tos { ipv6: true, .. } => IESETCOS,
+        // Not an option: no socket at all (iperf3: its listener failed).
+        _ => errno::IESTREAMLISTEN,
+    };
+    (code, e.os_error().unwrap_or(0), e.to_string())
+}
+
 fn describe(p: &Params) -> String {
     let dir = if p.bidirectional {
         "bidir"
@@ -408,8 +593,23 @@ fn describe(p: &Params) -> String {
         format!("{} s", p.time)
     };
     let version = p.client_version.as_deref().unwrap_or("?");
+    // The socket options asked for, as the client's flags.
+    let mut asked = String::new();
+    for (flag, value) in [
+        ("-w", p.window),
+        ("-M", p.mss),
+        ("-S", p.tos),
+        ("--fq-rate", p.fqrate),
+    ] {
+        if value != 0 {
+            asked.push_str(&format!(", {flag} {value}"));
+        }
+    }
+    if let Some(cc) = &p.congestion {
+        asked.push_str(&format!(", -C {cc:?}"));
+    }
     format!(
-        "{proto} {dir}, {} stream(s), {} B, {end}, client {version}",
+        "{proto} {dir}, {} stream(s), {} B, {end}{asked}, client {version}",
         p.parallel, p.len
     )
 }
@@ -595,5 +795,108 @@ impl Gate {
             Some((ip, tx)) if *ip == canonical(from.ip()) => tx.send(from).is_ok(),
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_options_become_socket_options() {
+        let p = Params {
+            window: 256 << 10,
+            mss: 1000,
+            tos: 0x10,
+            fqrate: 10_000_000,
+            congestion: Some("reno".into()),
+            ..Params::default()
+        };
+        assert_eq!(
+            stream_options(&p).unwrap(),
+            DataOptions {
+                buffer_bytes: Some(256 << 10),
+                mss: Some(1000),
+                congestion: Some("reno".into()),
+                tos: Some(0x10),
+                // --fq-rate is in bits per second, SO_MAX_PACING_RATE in bytes.
+                max_pacing_rate_bytes_per_second: Some(1_250_000),
+            }
+        );
+        // Nothing asked, nothing set; a rate below one byte per second is none, as in iperf3.
+        assert_eq!(
+            stream_options(&Params::default()).unwrap(),
+            DataOptions::default()
+        );
+        let slow = Params {
+            fqrate: 7,
+            ..Params::default()
+        };
+        assert_eq!(stream_options(&slow).unwrap(), DataOptions::default());
+    }
+
+    #[test]
+    fn impossible_option_values_are_refused_with_iperf3_codes() {
+        let code = |p: Params| stream_options(&p).map(drop).unwrap_err().0;
+        let p = Params::default;
+        for window in [-1, i64::from(i32::MAX) + 1] {
+            assert_eq!(code(Params { window, ..p() }), errno::IESETBUF);
+        }
+        assert_eq!(code(Params { mss: -1, ..p() }), errno::IESETMSS);
+        assert_eq!(code(Params { tos: 256, ..p() }), IEBADTOS);
+        assert_eq!(code(Params { tos: -1, ..p() }), IEBADTOS);
+        assert_eq!(code(Params { fqrate: -8, ..p() }), errno::IEINITTEST);
+    }
+
+    #[test]
+    fn kernel_refusals_map_to_the_codes_iperf3_prints() {
+        let os = |n| std::io::Error::from_raw_os_error(n);
+        let cases = [
+            (
+                DataOptionError::Congestion {
+                    name: "nosuchcc".into(),
+                    source: os(2),
+                },
+                (IESETCONGESTION, 2),
+            ),
+            (
+                DataOptionError::BufferShort {
+                    asked: 1 << 30,
+                    send_bytes: 8 << 20,
+                    recv_bytes: 8 << 20,
+                },
+                (errno::IESETBUF2, 0),
+            ),
+            (
+                DataOptionError::Mss {
+                    mss: 50,
+                    source: os(EINVAL),
+                },
+                (errno::IESETMSS, EINVAL),
+            ),
+            (
+                DataOptionError::Tos {
+                    tos: 4,
+                    ipv6: true,
+                    source: os(1),
+                },
+                (IESETCOS, 1),
+            ),
+        ];
+        for (e, (code, os_errno)) in cases {
+            let (c, o, _) = option_refusal(&e);
+            assert_eq!((c, o), (code, os_errno), "{e}");
+        }
+        // The messages the client prints for them.
+        assert!(sonde_wire::iperf3::error_message(IESETCONGESTION)
+            .starts_with("unable to set TCP_CONGESTION"));
+        assert_eq!(
+            sonde_wire::iperf3::error_message(IESETTOS),
+            "unable to set IP TOS"
+        );
+        assert_eq!(
+            sonde_wire::iperf3::error_message(IEBADTOS),
+            "bad TOS value (must be between 0 and 255 inclusive)"
+        );
     }
 }

@@ -1,11 +1,11 @@
 //! Socket construction. Every socket sonde uses is made here, with its options in one place.
 
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::time::Duration;
 
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, Type};
 
 use crate::sys;
 
@@ -82,6 +82,215 @@ pub fn tcp_connect(peer: SocketAddr, timeout: Duration, nodelay: bool) -> io::Re
 /// `None` where the platform does not say.
 pub fn tcp_retransmits(stream: &TcpStream) -> Option<u64> {
     sys::tcp_total_retrans(stream)
+}
+
+/// Socket options a peer asks for on the sockets that carry its test data (iperf3's `-w`, `-M`,
+/// `-C`, `-S` and `--fq-rate`); `None` leaves the kernel's choice. [`DataOptions::apply_tcp`]
+/// and [`DataOptions::apply_udp`] set them on a stream and read back what the kernel granted;
+/// [`DataOptions::try_on`] does the same on a throwaway socket, so that a value the kernel
+/// refuses is found before any stream is opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DataOptions {
+    /// `SO_RCVBUF` and `SO_SNDBUF`, bytes (at most `i32::MAX`). Linux reports twice what was
+    /// asked (the other half covers its bookkeeping) and caps the request at
+    /// `net.core.rmem_max` / `wmem_max`; a grant below the request is an error
+    /// ([`DataOptionError::BufferShort`]), as iperf3 makes it.
+    pub buffer_bytes: Option<u32>,
+    /// `TCP_MAXSEG` (TCP only). A connected socket keeps the MSS its handshake settled (from
+    /// the peer's SYN), so there this only has the kernel check the value.
+    pub mss: Option<u32>,
+    /// `TCP_CONGESTION`, the congestion control algorithm (TCP only).
+    pub congestion: Option<String>,
+    /// The TOS byte: `IP_TOS` for IPv4 peers (v4-mapped ones on an IPv6 socket included),
+    /// `IPV6_TCLASS` for IPv6 peers.
+    pub tos: Option<u8>,
+    /// `SO_MAX_PACING_RATE`, bytes per second: a cap on what the socket sends.
+    pub max_pacing_rate_bytes_per_second: Option<u64>,
+}
+
+/// What the kernel granted for [`DataOptions`].
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// `SO_SNDBUF` as read back, when a buffer size was asked for.
+    pub send_buffer_bytes: Option<usize>,
+    /// `SO_RCVBUF` as read back, when a buffer size was asked for.
+    pub recv_buffer_bytes: Option<usize>,
+    /// The congestion control the TCP socket uses, as read back (asked for or the system's
+    /// default); `None` for UDP or where the platform does not say.
+    pub congestion: Option<String>,
+    /// Why `SO_MAX_PACING_RATE` could not be set. Not an error: like iperf3, the stream then
+    /// runs unpaced and the caller says so.
+    pub pacing_error: Option<io::Error>,
+}
+
+/// An option of [`DataOptions`] the kernel refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DataOptionError {
+    /// No socket to try the options on ([`DataOptions::try_on`]).
+    #[error("cannot open a socket to try the options on: {0}")]
+    Socket(io::Error),
+    /// `SO_RCVBUF` / `SO_SNDBUF` failed.
+    #[error("cannot set the socket buffers to {asked} B: {source}")]
+    Buffer {
+        /// Bytes asked for.
+        asked: u32,
+        /// The kernel's error.
+        source: io::Error,
+    },
+    /// The kernel granted less than asked.
+    #[error(
+        "asked for {asked} B socket buffers, the kernel granted {send_bytes} B to send and \
+         {recv_bytes} B to receive (net.core.wmem_max / rmem_max cap them)"
+    )]
+    BufferShort {
+        /// Bytes asked for.
+        asked: u32,
+        /// `SO_SNDBUF` as read back.
+        send_bytes: usize,
+        /// `SO_RCVBUF` as read back.
+        recv_bytes: usize,
+    },
+    /// `TCP_MAXSEG` failed.
+    #[error("cannot set TCP_MAXSEG {mss}: {source}")]
+    Mss {
+        /// The MSS asked for.
+        mss: u32,
+        /// The kernel's error.
+        source: io::Error,
+    },
+    /// `TCP_CONGESTION` failed (set, or read back).
+    #[error("cannot use TCP congestion control {name:?}: {source}")]
+    Congestion {
+        /// The algorithm asked for.
+        name: String,
+        /// The kernel's error (`ENOENT`: no such algorithm here).
+        source: io::Error,
+    },
+    /// `IP_TOS` or `IPV6_TCLASS` failed.
+    #[error("cannot set {} {tos:#04x}: {source}", if *.ipv6 { "IPV6_TCLASS" } else { "IP_TOS" })]
+    Tos {
+        /// The TOS byte asked for.
+        tos: u8,
+        /// Whether it was `IPV6_TCLASS`.
+        ipv6: bool,
+        /// The kernel's error.
+        source: io::Error,
+    },
+}
+
+impl DataOptionError {
+    /// The OS error number behind it (`errno`), if any.
+    pub fn os_error(&self) -> Option<i32> {
+        match self {
+            Self::Socket(source)
+            | Self::Buffer { source, .. }
+            | Self::Mss { source, .. }
+            | Self::Congestion { source, .. }
+            | Self::Tos { source, .. } => source.raw_os_error(),
+            Self::BufferShort { .. } => None,
+        }
+    }
+}
+
+impl DataOptions {
+    /// Sets the options on a connected TCP stream. The buffers take effect for the data that
+    /// follows; see [`DataOptions::mss`] for the MSS.
+    pub fn apply_tcp(&self, stream: &TcpStream) -> Result<Applied, DataOptionError> {
+        let ipv6 = tos_is_ipv6(stream.local_addr().ok(), stream.peer_addr().ok());
+        self.apply(&SockRef::from(stream), true, ipv6)
+    }
+
+    /// Sets the options that apply to UDP (buffers, TOS, pacing) on a connected UDP socket.
+    pub fn apply_udp(&self, sock: &UdpSocket) -> Result<Applied, DataOptionError> {
+        let ipv6 = tos_is_ipv6(sock.local_addr().ok(), sock.peer_addr().ok());
+        self.apply(&SockRef::from(sock), false, ipv6)
+    }
+
+    /// Sets the options on a new, unconnected socket of `local`'s family (TCP with `tcp`,
+    /// else UDP) that would talk to `peer`, and closes it: what the kernel refuses there, it
+    /// refuses on the streams.
+    pub fn try_on(
+        &self,
+        local: SocketAddr,
+        peer: IpAddr,
+        tcp: bool,
+    ) -> Result<Applied, DataOptionError> {
+        let (kind, protocol) = if tcp {
+            (Type::STREAM, Protocol::TCP)
+        } else {
+            (Type::DGRAM, Protocol::UDP)
+        };
+        let sock = Socket::new(Domain::for_address(local), kind, Some(protocol))
+            .map_err(DataOptionError::Socket)?;
+        let ipv6 = tos_is_ipv6(Some(local), Some(SocketAddr::new(peer, 0)));
+        self.apply(&sock, tcp, ipv6)
+    }
+
+    fn apply(&self, sock: &Socket, tcp: bool, ipv6: bool) -> Result<Applied, DataOptionError> {
+        let mut applied = Applied::default();
+        if let Some(asked) = self.buffer_bytes {
+            let buffer = |source| DataOptionError::Buffer { asked, source };
+            let bytes = i32::try_from(asked)
+                .map_err(|_| buffer(io::Error::from_raw_os_error(libc::EINVAL)))?;
+            // A non-negative i32 always fits usize.
+            let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+            sock.set_recv_buffer_size(bytes).map_err(buffer)?;
+            sock.set_send_buffer_size(bytes).map_err(buffer)?;
+            let send_bytes = sock.send_buffer_size().map_err(buffer)?;
+            let recv_bytes = sock.recv_buffer_size().map_err(buffer)?;
+            if send_bytes < bytes || recv_bytes < bytes {
+                return Err(DataOptionError::BufferShort {
+                    asked,
+                    send_bytes,
+                    recv_bytes,
+                });
+            }
+            applied.send_buffer_bytes = Some(send_bytes);
+            applied.recv_buffer_bytes = Some(recv_bytes);
+        }
+        if tcp {
+            if let Some(mss) = self.mss {
+                sys::set_tcp_mss(sock, mss)
+                    .map_err(|source| DataOptionError::Mss { mss, source })?;
+            }
+            if let Some(name) = &self.congestion {
+                let refused = |source| DataOptionError::Congestion {
+                    name: name.clone(),
+                    source,
+                };
+                sys::set_tcp_congestion(sock, name).map_err(refused)?;
+                applied.congestion = Some(sys::tcp_congestion(sock).map_err(refused)?);
+            } else {
+                applied.congestion = sys::tcp_congestion(sock).ok();
+            }
+        }
+        if let Some(tos) = self.tos {
+            let set = if ipv6 {
+                sys::set_ipv6_tclass(sock, tos)
+            } else {
+                sys::set_ip_tos(sock, tos)
+            };
+            set.map_err(|source| DataOptionError::Tos { tos, ipv6, source })?;
+        }
+        if let Some(rate) = self.max_pacing_rate_bytes_per_second {
+            applied.pacing_error = sys::set_max_pacing_rate(sock, rate).err();
+        }
+        Ok(applied)
+    }
+}
+
+/// Whether a socket's TOS byte is `IPV6_TCLASS` rather than `IP_TOS`: only for an IPv6
+/// socket with a genuinely IPv6 peer. A v4-mapped peer gets IPv4 packets, which carry
+/// `IP_TOS` (Linux keeps the two apart even on one socket).
+fn tos_is_ipv6(local: Option<SocketAddr>, peer: Option<SocketAddr>) -> bool {
+    let v6_socket = matches!(local, Some(SocketAddr::V6(_)));
+    let v4_peer = match peer {
+        Some(SocketAddr::V4(_)) => true,
+        Some(SocketAddr::V6(p)) => p.ip().to_ipv4_mapped().is_some(),
+        None => false,
+    };
+    v6_socket && !v4_peer
 }
 
 /// A UDP socket of `addr`'s family with [`UDP_BUFFER_BYTES`] asked for in both directions.
@@ -268,5 +477,194 @@ mod tests {
         let v6 = SocketAddr::from((Ipv6Addr::LOCALHOST, 5));
         assert_eq!(same_family(v6, any4), v6);
         assert_eq!(same_family(v6, any6), v6);
+    }
+
+    /// A loopback TCP connection through a listener on `bind`, from a client connecting to
+    /// `to`: (the client's end, the accepted end).
+    fn tcp_pair(bind: SocketAddr, to: IpAddr) -> (TcpStream, TcpStream) {
+        let listener = tcp_listen(bind).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let client = tcp_connect(SocketAddr::new(to, port), Duration::from_secs(1), false).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        (client, accepted)
+    }
+
+    fn sysctl(name: &str) -> String {
+        std::fs::read_to_string(format!("/proc/sys/{name}"))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn data_options_reach_an_accepted_tcp_socket() {
+        let (_client, accepted) = tcp_pair(loopback_v4(), Ipv4Addr::LOCALHOST.into());
+        let sock = SockRef::from(&accepted);
+        // Linux grants exactly twice a request up to net.core.{w,r}mem_max (socket(7)), which
+        // tells the request apart from whatever the connection had before.
+        let asked = ["net/core/rmem_max", "net/core/wmem_max"]
+            .iter()
+            .map(|n| sysctl(n).parse::<usize>().unwrap())
+            .fold(256 << 10, usize::min);
+        let opts = DataOptions {
+            buffer_bytes: Some(u32::try_from(asked).unwrap()),
+            mss: Some(1000),
+            // reno is built into every Linux kernel.
+            congestion: Some("reno".into()),
+            tos: Some(0x10),
+            max_pacing_rate_bytes_per_second: Some(1_250_000),
+        };
+        let applied = opts.apply_tcp(&accepted).unwrap();
+        let (send, recv) = (
+            sock.send_buffer_size().unwrap(),
+            sock.recv_buffer_size().unwrap(),
+        );
+        assert_eq!((send, recv), (2 * asked, 2 * asked));
+        assert_eq!(applied.send_buffer_bytes, Some(send));
+        assert_eq!(applied.recv_buffer_bytes, Some(recv));
+        assert_eq!(sys::tcp_congestion(&sock).unwrap(), "reno");
+        assert_eq!(applied.congestion.as_deref(), Some("reno"));
+        assert_eq!(sock.tos().unwrap(), 0x10);
+        assert_eq!(sys::max_pacing_rate(&sock).unwrap(), 1_250_000);
+        assert!(applied.pacing_error.is_none());
+
+        // Nothing asked: nothing changes, and the congestion control in use is still reported.
+        let (_client, plain) = tcp_pair(loopback_v4(), Ipv4Addr::LOCALHOST.into());
+        let applied = DataOptions::default().apply_tcp(&plain).unwrap();
+        assert_eq!(
+            applied.congestion.as_deref(),
+            Some(sysctl("net/ipv4/tcp_congestion_control").as_str())
+        );
+        assert_eq!(applied.send_buffer_bytes, None);
+        assert_eq!(SockRef::from(&plain).tos().unwrap(), 0);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn refused_options_say_which_and_why() {
+        let (_client, accepted) = tcp_pair(loopback_v4(), Ipv4Addr::LOCALHOST.into());
+        let cc = DataOptions {
+            congestion: Some("nosuchcc".into()),
+            ..DataOptions::default()
+        };
+        let e = cc.apply_tcp(&accepted).unwrap_err();
+        assert!(matches!(&e, DataOptionError::Congestion { name, .. } if name == "nosuchcc"));
+        assert_eq!(e.os_error(), Some(libc::ENOENT));
+        // The throwaway socket finds the same, before any stream exists.
+        let local = loopback_v4();
+        let e = cc
+            .try_on(local, Ipv4Addr::LOCALHOST.into(), true)
+            .unwrap_err();
+        assert_eq!(e.os_error(), Some(libc::ENOENT));
+        // UDP has no congestion control: nothing to refuse.
+        assert!(cc.try_on(local, Ipv4Addr::LOCALHOST.into(), false).is_ok());
+
+        let mss = DataOptions {
+            mss: Some(50),
+            ..DataOptions::default()
+        };
+        let e = mss
+            .try_on(local, Ipv4Addr::LOCALHOST.into(), true)
+            .unwrap_err();
+        assert!(matches!(e, DataOptionError::Mss { mss: 50, .. }), "{e}");
+        assert_eq!(e.os_error(), Some(libc::EINVAL));
+
+        let huge = DataOptions {
+            buffer_bytes: Some(u32::MAX),
+            ..DataOptions::default()
+        };
+        let e = huge
+            .try_on(local, Ipv4Addr::LOCALHOST.into(), true)
+            .unwrap_err();
+        assert_eq!(e.os_error(), Some(libc::EINVAL), "{e}");
+
+        // Linux grants at most twice net.core.{r,w}mem_max, even to root.
+        let max: u64 = ["net/core/rmem_max", "net/core/wmem_max"]
+            .iter()
+            .map(|n| sysctl(n).parse::<u64>().unwrap())
+            .min()
+            .unwrap();
+        let asked = i32::MAX.unsigned_abs();
+        if max * 2 >= u64::from(asked) {
+            eprintln!(
+                "net.core.rmem_max / wmem_max allow {asked} B: the short grant is not tested"
+            );
+            return;
+        }
+        let short = DataOptions {
+            buffer_bytes: Some(asked),
+            ..DataOptions::default()
+        };
+        let e = short.apply_tcp(&accepted).unwrap_err();
+        assert!(
+            matches!(e, DataOptionError::BufferShort { asked: a, send_bytes, recv_bytes }
+                if a == asked && send_bytes < asked as usize && recv_bytes < asked as usize),
+            "{e}"
+        );
+        assert_eq!(e.os_error(), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn tos_follows_the_peer_family_and_reaches_udp_flows() {
+        let tos = DataOptions {
+            tos: Some(0x10),
+            buffer_bytes: Some(256 << 10),
+            ..DataOptions::default()
+        };
+        let Ok(listener) = udp_listen(SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0))) else {
+            eprintln!("IPv6 unavailable here: skipped");
+            return;
+        };
+        let local = listener.local_addr().unwrap();
+
+        // An IPv4 client of the dual-stack port: its packets are IPv4, marked by IP_TOS.
+        let client = udp_connect(SocketAddr::from((Ipv4Addr::LOCALHOST, local.port()))).unwrap();
+        let flow = udp_flow(local, client.local_addr().unwrap()).unwrap();
+        let applied = tos.apply_udp(&flow).unwrap();
+        let sock = SockRef::from(&flow);
+        assert_eq!(sock.tos().unwrap(), 0x10);
+        assert_eq!(sock.tclass_v6().unwrap(), 0);
+        assert_eq!(applied.congestion, None);
+        // -w replaces the large UDP default too.
+        assert_eq!(
+            applied.recv_buffer_bytes,
+            Some(sock.recv_buffer_size().unwrap())
+        );
+        assert!(sock.recv_buffer_size().unwrap() < UDP_BUFFER_BYTES);
+
+        // An IPv6 client: IPV6_TCLASS.
+        let Ok(client6) = udp_connect(SocketAddr::from((Ipv6Addr::LOCALHOST, local.port()))) else {
+            eprintln!("no ::1 here: the IPv6 half skipped");
+            return;
+        };
+        let flow6 = udp_flow(local, client6.local_addr().unwrap()).unwrap();
+        tos.apply_udp(&flow6).unwrap();
+        let sock6 = SockRef::from(&flow6);
+        assert_eq!(sock6.tclass_v6().unwrap(), 0x10);
+        assert_eq!(sock6.tos().unwrap(), 0);
+
+        // And a TCP stream accepted by a dual-stack listener from IPv4.
+        let (_c, accepted) = tcp_pair(
+            SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
+            Ipv4Addr::LOCALHOST.into(),
+        );
+        tos.apply_tcp(&accepted).unwrap();
+        assert_eq!(SockRef::from(&accepted).tos().unwrap(), 0x10);
+    }
+
+    #[test]
+    fn tos_option_is_chosen_by_what_the_packets_are() {
+        let v4 = SocketAddr::from((Ipv4Addr::LOCALHOST, 1));
+        let v6 = SocketAddr::from((Ipv6Addr::LOCALHOST, 1));
+        let mapped = SocketAddr::from((Ipv4Addr::LOCALHOST.to_ipv6_mapped(), 1));
+        assert!(!tos_is_ipv6(Some(v4), Some(v4)));
+        assert!(!tos_is_ipv6(Some(v6), Some(v4)));
+        assert!(!tos_is_ipv6(Some(v6), Some(mapped)));
+        assert!(tos_is_ipv6(Some(v6), Some(v6)));
+        // Unconnected: the socket's family decides.
+        assert!(tos_is_ipv6(Some(v6), None));
+        assert!(!tos_is_ipv6(Some(v4), None));
     }
 }

@@ -950,3 +950,277 @@ fn lab_iperf3_client_agrees_with_sonde_throughput() {
         agent.stderr()
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The client's socket options (-C, -w, -M, --fq-rate, -S) on the agent's end of the streams
+// ---------------------------------------------------------------------------------------------
+
+/// What iperf3 prints for IESETCONGESTION (3.12's wording, capital S included).
+const NO_SUCH_CC: &str = "unable to set TCP_CONGESTION: Supplied congestion control algorithm \
+                          not supported on this host";
+
+fn sysctl(name: &str) -> String {
+    std::fs::read_to_string(format!("/proc/sys/{name}"))
+        .unwrap_or_else(|e| panic!("/proc/sys/{name}: {e}"))
+        .trim()
+        .to_owned()
+}
+
+/// How many tests the agent has refused so far.
+fn refused(server: &Server) -> u64 {
+    server.handle.rejections().refused.load(Ordering::Relaxed)
+}
+
+/// `-C`: the agent's streams use the algorithm the client names, and the results say so: the
+/// client's JSON shows the agent's as `receiver_tcp_congestion` (forward) or
+/// `sender_tcp_congestion` (`-R`). Without `-C` it is the system's default. An algorithm the
+/// kernel does not have is refused by the agent (counted), with iperf3's message.
+#[test]
+fn congestion_control_is_the_clients_and_is_reported() {
+    if !require_or_skip("congestion_control_is_the_clients_and_is_reported", IPERF3) {
+        return;
+    }
+    let _m = shared_machine();
+    let server = Server::start();
+    let cc = |doc: &Value, side: &str| {
+        at(doc, &["end", &format!("{side}_tcp_congestion")])
+            .as_str()
+            .unwrap_or_else(|| panic!("no {side}_tcp_congestion:\n{doc:#}"))
+            .to_owned()
+    };
+
+    let default = sysctl("net/ipv4/tcp_congestion_control");
+    let doc = iperf3_ok(server.port, &["-t", "1"]);
+    assert_eq!(cc(&doc, "receiver"), default);
+
+    // reno is built into every kernel, and allowed to unprivileged processes unless removed.
+    let doc = iperf3_ok(server.port, &["-t", "1", "-C", "reno"]);
+    assert_eq!(cc(&doc, "receiver"), "reno");
+    assert_eq!(cc(&doc, "sender"), "reno");
+
+    // cubic may need its module loaded (root) or be outside the unprivileged allowed list.
+    let available = sysctl("net/ipv4/tcp_available_congestion_control");
+    let allowed = sysctl("net/ipv4/tcp_allowed_congestion_control");
+    let has = |list: &str| list.split_whitespace().any(|a| a == "cubic");
+    if common::is_root() || (has(&available) && has(&allowed)) {
+        let doc = iperf3_ok(server.port, &["-t", "1", "-R", "-C", "cubic"]);
+        assert_eq!(cc(&doc, "sender"), "cubic", "the agent sends with -R");
+    } else {
+        eprintln!("cubic is not available to this user: -C cubic -R not tested");
+    }
+
+    // The real client would fail on its own when it sets -C on its own sockets; the agent's
+    // count shows it refused first, before CREATE_STREAMS.
+    let before = refused(&server);
+    assert_eq!(
+        iperf3_error(server.port, &["-t", "1", "-C", "nosuchcc"]),
+        NO_SUCH_CC
+    );
+    assert_eq!(refused(&server), before + 1, "the agent did not refuse");
+    server.settles("the congestion control tests");
+}
+
+/// The agent's end of the data streams, as `ss -tmn` shows them: (send, receive) buffer bytes
+/// of every established TCP socket on the agent's iperf3 port.
+fn agent_socket_buffers(port: u16) -> Vec<(u64, u64)> {
+    let filter = format!("( sport = :{port} )");
+    let out =
+        common::check(Command::new(tool("ss")).args(["-tmnH", "state", "established", &filter]));
+    let field = |line: &str, key: &str| -> Option<u64> {
+        let rest = &line[line.find(key)? + key.len()..];
+        rest.split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    out.lines()
+        .filter(|l| l.contains("skmem:"))
+        .filter_map(|l| Some((field(l, ",tb")?, field(l, "(r0,rb").or(field(l, ",rb"))?)))
+        .collect()
+}
+
+/// `-w`: the agent's sockets get the buffer size (Linux shows twice the request, up to
+/// twice net.core.wmem_max / rmem_max); one the kernel cannot grant is refused with iperf3's
+/// message, as iperf3's server refuses it. `-M` with an MSS the kernel rejects is refused too.
+#[test]
+fn window_reaches_the_agents_sockets_or_is_refused() {
+    if !require_or_skip(
+        "window_reaches_the_agents_sockets_or_is_refused",
+        &[Need::Cmd("iperf3"), Need::Cmd("ss")],
+    ) {
+        return;
+    }
+    let _m = shared_machine();
+    let server = Server::start();
+    let wmem: u64 = sysctl("net/core/wmem_max").parse().unwrap();
+    let rmem: u64 = sysctl("net/core/rmem_max").parse().unwrap();
+    let asked = 256 << 10;
+    let expect = (2 * asked.min(wmem), 2 * asked.min(rmem));
+
+    let port = server.port;
+    let seen = thread::scope(|s| {
+        let client = s.spawn(move || iperf3_ok(port, &["-t", "3", "-R", "-w", "256K"]));
+        let mut seen = Vec::new();
+        // Until the client is done: its data stream is up for about 3 s of it.
+        while !client.is_finished() {
+            seen = agent_socket_buffers(port);
+            if seen.contains(&expect) {
+                break;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        client.join().expect("the client thread");
+        seen
+    });
+    assert!(
+        seen.contains(&expect),
+        "no agent socket on port {port} with the {expect:?} (send, receive) buffers -w 256K \
+         gives; ss showed {seen:?}"
+    );
+
+    let cap = 2 * wmem.min(rmem);
+    // iperf3 itself refuses -w above 512 MiB before it asks.
+    let too_big = (cap >> 20) + 1;
+    if too_big <= 512 {
+        let before = refused(&server);
+        assert_eq!(
+            iperf3_error(port, &["-t", "1", "-w", &format!("{too_big}M")]),
+            "socket buffer size not set correctly"
+        );
+        assert_eq!(refused(&server), before + 1, "the agent did not refuse");
+    } else {
+        eprintln!("net.core.rmem_max / wmem_max allow 512 MiB: the refusal is not tested");
+    }
+
+    // TCP_MAXSEG below the kernel's 88: iperf3's server refuses it, and so does the agent.
+    let before = refused(&server);
+    assert_eq!(
+        iperf3_error(port, &["-t", "1", "-M", "50"]),
+        "unable to set TCP/SCTP MSS: Invalid argument"
+    );
+    assert_eq!(refused(&server), before + 1, "the agent did not refuse");
+    server.settles("the -w and -M tests");
+}
+
+/// `--fq-rate 10M -R`: the agent paces what it sends, so the client receives about 10 Mbit/s
+/// on a loopback that carries gigabits. The first second, where the initial window goes out
+/// before the pacing has a rate to hold to, is omitted; the bound leaves 10% on top.
+#[test]
+fn fq_rate_paces_what_the_agent_sends() {
+    if !require_or_skip("fq_rate_paces_what_the_agent_sends", IPERF3) {
+        return;
+    }
+    let _m = shared_machine();
+    let server = Server::start();
+    let doc = iperf3_ok(
+        server.port,
+        &["-t", "2", "-O", "1", "-R", "--fq-rate", "10M"],
+    );
+    let bps = f64_at(&doc, &["end", "sum_received", "bits_per_second"]);
+    assert!(
+        bps > 1e6 && bps <= 11e6,
+        "--fq-rate 10M -R received {:.2} Mbit/s:\n{doc:#}",
+        bps / 1e6
+    );
+    server.settles("the --fq-rate test");
+}
+
+/// nftables in a namespace of its own, counting the bytes the agent sends (from its iperf3
+/// port) with DSCP 4, which is TOS 0x10.
+struct DscpCounter<'a> {
+    ns: &'a str,
+    port: u16,
+}
+
+impl DscpCounter<'_> {
+    fn install(ns: &str, port: u16) -> DscpCounter<'_> {
+        let nft = |args: &[&str]| {
+            common::check(common::command_in(Some(ns), tool("nft")).args(args));
+        };
+        nft(&["add", "table", "inet", "sonde"]);
+        nft(&[
+            "add",
+            "chain",
+            "inet",
+            "sonde",
+            "out",
+            "{ type filter hook output priority 0; policy accept; }",
+        ]);
+        for proto in ["tcp", "udp"] {
+            let sport = port.to_string();
+            nft(&[
+                "add", "rule", "inet", "sonde", "out", proto, "sport", &sport, "ip", "dscp", "4",
+                "counter",
+            ]);
+        }
+        DscpCounter { ns, port }
+    }
+
+    /// Bytes counted so far for `proto` ("tcp" or "udp").
+    fn bytes(&self, proto: &str) -> u64 {
+        let out = common::check(
+            common::command_in(Some(self.ns), tool("nft"))
+                .args(["list", "chain", "inet", "sonde", "out"]),
+        );
+        let rule = format!("{proto} sport {}", self.port);
+        let line = out
+            .lines()
+            .find(|l| l.contains(&rule))
+            .unwrap_or_else(|| panic!("no rule for {rule}:\n{out}"));
+        let rest = &line[line.find("bytes ").expect("a counter") + 6..];
+        rest.split_whitespace().next().unwrap().parse().unwrap()
+    }
+}
+
+/// `-S 0x10`: the packets the agent sends on its TCP and UDP streams carry that TOS byte,
+/// counted by nftables (in a namespace, so the host's rules are left alone).
+#[test]
+fn tos_marks_the_agents_packets() {
+    if !require_or_skip(
+        "tos_marks_the_agents_packets",
+        &[
+            Need::Root,
+            Need::Netns,
+            Need::Cmd("ip"),
+            Need::Cmd("nft"),
+            Need::Cmd("iperf3"),
+        ],
+    ) {
+        return;
+    }
+    let _m = shared_machine();
+    let ns = Namespaces::new("tos", &["host"]);
+    let host = ns.name(0);
+    let agent = common::Agent::start_in(Some(host), "127.0.0.1", &["--iperf3=5201"]);
+    let counter = DscpCounter::install(host, 5201);
+    let client = |args: &[&str]| {
+        let out = common::check_within(
+            common::command_in(Some(host), tool("iperf3"))
+                .args(["-c", "127.0.0.1", "-p", "5201", "-J"])
+                .args(args),
+            CLIENT_LIMIT,
+        );
+        let doc: Value = serde_json::from_str(&out).expect("iperf3 -J");
+        assert!(doc.get("error").is_none(), "{doc:#}\n{}", agent.stderr());
+    };
+    assert_eq!(counter.bytes("tcp"), 0);
+    client(&["-t", "1", "-R", "-S", "0x10"]);
+    let tcp = counter.bytes("tcp");
+    assert!(
+        tcp > 1 << 20,
+        "only {tcp} B of TCP data from the agent had DSCP 4"
+    );
+
+    assert_eq!(counter.bytes("udp"), 0);
+    client(&["-t", "1", "-u", "-b", "10M", "-R", "-S", "0x10"]);
+    let udp = counter.bytes("udp");
+    // 10 Mbit/s for a second is 1.25 MB.
+    assert!(
+        udp > 500_000,
+        "only {udp} B of UDP data from the agent had DSCP 4"
+    );
+
+    // Without -S nothing more is marked.
+    client(&["-t", "1", "-R"]);
+    assert_eq!(counter.bytes("tcp"), tcp, "unmarked TCP counted as DSCP 4");
+}

@@ -23,6 +23,7 @@ use sonde_engine::pace::Schedule;
 use sonde_net::bulk::{self, SendOutcome, TcpRecvOutcome, UdpFormat, UdpRecvOutcome};
 use sonde_net::control::read_exact_by;
 use sonde_net::cpu::ThreadsMeter;
+use sonde_net::socket::{Applied, DataOptionError, DataOptions};
 use sonde_net::{Clock, Counters};
 use sonde_wire::iperf3::{json_len, json_prefix, stream_id, Params, Results, State, StreamResults};
 
@@ -76,6 +77,14 @@ impl Stream {
         Self {
             sock: Sock::Udp(s),
             peer,
+        }
+    }
+
+    /// Sets the client's socket options on the agent's end of the stream.
+    pub(super) fn apply(&self, opts: &DataOptions) -> Result<Applied, DataOptionError> {
+        match &self.sock {
+            Sock::Tcp(t) => opts.apply_tcp(t),
+            Sock::Udp(u) => opts.apply_udp(u),
         }
     }
 }
@@ -146,10 +155,12 @@ struct Run<'a> {
 }
 
 /// Runs an attached test to its end; `Ok` carries a summary for the log line.
+/// `congestion_used` is what the TCP streams use, for the results.
 pub(super) fn run(
     mut ctrl: TcpStream,
     p: &Params,
     streams: Vec<Stream>,
+    congestion_used: Option<String>,
     shared: &Shared,
     peer: SocketAddr,
     local: SocketAddr,
@@ -270,6 +281,7 @@ pub(super) fn run(
         return Err(with_failures(why, &failures));
     }
     let mut results = r.results(&outcomes, snaps.as_deref(), end_ns, cpu);
+    results.congestion_used = congestion_used;
     let summary = r.summary(&results);
     if p.get_server_output {
         let finals: Vec<u64> = r.counters.iter().map(|c| c.load().0).collect();

@@ -9,6 +9,8 @@ use std::net::{TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::ptr;
 
+use socket2::Socket;
+
 /// Most datagrams in one GSO send. The kernel's `UDP_MAX_SEGMENTS` was 64 from Linux 4.18 and
 /// was later raised to 128; 64 works everywhere and already amortises the system call.
 pub(crate) const MAX_GSO_SEGMENTS: usize = 64;
@@ -689,6 +691,102 @@ pub(crate) fn read_tx_stamp(fd: libc::c_int) -> io::Result<Option<(u32, u64)>> {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
+    }
+}
+
+// Socket options a peer asks for on its data streams (`socket::DataOptions`: iperf3's -M, -C,
+// -S, --fq-rate). Kept above the tests as well.
+
+/// `TCP_MAXSEG` (tcp(7)): the kernel refuses values outside 88..=32767 with `EINVAL`.
+pub(crate) fn set_tcp_mss(sock: &Socket, mss: u32) -> io::Result<()> {
+    sock.set_mss(mss)
+}
+
+/// `TCP_CONGESTION` (tcp(7)): `ENOENT` when the kernel has no such algorithm (and, for root,
+/// no module of that name to load); `EPERM` when an unprivileged process asks for one outside
+/// `net.ipv4.tcp_allowed_congestion_control`.
+pub(crate) fn set_tcp_congestion(sock: &Socket, name: &str) -> io::Result<()> {
+    sock.set_tcp_congestion(name.as_bytes())
+}
+
+/// The congestion control a TCP socket uses (the kernel pads the name with NULs to
+/// `TCP_CA_NAME_MAX`).
+pub(crate) fn tcp_congestion(sock: &Socket) -> io::Result<String> {
+    let raw = sock.tcp_congestion()?;
+    let name = raw.split(|&b| b == 0).next().unwrap_or_default();
+    Ok(String::from_utf8_lossy(name).into_owned())
+}
+
+/// `IP_TOS` (ip(7)), which also marks the IPv4 packets of an IPv6 socket talking to a
+/// v4-mapped peer; TCP keeps its own ECN bits.
+pub(crate) fn set_ip_tos(sock: &Socket, tos: u8) -> io::Result<()> {
+    sock.set_tos(u32::from(tos))
+}
+
+/// `IPV6_TCLASS` (ipv6(7)).
+pub(crate) fn set_ipv6_tclass(sock: &Socket, tclass: u8) -> io::Result<()> {
+    sock.set_tclass_v6(u32::from(tclass))
+}
+
+/// `SO_MAX_PACING_RATE` (socket(7), Linux 3.13), bytes per second: on TCP it also turns on
+/// the kernel's own pacing (Linux 4.13), so it holds without the `fq` qdisc; UDP is paced only
+/// by `fq`. Rates that fit 32 bits go as the `unsigned int` every kernel takes; larger ones as
+/// the 64-bit value Linux 4.20 and later read.
+pub(crate) fn set_max_pacing_rate(sock: &Socket, bytes_per_second: u64) -> io::Result<()> {
+    let rc = match u32::try_from(bytes_per_second) {
+        // u32::MAX itself means "unlimited" to the kernel.
+        Ok(rate) if rate != u32::MAX => setsockopt_value(sock, libc::SO_MAX_PACING_RATE, &rate),
+        _ => setsockopt_value(sock, libc::SO_MAX_PACING_RATE, &bytes_per_second),
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `SO_MAX_PACING_RATE` as set (`u64::MAX` or `u32::MAX`: unlimited).
+#[cfg(test)]
+pub(crate) fn max_pacing_rate(sock: &Socket) -> io::Result<u64> {
+    let mut buf = [0u8; 8];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: the descriptor is borrowed from a live socket for the call; the kernel writes at
+    // most `len` (8) bytes into `buf` and the length it wrote into `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    match len {
+        8 => Ok(u64::from_ne_bytes(buf)),
+        // Kernels before 4.20 answer with an unsigned int.
+        4 => Ok(u64::from(u32::from_ne_bytes([
+            buf[0], buf[1], buf[2], buf[3],
+        ]))),
+        _ => Err(io::Error::from(io::ErrorKind::InvalidData)),
+    }
+}
+
+/// `setsockopt(SOL_SOCKET, option)` with a plain integer value; returns the raw result.
+fn setsockopt_value<T: Copy>(sock: &Socket, option: libc::c_int, value: &T) -> libc::c_int {
+    let len = mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: the descriptor is borrowed from a live socket for the call; the kernel reads
+    // `len` bytes from `value`, a plain integer that outlives the call.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            ptr::from_ref(value).cast(),
+            len,
+        )
     }
 }
 

@@ -5,6 +5,8 @@
 //! * [`send_segments`]: one UDP GSO send of consecutive equal-sized datagrams;
 //! * [`Batch`]: reusable `sendmmsg`/`recvmmsg` vectors;
 //! * [`tcp_total_retrans`]: `TCP_INFO` retransmits;
+//! * the data-stream options of `socket::DataOptions` ([`set_tcp_congestion`] and its
+//!   neighbours: `TCP_MAXSEG`, `IP_TOS`/`IPV6_TCLASS`, `SO_MAX_PACING_RATE`);
 //! * error classification ([`gso_refused`], [`batch_unsupported`], [`no_buffer_space`]).
 //!
 //! Where a facility is missing the call fails with [`std::io::ErrorKind::Unsupported`] and the

@@ -168,3 +168,39 @@ pub(crate) fn tcp_recv_stamped(
 pub(crate) fn read_tx_stamp(_fd: i32) -> io::Result<Option<(u32, u64)>> {
     Ok(None)
 }
+
+// Socket options a peer asks for on its data streams (`socket::DataOptions`). Not offered here:
+// the caller refuses what it cannot honour rather than measure with the defaults.
+
+/// Not available portably: fails with [`io::ErrorKind::Unsupported`].
+pub(crate) fn set_tcp_mss(_sock: &socket2::Socket, _mss: u32) -> io::Result<()> {
+    Err(unsupported())
+}
+
+/// Not available portably: fails with [`io::ErrorKind::Unsupported`].
+pub(crate) fn set_tcp_congestion(_sock: &socket2::Socket, _name: &str) -> io::Result<()> {
+    Err(unsupported())
+}
+
+/// Not available portably: fails with [`io::ErrorKind::Unsupported`].
+pub(crate) fn tcp_congestion(_sock: &socket2::Socket) -> io::Result<String> {
+    Err(unsupported())
+}
+
+/// Not available portably: fails with [`io::ErrorKind::Unsupported`].
+pub(crate) fn set_ip_tos(_sock: &socket2::Socket, _tos: u8) -> io::Result<()> {
+    Err(unsupported())
+}
+
+/// Not available portably: fails with [`io::ErrorKind::Unsupported`].
+pub(crate) fn set_ipv6_tclass(_sock: &socket2::Socket, _tclass: u8) -> io::Result<()> {
+    Err(unsupported())
+}
+
+/// Not available portably: fails with [`io::ErrorKind::Unsupported`].
+pub(crate) fn set_max_pacing_rate(
+    _sock: &socket2::Socket,
+    _bytes_per_second: u64,
+) -> io::Result<()> {
+    Err(unsupported())
+}
