@@ -5,7 +5,9 @@
 //!
 //! 1. Connect, send a fresh 37-byte cookie, expect `PARAM_EXCHANGE` (or `ACCESS_DENIED` when the
 //!    server is busy). Silence, an early close or any other byte means the peer is not an iperf3
-//!    server (a sonde agent, an HTTP server...), said in one line.
+//!    server (a sonde agent, an HTTP server...), said in one line. A refused connection or an
+//!    early close is tried again for 0.3 s first: an iperf3 server listens anew after every
+//!    test, and a test that follows another at once (a sweep) would fall into that gap.
 //! 2. Send the parameters (the keys a real 3.12 client always sends, plus `bandwidth` and
 //!    `udp_counters_64bit` for UDP), expect `CREATE_STREAMS` (or `SERVER_ERROR`, shown with
 //!    iperf3's own message for its code).
@@ -16,7 +18,8 @@
 //! 5. At the end of `-t`, `TEST_END`; receivers keep draining until `EXCHANGE_RESULTS`, then
 //!    read their streams to the end (TCP: the server has closed them; UDP: until quiet).
 //! 6. Send our results (what we sent and received per stream), read the server's, expect
-//!    `DISPLAY_RESULTS`, answer `IPERF_DONE`.
+//!    `DISPLAY_RESULTS`, answer `IPERF_DONE`, and wait for the server to close the connection
+//!    (until then it is still in this test, and answers a new one "busy").
 //!
 //! Ctrl-C (the caller's `interrupt` flag) sends `CLIENT_TERMINATE` once the server is past the
 //! parameters, as iperf3's client does, and ends with [`ClientError::Interrupted`].
@@ -67,6 +70,13 @@ pub const DEFAULT_PORT: u16 = wire::DEFAULT_PORT;
 const CLIENT_VERSION: &str = "3.12";
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// An iperf3 server closes its listening socket after every test and opens a new one
+/// (`iperf_run_server` listens anew each time), so just after a test a connection is refused,
+/// or taken by the closing listener and reset before it is answered. Either is tried again
+/// after each of these pauses (0.3 s in all). On loopback the gap was always gone after the
+/// first, for 3.12 to 3.19.1; on a port where nothing, or no iperf3 server, listens the
+/// pauses only delay the verdict.
+const RELISTEN_PAUSES_MS: [u64; 4] = [5, 20, 80, 200];
 /// A real iperf3 server answers the cookie at once (`PARAM_EXCHANGE`, or `ACCESS_DENIED` when
 /// busy): silence this long means something else listens on the port.
 const GREETING_TIMEOUT: Duration = Duration::from_secs(5);
@@ -82,6 +92,9 @@ const TICK: Duration = Duration::from_millis(10);
 /// After `EXCHANGE_RESULTS` a UDP receiver reads until its socket has been quiet this long (the
 /// server stopped sending before it asked; this only empties the socket buffer).
 const UDP_QUIET: Duration = Duration::from_millis(50);
+/// After `IPERF_DONE`, how long the server may take to close the control connection (it does
+/// at once) before this end stops waiting for it.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// The longest the receivers drain after `EXCHANGE_RESULTS` before they are stopped.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 /// After the stop flags are set every loop ends within its poll time (100 ms); this bounds it.
@@ -132,8 +145,9 @@ pub fn throughput(
 ) -> Result<ThroughputResult, ClientError> {
     check(opt)?;
     let started_unix_ms = now_unix_ms();
-    let mut ctl = Control::connect(target.addr, interrupt)?;
-    let run = session(&mut ctl, target.addr, opt, on_interval);
+    let cookie = fresh_cookie();
+    let mut ctl = Control::open(target.addr, interrupt, &cookie)?;
+    let run = session(&mut ctl, &cookie, target.addr, opt, on_interval);
     if matches!(run, Err(ClientError::Interrupted)) && ctl.params_sent {
         // Best effort: the server drops the test and prints "the client has terminated".
         let _ = ctl.send(State::ClientTerminate);
@@ -248,6 +262,14 @@ enum ReadError {
     Io(io::Error),
 }
 
+/// Why opening the control connection failed.
+#[derive(Debug)]
+enum Opening {
+    /// Refused, or closed before any answer: perhaps an iperf3 server between two tests.
+    Gap(ClientError),
+    Failed(ClientError),
+}
+
 /// The control connection, with every read bounded by a deadline and by Ctrl-C.
 struct Control<'a> {
     stream: TcpStream,
@@ -259,17 +281,49 @@ struct Control<'a> {
 }
 
 impl<'a> Control<'a> {
-    fn connect(peer: SocketAddr, interrupt: &'a AtomicBool) -> Result<Self, ClientError> {
+    /// Connects and greets (the cookie, then `PARAM_EXCHANGE`), again after each of
+    /// [`RELISTEN_PAUSES_MS`] while the server looks like an iperf3 server between two tests.
+    fn open(
+        peer: SocketAddr,
+        interrupt: &'a AtomicBool,
+        cookie: &Cookie,
+    ) -> Result<Self, ClientError> {
+        let mut pauses = RELISTEN_PAUSES_MS.iter();
+        loop {
+            let attempt = Self::connect(peer, interrupt).and_then(|mut ctl| {
+                ctl.greet(cookie)?;
+                Ok(ctl)
+            });
+            match attempt {
+                Ok(ctl) => return Ok(ctl),
+                Err(Opening::Gap(e)) => match pauses.next() {
+                    Some(&ms) if !interrupt.load(Ordering::Relaxed) => {
+                        thread::sleep(Duration::from_millis(ms));
+                    }
+                    _ => return Err(e),
+                },
+                Err(Opening::Failed(e)) => return Err(e),
+            }
+        }
+    }
+
+    fn connect(peer: SocketAddr, interrupt: &'a AtomicBool) -> Result<Self, Opening> {
         let stream =
             sonde_net::socket::tcp_connect(peer, CONNECT_TIMEOUT, true).map_err(|e| {
-                ClientError::NotIperf3(format!(
+                let refused = e.kind() == io::ErrorKind::ConnectionRefused;
+                let e = ClientError::NotIperf3(format!(
                     "cannot connect to {peer}: {e} (is `iperf3 -s` running there, and TCP port {} open?)",
                     peer.port()
-                ))
+                ));
+                if refused {
+                    Opening::Gap(e)
+                } else {
+                    Opening::Failed(e)
+                }
             })?;
         stream
             .set_write_timeout(Some(STEP_TIMEOUT))
-            .map_err(|e| control_io(&e))?;
+            .map_err(|e| Opening::Failed(control_io(&e)))?;
         Ok(Self {
             stream,
             peer,
@@ -361,7 +415,7 @@ impl<'a> Control<'a> {
     }
 
     /// Sends the cookie and waits for `PARAM_EXCHANGE`.
-    fn greet(&mut self, cookie: &Cookie) -> Result<(), ClientError> {
+    fn greet(&mut self, cookie: &Cookie) -> Result<(), Opening> {
         let peer = self.peer;
         let not_iperf3 = |what: String| {
             ClientError::NotIperf3(format!("{peer} is not an iperf3 server: {what}"))
@@ -369,28 +423,33 @@ impl<'a> Control<'a> {
         // A busy server answers and closes without reading: its ACCESS_DENIED may be waiting
         // even when the cookie write fails.
         let wrote = self.stream.write_all(cookie.as_bytes());
-        match self.read_byte(Instant::now() + GREETING_TIMEOUT) {
-            Ok(b) if b == State::ParamExchange.byte() => wrote.map_err(|e| control_io(&e)),
-            Ok(b) if b == State::AccessDenied.byte() => Err(ClientError::Iperf3Refused(format!(
-                "the iperf3 server at {peer} is busy running a test; try again later"
-            ))),
-            Ok(b) if b == State::ServerError.byte() => {
-                Err(ClientError::Iperf3Refused(self.server_error()))
+        let e = match self.read_byte(Instant::now() + GREETING_TIMEOUT) {
+            Ok(b) if b == State::ParamExchange.byte() => {
+                return wrote.map_err(|e| Opening::Failed(control_io(&e)))
             }
-            Ok(b) => Err(not_iperf3(format!(
+            Ok(b) if b == State::AccessDenied.byte() => ClientError::Iperf3Refused(format!(
+                "the iperf3 server at {peer} is busy running a test; try again later"
+            )),
+            Ok(b) if b == State::ServerError.byte() => {
+                ClientError::Iperf3Refused(self.server_error())
+            }
+            Ok(b) => not_iperf3(format!(
                 "it answered {} where iperf3 asks for the test parameters",
                 self.describe_answer(b)
-            ))),
-            Err(ReadError::Timeout) => Err(not_iperf3(format!(
+            )),
+            Err(ReadError::Timeout) => not_iperf3(format!(
                 "it said nothing for {} s after the cookie (an iperf3 server answers at once)",
                 GREETING_TIMEOUT.as_secs()
-            ))),
-            Err(ReadError::Closed) => Err(not_iperf3(
-                "it closed the connection without answering the cookie (a sonde agent does: for one, leave out iperf3://)".into(),
             )),
-            Err(ReadError::Interrupted) => Err(ClientError::Interrupted),
-            Err(ReadError::Io(e)) => Err(control_io(&e)),
-        }
+            Err(ReadError::Closed) => {
+                return Err(Opening::Gap(not_iperf3(
+                    "it closed the connection without answering the cookie (a sonde agent does: for one, leave out iperf3://)".into(),
+                )))
+            }
+            Err(ReadError::Interrupted) => ClientError::Interrupted,
+            Err(ReadError::Io(e)) => control_io(&e),
+        };
+        Err(Opening::Failed(e))
     }
 
     /// `first` and whatever text follows at once, for a message: `0x53 ("SSH-2.0-OpenSSH")`.
@@ -503,18 +562,28 @@ impl<'a> Control<'a> {
             .map_err(|e| ClientError::Protocol(format!("the iperf3 server's results: {e}")))
     }
 
-    /// `DISPLAY_RESULTS`, answered with `IPERF_DONE`. `false` when the server closed instead
-    /// (its results had arrived: the test is complete all the same).
+    /// `DISPLAY_RESULTS`, answered with `IPERF_DONE`, then the server's close. `false` when the
+    /// server closed instead (its results had arrived: the test is complete all the same).
     fn finish(&mut self) -> Result<bool, ClientError> {
         match self.read_byte(Instant::now() + STEP_TIMEOUT) {
             Ok(b) if b == State::DisplayResults.byte() => {
                 self.send(State::IperfDone)?;
+                self.await_close();
                 Ok(true)
             }
             Ok(b) => Err(unexpected(b, "DISPLAY_RESULTS")),
             Err(ReadError::Closed) => Ok(false),
             Err(e) => Err(self.read_failed(e, "DISPLAY_RESULTS")),
         }
+    }
+
+    /// Waits (at most [`CLOSE_WAIT`]) for the server to close the control connection, which it
+    /// does once it has read `IPERF_DONE` and left the test. A test started before that (the
+    /// next step of a sweep, a script's next run) finds the server still in this one and is
+    /// told it is busy. Nothing the server sends now changes the result, so any answer ends
+    /// the wait.
+    fn await_close(&mut self) {
+        let _ = self.read_byte(Instant::now() + CLOSE_WAIT);
     }
 }
 
@@ -1009,15 +1078,14 @@ struct Run {
 
 fn session(
     ctl: &mut Control<'_>,
+    cookie: &Cookie,
     peer: SocketAddr,
     opt: &ThroughputOptions,
     on_interval: &mut dyn FnMut(&IntervalResult),
 ) -> Result<Run, ClientError> {
-    let cookie = fresh_cookie();
-    ctl.greet(&cookie)?;
     let params = params(opt);
     ctl.send_params(&params)?;
-    let streams = open_streams(ctl, &cookie, &params)?;
+    let streams = open_streams(ctl, cookie, &params)?;
     ctl.await_start()?;
     // TEST_START starts the duration; TEST_RUNNING (already read) the loops.
     let clock = Clock::start();
@@ -1480,6 +1548,101 @@ mod tests {
         assert!(bytes[..wire::COOKIE_LEN - 1]
             .iter()
             .all(|c| wire::COOKIE_ALPHABET.contains(c)));
+    }
+
+    /// A listener on loopback for a fake iperf3 server, and its address.
+    fn fake_listener() -> (std::net::TcpListener, SocketAddr) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        (l, addr)
+    }
+
+    fn read_cookie(conn: &mut TcpStream) -> [u8; wire::COOKIE_LEN] {
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut cookie = [0u8; wire::COOKIE_LEN];
+        conn.read_exact(&mut cookie).unwrap();
+        cookie
+    }
+
+    #[test]
+    fn a_server_between_two_tests_is_tried_again() {
+        // An iperf3 server reopening its listener after a test: the first connection is
+        // closed unanswered (a sweep's next step lands there), the next one is greeted.
+        let (listener, addr) = fake_listener();
+        let server = thread::spawn(move || {
+            drop(listener.accept().unwrap());
+            let (mut conn, _) = listener.accept().unwrap();
+            let cookie = read_cookie(&mut conn);
+            conn.write_all(&[State::ParamExchange.byte()]).unwrap();
+            (cookie, conn)
+        });
+        let interrupt = AtomicBool::new(false);
+        let cookie = fresh_cookie();
+        let opened = Control::open(addr, &interrupt, &cookie);
+        assert!(opened.is_ok(), "{:?}", opened.err());
+        let (seen, _conn) = server.join().unwrap();
+        assert_eq!(
+            &seen,
+            cookie.as_bytes(),
+            "the same cookie on the second try"
+        );
+    }
+
+    #[test]
+    fn a_busy_server_is_not_tried_again() {
+        let (listener, addr) = fake_listener();
+        let server = thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            conn.write_all(&[State::AccessDenied.byte()]).unwrap();
+            listener
+        });
+        let interrupt = AtomicBool::new(false);
+        let r = Control::open(addr, &interrupt, &fresh_cookie());
+        assert!(
+            matches!(r, Err(ClientError::Iperf3Refused(_))),
+            "{:?}",
+            r.err()
+        );
+        // `open` has returned, so a second attempt would be waiting to be accepted.
+        let listener = server.join().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        assert_eq!(
+            listener.accept().map(|_| ()).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock,
+            "busy is an answer: no second connection"
+        );
+    }
+
+    #[test]
+    fn a_test_ends_once_the_server_has_closed_the_connection() {
+        // Until the server closes, it is still in this test and answers the next one "busy".
+        let (listener, addr) = fake_listener();
+        let closed = std::sync::Arc::new(AtomicBool::new(false));
+        let server = thread::spawn({
+            let closed = closed.clone();
+            move || {
+                let (mut conn, _) = listener.accept().unwrap();
+                conn.write_all(&[State::DisplayResults.byte()]).unwrap();
+                conn.set_read_timeout(Some(Duration::from_secs(10)))
+                    .unwrap();
+                let mut done = [0u8; 1];
+                conn.read_exact(&mut done).unwrap();
+                // The server's own cleanup, well inside the client's wait for the close.
+                thread::sleep(Duration::from_millis(200));
+                closed.store(true, Ordering::SeqCst);
+                drop(conn);
+                done[0]
+            }
+        });
+        let interrupt = AtomicBool::new(false);
+        let mut ctl = Control::connect(addr, &interrupt).unwrap();
+        assert!(ctl.finish().unwrap(), "DISPLAY_RESULTS came");
+        assert!(
+            closed.load(Ordering::SeqCst),
+            "finish returned before the close"
+        );
+        assert_eq!(server.join().unwrap(), State::IperfDone.byte());
     }
 
     #[test]

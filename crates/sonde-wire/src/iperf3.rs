@@ -820,7 +820,7 @@ struct StreamOut {
 }
 
 /// iperf3's error codes (`i_errno`, PROTOCOLS.md 1.13) that sonde sends or must explain. The
-/// values are the same in 3.12–3.17.
+/// values are the same in 3.12–3.19.1: later releases only added codes.
 pub mod errno {
     /// Test duration too long.
     pub const IEDURATION: i32 = 5;
@@ -891,8 +891,9 @@ pub mod errno {
 }
 
 /// What iperf3 3.12 prints for an error code (its wording; the maxima are iperf3's own
-/// compile-time limits, not the server's), e.g. for a `SERVER_ERROR` from a server. iperf3
-/// appends `": " + strerror(errno)` for the codes where [`error_has_os_errno`] is true.
+/// compile-time limits, not the server's), e.g. for a `SERVER_ERROR` from a server; codes 3.12
+/// does not have (34–36, 150–159) in the wording of the release that added them (3.14–3.19).
+/// iperf3 appends `": " + strerror(errno)` for the codes where [`error_has_os_errno`] is true.
 pub fn error_message(i_errno: i32) -> &'static str {
     match i_errno {
         0 => "no error",
@@ -931,6 +932,7 @@ pub fn error_message(i_errno: i32) -> &'static str {
         33 => "send timeout value is incorrect or not in range",
         34 => "cannot transfer file using UDP",
         35 => "cannot access authorized users file",
+        36 => "control connection Keepalive period should be larger than the full retry period (interval * count)",
         100 => "unable to create a new test",
         101 => "test initialization failed",
         102 => "unable to start listener for connections",
@@ -985,6 +987,11 @@ pub fn error_message(i_errno: i32) -> &'static str {
         152 => "unable to join thread",
         153 => "unable to create thread attributes",
         154 => "unable to destroy thread attributes",
+        155 => "unable to set socket keepalive (SO_KEEPALIVE) option",
+        156 => "unable to set socket keepalive TCP period (TCP_KEEPIDLE) option",
+        157 => "unable to set/get socket keepalive TCP retry interval (TCP_KEEPINTVL) option",
+        158 => "unable to set/get socket keepalive TCP number of retries (TCP_KEEPCNT) option",
+        159 => "unable to change mask of blocked signals",
         200 => "unable to create a new stream",
         201 => "unable to initialize stream",
         202 => "unable to start stream listener",
@@ -1000,11 +1007,13 @@ pub fn error_message(i_errno: i32) -> &'static str {
     }
 }
 
-/// Whether iperf3 3.12 appends `": " + strerror(errno)` to [`error_message`] for this code.
+/// Whether iperf3 appends `": " + strerror(errno)` to [`error_message`] for this code (3.12's
+/// rule; for the codes added later, the rule of the release that added them).
 pub fn error_has_os_errno(i_errno: i32) -> bool {
     matches!(
         i_errno,
         14 | 17
+            | 36
             | 100..=108
             | 111..=118
             | 122..=126
@@ -1013,6 +1022,7 @@ pub fn error_has_os_errno(i_errno: i32) -> bool {
             | 133
             | 135..=138
             | 140
+            | 150..=158
             | 200..=206
             | 300
             | 301
@@ -1158,6 +1168,115 @@ mod tests {
         );
     }
 
+    /// [verified] parameters of newer clients, captured on the control connection against
+    /// `sonde server --iperf3`: 3.16 `-k 4 -l 1K`, 3.17.1 `-u -b 1M --udp-counters-64bit
+    /// --get-server-output`, and 3.19.1 `-R -b 1M -m --skip-rx-copy`, whose `mptcp` and
+    /// `skip_rx_copy` keys 3.12–3.17 do not have.
+    const PARAMS_316_BLOCKS: &str = r#"{"tcp":true,"omit":0,"time":0,"num":0,"blockcount":4,"parallel":1,"len":1024,"pacing_timer":1000,"client_version":"3.16"}"#;
+    const PARAMS_3171_UDP: &str = r#"{"udp":true,"omit":0,"time":1,"num":0,"blockcount":0,"parallel":1,"len":32768,"bandwidth":1000000,"pacing_timer":1000,"get_server_output":1,"udp_counters_64bit":1,"client_version":"3.17.1"}"#;
+    const PARAMS_3191_NEW_KEYS: &str = r#"{"tcp":true,"omit":0,"time":1,"num":0,"blockcount":0,"parallel":1,"reverse":true,"mptcp":true,"len":131072,"bandwidth":1000000,"pacing_timer":1000,"skip_rx_copy":1,"client_version":"3.19.1"}"#;
+
+    #[test]
+    fn params_of_316_to_3191_clients_read_and_write_back() {
+        // The length prefixes seen on the wire.
+        assert_eq!(
+            [
+                PARAMS_316_BLOCKS.len(),
+                PARAMS_3171_UDP.len(),
+                PARAMS_3191_NEW_KEYS.len()
+            ],
+            [0x79, 0xbd, 0xbe]
+        );
+
+        let p = Params::from_json(PARAMS_316_BLOCKS.as_bytes()).unwrap();
+        assert_eq!((p.time, p.blockcount, p.len), (0, 4, 1024));
+        assert_eq!(p.client_version.as_deref(), Some("3.16"));
+        assert_eq!(
+            p.to_json(),
+            PARAMS_316_BLOCKS.as_bytes(),
+            "3.12's key order"
+        );
+
+        let p = Params::from_json(PARAMS_3171_UDP.as_bytes()).unwrap();
+        assert!(p.udp() && p.get_server_output && p.udp_counters_64bit);
+        assert_eq!((p.len, p.bandwidth), (32_768, 1_000_000));
+        assert_eq!(p.to_json(), PARAMS_3171_UDP.as_bytes());
+
+        // Keys sonde does not act on are read past, and not written back.
+        let p = Params::from_json(PARAMS_3191_NEW_KEYS.as_bytes()).unwrap();
+        assert!(p.reverse && !p.bidirectional && !p.udp());
+        assert_eq!((p.time, p.parallel, p.len), (1, 1, 131_072));
+        assert_eq!((p.bandwidth, p.pacing_timer), (1_000_000, 1000));
+        assert_eq!(p.client_version.as_deref(), Some("3.19.1"));
+        let without_new_keys = PARAMS_3191_NEW_KEYS
+            .replace(r#""mptcp":true,"#, "")
+            .replace(r#""skip_rx_copy":1,"#, "");
+        assert_eq!(String::from_utf8(p.to_json()).unwrap(), without_new_keys);
+    }
+
+    #[test]
+    fn params_have_the_json_types_a_318_server_requires() {
+        // 3.18+ servers look each key up with its type (iperf_cJSON_GetObjectItemType) and
+        // silently ignore one of another type: a flag written as 1 would not be a flag there,
+        // a count written as `true` would not be a count.
+        let all = Params {
+            omit: 1,
+            server_affinity: Some(1),
+            num: 1,
+            blockcount: 1,
+            mss: 1,
+            nodelay: true,
+            reverse: true,
+            bidirectional: true,
+            window: 1,
+            bandwidth: 1,
+            fqrate: 1,
+            burst: 1,
+            tos: 1,
+            flowlabel: 1,
+            title: Some("t".into()),
+            extra_data: Some("x".into()),
+            congestion: Some("cubic".into()),
+            congestion_used: Some("cubic".into()),
+            get_server_output: true,
+            udp_counters_64bit: true,
+            repeating_payload: true,
+            zerocopy: 1,
+            dont_fragment: 1,
+            authtoken: Some("a".into()),
+            client_version: Some("3.12".into()),
+            ..Params::default()
+        };
+        let flags = ["tcp", "udp", "sctp", "nodelay", "reverse", "bidirectional"];
+        let strings = [
+            "title",
+            "extra_data",
+            "congestion",
+            "congestion_used",
+            "authtoken",
+            "client_version",
+        ];
+        for protocol in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
+            let p = Params {
+                protocol,
+                ..all.clone()
+            };
+            let v: Value = serde_json::from_slice(&p.to_json()).unwrap();
+            let m = v.as_object().unwrap();
+            assert_eq!(m.len(), 30, "every field written once: {v}");
+            for (k, val) in m {
+                if flags.contains(&k.as_str()) {
+                    assert_eq!(val, &Value::Bool(true), "{k}: {v}");
+                } else if strings.contains(&k.as_str()) {
+                    assert!(val.is_string(), "{k}: {v}");
+                } else {
+                    assert!(val.is_i64(), "{k} must be an integer: {v}");
+                }
+            }
+            assert_eq!(Params::from_json(&p.to_json()).unwrap(), p);
+        }
+    }
+
     #[test]
     fn params_follow_iperf3_reading_rules() {
         // Booleans by presence, even when false.
@@ -1251,6 +1370,112 @@ mod tests {
         let r = Results::from_json(SMALLEST.as_bytes()).unwrap();
         assert_eq!(r.streams[0].end_time, 0.0, "optional keys default");
         assert_eq!(r.streams[0].omitted_packets, 0);
+    }
+
+    /// [verified] results of the multi-threaded releases, captured on the control connection:
+    /// a 3.16 client's (`--bidir -P 2 -b 1M`: its paced sender threads spin, so the CPU figure
+    /// is above 100%), a 3.19.1 client's (`-u -R -O 1`: 4 of its 12 packets in the omit
+    /// period), a 3.19.1 server's (`--bidir -P 2` from `sonde throughput`), and a 3.16 server's
+    /// UDP sender results, whose `jitter` is the peer's figure read back from the client's
+    /// results (iperf3 stores it on the stream before it writes its own).
+    const CLIENT_316_BIDIR: &str = r#"{"cpu_util_total":192.14441633765969,"cpu_util_user":191.58145976658233,"cpu_util_system":0.56207002529610628,"sender_has_retransmits":1,"congestion_used":"bbr","streams":[{"id":1,"bytes":131072,"retransmits":0,"jitter":0,"errors":0,"omitted_errors":0,"packets":0,"omitted_packets":0,"start_time":0,"end_time":1.001019},{"id":3,"bytes":131072,"retransmits":0,"jitter":0,"errors":0,"omitted_errors":0,"packets":0,"omitted_packets":0,"start_time":0,"end_time":1.001047},{"id":4,"bytes":131072,"retransmits":-1,"jitter":0,"errors":0,"omitted_errors":0,"packets":0,"omitted_packets":0,"start_time":0,"end_time":1.001069},{"id":5,"bytes":131072,"retransmits":-1,"jitter":0,"errors":0,"omitted_errors":0,"packets":0,"omitted_packets":0,"start_time":0,"end_time":1.001091}]}"#;
+    const CLIENT_3191_UDP_OMIT: &str = r#"{"cpu_util_total":0.052179970616715969,"cpu_util_user":0,"cpu_util_system":0.05214667133744557,"sender_has_retransmits":-1,"streams":[{"id":1,"bytes":262144,"retransmits":-1,"jitter":0.0001260473113096456,"errors":0,"omitted_errors":0,"packets":12,"omitted_packets":4,"start_time":0,"end_time":2.000023}]}"#;
+    const SERVER_3191_BIDIR: &str = r#"{"cpu_util_total":12.613250324762863,"cpu_util_user":0.96649427682051026,"cpu_util_system":11.656952376283733,"sender_has_retransmits":1,"congestion_used":"bbr","streams":[{"id":1,"bytes":66322432,"retransmits":-1,"jitter":0,"errors":0,"omitted_errors":0,"packets":0,"omitted_packets":0,"start_time":0,"end_time":1.02117},{"id":3,"bytes":69730304,"retransmits":-1,"jitter":0,"errors":0,"omitted_errors":0,"packets":0,"omitted_packets":0,"start_time":0,"end_time":1.021242},{"id":4,"bytes":81264640,"retransmits":0,"jitter":0,"errors":0,"omitted_errors":0,"packets":0,"omitted_packets":0,"start_time":0,"end_time":1.022328},{"id":5,"bytes":91750400,"retransmits":0,"jitter":0,"errors":0,"omitted_errors":0,"packets":0,"omitted_packets":0,"start_time":0,"end_time":1.02295}]}"#;
+    const SERVER_316_UDP_SENDER: &str = r#"{"cpu_util_total":101.66698932666918,"cpu_util_user":98.608565591209768,"cpu_util_system":3.0582271912954524,"sender_has_retransmits":0,"streams":[{"id":1,"bytes":127400,"retransmits":-1,"jitter":2.5181e-05,"errors":0,"omitted_errors":0,"packets":91,"omitted_packets":0,"start_time":0,"end_time":1.017518}]}"#;
+
+    #[test]
+    fn results_read_what_the_316_to_3191_releases_send() {
+        let lens = [
+            CLIENT_316_BIDIR.len(),
+            CLIENT_3191_UDP_OMIT.len(),
+            SERVER_3191_BIDIR.len(),
+            SERVER_316_UDP_SENDER.len(),
+        ];
+        assert_eq!(
+            lens,
+            [0x2ff, 0x131, 0x305, 0x133],
+            "the verified length prefixes"
+        );
+
+        let r = Results::from_json(CLIENT_316_BIDIR.as_bytes()).unwrap();
+        // Above one core is what the peer measured; it is read as sent, not capped or refused.
+        assert!((r.cpu_util_total - 192.144_416_34).abs() < 1e-6);
+        assert_eq!(r.congestion_used.as_deref(), Some("bbr"));
+        let ids: Vec<u32> = r.streams.iter().map(|s| s.id).collect();
+        let retransmits: Vec<i64> = r.streams.iter().map(|s| s.retransmits).collect();
+        assert_eq!((ids, retransmits), (vec![1, 3, 4, 5], vec![0, 0, -1, -1]));
+
+        let r = Results::from_json(CLIENT_3191_UDP_OMIT.as_bytes()).unwrap();
+        assert_eq!(r.sender_has_retransmits, -1);
+        let s = &r.streams[0];
+        assert_eq!((s.bytes, s.packets, s.errors), (262_144, 12, 0));
+        assert_eq!((s.omitted_packets, s.omitted_errors), (4, 0));
+        assert!((s.jitter - 1.260_473_113_096_456e-4).abs() < 1e-18);
+
+        let r = Results::from_json(SERVER_3191_BIDIR.as_bytes()).unwrap();
+        assert_eq!(r.sender_has_retransmits, 1);
+        let bytes: Vec<u64> = r.streams.iter().map(|s| s.bytes).collect();
+        assert_eq!(bytes, [66_322_432, 69_730_304, 81_264_640, 91_750_400]);
+        let retransmits: Vec<i64> = r.streams.iter().map(|s| s.retransmits).collect();
+        assert_eq!(retransmits, [-1, -1, 0, 0], "-1 on the streams it received");
+        assert!((r.streams[3].end_time - 1.022_95).abs() < 1e-12);
+
+        let r = Results::from_json(SERVER_316_UDP_SENDER.as_bytes()).unwrap();
+        let s = &r.streams[0];
+        assert_eq!(
+            (r.sender_has_retransmits, s.packets, s.bytes),
+            (0, 91, 127_400)
+        );
+        assert!((s.jitter - 2.5181e-5).abs() < 1e-18);
+
+        // What sonde writes back from any of them reads the same (floats to within the last
+        // digit: serde_json's default parser may round cJSON's 17-digit output one ulp off).
+        let close = |a: f64, b: f64| (a - b).abs() <= a.abs().max(b.abs()) * 1e-15;
+        for json in [
+            CLIENT_316_BIDIR,
+            CLIENT_3191_UDP_OMIT,
+            SERVER_3191_BIDIR,
+            SERVER_316_UDP_SENDER,
+        ] {
+            let r = Results::from_json(json.as_bytes()).unwrap();
+            let back = Results::from_json(&r.to_json()).unwrap();
+            assert!(close(back.cpu_util_total, r.cpu_util_total), "{json}");
+            assert!(close(back.cpu_util_user, r.cpu_util_user), "{json}");
+            assert!(close(back.cpu_util_system, r.cpu_util_system), "{json}");
+            assert_eq!(back.sender_has_retransmits, r.sender_has_retransmits);
+            assert_eq!(back.congestion_used, r.congestion_used);
+            assert_eq!(back.streams.len(), r.streams.len());
+            for (b, s) in back.streams.iter().zip(&r.streams) {
+                assert!(close(b.jitter, s.jitter) && close(b.end_time, s.end_time));
+                let ints = |s: &StreamResults| {
+                    (
+                        s.id,
+                        s.bytes,
+                        s.retransmits,
+                        s.errors,
+                        s.packets,
+                        s.omitted_errors,
+                        s.omitted_packets,
+                    )
+                };
+                assert_eq!(ints(b), ints(s), "{json}");
+            }
+        }
+    }
+
+    #[test]
+    fn error_codes_of_later_releases_have_their_messages() {
+        // 3.19's control-connection keepalive (--cntl-ka), with strerror appended.
+        assert_eq!(
+            error_message(155),
+            "unable to set socket keepalive (SO_KEEPALIVE) option"
+        );
+        assert!(error_has_os_errno(155) && error_has_os_errno(36));
+        // 3.16's threads.
+        assert_eq!(error_message(150), "unable to create thread");
+        assert!(error_has_os_errno(150));
+        assert!(!error_has_os_errno(159) && !error_has_os_errno(34));
+        assert_eq!(error_message(160), "unknown iperf3 error");
     }
 
     #[test]

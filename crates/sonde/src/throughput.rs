@@ -27,8 +27,8 @@ reordering and RFC 3550 jitter are measured at the receiver, and loss includes d
 after the last one that arrived. UDP is paced smoothly at -b; -b 0 sends as fast as possible.
 
 Against a real `iperf3 -s`, write the target as iperf3://HOST[:PORT] (port 5201 by default): \
-the same flags, sonde's own output (tested with iperf3 3.12; 3.13 to 3.17 speak the same \
-protocol). What the iperf3 server received comes from its \
+the same flags, sonde's own output (tested with iperf3 3.12 in CI, and by hand with 3.16, \
+3.17.1 and 3.19.1). What the iperf3 server received comes from its \
 results (bytes, and for UDP its packet, loss and jitter counts); what it does not report \
 (duplicates, reordering, its read calls, its intervals) is null or explained in a warning, and \
 -i intervals of client-to-server streams are counted at this sender. Exit code 3 also means \

@@ -680,3 +680,42 @@ fn the_table_names_the_iperf3_peer() {
         r.stdout
     );
 }
+
+/// A sweep runs its steps back to back against one iperf3 server, which closes and re-opens
+/// its listener after each test: every step must still find it (it once got "busy" or a
+/// reset at the second step).
+#[test]
+fn a_sweep_runs_every_step_against_a_real_iperf3_server() {
+    if !have_iperf3("a_sweep_runs_every_step_against_a_real_iperf3_server") {
+        return;
+    }
+    let server = Iperf3Server::start_with(&[]);
+    let target = server.target();
+    let out = sonde(&[
+        "throughput",
+        &target,
+        "-t",
+        "1",
+        "--sweep",
+        "parallel=1,2,1",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}\n{}\n--- iperf3 -s ---\n{}",
+        out.stdout,
+        out.stderr,
+        server.output()
+    );
+    let doc: Value = serde_json::from_str(&out.stdout).expect("one JSON document");
+    assert_valid(&doc);
+    assert_eq!(doc["test"], "sweep", "{doc:#}");
+    let steps = arr(&doc, "/steps");
+    let values: Vec<u64> = steps.iter().map(|s| u(s, "/value")).collect();
+    assert_eq!(values, [1, 2, 1], "{doc:#}");
+    for step in steps {
+        let r = &step["result"];
+        assert_eq!(arr(r, "/streams").len() as u64, u(step, "/value"), "{r:#}");
+        assert!(u(r, "/receiver/bytes") > 0, "{r:#}");
+    }
+}
