@@ -1913,6 +1913,15 @@ mod tests {
         }
     }
 
+    /// The run helpers below take this, one loop at a time: a loop keeps two threads busy,
+    /// and on a 2-core machine two loops at once starve each other's replies into timeouts.
+    fn one_loop_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        static LOOPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        LOOPS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn tcp_pair() -> (TcpStream, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
@@ -1932,6 +1941,7 @@ mod tests {
 
     /// Runs `tcp_ping` against `tcp_echo`; returns the outcome and the echo's counters.
     fn tcp_run(cfg: &PingConfig) -> (LatencyOutcome, (u64, u64)) {
+        let _one = one_loop_at_a_time();
         let (client, server) = tcp_pair();
         let stop = AtomicBool::new(false);
         let counters = Counters::default();
@@ -1952,6 +1962,7 @@ mod tests {
         cfg: &PingConfig,
         echo: impl FnOnce(&UdpSocket, &AtomicBool) + Send,
     ) -> (LatencyOutcome, Duration) {
+        let _one = one_loop_at_a_time();
         let (client, server) = udp_pair();
         let stop = AtomicBool::new(false);
         let clock = Clock::start();
@@ -2690,6 +2701,7 @@ mod tests {
         view: InnerView,
         echo: impl FnOnce(&UdpSocket, &AtomicBool) + Send,
     ) -> LatencyOutcome {
+        let _one = one_loop_at_a_time();
         let (client, server) = udp_pair();
         let stop = AtomicBool::new(false);
         let clock = Clock::start();
@@ -2710,6 +2722,7 @@ mod tests {
     }
 
     fn tcp_with(cfg: &PingConfig, view: InnerView) -> LatencyOutcome {
+        let _one = one_loop_at_a_time();
         let (client, server) = tcp_pair();
         let stop = AtomicBool::new(false);
         let counters = Counters::default();
