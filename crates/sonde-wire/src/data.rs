@@ -384,7 +384,9 @@ pub fn widen_seq(low: u64, bytes: usize, expected: u64) -> u64 {
     if candidate > expected.saturating_add(half) && candidate >= span {
         candidate - span
     } else if candidate.saturating_add(half) < expected {
-        candidate.saturating_add(span)
+        // Past u64::MAX the nearest value with these low bytes is the candidate itself (found
+        // by fuzz/: saturating gave u64::MAX, whose low bytes are not the ones carried).
+        candidate.checked_add(span).unwrap_or(candidate)
     } else {
         candidate
     }

@@ -32,6 +32,11 @@
 mod control;
 mod data;
 mod hostinfo;
+// The bodies of the fuzz targets in `fuzz/`, for them (feature `fuzzing`) and for this crate's
+// stable tests; not part of the API.
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod iperf3;
 pub mod sockperf;
 pub mod stamps;
