@@ -533,30 +533,39 @@ pub fn tcp_ping_with(
     stream.set_read_timeout(Some(TCP_POLL))?;
     stream.set_write_timeout(Some(TCP_REPLY_TIMEOUT))?;
     let mut rec = Recorder::new(view, cfg.warmup_ns);
-    let _stamps_off = if rec.timestamps() {
-        // As for UDP: both, else receive alone.
-        let (rx, tx) = match sys::tcp_enable_timestamps(stream, true) {
-            Ok(()) => (Ok(()), Ok(())),
-            Err(e) => {
-                let tx = Err(format!("the kernel refused transmit timestamps: {e}"));
-                (
-                    sys::tcp_enable_timestamps(stream, false).map_err(|e| e.to_string()),
-                    tx,
-                )
-            }
-        };
-        let on = rx.is_ok();
-        rec.set_enabled(rx, tx);
-        on.then(|| StampsOff(sys::tcp_fd(stream)))
-    } else {
-        None
-    };
+    let _stamps_off = enable_stamps(&mut rec, sys::tcp_fd(stream), |tx| {
+        sys::tcp_enable_timestamps(stream, tx)
+    });
     let mut out = match rate {
         None => tcp_closed(stream, msg, framing, cfg, clock, stop, &mut rec),
         Some(rate) => tcp_open(stream, msg, framing, rate, cfg, clock, stop, &mut rec),
     }?;
     (out.socket, out.one_way) = rec.finish();
     Ok(out)
+}
+
+/// With `--timestamps`, turns the kernel's stamps on for the socket `fd` through `enable`
+/// (given whether to ask for transmit stamps too): both, else receive alone, and tells `rec`
+/// what it got. The guard turns them off again.
+fn enable_stamps(
+    rec: &mut Recorder,
+    fd: i32,
+    enable: impl Fn(bool) -> io::Result<()>,
+) -> Option<StampsOff> {
+    if !rec.timestamps() {
+        return None;
+    }
+    // Transmit stamps need receive stamps' option too; try both, then receive alone.
+    let (rx, tx) = match enable(true) {
+        Ok(()) => (Ok(()), Ok(())),
+        Err(e) => (
+            enable(false).map_err(|e| e.to_string()),
+            Err(format!("the kernel refused transmit timestamps: {e}")),
+        ),
+    };
+    let on = rx.is_ok();
+    rec.set_enabled(rx, tx);
+    on.then_some(StampsOff(fd))
 }
 
 /// Turns a socket's kernel timestamps off again when dropped.
@@ -651,24 +660,9 @@ pub fn udp_ping_with(
     let _restore = Timeouts::save_udp(sock)?;
     sock.set_read_timeout(Some(UDP_POLL))?;
     let mut rec = Recorder::new(view, cfg.warmup_ns);
-    let _stamps_off = if rec.timestamps() {
-        // Transmit stamps need receive stamps' option too; try both, then receive alone.
-        let (rx, tx) = match sys::udp_enable_timestamps(sock, true) {
-            Ok(()) => (Ok(()), Ok(())),
-            Err(e) => {
-                let tx = Err(format!("the kernel refused transmit timestamps: {e}"));
-                (
-                    sys::udp_enable_timestamps(sock, false).map_err(|e| e.to_string()),
-                    tx,
-                )
-            }
-        };
-        let on = rx.is_ok();
-        rec.set_enabled(rx, tx);
-        on.then(|| StampsOff(sys::udp_fd(sock)))
-    } else {
-        None
-    };
+    let _stamps_off = enable_stamps(&mut rec, sys::udp_fd(sock), |tx| {
+        sys::udp_enable_timestamps(sock, tx)
+    });
     let mut out = match rate {
         None => udp_closed(sock, msg, framing, cfg, clock, stop, &mut rec),
         Some(rate) => udp_open(sock, msg, framing, rate, cfg, clock, stop, &mut rec),
