@@ -1323,12 +1323,7 @@ fn document(
         .unzip();
     let receiver = totals(streams.iter().map(|s| &s.receiver));
     let sender = totals(streams.iter().map(|s| &s.sender));
-    let sum = |f: fn(&StreamResult) -> Option<u64>| -> Option<u64> {
-        streams
-            .iter()
-            .map(f)
-            .try_fold(0u64, |acc, v| v.map(|v| acc.saturating_add(v)))
-    };
+    let sum = |f: fn(&StreamResult) -> Option<u64>| crate::results::sum_streams(&streams, f);
     let lost = if udp { sum(|s| s.lost) } else { None };
     let loss_whole: u64 = loss_of.iter().sum();
     let forward = streams

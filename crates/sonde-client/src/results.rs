@@ -408,12 +408,7 @@ pub(crate) fn throughput(
         .collect();
     let receiver = totals(&streams.iter().map(|s| &s.receiver).collect::<Vec<_>>());
     let sender = totals(&streams.iter().map(|s| &s.sender).collect::<Vec<_>>());
-    let sum = |f: fn(&StreamResult) -> Option<u64>| -> Option<u64> {
-        streams
-            .iter()
-            .map(f)
-            .try_fold(0u64, |acc, v| v.map(|v| acc + v))
-    };
+    let sum = |f: fn(&StreamResult) -> Option<u64>| sum_streams(&streams, f);
     let lost = if udp { sum(|s| s.lost) } else { None };
     let sent_packets: u64 = streams.iter().map(|s| s.sender.packets).sum();
     if let Some(l) = lost.filter(|&l| l > 0) {
@@ -464,6 +459,17 @@ pub(crate) fn throughput(
         retransmits: if udp { None } else { sum(|s| s.retransmits) },
         streams,
     }
+}
+
+/// A per-stream count summed over the streams; `None` when any stream cannot say.
+pub(crate) fn sum_streams(
+    streams: &[StreamResult],
+    f: fn(&StreamResult) -> Option<u64>,
+) -> Option<u64> {
+    streams
+        .iter()
+        .map(f)
+        .try_fold(0u64, |acc, v| v.map(|v| acc.saturating_add(v)))
 }
 
 /// Builds the pps document.
