@@ -4,8 +4,11 @@
 //! Each test file includes this with `mod common;` and uses part of it.
 #![allow(dead_code)]
 
-/// The network-namespace guard and link helpers of the lab tests.
+/// The kernel's count of what crossed a lab link, the reference for throughput readings.
+pub(crate) mod flow;
+/// `--full-log` files: a temporary path and a reader.
 pub(crate) mod fulllog;
+/// The network-namespace guard and link helpers of the lab tests.
 pub(crate) mod netns;
 
 use std::ffi::OsStr;
