@@ -54,13 +54,6 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 const MIN_UDP_LEN: i64 = 16;
 /// `EINVAL`, sent with `SERVER_ERROR` codes that iperf3 prints with `strerror(errno)`.
 const EINVAL: i32 = 22;
-/// iperf3's codes (iperf_api.h) for the socket options of its `-S` and `-C` that
-/// `sonde_wire::iperf3::errno` does not name: a bad TOS value, and IP_TOS, IPV6_TCLASS and
-/// TCP_CONGESTION refused.
-const IEBADTOS: i32 = 21;
-const IESETTOS: i32 = 125;
-const IESETCOS: i32 = 126;
-const IESETCONGESTION: i32 = 134;
 
 /// A refusal: `(i_errno, errno, why)`, sent as SERVER_ERROR; `why` goes to the log.
 type Refusal = (i32, i32, String);
@@ -460,7 +453,8 @@ fn stream_options(p: &Params) -> Result<DataOptions, Refusal> {
     let tos = match p.tos {
         0 => None,
         t => Some(
-            u8::try_from(t).map_err(|_| (IEBADTOS, 0, format!("TOS {t} is outside 0..=255")))?,
+            u8::try_from(t)
+                .map_err(|_| (errno::IEBADTOS, 0, format!("TOS {t} is outside 0..=255")))?,
         ),
     };
     // bits to bytes per second, truncated as iperf3 does (a rate below 8 bit/s is no rate).
@@ -567,9 +561,9 @@ fn option_refusal(e: &DataOptionError) -> Refusal {
         DataOptionError::Buffer { .. } => errno::IESETBUF,
         DataOptionError::BufferShort { .. } => errno::IESETBUF2,
         DataOptionError::Mss { .. } => errno::IESETMSS,
-        DataOptionError::Congestion { .. } => IESETCONGESTION,
-        DataOptionError::Tos { ipv6: false, .. } => IESETTOS,
-        DataOptionError::Tos { ipv6: true, .. } => IESETCOS,
+        DataOptionError::Congestion { .. } => errno::IESETCONGESTION,
+        DataOptionError::Tos { ipv6: false, .. } => errno::IESETTOS,
+        DataOptionError::Tos { ipv6: true, .. } => errno::IESETCOS,
         // Not an option: no socket at all (iperf3: its listener failed).
         _ => errno::IESTREAMLISTEN,
     };
@@ -843,8 +837,8 @@ mod tests {
             assert_eq!(code(Params { window, ..p() }), errno::IESETBUF);
         }
         assert_eq!(code(Params { mss: -1, ..p() }), errno::IESETMSS);
-        assert_eq!(code(Params { tos: 256, ..p() }), IEBADTOS);
-        assert_eq!(code(Params { tos: -1, ..p() }), IEBADTOS);
+        assert_eq!(code(Params { tos: 256, ..p() }), errno::IEBADTOS);
+        assert_eq!(code(Params { tos: -1, ..p() }), errno::IEBADTOS);
         assert_eq!(code(Params { fqrate: -8, ..p() }), errno::IEINITTEST);
     }
 
@@ -857,7 +851,7 @@ mod tests {
                     name: "nosuchcc".into(),
                     source: os(2),
                 },
-                (IESETCONGESTION, 2),
+                (errno::IESETCONGESTION, 2),
             ),
             (
                 DataOptionError::BufferShort {
@@ -880,7 +874,7 @@ mod tests {
                     ipv6: true,
                     source: os(1),
                 },
-                (IESETCOS, 1),
+                (errno::IESETCOS, 1),
             ),
         ];
         for (e, (code, os_errno)) in cases {
@@ -888,14 +882,14 @@ mod tests {
             assert_eq!((c, o), (code, os_errno), "{e}");
         }
         // The messages the client prints for them.
-        assert!(sonde_wire::iperf3::error_message(IESETCONGESTION)
+        assert!(sonde_wire::iperf3::error_message(errno::IESETCONGESTION)
             .starts_with("unable to set TCP_CONGESTION"));
         assert_eq!(
-            sonde_wire::iperf3::error_message(IESETTOS),
+            sonde_wire::iperf3::error_message(errno::IESETTOS),
             "unable to set IP TOS"
         );
         assert_eq!(
-            sonde_wire::iperf3::error_message(IEBADTOS),
+            sonde_wire::iperf3::error_message(errno::IEBADTOS),
             "bad TOS value (must be between 0 and 255 inclusive)"
         );
     }

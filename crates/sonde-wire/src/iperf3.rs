@@ -844,6 +844,8 @@ pub mod errno {
     pub const IENOSCTP: i32 = 18;
     /// UDP block size outside 16..=65507.
     pub const IEUDPBLOCKSIZE: i32 = 20;
+    /// Bad TOS value (`-S`).
+    pub const IEBADTOS: i32 = 21;
     /// Reverse and bidirectional together.
     pub const IEREVERSEBIDIR: i32 = 25;
     /// Total rate above the server's limit.
@@ -870,10 +872,16 @@ pub mod errno {
     pub const IESETMSS: i32 = 123;
     /// Cannot set the socket buffer.
     pub const IESETBUF: i32 = 124;
+    /// Cannot set IP_TOS (`-S`).
+    pub const IESETTOS: i32 = 125;
+    /// Cannot set IPV6_TCLASS (`-S` over IPv6).
+    pub const IESETCOS: i32 = 126;
     /// Cannot reuse the address.
     pub const IEREUSEADDR: i32 = 128;
     /// Unknown protocol.
     pub const IEPROTOCOL: i32 = 131;
+    /// Cannot set TCP_CONGESTION (`-C`).
+    pub const IESETCONGESTION: i32 = 134;
     /// IPV6_V6ONLY.
     pub const IEV6ONLY: i32 = 136;
     /// Socket buffer size mismatch.
