@@ -45,7 +45,9 @@ pub(crate) struct Opt {
     #[arg(long, default_value_t = 128, value_name = "N")]
     max_streams: u32,
     /// Also answer real iperf3 clients (`iperf3 -c HOST -p PORT`), TCP and UDP, on PORT
-    /// (default 5201), several at once, under the same limits
+    /// (default 5201), several at once, under the same limits. The client's -w, -C, -M, -S,
+    /// --fq-rate and -N apply to the agent's end of each stream too; what the kernel refuses
+    /// (an unknown -C) fails the test with iperf3's own error
     #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "5201")]
     iperf3: Option<u16>,
     /// Also answer real sockperf clients (`sockperf pp|ul|tp -i HOST -p PORT [--tcp]`), TCP and
