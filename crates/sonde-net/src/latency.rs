@@ -2043,9 +2043,25 @@ mod tests {
         slow + out.rtt.warmup_excluded()
     }
 
+    /// An outcome's counts and RTT summary, without the histogram's buckets.
+    fn brief(out: &LatencyOutcome) -> String {
+        format!(
+            "sent {}, late {}, timeouts {}, samples {} (+{} warm-up), seq {:?}, rtt {:?}",
+            out.sent,
+            out.late_sends,
+            out.timeouts,
+            out.rtt.samples(),
+            out.rtt.warmup_excluded(),
+            out.seq
+                .as_ref()
+                .map(|s| (s.received(), s.duplicated(), s.reordered())),
+            out.rtt.summary()
+        )
+    }
+
     fn assert_sane(out: &LatencyOutcome) {
         let sum = out.rtt.summary();
-        assert!(sum.samples > 0, "{out:?}");
+        assert!(sum.samples > 0, "{}", brief(out));
         let p50 = out.rtt.value_at(50.0).unwrap();
         assert!(
             sum.min_ns > 0 && sum.min_ns <= p50 && p50 <= sum.max_ns,
@@ -2132,9 +2148,13 @@ mod tests {
     fn tcp_open_loop_keeps_the_schedule() {
         let (out, _) = tcp_run(&cfg(64, 300, 50, Some(2000.0)));
         assert_sane(&out);
-        assert!((595..=605).contains(&out.sent), "{out:?}");
+        assert!((595..=605).contains(&out.sent), "{}", brief(&out));
         assert_eq!(out.rtt.samples(), out.sent - out.rtt.warmup_excluded());
-        assert!((95..=105).contains(&out.rtt.warmup_excluded()), "{out:?}");
+        assert!(
+            (95..=105).contains(&out.rtt.warmup_excluded()),
+            "{}",
+            brief(&out)
+        );
     }
 
     #[test]
@@ -2171,7 +2191,7 @@ mod tests {
             out
         })
         .unwrap();
-        assert!((195..=205).contains(&out.sent), "{out:?}");
+        assert!((195..=205).contains(&out.sent), "{}", brief(&out));
         assert_eq!(out.rtt.samples(), out.sent);
         assert_sane(&out);
     }
@@ -2227,15 +2247,15 @@ mod tests {
             let (out, _) = udp_run(&cfg(size, 200, 20, None), real_echo(&counters));
             assert_sane(&out);
             let seq = out.seq.as_ref().unwrap();
-            assert_eq!(seq.lost(out.sent), 0, "{out:?}");
+            assert_eq!(seq.lost(out.sent), 0, "{}", brief(&out));
             assert_eq!(seq.received(), out.sent);
             assert_eq!(seq.duplicated(), 0);
-            assert!(out.timeouts <= timeouts_allowed(&out), "{out:?}");
+            assert!(out.timeouts <= timeouts_allowed(&out), "{}", brief(&out));
             assert_eq!(out.sent, out.rtt.samples() + out.rtt.warmup_excluded());
             assert_eq!(counters.load(), (out.sent * u64::from(size), out.sent));
             if size == 1 {
                 // One byte carries seq mod 256: widening got every seq right.
-                assert!(out.sent > 256, "{out:?}");
+                assert!(out.sent > 256, "{}", brief(&out));
             }
         }
     }
@@ -2246,7 +2266,7 @@ mod tests {
         let (out, took) = udp_run(&cfg, scripted_echo(|i| u32::from(i % 10 != 9)));
         let seq = out.seq.as_ref().unwrap();
         let lost = seq.lost(out.sent);
-        assert!(out.sent >= 20, "{out:?}");
+        assert!(out.sent >= 20, "{}", brief(&out));
         assert!(
             lost.abs_diff(out.sent / 10) <= 1,
             "lost {lost} of {}",
@@ -2275,8 +2295,8 @@ mod tests {
             &cfg(64, 400, 400, None),
             scripted_echo(|i| u32::from(i % 10 != 9)),
         );
-        assert!(out.timeouts >= 3, "{out:?}");
-        assert!(out.sent > 100, "{out:?}");
+        assert!(out.timeouts >= 3, "{}", brief(&out));
+        assert!(out.sent > 100, "{}", brief(&out));
         assert!(took < Duration::from_millis(400 + 1000), "{took:?}");
     }
 
@@ -2290,7 +2310,7 @@ mod tests {
         assert_eq!(seq.duplicated(), 1);
         assert_eq!(seq.received(), out.sent);
         assert_eq!(out.rtt.samples(), out.sent);
-        assert!(out.timeouts <= timeouts_allowed(&out), "{out:?}");
+        assert!(out.timeouts <= timeouts_allowed(&out), "{}", brief(&out));
     }
 
     #[test]
@@ -2328,12 +2348,18 @@ mod tests {
         let (out, _, drops) =
             udp_run_counting_drops(&cfg(64, 300, 0, Some(5000.0)), real_echo(&counters));
         assert_sane(&out);
-        assert!((1495..=1505).contains(&out.sent), "{out:?}");
+        // 1500 sends in 300 ms at 5000/s. A host that stalls the sender leaves it behind when
+        // the run ends: it sends the rest late (counted), never skips one, and stops on time.
+        assert!(
+            (1495..=1505).contains(&out.sent) || (out.sent < 1495 && out.late_sends > 0),
+            "{}",
+            brief(&out)
+        );
         let seq = out.seq.as_ref().unwrap();
         // Nothing is lost on loopback but what a full receive buffer drops: none at all unless
         // the host stalled the echo for tens of milliseconds, and then exactly the kernel's
         // count.
-        assert_eq!(seq.lost(out.sent), drops, "{out:?}");
+        assert_eq!(seq.lost(out.sent), drops, "{}", brief(&out));
         assert_eq!(out.rtt.samples(), out.sent - drops);
         assert_eq!(out.timeouts, 0);
     }
@@ -2475,7 +2501,7 @@ mod tests {
                 let out = out.unwrap();
                 assert_sane(&out);
                 let seq = out.seq.as_ref().unwrap();
-                assert_eq!(seq.received(), out.sent, "{out:?}");
+                assert_eq!(seq.received(), out.sent, "{}", brief(&out));
                 assert_eq!(seq.lost(out.sent), 0);
                 assert_eq!(out.sent, out.rtt.samples() + out.rtt.warmup_excluded());
                 // seq 1, 2, 3...; flags CLIENT | PONG_REQUEST; length = the message size.
@@ -2493,7 +2519,7 @@ mod tests {
         let (out, seen) = sockperf_udp_run(&cfg(64, 300, 0, None), true);
         let out = out.unwrap();
         assert!(!seen.is_empty());
-        assert_eq!(out.seq.as_ref().unwrap().received(), 0, "{out:?}");
+        assert_eq!(out.seq.as_ref().unwrap().received(), 0, "{}", brief(&out));
         assert_eq!(out.rtt.samples(), 0);
     }
 
