@@ -638,6 +638,10 @@ impl Loop<'_> {
         loop {
             let all_done = self.roles.iter().all(Option::is_some);
             if all_done && self.report.is_some() {
+                // The agent's report can come before this host's last receiver has ended (a
+                // host slow to run it): close that receiver's final interval, or the bytes
+                // since the last boundary would be in no interval.
+                self.poll_intervals(clock, true, on_interval);
                 return Ok(());
             }
             let now = Instant::now();
@@ -769,14 +773,16 @@ impl Loop<'_> {
             .map(|&i| self.counters[i].load())
             .collect();
         let now = clock.now_ns();
-        let iv = if receivers_done {
-            let last = cutter.finish(now, &sample);
+        // At the end, as on the agent: a boundary passed since the last cut is cut first, so
+        // the last interval is only the part after it and every other one is on the grid.
+        let (on_grid, last) = if receivers_done {
+            let cut = (cutter.poll(now, &sample), cutter.finish(now, &sample));
             self.intervals = None;
-            last
+            cut
         } else {
-            cutter.poll(now, &sample)
+            (cutter.poll(now, &sample), None)
         };
-        if let Some(iv) = iv {
+        for iv in on_grid.into_iter().chain(last) {
             on_interval(&crate::results::interval(&iv, self.n));
             self.client_intervals.push(iv);
         }
@@ -800,4 +806,85 @@ fn reason_from_agent(rx: &mpsc::Receiver<Event>) -> Option<ClientError> {
 
 fn index_u32(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sonde_net::bulk::TcpRecvOutcome;
+    use sonde_wire::{Direction, TestKind};
+
+    /// The agent's report reaches the loop before this host's receiver says it has ended (on a
+    /// busy host its thread runs late): the bytes it read after the last boundary still land in
+    /// the final interval, and the intervals add up to what it received.
+    #[test]
+    fn the_final_interval_is_closed_when_the_report_comes_first() {
+        let spec = TestSpec {
+            kind: TestKind::Throughput,
+            protocol: Protocol::Tcp,
+            direction: Direction::Reverse,
+            streams: 1,
+            msg_size: 131_072,
+            bitrate_per_stream: 0,
+            duration_ms: 1_000,
+            interval_ms: 100,
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let control = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let writer = Mutex::new(control);
+        let (stops, expect, counters) = (
+            [AtomicBool::new(false)],
+            [AtomicU64::new(0)],
+            [Counters::default()],
+        );
+        let clock = Clock::start();
+        let mut state = Loop {
+            spec: &spec,
+            n: 1,
+            stops: &stops,
+            expect: &expect,
+            counters: &counters,
+            receivers: &[0],
+            senders: &[],
+            roles: vec![None],
+            agent_sent: Vec::new(),
+            report: None,
+            grace_until: None,
+            intervals: Some(Intervals::new(100_000_000, vec![0])),
+            client_intervals: Vec::new(),
+            sender_done_sent: false,
+            channels: &[],
+            interval_tcp_info: Vec::new(),
+            client_tcp_info: vec![None],
+        };
+        // Bytes arrive before the report and after it, and the receiver ends last.
+        counters[0].add(1_000, 1);
+        let (tx, rx) = mpsc::channel();
+        tx.send(Event::Control(Ok(ControlMsg::Report(
+            AgentReport::default(),
+        ))))
+        .unwrap();
+        counters[0].add(2_500, 2);
+        let received = TcpRecvOutcome {
+            bytes: 3_500,
+            reads: 3,
+            ..TcpRecvOutcome::default()
+        };
+        tx.send(Event::Done(
+            0,
+            Ok((ClientRole::TcpReceived(received), None)),
+        ))
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut seen = 0u64;
+        state
+            .drive(&rx, &writer, &clock, deadline, &mut |iv| {
+                seen += iv.bytes;
+            })
+            .unwrap();
+        let counted: u64 = state.client_intervals.iter().flat_map(|iv| &iv.bytes).sum();
+        assert_eq!(counted, 3_500, "{:?}", state.client_intervals);
+        assert_eq!(seen, 3_500, "every interval was shown as well");
+        assert!(state.intervals.is_none(), "the final interval was cut");
+    }
 }
