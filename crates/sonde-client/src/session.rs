@@ -773,16 +773,14 @@ impl Loop<'_> {
             .map(|&i| self.counters[i].load())
             .collect();
         let now = clock.now_ns();
-        // At the end, as on the agent: a boundary passed since the last cut is cut first, so
-        // the last interval is only the part after it and every other one is on the grid.
-        let (on_grid, last) = if receivers_done {
-            let cut = (cutter.poll(now, &sample), cutter.finish(now, &sample));
+        let iv = if receivers_done {
+            let last = cutter.finish(now, &sample);
             self.intervals = None;
-            cut
+            last
         } else {
-            (cutter.poll(now, &sample), None)
+            cutter.poll(now, &sample)
         };
-        for iv in on_grid.into_iter().chain(last) {
+        if let Some(iv) = iv {
             on_interval(&crate::results::interval(&iv, self.n));
             self.client_intervals.push(iv);
         }

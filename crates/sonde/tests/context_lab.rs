@@ -136,8 +136,11 @@ fn check_nic(host: &Value, ns: &str, dev: &str, mtu: u32) {
 }
 
 /// The sender's `TCP_INFO`: the MSS both ends agreed on, the bare path's RTT as the minimum, and
-/// a smoothed RTT that the queue at r raised, in every full interval after the first (the
-/// first is where the queue fills) and in the end.
+/// a smoothed RTT that the queue at r raised, in every interval after the first (where the queue
+/// fills) while the sender sends, and in the end. The sender samples its `TCP_INFO` on the
+/// receiving agent's interval grid, or on its own when it is the agent; the receiver's intervals
+/// after the sender stopped (its socket buffer draining through r, a few hundred milliseconds at
+/// 50 Mbit/s) have no sample.
 fn check_path(doc: &Value, sender_ns: &str) {
     let timestamps = read_in(sender_ns, "/proc/sys/net/ipv4/tcp_timestamps") != "0";
     // The smaller MTU, less IPv4 (20) and TCP (20) headers and the timestamp option (12).
@@ -152,10 +155,29 @@ fn check_path(doc: &Value, sender_ns: &str) {
     );
     let intervals = doc["intervals"].as_array().expect("intervals");
     assert!(intervals.len() >= 4, "{doc:#}");
-    let mut srtts: Vec<u64> = intervals[1..intervals.len() - 1]
-        .iter()
-        .map(|iv| iv["tcp_info"][0]["srtt_ns"].as_u64().expect("a sample"))
-        .collect();
+    // Every byte is in an interval, the drain after the sender stopped included (in reverse the
+    // agent's report used to come first and the client's last interval was lost).
+    let in_intervals: u64 = intervals.iter().filter_map(|iv| iv["bytes"].as_u64()).sum();
+    assert_eq!(
+        Some(in_intervals),
+        doc["receiver"]["bytes"].as_u64(),
+        "the intervals do not add up to the receiver's total\n{doc:#}"
+    );
+    let srtt_of = |iv: &Value| iv["tcp_info"][0]["srtt_ns"].as_u64();
+    let mut srtts: Vec<u64> = intervals[1..].iter().map_while(srtt_of).collect();
+    // 1.5 s at 0.25 s: the sender's six intervals, less the first, and less one for a sender
+    // whose grid is a fraction of an interval behind the receiver's.
+    assert!(
+        srtts.len() >= 4,
+        "a TCP_INFO sample in only {} intervals after the first\n{doc:#}",
+        srtts.len()
+    );
+    // Once an interval has no sample the sender has ended: no later one has one.
+    let later = &intervals[1 + srtts.len()..];
+    assert!(
+        later.iter().all(|iv| srtt_of(iv).is_none()),
+        "an interval without a TCP_INFO sample between two with one\n{doc:#}"
+    );
     srtts.push(st["srtt_ns"].as_u64().expect("a final sample"));
     eprintln!("lab: sender in {sender_ns}: min RTT {min_rtt} ns, smoothed RTTs {srtts:?} ns");
     for srtt in &srtts {
