@@ -9,6 +9,10 @@
 //! (HDR histograms per worker, merged) and the failures by kind. A client that runs out of
 //! ephemeral ports (`EADDRNOTAVAIL`, every port in `TIME_WAIT`) stops there and says so rather
 //! than counting a rate over a time when no connection could be made.
+//!
+//! With intervals (`-i`), the same counts per interval, at the client: each worker counts into
+//! its own current interval and adds it to the run's once its clock has passed it
+//! (`sonde_net::crr::SharedCrrIntervals`); the intervals end where the workers did.
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
@@ -17,13 +21,13 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use sonde_engine::crr::{rate, CrrStats};
+use sonde_engine::crr::{rate, CrrErrorCounts, CrrIntervals, CrrStats};
 use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
 use sonde_net::cpu::ThreadsMeter;
-use sonde_net::crr::{client_worker, CrrClientConfig};
+use sonde_net::crr::{client_worker_with_intervals, CrrClientConfig, SharedCrrIntervals};
 use sonde_net::Clock;
 use sonde_report::{
-    CpuCost, CpuCosts, CpuScope, CrrClose, CrrErrors, CrrResult, Hosts, Meta, Protocol,
+    CpuCost, CpuCosts, CpuScope, CrrClose, CrrErrors, CrrInterval, CrrResult, Hosts, Meta, Protocol,
 };
 use sonde_wire::{
     AgentReport, Channel, ControlMsg, CpuReport, CrrReport, Direction, HostInfo, Preamble,
@@ -34,6 +38,10 @@ use crate::{ClientError, Target};
 
 /// The largest request and response (the agent's limit, as for TCP latency messages).
 pub const MAX_CRR_MESSAGE: u32 = 65_536;
+
+/// The most intervals `-t` may hold (an hour of 1 s intervals): the run keeps one 18 KiB
+/// histogram of connect times per interval, allocated before the workers start.
+pub(crate) const MAX_CRR_INTERVALS: u64 = 3_600;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -55,10 +63,13 @@ pub struct CrrOptions {
     pub rst: bool,
     /// Limit of a connect, and of the wait for a whole response.
     pub timeout: Duration,
+    /// Interval length; `None` (or zero) for none.
+    pub interval: Option<Duration>,
 }
 
 impl Default for CrrOptions {
-    /// One worker, 1-byte request and response (netperf's `TCP_CRR` defaults), 10 s, FIN, 5 s.
+    /// One worker, 1-byte request and response (netperf's `TCP_CRR` defaults), 10 s, FIN, 5 s,
+    /// no intervals.
     fn default() -> Self {
         Self {
             workers: 1,
@@ -67,6 +78,7 @@ impl Default for CrrOptions {
             duration: Duration::from_secs(10),
             rst: false,
             timeout: Duration::from_secs(5),
+            interval: None,
         }
     }
 }
@@ -93,6 +105,15 @@ pub fn crr(target: &Target, opt: &CrrOptions) -> Result<CrrResult, ClientError> 
     }
     if opt.duration.is_zero() || opt.timeout.is_zero() {
         return usage("-t must be above zero".into());
+    }
+    if let Some(iv) = opt.interval.filter(|d| !d.is_zero()) {
+        if nanos(opt.duration) / nanos(iv).max(1) > MAX_CRR_INTERVALS {
+            return usage(format!(
+                "-i {} s cuts -t {} s into more than {MAX_CRR_INTERVALS} intervals: make -i longer",
+                iv.as_secs_f64(),
+                opt.duration.as_secs_f64()
+            ));
+        }
     }
     let spec = TestSpec {
         kind: TestKind::Crr,
@@ -195,6 +216,8 @@ struct Run {
     stats: CrrStats,
     /// From the workers' start to the last one's end.
     elapsed_ns: u64,
+    /// With `-i`: every worker's counts, per interval, and when the last worker ended.
+    intervals: Option<(CrrIntervals, u64)>,
     report: AgentReport,
     cpu: Option<CpuReport>,
 }
@@ -219,6 +242,12 @@ fn run(target: &Target, opt: &CrrOptions, admitted: Admitted) -> Result<Run, Cli
         + opt.timeout.saturating_mul(2)
         + REPORT_TIMEOUT
         + Duration::from_secs(60);
+    let until_ns = nanos(opt.duration);
+    // Made (and allocated) before the clock starts, so the workers start on the grid's origin.
+    let shared = opt
+        .interval
+        .filter(|d| !d.is_zero())
+        .map(|iv| SharedCrrIntervals::new(CrrIntervals::new(nanos(iv), until_ns)));
     let clock = Clock::start();
     let stop = AtomicBool::new(false);
     let meter = ThreadsMeter::start();
@@ -238,13 +267,14 @@ fn run(target: &Target, opt: &CrrOptions, admitted: Admitted) -> Result<Run, Cli
                     request_bytes: opt.request_bytes,
                     response_bytes: opt.response_bytes,
                     rst: opt.rst,
-                    until_ns: nanos(opt.duration),
+                    until_ns,
                     timeout: opt.timeout,
                 };
-                let (clock, stop, meter) = (&clock, &stop, &meter);
+                let (clock, stop, meter, shared) = (&clock, &stop, &meter, shared.as_ref());
                 scope.spawn(move || {
                     let _tracked = meter.track();
-                    client_worker(&cfg, clock, stop)
+                    let stats = client_worker_with_intervals(&cfg, clock, stop, shared);
+                    (stats, clock.now_ns())
                 })
             })
             .collect();
@@ -274,9 +304,15 @@ fn run(target: &Target, opt: &CrrOptions, admitted: Admitted) -> Result<Run, Cli
             }
         }
         let mut stats = CrrStats::new();
+        // When the last worker ended: where the intervals end (the loop above notices it up
+        // to 50 ms later).
+        let mut workers_end_ns = 0;
         for w in workers {
             match w.join() {
-                Ok(s) => stats.merge(&s),
+                Ok((s, end)) => {
+                    stats.merge(&s);
+                    workers_end_ns = workers_end_ns.max(end);
+                }
                 Err(_) => {
                     failure.get_or_insert(ClientError::Protocol("a crr worker panicked".into()));
                 }
@@ -285,13 +321,15 @@ fn run(target: &Target, opt: &CrrOptions, admitted: Admitted) -> Result<Run, Cli
         let elapsed_ns = clock.now_ns();
         let result = match failure {
             Some(e) => Err(e),
-            None => finish(&mut writer, &rx).map(|report| (stats, elapsed_ns, report)),
+            None => {
+                finish(&mut writer, &rx).map(|report| (stats, elapsed_ns, workers_end_ns, report))
+            }
         };
         // Unblock the control reader.
         let _ = writer.shutdown(Shutdown::Both);
         result
     });
-    let (stats, elapsed_ns, report) = outcome?;
+    let (stats, elapsed_ns, workers_end_ns, report) = outcome?;
     // Each transaction makes a dozen calls (socket, options, connect, write, read, close), some
     // inside socket2 and std: not counted one by one.
     let cpu = meter.cost().map(|cost| {
@@ -307,6 +345,7 @@ fn run(target: &Target, opt: &CrrOptions, admitted: Admitted) -> Result<Run, Cli
         agent_host,
         stats,
         elapsed_ns,
+        intervals: shared.map(|s| (s.into_inner(), workers_end_ns)),
         report,
         cpu,
     })
@@ -421,14 +460,36 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
         connects: stats.connects(),
         connect_ns: crate::results::rtt_ns_if_any(stats.connect_times()),
         transaction_ns: crate::results::rtt_ns_if_any(stats.transaction_times()),
-        errors: CrrErrors {
-            refused: e.refused,
-            timeout: e.timeout,
-            reset: e.reset,
-            addr_not_available: e.addr_not_available,
-            closed: e.closed,
-            other: e.other,
-        },
+        errors: errors(&e),
+        intervals: run
+            .intervals
+            .as_ref()
+            .map_or_else(Vec::new, |(all, end_ns)| {
+                all.summaries(*end_ns)
+                    .into_iter()
+                    .map(|iv| CrrInterval {
+                        start_ns: iv.start_ns,
+                        end_ns: iv.end_ns,
+                        transactions: iv.transactions,
+                        transactions_per_second: iv.per_second,
+                        connects: iv.connects,
+                        errors: errors(&iv.errors),
+                        connect_p50_ns: iv.connect_p50_ns,
+                        connect_p99_ns: iv.connect_p99_ns,
+                    })
+                    .collect()
+            }),
+    }
+}
+
+fn errors(e: &CrrErrorCounts) -> CrrErrors {
+    CrrErrors {
+        refused: e.refused,
+        timeout: e.timeout,
+        reset: e.reset,
+        addr_not_available: e.addr_not_available,
+        closed: e.closed,
+        other: e.other,
     }
 }
 
@@ -466,6 +527,11 @@ mod tests {
                 duration: Duration::ZERO,
                 ..CrrOptions::default()
             },
+            CrrOptions {
+                duration: Duration::from_secs(10),
+                interval: Some(Duration::from_millis(2)),
+                ..CrrOptions::default()
+            },
         ] {
             assert!(
                 matches!(crr(&target(), &opt), Err(ClientError::Usage(_))),
@@ -489,6 +555,7 @@ mod tests {
             agent_host: None,
             stats,
             elapsed_ns: 1_000_000_000,
+            intervals: None,
             report,
             cpu: None,
         }
@@ -572,6 +639,51 @@ mod tests {
             (r.connections_per_second, r.agent_duration_ns),
             (None, None)
         );
+    }
+
+    #[test]
+    fn intervals_run_from_the_workers_start_to_their_end() {
+        use sonde_engine::crr::{CrrError, CrrIntervalCutter};
+        const SEC: u64 = 1_000_000_000;
+        // -t 2 -i 1, one worker: 10 transactions in the first second, none in the second, one
+        // EADDRNOTAVAIL at 2.0005 s, which ended the run at 2.001 s.
+        let mut all = CrrIntervals::new(SEC, 2 * SEC);
+        let mut cut = CrrIntervalCutter::new(SEC);
+        let mut s = CrrStats::new();
+        let mut flush = |i, c: &_| all.add(i, c);
+        for i in 0..10 {
+            let t = i * 1_000_000;
+            s.connected(t, t + 30_000);
+            cut.connected(t + 30_000, 30_000, &mut flush);
+            s.completed(t, t + 90_000);
+            cut.completed(t + 90_000, &mut flush);
+        }
+        s.failed(2 * SEC + 500_000, CrrError::AddrNotAvailable);
+        cut.failed(2 * SEC + 500_000, CrrError::AddrNotAvailable, &mut flush);
+        cut.finish(&mut flush);
+        let mut run = run_with(s, AgentReport::default());
+        run.intervals = Some((all, 2 * SEC + 1_000_000));
+        let r = result(&target(), &CrrOptions::default(), 0, &run);
+        let spans: Vec<(u64, u64, u64)> = r
+            .intervals
+            .iter()
+            .map(|i| (i.start_ns, i.end_ns, i.transactions))
+            .collect();
+        // The last interval holds what ended after -t, and runs to the run's end.
+        assert_eq!(spans, [(0, SEC, 10), (SEC, 2 * SEC + 1_000_000, 0)]);
+        assert_eq!(r.intervals[0].transactions_per_second, 10.0);
+        assert_eq!(r.intervals[1].transactions_per_second, 0.0);
+        assert_eq!(r.intervals[1].errors.addr_not_available, 1);
+        // 10 connects: too few for a median.
+        assert_eq!(r.intervals[0].connect_p50_ns, None);
+        // Without -i: none.
+        let r = result(
+            &target(),
+            &CrrOptions::default(),
+            0,
+            &run_with(stats(5), AgentReport::default()),
+        );
+        assert!(r.intervals.is_empty());
     }
 
     #[test]

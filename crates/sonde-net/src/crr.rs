@@ -9,15 +9,18 @@
 //! close before it closes its own end.
 //!
 //! Every step has a timeout; the loops allocate nothing per transaction (the buffers are made
-//! before the loop) and count into a per-worker [`CrrStats`].
+//! before the loop) and count into a per-worker [`CrrStats`]; with intervals (`sonde crr -i`)
+//! also into the worker's current interval, which it adds to the run's [`SharedCrrIntervals`]
+//! once its clock has passed that interval (see [`CrrIntervalCutter`] for why).
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use sonde_engine::crr::{CrrError, CrrStats};
+use sonde_engine::crr::{CrrError, CrrIntervalCounts, CrrIntervalCutter, CrrIntervals, CrrStats};
 use sonde_wire::{Channel, CrrJoin, Preamble, Token, CRR_JOIN_LEN, PREAMBLE_LEN, PROTOCOL_VERSION};
 
 use crate::Clock;
@@ -48,12 +51,102 @@ pub struct CrrClientConfig {
     pub timeout: Duration,
 }
 
+/// All workers' intervals of a run (`sonde crr -i`). Each worker adds to it once per interval
+/// it counted in, when its clock passes that interval's end, and once at its own end: the lock
+/// is taken that often, never per transaction.
+#[derive(Debug)]
+pub struct SharedCrrIntervals {
+    interval_ns: u64,
+    all: Mutex<CrrIntervals>,
+}
+
+impl SharedCrrIntervals {
+    /// Shares `intervals` between workers.
+    pub fn new(intervals: CrrIntervals) -> Self {
+        Self {
+            interval_ns: intervals.interval_ns(),
+            all: Mutex::new(intervals),
+        }
+    }
+
+    /// The intervals, once every worker has ended.
+    pub fn into_inner(self) -> CrrIntervals {
+        self.all
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn add(&self, index: u64, counts: &CrrIntervalCounts) {
+        // Only a merge runs under the lock; were one to panic, the counts merged before it
+        // would still stand, so a poisoned lock is used as it is.
+        self.all
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .add(index, counts);
+    }
+}
+
+/// What a worker records into: its totals, and with intervals its current interval.
+struct Recorder<'a> {
+    stats: CrrStats,
+    intervals: Option<(CrrIntervalCutter, &'a SharedCrrIntervals)>,
+}
+
+impl<'a> Recorder<'a> {
+    fn new(intervals: Option<&'a SharedCrrIntervals>) -> Self {
+        Self {
+            stats: CrrStats::new(),
+            intervals: intervals.map(|s| (CrrIntervalCutter::new(s.interval_ns), s)),
+        }
+    }
+
+    fn connected(&mut self, start_ns: u64, connected_ns: u64) {
+        self.stats.connected(start_ns, connected_ns);
+        if let Some((cut, shared)) = &mut self.intervals {
+            let connect_ns = connected_ns.saturating_sub(start_ns);
+            cut.connected(connected_ns, connect_ns, &mut |i, c| shared.add(i, c));
+        }
+    }
+
+    fn completed(&mut self, start_ns: u64, done_ns: u64) {
+        self.stats.completed(start_ns, done_ns);
+        if let Some((cut, shared)) = &mut self.intervals {
+            cut.completed(done_ns, &mut |i, c| shared.add(i, c));
+        }
+    }
+
+    /// An attempt that started at `start_ns` failed, as seen at `seen_ns`.
+    fn failed(&mut self, start_ns: u64, seen_ns: u64, kind: CrrError) {
+        self.stats.failed(start_ns, kind);
+        if let Some((cut, shared)) = &mut self.intervals {
+            cut.failed(seen_ns, kind, &mut |i, c| shared.add(i, c));
+        }
+    }
+
+    fn finish(mut self) -> CrrStats {
+        if let Some((cut, shared)) = &mut self.intervals {
+            cut.finish(&mut |i, c| shared.add(i, c));
+        }
+        self.stats
+    }
+}
+
 /// The client's side of one worker: connect, request, response, close, until `until_ns`, `stop`,
 /// or the first `EADDRNOTAVAIL` (the client has run out of ephemeral ports: then it also sets
 /// `stop`, so every worker ends and the rate is not counted over a time when no connection
 /// could be made).
 pub fn client_worker(cfg: &CrrClientConfig, clock: &Clock, stop: &AtomicBool) -> CrrStats {
-    let mut stats = CrrStats::new();
+    client_worker_with_intervals(cfg, clock, stop, None)
+}
+
+/// [`client_worker`], also counting into `intervals` (on the grid of `clock`'s origin).
+pub fn client_worker_with_intervals(
+    cfg: &CrrClientConfig,
+    clock: &Clock,
+    stop: &AtomicBool,
+    intervals: Option<&SharedCrrIntervals>,
+) -> CrrStats {
+    let mut rec = Recorder::new(intervals);
     let addr = SockAddr::from(cfg.agent);
     let domain = Domain::for_address(cfg.agent);
     let request = request_bytes(cfg);
@@ -63,18 +156,11 @@ pub fn client_worker(cfg: &CrrClientConfig, clock: &Clock, stop: &AtomicBool) ->
         if start >= cfg.until_ns {
             break;
         }
-        let Err(kind) = attempt(
-            cfg,
-            &addr,
-            domain,
-            &request,
-            &mut response,
-            clock,
-            &mut stats,
-        ) else {
+        let Err(kind) = attempt(cfg, &addr, domain, &request, &mut response, clock, &mut rec)
+        else {
             continue;
         };
-        stats.failed(start, kind);
+        rec.failed(start, clock.now_ns(), kind);
         match kind {
             CrrError::AddrNotAvailable => {
                 stop.store(true, Ordering::Relaxed);
@@ -86,7 +172,7 @@ pub fn client_worker(cfg: &CrrClientConfig, clock: &Clock, stop: &AtomicBool) ->
             CrrError::Timeout | CrrError::Reset => {}
         }
     }
-    stats
+    rec.finish()
 }
 
 /// What the client writes on each connection: preamble, join, then the request (zeros).
@@ -113,7 +199,7 @@ fn request_bytes(cfg: &CrrClientConfig) -> Vec<u8> {
     b
 }
 
-/// One transaction; records the connect and the transaction in `stats`.
+/// One transaction; records the connect and the transaction in `rec`.
 fn attempt(
     cfg: &CrrClientConfig,
     addr: &SockAddr,
@@ -121,7 +207,7 @@ fn attempt(
     request: &[u8],
     response: &mut [u8],
     clock: &Clock,
-    stats: &mut CrrStats,
+    rec: &mut Recorder<'_>,
 ) -> Result<(), CrrError> {
     let start = clock.now_ns();
     let sock = Socket::new(domain, Type::STREAM, Some(Protocol::TCP)).map_err(|e| classify(&e))?;
@@ -137,7 +223,7 @@ fn attempt(
     setup().map_err(|e| classify(&e))?;
     sock.connect_timeout(addr, cfg.timeout)
         .map_err(|e| classify(&e))?;
-    stats.connected(start, clock.now_ns());
+    rec.connected(start, clock.now_ns());
     // Each call is bounded by the socket's timeouts, the whole exchange by one more.
     let deadline = Instant::now() + cfg.timeout;
     let exchange = write_all_by(&sock, request, deadline)
@@ -147,7 +233,7 @@ fn attempt(
         let _ = sock.set_linger(Some(Duration::ZERO));
         return Err(classify(&e));
     }
-    stats.completed(start, clock.now_ns());
+    rec.completed(start, clock.now_ns());
     // Dropping the socket closes it: a FIN (TIME_WAIT here), or a reset with `rst`.
     drop(sock);
     Ok(())
@@ -389,6 +475,47 @@ mod tests {
     }
 
     #[test]
+    fn with_intervals_every_count_of_two_workers_is_in_one_interval() {
+        let (l, addr) = listener();
+        let stop_agent = Arc::new(AtomicBool::new(false));
+        let (h, _, _) = responder(l, Arc::clone(&stop_agent));
+        let until = Duration::from_millis(300);
+        let cfg = config(addr, until);
+        let interval_ns = 100_000_000;
+        let shared = SharedCrrIntervals::new(CrrIntervals::new(
+            interval_ns,
+            u64::try_from(until.as_nanos()).unwrap(),
+        ));
+        let (clock, stop) = (Clock::start(), AtomicBool::new(false));
+        let mut stats = CrrStats::new();
+        thread::scope(|s| {
+            let workers: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| client_worker_with_intervals(&cfg, &clock, &stop, Some(&shared)))
+                })
+                .collect();
+            for w in workers {
+                stats.merge(&w.join().unwrap());
+            }
+        });
+        let end = clock.now_ns();
+        stop_agent.store(true, Ordering::Relaxed);
+        h.join().unwrap();
+        let iv = shared.into_inner().summaries(end);
+        assert!(iv.len() >= 3, "{iv:?}");
+        assert_eq!(iv.last().map(|i| i.end_ns), Some(end));
+        for (a, b) in iv.iter().zip(&iv[1..]) {
+            assert_eq!(a.end_ns, b.start_ns);
+        }
+        assert!(stats.transactions() > 0);
+        let sum =
+            |f: fn(&sonde_engine::crr::CrrIntervalSummary) -> u64| iv.iter().map(f).sum::<u64>();
+        assert_eq!(sum(|i| i.transactions), stats.transactions());
+        assert_eq!(sum(|i| i.connects), stats.connects());
+        assert_eq!(sum(|i| i.errors.total()), stats.errors().total());
+    }
+
+    #[test]
     fn a_closed_port_is_refused_and_there_is_no_rate() {
         let (l, addr) = listener();
         drop(l);
@@ -417,7 +544,7 @@ mod tests {
         let cfg = config(addr, Duration::from_secs(5));
         let stop = AtomicBool::new(false);
         let clock = Clock::start();
-        let mut stats = CrrStats::new();
+        let mut rec = Recorder::new(None);
         let request = request_bytes(&cfg);
         let mut response = vec![0u8; 2_000];
         let sock = SockAddr::from(addr);
@@ -430,11 +557,12 @@ mod tests {
                 &request,
                 &mut response,
                 &clock,
-                &mut stats,
+                &mut rec,
             );
             assert_eq!(r, Err(CrrError::Closed));
         }
         h.join().unwrap();
+        let stats = rec.finish();
         assert_eq!((stats.connects(), stats.transactions()), (3, 0));
         assert!(!stop.load(Ordering::Relaxed));
     }

@@ -807,12 +807,13 @@ pub(crate) fn crr_4_workers() -> TestResult {
             max: 2_015_231,
         }),
         errors: CrrErrors::default(),
+        intervals: Vec::new(),
     })
 }
 
-/// `sonde crr -P 8 -t 10` from a host with the default 28,232 ephemeral ports and no
-/// `TIME_WAIT` reuse: the ports ran out after 2.09 s, which ended the test; one response timed
-/// out (the agent counts it as failed).
+/// `sonde crr -P 8 -t 10 -i 1` from a host with the default 28,232 ephemeral ports and no
+/// `TIME_WAIT` reuse: the ports ran out after 2.09 s, which ended the test (the intervals end
+/// there too); one response timed out (the agent counts it as failed).
 pub(crate) fn crr_ports_exhausted() -> TestResult {
     let transactions = 28_230;
     let ns = 2_093_004_112;
@@ -869,6 +870,56 @@ pub(crate) fn crr_ports_exhausted() -> TestResult {
             timeout: 1,
             addr_not_available: 3,
             ..CrrErrors::default()
+        },
+        intervals: {
+            let end = ns + 346_000;
+            let iv = |start_ns: u64, end_ns: u64, tx: u64, connects: u64, errors, p50, p99| {
+                CrrInterval {
+                    start_ns,
+                    end_ns,
+                    transactions: tx,
+                    transactions_per_second: tx as f64 * 1e9 / (end_ns - start_ns) as f64,
+                    connects,
+                    errors,
+                    connect_p50_ns: Some(p50),
+                    connect_p99_ns: Some(p99),
+                }
+            };
+            vec![
+                iv(
+                    0,
+                    SEC,
+                    13_519,
+                    13_519,
+                    CrrErrors::default(),
+                    84_479,
+                    159_743,
+                ),
+                iv(
+                    SEC,
+                    2 * SEC,
+                    13_466,
+                    13_467,
+                    CrrErrors {
+                        timeout: 1,
+                        ..CrrErrors::default()
+                    },
+                    84_991,
+                    161_791,
+                ),
+                iv(
+                    2 * SEC,
+                    end,
+                    1_245,
+                    1_245,
+                    CrrErrors {
+                        addr_not_available: 3,
+                        ..CrrErrors::default()
+                    },
+                    86_015,
+                    171_007,
+                ),
+            ]
         },
     })
 }

@@ -703,6 +703,36 @@ pub struct CrrResult {
     pub transaction_ns: Option<RttNs>,
     /// Failed attempts by kind, counted by the client.
     pub errors: CrrErrors,
+    /// Intervals (`-i`), counted by the client; empty without `-i`. Together they hold every
+    /// transaction, connect and failure of the client's totals.
+    #[serde(default)]
+    pub intervals: Vec<CrrInterval>,
+}
+
+/// One interval of a crr test, counted by the client. Each event counts in the interval it
+/// happened in: a transaction when its response was read in full, a connect when the
+/// connection was established, a failure when the client saw it. Intervals follow each other
+/// on a grid from the start of the client's workers; the last ends when the last worker ended
+/// (shorter than the others, or longer when attempts still ran after the test's time).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CrrInterval {
+    /// Start, ns since the client's workers started.
+    pub start_ns: u64,
+    /// End, ns since the client's workers started: the next interval's start.
+    pub end_ns: u64,
+    /// Transactions completed (response read in full) in the interval.
+    pub transactions: u64,
+    /// `transactions` over the interval's length, per second: 0 when none completed in it.
+    pub transactions_per_second: f64,
+    /// Connections established in the interval.
+    pub connects: u64,
+    /// Failed attempts seen in the interval, by kind.
+    pub errors: CrrErrors,
+    /// Median connect time of the interval's connects, ns (to 2 significant digits); `null`
+    /// with fewer than 20 of them.
+    pub connect_p50_ns: Option<u64>,
+    /// 99th percentile connect time, ns; `null` with fewer than 1,000 connects in the interval.
+    pub connect_p99_ns: Option<u64>,
 }
 
 /// `sonde quick`: the embedded default's results, one per case.
@@ -893,6 +923,23 @@ impl From<&sonde_wire::TcpInfoStats> for TcpInfo {
             rwnd_limited_ns: t.rwnd_limited_ns,
             sndbuf_limited_ns: t.sndbuf_limited_ns,
         }
+    }
+}
+
+#[cfg(test)]
+mod crr_tests {
+    use super::*;
+
+    #[test]
+    fn a_crr_document_from_before_intervals_reads_with_none() {
+        let mut doc = serde_json::to_value(crate::fixtures::crr_ports_exhausted()).unwrap();
+        assert_eq!(doc["intervals"].as_array().map(Vec::len), Some(3));
+        assert!(doc["intervals"][0]["connect_p99_ns"].is_u64());
+        doc.as_object_mut().unwrap().remove("intervals");
+        let TestResult::Crr(r) = serde_json::from_value(doc).unwrap() else {
+            unreachable!("a crr document")
+        };
+        assert!(r.intervals.is_empty());
     }
 }
 

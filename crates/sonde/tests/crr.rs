@@ -2,13 +2,15 @@
 //!
 //! 1. the binary against a `sonde server` child on loopback: the JSON validates against the
 //!    schema, the agent's count equals the client's, the percentiles the count supports are
-//!    there; `--rst`, the table and the CSV;
+//!    there; `--rst`, the table and the CSV; `-i` intervals that follow each other and add up
+//!    to the client's totals;
 //! 2. connections with a bad token, sent while a real `sonde crr` runs against an in-process
 //!    agent: each is closed unanswered and counted in `Rejections::bad_crr`, and the real test
 //!    is untouched;
 //! 3. usage errors (exit 2), no agent (exit 3), `--help`;
 //! 4. the netns lab (root): in a namespace with 64 ephemeral ports and no `TIME_WAIT` reuse,
-//!    FIN closes run out of ports (the test stops and says so) and `--rst` closes do not; and
+//!    FIN closes run out of ports (the test stops and says so, and its intervals end there) and
+//!    `--rst` closes do not; and
 //!    across a veth where nftables drops every 50th SYN, the connects that lost their SYN take
 //!    the kernel's initial retransmission timeout (1 s), which shows in the connect percentiles.
 //!
@@ -218,6 +220,114 @@ fn crr_table_and_csv() {
         "{csv}"
     );
     assert_eq!(cell("errors_addr_not_available"), "0");
+}
+
+/// What the `-i` intervals of a crr document must hold, whatever the timing: they follow each
+/// other from 0, each rate is its transactions over its length, the connect percentiles are
+/// there when its connects support them, and together they hold the client's totals. Returns
+/// them.
+fn check_intervals(doc: &Value) -> Vec<Value> {
+    let intervals = doc["intervals"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no intervals in\n{doc:#}"))
+        .clone();
+    assert!(!intervals.is_empty(), "{doc:#}");
+    assert_eq!(u(&intervals[0], "/start_ns"), 0, "{doc:#}");
+    for pair in intervals.windows(2) {
+        assert_eq!(u(&pair[0], "/end_ns"), u(&pair[1], "/start_ns"), "{doc:#}");
+    }
+    let (mut transactions, mut connects, mut errors) = (0, 0, 0);
+    for iv in &intervals {
+        let (start, end) = (u(iv, "/start_ns"), u(iv, "/end_ns"));
+        assert!(start < end, "{iv:#}");
+        let n = u(iv, "/transactions");
+        let expected = n as f64 * 1e9 / (end - start) as f64;
+        let rate = f(iv, "/transactions_per_second");
+        assert!((rate - expected).abs() <= expected * 1e-9, "{iv:#}");
+        let c = u(iv, "/connects");
+        for (p, need) in [("connect_p50_ns", 20), ("connect_p99_ns", 1_000)] {
+            assert_eq!(iv[p].is_u64(), c >= need, "{p} with {c} connects: {iv:#}");
+        }
+        if c >= 1_000 {
+            assert!(
+                u(iv, "/connect_p50_ns") <= u(iv, "/connect_p99_ns"),
+                "{iv:#}"
+            );
+        }
+        transactions += n;
+        connects += c;
+        errors += iv["errors"]
+            .as_object()
+            .map_or(0, |e| e.values().filter_map(Value::as_u64).sum::<u64>());
+    }
+    assert_eq!(transactions, u(doc, "/transactions"), "{doc:#}");
+    assert_eq!(connects, u(doc, "/connects"), "{doc:#}");
+    let total_errors: u64 = doc["errors"]
+        .as_object()
+        .map_or(0, |e| e.values().filter_map(Value::as_u64).sum());
+    assert_eq!(errors, total_errors, "{doc:#}");
+    intervals
+}
+
+#[test]
+fn crr_intervals_follow_each_other_and_add_up_to_the_clients_totals() {
+    let agent = Agent::start_in(None, "127.0.0.1", &["-q"]);
+    let doc = crr_json(&agent.target(), &["-t", "3", "-i", "1", "-P", "2"]);
+    check_clean_run(&doc, 2);
+    let intervals = check_intervals(&doc);
+    // On the 1 s grid up to -t; the workers' last attempts end just after it, in the last
+    // interval, which runs to their end (no sliver of an interval after -t).
+    assert_eq!(intervals.len(), 3, "{doc:#}");
+    for (i, iv) in intervals.iter().enumerate() {
+        let i = i as u64;
+        assert_eq!(u(iv, "/start_ns"), i * 1_000_000_000, "{doc:#}");
+        if i < 2 {
+            assert_eq!(u(iv, "/end_ns"), (i + 1) * 1_000_000_000, "{doc:#}");
+        }
+    }
+    let end = u(intervals.last().expect("intervals"), "/end_ns");
+    assert!(end >= 3_000_000_000, "{doc:#}");
+
+    // Without -i, or with -i 0: none.
+    for args in [&["-t", "0.2"][..], &["-t", "0.2", "-i", "0"]] {
+        let doc = crr_json(&agent.target(), args);
+        assert_eq!(doc["intervals"], serde_json::json!([]), "{args:?}: {doc:#}");
+    }
+
+    // CSV: an `interval` row each, after the summary, in the summary's columns.
+    let (code, csv, err) = sonde(&["crr", &agent.target(), "-t", "1", "-i", "0.5", "--csv"]);
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = csv.lines().collect();
+    let header: Vec<&str> = lines[0].split(',').collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("no column {name}:\n{csv}"))
+    };
+    let rows: Vec<Vec<&str>> = lines[1..].iter().map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows[0][col("row")], "summary", "{csv}");
+    assert!(
+        rows.len() >= 3,
+        "a summary and at least 2 intervals:\n{csv}"
+    );
+    let mut sum = 0;
+    for r in &rows[1..] {
+        assert_eq!(r[col("row")], "interval", "{csv}");
+        sum += r[col("transactions")].parse::<u64>().expect("a count");
+    }
+    assert_eq!(
+        sum.to_string(),
+        rows[0][col("transactions")],
+        "the intervals hold the summary's transactions:\n{csv}"
+    );
+}
+
+#[test]
+fn crr_interval_too_short_for_the_run_is_a_usage_error() {
+    let (code, _, err) = sonde(&["crr", "127.0.0.1:1", "-t", "10", "-i", "0.001"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("more than 3600 intervals"), "{err}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -489,7 +599,7 @@ fn lab_fin_closes_run_out_of_ports_and_rst_closes_do_not() {
         );
         let agent = Agent::start_in(Some(name), "127.0.0.1", &["-q"]);
         let target = agent.target();
-        let mut args = vec!["crr", target.as_str(), "-t", "2", "-P", "2"];
+        let mut args = vec!["crr", target.as_str(), "-t", "2", "-P", "2", "-i", "0.5"];
         if rst {
             args.push("--rst");
         }
@@ -518,6 +628,12 @@ fn lab_fin_closes_run_out_of_ports_and_rst_closes_do_not() {
     );
     // It stopped there: the rate is over the time the ports lasted, not over -t.
     assert!(u(&fin, "/client_duration_ns") < 2_000_000_000, "{fin:#}");
+    // And so do its intervals: the last holds the EADDRNOTAVAIL and ends with the test, with
+    // no empty intervals made up for the rest of -t.
+    let intervals = check_intervals(&fin);
+    let last = intervals.last().expect("intervals");
+    assert!(u(last, "/errors/addr_not_available") >= 1, "{fin:#}");
+    assert!(u(last, "/end_ns") < 2_000_000_000, "{fin:#}");
 
     let rst = run(true);
     assert_eq!(u(&rst, "/errors/addr_not_available"), 0, "{rst:#}");
@@ -529,6 +645,13 @@ fn lab_fin_closes_run_out_of_ports_and_rst_closes_do_not() {
     assert_eq!(
         u(&rst, "/agent_transactions"),
         u(&rst, "/transactions"),
+        "{rst:#}"
+    );
+    // The ports never ran out: the intervals cover all of -t.
+    let intervals = check_intervals(&rst);
+    assert!(intervals.len() >= 4, "{rst:#}");
+    assert!(
+        u(intervals.last().expect("intervals"), "/end_ns") >= 2_000_000_000,
         "{rst:#}"
     );
 }

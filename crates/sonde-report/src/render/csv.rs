@@ -111,7 +111,7 @@ const PPS: [&str; 11] = [
 /// - pps: `protocol`, `msg_size_bytes`, `duration_ns`, `send_method`, `flow`, `sent`,
 ///   `received`, `lost`, `loss_percent`, `sent_pps`, `received_pps`;
 /// - crr: `protocol`, `workers`, `request_bytes`, `response_bytes`, `close`, `duration_ns`,
-///   `connections_per_second` (the agent's), `agent_transactions`, `agent_duration_ns`,
+///   `interval_start_ns`, `interval_end_ns`, `connections_per_second` (the agent's), `agent_transactions`, `agent_duration_ns`,
 ///   `agent_failed`, `transactions`, `client_connections_per_second`, `client_duration_ns`,
 ///   `connects`, `connect_{min,mean,stddev}_ns`, `connect_p{50,90,99,999,9999,99999}_ns`,
 ///   `connect_max_ns`, the same ten `transaction_*_ns`, and `errors_{refused,timeout,reset,
@@ -191,6 +191,9 @@ pub fn csv_header(result: &TestResult) -> String {
 ///   interval (`interval_start_ns`, `interval_end_ns`, and all streams' `receiver_bytes`,
 ///   `receiver_bits_per_second`, `receiver_packets` in it);
 /// - pps: one `flow` row per flow (`flow`, `sent`, `received`, `lost`);
+/// - crr: one `interval` row per interval (`interval_start_ns`, `interval_end_ns`, and the
+///   interval's `transactions`, `client_connections_per_second`, `connects`, `connect_p50_ns`,
+///   `connect_p99_ns` and `errors_*`);
 /// - latency with `--timestamps`, `--one-way` or `--histogram`: a row per distribution
 ///   (`socket_rtt`, `host`, `send_to_socket_rx`, `rx_host`, `forward`, `return`, `agent_hold`)
 ///   with it in the `rtt_*` columns, and one `histogram` row per bucket (`histogram_le_ns`,
@@ -377,6 +380,7 @@ fn collect(result: &TestResult, case: Option<&str>, rows: &mut Vec<Row>) {
             row.insert("warnings", warnings(&r.meta));
             row.extend(context::summary_cells(&r.meta));
             rows.push(row);
+            rows.extend(crr::interval_rows(&base(&r.meta), r));
         }
         TestResult::Pps(r) => {
             let mut config = base(&r.meta);

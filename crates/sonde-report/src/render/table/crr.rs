@@ -1,11 +1,12 @@
-//! The `sonde crr` table: the rate counted at the agent first, the client's next to it, the
-//! connect and transaction times, then the failures by kind.
+//! The `sonde crr` table: the intervals (`-i`) first, as throughput's are, then the rate
+//! counted at the agent, the client's next to it, the connect and transaction times, then the
+//! failures by kind.
 
 use super::super::units::{
-    fmt_count, fmt_count_f64, fmt_secs, fmt_size, ns_number, to_f64, TimeUnit,
+    fmt_count, fmt_count_f64, fmt_ns, fmt_secs, fmt_size, ns_number, ns_to_s, to_f64, TimeUnit,
 };
 use super::{context, footer, header, line, plural, Col, Grid, PERCENTILES};
-use crate::model::{CrrClose, CrrResult, RttNs};
+use crate::model::{CrrClose, CrrErrors, CrrResult, RttNs};
 
 pub(super) fn crr(r: &CrrResult, out: &mut String) {
     header(out, "crr", &r.meta);
@@ -22,6 +23,10 @@ pub(super) fn crr(r: &CrrResult, out: &mut String) {
         ),
     );
     out.push('\n');
+    if !r.intervals.is_empty() {
+        intervals(r, out);
+        out.push('\n');
+    }
     let mut g = Grid::new(vec![Col::left(), Col::right(), Col::left()]);
     let agent_rate = match (r.connections_per_second, r.agent_duration_ns) {
         (Some(rate), Some(ns)) => (
@@ -78,6 +83,52 @@ fn close_name(c: CrrClose) -> &'static str {
         CrrClose::Fin => "the client closes with a FIN",
         CrrClose::Rst => "the client closes with a reset (--rst)",
     }
+}
+
+/// A line per interval: its span, transactions, their rate, failures, and the connect times.
+fn intervals(r: &CrrResult, out: &mut String) {
+    line(out, "Intervals, counted at the client");
+    // One time unit for the block, from the run's typical connect time.
+    let unit = TimeUnit::for_typical(
+        r.connect_ns
+            .as_ref()
+            .map_or(0.0, |c| c.p50.map_or(c.mean, to_f64)),
+    );
+    let mut g = Grid::new(vec![
+        Col::right(),
+        Col::left().gap(1),
+        Col::right(),
+        Col::right(),
+        Col::right(),
+        Col::right(),
+        Col::right(),
+    ]);
+    g.row([
+        "Interval".into(),
+        String::new(),
+        "transactions".into(),
+        "connections/s".into(),
+        "failed".into(),
+        "connect p50".into(),
+        "p99".into(),
+    ]);
+    let time = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |ns| fmt_ns(to_f64(ns), unit));
+    for iv in &r.intervals {
+        g.row([
+            format!("{:.2}-{:.2}", ns_to_s(iv.start_ns), ns_to_s(iv.end_ns)),
+            "sec".into(),
+            fmt_count(iv.transactions),
+            fmt_count_f64(iv.transactions_per_second),
+            fmt_count(errors_total(&iv.errors)),
+            time(iv.connect_p50_ns),
+            time(iv.connect_p99_ns),
+        ]);
+    }
+    g.render(out);
+}
+
+fn errors_total(e: &CrrErrors) -> u64 {
+    e.refused + e.timeout + e.reset + e.addr_not_available + e.closed + e.other
 }
 
 /// One figure of a time summary, where it has it.
@@ -216,12 +267,7 @@ pub(super) fn headline(r: &CrrResult) -> (String, String) {
             ns_number(to_f64(p50), TimeUnit::Micros)
         ));
     }
-    let failed = r.errors.refused
-        + r.errors.timeout
-        + r.errors.reset
-        + r.errors.addr_not_available
-        + r.errors.closed
-        + r.errors.other;
+    let failed = errors_total(&r.errors);
     if failed > 0 {
         details.push_str(&format!(", {} failed", fmt_count(failed)));
     }
@@ -326,6 +372,55 @@ mod tests {
             row(&t, "  p99.99 ").ends_with("n/a  (needs ≥100,000 samples)"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn intervals_come_first_a_line_each_with_n_a_for_what_they_cannot_state() {
+        let mut r = crr_fixture(fixtures::crr_ports_exhausted);
+        let t = render(&r);
+        let head = t.find("Intervals, counted at the client\n").expect(&t);
+        assert!(head < t.find("connections/s  ").expect(&t), "{t}");
+        let cells = |t: &str, span: &str| -> Vec<String> {
+            row(t, span).split_whitespace().map(str::to_owned).collect()
+        };
+        assert_eq!(
+            cells(&t, "0.00-1.00 sec"),
+            [
+                "0.00-1.00",
+                "sec",
+                "13,519",
+                "13,519",
+                "0",
+                "84.48",
+                "µs",
+                "159.74",
+                "µs"
+            ],
+            "{t}"
+        );
+        // The last, short interval: its own rate, and the EADDRNOTAVAIL that ended the test.
+        assert_eq!(
+            cells(&t, "2.00-2.09 sec")[2..5],
+            ["1,245", "13,337", "3"],
+            "{t}"
+        );
+
+        // An interval with nothing in it: zeros, and no connect times.
+        let quiet = &mut r.intervals[1];
+        quiet.transactions = 0;
+        quiet.transactions_per_second = 0.0;
+        quiet.connects = 0;
+        quiet.connect_p50_ns = None;
+        quiet.connect_p99_ns = None;
+        let t = render(&r);
+        assert_eq!(
+            cells(&t, "1.00-2.00 sec"),
+            ["1.00-2.00", "sec", "0", "0", "1", "n/a", "n/a"],
+            "{t}"
+        );
+
+        r.intervals.clear();
+        assert!(!render(&r).contains("Intervals"));
     }
 
     #[test]
