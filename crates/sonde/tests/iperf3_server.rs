@@ -26,7 +26,7 @@ use serde_json::Value;
 use sonde_agent::{Agent, AgentConfig, AgentHandle};
 use sonde_wire::iperf3::{json_prefix, Cookie, Params, Results, State, StreamResults};
 
-use common::flow::{Flow, RxMeter};
+use common::flow::{Flow, RxMeter, EDGE_BYTES, TCP_OVERHEAD_BYTES};
 use common::netns::{link_up, tbf, veth, Namespaces, Segments};
 use common::{
     at, f64_at, require_or_skip, run_json, run_json_in, run_with_timeout, tool, u64_at, Need,
@@ -891,10 +891,6 @@ impl ShapedLink {
     }
 }
 
-/// Per-packet bytes on the shaped link that are not TCP payload: Ethernet 14, IPv4 20, TCP with
-/// timestamps 32.
-const TCP_FRAME_OVERHEAD: f64 = 66.0;
-
 /// Runs `run` (a transfer of about `data` through the shaped link, returning a goodput reading
 /// and its JSON) while b's receive counters are read, and checks the reading against what b's
 /// interface took in over the data phase of the same run (`common::flow`), within 0.5%.
@@ -904,20 +900,25 @@ fn against_the_kernel(
     data: Duration,
     run: impl FnOnce() -> (f64, Value),
 ) -> (f64, Flow) {
-    let edge = 32 * 1024;
-    let meter = RxMeter::start(link.b(), "veth-b", data, edge, Duration::from_secs(60));
+    let meter = RxMeter::start(
+        link.b(),
+        "veth-b",
+        data,
+        EDGE_BYTES,
+        Duration::from_secs(60),
+    );
     let (bps, doc) = run();
     let samples = meter.finish();
-    let flow = Flow::from_samples(&samples, edge)
+    let flow = Flow::from_samples(&samples, EDGE_BYTES)
         .unwrap_or_else(|| panic!("{what}: no data phase in b's counters\n{doc:#}"));
-    let (low, high) = flow.goodput_bps(TCP_FRAME_OVERHEAD);
+    let (low, high) = flow.goodput_bps(TCP_OVERHEAD_BYTES);
     eprintln!(
         "{what}: {:.3} Mbit/s; b's interface took in {:.3} to {:.3} Mbit/s over the data phase",
         bps / 1e6,
         low / 1e6,
         high / 1e6
     );
-    if let Err(e) = flow.check_goodput(bps, TCP_FRAME_OVERHEAD, 0.005) {
+    if let Err(e) = flow.check_goodput(bps, TCP_OVERHEAD_BYTES, 0.005) {
         panic!("{what} reads {e}\n{doc:#}");
     }
     (bps, flow)

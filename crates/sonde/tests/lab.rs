@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::flow::{parse_dev, Flow, RxMeter, Sample};
+use common::flow::{parse_dev, Flow, RxMeter, Sample, EDGE_BYTES, TCP_OVERHEAD_BYTES};
 use common::netns::{self, link_up, tbf, veth, Namespaces, Segments};
 use common::{
     at, check, check_within, command_in, f64_at, parse_listening_line, require_or_skip,
@@ -64,10 +64,10 @@ const TBF_RATE_BPS: f64 = 100e6;
 const TBF_BURST_BYTES: u32 = 15_140;
 /// TCP payload per segment at MTU 1500 with timestamps: 1500 - 20 (IPv4) - 32 (TCP + TS option).
 const TCP_MSS: f64 = 1448.0;
-/// What tbf counts per full segment: the frame including its 14-byte Ethernet header.
-const TCP_FRAME: f64 = 1514.0;
 /// Per-frame bytes that are not payload: Ethernet 14 + IPv4 20 + TCP with timestamps 32.
-const TCP_FRAME_OVERHEAD: f64 = TCP_FRAME - TCP_MSS;
+const TCP_FRAME_OVERHEAD: f64 = TCP_OVERHEAD_BYTES;
+/// What tbf counts per full segment: 1514, the frame including its 14-byte Ethernet header.
+const TCP_FRAME: f64 = TCP_MSS + TCP_FRAME_OVERHEAD;
 /// The goodput the link allows: 100e6 * 1448 / 1514 = 95.64 Mbit/s.
 const TCP_GOODPUT_BPS: f64 = TBF_RATE_BPS * TCP_MSS / TCP_FRAME;
 
@@ -282,10 +282,6 @@ const TBF_CEILING_BPS: f64 = TBF_RATE_BPS * 1.002;
 /// against the nominal goodput as well as the kernel's count.
 const TBF_ATTEMPTS: u32 = 3;
 
-/// The edge that marks the data phase in b's receive counters ([`Flow::from_samples`]): above the
-/// control messages around the data (a few kilobytes), and carried by the link in about 2.6 ms.
-const FLOW_EDGE_BYTES: u64 = 32 * 1024;
-
 /// The payload of the control messages a sonde client sends around the data (its hello, the
 /// test's parameters, its results): an upper bound on what b's interface received beyond the
 /// data the receiver counts.
@@ -329,16 +325,10 @@ fn through_tbf<T>(
     for attempt in 1..=TBF_ATTEMPTS {
         let lab = Lab::new();
         lab.shape_a("100mbit", TBF_BURST_BYTES, "20ms");
-        let meter = RxMeter::start(
-            lab.b(),
-            VETH_B,
-            data,
-            FLOW_EDGE_BYTES,
-            Duration::from_secs(60),
-        );
+        let meter = RxMeter::start(lab.b(), VETH_B, data, EDGE_BYTES, Duration::from_secs(60));
         let (bps, extra) = measure(&lab);
         let samples = meter.finish();
-        let flow = Flow::from_samples(&samples, FLOW_EDGE_BYTES).unwrap_or_else(|| {
+        let flow = Flow::from_samples(&samples, EDGE_BYTES).unwrap_or_else(|| {
             panic!(
                 "{what}: no data phase in b's {} counter readings (first {:?}, last {:?})",
                 samples.len(),
@@ -501,7 +491,7 @@ fn readings(stall: bool) -> Vec<Sample> {
 /// payload over it, stalls included; the steady middle sees a stall the edges do not.
 #[test]
 fn flow_finds_the_data_phase_in_the_readings() {
-    let busy = Flow::from_samples(&readings(false), FLOW_EDGE_BYTES).expect("a data phase");
+    let busy = Flow::from_samples(&readings(false), EDGE_BYTES).expect("a data phase");
     let (shortest, longest) = busy.seconds();
     assert!(
         shortest <= 10.0 && (9.99..=10.01).contains(&longest),
@@ -518,7 +508,7 @@ fn flow_finds_the_data_phase_in_the_readings() {
     let truth = 5_000.0 * (25_000.0 - 16.5 * TCP_FRAME_OVERHEAD) * 8.0 / 10.0;
     assert!(rel_err(low, truth) > -0.001 && rel_err(high, truth) < 0.001);
 
-    let stalled = Flow::from_samples(&readings(true), FLOW_EDGE_BYTES).expect("a data phase");
+    let stalled = Flow::from_samples(&readings(true), EDGE_BYTES).expect("a data phase");
     assert_eq!(stalled.seconds(), busy.seconds(), "a stall moves no edge");
     let l2 = stalled.steady.expect("a steady part").l2_bps();
     assert!(l2 < TBF_SATURATED_BPS, "{l2}: the stall shows");
@@ -530,8 +520,8 @@ fn flow_finds_the_data_phase_in_the_readings() {
         .into_iter()
         .filter(|s| s.at_s < 0.499)
         .collect();
-    assert_eq!(Flow::from_samples(&idle, FLOW_EDGE_BYTES), None);
-    assert_eq!(Flow::from_samples(&[], FLOW_EDGE_BYTES), None);
+    assert_eq!(Flow::from_samples(&idle, EDGE_BYTES), None);
+    assert_eq!(Flow::from_samples(&[], EDGE_BYTES), None);
 }
 
 #[test]

@@ -15,6 +15,15 @@ use std::time::{Duration, Instant};
 
 use super::{command_in, Daemon};
 
+/// The edge that marks a transfer's data phase in the readings ([`Flow::from_samples`]): above
+/// the control messages around the data (a few kilobytes), and carried by a 100 Mbit/s link in
+/// about 2.6 ms.
+pub(crate) const EDGE_BYTES: u64 = 32 * 1024;
+
+/// The bytes of a TCP segment on an Ethernet link that are not payload: Ethernet 14, IPv4 20,
+/// TCP with the timestamp option 32.
+pub(crate) const TCP_OVERHEAD_BYTES: f64 = 66.0;
+
 /// How often [`RxMeter`] reads the counters around the data phase's edges.
 const FAST: Duration = Duration::from_millis(2);
 
