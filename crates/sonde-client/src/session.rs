@@ -638,9 +638,11 @@ impl Loop<'_> {
         loop {
             let all_done = self.roles.iter().all(Option::is_some);
             if all_done && self.report.is_some() {
-                // The agent's report can come before this host's last receiver has ended (a
-                // host slow to run it): close that receiver's final interval, or the bytes
-                // since the last boundary would be in no interval.
+                // The agent's report can come before this host's last receiver has ended: in
+                // reverse the agent reports when its senders stop, while what they left in
+                // their socket buffers still drains (hundreds of ms behind a slow link), and a
+                // busy host runs the receiver late. Close that receiver's final interval, or
+                // the bytes since the last boundary would be in no interval.
                 self.poll_intervals(clock, true, on_interval);
                 return Ok(());
             }
