@@ -26,7 +26,7 @@ use serde_json::Value;
 use sonde_agent::{Agent, AgentConfig, AgentHandle};
 use sonde_wire::iperf3::{json_prefix, Cookie, Params, Results, State, StreamResults};
 
-use common::flow::{Flow, RxMeter, EDGE_BYTES, TCP_OVERHEAD_BYTES};
+use common::flow::{metered, Flow, TCP_OVERHEAD_BYTES};
 use common::netns::{link_up, tbf, veth, Namespaces, Segments};
 use common::{
     at, f64_at, require_or_skip, run_json, run_json_in, run_with_timeout, tool, u64_at, Need,
@@ -900,17 +900,8 @@ fn against_the_kernel(
     data: Duration,
     run: impl FnOnce() -> (f64, Value),
 ) -> (f64, Flow) {
-    let meter = RxMeter::start(
-        link.b(),
-        "veth-b",
-        data,
-        EDGE_BYTES,
-        Duration::from_secs(60),
-    );
-    let (bps, doc) = run();
-    let samples = meter.finish();
-    let flow = Flow::from_samples(&samples, EDGE_BYTES)
-        .unwrap_or_else(|| panic!("{what}: no data phase in b's counters\n{doc:#}"));
+    let ((bps, doc), flow) = metered(link.b(), "veth-b", data, run);
+    let flow = flow.unwrap_or_else(|e| panic!("{what}: {e}\n{doc:#}"));
     let (low, high) = flow.goodput_bps(TCP_OVERHEAD_BYTES);
     eprintln!(
         "{what}: {:.3} Mbit/s; b's interface took in {:.3} to {:.3} Mbit/s over the data phase",

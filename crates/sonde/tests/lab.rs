@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::flow::{parse_dev, Flow, RxMeter, Sample, EDGE_BYTES, TCP_OVERHEAD_BYTES};
+use common::flow::{metered, parse_dev, Flow, Sample, EDGE_BYTES, TCP_OVERHEAD_BYTES};
 use common::netns::{self, link_up, tbf, veth, Namespaces, Segments};
 use common::{
     at, check, check_within, command_in, f64_at, parse_listening_line, require_or_skip,
@@ -325,17 +325,8 @@ fn through_tbf<T>(
     for attempt in 1..=TBF_ATTEMPTS {
         let lab = Lab::new();
         lab.shape_a("100mbit", TBF_BURST_BYTES, "20ms");
-        let meter = RxMeter::start(lab.b(), VETH_B, data, EDGE_BYTES, Duration::from_secs(60));
-        let (bps, extra) = measure(&lab);
-        let samples = meter.finish();
-        let flow = Flow::from_samples(&samples, EDGE_BYTES).unwrap_or_else(|| {
-            panic!(
-                "{what}: no data phase in b's {} counter readings (first {:?}, last {:?})",
-                samples.len(),
-                samples.first(),
-                samples.last()
-            )
-        });
+        let ((bps, extra), flow) = metered(lab.b(), VETH_B, data, || measure(&lab));
+        let flow = flow.unwrap_or_else(|e| panic!("{what}: {e}"));
         let (low, high) = flow.goodput_bps(TCP_FRAME_OVERHEAD);
         let (shortest, longest) = flow.seconds();
         let steady = flow.steady.unwrap_or_else(|| {
@@ -351,7 +342,7 @@ fn through_tbf<T>(
             mbit(TCP_GOODPUT_BPS),
             mbit(low),
             mbit(high),
-            samples.len(),
+            flow.readings,
             mbit(l2),
         );
         if let Err(e) = flow.check_goodput(bps, TCP_FRAME_OVERHEAD, tolerance) {

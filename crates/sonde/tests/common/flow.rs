@@ -148,6 +148,30 @@ impl Drop for RxMeter {
     }
 }
 
+/// Runs `run`, a transfer of about `data` into `dev` in namespace `ns`, while an [`RxMeter`]
+/// reads the counters (for at most a minute): what `run` returned, and the data phase the
+/// readings show ([`Flow::from_samples`] with [`EDGE_BYTES`]), or, when they show none, what
+/// they were.
+pub(crate) fn metered<T>(
+    ns: &str,
+    dev: &str,
+    data: Duration,
+    run: impl FnOnce() -> T,
+) -> (T, Result<Flow, String>) {
+    let meter = RxMeter::start(ns, dev, data, EDGE_BYTES, Duration::from_secs(60));
+    let out = run();
+    let samples = meter.finish();
+    let flow = Flow::from_samples(&samples, EDGE_BYTES).ok_or_else(|| {
+        format!(
+            "no data phase in {dev}'s {} counter readings (first {:?}, last {:?})",
+            samples.len(),
+            samples.first(),
+            samples.last()
+        )
+    });
+    (out, flow)
+}
+
 /// `dev`'s received bytes and packets from a `/proc/.../net/dev` file.
 fn read_dev(path: &str, dev: &str) -> Option<(u64, u64)> {
     parse_dev(&std::fs::read_to_string(path).ok()?, dev)
@@ -207,6 +231,8 @@ pub(crate) struct Flow {
     /// Between these two readings the count came within the edge of the last reading's: the data
     /// phase ended there.
     pub(crate) end_s: (f64, f64),
+    /// How many readings it was found in.
+    pub(crate) readings: usize,
     /// The steady middle (from 1 s after the data phase started to 1 s before it ended); `None`
     /// when the phase was too short (under 4 s) to have one.
     pub(crate) steady: Option<Span>,
@@ -248,6 +274,7 @@ impl Flow {
             packets: last.packets - first.packets,
             start_s,
             end_s,
+            readings: samples.len(),
             steady,
         })
     }
