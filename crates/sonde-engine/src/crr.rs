@@ -288,14 +288,7 @@ impl CrrIntervalCounts {
         self.transactions += other.transactions;
         self.connects += other.connects;
         self.errors.merge(&other.errors);
-        // Same fixed bounds on both sides: the addition cannot run out of range; the fallback
-        // only keeps the counts should that ever change.
-        if self.connect.add(&other.connect).is_err() {
-            for v in other.connect.iter_recorded() {
-                self.connect
-                    .saturating_record_n(v.value_iterated_to(), v.count_at_value());
-            }
-        }
+        crate::histogram::add_saturating(&mut self.connect, &other.connect);
     }
 
     /// Transactions completed in the interval.

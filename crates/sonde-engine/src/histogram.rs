@@ -69,6 +69,21 @@ pub fn log_buckets(
     buckets
 }
 
+/// Adds `from`'s samples to `into`. The histograms this crate merges (per-worker recorders,
+/// per-worker intervals) all have the same fixed bounds, so the addition cannot run out of
+/// range; the fallback, a sample at a time saturating at the top, only keeps the counts should
+/// that ever change.
+pub(crate) fn add_saturating<T: hdrhistogram::Counter>(
+    into: &mut hdrhistogram::Histogram<T>,
+    from: &hdrhistogram::Histogram<T>,
+) {
+    if into.add(from).is_err() {
+        for v in from.iter_recorded() {
+            into.saturating_record_n(v.value_iterated_to(), v.count_at_value());
+        }
+    }
+}
+
 /// The bound of bucket `k`: `2^(k / per_octave)`, rounded up to whole ns.
 fn bound(k: u32, per_octave: u32) -> u64 {
     let b = 2f64.powf(f64::from(k) / f64::from(per_octave)).ceil();

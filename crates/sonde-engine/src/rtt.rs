@@ -131,14 +131,7 @@ impl RttRecorder {
 
     /// Adds another recorder's samples (per-worker recorders merge at the end).
     pub fn merge(&mut self, other: &RttRecorder) {
-        // Every recorder has the same fixed range, so the addition cannot run out of range; the
-        // fallback only keeps this total should that ever change.
-        if self.hist.add(&other.hist).is_err() {
-            for v in other.hist.iter_recorded() {
-                self.hist
-                    .saturating_record_n(v.value_iterated_to(), v.count_at_value());
-            }
-        }
+        crate::histogram::add_saturating(&mut self.hist, &other.hist);
         self.warmup_excluded += other.warmup_excluded;
     }
 
