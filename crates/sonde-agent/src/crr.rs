@@ -536,6 +536,7 @@ mod tests {
         let hello = ControlMsg::Hello {
             protocol: sonde_wire::PROTOCOL_VERSION,
             software: "crr test".into(),
+            nonce: sonde_wire::auth::Nonce([1; 32]),
         };
         write_frame(&mut ctrl, &hello).unwrap();
         let mut body = Vec::new();
@@ -554,8 +555,8 @@ mod tests {
             duration_ms: 5_000,
             interval_ms: 0,
         };
-        write_frame(&mut ctrl, &ControlMsg::Start { spec }).unwrap();
-        let Ok(ControlMsg::Accepted { token }) = read_frame(&mut ctrl, &mut body, deadline())
+        write_frame(&mut ctrl, &ControlMsg::Start { spec, proof: None }).unwrap();
+        let Ok(ControlMsg::Accepted { token, .. }) = read_frame(&mut ctrl, &mut body, deadline())
         else {
             panic!("the crr session was not accepted");
         };
@@ -807,6 +808,7 @@ mod tests {
             let hello = ControlMsg::Hello {
                 protocol: sonde_wire::PROTOCOL_VERSION,
                 software: "crr test".into(),
+                nonce: sonde_wire::auth::Nonce([1; 32]),
             };
             write_frame(&mut ctrl, &hello).unwrap();
             let mut body = Vec::new();
@@ -821,7 +823,7 @@ mod tests {
                 duration_ms: 1_000,
                 interval_ms: 0,
             };
-            write_frame(&mut ctrl, &ControlMsg::Start { spec }).unwrap();
+            write_frame(&mut ctrl, &ControlMsg::Start { spec, proof: None }).unwrap();
             let reply = read_frame(&mut ctrl, &mut body, Instant::now() + PATIENCE);
             assert!(
                 matches!(

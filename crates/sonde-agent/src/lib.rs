@@ -30,6 +30,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use sonde_net::control::{read_preamble, ControlError};
+use sonde_wire::auth::{Secret, SessionKey};
 use sonde_wire::{Channel, DataJoin, Limits, TestSpec, Token, UdpJoin, DATA_JOIN_LEN};
 
 /// Errors that stop the agent from starting or serving.
@@ -65,6 +66,10 @@ pub struct AgentConfig {
     pub iperf3: Option<SocketAddr>,
     /// Also answer real sockperf clients on this address (TCP and UDP), under the same limits.
     pub sockperf: Option<SocketAddr>,
+    /// Admit only sonde clients that prove this secret (`sonde_wire::auth`); `None` admits
+    /// any. The iperf3 and sockperf listeners cannot authenticate (their protocols have no
+    /// room for it): an agent with a secret should not enable them on an untrusted network.
+    pub secret: Option<Secret>,
 }
 
 impl AgentConfig {
@@ -80,6 +85,7 @@ impl AgentConfig {
             log: false,
             iperf3: None,
             sockperf: None,
+            secret: None,
         }
     }
 
@@ -111,8 +117,10 @@ pub struct Rejections {
     pub bad_join: AtomicU64,
     /// UDP datagrams on the shared port that were not a valid join.
     pub udp_junk: AtomicU64,
-    /// Sessions refused (busy, limits, bad request, version).
+    /// Sessions refused (busy, limits, bad request, version, authentication).
     pub refused: AtomicU64,
+    /// Of those, clients refused for a missing or wrong proof of the shared secret.
+    pub unauthenticated: AtomicU64,
     /// sockperf listener: TCP connections closed, and UDP datagrams dropped unanswered, because
     /// `max_sessions` sessions were running.
     pub sockperf_refused: AtomicU64,
@@ -145,6 +153,8 @@ pub(crate) struct Slot {
     pub(crate) closed: AtomicBool,
     /// Most other sessions seen running at once during this one.
     pub(crate) overlap: AtomicU32,
+    /// With a shared secret: the session's key, which its UDP joins must be signed with.
+    pub(crate) key: Option<SessionKey>,
 }
 
 pub(crate) struct Shared {
@@ -262,6 +272,14 @@ fn random_u64() -> u64 {
         return u64::try_from(t.as_nanos()).unwrap_or(u64::MAX) ^ 0x9e37_79b9_7f4a_7c15;
     }
     u64::from_ne_bytes(b)
+}
+
+/// A fresh random nonce for one control connection; `None` without an entropy source (the
+/// connection is then closed: a predictable nonce would allow replays).
+pub(crate) fn random_nonce() -> Option<sonde_wire::auth::Nonce> {
+    let mut n = [0u8; sonde_wire::auth::NONCE_LEN];
+    getrandom::getrandom(&mut n).ok()?;
+    Some(sonde_wire::auth::Nonce(n))
 }
 
 /// A bound agent, not yet serving.
@@ -605,6 +623,11 @@ fn udp_join(udp: &UdpSocket, datagram: &[u8], from: SocketAddr, shared: &Shared)
         || slot.spec.protocol != sonde_wire::Protocol::Udp
     {
         return false;
+    }
+    if let Some(key) = &slot.key {
+        if !key.check_join_mac(&join.signed(), &join.mac) {
+            return false;
+        }
     }
     let ack = UdpJoin { ack: true, ..join }.encode();
     let already = lock(&slot.channels)

@@ -2,8 +2,10 @@
 //!
 //! Besides the counts, a session tells the client what it ran on and what it cost:
 //!
-//! * `Welcome` carries this host's configuration for the interface that faces the client
-//!   ([`sonde_net::hostinfo::collect_for_peer`], about 0.3 ms of `/proc` and `/sys` reads).
+//! * `Accepted` (or `Description`, for `sonde conf`) carries this host's configuration for the
+//!   interface that faces the client ([`sonde_net::hostinfo::collect_for_peer`], about 0.3 ms
+//!   of `/proc` and `/sys` reads), once the client is admitted and, with a shared secret,
+//!   authenticated; `Welcome` says nothing about the host.
 //! * The report's `cpu` is the CPU time of this session's threads only (control, control
 //!   reader, data streams, interval reporter), each counted with `RUSAGE_THREAD` by a
 //!   [`ThreadsMeter`]: sessions running at once do not count each other. Its syscalls are the
@@ -26,6 +28,7 @@ use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
 use sonde_net::cpu::ThreadsMeter;
 use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
+use sonde_wire::auth::{Nonce, Proof, Request, SessionKey};
 use sonde_wire::{
     AgentReport, ControlMsg, CpuReport, IntervalStats, Preamble, Protocol, Refusal, SessionId,
     StreamStats, TcpInfoStats, TestKind, TestSpec, Token, PROTOCOL_VERSION,
@@ -63,8 +66,10 @@ pub(crate) fn run(
         return true;
     }
     let hello = read_frame(&mut ctrl, &mut body, deadline);
-    match hello {
-        Ok(ControlMsg::Hello { protocol, .. }) if protocol == PROTOCOL_VERSION => {}
+    let client_nonce = match hello {
+        Ok(ControlMsg::Hello {
+            protocol, nonce, ..
+        }) if protocol == PROTOCOL_VERSION => nonce,
         Ok(ControlMsg::Hello { protocol, .. }) => {
             let m = format!(
                 "protocol version {protocol} is not supported (this agent speaks {PROTOCOL_VERSION}); upgrade one side"
@@ -73,21 +78,19 @@ pub(crate) fn run(
             return true;
         }
         Ok(_) | Err(_) => return false,
-    }
+    };
+    let Some(agent_nonce) = crate::random_nonce() else {
+        return true;
+    };
     let session = SessionId(shared.next_session.fetch_add(1, Ordering::Relaxed));
-    // The configuration as this client sees the agent: the interface its traffic comes in by.
-    let host = ctrl.peer_addr().ok().map(|peer| {
-        Box::new(sonde_net::hostinfo::collect_for_peer(
-            env!("CARGO_PKG_VERSION"),
-            peer.ip(),
-        ))
-    });
+    // Nothing about the host yet: a stranger learns the agent's version, limits and nonce only.
     let welcome = ControlMsg::Welcome {
         protocol: PROTOCOL_VERSION,
         software: SOFTWARE.into(),
         session,
         limits: shared.cfg.limits(),
-        host,
+        nonce: agent_nonce,
+        secret_required: shared.cfg.secret.is_some(),
     };
     if write_frame(&mut ctrl, &welcome).is_err() {
         return true;
@@ -95,13 +98,29 @@ pub(crate) fn run(
     // From here on the connection is a session, not a pending stranger.
     pending.take();
 
-    let start = read_frame(
+    let request = read_frame(
         &mut ctrl,
         &mut body,
         Instant::now() + Duration::from_secs(30),
     );
-    let Ok(ControlMsg::Start { spec }) = start else {
-        return true;
+    let nonces = (agent_nonce, client_nonce);
+    let (spec, key) = match request {
+        Ok(ControlMsg::Start { spec, proof }) => {
+            let Ok(key) = authenticate(shared, &mut ctrl, &nonces, &Request::Test(&spec), proof)
+            else {
+                return true;
+            };
+            (spec, key)
+        }
+        Ok(ControlMsg::Describe { proof }) => {
+            if authenticate(shared, &mut ctrl, &nonces, &Request::Describe, proof).is_ok() {
+                let host = host_for(&ctrl);
+                let _ = write_frame(&mut ctrl, &ControlMsg::Description { host });
+                let _ = ctrl.shutdown(std::net::Shutdown::Write);
+            }
+            return true;
+        }
+        _ => return true,
     };
     if shared.shutdown.load(Ordering::Relaxed) {
         refuse(
@@ -127,6 +146,7 @@ pub(crate) fn run(
         joined: std::sync::Condvar::new(),
         closed: AtomicBool::new(false),
         overlap: std::sync::atomic::AtomicU32::new(0),
+        key,
     });
     let Some(token) = shared.admit(Arc::clone(&slot)) else {
         let m = format!(
@@ -142,7 +162,11 @@ pub(crate) fn run(
         session.0,
         describe(&spec)
     ));
-    if write_frame(&mut ctrl, &ControlMsg::Accepted { token }).is_err() {
+    let accepted = ControlMsg::Accepted {
+        token,
+        host: host_for(&ctrl),
+    };
+    if write_frame(&mut ctrl, &accepted).is_err() {
         return true;
     }
     if spec.kind == TestKind::Crr {
@@ -179,6 +203,44 @@ impl Drop for Registered<'_> {
     fn drop(&mut self) {
         self.shared.slots().remove(&self.token);
     }
+}
+
+/// The agent's configuration as the client on `ctrl` sees it: the interface its traffic comes
+/// in by. Sent only to admitted (and, with a secret, authenticated) clients.
+fn host_for(ctrl: &TcpStream) -> Option<Box<sonde_wire::HostInfo>> {
+    ctrl.peer_addr().ok().map(|peer| {
+        Box::new(sonde_net::hostinfo::collect_for_peer(
+            env!("CARGO_PKG_VERSION"),
+            peer.ip(),
+        ))
+    })
+}
+
+/// Checks the client's proof of the shared secret when the agent has one, refusing the client
+/// when it is missing or wrong; the session's key (`None` without a secret).
+fn authenticate(
+    shared: &Shared,
+    ctrl: &mut TcpStream,
+    (agent, client): &(Nonce, Nonce),
+    request: &Request<'_>,
+    proof: Option<Proof>,
+) -> Result<Option<SessionKey>, ()> {
+    let Some(secret) = &shared.cfg.secret else {
+        return Ok(None);
+    };
+    let message = match proof {
+        Some(p) if secret.check_proof(agent, client, request, &p) => {
+            return Ok(Some(secret.session_key(agent, client)));
+        }
+        Some(_) => "the shared secret does not match the agent's (check --secret-file or SONDE_SECRET on both sides)",
+        None => "this agent requires a shared secret: give the client the agent's with --secret-file FILE or SONDE_SECRET",
+    };
+    shared
+        .rejections
+        .unauthenticated
+        .fetch_add(1, Ordering::Relaxed);
+    refuse(shared, ctrl, Refusal::Unauthenticated, message);
+    Err(())
 }
 
 fn refuse(shared: &Shared, ctrl: &mut TcpStream, reason: Refusal, message: &str) {

@@ -346,6 +346,7 @@ mod tests {
             ack: false,
             flow: 0,
             token: Token(7),
+            ..UdpJoin::default()
         };
         client.send(&join.encode()).unwrap();
         listener.set_read_timeout(SECOND).unwrap();

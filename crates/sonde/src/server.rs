@@ -2,6 +2,7 @@
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,12 +55,22 @@ pub(crate) struct Opt {
     /// UDP, on PORT (default 11111)
     #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "11111")]
     sockperf: Option<u16>,
+    /// Admit only clients that prove this shared secret (the file's content; one trailing line
+    /// end is ignored): each session answers an HMAC-SHA256 challenge on a fresh nonce, so the
+    /// secret never crosses the network and a recorded answer cannot be replayed, and its UDP
+    /// joins carry a MAC. Clients pass the same with --secret-file or SONDE_SECRET; others are
+    /// refused (exit code 4). Without it, the SONDE_SECRET environment variable holds the secret
+    /// itself, if set; with neither, any client is admitted. The iperf3 and sockperf listeners
+    /// cannot ask for it
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
     /// No log line per session on stderr
     #[arg(short, long)]
     quiet: bool,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    let secret = crate::auth::load(opt.secret_file.as_deref())?;
     let config = |ip: IpAddr| {
         let mut c = AgentConfig::new(SocketAddr::new(ip, opt.port));
         c.max_sessions = opt.max_sessions;
@@ -68,6 +79,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         c.log = !opt.quiet;
         c.iperf3 = opt.iperf3.map(|port| SocketAddr::new(ip, port));
         c.sockperf = opt.sockperf.map(|port| SocketAddr::new(ip, port));
+        c.secret.clone_from(&secret);
         c
     };
     let agent = match opt.bind {
@@ -83,8 +95,13 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "sonde agent listening on {} (tcp+udp)",
-        agent.local_addr()
+        "sonde agent listening on {} (tcp+udp){}",
+        agent.local_addr(),
+        if secret.is_some() {
+            ", clients must prove the shared secret"
+        } else {
+            ""
+        }
     );
     if let Some(addr) = agent.iperf3_addr() {
         let _ = writeln!(out, "iperf3 clients served on {addr} (tcp+udp)");
