@@ -113,11 +113,8 @@ pub(crate) fn serve(listener: CompatListener, shared: &Arc<Shared>) {
         .ok();
     // The accept index orders data streams: a real client opens stream k+1 only after stream
     // k's connection and cookie, so accept order is the client's order (PROTOCOLS.md 1.7).
-    for (index, conn) in (0u64..).zip(tcp.incoming()) {
-        if shared.shutdown.load(Ordering::Relaxed) {
-            break;
-        }
-        let Ok(stream) = conn else { continue };
+    let connections = std::iter::from_fn(|| crate::next_connection(&tcp, shared));
+    for (index, stream) in (0u64..).zip(connections) {
         let in_flight = shared.pending.fetch_add(1, Ordering::AcqRel);
         if in_flight >= shared.cfg.max_pending {
             shared.pending.fetch_sub(1, Ordering::AcqRel);

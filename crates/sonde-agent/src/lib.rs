@@ -121,6 +121,9 @@ pub struct Rejections {
     pub refused: AtomicU64,
     /// Of those, clients refused for a missing or wrong proof of the shared secret.
     pub unauthenticated: AtomicU64,
+    /// Accepts that failed because the process was out of file descriptors (or socket memory);
+    /// each is followed by a pause of 100 ms, not an immediate retry.
+    pub out_of_descriptors: AtomicU64,
     /// sockperf listener: TCP connections closed, and UDP datagrams dropped unanswered, because
     /// `max_sessions` sessions were running.
     pub sockperf_refused: AtomicU64,
@@ -250,6 +253,7 @@ pub(crate) struct CompatListener {
 impl CompatListener {
     fn bind(addr: SocketAddr) -> Result<(Self, SocketAddr), Error> {
         let tcp = sonde_net::socket::tcp_listen(addr).map_err(|e| Error::Bind(e, addr))?;
+        sonde_net::socket::set_accept_wake(&tcp).map_err(Error::Listen)?;
         let local = tcp.local_addr().map_err(Error::Listen)?;
         let udp = sonde_net::socket::udp_listen(local).map_err(|e| Error::Bind(e, local))?;
         Ok((Self { tcp, udp }, local))
@@ -274,6 +278,35 @@ fn random_u64() -> u64 {
     u64::from_ne_bytes(b)
 }
 
+/// How long an accept loop pauses when the process is out of file descriptors: the connection
+/// waits in the backlog, and retrying at once would spin a core.
+const DESCRIPTOR_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The next connection on one of the agent's listeners; `None` once the agent is shutting down
+/// (noticed within [`sonde_net::socket::ACCEPT_WAKE`]). Out of descriptors, it counts and backs
+/// off instead of retrying at once.
+pub(crate) fn next_connection(listener: &TcpListener, shared: &Shared) -> Option<TcpStream> {
+    use sonde_net::socket::Accepted;
+    loop {
+        if shared.shutdown.load(Ordering::Relaxed) {
+            return None;
+        }
+        match sonde_net::socket::accept(listener) {
+            Accepted::Connection(stream) => return Some(stream),
+            Accepted::Idle => {}
+            Accepted::OutOfDescriptors => {
+                shared
+                    .rejections
+                    .out_of_descriptors
+                    .fetch_add(1, Ordering::Relaxed);
+                thread::sleep(DESCRIPTOR_BACKOFF);
+            }
+            // A connection reset before it was accepted; a short pause in case it persists.
+            Accepted::Failed(_) => thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
 /// A fresh random nonce for one control connection; `None` without an entropy source (the
 /// connection is then closed: a predictable nonce would allow replays).
 pub(crate) fn random_nonce() -> Option<sonde_wire::auth::Nonce> {
@@ -295,7 +328,11 @@ impl Agent {
     /// Binds the TCP and UDP sockets on `cfg.bind` (port 0: the OS picks one port, and UDP
     /// takes the same number).
     pub fn bind(cfg: AgentConfig) -> Result<Self, Error> {
+        // Each connection holds a descriptor: the limit is the administrator's hard one, not a
+        // shell's default soft one. Where it cannot be raised the agent runs with what it has.
+        let _ = sonde_net::socket::raise_descriptor_limit();
         let tcp = sonde_net::socket::tcp_listen(cfg.bind).map_err(|e| Error::Bind(e, cfg.bind))?;
+        sonde_net::socket::set_accept_wake(&tcp).map_err(Error::Listen)?;
         let local = tcp.local_addr().map_err(Error::Listen)?;
         let udp = sonde_net::socket::udp_listen(local).map_err(|e| Error::Bind(e, local))?;
         let (iperf3, iperf3_local) = cfg.iperf3.map(CompatListener::bind).transpose()?.unzip();
@@ -391,11 +428,7 @@ impl Agent {
             );
         }
         let mut crr_pool = crr::Pool::new(&shared);
-        for conn in tcp.incoming() {
-            if shared.shutdown.load(Ordering::Relaxed) {
-                break;
-            }
-            let Ok(stream) = conn else { continue };
+        while let Some(stream) = next_connection(&tcp, &shared) {
             // While a crr session runs, an idle pool thread takes the connection (crr.rs).
             let Some(stream) = crr_pool.offer(stream) else {
                 continue;
@@ -465,22 +498,10 @@ impl AgentHandle {
     }
 
     fn shutdown(&mut self) {
+        // The accept loops look at the flag at least every `ACCEPT_WAKE`: stopping needs no
+        // connection to ourselves, which a vanished address or a firewall could keep from
+        // arriving.
         self.shared.shutdown.store(true, Ordering::Relaxed);
-        // Wake the blocking accepts with connections of our own.
-        let listeners = [
-            Some(self.shared.local),
-            self.shared.iperf3_local,
-            self.shared.sockperf_local,
-        ];
-        for mut wake in listeners.into_iter().flatten() {
-            if wake.ip().is_unspecified() {
-                wake.set_ip(match wake {
-                    SocketAddr::V4(_) => IpAddr::from([127, 0, 0, 1]),
-                    SocketAddr::V6(_) => IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
-                });
-            }
-            let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
-        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

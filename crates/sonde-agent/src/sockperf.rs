@@ -89,15 +89,7 @@ pub(crate) fn serve(listener: CompatListener, shared: &Arc<Shared>) {
                 "sonde agent: sockperf UDP not served: cannot start its thread: {e}"
             ));
         }
-        for conn in tcp.incoming() {
-            if shared.shutdown.load(Ordering::Relaxed) {
-                break;
-            }
-            let Ok(stream) = conn else {
-                // Out of file descriptors, or a connection reset before accept: do not spin.
-                thread::sleep(Duration::from_millis(10));
-                continue;
-            };
+        while let Some(stream) = crate::next_connection(&tcp, shared) {
             let Some(session) = shared.admit_compat() else {
                 shared
                     .rejections

@@ -18,6 +18,62 @@ pub const UDP_BUFFER_BYTES: usize = 4 << 20;
 /// `net.core.somaxconn`).
 const LISTEN_BACKLOG: i32 = 1024;
 
+/// How long [`accept`] waits for a connection before it returns [`Accepted::Idle`], so that an
+/// accept loop looks at its shutdown flag at least this often without connecting to itself.
+pub const ACCEPT_WAKE: Duration = Duration::from_millis(200);
+
+/// What one call of [`accept`] came back with.
+#[derive(Debug)]
+pub enum Accepted {
+    /// A new connection (blocking, without read or write timeouts).
+    Connection(TcpStream),
+    /// No connection within [`ACCEPT_WAKE`].
+    Idle,
+    /// The process or the system is out of file descriptors (`EMFILE`, `ENFILE`) or socket
+    /// memory (`ENOBUFS`, `ENOMEM`): the connection stays in the backlog, and retrying at once
+    /// would spin. The caller should back off.
+    OutOfDescriptors,
+    /// Anything else (a connection reset before it was accepted): try the next one.
+    Failed(io::Error),
+}
+
+/// Makes `listener`'s [`accept`] return within [`ACCEPT_WAKE`] when nothing arrives: on Linux the
+/// accept honours `SO_RCVTIMEO` (socket(7)); elsewhere the listener is made non-blocking and
+/// [`accept`] waits in short sleeps.
+pub fn set_accept_wake(listener: &TcpListener) -> io::Result<()> {
+    sys::set_accept_wake(listener, ACCEPT_WAKE)
+}
+
+/// Accepts one connection from a listener prepared with [`set_accept_wake`], returning within
+/// about [`ACCEPT_WAKE`].
+pub fn accept(listener: &TcpListener) -> Accepted {
+    match sys::accept_with_wake(listener, ACCEPT_WAKE) {
+        Ok(stream) => {
+            // An accepted socket inherits the listener's timeouts on Linux: clear them.
+            let _ = stream.set_read_timeout(None);
+            let _ = stream.set_nonblocking(false);
+            Accepted::Connection(stream)
+        }
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+            ) =>
+        {
+            Accepted::Idle
+        }
+        Err(e) if sys::out_of_descriptors(&e) => Accepted::OutOfDescriptors,
+        Err(e) => Accepted::Failed(e),
+    }
+}
+
+/// Raises this process's soft limit on open file descriptors (`RLIMIT_NOFILE`) to its hard
+/// limit, so an agent holding many connections meets the limit an administrator set, not the
+/// shell's default soft limit (often 1,024). Returns the (soft, hard) limits now in force.
+pub fn raise_descriptor_limit() -> io::Result<(u64, u64)> {
+    sys::raise_nofile_limit()
+}
+
 /// The agent's TCP listener: `SO_REUSEADDR`; an IPv6 wildcard address also accepts IPv4
 /// (`IPV6_V6ONLY` off). Port 0 picks a free port.
 pub fn tcp_listen(bind: SocketAddr) -> io::Result<TcpListener> {

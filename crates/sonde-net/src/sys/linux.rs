@@ -8,6 +8,7 @@ use std::mem;
 use std::net::{TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::ptr;
+use std::time::Duration;
 
 use socket2::Socket;
 
@@ -696,6 +697,53 @@ pub(crate) fn read_tx_stamp(fd: libc::c_int) -> io::Result<Option<(u32, u64)>> {
 
 // Socket options a peer asks for on its data streams (`socket::DataOptions`: iperf3's -M, -C,
 // -S, --fq-rate). Kept above the tests as well.
+
+/// `SO_RCVTIMEO` on a listener: Linux's `accept(2)` honours it (socket(7)) and fails with
+/// `EAGAIN` when it passes.
+pub(crate) fn set_accept_wake(listener: &std::net::TcpListener, wake: Duration) -> io::Result<()> {
+    socket2::SockRef::from(listener).set_read_timeout(Some(wake))
+}
+
+/// A plain `accept`: the listener's `SO_RCVTIMEO` bounds the wait.
+pub(crate) fn accept_with_wake(
+    listener: &std::net::TcpListener,
+    _wake: Duration,
+) -> io::Result<TcpStream> {
+    listener.accept().map(|(s, _)| s)
+}
+
+/// `EMFILE`, `ENFILE` (accept(2)), and `ENOBUFS`, `ENOMEM`: out of descriptors or socket memory.
+pub(crate) fn out_of_descriptors(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// Sets the soft `RLIMIT_NOFILE` to the hard one (getrlimit(2)); the limits now in force.
+pub(crate) fn raise_nofile_limit() -> io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable `rlimit` for the duration of the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: `raised` is a valid `rlimit`; raising the soft limit up to the hard one needs
+        // no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        lim = raised;
+    }
+    Ok((lim.rlim_cur, lim.rlim_max))
+}
 
 /// `TCP_MAXSEG` (tcp(7)): the kernel refuses values outside 88..=32767 with `EINVAL`.
 pub(crate) fn set_tcp_mss(sock: &Socket, mss: u32) -> io::Result<()> {
