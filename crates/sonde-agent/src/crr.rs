@@ -296,7 +296,7 @@ pub(crate) fn serve_spawned(
     stream: TcpStream,
     preamble: Preamble,
     shared: &Shared,
-    pending: &mut Option<PendingGuard<'_>>,
+    pending: &mut Option<PendingGuard>,
 ) {
     let cpu_start = CpuSnapshot::take(CpuScope::Thread).ok();
     let served = if preamble.check_version().is_ok() {
@@ -487,24 +487,9 @@ fn take_offered(stream: TcpStream, shared: &Arc<Shared>) {
     }
 }
 
-/// The accept loop's ordinary path: a thread of its own, under the `max_pending` limit.
+/// The accept loop's ordinary path: a thread of its own, under the pending limits.
 fn ordinary_path(stream: TcpStream, shared: &Arc<Shared>) {
-    let in_flight = shared.pending.fetch_add(1, Ordering::AcqRel);
-    if in_flight >= shared.cfg.max_pending {
-        shared.pending.fetch_sub(1, Ordering::AcqRel);
-        shared
-            .rejections
-            .pending_full
-            .fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    let conn_shared = Arc::clone(shared);
-    let spawned = thread::Builder::new()
-        .name("sonde-conn".into())
-        .spawn(move || crate::handle_connection(stream, &conn_shared));
-    if spawned.is_err() {
-        shared.pending.fetch_sub(1, Ordering::AcqRel);
-    }
+    crate::spawn_connection(stream, shared);
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@
 //! handle.stop();
 //! ```
 
+mod admission;
 mod clock;
 mod crr;
 mod iperf3;
@@ -24,11 +25,12 @@ mod sockperf;
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+pub(crate) use admission::PendingGuard;
 use sonde_net::control::{read_preamble, ControlError};
 use sonde_wire::auth::{Secret, SessionKey};
 use sonde_wire::{Channel, DataJoin, Limits, TestSpec, Token, UdpJoin, DATA_JOIN_LEN};
@@ -56,8 +58,14 @@ pub struct AgentConfig {
     pub max_duration: Duration,
     /// Most streams (per direction) in one session.
     pub max_streams: u32,
-    /// Connections that have not finished their hello yet; more are closed at once.
+    /// Connections that are not yet sessions (or data channels handed to one), per listener
+    /// (sonde's port and the iperf3 port each have this many); more are refused at once.
     pub max_pending: usize,
+    /// Of those, what one source address may hold (plus, on sonde's port, the data channels
+    /// its admitted sessions still expect); more from it are refused at once.
+    pub max_pending_per_source: usize,
+    /// Sessions one source address may run at once, of every kind; more are refused.
+    pub max_sessions_per_source: u32,
     /// How long a new connection may take to say who it is.
     pub hello_timeout: Duration,
     /// Print one line per session to stderr.
@@ -73,7 +81,8 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
-    /// Defaults: 16 sessions, 300 s, 128 streams, 64 pending connections, 5 s hello timeout.
+    /// Defaults: 16 sessions (8 per source address), 300 s, 128 streams, 64 pending
+    /// connections per listener (16 per source address), 5 s hello timeout.
     pub fn new(bind: SocketAddr) -> Self {
         Self {
             bind,
@@ -81,6 +90,8 @@ impl AgentConfig {
             max_duration: Duration::from_secs(300),
             max_streams: 128,
             max_pending: 64,
+            max_pending_per_source: 16,
+            max_sessions_per_source: 8,
             hello_timeout: Duration::from_secs(5),
             log: false,
             iperf3: None,
@@ -109,8 +120,13 @@ const MAX_UDP_PAYLOAD: u32 = 65_507;
 /// Counts of what the agent turned away, by kind.
 #[derive(Debug, Default)]
 pub struct Rejections {
-    /// TCP connections closed because too many were pending.
+    /// TCP connections refused because their listener had its maximum of pending connections.
     pub pending_full: AtomicU64,
+    /// TCP connections refused because their source address had its maximum pending.
+    pub pending_source_full: AtomicU64,
+    /// Sessions refused because their source address ran its maximum of sessions (counted in
+    /// `refused` too, for sonde sessions).
+    pub source_sessions_full: AtomicU64,
     /// TCP connections with a bad or missing preamble or hello.
     pub bad_hello: AtomicU64,
     /// Data channels with an unknown token, wrong source address, or a stream out of range.
@@ -165,7 +181,12 @@ pub(crate) struct Shared {
     pub(crate) local: SocketAddr,
     pub(crate) slots: Mutex<HashMap<Token, Arc<Slot>>>,
     pub(crate) shutdown: AtomicBool,
-    pub(crate) pending: AtomicUsize,
+    /// Connections of sonde's port that are not yet sessions.
+    pub(crate) pending_sonde: admission::Pending,
+    /// Connections of the iperf3 port that are not yet sessions.
+    pub(crate) pending_iperf3: admission::Pending,
+    /// Compatibility-listener sessions per source address (under the `slots` lock).
+    pub(crate) compat_by_source: Mutex<HashMap<IpAddr, u32>>,
     pub(crate) next_session: AtomicU64,
     pub(crate) rejections: Rejections,
     /// Sessions of the compatibility listeners (iperf3, sockperf) running now; they count
@@ -182,13 +203,63 @@ impl Shared {
         lock(&self.slots)
     }
 
-    /// Admits a session if there is room, noting the overlap in every running session.
-    pub(crate) fn admit(&self, slot: Arc<Slot>) -> Option<Token> {
-        let mut slots = self.slots();
-        let running = self.running(&slots);
-        if running >= self.cfg.max_sessions {
-            return None;
+    pub(crate) fn pending(&self, door: admission::Door) -> &admission::Pending {
+        match door {
+            admission::Door::Sonde => &self.pending_sonde,
+            admission::Door::Iperf3 => &self.pending_iperf3,
         }
+    }
+
+    /// The connections `ip`'s admitted sessions may still open: their data channels, and the
+    /// workers of a crr session.
+    pub(crate) fn joins_expected_from(&self, ip: IpAddr) -> usize {
+        self.slots()
+            .values()
+            .filter(|s| canonical(s.peer_ip) == ip)
+            .map(|s| match s.spec.kind {
+                sonde_wire::TestKind::Crr => s.spec.streams,
+                _ => s.spec.channels(),
+            })
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+            .fold(0, usize::saturating_add)
+    }
+
+    /// Sessions `ip` runs now, of every kind; the caller holds the `slots` lock.
+    fn running_from(&self, slots: &HashMap<Token, Arc<Slot>>, ip: IpAddr) -> u32 {
+        let sonde = slots
+            .values()
+            .filter(|s| canonical(s.peer_ip) == ip)
+            .count();
+        let compat = lock(&self.compat_by_source).get(&ip).copied().unwrap_or(0);
+        u32::try_from(sonde)
+            .unwrap_or(u32::MAX)
+            .saturating_add(compat)
+    }
+
+    /// Whether a new session from `ip` fits: the agent's and the source's limits.
+    fn room_for(
+        &self,
+        slots: &HashMap<Token, Arc<Slot>>,
+        ip: IpAddr,
+    ) -> Result<u32, admission::Full> {
+        let running = self.running(slots);
+        if running >= self.cfg.max_sessions {
+            return Err(admission::Full::Listener);
+        }
+        if self.running_from(slots, ip) >= self.cfg.max_sessions_per_source {
+            self.rejections
+                .source_sessions_full
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(admission::Full::Source);
+        }
+        Ok(running)
+    }
+
+    /// Admits a session if there is room (for the agent and for its source address), noting
+    /// the overlap in every running session.
+    pub(crate) fn admit(&self, slot: Arc<Slot>) -> Result<Token, admission::Full> {
+        let mut slots = self.slots();
+        let running = self.room_for(&slots, canonical(slot.peer_ip))?;
         let token = loop {
             let t = Token(random_u64());
             if !slots.contains_key(&t) {
@@ -200,7 +271,7 @@ impl Shared {
         }
         slot.overlap.store(running, Ordering::Relaxed);
         slots.insert(token, slot);
-        Some(token)
+        Ok(token)
     }
 
     /// Sessions running now, of every kind; the caller holds the `slots` lock.
@@ -210,20 +281,19 @@ impl Shared {
             .saturating_add(self.compat_sessions.load(Ordering::Acquire))
     }
 
-    /// Admits a compatibility-listener session (iperf3, sockperf) if there is room. The session
-    /// counts against `max_sessions` until the guard drops. Running sonde sessions see it as
-    /// overlap.
-    pub(crate) fn admit_compat(&self) -> Option<CompatSession<'_>> {
+    /// Admits a compatibility-listener session (iperf3, sockperf) from `ip` if there is room
+    /// (for the agent and for that source). The session counts against `max_sessions` and
+    /// `max_sessions_per_source` until the guard drops. Running sonde sessions see it as overlap.
+    pub(crate) fn admit_compat(&self, ip: IpAddr) -> Option<CompatSession<'_>> {
+        let ip = canonical(ip);
         let slots = self.slots();
-        let running = self.running(&slots);
-        if running >= self.cfg.max_sessions {
-            return None;
-        }
+        let running = self.room_for(&slots, ip).ok()?;
         for other in slots.values() {
             other.overlap.fetch_max(running, Ordering::Relaxed);
         }
+        *lock(&self.compat_by_source).entry(ip).or_insert(0) += 1;
         self.compat_sessions.fetch_add(1, Ordering::AcqRel);
-        Some(CompatSession(self))
+        Some(CompatSession(self, ip))
     }
 
     pub(crate) fn log(&self, line: std::fmt::Arguments<'_>) {
@@ -233,12 +303,19 @@ impl Shared {
     }
 }
 
-/// An admitted compatibility-listener session; dropping it frees its place.
-pub(crate) struct CompatSession<'a>(&'a Shared);
+/// An admitted compatibility-listener session from an address; dropping it frees its place.
+pub(crate) struct CompatSession<'a>(&'a Shared, IpAddr);
 
 impl Drop for CompatSession<'_> {
     fn drop(&mut self) {
         let _slots = self.0.slots();
+        let mut by_source = lock(&self.0.compat_by_source);
+        if let Some(n) = by_source.get_mut(&self.1) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                by_source.remove(&self.1);
+            }
+        }
         self.0.compat_sessions.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -338,12 +415,16 @@ impl Agent {
         let (iperf3, iperf3_local) = cfg.iperf3.map(CompatListener::bind).transpose()?.unzip();
         let (sockperf, sockperf_local) =
             cfg.sockperf.map(CompatListener::bind).transpose()?.unzip();
+        let pending_sonde = admission::Pending::new(cfg.max_pending, cfg.max_pending_per_source);
+        let pending_iperf3 = admission::Pending::new(cfg.max_pending, cfg.max_pending_per_source);
         let shared = Arc::new(Shared {
             cfg,
             local,
             slots: Mutex::new(HashMap::new()),
             shutdown: AtomicBool::new(false),
-            pending: AtomicUsize::new(0),
+            pending_sonde,
+            pending_iperf3,
+            compat_by_source: Mutex::new(HashMap::new()),
             next_session: AtomicU64::new(1),
             rejections: Rejections::default(),
             compat_sessions: AtomicU32::new(0),
@@ -433,22 +514,7 @@ impl Agent {
             let Some(stream) = crr_pool.offer(stream) else {
                 continue;
             };
-            let in_flight = shared.pending.fetch_add(1, Ordering::AcqRel);
-            if in_flight >= shared.cfg.max_pending {
-                shared.pending.fetch_sub(1, Ordering::AcqRel);
-                shared
-                    .rejections
-                    .pending_full
-                    .fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let conn_shared = Arc::clone(&shared);
-            let spawned = thread::Builder::new()
-                .name("sonde-conn".into())
-                .spawn(move || handle_connection(stream, &conn_shared));
-            if spawned.is_err() {
-                shared.pending.fetch_sub(1, Ordering::AcqRel);
-            }
+            spawn_connection(stream, &shared);
         }
         if let Some(t) = udp_thread {
             let _ = t.join();
@@ -521,16 +587,22 @@ impl Drop for AgentHandle {
     }
 }
 
-struct PendingGuard<'a>(&'a Shared);
-
-impl Drop for PendingGuard<'_> {
-    fn drop(&mut self) {
-        self.0.pending.fetch_sub(1, Ordering::AcqRel);
-    }
+/// A new connection on sonde's port: a thread of its own if it is let in as pending (its
+/// listener's and its source's limits), else refused at once with a line its client prints.
+pub(crate) fn spawn_connection(stream: TcpStream, shared: &Arc<Shared>) {
+    let allowance = |ip| shared.joins_expected_from(ip);
+    let Some(guard) = admission::let_in(shared, admission::Door::Sonde, &stream, allowance) else {
+        return;
+    };
+    let conn_shared = Arc::clone(shared);
+    // A failed spawn drops the closure, and with it the connection and its pending place.
+    let _ = thread::Builder::new()
+        .name("sonde-conn".into())
+        .spawn(move || handle_connection(stream, &conn_shared, guard));
 }
 
-fn handle_connection(mut stream: TcpStream, shared: &Arc<Shared>) {
-    let mut pending = Some(PendingGuard(shared));
+fn handle_connection(mut stream: TcpStream, shared: &Arc<Shared>, guard: PendingGuard) {
+    let mut pending = Some(guard);
     let deadline = Instant::now() + shared.cfg.hello_timeout;
     let preamble = match read_preamble(&mut stream, deadline) {
         Ok(p) => p,

@@ -51,7 +51,7 @@ pub(crate) fn run(
     mut ctrl: TcpStream,
     preamble: Preamble,
     shared: &Arc<Shared>,
-    pending: &mut Option<PendingGuard<'_>>,
+    pending: &mut Option<PendingGuard>,
 ) -> bool {
     let peer = peer_of(&ctrl);
     let deadline = Instant::now() + shared.cfg.hello_timeout;
@@ -148,13 +148,24 @@ pub(crate) fn run(
         overlap: std::sync::atomic::AtomicU32::new(0),
         key,
     });
-    let Some(token) = shared.admit(Arc::clone(&slot)) else {
-        let m = format!(
-            "the agent is running its maximum of {} sessions; try again shortly (sonde server --max-sessions)",
-            shared.cfg.max_sessions
-        );
-        refuse(shared, &mut ctrl, Refusal::Busy, &m);
-        return true;
+    let token = match shared.admit(Arc::clone(&slot)) {
+        Ok(token) => token,
+        Err(crate::admission::Full::Listener) => {
+            let m = format!(
+                "the agent is running its maximum of {} sessions; try again shortly (sonde server --max-sessions)",
+                shared.cfg.max_sessions
+            );
+            refuse(shared, &mut ctrl, Refusal::Busy, &m);
+            return true;
+        }
+        Err(crate::admission::Full::Source) => {
+            let m = format!(
+                "this address runs its maximum of {} sessions at the agent; try again when one ends (sonde server --max-sessions-per-source)",
+                shared.cfg.max_sessions_per_source
+            );
+            refuse(shared, &mut ctrl, Refusal::SourceBusy, &m);
+            return true;
+        }
     };
     let _registered = Registered { shared, token };
     shared.log(format_args!(

@@ -90,7 +90,11 @@ pub(crate) fn serve(listener: CompatListener, shared: &Arc<Shared>) {
             ));
         }
         while let Some(stream) = crate::next_connection(&tcp, shared) {
-            let Some(session) = shared.admit_compat() else {
+            let admitted = stream
+                .peer_addr()
+                .ok()
+                .and_then(|peer| shared.admit_compat(peer.ip()));
+            let Some(session) = admitted else {
                 shared
                     .rejections
                     .sockperf_refused
@@ -435,7 +439,7 @@ impl<'a> UdpPeers<'a> {
             return None;
         }
         let session = if self.peers.len() < self.capacity {
-            shared.admit_compat()
+            shared.admit_compat(from.ip())
         } else {
             None
         };

@@ -1214,3 +1214,144 @@ fn a_udp_join_without_the_session_mac_is_not_acknowledged() {
         .expect("the signed join is acknowledged");
     assert!(UdpJoin::decode(&buf[..n]).is_ok_and(|a| a.ack && a.token == token));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Per-source limits
+// ---------------------------------------------------------------------------------------------
+
+/// A TCP connection to `to` from `from` (a loopback address, any port).
+fn connect_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .expect("a TCP socket");
+    let from = SocketAddr::from((from, 0));
+    sock.bind(&from.into())
+        .unwrap_or_else(|e| panic!("bind {from} (loopback 127.0.0.0/8): {e}"));
+    sock.connect_timeout(&to.into(), PATIENCE)
+        .expect("connect to the agent");
+    sock.into()
+}
+
+/// The refusal the agent wrote on a connection it would not let in.
+fn refusal_on(s: &mut TcpStream) -> ControlMsg {
+    let mut body = Vec::new();
+    read_frame(s, &mut body, Instant::now() + PATIENCE)
+        .unwrap_or_else(|e| panic!("no refusal frame: {e}"))
+}
+
+#[test]
+fn one_address_holding_connections_does_not_lock_out_another() {
+    // The attack: one address fills both ports with silent connections.
+    const SILENT: usize = 64;
+    let h = agent(|c| {
+        c.hello_timeout = Duration::from_secs(10);
+        c.iperf3 = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    });
+    let iperf3 = h.iperf3_addr().expect("an iperf3 listener");
+    let per_source = AgentConfig::new(h.local_addr()).max_pending_per_source;
+    let mut held = Vec::new();
+    let mut refused = Vec::new();
+    for to in [h.local_addr(), iperf3] {
+        for i in 0..SILENT {
+            let s = connect_from([127, 0, 0, 2], to);
+            if i < per_source {
+                held.push(s);
+            } else {
+                refused.push((to, s));
+            }
+        }
+    }
+    let over = (2 * (SILENT - per_source)) as u64;
+    assert_counter(&h, "pending_source_full", |r| &r.pending_source_full, over);
+    assert_eq!(count(&h, |r| &r.pending_full), 0);
+    // Each refused connection says so: sonde's a `Refused` frame, iperf3's ACCESS_DENIED.
+    for (to, mut s) in refused.into_iter().step_by(12) {
+        if to == iperf3 {
+            let mut b = [0u8; 1];
+            s.set_read_timeout(Some(PATIENCE)).expect("timeout");
+            s.read_exact(&mut b).expect("a state byte");
+            assert_eq!(b[0], sonde_wire::iperf3::State::AccessDenied.byte());
+        } else {
+            assert!(matches!(
+                refusal_on(&mut s),
+                ControlMsg::Refused {
+                    reason: Refusal::SourceBusy,
+                    ..
+                }
+            ));
+        }
+    }
+    // Another address is served at once, over TCP and UDP, while the silent ones are held.
+    assert_serves(&h);
+    assert_serves_over(&h, Protocol::Udp);
+    drop(held);
+}
+
+#[test]
+fn a_client_turned_away_by_a_full_listener_gets_the_refusal_line() {
+    let h = agent(|c| {
+        c.max_pending = 2;
+        c.hello_timeout = Duration::from_secs(10);
+    });
+    let _held: Vec<TcpStream> = (0..2)
+        .map(|_| connect_from([127, 0, 0, 2], h.local_addr()))
+        .collect();
+    // Both are counted once a third from the same address is turned away.
+    assert!(wait_until(PATIENCE, || {
+        drop(connect_from([127, 0, 0, 2], h.local_addr()));
+        count(&h, |r| &r.pending_full) > 0
+    }));
+    let before = count(&h, |r| &r.pending_full);
+    // Several times: the refusal must win over any race with the close.
+    for _ in 0..5 {
+        match sonde_client::latency(&target(&h), &latency_opts(Protocol::Tcp)) {
+            Err(e @ ClientError::Refused { .. }) => {
+                assert_eq!(e.exit_code(), 4);
+                assert!(e.to_string().contains("try again"), "{e}");
+            }
+            other => panic!("expected a refusal (exit 4), got {other:?}"),
+        }
+    }
+    assert!(count(&h, |r| &r.pending_full) >= before + 5);
+}
+
+#[test]
+fn one_address_cannot_take_every_session() {
+    let h = agent(|c| {
+        c.max_sessions = 4;
+        c.max_sessions_per_source = 1;
+    });
+    let long = spec(TestKind::Latency, Protocol::Tcp, Direction::Forward, 5_000);
+    let raw_from = |from: [u8; 4]| {
+        let mut raw = Raw {
+            ctrl: connect_from(from, h.local_addr()),
+            body: Vec::new(),
+        };
+        raw.ctrl
+            .write_all(&preamble(Channel::Control))
+            .expect("preamble");
+        raw.send(&hello(PROTOCOL_VERSION));
+        assert!(matches!(raw.recv(), ControlMsg::Welcome { .. }));
+        raw.send(&ControlMsg::Start {
+            spec: long.clone(),
+            proof: None,
+        });
+        let reply = raw.recv();
+        (raw, reply)
+    };
+    let (_first, reply) = raw_from([127, 0, 0, 2]);
+    assert!(matches!(reply, ControlMsg::Accepted { .. }), "{reply:?}");
+    let (_, reply) = raw_from([127, 0, 0, 2]);
+    assert!(
+        matches!(
+            reply,
+            ControlMsg::Refused {
+                reason: Refusal::SourceBusy,
+                ..
+            }
+        ),
+        "{reply:?}"
+    );
+    assert_eq!(count(&h, |r| &r.source_sessions_full), 1);
+    // Another address still gets a session.
+    assert_serves(&h);
+}

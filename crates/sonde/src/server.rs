@@ -39,6 +39,16 @@ pub(crate) struct Opt {
     /// Sessions at once; more are refused as busy
     #[arg(long, default_value_t = 16, value_name = "N")]
     max_sessions: u32,
+    /// Sessions one client address may run at once (of every kind: sonde, iperf3, sockperf), so
+    /// that one address cannot take every session; more from it are refused
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    max_sessions_per_source: u32,
+    /// Connections one client address may hold that are not yet sessions (still saying hello,
+    /// or silent), on sonde's port and on the iperf3 port each (64 in all per port), so that
+    /// one address cannot lock out the others; more from it are refused with a line its client
+    /// prints. The data connections of its admitted sessions come on top
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    max_pending_per_source: usize,
     /// Longest test a client may ask for, in seconds
     #[arg(long, default_value = "300", value_name = "SECS", value_parser = crate::units::seconds)]
     max_duration: Duration,
@@ -74,6 +84,8 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let config = |ip: IpAddr| {
         let mut c = AgentConfig::new(SocketAddr::new(ip, opt.port));
         c.max_sessions = opt.max_sessions;
+        c.max_sessions_per_source = opt.max_sessions_per_source;
+        c.max_pending_per_source = opt.max_pending_per_source;
         c.max_duration = opt.max_duration;
         c.max_streams = opt.max_streams;
         c.log = !opt.quiet;
