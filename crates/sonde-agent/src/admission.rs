@@ -59,10 +59,12 @@ impl Pending {
     }
 
     /// Counts a new connection from `ip`, which may hold `allowance` more than the per-source
-    /// limit; refused when the listener or the source is full.
+    /// limit, and find that much more room in the listener (the connections its admitted
+    /// sessions still expect are never crowded out by strangers); refused when the listener or
+    /// the source is full.
     fn enter(&self, ip: IpAddr, allowance: usize) -> Result<(), Full> {
         let mut st = lock(&self.state);
-        if st.total >= self.max_total {
+        if st.total >= self.max_total.saturating_add(allowance) {
             return Err(Full::Listener);
         }
         let mine = st.by_source.entry(ip).or_insert(0);

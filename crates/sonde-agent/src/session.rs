@@ -36,6 +36,9 @@ use sonde_wire::{
 
 use crate::{lock, peer_of, validate, DataChannel, PendingGuard, Shared, Slot};
 
+/// How long a client has after the `Welcome` to say what it wants (`Start`, `Describe`); the
+/// connection counts as pending meanwhile.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client has to open all its data channels after `Accepted`.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long UDP receivers keep listening after the sender said it is done, for datagrams still
@@ -95,14 +98,8 @@ pub(crate) fn run(
     if write_frame(&mut ctrl, &welcome).is_err() {
         return true;
     }
-    // From here on the connection is a session, not a pending stranger.
-    pending.take();
-
-    let request = read_frame(
-        &mut ctrl,
-        &mut body,
-        Instant::now() + Duration::from_secs(30),
-    );
+    // Still pending (counted against the listener's and the source's limits) until admitted.
+    let request = read_frame(&mut ctrl, &mut body, Instant::now() + START_TIMEOUT);
     let nonces = (agent_nonce, client_nonce);
     let (spec, key) = match request {
         Ok(ControlMsg::Start { spec, proof }) => {
@@ -168,6 +165,8 @@ pub(crate) fn run(
         }
     };
     let _registered = Registered { shared, token };
+    // From here on the connection is a session, not a pending stranger.
+    pending.take();
     shared.log(format_args!(
         "sonde agent: session {} from {peer}: {}",
         session.0,

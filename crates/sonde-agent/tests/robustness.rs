@@ -1355,3 +1355,35 @@ fn one_address_cannot_take_every_session() {
     // Another address still gets a session.
     assert_serves(&h);
 }
+
+#[test]
+fn a_client_that_never_asks_for_a_test_stays_pending() {
+    // Before, a connection stopped counting as pending at the Welcome and then held a thread
+    // for 30 s waiting for Start, outside every bound.
+    let h = agent(|c| {
+        c.max_pending_per_source = 2;
+        c.hello_timeout = Duration::from_secs(10);
+    });
+    let welcomed = |from: [u8; 4]| {
+        let mut raw = Raw {
+            ctrl: connect_from(from, h.local_addr()),
+            body: Vec::new(),
+        };
+        raw.ctrl
+            .write_all(&preamble(Channel::Control))
+            .expect("preamble");
+        raw.send(&hello(PROTOCOL_VERSION));
+        assert!(matches!(raw.recv(), ControlMsg::Welcome { .. }));
+        raw
+    };
+    let _silent_after_hello = [welcomed([127, 0, 0, 2]), welcomed([127, 0, 0, 2])];
+    let mut third = connect_from([127, 0, 0, 2], h.local_addr());
+    assert!(matches!(
+        refusal_on(&mut third),
+        ControlMsg::Refused {
+            reason: Refusal::SourceBusy,
+            ..
+        }
+    ));
+    assert_serves(&h);
+}
