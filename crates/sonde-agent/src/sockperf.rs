@@ -510,32 +510,31 @@ impl UdpPeer<'_> {
     }
 }
 
-/// Handles every message in one datagram; `false` when some of it could not be framed (the rest
-/// of the datagram is then dropped).
+/// Handles a datagram holding exactly one message, as real sockperf clients send them; `false`
+/// for anything else (a datagram of several messages, or with bytes after its message), which
+/// is dropped unanswered. One reply at most, never longer than its request: the UDP port cannot
+/// amplify traffic toward a spoofed source (one datagram of 105 messages got 105 replies).
 fn serve_datagram(
     udp: &UdpSocket,
     datagram: &mut [u8],
     from: SocketAddr,
     tally: &mut Tally,
 ) -> bool {
-    let mut off = 0;
-    while off < datagram.len() {
-        let Parsed::Message(h) = sockperf::parse(&datagram[off..], MAX_MSG) else {
-            return false;
-        };
-        let len = h.length as usize;
-        if h.counted_by_server() {
-            tally.messages += 1;
-            if h.wants_reply() {
-                let msg = &mut datagram[off..off + len];
-                sockperf::make_reply(msg);
-                // A reply the kernel cannot queue is lost like any other datagram.
-                if udp.send_to(msg, from).is_ok() {
-                    tally.replies += 1;
-                }
+    let Parsed::Message(h) = sockperf::parse(datagram, MAX_MSG) else {
+        return false;
+    };
+    if usize::try_from(h.length).ok() != Some(datagram.len()) {
+        return false;
+    }
+    if h.counted_by_server() {
+        tally.messages += 1;
+        if h.wants_reply() {
+            sockperf::make_reply(datagram);
+            // A reply the kernel cannot queue is lost like any other datagram.
+            if udp.send_to(datagram, from).is_ok() {
+                tally.replies += 1;
             }
         }
-        off += len;
     }
     true
 }
