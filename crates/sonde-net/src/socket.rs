@@ -85,12 +85,12 @@ pub fn tcp_listen(bind: SocketAddr) -> io::Result<TcpListener> {
     Ok(sock.into())
 }
 
-/// The agent's UDP socket on the shared port, with `SO_REUSEADDR` so that [`udp_flow`] sockets
-/// can bind the same address and port, and a large receive buffer. Dual-stack like
-/// [`tcp_listen`].
+/// The agent's UDP socket on the shared port, shareable (see [`share_udp_port`]) so that
+/// [`udp_flow`] sockets can bind the same address and port, and a large receive buffer.
+/// Dual-stack like [`tcp_listen`].
 pub fn udp_listen(bind: SocketAddr) -> io::Result<UdpSocket> {
     let sock = udp_socket(bind)?;
-    sock.set_reuse_address(true)?;
+    share_udp_port(&sock)?;
     dual_stack_if_wildcard(&sock, bind)?;
     sock.bind(&bind.into())?;
     Ok(sock.into())
@@ -101,15 +101,31 @@ pub fn udp_listen(bind: SocketAddr) -> io::Result<UdpSocket> {
 /// this socket rather than the listener. `local` must be the listener's own bound address (an
 /// IPv6 wildcard listener gets IPv6 flow sockets, connected to v4-mapped peers as needed).
 ///
-/// Both sockets carry `SO_REUSEADDR`; Linux prefers the connected socket when it looks up the
-/// receiver of a datagram, so the listener keeps getting only what no flow socket claims.
+/// Both sockets share the port ([`share_udp_port`]); Linux prefers the connected socket when
+/// it looks up the receiver of a datagram (a reuseport group with connected members is not
+/// load-balanced), so the listener keeps getting only what no flow socket claims.
 pub fn udp_flow(local: SocketAddr, peer: SocketAddr) -> io::Result<UdpSocket> {
     let sock = udp_socket(local)?;
-    sock.set_reuse_address(true)?;
+    share_udp_port(&sock)?;
     dual_stack_if_wildcard(&sock, local)?;
     sock.bind(&local.into())?;
     sock.connect(&same_family(peer, local).into())?;
     Ok(sock.into())
+}
+
+/// Lets the agent's own UDP sockets share one port, and nobody else's. On Linux that is
+/// `SO_REUSEPORT`, which shares a port only among sockets of the same effective user
+/// (socket(7)); `SO_REUSEADDR` on a UDP socket let any local user, even `nobody`, bind the same
+/// port and receive the join datagrams, tokens included. Elsewhere `SO_REUSEADDR` as before.
+fn share_udp_port(sock: &Socket) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        sock.set_reuse_port(true)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        sock.set_reuse_address(true)
+    }
 }
 
 /// A client UDP socket: ephemeral port, connected to `peer`, large buffers.

@@ -3,6 +3,8 @@
 //!
 //! 1. SIGTERM after the address it listens on has gone (netns, root): the agent exits at once,
 //!    as it no longer wakes its accept loops by connecting to itself.
+//! 2. Another local user (`nobody`, through util-linux `setpriv`, root) cannot bind the agent's
+//!    UDP port to receive its join datagrams, with `SO_REUSEADDR` or `SO_REUSEPORT`.
 //!
 //! Only 127.0.0.1 and namespaces this file creates (198.18.0.0/15); every wait is bounded.
 
@@ -61,4 +63,59 @@ fn sigterm_stops_an_agent_whose_address_has_gone() {
         "the agent still runs {EXIT_LIMIT:?} after SIGTERM with its address gone\n{}",
         agent.stderr()
     );
+}
+
+/// Binds UDP `127.0.0.1:PORT` with SO_REUSEADDR, then (a new socket) with SO_REUSEPORT, and
+/// prints what each bind did.
+const HIJACK: &str = r#"
+import socket, sys
+port = int(sys.argv[1])
+for name, opt in (("SO_REUSEADDR", socket.SO_REUSEADDR), ("SO_REUSEPORT", socket.SO_REUSEPORT)):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, opt, 1)
+    try:
+        s.bind(("127.0.0.1", port))
+        print(name, "bound")
+    except OSError as e:
+        print(name, "refused", e.errno)
+"#;
+
+const PYTHON3: &str = "/usr/bin/python3";
+
+#[test]
+fn another_user_cannot_bind_the_agents_udp_ports() {
+    let test = "another_user_cannot_bind_the_agents_udp_ports";
+    if !require_or_skip(
+        test,
+        // The system's python3 (Debian's package), which `nobody` may run.
+        &[Need::Root, Need::Cmd("setpriv"), Need::Cmd(PYTHON3)],
+    ) {
+        return;
+    }
+    let agent = Agent::start_in(None, "127.0.0.1", &["-q", "--sockperf", "0"]);
+    let as_nobody = |port: u16| {
+        check(Command::new(tool("setpriv")).args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            PYTHON3,
+            "-c",
+            HIJACK,
+            &port.to_string(),
+        ]))
+    };
+    let out = as_nobody(agent.port());
+    assert_eq!(
+        out.lines().filter(|l| l.contains(" refused ")).count(),
+        2,
+        "another user shares the agent's UDP port:\n{out}"
+    );
+    // The control: a free port binds, so a refusal above is the agent's doing.
+    let free = std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("a free UDP port")
+        .port();
+    let out = as_nobody(free);
+    assert!(out.contains("SO_REUSEADDR bound"), "{out}");
 }
