@@ -450,6 +450,38 @@ fn limits_are_refused_with_errors_iperf3_prints() {
     server.settles("refusals");
 }
 
+/// A `-n`/`-k` test has no planned end: the agent cuts it at `--max-duration` and tells the
+/// client, which prints "the server has terminated". Before, it ran 30 s past the limit.
+#[test]
+fn byte_and_block_budgets_are_cut_at_max_duration() {
+    if !require_or_skip("byte_and_block_budgets_are_cut_at_max_duration", IPERF3) {
+        return;
+    }
+    let _m = shared_machine();
+    let max = Duration::from_secs(2);
+    let server = Server::with(|c| c.max_duration = max);
+    // Budgets a 10 Mbit/s pace would take hours to spend, the agent receiving and sending.
+    for args in [
+        &["-n", "100G", "-b", "10M"][..],
+        &["-k", "1M", "-b", "10M", "-R"][..],
+    ] {
+        let started = Instant::now();
+        let (_, doc, line) = iperf3(server.port, args);
+        let took = started.elapsed();
+        assert_eq!(
+            doc.get("error").and_then(Value::as_str),
+            Some("the server has terminated"),
+            "`{line}`: {doc:#}"
+        );
+        // Generous for a busy machine; the fault was the limit plus 30 s.
+        assert!(
+            took < max + Duration::from_secs(15),
+            "`{line}` ran {took:?}"
+        );
+    }
+    server.settles("budget tests cut");
+}
+
 #[test]
 fn stopping_the_agent_tells_running_clients() {
     if !require_or_skip("stopping_the_agent_tells_running_clients", IPERF3) {
