@@ -66,6 +66,11 @@ pub struct AgentConfig {
     pub max_pending_per_source: usize,
     /// Sessions one source address may run at once, of every kind; more are refused.
     pub max_sessions_per_source: u32,
+    /// Of `max_sessions`, how many the sockperf listener may take (a sockperf session costs
+    /// its peer one datagram or connection: cheap sessions get a budget of their own).
+    pub max_sockperf_sessions: u32,
+    /// sockperf sessions one source address may run at once.
+    pub max_sockperf_sessions_per_source: u32,
     /// How long a new connection may take to say who it is.
     pub hello_timeout: Duration,
     /// Print one line per session to stderr.
@@ -92,6 +97,8 @@ impl AgentConfig {
             max_pending: 64,
             max_pending_per_source: 16,
             max_sessions_per_source: 8,
+            max_sockperf_sessions: 8,
+            max_sockperf_sessions_per_source: 2,
             hello_timeout: Duration::from_secs(5),
             log: false,
             iperf3: None,
@@ -187,6 +194,8 @@ pub(crate) struct Shared {
     pub(crate) pending_iperf3: admission::Pending,
     /// Compatibility-listener sessions per source address (under the `slots` lock).
     pub(crate) compat_by_source: Mutex<HashMap<IpAddr, u32>>,
+    /// sockperf sessions per source address.
+    pub(crate) sockperf_by_source: Mutex<HashMap<IpAddr, u32>>,
     pub(crate) next_session: AtomicU64,
     pub(crate) rejections: Rejections,
     /// Sessions of the compatibility listeners (iperf3, sockperf) running now; they count
@@ -425,6 +434,7 @@ impl Agent {
             pending_sonde,
             pending_iperf3,
             compat_by_source: Mutex::new(HashMap::new()),
+            sockperf_by_source: Mutex::new(HashMap::new()),
             next_session: AtomicU64::new(1),
             rejections: Rejections::default(),
             compat_sessions: AtomicU32::new(0),

@@ -747,6 +747,88 @@ fn a_datagram_of_many_messages_draws_no_reply() {
     agent.stop();
 }
 
+/// Sends one ping from each socket, then counts the replies (admission happens as the pings
+/// arrive, before any peer could go quiet).
+fn pings_answered(socks: &[UdpSocket]) -> usize {
+    for sock in socks {
+        sock.send(&message(1, 0x8003, 14, 14)).expect("send");
+    }
+    socks
+        .iter()
+        .filter(|sock| {
+            sock.set_read_timeout(Some(Duration::from_millis(300)))
+                .expect("timeout");
+            sock.recv(&mut [0u8; 64]).is_ok()
+        })
+        .count()
+}
+
+fn udp_peer(source: u8, addr: SocketAddr) -> UdpSocket {
+    let sock = UdpSocket::bind((std::net::Ipv4Addr::new(127, 0, 0, source), 0))
+        .expect("bind a loopback source");
+    sock.connect(addr).expect("connect");
+    sock
+}
+
+/// sockperf sessions cost their peer one datagram each: they get a budget of their own (8 of
+/// the agent's 16), so idle sockperf peers cannot fill the agent.
+#[test]
+fn sockperf_peers_have_a_budget_of_their_own() {
+    let agent = in_process_agent(16);
+    let addr = sockperf_addr(&agent);
+    // Ten sources, one peer each.
+    let socks: Vec<UdpSocket> = (2..12u8).map(|source| udp_peer(source, addr)).collect();
+    assert_eq!(
+        pings_answered(&socks),
+        8,
+        "sockperf peers beyond their budget"
+    );
+    // The agent's other sessions stay free for sonde clients.
+    sonde_port_answers(&agent);
+    agent.stop();
+}
+
+/// And one address holds at most two of them.
+#[test]
+fn sockperf_udp_peers_from_one_address_are_capped() {
+    let agent = in_process_agent(16);
+    let addr = sockperf_addr(&agent);
+    let socks: Vec<UdpSocket> = (0..5).map(|_| udp_peer(1, addr)).collect();
+    assert_eq!(pings_answered(&socks), 2, "one address holds at most two");
+    agent.stop();
+}
+
+/// A connection trickling bytes that never make a whole message is not measurement traffic:
+/// it is closed when its first message is overdue, as a silent one is (before, every byte reset
+/// the idle timer and the connection held a session for as long as it trickled).
+#[test]
+fn a_trickle_of_bytes_does_not_keep_a_sockperf_session() {
+    let mut cfg = AgentConfig::new("127.0.0.1:0".parse().expect("address"));
+    cfg.sockperf = Some("127.0.0.1:0".parse().expect("address"));
+    cfg.hello_timeout = Duration::from_millis(300);
+    let agent = InProcessAgent::bind(cfg).expect("bind the agent").spawn();
+    let addr = sockperf_addr(&agent);
+    let mut s = TcpStream::connect(addr).expect("connect");
+    // A header announcing 65,000 bytes, then a byte every 100 ms.
+    s.write_all(&message(1, 0x0003, 65_000, 14)).expect("write");
+    let started = Instant::now();
+    let mut closed = false;
+    while started.elapsed() < Duration::from_secs(8) {
+        thread::sleep(Duration::from_millis(100));
+        if s.write_all(&[0x5a]).is_err() {
+            closed = true;
+            break;
+        }
+    }
+    assert!(
+        closed,
+        "a trickle kept the session for {:?}",
+        started.elapsed()
+    );
+    eventually("the session freed", || agent.sessions() == 0);
+    agent.stop();
+}
+
 /// Connects to the agent's sockperf port, sends `bytes`, and says whether the agent closed the
 /// connection (EOF or reset) within 10 s.
 fn closed_after(addr: SocketAddr, bytes: &[u8], half_close: bool) -> bool {
