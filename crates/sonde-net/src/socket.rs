@@ -615,6 +615,36 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
+    fn only_congestion_controls_the_kernel_lists_are_asked_for() {
+        assert!(sys::congestion_listed("reno bbr cubic\n", "bbr"));
+        assert!(!sys::congestion_listed("reno bbr cubic\n", "vegas"));
+        assert!(!sys::congestion_listed("reno cubic", "cub"));
+        assert!(!sys::congestion_listed("", "reno"));
+        // A real algorithm the kernel has not loaded: refused without loading its module.
+        let path = "/proc/sys/net/ipv4/tcp_available_congestion_control";
+        let before = std::fs::read_to_string(path).unwrap();
+        let Some(unloaded) = ["vegas", "htcp", "hybla", "illinois", "westwood"]
+            .into_iter()
+            .find(|n| !sys::congestion_listed(&before, n))
+        else {
+            return;
+        };
+        let (_client, accepted) = tcp_pair(loopback_v4(), Ipv4Addr::LOCALHOST.into());
+        let cc = DataOptions {
+            congestion: Some(unloaded.into()),
+            ..DataOptions::default()
+        };
+        let e = cc.apply_tcp(&accepted).unwrap_err();
+        assert_eq!(e.os_error(), Some(libc::ENOENT), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(path).unwrap(),
+            before,
+            "a module was loaded"
+        );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
     fn refused_options_say_which_and_why() {
         let (_client, accepted) = tcp_pair(loopback_v4(), Ipv4Addr::LOCALHOST.into());
         let cc = DataOptions {

@@ -753,8 +753,23 @@ pub(crate) fn set_tcp_mss(sock: &Socket, mss: u32) -> io::Result<()> {
 /// `TCP_CONGESTION` (tcp(7)): `ENOENT` when the kernel has no such algorithm (and, for root,
 /// no module of that name to load); `EPERM` when an unprivileged process asks for one outside
 /// `net.ipv4.tcp_allowed_congestion_control`.
+///
+/// Only a name the kernel lists as available (`net.ipv4.tcp_available_congestion_control`) is
+/// asked for: for any other, a root process's `TCP_CONGESTION` makes the kernel load a module
+/// `tcp_<name>`, and the name comes from a client. Anything else fails with `ENOENT`, as an
+/// unknown algorithm does.
 pub(crate) fn set_tcp_congestion(sock: &Socket, name: &str) -> io::Result<()> {
+    let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .unwrap_or_default();
+    if !congestion_listed(&available, name) {
+        return Err(io::Error::from_raw_os_error(libc::ENOENT));
+    }
     sock.set_tcp_congestion(name.as_bytes())
+}
+
+/// Whether `name` is one of the whitespace-separated names of `available`.
+pub(crate) fn congestion_listed(available: &str, name: &str) -> bool {
+    available.split_whitespace().any(|n| n == name)
 }
 
 /// The congestion control a TCP socket uses (the kernel pads the name with NULs to
