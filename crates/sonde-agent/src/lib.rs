@@ -71,6 +71,11 @@ pub struct AgentConfig {
     pub max_sockperf_sessions: u32,
     /// sockperf sessions one source address may run at once.
     pub max_sockperf_sessions_per_source: u32,
+    /// A cap on one sonde session's data rate, bits per second, like iperf3's
+    /// `--server-bitrate-limit`: the agent's TCP senders are paced to it (`SO_MAX_PACING_RATE`,
+    /// shared among the session's sending streams), and a UDP throughput or pps test asking for
+    /// more in either direction (or for no limit) is refused. `None`: no cap.
+    pub max_bitrate: Option<u64>,
     /// How long a new connection may take to say who it is.
     pub hello_timeout: Duration,
     /// Print one line per session to stderr.
@@ -99,6 +104,7 @@ impl AgentConfig {
             max_sessions_per_source: 8,
             max_sockperf_sessions: 8,
             max_sockperf_sessions_per_source: 2,
+            max_bitrate: None,
             hello_timeout: Duration::from_secs(5),
             log: false,
             iperf3: None,
@@ -806,6 +812,25 @@ pub(crate) fn validate(
     }
     if spec.kind == TestKind::Pps && spec.protocol != Protocol::Udp {
         return bad("packet rate tests are UDP".into());
+    }
+    if let Some(cap) = cfg.max_bitrate {
+        // Each direction's UDP rate is the client's to ask: the agent sends it, or must take
+        // it in. Unlimited (0) is above any cap.
+        let asked = spec
+            .bitrate_per_stream
+            .saturating_mul(u64::from(spec.streams));
+        let udp_load = spec.protocol == Protocol::Udp && spec.kind != TestKind::Latency;
+        if udp_load && (spec.bitrate_per_stream == 0 || asked > cap) {
+            return limit(format!(
+                "{} asked, this agent allows at most {} per session (sonde server --max-bitrate)",
+                if spec.bitrate_per_stream == 0 {
+                    "an unlimited rate".to_owned()
+                } else {
+                    format!("{:.1} Mbit/s", asked as f64 / 1e6)
+                },
+                format_args!("{:.1} Mbit/s", cap as f64 / 1e6)
+            ));
+        }
     }
     Ok(())
 }

@@ -678,6 +678,9 @@ impl<'a> Test<'a> {
         let failed = |e: std::io::Error| RoleOutcome::Failed(e.to_string());
         match channel {
             DataChannel::Tcp(s) => {
+                if let Err(e) = self.pace(s) {
+                    return failed(e);
+                }
                 sonde_net::bulk::tcp_send(s, spec.msg_size, clock, until_ns, stop, counters)
                     .map_or_else(failed, |o| {
                         let info = TcpInfoSample::read(s).ok().map(|t| t.stats(index_u32(i)));
@@ -696,6 +699,26 @@ impl<'a> Test<'a> {
             )
             .map_or_else(failed, |o| RoleOutcome::Sent(o, None)),
         }
+    }
+
+    /// With `max_bitrate`, paces a sending TCP stream to its share of the cap
+    /// (`SO_MAX_PACING_RATE`: the kernel holds the stream to it, with fq or TCP's own pacing).
+    fn pace(&self, s: &TcpStream) -> std::io::Result<()> {
+        let Some(cap) = self.shared.cfg.max_bitrate else {
+            return Ok(());
+        };
+        let senders = (0..self.channels.len())
+            .filter(|&i| self.agent_sends(i))
+            .count();
+        let share = cap / 8 / u64::try_from(senders.max(1)).unwrap_or(1);
+        let options = sonde_net::socket::DataOptions {
+            max_pacing_rate_bytes_per_second: Some(share.max(1)),
+            ..sonde_net::socket::DataOptions::default()
+        };
+        options
+            .apply_tcp(s)
+            .map(|_| ())
+            .map_err(|e| std::io::Error::other(e.to_string()))
     }
 
     /// What this session cost the agent, from its meter and its data loops' counters.

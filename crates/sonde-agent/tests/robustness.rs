@@ -1387,3 +1387,59 @@ fn a_client_that_never_asks_for_a_test_stays_pending() {
     ));
     assert_serves(&h);
 }
+
+// ---------------------------------------------------------------------------------------------
+// --max-bitrate
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn max_bitrate_paces_what_the_agent_sends_and_refuses_udp_above_it() {
+    const CAP: u64 = 20_000_000;
+    let h = agent(|c| c.max_bitrate = Some(CAP));
+    let udp = |direction, bitrate| ThroughputOptions {
+        protocol: Protocol::Udp,
+        direction,
+        msg_size: 1200,
+        bitrate,
+        duration: Duration::from_millis(300),
+        ..ThroughputOptions::default()
+    };
+    // The case: a reverse UDP test at no limit; and forward UDP above the cap.
+    for opts in [udp(Direction::Reverse, 0), udp(Direction::Forward, 3 * CAP)] {
+        match sonde_client::throughput(&target(&h), &opts, &mut |_| {}) {
+            Err(
+                e @ ClientError::Refused {
+                    reason: Refusal::Limits,
+                    ..
+                },
+            ) => {
+                assert_eq!(e.exit_code(), 4);
+                assert!(e.to_string().contains("--max-bitrate"), "{e}");
+            }
+            other => panic!("expected a refusal for limits, got {other:?}"),
+        }
+    }
+    // Within the cap, UDP runs both ways.
+    for direction in [Direction::Forward, Direction::Reverse] {
+        let r = sonde_client::throughput(&target(&h), &udp(direction, CAP / 2), &mut |_| {})
+            .unwrap_or_else(|e| panic!("UDP {direction:?} within the cap: {e}"));
+        assert!(r.receiver.bytes > 0);
+    }
+    // TCP the agent sends is paced to the cap, shared by its streams: on loopback it would
+    // otherwise run at gigabits per second.
+    let tcp = ThroughputOptions {
+        protocol: Protocol::Tcp,
+        direction: Direction::Reverse,
+        parallel: 2,
+        duration: Duration::from_secs(1),
+        ..ThroughputOptions::default()
+    };
+    let r = sonde_client::throughput(&target(&h), &tcp, &mut |_| {}).expect("TCP reverse");
+    assert!(r.receiver.bytes > 0);
+    assert!(
+        r.receiver.bits_per_second < 2.0 * CAP as f64,
+        "the agent sent {:.1} Mbit/s with a {} Mbit/s cap",
+        r.receiver.bits_per_second / 1e6,
+        CAP / 1_000_000
+    );
+}

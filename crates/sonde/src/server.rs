@@ -49,6 +49,13 @@ pub(crate) struct Opt {
     /// prints. The data connections of its admitted sessions come on top
     #[arg(long, default_value_t = 16, value_name = "N")]
     max_pending_per_source: usize,
+    /// Caps each sonde session's data rate, like iperf3's --server-bitrate-limit (e.g. 100M).
+    /// What the agent sends is clamped: its TCP streams (reverse, bidir) are paced to the cap,
+    /// shared among them. A UDP test (throughput or pps, either direction) asking for more, or
+    /// for no limit, is refused (exit code 4). TCP the client sends is not limited: its rate
+    /// is the path's. Not applied to iperf3 and sockperf clients
+    #[arg(long, value_name = "RATE", value_parser = crate::units::bitrate)]
+    max_bitrate: Option<u64>,
     /// Longest test a client may ask for, in seconds
     #[arg(long, default_value = "300", value_name = "SECS", value_parser = crate::units::seconds)]
     max_duration: Duration,
@@ -85,6 +92,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         let mut c = AgentConfig::new(SocketAddr::new(ip, opt.port));
         c.max_sessions = opt.max_sessions;
         c.max_sessions_per_source = opt.max_sessions_per_source;
+        c.max_bitrate = opt.max_bitrate;
         c.max_pending_per_source = opt.max_pending_per_source;
         c.max_duration = opt.max_duration;
         c.max_streams = opt.max_streams;
