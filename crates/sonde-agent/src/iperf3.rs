@@ -407,6 +407,20 @@ fn check(p: &Params, cfg: &AgentConfig) -> Result<(), Refusal> {
             format!("{asked} s asked (time + omit), this agent allows {max_s} s (sonde server --max-duration)"),
         ));
     }
+    if let Some(cap) = cfg.max_bitrate.filter(|_| p.udp()) {
+        // iperf3's -b is per stream; 0 is unlimited, above any cap.
+        let asked = u64::try_from(p.bandwidth.saturating_mul(p.parallel)).unwrap_or(u64::MAX);
+        if p.bandwidth == 0 || asked > cap {
+            return Err((
+                errno::IETOTALRATE,
+                0,
+                format!(
+                    "UDP at {} bit/s asked, this agent allows {cap} bit/s (sonde server --max-bitrate)",
+                    if p.bandwidth == 0 { "unlimited".to_owned() } else { asked.to_string() }
+                ),
+            ));
+        }
+    }
     if p.udp() {
         if !(MIN_UDP_LEN..=i64::from(MAX_UDP_PAYLOAD)).contains(&p.len) {
             return Err((
@@ -543,6 +557,22 @@ fn apply_options(
         max_pacing_rate_bytes_per_second: None,
         ..opts.clone()
     };
+    // With --max-bitrate the agent's sending streams share the cap (below any --fq-rate).
+    let senders = (0..streams.len()).filter(|&i| !p.client_sends(i)).count();
+    let sending = match shared.cfg.max_bitrate {
+        Some(cap) if senders > 0 => {
+            let share = (cap / 8 / u64::try_from(senders).unwrap_or(1)).max(1);
+            DataOptions {
+                max_pacing_rate_bytes_per_second: Some(
+                    opts.max_pacing_rate_bytes_per_second
+                        .map_or(share, |r| r.min(share)),
+                ),
+                ..opts.clone()
+            }
+        }
+        _ => opts.clone(),
+    };
+    let opts = &sending;
     let mut congestion_used = None;
     for (i, stream) in streams.iter().enumerate() {
         let agent_sends = !p.client_sends(i);

@@ -74,7 +74,8 @@ pub struct AgentConfig {
     /// A cap on one sonde session's data rate, bits per second, like iperf3's
     /// `--server-bitrate-limit`: the agent's TCP senders are paced to it (`SO_MAX_PACING_RATE`,
     /// shared among the session's sending streams), and a UDP throughput or pps test asking for
-    /// more in either direction (or for no limit) is refused. `None`: no cap.
+    /// more in either direction (or for no limit) is refused; the iperf3 listener does the same
+    /// (IETOTALRATE). `None`: no cap.
     pub max_bitrate: Option<u64>,
     /// How long a new connection may take to say who it is.
     pub hello_timeout: Duration,

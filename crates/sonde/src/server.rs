@@ -52,8 +52,9 @@ pub(crate) struct Opt {
     /// Caps each sonde session's data rate, like iperf3's --server-bitrate-limit (e.g. 100M).
     /// What the agent sends is clamped: its TCP streams (reverse, bidir) are paced to the cap,
     /// shared among them. A UDP test (throughput or pps, either direction) asking for more, or
-    /// for no limit, is refused (exit code 4). TCP the client sends is not limited: its rate
-    /// is the path's. Not applied to iperf3 and sockperf clients
+    /// for no limit, is refused (exit code 4; iperf3 clients get "total required bandwidth is
+    /// larger than server limit"). TCP the client sends is not limited: its rate is the path's.
+    /// Applies to sonde and iperf3 clients, not to sockperf's
     #[arg(long, value_name = "RATE", value_parser = crate::units::bitrate)]
     max_bitrate: Option<u64>,
     /// Longest test a client may ask for, in seconds
