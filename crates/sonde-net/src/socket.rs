@@ -85,9 +85,9 @@ pub fn tcp_listen(bind: SocketAddr) -> io::Result<TcpListener> {
     Ok(sock.into())
 }
 
-/// The agent's UDP socket on the shared port, shareable (see [`share_udp_port`]) so that
-/// [`udp_flow`] sockets can bind the same address and port, and a large receive buffer.
-/// Dual-stack like [`tcp_listen`].
+/// The agent's UDP socket on the shared port, shareable (`SO_REUSEPORT` on Linux: only by the
+/// agent's own user) so that [`udp_flow`] sockets can bind the same address and port, and a
+/// large receive buffer. Dual-stack like [`tcp_listen`].
 pub fn udp_listen(bind: SocketAddr) -> io::Result<UdpSocket> {
     let sock = udp_socket(bind)?;
     share_udp_port(&sock)?;
@@ -101,7 +101,7 @@ pub fn udp_listen(bind: SocketAddr) -> io::Result<UdpSocket> {
 /// this socket rather than the listener. `local` must be the listener's own bound address (an
 /// IPv6 wildcard listener gets IPv6 flow sockets, connected to v4-mapped peers as needed).
 ///
-/// Both sockets share the port ([`share_udp_port`]); Linux prefers the connected socket when
+/// Both sockets share the port (`SO_REUSEPORT` on Linux); Linux prefers the connected socket when
 /// it looks up the receiver of a datagram (a reuseport group with connected members is not
 /// load-balanced), so the listener keeps getting only what no flow socket claims.
 pub fn udp_flow(local: SocketAddr, peer: SocketAddr) -> io::Result<UdpSocket> {
