@@ -290,19 +290,19 @@ enum Served {
     Rejected,
 }
 
-/// A crr connection from the ordinary path, its preamble read. It stops counting as pending
-/// once it has shown a valid token.
+/// A crr connection from the ordinary path, its preamble read. It counts as pending until it
+/// ends, since it holds a thread for as long as its exchange may stall (the crr timeout): its
+/// source may hold as many more pending connections as its crr sessions have workers, so a
+/// stalled join costs a place of that bound, not a thread outside every bound.
 pub(crate) fn serve_spawned(
     stream: TcpStream,
     preamble: Preamble,
     shared: &Shared,
-    pending: &mut Option<PendingGuard<'_>>,
+    _pending: &mut Option<PendingGuard>,
 ) {
     let cpu_start = CpuSnapshot::take(CpuScope::Thread).ok();
     let served = if preamble.check_version().is_ok() {
-        serve(stream, shared, true, cpu_start, || {
-            pending.take();
-        })
+        serve(stream, shared, true, cpu_start, || {})
     } else {
         Served::Rejected
     };
@@ -487,24 +487,9 @@ fn take_offered(stream: TcpStream, shared: &Arc<Shared>) {
     }
 }
 
-/// The accept loop's ordinary path: a thread of its own, under the `max_pending` limit.
+/// The accept loop's ordinary path: a thread of its own, under the pending limits.
 fn ordinary_path(stream: TcpStream, shared: &Arc<Shared>) {
-    let in_flight = shared.pending.fetch_add(1, Ordering::AcqRel);
-    if in_flight >= shared.cfg.max_pending {
-        shared.pending.fetch_sub(1, Ordering::AcqRel);
-        shared
-            .rejections
-            .pending_full
-            .fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    let conn_shared = Arc::clone(shared);
-    let spawned = thread::Builder::new()
-        .name("sonde-conn".into())
-        .spawn(move || crate::handle_connection(stream, &conn_shared));
-    if spawned.is_err() {
-        shared.pending.fetch_sub(1, Ordering::AcqRel);
-    }
+    crate::spawn_connection(stream, shared);
 }
 
 #[cfg(test)]
@@ -536,6 +521,7 @@ mod tests {
         let hello = ControlMsg::Hello {
             protocol: sonde_wire::PROTOCOL_VERSION,
             software: "crr test".into(),
+            nonce: sonde_wire::auth::Nonce([1; 32]),
         };
         write_frame(&mut ctrl, &hello).unwrap();
         let mut body = Vec::new();
@@ -554,8 +540,8 @@ mod tests {
             duration_ms: 5_000,
             interval_ms: 0,
         };
-        write_frame(&mut ctrl, &ControlMsg::Start { spec }).unwrap();
-        let Ok(ControlMsg::Accepted { token }) = read_frame(&mut ctrl, &mut body, deadline())
+        write_frame(&mut ctrl, &ControlMsg::Start { spec, proof: None }).unwrap();
+        let Ok(ControlMsg::Accepted { token, .. }) = read_frame(&mut ctrl, &mut body, deadline())
         else {
             panic!("the crr session was not accepted");
         };
@@ -677,6 +663,45 @@ mod tests {
         wait_for("the rejection count", || {
             h.rejections().bad_crr.load(Ordering::Relaxed) == 6
         });
+    }
+
+    #[test]
+    fn stalled_joins_hold_pending_places_not_unbounded_threads() {
+        // Before, each join that showed a valid token and then stalled held a thread outside
+        // every bound for the crr timeout: thousands of them made thousands of threads.
+        const STALLED: usize = 60;
+        let h = agent();
+        let (mut ctrl, token) = session(&h, 1, 50);
+        let join = CrrJoin {
+            token,
+            worker: 0,
+            rst: false,
+            response_size: 10,
+        };
+        let mut out = Preamble {
+            version: sonde_wire::PROTOCOL_VERSION,
+            channel: Channel::Crr,
+        }
+        .encode()
+        .to_vec();
+        out.extend_from_slice(&join.encode());
+        let held: Vec<TcpStream> = (0..STALLED)
+            .map(|_| {
+                let mut s = TcpStream::connect(h.local_addr()).unwrap();
+                // The join, and never the request.
+                let _ = s.write_all(&out);
+                s
+            })
+            .collect();
+        // The pool's threads take a few; the ordinary path holds the source's pending places
+        // (16, and one more for the session's one worker); the rest are refused at once.
+        let bound = POOL_THREADS + AgentConfig::new(h.local_addr()).max_pending_per_source + 1;
+        let refused = (STALLED - bound) as u64;
+        wait_for("the refusals", || {
+            h.rejections().pending_source_full.load(Ordering::Relaxed) >= refused
+        });
+        drop(held);
+        let _ = finish(&mut ctrl);
     }
 
     #[test]
@@ -807,6 +832,7 @@ mod tests {
             let hello = ControlMsg::Hello {
                 protocol: sonde_wire::PROTOCOL_VERSION,
                 software: "crr test".into(),
+                nonce: sonde_wire::auth::Nonce([1; 32]),
             };
             write_frame(&mut ctrl, &hello).unwrap();
             let mut body = Vec::new();
@@ -821,7 +847,7 @@ mod tests {
                 duration_ms: 1_000,
                 interval_ms: 0,
             };
-            write_frame(&mut ctrl, &ControlMsg::Start { spec }).unwrap();
+            write_frame(&mut ctrl, &ControlMsg::Start { spec, proof: None }).unwrap();
             let reply = read_frame(&mut ctrl, &mut body, Instant::now() + PATIENCE);
             assert!(
                 matches!(

@@ -35,6 +35,7 @@ use sonde_wire::iperf3::{
     UDP_CONNECT_REPLY,
 };
 
+use crate::admission::{self, Door};
 use crate::{
     canonical, lock, peer_of, AgentConfig, CompatListener, CompatSession, PendingGuard, Shared,
     MAX_MSG_SIZE, MAX_UDP_PAYLOAD,
@@ -113,27 +114,28 @@ pub(crate) fn serve(listener: CompatListener, shared: &Arc<Shared>) {
         .ok();
     // The accept index orders data streams: a real client opens stream k+1 only after stream
     // k's connection and cookie, so accept order is the client's order (PROTOCOLS.md 1.7).
-    for (index, conn) in (0u64..).zip(tcp.incoming()) {
-        if shared.shutdown.load(Ordering::Relaxed) {
-            break;
-        }
-        let Ok(stream) = conn else { continue };
-        let in_flight = shared.pending.fetch_add(1, Ordering::AcqRel);
-        if in_flight >= shared.cfg.max_pending {
-            shared.pending.fetch_sub(1, Ordering::AcqRel);
-            shared
-                .rejections
-                .pending_full
-                .fetch_add(1, Ordering::Relaxed);
+    let connections = std::iter::from_fn(|| crate::next_connection(&tcp, shared));
+    for (index, stream) in (0u64..).zip(connections) {
+        // A source may hold as many more pending connections as its tests still expect
+        // streams: a client's own -P burst is never refused.
+        let allowance = |ip| {
+            lock(&state.tests)
+                .iter()
+                .filter(|t| canonical(t.peer_ip) == ip)
+                .map(|t| {
+                    let st = lock(&t.state);
+                    st.expected.saturating_sub(st.streams.len())
+                })
+                .fold(0, usize::saturating_add)
+        };
+        let Some(guard) = admission::let_in(shared, Door::Iperf3, &stream, allowance) else {
             continue;
-        }
+        };
         let conn_state = Arc::clone(&state);
-        let spawned = thread::Builder::new()
+        // A failed spawn drops the closure, and with it the connection and its pending place.
+        let _ = thread::Builder::new()
             .name("sonde-iperf3".into())
-            .spawn(move || handle_connection(stream, index, &conn_state));
-        if spawned.is_err() {
-            shared.pending.fetch_sub(1, Ordering::AcqRel);
-        }
+            .spawn(move || handle_connection(stream, index, &conn_state, guard));
     }
     if let Some(t) = udp_thread {
         let _ = t.join();
@@ -141,9 +143,8 @@ pub(crate) fn serve(listener: CompatListener, shared: &Arc<Shared>) {
 }
 
 /// Reads a new connection's cookie and hands it to its test or starts a test with it.
-fn handle_connection(mut stream: TcpStream, index: u64, l: &Listener) {
+fn handle_connection(mut stream: TcpStream, index: u64, l: &Listener, pending: PendingGuard) {
     let shared = &*l.shared;
-    let pending = PendingGuard(shared);
     let mut cookie = [0u8; COOKIE_LEN];
     let deadline = Instant::now() + shared.cfg.hello_timeout;
     if let Err(e) = read_exact_by(&mut stream, &mut cookie, deadline) {
@@ -170,12 +171,17 @@ fn handle_connection(mut stream: TcpStream, index: u64, l: &Listener) {
         deny(&mut stream);
         return;
     }
-    let Some(admitted) = shared.admit_compat() else {
+    let admitted = stream
+        .peer_addr()
+        .ok()
+        .and_then(|peer| shared.admit_compat(peer.ip()));
+    let Some(admitted) = admitted else {
         shared.rejections.refused.fetch_add(1, Ordering::Relaxed);
         shared.log(format_args!(
-            "sonde agent: iperf3: refused {}: busy ({} sessions running)",
+            "sonde agent: iperf3: refused {}: busy ({} sessions running, at most {} per address)",
             peer_of(&stream),
-            shared.cfg.max_sessions
+            shared.cfg.max_sessions,
+            shared.cfg.max_sessions_per_source
         ));
         deny(&mut stream);
         return;
@@ -401,6 +407,20 @@ fn check(p: &Params, cfg: &AgentConfig) -> Result<(), Refusal> {
             format!("{asked} s asked (time + omit), this agent allows {max_s} s (sonde server --max-duration)"),
         ));
     }
+    if let Some(cap) = cfg.max_bitrate.filter(|_| p.udp()) {
+        // iperf3's -b is per stream; 0 is unlimited, above any cap.
+        let asked = u64::try_from(p.bandwidth.saturating_mul(p.parallel)).unwrap_or(u64::MAX);
+        if p.bandwidth == 0 || asked > cap {
+            return Err((
+                errno::IETOTALRATE,
+                0,
+                format!(
+                    "UDP at {} bit/s asked, this agent allows {cap} bit/s (sonde server --max-bitrate)",
+                    if p.bandwidth == 0 { "unlimited".to_owned() } else { asked.to_string() }
+                ),
+            ));
+        }
+    }
     if p.udp() {
         if !(MIN_UDP_LEN..=i64::from(MAX_UDP_PAYLOAD)).contains(&p.len) {
             return Err((
@@ -537,6 +557,22 @@ fn apply_options(
         max_pacing_rate_bytes_per_second: None,
         ..opts.clone()
     };
+    // With --max-bitrate the agent's sending streams share the cap (below any --fq-rate).
+    let senders = (0..streams.len()).filter(|&i| !p.client_sends(i)).count();
+    let sending = match shared.cfg.max_bitrate {
+        Some(cap) if senders > 0 => {
+            let share = (cap / 8 / u64::try_from(senders).unwrap_or(1)).max(1);
+            DataOptions {
+                max_pacing_rate_bytes_per_second: Some(
+                    opts.max_pacing_rate_bytes_per_second
+                        .map_or(share, |r| r.min(share)),
+                ),
+                ..opts.clone()
+            }
+        }
+        _ => opts.clone(),
+    };
+    let opts = &sending;
     let mut congestion_used = None;
     for (i, stream) in streams.iter().enumerate() {
         let agent_sends = !p.client_sends(i);

@@ -15,6 +15,7 @@
 //! handle.stop();
 //! ```
 
+mod admission;
 mod clock;
 mod crr;
 mod iperf3;
@@ -24,12 +25,14 @@ mod sockperf;
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+pub(crate) use admission::PendingGuard;
 use sonde_net::control::{read_preamble, ControlError};
+use sonde_wire::auth::{Secret, SessionKey};
 use sonde_wire::{Channel, DataJoin, Limits, TestSpec, Token, UdpJoin, DATA_JOIN_LEN};
 
 /// Errors that stop the agent from starting or serving.
@@ -55,8 +58,25 @@ pub struct AgentConfig {
     pub max_duration: Duration,
     /// Most streams (per direction) in one session.
     pub max_streams: u32,
-    /// Connections that have not finished their hello yet; more are closed at once.
+    /// Connections that are not yet sessions (or data channels handed to one), per listener
+    /// (sonde's port and the iperf3 port each have this many); more are refused at once.
     pub max_pending: usize,
+    /// Of those, what one source address may hold (plus, on sonde's port, the data channels
+    /// its admitted sessions still expect); more from it are refused at once.
+    pub max_pending_per_source: usize,
+    /// Sessions one source address may run at once, of every kind; more are refused.
+    pub max_sessions_per_source: u32,
+    /// Of `max_sessions`, how many the sockperf listener may take (a sockperf session costs
+    /// its peer one datagram or connection: cheap sessions get a budget of their own).
+    pub max_sockperf_sessions: u32,
+    /// sockperf sessions one source address may run at once.
+    pub max_sockperf_sessions_per_source: u32,
+    /// A cap on one sonde session's data rate, bits per second, like iperf3's
+    /// `--server-bitrate-limit`: the agent's TCP senders are paced to it (`SO_MAX_PACING_RATE`,
+    /// shared among the session's sending streams), and a UDP throughput or pps test asking for
+    /// more in either direction (or for no limit) is refused; the iperf3 listener does the same
+    /// (IETOTALRATE). `None`: no cap.
+    pub max_bitrate: Option<u64>,
     /// How long a new connection may take to say who it is.
     pub hello_timeout: Duration,
     /// Print one line per session to stderr.
@@ -65,10 +85,15 @@ pub struct AgentConfig {
     pub iperf3: Option<SocketAddr>,
     /// Also answer real sockperf clients on this address (TCP and UDP), under the same limits.
     pub sockperf: Option<SocketAddr>,
+    /// Admit only sonde clients that prove this secret (`sonde_wire::auth`); `None` admits
+    /// any. The iperf3 and sockperf listeners cannot authenticate (their protocols have no
+    /// room for it): an agent with a secret should not enable them on an untrusted network.
+    pub secret: Option<Secret>,
 }
 
 impl AgentConfig {
-    /// Defaults: 16 sessions, 300 s, 128 streams, 64 pending connections, 5 s hello timeout.
+    /// Defaults: 16 sessions (8 per source address), 300 s, 128 streams, 64 pending
+    /// connections per listener (16 per source address), 5 s hello timeout.
     pub fn new(bind: SocketAddr) -> Self {
         Self {
             bind,
@@ -76,10 +101,16 @@ impl AgentConfig {
             max_duration: Duration::from_secs(300),
             max_streams: 128,
             max_pending: 64,
+            max_pending_per_source: 16,
+            max_sessions_per_source: 8,
+            max_sockperf_sessions: 8,
+            max_sockperf_sessions_per_source: 2,
+            max_bitrate: None,
             hello_timeout: Duration::from_secs(5),
             log: false,
             iperf3: None,
             sockperf: None,
+            secret: None,
         }
     }
 
@@ -103,16 +134,26 @@ const MAX_UDP_PAYLOAD: u32 = 65_507;
 /// Counts of what the agent turned away, by kind.
 #[derive(Debug, Default)]
 pub struct Rejections {
-    /// TCP connections closed because too many were pending.
+    /// TCP connections refused because their listener had its maximum of pending connections.
     pub pending_full: AtomicU64,
+    /// TCP connections refused because their source address had its maximum pending.
+    pub pending_source_full: AtomicU64,
+    /// Sessions refused because their source address ran its maximum of sessions (counted in
+    /// `refused` too, for sonde sessions).
+    pub source_sessions_full: AtomicU64,
     /// TCP connections with a bad or missing preamble or hello.
     pub bad_hello: AtomicU64,
     /// Data channels with an unknown token, wrong source address, or a stream out of range.
     pub bad_join: AtomicU64,
     /// UDP datagrams on the shared port that were not a valid join.
     pub udp_junk: AtomicU64,
-    /// Sessions refused (busy, limits, bad request, version).
+    /// Sessions refused (busy, limits, bad request, version, authentication).
     pub refused: AtomicU64,
+    /// Of those, clients refused for a missing or wrong proof of the shared secret.
+    pub unauthenticated: AtomicU64,
+    /// Accepts that failed because the process was out of file descriptors (or socket memory);
+    /// each is followed by a pause of 100 ms, not an immediate retry.
+    pub out_of_descriptors: AtomicU64,
     /// sockperf listener: TCP connections closed, and UDP datagrams dropped unanswered, because
     /// `max_sessions` sessions were running.
     pub sockperf_refused: AtomicU64,
@@ -145,6 +186,8 @@ pub(crate) struct Slot {
     pub(crate) closed: AtomicBool,
     /// Most other sessions seen running at once during this one.
     pub(crate) overlap: AtomicU32,
+    /// With a shared secret: the session's key, which its UDP joins must be signed with.
+    pub(crate) key: Option<SessionKey>,
 }
 
 pub(crate) struct Shared {
@@ -152,7 +195,14 @@ pub(crate) struct Shared {
     pub(crate) local: SocketAddr,
     pub(crate) slots: Mutex<HashMap<Token, Arc<Slot>>>,
     pub(crate) shutdown: AtomicBool,
-    pub(crate) pending: AtomicUsize,
+    /// Connections of sonde's port that are not yet sessions.
+    pub(crate) pending_sonde: admission::Pending,
+    /// Connections of the iperf3 port that are not yet sessions.
+    pub(crate) pending_iperf3: admission::Pending,
+    /// Compatibility-listener sessions per source address (under the `slots` lock).
+    pub(crate) compat_by_source: Mutex<HashMap<IpAddr, u32>>,
+    /// sockperf sessions per source address.
+    pub(crate) sockperf_by_source: Mutex<HashMap<IpAddr, u32>>,
     pub(crate) next_session: AtomicU64,
     pub(crate) rejections: Rejections,
     /// Sessions of the compatibility listeners (iperf3, sockperf) running now; they count
@@ -169,13 +219,63 @@ impl Shared {
         lock(&self.slots)
     }
 
-    /// Admits a session if there is room, noting the overlap in every running session.
-    pub(crate) fn admit(&self, slot: Arc<Slot>) -> Option<Token> {
-        let mut slots = self.slots();
-        let running = self.running(&slots);
-        if running >= self.cfg.max_sessions {
-            return None;
+    pub(crate) fn pending(&self, door: admission::Door) -> &admission::Pending {
+        match door {
+            admission::Door::Sonde => &self.pending_sonde,
+            admission::Door::Iperf3 => &self.pending_iperf3,
         }
+    }
+
+    /// The connections `ip`'s admitted sessions may still open: their data channels, and the
+    /// workers of a crr session.
+    pub(crate) fn joins_expected_from(&self, ip: IpAddr) -> usize {
+        self.slots()
+            .values()
+            .filter(|s| canonical(s.peer_ip) == ip)
+            .map(|s| match s.spec.kind {
+                sonde_wire::TestKind::Crr => s.spec.streams,
+                _ => s.spec.channels(),
+            })
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+            .fold(0, usize::saturating_add)
+    }
+
+    /// Sessions `ip` runs now, of every kind; the caller holds the `slots` lock.
+    fn running_from(&self, slots: &HashMap<Token, Arc<Slot>>, ip: IpAddr) -> u32 {
+        let sonde = slots
+            .values()
+            .filter(|s| canonical(s.peer_ip) == ip)
+            .count();
+        let compat = lock(&self.compat_by_source).get(&ip).copied().unwrap_or(0);
+        u32::try_from(sonde)
+            .unwrap_or(u32::MAX)
+            .saturating_add(compat)
+    }
+
+    /// Whether a new session from `ip` fits: the agent's and the source's limits.
+    fn room_for(
+        &self,
+        slots: &HashMap<Token, Arc<Slot>>,
+        ip: IpAddr,
+    ) -> Result<u32, admission::Full> {
+        let running = self.running(slots);
+        if running >= self.cfg.max_sessions {
+            return Err(admission::Full::Listener);
+        }
+        if self.running_from(slots, ip) >= self.cfg.max_sessions_per_source {
+            self.rejections
+                .source_sessions_full
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(admission::Full::Source);
+        }
+        Ok(running)
+    }
+
+    /// Admits a session if there is room (for the agent and for its source address), noting
+    /// the overlap in every running session.
+    pub(crate) fn admit(&self, slot: Arc<Slot>) -> Result<Token, admission::Full> {
+        let mut slots = self.slots();
+        let running = self.room_for(&slots, canonical(slot.peer_ip))?;
         let token = loop {
             let t = Token(random_u64());
             if !slots.contains_key(&t) {
@@ -187,7 +287,7 @@ impl Shared {
         }
         slot.overlap.store(running, Ordering::Relaxed);
         slots.insert(token, slot);
-        Some(token)
+        Ok(token)
     }
 
     /// Sessions running now, of every kind; the caller holds the `slots` lock.
@@ -197,20 +297,19 @@ impl Shared {
             .saturating_add(self.compat_sessions.load(Ordering::Acquire))
     }
 
-    /// Admits a compatibility-listener session (iperf3, sockperf) if there is room. The session
-    /// counts against `max_sessions` until the guard drops. Running sonde sessions see it as
-    /// overlap.
-    pub(crate) fn admit_compat(&self) -> Option<CompatSession<'_>> {
+    /// Admits a compatibility-listener session (iperf3, sockperf) from `ip` if there is room
+    /// (for the agent and for that source). The session counts against `max_sessions` and
+    /// `max_sessions_per_source` until the guard drops. Running sonde sessions see it as overlap.
+    pub(crate) fn admit_compat(&self, ip: IpAddr) -> Option<CompatSession<'_>> {
+        let ip = canonical(ip);
         let slots = self.slots();
-        let running = self.running(&slots);
-        if running >= self.cfg.max_sessions {
-            return None;
-        }
+        let running = self.room_for(&slots, ip).ok()?;
         for other in slots.values() {
             other.overlap.fetch_max(running, Ordering::Relaxed);
         }
+        *lock(&self.compat_by_source).entry(ip).or_insert(0) += 1;
         self.compat_sessions.fetch_add(1, Ordering::AcqRel);
-        Some(CompatSession(self))
+        Some(CompatSession(self, ip))
     }
 
     pub(crate) fn log(&self, line: std::fmt::Arguments<'_>) {
@@ -220,12 +319,19 @@ impl Shared {
     }
 }
 
-/// An admitted compatibility-listener session; dropping it frees its place.
-pub(crate) struct CompatSession<'a>(&'a Shared);
+/// An admitted compatibility-listener session from an address; dropping it frees its place.
+pub(crate) struct CompatSession<'a>(&'a Shared, IpAddr);
 
 impl Drop for CompatSession<'_> {
     fn drop(&mut self) {
         let _slots = self.0.slots();
+        let mut by_source = lock(&self.0.compat_by_source);
+        if let Some(n) = by_source.get_mut(&self.1) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                by_source.remove(&self.1);
+            }
+        }
         self.0.compat_sessions.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -240,6 +346,7 @@ pub(crate) struct CompatListener {
 impl CompatListener {
     fn bind(addr: SocketAddr) -> Result<(Self, SocketAddr), Error> {
         let tcp = sonde_net::socket::tcp_listen(addr).map_err(|e| Error::Bind(e, addr))?;
+        sonde_net::socket::set_accept_wake(&tcp).map_err(Error::Listen)?;
         let local = tcp.local_addr().map_err(Error::Listen)?;
         let udp = sonde_net::socket::udp_listen(local).map_err(|e| Error::Bind(e, local))?;
         Ok((Self { tcp, udp }, local))
@@ -264,6 +371,43 @@ fn random_u64() -> u64 {
     u64::from_ne_bytes(b)
 }
 
+/// How long an accept loop pauses when the process is out of file descriptors: the connection
+/// waits in the backlog, and retrying at once would spin a core.
+const DESCRIPTOR_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The next connection on one of the agent's listeners; `None` once the agent is shutting down
+/// (noticed within [`sonde_net::socket::ACCEPT_WAKE`]). Out of descriptors, it counts and backs
+/// off instead of retrying at once.
+pub(crate) fn next_connection(listener: &TcpListener, shared: &Shared) -> Option<TcpStream> {
+    use sonde_net::socket::Accepted;
+    loop {
+        if shared.shutdown.load(Ordering::Relaxed) {
+            return None;
+        }
+        match sonde_net::socket::accept(listener) {
+            Accepted::Connection(stream) => return Some(stream),
+            Accepted::Idle => {}
+            Accepted::OutOfDescriptors => {
+                shared
+                    .rejections
+                    .out_of_descriptors
+                    .fetch_add(1, Ordering::Relaxed);
+                thread::sleep(DESCRIPTOR_BACKOFF);
+            }
+            // A connection reset before it was accepted; a short pause in case it persists.
+            Accepted::Failed(_) => thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// A fresh random nonce for one control connection; `None` without an entropy source (the
+/// connection is then closed: a predictable nonce would allow replays).
+pub(crate) fn random_nonce() -> Option<sonde_wire::auth::Nonce> {
+    let mut n = [0u8; sonde_wire::auth::NONCE_LEN];
+    getrandom::getrandom(&mut n).ok()?;
+    Some(sonde_wire::auth::Nonce(n))
+}
+
 /// A bound agent, not yet serving.
 pub struct Agent {
     tcp: TcpListener,
@@ -277,18 +421,27 @@ impl Agent {
     /// Binds the TCP and UDP sockets on `cfg.bind` (port 0: the OS picks one port, and UDP
     /// takes the same number).
     pub fn bind(cfg: AgentConfig) -> Result<Self, Error> {
+        // Each connection holds a descriptor: the limit is the administrator's hard one, not a
+        // shell's default soft one. Where it cannot be raised the agent runs with what it has.
+        let _ = sonde_net::socket::raise_descriptor_limit();
         let tcp = sonde_net::socket::tcp_listen(cfg.bind).map_err(|e| Error::Bind(e, cfg.bind))?;
+        sonde_net::socket::set_accept_wake(&tcp).map_err(Error::Listen)?;
         let local = tcp.local_addr().map_err(Error::Listen)?;
         let udp = sonde_net::socket::udp_listen(local).map_err(|e| Error::Bind(e, local))?;
         let (iperf3, iperf3_local) = cfg.iperf3.map(CompatListener::bind).transpose()?.unzip();
         let (sockperf, sockperf_local) =
             cfg.sockperf.map(CompatListener::bind).transpose()?.unzip();
+        let pending_sonde = admission::Pending::new(cfg.max_pending, cfg.max_pending_per_source);
+        let pending_iperf3 = admission::Pending::new(cfg.max_pending, cfg.max_pending_per_source);
         let shared = Arc::new(Shared {
             cfg,
             local,
             slots: Mutex::new(HashMap::new()),
             shutdown: AtomicBool::new(false),
-            pending: AtomicUsize::new(0),
+            pending_sonde,
+            pending_iperf3,
+            compat_by_source: Mutex::new(HashMap::new()),
+            sockperf_by_source: Mutex::new(HashMap::new()),
             next_session: AtomicU64::new(1),
             rejections: Rejections::default(),
             compat_sessions: AtomicU32::new(0),
@@ -373,31 +526,12 @@ impl Agent {
             );
         }
         let mut crr_pool = crr::Pool::new(&shared);
-        for conn in tcp.incoming() {
-            if shared.shutdown.load(Ordering::Relaxed) {
-                break;
-            }
-            let Ok(stream) = conn else { continue };
+        while let Some(stream) = next_connection(&tcp, &shared) {
             // While a crr session runs, an idle pool thread takes the connection (crr.rs).
             let Some(stream) = crr_pool.offer(stream) else {
                 continue;
             };
-            let in_flight = shared.pending.fetch_add(1, Ordering::AcqRel);
-            if in_flight >= shared.cfg.max_pending {
-                shared.pending.fetch_sub(1, Ordering::AcqRel);
-                shared
-                    .rejections
-                    .pending_full
-                    .fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let conn_shared = Arc::clone(&shared);
-            let spawned = thread::Builder::new()
-                .name("sonde-conn".into())
-                .spawn(move || handle_connection(stream, &conn_shared));
-            if spawned.is_err() {
-                shared.pending.fetch_sub(1, Ordering::AcqRel);
-            }
+            spawn_connection(stream, &shared);
         }
         if let Some(t) = udp_thread {
             let _ = t.join();
@@ -447,22 +581,10 @@ impl AgentHandle {
     }
 
     fn shutdown(&mut self) {
+        // The accept loops look at the flag at least every `ACCEPT_WAKE`: stopping needs no
+        // connection to ourselves, which a vanished address or a firewall could keep from
+        // arriving.
         self.shared.shutdown.store(true, Ordering::Relaxed);
-        // Wake the blocking accepts with connections of our own.
-        let listeners = [
-            Some(self.shared.local),
-            self.shared.iperf3_local,
-            self.shared.sockperf_local,
-        ];
-        for mut wake in listeners.into_iter().flatten() {
-            if wake.ip().is_unspecified() {
-                wake.set_ip(match wake {
-                    SocketAddr::V4(_) => IpAddr::from([127, 0, 0, 1]),
-                    SocketAddr::V6(_) => IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
-                });
-            }
-            let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
-        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -482,16 +604,22 @@ impl Drop for AgentHandle {
     }
 }
 
-struct PendingGuard<'a>(&'a Shared);
-
-impl Drop for PendingGuard<'_> {
-    fn drop(&mut self) {
-        self.0.pending.fetch_sub(1, Ordering::AcqRel);
-    }
+/// A new connection on sonde's port: a thread of its own if it is let in as pending (its
+/// listener's and its source's limits), else refused at once with a line its client prints.
+pub(crate) fn spawn_connection(stream: TcpStream, shared: &Arc<Shared>) {
+    let allowance = |ip| shared.joins_expected_from(ip);
+    let Some(guard) = admission::let_in(shared, admission::Door::Sonde, &stream, allowance) else {
+        return;
+    };
+    let conn_shared = Arc::clone(shared);
+    // A failed spawn drops the closure, and with it the connection and its pending place.
+    let _ = thread::Builder::new()
+        .name("sonde-conn".into())
+        .spawn(move || handle_connection(stream, &conn_shared, guard));
 }
 
-fn handle_connection(mut stream: TcpStream, shared: &Arc<Shared>) {
-    let mut pending = Some(PendingGuard(shared));
+fn handle_connection(mut stream: TcpStream, shared: &Arc<Shared>, guard: PendingGuard) {
+    let mut pending = Some(guard);
     let deadline = Instant::now() + shared.cfg.hello_timeout;
     let preamble = match read_preamble(&mut stream, deadline) {
         Ok(p) => p,
@@ -606,6 +734,11 @@ fn udp_join(udp: &UdpSocket, datagram: &[u8], from: SocketAddr, shared: &Shared)
     {
         return false;
     }
+    if let Some(key) = &slot.key {
+        if !key.check_join_mac(&join.signed(), &join.mac) {
+            return false;
+        }
+    }
     let ack = UdpJoin { ack: true, ..join }.encode();
     let already = lock(&slot.channels)
         .get(usize::from(join.flow))
@@ -680,6 +813,25 @@ pub(crate) fn validate(
     }
     if spec.kind == TestKind::Pps && spec.protocol != Protocol::Udp {
         return bad("packet rate tests are UDP".into());
+    }
+    if let Some(cap) = cfg.max_bitrate {
+        // Each direction's UDP rate is the client's to ask: the agent sends it, or must take
+        // it in. Unlimited (0) is above any cap.
+        let asked = spec
+            .bitrate_per_stream
+            .saturating_mul(u64::from(spec.streams));
+        let udp_load = spec.protocol == Protocol::Udp && spec.kind != TestKind::Latency;
+        if udp_load && (spec.bitrate_per_stream == 0 || asked > cap) {
+            return limit(format!(
+                "{} asked, this agent allows at most {} per session (sonde server --max-bitrate)",
+                if spec.bitrate_per_stream == 0 {
+                    "an unlimited rate".to_owned()
+                } else {
+                    format!("{:.1} Mbit/s", asked as f64 / 1e6)
+                },
+                format_args!("{:.1} Mbit/s", cap as f64 / 1e6)
+            ));
+        }
     }
     Ok(())
 }

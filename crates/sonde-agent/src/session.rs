@@ -2,8 +2,10 @@
 //!
 //! Besides the counts, a session tells the client what it ran on and what it cost:
 //!
-//! * `Welcome` carries this host's configuration for the interface that faces the client
-//!   ([`sonde_net::hostinfo::collect_for_peer`], about 0.3 ms of `/proc` and `/sys` reads).
+//! * `Accepted` (or `Description`, for `sonde conf`) carries this host's configuration for the
+//!   interface that faces the client ([`sonde_net::hostinfo::collect_for_peer`], about 0.3 ms
+//!   of `/proc` and `/sys` reads), once the client is admitted and, with a shared secret,
+//!   authenticated; `Welcome` says nothing about the host.
 //! * The report's `cpu` is the CPU time of this session's threads only (control, control
 //!   reader, data streams, interval reporter), each counted with `RUSAGE_THREAD` by a
 //!   [`ThreadsMeter`]: sessions running at once do not count each other. Its syscalls are the
@@ -26,6 +28,7 @@ use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
 use sonde_net::cpu::ThreadsMeter;
 use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
+use sonde_wire::auth::{Nonce, Proof, Request, SessionKey};
 use sonde_wire::{
     AgentReport, ControlMsg, CpuReport, IntervalStats, Preamble, Protocol, Refusal, SessionId,
     StreamStats, TcpInfoStats, TestKind, TestSpec, Token, PROTOCOL_VERSION,
@@ -33,6 +36,9 @@ use sonde_wire::{
 
 use crate::{lock, peer_of, validate, DataChannel, PendingGuard, Shared, Slot};
 
+/// How long a client has after the `Welcome` to say what it wants (`Start`, `Describe`); the
+/// connection counts as pending meanwhile.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client has to open all its data channels after `Accepted`.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long UDP receivers keep listening after the sender said it is done, for datagrams still
@@ -48,7 +54,7 @@ pub(crate) fn run(
     mut ctrl: TcpStream,
     preamble: Preamble,
     shared: &Arc<Shared>,
-    pending: &mut Option<PendingGuard<'_>>,
+    pending: &mut Option<PendingGuard>,
 ) -> bool {
     let peer = peer_of(&ctrl);
     let deadline = Instant::now() + shared.cfg.hello_timeout;
@@ -63,8 +69,10 @@ pub(crate) fn run(
         return true;
     }
     let hello = read_frame(&mut ctrl, &mut body, deadline);
-    match hello {
-        Ok(ControlMsg::Hello { protocol, .. }) if protocol == PROTOCOL_VERSION => {}
+    let client_nonce = match hello {
+        Ok(ControlMsg::Hello {
+            protocol, nonce, ..
+        }) if protocol == PROTOCOL_VERSION => nonce,
         Ok(ControlMsg::Hello { protocol, .. }) => {
             let m = format!(
                 "protocol version {protocol} is not supported (this agent speaks {PROTOCOL_VERSION}); upgrade one side"
@@ -73,35 +81,43 @@ pub(crate) fn run(
             return true;
         }
         Ok(_) | Err(_) => return false,
-    }
+    };
+    let Some(agent_nonce) = crate::random_nonce() else {
+        return true;
+    };
     let session = SessionId(shared.next_session.fetch_add(1, Ordering::Relaxed));
-    // The configuration as this client sees the agent: the interface its traffic comes in by.
-    let host = ctrl.peer_addr().ok().map(|peer| {
-        Box::new(sonde_net::hostinfo::collect_for_peer(
-            env!("CARGO_PKG_VERSION"),
-            peer.ip(),
-        ))
-    });
+    // Nothing about the host yet: a stranger learns the agent's version, limits and nonce only.
     let welcome = ControlMsg::Welcome {
         protocol: PROTOCOL_VERSION,
         software: SOFTWARE.into(),
         session,
         limits: shared.cfg.limits(),
-        host,
+        nonce: agent_nonce,
+        secret_required: shared.cfg.secret.is_some(),
     };
     if write_frame(&mut ctrl, &welcome).is_err() {
         return true;
     }
-    // From here on the connection is a session, not a pending stranger.
-    pending.take();
-
-    let start = read_frame(
-        &mut ctrl,
-        &mut body,
-        Instant::now() + Duration::from_secs(30),
-    );
-    let Ok(ControlMsg::Start { spec }) = start else {
-        return true;
+    // Still pending (counted against the listener's and the source's limits) until admitted.
+    let request = read_frame(&mut ctrl, &mut body, Instant::now() + START_TIMEOUT);
+    let nonces = (agent_nonce, client_nonce);
+    let (spec, key) = match request {
+        Ok(ControlMsg::Start { spec, proof }) => {
+            let Ok(key) = authenticate(shared, &mut ctrl, &nonces, &Request::Test(&spec), proof)
+            else {
+                return true;
+            };
+            (spec, key)
+        }
+        Ok(ControlMsg::Describe { proof }) => {
+            if authenticate(shared, &mut ctrl, &nonces, &Request::Describe, proof).is_ok() {
+                let host = host_for(&ctrl);
+                let _ = write_frame(&mut ctrl, &ControlMsg::Description { host });
+                let _ = ctrl.shutdown(std::net::Shutdown::Write);
+            }
+            return true;
+        }
+        _ => return true,
     };
     if shared.shutdown.load(Ordering::Relaxed) {
         refuse(
@@ -127,22 +143,40 @@ pub(crate) fn run(
         joined: std::sync::Condvar::new(),
         closed: AtomicBool::new(false),
         overlap: std::sync::atomic::AtomicU32::new(0),
+        key,
     });
-    let Some(token) = shared.admit(Arc::clone(&slot)) else {
-        let m = format!(
-            "the agent is running its maximum of {} sessions; try again shortly (sonde server --max-sessions)",
-            shared.cfg.max_sessions
-        );
-        refuse(shared, &mut ctrl, Refusal::Busy, &m);
-        return true;
+    let token = match shared.admit(Arc::clone(&slot)) {
+        Ok(token) => token,
+        Err(crate::admission::Full::Listener) => {
+            let m = format!(
+                "the agent is running its maximum of {} sessions; try again shortly (sonde server --max-sessions)",
+                shared.cfg.max_sessions
+            );
+            refuse(shared, &mut ctrl, Refusal::Busy, &m);
+            return true;
+        }
+        Err(crate::admission::Full::Source) => {
+            let m = format!(
+                "this address runs its maximum of {} sessions at the agent; try again when one ends (sonde server --max-sessions-per-source)",
+                shared.cfg.max_sessions_per_source
+            );
+            refuse(shared, &mut ctrl, Refusal::SourceBusy, &m);
+            return true;
+        }
     };
     let _registered = Registered { shared, token };
+    // From here on the connection is a session, not a pending stranger.
+    pending.take();
     shared.log(format_args!(
         "sonde agent: session {} from {peer}: {}",
         session.0,
         describe(&spec)
     ));
-    if write_frame(&mut ctrl, &ControlMsg::Accepted { token }).is_err() {
+    let accepted = ControlMsg::Accepted {
+        token,
+        host: host_for(&ctrl),
+    };
+    if write_frame(&mut ctrl, &accepted).is_err() {
         return true;
     }
     if spec.kind == TestKind::Crr {
@@ -179,6 +213,44 @@ impl Drop for Registered<'_> {
     fn drop(&mut self) {
         self.shared.slots().remove(&self.token);
     }
+}
+
+/// The agent's configuration as the client on `ctrl` sees it: the interface its traffic comes
+/// in by. Sent only to admitted (and, with a secret, authenticated) clients.
+fn host_for(ctrl: &TcpStream) -> Option<Box<sonde_wire::HostInfo>> {
+    ctrl.peer_addr().ok().map(|peer| {
+        Box::new(sonde_net::hostinfo::collect_for_peer(
+            env!("CARGO_PKG_VERSION"),
+            peer.ip(),
+        ))
+    })
+}
+
+/// Checks the client's proof of the shared secret when the agent has one, refusing the client
+/// when it is missing or wrong; the session's key (`None` without a secret).
+fn authenticate(
+    shared: &Shared,
+    ctrl: &mut TcpStream,
+    (agent, client): &(Nonce, Nonce),
+    request: &Request<'_>,
+    proof: Option<Proof>,
+) -> Result<Option<SessionKey>, ()> {
+    let Some(secret) = &shared.cfg.secret else {
+        return Ok(None);
+    };
+    let message = match proof {
+        Some(p) if secret.check_proof(agent, client, request, &p) => {
+            return Ok(Some(secret.session_key(agent, client)));
+        }
+        Some(_) => "the shared secret does not match the agent's (check --secret-file or SONDE_SECRET on both sides)",
+        None => "this agent requires a shared secret: give the client the agent's with --secret-file FILE or SONDE_SECRET",
+    };
+    shared
+        .rejections
+        .unauthenticated
+        .fetch_add(1, Ordering::Relaxed);
+    refuse(shared, ctrl, Refusal::Unauthenticated, message);
+    Err(())
 }
 
 fn refuse(shared: &Shared, ctrl: &mut TcpStream, reason: Refusal, message: &str) {
@@ -606,6 +678,9 @@ impl<'a> Test<'a> {
         let failed = |e: std::io::Error| RoleOutcome::Failed(e.to_string());
         match channel {
             DataChannel::Tcp(s) => {
+                if let Err(e) = self.pace(s) {
+                    return failed(e);
+                }
                 sonde_net::bulk::tcp_send(s, spec.msg_size, clock, until_ns, stop, counters)
                     .map_or_else(failed, |o| {
                         let info = TcpInfoSample::read(s).ok().map(|t| t.stats(index_u32(i)));
@@ -624,6 +699,26 @@ impl<'a> Test<'a> {
             )
             .map_or_else(failed, |o| RoleOutcome::Sent(o, None)),
         }
+    }
+
+    /// With `max_bitrate`, paces a sending TCP stream to its share of the cap
+    /// (`SO_MAX_PACING_RATE`: the kernel holds the stream to it, with fq or TCP's own pacing).
+    fn pace(&self, s: &TcpStream) -> std::io::Result<()> {
+        let Some(cap) = self.shared.cfg.max_bitrate else {
+            return Ok(());
+        };
+        let senders = (0..self.channels.len())
+            .filter(|&i| self.agent_sends(i))
+            .count();
+        let share = cap / 8 / u64::try_from(senders.max(1)).unwrap_or(1);
+        let options = sonde_net::socket::DataOptions {
+            max_pacing_rate_bytes_per_second: Some(share.max(1)),
+            ..sonde_net::socket::DataOptions::default()
+        };
+        options
+            .apply_tcp(s)
+            .map(|_| ())
+            .map_err(|e| std::io::Error::other(e.to_string()))
     }
 
     /// What this session cost the agent, from its meter and its data loops' counters.

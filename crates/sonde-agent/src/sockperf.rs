@@ -7,7 +7,10 @@
 //! datagram's source address, over TCP on the same connection. Messages of 14 to 65,507 bytes
 //! are accepted, the default maximum of `sockperf server`.
 //!
-//! Sessions and limits, shared with sonde's own sessions through [`Shared::admit_compat`]:
+//! Sessions and limits, shared with sonde's own sessions through [`Shared::admit_compat`],
+//! within a budget of their own (`max_sockperf_sessions`, `max_sockperf_sessions_per_source`):
+//! a sockperf session costs its peer one datagram, so these cheap sessions may not fill the
+//! agent. Only whole messages count as traffic for the idle timers below:
 //! * **TCP**: each connection is a session on its own thread. When `max_sessions` are running a
 //!   new connection is closed at once (the sockperf client reports the peer closing). A
 //!   connection must send its first message within the hello timeout plus sockperf's 2 s start-up
@@ -40,7 +43,48 @@ use std::time::{Duration, Instant};
 
 use sonde_wire::sockperf::{self, Parsed};
 
-use crate::{CompatListener, CompatSession, Shared};
+use crate::{canonical as canonical_ip, lock, CompatListener, CompatSession, Shared};
+
+/// A sockperf session: a place in the agent's sessions and in the sockperf budget, freed on
+/// drop.
+pub(crate) struct SockperfSession<'a> {
+    _compat: CompatSession<'a>,
+    shared: &'a Shared,
+    ip: std::net::IpAddr,
+}
+
+impl Drop for SockperfSession<'_> {
+    fn drop(&mut self) {
+        let mut by_source = lock(&self.shared.sockperf_by_source);
+        if let Some(n) = by_source.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                by_source.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Admits a sockperf session from `ip` within the sockperf budget (`max_sockperf_sessions`,
+/// `max_sockperf_sessions_per_source`) and the agent's own limits.
+fn admit(shared: &Shared, ip: std::net::IpAddr) -> Option<SockperfSession<'_>> {
+    let ip = canonical_ip(ip);
+    let mut by_source = lock(&shared.sockperf_by_source);
+    let total: u32 = by_source.values().sum();
+    let mine = by_source.get(&ip).copied().unwrap_or(0);
+    if total >= shared.cfg.max_sockperf_sessions
+        || mine >= shared.cfg.max_sockperf_sessions_per_source
+    {
+        return None;
+    }
+    let compat = shared.admit_compat(ip)?;
+    *by_source.entry(ip).or_insert(0) += 1;
+    Some(SockperfSession {
+        _compat: compat,
+        shared,
+        ip,
+    })
+}
 
 /// The largest message accepted, bytes: `sockperf server`'s default maximum.
 pub(crate) const MAX_MSG: u32 = sockperf::SERVER_MAX_MSG;
@@ -89,16 +133,12 @@ pub(crate) fn serve(listener: CompatListener, shared: &Arc<Shared>) {
                 "sonde agent: sockperf UDP not served: cannot start its thread: {e}"
             ));
         }
-        for conn in tcp.incoming() {
-            if shared.shutdown.load(Ordering::Relaxed) {
-                break;
-            }
-            let Ok(stream) = conn else {
-                // Out of file descriptors, or a connection reset before accept: do not spin.
-                thread::sleep(Duration::from_millis(10));
-                continue;
-            };
-            let Some(session) = shared.admit_compat() else {
+        while let Some(stream) = crate::next_connection(&tcp, shared) {
+            let admitted = stream
+                .peer_addr()
+                .ok()
+                .and_then(|peer| admit(shared, peer.ip()));
+            let Some(session) = admitted else {
                 shared
                     .rejections
                     .sockperf_refused
@@ -188,7 +228,7 @@ struct Tally {
     replies: u64,
 }
 
-fn tcp_session(stream: &TcpStream, shared: &Shared, session: CompatSession<'_>) {
+fn tcp_session(stream: &TcpStream, shared: &Shared, session: SockperfSession<'_>) {
     let started = Instant::now();
     let peer = stream
         .peer_addr()
@@ -232,6 +272,9 @@ fn tcp_serve(stream: &TcpStream, shared: &Shared, started: Instant, tally: &mut 
         loop {
             match sockperf::parse(&buf[start..end], MAX_MSG) {
                 Parsed::Message(h) => {
+                    // Only whole messages are traffic: a byte at a time does not keep a
+                    // session alive.
+                    last_data = Instant::now();
                     let len = h.length as usize;
                     let msg = &mut buf[start..start + len];
                     if h.counted_by_server() {
@@ -271,10 +314,7 @@ fn tcp_serve(stream: &TcpStream, shared: &Shared, started: Instant, tally: &mut 
                     TcpEnd::Truncated(end - start)
                 };
             }
-            Ok(n) => {
-                end += n;
-                last_data = Instant::now();
-            }
+            Ok(n) => end += n,
             Err(e) if is_retry(&e) => {}
             Err(e) if is_reset(&e) => return TcpEnd::PeerClosed,
             Err(e) => return TcpEnd::Failed(e.kind()),
@@ -336,7 +376,7 @@ struct UdpPeer<'a> {
     /// Datagrams with unframable bytes from this peer.
     junk: u64,
     /// `None` once the peer has run past `max_duration`: its messages are dropped.
-    session: Option<CompatSession<'a>>,
+    session: Option<SockperfSession<'a>>,
 }
 
 fn udp_loop(udp: &UdpSocket, shared: &Shared) {
@@ -420,8 +460,15 @@ impl<'a> UdpPeers<'a> {
         };
         self.last = index;
         let peer = &mut self.peers[index];
-        peer.last_seen = now;
-        if peer.session.is_some() && !serve_datagram(udp, datagram, from, &mut peer.tally) {
+        if peer.session.is_none() {
+            // Past its maximum duration: not answered until it has been quiet a while.
+            peer.last_seen = now;
+            return;
+        }
+        if serve_datagram(udp, datagram, from, &mut peer.tally) {
+            // Only a message served keeps the peer's session alive.
+            peer.last_seen = now;
+        } else {
             peer.junk += 1;
             shared
                 .rejections
@@ -443,7 +490,7 @@ impl<'a> UdpPeers<'a> {
             return None;
         }
         let session = if self.peers.len() < self.capacity {
-            shared.admit_compat()
+            admit(shared, from.ip())
         } else {
             None
         };
@@ -514,32 +561,31 @@ impl UdpPeer<'_> {
     }
 }
 
-/// Handles every message in one datagram; `false` when some of it could not be framed (the rest
-/// of the datagram is then dropped).
+/// Handles a datagram holding exactly one message, as real sockperf clients send them; `false`
+/// for anything else (a datagram of several messages, or with bytes after its message), which
+/// is dropped unanswered. One reply at most, never longer than its request: the UDP port cannot
+/// amplify traffic toward a spoofed source (one datagram of 105 messages got 105 replies).
 fn serve_datagram(
     udp: &UdpSocket,
     datagram: &mut [u8],
     from: SocketAddr,
     tally: &mut Tally,
 ) -> bool {
-    let mut off = 0;
-    while off < datagram.len() {
-        let Parsed::Message(h) = sockperf::parse(&datagram[off..], MAX_MSG) else {
-            return false;
-        };
-        let len = h.length as usize;
-        if h.counted_by_server() {
-            tally.messages += 1;
-            if h.wants_reply() {
-                let msg = &mut datagram[off..off + len];
-                sockperf::make_reply(msg);
-                // A reply the kernel cannot queue is lost like any other datagram.
-                if udp.send_to(msg, from).is_ok() {
-                    tally.replies += 1;
-                }
+    let Parsed::Message(h) = sockperf::parse(datagram, MAX_MSG) else {
+        return false;
+    };
+    if usize::try_from(h.length).ok() != Some(datagram.len()) {
+        return false;
+    }
+    if h.counted_by_server() {
+        tally.messages += 1;
+        if h.wants_reply() {
+            sockperf::make_reply(datagram);
+            // A reply the kernel cannot queue is lost like any other datagram.
+            if udp.send_to(datagram, from).is_ok() {
+                tally.replies += 1;
             }
         }
-        off += len;
     }
     true
 }

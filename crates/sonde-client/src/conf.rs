@@ -1,6 +1,7 @@
 //! `sonde conf`: this host's configuration and, given an agent, the agent's, as a test between
 //! them would see them (each end's interface toward the other). Asking the agent costs one
-//! hello: its `Welcome` carries its configuration, and no test is started.
+//! hello and a `Describe` (with the proof of the shared secret when the agent requires one): its
+//! `Description` carries its configuration, and no test is started.
 //!
 //! ```no_run
 //! let target = sonde_client::resolve("127.0.0.1", 5300).unwrap();
@@ -29,8 +30,8 @@ pub fn conf(target: Option<&Target>) -> Result<ConfResult, ClientError> {
         },
         Some(target) => {
             // The hello first: an unreachable agent is an error before anything is collected.
-            let welcomed = session::hello(target)?;
-            if welcomed.host.is_none() {
+            let host = session::hello(target)?.describe(target)?;
+            if host.is_none() {
                 warnings.push(
                     "the agent did not report its configuration (a sonde agent older than this client?)"
                         .to_owned(),
@@ -38,7 +39,7 @@ pub fn conf(target: Option<&Target>) -> Result<ConfResult, ClientError> {
             }
             Hosts {
                 client: Context::this_host(target).client_host,
-                server: welcomed.host,
+                server: host,
             }
         }
     };

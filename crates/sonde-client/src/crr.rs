@@ -14,7 +14,6 @@
 //! its own current interval and adds it to the run's once its clock has passed it
 //! (`sonde_net::crr::SharedCrrIntervals`); the intervals end where the workers did.
 
-use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -30,8 +29,8 @@ use sonde_report::{
     CpuCost, CpuCosts, CpuScope, CrrClose, CrrErrors, CrrInterval, CrrResult, Hosts, Meta, Protocol,
 };
 use sonde_wire::{
-    AgentReport, Channel, ControlMsg, CpuReport, CrrReport, Direction, HostInfo, Preamble,
-    SessionId, TestKind, TestSpec, Token, PROTOCOL_VERSION,
+    AgentReport, ControlMsg, CpuReport, CrrReport, Direction, HostInfo, SessionId, TestKind,
+    TestSpec, Token,
 };
 
 use crate::{ClientError, Target};
@@ -43,7 +42,6 @@ pub const MAX_CRR_MESSAGE: u32 = 65_536;
 /// histogram of connect times per interval, allocated before the workers start.
 pub(crate) const MAX_CRR_INTERVALS: u64 = 3_600;
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the agent has to report after `Finish` (it first lets its last exchanges end).
 const REPORT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -172,31 +170,14 @@ fn unexpected(wanted: &str) -> ClientError {
 
 /// Hello, Start, Accepted, Ready.
 fn handshake(target: &Target, spec: &TestSpec) -> Result<Admitted, ClientError> {
-    let mut ctrl = sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, true)
-        .map_err(|e| ClientError::Connect(e, target.addr))?;
-    let preamble = Preamble {
-        version: PROTOCOL_VERSION,
-        channel: Channel::Control,
-    };
-    ctrl.write_all(&preamble.encode())
-        .map_err(|e| ClientError::Connect(e, target.addr))?;
-    write_frame(
-        &mut ctrl,
-        &ControlMsg::Hello {
-            protocol: PROTOCOL_VERSION,
-            software: crate::session::SOFTWARE.into(),
-        },
-    )?;
-    let mut body = Vec::new();
-    let (session, agent_host) = match expect_reply(&mut ctrl, &mut body, "saying hello")? {
-        ControlMsg::Welcome { session, host, .. } => (session, host.map(|h| *h)),
-        _ => return Err(unexpected("a welcome")),
-    };
-    write_frame(&mut ctrl, &ControlMsg::Start { spec: spec.clone() })?;
-    let ControlMsg::Accepted { token } = expect_reply(&mut ctrl, &mut body, "asking for the test")?
-    else {
-        return Err(unexpected("an acceptance"));
-    };
+    let mut welcomed = crate::session::hello(target)?;
+    let (token, agent_host) = welcomed.start(target, spec)?;
+    let crate::session::Welcomed {
+        mut ctrl,
+        mut body,
+        session,
+        ..
+    } = welcomed;
     match expect_reply(&mut ctrl, &mut body, "waiting for the agent")? {
         ControlMsg::Ready => {}
         _ => return Err(unexpected("ready")),
@@ -501,6 +482,7 @@ mod tests {
         Target {
             addr: "127.0.0.1:9".parse().unwrap(),
             label: "127.0.0.1:9".into(),
+            secret: None,
         }
     }
 

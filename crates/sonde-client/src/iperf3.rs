@@ -1748,6 +1748,7 @@ mod tests {
         Target {
             addr: "127.0.0.1:5201".parse().unwrap(),
             label: "127.0.0.1:5201".into(),
+            secret: None,
         }
     }
 

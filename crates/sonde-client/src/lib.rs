@@ -113,6 +113,17 @@ pub struct Target {
     pub addr: SocketAddr,
     /// As the user wrote it (for reports).
     pub label: String,
+    /// The secret the agent requires (`--secret-file`, `SONDE_SECRET`); `None` for an agent
+    /// without one. Not used by `sockperf://` and `iperf3://` targets.
+    pub secret: Option<sonde_wire::auth::Secret>,
+}
+
+impl Target {
+    /// The same target, proving `secret` to the agent.
+    #[must_use]
+    pub fn with_secret(self, secret: Option<sonde_wire::auth::Secret>) -> Self {
+        Self { secret, ..self }
+    }
 }
 
 /// Resolves `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address.
@@ -139,6 +150,7 @@ pub fn resolve(spec: &str, default_port: u16) -> Result<Target, ClientError> {
     Ok(Target {
         addr,
         label: addr.to_string(),
+        secret: None,
     })
 }
 

@@ -160,6 +160,7 @@ mod tests {
         let target = Target {
             addr: "127.0.0.1:9".parse().unwrap(),
             label: "x".into(),
+            secret: None,
         };
         let mut opt = LoadOptions::default();
         opt.probes.count = Some(10);

@@ -534,6 +534,7 @@ mod context_tests {
         Target {
             addr: "127.0.0.1:5300".parse().unwrap(),
             label: "127.0.0.1:5300".into(),
+            secret: None,
         }
     }
 

@@ -24,6 +24,7 @@ use sonde_net::latency::{LatencyOutcome, PingConfig};
 use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
 use sonde_report::IntervalResult;
+use sonde_wire::auth::{Nonce, Proof, Request, SessionKey, JOIN_MAC_LEN};
 use sonde_wire::{
     AgentReport, Channel, ControlMsg, CpuReport, DataJoin, HostInfo, IntervalStats, Preamble,
     Protocol, SessionId, StreamStats, TcpInfoStats, TestKind, TestSpec, Token, UdpJoin,
@@ -192,15 +193,89 @@ fn expect_reply(
 
 /// The agent's answer to a hello.
 pub(crate) struct Welcomed {
-    ctrl: TcpStream,
-    body: Vec<u8>,
+    pub(crate) ctrl: TcpStream,
+    pub(crate) body: Vec<u8>,
     pub(crate) session: SessionId,
     limits: sonde_wire::Limits,
-    /// The agent's configuration; `None` from an agent that does not say.
-    pub(crate) host: Option<HostInfo>,
+    /// Both nonces of this connection: the agent's, then the client's.
+    nonces: (Nonce, Nonce),
 }
 
-/// Connects and says hello: enough for the agent's configuration (`sonde conf`).
+impl Welcomed {
+    /// The proof of the target's secret for `request` on this connection (none without one).
+    fn proof(&self, target: &Target, request: &Request<'_>) -> Option<Proof> {
+        let (agent, client) = &self.nonces;
+        target
+            .secret
+            .as_ref()
+            .map(|s| s.proof(agent, client, request))
+    }
+
+    /// The key that signs this session's UDP joins (none without a secret).
+    pub(crate) fn session_key(&self, target: &Target) -> Option<SessionKey> {
+        let (agent, client) = &self.nonces;
+        target.secret.as_ref().map(|s| s.session_key(agent, client))
+    }
+
+    /// Asks for `spec`, proving the secret when there is one; the agent's token and its host
+    /// configuration (which it sends only once it has admitted the client).
+    pub(crate) fn start(
+        &mut self,
+        target: &Target,
+        spec: &TestSpec,
+    ) -> Result<(Token, Option<HostInfo>), ClientError> {
+        let proof = self.proof(target, &Request::Test(spec));
+        let start = ControlMsg::Start {
+            spec: spec.clone(),
+            proof,
+        };
+        // A refusal may already be waiting when the write fails (an agent that refused and
+        // closed): read it before giving up on the write.
+        let written = write_frame(&mut self.ctrl, &start);
+        let reply = expect_reply(
+            &mut self.ctrl,
+            &mut self.body,
+            HANDSHAKE_TIMEOUT,
+            "asking for the test",
+        );
+        match (reply, written) {
+            (Ok(ControlMsg::Accepted { token, host }), Ok(())) => Ok((token, host.map(|h| *h))),
+            (Err(e @ ClientError::Refused { .. }), _) => Err(e),
+            (_, Err(e)) => Err(e.into()),
+            (Ok(other), Ok(())) => Err(unexpected(&other, "an acceptance")),
+            (Err(e), Ok(())) => Err(e),
+        }
+    }
+
+    /// Asks the agent to describe its host (`sonde conf`), proving the secret when there is one.
+    pub(crate) fn describe(mut self, target: &Target) -> Result<Option<HostInfo>, ClientError> {
+        let proof = self.proof(target, &Request::Describe);
+        let written = write_frame(&mut self.ctrl, &ControlMsg::Describe { proof });
+        let reply = expect_reply(
+            &mut self.ctrl,
+            &mut self.body,
+            HANDSHAKE_TIMEOUT,
+            "asking for its configuration",
+        );
+        match (reply, written) {
+            (Ok(ControlMsg::Description { host }), Ok(())) => Ok(host.map(|h| *h)),
+            (Err(e @ ClientError::Refused { .. }), _) => Err(e),
+            (_, Err(e)) => Err(e.into()),
+            (Ok(other), Ok(())) => Err(unexpected(&other, "a description")),
+            (Err(e), Ok(())) => Err(e),
+        }
+    }
+}
+
+/// A fresh random nonce for one connection.
+fn fresh_nonce() -> Result<Nonce, ClientError> {
+    let mut n = [0u8; sonde_wire::auth::NONCE_LEN];
+    getrandom::getrandom(&mut n)
+        .map_err(|e| ClientError::Usage(format!("no random numbers for a nonce: {e}")))?;
+    Ok(Nonce(n))
+}
+
+/// Connects and says hello.
 pub(crate) fn hello(target: &Target) -> Result<Welcomed, ClientError> {
     let mut ctrl = sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, true)
         .map_err(|e| ClientError::Connect(e, target.addr))?;
@@ -209,63 +284,69 @@ pub(crate) fn hello(target: &Target) -> Result<Welcomed, ClientError> {
         version: PROTOCOL_VERSION,
         channel: Channel::Control,
     };
+    let client_nonce = fresh_nonce()?;
     let hello = ControlMsg::Hello {
         protocol: PROTOCOL_VERSION,
         software: SOFTWARE.into(),
+        nonce: client_nonce,
     };
-    ctrl.write_all(&preamble.encode())
-        .map_err(|e| ClientError::Connect(e, target.addr))?;
-    write_frame(&mut ctrl, &hello)?;
-    match expect_reply(&mut ctrl, &mut body, HANDSHAKE_TIMEOUT, "saying hello")? {
-        ControlMsg::Welcome {
-            session,
-            limits,
-            host,
-            ..
-        } => Ok(Welcomed {
+    // A refusal (a full agent, too many connections from this address) may be waiting when a
+    // write fails: the reply is read either way.
+    let written = ctrl
+        .write_all(&preamble.encode())
+        .map_err(ControlError::from)
+        .and_then(|()| write_frame(&mut ctrl, &hello));
+    match (
+        expect_reply(&mut ctrl, &mut body, HANDSHAKE_TIMEOUT, "saying hello"),
+        written,
+    ) {
+        (
+            Ok(ControlMsg::Welcome {
+                session,
+                limits,
+                nonce,
+                ..
+            }),
+            Ok(()),
+        ) => Ok(Welcomed {
             ctrl,
             body,
             session,
             limits,
-            host: host.map(|h| *h),
+            nonces: (nonce, client_nonce),
         }),
-        other => Err(unexpected(&other, "a welcome")),
+        (Err(e @ ClientError::Refused { .. }), _) => Err(e),
+        (_, Err(e)) => Err(e.into()),
+        (Ok(other), Ok(())) => Err(unexpected(&other, "a welcome")),
+        (Err(e), Ok(())) => Err(e),
     }
 }
 
 /// Connects, says hello, asks for the test, joins the data channels and waits for `Ready`.
 pub(crate) fn connect(target: &Target, spec: &TestSpec) -> Result<Connected, ClientError> {
     let started_unix_ms = now_unix_ms();
+    let mut welcomed = hello(target)?;
+    let mut spec = spec.clone();
+    if spec.duration_ms == 0 {
+        // Open-ended (latency -n): as long as the agent allows.
+        spec.duration_ms = welcomed.limits.max_duration_ms;
+    }
+    let (token, server_host) = welcomed.start(target, &spec)?;
+    let key = welcomed.session_key(target);
     let Welcomed {
         mut ctrl,
         mut body,
         session,
-        limits,
-        host: server_host,
-    } = hello(target)?;
+        ..
+    } = welcomed;
     let context = Context {
         agent: true,
         server_host,
         ..Context::this_host(target)
     };
-    let mut spec = spec.clone();
-    if spec.duration_ms == 0 {
-        // Open-ended (latency -n): as long as the agent allows.
-        spec.duration_ms = limits.max_duration_ms;
-    }
-    write_frame(&mut ctrl, &ControlMsg::Start { spec: spec.clone() })?;
-    let token = match expect_reply(
-        &mut ctrl,
-        &mut body,
-        HANDSHAKE_TIMEOUT,
-        "asking for the test",
-    )? {
-        ControlMsg::Accepted { token } => token,
-        other => return Err(unexpected(&other, "an acceptance")),
-    };
     let mut channels = Vec::new();
     for i in 0..spec.channels() {
-        channels.push(open_channel(target, &spec, token, i)?);
+        channels.push(open_channel(target, &spec, token, key.as_ref(), i)?);
     }
     match expect_reply(
         &mut ctrl,
@@ -303,6 +384,7 @@ fn open_channel(
     target: &Target,
     spec: &TestSpec,
     token: Token,
+    key: Option<&SessionKey>,
     index: u32,
 ) -> Result<ClientChannel, ClientError> {
     match spec.protocol {
@@ -326,21 +408,31 @@ fn open_channel(
         Protocol::Udp => {
             let sock = sonde_net::socket::udp_connect(target.addr)
                 .map_err(|e| ClientError::Data(e, index))?;
-            join_udp(&sock, token, index)?;
+            join_udp(&sock, token, key, index)?;
             Ok(ClientChannel::Udp(sock))
         }
     }
 }
 
-/// Sends join datagrams every 100 ms until the agent acknowledges (5 s at most).
-fn join_udp(sock: &UdpSocket, token: Token, index: u32) -> Result<(), ClientError> {
+/// Sends join datagrams (signed with the session key when there is one) every 100 ms until the
+/// agent acknowledges (5 s at most).
+fn join_udp(
+    sock: &UdpSocket,
+    token: Token,
+    key: Option<&SessionKey>,
+    index: u32,
+) -> Result<(), ClientError> {
     let flow =
         u16::try_from(index).map_err(|_| ClientError::Usage("at most 65,536 UDP flows".into()))?;
-    let join = UdpJoin {
+    let mut join = UdpJoin {
         ack: false,
         flow,
         token,
+        mac: [0; JOIN_MAC_LEN],
     };
+    if let Some(key) = key {
+        join.mac = key.join_mac(&join.signed());
+    }
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut buf = [0u8; 64];
     sock.set_read_timeout(Some(Duration::from_millis(100)))

@@ -64,7 +64,7 @@ pub fn parse_target(spec: &str) -> Option<Result<Target, ClientError>> {
     }
     Some(crate::resolve(rest, DEFAULT_PORT).map(|t| Target {
         label: format!("{SCHEME}{}", t.addr),
-        addr: t.addr,
+        ..t
     }))
 }
 

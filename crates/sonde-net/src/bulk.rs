@@ -954,6 +954,7 @@ mod tests {
             ack: false,
             flow: 1,
             token: Token(0x5eed),
+            ..UdpJoin::default()
         };
 
         let received = thread::scope(|s| {

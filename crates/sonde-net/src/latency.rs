@@ -2320,6 +2320,7 @@ mod tests {
             ack: true,
             flow: 0,
             token: Token(7),
+            ..UdpJoin::default()
         }
         .encode();
         let echo = move |sock: &UdpSocket, stop: &AtomicBool| {
@@ -2400,6 +2401,7 @@ mod tests {
             ack: false,
             flow: 3,
             token: Token(0xfeed),
+            ..UdpJoin::default()
         };
         thread::scope(|s| {
             let echo = s.spawn(|| udp_echo(&server, &stop, &counters));
@@ -2685,6 +2687,7 @@ mod tests {
             ack: true,
             flow: 1,
             token: Token(2),
+            ..UdpJoin::default()
         }
         .encode();
         assert_eq!(reply_seq(&ack, 16, 0), None);

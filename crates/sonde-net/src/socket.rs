@@ -18,6 +18,62 @@ pub const UDP_BUFFER_BYTES: usize = 4 << 20;
 /// `net.core.somaxconn`).
 const LISTEN_BACKLOG: i32 = 1024;
 
+/// How long [`accept`] waits for a connection before it returns [`Accepted::Idle`], so that an
+/// accept loop looks at its shutdown flag at least this often without connecting to itself.
+pub const ACCEPT_WAKE: Duration = Duration::from_millis(200);
+
+/// What one call of [`accept`] came back with.
+#[derive(Debug)]
+pub enum Accepted {
+    /// A new connection (blocking, without read or write timeouts).
+    Connection(TcpStream),
+    /// No connection within [`ACCEPT_WAKE`].
+    Idle,
+    /// The process or the system is out of file descriptors (`EMFILE`, `ENFILE`) or socket
+    /// memory (`ENOBUFS`, `ENOMEM`): the connection stays in the backlog, and retrying at once
+    /// would spin. The caller should back off.
+    OutOfDescriptors,
+    /// Anything else (a connection reset before it was accepted): try the next one.
+    Failed(io::Error),
+}
+
+/// Makes `listener`'s [`accept`] return within [`ACCEPT_WAKE`] when nothing arrives: on Linux the
+/// accept honours `SO_RCVTIMEO` (socket(7)); elsewhere the listener is made non-blocking and
+/// [`accept`] waits in short sleeps.
+pub fn set_accept_wake(listener: &TcpListener) -> io::Result<()> {
+    sys::set_accept_wake(listener, ACCEPT_WAKE)
+}
+
+/// Accepts one connection from a listener prepared with [`set_accept_wake`], returning within
+/// about [`ACCEPT_WAKE`].
+pub fn accept(listener: &TcpListener) -> Accepted {
+    match sys::accept_with_wake(listener, ACCEPT_WAKE) {
+        Ok(stream) => {
+            // An accepted socket inherits the listener's timeouts on Linux: clear them.
+            let _ = stream.set_read_timeout(None);
+            let _ = stream.set_nonblocking(false);
+            Accepted::Connection(stream)
+        }
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+            ) =>
+        {
+            Accepted::Idle
+        }
+        Err(e) if sys::out_of_descriptors(&e) => Accepted::OutOfDescriptors,
+        Err(e) => Accepted::Failed(e),
+    }
+}
+
+/// Raises this process's soft limit on open file descriptors (`RLIMIT_NOFILE`) to its hard
+/// limit, so an agent holding many connections meets the limit an administrator set, not the
+/// shell's default soft limit (often 1,024). Returns the (soft, hard) limits now in force.
+pub fn raise_descriptor_limit() -> io::Result<(u64, u64)> {
+    sys::raise_nofile_limit()
+}
+
 /// The agent's TCP listener: `SO_REUSEADDR`; an IPv6 wildcard address also accepts IPv4
 /// (`IPV6_V6ONLY` off). Port 0 picks a free port.
 pub fn tcp_listen(bind: SocketAddr) -> io::Result<TcpListener> {
@@ -29,12 +85,12 @@ pub fn tcp_listen(bind: SocketAddr) -> io::Result<TcpListener> {
     Ok(sock.into())
 }
 
-/// The agent's UDP socket on the shared port, with `SO_REUSEADDR` so that [`udp_flow`] sockets
-/// can bind the same address and port, and a large receive buffer. Dual-stack like
-/// [`tcp_listen`].
+/// The agent's UDP socket on the shared port, shareable (`SO_REUSEPORT` on Linux: only by the
+/// agent's own user) so that [`udp_flow`] sockets can bind the same address and port, and a
+/// large receive buffer. Dual-stack like [`tcp_listen`].
 pub fn udp_listen(bind: SocketAddr) -> io::Result<UdpSocket> {
     let sock = udp_socket(bind)?;
-    sock.set_reuse_address(true)?;
+    share_udp_port(&sock)?;
     dual_stack_if_wildcard(&sock, bind)?;
     sock.bind(&bind.into())?;
     Ok(sock.into())
@@ -45,15 +101,31 @@ pub fn udp_listen(bind: SocketAddr) -> io::Result<UdpSocket> {
 /// this socket rather than the listener. `local` must be the listener's own bound address (an
 /// IPv6 wildcard listener gets IPv6 flow sockets, connected to v4-mapped peers as needed).
 ///
-/// Both sockets carry `SO_REUSEADDR`; Linux prefers the connected socket when it looks up the
-/// receiver of a datagram, so the listener keeps getting only what no flow socket claims.
+/// Both sockets share the port (`SO_REUSEPORT` on Linux); Linux prefers the connected socket when
+/// it looks up the receiver of a datagram (a reuseport group with connected members is not
+/// load-balanced), so the listener keeps getting only what no flow socket claims.
 pub fn udp_flow(local: SocketAddr, peer: SocketAddr) -> io::Result<UdpSocket> {
     let sock = udp_socket(local)?;
-    sock.set_reuse_address(true)?;
+    share_udp_port(&sock)?;
     dual_stack_if_wildcard(&sock, local)?;
     sock.bind(&local.into())?;
     sock.connect(&same_family(peer, local).into())?;
     Ok(sock.into())
+}
+
+/// Lets the agent's own UDP sockets share one port, and nobody else's. On Linux that is
+/// `SO_REUSEPORT`, which shares a port only among sockets of the same effective user
+/// (socket(7)); `SO_REUSEADDR` on a UDP socket let any local user, even `nobody`, bind the same
+/// port and receive the join datagrams, tokens included. Elsewhere `SO_REUSEADDR` as before.
+fn share_udp_port(sock: &Socket) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        sock.set_reuse_port(true)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        sock.set_reuse_address(true)
+    }
 }
 
 /// A client UDP socket: ephemeral port, connected to `peer`, large buffers.
@@ -346,6 +418,7 @@ mod tests {
             ack: false,
             flow: 0,
             token: Token(7),
+            ..UdpJoin::default()
         };
         client.send(&join.encode()).unwrap();
         listener.set_read_timeout(SECOND).unwrap();
@@ -538,6 +611,36 @@ mod tests {
         );
         assert_eq!(applied.send_buffer_bytes, None);
         assert_eq!(SockRef::from(&plain).tos().unwrap(), 0);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn only_congestion_controls_the_kernel_lists_are_asked_for() {
+        assert!(sys::congestion_listed("reno bbr cubic\n", "bbr"));
+        assert!(!sys::congestion_listed("reno bbr cubic\n", "vegas"));
+        assert!(!sys::congestion_listed("reno cubic", "cub"));
+        assert!(!sys::congestion_listed("", "reno"));
+        // A real algorithm the kernel has not loaded: refused without loading its module.
+        let path = "/proc/sys/net/ipv4/tcp_available_congestion_control";
+        let before = std::fs::read_to_string(path).unwrap();
+        let Some(unloaded) = ["vegas", "htcp", "hybla", "illinois", "westwood"]
+            .into_iter()
+            .find(|n| !sys::congestion_listed(&before, n))
+        else {
+            return;
+        };
+        let (_client, accepted) = tcp_pair(loopback_v4(), Ipv4Addr::LOCALHOST.into());
+        let cc = DataOptions {
+            congestion: Some(unloaded.into()),
+            ..DataOptions::default()
+        };
+        let e = cc.apply_tcp(&accepted).unwrap_err();
+        assert_eq!(e.os_error(), Some(libc::ENOENT), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(path).unwrap(),
+            before,
+            "a module was loaded"
+        );
     }
 
     #[cfg(target_os = "linux")]

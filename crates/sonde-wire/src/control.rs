@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{Nonce, Proof};
 use crate::Error;
 
 /// The largest control frame body either side accepts. A length field above it ends the
@@ -12,7 +13,7 @@ use crate::Error;
 pub const MAX_FRAME_LEN: u32 = 64 * 1024;
 
 /// A session's secret: data channels and UDP flows present it to join their session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Token(pub u64);
 
 /// The agent's identifier for a session, shown in both sides' results and logs.
@@ -116,6 +117,10 @@ pub enum Refusal {
     BadRequest,
     /// The agent is shutting down.
     ShuttingDown,
+    /// The agent requires a shared secret and the client gave no proof, or a wrong one.
+    Unauthenticated,
+    /// The client's address has its maximum of sessions or connections at the agent.
+    SourceBusy,
 }
 
 /// The agent's limits, announced in [`ControlMsg::Welcome`] so a client can explain a refusal.
@@ -307,8 +312,11 @@ pub enum ControlMsg {
         protocol: u16,
         /// Client software and version, for the agent's log.
         software: String,
+        /// The client's fresh random nonce for this connection ([`crate::auth`]).
+        nonce: Nonce,
     },
-    /// Agent → client: hello accepted.
+    /// Agent → client: hello accepted. Nothing about the host yet: that comes once the client
+    /// is admitted (`Accepted`, `Description`).
     Welcome {
         /// [`crate::PROTOCOL_VERSION`] of the agent.
         protocol: u16,
@@ -318,10 +326,10 @@ pub enum ControlMsg {
         session: SessionId,
         /// The agent's limits.
         limits: Limits,
-        /// The agent's configuration, for the interface that faces this client; `None` from an
-        /// agent that does not say (older versions).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        host: Option<Box<crate::HostInfo>>,
+        /// The agent's fresh random nonce for this connection ([`crate::auth`]).
+        nonce: Nonce,
+        /// Whether the agent admits only clients that prove the shared secret.
+        secret_required: bool,
     },
     /// Agent → client: the request is refused; the agent closes the connection after this.
     Refused {
@@ -334,11 +342,31 @@ pub enum ControlMsg {
     Start {
         /// The test.
         spec: TestSpec,
+        /// The proof of the shared secret for this test ([`crate::auth::Request::Test`]);
+        /// `None` from a client without a secret.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proof: Option<Proof>,
     },
     /// Agent → client: open the data channels now and present this token.
     Accepted {
         /// The session's token.
         token: Token,
+        /// The agent's configuration, for the interface that faces this client; `None` when
+        /// it could not be read.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host: Option<Box<crate::HostInfo>>,
+    },
+    /// Client → agent, instead of `Start`: describe your host, run nothing (`sonde conf`).
+    Describe {
+        /// The proof of the shared secret ([`crate::auth::Request::Describe`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proof: Option<Proof>,
+    },
+    /// Agent → client: the answer to `Describe`; the agent closes the connection after this.
+    Description {
+        /// The agent's configuration, for the interface that faces this client.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host: Option<Box<crate::HostInfo>>,
     },
     /// Agent → client: every data channel has joined; the agent's receivers are running.
     Ready,
@@ -444,12 +472,17 @@ mod tests {
     fn frames_round_trip_and_report_their_length() {
         let msgs = [
             ControlMsg::Hello {
-                protocol: 1,
+                protocol: 2,
                 software: "sonde 0.1.0".into(),
+                nonce: Nonce([3; 32]),
             },
-            ControlMsg::Start { spec: spec() },
+            ControlMsg::Start {
+                spec: spec(),
+                proof: Some(Proof([4; 32])),
+            },
             ControlMsg::Accepted {
                 token: Token(u64::MAX),
+                host: None,
             },
             ControlMsg::Ready,
             ControlMsg::Report(AgentReport {
@@ -538,7 +571,14 @@ mod tests {
         };
         assert_eq!(s.channels(), 0, "crr connections join one by one");
         let mut buf = Vec::new();
-        encode_frame(&ControlMsg::Start { spec: s.clone() }, &mut buf).unwrap();
+        encode_frame(
+            &ControlMsg::Start {
+                spec: s.clone(),
+                proof: None,
+            },
+            &mut buf,
+        )
+        .unwrap();
         assert!(String::from_utf8_lossy(&buf).contains(r#""kind":"crr""#));
         let report = ControlMsg::Report(AgentReport {
             crr: Some(CrrReport {
@@ -561,11 +601,11 @@ mod tests {
 
     #[test]
     fn context_fields_are_optional_both_ways() {
-        // An older agent's welcome, interval and report: no host, TCP_INFO or CPU.
-        let welcome = br#"{"type":"welcome","protocol":1,"software":"sonde 0.1.0","session":3,
-            "limits":{"max_sessions":1,"max_duration_ms":1,"max_streams":1,"max_msg_size":1}}"#;
-        let Ok(ControlMsg::Welcome { host, .. }) = decode_body(welcome) else {
-            panic!("an older welcome still decodes");
+        // An acceptance without a host, and an older agent's interval and report: no TCP_INFO
+        // or CPU.
+        let accepted = br#"{"type":"accepted","token":7}"#;
+        let Ok(ControlMsg::Accepted { host, .. }) = decode_body(accepted) else {
+            panic!("an acceptance without a host decodes");
         };
         assert_eq!(host, None);
         let iv = br#"{"type":"interval","start_ns":0,"end_ns":1,"streams":[0],"bytes":[5],"packets":[1]}"#;
@@ -579,24 +619,16 @@ mod tests {
         };
         assert_eq!((r.cpu, r.sent[0].tcp_info), (None, None));
         // And what a newer agent adds reads back; an unknown TCP_INFO figure is left out.
-        let welcome = ControlMsg::Welcome {
-            protocol: 1,
-            software: "sonde 0.1.0".into(),
-            session: SessionId(3),
-            limits: Limits {
-                max_sessions: 1,
-                max_duration_ms: 1,
-                max_streams: 1,
-                max_msg_size: 1,
-            },
+        let accepted = ControlMsg::Accepted {
+            token: Token(3),
             host: Some(Box::new(crate::HostInfo {
                 kernel_release: Some("6.1.0".into()),
                 ..crate::HostInfo::default()
             })),
         };
         let mut buf = Vec::new();
-        encode_frame(&welcome, &mut buf).unwrap();
-        assert_eq!(decode_frame(&buf).unwrap().unwrap().0, welcome);
+        encode_frame(&accepted, &mut buf).unwrap();
+        assert_eq!(decode_frame(&buf).unwrap().unwrap().0, accepted);
         let info = TcpInfoStats {
             stream: 2,
             srtt_ns: Some(50_000),

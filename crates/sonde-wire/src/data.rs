@@ -1,6 +1,7 @@
 //! Fixed-layout binary structures: the preamble, data-channel joins and UDP datagram headers.
 //! All integers are big-endian.
 
+use crate::auth::JOIN_MAC_LEN;
 use crate::{Error, Token};
 
 /// The magic that opens every TCP connection to a sonde agent.
@@ -9,14 +10,18 @@ pub const MAGIC: [u8; 4] = *b"SNDE";
 pub const UDP_JOIN_MAGIC: [u8; 4] = *b"SNDJ";
 /// The magic of a UDP join acknowledgement datagram.
 pub const UDP_ACK_MAGIC: [u8; 4] = *b"SNDA";
-/// The control protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The control protocol version this build speaks. Version 2 added authentication (nonces in
+/// `Hello` and `Welcome`, a proof in `Start`, `Describe`, the host configuration moved from
+/// `Welcome` to `Accepted`) and the MAC in [`UdpJoin`].
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Length of [`Preamble`] on the wire.
 pub const PREAMBLE_LEN: usize = 8;
 /// Length of [`DataJoin`] on the wire.
 pub const DATA_JOIN_LEN: usize = 16;
-/// Length of [`UdpJoin`] on the wire.
-pub const UDP_JOIN_LEN: usize = 16;
+/// Length of [`UdpJoin`] on the wire: 16 bytes it signs, then a [`JOIN_MAC_LEN`]-byte MAC.
+pub const UDP_JOIN_LEN: usize = 16 + JOIN_MAC_LEN;
+/// The part of a [`UdpJoin`] its MAC covers.
+const UDP_JOIN_SIGNED_LEN: usize = 16;
 /// Length of [`CrrJoin`] on the wire.
 pub const CRR_JOIN_LEN: usize = 16;
 /// Length of [`DataHeader`] on the wire: the smallest UDP throughput or pps payload.
@@ -171,8 +176,10 @@ impl CrrJoin {
 /// A UDP datagram that binds the sender's address and port to a session's flow.
 ///
 /// The client sends `SNDJ` joins to the agent's port until the agent answers with the same
-/// structure under `SNDA` from the per-flow socket; data follows only after that.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// structure under `SNDA` from the per-flow socket; data follows only after that. With a shared
+/// secret the request carries a MAC of its first 16 bytes under the session's key
+/// ([`crate::auth::SessionKey::join_mac`]); without, zeros. The acknowledgement echoes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct UdpJoin {
     /// True for the agent's acknowledgement, false for the client's request.
     pub ack: bool,
@@ -180,6 +187,8 @@ pub struct UdpJoin {
     pub flow: u16,
     /// The session's secret token.
     pub token: Token,
+    /// MAC of [`UdpJoin::signed`] under the session key; zeros when the agent has no secret.
+    pub mac: [u8; JOIN_MAC_LEN],
 }
 
 impl UdpJoin {
@@ -193,7 +202,15 @@ impl UdpJoin {
         });
         b[4..6].copy_from_slice(&PROTOCOL_VERSION.to_be_bytes());
         b[6..8].copy_from_slice(&self.flow.to_be_bytes());
-        b[8..].copy_from_slice(&self.token.0.to_be_bytes());
+        b[8..16].copy_from_slice(&self.token.0.to_be_bytes());
+        b[UDP_JOIN_SIGNED_LEN..].copy_from_slice(&self.mac);
+        b
+    }
+
+    /// The bytes the MAC covers: the encoded join up to the MAC (magic, version, flow, token).
+    pub fn signed(&self) -> [u8; UDP_JOIN_SIGNED_LEN] {
+        let mut b = [0u8; UDP_JOIN_SIGNED_LEN];
+        b.copy_from_slice(&self.encode()[..UDP_JOIN_SIGNED_LEN]);
         b
     }
 
@@ -222,6 +239,7 @@ impl UdpJoin {
             ack,
             flow: u16::from_be_bytes([b[6], b[7]]),
             token: Token(be_u64(&b[8..16])),
+            mac: *fixed::<JOIN_MAC_LEN>(&b[UDP_JOIN_SIGNED_LEN..])?,
         })
     }
 }
@@ -459,7 +477,10 @@ mod tests {
         let p = Preamble::decode(&[b'S', b'N', b'D', b'E', 0, 9, 1, 0]).unwrap();
         assert_eq!(
             p.check_version(),
-            Err(Error::Version { theirs: 9, ours: 1 })
+            Err(Error::Version {
+                theirs: 9,
+                ours: PROTOCOL_VERSION
+            })
         );
         assert_eq!(
             Preamble::decode(&[b'S', b'N', b'D', b'E', 0, 1, 7, 0]),
@@ -505,11 +526,12 @@ mod tests {
             ack: false,
             flow: 3,
             token: Token(0x0102_0304_0506_0708),
+            mac: [0xee; JOIN_MAC_LEN],
         };
-        assert_eq!(
-            j.encode(),
-            [b'S', b'N', b'D', b'J', 0, 1, 0, 3, 1, 2, 3, 4, 5, 6, 7, 8]
-        );
+        let mut want = vec![b'S', b'N', b'D', b'J', 0, 2, 0, 3, 1, 2, 3, 4, 5, 6, 7, 8];
+        want.extend([0xee; JOIN_MAC_LEN]);
+        assert_eq!(j.encode().to_vec(), want);
+        assert_eq!(j.signed()[..], want[..16]);
         let a = UdpJoin { ack: true, ..j };
         assert_eq!(&a.encode()[..4], b"SNDA");
         assert_eq!(UdpJoin::decode(&a.encode()), Ok(a));
@@ -568,10 +590,10 @@ mod tests {
         }
 
         #[test]
-        fn joins_round_trip(token in any::<u64>(), stream in any::<u32>(), flow in any::<u16>(), ack in any::<bool>()) {
+        fn joins_round_trip(token in any::<u64>(), stream in any::<u32>(), flow in any::<u16>(), ack in any::<bool>(), mac in any::<[u8; JOIN_MAC_LEN]>()) {
             let d = DataJoin { token: Token(token), stream };
             prop_assert_eq!(DataJoin::decode(&d.encode()), Ok(d));
-            let u = UdpJoin { ack, flow, token: Token(token) };
+            let u = UdpJoin { ack, flow, token: Token(token), mac };
             prop_assert_eq!(UdpJoin::decode(&u.encode()), Ok(u));
         }
     }

@@ -190,7 +190,7 @@ pub fn control_frame(data: &[u8]) -> bool {
 
 fn control_round_trip(msg: &ControlMsg) {
     // What the spec implies must not panic either (the agent calls these on a client's spec).
-    if let ControlMsg::Start { spec } = msg {
+    if let ControlMsg::Start { spec, .. } = msg {
         let _ = spec.channels();
         let _ = spec.client_sends(0);
         let _ = spec.client_sends(u32::MAX);
@@ -294,7 +294,7 @@ pub fn crr_join(data: &[u8]) -> bool {
     true
 }
 
-/// A UDP join datagram: exactly 16 bytes, `SNDJ` or `SNDA`, this version; it then encodes back
+/// A UDP join datagram: exactly 32 bytes, `SNDJ` or `SNDA`, this version; it then encodes back
 /// to the very same datagram.
 pub fn udp_join(data: &[u8]) -> bool {
     let decoded = UdpJoin::decode(data);
@@ -805,6 +805,7 @@ fn control_messages() -> Vec<ControlMsg> {
         ControlMsg::Hello {
             protocol: PROTOCOL_VERSION,
             software: "sonde 0.1.0".into(),
+            nonce: crate::auth::Nonce([0x5a; 32]),
         },
         ControlMsg::Welcome {
             protocol: PROTOCOL_VERSION,
@@ -816,15 +817,28 @@ fn control_messages() -> Vec<ControlMsg> {
                 max_streams: 128,
                 max_msg_size: 65_536,
             },
-            host: Some(Box::new(sample_host())),
+            nonce: crate::auth::Nonce([0xa5; 32]),
+            secret_required: true,
         },
         ControlMsg::Refused {
             reason: Refusal::Busy,
             message: "16 sessions running".into(),
         },
-        ControlMsg::Start { spec },
+        ControlMsg::Start {
+            spec: spec.clone(),
+            proof: None,
+        },
+        ControlMsg::Start {
+            spec,
+            proof: Some(crate::auth::Proof([0x11; 32])),
+        },
         ControlMsg::Accepted {
             token: Token(u64::MAX),
+            host: Some(Box::new(sample_host())),
+        },
+        ControlMsg::Describe { proof: None },
+        ControlMsg::Description {
+            host: Some(Box::new(sample_host())),
         },
         ControlMsg::Ready,
         ControlMsg::Go,
@@ -944,6 +958,7 @@ fn udp_join_seeds() -> Vec<Vec<u8>> {
                 ack,
                 flow: 3,
                 token: Token(0x0102_0304_0506_0708),
+                mac: [0x33; crate::auth::JOIN_MAC_LEN],
             }
             .encode()
             .to_vec()

@@ -9,8 +9,9 @@
 //! * the 16-byte [`DataJoin`] that a TCP data channel sends after its preamble;
 //! * the 16-byte [`CrrJoin`] that each connection of a connection-rate test sends after its
 //!   preamble, before its request;
-//! * the 16-byte UDP [`UdpJoin`] datagram (and its acknowledgement) that binds a UDP flow to a
+//! * the 32-byte UDP [`UdpJoin`] datagram (and its acknowledgement) that binds a UDP flow to a
 //!   session;
+//! * the computations of shared-secret authentication ([`auth`]): HMAC-SHA256 over bytes;
 //! * the 16-byte [`DataHeader`] at the front of every UDP data datagram (sequence number and send
 //!   time);
 //! * the agent's receive and send times inside latency messages ([`stamps`], for one-way
@@ -22,13 +23,14 @@
 //! ```
 //! use sonde_wire::{decode_frame, encode_frame, ControlMsg, PROTOCOL_VERSION};
 //! let mut buf = Vec::new();
-//! encode_frame(&ControlMsg::Hello { protocol: PROTOCOL_VERSION, software: "sonde 0.1.0".into() }, &mut buf).unwrap();
+//! encode_frame(&ControlMsg::Hello { protocol: PROTOCOL_VERSION, software: "sonde 0.1.0".into(), nonce: sonde_wire::auth::Nonce([0; 32]) }, &mut buf).unwrap();
 //! let (msg, used) = decode_frame(&buf).unwrap().unwrap();
 //! assert_eq!(used, buf.len());
 //! assert!(matches!(msg, ControlMsg::Hello { protocol: PROTOCOL_VERSION, .. }));
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod auth;
 mod control;
 mod data;
 mod hostinfo;

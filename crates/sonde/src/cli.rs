@@ -15,7 +15,8 @@ Exit codes:
     2  usage error (bad option or value)
     3  could not reach the server (resolve, connect, not a sonde agent or not the
        iperf3/sockperf server the URL names, UDP blocked, no reply)
-    4  the server refused the test (busy, over its limits, other protocol version)
+    4  the server refused the test (busy, over its limits, other protocol version,
+       no or wrong shared secret)
   130  interrupted (Ctrl-C; the agent ends the session on its side)"
     };
 }

@@ -3,7 +3,6 @@
 use clap::Args;
 use sonde_report::TestResult;
 
-use crate::cli::DEFAULT_PORT;
 use crate::output::{print, OutputOpt};
 
 /// Configuration: this host and an agent side by side (CPU, memory, kernel, NIC, TCP, buffers)
@@ -36,6 +35,8 @@ pub(crate) struct Opt {
     #[arg(value_name = "HOST[:PORT]")]
     host: Option<String>,
     #[command(flatten)]
+    secret: crate::auth::SecretOpt,
+    #[command(flatten)]
     output: OutputOpt,
 }
 
@@ -43,7 +44,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let target = opt
         .host
         .as_deref()
-        .map(|h| sonde_client::resolve(h, DEFAULT_PORT))
+        .map(|h| opt.secret.resolve(h))
         .transpose()?;
     let result = sonde_client::conf(target.as_ref())?;
     print(&opt.output.render(&TestResult::Conf(result)))

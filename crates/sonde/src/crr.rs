@@ -6,7 +6,6 @@ use clap::Args;
 use sonde_client::CrrOptions;
 use sonde_report::TestResult;
 
-use crate::cli::DEFAULT_PORT;
 use crate::output::{print, OutputOpt, Progress};
 
 /// Connection rate: TCP connect, request, response, close, as fast as possible
@@ -78,11 +77,13 @@ pub(crate) struct Opt {
     #[arg(short = 'i', long = "interval", value_name = "SECS", value_parser = crate::units::seconds)]
     interval: Option<Duration>,
     #[command(flatten)]
+    secret: crate::auth::SecretOpt,
+    #[command(flatten)]
     output: OutputOpt,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
-    let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
+    let target = opt.secret.resolve(&opt.host)?;
     let options = CrrOptions {
         workers: opt.workers,
         request_bytes: opt.msg_size,

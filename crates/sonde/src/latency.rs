@@ -9,7 +9,6 @@ use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_report::TestResult;
 use sonde_wire::Protocol;
 
-use crate::cli::DEFAULT_PORT;
 use crate::output::{print, OutputOpt, Progress};
 
 /// Round-trip time: ping-pong (closed loop) or at a fixed rate (open loop)
@@ -128,6 +127,8 @@ pub(crate) struct Opt {
     #[arg(long = "one-way")]
     one_way: bool,
     #[command(flatten)]
+    secret: crate::auth::SecretOpt,
+    #[command(flatten)]
     output: OutputOpt,
 }
 
@@ -192,7 +193,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     if let Some(target) = sonde_client::sockperf::parse_target(&opt.host) {
         return run_sockperf(opt, &target?);
     }
-    let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
+    let target = opt.secret.resolve(&opt.host)?;
     let options = opt.options(opt.protocol(Protocol::Tcp));
     let label = format!("latency {}", target.label);
     let progress = Progress::start(&label, opt.expected());
@@ -210,7 +211,7 @@ fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
     let (target, base) = match &sockperf {
         Some(t) => (t.clone(), opt.options(opt.protocol(Protocol::Udp))),
         None => (
-            sonde_client::resolve(&opt.host, DEFAULT_PORT)?,
+            opt.secret.resolve(&opt.host)?,
             opt.options(opt.protocol(Protocol::Tcp)),
         ),
     };

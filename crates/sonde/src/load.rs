@@ -7,7 +7,6 @@ use sonde_client::{LatencyOptions, LoadOptions, ThroughputOptions};
 use sonde_report::TestResult;
 use sonde_wire::{Direction, Protocol};
 
-use crate::cli::DEFAULT_PORT;
 use crate::output::{print, OutputOpt, Progress};
 
 /// Latency under load: RTT on the idle path, then while TCP streams fill it (bufferbloat)
@@ -67,11 +66,13 @@ pub(crate) struct Opt {
     #[arg(short = 'l', long = "length", default_value = "128K", value_name = "LEN", value_parser = crate::units::size)]
     length: u32,
     #[command(flatten)]
+    secret: crate::auth::SecretOpt,
+    #[command(flatten)]
     output: OutputOpt,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
-    let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
+    let target = opt.secret.resolve(&opt.host)?;
     let options = LoadOptions {
         probes: LatencyOptions {
             protocol: if opt.udp {

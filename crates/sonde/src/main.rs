@@ -1,6 +1,7 @@
 //! `sonde`: network latency, throughput and packet rate from one binary and one port.
 //! The binary parses, runs, and maps errors to exit codes; the work is in the library crates.
 
+mod auth;
 mod cli;
 mod completions;
 mod conf;

@@ -7,7 +7,6 @@ use sonde_client::PpsOptions;
 use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_report::TestResult;
 
-use crate::cli::DEFAULT_PORT;
 use crate::output::{print, OutputOpt, Progress};
 
 /// Packet rate: small UDP datagrams as fast as possible, counted by the receiver
@@ -45,11 +44,13 @@ pub(crate) struct Opt {
     #[arg(long, value_name = "PARAM=VALUES", value_parser = crate::sweep::parse, long_help = crate::sweep::SWEEP_HELP)]
     sweep: Option<Sweep>,
     #[command(flatten)]
+    secret: crate::auth::SecretOpt,
+    #[command(flatten)]
     output: OutputOpt,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
-    let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
+    let target = opt.secret.resolve(&opt.host)?;
     let options = PpsOptions {
         msg_size: opt.msg_size,
         flows: opt.flows,

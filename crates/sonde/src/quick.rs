@@ -44,6 +44,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let target = Target {
         addr,
         label: addr.to_string(),
+        secret: None,
     };
     let started = SystemTime::now()
         .duration_since(UNIX_EPOCH)

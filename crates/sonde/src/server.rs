@@ -2,6 +2,7 @@
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +39,24 @@ pub(crate) struct Opt {
     /// Sessions at once; more are refused as busy
     #[arg(long, default_value_t = 16, value_name = "N")]
     max_sessions: u32,
+    /// Sessions one client address may run at once (of every kind: sonde, iperf3, sockperf), so
+    /// that one address cannot take every session; more from it are refused
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    max_sessions_per_source: u32,
+    /// Connections one client address may hold that are not yet sessions (still saying hello,
+    /// or silent), on sonde's port and on the iperf3 port each (64 in all per port), so that
+    /// one address cannot lock out the others; more from it are refused with a line its client
+    /// prints. The data connections of its admitted sessions come on top
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    max_pending_per_source: usize,
+    /// Caps each sonde session's data rate, like iperf3's --server-bitrate-limit (e.g. 100M).
+    /// What the agent sends is clamped: its TCP streams (reverse, bidir) are paced to the cap,
+    /// shared among them. A UDP test (throughput or pps, either direction) asking for more, or
+    /// for no limit, is refused (exit code 4; iperf3 clients get "total required bandwidth is
+    /// larger than server limit"). TCP the client sends is not limited: its rate is the path's.
+    /// Applies to sonde and iperf3 clients, not to sockperf's
+    #[arg(long, value_name = "RATE", value_parser = crate::units::bitrate)]
+    max_bitrate: Option<u64>,
     /// Longest test a client may ask for, in seconds
     #[arg(long, default_value = "300", value_name = "SECS", value_parser = crate::units::seconds)]
     max_duration: Duration,
@@ -54,20 +73,34 @@ pub(crate) struct Opt {
     /// UDP, on PORT (default 11111)
     #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "11111")]
     sockperf: Option<u16>,
+    /// Admit only clients that prove this shared secret (the file's content; one trailing line
+    /// end is ignored): each session answers an HMAC-SHA256 challenge on a fresh nonce, so the
+    /// secret never crosses the network and a recorded answer cannot be replayed, and its UDP
+    /// joins carry a MAC. Clients pass the same with --secret-file or SONDE_SECRET; others are
+    /// refused (exit code 4). Without it, the SONDE_SECRET environment variable holds the secret
+    /// itself, if set; with neither, any client is admitted. The iperf3 and sockperf listeners
+    /// cannot ask for it
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
     /// No log line per session on stderr
     #[arg(short, long)]
     quiet: bool,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    let secret = crate::auth::load(opt.secret_file.as_deref())?;
     let config = |ip: IpAddr| {
         let mut c = AgentConfig::new(SocketAddr::new(ip, opt.port));
         c.max_sessions = opt.max_sessions;
+        c.max_sessions_per_source = opt.max_sessions_per_source;
+        c.max_bitrate = opt.max_bitrate;
+        c.max_pending_per_source = opt.max_pending_per_source;
         c.max_duration = opt.max_duration;
         c.max_streams = opt.max_streams;
         c.log = !opt.quiet;
         c.iperf3 = opt.iperf3.map(|port| SocketAddr::new(ip, port));
         c.sockperf = opt.sockperf.map(|port| SocketAddr::new(ip, port));
+        c.secret.clone_from(&secret);
         c
     };
     let agent = match opt.bind {
@@ -83,8 +116,13 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "sonde agent listening on {} (tcp+udp)",
-        agent.local_addr()
+        "sonde agent listening on {} (tcp+udp){}",
+        agent.local_addr(),
+        if secret.is_some() {
+            ", clients must prove the shared secret"
+        } else {
+            ""
+        }
     );
     if let Some(addr) = agent.iperf3_addr() {
         let _ = writeln!(out, "iperf3 clients served on {addr} (tcp+udp)");

@@ -9,7 +9,6 @@ use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_report::TestResult;
 use sonde_wire::{Direction, Protocol};
 
-use crate::cli::DEFAULT_PORT;
 use crate::output::{print, OutputOpt, Progress};
 
 /// Bandwidth: TCP or UDP, parallel streams, reverse or both directions
@@ -84,6 +83,8 @@ pub(crate) struct Opt {
     #[arg(long, value_name = "PARAM=VALUES", value_parser = crate::sweep::parse, long_help = crate::sweep::SWEEP_HELP)]
     sweep: Option<Sweep>,
     #[command(flatten)]
+    secret: crate::auth::SecretOpt,
+    #[command(flatten)]
     output: OutputOpt,
 }
 
@@ -94,7 +95,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     if let Some(target) = sonde_client::iperf3::target(&opt.host) {
         return run_iperf3(opt, &target?);
     }
-    let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
+    let target = opt.secret.resolve(&opt.host)?;
     let options = options(opt);
     let progress = Progress::start(&format!("throughput {}", target.label), opt.time);
     // Live interval lines go to the terminal above the progress bar; the table (or JSON, CSV)
@@ -138,7 +139,7 @@ fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
     let iperf3 = sonde_client::iperf3::target(&opt.host).transpose()?;
     let target = match &iperf3 {
         Some(t) => t.clone(),
-        None => sonde_client::resolve(&opt.host, DEFAULT_PORT)?,
+        None => opt.secret.resolve(&opt.host)?,
     };
     let base = options(opt);
     if sweep.param() == SweepParam::Bitrate && base.protocol == Protocol::Tcp {

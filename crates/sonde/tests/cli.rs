@@ -946,6 +946,69 @@ fn refused_is_exit_4_and_says_why() {
     assert!(r.stdout.is_empty(), "{}", r.stdout);
 }
 
+/// `sonde server --secret-file`: a client without the secret, or with another, is refused with
+/// one line and exit code 4; with it (a file or `SONDE_SECRET`) every kind of test runs.
+#[test]
+fn an_agent_with_a_secret_refuses_clients_without_it() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let right = dir.path().join("secret");
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&right, "correct horse battery staple\n").expect("write the secret");
+    std::fs::write(&wrong, "incorrect horse\n").expect("write another secret");
+    let (right, wrong) = (
+        right.to_str().expect("utf-8"),
+        wrong.to_str().expect("utf-8"),
+    );
+    let agent = server(&["--secret-file", right]);
+    let target = agent.target();
+    let latency = ["latency", target.as_str(), "-t", "0.3", "--warmup", "0.1"];
+    for (extra, says) in [
+        (vec![], "requires a shared secret"),
+        (vec!["--secret-file", wrong], "does not match"),
+    ] {
+        let mut args = latency.to_vec();
+        args.extend(extra);
+        let r = run(&args);
+        assert_eq!(r.code, Some(4), "`sonde {}`: {}", args.join(" "), r.stderr);
+        let msg = r.stderr.trim_end();
+        assert_eq!(msg.lines().count(), 1, "one line on stderr:\n{msg}");
+        assert!(msg.contains(says) && msg.contains("--secret-file"), "{msg}");
+        assert!(r.stdout.is_empty(), "{}", r.stdout);
+    }
+    let mut args = latency.to_vec();
+    args.extend(["--secret-file", right, "-u"]);
+    run_ok(&args);
+    for args in [
+        vec!["pps", target.as_str(), "-t", "0.3"],
+        vec!["throughput", target.as_str(), "-t", "0.3", "-R"],
+        vec!["crr", target.as_str(), "-t", "0.3"],
+        vec!["conf", target.as_str()],
+    ] {
+        let out = sonde()
+            .env("SONDE_SECRET", "correct horse battery staple")
+            .args(&args)
+            .arg("--json")
+            .output()
+            .expect("run sonde");
+        assert!(
+            out.status.success(),
+            "`sonde {}` with SONDE_SECRET: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A secret file that cannot be read is a usage error, before any connection.
+    let missing = dir.path().join("missing");
+    let r = run(&[
+        "pps",
+        &target,
+        "--secret-file",
+        missing.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("secret file"), "{}", r.stderr);
+}
+
 /// A TCP server that answers like another service (an SSH banner) and closes.
 fn not_sonde() -> (SocketAddr, thread::JoinHandle<()>) {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -1018,13 +1081,20 @@ fn agent_without_udp() -> (SocketAddr, thread::JoinHandle<()>) {
                     max_streams: 1,
                     max_msg_size: 65_536,
                 },
-                host: None,
+                nonce: sonde_wire::auth::Nonce([0; 32]),
+                secret_required: false,
             },
         );
         if !matches!(read_frame(&mut s), Some(ControlMsg::Start { .. })) {
             return;
         }
-        send(&mut s, &ControlMsg::Accepted { token: Token(42) });
+        send(
+            &mut s,
+            &ControlMsg::Accepted {
+                token: Token(42),
+                host: None,
+            },
+        );
         // Hold the session until the client gives up.
         let mut sink = [0u8; 256];
         while matches!(s.read(&mut sink), Ok(n) if n > 0) {}

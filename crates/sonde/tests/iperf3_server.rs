@@ -450,6 +450,71 @@ fn limits_are_refused_with_errors_iperf3_prints() {
     server.settles("refusals");
 }
 
+/// `--max-bitrate`: UDP above the cap (or unlimited) is refused with iperf3's own error, and
+/// what the agent sends over TCP is paced to it.
+#[test]
+fn max_bitrate_refuses_udp_above_it_and_paces_what_the_agent_sends() {
+    if !require_or_skip(
+        "max_bitrate_refuses_udp_above_it_and_paces_what_the_agent_sends",
+        IPERF3,
+    ) {
+        return;
+    }
+    let _m = shared_machine();
+    const CAP: u64 = 20_000_000;
+    let server = Server::with(|c| c.max_bitrate = Some(CAP));
+    for args in [
+        &["-u", "-b", "100M", "-t", "1"][..],
+        &["-u", "-b", "0", "-t", "1"][..],
+    ] {
+        assert_eq!(
+            iperf3_error(server.port, args),
+            "total required bandwidth is larger than server limit"
+        );
+    }
+    iperf3_ok(server.port, &["-u", "-b", "10M", "-t", "1"]);
+    let doc = iperf3_ok(server.port, &["-R", "-P", "2", "-t", "2"]);
+    let received = f64_at(&doc, &["end", "sum_received", "bits_per_second"]);
+    assert!(
+        received < 2.0 * CAP as f64,
+        "the agent sent {:.1} Mbit/s with a 20 Mbit/s cap",
+        received / 1e6
+    );
+    server.settles("max-bitrate tests");
+}
+
+/// A `-n`/`-k` test has no planned end: the agent cuts it at `--max-duration` and tells the
+/// client, which prints "the server has terminated". Before, it ran 30 s past the limit.
+#[test]
+fn byte_and_block_budgets_are_cut_at_max_duration() {
+    if !require_or_skip("byte_and_block_budgets_are_cut_at_max_duration", IPERF3) {
+        return;
+    }
+    let _m = shared_machine();
+    let max = Duration::from_secs(2);
+    let server = Server::with(|c| c.max_duration = max);
+    // Budgets a 10 Mbit/s pace would take hours to spend, the agent receiving and sending.
+    for args in [
+        &["-n", "100G", "-b", "10M"][..],
+        &["-k", "1M", "-b", "10M", "-R"][..],
+    ] {
+        let started = Instant::now();
+        let (_, doc, line) = iperf3(server.port, args);
+        let took = started.elapsed();
+        assert_eq!(
+            doc.get("error").and_then(Value::as_str),
+            Some("the server has terminated"),
+            "`{line}`: {doc:#}"
+        );
+        // Generous for a busy machine; the fault was the limit plus 30 s.
+        assert!(
+            took < max + Duration::from_secs(15),
+            "`{line}` ran {took:?}"
+        );
+    }
+    server.settles("budget tests cut");
+}
+
 #[test]
 fn stopping_the_agent_tells_running_clients() {
     if !require_or_skip("stopping_the_agent_tells_running_clients", IPERF3) {

@@ -671,8 +671,13 @@ fn udp_junk_is_counted_and_never_answered() {
         message(1, 0x0003, 13, 40),
         message(1, 0x0003, 65_508, 14),
         message(1, 0x0003, 100, 20),
-        // Answered (seq 7), then a zero length: the rest is dropped, never looped on.
+        // A message, then a zero length: dropped whole, never looped on.
         good_then_zero,
+        // Two whole messages in one datagram: real clients send one per datagram, and one
+        // reply per message would let a spoofed datagram draw several.
+        [message(5, 0x8003, 14, 14), message(6, 0x8003, 14, 14)].concat(),
+        // A message with bytes after it.
+        message(10, 0x8003, 14, 20),
     ];
     let not_counted = [
         message(2, 0x0002, 14, 14), // no client flag
@@ -684,11 +689,8 @@ fn udp_junk_is_counted_and_never_answered() {
     }
     let ping = message(9, 0x8003, 64, 64);
     sock.send(&ping).expect("send");
-    // Exactly two replies, in order: seq 7 (from the datagram that ended in a zero length) and
-    // seq 9, each the request with only the client bit cleared.
+    // Exactly one reply: seq 9's, the request with only the client bit cleared.
     let mut buf = [0u8; 2048];
-    let n = sock.recv(&mut buf).expect("the reply to seq 7");
-    assert_eq!(&buf[..n], &message(7, 0x0002, 14, 14)[..]);
     let n = sock.recv(&mut buf).expect("the reply to seq 9");
     let mut expected = ping.clone();
     expected[9] = 0x02;
@@ -697,7 +699,7 @@ fn udp_junk_is_counted_and_never_answered() {
         .expect("timeout");
     assert!(
         sock.recv(&mut buf).is_err(),
-        "a third reply: {:02x?}",
+        "a second reply: {:02x?}",
         &buf[..14]
     );
     eventually("junk counted", || {
@@ -707,6 +709,123 @@ fn udp_junk_is_counted_and_never_answered() {
     // Still serving, both ports.
     sonde_client_answers(addr, Protocol::Udp);
     sonde_port_answers(&agent);
+    agent.stop();
+}
+
+/// The amplification: one 1,472-byte datagram of 105 ping messages drew 105 replies
+/// toward its (spoofable) source. Now it draws none, and no reply is ever longer than its
+/// request.
+#[test]
+fn a_datagram_of_many_messages_draws_no_reply() {
+    let agent = in_process_agent(16);
+    let addr = sockperf_addr(&agent);
+    let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    sock.connect(addr).expect("connect");
+    let many: Vec<u8> = (0..105u64)
+        .flat_map(|seq| message(seq, 0x8003, 14, 14))
+        .collect();
+    assert_eq!(many.len(), 1_470);
+    sock.send(&many).expect("send");
+    let one = message(200, 0x8003, 14, 14);
+    sock.send(&one).expect("send");
+    sock.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut buf = [0u8; 2048];
+    let n = sock.recv(&mut buf).expect("the single message is answered");
+    assert_eq!(n, one.len(), "a reply as long as its request");
+    assert_eq!(
+        &buf[..8],
+        &one[..8],
+        "the reply to seq 200, not to the batch"
+    );
+    sock.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    assert!(sock.recv(&mut buf).is_err(), "the batch drew a reply");
+    eventually("the batch counted as junk", || {
+        load(&agent.rejections().sockperf_junk) == 1
+    });
+    agent.stop();
+}
+
+/// Sends one ping from each socket, then counts the replies (admission happens as the pings
+/// arrive, before any peer could go quiet).
+fn pings_answered(socks: &[UdpSocket]) -> usize {
+    for sock in socks {
+        sock.send(&message(1, 0x8003, 14, 14)).expect("send");
+    }
+    socks
+        .iter()
+        .filter(|sock| {
+            sock.set_read_timeout(Some(Duration::from_millis(300)))
+                .expect("timeout");
+            sock.recv(&mut [0u8; 64]).is_ok()
+        })
+        .count()
+}
+
+fn udp_peer(source: u8, addr: SocketAddr) -> UdpSocket {
+    let sock = UdpSocket::bind((std::net::Ipv4Addr::new(127, 0, 0, source), 0))
+        .expect("bind a loopback source");
+    sock.connect(addr).expect("connect");
+    sock
+}
+
+/// sockperf sessions cost their peer one datagram each: they get a budget of their own (8 of
+/// the agent's 16), so idle sockperf peers cannot fill the agent.
+#[test]
+fn sockperf_peers_have_a_budget_of_their_own() {
+    let agent = in_process_agent(16);
+    let addr = sockperf_addr(&agent);
+    // Ten sources, one peer each.
+    let socks: Vec<UdpSocket> = (2..12u8).map(|source| udp_peer(source, addr)).collect();
+    assert_eq!(
+        pings_answered(&socks),
+        8,
+        "sockperf peers beyond their budget"
+    );
+    // The agent's other sessions stay free for sonde clients.
+    sonde_port_answers(&agent);
+    agent.stop();
+}
+
+/// And one address holds at most two of them.
+#[test]
+fn sockperf_udp_peers_from_one_address_are_capped() {
+    let agent = in_process_agent(16);
+    let addr = sockperf_addr(&agent);
+    let socks: Vec<UdpSocket> = (0..5).map(|_| udp_peer(1, addr)).collect();
+    assert_eq!(pings_answered(&socks), 2, "one address holds at most two");
+    agent.stop();
+}
+
+/// A connection trickling bytes that never make a whole message is not measurement traffic:
+/// it is closed when its first message is overdue, as a silent one is (before, every byte reset
+/// the idle timer and the connection held a session for as long as it trickled).
+#[test]
+fn a_trickle_of_bytes_does_not_keep_a_sockperf_session() {
+    let mut cfg = AgentConfig::new("127.0.0.1:0".parse().expect("address"));
+    cfg.sockperf = Some("127.0.0.1:0".parse().expect("address"));
+    cfg.hello_timeout = Duration::from_millis(300);
+    let agent = InProcessAgent::bind(cfg).expect("bind the agent").spawn();
+    let addr = sockperf_addr(&agent);
+    let mut s = TcpStream::connect(addr).expect("connect");
+    // A header announcing 65,000 bytes, then a byte every 100 ms.
+    s.write_all(&message(1, 0x0003, 65_000, 14)).expect("write");
+    let started = Instant::now();
+    let mut closed = false;
+    while started.elapsed() < Duration::from_secs(8) {
+        thread::sleep(Duration::from_millis(100));
+        if s.write_all(&[0x5a]).is_err() {
+            closed = true;
+            break;
+        }
+    }
+    assert!(
+        closed,
+        "a trickle kept the session for {:?}",
+        started.elapsed()
+    );
+    eventually("the session freed", || agent.sessions() == 0);
     agent.stop();
 }
 

@@ -31,8 +31,8 @@ use super::text;
 use crate::Shared;
 
 /// How far past `time + omit` a test may run before the agent closes it, like iperf3's
-/// failsafe timer (which allows 40 s); a `-n`/`-k` test (time 0) gets the agent's maximum
-/// duration instead of `time`.
+/// failsafe timer (which allows 40 s). A `-n`/`-k` test (time 0) gets no slack: it is cut at
+/// the agent's maximum duration (after `omit`), and its client told SERVER_TERMINATE.
 const FAILSAFE_SLACK: Duration = Duration::from_secs(30);
 /// How long the client has for its results, and for IPERF_DONE after DISPLAY_RESULTS.
 const RESULTS_TIMEOUT: Duration = Duration::from_secs(10);
@@ -172,6 +172,7 @@ pub(super) fn run(
         u64::try_from(shared.cfg.max_duration.as_nanos()).unwrap_or(u64::MAX)
     };
     let slack = u64::try_from(FAILSAFE_SLACK.as_nanos()).unwrap_or(u64::MAX);
+    let budget_test = p.time <= 0;
     if p.nodelay {
         for s in &streams {
             if let Sock::Tcp(t) = &s.sock {
@@ -193,7 +194,7 @@ pub(super) fn run(
         omit_ns: secs(p.omit),
         failsafe_ns: planned_ns
             .saturating_add(secs(p.omit))
-            .saturating_add(slack),
+            .saturating_add(if budget_test { 0 } else { slack }),
         stop_send: AtomicBool::new(false),
         stop_recv: AtomicBool::new(false),
         omit_over: AtomicBool::new(false),
@@ -262,6 +263,16 @@ pub(super) fn run(
         Finish::ClientTerminate => Some("the client terminated the test".to_owned()),
         Finish::IperfDone => Some("the client ended the test before its results".to_owned()),
         Finish::Closed => Some("the client closed the control connection".to_owned()),
+        Finish::Failsafe if budget_test => {
+            // What the client prints: "the server has terminated".
+            if ctrl.write_all(&[State::ServerTerminate.byte()]).is_ok() {
+                await_hang_up(&mut ctrl, TERMINATE_GRACE);
+            }
+            Some(format!(
+                "a -n/-k test cut at the agent's maximum duration, {:.0} s (sonde server --max-duration)",
+                shared.cfg.max_duration.as_secs_f64()
+            ))
+        }
         Finish::Failsafe => Some(format!(
             "no TEST_END {FAILSAFE_SLACK:?} after the planned end (failsafe)"
         )),

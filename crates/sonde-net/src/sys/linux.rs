@@ -8,6 +8,7 @@ use std::mem;
 use std::net::{TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::ptr;
+use std::time::Duration;
 
 use socket2::Socket;
 
@@ -697,6 +698,53 @@ pub(crate) fn read_tx_stamp(fd: libc::c_int) -> io::Result<Option<(u32, u64)>> {
 // Socket options a peer asks for on its data streams (`socket::DataOptions`: iperf3's -M, -C,
 // -S, --fq-rate). Kept above the tests as well.
 
+/// `SO_RCVTIMEO` on a listener: Linux's `accept(2)` honours it (socket(7)) and fails with
+/// `EAGAIN` when it passes.
+pub(crate) fn set_accept_wake(listener: &std::net::TcpListener, wake: Duration) -> io::Result<()> {
+    socket2::SockRef::from(listener).set_read_timeout(Some(wake))
+}
+
+/// A plain `accept`: the listener's `SO_RCVTIMEO` bounds the wait.
+pub(crate) fn accept_with_wake(
+    listener: &std::net::TcpListener,
+    _wake: Duration,
+) -> io::Result<TcpStream> {
+    listener.accept().map(|(s, _)| s)
+}
+
+/// `EMFILE`, `ENFILE` (accept(2)), and `ENOBUFS`, `ENOMEM`: out of descriptors or socket memory.
+pub(crate) fn out_of_descriptors(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// Sets the soft `RLIMIT_NOFILE` to the hard one (getrlimit(2)); the limits now in force.
+pub(crate) fn raise_nofile_limit() -> io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable `rlimit` for the duration of the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: `raised` is a valid `rlimit`; raising the soft limit up to the hard one needs
+        // no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        lim = raised;
+    }
+    Ok((lim.rlim_cur, lim.rlim_max))
+}
+
 /// `TCP_MAXSEG` (tcp(7)): the kernel refuses values outside 88..=32767 with `EINVAL`.
 pub(crate) fn set_tcp_mss(sock: &Socket, mss: u32) -> io::Result<()> {
     sock.set_mss(mss)
@@ -705,8 +753,23 @@ pub(crate) fn set_tcp_mss(sock: &Socket, mss: u32) -> io::Result<()> {
 /// `TCP_CONGESTION` (tcp(7)): `ENOENT` when the kernel has no such algorithm (and, for root,
 /// no module of that name to load); `EPERM` when an unprivileged process asks for one outside
 /// `net.ipv4.tcp_allowed_congestion_control`.
+///
+/// Only a name the kernel lists as available (`net.ipv4.tcp_available_congestion_control`) is
+/// asked for: for any other, a root process's `TCP_CONGESTION` makes the kernel load a module
+/// `tcp_<name>`, and the name comes from a client. Anything else fails with `ENOENT`, as an
+/// unknown algorithm does.
 pub(crate) fn set_tcp_congestion(sock: &Socket, name: &str) -> io::Result<()> {
+    let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .unwrap_or_default();
+    if !congestion_listed(&available, name) {
+        return Err(io::Error::from_raw_os_error(libc::ENOENT));
+    }
     sock.set_tcp_congestion(name.as_bytes())
+}
+
+/// Whether `name` is one of the whitespace-separated names of `available`.
+pub(crate) fn congestion_listed(available: &str, name: &str) -> bool {
+    available.split_whitespace().any(|n| n == name)
 }
 
 /// The congestion control a TCP socket uses (the kernel pads the name with NULs to

@@ -204,3 +204,40 @@ pub(crate) fn set_max_pacing_rate(
 ) -> io::Result<()> {
     Err(unsupported())
 }
+
+/// Makes the listener non-blocking: [`accept_with_wake`] then waits in short sleeps.
+pub(crate) fn set_accept_wake(
+    listener: &std::net::TcpListener,
+    _wake: std::time::Duration,
+) -> io::Result<()> {
+    listener.set_nonblocking(true)
+}
+
+/// Polls a non-blocking listener every 5 ms for at most `wake`.
+pub(crate) fn accept_with_wake(
+    listener: &std::net::TcpListener,
+    wake: std::time::Duration,
+) -> io::Result<TcpStream> {
+    let deadline = std::time::Instant::now() + wake;
+    loop {
+        match listener.accept() {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(e);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            r => return r.map(|(s, _)| s),
+        }
+    }
+}
+
+/// `EMFILE` and `ENFILE` as most Unix systems number them; Windows' `WSAEMFILE`.
+pub(crate) fn out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(23 | 24 | 10024))
+}
+
+/// Not done here (no `unsafe` in this module).
+pub(crate) fn raise_nofile_limit() -> io::Result<(u64, u64)> {
+    Err(unsupported())
+}

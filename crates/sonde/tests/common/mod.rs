@@ -493,6 +493,11 @@ impl Agent {
     pub(crate) fn is_running(&mut self) -> bool {
         self.daemon.is_running()
     }
+
+    /// The agent process's pid.
+    pub(crate) fn pid(&self) -> u32 {
+        self.daemon.pid()
+    }
 }
 
 /// Parses `sonde agent listening on <ADDR>:<PORT> (tcp+udp)` into (ADDR, PORT); an IPv6 ADDR may
