@@ -34,8 +34,9 @@ fn pct_to_ppb(pct: f64) -> Option<u64> {
     Some(((pct.max(0.0) * 1e7).round() as u64).min(PPB))
 }
 
-/// The smallest sample count that supports `pct`; `None` when no count does.
-fn min_samples(pct: f64) -> Option<u64> {
+/// The smallest sample count that supports `pct` (`10 / (1 - pct/100)`, rounded up); `None`
+/// when no count does (100 and above, NaN).
+pub fn min_samples(pct: f64) -> Option<u64> {
     let below_ppb = pct_to_ppb(pct)?;
     if below_ppb >= PPB {
         return None;
