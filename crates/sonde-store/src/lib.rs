@@ -152,7 +152,7 @@ pub enum Error {
         path: PathBuf,
     },
     /// The database, or its directory, cannot be written.
-    #[error("{}: the database is read-only ({source})", .path.display())]
+    #[error("{}: the database cannot be written: read-only file or directory? ({source})", .path.display())]
     ReadOnly {
         /// The file.
         path: PathBuf,

@@ -79,6 +79,8 @@ pub(crate) struct Opt {
     interval: Option<Duration>,
     #[command(flatten)]
     output: OutputOpt,
+    #[command(flatten)]
+    save: crate::save::SaveOpt,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
@@ -92,8 +94,12 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         timeout: opt.timeout,
         interval: opt.interval.filter(|d| !d.is_zero()),
     };
+    let mut saver = crate::save::Saver::new(&opt.save);
     let progress = Progress::start(&format!("crr {}", target.label), opt.time);
     let result = sonde_client::crr(&target, &options);
     drop(progress);
-    print(&opt.output.render(&TestResult::Crr(result?)))
+    let m = crate::save::Measured::from(TestResult::Crr(result?));
+    print(&opt.output.render(&m.result))?;
+    saver.save(&m);
+    Ok(())
 }

@@ -6,11 +6,11 @@ use std::time::Duration;
 use clap::Args;
 use sonde_client::LatencyOptions;
 use sonde_engine::sweep::{Sweep, SweepParam};
-use sonde_report::TestResult;
 use sonde_wire::Protocol;
 
 use crate::cli::DEFAULT_PORT;
 use crate::output::{print, OutputOpt, Progress};
+use crate::save::{Measured, Saver};
 
 /// Round-trip time: ping-pong (closed loop) or at a fixed rate (open loop)
 ///
@@ -129,6 +129,8 @@ pub(crate) struct Opt {
     one_way: bool,
     #[command(flatten)]
     output: OutputOpt,
+    #[command(flatten)]
+    save: crate::save::SaveOpt,
 }
 
 impl Opt {
@@ -195,10 +197,14 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
     let options = opt.options(opt.protocol(Protocol::Tcp));
     let label = format!("latency {}", target.label);
+    let mut saver = Saver::new(&opt.save);
     let progress = Progress::start(&label, opt.expected());
-    let result = sonde_client::latency(&target, &options);
+    let result = sonde_client::latency_measured(&target, &options);
     drop(progress);
-    print(&opt.output.render(&TestResult::Latency(result?)))
+    let m = Measured::from(result?);
+    print(&opt.output.render(&m.result))?;
+    saver.save(&m);
+    Ok(())
 }
 
 /// `--sweep`: one test per value, against a sonde agent or a sockperf server.
@@ -216,7 +222,9 @@ fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
     };
     let label = format!("latency {}", target.label);
     let allowed = [SweepParam::MsgSize, SweepParam::Rate];
+    let mut saver = Saver::new(&opt.save);
     let doc = crate::sweep::run(
+        &mut saver,
         "latency",
         &label,
         sweep,
@@ -229,11 +237,11 @@ fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
                 _ => o.rate = Some(value as f64),
             }
             let result = if sockperf.is_some() {
-                sonde_client::sockperf::latency(&target, &o)
+                sonde_client::sockperf::latency_measured(&target, &o)
             } else {
-                sonde_client::latency(&target, &o)
+                sonde_client::latency_measured(&target, &o)
             };
-            result.map(TestResult::Latency)
+            result.map(Measured::from)
         },
     )?;
     print(&opt.output.render(&doc))
@@ -245,8 +253,12 @@ fn run_sockperf(opt: &Opt, target: &sonde_client::Target) -> anyhow::Result<()> 
     opt.check_sockperf()?;
     let options = opt.options(opt.protocol(Protocol::Udp));
     let label = format!("latency {}", target.label);
+    let mut saver = Saver::new(&opt.save);
     let progress = Progress::start(&label, opt.expected());
-    let result = sonde_client::sockperf::latency(target, &options);
+    let result = sonde_client::sockperf::latency_measured(target, &options);
     drop(progress);
-    print(&opt.output.render(&TestResult::Latency(result?)))
+    let m = Measured::from(result?);
+    print(&opt.output.render(&m.result))?;
+    saver.save(&m);
+    Ok(())
 }

@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use clap::Args;
 use sonde_client::{LatencyOptions, LoadOptions, ThroughputOptions};
-use sonde_report::TestResult;
 use sonde_wire::{Direction, Protocol};
 
 use crate::cli::DEFAULT_PORT;
@@ -68,6 +67,8 @@ pub(crate) struct Opt {
     length: u32,
     #[command(flatten)]
     output: OutputOpt,
+    #[command(flatten)]
+    save: crate::save::SaveOpt,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
@@ -102,8 +103,12 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         },
         ramp: opt.ramp,
     };
+    let mut saver = crate::save::Saver::new(&opt.save);
     let progress = Progress::start(&format!("load {}", target.label), options.expected());
-    let result = sonde_client::latency_under_load(&target, &options);
+    let result = sonde_client::latency_under_load_measured(&target, &options);
     drop(progress);
-    print(&opt.output.render(&TestResult::Load(result?)))
+    let m = crate::save::Measured::from(result?);
+    print(&opt.output.render(&m.result))?;
+    saver.save(&m);
+    Ok(())
 }

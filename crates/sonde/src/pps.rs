@@ -9,6 +9,7 @@ use sonde_report::TestResult;
 
 use crate::cli::DEFAULT_PORT;
 use crate::output::{print, OutputOpt, Progress};
+use crate::save::{Measured, Saver};
 
 /// Packet rate: small UDP datagrams as fast as possible, counted by the receiver
 ///
@@ -46,6 +47,8 @@ pub(crate) struct Opt {
     sweep: Option<Sweep>,
     #[command(flatten)]
     output: OutputOpt,
+    #[command(flatten)]
+    save: crate::save::SaveOpt,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
@@ -55,20 +58,32 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         flows: opt.flows,
         duration: opt.time,
     };
+    let mut saver = Saver::new(&opt.save);
     if let Some(sweep) = &opt.sweep {
         let allowed = [SweepParam::MsgSize, SweepParam::Parallel];
-        let doc = crate::sweep::run("pps", "pps", sweep, &allowed, opt.time, |value| {
-            let mut o = options.clone();
-            match sweep.param() {
-                SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
-                _ => o.flows = crate::sweep::as_u32(sweep.param(), value)?,
-            }
-            sonde_client::pps(&target, &o).map(TestResult::Pps)
-        })?;
+        let doc = crate::sweep::run(
+            &mut saver,
+            "pps",
+            "pps",
+            sweep,
+            &allowed,
+            opt.time,
+            |value| {
+                let mut o = options.clone();
+                match sweep.param() {
+                    SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
+                    _ => o.flows = crate::sweep::as_u32(sweep.param(), value)?,
+                }
+                sonde_client::pps(&target, &o).map(|r| Measured::from(TestResult::Pps(r)))
+            },
+        )?;
         return print(&opt.output.render(&doc));
     }
     let progress = Progress::start(&format!("pps {}", target.label), opt.time);
     let result = sonde_client::pps(&target, &options);
     drop(progress);
-    print(&opt.output.render(&TestResult::Pps(result?)))
+    let m = Measured::from(TestResult::Pps(result?));
+    print(&opt.output.render(&m.result))?;
+    saver.save(&m);
+    Ok(())
 }

@@ -11,6 +11,7 @@ use sonde_report::{QuickCase, QuickResult, TestResult};
 use sonde_wire::{Direction, Protocol};
 
 use crate::output::{print, OutputOpt, Progress};
+use crate::save::{Measured, Saver};
 
 /// Everything on loopback against an in-process agent (about 25 s)
 ///
@@ -29,12 +30,14 @@ pub(crate) struct Opt {
     time: Duration,
     #[command(flatten)]
     output: OutputOpt,
+    #[command(flatten)]
+    save: crate::save::SaveOpt,
 }
 
 /// One case: its name and how to run it.
 type Case<'a> = (
     &'static str,
-    Box<dyn Fn() -> Result<TestResult, sonde_client::ClientError> + 'a>,
+    Box<dyn Fn() -> Result<Measured, sonde_client::ClientError> + 'a>,
 );
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
@@ -70,27 +73,27 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         (
             "tcp latency",
             Box::new(|| {
-                sonde_client::latency(&target, &latency(Protocol::Tcp)).map(TestResult::Latency)
+                sonde_client::latency_measured(&target, &latency(Protocol::Tcp)).map(Measured::from)
             }),
         ),
         (
             "udp latency",
             Box::new(|| {
-                sonde_client::latency(&target, &latency(Protocol::Udp)).map(TestResult::Latency)
+                sonde_client::latency_measured(&target, &latency(Protocol::Udp)).map(Measured::from)
             }),
         ),
         (
             "tcp throughput x1",
             Box::new(|| {
                 sonde_client::throughput(&target, &throughput(1), &mut |_| {})
-                    .map(TestResult::Throughput)
+                    .map(|r| Measured::from(TestResult::Throughput(r)))
             }),
         ),
         (
             "tcp throughput x2",
             Box::new(|| {
                 sonde_client::throughput(&target, &throughput(2), &mut |_| {})
-                    .map(TestResult::Throughput)
+                    .map(|r| Measured::from(TestResult::Throughput(r)))
             }),
         ),
         (
@@ -100,7 +103,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
                     duration: t,
                     ..PpsOptions::default()
                 };
-                sonde_client::pps(&target, &o).map(TestResult::Pps)
+                sonde_client::pps(&target, &o).map(|r| Measured::from(TestResult::Pps(r)))
             }),
         ),
         (
@@ -111,19 +114,24 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
                     duration: t,
                     ..CrrOptions::default()
                 };
-                sonde_client::crr(&target, &o).map(TestResult::Crr)
+                sonde_client::crr(&target, &o).map(|r| Measured::from(TestResult::Crr(r)))
             }),
         ),
     ];
     let mut results = Vec::new();
+    // Each case is saved as its own run as soon as it is measured, all in one group.
+    let mut saver = Saver::new(&opt.save);
+    saver.grouped("quick");
     let total = cases.len();
     for (n, (case, run)) in cases.iter().enumerate() {
         let progress = Progress::start(&format!("[{}/{total}] {case}", n + 1), t);
         let result = run();
         drop(progress);
+        let m = result?;
+        saver.save(&m);
         results.push(QuickCase {
             case: (*case).to_owned(),
-            result: result?,
+            result: m.result,
         });
     }
     handle.stop();

@@ -11,6 +11,7 @@ use sonde_wire::{Direction, Protocol};
 
 use crate::cli::DEFAULT_PORT;
 use crate::output::{print, OutputOpt, Progress};
+use crate::save::{Measured, Saver};
 
 /// Bandwidth: TCP or UDP, parallel streams, reverse or both directions
 ///
@@ -85,6 +86,8 @@ pub(crate) struct Opt {
     sweep: Option<Sweep>,
     #[command(flatten)]
     output: OutputOpt,
+    #[command(flatten)]
+    save: crate::save::SaveOpt,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
@@ -96,6 +99,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     }
     let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
     let options = options(opt);
+    let mut saver = Saver::new(&opt.save);
     let progress = Progress::start(&format!("throughput {}", target.label), opt.time);
     // Live interval lines go to the terminal above the progress bar; the table (or JSON, CSV)
     // on stdout holds every interval once, aligned.
@@ -104,7 +108,10 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     };
     let result = sonde_client::throughput(&target, &options, &mut live);
     drop(progress);
-    print(&opt.output.render(&TestResult::Throughput(result?)))
+    let m = Measured::from(TestResult::Throughput(result?));
+    print(&opt.output.render(&m.result))?;
+    saver.save(&m);
+    Ok(())
 }
 
 /// Set by Ctrl-C (or SIGTERM) during an iperf3 test, so the client can tell the server.
@@ -117,6 +124,7 @@ fn run_iperf3(opt: &Opt, target: &Target) -> anyhow::Result<()> {
     // CLIENT_TERMINATE on Ctrl-C, as iperf3's own does, and then exits 130. If a handler is
     // already set, the default end (also 130) stands.
     let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed));
+    let mut saver = Saver::new(&opt.save);
     let progress = Progress::start(&format!("throughput {}", target.label), opt.time);
     // Only the intervals of server-to-client streams are counted at a receiver (this one).
     let sender_counted = options.direction != Direction::Reverse;
@@ -130,7 +138,10 @@ fn run_iperf3(opt: &Opt, target: &Target) -> anyhow::Result<()> {
     };
     let result = sonde_client::iperf3::throughput(target, &options, &INTERRUPTED, &mut live);
     drop(progress);
-    print(&opt.output.render(&TestResult::Throughput(result?)))
+    let m = Measured::from(TestResult::Throughput(result?));
+    print(&opt.output.render(&m.result))?;
+    saver.save(&m);
+    Ok(())
 }
 
 /// `--sweep`: one test per value, against a sonde agent or an iperf3 server.
@@ -153,20 +164,29 @@ fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
         SweepParam::Bitrate,
     ];
     let label = format!("throughput {}", target.label);
-    let doc = crate::sweep::run("throughput", &label, sweep, &allowed, opt.time, |value| {
-        let mut o = base.clone();
-        match sweep.param() {
-            SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
-            SweepParam::Parallel => o.parallel = crate::sweep::as_u32(sweep.param(), value)?,
-            _ => o.bitrate = value,
-        }
-        let result = if iperf3.is_some() {
-            sonde_client::iperf3::throughput(&target, &o, &INTERRUPTED, &mut |_| {})
-        } else {
-            sonde_client::throughput(&target, &o, &mut |_| {})
-        };
-        result.map(TestResult::Throughput)
-    })?;
+    let mut saver = Saver::new(&opt.save);
+    let doc = crate::sweep::run(
+        &mut saver,
+        "throughput",
+        &label,
+        sweep,
+        &allowed,
+        opt.time,
+        |value| {
+            let mut o = base.clone();
+            match sweep.param() {
+                SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
+                SweepParam::Parallel => o.parallel = crate::sweep::as_u32(sweep.param(), value)?,
+                _ => o.bitrate = value,
+            }
+            let result = if iperf3.is_some() {
+                sonde_client::iperf3::throughput(&target, &o, &INTERRUPTED, &mut |_| {})
+            } else {
+                sonde_client::throughput(&target, &o, &mut |_| {})
+            };
+            result.map(|r| Measured::from(TestResult::Throughput(r)))
+        },
+    )?;
     print(&opt.output.render(&doc))
 }
 

@@ -1,0 +1,372 @@
+//! The results store end to end: every test saves (into a `--db` of the test's own), the stored
+//! document is what `--json` printed, and a database that cannot be written loses nothing but
+//! the save.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command as StdCommand, Stdio};
+
+use serde_json::Value;
+use sonde_store::{Filter, Store};
+
+use super::{run, run_ok, server, u};
+
+pub(crate) fn path_str(p: &Path) -> &str {
+    p.to_str().expect("temporary paths are UTF-8")
+}
+
+fn temp_db() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("results.db");
+    (dir, db)
+}
+
+/// The runs in `db`, newest first.
+fn stored(db: &Path) -> Vec<sonde_store::StoredRun> {
+    Store::open_existing(db)
+        .expect("the database exists")
+        .documents(&Filter::default())
+        .expect("runs")
+}
+
+/// `sonde quick`'s cases were saved one run each, in one group, in the order run, each with
+/// the document of its case; latency cases with their whole RTT histogram.
+pub(crate) fn assert_saved_cases(db: &Path, cases: &[Value]) {
+    let store = Store::open_existing(db).expect("quick saved its results");
+    let mut runs = store.documents(&Filter::default()).expect("runs");
+    runs.reverse();
+    assert_eq!(runs.len(), cases.len(), "one run per case");
+    let group = runs[0].summary.group.expect("the cases are one group");
+    assert_eq!(
+        store.group(group).expect("group").map(|g| g.kind),
+        Some("quick".to_owned())
+    );
+    for (run, case) in runs.iter().zip(cases) {
+        assert_eq!(run.summary.group, Some(group));
+        let doc: Value = serde_json::from_str(&run.document).expect("a stored JSON document");
+        assert_eq!(
+            doc, case["result"],
+            "the stored document is the case's result"
+        );
+        assert_eq!(run.summary.test, super::s(&doc, "/test"));
+        let hist = store
+            .histogram(run.summary.id, sonde_store::HISTOGRAM_RTT)
+            .expect("decodes");
+        if run.summary.test == "latency" {
+            let hist = hist.expect("a latency run keeps its RTT histogram");
+            assert_eq!(hist.len(), u(&doc, "/samples"), "every sample is in it");
+            assert_eq!(
+                run.summary.headline.rtt_p50_ns,
+                doc.pointer("/rtt_ns/p50").and_then(Value::as_u64)
+            );
+        } else {
+            assert!(hist.is_none(), "{}", run.summary.test);
+        }
+    }
+}
+
+#[test]
+fn a_latency_run_is_saved_exactly_as_printed_with_its_histogram() {
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    let stdout = run_ok(&[
+        "latency",
+        &agent.target(),
+        "-t",
+        "0.5",
+        "--warmup",
+        "0",
+        "--json",
+        "--db",
+        path_str(&db),
+    ]);
+    let runs = stored(&db);
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        runs[0].document, stdout,
+        "byte for byte what --json printed"
+    );
+    let doc: Value = serde_json::from_str(&stdout).expect("json");
+    let r = &runs[0].summary;
+    assert_eq!(
+        (r.test.as_str(), r.protocol.as_deref(), r.server.as_deref()),
+        ("latency", Some("tcp"), Some(agent.target().as_str()))
+    );
+    assert_eq!(r.time_unix_ms, u(&doc, "/timestamp_unix_ms"));
+    assert_eq!(r.group, None);
+    let hist = Store::open_existing(&db)
+        .expect("open")
+        .histogram(r.id, sonde_store::HISTOGRAM_RTT)
+        .expect("decodes")
+        .expect("present");
+    assert_eq!(hist.len(), u(&doc, "/samples"));
+    assert_eq!(hist.min(), u(&doc, "/rtt_ns/min"));
+}
+
+#[test]
+fn each_test_saves_its_headline() {
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    let target = agent.target();
+    let d = path_str(&db);
+    run_ok(&["throughput", &target, "-t", "0.5", "--db", d]);
+    run_ok(&["pps", &target, "-t", "0.5", "--db", d]);
+    run_ok(&["crr", &target, "-t", "0.5", "--db", d]);
+    let runs = stored(&db);
+    let tests: Vec<&str> = runs.iter().map(|r| r.summary.test.as_str()).collect();
+    assert_eq!(tests, ["crr", "pps", "throughput"], "newest first");
+    let doc = |i: usize| -> Value { serde_json::from_str(&runs[i].document).expect("json") };
+    let h = |i: usize| runs[i].summary.headline;
+    assert_eq!(
+        h(0).connections_per_second,
+        doc(0)["connections_per_second"].as_f64()
+    );
+    assert_eq!(h(1).packets_per_second, doc(1)["received_pps"].as_f64());
+    assert_eq!(
+        h(2).bits_per_second,
+        doc(2)
+            .pointer("/receiver/bits_per_second")
+            .and_then(Value::as_f64)
+    );
+}
+
+#[test]
+fn each_step_of_a_sweep_is_saved_in_one_group() {
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    let stdout = run_ok(&[
+        "pps",
+        &agent.target(),
+        "-t",
+        "0.3",
+        "--sweep",
+        "msg_size=32,64",
+        "--json",
+        "--db",
+        path_str(&db),
+    ]);
+    let doc: Value = serde_json::from_str(&stdout).expect("json");
+    let mut runs = stored(&db);
+    runs.reverse();
+    assert_eq!(runs.len(), 2);
+    assert!(runs[0].summary.group.is_some());
+    assert_eq!(runs[0].summary.group, runs[1].summary.group);
+    for (i, run) in runs.iter().enumerate() {
+        let stored: Value = serde_json::from_str(&run.document).expect("json");
+        assert_eq!(stored, doc["steps"][i]["result"]);
+    }
+}
+
+#[test]
+fn no_save_writes_nothing() {
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    run_ok(&[
+        "pps",
+        &agent.target(),
+        "-t",
+        "0.2",
+        "--no-save",
+        "--db",
+        path_str(&db),
+    ]);
+    assert!(!db.exists());
+}
+
+#[test]
+fn sonde_db_chooses_the_database() {
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    let out = super::sonde()
+        .env("SONDE_DB", &db)
+        .args(["pps", &agent.target(), "-t", "0.2"])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stored(&db).len(), 1);
+}
+
+#[test]
+fn two_processes_saving_at_once_both_land() {
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    // Three clients started together end together: their saves meet on a database that none
+    // of them has created yet.
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+                .args(["pps", &agent.target(), "-t", "0.5", "--db", path_str(&db)])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(!stderr.contains("not saved"), "{stderr}");
+    }
+    assert_eq!(stored(&db).len(), 3);
+}
+
+/// Runs `sonde pps TARGET -t 0.2 --json --db DB` and checks what a user relies on when the save
+/// fails: the result printed, exit 0, and a warning that names the database and says why.
+fn assert_printed_but_not_saved(out: &std::process::Output, db: &Path, why: &str) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let doc: Value = serde_json::from_str(&stdout).expect("the result is printed");
+    assert_eq!(super::s(&doc, "/test"), "pps");
+    assert!(
+        stderr.contains("warning: the result was not saved")
+            && stderr.contains(path_str(db))
+            && stderr.contains(why),
+        "stderr: {stderr}"
+    );
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_reported_and_not_overwritten() {
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    let content = "a spreadsheet, not a database\n".repeat(50);
+    std::fs::write(&db, &content).expect("write");
+    let r = super::sonde()
+        .args([
+            "pps",
+            &agent.target(),
+            "-t",
+            "0.2",
+            "--json",
+            "--db",
+            path_str(&db),
+        ])
+        .output()
+        .expect("run");
+    assert_printed_but_not_saved(&r, &db, "not a sonde results database");
+    assert_eq!(std::fs::read_to_string(&db).expect("read"), content);
+}
+
+/// Runs `sonde ARGS` with `dir` made read-only (a read-only bind mount in a mount namespace of
+/// its own when root, whom file modes do not stop; the modes otherwise).
+fn run_with_read_only_dir(dir: &Path, args: &[&str]) -> Option<std::process::Output> {
+    let sonde = env!("CARGO_BIN_EXE_sonde");
+    if super::common::is_root() {
+        if !super::common::require_or_skip(
+            "a_read_only_database_still_prints_the_result",
+            &[
+                super::common::Need::Cmd("unshare"),
+                super::common::Need::Cmd("mount"),
+            ],
+        ) {
+            return None;
+        }
+        let script = r#"d="$1"; shift; mount --bind "$d" "$d" && mount -o remount,bind,ro "$d" "$d" && exec "$@""#;
+        let out = StdCommand::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+            ])
+            .arg(dir)
+            .arg(sonde)
+            .args(args)
+            .output()
+            .expect("unshare");
+        Some(out)
+    } else {
+        use std::os::unix::fs::PermissionsExt;
+        for entry in std::fs::read_dir(dir).expect("dir") {
+            let p = entry.expect("entry").path();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+        }
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555)).expect("chmod");
+        let out = StdCommand::new(sonde).args(args).output().expect("run");
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        Some(out)
+    }
+}
+
+#[test]
+fn a_read_only_database_still_prints_the_result() {
+    let agent = server(&[]);
+    let (dir, db) = temp_db();
+    let target = agent.target();
+    let d = path_str(&db);
+    run_ok(&["pps", &target, "-t", "0.2", "--db", d]);
+    let before = std::fs::read(&db).expect("read");
+    let Some(out) = run_with_read_only_dir(
+        dir.path(),
+        &["pps", &target, "-t", "0.2", "--json", "--db", d],
+    ) else {
+        return;
+    };
+    assert_printed_but_not_saved(&out, &db, "read-only");
+    assert_eq!(std::fs::read(&db).expect("read"), before);
+    assert_eq!(stored(&db).len(), 1, "the earlier run is still there");
+}
+
+#[test]
+fn a_failed_test_saves_nothing_and_keeps_its_exit_code() {
+    let (_dir, db) = temp_db();
+    let r = run(&[
+        "pps",
+        &format!("127.0.0.1:{}", super::closed_port()),
+        "-t",
+        "0.2",
+        "--db",
+        path_str(&db),
+    ]);
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert!(!db.exists());
+}
+
+#[test]
+fn a_full_disk_still_prints_the_result() {
+    if !super::common::require_or_skip(
+        "a_full_disk_still_prints_the_result",
+        &[
+            super::common::Need::Root,
+            super::common::Need::Cmd("unshare"),
+            super::common::Need::Cmd("mount"),
+        ],
+    ) {
+        return;
+    }
+    let agent = server(&[]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("results.db");
+    // A 12 KiB tmpfs, in a mount namespace of the command's own: room for SQLite's header
+    // pages, not for a run.
+    let script = r#"d="$1"; shift; mount -t tmpfs -o size=12k tmpfs "$d" && exec "$@""#;
+    let out = StdCommand::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(dir.path())
+        .arg(env!("CARGO_BIN_EXE_sonde"))
+        .args([
+            "pps",
+            &agent.target(),
+            "-t",
+            "0.2",
+            "--json",
+            "--db",
+            path_str(&db),
+        ])
+        .output()
+        .expect("unshare");
+    assert_printed_but_not_saved(&out, &db, "full");
+}
