@@ -136,6 +136,14 @@ impl RttRecorder {
         self.warmup_excluded += other.warmup_excluded;
     }
 
+    /// A recorder holding the samples of `hist` (a stored run's histogram read back) and no
+    /// warm-up count. Values beyond [`MAX_TRACKABLE_NS`] are kept at that bound.
+    pub fn from_histogram(hist: &Histogram<u64>) -> Self {
+        let mut r = Self::new(0);
+        crate::histogram::add_saturating(&mut r.hist, hist);
+        r
+    }
+
     /// Samples recorded so far.
     pub fn samples(&self) -> u64 {
         self.hist.len()
@@ -379,6 +387,19 @@ mod tests {
         assert_eq!(a.warmup_excluded(), one.warmup_excluded());
         assert!(a.warmup_excluded() > 0);
         assert_eq!(a.summary(), one.summary());
+    }
+
+    #[test]
+    fn from_histogram_keeps_the_distribution() {
+        let mut r = RttRecorder::new(0);
+        for i in 1..=5_000u64 {
+            r.record(0, 10_000 + i * 13);
+        }
+        let mut plain = Histogram::<u64>::new(3).unwrap();
+        for i in 1..=5_000u64 {
+            plain.record(10_000 + i * 13).unwrap();
+        }
+        assert_eq!(RttRecorder::from_histogram(&plain).summary(), r.summary());
     }
 
     #[test]

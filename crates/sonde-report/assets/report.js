@@ -51,7 +51,7 @@
         { label: "case", value: function (u, v) { return v == null ? "" : bars.cases[v]; } },
         { label: "mean", fill: color(0), stroke: color(0), paths: barPaths(-1), points: { show: false }, value: function (u, v) { return us(v); } },
         { label: "p99.99", fill: color(1), stroke: color(1), paths: barPaths(1), points: { show: false }, value: function (u, v) { return us(v); } },
-        { label: "max where p99.99 is n/a", fill: "#f4b6b6", stroke: color(1), dash: [4, 4], paths: barPaths(1), points: { show: false }, value: function (u, v) { return us(v); } },
+        { label: "stand-in where p99.99 is n/a (see the table)", fill: "#f4b6b6", stroke: color(1), dash: [4, 4], paths: barPaths(1), points: { show: false }, value: function (u, v) { return us(v); } },
       ],
     };
     return new uPlot(opts, [xs, bars.mean_us, bars.p9999_us, bars.substitute_us], el);

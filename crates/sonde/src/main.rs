@@ -2,6 +2,7 @@
 //! The binary parses, runs, and maps errors to exit codes; the work is in the library crates.
 
 mod cli;
+mod compare;
 mod completions;
 mod conf;
 mod crr;
@@ -11,7 +12,9 @@ mod man;
 mod output;
 mod pps;
 mod quick;
+mod report;
 mod save;
+mod select;
 mod server;
 mod sweep;
 mod throughput;

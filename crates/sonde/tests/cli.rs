@@ -1271,6 +1271,8 @@ fn help_snapshots() {
         ("help_quick", vec!["quick", "--help"]),
         ("help_load", vec!["load", "--help"]),
         ("help_conf", vec!["conf", "--help"]),
+        ("help_compare", vec!["compare", "--help"]),
+        ("help_report", vec!["report", "--help"]),
     ] {
         let out = run_ok(&args);
         insta::assert_snapshot!(name, out);

@@ -179,3 +179,293 @@ fn report_opens_in_chromium_with_every_chart_and_no_error() {
     assert!(dom.contains("<table data-table=\"compare\">"));
     assert!(dom.contains("data-warning"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// `sonde compare` and `sonde report` end to end: real runs against an agent on loopback, saved
+// in a scratch database and as --json files.
+// ---------------------------------------------------------------------------------------------
+
+/// No single run in these tests may take longer.
+const RUN_LIMIT: Duration = Duration::from_secs(60);
+
+struct Out {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// `sonde ARGS...` with the database `db` (`SONDE_DB` too, so that nothing reaches the home).
+fn sonde(db: &Path, args: &[&str]) -> Out {
+    let mut cmd = assert_cmd::Command::cargo_bin("sonde").expect("the sonde binary");
+    let out = cmd
+        .timeout(RUN_LIMIT)
+        .env("SONDE_DB", db)
+        .env("COLUMNS", "100")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("`sonde {}`: {e}", args.join(" ")));
+    Out {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn sonde_ok(db: &Path, args: &[&str]) -> String {
+    let out = sonde(db, args);
+    assert_eq!(
+        out.code,
+        Some(0),
+        "`sonde {}` failed\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        args.join(" "),
+        out.stdout,
+        out.stderr
+    );
+    out.stdout
+}
+
+/// One short latency run against `agent`, saved in `db`; its document.
+fn latency_run(db: &Path, agent: &common::Agent, extra: &[&str]) -> serde_json::Value {
+    let target = agent.target();
+    let mut args = vec![
+        "latency",
+        target.as_str(),
+        "-t",
+        "1",
+        "--warmup",
+        "0",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    serde_json::from_str(&sonde_ok(db, &args)).expect("a JSON document")
+}
+
+/// Stores copies of runs `ids` of `db` with the label `key=value` (the histograms too), as
+/// `--label` would have saved them.
+fn relabel(db: &Path, ids: &[i64], key: &str, value: &str) {
+    let mut store = sonde_store::Store::open_existing(db).expect("the database");
+    for &id in ids {
+        let id = sonde_store::RunId(id);
+        let run = store.run(id).unwrap().expect("the run");
+        let histograms = store.histograms(id).unwrap();
+        let labels = [sonde_store::Label::new(key, value).unwrap()];
+        store
+            .insert(&sonde_store::NewRun {
+                time_unix_ms: run.summary.time_unix_ms,
+                test: &run.summary.test,
+                protocol: run.summary.protocol.as_deref(),
+                server: run.summary.server.as_deref(),
+                labels: &labels,
+                headline: run.summary.headline,
+                document: &run.document,
+                histograms: &histograms,
+                ..sonde_store::NewRun::default()
+            })
+            .unwrap();
+    }
+}
+
+#[test]
+fn compare_saved_documents_and_stored_runs_and_fail_if_worse() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("results.db");
+    let agent = common::Agent::start("127.0.0.1");
+    let a = latency_run(&db, &agent, &[]);
+    let b = latency_run(&db, &agent, &[]);
+    let (fa, fb) = (dir.path().join("a.json"), dir.path().join("b.json"));
+    std::fs::write(&fa, a.to_string()).unwrap();
+    std::fs::write(&fb, b.to_string()).unwrap();
+    let (fa, fb) = (fa.to_str().unwrap(), fb.to_str().unwrap());
+
+    // Files: every figure, A and B as the documents state them, one run a side: untested.
+    let c: serde_json::Value =
+        serde_json::from_str(&sonde_ok(&db, &["compare", fa, fb, "--json"])).unwrap();
+    assert_eq!(c["test"], "latency");
+    let row = |c: &serde_json::Value, figure: &str| {
+        c["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["figure"] == figure)
+            .unwrap_or_else(|| panic!("no {figure} in {c:#}"))
+            .clone()
+    };
+    let mean = row(&c, "rtt_mean_ns");
+    assert_eq!(mean["a"], a["rtt_ns"]["mean"]);
+    assert_eq!(mean["b"], b["rtt_ns"]["mean"]);
+    assert_eq!(mean["significance"]["kind"], "needs_repeat");
+    for figure in [
+        "rtt_p50_ns",
+        "rtt_p99_ns",
+        "rtt_p999_ns",
+        "rtt_p9999_ns",
+        "rtt_max_ns",
+    ] {
+        row(&c, figure);
+    }
+    // A percentile the run cannot support is n/a, with what can be used instead.
+    let p9999 = row(&c, "rtt_p9999_ns");
+    if a["rtt_ns"]["p9999"].is_null() {
+        assert!(p9999["a"].is_null());
+        assert_eq!(p9999["a_thin"]["samples"], a["samples"]);
+        assert_eq!(p9999["a_thin"]["samples_needed"], 100_000);
+        assert!(p9999["a_thin"]["run_needed_ns"].as_u64().unwrap() > 0);
+    }
+
+    // The same two runs from the database: by id (the first two runs saved), and as a table.
+    let table = sonde_ok(&db, &["compare", "1", "2", "--db", db.to_str().unwrap()]);
+    assert!(table.starts_with("sonde compare: latency\n"), "{table}");
+    for line in ["RTT mean", "RTT p50", "RTT p99.99", "RTT max"] {
+        assert!(table.contains(line), "{line}:\n{table}");
+    }
+    assert!(table.contains("needs --repeat 5"), "{table}");
+
+    // --fail-if-worse: B with every RTT doubled is worse by 100%; the other way round it is not.
+    let mut worse = a.clone();
+    for k in ["min", "mean", "p50", "p90", "p99", "p999", "max"] {
+        if let Some(v) = worse["rtt_ns"][k].as_f64() {
+            worse["rtt_ns"][k] = if k == "mean" {
+                serde_json::json!(v * 2.0)
+            } else {
+                serde_json::json!(v as u64 * 2)
+            };
+        }
+    }
+    let fw = dir.path().join("worse.json");
+    std::fs::write(&fw, worse.to_string()).unwrap();
+    let fw = fw.to_str().unwrap();
+    let out = sonde(&db, &["compare", fa, fw, "--fail-if-worse", "10"]);
+    assert_eq!(out.code, Some(1), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr
+            .contains("worse than A by more than 10% in: RTT mean (+100.00%)"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stdout.contains("RTT mean"), "the table is printed too");
+    let out = sonde(&db, &["compare", fw, fa, "--fail-if-worse", "10"]);
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+
+    // Usage errors exit 2.
+    for args in [
+        vec!["compare", fa],
+        vec!["compare", fa, "nonsense-term"],
+        vec!["compare", fa, fb, "--alpha", "2"],
+    ] {
+        let out = sonde(&db, &args);
+        assert_eq!(out.code, Some(2), "{args:?}: {}", out.stderr);
+    }
+    // A selection that matches nothing says so and exits 1.
+    let out = sonde(
+        &db,
+        &[
+            "compare",
+            "1",
+            "label:path=nowhere",
+            "--db",
+            db.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.code, Some(1));
+    assert!(out.stderr.contains("matches no run"), "{}", out.stderr);
+}
+
+#[test]
+fn matrix_and_report_from_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("results.db");
+    let dbs = db.to_str().unwrap();
+    let agent = common::Agent::start("127.0.0.1");
+    // Runs 1-2: 64-byte messages; 3-4: 16 KiB messages; 5: TCP throughput with intervals.
+    latency_run(&db, &agent, &[]);
+    latency_run(&db, &agent, &[]);
+    latency_run(&db, &agent, &["-m", "16384"]);
+    latency_run(&db, &agent, &["-m", "16384"]);
+    let target = agent.target();
+    sonde_ok(
+        &db,
+        &[
+            "throughput",
+            &target,
+            "-t",
+            "1",
+            "-P",
+            "2",
+            "-i",
+            "0.25",
+            "--json",
+        ],
+    );
+    // Runs 6-9: the same runs labelled by message size, with their histograms.
+    relabel(&db, &[1, 2], "msg", "small");
+    relabel(&db, &[3, 4], "msg", "large");
+
+    let matrix = sonde_ok(&db, &["compare", "--by", "msg", "--db", dbs]);
+    let lines: Vec<&str> = matrix.lines().collect();
+    assert_eq!(
+        lines[0], "latency by msg (each figure the median of the case's runs)",
+        "{matrix}"
+    );
+    assert!(
+        lines[1].starts_with("msg ") && lines[1].contains("p99.99"),
+        "{matrix}"
+    );
+    assert!(
+        lines[2].starts_with("large ") && lines[3].starts_with("small "),
+        "{matrix}"
+    );
+    // Two runs each.
+    assert_eq!(lines[2].split_whitespace().nth(1), Some("2"), "{matrix}");
+    let json: serde_json::Value = serde_json::from_str(&sonde_ok(
+        &db,
+        &["compare", "--by", "msg", "--db", dbs, "--json"],
+    ))
+    .unwrap();
+    assert_eq!(json[0]["rows"].as_array().unwrap().len(), 2);
+
+    // Every run, and the two cases compared: in a browser when there is one.
+    let all = dir.path().join("all.html");
+    let err = sonde(&db, &["report", "--db", dbs, "-o", all.to_str().unwrap()]);
+    assert_eq!(err.code, Some(0), "{}", err.stderr);
+    assert!(err.stderr.contains("9 runs written"), "{}", err.stderr);
+    let two = dir.path().join("two.html");
+    sonde_ok(
+        &db,
+        &[
+            "report",
+            "label:msg=small",
+            "label:msg=large",
+            "--db",
+            dbs,
+            "--title",
+            "small against large",
+            "-o",
+            two.to_str().unwrap(),
+        ],
+    );
+    let page = std::fs::read_to_string(&two).unwrap();
+    assert!(page.contains("<title>small against large</title>"));
+    assert!(page.contains("<table data-table=\"compare\">"));
+    if !require_or_skip(
+        "matrix_and_report_from_the_database (browser part)",
+        &[Need::Cmd("chromium")],
+    ) {
+        return;
+    }
+    // All runs: bars, distribution, one throughput chart; a row per case.
+    check_in_browser(
+        &all,
+        3,
+        &[
+            "run 1",
+            "run 2",
+            "run 3",
+            "run 4",
+            "run 5",
+            "msg=small",
+            "msg=large",
+        ],
+        "report-all-runs.png",
+    );
+    check_in_browser(&two, 2, &["msg=small", "msg=large"], "report-compare.png");
+}
