@@ -469,3 +469,85 @@ fn matrix_and_report_from_the_database() {
     );
     check_in_browser(&two, 2, &["msg=small", "msg=large"], "report-compare.png");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The lab: a path shaped slower is reported as significantly slower.
+// ---------------------------------------------------------------------------------------------
+
+/// Client `a` (198.18.0.1) and agent `b` (198.18.0.2) on a veth pair; a closed loop of 1,000-byte
+/// UDP messages, five 1-second runs on the bare link, then five with a's egress shaped by `tc
+/// tbf` to 10 Mbit/s with a bucket of little more than one frame: each request then waits for
+/// the bucket to refill, about 0.85 ms (1,042 bytes at 10 Mbit/s), against tens of µs for the
+/// bare veth. `sonde compare` must call the shaped runs significantly slower (every shaped run
+/// slower than every bare one gives p = 0.012 with 5 and 5), and `--fail-if-worse` must fail.
+#[test]
+fn a_path_shaped_slower_is_significantly_slower() {
+    use common::netns::{link_up, tbf, veth, Namespaces, Segments};
+    if !require_or_skip(
+        "a_path_shaped_slower_is_significantly_slower",
+        &[Need::Root, Need::Netns, Need::Cmd("ip"), Need::Cmd("tc")],
+    ) {
+        return;
+    }
+    let ns = Namespaces::new("compare", &["a", "b"]);
+    let (a, b) = (ns.name(0), ns.name(1));
+    veth(a, "veth-a", b, "veth-b");
+    link_up(a, "veth-a", "198.18.0.1", 1500, Segments::Whole);
+    link_up(b, "veth-b", "198.18.0.2", 1500, Segments::Whole);
+    let agent = common::Agent::start_in(Some(b), "198.18.0.2", &["-q"]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("results.db");
+    let dbs = db.to_str().unwrap();
+    let target = agent.target();
+    let run = |args: &[&str]| {
+        let mut cmd = common::command_in(Some(a), common::sonde_bin());
+        cmd.env("SONDE_DB", &db).args(args);
+        let out = run_with_timeout(&mut cmd, RUN_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+        (out.status.code(), out.stdout, out.stderr)
+    };
+    let latency = || {
+        let (code, stdout, stderr) = run(&[
+            "latency", &target, "-u", "-m", "1000", "-t", "1", "--warmup", "0", "--json",
+        ]);
+        assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+        let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        doc["rtt_ns"]["mean"].as_f64().unwrap()
+    };
+    let bare: Vec<f64> = (0..5).map(|_| latency()).collect();
+    tbf(a, "veth-a", "10mbit", 1_600, "50ms");
+    let shaped: Vec<f64> = (0..5).map(|_| latency()).collect();
+    let means = format!("bare means {bare:?} ns, shaped {shaped:?} ns");
+
+    let (code, stdout, stderr) =
+        run(&["compare", "1,2,3,4,5", "6,7,8,9,10", "--db", dbs, "--json"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let c: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    for figure in ["rtt_mean_ns", "rtt_p50_ns"] {
+        let row = c["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["figure"] == figure)
+            .unwrap();
+        assert_eq!(
+            row["significance"]["kind"], "significant",
+            "{figure}: {means}\n{row:#}"
+        );
+        assert!(row["significance"]["p_value"].as_f64().unwrap() < 0.05);
+        assert_eq!(row["worse"], true, "{figure}: {means}");
+        // The shaper's 0.85 ms per request, at least most of it.
+        let added = row["b"].as_f64().unwrap() - row["a"].as_f64().unwrap();
+        assert!(added > 500_000.0, "{figure}: {added} ns added; {means}");
+    }
+    let (code, _, stderr) = run(&[
+        "compare",
+        "1,2,3,4,5",
+        "6,7,8,9,10",
+        "--db",
+        dbs,
+        "--fail-if-worse",
+        "50",
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("RTT mean"), "{stderr}");
+}
