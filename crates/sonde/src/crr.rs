@@ -94,11 +94,12 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         timeout: opt.timeout,
         interval: opt.interval.filter(|d| !d.is_zero()),
     };
-    let mut saver = crate::save::Saver::new(&opt.save);
+    let mut saver = crate::save::Saver::new(&opt.save)?;
     let progress = Progress::start(&format!("crr {}", target.label), opt.time);
     let result = sonde_client::crr(&target, &options);
     drop(progress);
-    let m = crate::save::Measured::from(TestResult::Crr(result?));
+    let mut m = crate::save::Measured::from(TestResult::Crr(result?));
+    saver.label(&mut m.result, None);
     print(&opt.output.render(&m.result))?;
     saver.save(&m);
     Ok(())

@@ -197,11 +197,12 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
     let options = opt.options(opt.protocol(Protocol::Tcp));
     let label = format!("latency {}", target.label);
-    let mut saver = Saver::new(&opt.save);
+    let mut saver = Saver::new(&opt.save)?;
     let progress = Progress::start(&label, opt.expected());
     let result = sonde_client::latency_measured(&target, &options);
     drop(progress);
-    let m = Measured::from(result?);
+    let mut m = Measured::from(result?);
+    saver.label(&mut m.result, None);
     print(&opt.output.render(&m.result))?;
     saver.save(&m);
     Ok(())
@@ -222,7 +223,7 @@ fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
     };
     let label = format!("latency {}", target.label);
     let allowed = [SweepParam::MsgSize, SweepParam::Rate];
-    let mut saver = Saver::new(&opt.save);
+    let mut saver = Saver::new(&opt.save)?;
     let doc = crate::sweep::run(
         &mut saver,
         "latency",
@@ -253,11 +254,12 @@ fn run_sockperf(opt: &Opt, target: &sonde_client::Target) -> anyhow::Result<()> 
     opt.check_sockperf()?;
     let options = opt.options(opt.protocol(Protocol::Udp));
     let label = format!("latency {}", target.label);
-    let mut saver = Saver::new(&opt.save);
+    let mut saver = Saver::new(&opt.save)?;
     let progress = Progress::start(&label, opt.expected());
     let result = sonde_client::sockperf::latency_measured(target, &options);
     drop(progress);
-    let m = Measured::from(result?);
+    let mut m = Measured::from(result?);
+    saver.label(&mut m.result, None);
     print(&opt.output.render(&m.result))?;
     saver.save(&m);
     Ok(())

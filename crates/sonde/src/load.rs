@@ -103,11 +103,12 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         },
         ramp: opt.ramp,
     };
-    let mut saver = crate::save::Saver::new(&opt.save);
+    let mut saver = crate::save::Saver::new(&opt.save)?;
     let progress = Progress::start(&format!("load {}", target.label), options.expected());
     let result = sonde_client::latency_under_load_measured(&target, &options);
     drop(progress);
-    let m = crate::save::Measured::from(result?);
+    let mut m = crate::save::Measured::from(result?);
+    saver.label(&mut m.result, None);
     print(&opt.output.render(&m.result))?;
     saver.save(&m);
     Ok(())

@@ -58,7 +58,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         flows: opt.flows,
         duration: opt.time,
     };
-    let mut saver = Saver::new(&opt.save);
+    let mut saver = Saver::new(&opt.save)?;
     if let Some(sweep) = &opt.sweep {
         let allowed = [SweepParam::MsgSize, SweepParam::Parallel];
         let doc = crate::sweep::run(
@@ -82,7 +82,8 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let progress = Progress::start(&format!("pps {}", target.label), opt.time);
     let result = sonde_client::pps(&target, &options);
     drop(progress);
-    let m = Measured::from(TestResult::Pps(result?));
+    let mut m = Measured::from(TestResult::Pps(result?));
+    saver.label(&mut m.result, None);
     print(&opt.output.render(&m.result))?;
     saver.save(&m);
     Ok(())

@@ -120,14 +120,15 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     ];
     let mut results = Vec::new();
     // Each case is saved as its own run as soon as it is measured, all in one group.
-    let mut saver = Saver::new(&opt.save);
+    let mut saver = Saver::new(&opt.save)?;
     saver.grouped("quick");
     let total = cases.len();
     for (n, (case, run)) in cases.iter().enumerate() {
         let progress = Progress::start(&format!("[{}/{total}] {case}", n + 1), t);
         let result = run();
         drop(progress);
-        let m = result?;
+        let mut m = result?;
+        saver.label(&mut m.result, Some(("case", (*case).to_owned())));
         saver.save(&m);
         results.push(QuickCase {
             case: (*case).to_owned(),
@@ -138,6 +139,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let doc = TestResult::Quick(QuickResult {
         sonde_version: env!("CARGO_PKG_VERSION").into(),
         timestamp_unix_ms: started,
+        labels: saver.labels().clone(),
         results,
     });
     print(&opt.output.render(&doc))

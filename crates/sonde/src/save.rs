@@ -1,5 +1,5 @@
-//! Saving results in the results database: the options every test takes (`--db`, `--no-save`),
-//! and the one place a result becomes a stored run.
+//! Saving results in the results database: the options every test takes (`--db`, `--no-save`,
+//! `--label`), and the one place a result is labelled and becomes a stored run.
 //!
 //! A result that cannot be saved is still printed: saving warns on stderr (with the path and
 //! why) and never changes the exit code.
@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use sonde_report::TestResult;
-use sonde_store::{GroupId, Headline, Histogram, NewRun, RunId, Store};
+use sonde_report::{Labels, TestResult};
+use sonde_store::{GroupId, Headline, Histogram, Label, NewRun, RunId, Store};
 
 /// The environment variable that chooses the database when `--db` is not given.
 pub(crate) const DB_ENV: &str = "SONDE_DB";
@@ -24,6 +24,15 @@ pub(crate) struct SaveOpt {
     /// Do not save this result (it is still printed)
     #[arg(long)]
     no_save: bool,
+    /// Name the case this run measures (repeatable: `--label path=private --label zone=other`);
+    /// the labels are in the JSON (`labels`), the CSV and the database, where `sonde results
+    /// --label` finds them
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    labels: Vec<Label>,
+}
+
+fn parse_label(s: &str) -> Result<Label, String> {
+    s.parse::<Label>().map_err(|e| e.to_string())
 }
 
 /// The database path: `--db`, else `$SONDE_DB`, else the platform's data directory.
@@ -91,13 +100,25 @@ fn histogram(name: &str, data: Vec<u8>) -> Histogram {
 pub(crate) struct Saver {
     /// `None` with `--no-save`, or when the path could not be found (already warned).
     path: Option<PathBuf>,
+    labels: Labels,
     store: Option<Store>,
     group_kind: Option<&'static str>,
     group: Option<GroupId>,
 }
 
 impl Saver {
-    pub(crate) fn new(opt: &SaveOpt) -> Self {
+    /// The saver of one command; a label key given twice is a usage error.
+    pub(crate) fn new(opt: &SaveOpt) -> anyhow::Result<Self> {
+        let mut labels = Labels::new();
+        for l in &opt.labels {
+            if labels.insert(l.key.clone(), l.value.clone()).is_some() {
+                return Err(crate::units::BadValue(format!(
+                    "--label {}: the key {:?} is given twice",
+                    l, l.key
+                ))
+                .into());
+            }
+        }
         let path = if opt.no_save {
             None
         } else {
@@ -109,11 +130,41 @@ impl Saver {
                 }
             }
         };
-        Self {
+        Ok(Self {
             path,
+            labels,
             store: None,
             group_kind: None,
             group: None,
+        })
+    }
+
+    /// `--label` as given.
+    pub(crate) fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
+    /// Puts `--label` (and `extra`, the case of a quick run or the value of a sweep step,
+    /// unless `--label` names that key itself) in the result's documents.
+    pub(crate) fn label(&self, result: &mut TestResult, extra: Option<(&str, String)>) {
+        let mut labels = self.labels.clone();
+        if let Some((key, value)) = extra {
+            labels.entry(key.to_owned()).or_insert(value);
+        }
+        match result {
+            TestResult::Latency(r) => r.meta.labels = labels,
+            TestResult::Throughput(r) => r.meta.labels = labels,
+            TestResult::Pps(r) => r.meta.labels = labels,
+            TestResult::Crr(r) => r.meta.labels = labels,
+            TestResult::Load(r) => {
+                r.idle.meta.labels.clone_from(&labels);
+                r.loaded.meta.labels.clone_from(&labels);
+                r.load.meta.labels.clone_from(&labels);
+                r.labels = labels;
+            }
+            TestResult::Quick(r) => r.labels = labels,
+            TestResult::Sweep(r) => r.labels = labels,
+            TestResult::Conf(_) => {}
         }
     }
 
@@ -162,12 +213,20 @@ impl Saver {
             self.group = Some(store.new_group(kind, indexed.time_unix_ms)?);
         }
         let document = sonde_report::render::json(&m.result);
+        let labels: Vec<Label> = indexed
+            .labels
+            .iter()
+            .map(|(key, value)| Label {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect();
         let id = store.insert(&NewRun {
             time_unix_ms: indexed.time_unix_ms,
             test: indexed.test,
             protocol: indexed.protocol,
             server: Some(indexed.server),
-            labels: &[],
+            labels: &labels,
             group: self.group,
             interrupted: false,
             headline: indexed.headline,
@@ -188,6 +247,7 @@ struct Indexed<'a> {
     test: &'static str,
     protocol: Option<&'static str>,
     server: &'a str,
+    labels: &'a Labels,
     headline: Headline,
 }
 
@@ -216,6 +276,7 @@ impl<'a> Indexed<'a> {
                 test: "latency",
                 protocol: Some(protocol(r.protocol)),
                 server: &r.meta.server,
+                labels: &r.meta.labels,
                 headline: rtt(r),
             },
             TestResult::Throughput(r) => Self {
@@ -223,6 +284,7 @@ impl<'a> Indexed<'a> {
                 test: "throughput",
                 protocol: Some(protocol(r.protocol)),
                 server: &r.meta.server,
+                labels: &r.meta.labels,
                 headline: Headline {
                     bits_per_second: Some(r.receiver.bits_per_second),
                     loss_percent: r.loss_percent,
@@ -234,6 +296,7 @@ impl<'a> Indexed<'a> {
                 test: "pps",
                 protocol: Some(protocol(r.protocol)),
                 server: &r.meta.server,
+                labels: &r.meta.labels,
                 headline: Headline {
                     packets_per_second: Some(r.received_pps),
                     loss_percent: Some(r.loss_percent),
@@ -245,6 +308,7 @@ impl<'a> Indexed<'a> {
                 test: "crr",
                 protocol: Some(protocol(r.protocol)),
                 server: &r.meta.server,
+                labels: &r.meta.labels,
                 headline: Headline {
                     connections_per_second: r.connections_per_second,
                     ..Headline::default()
@@ -256,6 +320,7 @@ impl<'a> Indexed<'a> {
                 test: "load",
                 protocol: Some(protocol(r.loaded.protocol)),
                 server: &r.loaded.meta.server,
+                labels: &r.labels,
                 headline: Headline {
                     bits_per_second: Some(r.load.receiver.bits_per_second),
                     ..rtt(&r.loaded)

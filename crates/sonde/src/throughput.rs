@@ -99,7 +99,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     }
     let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
     let options = options(opt);
-    let mut saver = Saver::new(&opt.save);
+    let mut saver = Saver::new(&opt.save)?;
     let progress = Progress::start(&format!("throughput {}", target.label), opt.time);
     // Live interval lines go to the terminal above the progress bar; the table (or JSON, CSV)
     // on stdout holds every interval once, aligned.
@@ -108,7 +108,8 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     };
     let result = sonde_client::throughput(&target, &options, &mut live);
     drop(progress);
-    let m = Measured::from(TestResult::Throughput(result?));
+    let mut m = Measured::from(TestResult::Throughput(result?));
+    saver.label(&mut m.result, None);
     print(&opt.output.render(&m.result))?;
     saver.save(&m);
     Ok(())
@@ -124,7 +125,7 @@ fn run_iperf3(opt: &Opt, target: &Target) -> anyhow::Result<()> {
     // CLIENT_TERMINATE on Ctrl-C, as iperf3's own does, and then exits 130. If a handler is
     // already set, the default end (also 130) stands.
     let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed));
-    let mut saver = Saver::new(&opt.save);
+    let mut saver = Saver::new(&opt.save)?;
     let progress = Progress::start(&format!("throughput {}", target.label), opt.time);
     // Only the intervals of server-to-client streams are counted at a receiver (this one).
     let sender_counted = options.direction != Direction::Reverse;
@@ -138,7 +139,8 @@ fn run_iperf3(opt: &Opt, target: &Target) -> anyhow::Result<()> {
     };
     let result = sonde_client::iperf3::throughput(target, &options, &INTERRUPTED, &mut live);
     drop(progress);
-    let m = Measured::from(TestResult::Throughput(result?));
+    let mut m = Measured::from(TestResult::Throughput(result?));
+    saver.label(&mut m.result, None);
     print(&opt.output.render(&m.result))?;
     saver.save(&m);
     Ok(())
@@ -164,7 +166,7 @@ fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
         SweepParam::Bitrate,
     ];
     let label = format!("throughput {}", target.label);
-    let mut saver = Saver::new(&opt.save);
+    let mut saver = Saver::new(&opt.save)?;
     let doc = crate::sweep::run(
         &mut saver,
         "throughput",

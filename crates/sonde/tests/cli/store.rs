@@ -48,6 +48,13 @@ pub(crate) fn assert_saved_cases(db: &Path, cases: &[Value]) {
             "the stored document is the case's result"
         );
         assert_eq!(run.summary.test, super::s(&doc, "/test"));
+        // Each case is labelled with its name, in the document and in the database.
+        let case_name = super::s(case, "/case");
+        assert_eq!(doc["labels"], serde_json::json!({ "case": case_name }));
+        assert_eq!(
+            run.summary.labels,
+            [sonde_store::Label::new("case", case_name).expect("label")]
+        );
         let hist = store
             .histogram(run.summary.id, sonde_store::HISTOGRAM_RTT)
             .expect("decodes");
@@ -140,6 +147,8 @@ fn each_step_of_a_sweep_is_saved_in_one_group() {
         "0.3",
         "--sweep",
         "msg_size=32,64",
+        "--label",
+        "k=v",
         "--json",
         "--db",
         path_str(&db),
@@ -153,7 +162,13 @@ fn each_step_of_a_sweep_is_saved_in_one_group() {
     for (i, run) in runs.iter().enumerate() {
         let stored: Value = serde_json::from_str(&run.document).expect("json");
         assert_eq!(stored, doc["steps"][i]["result"]);
+        let size = ["32", "64"][i];
+        assert_eq!(
+            stored["labels"],
+            serde_json::json!({ "msg_size": size, "k": "v" })
+        );
     }
+    assert_eq!(doc["labels"], serde_json::json!({ "k": "v" }));
 }
 
 #[test]
@@ -369,4 +384,69 @@ fn a_full_disk_still_prints_the_result() {
         .output()
         .expect("unshare");
     assert_printed_but_not_saved(&out, &db, "full");
+}
+
+#[test]
+fn labels_name_the_case_in_json_csv_table_and_the_database() {
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    let target = agent.target();
+    let d = path_str(&db);
+    let labels = ["--label", "path=private", "--label", "zone=other=b"];
+    let mut args = vec!["pps", &target, "-t", "0.2", "--db", d, "--json"];
+    args.extend(labels);
+    let doc: Value = serde_json::from_str(&run_ok(&args)).expect("json");
+    super::assert_valid(&doc);
+    assert_eq!(
+        doc["labels"],
+        serde_json::json!({ "path": "private", "zone": "other=b" })
+    );
+    let mut args = vec!["pps", &target, "-t", "0.2", "--db", d, "--csv"];
+    args.extend(labels);
+    let csv = run_ok(&args);
+    let rows = super::csv_rows(&csv);
+    assert_eq!(rows[0]["labels"], "path=private;zone=other=b");
+    let mut args = vec!["pps", &target, "-t", "0.2", "--db", d];
+    args.extend(labels);
+    let table = run_ok(&args);
+    assert!(
+        table
+            .lines()
+            .any(|l| l == "labels: path=private, zone=other=b"),
+        "{table}"
+    );
+    let store = Store::open_existing(&db).expect("open");
+    let found = store
+        .runs(&Filter {
+            labels: vec!["zone=other=b".parse().expect("label")],
+            ..Filter::default()
+        })
+        .expect("runs");
+    assert_eq!(found.len(), 3, "every run is found by its label");
+    assert_eq!(
+        found[0].labels,
+        [
+            sonde_store::Label::new("path", "private").expect("label"),
+            sonde_store::Label::new("zone", "other=b").expect("label"),
+        ]
+    );
+}
+
+#[test]
+fn a_bad_or_repeated_label_is_a_usage_error() {
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    let target = agent.target();
+    for labels in [
+        &["--label", "nokey"][..],
+        &["--label", "a b=c"],
+        &["--label", "k=1", "--label", "k=2"],
+    ] {
+        let mut args = vec!["pps", target.as_str(), "-t", "0.2", "--db", path_str(&db)];
+        args.extend(labels);
+        let r = run(&args);
+        assert_eq!(r.code, Some(2), "{labels:?}: {}", r.stderr);
+        assert!(r.stderr.contains("label"), "{}", r.stderr);
+    }
+    assert!(!db.exists(), "no test ran");
 }
