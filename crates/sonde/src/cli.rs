@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::{completions, conf, crr, latency, load, man, pps, quick, server, throughput};
+use crate::{completions, conf, crr, latency, load, man, pps, quick, results, server, throughput};
 
 /// Exit codes, shown in every `--help` and the README. A macro so it can be `concat!`ed into
 /// each subcommand's long help.
@@ -41,6 +41,8 @@ sonde load HOST           RTT idle and while TCP streams fill the path (bufferbl
 sonde conf HOST           both ends' configuration side by side (CPU, kernel, NIC, TCP)\n\n\
 `sonde quick` runs latency, throughput, pps and crr against an agent it starts on loopback: no\n\
 second host needed.\n\n\
+Every test saves its result in a local database (--no-save to skip, --label KEY=VALUE to name \
+the case): `sonde results` lists, shows, exports and removes them.\n\n\
 It speaks the tools already deployed: `sonde server --iperf3 --sockperf` answers real iperf3 and \
 sockperf clients (several at once), and `sonde throughput iperf3://HOST` and `sonde latency \
 sockperf://HOST` test against their servers.\n\n\
@@ -75,7 +77,8 @@ enum Command {
     Quick(quick::Opt),
     #[command(after_help = EXIT_CODES)]
     Conf(conf::Opt),
-    // No EXIT_CODES here: these two state their own (they start no test).
+    // No EXIT_CODES here: these state their own (they start no test).
+    Results(results::Opt),
     Completions(completions::Opt),
     Man(man::Opt),
 }
@@ -90,6 +93,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Load(o) => load::run(&o),
         Command::Quick(o) => quick::run(&o),
         Command::Conf(o) => conf::run(&o),
+        Command::Results(o) => results::run(&o),
         Command::Completions(o) => completions::run(&o),
         Command::Man(o) => man::run(&o),
     }

@@ -11,6 +11,7 @@ mod man;
 mod output;
 mod pps;
 mod quick;
+mod results;
 mod save;
 mod server;
 mod sweep;

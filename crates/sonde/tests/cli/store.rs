@@ -450,3 +450,144 @@ fn a_bad_or_repeated_label_is_a_usage_error() {
     }
     assert!(!db.exists(), "no test ran");
 }
+
+/// `sonde results ARGS... --db DB`, which must exit 0; its stdout.
+fn results(db: &Path, args: &[&str]) -> String {
+    let mut all = vec!["results"];
+    all.extend_from_slice(args);
+    all.extend(["--db", path_str(db)]);
+    run_ok(&all)
+}
+
+fn listed_ids(db: &Path, args: &[&str]) -> Vec<u64> {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let list: Value = serde_json::from_str(&results(db, &all)).expect("a JSON list");
+    list.as_array()
+        .expect("an array")
+        .iter()
+        .map(|r| u(r, "/id"))
+        .collect()
+}
+
+#[test]
+fn results_lists_filters_shows_exports_and_removes() {
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    let target = agent.target();
+    let d = path_str(&db);
+    let base = |test: &'static str, label: &'static str| {
+        vec![
+            test,
+            target.as_str(),
+            "-t",
+            "0.2",
+            "--db",
+            d,
+            "--label",
+            label,
+        ]
+    };
+    let mut lat = base("latency", "path=a");
+    lat.extend(["--warmup", "0", "--json"]);
+    let latency_json = run_ok(&lat);
+    let mut pps = base("pps", "path=b");
+    pps.push("--json");
+    let pps_json = run_ok(&pps);
+    let mut sweep = base("pps", "path=a");
+    sweep.extend(["--sweep", "msg_size=32,64"]);
+    run_ok(&sweep);
+    // Ids 1 (latency), 2 (pps), 3 and 4 (the sweep's steps, one group).
+
+    assert_eq!(listed_ids(&db, &[]), [4, 3, 2, 1], "newest first");
+    assert_eq!(listed_ids(&db, &["--test", "pps"]), [4, 3, 2]);
+    assert_eq!(listed_ids(&db, &["--label", "path=a"]), [4, 3, 1]);
+    assert_eq!(
+        listed_ids(&db, &["--label", "path=a", "--label", "msg_size=32"]),
+        [3]
+    );
+    assert_eq!(listed_ids(&db, &["--last", "2", "--test", "pps"]), [4, 3]);
+    assert_eq!(listed_ids(&db, &["--since", "2000-01-01"]), [4, 3, 2, 1]);
+    assert!(listed_ids(&db, &["--since", "2999-01-01"]).is_empty());
+    assert_eq!(listed_ids(&db, &["--since", "1h"]), [4, 3, 2, 1]);
+    let list: Value = serde_json::from_str(&results(&db, &["--json"])).expect("json");
+    let group = u(&list[0], "/group");
+    assert_eq!(u(&list[1], "/group"), group);
+    assert!(list[2]["group"].is_null());
+    assert_eq!(listed_ids(&db, &["--group", &group.to_string()]), [4, 3]);
+    assert_eq!(list[3]["labels"], serde_json::json!({ "path": "a" }));
+    let latency: Value = serde_json::from_str(&latency_json).expect("json");
+    assert_eq!(list[3]["rtt_p50_ns"], latency["rtt_ns"]["p50"]);
+
+    // The table: a header, then a row per run with its id, test, server and labels.
+    let table = results(&db, &[]);
+    let rows: Vec<&str> = table.lines().collect();
+    assert!(rows[0].starts_with("id "), "{table}");
+    assert_eq!(rows.len(), 5, "{table}");
+    assert!(
+        rows[4].starts_with("1 ")
+            && rows[4].contains("latency tcp")
+            && rows[4].contains(&target)
+            && rows[4].contains("path=a")
+            && rows[4].contains("RTT p50"),
+        "{table}"
+    );
+    let csv = super::csv_rows(&results(&db, &["--csv", "--test", "latency"]));
+    assert_eq!(csv.len(), 1);
+    assert_eq!(
+        (csv[0]["id"].as_str(), csv[0]["labels"].as_str()),
+        ("1", "path=a")
+    );
+
+    // show: the JSON byte for byte, the table and CSV as the renderers make them from it.
+    assert_eq!(results(&db, &["show", "1", "--json"]), latency_json);
+    assert_eq!(results(&db, &["show", "2", "--json"]), pps_json);
+    let doc: sonde_report::TestResult = serde_json::from_str(&pps_json).expect("a result");
+    assert_eq!(
+        results(&db, &["show", "2"]),
+        sonde_report::render::table(&doc)
+    );
+    assert_eq!(
+        results(&db, &["show", "2", "--csv"]),
+        sonde_report::render::csv(&doc)
+    );
+
+    // export: the documents as one array; CSV of one test, each row with its run id.
+    let all: Value = serde_json::from_str(&results(&db, &["export", "--json"])).expect("json");
+    assert_eq!(all.as_array().map(Vec::len), Some(4));
+    assert_eq!(all[3], latency);
+    let csv = results(
+        &db,
+        &["export", "--csv", "--test", "pps", "--label", "path=b"],
+    );
+    let rows = super::csv_rows(&csv);
+    assert!(!rows.is_empty());
+    assert!(
+        rows.iter()
+            .all(|r| r["run_id"] == "2" && r["test"] == "pps"),
+        "{csv}"
+    );
+    let mixed = run(&["results", "export", "--csv", "--db", d]);
+    assert_eq!(mixed.code, Some(2), "{}", mixed.stderr);
+    assert!(mixed.stderr.contains("--test"), "{}", mixed.stderr);
+
+    // rm: gone from the list; an id that is not there is exit 1.
+    results(&db, &["rm", "2", "3"]);
+    assert_eq!(listed_ids(&db, &[]), [4, 1]);
+    let missing = run(&["results", "rm", "2", "--db", d]);
+    assert_eq!(missing.code, Some(1));
+    assert!(missing.stderr.contains("no run 2"), "{}", missing.stderr);
+    let missing = run(&["results", "show", "99", "--db", d]);
+    assert_eq!(missing.code, Some(1));
+}
+
+#[test]
+fn results_without_a_database_says_so_and_creates_none() {
+    let (_dir, db) = temp_db();
+    let r = run(&["results", "--db", path_str(&db)]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stderr.contains("no results saved yet"), "{}", r.stderr);
+    assert!(!db.exists());
+    let r = run(&["results", "--since", "yesterday", "--db", path_str(&db)]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+}
