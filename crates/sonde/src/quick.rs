@@ -10,7 +10,7 @@ use sonde_client::{CrrOptions, LatencyOptions, PpsOptions, Target, ThroughputOpt
 use sonde_report::{QuickCase, QuickResult, TestResult};
 use sonde_wire::{Direction, Protocol};
 
-use crate::output::{print, OutputOpt, Progress};
+use crate::output::{OutputOpt, Progress};
 use crate::save::{Measured, Saver};
 
 /// Everything on loopback against an in-process agent (about 25 s)
@@ -41,6 +41,11 @@ type Case<'a> = (
 );
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::save::repeat(&opt.save, opt.output, |saver| run_once(opt, saver))
+}
+
+/// One run (of --repeat), printed and saved.
+fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
     let agent = Agent::bind(AgentConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))))?;
     let addr = agent.local_addr();
     let handle = agent.spawn();
@@ -120,7 +125,6 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     ];
     let mut results = Vec::new();
     // Each case is saved as its own run as soon as it is measured, all in one group.
-    let mut saver = Saver::new(&opt.save)?;
     saver.grouped("quick");
     let total = cases.len();
     for (n, (case, run)) in cases.iter().enumerate() {
@@ -142,5 +146,5 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         labels: saver.labels().clone(),
         results,
     });
-    print(&opt.output.render(&doc))
+    saver.print(opt.output, &doc)
 }

@@ -1,14 +1,18 @@
 //! Saving results in the results database: the options every test takes (`--db`, `--no-save`,
-//! `--label`), and the one place a result is labelled and becomes a stored run.
+//! `--label`, `--repeat`, `--pause`), and the one place a result is labelled, printed and
+//! becomes a stored run.
 //!
 //! A result that cannot be saved is still printed: saving warns on stderr (with the path and
 //! why) and never changes the exit code.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::Args;
 use sonde_report::{Labels, TestResult};
 use sonde_store::{GroupId, Headline, Histogram, Label, NewRun, RunId, Store};
+
+use crate::output::{print, OutputOpt};
 
 /// The environment variable that chooses the database when `--db` is not given.
 pub(crate) const DB_ENV: &str = "SONDE_DB";
@@ -29,6 +33,15 @@ pub(crate) struct SaveOpt {
     /// --label` finds them
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     labels: Vec<Label>,
+    /// Run the test N times, one session after another, saved as one group (`sonde results
+    /// --group ID`): a case gets a distribution of runs, not one number. Each run is printed
+    /// as it ends (--json: one document per run; --csv: one header), then the group's id
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
+    /// With --repeat: wait this long between runs, seconds (to let queues drain, or to spread
+    /// the runs over time)
+    #[arg(long, value_name = "SECS", requires = "repeat", value_parser = crate::units::seconds)]
+    pause: Option<Duration>,
 }
 
 fn parse_label(s: &str) -> Result<Label, String> {
@@ -104,6 +117,8 @@ pub(crate) struct Saver {
     store: Option<Store>,
     group_kind: Option<&'static str>,
     group: Option<GroupId>,
+    /// Documents printed so far (the CSV header goes out once).
+    printed: usize,
 }
 
 impl Saver {
@@ -136,6 +151,7 @@ impl Saver {
             store: None,
             group_kind: None,
             group: None,
+            printed: 0,
         })
     }
 
@@ -176,8 +192,35 @@ impl Saver {
         }
     }
 
+    /// Prints a result in the chosen format. Repeated runs follow each other: JSON documents
+    /// one after another, CSV rows under the first run's header, tables a blank line apart.
+    pub(crate) fn print(&mut self, output: OutputOpt, result: &TestResult) -> anyhow::Result<()> {
+        let text = if self.printed == 0 {
+            output.render(result)
+        } else if output.csv {
+            sonde_report::render::csv_rows(result)
+        } else if output.json {
+            output.render(result)
+        } else {
+            format!("\n{}", output.render(result))
+        };
+        self.printed += 1;
+        print(&text)
+    }
+
+    /// A single run's end: labels it, prints it, saves it.
+    pub(crate) fn print_and_save(
+        &mut self,
+        output: OutputOpt,
+        m: &mut Measured,
+    ) -> anyhow::Result<()> {
+        self.label(&mut m.result, None);
+        self.print(output, &m.result)?;
+        self.save(m);
+        Ok(())
+    }
+
     /// The group the runs were saved in, once one was.
-    #[allow(dead_code)] // used by --repeat
     pub(crate) fn group(&self) -> Option<GroupId> {
         self.group
     }
@@ -235,6 +278,43 @@ impl Saver {
         })?;
         Ok(Some(id))
     }
+}
+
+/// Runs `once` `--repeat` times, `--pause` apart, with one saver (so one group), then says
+/// which group holds the runs: on stdout after tables, on stderr after JSON or CSV (which stay
+/// documents and rows only).
+pub(crate) fn repeat(
+    opt: &SaveOpt,
+    output: OutputOpt,
+    mut once: impl FnMut(&mut Saver) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut saver = Saver::new(opt)?;
+    if opt.repeat > 1 {
+        saver.grouped("repeat");
+    }
+    for i in 0..opt.repeat {
+        if i > 0 {
+            if let Some(pause) = opt.pause {
+                std::thread::sleep(pause);
+            }
+        }
+        once(&mut saver)?;
+    }
+    if opt.repeat > 1 {
+        let note = match saver.group() {
+            Some(g) => format!(
+                "{} runs saved as group {g}: `sonde results --group {g}` lists them",
+                opt.repeat
+            ),
+            None => format!("{} runs, not saved", opt.repeat),
+        };
+        if output.json || output.csv {
+            eprintln!("sonde: {note}");
+        } else {
+            print(&format!("\n{note}\n"))?;
+        }
+    }
+    Ok(())
 }
 
 fn warn_not_saved(why: &str) {

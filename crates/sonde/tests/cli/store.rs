@@ -591,3 +591,86 @@ fn results_without_a_database_says_so_and_creates_none() {
     let r = run(&["results", "--since", "yesterday", "--db", path_str(&db)]);
     assert_eq!(r.code, Some(2), "{}", r.stderr);
 }
+
+#[test]
+fn repeat_runs_n_sessions_printed_one_by_one_and_saved_as_one_group() {
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    let target = agent.target();
+    let d = path_str(&db);
+    let out = super::sonde()
+        .args([
+            "pps", &target, "-t", "0.2", "--repeat", "3", "--pause", "0.1",
+        ])
+        .args(["--label", "case=x", "--json", "--db", d])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{out:?}");
+    // One JSON document per run, one after another.
+    let docs: Vec<Value> = serde_json::Deserializer::from_slice(&out.stdout)
+        .into_iter::<Value>()
+        .collect::<Result<_, _>>()
+        .expect("JSON documents");
+    assert_eq!(docs.len(), 3);
+    let mut sessions: Vec<u64> = docs.iter().map(|d| u(d, "/session")).collect();
+    sessions.dedup();
+    assert_eq!(sessions.len(), 3, "each run is a session of its own");
+    let runs = stored(&db);
+    assert_eq!(runs.len(), 3);
+    let group = runs[0].summary.group.expect("grouped");
+    assert!(runs.iter().all(|r| r.summary.group == Some(group)));
+    let store = Store::open_existing(&db).expect("open");
+    assert_eq!(
+        store.group(group).expect("group").map(|g| g.kind),
+        Some("repeat".to_owned())
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("3 runs saved as group {group}")),
+        "{stderr}"
+    );
+    // Newest first in the store, in order printed on stdout.
+    let stored_docs: Vec<Value> = runs
+        .iter()
+        .rev()
+        .map(|r| serde_json::from_str(&r.document).expect("json"))
+        .collect();
+    assert_eq!(stored_docs, docs);
+
+    // A table run by run, then the group; CSV under one header.
+    let table = run_ok(&["pps", &target, "-t", "0.2", "--repeat", "2", "--db", d]);
+    assert_eq!(table.matches("sonde 0.1.0 pps:").count(), 2, "{table}");
+    assert!(
+        table
+            .trim_end()
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("2 runs saved as group ")),
+        "{table}"
+    );
+    let csv = run_ok(&[
+        "pps", &target, "-t", "0.2", "--repeat", "2", "--csv", "--db", d,
+    ]);
+    assert_eq!(
+        csv.lines().filter(|l| l.starts_with("test,")).count(),
+        1,
+        "{csv}"
+    );
+    assert_eq!(
+        super::csv_rows(&csv)
+            .iter()
+            .filter(|r| r["row"] == "summary")
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn repeat_and_pause_are_checked() {
+    for args in [&["--repeat", "0"][..], &["--pause", "1"]] {
+        let mut all = vec!["pps", "127.0.0.1:9", "--no-save"];
+        all.extend(args);
+        let r = run(&all);
+        assert_eq!(r.code, Some(2), "{args:?}: {}", r.stderr);
+    }
+}
