@@ -199,7 +199,7 @@ impl Saver {
             output.render(result)
         } else if output.csv {
             sonde_report::render::csv_rows(result)
-        } else if output.json {
+        } else if output.json || output.json_stream {
             output.render(result)
         } else {
             format!("\n{}", output.render(result))
@@ -308,7 +308,7 @@ pub(crate) fn repeat(
             ),
             None => format!("{} runs, not saved", opt.repeat),
         };
-        if output.json || output.csv {
+        if output.json || output.csv || output.json_stream {
             eprintln!("sonde: {note}");
         } else {
             print(&format!("\n{note}\n"))?;

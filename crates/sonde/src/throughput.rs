@@ -105,10 +105,11 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
     let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
     let options = options(opt);
     let progress = Progress::start(&format!("throughput {}", target.label), opt.time);
-    // Live interval lines go to the terminal above the progress bar; the table (or JSON, CSV)
-    // on stdout holds every interval once, aligned.
+    // Live interval lines go above the progress bar on a terminal, else to stdout as they
+    // come; the final table (or JSON, CSV) holds every interval once more, aligned.
     let mut live = |iv: &sonde_report::IntervalResult| {
-        progress.println(&sonde_report::render::interval_line(iv));
+        opt.output
+            .live_interval(&progress, &sonde_report::render::interval_line(iv), iv);
     };
     let result = sonde_client::throughput(&target, &options, &mut live);
     drop(progress);
@@ -131,11 +132,12 @@ fn run_iperf3(opt: &Opt, target: &Target, saver: &mut Saver) -> anyhow::Result<(
     let sender_counted = options.direction != Direction::Reverse;
     let mut live = |iv: &sonde_report::IntervalResult| {
         let line = sonde_report::render::interval_line(iv);
-        progress.println(&if sender_counted {
+        let line = if sender_counted {
             line.replace("(counted at the receiver)", "(counted at this host)")
         } else {
             line
-        });
+        };
+        opt.output.live_interval(&progress, &line, iv);
     };
     let result = sonde_client::iperf3::throughput(target, &options, &INTERRUPTED, &mut live);
     drop(progress);

@@ -674,3 +674,74 @@ fn repeat_and_pause_are_checked() {
         assert_eq!(r.code, Some(2), "{args:?}: {}", r.stderr);
     }
 }
+
+/// Starts `sonde ARGS` with stdout on a pipe, reads its first line, and says whether the
+/// process was still running when that line arrived; then the rest of stdout.
+fn first_line_while_running(args: &[&str]) -> (String, bool, String) {
+    use std::io::{BufRead, BufReader, Read};
+    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+        .env("SONDE_DB", super::common::test_db())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    out.read_line(&mut first).expect("read");
+    let running = child.try_wait().expect("try_wait").is_none();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).expect("read");
+    assert!(child.wait().expect("wait").success());
+    (first, running, rest)
+}
+
+#[test]
+fn interval_lines_reach_a_pipe_as_they_are_counted() {
+    let agent = server(&[]);
+    // The first interval ends after 0.5 s of a 4 s test: its line must not wait for the end.
+    let (first, running, rest) =
+        first_line_while_running(&["throughput", &agent.target(), "-t", "4", "-i", "0.5"]);
+    assert!(first.contains("bit/s"), "an interval line first: {first:?}");
+    assert!(
+        running,
+        "the interval line came only when the test had ended"
+    );
+    // Then the result, as before.
+    assert!(rest.contains("sonde 0.1.0 throughput:"), "{rest}");
+}
+
+#[test]
+fn json_stream_writes_each_interval_then_the_document() {
+    let agent = server(&[]);
+    let (first, running, rest) = first_line_while_running(&[
+        "throughput",
+        &agent.target(),
+        "-t",
+        "4",
+        "-i",
+        "0.5",
+        "--json-stream",
+    ]);
+    assert!(running, "the first event came only when the test had ended");
+    let events: Vec<Value> = std::iter::once(first.as_str())
+        .chain(rest.lines())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect();
+    let (end, intervals) = events.split_last().expect("events");
+    assert_eq!(end["event"], "end");
+    super::assert_valid(&end["data"]);
+    assert!(intervals.len() >= 4, "{events:?}");
+    for (i, ev) in intervals.iter().enumerate() {
+        assert_eq!(ev["event"], "interval");
+        // The receiver's counts as they came; the senders' TCP_INFO samples join the
+        // intervals only in the end document.
+        let mut live = ev["data"].clone();
+        let mut last = end["data"]["intervals"][i].clone();
+        for iv in [&mut live, &mut last] {
+            iv.as_object_mut().expect("an object").remove("tcp_info");
+        }
+        assert_eq!(live, last, "interval {i}");
+    }
+}
