@@ -128,6 +128,7 @@ pub fn latency_under_load_measured(
     let result = LoadResult {
         sonde_version: env!("CARGO_PKG_VERSION").into(),
         timestamp_unix_ms: started,
+        labels: sonde_report::Labels::new(),
         ramp_ns: u64::try_from(opt.ramp.as_nanos()).unwrap_or(u64::MAX),
         added_rtt_ns: AddedRttNs::between(&idle, &loaded),
         idle,
@@ -171,6 +172,7 @@ mod tests {
             session: 1,
             overlapping_sessions: 1,
             warnings: vec![crate::results::overlap_warning(1), "other".into()],
+            labels: sonde_report::Labels::new(),
             hosts: sonde_report::Hosts::default(),
             cpu: sonde_report::CpuCosts::default(),
         };

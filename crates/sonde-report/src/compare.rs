@@ -53,11 +53,21 @@ pub struct Run {
 }
 
 impl Run {
-    /// A run without labels or histogram.
+    /// A run with the labels its document carries (`--label`) and no histogram.
     pub fn new(id: impl Into<String>, result: TestResult) -> Self {
+        let labels = match &result {
+            TestResult::Latency(r) => r.meta.labels.clone(),
+            TestResult::Throughput(r) => r.meta.labels.clone(),
+            TestResult::Pps(r) => r.meta.labels.clone(),
+            TestResult::Crr(r) => r.meta.labels.clone(),
+            TestResult::Load(r) => r.labels.clone(),
+            TestResult::Quick(r) => r.labels.clone(),
+            TestResult::Sweep(r) => r.labels.clone(),
+            TestResult::Conf(_) => BTreeMap::new(),
+        };
         Self {
             id: id.into(),
-            labels: BTreeMap::new(),
+            labels,
             result,
             rtt: None,
         }

@@ -3,7 +3,8 @@
 use clap::{Parser, Subcommand};
 
 use crate::{
-    compare, completions, conf, crr, latency, load, man, pps, quick, report, server, throughput,
+    compare, completions, conf, crr, latency, load, man, pps, quick, report, results, server,
+    throughput,
 };
 
 /// Exit codes, shown in every `--help` and the README. A macro so it can be `concat!`ed into
@@ -45,6 +46,8 @@ sonde compare A B         stored runs against each other, with significance (Man
 sonde report -o FILE      stored runs as one HTML file with tables and charts\n\n\
 `sonde quick` runs latency, throughput, pps and crr against an agent it starts on loopback: no\n\
 second host needed.\n\n\
+Every test saves its result in a local database (--no-save to skip, --label KEY=VALUE to name \
+the case): `sonde results` lists, shows, exports and removes them.\n\n\
 It speaks the tools already deployed: `sonde server --iperf3 --sockperf` answers real iperf3 and \
 sockperf clients (several at once), and `sonde throughput iperf3://HOST` and `sonde latency \
 sockperf://HOST` test against their servers.\n\n\
@@ -79,10 +82,10 @@ enum Command {
     Quick(quick::Opt),
     #[command(after_help = EXIT_CODES)]
     Conf(conf::Opt),
-    // These two state their own exit codes (they read stored results; they start no test).
+    // No EXIT_CODES here: these state their own (they start no test).
+    Results(results::Opt),
     Compare(compare::Opt),
     Report(report::Opt),
-    // No EXIT_CODES here: these two state their own (they start no test).
     Completions(completions::Opt),
     Man(man::Opt),
 }
@@ -97,6 +100,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Load(o) => load::run(&o),
         Command::Quick(o) => quick::run(&o),
         Command::Conf(o) => conf::run(&o),
+        Command::Results(o) => results::run(&o),
         Command::Compare(o) => compare::run(&o),
         Command::Report(o) => report::run(&o),
         Command::Completions(o) => completions::run(&o),

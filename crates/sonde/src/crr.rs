@@ -7,7 +7,7 @@ use sonde_client::CrrOptions;
 use sonde_report::TestResult;
 
 use crate::cli::DEFAULT_PORT;
-use crate::output::{print, OutputOpt, Progress};
+use crate::output::{OutputOpt, Progress};
 
 /// Connection rate: TCP connect, request, response, close, as fast as possible
 ///
@@ -84,6 +84,11 @@ pub(crate) struct Opt {
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::save::repeat(&opt.save, opt.output, |saver| run_once(opt, saver))
+}
+
+/// One run (of --repeat), printed and saved.
+fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
     let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
     let options = CrrOptions {
         workers: opt.workers,
@@ -94,12 +99,9 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         timeout: opt.timeout,
         interval: opt.interval.filter(|d| !d.is_zero()),
     };
-    let mut saver = crate::save::Saver::new(&opt.save);
     let progress = Progress::start(&format!("crr {}", target.label), opt.time);
     let result = sonde_client::crr(&target, &options);
     drop(progress);
-    let m = crate::save::Measured::from(TestResult::Crr(result?));
-    print(&opt.output.render(&m.result))?;
-    saver.save(&m);
-    Ok(())
+    let mut m = crate::save::Measured::from(TestResult::Crr(result?));
+    saver.print_and_save(opt.output, &mut m)
 }

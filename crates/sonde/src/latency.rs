@@ -9,7 +9,7 @@ use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_wire::Protocol;
 
 use crate::cli::DEFAULT_PORT;
-use crate::output::{print, OutputOpt, Progress};
+use crate::output::{OutputOpt, Progress};
 use crate::save::{Measured, Saver};
 
 /// Round-trip time: ping-pong (closed loop) or at a fixed rate (open loop)
@@ -188,27 +188,29 @@ impl Opt {
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::save::repeat(&opt.save, opt.output, |saver| run_once(opt, saver))
+}
+
+/// One run (of --repeat), printed and saved.
+fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
     if let Some(sweep) = &opt.sweep {
-        return run_sweep(opt, sweep);
+        return run_sweep(opt, sweep, saver);
     }
     if let Some(target) = sonde_client::sockperf::parse_target(&opt.host) {
-        return run_sockperf(opt, &target?);
+        return run_sockperf(opt, &target?, saver);
     }
     let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
     let options = opt.options(opt.protocol(Protocol::Tcp));
     let label = format!("latency {}", target.label);
-    let mut saver = Saver::new(&opt.save);
     let progress = Progress::start(&label, opt.expected());
     let result = sonde_client::latency_measured(&target, &options);
     drop(progress);
-    let m = Measured::from(result?);
-    print(&opt.output.render(&m.result))?;
-    saver.save(&m);
-    Ok(())
+    let mut m = Measured::from(result?);
+    saver.print_and_save(opt.output, &mut m)
 }
 
 /// `--sweep`: one test per value, against a sonde agent or a sockperf server.
-fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
+fn run_sweep(opt: &Opt, sweep: &Sweep, saver: &mut Saver) -> anyhow::Result<()> {
     let sockperf = sonde_client::sockperf::parse_target(&opt.host).transpose()?;
     if sockperf.is_some() {
         opt.check_sockperf()?;
@@ -222,9 +224,8 @@ fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
     };
     let label = format!("latency {}", target.label);
     let allowed = [SweepParam::MsgSize, SweepParam::Rate];
-    let mut saver = Saver::new(&opt.save);
     let doc = crate::sweep::run(
-        &mut saver,
+        saver,
         "latency",
         &label,
         sweep,
@@ -244,21 +245,18 @@ fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
             result.map(Measured::from)
         },
     )?;
-    print(&opt.output.render(&doc))
+    saver.print(opt.output, &doc)
 }
 
 /// `sonde latency sockperf://HOST[:PORT]`: the same test against a real `sockperf server`, UDP
 /// unless --tcp (sockperf's default).
-fn run_sockperf(opt: &Opt, target: &sonde_client::Target) -> anyhow::Result<()> {
+fn run_sockperf(opt: &Opt, target: &sonde_client::Target, saver: &mut Saver) -> anyhow::Result<()> {
     opt.check_sockperf()?;
     let options = opt.options(opt.protocol(Protocol::Udp));
     let label = format!("latency {}", target.label);
-    let mut saver = Saver::new(&opt.save);
     let progress = Progress::start(&label, opt.expected());
     let result = sonde_client::sockperf::latency_measured(target, &options);
     drop(progress);
-    let m = Measured::from(result?);
-    print(&opt.output.render(&m.result))?;
-    saver.save(&m);
-    Ok(())
+    let mut m = Measured::from(result?);
+    saver.print_and_save(opt.output, &mut m)
 }

@@ -7,7 +7,7 @@ use sonde_client::{LatencyOptions, LoadOptions, ThroughputOptions};
 use sonde_wire::{Direction, Protocol};
 
 use crate::cli::DEFAULT_PORT;
-use crate::output::{print, OutputOpt, Progress};
+use crate::output::{OutputOpt, Progress};
 
 /// Latency under load: RTT on the idle path, then while TCP streams fill it (bufferbloat)
 ///
@@ -72,6 +72,11 @@ pub(crate) struct Opt {
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::save::repeat(&opt.save, opt.output, |saver| run_once(opt, saver))
+}
+
+/// One run (of --repeat), printed and saved.
+fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
     let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
     let options = LoadOptions {
         probes: LatencyOptions {
@@ -103,12 +108,9 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         },
         ramp: opt.ramp,
     };
-    let mut saver = crate::save::Saver::new(&opt.save);
     let progress = Progress::start(&format!("load {}", target.label), options.expected());
     let result = sonde_client::latency_under_load_measured(&target, &options);
     drop(progress);
-    let m = crate::save::Measured::from(result?);
-    print(&opt.output.render(&m.result))?;
-    saver.save(&m);
-    Ok(())
+    let mut m = crate::save::Measured::from(result?);
+    saver.print_and_save(opt.output, &mut m)
 }

@@ -13,6 +13,7 @@ mod output;
 mod pps;
 mod quick;
 mod report;
+mod results;
 mod save;
 mod select;
 mod server;

@@ -8,7 +8,7 @@ use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_report::TestResult;
 
 use crate::cli::DEFAULT_PORT;
-use crate::output::{print, OutputOpt, Progress};
+use crate::output::{OutputOpt, Progress};
 use crate::save::{Measured, Saver};
 
 /// Packet rate: small UDP datagrams as fast as possible, counted by the receiver
@@ -52,38 +52,32 @@ pub(crate) struct Opt {
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::save::repeat(&opt.save, opt.output, |saver| run_once(opt, saver))
+}
+
+/// One run (of --repeat), printed and saved.
+fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
     let target = sonde_client::resolve(&opt.host, DEFAULT_PORT)?;
     let options = PpsOptions {
         msg_size: opt.msg_size,
         flows: opt.flows,
         duration: opt.time,
     };
-    let mut saver = Saver::new(&opt.save);
     if let Some(sweep) = &opt.sweep {
         let allowed = [SweepParam::MsgSize, SweepParam::Parallel];
-        let doc = crate::sweep::run(
-            &mut saver,
-            "pps",
-            "pps",
-            sweep,
-            &allowed,
-            opt.time,
-            |value| {
-                let mut o = options.clone();
-                match sweep.param() {
-                    SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
-                    _ => o.flows = crate::sweep::as_u32(sweep.param(), value)?,
-                }
-                sonde_client::pps(&target, &o).map(|r| Measured::from(TestResult::Pps(r)))
-            },
-        )?;
-        return print(&opt.output.render(&doc));
+        let doc = crate::sweep::run(saver, "pps", "pps", sweep, &allowed, opt.time, |value| {
+            let mut o = options.clone();
+            match sweep.param() {
+                SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
+                _ => o.flows = crate::sweep::as_u32(sweep.param(), value)?,
+            }
+            sonde_client::pps(&target, &o).map(|r| Measured::from(TestResult::Pps(r)))
+        })?;
+        return saver.print(opt.output, &doc);
     }
     let progress = Progress::start(&format!("pps {}", target.label), opt.time);
     let result = sonde_client::pps(&target, &options);
     drop(progress);
-    let m = Measured::from(TestResult::Pps(result?));
-    print(&opt.output.render(&m.result))?;
-    saver.save(&m);
-    Ok(())
+    let mut m = Measured::from(TestResult::Pps(result?));
+    saver.print_and_save(opt.output, &mut m)
 }

@@ -10,7 +10,7 @@ use sonde_client::{CrrOptions, LatencyOptions, PpsOptions, Target, ThroughputOpt
 use sonde_report::{QuickCase, QuickResult, TestResult};
 use sonde_wire::{Direction, Protocol};
 
-use crate::output::{print, OutputOpt, Progress};
+use crate::output::{OutputOpt, Progress};
 use crate::save::{Measured, Saver};
 
 /// Everything on loopback against an in-process agent (about 25 s)
@@ -41,6 +41,11 @@ type Case<'a> = (
 );
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::save::repeat(&opt.save, opt.output, |saver| run_once(opt, saver))
+}
+
+/// One run (of --repeat), printed and saved.
+fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
     let agent = Agent::bind(AgentConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))))?;
     let addr = agent.local_addr();
     let handle = agent.spawn();
@@ -120,14 +125,14 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     ];
     let mut results = Vec::new();
     // Each case is saved as its own run as soon as it is measured, all in one group.
-    let mut saver = Saver::new(&opt.save);
     saver.grouped("quick");
     let total = cases.len();
     for (n, (case, run)) in cases.iter().enumerate() {
         let progress = Progress::start(&format!("[{}/{total}] {case}", n + 1), t);
         let result = run();
         drop(progress);
-        let m = result?;
+        let mut m = result?;
+        saver.label(&mut m.result, Some(("case", (*case).to_owned())));
         saver.save(&m);
         results.push(QuickCase {
             case: (*case).to_owned(),
@@ -138,7 +143,8 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let doc = TestResult::Quick(QuickResult {
         sonde_version: env!("CARGO_PKG_VERSION").into(),
         timestamp_unix_ms: started,
+        labels: saver.labels().clone(),
         results,
     });
-    print(&opt.output.render(&doc))
+    saver.print(opt.output, &doc)
 }

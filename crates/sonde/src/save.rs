@@ -1,14 +1,18 @@
-//! Saving results in the results database: the options every test takes (`--db`, `--no-save`),
-//! and the one place a result becomes a stored run.
+//! Saving results in the results database: the options every test takes (`--db`, `--no-save`,
+//! `--label`, `--repeat`, `--pause`), and the one place a result is labelled, printed and
+//! becomes a stored run.
 //!
 //! A result that cannot be saved is still printed: saving warns on stderr (with the path and
 //! why) and never changes the exit code.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::Args;
-use sonde_report::TestResult;
-use sonde_store::{GroupId, Headline, Histogram, NewRun, RunId, Store};
+use sonde_report::{Labels, TestResult};
+use sonde_store::{GroupId, Headline, Histogram, Label, NewRun, RunId, Store};
+
+use crate::output::{print, OutputOpt};
 
 /// The environment variable that chooses the database when `--db` is not given.
 pub(crate) const DB_ENV: &str = "SONDE_DB";
@@ -24,6 +28,24 @@ pub(crate) struct SaveOpt {
     /// Do not save this result (it is still printed)
     #[arg(long)]
     no_save: bool,
+    /// Name the case this run measures (repeatable: `--label path=private --label zone=other`);
+    /// the labels are in the JSON (`labels`), the CSV and the database, where `sonde results
+    /// --label` finds them
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    labels: Vec<Label>,
+    /// Run the test N times, one session after another, saved as one group (`sonde results
+    /// --group ID`): a case gets a distribution of runs, not one number. Each run is printed
+    /// as it ends (--json: one document per run; --csv: one header), then the group's id
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
+    /// With --repeat: wait this long between runs, seconds (to let queues drain, or to spread
+    /// the runs over time)
+    #[arg(long, value_name = "SECS", requires = "repeat", value_parser = crate::units::seconds)]
+    pause: Option<Duration>,
+}
+
+fn parse_label(s: &str) -> Result<Label, String> {
+    s.parse::<Label>().map_err(|e| e.to_string())
 }
 
 /// The database path: `--db`, else `$SONDE_DB`, else the platform's data directory.
@@ -91,13 +113,27 @@ fn histogram(name: &str, data: Vec<u8>) -> Histogram {
 pub(crate) struct Saver {
     /// `None` with `--no-save`, or when the path could not be found (already warned).
     path: Option<PathBuf>,
+    labels: Labels,
     store: Option<Store>,
     group_kind: Option<&'static str>,
     group: Option<GroupId>,
+    /// Documents printed so far (the CSV header goes out once).
+    printed: usize,
 }
 
 impl Saver {
-    pub(crate) fn new(opt: &SaveOpt) -> Self {
+    /// The saver of one command; a label key given twice is a usage error.
+    pub(crate) fn new(opt: &SaveOpt) -> anyhow::Result<Self> {
+        let mut labels = Labels::new();
+        for l in &opt.labels {
+            if labels.insert(l.key.clone(), l.value.clone()).is_some() {
+                return Err(crate::units::BadValue(format!(
+                    "--label {}: the key {:?} is given twice",
+                    l, l.key
+                ))
+                .into());
+            }
+        }
         let path = if opt.no_save {
             None
         } else {
@@ -109,11 +145,42 @@ impl Saver {
                 }
             }
         };
-        Self {
+        Ok(Self {
             path,
+            labels,
             store: None,
             group_kind: None,
             group: None,
+            printed: 0,
+        })
+    }
+
+    /// `--label` as given.
+    pub(crate) fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
+    /// Puts `--label` (and `extra`, the case of a quick run or the value of a sweep step,
+    /// unless `--label` names that key itself) in the result's documents.
+    pub(crate) fn label(&self, result: &mut TestResult, extra: Option<(&str, String)>) {
+        let mut labels = self.labels.clone();
+        if let Some((key, value)) = extra {
+            labels.entry(key.to_owned()).or_insert(value);
+        }
+        match result {
+            TestResult::Latency(r) => r.meta.labels = labels,
+            TestResult::Throughput(r) => r.meta.labels = labels,
+            TestResult::Pps(r) => r.meta.labels = labels,
+            TestResult::Crr(r) => r.meta.labels = labels,
+            TestResult::Load(r) => {
+                r.idle.meta.labels.clone_from(&labels);
+                r.loaded.meta.labels.clone_from(&labels);
+                r.load.meta.labels.clone_from(&labels);
+                r.labels = labels;
+            }
+            TestResult::Quick(r) => r.labels = labels,
+            TestResult::Sweep(r) => r.labels = labels,
+            TestResult::Conf(_) => {}
         }
     }
 
@@ -125,8 +192,35 @@ impl Saver {
         }
     }
 
+    /// Prints a result in the chosen format. Repeated runs follow each other: JSON documents
+    /// one after another, CSV rows under the first run's header, tables a blank line apart.
+    pub(crate) fn print(&mut self, output: OutputOpt, result: &TestResult) -> anyhow::Result<()> {
+        let text = if self.printed == 0 {
+            output.render(result)
+        } else if output.csv {
+            sonde_report::render::csv_rows(result)
+        } else if output.json || output.json_stream {
+            output.render(result)
+        } else {
+            format!("\n{}", output.render(result))
+        };
+        self.printed += 1;
+        print(&text)
+    }
+
+    /// A single run's end: labels it, prints it, saves it.
+    pub(crate) fn print_and_save(
+        &mut self,
+        output: OutputOpt,
+        m: &mut Measured,
+    ) -> anyhow::Result<()> {
+        self.label(&mut m.result, None);
+        self.print(output, &m.result)?;
+        self.save(m);
+        Ok(())
+    }
+
     /// The group the runs were saved in, once one was.
-    #[allow(dead_code)] // used by --repeat
     pub(crate) fn group(&self) -> Option<GroupId> {
         self.group
     }
@@ -162,12 +256,20 @@ impl Saver {
             self.group = Some(store.new_group(kind, indexed.time_unix_ms)?);
         }
         let document = sonde_report::render::json(&m.result);
+        let labels: Vec<Label> = indexed
+            .labels
+            .iter()
+            .map(|(key, value)| Label {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect();
         let id = store.insert(&NewRun {
             time_unix_ms: indexed.time_unix_ms,
             test: indexed.test,
             protocol: indexed.protocol,
             server: Some(indexed.server),
-            labels: &[],
+            labels: &labels,
             group: self.group,
             interrupted: false,
             headline: indexed.headline,
@@ -176,6 +278,43 @@ impl Saver {
         })?;
         Ok(Some(id))
     }
+}
+
+/// Runs `once` `--repeat` times, `--pause` apart, with one saver (so one group), then says
+/// which group holds the runs: on stdout after tables, on stderr after JSON or CSV (which stay
+/// documents and rows only).
+pub(crate) fn repeat(
+    opt: &SaveOpt,
+    output: OutputOpt,
+    mut once: impl FnMut(&mut Saver) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut saver = Saver::new(opt)?;
+    if opt.repeat > 1 {
+        saver.grouped("repeat");
+    }
+    for i in 0..opt.repeat {
+        if i > 0 {
+            if let Some(pause) = opt.pause {
+                std::thread::sleep(pause);
+            }
+        }
+        once(&mut saver)?;
+    }
+    if opt.repeat > 1 {
+        let note = match saver.group() {
+            Some(g) => format!(
+                "{} runs saved as group {g}: `sonde results --group {g}` lists them",
+                opt.repeat
+            ),
+            None => format!("{} runs, not saved", opt.repeat),
+        };
+        if output.json || output.csv || output.json_stream {
+            eprintln!("sonde: {note}");
+        } else {
+            print(&format!("\n{note}\n"))?;
+        }
+    }
+    Ok(())
 }
 
 fn warn_not_saved(why: &str) {
@@ -188,6 +327,7 @@ struct Indexed<'a> {
     test: &'static str,
     protocol: Option<&'static str>,
     server: &'a str,
+    labels: &'a Labels,
     headline: Headline,
 }
 
@@ -216,6 +356,7 @@ impl<'a> Indexed<'a> {
                 test: "latency",
                 protocol: Some(protocol(r.protocol)),
                 server: &r.meta.server,
+                labels: &r.meta.labels,
                 headline: rtt(r),
             },
             TestResult::Throughput(r) => Self {
@@ -223,6 +364,7 @@ impl<'a> Indexed<'a> {
                 test: "throughput",
                 protocol: Some(protocol(r.protocol)),
                 server: &r.meta.server,
+                labels: &r.meta.labels,
                 headline: Headline {
                     bits_per_second: Some(r.receiver.bits_per_second),
                     loss_percent: r.loss_percent,
@@ -234,6 +376,7 @@ impl<'a> Indexed<'a> {
                 test: "pps",
                 protocol: Some(protocol(r.protocol)),
                 server: &r.meta.server,
+                labels: &r.meta.labels,
                 headline: Headline {
                     packets_per_second: Some(r.received_pps),
                     loss_percent: Some(r.loss_percent),
@@ -245,6 +388,7 @@ impl<'a> Indexed<'a> {
                 test: "crr",
                 protocol: Some(protocol(r.protocol)),
                 server: &r.meta.server,
+                labels: &r.meta.labels,
                 headline: Headline {
                     connections_per_second: r.connections_per_second,
                     ..Headline::default()
@@ -256,6 +400,7 @@ impl<'a> Indexed<'a> {
                 test: "load",
                 protocol: Some(protocol(r.loaded.protocol)),
                 server: &r.loaded.meta.server,
+                labels: &r.labels,
                 headline: Headline {
                     bits_per_second: Some(r.load.receiver.bits_per_second),
                     ..rtt(&r.loaded)

@@ -54,7 +54,8 @@ pub(crate) fn run(
         let result = one(value);
         drop(progress);
         // Each step is saved as its own run as soon as it is measured, all in one group.
-        let m = result?;
+        let mut m = result?;
+        saver.label(&mut m.result, Some((param.name(), value.to_string())));
         saver.grouped("sweep");
         saver.save(&m);
         steps.push(SweepStep {
@@ -65,6 +66,7 @@ pub(crate) fn run(
     Ok(TestResult::Sweep(SweepResult {
         sonde_version: env!("CARGO_PKG_VERSION").into(),
         timestamp_unix_ms: started,
+        labels: saver.labels().clone(),
         sweep_test: test.to_owned(),
         parameter: param.name().to_owned(),
         unit: param.unit().to_owned(),

@@ -1271,6 +1271,7 @@ fn help_snapshots() {
         ("help_quick", vec!["quick", "--help"]),
         ("help_load", vec!["load", "--help"]),
         ("help_conf", vec!["conf", "--help"]),
+        ("help_results", vec!["results", "--help"]),
         ("help_compare", vec!["compare", "--help"]),
         ("help_report", vec!["report", "--help"]),
     ] {
@@ -1502,6 +1503,10 @@ fn man_dir_writes_a_page_per_subcommand() {
         .map(|n| format!("sonde-{n}.1"))
         .collect();
     expected.insert("sonde.1".to_owned());
+    // Nested subcommands have pages of their own.
+    for sub in ["show", "export", "rm"] {
+        expected.insert(format!("sonde-results-{sub}.1"));
+    }
     let written: std::collections::BTreeSet<String> = std::fs::read_dir(&dir)
         .expect("--dir was created")
         .map(|e| {

@@ -148,8 +148,8 @@ fn report_opens_in_chromium_with_every_chart_and_no_error() {
         h.record(0, if i % 1_000 == 0 { base * 10 } else { base });
     }
     private.rtt = Some(h);
-    let mut public = Run::new("2", fixture("latency_udp_lossy"));
-    public.labels.insert("path".into(), "public".into());
+    // Labelled in its document: path=public, zone=other.
+    let public = Run::new("2", fixture("latency_udp_lossy"));
     let runs = vec![
         private,
         public,
@@ -173,7 +173,13 @@ fn report_opens_in_chromium_with_every_chart_and_no_error() {
     let dom = check_in_browser(
         &path,
         4,
-        &["path=private", "path=public", "run 3", "run 4", "run 5"],
+        &[
+            "path=private",
+            "path=public zone=other",
+            "run 3",
+            "run 4",
+            "run 5",
+        ],
         "report-fixtures.png",
     );
     assert!(dom.contains("<table data-table=\"compare\">"));

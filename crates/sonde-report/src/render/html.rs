@@ -822,9 +822,8 @@ mod tests {
         }
         a.rtt = Some(h);
         out.push(a);
-        let mut b = Run::new("2", fixtures::latency_udp_lossy());
-        b.labels.insert("path".into(), "public".into());
-        out.push(b);
+        // Labelled in its document: path=public, zone=other.
+        out.push(Run::new("2", fixtures::latency_udp_lossy()));
         out.push(Run::new("3", fixtures::throughput_tcp_2_streams()));
         out.push(Run::new("4", fixtures::latency_with_warnings()));
         out.push(Run::new("5", fixtures::throughput_tcp_context()));
@@ -855,7 +854,7 @@ mod tests {
         }
         assert!(page.contains("<title>a &lt;b&gt; test</title>"));
         // One row per case, the charts' slots, the compare view, the warnings.
-        for case in ["path=private", "path=public", "run 4"] {
+        for case in ["path=private", "path=public zone=other", "run 4"] {
             assert!(
                 page.contains(&format!("<tr data-case=\"{case}\">")),
                 "{case}"
@@ -882,7 +881,10 @@ mod tests {
     #[test]
     fn the_distribution_comes_from_the_histogram_up_to_what_it_supports() {
         let runs = runs();
-        let d = distribution(&runs, ["path=private", "path=public"].into_iter());
+        let d = distribution(
+            &runs,
+            ["path=private", "path=public zone=other"].into_iter(),
+        );
         let x: Vec<f64> = serde_json::from_value(d["x"].clone()).unwrap();
         let private: Vec<Option<f64>> =
             serde_json::from_value(d["series"][0]["y_us"].clone()).unwrap();
