@@ -246,31 +246,6 @@ fn latency_run(db: &Path, agent: &common::Agent, extra: &[&str]) -> serde_json::
     serde_json::from_str(&sonde_ok(db, &args)).expect("a JSON document")
 }
 
-/// Stores copies of runs `ids` of `db` with the label `key=value` (the histograms too), as
-/// `--label` would have saved them.
-fn relabel(db: &Path, ids: &[i64], key: &str, value: &str) {
-    let mut store = sonde_store::Store::open_existing(db).expect("the database");
-    for &id in ids {
-        let id = sonde_store::RunId(id);
-        let run = store.run(id).unwrap().expect("the run");
-        let histograms = store.histograms(id).unwrap();
-        let labels = [sonde_store::Label::new(key, value).unwrap()];
-        store
-            .insert(&sonde_store::NewRun {
-                time_unix_ms: run.summary.time_unix_ms,
-                test: &run.summary.test,
-                protocol: run.summary.protocol.as_deref(),
-                server: run.summary.server.as_deref(),
-                labels: &labels,
-                headline: run.summary.headline,
-                document: &run.document,
-                histograms: &histograms,
-                ..sonde_store::NewRun::default()
-            })
-            .unwrap();
-    }
-}
-
 #[test]
 fn compare_saved_documents_and_stored_runs_and_fail_if_worse() {
     let dir = tempfile::tempdir().unwrap();
@@ -382,12 +357,18 @@ fn matrix_and_report_from_the_database() {
     let db = dir.path().join("results.db");
     let dbs = db.to_str().unwrap();
     let agent = common::Agent::start("127.0.0.1");
-    // Runs 1-2: 64-byte messages; 3-4: 16 KiB messages; 5: TCP throughput with intervals.
-    latency_run(&db, &agent, &[]);
-    latency_run(&db, &agent, &[]);
-    latency_run(&db, &agent, &["-m", "16384"]);
-    latency_run(&db, &agent, &["-m", "16384"]);
+    // Runs 1-2: 64-byte messages, 3-4: 16 KiB (each pair one --repeat group, labelled by
+    // size); 5: TCP throughput with intervals, unlabelled.
     let target = agent.target();
+    for (size, label) in [("64", "msg=small"), ("16384", "msg=large")] {
+        sonde_ok(
+            &db,
+            &[
+                "latency", &target, "-m", size, "-t", "1", "--warmup", "0", "--repeat", "2",
+                "--label", label, "--json",
+            ],
+        );
+    }
     sonde_ok(
         &db,
         &[
@@ -402,9 +383,6 @@ fn matrix_and_report_from_the_database() {
             "--json",
         ],
     );
-    // Runs 6-9: the same runs labelled by message size, with their histograms.
-    relabel(&db, &[1, 2], "msg", "small");
-    relabel(&db, &[3, 4], "msg", "large");
 
     let matrix = sonde_ok(&db, &["compare", "--by", "msg", "--db", dbs]);
     let lines: Vec<&str> = matrix.lines().collect();
@@ -433,7 +411,7 @@ fn matrix_and_report_from_the_database() {
     let all = dir.path().join("all.html");
     let err = sonde(&db, &["report", "--db", dbs, "-o", all.to_str().unwrap()]);
     assert_eq!(err.code, Some(0), "{}", err.stderr);
-    assert!(err.stderr.contains("9 runs written"), "{}", err.stderr);
+    assert!(err.stderr.contains("5 runs written"), "{}", err.stderr);
     let two = dir.path().join("two.html");
     sonde_ok(
         &db,
@@ -462,15 +440,7 @@ fn matrix_and_report_from_the_database() {
     check_in_browser(
         &all,
         3,
-        &[
-            "run 1",
-            "run 2",
-            "run 3",
-            "run 4",
-            "run 5",
-            "msg=small",
-            "msg=large",
-        ],
+        &["msg=small", "msg=large", "run 5"],
         "report-all-runs.png",
     );
     check_in_browser(&two, 2, &["msg=small", "msg=large"], "report-compare.png");
@@ -481,8 +451,8 @@ fn matrix_and_report_from_the_database() {
 // ---------------------------------------------------------------------------------------------
 
 /// Client `a` (198.18.0.1) and agent `b` (198.18.0.2) on a veth pair; a closed loop of 1,000-byte
-/// UDP messages, five 1-second runs on the bare link, then five with a's egress shaped by `tc
-/// tbf` to 10 Mbit/s with a bucket of little more than one frame: each request then waits for
+/// UDP messages, `--repeat 5` of 1-second runs on the bare link labelled `path=bare`, then five
+/// more labelled `path=shaped` with a's egress shaped by `tc tbf` to 10 Mbit/s with a bucket of little more than one frame: each request then waits for
 /// the bucket to refill, about 0.85 ms (1,042 bytes at 10 Mbit/s), against tens of µs for the
 /// bare veth. `sonde compare` must call the shaped runs significantly slower (every shaped run
 /// slower than every bare one gives p = 0.012 with 5 and 5), and `--fail-if-worse` must fail.
@@ -511,21 +481,33 @@ fn a_path_shaped_slower_is_significantly_slower() {
         let out = run_with_timeout(&mut cmd, RUN_LIMIT).unwrap_or_else(|e| panic!("{e}"));
         (out.status.code(), out.stdout, out.stderr)
     };
-    let latency = || {
+    // `--repeat 5` of one case, labelled: the way a user measures a case.
+    let five = |path: &str| {
+        let label = format!("path={path}");
         let (code, stdout, stderr) = run(&[
-            "latency", &target, "-u", "-m", "1000", "-t", "1", "--warmup", "0", "--json",
+            "latency", &target, "-u", "-m", "1000", "-t", "1", "--warmup", "0", "--repeat", "5",
+            "--label", &label, "--json",
         ]);
         assert_eq!(code, Some(0), "{stdout}\n{stderr}");
-        let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-        doc["rtt_ns"]["mean"].as_f64().unwrap()
+        serde_json::Deserializer::from_str(&stdout)
+            .into_iter::<serde_json::Value>()
+            .map(|d| d.unwrap()["rtt_ns"]["mean"].as_f64().unwrap())
+            .collect::<Vec<f64>>()
     };
-    let bare: Vec<f64> = (0..5).map(|_| latency()).collect();
+    let bare = five("bare");
     tbf(a, "veth-a", "10mbit", 1_600, "50ms");
-    let shaped: Vec<f64> = (0..5).map(|_| latency()).collect();
+    let shaped = five("shaped");
+    assert_eq!((bare.len(), shaped.len()), (5, 5));
     let means = format!("bare means {bare:?} ns, shaped {shaped:?} ns");
 
-    let (code, stdout, stderr) =
-        run(&["compare", "1,2,3,4,5", "6,7,8,9,10", "--db", dbs, "--json"]);
+    let (code, stdout, stderr) = run(&[
+        "compare",
+        "label:path=bare",
+        "label:path=shaped",
+        "--db",
+        dbs,
+        "--json",
+    ]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     let c: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     for figure in ["rtt_mean_ns", "rtt_p50_ns"] {
@@ -547,8 +529,8 @@ fn a_path_shaped_slower_is_significantly_slower() {
     }
     let (code, _, stderr) = run(&[
         "compare",
-        "1,2,3,4,5",
-        "6,7,8,9,10",
+        "label:path=bare",
+        "label:path=shaped",
         "--db",
         dbs,
         "--fail-if-worse",
