@@ -395,19 +395,30 @@ pub enum ThinReading {
         /// ns.
         value_ns: u64,
     },
+    /// The percentile of the case's runs' samples taken together (their stored histograms
+    /// merged): enough samples for it, though no single run had them.
+    Pooled {
+        /// ns.
+        value_ns: u64,
+        /// Runs pooled.
+        runs: usize,
+    },
 }
 
 impl ThinReading {
     /// The value, ns.
     pub fn value_ns(self) -> u64 {
         match self {
-            Self::Thin { value_ns, .. } | Self::Max { value_ns } => value_ns,
+            Self::Thin { value_ns, .. }
+            | Self::Max { value_ns }
+            | Self::Pooled { value_ns, .. } => value_ns,
         }
     }
 }
 
 /// The thin reading of `pct` over `runs` (latency runs): from their histograms pooled when every
-/// run has one, else the largest of their maxima.
+/// run has one (the percentile of them all when together they support it, else the value with
+/// the few samples beyond it), else the largest of their maxima.
 fn thin(runs: &[&Run], pct: f64) -> Option<Thin> {
     let latencies: Vec<_> = runs
         .iter()
@@ -436,9 +447,13 @@ fn thin(runs: &[&Run], pct: f64) -> Option<Thin> {
         }
         match percentile_reading(&pooled, pct) {
             PercentileReading::Thin { value_ns, beyond } => ThinReading::Thin { value_ns, beyond },
+            // Runs pooled can support what no single run did.
+            PercentileReading::Supported { value_ns } if runs.len() > 1 => ThinReading::Pooled {
+                value_ns,
+                runs: runs.len(),
+            },
             // The documents' maximum is the largest sample as measured (the histogram's is
-            // the top of its bucket). Pooled runs can also support what no single run did;
-            // that is still not a run's percentile.
+            // the top of its bucket).
             PercentileReading::Max { .. }
             | PercentileReading::Supported { .. }
             | PercentileReading::Empty => ThinReading::Max { value_ns: max_ns },
@@ -1002,6 +1017,45 @@ mod tests {
         assert!(row(&c, Figure::RttP99).a_thin.is_none());
         // A CI gate ignores what cannot be stated.
         assert!(c.worse_than(0.0).is_empty());
+    }
+
+    #[test]
+    fn runs_pooled_can_support_what_no_run_did() {
+        // Five runs of 7,000 samples: no run supports p99.9 (10,000), the 35,000 together do.
+        let five: Vec<Run> = (0..5)
+            .map(|i| {
+                let mut run = Run::new(
+                    format!("r{i}"),
+                    latency(|l| {
+                        l.samples = 7_000;
+                        l.rtt_ns.p999 = None;
+                        l.rtt_ns.p9999 = None;
+                    }),
+                );
+                let mut h = RttRecorder::new(0);
+                for v in 1..=7_000u64 {
+                    h.record(0, v * 1_000);
+                }
+                run.rtt = Some(h);
+                run
+            })
+            .collect();
+        let c = compare(&five, &five, 0.05).unwrap();
+        let p999 = row(&c, Figure::RttP999);
+        assert_eq!(p999.a, None);
+        match p999.a_thin.unwrap().reading {
+            ThinReading::Pooled { value_ns, runs } => {
+                assert_eq!(runs, 5);
+                // Each value 5 times: the 34,965th of 35,000 is 6,993 µs.
+                assert!(value_ns.abs_diff(6_993_000) < 7_000, "{value_ns}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // p99.99 needs 100,000: pooled, 3 samples lie beyond it.
+        assert!(matches!(
+            row(&c, Figure::RttP9999).a_thin.unwrap().reading,
+            ThinReading::Thin { beyond: 3, .. }
+        ));
     }
 
     #[test]

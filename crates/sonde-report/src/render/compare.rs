@@ -149,6 +149,19 @@ fn case_table(t: &CaseTable, first: &str) -> String {
         out.push_str(&n);
         out.push('\n');
     }
+    // What would support each unsupported percentile, at each case's own sample rate.
+    for r in &t.rows {
+        for (cell, &f) in r.cells.iter().zip(&t.columns) {
+            if let Some(ns) = cell.thin.and_then(|t| t.run_needed_ns) {
+                out.push_str(&format!(
+                    "{}: {} needs a {} run at this case's sample rate\n",
+                    r.name,
+                    f.title(),
+                    fmt_run(ns)
+                ));
+            }
+        }
+    }
     out
 }
 
@@ -156,9 +169,9 @@ fn matrix_cell(cell: &Cell, f: Figure, unit: TimeUnit, notes: &mut Vec<String>) 
     match (cell.value, cell.thin) {
         (Some(v), _) => fmt_figure(f, v, unit),
         (None, Some(t)) => {
-            let needed = t.run_needed_ns.map_or_else(String::new, |ns| {
-                format!(", or a {} run at this rate", fmt_run(ns))
-            });
+            // The legend is shared by the rows, whose sample rates differ: the run length that
+            // would support the percentile is for the JSON and the report's cells.
+            let needed = "";
             let (text, note) = match t.reading {
                 ThinReading::Thin { value_ns, beyond } => (
                     format!("~{} ({beyond})", fmt_ns(value_ns as f64, unit)),
@@ -178,12 +191,20 @@ fn matrix_cell(cell: &Cell, f: Figure, unit: TimeUnit, notes: &mut Vec<String>) 
                         fmt_count(t.samples_needed)
                     ),
                 ),
+                ThinReading::Pooled { value_ns, runs } => (
+                    format!("{} (pooled)", fmt_ns(value_ns as f64, unit)),
+                    format!(
+                        "V (pooled): no run has the {} samples {} needs; V is the percentile of \
+                         the case's runs' samples taken together ({runs} runs)",
+                        fmt_count(t.samples_needed),
+                        f.title()
+                    ),
+                ),
             };
-            // One legend line per kind of note; the run length is the longest needed.
+            // One legend line per kind of note.
             let kind = note.split(':').next().unwrap_or_default().to_owned();
-            match notes.iter_mut().find(|n| n.starts_with(&kind)) {
-                Some(_) => {}
-                None => notes.push(note),
+            if !notes.iter().any(|n| n.starts_with(&kind)) {
+                notes.push(note);
             }
             text
         }
@@ -215,6 +236,10 @@ fn thin_note(side: &str, f: Figure, t: &Thin, unit: TimeUnit) -> String {
             "the maximum, {} (the largest sample, not {})",
             fmt_ns(value_ns as f64, unit),
             f.title()
+        ),
+        ThinReading::Pooled { value_ns, runs } => format!(
+            "{} over the {runs} runs' samples taken together",
+            fmt_ns(value_ns as f64, unit)
         ),
     };
     let run = t.run_needed_ns.map_or_else(String::new, |ns| {

@@ -263,7 +263,8 @@ fn case_table_html(out: &mut String, t: &CaseTable) {
              stated only with at least 10 / (1 - p) samples (p99.99 needs 100,000). Where a case \
              has fewer, the cell says what its samples do show, in red: <b>max</b> is the largest \
              sample (not the percentile), <b>~V (k beyond)</b> a value resting on only k samples \
-             above it; hover for the run length that would support the percentile.</p>\n",
+             above it, <b>(n runs pooled)</b> the percentile of the case's runs' samples taken \
+             together; hover for the run length that would support the percentile.</p>\n",
         );
     }
 }
@@ -288,6 +289,9 @@ fn cell_html(cell: &Cell, f: Figure, unit: TimeUnit) -> String {
                 ThinReading::Max { value_ns } => format!("max {}", fmt_ns(value_ns as f64, unit)),
                 ThinReading::Thin { value_ns, beyond } => {
                     format!("~{} ({beyond} beyond)", fmt_ns(value_ns as f64, unit))
+                }
+                ThinReading::Pooled { value_ns, runs } => {
+                    format!("{} ({runs} runs pooled)", fmt_ns(value_ns as f64, unit))
                 }
             };
             format!(
@@ -584,6 +588,10 @@ fn compare_html(out: &mut String, c: &Comparison) {
                         ),
                         ThinReading::Thin { value_ns, beyond } => format!(
                             "{} resting on only {beyond} samples beyond it",
+                            fmt_ns(value_ns as f64, unit)
+                        ),
+                        ThinReading::Pooled { value_ns, runs } => format!(
+                            "{} over the {runs} runs' samples taken together",
                             fmt_ns(value_ns as f64, unit)
                         ),
                     };
