@@ -95,10 +95,10 @@ pub fn html(report: &Report<'_>) -> String {
     if let Some(t) = latency {
         body.push_str("<h2>Mean and p99.99 RTT per case</h2>\n");
         body.push_str(
-            "<p class=\"note\">Each case's mean and p99.99 side by side. Where the samples \
+            "<p class=\"note\">Each case's mean and p99.99 side by side. Where a run's samples \
              cannot support p99.99 (fewer than 100,000) the light bar shows what the table shows \
-             instead: the largest sample, or a value resting on fewer than ten samples beyond it; \
-             never a p99.99.</p>\n",
+             instead: the largest sample, a value resting on fewer than ten samples beyond it, or \
+             the p99.99 of the case's runs pooled; never one run's p99.99.</p>\n",
         );
         body.push_str("<div class=\"chart\" data-chart=\"latency-bars\"></div>\n");
         data.insert("latency_bars".into(), latency_bars(t));
