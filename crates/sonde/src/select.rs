@@ -93,7 +93,7 @@ pub(crate) fn load(
     selections
         .iter()
         .map(|sel| match sel {
-            Selection::File(path) => Ok(vec![from_file(path)?]),
+            Selection::File(path) => from_file(path),
             Selection::Store(filter) => {
                 if db.is_none() {
                     let path = crate::save::db_path(db_flag)?;
@@ -108,29 +108,12 @@ pub(crate) fn load(
         .collect()
 }
 
-fn from_file(path: &Path) -> anyhow::Result<Run> {
+fn from_file(path: &Path) -> anyhow::Result<Vec<Run>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let value: serde_json::Value = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a JSON document", path.display()))?;
-    let labels = labels_of(&value);
-    let result: TestResult = serde_json::from_value(value)
+    let result: TestResult = serde_json::from_str(&text)
         .with_context(|| format!("{} is not a sonde result document", path.display()))?;
-    let mut run = Run::new(path.display().to_string(), result);
-    run.labels = labels;
-    Ok(run)
-}
-
-/// The `labels` object of a document, when it has one.
-fn labels_of(doc: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
-    doc.get("labels")
-        .and_then(serde_json::Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-                .collect()
-        })
-        .unwrap_or_default()
+    Ok(expand(&path.display().to_string(), result, |_| None))
 }
 
 fn from_store(store: &Store, filter: &Filter) -> anyhow::Result<Vec<Run>> {
@@ -138,33 +121,141 @@ fn from_store(store: &Store, filter: &Filter) -> anyhow::Result<Vec<Run>> {
         .documents(filter)
         .with_context(|| format!("reading {}", store.path().display()))?;
     stored.reverse(); // oldest first
-    stored
-        .into_iter()
-        .map(|s| {
-            let id = s.summary.id;
-            let result: TestResult = serde_json::from_str(&s.document)
-                .with_context(|| format!("run {id}'s document is not a result this sonde reads"))?;
-            let mut run = Run::new(id.to_string(), result);
-            run.labels = s
-                .summary
-                .labels
-                .into_iter()
-                .map(|l| (l.key, l.value))
-                .collect();
-            if matches!(run.result, TestResult::Latency(_)) {
-                run.rtt = store
-                    .histogram(id, HISTOGRAM_RTT)
-                    .with_context(|| format!("reading run {id}'s histogram"))?
-                    .map(|h| RttRecorder::from_histogram(&h));
+    let mut runs = Vec::new();
+    for s in stored {
+        let id = s.summary.id;
+        let result: TestResult = serde_json::from_str(&s.document)
+            .with_context(|| format!("run {id}'s document is not a result this sonde reads"))?;
+        let histograms = store
+            .histograms(id)
+            .with_context(|| format!("reading run {id}'s histograms"))?;
+        let histogram = |name: &str| {
+            histograms
+                .iter()
+                .find(|h| h.name == name)
+                .and_then(|h| h.decode().ok())
+                .map(|h| RttRecorder::from_histogram(&h))
+        };
+        for mut run in expand(&id.to_string(), result, histogram) {
+            // The database's labels are the run's (its document says the same).
+            for l in &s.summary.labels {
+                run.labels.insert(l.key.clone(), l.value.clone());
             }
-            Ok(run)
-        })
-        .collect()
+            runs.push(run);
+        }
+    }
+    Ok(runs)
+}
+
+/// The runs a document holds: itself; for `quick` each case (labelled `case=NAME`), for a
+/// sweep each step (labelled with the parameter's value), for `load` the idle and loaded
+/// latency runs and the load (`phase=idle`, `phase=loaded`, `phase=load`). `histogram` gives
+/// a latency part's stored RTT histogram by its name in the database.
+fn expand(
+    id: &str,
+    result: TestResult,
+    histogram: impl Fn(&str) -> Option<RttRecorder>,
+) -> Vec<Run> {
+    let part =
+        |suffix: &str, result: TestResult, label: (&str, String), rtt: Option<RttRecorder>| {
+            let mut run = Run::new(format!("{id}#{suffix}"), result);
+            run.labels.entry(label.0.to_owned()).or_insert(label.1);
+            run.rtt = rtt;
+            run
+        };
+    match result {
+        TestResult::Quick(q) => q
+            .results
+            .into_iter()
+            .map(|c| part(&c.case.clone(), c.result, ("case", c.case), None))
+            .collect(),
+        TestResult::Sweep(s) => s
+            .steps
+            .into_iter()
+            .map(|st| {
+                let value = st.value.to_string();
+                let suffix = format!("{}={value}", s.parameter);
+                part(&suffix, st.result, (s.parameter.as_str(), value), None)
+            })
+            .collect(),
+        TestResult::Load(l) => {
+            let mut runs = vec![
+                part(
+                    "idle",
+                    TestResult::Latency(l.idle),
+                    ("phase", "idle".to_owned()),
+                    histogram(sonde_store::HISTOGRAM_IDLE_RTT),
+                ),
+                part(
+                    "loaded",
+                    TestResult::Latency(l.loaded),
+                    ("phase", "loaded".to_owned()),
+                    histogram(sonde_store::HISTOGRAM_LOADED_RTT),
+                ),
+                part(
+                    "load",
+                    TestResult::Throughput(l.load),
+                    ("phase", "load".to_owned()),
+                    None,
+                ),
+            ];
+            for r in &mut runs {
+                for (k, v) in &l.labels {
+                    r.labels.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+            runs
+        }
+        other => {
+            let mut run = Run::new(id, other);
+            if matches!(run.result, TestResult::Latency(_)) {
+                run.rtt = histogram(HISTOGRAM_RTT);
+            }
+            vec![run]
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One of sonde-report's fixture documents, from its JSON snapshot.
+    fn fixture(name: &str) -> TestResult {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../sonde-report/src/snapshots")
+            .join(format!("sonde_report__render__tests__{name}_json.snap"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        serde_json::from_str(text.splitn(3, "---\n").nth(2).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn quick_sweep_and_load_documents_become_their_runs() {
+        let quick = expand("q.json", fixture("quick_all"), |_| None);
+        assert!(quick.len() >= 4, "{}", quick.len());
+        for r in &quick {
+            let case = r.id.strip_prefix("q.json#").unwrap();
+            assert_eq!(r.labels.get("case").map(String::as_str), Some(case));
+        }
+        let sweep = expand("s.json", fixture("sweep_latency_msg_size"), |_| None);
+        assert!(sweep.len() > 1);
+        assert!(
+            sweep.iter().all(|r| r.labels.contains_key("msg_size")),
+            "{:?}",
+            sweep[0].labels
+        );
+        let load = expand("l.json", fixture("load_udp_bufferbloat"), |name| {
+            (name == sonde_store::HISTOGRAM_LOADED_RTT).then(|| RttRecorder::new(0))
+        });
+        let phases: Vec<&str> = load.iter().map(|r| r.labels["phase"].as_str()).collect();
+        assert_eq!(phases, ["idle", "loaded", "load"]);
+        assert!(load[0].rtt.is_none() && load[1].rtt.is_some() && load[2].rtt.is_none());
+        let one = expand("7", fixture("latency_tcp"), |name| {
+            (name == HISTOGRAM_RTT).then(|| RttRecorder::new(0))
+        });
+        assert_eq!(one.len(), 1);
+        assert!(one[0].rtt.is_some());
+    }
 
     #[test]
     fn terms_make_a_filter() {
