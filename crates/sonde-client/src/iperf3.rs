@@ -1390,6 +1390,7 @@ fn document(
             session: 0,
             overlapping_sessions: 0,
             warnings,
+            labels: sonde_report::Labels::new(),
             // This end only: an iperf3 server describes neither its host nor its CPU in a
             // form sonde can use (its cpu_util_* percentages are not comparable).
             hosts: sonde_report::Hosts {

@@ -27,7 +27,7 @@ use sonde_wire::{Direction, Protocol, Refusal, TestKind, TestSpec};
 
 pub use conf::conf;
 pub use crr::{crr, CrrOptions, MAX_CRR_MESSAGE};
-pub use load::{latency_under_load, LoadOptions};
+pub use load::{latency_under_load, latency_under_load_measured, LoadMeasurement, LoadOptions};
 pub use sonde_wire::Direction as StreamsDirection;
 
 /// Why a test could not be run or did not finish.
@@ -255,8 +255,27 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// A latency result and the histogram of round-trip times its figures come from. The histogram
+/// is for the results store (distributions, exact merges of repetitions), not the document.
+#[derive(Debug, Clone)]
+pub struct LatencyMeasurement {
+    /// The document.
+    pub result: LatencyResult,
+    /// The RTT histogram behind `result.rtt_ns`, serialized (hdrhistogram V2, deflated:
+    /// `sonde_engine::rtt::RttRecorder::serialized`).
+    pub rtt_histogram: Vec<u8>,
+}
+
 /// Runs a latency test.
 pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, ClientError> {
+    latency_measured(target, opt).map(|m| m.result)
+}
+
+/// Runs a latency test and keeps its RTT histogram.
+pub fn latency_measured(
+    target: &Target,
+    opt: &LatencyOptions,
+) -> Result<LatencyMeasurement, ClientError> {
     if opt.msg_size == 0 {
         return Err(ClientError::Usage(
             "the message size must be at least 1 byte".into(),
@@ -293,7 +312,10 @@ pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, C
         interval_ms: 0,
     };
     let run = session::run_latency(target, &spec, &opt)?;
-    Ok(results::latency(target, &opt, &run))
+    Ok(LatencyMeasurement {
+        result: results::latency(target, &opt, &run),
+        rtt_histogram: run.outcome.rtt.serialized(),
+    })
 }
 
 /// Runs a throughput test; `on_interval` sees each receiver interval as it arrives.

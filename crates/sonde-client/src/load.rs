@@ -54,8 +54,27 @@ impl LoadOptions {
     }
 }
 
+/// A load result and the RTT histograms of its two probe runs, for the results store.
+#[derive(Debug, Clone)]
+pub struct LoadMeasurement {
+    /// The document.
+    pub result: LoadResult,
+    /// The idle probes' RTT histogram (hdrhistogram V2, deflated).
+    pub idle_rtt_histogram: Vec<u8>,
+    /// The loaded probes' RTT histogram (hdrhistogram V2, deflated).
+    pub loaded_rtt_histogram: Vec<u8>,
+}
+
 /// Runs the idle probes, then the load and the loaded probes together.
 pub fn latency_under_load(target: &Target, opt: &LoadOptions) -> Result<LoadResult, ClientError> {
+    latency_under_load_measured(target, opt).map(|m| m.result)
+}
+
+/// [`latency_under_load`], keeping the probes' RTT histograms.
+pub fn latency_under_load_measured(
+    target: &Target,
+    opt: &LoadOptions,
+) -> Result<LoadMeasurement, ClientError> {
     if opt.probes.count.is_some() {
         return Err(ClientError::Usage(
             "a load test's phases run for a time (-t), not a count".into(),
@@ -67,7 +86,10 @@ pub fn latency_under_load(target: &Target, opt: &LoadOptions) -> Result<LoadResu
     let started = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let idle = crate::latency(target, &opt.probes)?;
+    let crate::LatencyMeasurement {
+        result: idle,
+        rtt_histogram: idle_rtt_histogram,
+    } = crate::latency_measured(target, &opt.probes)?;
 
     let load_opt = ThroughputOptions {
         duration: opt.load_duration(),
@@ -77,14 +99,17 @@ pub fn latency_under_load(target: &Target, opt: &LoadOptions) -> Result<LoadResu
         let load_started = Instant::now();
         let load = s.spawn(|| crate::throughput(target, &load_opt, &mut |_| {}));
         thread::sleep(opt.ramp);
-        let loaded = crate::latency(target, &opt.probes);
+        let loaded = crate::latency_measured(target, &opt.probes);
         // The load's senders stop `load_duration` after they start (the handshake before that
         // makes it a little later still, never earlier).
         let probes_late = load_started.elapsed() > opt.load_duration();
         (load.join(), loaded, probes_late)
     });
     let mut load = load.map_err(|_| ClientError::Protocol("the load thread panicked".into()))??;
-    let mut loaded = loaded?;
+    let crate::LatencyMeasurement {
+        result: mut loaded,
+        rtt_histogram: loaded_rtt_histogram,
+    } = loaded?;
 
     // Each of the two ran during the other by design: that is not someone else's session.
     discount_own_session(&mut loaded.meta);
@@ -100,14 +125,20 @@ pub fn latency_under_load(target: &Target, opt: &LoadOptions) -> Result<LoadResu
             "the load's receivers counted no bytes: these probes did not run under load".into(),
         );
     }
-    Ok(LoadResult {
+    let result = LoadResult {
         sonde_version: env!("CARGO_PKG_VERSION").into(),
         timestamp_unix_ms: started,
+        labels: sonde_report::Labels::new(),
         ramp_ns: u64::try_from(opt.ramp.as_nanos()).unwrap_or(u64::MAX),
         added_rtt_ns: AddedRttNs::between(&idle, &loaded),
         idle,
         loaded,
         load,
+    };
+    Ok(LoadMeasurement {
+        result,
+        idle_rtt_histogram,
+        loaded_rtt_histogram,
     })
 }
 
@@ -141,6 +172,7 @@ mod tests {
             session: 1,
             overlapping_sessions: 1,
             warnings: vec![crate::results::overlap_warning(1), "other".into()],
+            labels: sonde_report::Labels::new(),
             hosts: sonde_report::Hosts::default(),
             cpu: sonde_report::CpuCosts::default(),
         };

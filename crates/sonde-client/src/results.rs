@@ -41,6 +41,7 @@ fn meta(target: &Target, session: SessionId, started: u64, overlapping: u32) -> 
         session: session.0,
         overlapping_sessions: overlapping,
         warnings,
+        labels: sonde_report::Labels::new(),
         hosts: sonde_report::Hosts::default(),
         cpu: sonde_report::CpuCosts::default(),
     }

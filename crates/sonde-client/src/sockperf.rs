@@ -78,6 +78,14 @@ pub fn parse_target(spec: &str) -> Option<Result<Target, ClientError>> {
 /// (exit code 3) when the server never answered or cannot be connected to;
 /// [`ClientError::Data`] for a failure in the middle of the run.
 pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, ClientError> {
+    latency_measured(target, opt).map(|m| m.result)
+}
+
+/// [`latency`], keeping the RTT histogram (for the results store).
+pub fn latency_measured(
+    target: &Target,
+    opt: &LatencyOptions,
+) -> Result<crate::LatencyMeasurement, ClientError> {
     let max = match opt.protocol {
         Protocol::Udp => MAX_UDP_MSG,
         Protocol::Tcp => MAX_TCP_MSG,
@@ -186,7 +194,10 @@ pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, C
             ..crate::session::Context::this_host(target)
         },
     };
-    Ok(document(target, &opt, &run))
+    Ok(crate::LatencyMeasurement {
+        result: document(target, &opt, &run),
+        rtt_histogram: run.outcome.rtt.serialized(),
+    })
 }
 
 /// Replies received, warm-up included.

@@ -13,6 +13,8 @@
 //! * [`histogram`]: log-spaced buckets of a distribution, for `--histogram`.
 //! * [`oneway`]: one-way delays from four-timestamp probes, in signed histograms, and how far a
 //!   provisional clock model strays from the final one.
+//! * [`compare`]: whether two sets of runs differ (Mann-Whitney U), and what a thin percentile
+//!   can honestly be read as.
 //! * [`crr`]: connection-rate counts and connect/transaction times per worker, merged at the end.
 //! * [`sweep`]: sweep specs (`msg_size=1:64K:*2`) expanded into the values to run.
 //!
@@ -37,6 +39,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod compare;
 pub mod crr;
 pub mod histogram;
 pub mod interval;

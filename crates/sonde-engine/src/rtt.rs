@@ -34,8 +34,9 @@ fn pct_to_ppb(pct: f64) -> Option<u64> {
     Some(((pct.max(0.0) * 1e7).round() as u64).min(PPB))
 }
 
-/// The smallest sample count that supports `pct`; `None` when no count does.
-fn min_samples(pct: f64) -> Option<u64> {
+/// The smallest sample count that supports `pct` (`10 / (1 - pct/100)`, rounded up); `None`
+/// when no count does (100 and above, NaN).
+pub fn min_samples(pct: f64) -> Option<u64> {
     let below_ppb = pct_to_ppb(pct)?;
     if below_ppb >= PPB {
         return None;
@@ -135,6 +136,14 @@ impl RttRecorder {
         self.warmup_excluded += other.warmup_excluded;
     }
 
+    /// A recorder holding the samples of `hist` (a stored run's histogram read back) and no
+    /// warm-up count. Values beyond [`MAX_TRACKABLE_NS`] are kept at that bound.
+    pub fn from_histogram(hist: &Histogram<u64>) -> Self {
+        let mut r = Self::new(0);
+        crate::histogram::add_saturating(&mut r.hist, hist);
+        r
+    }
+
     /// Samples recorded so far.
     pub fn samples(&self) -> u64 {
         self.hist.len()
@@ -187,6 +196,24 @@ impl RttRecorder {
         }
     }
 
+    /// The recorded samples' histogram in hdrhistogram's V2 serialization, deflated: the whole
+    /// distribution in a few kilobytes, for the results store (a reader decodes it with
+    /// hdrhistogram's `Deserializer` and can merge repetitions exactly).
+    pub fn serialized(&self) -> Vec<u8> {
+        use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
+        let mut out = Vec::new();
+        // Writing to a Vec does no I/O, and counts are u64 (at most i64::MAX is serializable:
+        // more samples than any test takes), so this cannot fail in practice; if it ever does,
+        // the store keeps an empty blob rather than the test failing.
+        if V2DeflateSerializer::new()
+            .serialize(&self.hist, &mut out)
+            .is_err()
+        {
+            out.clear();
+        }
+        out
+    }
+
     /// The distribution as log-spaced buckets (`--histogram`), from the bucket holding the
     /// smallest sample to the one holding the largest: see [`crate::histogram::log_buckets`].
     pub fn log_buckets(&self, max_buckets: usize) -> Vec<crate::histogram::Bucket> {
@@ -208,6 +235,25 @@ mod tests {
     /// Within the histogram's 3 significant digits.
     fn close(actual: u64, expected: u64) -> bool {
         actual.abs_diff(expected) <= expected / 1_000 + 1
+    }
+
+    #[test]
+    fn the_serialized_histogram_decodes_to_the_same_distribution() {
+        let mut r = RttRecorder::new(1_000);
+        r.record(0, 5 * US); // warm-up: not in the histogram
+        for (i, v) in [12 * US, 13 * US, 250 * US, 9_000 * US]
+            .into_iter()
+            .enumerate()
+        {
+            r.record(2_000 + i as u64, v);
+        }
+        let bytes = r.serialized();
+        let back: Histogram<u64> = hdrhistogram::serialization::Deserializer::new()
+            .deserialize(&mut bytes.as_slice())
+            .expect("decodes");
+        assert_eq!(back, r.hist);
+        assert_eq!(back.len(), 4);
+        assert!(close(back.max(), 9_000 * US));
     }
 
     #[test]
@@ -341,6 +387,19 @@ mod tests {
         assert_eq!(a.warmup_excluded(), one.warmup_excluded());
         assert!(a.warmup_excluded() > 0);
         assert_eq!(a.summary(), one.summary());
+    }
+
+    #[test]
+    fn from_histogram_keeps_the_distribution() {
+        let mut r = RttRecorder::new(0);
+        for i in 1..=5_000u64 {
+            r.record(0, 10_000 + i * 13);
+        }
+        let mut plain = Histogram::<u64>::new(3).unwrap();
+        for i in 1..=5_000u64 {
+            plain.record(10_000 + i * 13).unwrap();
+        }
+        assert_eq!(RttRecorder::from_histogram(&plain).summary(), r.summary());
     }
 
     #[test]

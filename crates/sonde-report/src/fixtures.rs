@@ -16,6 +16,7 @@ fn meta(session: u64) -> Meta {
         session,
         overlapping_sessions: 0,
         warnings: Vec::new(),
+        labels: Labels::new(),
         hosts: Hosts::default(),
         cpu: CpuCosts::default(),
     }
@@ -85,7 +86,13 @@ pub(crate) fn latency_tcp() -> TestResult {
 /// late sends; 99,950 samples, so p99.99 is not stated.
 pub(crate) fn latency_udp_lossy() -> TestResult {
     TestResult::Latency(LatencyResult {
-        meta: meta(42),
+        meta: Meta {
+            labels: [("path", "public"), ("zone", "other")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            ..meta(42)
+        },
         protocol: Protocol::Udp,
         mode: LatencyMode::OpenLoop,
         rate_per_second: Some(10_000.0),
@@ -314,6 +321,7 @@ pub(crate) fn quick_all() -> TestResult {
     TestResult::Quick(QuickResult {
         sonde_version: "0.1.0".to_owned(),
         timestamp_unix_ms: TS,
+        labels: Labels::new(),
         results: vec![
             case("tcp latency", latency_tcp()),
             case("udp latency", latency_udp_lossy()),
@@ -515,6 +523,7 @@ pub(crate) fn load_udp_bufferbloat() -> TestResult {
     TestResult::Load(LoadResult {
         sonde_version: "0.1.0".to_owned(),
         timestamp_unix_ms: TS,
+        labels: Labels::new(),
         ramp_ns: 2 * SEC,
         added_rtt_ns: AddedRttNs::between(&idle, &loaded),
         idle,
@@ -541,6 +550,7 @@ pub(crate) fn sweep_latency_msg_size() -> TestResult {
     TestResult::Sweep(SweepResult {
         sonde_version: "0.1.0".to_owned(),
         timestamp_unix_ms: TS,
+        labels: Labels::new(),
         sweep_test: "latency".to_owned(),
         parameter: "msg_size".to_owned(),
         unit: "bytes".to_owned(),

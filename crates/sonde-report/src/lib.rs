@@ -4,6 +4,7 @@
 //! - [`model`]: the documents. Field names carry their units; unmeasurable values are `null`.
 //! - [`render`]: [`render::table`], [`render::json`], [`render::csv`] (also
 //!   [`render::csv_header`] and [`render::csv_rows`] to append runs to one file).
+//! - [`compare`]: runs against runs (`sonde compare`), and the matrix and case tables.
 //! - [`json_schema`]: [`schema()`] generated from the model, committed at
 //!   `schema/sonde-result.schema.json`, and `validate()` (feature `schema-validate`).
 //!
@@ -45,6 +46,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod compare;
 pub mod json_schema;
 pub mod model;
 pub mod render;

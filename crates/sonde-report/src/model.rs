@@ -1,6 +1,8 @@
 //! The result documents. Field names carry their units (`rtt_ns`, `bits_per_second`). A value
 //! that could not be measured is `null`, never 0.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 pub use sonde_wire::{HostInfo, MinDefaultMax, NicInfo, NicOffloads, SocketBufferLimits};
@@ -66,6 +68,10 @@ pub struct Meta {
     pub overlapping_sessions: u32,
     /// Things the reader must know to trust the numbers (overlap, too few samples, loss...).
     pub warnings: Vec<String>,
+    /// `--label KEY=VALUE`: the case this run measured (`{"path": "private"}`); `quick` adds
+    /// `case`, a sweep the parameter and its value. Empty when none was given.
+    #[serde(default)]
+    pub labels: Labels,
     /// Both ends' configuration: CPU, memory, OS and kernel, the interface the test used,
     /// TCP congestion control, socket buffer limits, sonde's version.
     #[serde(default)]
@@ -735,6 +741,9 @@ pub struct CrrInterval {
     pub connect_p99_ns: Option<u64>,
 }
 
+/// `--label KEY=VALUE` pairs, by key.
+pub type Labels = BTreeMap<String, String>;
+
 /// `sonde quick`: the embedded default's results, one per case.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct QuickResult {
@@ -742,6 +751,9 @@ pub struct QuickResult {
     pub sonde_version: String,
     /// When the run started, milliseconds since the Unix epoch.
     pub timestamp_unix_ms: u64,
+    /// `--label KEY=VALUE` as given (each case's own labels add `case`).
+    #[serde(default)]
+    pub labels: Labels,
     /// The cases, in the order run.
     pub results: Vec<QuickCase>,
 }
@@ -763,6 +775,9 @@ pub struct SweepResult {
     pub sonde_version: String,
     /// When the sweep started, milliseconds since the Unix epoch.
     pub timestamp_unix_ms: u64,
+    /// `--label KEY=VALUE` as given (each step's own labels add the parameter and its value).
+    #[serde(default)]
+    pub labels: Labels,
     /// The test swept: `latency`, `throughput` or `pps`.
     pub sweep_test: String,
     /// The parameter varied: `msg_size`, `parallel`, `rate` or `bitrate`.
@@ -792,6 +807,9 @@ pub struct LoadResult {
     pub sonde_version: String,
     /// When the run started, milliseconds since the Unix epoch.
     pub timestamp_unix_ms: u64,
+    /// `--label KEY=VALUE` (the three runs inside carry them too).
+    #[serde(default)]
+    pub labels: Labels,
     /// How long the load ran before the loaded probes started, ns: time for TCP to fill the
     /// bottleneck's queue.
     pub ramp_ns: u64,

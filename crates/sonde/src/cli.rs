@@ -2,7 +2,10 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::{completions, conf, crr, latency, load, man, pps, quick, server, throughput};
+use crate::{
+    compare, completions, conf, crr, latency, load, man, pps, quick, report, results, server,
+    throughput,
+};
 
 /// Exit codes, shown in every `--help` and the README. A macro so it can be `concat!`ed into
 /// each subcommand's long help.
@@ -39,9 +42,13 @@ sonde throughput HOST     bulk bandwidth counted at the receiver, -P streams, -R
 sonde pps HOST            small-packet rate counted at the receiver\n  \
 sonde crr HOST            TCP connections per second: connect, request, response, close\n  \
 sonde load HOST           RTT idle and while TCP streams fill the path (bufferbloat)\n  \
-sonde conf HOST           both ends' configuration side by side (CPU, kernel, NIC, TCP)\n\n\
+sonde conf HOST           both ends' configuration side by side (CPU, kernel, NIC, TCP)\n  \
+sonde compare A B         stored runs against each other, with significance (Mann-Whitney U)\n  \
+sonde report -o FILE      stored runs as one HTML file with tables and charts\n\n\
 `sonde quick` runs latency, throughput, pps and crr against an agent it starts on loopback: no\n\
 second host needed.\n\n\
+Every test saves its result in a local database (--no-save to skip, --label KEY=VALUE to name \
+the case): `sonde results` lists, shows, exports and removes them.\n\n\
 It speaks the tools already deployed: `sonde server --iperf3 --sockperf` answers real iperf3 and \
 sockperf clients (several at once), and `sonde throughput iperf3://HOST` and `sonde latency \
 sockperf://HOST` test against their servers.\n\n\
@@ -76,7 +83,10 @@ enum Command {
     Quick(quick::Opt),
     #[command(after_help = EXIT_CODES)]
     Conf(conf::Opt),
-    // No EXIT_CODES here: these two state their own (they start no test).
+    // No EXIT_CODES here: these state their own (they start no test).
+    Results(results::Opt),
+    Compare(compare::Opt),
+    Report(report::Opt),
     Completions(completions::Opt),
     Man(man::Opt),
 }
@@ -91,6 +101,9 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Load(o) => load::run(&o),
         Command::Quick(o) => quick::run(&o),
         Command::Conf(o) => conf::run(&o),
+        Command::Results(o) => results::run(&o),
+        Command::Compare(o) => compare::run(&o),
+        Command::Report(o) => report::run(&o),
         Command::Completions(o) => completions::run(&o),
         Command::Man(o) => man::run(&o),
     }

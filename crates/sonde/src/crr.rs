@@ -6,7 +6,7 @@ use clap::Args;
 use sonde_client::CrrOptions;
 use sonde_report::TestResult;
 
-use crate::output::{print, OutputOpt, Progress};
+use crate::output::{OutputOpt, Progress};
 
 /// Connection rate: TCP connect, request, response, close, as fast as possible
 ///
@@ -80,9 +80,16 @@ pub(crate) struct Opt {
     secret: crate::auth::SecretOpt,
     #[command(flatten)]
     output: OutputOpt,
+    #[command(flatten)]
+    save: crate::save::SaveOpt,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::save::repeat(&opt.save, opt.output, |saver| run_once(opt, saver))
+}
+
+/// One run (of --repeat), printed and saved.
+fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
     let target = opt.secret.resolve(&opt.host)?;
     let options = CrrOptions {
         workers: opt.workers,
@@ -96,5 +103,6 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let progress = Progress::start(&format!("crr {}", target.label), opt.time);
     let result = sonde_client::crr(&target, &options);
     drop(progress);
-    print(&opt.output.render(&TestResult::Crr(result?)))
+    let mut m = crate::save::Measured::from(TestResult::Crr(result?));
+    saver.print_and_save(opt.output, &mut m)
 }

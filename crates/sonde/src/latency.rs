@@ -6,10 +6,10 @@ use std::time::Duration;
 use clap::Args;
 use sonde_client::LatencyOptions;
 use sonde_engine::sweep::{Sweep, SweepParam};
-use sonde_report::TestResult;
 use sonde_wire::Protocol;
 
-use crate::output::{print, OutputOpt, Progress};
+use crate::output::{OutputOpt, Progress};
+use crate::save::{Measured, Saver};
 
 /// Round-trip time: ping-pong (closed loop) or at a fixed rate (open loop)
 ///
@@ -130,6 +130,8 @@ pub(crate) struct Opt {
     secret: crate::auth::SecretOpt,
     #[command(flatten)]
     output: OutputOpt,
+    #[command(flatten)]
+    save: crate::save::SaveOpt,
 }
 
 impl Opt {
@@ -187,23 +189,29 @@ impl Opt {
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::save::repeat(&opt.save, opt.output, |saver| run_once(opt, saver))
+}
+
+/// One run (of --repeat), printed and saved.
+fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
     if let Some(sweep) = &opt.sweep {
-        return run_sweep(opt, sweep);
+        return run_sweep(opt, sweep, saver);
     }
     if let Some(target) = sonde_client::sockperf::parse_target(&opt.host) {
-        return run_sockperf(opt, &target?);
+        return run_sockperf(opt, &target?, saver);
     }
     let target = opt.secret.resolve(&opt.host)?;
     let options = opt.options(opt.protocol(Protocol::Tcp));
     let label = format!("latency {}", target.label);
     let progress = Progress::start(&label, opt.expected());
-    let result = sonde_client::latency(&target, &options);
+    let result = sonde_client::latency_measured(&target, &options);
     drop(progress);
-    print(&opt.output.render(&TestResult::Latency(result?)))
+    let mut m = Measured::from(result?);
+    saver.print_and_save(opt.output, &mut m)
 }
 
 /// `--sweep`: one test per value, against a sonde agent or a sockperf server.
-fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
+fn run_sweep(opt: &Opt, sweep: &Sweep, saver: &mut Saver) -> anyhow::Result<()> {
     let sockperf = sonde_client::sockperf::parse_target(&opt.host).transpose()?;
     if sockperf.is_some() {
         opt.check_sockperf()?;
@@ -218,6 +226,7 @@ fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
     let label = format!("latency {}", target.label);
     let allowed = [SweepParam::MsgSize, SweepParam::Rate];
     let doc = crate::sweep::run(
+        saver,
         "latency",
         &label,
         sweep,
@@ -230,24 +239,25 @@ fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
                 _ => o.rate = Some(value as f64),
             }
             let result = if sockperf.is_some() {
-                sonde_client::sockperf::latency(&target, &o)
+                sonde_client::sockperf::latency_measured(&target, &o)
             } else {
-                sonde_client::latency(&target, &o)
+                sonde_client::latency_measured(&target, &o)
             };
-            result.map(TestResult::Latency)
+            result.map(Measured::from)
         },
     )?;
-    print(&opt.output.render(&doc))
+    saver.print(opt.output, &doc)
 }
 
 /// `sonde latency sockperf://HOST[:PORT]`: the same test against a real `sockperf server`, UDP
 /// unless --tcp (sockperf's default).
-fn run_sockperf(opt: &Opt, target: &sonde_client::Target) -> anyhow::Result<()> {
+fn run_sockperf(opt: &Opt, target: &sonde_client::Target, saver: &mut Saver) -> anyhow::Result<()> {
     opt.check_sockperf()?;
     let options = opt.options(opt.protocol(Protocol::Udp));
     let label = format!("latency {}", target.label);
     let progress = Progress::start(&label, opt.expected());
-    let result = sonde_client::sockperf::latency(target, &options);
+    let result = sonde_client::sockperf::latency_measured(target, &options);
     drop(progress);
-    print(&opt.output.render(&TestResult::Latency(result?)))
+    let mut m = Measured::from(result?);
+    saver.print_and_save(opt.output, &mut m)
 }

@@ -4,10 +4,9 @@ use std::time::Duration;
 
 use clap::Args;
 use sonde_client::{LatencyOptions, LoadOptions, ThroughputOptions};
-use sonde_report::TestResult;
 use sonde_wire::{Direction, Protocol};
 
-use crate::output::{print, OutputOpt, Progress};
+use crate::output::{OutputOpt, Progress};
 
 /// Latency under load: RTT on the idle path, then while TCP streams fill it (bufferbloat)
 ///
@@ -69,9 +68,16 @@ pub(crate) struct Opt {
     secret: crate::auth::SecretOpt,
     #[command(flatten)]
     output: OutputOpt,
+    #[command(flatten)]
+    save: crate::save::SaveOpt,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::save::repeat(&opt.save, opt.output, |saver| run_once(opt, saver))
+}
+
+/// One run (of --repeat), printed and saved.
+fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
     let target = opt.secret.resolve(&opt.host)?;
     let options = LoadOptions {
         probes: LatencyOptions {
@@ -104,7 +110,8 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         ramp: opt.ramp,
     };
     let progress = Progress::start(&format!("load {}", target.label), options.expected());
-    let result = sonde_client::latency_under_load(&target, &options);
+    let result = sonde_client::latency_under_load_measured(&target, &options);
     drop(progress);
-    print(&opt.output.render(&TestResult::Load(result?)))
+    let mut m = crate::save::Measured::from(result?);
+    saver.print_and_save(opt.output, &mut m)
 }

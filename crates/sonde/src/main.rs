@@ -3,6 +3,7 @@
 
 mod auth;
 mod cli;
+mod compare;
 mod completions;
 mod conf;
 mod crr;
@@ -12,6 +13,10 @@ mod man;
 mod output;
 mod pps;
 mod quick;
+mod report;
+mod results;
+mod save;
+mod select;
 mod server;
 mod sweep;
 mod throughput;

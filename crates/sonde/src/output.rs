@@ -19,12 +19,20 @@ pub(crate) struct OutputOpt {
     /// which)
     #[arg(long)]
     pub(crate) csv: bool,
+    /// One JSON object per line as the test runs, as iperf3 3.17's --json-stream:
+    /// `{"event":"interval","data":{...}}` for each -i interval as it is counted (the
+    /// receiver's counts; TCP_INFO joins them in the document), then
+    /// `{"event":"end","data":DOCUMENT}` (the --json document)
+    #[arg(long, conflicts_with_all = ["json", "csv"])]
+    pub(crate) json_stream: bool,
 }
 
 impl OutputOpt {
     /// Renders the result in the chosen format.
     pub(crate) fn render(self, result: &TestResult) -> String {
-        if self.json {
+        if self.json_stream {
+            stream_line("end", result)
+        } else if self.json {
             sonde_report::render::json(result)
         } else if self.csv {
             sonde_report::render::csv(result)
@@ -32,6 +40,34 @@ impl OutputOpt {
             sonde_report::render::table(result)
         }
     }
+
+    /// Where a live interval goes as it is counted: a `--json-stream` line; above the progress
+    /// bar on a terminal; else, for table output, a line on stdout at once (a pipe or a file
+    /// sees the test progress too, as a terminal does); nothing for --json and --csv, whose
+    /// document holds the intervals.
+    pub(crate) fn live_interval(
+        self,
+        progress: &Progress,
+        line: &str,
+        interval: &sonde_report::IntervalResult,
+    ) {
+        // A closed stdout is not an error here either: the final print will say nothing.
+        if self.json_stream {
+            let _ = print(&stream_line("interval", interval));
+        } else if progress.is_shown() {
+            progress.println(line);
+        } else if !self.json && !self.csv {
+            let _ = print(&format!("{line}\n"));
+        }
+    }
+}
+
+/// One `--json-stream` line: `{"event":EVENT,"data":DATA}`.
+fn stream_line(event: &str, data: &impl serde::Serialize) -> String {
+    let mut s = serde_json::to_string(&serde_json::json!({ "event": event, "data": data }))
+        .unwrap_or_default();
+    s.push('\n');
+    s
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error.
@@ -90,8 +126,13 @@ impl Progress {
         }
     }
 
+    /// Whether the bar is on screen (stderr is a terminal).
+    pub(crate) fn is_shown(&self) -> bool {
+        self.bar.is_some()
+    }
+
     /// Prints a line above the bar (live interval reports); nothing when stderr is not a
-    /// terminal, where the final output alone carries the intervals.
+    /// terminal.
     pub(crate) fn println(&self, line: &str) {
         if let Some(b) = &self.bar {
             b.println(line);

@@ -7,7 +7,8 @@ use sonde_client::PpsOptions;
 use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_report::TestResult;
 
-use crate::output::{print, OutputOpt, Progress};
+use crate::output::{OutputOpt, Progress};
+use crate::save::{Measured, Saver};
 
 /// Packet rate: small UDP datagrams as fast as possible, counted by the receiver
 ///
@@ -47,9 +48,16 @@ pub(crate) struct Opt {
     secret: crate::auth::SecretOpt,
     #[command(flatten)]
     output: OutputOpt,
+    #[command(flatten)]
+    save: crate::save::SaveOpt,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::save::repeat(&opt.save, opt.output, |saver| run_once(opt, saver))
+}
+
+/// One run (of --repeat), printed and saved.
+fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
     let target = opt.secret.resolve(&opt.host)?;
     let options = PpsOptions {
         msg_size: opt.msg_size,
@@ -58,18 +66,19 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     };
     if let Some(sweep) = &opt.sweep {
         let allowed = [SweepParam::MsgSize, SweepParam::Parallel];
-        let doc = crate::sweep::run("pps", "pps", sweep, &allowed, opt.time, |value| {
+        let doc = crate::sweep::run(saver, "pps", "pps", sweep, &allowed, opt.time, |value| {
             let mut o = options.clone();
             match sweep.param() {
                 SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
                 _ => o.flows = crate::sweep::as_u32(sweep.param(), value)?,
             }
-            sonde_client::pps(&target, &o).map(TestResult::Pps)
+            sonde_client::pps(&target, &o).map(|r| Measured::from(TestResult::Pps(r)))
         })?;
-        return print(&opt.output.render(&doc));
+        return saver.print(opt.output, &doc);
     }
     let progress = Progress::start(&format!("pps {}", target.label), opt.time);
     let result = sonde_client::pps(&target, &options);
     drop(progress);
-    print(&opt.output.render(&TestResult::Pps(result?)))
+    let mut m = Measured::from(TestResult::Pps(result?));
+    saver.print_and_save(opt.output, &mut m)
 }

@@ -10,7 +10,8 @@ use sonde_client::{CrrOptions, LatencyOptions, PpsOptions, Target, ThroughputOpt
 use sonde_report::{QuickCase, QuickResult, TestResult};
 use sonde_wire::{Direction, Protocol};
 
-use crate::output::{print, OutputOpt, Progress};
+use crate::output::{OutputOpt, Progress};
+use crate::save::{Measured, Saver};
 
 /// Everything on loopback against an in-process agent (about 25 s)
 ///
@@ -29,15 +30,22 @@ pub(crate) struct Opt {
     time: Duration,
     #[command(flatten)]
     output: OutputOpt,
+    #[command(flatten)]
+    save: crate::save::SaveOpt,
 }
 
 /// One case: its name and how to run it.
 type Case<'a> = (
     &'static str,
-    Box<dyn Fn() -> Result<TestResult, sonde_client::ClientError> + 'a>,
+    Box<dyn Fn() -> Result<Measured, sonde_client::ClientError> + 'a>,
 );
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::save::repeat(&opt.save, opt.output, |saver| run_once(opt, saver))
+}
+
+/// One run (of --repeat), printed and saved.
+fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
     let agent = Agent::bind(AgentConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))))?;
     let addr = agent.local_addr();
     let handle = agent.spawn();
@@ -71,27 +79,27 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         (
             "tcp latency",
             Box::new(|| {
-                sonde_client::latency(&target, &latency(Protocol::Tcp)).map(TestResult::Latency)
+                sonde_client::latency_measured(&target, &latency(Protocol::Tcp)).map(Measured::from)
             }),
         ),
         (
             "udp latency",
             Box::new(|| {
-                sonde_client::latency(&target, &latency(Protocol::Udp)).map(TestResult::Latency)
+                sonde_client::latency_measured(&target, &latency(Protocol::Udp)).map(Measured::from)
             }),
         ),
         (
             "tcp throughput x1",
             Box::new(|| {
                 sonde_client::throughput(&target, &throughput(1), &mut |_| {})
-                    .map(TestResult::Throughput)
+                    .map(|r| Measured::from(TestResult::Throughput(r)))
             }),
         ),
         (
             "tcp throughput x2",
             Box::new(|| {
                 sonde_client::throughput(&target, &throughput(2), &mut |_| {})
-                    .map(TestResult::Throughput)
+                    .map(|r| Measured::from(TestResult::Throughput(r)))
             }),
         ),
         (
@@ -101,7 +109,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
                     duration: t,
                     ..PpsOptions::default()
                 };
-                sonde_client::pps(&target, &o).map(TestResult::Pps)
+                sonde_client::pps(&target, &o).map(|r| Measured::from(TestResult::Pps(r)))
             }),
         ),
         (
@@ -112,26 +120,32 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
                     duration: t,
                     ..CrrOptions::default()
                 };
-                sonde_client::crr(&target, &o).map(TestResult::Crr)
+                sonde_client::crr(&target, &o).map(|r| Measured::from(TestResult::Crr(r)))
             }),
         ),
     ];
     let mut results = Vec::new();
+    // Each case is saved as its own run as soon as it is measured, all in one group.
+    saver.grouped("quick");
     let total = cases.len();
     for (n, (case, run)) in cases.iter().enumerate() {
         let progress = Progress::start(&format!("[{}/{total}] {case}", n + 1), t);
         let result = run();
         drop(progress);
+        let mut m = result?;
+        saver.label(&mut m.result, Some(("case", (*case).to_owned())));
+        saver.save(&m);
         results.push(QuickCase {
             case: (*case).to_owned(),
-            result: result?,
+            result: m.result,
         });
     }
     handle.stop();
     let doc = TestResult::Quick(QuickResult {
         sonde_version: env!("CARGO_PKG_VERSION").into(),
         timestamp_unix_ms: started,
+        labels: saver.labels().clone(),
         results,
     });
-    print(&opt.output.render(&doc))
+    saver.print(opt.output, &doc)
 }

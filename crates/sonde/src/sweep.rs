@@ -7,6 +7,7 @@ use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_report::{SweepResult, SweepStep, TestResult};
 
 use crate::output::Progress;
+use crate::save::{Measured, Saver};
 
 /// Shared `--help` text of the `--sweep` option.
 pub(crate) const SWEEP_HELP: &str =
@@ -20,15 +21,16 @@ pub(crate) fn parse(spec: &str) -> Result<Sweep, String> {
     spec.parse::<Sweep>().map_err(|e| e.to_string())
 }
 
-/// Runs `one(value)` for each value of `sweep`, which must vary one of `allowed`; `step_time`
-/// sizes each step's progress bar.
+/// Runs `one(value)` for each value of `sweep`, which must vary one of `allowed`, and saves
+/// each step as a run of one group; `step_time` sizes each step's progress bar.
 pub(crate) fn run(
+    saver: &mut Saver,
     test: &str,
     label: &str,
     sweep: &Sweep,
     allowed: &[SweepParam],
     step_time: Duration,
-    mut one: impl FnMut(u64) -> Result<TestResult, sonde_client::ClientError>,
+    mut one: impl FnMut(u64) -> Result<Measured, sonde_client::ClientError>,
 ) -> anyhow::Result<TestResult> {
     let param = sweep.param();
     if !allowed.contains(&param) {
@@ -51,14 +53,20 @@ pub(crate) fn run(
         );
         let result = one(value);
         drop(progress);
+        // Each step is saved as its own run as soon as it is measured, all in one group.
+        let mut m = result?;
+        saver.label(&mut m.result, Some((param.name(), value.to_string())));
+        saver.grouped("sweep");
+        saver.save(&m);
         steps.push(SweepStep {
             value,
-            result: result?,
+            result: m.result,
         });
     }
     Ok(TestResult::Sweep(SweepResult {
         sonde_version: env!("CARGO_PKG_VERSION").into(),
         timestamp_unix_ms: started,
+        labels: saver.labels().clone(),
         sweep_test: test.to_owned(),
         parameter: param.name().to_owned(),
         unit: param.unit().to_owned(),

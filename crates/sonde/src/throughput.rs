@@ -9,7 +9,8 @@ use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_report::TestResult;
 use sonde_wire::{Direction, Protocol};
 
-use crate::output::{print, OutputOpt, Progress};
+use crate::output::{OutputOpt, Progress};
+use crate::save::{Measured, Saver};
 
 /// Bandwidth: TCP or UDP, parallel streams, reverse or both directions
 ///
@@ -86,33 +87,42 @@ pub(crate) struct Opt {
     secret: crate::auth::SecretOpt,
     #[command(flatten)]
     output: OutputOpt,
+    #[command(flatten)]
+    save: crate::save::SaveOpt,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::save::repeat(&opt.save, opt.output, |saver| run_once(opt, saver))
+}
+
+/// One run (of --repeat), printed and saved.
+fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
     if let Some(sweep) = &opt.sweep {
-        return run_sweep(opt, sweep);
+        return run_sweep(opt, sweep, saver);
     }
     if let Some(target) = sonde_client::iperf3::target(&opt.host) {
-        return run_iperf3(opt, &target?);
+        return run_iperf3(opt, &target?, saver);
     }
     let target = opt.secret.resolve(&opt.host)?;
     let options = options(opt);
     let progress = Progress::start(&format!("throughput {}", target.label), opt.time);
-    // Live interval lines go to the terminal above the progress bar; the table (or JSON, CSV)
-    // on stdout holds every interval once, aligned.
+    // Live interval lines go above the progress bar on a terminal, else to stdout as they
+    // come; the final table (or JSON, CSV) holds every interval once more, aligned.
     let mut live = |iv: &sonde_report::IntervalResult| {
-        progress.println(&sonde_report::render::interval_line(iv));
+        opt.output
+            .live_interval(&progress, &sonde_report::render::interval_line(iv), iv);
     };
     let result = sonde_client::throughput(&target, &options, &mut live);
     drop(progress);
-    print(&opt.output.render(&TestResult::Throughput(result?)))
+    let mut m = Measured::from(TestResult::Throughput(result?));
+    saver.print_and_save(opt.output, &mut m)
 }
 
 /// Set by Ctrl-C (or SIGTERM) during an iperf3 test, so the client can tell the server.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 /// `iperf3://`: the test against a real iperf3 server.
-fn run_iperf3(opt: &Opt, target: &Target) -> anyhow::Result<()> {
+fn run_iperf3(opt: &Opt, target: &Target, saver: &mut Saver) -> anyhow::Result<()> {
     let options = options(opt);
     // An iperf3 server keeps a dropped test's slot until its own timeouts: the client says
     // CLIENT_TERMINATE on Ctrl-C, as iperf3's own does, and then exits 130. If a handler is
@@ -123,19 +133,21 @@ fn run_iperf3(opt: &Opt, target: &Target) -> anyhow::Result<()> {
     let sender_counted = options.direction != Direction::Reverse;
     let mut live = |iv: &sonde_report::IntervalResult| {
         let line = sonde_report::render::interval_line(iv);
-        progress.println(&if sender_counted {
+        let line = if sender_counted {
             line.replace("(counted at the receiver)", "(counted at this host)")
         } else {
             line
-        });
+        };
+        opt.output.live_interval(&progress, &line, iv);
     };
     let result = sonde_client::iperf3::throughput(target, &options, &INTERRUPTED, &mut live);
     drop(progress);
-    print(&opt.output.render(&TestResult::Throughput(result?)))
+    let mut m = Measured::from(TestResult::Throughput(result?));
+    saver.print_and_save(opt.output, &mut m)
 }
 
 /// `--sweep`: one test per value, against a sonde agent or an iperf3 server.
-fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
+fn run_sweep(opt: &Opt, sweep: &Sweep, saver: &mut Saver) -> anyhow::Result<()> {
     let iperf3 = sonde_client::iperf3::target(&opt.host).transpose()?;
     let target = match &iperf3 {
         Some(t) => t.clone(),
@@ -154,21 +166,29 @@ fn run_sweep(opt: &Opt, sweep: &Sweep) -> anyhow::Result<()> {
         SweepParam::Bitrate,
     ];
     let label = format!("throughput {}", target.label);
-    let doc = crate::sweep::run("throughput", &label, sweep, &allowed, opt.time, |value| {
-        let mut o = base.clone();
-        match sweep.param() {
-            SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
-            SweepParam::Parallel => o.parallel = crate::sweep::as_u32(sweep.param(), value)?,
-            _ => o.bitrate = value,
-        }
-        let result = if iperf3.is_some() {
-            sonde_client::iperf3::throughput(&target, &o, &INTERRUPTED, &mut |_| {})
-        } else {
-            sonde_client::throughput(&target, &o, &mut |_| {})
-        };
-        result.map(TestResult::Throughput)
-    })?;
-    print(&opt.output.render(&doc))
+    let doc = crate::sweep::run(
+        saver,
+        "throughput",
+        &label,
+        sweep,
+        &allowed,
+        opt.time,
+        |value| {
+            let mut o = base.clone();
+            match sweep.param() {
+                SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
+                SweepParam::Parallel => o.parallel = crate::sweep::as_u32(sweep.param(), value)?,
+                _ => o.bitrate = value,
+            }
+            let result = if iperf3.is_some() {
+                sonde_client::iperf3::throughput(&target, &o, &INTERRUPTED, &mut |_| {})
+            } else {
+                sonde_client::throughput(&target, &o, &mut |_| {})
+            };
+            result.map(|r| Measured::from(TestResult::Throughput(r)))
+        },
+    )?;
+    saver.print(opt.output, &doc)
 }
 
 fn options(opt: &Opt) -> ThroughputOptions {

@@ -5,6 +5,9 @@
 //! Only 127.0.0.1; every test sends at most about a second of traffic.
 
 mod common;
+/// The results store: saving, `--label`, `--repeat`, `sonde results`.
+#[path = "cli/store.rs"]
+mod store;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -29,6 +32,7 @@ const RUN_LIMIT: Duration = Duration::from_secs(30);
 fn sonde() -> Command {
     let mut cmd = Command::cargo_bin("sonde").expect("the sonde binary is built for the tests");
     cmd.timeout(RUN_LIMIT)
+        .env("SONDE_DB", common::test_db())
         .env("COLUMNS", "100")
         .env("TERM", "dumb");
     cmd
@@ -519,7 +523,9 @@ fn pps_json() {
 
 #[test]
 fn quick_json() {
-    let stdout = run_ok(&["quick", "--json", "-t", "1"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("results.db");
+    let stdout = run_ok(&["quick", "--json", "-t", "1", "--db", store::path_str(&db)]);
     let doc: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}:\n{stdout}"));
     assert_valid(&doc);
     assert_eq!(s(&doc, "/test"), "quick");
@@ -551,6 +557,8 @@ fn quick_json() {
             _ => assert!(u(r, "/received") > 0, "{c:#}"),
         }
     }
+    // The README's contract: quick saves every case, as its own run, in one group.
+    store::assert_saved_cases(&db, results);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1139,6 +1147,7 @@ fn udp_blocked_is_exit_3() {
 /// would); the exit code and stderr.
 fn run_with_closed_stdout(args: &[&str]) -> (Option<i32>, String) {
     let mut child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+        .env("SONDE_DB", common::test_db())
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -1205,6 +1214,7 @@ struct ServerChild {
 impl ServerChild {
     fn start() -> ServerChild {
         let mut child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+            .env("SONDE_DB", common::test_db())
             .args(["server", "--bind", "127.0.0.1", "--port", "0"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -1257,6 +1267,7 @@ fn sigterm_during_a_test() -> (
 ) {
     let mut server = ServerChild::start();
     let client = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+        .env("SONDE_DB", common::test_db())
         .args(["throughput", &server.target, "-t", "5", "--json"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -1330,6 +1341,9 @@ fn help_snapshots() {
         ("help_quick", vec!["quick", "--help"]),
         ("help_load", vec!["load", "--help"]),
         ("help_conf", vec!["conf", "--help"]),
+        ("help_results", vec!["results", "--help"]),
+        ("help_compare", vec!["compare", "--help"]),
+        ("help_report", vec!["report", "--help"]),
     ] {
         let out = run_ok(&args);
         insta::assert_snapshot!(name, out);
@@ -1559,6 +1573,10 @@ fn man_dir_writes_a_page_per_subcommand() {
         .map(|n| format!("sonde-{n}.1"))
         .collect();
     expected.insert("sonde.1".to_owned());
+    // Nested subcommands have pages of their own.
+    for sub in ["show", "export", "rm"] {
+        expected.insert(format!("sonde-results-{sub}.1"));
+    }
     let written: std::collections::BTreeSet<String> = std::fs::read_dir(&dir)
         .expect("--dir was created")
         .map(|e| {

@@ -22,6 +22,7 @@ const RUN_LIMIT: Duration = Duration::from_secs(30);
 fn sonde() -> Command {
     let mut cmd = Command::cargo_bin("sonde").expect("the sonde binary is built for the tests");
     cmd.timeout(RUN_LIMIT)
+        .env("SONDE_DB", common::test_db())
         .env("COLUMNS", "100")
         .env("TERM", "dumb");
     cmd

@@ -21,7 +21,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -32,8 +32,7 @@ use sonde_wire::{Channel, CrrJoin, Preamble, Token, PROTOCOL_VERSION};
 
 use common::netns::{link_up, veth, Namespaces, Segments};
 use common::{
-    command_line, require_or_skip, run_json_in, run_with_timeout, sonde_bin, tool, Agent, Need,
-    CLIENT_TIMEOUT,
+    command_line, require_or_skip, run_json_in, run_with_timeout, tool, Agent, Need, CLIENT_TIMEOUT,
 };
 
 /// No single client run here may take longer.
@@ -176,7 +175,7 @@ fn crr_rst_closes_are_counted_at_both_ends_too() {
 }
 
 fn sonde(args: &[&str]) -> (Option<i32>, String, String) {
-    let mut cmd = Command::new(sonde_bin());
+    let mut cmd = common::sonde_command();
     cmd.args(args).env("COLUMNS", "100").env("TERM", "dumb");
     let out = run_with_timeout(&mut cmd, RUN_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     (out.status.code(), out.stdout, out.stderr)
@@ -369,7 +368,7 @@ fn bad_tokens_are_refused_and_counted_while_a_real_test_runs() {
     cfg.hello_timeout = Duration::from_secs(2);
     let h = InProcessAgent::bind(cfg).expect("bind on loopback").spawn();
     let addr = h.local_addr();
-    let mut cmd = Command::new(sonde_bin());
+    let mut cmd = common::sonde_command();
     cmd.args(["crr", &addr.to_string(), "-t", "2", "-P", "2", "--json"]);
     let line = command_line(&cmd);
     let child = cmd

@@ -7,13 +7,12 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
 use common::fulllog::{read_log, TempFile};
-use common::{run_with_timeout, sonde_bin, Agent};
+use common::{run_with_timeout, Agent};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -23,7 +22,7 @@ fn agent() -> Agent {
 
 /// `sonde latency TARGET ARGS...`: exit code, stdout, stderr.
 fn latency(target: &str, args: &[&str]) -> (Option<i32>, String, String) {
-    let mut cmd = Command::new(sonde_bin());
+    let mut cmd = common::sonde_command();
     cmd.arg("latency").arg(target).args(args);
     let out = run_with_timeout(&mut cmd, LIMIT).unwrap_or_else(|e| panic!("{e}"));
     (out.status.code(), out.stdout, out.stderr)

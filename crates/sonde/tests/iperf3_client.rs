@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::{require_or_skip, run_with_timeout, sonde_bin, Agent, Daemon, Need, Output};
+use common::{require_or_skip, run_with_timeout, Agent, Daemon, Need, Output};
 
 /// No sonde run in this file may take longer (each asks for 1 s of traffic).
 const RUN_LIMIT: Duration = Duration::from_secs(30);
@@ -142,7 +142,7 @@ impl Drop for Iperf3Server {
 }
 
 fn sonde(args: &[&str]) -> Output {
-    let mut cmd = Command::new(sonde_bin());
+    let mut cmd = common::sonde_command();
     cmd.args(args).env("COLUMNS", "100").env("TERM", "dumb");
     run_with_timeout(&mut cmd, RUN_LIMIT).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -602,7 +602,7 @@ fn ctrl_c_tells_the_iperf3_server_and_exits_130() {
     }
     // Without -J the server prints why its test ended.
     let server = Iperf3Server::start_with(&["--one-off", "--forceflush"]);
-    let mut child = Command::new(sonde_bin())
+    let mut child = common::sonde_command()
         .args(["throughput", &server.target(), "-t", "10"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -30,7 +30,7 @@ use sonde_wire::sockperf::{self as wire, Flags, Header};
 use sonde_wire::Protocol;
 
 use common::fulllog::{read_log, LogLine, TempFile};
-use common::{require_or_skip, run_with_timeout, sonde_bin, Daemon, Need};
+use common::{require_or_skip, run_with_timeout, Daemon, Need};
 
 /// How long one sockperf client run may take: `-t 1` plus its 2 s sleep, with room for a busy
 /// host.
@@ -125,7 +125,7 @@ struct SondeServer {
 
 impl SondeServer {
     fn start(extra: &[&str]) -> SondeServer {
-        let mut cmd = Command::new(sonde_bin());
+        let mut cmd = common::sonde_command();
         cmd.args([
             "server",
             "--bind",
@@ -413,7 +413,7 @@ impl SockperfServer {
 
 /// Runs `sonde ARGS...` to completion: (exit code, stdout, stderr).
 fn sonde(args: &[&str]) -> (Option<i32>, String, String) {
-    let mut cmd = Command::new(sonde_bin());
+    let mut cmd = common::sonde_command();
     cmd.args(args).env("TERM", "dumb");
     let out = run_with_timeout(&mut cmd, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
     (out.status.code(), out.stdout, out.stderr)

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use crate::model::{LatencyMode, Meta, Protocol, StreamDirection, TestResult};
 
 /// Columns every row starts with (quick puts `case` before them).
-const HEAD: [&str; 7] = [
+const HEAD: [&str; 8] = [
     "test",
     "row",
     "sonde_version",
@@ -21,6 +21,7 @@ const HEAD: [&str; 7] = [
     "server",
     "session",
     "overlapping_sessions",
+    "labels",
 ];
 
 const LATENCY: [&str; 25] = [
@@ -95,7 +96,8 @@ const PPS: [&str; 11] = [
 /// The columns of `result`'s CSV, in order. Each test has a fixed set, whatever the values:
 ///
 /// - first `test`, `row`, `sonde_version`, `timestamp_unix_ms`, `server`, `session`,
-///   `overlapping_sessions`; last `warnings` (joined with `; `);
+///   `overlapping_sessions`, `labels` (`KEY=VALUE` pairs by key, joined with `;`); last
+///   `warnings` (joined with `; `);
 /// - latency: `protocol`, `mode`, `rate_per_second`, `msg_size_bytes`, `duration_ns`,
 ///   `warmup_ns`, `warmup_samples`, `sent`, `samples`, `rtt_{min,mean,stddev}_ns`,
 ///   `rtt_p{50,90,99,999,9999,99999}_ns`, `rtt_max_ns`, `lost`, `lost_outbound`, `lost_return`,
@@ -250,6 +252,7 @@ fn collect(result: &TestResult, case: Option<&str>, rows: &mut Vec<Row>) {
             "overlapping_sessions",
             meta.overlapping_sessions.to_string(),
         );
+        row.insert("labels", labels(&meta.labels));
         row
     };
     let warnings = |meta: &Meta| meta.warnings.join("; ");
@@ -493,6 +496,15 @@ fn quote(s: &str) -> Cow<'_, str> {
     } else {
         s.into()
     }
+}
+
+/// `KEY=VALUE` pairs, by key, joined with `;`.
+fn labels(labels: &crate::model::Labels) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(";")
 }
 
 #[cfg(test)]

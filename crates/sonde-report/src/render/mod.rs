@@ -6,12 +6,18 @@
 //! - [`csv`] ([`csv_header`] + [`csv_rows`]): one `summary` row per run, plus `stream`,
 //!   `interval` and `flow` rows; units in the column names ([`csv_columns`]), an unknown value
 //!   is an empty cell.
+//! - [`html`]: `sonde report`, one self-contained HTML file with tables and charts.
+//! - [`compare_table`], [`matrix_table`] (and their JSON): `sonde compare` and its `--by` view.
 
+mod compare;
 mod csv;
+mod html;
 mod table;
 mod units;
 
+pub use self::compare::{compare_json, compare_table, matrix_json, matrix_table};
 pub use self::csv::{csv, csv_columns, csv_header, csv_rows};
+pub use self::html::{html, Report};
 pub use self::table::{interval_line, table};
 use crate::model::TestResult;
 

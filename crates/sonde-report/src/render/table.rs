@@ -1110,6 +1110,14 @@ fn header(out: &mut String, test: &str, meta: &Meta) {
             fmt_timestamp(meta.timestamp_unix_ms)
         ),
     );
+    if !meta.labels.is_empty() {
+        let labels: Vec<String> = meta
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        line(out, format!("labels: {}", labels.join(", ")));
+    }
 }
 
 /// Overlap and warnings, after a blank line; nothing when there is neither. The label names the

@@ -39,6 +39,20 @@ pub(crate) fn sonde_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_sonde"))
 }
 
+/// The results database every test's client saves into (`SONDE_DB`): in Cargo's scratch
+/// directory for integration tests, so that no test writes the user's home. A test that reads
+/// what it saved gives its own `--db`.
+pub(crate) fn test_db() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("results.db")
+}
+
+/// `sonde` as a command, saving into [`test_db`].
+pub(crate) fn sonde_command() -> Command {
+    let mut cmd = Command::new(sonde_bin());
+    cmd.env("SONDE_DB", test_db());
+    cmd
+}
+
 // ---------------------------------------------------------------------------------------------
 // Prerequisites
 // ---------------------------------------------------------------------------------------------
@@ -459,7 +473,7 @@ impl Agent {
     /// `sonde ARGS...` (which must start an agent), inside `netns` when given.
     pub(crate) fn with_args(netns: Option<&str>, args: &[&str]) -> Agent {
         let mut cmd = command_in(netns, sonde_bin());
-        cmd.args(args);
+        cmd.env("SONDE_DB", test_db()).args(args);
         let mut daemon = Daemon::spawn(&mut cmd);
         let (addr, port) = daemon.wait_for_line(AGENT_READY_TIMEOUT, parse_listening_line);
         Agent { daemon, addr, port }
@@ -527,7 +541,7 @@ pub(crate) fn run_json(args: &[&str]) -> Value {
 /// fails, runs over, or prints something other than one JSON document.
 pub(crate) fn run_json_in(netns: Option<&str>, args: &[&str], timeout: Duration) -> Value {
     let mut cmd = command_in(netns, sonde_bin());
-    cmd.args(args);
+    cmd.env("SONDE_DB", test_db()).args(args);
     if !args.contains(&"--json") {
         cmd.arg("--json");
     }

@@ -1,0 +1,918 @@
+//! `sonde report`: one self-contained HTML file. The styles, the charting library (uPlot, MIT,
+//! `assets/uplot/`), the script that draws the charts (`assets/report.js`) and the data are all
+//! inline, so the file opens offline and requests nothing from any network.
+//!
+//! What it shows: the case tables (one row per case: its labels, mean, p50, p99, p99.99, max and
+//! samples; throughput, pps and crr cases in tables of their own), a bar chart of the mean and
+//! p99.99 of each latency case side by side, the RTT distribution of each case as a percentile
+//! plot (from the stored histograms when there are any, else from the documents' percentiles),
+//! throughput over time per run (each stream and the total, from the intervals), the compare
+//! view when two selections are given, both ends' host configuration, and every warning.
+//!
+//! The first inline script records any script error, failed resource or `console.error` in the
+//! page's `data-errors` attribute; the drawing script sets `data-ready="1"` when every chart is
+//! drawn. The browser test reads both from the DOM.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+use sonde_engine::rtt::{percentile_supported, RttRecorder};
+
+use super::compare::fmt_figure;
+use super::units::{fmt_count, fmt_ns, fmt_timestamp, TimeUnit};
+use crate::compare::{cases, CaseTable, Cell, Comparison, Figure, Kind, Run, ThinReading, Verdict};
+use crate::model::{Meta, TestResult};
+
+const UPLOT_JS: &str = include_str!("../../assets/uplot/uPlot.iife.min.js");
+const UPLOT_CSS: &str = include_str!("../../assets/uplot/uPlot.min.css");
+const REPORT_JS: &str = include_str!("../../assets/report.js");
+const REPORT_CSS: &str = include_str!("../../assets/report.css");
+
+/// Runs first, before anything else can fail: every error, failed resource and console.error
+/// goes into `data-errors` (a count) and `data-error-messages` on the document element.
+const ERROR_TRAP_JS: &str = r#"(function () {
+  var root = document.documentElement, messages = [];
+  root.setAttribute("data-errors", "0");
+  function record(m) {
+    messages.push(String(m));
+    root.setAttribute("data-errors", String(messages.length));
+    root.setAttribute("data-error-messages", messages.join(" | "));
+  }
+  window.addEventListener("error", function (e) {
+    var t = e.target;
+    record(e.message || (t && (t.src || t.href)) || "error");
+  }, true);
+  window.addEventListener("unhandledrejection", function (e) { record("unhandled rejection: " + e.reason); });
+  var consoleError = console.error;
+  console.error = function () {
+    record(Array.prototype.join.call(arguments, " "));
+    return consoleError.apply(console, arguments);
+  };
+})();"#;
+
+/// The most throughput runs drawn over time (each chart holds every stream of its run).
+const MAX_THROUGHPUT_CHARTS: usize = 24;
+
+/// What goes into a report.
+#[derive(Debug, Clone, Copy)]
+pub struct Report<'a> {
+    /// The heading and the page title.
+    pub title: &'a str,
+    /// When the report was made, ms since the Unix epoch (the caller reads the clock).
+    pub generated_unix_ms: u64,
+    /// The runs.
+    pub runs: &'a [Run],
+    /// The compare view, when two selections were given.
+    pub comparison: Option<&'a Comparison>,
+}
+
+/// The report as one HTML document.
+pub fn html(report: &Report<'_>) -> String {
+    let tables = cases(report.runs);
+    let mut body = String::new();
+    let _ = writeln!(body, "<h1>{}</h1>", esc(report.title));
+    let _ = writeln!(
+        body,
+        "<p class=\"sub\">{} run{}, report made {} by sonde {}</p>",
+        report.runs.len(),
+        if report.runs.len() == 1 { "" } else { "s" },
+        fmt_timestamp(report.generated_unix_ms),
+        env!("CARGO_PKG_VERSION")
+    );
+    if report.runs.is_empty() {
+        body.push_str("<p>No runs were selected.</p>\n");
+    }
+
+    // The cases.
+    for t in &tables {
+        case_table_html(&mut body, t);
+    }
+
+    // Charts.
+    let latency = tables.iter().find(|t| t.test == Kind::Latency);
+    let mut data = serde_json::Map::new();
+    if let Some(t) = latency {
+        body.push_str("<h2>Mean and p99.99 RTT per case</h2>\n");
+        body.push_str(
+            "<p class=\"note\">Each case's mean and p99.99 side by side. Where a run's samples \
+             cannot support p99.99 (fewer than 100,000) the light bar shows what the table shows \
+             instead: the largest sample, a value resting on fewer than ten samples beyond it, or \
+             the p99.99 of the case's runs pooled; never one run's p99.99.</p>\n",
+        );
+        body.push_str("<div class=\"chart\" data-chart=\"latency-bars\"></div>\n");
+        data.insert("latency_bars".into(), latency_bars(t));
+        body.push_str("<h2>RTT distribution</h2>\n");
+        body.push_str(
+            "<p class=\"note\">The RTT at each percentile, both axes on a log scale, cases \
+             overlaid. A curve ends where fewer than ten samples lie beyond the percentile. \
+             Cases whose runs were stored with their histograms are drawn from them; the \
+             others from the percentiles their documents state (the dots).</p>\n",
+        );
+        body.push_str("<div class=\"chart\" data-chart=\"rtt-distribution\"></div>\n");
+        data.insert(
+            "distribution".into(),
+            distribution(report.runs, t.rows.iter().map(|r| r.name.as_str())),
+        );
+    }
+    let throughput = throughput_series(report.runs);
+    if !throughput.is_empty() {
+        body.push_str("<h2>Throughput over time</h2>\n");
+        body.push_str(
+            "<p class=\"note\">Per interval, counted at the receiver: each stream and the \
+             total.</p>\n",
+        );
+        for (i, (title, _)) in throughput.iter().enumerate() {
+            let _ = writeln!(
+                body,
+                "<h3>{}</h3>\n<div class=\"chart\" data-chart=\"throughput\" data-index=\"{i}\"></div>",
+                esc(title)
+            );
+        }
+    }
+    data.insert(
+        "throughput".into(),
+        Value::Array(throughput.into_iter().map(|(_, v)| v).collect()),
+    );
+
+    if let Some(c) = report.comparison {
+        compare_html(&mut body, c);
+    }
+    hosts_html(&mut body, report.runs);
+    warnings_html(&mut body, report.runs);
+
+    // `<` only ever occurs inside JSON strings, where \u003c means the same; so the data
+    // cannot close its script element.
+    let data = Value::Object(data).to_string().replace('<', "\\u003c");
+    let mut out = String::with_capacity(body.len() + UPLOT_JS.len() + data.len() + 4096);
+    out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+    let _ = writeln!(out, "<title>{}</title>", esc(report.title));
+    let _ = writeln!(out, "<script>{ERROR_TRAP_JS}</script>");
+    let _ = writeln!(
+        out,
+        "<style>{UPLOT_CSS}</style>\n<style>{REPORT_CSS}</style>"
+    );
+    out.push_str("</head>\n<body>\n");
+    out.push_str(&body);
+    let _ = writeln!(
+        out,
+        "<script type=\"application/json\" id=\"sonde-data\">{data}</script>"
+    );
+    let _ = writeln!(out, "<script>{UPLOT_JS}</script>");
+    let _ = writeln!(out, "<script>{REPORT_JS}</script>");
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+/// HTML-escapes text.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn kind_title(k: Kind) -> &'static str {
+    match k {
+        Kind::Latency => "Latency cases",
+        Kind::Throughput => "Throughput cases",
+        Kind::Pps => "Packet-rate cases",
+        Kind::Crr => "Connection-rate cases",
+    }
+}
+
+fn short(f: Figure) -> &'static str {
+    match f {
+        Figure::RttMean => "mean",
+        Figure::RttP50 => "p50",
+        Figure::RttP99 => "p99",
+        Figure::RttP999 => "p99.9",
+        Figure::RttP9999 => "p99.99",
+        Figure::RttMax => "max",
+        other => other.title(),
+    }
+}
+
+fn rtt_unit(t: &CaseTable) -> TimeUnit {
+    let smallest = t
+        .rows
+        .iter()
+        .flat_map(|r| r.cells.iter().zip(&t.columns))
+        .filter(|(_, f)| f.is_rtt())
+        .filter_map(|(c, _)| c.value)
+        .fold(f64::INFINITY, f64::min);
+    TimeUnit::for_typical(smallest)
+}
+
+fn case_table_html(out: &mut String, t: &CaseTable) {
+    let unit = rtt_unit(t);
+    let _ = writeln!(out, "<h2>{}</h2>", kind_title(t.test));
+    let has_samples = t.rows.iter().any(|r| r.samples.is_some());
+    let _ = write!(
+        out,
+        "<table data-table=\"cases-{}\">\n<tr><th class=\"l\">case</th><th class=\"l\">labels</th><th>runs</th>",
+        t.test.name()
+    );
+    for f in &t.columns {
+        let _ = write!(out, "<th>{}</th>", esc(short(*f)));
+    }
+    if has_samples {
+        out.push_str("<th>samples</th>");
+    }
+    out.push_str("</tr>\n");
+    for r in &t.rows {
+        let labels = r
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = write!(
+            out,
+            "<tr data-case=\"{}\"><td class=\"l\">{}</td><td class=\"l\">{}</td><td title=\"{}\">{}</td>",
+            esc(&r.name),
+            esc(&r.name),
+            esc(&labels),
+            esc(&r.runs.join(", ")),
+            r.runs.len()
+        );
+        for (cell, &f) in r.cells.iter().zip(&t.columns) {
+            out.push_str(&cell_html(cell, f, unit));
+        }
+        if has_samples {
+            let _ = write!(
+                out,
+                "<td>{}</td>",
+                r.samples.map_or_else(String::new, fmt_count)
+            );
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
+    if t.test == Kind::Latency {
+        out.push_str(
+            "<p class=\"note\">Each figure is the median over the case's runs. A percentile is \
+             stated only with at least 10 / (1 - p) samples (p99.99 needs 100,000). Where a case \
+             has fewer, the cell says what its samples do show, in red: <b>max</b> is the largest \
+             sample (not the percentile), <b>~V (k beyond)</b> a value resting on only k samples \
+             above it, <b>(n runs pooled)</b> the percentile of the case's runs' samples taken \
+             together; hover for the run length that would support the percentile.</p>\n",
+        );
+    }
+}
+
+fn cell_html(cell: &Cell, f: Figure, unit: TimeUnit) -> String {
+    match (cell.value, cell.thin) {
+        (Some(v), _) => format!("<td>{}</td>", esc(&fmt_figure(f, v, unit))),
+        (None, Some(t)) => {
+            let needed = t.run_needed_ns.map_or_else(String::new, |ns| {
+                format!(
+                    "; a run of {:.0} s at this sample rate would support it",
+                    ns as f64 / 1e9
+                )
+            });
+            let title = format!(
+                "{} needs {} samples, the case has {}{needed}",
+                f.title(),
+                fmt_count(t.samples_needed),
+                fmt_count(t.samples)
+            );
+            let text = match t.reading {
+                ThinReading::Max { value_ns } => format!("max {}", fmt_ns(value_ns as f64, unit)),
+                ThinReading::Thin { value_ns, beyond } => {
+                    format!("~{} ({beyond} beyond)", fmt_ns(value_ns as f64, unit))
+                }
+                ThinReading::Pooled { value_ns, runs } => {
+                    format!("{} ({runs} runs pooled)", fmt_ns(value_ns as f64, unit))
+                }
+            };
+            format!(
+                "<td class=\"thin\" title=\"{}\">{}</td>",
+                esc(&title),
+                esc(&text)
+            )
+        }
+        (None, None) => "<td>n/a</td>".to_owned(),
+    }
+}
+
+/// µs, for the charts.
+fn to_us(ns: f64) -> f64 {
+    ns / 1e3
+}
+
+fn latency_bars(t: &CaseTable) -> Value {
+    let col = |f: Figure| t.columns.iter().position(|c| *c == f);
+    let (mean, p9999) = (col(Figure::RttMean), col(Figure::RttP9999));
+    let cell =
+        |r: &crate::compare::CaseRow, i: Option<usize>| i.and_then(|i| r.cells.get(i).copied());
+    let names: Vec<&str> = t.rows.iter().map(|r| r.name.as_str()).collect();
+    let means: Vec<Option<f64>> = t
+        .rows
+        .iter()
+        .map(|r| cell(r, mean).and_then(|c| c.value).map(to_us))
+        .collect();
+    let p: Vec<Option<f64>> = t
+        .rows
+        .iter()
+        .map(|r| cell(r, p9999).and_then(|c| c.value).map(to_us))
+        .collect();
+    let substitute: Vec<Option<f64>> = t
+        .rows
+        .iter()
+        .map(|r| {
+            cell(r, p9999)
+                .and_then(|c| c.thin)
+                .map(|t| to_us(t.reading.value_ns() as f64))
+        })
+        .collect();
+    json!({ "cases": names, "mean_us": means, "p9999_us": p, "substitute_us": substitute })
+}
+
+/// The percentile plot's x values: 1 / (1 - p), a tenth of a decade apart, plus p50 (x = 2).
+fn grid(decades: u32) -> Vec<f64> {
+    let mut x: Vec<f64> = (0..=decades * 10)
+        .map(|k| 10f64.powf(f64::from(k) / 10.0))
+        .collect();
+    x.push(2.0);
+    x.sort_by(f64::total_cmp);
+    x
+}
+
+fn pct_of(x: f64) -> f64 {
+    100.0 - 100.0 / x
+}
+
+/// The RTT distribution of each latency case, on one grid.
+fn distribution<'a>(runs: &[Run], case_names: impl Iterator<Item = &'a str>) -> Value {
+    // The same grouping as the case table: by labels, or by id without labels.
+    let mut groups: BTreeMap<String, Vec<&Run>> = BTreeMap::new();
+    for run in runs {
+        if run.kind() != Some(Kind::Latency) {
+            continue;
+        }
+        let name = if run.labels.is_empty() {
+            format!("run {}", run.id)
+        } else {
+            run.labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        groups.entry(name).or_default().push(run);
+    }
+    // Per case: a pooled histogram when every run has one, else the documents' percentiles.
+    let mut curves: Vec<(String, Curve)> = Vec::new();
+    for name in case_names {
+        let Some(runs) = groups.get(name) else {
+            continue;
+        };
+        if runs.iter().all(|r| r.rtt.is_some()) {
+            let mut pooled = RttRecorder::new(0);
+            for r in runs {
+                if let Some(h) = &r.rtt {
+                    pooled.merge(h);
+                }
+            }
+            curves.push((name.to_owned(), Curve::Pooled(pooled)));
+        } else {
+            // The median over the runs of each percentile every run states.
+            let mut points = Vec::new();
+            for (x, get) in DOC_PERCENTILES {
+                let vals: Option<Vec<f64>> = runs
+                    .iter()
+                    .map(|r| match &r.result {
+                        TestResult::Latency(l) => get(&l.rtt_ns).map(|v| v as f64),
+                        _ => None,
+                    })
+                    .collect();
+                if let Some(m) = vals.and_then(|v| sonde_engine::compare::median(&v)) {
+                    points.push((x, to_us(m)));
+                }
+            }
+            curves.push((name.to_owned(), Curve::Stated(points)));
+        }
+    }
+    let decades = curves
+        .iter()
+        .map(|(_, c)| match c {
+            Curve::Pooled(h) => {
+                // Largest d with 10^d * 10 samples: p = 1 - 10^-d supported.
+                let mut d = 0;
+                while d < 9 && h.samples() >= 10u64.pow(d + 2) {
+                    d += 1;
+                }
+                d
+            }
+            Curve::Stated(points) => points
+                .iter()
+                .map(|(x, _)| x.log10().round() as u32)
+                .max()
+                .unwrap_or(1),
+        })
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let x = grid(decades);
+    let series: Vec<Value> = curves
+        .iter()
+        .map(|(name, c)| {
+            let (y, points): (Vec<Option<f64>>, bool) = match c {
+                Curve::Pooled(h) => (
+                    x.iter()
+                        .map(|&x| {
+                            let p = pct_of(x);
+                            if percentile_supported(p, h.samples()) {
+                                h.value_at(p).map(|v| to_us(v as f64))
+                            } else {
+                                None
+                            }
+                        })
+                        .collect(),
+                    false,
+                ),
+                Curve::Stated(pts) => (
+                    x.iter()
+                        .map(|&x| {
+                            pts.iter()
+                                .find(|(px, _)| (px / x - 1.0).abs() < 1e-9)
+                                .map(|(_, y)| *y)
+                        })
+                        .collect(),
+                    true,
+                ),
+            };
+            json!({ "name": name, "y_us": y, "points": points })
+        })
+        .collect();
+    json!({ "x": x, "series": series })
+}
+
+/// A case's RTT distribution: its runs' histograms pooled, or the percentiles (x, µs) its
+/// documents state.
+enum Curve {
+    Pooled(RttRecorder),
+    Stated(Vec<(f64, f64)>),
+}
+
+type RttGet = fn(&crate::model::RttNs) -> Option<u64>;
+
+/// The percentiles a document states, at their x = 1 / (1 - p).
+const DOC_PERCENTILES: [(f64, RttGet); 6] = [
+    (2.0, |r| r.p50),
+    (10.0, |r| r.p90),
+    (100.0, |r| r.p99),
+    (1_000.0, |r| r.p999),
+    (10_000.0, |r| r.p9999),
+    (100_000.0, |r| r.p99999),
+];
+
+/// Each throughput run's intervals: a title and the chart's data.
+fn throughput_series(runs: &[Run]) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    for run in runs {
+        let TestResult::Throughput(t) = &run.result else {
+            continue;
+        };
+        if t.intervals.is_empty() || out.len() >= MAX_THROUGHPUT_CHARTS {
+            continue;
+        }
+        let x: Vec<f64> = t.intervals.iter().map(|i| i.end_ns as f64 / 1e9).collect();
+        let streams = t
+            .intervals
+            .iter()
+            .map(|i| i.stream_bytes.len())
+            .max()
+            .unwrap_or(0);
+        let mut series: Vec<Value> = (0..streams)
+            .map(|s| {
+                let mbps: Vec<Option<f64>> = t
+                    .intervals
+                    .iter()
+                    .map(|i| {
+                        let ns = i.end_ns.saturating_sub(i.start_ns);
+                        i.stream_bytes
+                            .get(s)
+                            .filter(|_| ns > 0)
+                            .map(|&b| b as f64 * 8.0 * 1e9 / ns as f64 / 1e6)
+                    })
+                    .collect();
+                json!({ "name": format!("stream {s}"), "mbps": mbps })
+            })
+            .collect();
+        let total: Vec<f64> = t
+            .intervals
+            .iter()
+            .map(|i| i.bits_per_second / 1e6)
+            .collect();
+        series.push(json!({ "name": "total", "mbps": total }));
+        let labels = run
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let title = format!(
+            "run {}{}{}: {} {}, {} stream{}",
+            run.id,
+            if labels.is_empty() { "" } else { " " },
+            labels,
+            protocol(&t.protocol),
+            t.direction,
+            t.parallel,
+            if t.parallel == 1 { "" } else { "s" }
+        );
+        out.push((title, json!({ "x_s": x, "series": series })));
+    }
+    out
+}
+
+fn protocol(p: &crate::model::Protocol) -> &'static str {
+    match p {
+        crate::model::Protocol::Tcp => "TCP",
+        crate::model::Protocol::Udp => "UDP",
+    }
+}
+
+fn compare_html(out: &mut String, c: &Comparison) {
+    let _ = writeln!(
+        out,
+        "<h2>Compare: {} against {}</h2>",
+        esc(&c.a.name),
+        esc(&c.b.name)
+    );
+    let _ = writeln!(
+        out,
+        "<p class=\"note\">{}: A is {} ({} runs: {}), B is {} ({} runs: {}). A and B are the \
+         median of each side's runs; significance is the two-sided Mann-Whitney U test at alpha \
+         {} (~: not significant), which needs at least 5 runs a side (<code>--repeat 5</code>).</p>",
+        c.test.name(),
+        esc(&c.a.name),
+        c.a.runs.len(),
+        esc(&c.a.runs.join(", ")),
+        esc(&c.b.name),
+        c.b.runs.len(),
+        esc(&c.b.runs.join(", ")),
+        c.alpha
+    );
+    let unit = TimeUnit::for_typical(
+        c.rows
+            .iter()
+            .filter(|r| r.figure.is_rtt())
+            .filter_map(|r| r.a)
+            .fold(f64::INFINITY, f64::min),
+    );
+    out.push_str(
+        "<table data-table=\"compare\">\n<tr><th class=\"l\">figure</th><th>A</th><th>B</th><th>change</th><th class=\"l\">significance</th></tr>\n",
+    );
+    let mut notes = Vec::new();
+    for r in &c.rows {
+        let mut side =
+            |v: Option<f64>, thin: Option<crate::compare::Thin>, name: &str| match (v, thin) {
+                (Some(v), _) => esc(&fmt_figure(r.figure, v, unit)),
+                (None, Some(t)) => {
+                    let what = match t.reading {
+                        ThinReading::Max { value_ns } => format!(
+                            "the maximum, {} (the largest sample, not {})",
+                            fmt_ns(value_ns as f64, unit),
+                            r.figure.title()
+                        ),
+                        ThinReading::Thin { value_ns, beyond } => format!(
+                            "{} resting on only {beyond} samples beyond it",
+                            fmt_ns(value_ns as f64, unit)
+                        ),
+                        ThinReading::Pooled { value_ns, runs } => format!(
+                            "{} over the {runs} runs' samples taken together",
+                            fmt_ns(value_ns as f64, unit)
+                        ),
+                    };
+                    let run = t.run_needed_ns.map_or_else(String::new, |ns| {
+                        format!(
+                            "; a {:.0} s run at this sample rate would support it",
+                            ns as f64 / 1e9
+                        )
+                    });
+                    notes.push(format!(
+                        "{name} {}: n/a with {} samples (needs {}); what can be used: {what}{run}",
+                        r.figure.title(),
+                        fmt_count(t.samples),
+                        fmt_count(t.samples_needed)
+                    ));
+                    format!("n/a [{}]", notes.len())
+                }
+                (None, None) => "n/a".to_owned(),
+            };
+        let a = side(r.a, r.a_thin, "A");
+        let b = side(r.b, r.b_thin, "B");
+        let change = r
+            .change_percent
+            .map_or_else(String::new, |p| format!("{p:+.2}%"));
+        let sig = match r.significance {
+            Verdict::Significant { p_value } => format!(
+                "<span class=\"{}\">p={p_value:.3} {}</span>",
+                if r.worse { "worse" } else { "better" },
+                if r.worse { "worse" } else { "better" }
+            ),
+            Verdict::NotSignificant { p_value } => format!("~ (p={p_value:.3})"),
+            Verdict::NeedsRepeat { runs_a, runs_b } => {
+                format!("untested ({runs_a} and {runs_b} runs; needs --repeat 5)")
+            }
+            Verdict::Untested => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "<tr data-figure=\"{}\"><td class=\"l\">{}</td><td>{a}</td><td>{b}</td><td>{change}</td><td class=\"l\">{sig}</td></tr>",
+            r.figure.name(),
+            esc(r.figure.title())
+        );
+    }
+    out.push_str("</table>\n");
+    if !notes.is_empty() {
+        out.push_str("<ol class=\"note\">\n");
+        for n in notes {
+            let _ = writeln!(out, "<li>{}</li>", esc(&n));
+        }
+        out.push_str("</ol>\n");
+    }
+}
+
+/// Every meta a result holds, with the part it belongs to.
+fn metas(result: &TestResult) -> Vec<(String, &Meta)> {
+    match result {
+        TestResult::Latency(r) => vec![(String::new(), &r.meta)],
+        TestResult::Throughput(r) => vec![(String::new(), &r.meta)],
+        TestResult::Pps(r) => vec![(String::new(), &r.meta)],
+        TestResult::Crr(r) => vec![(String::new(), &r.meta)],
+        TestResult::Load(r) => vec![
+            ("idle".to_owned(), &r.idle.meta),
+            ("loaded".to_owned(), &r.loaded.meta),
+            ("load".to_owned(), &r.load.meta),
+        ],
+        TestResult::Quick(q) => q
+            .results
+            .iter()
+            .flat_map(|c| {
+                metas(&c.result)
+                    .into_iter()
+                    .map(move |(p, m)| (join_part(&c.case, &p), m))
+            })
+            .collect(),
+        TestResult::Sweep(s) => s
+            .steps
+            .iter()
+            .flat_map(|st| {
+                let step = format!("{}={}", s.parameter, st.value);
+                metas(&st.result)
+                    .into_iter()
+                    .map(move |(p, m)| (join_part(&step, &p), m))
+            })
+            .collect(),
+        TestResult::Conf(_) => Vec::new(),
+    }
+}
+
+fn join_part(a: &str, b: &str) -> String {
+    if b.is_empty() {
+        a.to_owned()
+    } else {
+        format!("{a} {b}")
+    }
+}
+
+/// `value` flattened to dotted keys: `interfaces.0.mtu_bytes`.
+fn flatten(prefix: &str, value: &Value, out: &mut BTreeMap<String, String>) {
+    match value {
+        Value::Object(m) => {
+            for (k, v) in m {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out);
+            }
+        }
+        Value::Array(a) if a.iter().all(|v| !v.is_object() && !v.is_array()) => {
+            let items: Vec<String> = a.iter().map(scalar).collect();
+            out.insert(prefix.to_owned(), items.join(", "));
+        }
+        Value::Array(a) => {
+            for (i, v) in a.iter().enumerate() {
+                flatten(&format!("{prefix}.{i}"), v, out);
+            }
+        }
+        Value::Null => {}
+        v => {
+            out.insert(prefix.to_owned(), scalar(v));
+        }
+    }
+}
+
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn hosts_html(out: &mut String, runs: &[Run]) {
+    out.push_str("<h2>Host configuration</h2>\n");
+    // Distinct (client, server) configurations, each with the runs that had it.
+    let mut configs: Vec<((Value, Value), Vec<String>)> = Vec::new();
+    for run in runs {
+        for (part, m) in metas(&run.result) {
+            let key = (
+                serde_json::to_value(&m.hosts.client).unwrap_or(Value::Null),
+                serde_json::to_value(&m.hosts.server).unwrap_or(Value::Null),
+            );
+            if key.0.is_null() && key.1.is_null() {
+                continue;
+            }
+            let name = join_part(&format!("run {}", run.id), &part);
+            match configs.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, names)) => names.push(name),
+                None => configs.push((key, vec![name])),
+            }
+        }
+    }
+    if configs.is_empty() {
+        out.push_str("<p>No run carries its hosts' configuration.</p>\n");
+        return;
+    }
+    for (i, ((client, server), names)) in configs.iter().enumerate() {
+        let (mut c, mut s) = (BTreeMap::new(), BTreeMap::new());
+        flatten("", client, &mut c);
+        flatten("", server, &mut s);
+        let keys: std::collections::BTreeSet<&String> = c.keys().chain(s.keys()).collect();
+        let _ = writeln!(
+            out,
+            "<details{}><summary>{} (this host and the agent)</summary>",
+            if i == 0 { " open" } else { "" },
+            esc(&names.join(", "))
+        );
+        let _ = writeln!(
+            out,
+            "<table data-table=\"hosts\">\n<tr><th class=\"l\">setting</th><th class=\"l\">client</th><th class=\"l\">server</th></tr>"
+        );
+        for k in keys {
+            let get = |m: &BTreeMap<String, String>| m.get(k).map_or_else(String::new, |v| esc(v));
+            let _ = writeln!(
+                out,
+                "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+                esc(k),
+                get(&c),
+                get(&s)
+            );
+        }
+        out.push_str("</table>\n</details>\n");
+    }
+}
+
+fn warnings_html(out: &mut String, runs: &[Run]) {
+    out.push_str("<h2>Warnings</h2>\n");
+    let mut items = Vec::new();
+    for run in runs {
+        let mut texts: Vec<(String, String)> = Vec::new();
+        for (part, m) in metas(&run.result) {
+            if m.overlapping_sessions > 0 {
+                texts.push((
+                    part.clone(),
+                    format!("overlapping sessions: {}", m.overlapping_sessions),
+                ));
+            }
+            texts.extend(m.warnings.iter().map(|w| (part.clone(), w.clone())));
+        }
+        if let TestResult::Conf(c) = &run.result {
+            texts.extend(c.warnings.iter().map(|w| (String::new(), w.clone())));
+        }
+        for (part, w) in texts {
+            items.push(format!(
+                "<li data-warning><b>{}</b>: {}</li>",
+                esc(&join_part(&format!("run {}", run.id), &part)),
+                esc(&w)
+            ));
+        }
+    }
+    if items.is_empty() {
+        out.push_str("<p>None.</p>\n");
+    } else {
+        out.push_str("<ul class=\"warnings\">\n");
+        for i in items {
+            out.push_str(&i);
+            out.push('\n');
+        }
+        out.push_str("</ul>\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::compare;
+    use crate::fixtures;
+
+    fn runs() -> Vec<Run> {
+        let mut out = Vec::new();
+        let mut a = Run::new("1", fixtures::latency_tcp());
+        a.labels.insert("path".into(), "private".into());
+        let mut h = RttRecorder::new(0);
+        for i in 0..20_000u64 {
+            h.record(0, 30_000 + (i * 7_919) % 20_000);
+        }
+        a.rtt = Some(h);
+        out.push(a);
+        // Labelled in its document: path=public, zone=other.
+        out.push(Run::new("2", fixtures::latency_udp_lossy()));
+        out.push(Run::new("3", fixtures::throughput_tcp_2_streams()));
+        out.push(Run::new("4", fixtures::latency_with_warnings()));
+        out.push(Run::new("5", fixtures::throughput_tcp_context()));
+        out
+    }
+
+    #[test]
+    fn the_report_is_self_contained() {
+        let runs = runs();
+        let c = compare(&runs[..1], &runs[1..2], 0.05).unwrap();
+        let page = html(&Report {
+            title: "a <b> test",
+            generated_unix_ms: 1_714_564_800_000,
+            runs: &runs,
+            comparison: Some(&c),
+        });
+        // No resource from anywhere: no src or href attribute, no CSS url(), no @import, no
+        // fetch. (uPlot's banner comment names its home page; it loads nothing.)
+        for pat in [
+            "src=",
+            "href=",
+            "url(",
+            "@import",
+            "fetch(",
+            "XMLHttpRequest",
+        ] {
+            assert!(!page.contains(pat), "{pat}");
+        }
+        assert!(page.contains("<title>a &lt;b&gt; test</title>"));
+        // One row per case, the charts' slots, the compare view, the warnings.
+        for case in ["path=private", "path=public zone=other", "run 4"] {
+            assert!(
+                page.contains(&format!("<tr data-case=\"{case}\">")),
+                "{case}"
+            );
+        }
+        assert_eq!(page.matches("data-chart=\"throughput\"").count(), 2);
+        assert!(page.contains("data-chart=\"latency-bars\""));
+        assert!(page.contains("data-chart=\"rtt-distribution\""));
+        assert!(page.contains("<table data-table=\"compare\">"));
+        let TestResult::Latency(w) = fixtures::latency_with_warnings() else {
+            unreachable!()
+        };
+        for warning in &w.meta.warnings {
+            assert!(page.contains(&esc(warning)), "{warning}");
+        }
+        // The data parse back, and cannot close their script element.
+        let start = page.find("id=\"sonde-data\">").unwrap() + "id=\"sonde-data\">".len();
+        let end = start + page[start..].find("</script>").unwrap();
+        let data: Value = serde_json::from_str(&page[start..end]).unwrap();
+        assert_eq!(data["latency_bars"]["cases"].as_array().unwrap().len(), 3);
+        assert_eq!(data["distribution"]["series"].as_array().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn the_distribution_comes_from_the_histogram_up_to_what_it_supports() {
+        let runs = runs();
+        let d = distribution(
+            &runs,
+            ["path=private", "path=public zone=other"].into_iter(),
+        );
+        let x: Vec<f64> = serde_json::from_value(d["x"].clone()).unwrap();
+        let private: Vec<Option<f64>> =
+            serde_json::from_value(d["series"][0]["y_us"].clone()).unwrap();
+        // 20,000 samples support p99.9 (x = 1000) but not p99.99: the grid ends there (the
+        // other case states no more either).
+        let at = |v: f64| x.iter().position(|&x| (x / v - 1.0).abs() < 1e-9).unwrap();
+        assert!(private[at(1_000.0)].is_some());
+        assert!((x.last().unwrap() / 1_000.0 - 1.0).abs() < 1e-9, "{x:?}");
+        // The values rise with the percentile, from 30 µs up to below 50 µs.
+        let known: Vec<f64> = private.iter().flatten().copied().collect();
+        assert!(known.windows(2).all(|w| w[0] <= w[1]));
+        assert!(
+            known[0] >= 30.0 && *known.last().unwrap() < 50.1,
+            "{known:?}"
+        );
+        // The public case has no histogram: its document's percentiles, at their x.
+        let public: Vec<Option<f64>> =
+            serde_json::from_value(d["series"][1]["y_us"].clone()).unwrap();
+        assert_eq!(public[at(2.0)], Some(12_410.879));
+        assert_eq!(public[at(1_000.0)], Some(15_597.567));
+        assert_eq!(public.iter().flatten().count(), 4); // p50, p90, p99, p99.9
+    }
+}

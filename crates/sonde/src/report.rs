@@ -1,0 +1,116 @@
+//! `sonde report`: the stored runs as one self-contained HTML file with tables and charts.
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use clap::Args;
+use sonde_report::compare::{compare, Run};
+use sonde_report::render::{html, Report};
+
+use crate::select;
+use crate::units::BadValue;
+
+/// Report: runs as one self-contained HTML file with tables and charts
+///
+/// The case table (one row per case: labels, mean, p50, p99, p99.99, max, samples; throughput,
+/// pps and crr cases in tables of their own), the mean and p99.99 of each case as bars side by
+/// side, each case's RTT distribution (percentiles on a log scale, cases overlaid), throughput
+/// over time per stream and in total, both ends' host configuration and every warning. With two
+/// selections, also the compare view of the first against the second (as `sonde compare A B`).
+#[derive(Debug, Args)]
+#[command(after_long_help = "\
+A case is the runs that share their labels (--label when they ran); a run without labels is a \
+case of its own. The file holds its scripts (uPlot, MIT), styles and data: it opens from a file, \
+offline, and requests nothing from any network. Percentiles follow sonde's rule (p99.99 needs \
+100,000 samples): where a case has fewer, the table shows what its samples do show, marked \
+(the maximum, or a value with the few samples beyond it), never a p99.99.
+
+SELECTION: a run id (17), group:4, label:path=private, test:latency, last or last:5 (terms \
+joined with commas must all hold), or a file with one `--json` document. Without a selection, \
+every stored run.
+
+Examples:
+  sonde report -o report.html
+  sonde report label:zone=a label:zone=b -o zones.html --title \"zone a against zone b\"
+  sonde report group:7 --db results.db -o run7.html
+
+Exit codes:
+    0  the report was written
+    1  the runs could not be read or the file not written
+    2  usage error (bad option or selection)")]
+pub(crate) struct Opt {
+    /// The runs to report (default: every stored run); with two, also the compare view
+    #[arg(value_name = "SELECTION")]
+    selections: Vec<String>,
+    /// The HTML file to write
+    #[arg(short = 'o', long, value_name = "FILE", default_value = "report.html")]
+    output: PathBuf,
+    /// The report's heading
+    #[arg(long, default_value = "sonde report")]
+    title: String,
+    /// Significance level of the compare view's U test
+    #[arg(long, value_name = "P", default_value_t = sonde_engine::compare::DEFAULT_ALPHA)]
+    alpha: f64,
+    /// The results database [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db]
+    #[arg(long, value_name = "PATH")]
+    db: Option<PathBuf>,
+}
+
+pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    if !(opt.alpha > 0.0 && opt.alpha < 1.0) {
+        return Err(BadValue(format!("--alpha {} is not between 0 and 1", opt.alpha)).into());
+    }
+    let selections = if opt.selections.is_empty() {
+        vec![select::Selection::Store(sonde_store::Filter::default())]
+    } else {
+        opt.selections
+            .iter()
+            .map(|s| select::parse(s))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    let mut db = None;
+    let sides = select::load(&selections, &mut db, opt.db.as_deref())?;
+    let comparison = match (opt.selections.as_slice(), sides.as_slice()) {
+        ([a, b], [ra, rb]) => {
+            if ra.is_empty() || rb.is_empty() {
+                anyhow::bail!(
+                    "the compare view needs runs on both sides: {a:?} selects {}, {b:?} selects {}",
+                    ra.len(),
+                    rb.len()
+                );
+            }
+            Some(
+                compare(ra, rb, opt.alpha)
+                    .with_context(|| format!("comparing {a:?} with {b:?}"))?
+                    .named(a.as_str(), b.as_str()),
+            )
+        }
+        _ => None,
+    };
+    // Each run once, in the order selected.
+    let mut runs: Vec<Run> = Vec::new();
+    for run in sides.into_iter().flatten() {
+        if !runs.iter().any(|r| r.id == run.id) {
+            runs.push(run);
+        }
+    }
+    let generated_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let page = html(&Report {
+        title: &opt.title,
+        generated_unix_ms,
+        runs: &runs,
+        comparison: comparison.as_ref(),
+    });
+    std::fs::write(&opt.output, page)
+        .with_context(|| format!("writing {}", opt.output.display()))?;
+    eprintln!(
+        "sonde report: {} run{} written to {}",
+        runs.len(),
+        if runs.len() == 1 { "" } else { "s" },
+        opt.output.display()
+    );
+    Ok(())
+}

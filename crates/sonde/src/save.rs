@@ -1,0 +1,412 @@
+//! Saving results in the results database: the options every test takes (`--db`, `--no-save`,
+//! `--label`, `--repeat`, `--pause`), and the one place a result is labelled, printed and
+//! becomes a stored run.
+//!
+//! A result that cannot be saved is still printed: saving warns on stderr (with the path and
+//! why) and never changes the exit code.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use sonde_report::{Labels, TestResult};
+use sonde_store::{GroupId, Headline, Histogram, Label, NewRun, RunId, Store};
+
+use crate::output::{print, OutputOpt};
+
+/// The environment variable that chooses the database when `--db` is not given.
+pub(crate) const DB_ENV: &str = "SONDE_DB";
+
+/// Options of every test subcommand: where its result is saved.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Saving results")]
+pub(crate) struct SaveOpt {
+    /// The results database [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db, i.e.
+    /// ~/.local/share/sonde/results.db]
+    #[arg(long, value_name = "PATH")]
+    db: Option<PathBuf>,
+    /// Do not save this result (it is still printed)
+    #[arg(long)]
+    no_save: bool,
+    /// Name the case this run measures (repeatable: `--label path=private --label zone=other`);
+    /// the labels are in the JSON (`labels`), the CSV and the database, where `sonde results
+    /// --label` finds them
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    labels: Vec<Label>,
+    /// Run the test N times, one session after another, saved as one group (`sonde results
+    /// --group ID`): a case gets a distribution of runs, not one number. Each run is printed
+    /// as it ends (--json: one document per run; --csv: one header), then the group's id
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
+    /// With --repeat: wait this long between runs, seconds (to let queues drain, or to spread
+    /// the runs over time)
+    #[arg(long, value_name = "SECS", requires = "repeat", value_parser = crate::units::seconds)]
+    pause: Option<Duration>,
+}
+
+fn parse_label(s: &str) -> Result<Label, String> {
+    s.parse::<Label>().map_err(|e| e.to_string())
+}
+
+/// The database path: `--db`, else `$SONDE_DB`, else the platform's data directory.
+pub(crate) fn db_path(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = flag {
+        return Ok(p.to_owned());
+    }
+    if let Some(p) = std::env::var_os(DB_ENV).filter(|p| !p.is_empty()) {
+        return Ok(p.into());
+    }
+    sonde_store::default_path().ok_or_else(|| {
+        anyhow::anyhow!(
+            "no data directory for the results database (no home directory?): give --db PATH \
+             or set {DB_ENV}"
+        )
+    })
+}
+
+/// A test's result and the RTT histograms behind it: what is printed and what is saved.
+pub(crate) struct Measured {
+    pub(crate) result: TestResult,
+    pub(crate) histograms: Vec<Histogram>,
+}
+
+impl From<TestResult> for Measured {
+    fn from(result: TestResult) -> Self {
+        Self {
+            result,
+            histograms: Vec::new(),
+        }
+    }
+}
+
+impl From<sonde_client::LatencyMeasurement> for Measured {
+    fn from(m: sonde_client::LatencyMeasurement) -> Self {
+        Self {
+            result: TestResult::Latency(m.result),
+            histograms: vec![histogram(sonde_store::HISTOGRAM_RTT, m.rtt_histogram)],
+        }
+    }
+}
+
+impl From<sonde_client::LoadMeasurement> for Measured {
+    fn from(m: sonde_client::LoadMeasurement) -> Self {
+        Self {
+            result: TestResult::Load(m.result),
+            histograms: vec![
+                histogram(sonde_store::HISTOGRAM_IDLE_RTT, m.idle_rtt_histogram),
+                histogram(sonde_store::HISTOGRAM_LOADED_RTT, m.loaded_rtt_histogram),
+            ],
+        }
+    }
+}
+
+fn histogram(name: &str, data: Vec<u8>) -> Histogram {
+    Histogram {
+        name: name.to_owned(),
+        encoding: sonde_store::HistogramEncoding::HdrV2Deflate,
+        data,
+    }
+}
+
+/// Saves the runs of one command: opens the database at the first save, puts every run in one
+/// group when asked, and warns (once for a database that cannot be opened) instead of failing.
+pub(crate) struct Saver {
+    /// `None` with `--no-save`, or when the path could not be found (already warned).
+    path: Option<PathBuf>,
+    labels: Labels,
+    store: Option<Store>,
+    group_kind: Option<&'static str>,
+    group: Option<GroupId>,
+    /// Documents printed so far (the CSV header goes out once).
+    printed: usize,
+}
+
+impl Saver {
+    /// The saver of one command; a label key given twice is a usage error.
+    pub(crate) fn new(opt: &SaveOpt) -> anyhow::Result<Self> {
+        let mut labels = Labels::new();
+        for l in &opt.labels {
+            if labels.insert(l.key.clone(), l.value.clone()).is_some() {
+                return Err(crate::units::BadValue(format!(
+                    "--label {}: the key {:?} is given twice",
+                    l, l.key
+                ))
+                .into());
+            }
+        }
+        let path = if opt.no_save {
+            None
+        } else {
+            match db_path(opt.db.as_deref()) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    warn_not_saved(&format!("{e:#}"));
+                    None
+                }
+            }
+        };
+        Ok(Self {
+            path,
+            labels,
+            store: None,
+            group_kind: None,
+            group: None,
+            printed: 0,
+        })
+    }
+
+    /// `--label` as given.
+    pub(crate) fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
+    /// Puts `--label` (and `extra`, the case of a quick run or the value of a sweep step,
+    /// unless `--label` names that key itself) in the result's documents.
+    pub(crate) fn label(&self, result: &mut TestResult, extra: Option<(&str, String)>) {
+        let mut labels = self.labels.clone();
+        if let Some((key, value)) = extra {
+            labels.entry(key.to_owned()).or_insert(value);
+        }
+        match result {
+            TestResult::Latency(r) => r.meta.labels = labels,
+            TestResult::Throughput(r) => r.meta.labels = labels,
+            TestResult::Pps(r) => r.meta.labels = labels,
+            TestResult::Crr(r) => r.meta.labels = labels,
+            TestResult::Load(r) => {
+                r.idle.meta.labels.clone_from(&labels);
+                r.loaded.meta.labels.clone_from(&labels);
+                r.load.meta.labels.clone_from(&labels);
+                r.labels = labels;
+            }
+            TestResult::Quick(r) => r.labels = labels,
+            TestResult::Sweep(r) => r.labels = labels,
+            TestResult::Conf(_) => {}
+        }
+    }
+
+    /// Every run saved from now on goes in one group of this kind (`repeat`, `quick`,
+    /// `sweep`), made at the first save.
+    pub(crate) fn grouped(&mut self, kind: &'static str) {
+        if self.group_kind.is_none() {
+            self.group_kind = Some(kind);
+        }
+    }
+
+    /// Prints a result in the chosen format. Repeated runs follow each other: JSON documents
+    /// one after another, CSV rows under the first run's header, tables a blank line apart.
+    pub(crate) fn print(&mut self, output: OutputOpt, result: &TestResult) -> anyhow::Result<()> {
+        let text = if self.printed == 0 {
+            output.render(result)
+        } else if output.csv {
+            sonde_report::render::csv_rows(result)
+        } else if output.json || output.json_stream {
+            output.render(result)
+        } else {
+            format!("\n{}", output.render(result))
+        };
+        self.printed += 1;
+        print(&text)
+    }
+
+    /// A single run's end: labels it, prints it, saves it.
+    pub(crate) fn print_and_save(
+        &mut self,
+        output: OutputOpt,
+        m: &mut Measured,
+    ) -> anyhow::Result<()> {
+        self.label(&mut m.result, None);
+        self.print(output, &m.result)?;
+        self.save(m);
+        Ok(())
+    }
+
+    /// The group the runs were saved in, once one was.
+    pub(crate) fn group(&self) -> Option<GroupId> {
+        self.group
+    }
+
+    /// Saves one run (not `quick` or a sweep as a whole: their parts are saved one by one);
+    /// warns on stderr when it cannot.
+    pub(crate) fn save(&mut self, m: &Measured) -> Option<RunId> {
+        let path = self.path.clone()?;
+        match self.try_save(&path, m) {
+            Ok(id) => id,
+            Err(e) => {
+                warn_not_saved(&e.to_string());
+                // A database that does not open will not open for the next run either.
+                if self.store.is_none() {
+                    self.path = None;
+                }
+                None
+            }
+        }
+    }
+
+    fn try_save(&mut self, path: &Path, m: &Measured) -> Result<Option<RunId>, sonde_store::Error> {
+        let Some(indexed) = Indexed::of(&m.result) else {
+            return Ok(None);
+        };
+        if self.store.is_none() {
+            self.store = Some(Store::open(path)?);
+        }
+        let Some(store) = self.store.as_mut() else {
+            return Ok(None);
+        };
+        if let (Some(kind), None) = (self.group_kind, self.group) {
+            self.group = Some(store.new_group(kind, indexed.time_unix_ms)?);
+        }
+        let document = sonde_report::render::json(&m.result);
+        let labels: Vec<Label> = indexed
+            .labels
+            .iter()
+            .map(|(key, value)| Label {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect();
+        let id = store.insert(&NewRun {
+            time_unix_ms: indexed.time_unix_ms,
+            test: indexed.test,
+            protocol: indexed.protocol,
+            server: Some(indexed.server),
+            labels: &labels,
+            group: self.group,
+            interrupted: false,
+            headline: indexed.headline,
+            document: &document,
+            histograms: &m.histograms,
+        })?;
+        Ok(Some(id))
+    }
+}
+
+/// Runs `once` `--repeat` times, `--pause` apart, with one saver (so one group), then says
+/// which group holds the runs: on stdout after tables, on stderr after JSON or CSV (which stay
+/// documents and rows only).
+pub(crate) fn repeat(
+    opt: &SaveOpt,
+    output: OutputOpt,
+    mut once: impl FnMut(&mut Saver) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut saver = Saver::new(opt)?;
+    if opt.repeat > 1 {
+        saver.grouped("repeat");
+    }
+    for i in 0..opt.repeat {
+        if i > 0 {
+            if let Some(pause) = opt.pause {
+                std::thread::sleep(pause);
+            }
+        }
+        once(&mut saver)?;
+    }
+    if opt.repeat > 1 {
+        let note = match saver.group() {
+            Some(g) => format!(
+                "{} runs saved as group {g}: `sonde results --group {g}` lists them",
+                opt.repeat
+            ),
+            None => format!("{} runs, not saved", opt.repeat),
+        };
+        if output.json || output.csv || output.json_stream {
+            eprintln!("sonde: {note}");
+        } else {
+            print(&format!("\n{note}\n"))?;
+        }
+    }
+    Ok(())
+}
+
+fn warn_not_saved(why: &str) {
+    eprintln!("sonde: warning: the result was not saved: {why}");
+}
+
+/// What a run is found and listed by.
+struct Indexed<'a> {
+    time_unix_ms: u64,
+    test: &'static str,
+    protocol: Option<&'static str>,
+    server: &'a str,
+    labels: &'a Labels,
+    headline: Headline,
+}
+
+impl<'a> Indexed<'a> {
+    /// `None` for documents that are not one run (`quick`, a sweep, `conf`).
+    fn of(result: &'a TestResult) -> Option<Self> {
+        let protocol = |p: sonde_report::Protocol| match p {
+            sonde_report::Protocol::Tcp => "tcp",
+            sonde_report::Protocol::Udp => "udp",
+        };
+        let percent = |part: u64, of: u64| (of > 0).then(|| part as f64 * 100.0 / of as f64);
+        let rtt = |r: &sonde_report::LatencyResult| Headline {
+            rtt_mean_ns: (r.samples > 0).then_some(r.rtt_ns.mean),
+            rtt_p50_ns: r.rtt_ns.p50,
+            rtt_p99_ns: r.rtt_ns.p99,
+            rtt_p9999_ns: r.rtt_ns.p9999,
+            loss_percent: match r.protocol {
+                sonde_report::Protocol::Udp => percent(r.lost, r.sent),
+                sonde_report::Protocol::Tcp => None,
+            },
+            ..Headline::default()
+        };
+        Some(match result {
+            TestResult::Latency(r) => Self {
+                time_unix_ms: r.meta.timestamp_unix_ms,
+                test: "latency",
+                protocol: Some(protocol(r.protocol)),
+                server: &r.meta.server,
+                labels: &r.meta.labels,
+                headline: rtt(r),
+            },
+            TestResult::Throughput(r) => Self {
+                time_unix_ms: r.meta.timestamp_unix_ms,
+                test: "throughput",
+                protocol: Some(protocol(r.protocol)),
+                server: &r.meta.server,
+                labels: &r.meta.labels,
+                headline: Headline {
+                    bits_per_second: Some(r.receiver.bits_per_second),
+                    loss_percent: r.loss_percent,
+                    ..Headline::default()
+                },
+            },
+            TestResult::Pps(r) => Self {
+                time_unix_ms: r.meta.timestamp_unix_ms,
+                test: "pps",
+                protocol: Some(protocol(r.protocol)),
+                server: &r.meta.server,
+                labels: &r.meta.labels,
+                headline: Headline {
+                    packets_per_second: Some(r.received_pps),
+                    loss_percent: Some(r.loss_percent),
+                    ..Headline::default()
+                },
+            },
+            TestResult::Crr(r) => Self {
+                time_unix_ms: r.meta.timestamp_unix_ms,
+                test: "crr",
+                protocol: Some(protocol(r.protocol)),
+                server: &r.meta.server,
+                labels: &r.meta.labels,
+                headline: Headline {
+                    connections_per_second: r.connections_per_second,
+                    ..Headline::default()
+                },
+            },
+            // The loaded probes are the figure of a load test; the load's rate beside them.
+            TestResult::Load(r) => Self {
+                time_unix_ms: r.timestamp_unix_ms,
+                test: "load",
+                protocol: Some(protocol(r.loaded.protocol)),
+                server: &r.loaded.meta.server,
+                labels: &r.labels,
+                headline: Headline {
+                    bits_per_second: Some(r.load.receiver.bits_per_second),
+                    ..rtt(&r.loaded)
+                },
+            },
+            TestResult::Quick(_) | TestResult::Sweep(_) | TestResult::Conf(_) => return None,
+        })
+    }
+}
