@@ -432,6 +432,7 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
             overlapping_sessions: overlapping,
             warnings,
             labels: sonde_report::Labels::new(),
+            interrupted: false,
             hosts: Hosts {
                 client: Some(sonde_net::hostinfo::collect_for_peer(
                     env!("CARGO_PKG_VERSION"),

@@ -1391,6 +1391,7 @@ fn document(
             overlapping_sessions: 0,
             warnings,
             labels: sonde_report::Labels::new(),
+            interrupted: false,
             // This end only: an iperf3 server describes neither its host nor its CPU in a
             // form sonde can use (its cpu_util_* percentages are not comparable).
             hosts: sonde_report::Hosts {

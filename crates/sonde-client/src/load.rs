@@ -2,6 +2,7 @@
 //! first on the idle path, then while bulk TCP streams load it, so the difference is what the
 //! load's queues add to every round trip (bufferbloat).
 
+use std::sync::atomic::AtomicBool;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -89,7 +90,7 @@ pub fn latency_under_load_measured(
     let crate::LatencyMeasurement {
         result: idle,
         rtt_histogram: idle_rtt_histogram,
-    } = crate::latency_measured(target, &opt.probes)?;
+    } = crate::latency_measured(target, &opt.probes, &AtomicBool::new(false))?;
 
     let load_opt = ThroughputOptions {
         duration: opt.load_duration(),
@@ -99,7 +100,7 @@ pub fn latency_under_load_measured(
         let load_started = Instant::now();
         let load = s.spawn(|| crate::throughput(target, &load_opt, &mut |_| {}));
         thread::sleep(opt.ramp);
-        let loaded = crate::latency_measured(target, &opt.probes);
+        let loaded = crate::latency_measured(target, &opt.probes, &AtomicBool::new(false));
         // The load's senders stop `load_duration` after they start (the handshake before that
         // makes it a little later still, never earlier).
         let probes_late = load_started.elapsed() > opt.load_duration();
@@ -173,6 +174,7 @@ mod tests {
             overlapping_sessions: 1,
             warnings: vec![crate::results::overlap_warning(1), "other".into()],
             labels: sonde_report::Labels::new(),
+            interrupted: false,
             hosts: sonde_report::Hosts::default(),
             cpu: sonde_report::CpuCosts::default(),
         };

@@ -42,6 +42,7 @@ fn meta(target: &Target, session: SessionId, started: u64, overlapping: u32) -> 
         overlapping_sessions: overlapping,
         warnings,
         labels: sonde_report::Labels::new(),
+        interrupted: false,
         hosts: sonde_report::Hosts::default(),
         cpu: sonde_report::CpuCosts::default(),
     }

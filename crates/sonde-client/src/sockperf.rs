@@ -193,6 +193,7 @@ pub fn latency_measured(
             client_cpu,
             ..crate::session::Context::this_host(target)
         },
+        interrupted: false,
     };
     Ok(crate::LatencyMeasurement {
         result: document(target, &opt, &run),

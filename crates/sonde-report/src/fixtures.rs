@@ -17,6 +17,7 @@ fn meta(session: u64) -> Meta {
         overlapping_sessions: 0,
         warnings: Vec::new(),
         labels: Labels::new(),
+        interrupted: false,
         hosts: Hosts::default(),
         cpu: CpuCosts::default(),
     }

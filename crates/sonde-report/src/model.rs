@@ -72,6 +72,10 @@ pub struct Meta {
     /// `case`, a sweep the parameter and its value. Empty when none was given.
     #[serde(default)]
     pub labels: Labels,
+    /// Stopped before its time (Ctrl-C or SIGTERM): the figures cover what was measured until
+    /// then. Absent when the test ran its course.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
     /// Both ends' configuration: CPU, memory, OS and kernel, the interface the test used,
     /// TCP congestion control, socket buffer limits, sonde's version.
     #[serde(default)]

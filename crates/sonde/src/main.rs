@@ -5,6 +5,7 @@ mod cli;
 mod completions;
 mod conf;
 mod crr;
+mod interrupt;
 mod latency;
 mod load;
 mod man;

@@ -745,3 +745,100 @@ fn json_stream_writes_each_interval_then_the_document() {
         assert_eq!(live, last, "interval {i}");
     }
 }
+
+/// Sends `signal` to a child process.
+fn signal(child: &std::process::Child, signal: &str) {
+    let status = StdCommand::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+}
+
+#[test]
+fn ctrl_c_during_throughput_prints_and_saves_what_was_measured_and_exits_130() {
+    use std::io::{BufRead, BufReader, Read};
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+        .args([
+            "throughput",
+            &agent.target(),
+            "-t",
+            "20",
+            "-i",
+            "0.2",
+            "--json-stream",
+        ])
+        .args(["--db", path_str(&db)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    // The first interval is counted: the test is under way.
+    let mut first = String::new();
+    out.read_line(&mut first).expect("read");
+    assert!(first.contains("\"interval\""), "{first}");
+    signal(&child, "-INT");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).expect("read");
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted by Ctrl-C"), "{stderr}");
+    let end: Value =
+        serde_json::from_str(rest.lines().last().expect("an end event")).expect("json");
+    assert_eq!(end["event"], "end");
+    let doc = &end["data"];
+    super::assert_valid(doc);
+    assert_eq!(doc["interrupted"], true);
+    assert!(u(doc, "/receiver/bytes") > 0, "what was measured is there");
+    assert!(
+        u(doc, "/receiver/duration_ns") < u(doc, "/duration_ns"),
+        "stopped before its planned end"
+    );
+    assert!(super::arr(doc, "/warnings")
+        .iter()
+        .any(|w| w.as_str().is_some_and(|w| w.contains("interrupted"))));
+    let runs = stored(&db);
+    assert_eq!(runs.len(), 1);
+    assert!(runs[0].summary.interrupted);
+    let stored: Value = serde_json::from_str(&runs[0].document).expect("json");
+    assert_eq!(&stored, doc);
+}
+
+#[test]
+fn sigterm_during_latency_prints_the_table_saves_it_and_exits_143() {
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    let child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+        .args(["latency", &agent.target(), "-t", "20", "--warmup", "0"])
+        .args(["--db", path_str(&db)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Latency prints nothing while it runs; the handlers are in place long before this.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    signal(&child, "-TERM");
+    let output = child.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(143), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("sonde 0.1.0 latency:"), "{stdout}");
+    assert!(
+        stdout.contains("interrupted before its planned end"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
+    let runs = stored(&db);
+    assert_eq!(runs.len(), 1);
+    assert!(runs[0].summary.interrupted);
+    let doc: Value = serde_json::from_str(&runs[0].document).expect("json");
+    assert_eq!(doc["interrupted"], true);
+    assert!(u(&doc, "/samples") > 0, "{doc:#}");
+    assert!(u(&doc, "/duration_ns") < 20_000_000_000, "{doc:#}");
+}
