@@ -89,6 +89,17 @@ fn nanos(d: Duration) -> u64 {
 
 /// Runs a connection-rate test.
 pub fn crr(target: &Target, opt: &CrrOptions) -> Result<CrrResult, ClientError> {
+    crr_interruptible(target, opt, &AtomicBool::new(false))
+}
+
+/// [`crr`], ending early when `interrupt` is raised (Ctrl-C): the workers stop after their
+/// current transaction, the agent reports, and the result covers what was counted until then,
+/// marked `interrupted`.
+pub fn crr_interruptible(
+    target: &Target,
+    opt: &CrrOptions,
+    interrupt: &AtomicBool,
+) -> Result<CrrResult, ClientError> {
     let usage = |m: String| Err(ClientError::Usage(m));
     if !(1..=65_536).contains(&opt.workers) {
         return usage("-P must be between 1 and 65536 workers".into());
@@ -131,8 +142,12 @@ pub fn crr(target: &Target, opt: &CrrOptions) -> Result<CrrResult, ClientError> 
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let session = handshake(target, &spec)?;
-    let run = run(target, opt, session)?;
-    Ok(result(target, opt, started_unix_ms, &run))
+    let run = run(target, opt, session, interrupt)?;
+    let mut r = result(target, opt, started_unix_ms, &run);
+    if run.interrupted {
+        crate::mark_interrupted(&mut r.meta);
+    }
+    Ok(r)
 }
 
 /// An admitted crr session whose agent is ready.
@@ -220,13 +235,20 @@ struct Run {
     intervals: Option<(CrrIntervals, u64)>,
     report: AgentReport,
     cpu: Option<CpuReport>,
+    /// Stopped early by the caller's interrupt flag.
+    interrupted: bool,
 }
 
 enum Event {
     Control(Result<ControlMsg, ControlError>),
 }
 
-fn run(target: &Target, opt: &CrrOptions, admitted: Admitted) -> Result<Run, ClientError> {
+fn run(
+    target: &Target,
+    opt: &CrrOptions,
+    admitted: Admitted,
+    interrupt: &AtomicBool,
+) -> Result<Run, ClientError> {
     let Admitted {
         ctrl,
         session,
@@ -281,6 +303,10 @@ fn run(target: &Target, opt: &CrrOptions, admitted: Admitted) -> Result<Run, Cli
         // While the workers run, the agent may end the test (it is shutting down).
         let mut failure = None;
         while !workers.iter().all(thread::ScopedJoinHandle::is_finished) {
+            if interrupt.load(std::sync::atomic::Ordering::Relaxed) {
+                // The workers stop after their current transaction; the agent then reports.
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(Event::Control(Ok(ControlMsg::Error { message }))) => {
                     failure = Some(ClientError::Remote(message));
@@ -348,6 +374,7 @@ fn run(target: &Target, opt: &CrrOptions, admitted: Admitted) -> Result<Run, Cli
         intervals: shared.map(|s| (s.into_inner(), workers_end_ns)),
         report,
         cpu,
+        interrupted: interrupt.load(std::sync::atomic::Ordering::Relaxed),
     })
 }
 
@@ -560,6 +587,7 @@ mod tests {
             intervals: None,
             report,
             cpu: None,
+            interrupted: false,
         }
     }
 

@@ -27,7 +27,7 @@ use sonde_report::{IntervalResult, LatencyResult, PpsResult, ThroughputResult};
 use sonde_wire::{Direction, Protocol, Refusal, TestKind, TestSpec};
 
 pub use conf::conf;
-pub use crr::{crr, CrrOptions, MAX_CRR_MESSAGE};
+pub use crr::{crr, crr_interruptible, CrrOptions, MAX_CRR_MESSAGE};
 pub use load::{latency_under_load, latency_under_load_measured, LoadMeasurement, LoadOptions};
 pub use sonde_wire::Direction as StreamsDirection;
 
@@ -241,7 +241,7 @@ impl Default for PpsOptions {
 }
 
 /// Marks a result as ended early by the caller, with the warning a reader needs.
-fn mark_interrupted(meta: &mut sonde_report::Meta) {
+pub(crate) fn mark_interrupted(meta: &mut sonde_report::Meta) {
     meta.interrupted = true;
     meta.warnings.push(
         "interrupted before its planned end (Ctrl-C or SIGTERM): the figures cover what was \
@@ -376,6 +376,15 @@ pub fn throughput_interruptible(
 
 /// Runs a packet-rate test.
 pub fn pps(target: &Target, opt: &PpsOptions) -> Result<PpsResult, ClientError> {
+    pps_interruptible(target, opt, &AtomicBool::new(false))
+}
+
+/// [`pps`], ending early when `interrupt` is raised (Ctrl-C), as [`throughput_interruptible`].
+pub fn pps_interruptible(
+    target: &Target,
+    opt: &PpsOptions,
+    interrupt: &AtomicBool,
+) -> Result<PpsResult, ClientError> {
     if opt.flows == 0 {
         return Err(ClientError::Usage("--flows must be at least 1".into()));
     }
@@ -396,8 +405,12 @@ pub fn pps(target: &Target, opt: &PpsOptions) -> Result<PpsResult, ClientError> 
         duration_ms: millis(opt.duration),
         interval_ms: 0,
     };
-    let run = session::run_bulk(target, &spec, &AtomicBool::new(false), &mut |_| {})?;
-    Ok(results::pps(target, opt, &run))
+    let run = session::run_bulk(target, &spec, interrupt, &mut |_| {})?;
+    let mut result = results::pps(target, opt, &run);
+    if run.interrupted {
+        mark_interrupted(&mut result.meta);
+    }
+    Ok(result)
 }
 
 #[cfg(test)]

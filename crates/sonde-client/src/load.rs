@@ -68,13 +68,16 @@ pub struct LoadMeasurement {
 
 /// Runs the idle probes, then the load and the loaded probes together.
 pub fn latency_under_load(target: &Target, opt: &LoadOptions) -> Result<LoadResult, ClientError> {
-    latency_under_load_measured(target, opt).map(|m| m.result)
+    latency_under_load_measured(target, opt, &AtomicBool::new(false)).map(|m| m.result)
 }
 
-/// [`latency_under_load`], keeping the probes' RTT histograms.
+/// [`latency_under_load`], keeping the probes' RTT histograms. When `interrupt` is raised
+/// (Ctrl-C), the phase running ends early and any phase after it stops as soon as it starts:
+/// each run says `interrupted`.
 pub fn latency_under_load_measured(
     target: &Target,
     opt: &LoadOptions,
+    interrupt: &AtomicBool,
 ) -> Result<LoadMeasurement, ClientError> {
     if opt.probes.count.is_some() {
         return Err(ClientError::Usage(
@@ -90,7 +93,7 @@ pub fn latency_under_load_measured(
     let crate::LatencyMeasurement {
         result: idle,
         rtt_histogram: idle_rtt_histogram,
-    } = crate::latency_measured(target, &opt.probes, &AtomicBool::new(false))?;
+    } = crate::latency_measured(target, &opt.probes, interrupt)?;
 
     let load_opt = ThroughputOptions {
         duration: opt.load_duration(),
@@ -98,9 +101,10 @@ pub fn latency_under_load_measured(
     };
     let (load, loaded, probes_late) = thread::scope(|s| {
         let load_started = Instant::now();
-        let load = s.spawn(|| crate::throughput(target, &load_opt, &mut |_| {}));
+        let load =
+            s.spawn(|| crate::throughput_interruptible(target, &load_opt, interrupt, &mut |_| {}));
         thread::sleep(opt.ramp);
-        let loaded = crate::latency_measured(target, &opt.probes, &AtomicBool::new(false));
+        let loaded = crate::latency_measured(target, &opt.probes, interrupt);
         // The load's senders stop `load_duration` after they start (the handshake before that
         // makes it a little later still, never earlier).
         let probes_late = load_started.elapsed() > opt.load_duration();

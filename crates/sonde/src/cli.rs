@@ -16,9 +16,9 @@ Exit codes:
     3  could not reach the server (resolve, connect, not a sonde agent or not the
        iperf3/sockperf server the URL names, UDP blocked, no reply)
     4  the server refused the test (busy, over its limits, other protocol version)
-  130  interrupted (Ctrl-C; the agent ends the session on its side; latency and
-       throughput print and save what they measured until then)
-  143  a latency or throughput test stopped by SIGTERM (as for 130)"
+  130  interrupted (Ctrl-C; the agent ends the session on its side; latency,
+       throughput, pps, crr and load print and save what they measured until then)
+  143  a test stopped by SIGTERM (as for 130)"
     };
 }
 pub(crate) use exit_codes;

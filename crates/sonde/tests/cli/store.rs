@@ -842,3 +842,32 @@ fn sigterm_during_latency_prints_the_table_saves_it_and_exits_143() {
     assert!(u(&doc, "/samples") > 0, "{doc:#}");
     assert!(u(&doc, "/duration_ns") < 20_000_000_000, "{doc:#}");
 }
+
+#[test]
+fn ctrl_c_during_pps_crr_and_load_prints_and_saves_what_was_measured() {
+    let agent = server(&[]);
+    let target = agent.target();
+    for test in ["pps", "crr", "load"] {
+        let (_dir, db) = temp_db();
+        let child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+            .args([test, &target, "-t", "20", "--json", "--db", path_str(&db)])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        // These print nothing while they run; the handlers are in place long before this.
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        signal(&child, "-INT");
+        let output = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(130), "{test}: {stderr}");
+        let doc: Value = serde_json::from_slice(&output.stdout).expect("the result is printed");
+        super::assert_valid(&doc);
+        let runs = stored(&db);
+        assert_eq!(runs.len(), 1, "{test}");
+        assert!(runs[0].summary.interrupted, "{test}");
+        let marked = if test == "load" { &doc["idle"] } else { &doc };
+        assert_eq!(marked["interrupted"], true, "{test}: {doc:#}");
+    }
+}
