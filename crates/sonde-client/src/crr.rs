@@ -401,13 +401,17 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
     let stats = &run.stats;
     let agent: Option<&CrrReport> = run.report.crr.as_ref();
     let overlapping = run.report.overlapping_sessions;
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<(sonde_report::WarningCode, String)> = Vec::new();
     if overlapping > 0 {
-        warnings.push(crate::results::overlap_warning(overlapping));
+        crate::results::warn(
+            &mut warnings,
+            sonde_report::WarningCode::OverlappingSessions,
+            crate::results::overlap_warning(overlapping),
+        );
     }
     let e = *stats.errors();
     if e.addr_not_available > 0 {
-        warnings.push(format!(
+        crate::results::warn(&mut warnings, sonde_report::WarningCode::PortsExhausted, format!(
             "the client ran out of local ports (EADDRNOTAVAIL) after {} connections: each connection it closes holds its port in TIME_WAIT (60 s on Linux), so the test stopped after {:.3} s of the {:.3} s asked and the rates are for that time only; --rst (no TIME_WAIT), a wider net.ipv4.ip_local_port_range or net.ipv4.tcp_tw_reuse=1 lift the limit",
             stats.connects(),
             run.elapsed_ns as f64 / 1e9,
@@ -415,26 +419,33 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
         ));
     }
     match agent {
-        None => warnings.push(
+        None => crate::results::warn(
+            &mut warnings,
+            sonde_report::WarningCode::AgentCountMissing,
             "the agent reported no count (an older agent?): the rate is the client's alone".into(),
         ),
-        Some(a) if a.transactions != stats.transactions() => warnings.push(format!(
-            "the agent completed {} transactions and the client {}: {}",
-            a.transactions,
-            stats.transactions(),
-            if a.transactions > stats.transactions() {
-                "the client gave up on some the agent had answered (timeouts, resets)"
-            } else {
-                "the agent did not see the client's close after some responses"
-            }
-        )),
+        Some(a) if a.transactions != stats.transactions() => crate::results::warn(
+            &mut warnings,
+            sonde_report::WarningCode::CountsDiffer,
+            format!(
+                "the agent completed {} transactions and the client {}: {}",
+                a.transactions,
+                stats.transactions(),
+                if a.transactions > stats.transactions() {
+                    "the client gave up on some the agent had answered (timeouts, resets)"
+                } else {
+                    "the agent did not see the client's close after some responses"
+                }
+            ),
+        ),
         Some(_) => {}
     }
     if stats.transactions() == 0 {
-        warnings.push(format!(
-            "no transaction completed ({} attempts failed)",
-            e.total()
-        ));
+        crate::results::warn(
+            &mut warnings,
+            sonde_report::WarningCode::NoTransaction,
+            format!("no transaction completed ({} attempts failed)", e.total()),
+        );
     }
     let cpu = CpuCosts {
         client: run
@@ -457,7 +468,9 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
             server: target.label.clone(),
             session: run.session.0,
             overlapping_sessions: overlapping,
-            warnings,
+            // Codes first: the texts move out after.
+            warning_codes: warnings.iter().map(|(c, _)| *c).collect(),
+            warnings: warnings.into_iter().map(|(_, t)| t).collect(),
             labels: sonde_report::Labels::new(),
             interrupted: false,
             hosts: Hosts {

@@ -243,7 +243,8 @@ impl Default for PpsOptions {
 /// Marks a result as ended early by the caller, with the warning a reader needs.
 pub(crate) fn mark_interrupted(meta: &mut sonde_report::Meta) {
     meta.interrupted = true;
-    meta.warnings.push(
+    meta.warn(
+        sonde_report::WarningCode::Interrupted,
         "interrupted before its planned end (Ctrl-C or SIGTERM): the figures cover what was \
          measured until then"
             .into(),

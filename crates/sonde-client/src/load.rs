@@ -3,6 +3,8 @@
 //! load's queues add to every round trip (bufferbloat).
 
 use std::sync::atomic::AtomicBool;
+
+use sonde_report::WarningCode;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -120,13 +122,14 @@ pub fn latency_under_load_measured(
     discount_own_session(&mut loaded.meta);
     discount_own_session(&mut load.meta);
     if probes_late {
-        loaded.meta.warnings.push(
+        loaded.meta.warn(sonde_report::WarningCode::LoadEndedEarly,
             "the load's senders stopped before the loaded probes ended: the last probes may have seen an idle path"
                 .into(),
         );
     }
     if load.receiver.bytes == 0 {
-        loaded.meta.warnings.push(
+        loaded.meta.warn(
+            sonde_report::WarningCode::NoLoad,
             "the load's receivers counted no bytes: these probes did not run under load".into(),
         );
     }
@@ -153,13 +156,14 @@ fn discount_own_session(meta: &mut Meta) {
         return;
     }
     meta.overlapping_sessions -= 1;
-    meta.warnings
-        .retain(|w| !w.starts_with(crate::results::OVERLAP_WARNING_START));
+    meta.remove_warnings(WarningCode::OverlappingSessions);
     if meta.overlapping_sessions > 0 {
         meta.warnings.insert(
             0,
             crate::results::overlap_warning(meta.overlapping_sessions),
         );
+        meta.warning_codes
+            .insert(0, WarningCode::OverlappingSessions);
     }
 }
 
@@ -177,6 +181,7 @@ mod tests {
             session: 1,
             overlapping_sessions: 1,
             warnings: vec![crate::results::overlap_warning(1), "other".into()],
+            warning_codes: vec![WarningCode::OverlappingSessions, WarningCode::Loss],
             labels: sonde_report::Labels::new(),
             interrupted: false,
             hosts: sonde_report::Hosts::default(),
@@ -186,11 +191,19 @@ mod tests {
         assert_eq!(meta.overlapping_sessions, 0);
         assert_eq!(meta.warnings, ["other"]);
 
+        assert_eq!(meta.warning_codes, [WarningCode::Loss]);
+
         meta.overlapping_sessions = 3;
-        meta.warnings = vec![crate::results::overlap_warning(3)];
+        meta.warnings.clear();
+        meta.warning_codes.clear();
+        meta.warn(
+            WarningCode::OverlappingSessions,
+            crate::results::overlap_warning(3),
+        );
         discount_own_session(&mut meta);
         assert_eq!(meta.overlapping_sessions, 2);
         assert_eq!(meta.warnings, [crate::results::overlap_warning(2)]);
+        assert_eq!(meta.warning_codes, [WarningCode::OverlappingSessions]);
     }
 
     #[test]
