@@ -27,7 +27,7 @@ use sonde_net::cpu::ThreadsMeter;
 use sonde_net::crr::{client_worker_with_intervals, CrrClientConfig, SharedCrrIntervals};
 use sonde_net::Clock;
 use sonde_report::{
-    CpuCost, CpuCosts, CpuScope, CrrClose, CrrErrors, CrrInterval, CrrResult, Hosts, Meta, Protocol,
+    CpuCost, CpuCosts, CpuScope, CrrClose, CrrErrors, CrrInterval, CrrResult, Hosts, Protocol,
 };
 use sonde_wire::{
     AgentReport, Channel, ControlMsg, CpuReport, CrrReport, Direction, HostInfo, Preamble,
@@ -401,14 +401,8 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
     let stats = &run.stats;
     let agent: Option<&CrrReport> = run.report.crr.as_ref();
     let overlapping = run.report.overlapping_sessions;
+    // The overlap warning comes with the meta (results::meta_for).
     let mut warnings: Vec<(sonde_report::WarningCode, String)> = Vec::new();
-    if overlapping > 0 {
-        crate::results::warn(
-            &mut warnings,
-            sonde_report::WarningCode::OverlappingSessions,
-            crate::results::overlap_warning(overlapping),
-        );
-    }
     let e = *stats.errors();
     if e.addr_not_available > 0 {
         crate::results::warn(&mut warnings, sonde_report::WarningCode::PortsExhausted, format!(
@@ -460,28 +454,24 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
             .map(|c| CpuCost::from_report(CpuScope::TestThreads, c)),
     };
     let agent_ns = agent.filter(|a| a.transactions > 0).map(|a| a.active_ns);
+    let mut meta = crate::results::meta_for(
+        target,
+        sonde_report::Peer::Sonde,
+        run.session,
+        started_unix_ms,
+        overlapping,
+    );
+    meta.hosts = Hosts {
+        client: Some(sonde_net::hostinfo::collect_for_peer(
+            env!("CARGO_PKG_VERSION"),
+            target.addr.ip(),
+        )),
+        server: run.agent_host.clone(),
+    };
+    meta.cpu = cpu;
+    meta.warn_all(warnings);
     CrrResult {
-        meta: Meta {
-            peer: sonde_report::Peer::Sonde,
-            sonde_version: env!("CARGO_PKG_VERSION").into(),
-            timestamp_unix_ms: started_unix_ms,
-            server: target.label.clone(),
-            session: run.session.0,
-            overlapping_sessions: overlapping,
-            // Codes first: the texts move out after.
-            warning_codes: warnings.iter().map(|(c, _)| *c).collect(),
-            warnings: warnings.into_iter().map(|(_, t)| t).collect(),
-            labels: sonde_report::Labels::new(),
-            interrupted: false,
-            hosts: Hosts {
-                client: Some(sonde_net::hostinfo::collect_for_peer(
-                    env!("CARGO_PKG_VERSION"),
-                    target.addr.ip(),
-                )),
-                server: run.agent_host.clone(),
-            },
-            cpu,
-        },
+        meta,
         protocol: Protocol::Tcp,
         workers: opt.workers,
         request_bytes: opt.request_bytes,

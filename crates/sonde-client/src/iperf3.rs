@@ -53,7 +53,7 @@ use sonde_net::control::ControlError;
 use sonde_net::cpu::{CpuCost, CpuMeter, CpuScope};
 use sonde_net::{Clock, Counters};
 use sonde_report::{
-    IntervalResult, Meta, Peer, SideTotals, StreamDirection, StreamResult, ThroughputResult,
+    IntervalResult, Peer, SideTotals, StreamDirection, StreamResult, ThroughputResult,
 };
 use sonde_wire::iperf3::{self as wire, Cookie, Params, Results, State, StreamResults};
 use sonde_wire::{Direction, Protocol};
@@ -1389,48 +1389,44 @@ fn document(
             "the iperf3 server closed the connection after its results instead of ending the test with DISPLAY_RESULTS".into(),
         );
     }
+    let mut meta = crate::results::meta_for(
+        target,
+        Peer::Iperf3,
+        sonde_wire::SessionId(0),
+        started_unix_ms,
+        0,
+    );
+    // This end only: an iperf3 server describes neither its host nor its CPU in a
+    // form sonde can use (its cpu_util_* percentages are not comparable).
+    meta.hosts = sonde_report::Hosts {
+        client: Some(sonde_net::hostinfo::collect_for_peer(
+            env!("CARGO_PKG_VERSION"),
+            target.addr.ip(),
+        )),
+        server: None,
+    };
+    meta.cpu = sonde_report::CpuCosts {
+        client: run.cpu.as_ref().map(|c| {
+            let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+            sonde_report::CpuCost::from_report(
+                sonde_report::CpuScope::Process,
+                &sonde_wire::CpuReport {
+                    wall_ns: nanos(c.wall),
+                    user_ns: nanos(c.usage.user),
+                    system_ns: nanos(c.usage.system),
+                    voluntary_switches: c.usage.voluntary_switches,
+                    involuntary_switches: c.usage.involuntary_switches,
+                    syscalls: None,
+                    messages: None,
+                    bytes: None,
+                },
+            )
+        }),
+        server: None,
+    };
+    meta.warn_all(warnings);
     ThroughputResult {
-        meta: Meta {
-            sonde_version: env!("CARGO_PKG_VERSION").into(),
-            timestamp_unix_ms: started_unix_ms,
-            server: target.label.clone(),
-            peer: Peer::Iperf3,
-            session: 0,
-            overlapping_sessions: 0,
-            // Codes first: the texts move out after.
-            warning_codes: warnings.iter().map(|(c, _)| *c).collect(),
-            warnings: warnings.into_iter().map(|(_, t)| t).collect(),
-            labels: sonde_report::Labels::new(),
-            interrupted: false,
-            // This end only: an iperf3 server describes neither its host nor its CPU in a
-            // form sonde can use (its cpu_util_* percentages are not comparable).
-            hosts: sonde_report::Hosts {
-                client: Some(sonde_net::hostinfo::collect_for_peer(
-                    env!("CARGO_PKG_VERSION"),
-                    target.addr.ip(),
-                )),
-                server: None,
-            },
-            cpu: sonde_report::CpuCosts {
-                client: run.cpu.as_ref().map(|c| {
-                    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-                    sonde_report::CpuCost::from_report(
-                        sonde_report::CpuScope::Process,
-                        &sonde_wire::CpuReport {
-                            wall_ns: nanos(c.wall),
-                            user_ns: nanos(c.usage.user),
-                            system_ns: nanos(c.usage.system),
-                            voluntary_switches: c.usage.voluntary_switches,
-                            involuntary_switches: c.usage.involuntary_switches,
-                            syscalls: None,
-                            messages: None,
-                            bytes: None,
-                        },
-                    )
-                }),
-                server: None,
-            },
-        },
+        meta,
         protocol: if udp {
             sonde_report::Protocol::Udp
         } else {

@@ -35,8 +35,27 @@ pub(crate) fn warn(list: &mut Vec<(WarningCode, String)>, code: WarningCode, tex
 }
 
 fn meta(target: &Target, session: SessionId, started: u64, overlapping: u32) -> Meta {
+    meta_for(
+        target,
+        sonde_report::Peer::Sonde,
+        session,
+        started,
+        overlapping,
+    )
+}
+
+/// The one place a result's [`Meta`] is made: what every document says about its run (the
+/// peer, the session, when it started, the overlap and its warning); the caller adds the
+/// hosts, the CPU cost and its own warnings.
+pub(crate) fn meta_for(
+    target: &Target,
+    peer: sonde_report::Peer,
+    session: SessionId,
+    started: u64,
+    overlapping: u32,
+) -> Meta {
     let mut meta = Meta {
-        peer: sonde_report::Peer::Sonde,
+        peer,
         sonde_version: env!("CARGO_PKG_VERSION").into(),
         timestamp_unix_ms: started,
         server: target.label.clone(),
