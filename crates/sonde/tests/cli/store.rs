@@ -871,3 +871,66 @@ fn ctrl_c_during_pps_crr_and_load_prints_and_saves_what_was_measured() {
         assert_eq!(marked["interrupted"], true, "{test}: {doc:#}");
     }
 }
+
+/// The first schema (version 1) as the first sonde with a results database wrote it: frozen
+/// here, so that a change to the migrations that would strand such a file fails this test.
+const SCHEMA_V1: &str = "
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY, time_unix_ms INTEGER NOT NULL, test TEXT NOT NULL,
+        protocol TEXT, server TEXT, rtt_mean_ns REAL, rtt_p50_ns INTEGER, rtt_p99_ns INTEGER,
+        rtt_p9999_ns INTEGER, bits_per_second REAL, packets_per_second REAL,
+        connections_per_second REAL, loss_percent REAL, document TEXT NOT NULL);
+    CREATE INDEX runs_time ON runs (time_unix_ms);
+    CREATE INDEX runs_test ON runs (test, time_unix_ms);
+    CREATE TABLE labels (
+        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, key TEXT NOT NULL,
+        value TEXT NOT NULL, PRIMARY KEY (run_id, key)) WITHOUT ROWID;
+    CREATE INDEX labels_key_value ON labels (key, value);
+    CREATE TABLE histograms (
+        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, name TEXT NOT NULL,
+        encoding TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (run_id, name)) WITHOUT ROWID;
+    PRAGMA application_id = 1397638213;
+    PRAGMA user_version = 1;
+";
+
+#[test]
+fn a_database_of_an_older_schema_is_migrated_and_keeps_its_runs() {
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    let old = rusqlite::Connection::open(&db).expect("create");
+    old.execute_batch(SCHEMA_V1).expect("the version 1 schema");
+    old.execute(
+        "INSERT INTO runs (time_unix_ms, test, protocol, server, rtt_p50_ns, document)
+         VALUES (1000, 'latency', 'tcp', '198.18.0.2:5300', 41000, '{\"old\":true}')",
+        [],
+    )
+    .expect("an old run");
+    old.execute("INSERT INTO labels VALUES (1, 'path', 'private')", [])
+        .expect("its label");
+    drop(old);
+    assert_eq!(sonde_store::APPLICATION_ID, 1_397_638_213);
+
+    // A new run lands in the old file, which now has the current schema.
+    run_ok(&["pps", &agent.target(), "-t", "0.2", "--db", path_str(&db)]);
+    let store = Store::open_existing(&db).expect("open");
+    assert_eq!(
+        store.schema_version().expect("version"),
+        sonde_store::SCHEMA_VERSION
+    );
+    let list: Value = serde_json::from_str(&results(&db, &["--json"])).expect("json");
+    let ids: Vec<u64> = list
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|r| u(r, "/id"))
+        .collect();
+    assert_eq!(
+        ids,
+        [2, 1],
+        "the old run is still there, the new one after it"
+    );
+    assert_eq!(list[1]["labels"], serde_json::json!({ "path": "private" }));
+    assert_eq!(list[1]["rtt_p50_ns"], 41_000);
+    assert!(list[1]["group"].is_null());
+    assert_eq!(results(&db, &["show", "1", "--json"]), "{\"old\":true}");
+}
