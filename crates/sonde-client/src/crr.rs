@@ -26,7 +26,7 @@ use sonde_net::cpu::ThreadsMeter;
 use sonde_net::crr::{client_worker_with_intervals, CrrClientConfig, SharedCrrIntervals};
 use sonde_net::Clock;
 use sonde_report::{
-    CpuCost, CpuCosts, CpuScope, CrrClose, CrrErrors, CrrInterval, CrrResult, Hosts, Meta, Protocol,
+    CpuCost, CpuCosts, CpuScope, CrrClose, CrrErrors, CrrInterval, CrrResult, Hosts, Protocol,
 };
 use sonde_wire::{
     AgentReport, ControlMsg, CpuReport, CrrReport, Direction, HostInfo, SessionId, TestKind,
@@ -87,6 +87,17 @@ fn nanos(d: Duration) -> u64 {
 
 /// Runs a connection-rate test.
 pub fn crr(target: &Target, opt: &CrrOptions) -> Result<CrrResult, ClientError> {
+    crr_interruptible(target, opt, &AtomicBool::new(false))
+}
+
+/// [`crr`], ending early when `interrupt` is raised (Ctrl-C): the workers stop after their
+/// current transaction, the agent reports, and the result covers what was counted until then,
+/// marked `interrupted`.
+pub fn crr_interruptible(
+    target: &Target,
+    opt: &CrrOptions,
+    interrupt: &AtomicBool,
+) -> Result<CrrResult, ClientError> {
     let usage = |m: String| Err(ClientError::Usage(m));
     if !(1..=65_536).contains(&opt.workers) {
         return usage("-P must be between 1 and 65536 workers".into());
@@ -129,8 +140,12 @@ pub fn crr(target: &Target, opt: &CrrOptions) -> Result<CrrResult, ClientError> 
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let session = handshake(target, &spec)?;
-    let run = run(target, opt, session)?;
-    Ok(result(target, opt, started_unix_ms, &run))
+    let run = run(target, opt, session, interrupt)?;
+    let mut r = result(target, opt, started_unix_ms, &run);
+    if run.interrupted {
+        crate::mark_interrupted(&mut r.meta);
+    }
+    Ok(r)
 }
 
 /// An admitted crr session whose agent is ready.
@@ -201,13 +216,20 @@ struct Run {
     intervals: Option<(CrrIntervals, u64)>,
     report: AgentReport,
     cpu: Option<CpuReport>,
+    /// Stopped early by the caller's interrupt flag.
+    interrupted: bool,
 }
 
 enum Event {
     Control(Result<ControlMsg, ControlError>),
 }
 
-fn run(target: &Target, opt: &CrrOptions, admitted: Admitted) -> Result<Run, ClientError> {
+fn run(
+    target: &Target,
+    opt: &CrrOptions,
+    admitted: Admitted,
+    interrupt: &AtomicBool,
+) -> Result<Run, ClientError> {
     let Admitted {
         ctrl,
         session,
@@ -262,6 +284,10 @@ fn run(target: &Target, opt: &CrrOptions, admitted: Admitted) -> Result<Run, Cli
         // While the workers run, the agent may end the test (it is shutting down).
         let mut failure = None;
         while !workers.iter().all(thread::ScopedJoinHandle::is_finished) {
+            if interrupt.load(std::sync::atomic::Ordering::Relaxed) {
+                // The workers stop after their current transaction; the agent then reports.
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(Event::Control(Ok(ControlMsg::Error { message }))) => {
                     failure = Some(ClientError::Remote(message));
@@ -329,6 +355,7 @@ fn run(target: &Target, opt: &CrrOptions, admitted: Admitted) -> Result<Run, Cli
         intervals: shared.map(|s| (s.into_inner(), workers_end_ns)),
         report,
         cpu,
+        interrupted: interrupt.load(std::sync::atomic::Ordering::Relaxed),
     })
 }
 
@@ -355,13 +382,11 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
     let stats = &run.stats;
     let agent: Option<&CrrReport> = run.report.crr.as_ref();
     let overlapping = run.report.overlapping_sessions;
-    let mut warnings = Vec::new();
-    if overlapping > 0 {
-        warnings.push(crate::results::overlap_warning(overlapping));
-    }
+    // The overlap warning comes with the meta (results::meta_for).
+    let mut warnings: Vec<(sonde_report::WarningCode, String)> = Vec::new();
     let e = *stats.errors();
     if e.addr_not_available > 0 {
-        warnings.push(format!(
+        crate::results::warn(&mut warnings, sonde_report::WarningCode::PortsExhausted, format!(
             "the client ran out of local ports (EADDRNOTAVAIL) after {} connections: each connection it closes holds its port in TIME_WAIT (60 s on Linux), so the test stopped after {:.3} s of the {:.3} s asked and the rates are for that time only; --rst (no TIME_WAIT), a wider net.ipv4.ip_local_port_range or net.ipv4.tcp_tw_reuse=1 lift the limit",
             stats.connects(),
             run.elapsed_ns as f64 / 1e9,
@@ -369,26 +394,33 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
         ));
     }
     match agent {
-        None => warnings.push(
+        None => crate::results::warn(
+            &mut warnings,
+            sonde_report::WarningCode::AgentCountMissing,
             "the agent reported no count (an older agent?): the rate is the client's alone".into(),
         ),
-        Some(a) if a.transactions != stats.transactions() => warnings.push(format!(
-            "the agent completed {} transactions and the client {}: {}",
-            a.transactions,
-            stats.transactions(),
-            if a.transactions > stats.transactions() {
-                "the client gave up on some the agent had answered (timeouts, resets)"
-            } else {
-                "the agent did not see the client's close after some responses"
-            }
-        )),
+        Some(a) if a.transactions != stats.transactions() => crate::results::warn(
+            &mut warnings,
+            sonde_report::WarningCode::CountsDiffer,
+            format!(
+                "the agent completed {} transactions and the client {}: {}",
+                a.transactions,
+                stats.transactions(),
+                if a.transactions > stats.transactions() {
+                    "the client gave up on some the agent had answered (timeouts, resets)"
+                } else {
+                    "the agent did not see the client's close after some responses"
+                }
+            ),
+        ),
         Some(_) => {}
     }
     if stats.transactions() == 0 {
-        warnings.push(format!(
-            "no transaction completed ({} attempts failed)",
-            e.total()
-        ));
+        crate::results::warn(
+            &mut warnings,
+            sonde_report::WarningCode::NoTransaction,
+            format!("no transaction completed ({} attempts failed)", e.total()),
+        );
     }
     let cpu = CpuCosts {
         client: run
@@ -403,25 +435,24 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
             .map(|c| CpuCost::from_report(CpuScope::TestThreads, c)),
     };
     let agent_ns = agent.filter(|a| a.transactions > 0).map(|a| a.active_ns);
+    let mut meta = crate::results::meta_for(
+        target,
+        sonde_report::Peer::Sonde,
+        run.session,
+        started_unix_ms,
+        overlapping,
+    );
+    meta.hosts = Hosts {
+        client: Some(sonde_net::hostinfo::collect_for_peer(
+            env!("CARGO_PKG_VERSION"),
+            target.addr.ip(),
+        )),
+        server: run.agent_host.clone(),
+    };
+    meta.cpu = cpu;
+    meta.warn_all(warnings);
     CrrResult {
-        meta: Meta {
-            peer: sonde_report::Peer::Sonde,
-            sonde_version: env!("CARGO_PKG_VERSION").into(),
-            timestamp_unix_ms: started_unix_ms,
-            server: target.label.clone(),
-            session: run.session.0,
-            overlapping_sessions: overlapping,
-            warnings,
-            labels: sonde_report::Labels::new(),
-            hosts: Hosts {
-                client: Some(sonde_net::hostinfo::collect_for_peer(
-                    env!("CARGO_PKG_VERSION"),
-                    target.addr.ip(),
-                )),
-                server: run.agent_host.clone(),
-            },
-            cpu,
-        },
+        meta,
         protocol: Protocol::Tcp,
         workers: opt.workers,
         request_bytes: opt.request_bytes,
@@ -541,6 +572,7 @@ mod tests {
             intervals: None,
             report,
             cpu: None,
+            interrupted: false,
         }
     }
 

@@ -181,19 +181,30 @@ pub(crate) fn histogram(o: &LatencyOutcome, opt: &LatencyOptions) -> Option<Vec<
 }
 
 /// `full_log`, and a warning for a log with holes.
-pub(crate) fn full_log(o: &LatencyOutcome, warnings: &mut Vec<String>) -> Option<FullLog> {
+pub(crate) fn full_log(
+    o: &LatencyOutcome,
+    warnings: &mut Vec<(sonde_report::WarningCode, String)>,
+) -> Option<FullLog> {
     let log = o.log.as_ref()?;
     if let Some(e) = &log.error {
-        warnings.push(format!(
-            "writing the full log {} failed ({e}): it holds {} of the samples",
-            log.path, log.written
-        ));
+        crate::results::warn(
+            warnings,
+            sonde_report::WarningCode::FullLogIncomplete,
+            format!(
+                "writing the full log {} failed ({e}): it holds {} of the samples",
+                log.path, log.written
+            ),
+        );
     } else if log.dropped > 0 {
-        warnings.push(format!(
-            "the full log {} dropped {} samples: its writer could not keep up (a slow disk?); \
+        crate::results::warn(
+            warnings,
+            sonde_report::WarningCode::FullLogIncomplete,
+            format!(
+                "the full log {} dropped {} samples: its writer could not keep up (a slow disk?); \
              the statistics have every sample",
-            log.path, log.dropped
-        ));
+                log.path, log.dropped
+            ),
+        );
     }
     Some(FullLog {
         path: log.path.clone(),
@@ -204,42 +215,65 @@ pub(crate) fn full_log(o: &LatencyOutcome, warnings: &mut Vec<String>) -> Option
 }
 
 /// `socket_rtt`, and warnings for what the kernel did not give.
-pub(crate) fn socket_rtt(o: &LatencyOutcome, warnings: &mut Vec<String>) -> Option<SocketRtt> {
+pub(crate) fn socket_rtt(
+    o: &LatencyOutcome,
+    warnings: &mut Vec<(sonde_report::WarningCode, String)>,
+) -> Option<SocketRtt> {
     let s = o.socket.as_ref()?;
     let samples = o.rtt.samples();
     match (&s.rx, &s.tx) {
-        (Err(why), _) => warnings.push(format!(
+        (Err(why), _) => crate::results::warn(
+            warnings,
+            sonde_report::WarningCode::KernelTimestamps,
+            format!(
             "--timestamps: the kernel gave no receive timestamps on this socket ({why}): the RTT \
              at the sockets is not measured (socket_rtt figures are null)"
-        )),
-        (Ok(()), Err(why)) => warnings.push(format!(
+        ),
+        ),
+        (Ok(()), Err(why)) => crate::results::warn(
+            warnings,
+            sonde_report::WarningCode::KernelTimestamps,
+            format!(
             "--timestamps: no kernel transmit timestamps ({why}): socket_rtt_ns and host_ns are \
              null; send_to_socket_rx_ns (from the application's send to the reply's kernel \
              receive) stands in, and still holds the send side's host time"
-        )),
+        ),
+        ),
         (Ok(()), Ok(())) => {
             if s.tx_stamped < s.rx_stamped {
-                warnings.push(format!(
-                    "--timestamps: {} of {} samples had no kernel transmit timestamp; the \
+                crate::results::warn(
+                    warnings,
+                    sonde_report::WarningCode::KernelTimestamps,
+                    format!(
+                        "--timestamps: {} of {} samples had no kernel transmit timestamp; the \
                      socket RTT is from the others",
-                    s.rx_stamped - s.tx_stamped,
-                    s.rx_stamped
-                ));
+                        s.rx_stamped - s.tx_stamped,
+                        s.rx_stamped
+                    ),
+                );
             }
         }
     }
     if s.rx.is_ok() && s.rx_stamped < samples {
-        warnings.push(format!(
-            "--timestamps: {} of {samples} replies had no kernel receive timestamp",
-            samples - s.rx_stamped
-        ));
+        crate::results::warn(
+            warnings,
+            sonde_report::WarningCode::KernelTimestamps,
+            format!(
+                "--timestamps: {} of {samples} replies had no kernel receive timestamp",
+                samples - s.rx_stamped
+            ),
+        );
     }
     if s.inconsistent > 0 {
-        warnings.push(format!(
+        crate::results::warn(
+            warnings,
+            sonde_report::WarningCode::KernelTimestamps,
+            format!(
             "--timestamps: in {} samples a kernel figure came out longer than the application's \
              RTT (the wall clock the kernel stamps with was stepped?)",
             s.inconsistent
-        ));
+        ),
+        );
     }
     Some(SocketRtt {
         rx_timestamps: s.rx.is_ok(),
@@ -259,26 +293,36 @@ pub(crate) fn socket_rtt(o: &LatencyOutcome, warnings: &mut Vec<String>) -> Opti
 pub(crate) fn one_way(
     o: &LatencyOutcome,
     elapsed_ns: u64,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<(sonde_report::WarningCode, String)>,
 ) -> Option<OneWay> {
     let ow = o.one_way.as_ref()?;
     let samples = ow.recorder.samples();
     if ow.unstamped > 0 {
-        warnings.push(format!(
-            "--one-way: {} replies came back without the agent's timestamps (an older sonde \
+        crate::results::warn(
+            warnings,
+            sonde_report::WarningCode::OneWayIncomplete,
+            format!(
+                "--one-way: {} replies came back without the agent's timestamps (an older sonde \
              agent?); one-way delays are from the other {samples}",
-            ow.unstamped
-        ));
+                ow.unstamped
+            ),
+        );
     }
     if ow.recorder.unconverted() > 0 {
-        warnings.push(format!(
-            "--one-way: {} stamped replies could not be converted (no clock estimate yet, or \
+        crate::results::warn(
+            warnings,
+            sonde_report::WarningCode::OneWayIncomplete,
+            format!(
+                "--one-way: {} stamped replies could not be converted (no clock estimate yet, or \
              timestamps that contradict each other)",
-            ow.recorder.unconverted()
-        ));
+                ow.recorder.unconverted()
+            ),
+        );
     }
     let Some(fit) = &ow.fit else {
-        warnings.push(
+        crate::results::warn(
+            warnings,
+            sonde_report::WarningCode::OneWayIncomplete,
             "--one-way: no clock exchange with the agent was usable, so its clock's offset is \
              unknown: the one-way figures are null"
                 .into(),
@@ -307,7 +351,7 @@ pub(crate) fn one_way(
         exchanges_used: fit.exchanges_used() as u64,
     };
     let Some(summary) = ow.recorder.finish(fit, ow.extra_uncertainty_ns) else {
-        warnings.push("--one-way: no probe after the warm-up carried the agent's timestamps: the one-way figures are null".into());
+        crate::results::warn(warnings, sonde_report::WarningCode::OneWayIncomplete, "--one-way: no probe after the warm-up carried the agent's timestamps: the one-way figures are null".into());
         return Some(OneWay {
             samples,
             unstamped: ow.unstamped,
@@ -326,12 +370,16 @@ pub(crate) fn one_way(
         .filter_map(|d| d.p50)
         .min();
     if smaller.is_some_and(|d| d.unsigned_abs() < summary.uncertainty_ns) {
-        warnings.push(format!(
+        crate::results::warn(
+            warnings,
+            sonde_report::WarningCode::OneWayUncertain,
+            format!(
             "--one-way: the clock estimate is uncertain by ± {} ns, more than a median one-way \
              delay: the split between the two directions is not resolved here (their sum, the \
              RTT less the agent's hold, is)",
             summary.uncertainty_ns
-        ));
+        ),
+        );
     }
     Some(OneWay {
         samples,
@@ -396,7 +444,7 @@ mod tests {
         let log = full_log(&o, &mut warnings).unwrap();
         assert_eq!((log.written, log.dropped), (90, 10));
         assert_eq!(warnings.len(), 1);
-        assert!(warnings[0].contains("dropped 10 samples"), "{warnings:?}");
+        assert!(warnings[0].1.contains("dropped 10 samples"), "{warnings:?}");
         // A complete log is no news.
         o.log.as_mut().unwrap().dropped = 0;
         full_log(&o, &mut warnings).unwrap();
@@ -430,7 +478,9 @@ mod tests {
         assert!(s.socket_rtt_ns.is_none() && s.host_ns.is_none());
         assert!(s.send_to_socket_rx_ns.is_some() && s.rx_host_ns.is_some());
         assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(warnings[0].contains("no kernel transmit timestamps (refused)"));
+        assert!(warnings[0]
+            .1
+            .contains("no kernel transmit timestamps (refused)"));
         // No receive stamps at all: every figure null.
         let sock = o.socket.as_mut().unwrap();
         sock.rx = Err("unsupported".into());
@@ -440,7 +490,9 @@ mod tests {
         let mut warnings = Vec::new();
         let s = socket_rtt(&o, &mut warnings).unwrap();
         assert!(!s.rx_timestamps && s.send_to_socket_rx_ns.is_none());
-        assert!(warnings.iter().any(|w| w.contains("no receive timestamps")));
+        assert!(warnings
+            .iter()
+            .any(|(_, w)| w.contains("no receive timestamps")));
     }
 
     #[test]
@@ -462,8 +514,10 @@ mod tests {
         assert_eq!(ow.unstamped, 3);
         assert!(warnings
             .iter()
-            .any(|w| w.contains("without the agent's timestamps")));
-        assert!(warnings.iter().any(|w| w.contains("offset is unknown")));
+            .any(|(_, w)| w.contains("without the agent's timestamps")));
+        assert!(warnings
+            .iter()
+            .any(|(_, w)| w.contains("offset is unknown")));
     }
 
     /// Every one-way figure is converted with the offset, so its stated bound is never

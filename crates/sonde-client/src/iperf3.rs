@@ -53,7 +53,7 @@ use sonde_net::control::ControlError;
 use sonde_net::cpu::{CpuCost, CpuMeter, CpuScope};
 use sonde_net::{Clock, Counters};
 use sonde_report::{
-    IntervalResult, Meta, Peer, SideTotals, StreamDirection, StreamResult, ThroughputResult,
+    IntervalResult, Peer, SideTotals, StreamDirection, StreamResult, ThroughputResult,
 };
 use sonde_wire::iperf3::{self as wire, Cookie, Params, Results, State, StreamResults};
 use sonde_wire::{Direction, Protocol};
@@ -1333,40 +1333,44 @@ fn document(
         .iter()
         .any(|s| s.direction == StreamDirection::ServerToClient);
 
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<(sonde_report::WarningCode, String)> = Vec::new();
     if forward && !udp {
-        warnings.push(
+        crate::results::warn(&mut warnings, sonde_report::WarningCode::PeerDoesNotReport,
             "the iperf3 server does not report its read calls: receiver `packets` of client→server streams reads 0, not a count".to_owned(),
         );
     }
     if backward && !udp {
-        warnings.push(
+        crate::results::warn(&mut warnings, sonde_report::WarningCode::PeerDoesNotReport,
             "the iperf3 server does not report its write calls: sender `packets` of server→client streams reads 0, not a count".to_owned(),
         );
     }
     if forward && udp {
-        warnings.push(
+        crate::results::warn(&mut warnings, sonde_report::WarningCode::PeerDoesNotReport,
             "client→server datagrams are counted by the iperf3 server: it reports no duplicates or reordering (null), and counts as lost only the gaps below the highest sequence number it saw before the test ended".to_owned(),
         );
     }
     if !run.intervals.is_empty() || opt.interval.is_some() {
         if forward && backward {
-            warnings.push("intervals (-i) are counted at this host: client→server streams at their sender, server→client streams at their receiver (an iperf3 server does not report its intervals)".to_owned());
+            crate::results::warn(&mut warnings, sonde_report::WarningCode::IntervalsCountedHere, "intervals (-i) are counted at this host: client→server streams at their sender, server→client streams at their receiver (an iperf3 server does not report its intervals)".to_owned());
         } else if forward {
-            warnings.push("intervals (-i) are counted at this host, the sender: an iperf3 server does not report its intervals".to_owned());
+            crate::results::warn(&mut warnings, sonde_report::WarningCode::IntervalsCountedHere, "intervals (-i) are counted at this host, the sender: an iperf3 server does not report its intervals".to_owned());
         }
     }
     if let Some(l) = lost.filter(|&l| l > 0) {
-        warnings.push(format!(
-            "{l} of {loss_whole} datagrams were lost ({:.3}%)",
-            pct(l, loss_whole)
-        ));
+        crate::results::warn(
+            &mut warnings,
+            sonde_report::WarningCode::Loss,
+            format!(
+                "{l} of {loss_whole} datagrams were lost ({:.3}%)",
+                pct(l, loss_whole)
+            ),
+        );
     }
     if udp && opt.bitrate > 0 {
         let per_direction = if forward && backward { 2.0 } else { 1.0 };
         let target_bps = opt.bitrate as f64 * per_direction;
         if sender.bits_per_second < target_bps * 0.95 {
-            warnings.push(format!(
+            crate::results::warn(&mut warnings, sonde_report::WarningCode::SenderLimited, format!(
                 "the senders reached {:.1} Mbit/s of the {:.1} Mbit/s asked: the sending host is the limit",
                 sender.bits_per_second / 1e6,
                 target_bps / 1e6
@@ -1374,52 +1378,55 @@ fn document(
         }
     }
     if receiver.bytes == 0 {
-        warnings.push("nothing was received".into());
+        crate::results::warn(
+            &mut warnings,
+            sonde_report::WarningCode::NothingReceived,
+            "nothing was received".into(),
+        );
     }
     if !run.clean_end {
-        warnings.push(
+        crate::results::warn(&mut warnings, sonde_report::WarningCode::UncleanEnd,
             "the iperf3 server closed the connection after its results instead of ending the test with DISPLAY_RESULTS".into(),
         );
     }
+    let mut meta = crate::results::meta_for(
+        target,
+        Peer::Iperf3,
+        sonde_wire::SessionId(0),
+        started_unix_ms,
+        0,
+    );
+    // This end only: an iperf3 server describes neither its host nor its CPU in a
+    // form sonde can use (its cpu_util_* percentages are not comparable).
+    meta.hosts = sonde_report::Hosts {
+        client: Some(sonde_net::hostinfo::collect_for_peer(
+            env!("CARGO_PKG_VERSION"),
+            target.addr.ip(),
+        )),
+        server: None,
+    };
+    meta.cpu = sonde_report::CpuCosts {
+        client: run.cpu.as_ref().map(|c| {
+            let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+            sonde_report::CpuCost::from_report(
+                sonde_report::CpuScope::Process,
+                &sonde_wire::CpuReport {
+                    wall_ns: nanos(c.wall),
+                    user_ns: nanos(c.usage.user),
+                    system_ns: nanos(c.usage.system),
+                    voluntary_switches: c.usage.voluntary_switches,
+                    involuntary_switches: c.usage.involuntary_switches,
+                    syscalls: None,
+                    messages: None,
+                    bytes: None,
+                },
+            )
+        }),
+        server: None,
+    };
+    meta.warn_all(warnings);
     ThroughputResult {
-        meta: Meta {
-            sonde_version: env!("CARGO_PKG_VERSION").into(),
-            timestamp_unix_ms: started_unix_ms,
-            server: target.label.clone(),
-            peer: Peer::Iperf3,
-            session: 0,
-            overlapping_sessions: 0,
-            warnings,
-            labels: sonde_report::Labels::new(),
-            // This end only: an iperf3 server describes neither its host nor its CPU in a
-            // form sonde can use (its cpu_util_* percentages are not comparable).
-            hosts: sonde_report::Hosts {
-                client: Some(sonde_net::hostinfo::collect_for_peer(
-                    env!("CARGO_PKG_VERSION"),
-                    target.addr.ip(),
-                )),
-                server: None,
-            },
-            cpu: sonde_report::CpuCosts {
-                client: run.cpu.as_ref().map(|c| {
-                    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-                    sonde_report::CpuCost::from_report(
-                        sonde_report::CpuScope::Process,
-                        &sonde_wire::CpuReport {
-                            wall_ns: nanos(c.wall),
-                            user_ns: nanos(c.usage.user),
-                            system_ns: nanos(c.usage.system),
-                            voluntary_switches: c.usage.voluntary_switches,
-                            involuntary_switches: c.usage.involuntary_switches,
-                            syscalls: None,
-                            messages: None,
-                            bytes: None,
-                        },
-                    )
-                }),
-                server: None,
-            },
-        },
+        meta,
         protocol: if udp {
             sonde_report::Protocol::Udp
         } else {

@@ -19,6 +19,7 @@ pub mod sockperf;
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use sonde_net::control::ControlError;
@@ -26,7 +27,7 @@ use sonde_report::{IntervalResult, LatencyResult, PpsResult, ThroughputResult};
 use sonde_wire::{Direction, Protocol, Refusal, TestKind, TestSpec};
 
 pub use conf::conf;
-pub use crr::{crr, CrrOptions, MAX_CRR_MESSAGE};
+pub use crr::{crr, crr_interruptible, CrrOptions, MAX_CRR_MESSAGE};
 pub use load::{latency_under_load, latency_under_load_measured, LoadMeasurement, LoadOptions};
 pub use sonde_wire::Direction as StreamsDirection;
 
@@ -251,6 +252,17 @@ impl Default for PpsOptions {
     }
 }
 
+/// Marks a result as ended early by the caller, with the warning a reader needs.
+pub(crate) fn mark_interrupted(meta: &mut sonde_report::Meta) {
+    meta.interrupted = true;
+    meta.warn(
+        sonde_report::WarningCode::Interrupted,
+        "interrupted before its planned end (Ctrl-C or SIGTERM): the figures cover what was \
+         measured until then"
+            .into(),
+    );
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -268,13 +280,16 @@ pub struct LatencyMeasurement {
 
 /// Runs a latency test.
 pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, ClientError> {
-    latency_measured(target, opt).map(|m| m.result)
+    latency_measured(target, opt, &AtomicBool::new(false)).map(|m| m.result)
 }
 
-/// Runs a latency test and keeps its RTT histogram.
+/// Runs a latency test and keeps its RTT histogram. When `interrupt` is raised during the test
+/// (Ctrl-C), the test ends early as its planned end would, and the result covers what was
+/// measured until then, marked `interrupted`.
 pub fn latency_measured(
     target: &Target,
     opt: &LatencyOptions,
+    interrupt: &AtomicBool,
 ) -> Result<LatencyMeasurement, ClientError> {
     if opt.msg_size == 0 {
         return Err(ClientError::Usage(
@@ -311,9 +326,13 @@ pub fn latency_measured(
         },
         interval_ms: 0,
     };
-    let run = session::run_latency(target, &spec, &opt)?;
+    let run = session::run_latency(target, &spec, &opt, interrupt)?;
+    let mut result = results::latency(target, &opt, &run);
+    if run.interrupted {
+        mark_interrupted(&mut result.meta);
+    }
     Ok(LatencyMeasurement {
-        result: results::latency(target, &opt, &run),
+        result,
         rtt_histogram: run.outcome.rtt.serialized(),
     })
 }
@@ -322,6 +341,18 @@ pub fn latency_measured(
 pub fn throughput(
     target: &Target,
     opt: &ThroughputOptions,
+    on_interval: &mut dyn FnMut(&IntervalResult),
+) -> Result<ThroughputResult, ClientError> {
+    throughput_interruptible(target, opt, &AtomicBool::new(false), on_interval)
+}
+
+/// [`throughput`], ending early when `interrupt` is raised (Ctrl-C): this host's senders stop,
+/// the agent is told to finish, and the result covers what was counted until then, marked
+/// `interrupted`.
+pub fn throughput_interruptible(
+    target: &Target,
+    opt: &ThroughputOptions,
+    interrupt: &AtomicBool,
     on_interval: &mut dyn FnMut(&IntervalResult),
 ) -> Result<ThroughputResult, ClientError> {
     if opt.parallel == 0 {
@@ -348,12 +379,25 @@ pub fn throughput(
         duration_ms: millis(opt.duration),
         interval_ms: opt.interval.map_or(0, millis),
     };
-    let run = session::run_bulk(target, &spec, on_interval)?;
-    Ok(results::throughput(target, opt, &spec, &run))
+    let run = session::run_bulk(target, &spec, interrupt, on_interval)?;
+    let mut result = results::throughput(target, opt, &spec, &run);
+    if run.interrupted {
+        mark_interrupted(&mut result.meta);
+    }
+    Ok(result)
 }
 
 /// Runs a packet-rate test.
 pub fn pps(target: &Target, opt: &PpsOptions) -> Result<PpsResult, ClientError> {
+    pps_interruptible(target, opt, &AtomicBool::new(false))
+}
+
+/// [`pps`], ending early when `interrupt` is raised (Ctrl-C), as [`throughput_interruptible`].
+pub fn pps_interruptible(
+    target: &Target,
+    opt: &PpsOptions,
+    interrupt: &AtomicBool,
+) -> Result<PpsResult, ClientError> {
     if opt.flows == 0 {
         return Err(ClientError::Usage("--flows must be at least 1".into()));
     }
@@ -374,8 +418,12 @@ pub fn pps(target: &Target, opt: &PpsOptions) -> Result<PpsResult, ClientError> 
         duration_ms: millis(opt.duration),
         interval_ms: 0,
     };
-    let run = session::run_bulk(target, &spec, &mut |_| {})?;
-    Ok(results::pps(target, opt, &run))
+    let run = session::run_bulk(target, &spec, interrupt, &mut |_| {})?;
+    let mut result = results::pps(target, opt, &run);
+    if run.interrupted {
+        mark_interrupted(&mut result.meta);
+    }
+    Ok(result)
 }
 
 #[cfg(test)]

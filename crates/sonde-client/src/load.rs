@@ -2,6 +2,9 @@
 //! first on the idle path, then while bulk TCP streams load it, so the difference is what the
 //! load's queues add to every round trip (bufferbloat).
 
+use std::sync::atomic::AtomicBool;
+
+use sonde_report::WarningCode;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -67,13 +70,16 @@ pub struct LoadMeasurement {
 
 /// Runs the idle probes, then the load and the loaded probes together.
 pub fn latency_under_load(target: &Target, opt: &LoadOptions) -> Result<LoadResult, ClientError> {
-    latency_under_load_measured(target, opt).map(|m| m.result)
+    latency_under_load_measured(target, opt, &AtomicBool::new(false)).map(|m| m.result)
 }
 
-/// [`latency_under_load`], keeping the probes' RTT histograms.
+/// [`latency_under_load`], keeping the probes' RTT histograms. When `interrupt` is raised
+/// (Ctrl-C), the phase running ends early and any phase after it stops as soon as it starts:
+/// each run says `interrupted`.
 pub fn latency_under_load_measured(
     target: &Target,
     opt: &LoadOptions,
+    interrupt: &AtomicBool,
 ) -> Result<LoadMeasurement, ClientError> {
     if opt.probes.count.is_some() {
         return Err(ClientError::Usage(
@@ -89,7 +95,7 @@ pub fn latency_under_load_measured(
     let crate::LatencyMeasurement {
         result: idle,
         rtt_histogram: idle_rtt_histogram,
-    } = crate::latency_measured(target, &opt.probes)?;
+    } = crate::latency_measured(target, &opt.probes, interrupt)?;
 
     let load_opt = ThroughputOptions {
         duration: opt.load_duration(),
@@ -97,9 +103,10 @@ pub fn latency_under_load_measured(
     };
     let (load, loaded, probes_late) = thread::scope(|s| {
         let load_started = Instant::now();
-        let load = s.spawn(|| crate::throughput(target, &load_opt, &mut |_| {}));
+        let load =
+            s.spawn(|| crate::throughput_interruptible(target, &load_opt, interrupt, &mut |_| {}));
         thread::sleep(opt.ramp);
-        let loaded = crate::latency_measured(target, &opt.probes);
+        let loaded = crate::latency_measured(target, &opt.probes, interrupt);
         // The load's senders stop `load_duration` after they start (the handshake before that
         // makes it a little later still, never earlier).
         let probes_late = load_started.elapsed() > opt.load_duration();
@@ -115,13 +122,14 @@ pub fn latency_under_load_measured(
     discount_own_session(&mut loaded.meta);
     discount_own_session(&mut load.meta);
     if probes_late {
-        loaded.meta.warnings.push(
+        loaded.meta.warn(sonde_report::WarningCode::LoadEndedEarly,
             "the load's senders stopped before the loaded probes ended: the last probes may have seen an idle path"
                 .into(),
         );
     }
     if load.receiver.bytes == 0 {
-        loaded.meta.warnings.push(
+        loaded.meta.warn(
+            sonde_report::WarningCode::NoLoad,
             "the load's receivers counted no bytes: these probes did not run under load".into(),
         );
     }
@@ -148,13 +156,14 @@ fn discount_own_session(meta: &mut Meta) {
         return;
     }
     meta.overlapping_sessions -= 1;
-    meta.warnings
-        .retain(|w| !w.starts_with(crate::results::OVERLAP_WARNING_START));
+    meta.remove_warnings(WarningCode::OverlappingSessions);
     if meta.overlapping_sessions > 0 {
         meta.warnings.insert(
             0,
             crate::results::overlap_warning(meta.overlapping_sessions),
         );
+        meta.warning_codes
+            .insert(0, WarningCode::OverlappingSessions);
     }
 }
 
@@ -172,7 +181,9 @@ mod tests {
             session: 1,
             overlapping_sessions: 1,
             warnings: vec![crate::results::overlap_warning(1), "other".into()],
+            warning_codes: vec![WarningCode::OverlappingSessions, WarningCode::Loss],
             labels: sonde_report::Labels::new(),
+            interrupted: false,
             hosts: sonde_report::Hosts::default(),
             cpu: sonde_report::CpuCosts::default(),
         };
@@ -180,11 +191,19 @@ mod tests {
         assert_eq!(meta.overlapping_sessions, 0);
         assert_eq!(meta.warnings, ["other"]);
 
+        assert_eq!(meta.warning_codes, [WarningCode::Loss]);
+
         meta.overlapping_sessions = 3;
-        meta.warnings = vec![crate::results::overlap_warning(3)];
+        meta.warnings.clear();
+        meta.warning_codes.clear();
+        meta.warn(
+            WarningCode::OverlappingSessions,
+            crate::results::overlap_warning(3),
+        );
         discount_own_session(&mut meta);
         assert_eq!(meta.overlapping_sessions, 2);
         assert_eq!(meta.warnings, [crate::results::overlap_warning(2)]);
+        assert_eq!(meta.warning_codes, [WarningCode::OverlappingSessions]);
     }
 
     #[test]

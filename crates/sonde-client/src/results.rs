@@ -2,6 +2,7 @@
 
 use sonde_engine::rtt::REPORTED_PERCENTILES;
 use sonde_engine::{bits_per_second, per_second};
+use sonde_report::WarningCode;
 use sonde_report::{
     FlowResult, IntervalResult, LatencyMode, LatencyResult, Meta, PpsResult, Protocol, RttNs,
     SideTotals, StreamDirection, StreamResult, ThroughputResult,
@@ -19,7 +20,7 @@ fn protocol(p: sonde_wire::Protocol) -> Protocol {
 }
 
 /// How the overlap warning starts, to find it again.
-pub(crate) const OVERLAP_WARNING_START: &str = "the agent ran ";
+const OVERLAP_WARNING_START: &str = "the agent ran ";
 
 /// The warning for a run during which the agent ran `overlapping` other sessions.
 pub(crate) fn overlap_warning(overlapping: u32) -> String {
@@ -28,23 +29,52 @@ pub(crate) fn overlap_warning(overlapping: u32) -> String {
     )
 }
 
+/// Adds a warning to a list gathered before its [`Meta`] exists (see [`Meta::warn`]).
+pub(crate) fn warn(list: &mut Vec<(WarningCode, String)>, code: WarningCode, text: String) {
+    list.push((code, text));
+}
+
 fn meta(target: &Target, session: SessionId, started: u64, overlapping: u32) -> Meta {
-    let mut warnings = Vec::new();
-    if overlapping > 0 {
-        warnings.push(overlap_warning(overlapping));
-    }
-    Meta {
-        peer: sonde_report::Peer::Sonde,
+    meta_for(
+        target,
+        sonde_report::Peer::Sonde,
+        session,
+        started,
+        overlapping,
+    )
+}
+
+/// The one place a result's [`Meta`] is made: what every document says about its run (the
+/// peer, the session, when it started, the overlap and its warning); the caller adds the
+/// hosts, the CPU cost and its own warnings.
+pub(crate) fn meta_for(
+    target: &Target,
+    peer: sonde_report::Peer,
+    session: SessionId,
+    started: u64,
+    overlapping: u32,
+) -> Meta {
+    let mut meta = Meta {
+        peer,
         sonde_version: env!("CARGO_PKG_VERSION").into(),
         timestamp_unix_ms: started,
         server: target.label.clone(),
         session: session.0,
         overlapping_sessions: overlapping,
-        warnings,
+        warnings: Vec::new(),
+        warning_codes: Vec::new(),
         labels: sonde_report::Labels::new(),
+        interrupted: false,
         hosts: sonde_report::Hosts::default(),
         cpu: sonde_report::CpuCosts::default(),
+    };
+    if overlapping > 0 {
+        meta.warn(
+            WarningCode::OverlappingSessions,
+            overlap_warning(overlapping),
+        );
     }
+    meta
 }
 
 /// Puts both ends' configuration and CPU cost in `meta`, with a warning for what a sonde agent
@@ -62,17 +92,17 @@ pub(crate) fn add_context(
     meta.cpu.server = agent_cpu.map(cost);
     // Against other servers this host's CPU is not measured (yet): nothing to warn about.
     if ctx.agent && ctx.client_cpu.is_none() {
-        meta.warnings.push(
+        meta.warn(sonde_report::WarningCode::ClientCpuUnknown,
             "this host cannot measure the test's CPU cost (no per-thread getrusage here): cpu.client is null".into(),
         );
     }
     if ctx.agent && ctx.server_host.is_none() {
-        meta.warnings.push(
+        meta.warn(sonde_report::WarningCode::ServerConfigurationUnknown,
             "the agent did not report its configuration (an older sonde agent?): hosts.server is null".into(),
         );
     }
     if ctx.agent && agent_cpu.is_none() {
-        meta.warnings.push(
+        meta.warn(sonde_report::WarningCode::ServerCpuUnknown,
             "the agent did not report the test's CPU cost (an older sonde agent, or one that cannot measure it): cpu.server is null".into(),
         );
     }
@@ -162,32 +192,39 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
         .find(|&&p| !sonde_engine::rtt::percentile_supported(p, s.samples))
     {
         let need = (10.0 / (1.0 - p / 100.0)).round() as u64;
-        meta.warnings.push(format!(
+        meta.warn(sonde_report::WarningCode::TooFewSamples, format!(
             "{} samples: percentiles from p{p} up need at least {need} and are not stated; run longer (-t) for the tail",
             s.samples
         ));
     }
     if lost > 0 {
-        meta.warnings.push(format!(
-            "{lost} of {} messages got no reply ({:.3}% loss)",
-            o.sent,
-            pct(lost, o.sent)
-        ));
+        meta.warn(
+            sonde_report::WarningCode::Loss,
+            format!(
+                "{lost} of {} messages got no reply ({:.3}% loss)",
+                o.sent,
+                pct(lost, o.sent)
+            ),
+        );
     }
     if o.late_sends > 0 {
-        meta.warnings.push(format!(
+        meta.warn(sonde_report::WarningCode::LateSends, format!(
             "{} sends left more than 1 ms after their scheduled time: the client could not keep --rate; their RTT counts from the schedule",
             o.late_sends
         ));
     }
     if s.samples == 0 {
-        meta.warnings
-            .push("no RTT sample was taken after the warm-up".into());
+        meta.warn(
+            WarningCode::TooFewSamples,
+            "no RTT sample was taken after the warm-up".into(),
+        );
     }
     // The inner view (`--timestamps`, `--one-way`, `--full-log`), each with its warnings.
-    let socket_rtt = crate::inner::socket_rtt(o, &mut meta.warnings);
-    let one_way = crate::inner::one_way(o, run.elapsed_ns, &mut meta.warnings);
-    let full_log = crate::inner::full_log(o, &mut meta.warnings);
+    let mut inner_warnings = Vec::new();
+    let socket_rtt = crate::inner::socket_rtt(o, &mut inner_warnings);
+    let one_way = crate::inner::one_way(o, run.elapsed_ns, &mut inner_warnings);
+    let full_log = crate::inner::full_log(o, &mut inner_warnings);
+    meta.warn_all(inner_warnings);
     LatencyResult {
         meta,
         protocol: protocol(opt.protocol),
@@ -413,10 +450,13 @@ pub(crate) fn throughput(
     let lost = if udp { sum(|s| s.lost) } else { None };
     let sent_packets: u64 = streams.iter().map(|s| s.sender.packets).sum();
     if let Some(l) = lost.filter(|&l| l > 0) {
-        meta.warnings.push(format!(
-            "{l} of {sent_packets} datagrams were lost ({:.3}%)",
-            pct(l, sent_packets)
-        ));
+        meta.warn(
+            sonde_report::WarningCode::Loss,
+            format!(
+                "{l} of {sent_packets} datagrams were lost ({:.3}%)",
+                pct(l, sent_packets)
+            ),
+        );
     }
     if udp && opt.bitrate > 0 {
         let per_direction = if opt.direction == Direction::Bidir {
@@ -426,7 +466,7 @@ pub(crate) fn throughput(
         };
         let target_bps = opt.bitrate as f64 * per_direction;
         if sender.bits_per_second < target_bps * 0.95 {
-            meta.warnings.push(format!(
+            meta.warn(sonde_report::WarningCode::SenderLimited, format!(
                 "the senders reached {:.1} Mbit/s of the {:.1} Mbit/s asked: the sending host is the limit",
                 sender.bits_per_second / 1e6,
                 target_bps / 1e6
@@ -434,7 +474,10 @@ pub(crate) fn throughput(
         }
     }
     if receiver.bytes == 0 {
-        meta.warnings.push("nothing was received".into());
+        meta.warn(
+            sonde_report::WarningCode::NothingReceived,
+            "nothing was received".into(),
+        );
     }
     ThroughputResult {
         meta,
@@ -506,7 +549,7 @@ pub(crate) fn pps(target: &Target, opt: &PpsOptions, run: &BulkRun) -> PpsResult
     let received: u64 = flows.iter().map(|f| f.received).sum();
     let lost: u64 = flows.iter().map(|f| f.lost).sum();
     if lost > 0 {
-        meta.warnings.push(format!(
+        meta.warn(sonde_report::WarningCode::Loss, format!(
             "{lost} of {sent} datagrams were lost ({:.2}%): at full rate the usual place is the receiver's socket buffer or NIC queue; received_pps is what got through",
             pct(lost, sent)
         ));

@@ -95,6 +95,8 @@ pub(crate) struct LatencyRun {
     pub(crate) report: AgentReport,
     /// Both ends' configuration and this end's CPU cost.
     pub(crate) context: Context,
+    /// Stopped early by the caller's interrupt flag.
+    pub(crate) interrupted: bool,
 }
 
 /// One client data channel's outcome.
@@ -123,6 +125,8 @@ pub(crate) struct BulkRun {
     pub(crate) client_tcp_info: Vec<Option<TcpInfoStats>>,
     /// Both ends' configuration and this end's CPU cost.
     pub(crate) context: Context,
+    /// Stopped early by the caller's interrupt flag.
+    pub(crate) interrupted: bool,
 }
 
 /// This end's CPU cost from its meter and its data loops' counters (see
@@ -467,6 +471,7 @@ pub(crate) fn run_latency(
     target: &Target,
     spec: &TestSpec,
     opt: &LatencyOptions,
+    interrupt: &AtomicBool,
 ) -> Result<LatencyRun, ClientError> {
     let mut c = connect(target, spec)?;
     let warmup_ns = u64::try_from(opt.warmup.as_nanos()).unwrap_or(u64::MAX);
@@ -483,21 +488,39 @@ pub(crate) fn run_latency(
         count: opt.count,
     };
     let stop = AtomicBool::new(false);
-    let (outcome, elapsed_ns, client_cpu) = metered_latency(spec.msg_size, |meter| {
-        let clock = Clock::start();
-        // The ping loop, with the inner view (log, timestamps, one-way clock sync) when asked.
-        let outcome = crate::inner::ping(
-            &mut c.ctrl,
-            &mut c.body,
-            &c.channels[0],
-            &cfg,
-            opt,
-            &clock,
-            &stop,
-            meter,
-        )?;
-        Ok((outcome, clock.now_ns()))
-    })?;
+    let ping_done = AtomicBool::new(false);
+    let measured = thread::scope(|scope| {
+        // The caller's interrupt stops the loop as its own end would: what it measured stands.
+        // (The loops raise `stop` themselves too, so it is not the caller's flag.)
+        scope.spawn(|| {
+            while !ping_done.load(Ordering::Relaxed) {
+                if interrupt.load(Ordering::Relaxed) {
+                    stop.store(true, Ordering::Relaxed);
+                    return;
+                }
+                thread::sleep(INTERRUPT_POLL);
+            }
+        });
+        let r = metered_latency(spec.msg_size, |meter| {
+            let clock = Clock::start();
+            // The ping loop, with the inner view (log, timestamps, one-way clock sync) when asked.
+            let outcome = crate::inner::ping(
+                &mut c.ctrl,
+                &mut c.body,
+                &c.channels[0],
+                &cfg,
+                opt,
+                &clock,
+                &stop,
+                meter,
+            )?;
+            Ok((outcome, clock.now_ns()))
+        });
+        ping_done.store(true, Ordering::Relaxed);
+        r
+    });
+    let (outcome, elapsed_ns, client_cpu) = measured?;
+    let interrupted = interrupt.load(Ordering::Relaxed);
     c.context.client_cpu = client_cpu;
     write_frame(&mut c.ctrl, &ControlMsg::Finish)?;
     let report = loop {
@@ -520,8 +543,12 @@ pub(crate) fn run_latency(
         elapsed_ns,
         report,
         context: c.context,
+        interrupted,
     })
 }
+
+/// How often a run looks at the caller's interrupt flag.
+const INTERRUPT_POLL: Duration = Duration::from_millis(20);
 
 enum Event {
     Control(Result<ControlMsg, ControlError>),
@@ -536,6 +563,7 @@ enum Event {
 pub(crate) fn run_bulk(
     target: &Target,
     spec: &TestSpec,
+    interrupt: &AtomicBool,
     on_interval: &mut dyn FnMut(&IntervalResult),
 ) -> Result<BulkRun, ClientError> {
     let mut c = connect(target, spec)?;
@@ -619,6 +647,8 @@ pub(crate) fn run_bulk(
             channels: &c.channels,
             interval_tcp_info: Vec::new(),
             client_tcp_info: vec![None; n],
+            interrupt,
+            interrupted: false,
         };
         let r = go
             .map_err(ClientError::from)
@@ -648,6 +678,7 @@ pub(crate) fn run_bulk(
         interval_tcp_info: result.interval_tcp_info,
         client_tcp_info: result.client_tcp_info,
         context: c.context,
+        interrupted: result.interrupted,
     })
 }
 
@@ -716,6 +747,10 @@ struct Loop<'a> {
     channels: &'a [ClientChannel],
     interval_tcp_info: Vec<(u64, Vec<TcpInfoStats>)>,
     client_tcp_info: Vec<Option<TcpInfoStats>>,
+    /// The caller's interrupt flag (Ctrl-C, SIGTERM).
+    interrupt: &'a AtomicBool,
+    /// Seen: this host's senders were stopped and the agent told to finish.
+    interrupted: bool,
 }
 
 impl Loop<'_> {
@@ -743,6 +778,15 @@ impl Loop<'_> {
                 return Err(ClientError::Remote(
                     "the test overran its planned end".into(),
                 ));
+            }
+            if !self.interrupted && self.interrupt.load(Ordering::Relaxed) {
+                // Stop early as the planned end would: this host's senders stop and report
+                // (`SenderDone`), the agent stops its own streams (`Finish`) and reports.
+                self.interrupted = true;
+                for &i in self.senders {
+                    self.stops[i].store(true, Ordering::Relaxed);
+                }
+                write_frame(&mut lock(writer), &ControlMsg::Finish)?;
             }
             if self.grace_until.is_some_and(|g| now >= g) {
                 for &i in self.receivers {
@@ -948,6 +992,8 @@ mod tests {
             channels: &[],
             interval_tcp_info: Vec::new(),
             client_tcp_info: vec![None],
+            interrupt: &AtomicBool::new(false),
+            interrupted: false,
         };
         // Bytes arrive before the report and after it, and the receiver ends last.
         counters[0].add(1_000, 1);

@@ -16,7 +16,9 @@ fn meta(session: u64) -> Meta {
         session,
         overlapping_sessions: 0,
         warnings: Vec::new(),
+        warning_codes: Vec::new(),
         labels: Labels::new(),
+        interrupted: false,
         hosts: Hosts::default(),
         cpu: CpuCosts::default(),
     }
@@ -346,6 +348,7 @@ pub(crate) fn latency_with_warnings() -> TestResult {
             .to_owned(),
         "only 850 samples: p99 and above are not stated (\"-t\" longer?)".to_owned(),
     ];
+    r.meta.warning_codes = vec![WarningCode::OverlappingSessions, WarningCode::TooFewSamples];
     r.duration_ns = 1_034_000_000;
     r.warmup_ns = 0;
     r.warmup_samples = 0;
@@ -836,6 +839,7 @@ pub(crate) fn crr_ports_exhausted() -> TestResult {
          limit"
             .to_owned(),
     ];
+    m.warning_codes = vec![WarningCode::PortsExhausted];
     TestResult::Crr(CrrResult {
         meta: m,
         protocol: Protocol::Tcp,

@@ -68,10 +68,18 @@ pub struct Meta {
     pub overlapping_sessions: u32,
     /// Things the reader must know to trust the numbers (overlap, too few samples, loss...).
     pub warnings: Vec<String>,
+    /// What each of `warnings` is about, in the same order: a stable code a report can group
+    /// and count by. Add warnings with [`Meta::warn`], which keeps the two in step.
+    #[serde(default)]
+    pub warning_codes: Vec<WarningCode>,
     /// `--label KEY=VALUE`: the case this run measured (`{"path": "private"}`); `quick` adds
     /// `case`, a sweep the parameter and its value. Empty when none was given.
     #[serde(default)]
     pub labels: Labels,
+    /// Stopped before its time (Ctrl-C or SIGTERM): the figures cover what was measured until
+    /// then. Absent when the test ran its course.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
     /// Both ends' configuration: CPU, memory, OS and kernel, the interface the test used,
     /// TCP congestion control, socket buffer limits, sonde's version.
     #[serde(default)]
@@ -79,6 +87,90 @@ pub struct Meta {
     /// What the test cost each end in CPU.
     #[serde(default)]
     pub cpu: CpuCosts,
+}
+
+impl Meta {
+    /// Adds a warning: its code and its text, side by side.
+    pub fn warn(&mut self, code: WarningCode, text: String) {
+        self.warnings.push(text);
+        self.warning_codes.push(code);
+    }
+
+    /// Adds warnings gathered before the meta was made, in order.
+    pub fn warn_all(&mut self, warnings: impl IntoIterator<Item = (WarningCode, String)>) {
+        for (code, text) in warnings {
+            self.warn(code, text);
+        }
+    }
+
+    /// Takes out every warning with `code`.
+    pub fn remove_warnings(&mut self, code: WarningCode) {
+        let keep: Vec<bool> = self.warning_codes.iter().map(|&c| c != code).collect();
+        let mut i = 0;
+        self.warnings.retain(|_| {
+            let k = keep.get(i).copied().unwrap_or(true);
+            i += 1;
+            k
+        });
+        self.warning_codes.retain(|&c| c != code);
+    }
+}
+
+/// What a warning is about. The code is stable (a report groups and counts warnings by it); the
+/// text beside it in [`Meta::warnings`] says the details. New codes are added, none is renamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum WarningCode {
+    /// The agent ran other sessions during this one.
+    OverlappingSessions,
+    /// This host cannot measure the test's CPU cost.
+    ClientCpuUnknown,
+    /// The agent did not report its configuration (an older agent).
+    ServerConfigurationUnknown,
+    /// The agent did not report the test's CPU cost.
+    ServerCpuUnknown,
+    /// Too few samples for some percentiles: they are not stated.
+    TooFewSamples,
+    /// Messages or datagrams were lost.
+    Loss,
+    /// Open loop: sends left late; the client could not keep the rate.
+    LateSends,
+    /// The senders did not reach the rate asked: the sending host is the limit.
+    SenderLimited,
+    /// The receivers counted nothing.
+    NothingReceived,
+    /// crr: the client ran out of local ports.
+    PortsExhausted,
+    /// crr: the agent reported no count; the rate is the client's.
+    AgentCountMissing,
+    /// crr: the agent's and the client's counts differ.
+    CountsDiffer,
+    /// crr: no transaction completed.
+    NoTransaction,
+    /// The peer (an iperf3 or sockperf server) does not report a figure: it is null or 0.
+    PeerDoesNotReport,
+    /// Intervals were counted at this host, not at the receivers.
+    IntervalsCountedHere,
+    /// The iperf3 server ended the test in an unusual way.
+    UncleanEnd,
+    /// `--full-log`: the log does not hold every sample.
+    FullLogIncomplete,
+    /// `--timestamps`: kernel timestamps missing or inconsistent for some or all samples.
+    KernelTimestamps,
+    /// `--one-way`: some or all one-way figures could not be computed.
+    OneWayIncomplete,
+    /// `--one-way`: the clock estimate is too uncertain to split the directions.
+    OneWayUncertain,
+    /// load: the load stopped before the loaded probes ended.
+    LoadEndedEarly,
+    /// load: the load's receivers counted nothing.
+    NoLoad,
+    /// Stopped before its time (Ctrl-C, SIGTERM).
+    Interrupted,
+    /// A code this version does not know (from a newer sonde).
+    #[serde(other)]
+    Other,
 }
 
 /// Both ends' configuration. `null` for an end that cannot say: a peer that is not a sonde
@@ -1029,5 +1121,44 @@ mod context_tests {
         let v = serde_json::to_value(&t).unwrap();
         assert!(v["ssthresh_segments"].is_null());
         assert_eq!(v["cwnd_segments"], 10);
+    }
+}
+
+#[cfg(test)]
+mod warning_tests {
+    use super::*;
+
+    #[test]
+    fn warnings_and_their_codes_stay_in_step() {
+        let mut m = Meta {
+            sonde_version: String::new(),
+            timestamp_unix_ms: 0,
+            server: String::new(),
+            peer: Peer::Sonde,
+            session: 1,
+            overlapping_sessions: 1,
+            warnings: Vec::new(),
+            warning_codes: Vec::new(),
+            labels: Labels::new(),
+            interrupted: false,
+            hosts: Hosts::default(),
+            cpu: CpuCosts::default(),
+        };
+        m.warn(WarningCode::OverlappingSessions, "a".into());
+        m.warn_all([
+            (WarningCode::Loss, "b".to_owned()),
+            (WarningCode::OverlappingSessions, "c".to_owned()),
+        ]);
+        assert_eq!(m.warnings, ["a", "b", "c"]);
+        m.remove_warnings(WarningCode::OverlappingSessions);
+        assert_eq!(m.warnings, ["b"]);
+        assert_eq!(m.warning_codes, [WarningCode::Loss]);
+        let json = serde_json::to_value(&m).expect("serializes");
+        assert_eq!(json["warning_codes"], serde_json::json!(["loss"]));
+        // A code from a newer sonde still reads.
+        let mut newer = json;
+        newer["warning_codes"] = serde_json::json!(["from_the_future"]);
+        let back: Meta = serde_json::from_value(newer).expect("reads");
+        assert_eq!(back.warning_codes, [WarningCode::Other]);
     }
 }

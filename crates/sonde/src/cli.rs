@@ -20,7 +20,9 @@ Exit codes:
        iperf3/sockperf server the URL names, UDP blocked, no reply)
     4  the server refused the test (busy, over its limits, other protocol version,
        no or wrong shared secret)
-  130  interrupted (Ctrl-C; the agent ends the session on its side)"
+  130  interrupted (Ctrl-C; the agent ends the session on its side; latency,
+       throughput, pps, crr and load print and save what they measured until then)
+  143  a test stopped by SIGTERM (as for 130)"
     };
 }
 pub(crate) use exit_codes;
@@ -113,6 +115,9 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
 pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
     if let Some(c) = e.downcast_ref::<sonde_client::ClientError>() {
         return c.exit_code();
+    }
+    if let Some(i) = e.downcast_ref::<crate::interrupt::Interrupted>() {
+        return i.exit_code();
     }
     if e.downcast_ref::<crate::units::BadValue>().is_some() {
         return 2;

@@ -100,9 +100,12 @@ fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
         timeout: opt.timeout,
         interval: opt.interval.filter(|d| !d.is_zero()),
     };
+    let interrupt = crate::interrupt::install();
+    interrupt.check()?;
     let progress = Progress::start(&format!("crr {}", target.label), opt.time);
-    let result = sonde_client::crr(&target, &options);
+    let result = sonde_client::crr_interruptible(&target, &options, interrupt.flag());
     drop(progress);
     let mut m = crate::save::Measured::from(TestResult::Crr(result?));
-    saver.print_and_save(opt.output, &mut m)
+    saver.print_and_save(opt.output, &mut m)?;
+    interrupt.check()
 }

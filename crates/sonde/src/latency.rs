@@ -1,6 +1,7 @@
 //! `sonde latency`: round-trip time.
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use clap::Args;
@@ -203,11 +204,14 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
     let target = opt.secret.resolve(&opt.host)?;
     let options = opt.options(opt.protocol(Protocol::Tcp));
     let label = format!("latency {}", target.label);
+    let interrupt = crate::interrupt::install();
+    interrupt.check()?;
     let progress = Progress::start(&label, opt.expected());
-    let result = sonde_client::latency_measured(&target, &options);
+    let result = sonde_client::latency_measured(&target, &options, interrupt.flag());
     drop(progress);
     let mut m = Measured::from(result?);
-    saver.print_and_save(opt.output, &mut m)
+    saver.print_and_save(opt.output, &mut m)?;
+    interrupt.check()
 }
 
 /// `--sweep`: one test per value, against a sonde agent or a sockperf server.
@@ -241,7 +245,7 @@ fn run_sweep(opt: &Opt, sweep: &Sweep, saver: &mut Saver) -> anyhow::Result<()> 
             let result = if sockperf.is_some() {
                 sonde_client::sockperf::latency_measured(&target, &o)
             } else {
-                sonde_client::latency_measured(&target, &o)
+                sonde_client::latency_measured(&target, &o, &AtomicBool::new(false))
             };
             result.map(Measured::from)
         },

@@ -109,9 +109,12 @@ fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
         },
         ramp: opt.ramp,
     };
+    let interrupt = crate::interrupt::install();
+    interrupt.check()?;
     let progress = Progress::start(&format!("load {}", target.label), options.expected());
-    let result = sonde_client::latency_under_load_measured(&target, &options);
+    let result = sonde_client::latency_under_load_measured(&target, &options, interrupt.flag());
     drop(progress);
     let mut m = crate::save::Measured::from(result?);
-    saver.print_and_save(opt.output, &mut m)
+    saver.print_and_save(opt.output, &mut m)?;
+    interrupt.check()
 }

@@ -76,9 +76,12 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         })?;
         return saver.print(opt.output, &doc);
     }
+    let interrupt = crate::interrupt::install();
+    interrupt.check()?;
     let progress = Progress::start(&format!("pps {}", target.label), opt.time);
-    let result = sonde_client::pps(&target, &options);
+    let result = sonde_client::pps_interruptible(&target, &options, interrupt.flag());
     drop(progress);
     let mut m = Measured::from(TestResult::Pps(result?));
-    saver.print_and_save(opt.output, &mut m)
+    saver.print_and_save(opt.output, &mut m)?;
+    interrupt.check()
 }

@@ -75,17 +75,21 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         duration: t,
         ..ThroughputOptions::default()
     };
+    // Ctrl-C ends quick as it always did (at once, exit 130).
+    let never = std::sync::atomic::AtomicBool::new(false);
     let cases: [Case<'_>; 6] = [
         (
             "tcp latency",
             Box::new(|| {
-                sonde_client::latency_measured(&target, &latency(Protocol::Tcp)).map(Measured::from)
+                sonde_client::latency_measured(&target, &latency(Protocol::Tcp), &never)
+                    .map(Measured::from)
             }),
         ),
         (
             "udp latency",
             Box::new(|| {
-                sonde_client::latency_measured(&target, &latency(Protocol::Udp)).map(Measured::from)
+                sonde_client::latency_measured(&target, &latency(Protocol::Udp), &never)
+                    .map(Measured::from)
             }),
         ),
         (

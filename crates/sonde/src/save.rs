@@ -271,7 +271,7 @@ impl Saver {
             server: Some(indexed.server),
             labels: &labels,
             group: self.group,
-            interrupted: false,
+            interrupted: indexed.interrupted,
             headline: indexed.headline,
             document: &document,
             histograms: &m.histograms,
@@ -328,6 +328,7 @@ struct Indexed<'a> {
     protocol: Option<&'static str>,
     server: &'a str,
     labels: &'a Labels,
+    interrupted: bool,
     headline: Headline,
 }
 
@@ -357,6 +358,7 @@ impl<'a> Indexed<'a> {
                 protocol: Some(protocol(r.protocol)),
                 server: &r.meta.server,
                 labels: &r.meta.labels,
+                interrupted: r.meta.interrupted,
                 headline: rtt(r),
             },
             TestResult::Throughput(r) => Self {
@@ -365,6 +367,7 @@ impl<'a> Indexed<'a> {
                 protocol: Some(protocol(r.protocol)),
                 server: &r.meta.server,
                 labels: &r.meta.labels,
+                interrupted: r.meta.interrupted,
                 headline: Headline {
                     bits_per_second: Some(r.receiver.bits_per_second),
                     loss_percent: r.loss_percent,
@@ -377,6 +380,7 @@ impl<'a> Indexed<'a> {
                 protocol: Some(protocol(r.protocol)),
                 server: &r.meta.server,
                 labels: &r.meta.labels,
+                interrupted: r.meta.interrupted,
                 headline: Headline {
                     packets_per_second: Some(r.received_pps),
                     loss_percent: Some(r.loss_percent),
@@ -389,6 +393,7 @@ impl<'a> Indexed<'a> {
                 protocol: Some(protocol(r.protocol)),
                 server: &r.meta.server,
                 labels: &r.meta.labels,
+                interrupted: r.meta.interrupted,
                 headline: Headline {
                     connections_per_second: r.connections_per_second,
                     ..Headline::default()
@@ -401,6 +406,7 @@ impl<'a> Indexed<'a> {
                 protocol: Some(protocol(r.loaded.protocol)),
                 server: &r.loaded.meta.server,
                 labels: &r.labels,
+                interrupted: r.idle.meta.interrupted || r.loaded.meta.interrupted,
                 headline: Headline {
                     bits_per_second: Some(r.load.receiver.bits_per_second),
                     ..rtt(&r.loaded)

@@ -105,6 +105,8 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
     }
     let target = opt.secret.resolve(&opt.host)?;
     let options = options(opt);
+    let interrupt = crate::interrupt::install();
+    interrupt.check()?;
     let progress = Progress::start(&format!("throughput {}", target.label), opt.time);
     // Live interval lines go above the progress bar on a terminal, else to stdout as they
     // come; the final table (or JSON, CSV) holds every interval once more, aligned.
@@ -112,10 +114,12 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         opt.output
             .live_interval(&progress, &sonde_report::render::interval_line(iv), iv);
     };
-    let result = sonde_client::throughput(&target, &options, &mut live);
+    let result =
+        sonde_client::throughput_interruptible(&target, &options, interrupt.flag(), &mut live);
     drop(progress);
     let mut m = Measured::from(TestResult::Throughput(result?));
-    saver.print_and_save(opt.output, &mut m)
+    saver.print_and_save(opt.output, &mut m)?;
+    interrupt.check()
 }
 
 /// Set by Ctrl-C (or SIGTERM) during an iperf3 test, so the client can tell the server.

@@ -110,6 +110,28 @@ fn assert_valid(doc: &Value) {
     if let Err(e) = serde_json::from_value::<sonde_report::TestResult>(doc.clone()) {
         panic!("the document does not read back as a TestResult: {e}\n{doc:#}");
     }
+    assert_warnings_coded(doc);
+}
+
+/// Every run in `doc` (nested ones too) has a code for each warning.
+fn assert_warnings_coded(doc: &Value) {
+    match doc {
+        Value::Object(m) => {
+            if let Some(Value::Array(w)) = m.get("warnings") {
+                if m.contains_key("session") {
+                    let codes = m.get("warning_codes").and_then(Value::as_array);
+                    assert_eq!(
+                        codes.map(Vec::len),
+                        Some(w.len()),
+                        "a code per warning: {doc:#}"
+                    );
+                }
+            }
+            m.values().for_each(assert_warnings_coded);
+        }
+        Value::Array(a) => a.iter().for_each(assert_warnings_coded),
+        _ => {}
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

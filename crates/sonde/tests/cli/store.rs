@@ -745,3 +745,192 @@ fn json_stream_writes_each_interval_then_the_document() {
         assert_eq!(live, last, "interval {i}");
     }
 }
+
+/// Sends `signal` to a child process.
+fn signal(child: &std::process::Child, signal: &str) {
+    let status = StdCommand::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+}
+
+#[test]
+fn ctrl_c_during_throughput_prints_and_saves_what_was_measured_and_exits_130() {
+    use std::io::{BufRead, BufReader, Read};
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+        .args([
+            "throughput",
+            &agent.target(),
+            "-t",
+            "20",
+            "-i",
+            "0.2",
+            "--json-stream",
+        ])
+        .args(["--db", path_str(&db)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    // The first interval is counted: the test is under way.
+    let mut first = String::new();
+    out.read_line(&mut first).expect("read");
+    assert!(first.contains("\"interval\""), "{first}");
+    signal(&child, "-INT");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).expect("read");
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted by Ctrl-C"), "{stderr}");
+    let end: Value =
+        serde_json::from_str(rest.lines().last().expect("an end event")).expect("json");
+    assert_eq!(end["event"], "end");
+    let doc = &end["data"];
+    super::assert_valid(doc);
+    assert_eq!(doc["interrupted"], true);
+    assert!(u(doc, "/receiver/bytes") > 0, "what was measured is there");
+    assert!(
+        u(doc, "/receiver/duration_ns") < u(doc, "/duration_ns"),
+        "stopped before its planned end"
+    );
+    assert!(super::arr(doc, "/warnings")
+        .iter()
+        .any(|w| w.as_str().is_some_and(|w| w.contains("interrupted"))));
+    let runs = stored(&db);
+    assert_eq!(runs.len(), 1);
+    assert!(runs[0].summary.interrupted);
+    let stored: Value = serde_json::from_str(&runs[0].document).expect("json");
+    assert_eq!(&stored, doc);
+}
+
+#[test]
+fn sigterm_during_latency_prints_the_table_saves_it_and_exits_143() {
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    let child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+        .args(["latency", &agent.target(), "-t", "20", "--warmup", "0"])
+        .args(["--db", path_str(&db)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Latency prints nothing while it runs; the handlers are in place long before this.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    signal(&child, "-TERM");
+    let output = child.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(143), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("sonde 0.1.0 latency:"), "{stdout}");
+    assert!(
+        stdout.contains("interrupted before its planned end"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
+    let runs = stored(&db);
+    assert_eq!(runs.len(), 1);
+    assert!(runs[0].summary.interrupted);
+    let doc: Value = serde_json::from_str(&runs[0].document).expect("json");
+    assert_eq!(doc["interrupted"], true);
+    assert!(u(&doc, "/samples") > 0, "{doc:#}");
+    assert!(u(&doc, "/duration_ns") < 20_000_000_000, "{doc:#}");
+}
+
+#[test]
+fn ctrl_c_during_pps_crr_and_load_prints_and_saves_what_was_measured() {
+    let agent = server(&[]);
+    let target = agent.target();
+    for test in ["pps", "crr", "load"] {
+        let (_dir, db) = temp_db();
+        let child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+            .args([test, &target, "-t", "20", "--json", "--db", path_str(&db)])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        // These print nothing while they run; the handlers are in place long before this.
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        signal(&child, "-INT");
+        let output = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(130), "{test}: {stderr}");
+        let doc: Value = serde_json::from_slice(&output.stdout).expect("the result is printed");
+        super::assert_valid(&doc);
+        let runs = stored(&db);
+        assert_eq!(runs.len(), 1, "{test}");
+        assert!(runs[0].summary.interrupted, "{test}");
+        let marked = if test == "load" { &doc["idle"] } else { &doc };
+        assert_eq!(marked["interrupted"], true, "{test}: {doc:#}");
+    }
+}
+
+/// The first schema (version 1) as the first sonde with a results database wrote it: frozen
+/// here, so that a change to the migrations that would strand such a file fails this test.
+const SCHEMA_V1: &str = "
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY, time_unix_ms INTEGER NOT NULL, test TEXT NOT NULL,
+        protocol TEXT, server TEXT, rtt_mean_ns REAL, rtt_p50_ns INTEGER, rtt_p99_ns INTEGER,
+        rtt_p9999_ns INTEGER, bits_per_second REAL, packets_per_second REAL,
+        connections_per_second REAL, loss_percent REAL, document TEXT NOT NULL);
+    CREATE INDEX runs_time ON runs (time_unix_ms);
+    CREATE INDEX runs_test ON runs (test, time_unix_ms);
+    CREATE TABLE labels (
+        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, key TEXT NOT NULL,
+        value TEXT NOT NULL, PRIMARY KEY (run_id, key)) WITHOUT ROWID;
+    CREATE INDEX labels_key_value ON labels (key, value);
+    CREATE TABLE histograms (
+        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, name TEXT NOT NULL,
+        encoding TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (run_id, name)) WITHOUT ROWID;
+    PRAGMA application_id = 1397638213;
+    PRAGMA user_version = 1;
+";
+
+#[test]
+fn a_database_of_an_older_schema_is_migrated_and_keeps_its_runs() {
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    let old = rusqlite::Connection::open(&db).expect("create");
+    old.execute_batch(SCHEMA_V1).expect("the version 1 schema");
+    old.execute(
+        "INSERT INTO runs (time_unix_ms, test, protocol, server, rtt_p50_ns, document)
+         VALUES (1000, 'latency', 'tcp', '198.18.0.2:5300', 41000, '{\"old\":true}')",
+        [],
+    )
+    .expect("an old run");
+    old.execute("INSERT INTO labels VALUES (1, 'path', 'private')", [])
+        .expect("its label");
+    drop(old);
+    assert_eq!(sonde_store::APPLICATION_ID, 1_397_638_213);
+
+    // A new run lands in the old file, which now has the current schema.
+    run_ok(&["pps", &agent.target(), "-t", "0.2", "--db", path_str(&db)]);
+    let store = Store::open_existing(&db).expect("open");
+    assert_eq!(
+        store.schema_version().expect("version"),
+        sonde_store::SCHEMA_VERSION
+    );
+    let list: Value = serde_json::from_str(&results(&db, &["--json"])).expect("json");
+    let ids: Vec<u64> = list
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|r| u(r, "/id"))
+        .collect();
+    assert_eq!(
+        ids,
+        [2, 1],
+        "the old run is still there, the new one after it"
+    );
+    assert_eq!(list[1]["labels"], serde_json::json!({ "path": "private" }));
+    assert_eq!(list[1]["rtt_p50_ns"], 41_000);
+    assert!(list[1]["group"].is_null());
+    assert_eq!(results(&db, &["show", "1", "--json"]), "{\"old\":true}");
+}
