@@ -276,8 +276,8 @@ pub(crate) fn rusage(thread: bool) -> io::Result<crate::cpu::CpuSnapshot> {
     Ok(crate::cpu::CpuSnapshot {
         user: time(usage.ru_utime),
         system: time(usage.ru_stime),
-        voluntary_switches: u64::try_from(usage.ru_nvcsw).unwrap_or(0),
-        involuntary_switches: u64::try_from(usage.ru_nivcsw).unwrap_or(0),
+        voluntary_switches: u64::try_from(usage.ru_nvcsw).ok(),
+        involuntary_switches: u64::try_from(usage.ru_nivcsw).ok(),
     })
 }
 
