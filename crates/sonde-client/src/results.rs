@@ -441,6 +441,11 @@ pub(crate) fn throughput(
             ));
         }
     }
+    if !udp && run.context.agent && streams.iter().any(|s| s.tcp_info.is_none()) {
+        meta.warnings.push(
+            "a sending end's platform has no TCP_INFO (Windows, macOS): retransmits and tcp_info are null for the streams it sent".into(),
+        );
+    }
     if receiver.bytes == 0 {
         meta.warnings.push("nothing was received".into());
     }
