@@ -80,6 +80,11 @@ pub(crate) fn batch_unsupported(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ENOSYS)
 }
 
+/// A UDP socket's report of an ICMP port unreachable for an earlier datagram (`ECONNREFUSED`).
+pub(crate) fn port_unreachable(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::ConnectionRefused
+}
+
 /// True for `ENOBUFS`: a full device queue or qdisc dropped the datagram. Worth retrying.
 pub(crate) fn no_buffer_space(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ENOBUFS)

@@ -35,6 +35,6 @@ pub(crate) use portable::*;
 mod windows;
 #[cfg(windows)]
 pub(crate) use windows::{
-    gso_refused, monotonic_ns, no_buffer_space, rusage, send_segments, MAX_GSO_BYTES,
-    MAX_GSO_SEGMENTS,
+    gso_refused, monotonic_ns, no_buffer_space, port_unreachable, rusage, send_segments,
+    MAX_GSO_BYTES, MAX_GSO_SEGMENTS,
 };
