@@ -96,7 +96,7 @@ const STOP_POLL: Duration = Duration::from_millis(50);
 /// thread that feeds a session's event loop.
 ///
 /// The thread that owns the session ends the reader by raising `stop`: it is seen within
-/// [`STOP_POLL`] between frames (a frame being read is read whole). Shutting the socket's read
+/// 50 ms between frames (a frame being read is read whole). Shutting the socket's read
 /// side does not do this portably: on Windows `shutdown(SD_RECEIVE)` does not wake a blocked
 /// `recv`, and resets the connection if the peer sends anything more.
 pub fn forward_frames(
