@@ -402,13 +402,15 @@ impl<'a> Test<'a> {
         let until_ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
         let hard_deadline = Instant::now() + duration + OVERRUN;
         let mut intervals_out: Vec<IntervalStats> = Vec::new();
+        let reader_stop = AtomicBool::new(false);
 
         let result = thread::scope(|scope| {
             let ctrl_tx = tx.clone();
             let cpu = &self.cpu;
+            let reader_stop = &reader_stop;
             scope.spawn(move || {
                 let _counted = cpu.track();
-                forward_frames(reader, hard_deadline, |m| {
+                forward_frames(reader, hard_deadline, reader_stop, |m| {
                     ctrl_tx.send(Event::Control(m)).is_ok()
                 });
             });
@@ -447,8 +449,8 @@ impl<'a> Test<'a> {
             if let Some(r) = reporter {
                 intervals_out = r.join().unwrap_or_default();
             }
-            // Unblock the control reader.
-            let _ = lock(&writer).shutdown(std::net::Shutdown::Read);
+            // End the control reader (not by shutting the read side: see forward_frames).
+            reader_stop.store(true, Ordering::Relaxed);
             result
         });
         match result {

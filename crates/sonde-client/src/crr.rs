@@ -15,7 +15,7 @@
 //! (`sonde_net::crr::SharedCrrIntervals`); the intervals end where the workers did.
 
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -255,9 +255,11 @@ fn run(
     let stop = AtomicBool::new(false);
     let meter = ThreadsMeter::start();
     let (tx, rx) = mpsc::channel::<Event>();
+    let reader_stop = AtomicBool::new(false);
     let outcome = thread::scope(|scope| {
+        let reader_stop = &reader_stop;
         scope.spawn(move || {
-            forward_frames(reader, hard_deadline, |m| {
+            forward_frames(reader, hard_deadline, reader_stop, |m| {
                 tx.send(Event::Control(m)).is_ok()
             });
         });
@@ -332,7 +334,8 @@ fn run(
                 finish(&mut writer, &rx).map(|report| (stats, elapsed_ns, workers_end_ns, report))
             }
         };
-        // Unblock the control reader.
+        // End the control reader (the flag: a shut socket does not wake it on Windows).
+        reader_stop.store(true, Ordering::Relaxed);
         let _ = writer.shutdown(Shutdown::Both);
         result
     });

@@ -604,13 +604,43 @@ fn unexpected(b: u8, due: &str) -> ClientError {
 fn server_error_text(code: i32, errno: i32) -> String {
     let msg = wire::error_message(code);
     if errno != 0 && wire::error_has_os_errno(code) {
-        let os = io::Error::from_raw_os_error(errno).to_string();
-        // std adds " (os error N)"; iperf3 prints strerror's text alone.
-        let os = os.split(" (os error").next().unwrap_or(&os);
-        format!("{msg}: {os}")
+        format!("{msg}: {}", strerror(errno))
     } else {
         msg.to_owned()
     }
+}
+
+/// `strerror(errno)` for an errno the server sent: this host's text where errno numbers are
+/// POSIX's (std adds " (os error N)", which iperf3 does not print).
+#[cfg(unix)]
+fn strerror(errno: i32) -> String {
+    let os = io::Error::from_raw_os_error(errno).to_string();
+    os.split(" (os error").next().unwrap_or(&os).to_owned()
+}
+
+/// On Windows an OS error number means a Windows error (22 is "Bad command"), but an iperf3
+/// server sends its own errno, nearly always Linux's: glibc's text for the errnos iperf3's
+/// socket-option and setup errors carry, else the number.
+#[cfg(not(unix))]
+fn strerror(errno: i32) -> String {
+    let text = match errno {
+        1 => "Operation not permitted",
+        2 => "No such file or directory",
+        12 => "Cannot allocate memory",
+        13 => "Permission denied",
+        22 => "Invalid argument",
+        24 => "Too many open files",
+        90 => "Message too long",
+        92 => "Protocol not available",
+        95 => "Operation not supported",
+        98 => "Address already in use",
+        99 => "Cannot assign requested address",
+        104 => "Connection reset by peer",
+        105 => "No buffer space available",
+        111 => "Connection refused",
+        _ => return format!("errno {errno}"),
+    };
+    text.to_owned()
 }
 
 // ---------------------------------------------------------------------------------------------

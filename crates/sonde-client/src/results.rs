@@ -96,6 +96,15 @@ pub(crate) fn add_context(
             "this host cannot measure the test's CPU cost (no per-thread getrusage here): cpu.client is null".into(),
         );
     }
+    for (side, c) in [("client", &meta.cpu.client), ("server", &meta.cpu.server)] {
+        if c.as_ref()
+            .is_some_and(|c| c.voluntary_context_switches.is_none())
+        {
+            meta.warnings.push(format!(
+                "the {side}'s platform does not count context switches per thread (Windows): cpu.{side}.voluntary_context_switches and involuntary_context_switches are null"
+            ));
+        }
+    }
     if ctx.agent && ctx.server_host.is_none() {
         meta.warn(sonde_report::WarningCode::ServerConfigurationUnknown,
             "the agent did not report its configuration (an older sonde agent?): hosts.server is null".into(),
@@ -473,6 +482,11 @@ pub(crate) fn throughput(
             ));
         }
     }
+    if !udp && run.context.agent && streams.iter().any(|s| s.tcp_info.is_none()) {
+        meta.warnings.push(
+            "a sending end's platform has no TCP_INFO (Windows, macOS): retransmits and tcp_info are null for the streams it sent".into(),
+        );
+    }
     if receiver.bytes == 0 {
         meta.warn(
             sonde_report::WarningCode::NothingReceived,
@@ -594,6 +608,8 @@ mod context_tests {
             client_cpu: Some(sonde_wire::CpuReport {
                 wall_ns: 1_000,
                 user_ns: 500,
+                voluntary_switches: Some(0),
+                involuntary_switches: Some(0),
                 ..sonde_wire::CpuReport::default()
             }),
         };
@@ -618,7 +634,11 @@ mod context_tests {
             server_host: Some(sonde_wire::HostInfo::default()),
             ..Context::default()
         };
-        let cpu = sonde_wire::CpuReport::default();
+        let cpu = sonde_wire::CpuReport {
+            voluntary_switches: Some(3),
+            involuntary_switches: Some(0),
+            ..sonde_wire::CpuReport::default()
+        };
         let mut m = meta(&target(), SessionId(1), 0, 0);
         add_context(&mut m, &ctx, Some(&cpu));
         assert_eq!(m.cpu.client, None);
@@ -630,5 +650,41 @@ mod context_tests {
         add_context(&mut m, &Context::default(), None);
         assert_eq!((m.cpu.client.clone(), m.cpu.server.clone()), (None, None));
         assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+    }
+
+    /// A Windows end measures CPU time but no context switches: they are null with a
+    /// warning that names the side, never 0.
+    #[test]
+    fn switches_a_platform_does_not_count_are_null_with_a_warning() {
+        let windows = sonde_wire::CpuReport {
+            wall_ns: 1_000,
+            user_ns: 500,
+            ..sonde_wire::CpuReport::default()
+        };
+        let ctx = Context {
+            agent: true,
+            server_host: Some(sonde_wire::HostInfo::default()),
+            client_cpu: Some(sonde_wire::CpuReport {
+                voluntary_switches: Some(4),
+                involuntary_switches: Some(1),
+                ..windows
+            }),
+            ..Context::default()
+        };
+        let mut m = meta(&target(), SessionId(1), 0, 0);
+        add_context(&mut m, &ctx, Some(&windows));
+        let server = m.cpu.server.as_ref().unwrap();
+        assert_eq!(server.percent_of_one_core, Some(50.0));
+        assert_eq!(
+            (
+                server.voluntary_context_switches,
+                server.involuntary_context_switches
+            ),
+            (None, None)
+        );
+        let client = m.cpu.client.as_ref().unwrap();
+        assert_eq!(client.voluntary_context_switches, Some(4));
+        assert_eq!(m.warnings.len(), 1, "{:?}", m.warnings);
+        assert!(m.warnings[0].contains("cpu.server.voluntary_context_switches"));
     }
 }

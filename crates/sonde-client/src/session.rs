@@ -592,12 +592,14 @@ pub(crate) fn run_bulk(
         .filter(|&i| spec.client_sends(index_u32(i)))
         .collect();
 
+    let reader_stop = AtomicBool::new(false);
     let result = thread::scope(|scope| {
         let ctrl_tx = tx.clone();
         let meter = &meter;
+        let reader_stop = &reader_stop;
         scope.spawn(move || {
             let _counted = meter.track();
-            forward_frames(reader, hard_deadline, |m| {
+            forward_frames(reader, hard_deadline, reader_stop, |m| {
                 ctrl_tx.send(Event::Control(m)).is_ok()
             });
         });
@@ -656,6 +658,8 @@ pub(crate) fn run_bulk(
         for s in &stops {
             s.store(true, Ordering::Relaxed);
         }
+        // End the control reader (the flag: a shut socket does not wake it on Windows).
+        reader_stop.store(true, Ordering::Relaxed);
         let _ = crate::session::lock(&writer).shutdown(std::net::Shutdown::Both);
         r.map(|()| state)
     })?;

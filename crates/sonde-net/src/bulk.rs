@@ -380,7 +380,7 @@ pub fn udp_recv(
         counters.syscall();
         let n = match received {
             Ok(n) => n,
-            Err(e) if is_retry(&e) || e.kind() == io::ErrorKind::ConnectionRefused => continue,
+            Err(e) if is_retry(&e) || sys::port_unreachable(&e) => continue,
             Err(e) => return Err(e),
         };
         let now = clock.now_ns();
@@ -470,7 +470,7 @@ impl SendRun<'_> {
             thread::yield_now();
             return Ok(());
         }
-        if e.kind() == io::ErrorKind::ConnectionRefused {
+        if sys::port_unreachable(&e) {
             if self.now().is_none() {
                 return Ok(());
             }

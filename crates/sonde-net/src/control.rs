@@ -3,6 +3,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sonde_wire::{ControlMsg, Preamble, PREAMBLE_LEN};
@@ -87,20 +88,66 @@ pub fn read_frame(
     Ok(sonde_wire::decode_body(body)?)
 }
 
-/// Reads frames until the first error (the peer closing included) or `deadline`, handing each
-/// result to `forward`; stops early when `forward` returns false. For a reader thread that feeds
-/// a session's event loop.
+/// How often [`forward_frames`] looks at its stop flag while no frame is arriving.
+const STOP_POLL: Duration = Duration::from_millis(50);
+
+/// Reads frames until the first error (the peer closing included), `deadline`, or `stop`,
+/// handing each result to `forward`; stops early when `forward` returns false. For a reader
+/// thread that feeds a session's event loop.
+///
+/// The thread that owns the session ends the reader by raising `stop`: it is seen within
+/// 50 ms between frames (a frame being read is read whole). Shutting the socket's read
+/// side does not do this portably: on Windows `shutdown(SD_RECEIVE)` does not wake a blocked
+/// `recv`, and resets the connection if the peer sends anything more.
 pub fn forward_frames(
     mut stream: TcpStream,
     deadline: Instant,
+    stop: &AtomicBool,
     mut forward: impl FnMut(Result<ControlMsg, ControlError>) -> bool,
 ) {
     let mut body = Vec::new();
     loop {
-        let msg = read_frame(&mut stream, &mut body, deadline);
+        let msg = match wait_readable(&stream, deadline, stop) {
+            Ok(true) => read_frame(&mut stream, &mut body, deadline),
+            Ok(false) => return,
+            Err(e) => Err(e),
+        };
         let end = msg.is_err();
         if !forward(msg) || end {
             break;
+        }
+    }
+}
+
+/// Waits until `stream` has a byte to read or has been closed (`Ok(true)`), `stop` is raised
+/// (`Ok(false)`) or `deadline` passes. Consumes nothing: it peeks.
+fn wait_readable(
+    stream: &TcpStream,
+    deadline: Instant,
+    stop: &AtomicBool,
+) -> Result<bool, ControlError> {
+    let mut b = [0u8; 1];
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let Some(left) = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+        else {
+            return Err(ControlError::Timeout(Duration::ZERO));
+        };
+        stream.set_read_timeout(Some(left.min(STOP_POLL)))?;
+        match stream.peek(&mut b) {
+            Ok(_) => return Ok(true),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -113,4 +160,51 @@ pub fn write_frame(stream: &mut TcpStream, msg: &ControlMsg) -> Result<(), Contr
     stream.set_write_timeout(Some(Duration::from_secs(10)))?;
     stream.write_all(&buf)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+
+    /// The reader forwards what arrives, then ends when its owner raises `stop`, with the peer
+    /// still connected and silent and the deadline an hour away: the session does not wait for
+    /// its client to close (on Windows, shutting the read side does not wake the reader).
+    #[test]
+    fn a_reader_forwards_frames_and_ends_when_stopped() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        write_frame(&mut client, &ControlMsg::Go).unwrap();
+        let stop = AtomicBool::new(false);
+        let (tx, rx) = mpsc::channel();
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut got = Vec::new();
+                forward_frames(
+                    server,
+                    Instant::now() + Duration::from_secs(3600),
+                    &stop,
+                    |m| {
+                        got.push(m.map_err(|e| e.to_string()));
+                        true
+                    },
+                );
+                tx.send(()).unwrap();
+                got
+            });
+            // Nothing more arrives; the reader must still be waiting.
+            assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+            stop.store(true, Ordering::Relaxed);
+            rx.recv_timeout(Duration::from_secs(60))
+                .expect("the reader did not end after stop was raised");
+            let got = reader.join().unwrap();
+            assert!(
+                matches!(got.as_slice(), [Ok(ControlMsg::Go)]),
+                "forwarded {got:?}"
+            );
+        });
+        drop(client);
+    }
 }

@@ -68,10 +68,11 @@ pub struct CpuSnapshot {
     /// CPU time in the kernel on this process's (or thread's) behalf: system calls, and the
     /// network stack's work done in them.
     pub system: Duration,
-    /// Times the process (or thread) gave up the CPU to wait (a blocking read, a sleep).
-    pub voluntary_switches: u64,
-    /// Times it was preempted: it wanted to run on and was made to wait.
-    pub involuntary_switches: u64,
+    /// Times the process (or thread) gave up the CPU to wait (a blocking read, a sleep);
+    /// `None` where the platform does not count them (Windows).
+    pub voluntary_switches: Option<u64>,
+    /// Times it was preempted: it wanted to run on and was made to wait; `None` as above.
+    pub involuntary_switches: Option<u64>,
 }
 
 impl CpuSnapshot {
@@ -87,14 +88,15 @@ impl CpuSnapshot {
         CpuUsage {
             user: self.user.saturating_sub(earlier.user),
             system: self.system.saturating_sub(earlier.system),
-            voluntary_switches: self
-                .voluntary_switches
-                .saturating_sub(earlier.voluntary_switches),
-            involuntary_switches: self
-                .involuntary_switches
-                .saturating_sub(earlier.involuntary_switches),
+            voluntary_switches: since(self.voluntary_switches, earlier.voluntary_switches),
+            involuntary_switches: since(self.involuntary_switches, earlier.involuntary_switches),
         }
     }
+}
+
+/// `now - earlier`, saturating; unknown when either is.
+fn since(now: Option<u64>, earlier: Option<u64>) -> Option<u64> {
+    Some(now?.saturating_sub(earlier?))
 }
 
 /// CPU time and context switches over an interval: the difference of two [`CpuSnapshot`]s.
@@ -104,10 +106,10 @@ pub struct CpuUsage {
     pub user: Duration,
     /// CPU time in the kernel.
     pub system: Duration,
-    /// Voluntary context switches (waits).
-    pub voluntary_switches: u64,
-    /// Involuntary context switches (preemptions).
-    pub involuntary_switches: u64,
+    /// Voluntary context switches (waits); `None` where the platform does not count them.
+    pub voluntary_switches: Option<u64>,
+    /// Involuntary context switches (preemptions); `None` as above.
+    pub involuntary_switches: Option<u64>,
 }
 
 impl CpuUsage {
@@ -247,6 +249,8 @@ pub struct ThreadsMeter {
     system_ns: AtomicU64,
     voluntary_switches: AtomicU64,
     involuntary_switches: AtomicU64,
+    /// Set when a thread's context switches were not counted (Windows): the sums are unknown.
+    switches_unknown: AtomicBool,
     /// Set when a thread could not be measured: the sum would be short, so there is none.
     unmeasured: AtomicBool,
 }
@@ -260,6 +264,7 @@ impl ThreadsMeter {
             system_ns: AtomicU64::new(0),
             voluntary_switches: AtomicU64::new(0),
             involuntary_switches: AtomicU64::new(0),
+            switches_unknown: AtomicBool::new(false),
             unmeasured: AtomicBool::new(false),
         }
     }
@@ -294,12 +299,15 @@ impl ThreadsMeter {
             return None;
         }
         let ns = |a: &AtomicU64| Duration::from_nanos(a.load(Ordering::Relaxed));
+        let switches = |a: &AtomicU64| {
+            (!self.switches_unknown.load(Ordering::Relaxed)).then(|| a.load(Ordering::Relaxed))
+        };
         Some(CpuCost {
             usage: CpuUsage {
                 user: ns(&self.user_ns),
                 system: ns(&self.system_ns),
-                voluntary_switches: self.voluntary_switches.load(Ordering::Relaxed),
-                involuntary_switches: self.involuntary_switches.load(Ordering::Relaxed),
+                voluntary_switches: switches(&self.voluntary_switches),
+                involuntary_switches: switches(&self.involuntary_switches),
             },
             wall: self.wall_start.elapsed(),
         })
@@ -309,10 +317,13 @@ impl ThreadsMeter {
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         self.user_ns.fetch_add(ns(used.user), Ordering::Relaxed);
         self.system_ns.fetch_add(ns(used.system), Ordering::Relaxed);
-        self.voluntary_switches
-            .fetch_add(used.voluntary_switches, Ordering::Relaxed);
-        self.involuntary_switches
-            .fetch_add(used.involuntary_switches, Ordering::Relaxed);
+        match (used.voluntary_switches, used.involuntary_switches) {
+            (Some(v), Some(i)) => {
+                self.voluntary_switches.fetch_add(v, Ordering::Relaxed);
+                self.involuntary_switches.fetch_add(i, Ordering::Relaxed);
+            }
+            _ => self.switches_unknown.store(true, Ordering::Relaxed),
+        }
     }
 }
 
@@ -339,10 +350,33 @@ impl Drop for TrackedThread<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_os = "linux")]
     use std::hint::black_box;
+
+    /// A thread whose context switches were not counted (Windows) makes the meter's sums
+    /// unknown, not a short count and not 0, while its CPU time still counts.
+    #[test]
+    #[cfg(any(target_os = "linux", windows))]
+    fn a_thread_without_switch_counts_makes_the_sums_unknown() {
+        let meter = ThreadsMeter::start();
+        drop(meter.track());
+        let counted = meter.cost().unwrap();
+        assert!(counted.usage.voluntary_switches.is_some() || cfg!(windows));
+        drop(meter.track_from(Some(CpuSnapshot {
+            voluntary_switches: None,
+            involuntary_switches: None,
+            ..CpuSnapshot::take(CpuScope::Thread).unwrap()
+        })));
+        let cost = meter.cost().expect("CPU time is still measured");
+        assert_eq!(cost.usage.voluntary_switches, None);
+        assert_eq!(cost.usage.involuntary_switches, None);
+        let report = cost.report(None, None, None);
+        assert_eq!(report.voluntary_switches, None);
+    }
 
     /// Spins until the calling thread's user time has grown past `from`, for at most a bounded
     /// number of rounds. Returns whether it grew.
+    #[cfg(target_os = "linux")]
     fn burn_until_user_time_grows(scope: CpuScope, from: Duration) -> bool {
         let mut x = 1u64;
         for _ in 0..20_000 {
@@ -385,11 +419,14 @@ mod tests {
             thread::sleep(Duration::from_millis(2));
         }
         let cost = meter.stop().unwrap();
-        assert!(cost.usage.voluntary_switches >= 3, "{cost:?}");
+        assert!(cost.usage.voluntary_switches >= Some(3), "{cost:?}");
         let process_used = CpuSnapshot::take(CpuScope::Process)
             .unwrap()
             .since(&process);
-        assert!(process_used.voluntary_switches >= 3, "{process_used:?}");
+        assert!(
+            process_used.voluntary_switches >= Some(3),
+            "{process_used:?}"
+        );
     }
 
     #[test]
@@ -438,7 +475,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(not(any(target_os = "linux", windows)))]
     fn without_getrusage_the_meter_says_it_cannot_tell() {
         assert!(CpuMeter::start(CpuScope::Process).stop().is_none());
     }
@@ -448,14 +485,14 @@ mod tests {
         let earlier = CpuSnapshot {
             user: Duration::from_millis(500),
             system: Duration::from_millis(200),
-            voluntary_switches: 10,
-            involuntary_switches: 5,
+            voluntary_switches: Some(10),
+            involuntary_switches: Some(5),
         };
         let later = CpuSnapshot {
             user: Duration::from_millis(1_500),
             system: Duration::from_millis(700),
-            voluntary_switches: 30,
-            involuntary_switches: 5,
+            voluntary_switches: Some(30),
+            involuntary_switches: Some(5),
         };
         let used = later.since(&earlier);
         assert_eq!(used.user, Duration::from_secs(1));
@@ -463,9 +500,16 @@ mod tests {
         assert_eq!(used.total(), Duration::from_millis(1_500));
         assert_eq!(
             (used.voluntary_switches, used.involuntary_switches),
-            (20, 0)
+            (Some(20), Some(0))
         );
-        assert_eq!(earlier.since(&later), CpuUsage::default());
+        assert_eq!(
+            earlier.since(&later),
+            CpuUsage {
+                voluntary_switches: Some(0),
+                involuntary_switches: Some(0),
+                ..CpuUsage::default()
+            }
+        );
 
         // Two threads busy for one second of wall time: 150 % of one core.
         let cost = CpuCost {
@@ -520,7 +564,7 @@ mod tests {
             cost.usage.total() <= own + Duration::from_micros(100),
             "{cost:?} {used:?}"
         );
-        assert!(cost.usage.voluntary_switches >= 2, "{cost:?}");
+        assert!(cost.usage.voluntary_switches >= Some(2), "{cost:?}");
         assert!(cost.wall > Duration::ZERO);
         // The outsider's burn is in its own meter only; the idle thread used next to nothing.
         assert!(outsider.cost().unwrap().usage.user > Duration::ZERO);
@@ -532,7 +576,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(not(any(target_os = "linux", windows)))]
     fn without_rusage_thread_a_threads_meter_says_it_cannot_tell() {
         let meter = ThreadsMeter::start();
         drop(meter.track());

@@ -444,7 +444,7 @@ pub fn udp_echo(sock: &UdpSocket, stop: &AtomicBool, counters: &Counters) -> io:
             Ok(n) => n,
             // The client's port is closed (an ICMP error for an earlier echo): it may be gone
             // or about to rejoin; the agent's session decides, through `stop`.
-            Err(e) if is_retry(&e) || e.kind() == io::ErrorKind::ConnectionRefused => continue,
+            Err(e) if is_retry(&e) || sys::port_unreachable(&e) => continue,
             Err(e) => return Err(e),
         };
         if stamps::udp_wants_stamps(&buf[..n]) {
@@ -1662,7 +1662,7 @@ fn send_transient_ok(sock: &UdpSocket, datagram: &[u8]) -> io::Result<()> {
         Err(e)
             if e.kind() == io::ErrorKind::WouldBlock
                 || e.kind() == io::ErrorKind::Interrupted
-                || e.raw_os_error() == Some(libc::ENOBUFS) =>
+                || sys::no_buffer_space(&e) =>
         {
             Ok(())
         }
@@ -1671,7 +1671,7 @@ fn send_transient_ok(sock: &UdpSocket, datagram: &[u8]) -> io::Result<()> {
 }
 
 fn udp_error(e: io::Error) -> io::Error {
-    if e.kind() == io::ErrorKind::ConnectionRefused {
+    if sys::port_unreachable(&e) {
         io::Error::new(
             io::ErrorKind::ConnectionRefused,
             "the peer's UDP port is closed (ICMP port unreachable): is the agent still running \

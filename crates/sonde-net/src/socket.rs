@@ -554,6 +554,7 @@ mod tests {
 
     /// A loopback TCP connection through a listener on `bind`, from a client connecting to
     /// `to`: (the client's end, the accepted end).
+    #[cfg(target_os = "linux")]
     fn tcp_pair(bind: SocketAddr, to: IpAddr) -> (TcpStream, TcpStream) {
         let listener = tcp_listen(bind).unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -562,6 +563,7 @@ mod tests {
         (client, accepted)
     }
 
+    #[cfg(target_os = "linux")]
     fn sysctl(name: &str) -> String {
         std::fs::read_to_string(format!("/proc/sys/{name}"))
             .unwrap_or_default()

@@ -225,10 +225,11 @@ pub struct CpuCost {
     pub user_percent_of_one_core: Option<f64>,
     /// System time as a percentage of one core.
     pub system_percent_of_one_core: Option<f64>,
-    /// Times the counted threads gave up the CPU to wait (a blocking read, a sleep).
-    pub voluntary_context_switches: u64,
-    /// Times they were preempted.
-    pub involuntary_context_switches: u64,
+    /// Times the counted threads gave up the CPU to wait (a blocking read, a sleep). `null`
+    /// where the platform does not count them per thread (Windows), with a warning.
+    pub voluntary_context_switches: Option<u64>,
+    /// Times they were preempted; `null` as `voluntary_context_switches`.
+    pub involuntary_context_switches: Option<u64>,
     /// System calls the data path made to send and receive (failed and timed-out ones
     /// included; not sleeps). `null` where they are not counted (latency tests, for now).
     pub syscalls: Option<u64>,
@@ -1063,8 +1064,8 @@ mod context_tests {
             wall_ns: 2_000_000_000,
             user_ns: 500_000_000,
             system_ns: 1_500_000_000,
-            voluntary_switches: 7,
-            involuntary_switches: 3,
+            voluntary_switches: Some(7),
+            involuntary_switches: Some(3),
             syscalls: Some(1_000),
             messages: Some(4_000),
             bytes: Some(4_000 * 18),
@@ -1077,7 +1078,7 @@ mod context_tests {
         assert_eq!(c.syscalls_per_byte, Some(1_000.0 / 72_000.0));
         assert_eq!(
             (c.voluntary_context_switches, c.involuntary_context_switches),
-            (7, 3)
+            (Some(7), Some(3))
         );
         // No wall time, no calls counted, nothing moved: unknown, not 0.
         let none = CpuCost::from_report(

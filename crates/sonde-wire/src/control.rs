@@ -253,10 +253,13 @@ pub struct CpuReport {
     pub user_ns: u64,
     /// CPU time in the kernel, ns.
     pub system_ns: u64,
-    /// Voluntary context switches (waits).
-    pub voluntary_switches: u64,
-    /// Involuntary context switches (preemptions).
-    pub involuntary_switches: u64,
+    /// Voluntary context switches (waits); `None` where the platform does not count them per
+    /// thread (Windows).
+    #[serde(default)]
+    pub voluntary_switches: Option<u64>,
+    /// Involuntary context switches (preemptions); `None` as `voluntary_switches`.
+    #[serde(default)]
+    pub involuntary_switches: Option<u64>,
     /// System calls the data loops made (send/receive family); `None` where they are not
     /// counted.
     pub syscalls: Option<u64>,

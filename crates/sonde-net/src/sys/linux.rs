@@ -81,6 +81,11 @@ pub(crate) fn batch_unsupported(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ENOSYS)
 }
 
+/// A UDP socket's report of an ICMP port unreachable for an earlier datagram (`ECONNREFUSED`).
+pub(crate) fn port_unreachable(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::ConnectionRefused
+}
+
 /// True for `ENOBUFS`: a full device queue or qdisc dropped the datagram. Worth retrying.
 pub(crate) fn no_buffer_space(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ENOBUFS)
@@ -277,8 +282,8 @@ pub(crate) fn rusage(thread: bool) -> io::Result<crate::cpu::CpuSnapshot> {
     Ok(crate::cpu::CpuSnapshot {
         user: time(usage.ru_utime),
         system: time(usage.ru_stime),
-        voluntary_switches: u64::try_from(usage.ru_nvcsw).unwrap_or(0),
-        involuntary_switches: u64::try_from(usage.ru_nivcsw).unwrap_or(0),
+        voluntary_switches: u64::try_from(usage.ru_nvcsw).ok(),
+        involuntary_switches: u64::try_from(usage.ru_nivcsw).ok(),
     })
 }
 

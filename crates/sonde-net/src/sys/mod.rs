@@ -1,4 +1,5 @@
-//! Platform code. Linux gets batching and GSO; other platforms fall back to one datagram per call.
+//! Platform code. Linux gets batching and GSO; Windows gets CPU times, USO where offered and a
+//! host-wide clock (`windows.rs`); other platforms fall back to one datagram per call.
 //!
 //! Both implementations offer the same items, so the loops above never `cfg` on the platform:
 //!
@@ -21,6 +22,19 @@ mod linux;
 pub(crate) use linux::*;
 
 #[cfg(not(target_os = "linux"))]
+// On Windows some of its items are replaced by `windows.rs`'s.
+#[cfg_attr(windows, allow(dead_code))]
 mod portable;
 #[cfg(not(target_os = "linux"))]
 pub(crate) use portable::*;
+
+// Windows: the portable items, with those `windows.rs` defines in their place (a name imported
+// by name shadows the same name from the glob).
+#[cfg(windows)]
+#[expect(unsafe_code)]
+mod windows;
+#[cfg(windows)]
+pub(crate) use windows::{
+    gso_refused, monotonic_ns, no_buffer_space, port_unreachable, rusage, send_segments,
+    MAX_GSO_BYTES, MAX_GSO_SEGMENTS,
+};

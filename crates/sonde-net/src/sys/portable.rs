@@ -29,6 +29,11 @@ pub(crate) fn batch_unsupported(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::Unsupported
 }
 
+/// A UDP socket's report of an ICMP port unreachable for an earlier datagram (`ECONNREFUSED`).
+pub(crate) fn port_unreachable(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::ConnectionRefused
+}
+
 /// Not distinguishable portably; transient send faults show up as `WouldBlock` instead.
 pub(crate) fn no_buffer_space(_e: &io::Error) -> bool {
     false

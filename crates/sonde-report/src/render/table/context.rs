@@ -153,10 +153,10 @@ fn cpu_block(out: &mut String, client: Option<&CpuCost>, server: Option<&CpuCost
     row("of one core", &|c| c.percent_of_one_core.map(fmt_percent));
     row("over (wall time)", &|c| Some(fmt_secs(c.wall_ns)));
     row("voluntary switches", &|c| {
-        Some(fmt_count(c.voluntary_context_switches))
+        c.voluntary_context_switches.map(fmt_count)
     });
     row("involuntary switches", &|c| {
-        Some(fmt_count(c.involuntary_context_switches))
+        c.involuntary_context_switches.map(fmt_count)
     });
     row("data syscalls", &|c| c.syscalls.map(fmt_count));
     row("syscalls per message", &|c| {

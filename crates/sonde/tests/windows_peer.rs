@@ -1,0 +1,174 @@
+//! sonde on Windows against sonde on Linux, both ways, on loopback: the cross-built `sonde.exe`
+//! (`x86_64-pc-windows-gnu`) runs under wine through `.ci/wine-run`, as the agent for this
+//! host's client and as the client of this host's agent. Both ends must speak the same control
+//! and data protocol, and each states what its platform measures: the Windows end's CPU time is
+//! there and its context switches are null, with a warning.
+//!
+//! Needs `wine` and the .exe: `.ci/windows` builds it before CI runs the tests (or
+//! `cargo build --target x86_64-pc-windows-gnu -p sonde`; `SONDE_WINDOWS_EXE` points elsewhere).
+//! Without them the tests skip with the reason, unless `SONDE_TEST_REQUIRE_ALL=1`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use common::{parse_listening_line, run_json, run_with_timeout, Agent, Daemon, Need};
+
+/// The first wine start in a fresh prefix takes a while (`wineboot`); later ones a second.
+const WINE_START_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// A client run under wine: far longer than the tests ask for.
+const WINE_CLIENT_TIMEOUT: Duration = Duration::from_secs(180);
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `SONDE_WINDOWS_EXE`, or where `cargo build --target x86_64-pc-windows-gnu -p sonde` puts it.
+fn windows_exe() -> PathBuf {
+    std::env::var_os("SONDE_WINDOWS_EXE").map_or_else(
+        || repo_root().join("target/x86_64-pc-windows-gnu/debug/sonde.exe"),
+        PathBuf::from,
+    )
+}
+
+/// The .exe when wine and it are there; otherwise skips (or fails in CI) with the reason.
+fn prerequisites(test: &str) -> Option<PathBuf> {
+    if !common::require_or_skip(test, &[Need::Cmd("wine")]) {
+        return None;
+    }
+    let exe = windows_exe();
+    if !exe.is_file() {
+        common::skip(
+            test,
+            &format!(
+                "no Windows build at {} (`cargo build --target x86_64-pc-windows-gnu -p sonde`, \
+                 or set SONDE_WINDOWS_EXE)",
+                exe.display()
+            ),
+        );
+        return None;
+    }
+    Some(exe)
+}
+
+fn wine(exe: &PathBuf) -> Command {
+    let mut cmd = Command::new(repo_root().join(".ci/wine-run"));
+    cmd.arg(exe);
+    cmd
+}
+
+fn warnings(doc: &Value) -> Vec<&str> {
+    doc["warnings"]
+        .as_array()
+        .map(|w| w.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// The Windows end's CPU figures: time measured, context switches null with a warning naming
+/// that side; the Linux end's switches counted.
+fn check_cpu(doc: &Value, windows_side: &str, linux_side: &str) {
+    let win = &doc["cpu"][windows_side];
+    assert!(win.is_object(), "cpu.{windows_side} missing in\n{doc:#}");
+    assert!(win["wall_ns"].as_u64().is_some_and(|w| w > 0), "{doc:#}");
+    assert!(win["voluntary_context_switches"].is_null(), "{doc:#}");
+    assert!(win["involuntary_context_switches"].is_null(), "{doc:#}");
+    assert!(
+        warnings(doc)
+            .iter()
+            .any(|w| w.contains(&format!("cpu.{windows_side}.voluntary_context_switches"))),
+        "no warning about the null switches in\n{doc:#}"
+    );
+    let linux = &doc["cpu"][linux_side];
+    assert!(
+        linux["voluntary_context_switches"].as_u64().is_some(),
+        "{doc:#}"
+    );
+}
+
+#[test]
+fn a_linux_client_measures_against_a_windows_agent() {
+    let test = "a_linux_client_measures_against_a_windows_agent";
+    let Some(exe) = prerequisites(test) else {
+        return;
+    };
+    let mut cmd = wine(&exe);
+    cmd.args(["server", "--bind", "127.0.0.1", "--port", "0"]);
+    let mut agent = Daemon::spawn(&mut cmd);
+    let (addr, port) = agent.wait_for_line(WINE_START_TIMEOUT, parse_listening_line);
+    let target = format!("{addr}:{port}");
+
+    // TCP latency: the Windows agent echoes.
+    let doc = run_json(&["latency", &target, "-t", "1"]);
+    assert!(doc["samples"].as_u64().is_some_and(|n| n > 0), "{doc:#}");
+    assert_eq!(doc["lost"], 0, "{doc:#}");
+    check_cpu(&doc, "server", "client");
+
+    // UDP, the Windows agent sends (-R) and this host counts at the receiver; the agent's
+    // sent count closes the loss account, so both ends' counts crossed the control channel.
+    let doc = run_json(&["throughput", &target, "-u", "-b", "20M", "-R", "-t", "1"]);
+    let rx = &doc["receiver"];
+    assert!(rx["bytes"].as_u64().is_some_and(|b| b > 0), "{doc:#}");
+    let streams = doc["streams"].as_array().expect("streams");
+    let sent = streams[0]["sender"]["packets"].as_u64().unwrap_or(0);
+    assert!(sent > 0, "the agent's sent count is missing: {doc:#}");
+
+    // TCP forward: the Windows agent receives and reports what it counted.
+    let doc = run_json(&["throughput", &target, "-t", "1"]);
+    assert!(
+        doc["receiver"]["bytes"].as_u64().is_some_and(|b| b > 0),
+        "{doc:#}"
+    );
+    assert!(agent.is_running(), "the agent died:\n{}", agent.stderr());
+}
+
+#[test]
+fn a_windows_client_measures_against_a_linux_agent() {
+    let test = "a_windows_client_measures_against_a_linux_agent";
+    let Some(exe) = prerequisites(test) else {
+        return;
+    };
+    let agent = Agent::start("127.0.0.1");
+    let target = agent.target();
+    let run = |args: &[&str]| -> Value {
+        let mut cmd = wine(&exe);
+        cmd.args(args).arg("--json");
+        let out = run_with_timeout(&mut cmd, WINE_CLIENT_TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success(),
+            "sonde.exe {args:?} failed ({})\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- agent ---\n{}",
+            out.status,
+            out.stdout,
+            out.stderr,
+            agent.stderr()
+        );
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}:\n{}", out.stdout))
+    };
+
+    let doc = run(&["latency", &target, "-u", "-t", "1"]);
+    assert!(doc["samples"].as_u64().is_some_and(|n| n > 0), "{doc:#}");
+    check_cpu(&doc, "client", "server");
+
+    // The Linux agent receives UDP from the Windows client and counts it.
+    let doc = run(&["throughput", &target, "-u", "-b", "20M", "-t", "1"]);
+    assert!(
+        doc["receiver"]["bytes"].as_u64().is_some_and(|b| b > 0),
+        "{doc:#}"
+    );
+
+    // TCP from the Windows client: no TCP_INFO there, so no retransmit count; null and said.
+    let doc = run(&["throughput", &target, "-t", "1"]);
+    assert!(
+        doc["receiver"]["bytes"].as_u64().is_some_and(|b| b > 0),
+        "{doc:#}"
+    );
+    assert!(doc["retransmits"].is_null(), "{doc:#}");
+    assert!(
+        warnings(&doc).iter().any(|w| w.contains("no TCP_INFO")),
+        "no warning about the missing TCP_INFO in\n{doc:#}"
+    );
+}
