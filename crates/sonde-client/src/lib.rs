@@ -28,6 +28,7 @@ use sonde_wire::{Direction, Protocol, Refusal, TestKind, TestSpec};
 pub use conf::conf;
 pub use crr::{crr, CrrOptions, MAX_CRR_MESSAGE};
 pub use load::{latency_under_load, LoadOptions};
+pub use sonde_net::gso::GsoMode;
 pub use sonde_wire::Direction as StreamsDirection;
 
 /// Why a test could not be run or did not finish.
@@ -227,6 +228,8 @@ pub struct PpsOptions {
     pub flows: u32,
     /// How long the senders send.
     pub duration: Duration,
+    /// UDP GSO batches: on, off, or where the route to the agent segments them (auto).
+    pub gso: GsoMode,
 }
 
 impl Default for PpsOptions {
@@ -235,6 +238,7 @@ impl Default for PpsOptions {
             msg_size: 18,
             flows: 1,
             duration: Duration::from_secs(10),
+            gso: GsoMode::Auto,
         }
     }
 }
@@ -314,7 +318,7 @@ pub fn throughput(
         duration_ms: millis(opt.duration),
         interval_ms: opt.interval.map_or(0, millis),
     };
-    let run = session::run_bulk(target, &spec, on_interval)?;
+    let run = session::run_bulk(target, &spec, true, on_interval)?;
     Ok(results::throughput(target, opt, &spec, &run))
 }
 
@@ -340,8 +344,9 @@ pub fn pps(target: &Target, opt: &PpsOptions) -> Result<PpsResult, ClientError> 
         duration_ms: millis(opt.duration),
         interval_ms: 0,
     };
-    let run = session::run_bulk(target, &spec, &mut |_| {})?;
-    Ok(results::pps(target, opt, &run))
+    let gso = sonde_net::gso::choose(opt.gso, target.addr.ip());
+    let run = session::run_bulk(target, &spec, gso.enabled, &mut |_| {})?;
+    Ok(results::pps(target, opt, &gso, &run))
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 use sonde_engine::rtt::REPORTED_PERCENTILES;
 use sonde_engine::{bits_per_second, per_second};
 use sonde_report::{
-    FlowResult, IntervalResult, LatencyMode, LatencyResult, Meta, PpsResult, Protocol, RttNs,
-    SideTotals, StreamDirection, StreamResult, ThroughputResult,
+    FlowResult, GsoMode, GsoReason, IntervalResult, LatencyMode, LatencyResult, Meta, PpsGso,
+    PpsResult, Protocol, RttNs, SideTotals, StreamDirection, StreamResult, ThroughputResult,
 };
 use sonde_wire::{Direction, IntervalStats, SessionId, StreamStats, TestSpec};
 
@@ -473,7 +473,12 @@ pub(crate) fn sum_streams(
 }
 
 /// Builds the pps document.
-pub(crate) fn pps(target: &Target, opt: &PpsOptions, run: &BulkRun) -> PpsResult {
+pub(crate) fn pps(
+    target: &Target,
+    opt: &PpsOptions,
+    gso: &sonde_net::gso::GsoChoice,
+    run: &BulkRun,
+) -> PpsResult {
     let mut meta = meta(
         target,
         run.session,
@@ -516,6 +521,7 @@ pub(crate) fn pps(target: &Target, opt: &PpsOptions, run: &BulkRun) -> PpsResult
         msg_size_bytes: opt.msg_size,
         duration_ns: nanos(opt.duration),
         send_method: method.into(),
+        gso: pps_gso(gso, method),
         sent,
         received,
         lost,
@@ -523,6 +529,30 @@ pub(crate) fn pps(target: &Target, opt: &PpsOptions, run: &BulkRun) -> PpsResult
         sent_pps: per_second(sent, sent_active),
         received_pps: per_second(received, recv_active),
         flows,
+    }
+}
+
+/// The document's account of GSO: the client's choice, and whether the sender (`method`) used
+/// it (the kernel may refuse GSO, or a datagram be too large to batch).
+fn pps_gso(choice: &sonde_net::gso::GsoChoice, method: &str) -> PpsGso {
+    use sonde_net::gso;
+    PpsGso {
+        mode: match choice.mode {
+            gso::GsoMode::Auto => GsoMode::Auto,
+            gso::GsoMode::On => GsoMode::On,
+            gso::GsoMode::Off => GsoMode::Off,
+        },
+        used: method == "sendmsg+UDP_SEGMENT",
+        interface: choice.interface.clone(),
+        reason: match choice.reason {
+            gso::GsoReason::Requested => GsoReason::Requested,
+            gso::GsoReason::Loopback => GsoReason::Loopback,
+            gso::GsoReason::VirtualDevice { .. } => GsoReason::VirtualDevice,
+            gso::GsoReason::PhysicalDevice => GsoReason::PhysicalDevice,
+            gso::GsoReason::Unsupported => GsoReason::Unsupported,
+            _ => GsoReason::UnknownRoute,
+        },
+        explanation: choice.to_string(),
     }
 }
 

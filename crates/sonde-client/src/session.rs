@@ -441,9 +441,11 @@ enum Event {
 }
 
 /// Runs a throughput or pps test on an open session.
+/// `gso`: whether the client's UDP senders may send GSO batches.
 pub(crate) fn run_bulk(
     target: &Target,
     spec: &TestSpec,
+    gso: bool,
     on_interval: &mut dyn FnMut(&IntervalResult),
 ) -> Result<BulkRun, ClientError> {
     let mut c = connect(target, spec)?;
@@ -488,7 +490,7 @@ pub(crate) fn run_bulk(
             scope.spawn(move || {
                 let _counted = meter.track();
                 let r = role(
-                    spec, channel, sends, &clock, until_ns, stop, expect, counters,
+                    spec, channel, sends, gso, &clock, until_ns, stop, expect, counters,
                 );
                 let r = r.map(|role| {
                     let info = match (channel, &role) {
@@ -568,6 +570,7 @@ fn role(
     spec: &TestSpec,
     channel: &ClientChannel,
     sends: bool,
+    gso: bool,
     clock: &Clock,
     until_ns: u64,
     stop: &AtomicBool,
@@ -582,11 +585,12 @@ fn role(
         (ClientChannel::Tcp(s), false) => {
             bulk::tcp_recv(s, clock, stop, counters).map(ClientRole::TcpReceived)
         }
-        (ClientChannel::Udp(s), true) => bulk::udp_send(
+        (ClientChannel::Udp(s), true) => bulk::udp_send_with(
             s,
             spec.msg_size,
             spec.bitrate_per_stream,
             bulk::UdpFormat::Sonde,
+            gso,
             clock,
             until_ns,
             stop,

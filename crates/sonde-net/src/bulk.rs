@@ -309,6 +309,34 @@ pub fn udp_send(
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<SendOutcome> {
+    udp_send_with(
+        sock,
+        msg_size,
+        bits_per_second,
+        format,
+        true,
+        clock,
+        until_ns,
+        stop,
+        counters,
+    )
+}
+
+/// [`udp_send`], with GSO batches allowed only when `gso` (see [`crate::gso::choose`]). Without
+/// GSO the unlimited sender sends `sendmmsg` batches of single datagrams: each one its own packet
+/// from the socket on.
+#[allow(clippy::too_many_arguments)]
+pub fn udp_send_with(
+    sock: &UdpSocket,
+    msg_size: u32,
+    bits_per_second: u64,
+    format: UdpFormat,
+    gso: bool,
+    clock: &Clock,
+    until_ns: u64,
+    stop: &AtomicBool,
+    counters: &Counters,
+) -> io::Result<SendOutcome> {
     let size = msg_size as usize;
     if size < format.header_len() {
         return Err(invalid_input(
@@ -332,7 +360,7 @@ pub fn udp_send(
         run.out.method = "send";
         send_paced(sock, size, schedule, &mut run)?;
     } else {
-        run.out.method = send_unlimited(sock, size, &mut run)?.name();
+        run.out.method = send_unlimited(sock, size, gso, &mut run)?.name();
     }
     run.out.active_ns = run.span.ns();
     Ok(run.out)
@@ -560,12 +588,17 @@ impl SendMethod {
 }
 
 /// Sends as fast as the kernel takes datagrams, in batches; returns the method that ran.
-fn send_unlimited(sock: &UdpSocket, size: usize, run: &mut SendRun<'_>) -> io::Result<SendMethod> {
+fn send_unlimited(
+    sock: &UdpSocket,
+    size: usize,
+    gso: bool,
+    run: &mut SendRun<'_>,
+) -> io::Result<SendMethod> {
     let per_batch = (BATCH_BYTES / size).clamp(1, BATCH);
     let per_gso = per_batch
         .min(sys::MAX_GSO_BYTES / size)
         .min(sys::MAX_GSO_SEGMENTS);
-    let gso_size = u16::try_from(size).ok().filter(|_| per_gso > 1);
+    let gso_size = u16::try_from(size).ok().filter(|_| gso && per_gso > 1);
     let mut method = match (gso_size, per_batch) {
         (Some(_), _) => SendMethod::Gso,
         (None, 1) => SendMethod::Plain,
@@ -870,6 +903,15 @@ mod tests {
     /// Sends `size`-byte datagrams as fast as possible for `for_ns` through a shared-port flow
     /// pair, the receiver told the sender's count at the end.
     fn unlimited_run(size: u32, for_ns: u64) -> (SendOutcome, UdpRecvOutcome, Counters, Counters) {
+        unlimited_run_gso(size, for_ns, true)
+    }
+
+    /// [`unlimited_run`], GSO allowed or not.
+    fn unlimited_run_gso(
+        size: u32,
+        for_ns: u64,
+        gso: bool,
+    ) -> (SendOutcome, UdpRecvOutcome, Counters, Counters) {
         let (_listener, flow, client) = udp_flow_pair();
         let clock = Clock::start();
         let stop = AtomicBool::new(false);
@@ -887,11 +929,12 @@ mod tests {
                     &rx_counters,
                 )
             });
-            let sent = udp_send(
+            let sent = udp_send_with(
                 &client,
                 size,
                 0,
                 UdpFormat::Sonde,
+                gso,
                 &clock,
                 for_ns,
                 &stop,
@@ -903,6 +946,22 @@ mod tests {
             (sent, rx.join().unwrap().unwrap())
         });
         (sent, received, tx_counters, rx_counters)
+    }
+
+    #[test]
+    fn unlimited_udp_without_gso_sends_single_datagrams_in_batches() {
+        const SIZE: u32 = 18;
+        let (sent, received, _, _) = unlimited_run_gso(SIZE, 100 * MS, false);
+        let expected = if cfg!(target_os = "linux") {
+            "sendmmsg"
+        } else {
+            "send"
+        };
+        assert_eq!(sent.method, expected);
+        assert!(sent.packets > 0);
+        assert_eq!(received.malformed, 0);
+        assert_eq!(received.bytes, u64::from(SIZE) * received.packets);
+        assert_eq!(received.seq.duplicated(), 0);
     }
 
     #[test]

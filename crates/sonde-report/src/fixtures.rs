@@ -295,6 +295,15 @@ pub(crate) fn pps_2_flows() -> TestResult {
         msg_size_bytes: 18,
         duration_ns: 10 * SEC,
         send_method: "sendmsg+UDP_SEGMENT".to_owned(),
+        gso: PpsGso {
+            mode: GsoMode::Auto,
+            used: true,
+            interface: Some("eth0".to_owned()),
+            reason: GsoReason::PhysicalDevice,
+            explanation:
+                "eth0 is a physical device: it sends each datagram of a GSO batch as its own packet"
+                    .to_owned(),
+        },
         sent,
         received,
         lost: sent - received,

@@ -594,6 +594,53 @@ pub struct FlowResult {
     pub lost: u64,
 }
 
+/// `--gso`: what was asked of UDP GSO in a pps test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum GsoMode {
+    /// GSO only where the route to the agent leaves by a physical device.
+    Auto,
+    /// GSO batches wherever the kernel takes them.
+    On,
+    /// One datagram per packet.
+    Off,
+}
+
+/// Why a pps sender used UDP GSO batches or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GsoReason {
+    /// `--gso on` or `--gso off`.
+    Requested,
+    /// The route leaves by loopback, a virtual device: a batch would cross it as one packet.
+    Loopback,
+    /// The route leaves by a virtual device (veth, bridge, tun...), which passes a batch on as
+    /// one packet.
+    VirtualDevice,
+    /// The route leaves by a physical device, which sends each datagram as its own packet.
+    PhysicalDevice,
+    /// The interface toward the agent was not found: no GSO, to count packets.
+    UnknownRoute,
+    /// The platform has no UDP GSO.
+    Unsupported,
+}
+
+/// UDP GSO in a pps test: a GSO batch is up to 64 datagrams in one socket buffer, which a
+/// virtual device passes on as one packet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PpsGso {
+    /// What was asked (`--gso`).
+    pub mode: GsoMode,
+    /// Whether the sender sent GSO batches (`send_method` is `sendmsg+UDP_SEGMENT`).
+    pub used: bool,
+    /// The interface the route to the agent leaves by, where found.
+    pub interface: Option<String>,
+    /// Why GSO was allowed or not.
+    pub reason: GsoReason,
+    /// The reason in words.
+    pub explanation: String,
+}
+
 /// `sonde pps`: small UDP datagrams as fast as possible, counted by the receiving agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PpsResult {
@@ -608,6 +655,8 @@ pub struct PpsResult {
     pub duration_ns: u64,
     /// How the sender sent (`sendmsg+UDP_SEGMENT`, `sendmmsg`, ...).
     pub send_method: String,
+    /// UDP GSO: asked, used, and why.
+    pub gso: PpsGso,
     /// Datagrams sent, all flows.
     pub sent: u64,
     /// Unique datagrams received, all flows.

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use sonde_client::PpsOptions;
+use sonde_client::{GsoMode, PpsOptions};
 use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_report::TestResult;
 
@@ -17,13 +17,25 @@ use crate::output::{print, OutputOpt, Progress};
 #[command(after_long_help = concat!("\
 Each datagram carries a 16-byte header (64-bit sequence number, send time) and filler up to -m. \
 The default 18-byte payload makes a 64-byte Ethernet frame over IPv4 (14 + 20 + 8 + 18 + 4 FCS). \
-On Linux the sender hands the kernel batches of datagrams in one call (UDP GSO, `UDP_SEGMENT`); \
-the kernel still sends every datagram separately, and the agent receives and counts each one \
-(recvmmsg, no GRO). Loss is the sender's count minus the distinct sequence numbers received.
+The agent receives and counts each datagram (recvmmsg, no GRO). Loss is the sender's count minus \
+the distinct sequence numbers received.
+
+GSO and what a packet is: with UDP GSO (`UDP_SEGMENT`) the sender hands the kernel up to 64 \
+datagrams as one buffer. A physical NIC still sends each datagram as its own packet (segmented \
+in hardware, or by the kernel before the driver), but a virtual device does not: a veth, bridge, \
+tun or loopback device passes the whole batch on as one packet, so its packet counters (and \
+`sar -n DEV`, and any per-packet limit on that path) see up to 64 times fewer packets than \
+datagrams. --gso auto (the default) finds the interface the route to the agent leaves by and uses \
+GSO only if it is a physical device; on a virtual one (containers, Kubernetes pods, veth, \
+bridges) and on loopback, the sender sends sendmmsg batches of single datagrams, each its own \
+packet. Loopback is virtual: `sonde pps 127.0.0.1` sends without GSO unless --gso on, and reads \
+lower for it (the GSO figure counts datagrams, not packets). The result says whether GSO was used \
+and why (`gso`).
 
 Examples:
   sonde pps 198.18.0.2                  one flow, 18-byte payloads, 10 s
   sonde pps 198.18.0.2 --flows 4        four flows (four source ports: RSS spreads them)
+  sonde pps 198.18.0.2 --gso off        one datagram per packet, whatever the route
   sonde pps 198.18.0.2 --sweep msg_size=18:1472:*2
                                         where the packet rate turns into a bandwidth limit
 
@@ -41,11 +53,25 @@ pub(crate) struct Opt {
     /// How long to send, seconds
     #[arg(short = 't', long = "time", default_value = "10", value_name = "SECS", value_parser = crate::units::seconds)]
     time: Duration,
+    /// UDP GSO batches: auto (only where the route leaves by a physical device), on, or off
+    #[arg(long, value_enum, default_value_t = Gso::Auto, value_name = "WHEN")]
+    gso: Gso,
     /// Run once per value: msg_size (-m) or parallel (--flows), e.g. `parallel=1:8:*2`.
     #[arg(long, value_name = "PARAM=VALUES", value_parser = crate::sweep::parse, long_help = crate::sweep::SWEEP_HELP)]
     sweep: Option<Sweep>,
     #[command(flatten)]
     output: OutputOpt,
+}
+
+/// `--gso`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Gso {
+    /// GSO only where the route to the agent leaves by a physical device
+    Auto,
+    /// GSO batches wherever the kernel takes them
+    On,
+    /// One datagram per packet
+    Off,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
@@ -54,6 +80,11 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         msg_size: opt.msg_size,
         flows: opt.flows,
         duration: opt.time,
+        gso: match opt.gso {
+            Gso::Auto => GsoMode::Auto,
+            Gso::On => GsoMode::On,
+            Gso::Off => GsoMode::Off,
+        },
     };
     if let Some(sweep) = &opt.sweep {
         let allowed = [SweepParam::MsgSize, SweepParam::Parallel];

@@ -513,6 +513,28 @@ fn pps_json() {
     );
 }
 
+/// Loopback is a virtual device: `--gso auto` sends one datagram per packet there and says why;
+/// `--gso on` batches (where the kernel has UDP GSO) and says it was asked for.
+#[test]
+fn pps_gso_auto_is_off_on_loopback_and_on_when_asked() {
+    let agent = server(&[]);
+    let auto = run_json("pps", &agent, &["-t", "0.3"]);
+    assert_eq!(s(&auto, "/gso/mode"), "auto", "{auto:#}");
+    if cfg!(target_os = "linux") {
+        assert_eq!(s(&auto, "/gso/reason"), "loopback", "{auto:#}");
+        assert_eq!(s(&auto, "/gso/interface"), "lo", "{auto:#}");
+    }
+    assert_eq!(auto["gso"]["used"], false, "{auto:#}");
+    assert_ne!(s(&auto, "/send_method"), "sendmsg+UDP_SEGMENT", "{auto:#}");
+    let on = run_json("pps", &agent, &["-t", "0.3", "--gso", "on"]);
+    assert_eq!(s(&on, "/gso/reason"), "requested", "{on:#}");
+    let batched = s(&on, "/send_method") == "sendmsg+UDP_SEGMENT";
+    assert_eq!(on["gso"]["used"], batched, "{on:#}");
+    let off = run_json("pps", &agent, &["-t", "0.3", "--gso", "off"]);
+    assert_eq!(off["gso"]["used"], false, "{off:#}");
+    assert_ne!(s(&off, "/send_method"), "sendmsg+UDP_SEGMENT", "{off:#}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Quick
 // ---------------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ use super::units::{
     RATE,
 };
 use crate::model::{
-    FlowResult, LatencyMode, LatencyResult, LoadResult, Meta, PpsResult, Protocol, QuickResult,
-    RttNs, SideTotals, StreamDirection, StreamResult, SweepResult, TestResult, ThroughputResult,
+    FlowResult, GsoMode, LatencyMode, LatencyResult, LoadResult, Meta, PpsResult, Protocol,
+    QuickResult, RttNs, SideTotals, StreamDirection, StreamResult, SweepResult, TestResult,
+    ThroughputResult,
 };
 
 /// A table for people: a header line (test, server, session, start), the configuration, the
@@ -563,6 +564,14 @@ impl Sums {
     }
 }
 
+fn gso_mode(mode: GsoMode) -> &'static str {
+    match mode {
+        GsoMode::Auto => "auto",
+        GsoMode::On => "on",
+        GsoMode::Off => "off",
+    }
+}
+
 fn pps(r: &PpsResult, out: &mut String) {
     header(out, "pps", &r.meta);
     line(
@@ -575,6 +584,15 @@ fn pps(r: &PpsResult, out: &mut String) {
             r.flows.len(),
             plural(r.flows.len() as u64),
             r.send_method
+        ),
+    );
+    line(
+        out,
+        format!(
+            "GSO {} (--gso {}): {}",
+            if r.gso.used { "used" } else { "not used" },
+            gso_mode(r.gso.mode),
+            r.gso.explanation
         ),
     );
     out.push('\n');
