@@ -327,11 +327,11 @@ pub fn pps(target: &Target, opt: &PpsOptions) -> Result<PpsResult, ClientError> 
     if opt.flows == 0 {
         return Err(ClientError::Usage("--flows must be at least 1".into()));
     }
-    if (opt.msg_size as usize) < sonde_wire::DATA_HEADER_LEN {
+    if (opt.msg_size as usize) < sonde_wire::PPS_HEADER_LEN {
         return Err(ClientError::Usage(format!(
             "datagrams carry a {}-byte sequence header: -m must be at least {}",
-            sonde_wire::DATA_HEADER_LEN,
-            sonde_wire::DATA_HEADER_LEN
+            sonde_wire::PPS_HEADER_LEN,
+            sonde_wire::PPS_HEADER_LEN
         )));
     }
     let spec = TestSpec {

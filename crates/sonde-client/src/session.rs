@@ -589,7 +589,7 @@ fn role(
             s,
             spec.msg_size,
             spec.bitrate_per_stream,
-            bulk::UdpFormat::Sonde,
+            bulk::UdpFormat::sonde(spec),
             gso,
             clock,
             until_ns,
@@ -600,7 +600,7 @@ fn role(
         (ClientChannel::Udp(s), false) => bulk::udp_recv(
             s,
             spec.msg_size,
-            bulk::UdpFormat::Sonde,
+            bulk::UdpFormat::sonde(spec),
             clock,
             stop,
             expect,

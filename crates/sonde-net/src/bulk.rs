@@ -19,7 +19,10 @@ use std::time::Duration;
 use sonde_engine::jitter::Jitter;
 use sonde_engine::pace::Schedule;
 use sonde_engine::seq::SeqTracker;
-use sonde_wire::{DataHeader, Iperf3UdpHeader, UdpJoin, DATA_HEADER_LEN, UDP_JOIN_LEN};
+use sonde_wire::{
+    DataHeader, Iperf3UdpHeader, PpsHeader, TestKind, TestSpec, UdpJoin, DATA_HEADER_LEN,
+    PPS_HEADER_LEN, UDP_JOIN_LEN,
+};
 
 use crate::{socket, sys, Clock, Counters};
 
@@ -64,6 +67,9 @@ pub enum UdpFormat {
     /// answers sonde [`UdpJoin`] datagrams that arrive late.
     #[default]
     Sonde,
+    /// sonde's 14-byte [`PpsHeader`] (48-bit sequence from 0, send time in ns): pps datagrams
+    /// shorter than a [`DataHeader`]. The receiver answers joins as with [`UdpFormat::Sonde`].
+    Short,
     /// iperf3's [`Iperf3UdpHeader`]: seconds and microseconds, then a sequence number from 1,
     /// 64 bits wide when `seq64` (`udp_counters_64bit`) was negotiated, else 32. A receiver maps
     /// iperf3 seq `s` to tracker seq `s - 1`, so the tracker's `highest + 1` is iperf3's
@@ -75,10 +81,21 @@ pub enum UdpFormat {
 }
 
 impl UdpFormat {
+    /// sonde's format for a test: [`UdpFormat::Short`] for pps datagrams shorter than a
+    /// [`DataHeader`] (agents that predate it refuse those sizes), else [`UdpFormat::Sonde`].
+    pub fn sonde(spec: &TestSpec) -> Self {
+        if spec.kind == TestKind::Pps && (spec.msg_size as usize) < DATA_HEADER_LEN {
+            Self::Short
+        } else {
+            Self::Sonde
+        }
+    }
+
     /// The header's length.
     pub fn header_len(self) -> usize {
         match self {
             Self::Sonde => DATA_HEADER_LEN,
+            Self::Short => PPS_HEADER_LEN,
             Self::Iperf3 { seq64 } => Iperf3UdpHeader::len(seq64),
         }
     }
@@ -92,6 +109,11 @@ impl UdpFormat {
                 send_ns: now_ns,
             }
             .write(buf),
+            Self::Short => PpsHeader {
+                seq: index,
+                send_ns: now_ns,
+            }
+            .write(buf),
             Self::Iperf3 { seq64 } => Iperf3UdpHeader::at(index + 1, now_ns).write(buf, seq64),
         }
     }
@@ -101,6 +123,7 @@ impl UdpFormat {
     fn read(self, datagram: &[u8]) -> Option<(u64, u64)> {
         match self {
             Self::Sonde => DataHeader::read(datagram).ok().map(|h| (h.seq, h.send_ns)),
+            Self::Short => PpsHeader::read(datagram).ok().map(|h| (h.seq, h.send_ns)),
             Self::Iperf3 { seq64 } => Iperf3UdpHeader::read(datagram, seq64)
                 .ok()
                 // iperf3 counts from 1; a 0 is junk (seq 0 would wrap the tracker).
@@ -340,7 +363,7 @@ pub fn udp_send_with(
     let size = msg_size as usize;
     if size < format.header_len() {
         return Err(invalid_input(
-            "a UDP data datagram must be at least as long as its header (16 bytes; iperf3: 12, or 16 with 64-bit counters)",
+            "a UDP data datagram must be at least as long as its header (16 bytes, pps 14; iperf3: 12, or 16 with 64-bit counters)",
         ));
     }
     sock.set_nonblocking(false)?;
@@ -378,7 +401,7 @@ pub fn udp_send_with(
 /// * Receive times are taken once per batch: every datagram of a batch gets the time the
 ///   batch returned (for first/last and jitter).
 /// * Each slot holds `max(msg_size, 64)` bytes; a longer datagram is truncated to that and its
-///   bytes counted as received. Datagrams shorter than a [`DataHeader`] count as `malformed`.
+///   bytes counted as received. Datagrams shorter than the format's header count as `malformed`.
 /// * `ECONNREFUSED` (an earlier acknowledgement hit a closed port) is ignored.
 pub fn udp_recv(
     sock: &UdpSocket,
@@ -415,7 +438,8 @@ pub fn udp_recv(
         let (mut bytes, mut packets) = (0u64, 0u64);
         for (i, slot_buf) in buf.chunks_exact(slot).take(n).enumerate() {
             let datagram = &slot_buf[..batch.datagram_len(i).min(slot)];
-            if format == UdpFormat::Sonde && datagram.len() == UDP_JOIN_LEN {
+            let sonde = matches!(format, UdpFormat::Sonde | UdpFormat::Short);
+            if sonde && datagram.len() == UDP_JOIN_LEN {
                 if let Ok(join) = UdpJoin::decode(datagram) {
                     if !join.ack {
                         // Best effort: a lost acknowledgement makes the client send another
@@ -903,14 +927,15 @@ mod tests {
     /// Sends `size`-byte datagrams as fast as possible for `for_ns` through a shared-port flow
     /// pair, the receiver told the sender's count at the end.
     fn unlimited_run(size: u32, for_ns: u64) -> (SendOutcome, UdpRecvOutcome, Counters, Counters) {
-        unlimited_run_gso(size, for_ns, true)
+        unlimited_run_gso(size, for_ns, true, UdpFormat::Sonde)
     }
 
-    /// [`unlimited_run`], GSO allowed or not.
+    /// [`unlimited_run`], GSO allowed or not, in `format`.
     fn unlimited_run_gso(
         size: u32,
         for_ns: u64,
         gso: bool,
+        format: UdpFormat,
     ) -> (SendOutcome, UdpRecvOutcome, Counters, Counters) {
         let (_listener, flow, client) = udp_flow_pair();
         let clock = Clock::start();
@@ -918,22 +943,13 @@ mod tests {
         let expect = AtomicU64::new(u64::MAX);
         let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
         let (sent, received) = thread::scope(|s| {
-            let rx = s.spawn(|| {
-                udp_recv(
-                    &flow,
-                    size,
-                    UdpFormat::Sonde,
-                    &clock,
-                    &stop,
-                    &expect,
-                    &rx_counters,
-                )
-            });
+            let rx =
+                s.spawn(|| udp_recv(&flow, size, format, &clock, &stop, &expect, &rx_counters));
             let sent = udp_send_with(
                 &client,
                 size,
                 0,
-                UdpFormat::Sonde,
+                format,
                 gso,
                 &clock,
                 for_ns,
@@ -949,9 +965,54 @@ mod tests {
     }
 
     #[test]
+    fn pps_datagrams_of_14_bytes_carry_the_short_header_and_are_each_counted() {
+        let spec = |msg_size| TestSpec {
+            kind: TestKind::Pps,
+            protocol: sonde_wire::Protocol::Udp,
+            direction: sonde_wire::Direction::Forward,
+            streams: 1,
+            msg_size,
+            bitrate_per_stream: 0,
+            duration_ms: 1000,
+            interval_ms: 0,
+        };
+        assert_eq!(UdpFormat::sonde(&spec(14)), UdpFormat::Short);
+        assert_eq!(UdpFormat::sonde(&spec(15)), UdpFormat::Short);
+        assert_eq!(UdpFormat::sonde(&spec(16)), UdpFormat::Sonde);
+        assert_eq!(UdpFormat::Short.header_len(), 14);
+        for gso in [false, true] {
+            let (sent, received, _, _) = unlimited_run_gso(14, 100 * MS, gso, UdpFormat::Short);
+            assert!(sent.packets > 0);
+            assert!(received.packets > 0, "gso {gso}");
+            assert_eq!(received.malformed, 0, "gso {gso}");
+            assert_eq!(received.bytes, 14 * received.packets);
+            assert_eq!(received.seq.duplicated(), 0);
+            assert_eq!(
+                received.seq.received() + received.seq.lost(sent.packets),
+                sent.packets,
+                "gso {gso}"
+            );
+        }
+        // Too short for even the short header.
+        let (_listener, _flow, client) = udp_flow_pair();
+        let err = udp_send(
+            &client,
+            13,
+            0,
+            UdpFormat::Short,
+            &Clock::start(),
+            MS,
+            &AtomicBool::new(false),
+            &Counters::default(),
+        )
+        .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
     fn unlimited_udp_without_gso_sends_single_datagrams_in_batches() {
         const SIZE: u32 = 18;
-        let (sent, received, _, _) = unlimited_run_gso(SIZE, 100 * MS, false);
+        let (sent, received, _, _) = unlimited_run_gso(SIZE, 100 * MS, false, UdpFormat::Sonde);
         let expected = if cfg!(target_os = "linux") {
             "sendmmsg"
         } else {

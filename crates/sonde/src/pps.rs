@@ -17,6 +17,10 @@ use crate::output::{print, OutputOpt, Progress};
 #[command(after_long_help = concat!("\
 Each datagram carries a 16-byte header (64-bit sequence number, send time) and filler up to -m. \
 The default 18-byte payload makes a 64-byte Ethernet frame over IPv4 (14 + 20 + 8 + 18 + 4 FCS). \
+-m 14 (sockperf's header size, the smallest) and -m 15 use a 14-byte header instead: a 48-bit \
+sequence number, which no test can wrap (2.8e14 datagrams per flow, 32 days at 100 M/s), so \
+loss, duplicates and reordering are counted exactly as with 64 bits; agents older than this \
+header refuse those sizes. \
 The agent receives and counts each datagram (recvmmsg, no GRO). Loss is the sender's count minus \
 the distinct sequence numbers received.
 
@@ -44,7 +48,7 @@ pub(crate) struct Opt {
     /// Agent to test: HOST, HOST:PORT, or an IPv6 address (with a port: `[IPv6]:PORT`)
     #[arg(value_name = "HOST[:PORT]")]
     host: String,
-    /// UDP payload per datagram, bytes (at least 16)
+    /// UDP payload per datagram, bytes (at least 14)
     #[arg(short = 'm', long = "msg-size", default_value = "18", value_name = "SIZE", value_parser = crate::units::size)]
     msg_size: u32,
     /// Parallel flows, each from its own UDP port

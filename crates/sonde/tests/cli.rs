@@ -513,6 +513,28 @@ fn pps_json() {
     );
 }
 
+/// `-m 14` (sockperf's header size) fits the 14-byte pps header: every datagram is counted by
+/// its own sequence number; 13 is refused with a usage error that names the minimum.
+#[test]
+fn pps_takes_14_byte_datagrams_and_refuses_13() {
+    let agent = server(&[]);
+    for gso in ["off", "on"] {
+        let doc = run_json("pps", &agent, &["-m", "14", "-t", "0.3", "--gso", gso]);
+        assert_eq!(u(&doc, "/msg_size_bytes"), 14, "{doc:#}");
+        let (sent, received, lost) = (u(&doc, "/sent"), u(&doc, "/received"), u(&doc, "/lost"));
+        assert!(received > 0, "{doc:#}");
+        // A header the agent misread would leave datagrams uncounted or numbered wrongly.
+        assert_eq!(received + lost, sent, "{doc:#}");
+    }
+    let out = sonde()
+        .args(["pps", &agent.target(), "-m", "13", "-t", "0.3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("at least 14"), "{stderr}");
+}
+
 /// Loopback is a virtual device: `--gso auto` sends one datagram per packet there and says why;
 /// `--gso on` batches (where the kernel has UDP GSO) and says it was asked for.
 #[test]
