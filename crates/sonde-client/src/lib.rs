@@ -22,7 +22,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use sonde_net::control::ControlError;
-use sonde_report::{IntervalResult, LatencyResult, PpsResult, ThroughputResult};
+use sonde_report::{IntervalResult, LatencyResult, PpsInterval, PpsResult, ThroughputResult};
 use sonde_wire::{Direction, Protocol, Refusal, TestKind, TestSpec};
 
 pub use conf::conf;
@@ -230,6 +230,8 @@ pub struct PpsOptions {
     pub duration: Duration,
     /// UDP GSO batches: on, off, or where the route to the agent segments them (auto).
     pub gso: GsoMode,
+    /// Receiver intervals (`-i`); `None` for none.
+    pub interval: Option<Duration>,
 }
 
 impl Default for PpsOptions {
@@ -239,6 +241,7 @@ impl Default for PpsOptions {
             flows: 1,
             duration: Duration::from_secs(10),
             gso: GsoMode::Auto,
+            interval: None,
         }
     }
 }
@@ -324,6 +327,15 @@ pub fn throughput(
 
 /// Runs a packet-rate test.
 pub fn pps(target: &Target, opt: &PpsOptions) -> Result<PpsResult, ClientError> {
+    pps_live(target, opt, &mut |_| {})
+}
+
+/// Runs a packet-rate test; `on_interval` sees each receiver interval (`-i`) as it arrives.
+pub fn pps_live(
+    target: &Target,
+    opt: &PpsOptions,
+    on_interval: &mut dyn FnMut(&PpsInterval),
+) -> Result<PpsResult, ClientError> {
     if opt.flows == 0 {
         return Err(ClientError::Usage("--flows must be at least 1".into()));
     }
@@ -342,10 +354,24 @@ pub fn pps(target: &Target, opt: &PpsOptions) -> Result<PpsResult, ClientError> 
         msg_size: opt.msg_size,
         bitrate_per_stream: 0,
         duration_ms: millis(opt.duration),
-        interval_ms: 0,
+        interval_ms: opt.interval.map_or(0, millis),
     };
     let gso = sonde_net::gso::choose(opt.gso, target.addr.ip());
-    let run = session::run_bulk(target, &spec, gso.enabled, &mut |_| {})?;
+    let size = u64::from(opt.msg_size);
+    let mut live = |iv: &IntervalResult| {
+        on_interval(&PpsInterval {
+            start_ns: iv.start_ns,
+            end_ns: iv.end_ns,
+            received: iv.packets,
+            received_pps: sonde_engine::per_second(
+                iv.packets,
+                iv.end_ns.saturating_sub(iv.start_ns),
+            ),
+            // Every datagram counted is exactly -m bytes (the receive slot holds at least that).
+            flow_received: iv.stream_bytes.iter().map(|b| b / size).collect(),
+        });
+    };
+    let run = session::run_bulk(target, &spec, gso.enabled, &mut live)?;
     Ok(results::pps(target, opt, &gso, &run))
 }
 

@@ -4,7 +4,8 @@ use sonde_engine::rtt::REPORTED_PERCENTILES;
 use sonde_engine::{bits_per_second, per_second};
 use sonde_report::{
     FlowResult, GsoMode, GsoReason, IntervalResult, LatencyMode, LatencyResult, Meta, PpsGso,
-    PpsResult, Protocol, RttNs, SideTotals, StreamDirection, StreamResult, ThroughputResult,
+    PpsInterval, PpsResult, Protocol, RttNs, SideTotals, StreamDirection, StreamResult,
+    ThroughputResult,
 };
 use sonde_wire::{Direction, IntervalStats, SessionId, StreamStats, TestSpec};
 
@@ -522,6 +523,12 @@ pub(crate) fn pps(
         duration_ns: nanos(opt.duration),
         send_method: method.into(),
         gso: pps_gso(gso, method),
+        intervals: run
+            .report
+            .intervals
+            .iter()
+            .map(|iv| pps_interval(iv, flows.len()))
+            .collect(),
         sent,
         received,
         lost,
@@ -529,6 +536,28 @@ pub(crate) fn pps(
         sent_pps: per_second(sent, sent_active),
         received_pps: per_second(received, recv_active),
         flows,
+    }
+}
+
+/// One receiver interval of a pps test: datagrams per flow (flow `i` is stream `i`: every
+/// stream of a pps test is a client-to-agent flow), their sum and rate.
+pub(crate) fn pps_interval(iv: &IntervalStats, flows: usize) -> PpsInterval {
+    let mut flow_received = vec![0; flows];
+    for (s, p) in iv.streams.iter().zip(&iv.packets) {
+        if let Some(slot) = usize::try_from(*s)
+            .ok()
+            .and_then(|i| flow_received.get_mut(i))
+        {
+            *slot = *p;
+        }
+    }
+    let received = iv.packets.iter().sum();
+    PpsInterval {
+        start_ns: iv.start_ns,
+        end_ns: iv.end_ns,
+        received,
+        received_pps: per_second(received, iv.end_ns.saturating_sub(iv.start_ns)),
+        flow_received,
     }
 }
 

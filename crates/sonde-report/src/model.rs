@@ -641,6 +641,22 @@ pub struct PpsGso {
     pub explanation: String,
 }
 
+/// One interval of a pps test (`-i`), counted by the receiving agent, like `sar -n DEV`'s
+/// `rxpck/s` but of the test's datagrams only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PpsInterval {
+    /// Start, ns since the receiver started.
+    pub start_ns: u64,
+    /// End, ns since the receiver started.
+    pub end_ns: u64,
+    /// Datagrams received in the interval, all flows.
+    pub received: u64,
+    /// `received` over the interval's length, per second.
+    pub received_pps: f64,
+    /// Per flow: datagrams received, in the order of `flows`.
+    pub flow_received: Vec<u64>,
+}
+
 /// `sonde pps`: small UDP datagrams as fast as possible, counted by the receiving agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PpsResult {
@@ -671,6 +687,9 @@ pub struct PpsResult {
     pub received_pps: f64,
     /// Per flow.
     pub flows: Vec<FlowResult>,
+    /// Intervals (`-i`), counted by the receiving agent; empty without `-i`.
+    #[serde(default)]
+    pub intervals: Vec<PpsInterval>,
 }
 
 /// How the client closed each connection of a crr test.

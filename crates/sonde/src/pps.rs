@@ -40,6 +40,7 @@ Examples:
   sonde pps 198.18.0.2                  one flow, 18-byte payloads, 10 s
   sonde pps 198.18.0.2 --flows 4        four flows (four source ports: RSS spreads them)
   sonde pps 198.18.0.2 --gso off        one datagram per packet, whatever the route
+  sonde pps 198.18.0.2 -t 30 -i 1       received datagrams per second, every second
   sonde pps 198.18.0.2 --sweep msg_size=18:1472:*2
                                         where the packet rate turns into a bandwidth limit
 
@@ -57,6 +58,10 @@ pub(crate) struct Opt {
     /// How long to send, seconds
     #[arg(short = 't', long = "time", default_value = "10", value_name = "SECS", value_parser = crate::units::seconds)]
     time: Duration,
+    /// Report received datagrams per second every SECS seconds (counted at the receiver, like
+    /// `sar -n DEV SECS`)
+    #[arg(short = 'i', long = "interval", value_name = "SECS", value_parser = crate::units::seconds)]
+    interval: Option<Duration>,
     /// UDP GSO batches: auto (only where the route leaves by a physical device), on, or off
     #[arg(long, value_enum, default_value_t = Gso::Auto, value_name = "WHEN")]
     gso: Gso,
@@ -89,6 +94,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
             Gso::On => GsoMode::On,
             Gso::Off => GsoMode::Off,
         },
+        interval: opt.interval.filter(|d| !d.is_zero()),
     };
     if let Some(sweep) = &opt.sweep {
         let allowed = [SweepParam::MsgSize, SweepParam::Parallel];
@@ -103,7 +109,12 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         return print(&opt.output.render(&doc));
     }
     let progress = Progress::start(&format!("pps {}", target.label), opt.time);
-    let result = sonde_client::pps(&target, &options);
+    // Live interval lines go to the terminal above the progress bar; the table (or JSON, CSV)
+    // on stdout holds every interval once, aligned.
+    let mut live = |iv: &sonde_report::PpsInterval| {
+        progress.println(&sonde_report::render::pps_interval_line(iv));
+    };
+    let result = sonde_client::pps_live(&target, &options, &mut live);
     drop(progress);
     print(&opt.output.render(&TestResult::Pps(result?)))
 }

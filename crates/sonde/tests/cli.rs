@@ -535,6 +535,48 @@ fn pps_takes_14_byte_datagrams_and_refuses_13() {
     assert!(stderr.contains("at least 14"), "{stderr}");
 }
 
+/// `-i`: the receiver's intervals follow each other from 0 and hold every datagram the agent
+/// counted, per flow and in all; each rate is its count over its span. The CSV has the same.
+#[test]
+fn pps_intervals_add_up_to_the_received_datagrams() {
+    let agent = server(&[]);
+    let doc = run_json("pps", &agent, &["--flows", "2", "-t", "0.6", "-i", "0.2"]);
+    let intervals = arr(&doc, "/intervals");
+    assert!(intervals.len() >= 3, "{doc:#}");
+    let mut start = 0;
+    for iv in intervals {
+        assert_eq!(u(iv, "/start_ns"), start, "{doc:#}");
+        let (received, span_ns) = (u(iv, "/received"), u(iv, "/end_ns") - start);
+        assert!(span_ns > 0, "{doc:#}");
+        let rate = received as f64 * 1e9 / span_ns as f64;
+        assert!(
+            (f(iv, "/received_pps") - rate).abs() <= 1e-6 * rate.max(1.0),
+            "{doc:#}"
+        );
+        let per_flow: u64 = arr(iv, "/flow_received")
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(per_flow, received, "{doc:#}");
+        start = u(iv, "/end_ns");
+    }
+    let total: u64 = intervals.iter().map(|iv| u(iv, "/received")).sum();
+    assert_eq!(total, u(&doc, "/received"), "{doc:#}");
+    for (i, fl) in arr(&doc, "/flows").iter().enumerate() {
+        let sum: u64 = intervals
+            .iter()
+            .map(|iv| iv["flow_received"][i].as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, u(fl, "/received"), "flow {i}: {doc:#}");
+    }
+    let csv = run_ok(&["pps", &agent.target(), "-t", "0.4", "-i", "0.2", "--csv"]);
+    let rows: Vec<&str> = csv
+        .lines()
+        .filter(|l| l.starts_with("pps,interval,"))
+        .collect();
+    assert!(rows.len() >= 2, "{csv}");
+}
+
 /// Loopback is a virtual device: `--gso auto` sends one datagram per packet there and says why;
 /// `--gso on` batches (where the kernel has UDP GSO) and says it was asked for.
 #[test]
