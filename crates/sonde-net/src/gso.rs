@@ -10,6 +10,13 @@
 //! saw one packet per batch. For a packet rate that means packets, [`choose`] turns GSO off
 //! where the route to the peer leaves by a virtual device.
 //!
+//! The interface is the one that holds the source address the kernel picks for the peer
+//! ([`hostinfo::interface_for_peer`]). Where that is not the device the route leaves by (a
+//! source address on `lo`), or the virtual device is stacked on a NIC (VLAN, bond, macvlan),
+//! GSO is turned off though a NIC would segment: the error is toward counting packets, never
+//! away from it. A NIC without UDP segmentation offload keeps GSO: the kernel segments the
+//! batch in software before the driver.
+//!
 //! ```
 //! use sonde_net::gso::{self, GsoMode};
 //!
