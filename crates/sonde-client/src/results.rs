@@ -565,13 +565,20 @@ pub(crate) fn pps_interval(iv: &IntervalStats, flows: usize) -> PpsInterval {
 /// it (the kernel may refuse GSO, or a datagram be too large to batch).
 fn pps_gso(choice: &sonde_net::gso::GsoChoice, method: &str) -> PpsGso {
     use sonde_net::gso;
+    let used = method == "sendmsg+UDP_SEGMENT";
+    let mut explanation = choice.to_string();
+    if choice.enabled && !used {
+        explanation.push_str(
+            "; the sender could not batch (the kernel refused UDP_SEGMENT, or one datagram fills a batch): see send_method",
+        );
+    }
     PpsGso {
         mode: match choice.mode {
             gso::GsoMode::Auto => GsoMode::Auto,
             gso::GsoMode::On => GsoMode::On,
             gso::GsoMode::Off => GsoMode::Off,
         },
-        used: method == "sendmsg+UDP_SEGMENT",
+        used,
         interface: choice.interface.clone(),
         reason: match choice.reason {
             gso::GsoReason::Requested => GsoReason::Requested,
@@ -581,7 +588,7 @@ fn pps_gso(choice: &sonde_net::gso::GsoChoice, method: &str) -> PpsGso {
             gso::GsoReason::Unsupported => GsoReason::Unsupported,
             _ => GsoReason::UnknownRoute,
         },
-        explanation: choice.to_string(),
+        explanation,
     }
 }
 
@@ -594,6 +601,40 @@ mod context_tests {
             addr: "127.0.0.1:5300".parse().unwrap(),
             label: "127.0.0.1:5300".into(),
         }
+    }
+
+    #[test]
+    fn gso_allowed_but_not_used_says_so() {
+        use sonde_net::gso::{GsoChoice, GsoMode as Mode, GsoReason as Why};
+        let choice = GsoChoice {
+            mode: Mode::On,
+            enabled: true,
+            interface: Some("lo".into()),
+            reason: Why::Requested,
+        };
+        let used = pps_gso(&choice, "sendmsg+UDP_SEGMENT");
+        assert!(used.used);
+        assert_eq!(used.explanation, "--gso on asked for it");
+        let refused = pps_gso(&choice, "sendmmsg");
+        assert!(!refused.used);
+        assert!(
+            refused.explanation.contains("see send_method"),
+            "{refused:?}"
+        );
+        let off = pps_gso(
+            &GsoChoice {
+                mode: Mode::Auto,
+                enabled: false,
+                interface: Some("veth0".into()),
+                reason: Why::VirtualDevice { driver: None },
+            },
+            "sendmmsg",
+        );
+        assert_eq!(
+            (off.mode, off.reason, off.used),
+            (GsoMode::Auto, GsoReason::VirtualDevice, false)
+        );
+        assert!(!off.explanation.contains("send_method"));
     }
 
     #[test]
