@@ -1050,26 +1050,16 @@ struct PpsPackets {
 
 /// `sonde pps --gso GSO` from a to b over veths that pass GSO batches whole (the kernel's
 /// default), with b's interface and protocol counters read around it.
-fn pps_gso_case(lab: &Lab, agent: &Agent, gso: &str) -> PpsPackets {
+fn pps_gso_case(lab: &Lab, agent: &Agent, gso: &str, size: &str, extra: &[&str]) -> PpsPackets {
     let rx_before = lab.rx_packets(Side::B);
     let overflows_before = lab.udp_rcvbuf_errors(Side::B);
     let tcp_before = lab.snmp(Side::B, "Tcp", "InSegs");
-    let doc = run_json_in(
-        Some(lab.a()),
-        &[
-            "pps",
-            &agent.target(),
-            "-m",
-            PPS_SIZE,
-            "-t",
-            "2",
-            "--flows",
-            "2",
-            "--gso",
-            gso,
-        ],
-        Duration::from_secs(40),
-    );
+    let target = agent.target();
+    let mut args = vec![
+        "pps", &target, "-m", size, "-t", "2", "--flows", "2", "--gso", gso,
+    ];
+    args.extend_from_slice(extra);
+    let doc = run_json_in(Some(lab.a()), &args, Duration::from_secs(40));
     PpsPackets {
         received: u64_at(&doc, &["received"]),
         overflows: lab.udp_rcvbuf_errors(Side::B) - overflows_before,
@@ -1084,9 +1074,10 @@ fn pps_gso_case(lab: &Lab, agent: &Agent, gso: &str) -> PpsPackets {
 /// find that the route leaves by a veth and send one datagram per packet: then b's veth's packet
 /// counter is sonde's received datagrams, plus what b's socket dropped, plus the control
 /// connection's TCP segments (b's `Tcp InSegs`), plus at most [`PPS_OTHER_PACKETS`] (joins,
-/// ARP); likewise `--gso off`. `--gso on` shows why auto exists: the interface counts far fewer
-/// packets than datagrams. The veths keep the kernel's default (no `gso_max_segs 1`): the test
-/// is of the detection.
+/// ARP); likewise `--gso off` (run with `-m 14`, the 14-byte header; auto with `-i 1`, whose
+/// intervals must hold every datagram). `--gso on` shows why auto exists: the interface counts
+/// far fewer packets than datagrams. The veths keep the kernel's default (no `gso_max_segs 1`):
+/// the test is of the detection.
 #[test]
 fn pps_gso_auto_counts_packets_the_interface_counts() {
     let test = "pps_gso_auto_counts_packets_the_interface_counts";
@@ -1096,9 +1087,11 @@ fn pps_gso_auto_counts_packets_the_interface_counts() {
     let _serial = serial();
     let lab = Lab::with_segments(Segments::Whole);
     let agent = agent_in_b(&lab);
-    for gso in ["auto", "off"] {
-        let run = pps_gso_case(&lab, &agent, gso);
+    // Auto with -i 1 (the intervals hold every datagram); off with -m 14, the short header.
+    for (gso, size, extra) in [("auto", PPS_SIZE, &["-i", "1"][..]), ("off", "14", &[][..])] {
+        let run = pps_gso_case(&lab, &agent, gso, size, extra);
         let doc = &run.doc;
+        assert_eq!(at(doc, &["msg_size_bytes"]).to_string(), size);
         eprintln!(
             "{test}: --gso {gso}: sonde received {} datagrams ({:.0} pps) via {}; b's veth \
              received {} packets, b's socket dropped {}, TCP segments {}, others {}",
@@ -1117,6 +1110,13 @@ fn pps_gso_auto_counts_packets_the_interface_counts() {
         if gso == "auto" {
             assert_eq!(at(doc, &["gso", "reason"]), "virtual_device");
             assert_eq!(at(doc, &["gso", "interface"]), VETH_A);
+            let intervals = at(doc, &["intervals"]).as_array().expect("-i 1: intervals");
+            assert!(intervals.len() >= 2, "-i 1 over 2 s: {intervals:?}");
+            let in_intervals: u64 = intervals.iter().map(|iv| u64_at(iv, &["received"])).sum();
+            assert_eq!(
+                in_intervals, run.received,
+                "the intervals hold every datagram"
+            );
         }
         assert!(run.received > 0, "--gso {gso}: nothing received");
         let data = run.received + run.overflows;
@@ -1135,7 +1135,7 @@ fn pps_gso_auto_counts_packets_the_interface_counts() {
             run.tcp_segments
         );
     }
-    let run = pps_gso_case(&lab, &agent, "on");
+    let run = pps_gso_case(&lab, &agent, "on", PPS_SIZE, &[]);
     eprintln!(
         "{test}: --gso on: sonde received {} datagrams via {}; b's veth received {} packets, \
          b's socket dropped {}, TCP segments {}",
