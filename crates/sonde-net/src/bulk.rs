@@ -981,7 +981,7 @@ mod tests {
         assert_eq!(UdpFormat::sonde(&spec(16)), UdpFormat::Sonde);
         assert_eq!(UdpFormat::Short.header_len(), 14);
         for gso in [false, true] {
-            let (sent, received, _, _) = unlimited_run_gso(14, 100 * MS, gso, UdpFormat::Short);
+            let (sent, received, _, _) = unlimited_run_gso(14, 20 * MS, gso, UdpFormat::Short);
             assert!(sent.packets > 0);
             assert!(received.packets > 0, "gso {gso}");
             assert_eq!(received.malformed, 0, "gso {gso}");
@@ -1012,7 +1012,7 @@ mod tests {
     #[test]
     fn unlimited_udp_without_gso_sends_single_datagrams_in_batches() {
         const SIZE: u32 = 18;
-        let (sent, received, _, _) = unlimited_run_gso(SIZE, 100 * MS, false, UdpFormat::Sonde);
+        let (sent, received, _, _) = unlimited_run_gso(SIZE, 20 * MS, false, UdpFormat::Sonde);
         let expected = if cfg!(target_os = "linux") {
             "sendmmsg"
         } else {
