@@ -762,7 +762,7 @@ pub(crate) fn validate(
     spec: &TestSpec,
     cfg: &AgentConfig,
 ) -> Result<(), (sonde_wire::Refusal, String)> {
-    use sonde_wire::{Protocol, Refusal, TestKind, DATA_HEADER_LEN};
+    use sonde_wire::{Protocol, Refusal, TestKind, DATA_HEADER_LEN, PPS_HEADER_LEN};
     let bad = |m: String| Err((Refusal::BadRequest, m));
     let limit = |m: String| Err((Refusal::Limits, m));
     if spec.streams == 0 {
@@ -795,6 +795,7 @@ pub(crate) fn validate(
         (Protocol::Tcp, TestKind::Latency) => (1, MAX_TCP_MESSAGE),
         (Protocol::Tcp, _) => (1, MAX_MSG_SIZE),
         (Protocol::Udp, TestKind::Latency) => (1, MAX_UDP_PAYLOAD),
+        (Protocol::Udp, TestKind::Pps) => (PPS_HEADER_LEN as u32, MAX_UDP_PAYLOAD),
         (Protocol::Udp, _) => (DATA_HEADER_LEN as u32, MAX_UDP_PAYLOAD),
     };
     if spec.msg_size < min || spec.msg_size > max {

@@ -665,7 +665,7 @@ impl<'a> Test<'a> {
             DataChannel::Udp(s) => sonde_net::bulk::udp_recv(
                 s,
                 spec.msg_size,
-                sonde_net::bulk::UdpFormat::Sonde,
+                sonde_net::bulk::UdpFormat::sonde(spec),
                 clock,
                 stop,
                 &self.expect[i],
@@ -693,7 +693,7 @@ impl<'a> Test<'a> {
                 s,
                 spec.msg_size,
                 spec.bitrate_per_stream,
-                sonde_net::bulk::UdpFormat::Sonde,
+                sonde_net::bulk::UdpFormat::sonde(spec),
                 clock,
                 until_ns,
                 stop,

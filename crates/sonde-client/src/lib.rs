@@ -23,12 +23,13 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use sonde_net::control::ControlError;
-use sonde_report::{IntervalResult, LatencyResult, PpsResult, ThroughputResult};
+use sonde_report::{IntervalResult, LatencyResult, PpsInterval, PpsResult, ThroughputResult};
 use sonde_wire::{Direction, Protocol, Refusal, TestKind, TestSpec};
 
 pub use conf::conf;
 pub use crr::{crr, crr_interruptible, CrrOptions, MAX_CRR_MESSAGE};
 pub use load::{latency_under_load, latency_under_load_measured, LoadMeasurement, LoadOptions};
+pub use sonde_net::gso::GsoMode;
 pub use sonde_wire::Direction as StreamsDirection;
 
 /// Why a test could not be run or did not finish.
@@ -240,6 +241,10 @@ pub struct PpsOptions {
     pub flows: u32,
     /// How long the senders send.
     pub duration: Duration,
+    /// UDP GSO batches: on, off, or where the route to the agent segments them (auto).
+    pub gso: GsoMode,
+    /// Receiver intervals (`-i`); `None` for none.
+    pub interval: Option<Duration>,
 }
 
 impl Default for PpsOptions {
@@ -248,6 +253,8 @@ impl Default for PpsOptions {
             msg_size: 18,
             flows: 1,
             duration: Duration::from_secs(10),
+            gso: GsoMode::Auto,
+            interval: None,
         }
     }
 }
@@ -379,7 +386,7 @@ pub fn throughput_interruptible(
         duration_ms: millis(opt.duration),
         interval_ms: opt.interval.map_or(0, millis),
     };
-    let run = session::run_bulk(target, &spec, interrupt, on_interval)?;
+    let run = session::run_bulk(target, &spec, interrupt, true, on_interval)?;
     let mut result = results::throughput(target, opt, &spec, &run);
     if run.interrupted {
         mark_interrupted(&mut result.meta);
@@ -389,7 +396,7 @@ pub fn throughput_interruptible(
 
 /// Runs a packet-rate test.
 pub fn pps(target: &Target, opt: &PpsOptions) -> Result<PpsResult, ClientError> {
-    pps_interruptible(target, opt, &AtomicBool::new(false))
+    pps_live(target, opt, &AtomicBool::new(false), &mut |_| {})
 }
 
 /// [`pps`], ending early when `interrupt` is raised (Ctrl-C), as [`throughput_interruptible`].
@@ -398,14 +405,25 @@ pub fn pps_interruptible(
     opt: &PpsOptions,
     interrupt: &AtomicBool,
 ) -> Result<PpsResult, ClientError> {
+    pps_live(target, opt, interrupt, &mut |_| {})
+}
+
+/// Runs a packet-rate test; `on_interval` sees each receiver interval (`-i`) as it arrives, and
+/// the test ends early when `interrupt` is raised (Ctrl-C), as [`throughput_interruptible`].
+pub fn pps_live(
+    target: &Target,
+    opt: &PpsOptions,
+    interrupt: &AtomicBool,
+    on_interval: &mut dyn FnMut(&PpsInterval),
+) -> Result<PpsResult, ClientError> {
     if opt.flows == 0 {
         return Err(ClientError::Usage("--flows must be at least 1".into()));
     }
-    if (opt.msg_size as usize) < sonde_wire::DATA_HEADER_LEN {
+    if (opt.msg_size as usize) < sonde_wire::PPS_HEADER_LEN {
         return Err(ClientError::Usage(format!(
             "datagrams carry a {}-byte sequence header: -m must be at least {}",
-            sonde_wire::DATA_HEADER_LEN,
-            sonde_wire::DATA_HEADER_LEN
+            sonde_wire::PPS_HEADER_LEN,
+            sonde_wire::PPS_HEADER_LEN
         )));
     }
     let spec = TestSpec {
@@ -416,10 +434,25 @@ pub fn pps_interruptible(
         msg_size: opt.msg_size,
         bitrate_per_stream: 0,
         duration_ms: millis(opt.duration),
-        interval_ms: 0,
+        interval_ms: opt.interval.map_or(0, millis),
     };
-    let run = session::run_bulk(target, &spec, interrupt, &mut |_| {})?;
-    let mut result = results::pps(target, opt, &run);
+    let gso = sonde_net::gso::choose(opt.gso, target.addr.ip());
+    let size = u64::from(opt.msg_size);
+    let mut live = |iv: &IntervalResult| {
+        on_interval(&PpsInterval {
+            start_ns: iv.start_ns,
+            end_ns: iv.end_ns,
+            received: iv.packets,
+            received_pps: sonde_engine::per_second(
+                iv.packets,
+                iv.end_ns.saturating_sub(iv.start_ns),
+            ),
+            // Every datagram counted is exactly -m bytes (the receive slot holds at least that).
+            flow_received: iv.stream_bytes.iter().map(|b| b / size).collect(),
+        });
+    };
+    let run = session::run_bulk(target, &spec, interrupt, gso.enabled, &mut live)?;
+    let mut result = results::pps(target, opt, &gso, &run);
     if run.interrupted {
         mark_interrupted(&mut result.meta);
     }

@@ -4,8 +4,9 @@ use sonde_engine::rtt::REPORTED_PERCENTILES;
 use sonde_engine::{bits_per_second, per_second};
 use sonde_report::WarningCode;
 use sonde_report::{
-    FlowResult, IntervalResult, LatencyMode, LatencyResult, Meta, PpsResult, Protocol, RttNs,
-    SideTotals, StreamDirection, StreamResult, ThroughputResult,
+    FlowResult, GsoMode, GsoReason, IntervalResult, LatencyMode, LatencyResult, Meta, PpsGso,
+    PpsInterval, PpsResult, Protocol, RttNs, SideTotals, StreamDirection, StreamResult,
+    ThroughputResult,
 };
 use sonde_wire::{Direction, IntervalStats, SessionId, StreamStats, TestSpec};
 
@@ -531,7 +532,12 @@ pub(crate) fn sum_streams(
 }
 
 /// Builds the pps document.
-pub(crate) fn pps(target: &Target, opt: &PpsOptions, run: &BulkRun) -> PpsResult {
+pub(crate) fn pps(
+    target: &Target,
+    opt: &PpsOptions,
+    gso: &sonde_net::gso::GsoChoice,
+    run: &BulkRun,
+) -> PpsResult {
     let mut meta = meta(
         target,
         run.session,
@@ -574,6 +580,13 @@ pub(crate) fn pps(target: &Target, opt: &PpsOptions, run: &BulkRun) -> PpsResult
         msg_size_bytes: opt.msg_size,
         duration_ns: nanos(opt.duration),
         send_method: method.into(),
+        gso: pps_gso(gso, method),
+        intervals: run
+            .report
+            .intervals
+            .iter()
+            .map(|iv| pps_interval(iv, flows.len()))
+            .collect(),
         sent,
         received,
         lost,
@@ -581,6 +594,59 @@ pub(crate) fn pps(target: &Target, opt: &PpsOptions, run: &BulkRun) -> PpsResult
         sent_pps: per_second(sent, sent_active),
         received_pps: per_second(received, recv_active),
         flows,
+    }
+}
+
+/// One receiver interval of a pps test: datagrams per flow (flow `i` is stream `i`: every
+/// stream of a pps test is a client-to-agent flow), their sum and rate.
+pub(crate) fn pps_interval(iv: &IntervalStats, flows: usize) -> PpsInterval {
+    let mut flow_received = vec![0; flows];
+    for (s, p) in iv.streams.iter().zip(&iv.packets) {
+        if let Some(slot) = usize::try_from(*s)
+            .ok()
+            .and_then(|i| flow_received.get_mut(i))
+        {
+            *slot = *p;
+        }
+    }
+    let received = iv.packets.iter().sum();
+    PpsInterval {
+        start_ns: iv.start_ns,
+        end_ns: iv.end_ns,
+        received,
+        received_pps: per_second(received, iv.end_ns.saturating_sub(iv.start_ns)),
+        flow_received,
+    }
+}
+
+/// The document's account of GSO: the client's choice, and whether the sender (`method`) used
+/// it (the kernel may refuse GSO, or a datagram be too large to batch).
+fn pps_gso(choice: &sonde_net::gso::GsoChoice, method: &str) -> PpsGso {
+    use sonde_net::gso;
+    let used = method == "sendmsg+UDP_SEGMENT";
+    let mut explanation = choice.to_string();
+    if choice.enabled && !used {
+        explanation.push_str(
+            "; the sender could not batch (the kernel refused UDP_SEGMENT, or one datagram fills a batch): see send_method",
+        );
+    }
+    PpsGso {
+        mode: match choice.mode {
+            gso::GsoMode::Auto => GsoMode::Auto,
+            gso::GsoMode::On => GsoMode::On,
+            gso::GsoMode::Off => GsoMode::Off,
+        },
+        used,
+        interface: choice.interface.clone(),
+        reason: match choice.reason {
+            gso::GsoReason::Requested => GsoReason::Requested,
+            gso::GsoReason::Loopback => GsoReason::Loopback,
+            gso::GsoReason::VirtualDevice { .. } => GsoReason::VirtualDevice,
+            gso::GsoReason::PhysicalDevice => GsoReason::PhysicalDevice,
+            gso::GsoReason::Unsupported => GsoReason::Unsupported,
+            _ => GsoReason::UnknownRoute,
+        },
+        explanation,
     }
 }
 
@@ -594,6 +660,40 @@ mod context_tests {
             label: "127.0.0.1:5300".into(),
             secret: None,
         }
+    }
+
+    #[test]
+    fn gso_allowed_but_not_used_says_so() {
+        use sonde_net::gso::{GsoChoice, GsoMode as Mode, GsoReason as Why};
+        let choice = GsoChoice {
+            mode: Mode::On,
+            enabled: true,
+            interface: Some("lo".into()),
+            reason: Why::Requested,
+        };
+        let used = pps_gso(&choice, "sendmsg+UDP_SEGMENT");
+        assert!(used.used);
+        assert_eq!(used.explanation, "--gso on asked for it");
+        let refused = pps_gso(&choice, "sendmmsg");
+        assert!(!refused.used);
+        assert!(
+            refused.explanation.contains("see send_method"),
+            "{refused:?}"
+        );
+        let off = pps_gso(
+            &GsoChoice {
+                mode: Mode::Auto,
+                enabled: false,
+                interface: Some("veth0".into()),
+                reason: Why::VirtualDevice { driver: None },
+            },
+            "sendmmsg",
+        );
+        assert_eq!(
+            (off.mode, off.reason, off.used),
+            (GsoMode::Auto, GsoReason::VirtualDevice, false)
+        );
+        assert!(!off.explanation.contains("send_method"));
     }
 
     #[test]

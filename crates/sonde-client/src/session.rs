@@ -560,10 +560,12 @@ enum Event {
 }
 
 /// Runs a throughput or pps test on an open session.
+/// `gso`: whether the client's UDP senders may send GSO batches.
 pub(crate) fn run_bulk(
     target: &Target,
     spec: &TestSpec,
     interrupt: &AtomicBool,
+    gso: bool,
     on_interval: &mut dyn FnMut(&IntervalResult),
 ) -> Result<BulkRun, ClientError> {
     let mut c = connect(target, spec)?;
@@ -610,7 +612,7 @@ pub(crate) fn run_bulk(
             scope.spawn(move || {
                 let _counted = meter.track();
                 let r = role(
-                    spec, channel, sends, &clock, until_ns, stop, expect, counters,
+                    spec, channel, sends, gso, &clock, until_ns, stop, expect, counters,
                 );
                 let r = r.map(|role| {
                     let info = match (channel, &role) {
@@ -695,6 +697,7 @@ fn role(
     spec: &TestSpec,
     channel: &ClientChannel,
     sends: bool,
+    gso: bool,
     clock: &Clock,
     until_ns: u64,
     stop: &AtomicBool,
@@ -709,11 +712,12 @@ fn role(
         (ClientChannel::Tcp(s), false) => {
             bulk::tcp_recv(s, clock, stop, counters).map(ClientRole::TcpReceived)
         }
-        (ClientChannel::Udp(s), true) => bulk::udp_send(
+        (ClientChannel::Udp(s), true) => bulk::udp_send_with(
             s,
             spec.msg_size,
             spec.bitrate_per_stream,
-            bulk::UdpFormat::Sonde,
+            bulk::UdpFormat::sonde(spec),
+            gso,
             clock,
             until_ns,
             stop,
@@ -723,7 +727,7 @@ fn role(
         (ClientChannel::Udp(s), false) => bulk::udp_recv(
             s,
             spec.msg_size,
-            bulk::UdpFormat::Sonde,
+            bulk::UdpFormat::sonde(spec),
             clock,
             stop,
             expect,

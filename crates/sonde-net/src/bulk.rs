@@ -19,7 +19,10 @@ use std::time::Duration;
 use sonde_engine::jitter::Jitter;
 use sonde_engine::pace::Schedule;
 use sonde_engine::seq::SeqTracker;
-use sonde_wire::{DataHeader, Iperf3UdpHeader, UdpJoin, DATA_HEADER_LEN, UDP_JOIN_LEN};
+use sonde_wire::{
+    DataHeader, Iperf3UdpHeader, PpsHeader, TestKind, TestSpec, UdpJoin, DATA_HEADER_LEN,
+    PPS_HEADER_LEN, UDP_JOIN_LEN,
+};
 
 use crate::{socket, sys, Clock, Counters};
 
@@ -64,6 +67,9 @@ pub enum UdpFormat {
     /// answers sonde [`UdpJoin`] datagrams that arrive late.
     #[default]
     Sonde,
+    /// sonde's 14-byte [`PpsHeader`] (48-bit sequence from 0, send time in ns): pps datagrams
+    /// shorter than a [`DataHeader`]. The receiver answers joins as with [`UdpFormat::Sonde`].
+    Short,
     /// iperf3's [`Iperf3UdpHeader`]: seconds and microseconds, then a sequence number from 1,
     /// 64 bits wide when `seq64` (`udp_counters_64bit`) was negotiated, else 32. A receiver maps
     /// iperf3 seq `s` to tracker seq `s - 1`, so the tracker's `highest + 1` is iperf3's
@@ -75,10 +81,21 @@ pub enum UdpFormat {
 }
 
 impl UdpFormat {
+    /// sonde's format for a test: [`UdpFormat::Short`] for pps datagrams shorter than a
+    /// [`DataHeader`] (agents that predate it refuse those sizes), else [`UdpFormat::Sonde`].
+    pub fn sonde(spec: &TestSpec) -> Self {
+        if spec.kind == TestKind::Pps && (spec.msg_size as usize) < DATA_HEADER_LEN {
+            Self::Short
+        } else {
+            Self::Sonde
+        }
+    }
+
     /// The header's length.
     pub fn header_len(self) -> usize {
         match self {
             Self::Sonde => DATA_HEADER_LEN,
+            Self::Short => PPS_HEADER_LEN,
             Self::Iperf3 { seq64 } => Iperf3UdpHeader::len(seq64),
         }
     }
@@ -92,6 +109,11 @@ impl UdpFormat {
                 send_ns: now_ns,
             }
             .write(buf),
+            Self::Short => PpsHeader {
+                seq: index,
+                send_ns: now_ns,
+            }
+            .write(buf),
             Self::Iperf3 { seq64 } => Iperf3UdpHeader::at(index + 1, now_ns).write(buf, seq64),
         }
     }
@@ -101,6 +123,7 @@ impl UdpFormat {
     fn read(self, datagram: &[u8]) -> Option<(u64, u64)> {
         match self {
             Self::Sonde => DataHeader::read(datagram).ok().map(|h| (h.seq, h.send_ns)),
+            Self::Short => PpsHeader::read(datagram).ok().map(|h| (h.seq, h.send_ns)),
             Self::Iperf3 { seq64 } => Iperf3UdpHeader::read(datagram, seq64)
                 .ok()
                 // iperf3 counts from 1; a 0 is junk (seq 0 would wrap the tracker).
@@ -309,10 +332,38 @@ pub fn udp_send(
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<SendOutcome> {
+    udp_send_with(
+        sock,
+        msg_size,
+        bits_per_second,
+        format,
+        true,
+        clock,
+        until_ns,
+        stop,
+        counters,
+    )
+}
+
+/// [`udp_send`], with GSO batches allowed only when `gso` (see [`crate::gso::choose`]). Without
+/// GSO the unlimited sender sends `sendmmsg` batches of single datagrams: each one its own packet
+/// from the socket on.
+#[allow(clippy::too_many_arguments)]
+pub fn udp_send_with(
+    sock: &UdpSocket,
+    msg_size: u32,
+    bits_per_second: u64,
+    format: UdpFormat,
+    gso: bool,
+    clock: &Clock,
+    until_ns: u64,
+    stop: &AtomicBool,
+    counters: &Counters,
+) -> io::Result<SendOutcome> {
     let size = msg_size as usize;
     if size < format.header_len() {
         return Err(invalid_input(
-            "a UDP data datagram must be at least as long as its header (16 bytes; iperf3: 12, or 16 with 64-bit counters)",
+            "a UDP data datagram must be at least as long as its header (16 bytes, pps 14; iperf3: 12, or 16 with 64-bit counters)",
         ));
     }
     sock.set_nonblocking(false)?;
@@ -332,7 +383,7 @@ pub fn udp_send(
         run.out.method = "send";
         send_paced(sock, size, schedule, &mut run)?;
     } else {
-        run.out.method = send_unlimited(sock, size, &mut run)?.name();
+        run.out.method = send_unlimited(sock, size, gso, &mut run)?.name();
     }
     run.out.active_ns = run.span.ns();
     Ok(run.out)
@@ -350,7 +401,7 @@ pub fn udp_send(
 /// * Receive times are taken once per batch: every datagram of a batch gets the time the
 ///   batch returned (for first/last and jitter).
 /// * Each slot holds `max(msg_size, 64)` bytes; a longer datagram is truncated to that and its
-///   bytes counted as received. Datagrams shorter than a [`DataHeader`] count as `malformed`.
+///   bytes counted as received. Datagrams shorter than the format's header count as `malformed`.
 /// * `ECONNREFUSED` (an earlier acknowledgement hit a closed port) is ignored.
 pub fn udp_recv(
     sock: &UdpSocket,
@@ -387,7 +438,8 @@ pub fn udp_recv(
         let (mut bytes, mut packets) = (0u64, 0u64);
         for (i, slot_buf) in buf.chunks_exact(slot).take(n).enumerate() {
             let datagram = &slot_buf[..batch.datagram_len(i).min(slot)];
-            if format == UdpFormat::Sonde && datagram.len() == UDP_JOIN_LEN {
+            let sonde = matches!(format, UdpFormat::Sonde | UdpFormat::Short);
+            if sonde && datagram.len() == UDP_JOIN_LEN {
                 if let Ok(join) = UdpJoin::decode(datagram) {
                     if !join.ack {
                         // Best effort: a lost acknowledgement makes the client send another
@@ -560,12 +612,17 @@ impl SendMethod {
 }
 
 /// Sends as fast as the kernel takes datagrams, in batches; returns the method that ran.
-fn send_unlimited(sock: &UdpSocket, size: usize, run: &mut SendRun<'_>) -> io::Result<SendMethod> {
+fn send_unlimited(
+    sock: &UdpSocket,
+    size: usize,
+    gso: bool,
+    run: &mut SendRun<'_>,
+) -> io::Result<SendMethod> {
     let per_batch = (BATCH_BYTES / size).clamp(1, BATCH);
     let per_gso = per_batch
         .min(sys::MAX_GSO_BYTES / size)
         .min(sys::MAX_GSO_SEGMENTS);
-    let gso_size = u16::try_from(size).ok().filter(|_| per_gso > 1);
+    let gso_size = u16::try_from(size).ok().filter(|_| gso && per_gso > 1);
     let mut method = match (gso_size, per_batch) {
         (Some(_), _) => SendMethod::Gso,
         (None, 1) => SendMethod::Plain,
@@ -870,28 +927,30 @@ mod tests {
     /// Sends `size`-byte datagrams as fast as possible for `for_ns` through a shared-port flow
     /// pair, the receiver told the sender's count at the end.
     fn unlimited_run(size: u32, for_ns: u64) -> (SendOutcome, UdpRecvOutcome, Counters, Counters) {
+        unlimited_run_gso(size, for_ns, true, UdpFormat::Sonde)
+    }
+
+    /// [`unlimited_run`], GSO allowed or not, in `format`.
+    fn unlimited_run_gso(
+        size: u32,
+        for_ns: u64,
+        gso: bool,
+        format: UdpFormat,
+    ) -> (SendOutcome, UdpRecvOutcome, Counters, Counters) {
         let (_listener, flow, client) = udp_flow_pair();
         let clock = Clock::start();
         let stop = AtomicBool::new(false);
         let expect = AtomicU64::new(u64::MAX);
         let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
         let (sent, received) = thread::scope(|s| {
-            let rx = s.spawn(|| {
-                udp_recv(
-                    &flow,
-                    size,
-                    UdpFormat::Sonde,
-                    &clock,
-                    &stop,
-                    &expect,
-                    &rx_counters,
-                )
-            });
-            let sent = udp_send(
+            let rx =
+                s.spawn(|| udp_recv(&flow, size, format, &clock, &stop, &expect, &rx_counters));
+            let sent = udp_send_with(
                 &client,
                 size,
                 0,
-                UdpFormat::Sonde,
+                format,
+                gso,
                 &clock,
                 for_ns,
                 &stop,
@@ -903,6 +962,67 @@ mod tests {
             (sent, rx.join().unwrap().unwrap())
         });
         (sent, received, tx_counters, rx_counters)
+    }
+
+    #[test]
+    fn pps_datagrams_of_14_bytes_carry_the_short_header_and_are_each_counted() {
+        let spec = |msg_size| TestSpec {
+            kind: TestKind::Pps,
+            protocol: sonde_wire::Protocol::Udp,
+            direction: sonde_wire::Direction::Forward,
+            streams: 1,
+            msg_size,
+            bitrate_per_stream: 0,
+            duration_ms: 1000,
+            interval_ms: 0,
+        };
+        assert_eq!(UdpFormat::sonde(&spec(14)), UdpFormat::Short);
+        assert_eq!(UdpFormat::sonde(&spec(15)), UdpFormat::Short);
+        assert_eq!(UdpFormat::sonde(&spec(16)), UdpFormat::Sonde);
+        assert_eq!(UdpFormat::Short.header_len(), 14);
+        for gso in [false, true] {
+            let (sent, received, _, _) = unlimited_run_gso(14, 20 * MS, gso, UdpFormat::Short);
+            assert!(sent.packets > 0);
+            assert!(received.packets > 0, "gso {gso}");
+            assert_eq!(received.malformed, 0, "gso {gso}");
+            assert_eq!(received.bytes, 14 * received.packets);
+            assert_eq!(received.seq.duplicated(), 0);
+            assert_eq!(
+                received.seq.received() + received.seq.lost(sent.packets),
+                sent.packets,
+                "gso {gso}"
+            );
+        }
+        // Too short for even the short header.
+        let (_listener, _flow, client) = udp_flow_pair();
+        let err = udp_send(
+            &client,
+            13,
+            0,
+            UdpFormat::Short,
+            &Clock::start(),
+            MS,
+            &AtomicBool::new(false),
+            &Counters::default(),
+        )
+        .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn unlimited_udp_without_gso_sends_single_datagrams_in_batches() {
+        const SIZE: u32 = 18;
+        let (sent, received, _, _) = unlimited_run_gso(SIZE, 20 * MS, false, UdpFormat::Sonde);
+        let expected = if cfg!(target_os = "linux") {
+            "sendmmsg"
+        } else {
+            "send"
+        };
+        assert_eq!(sent.method, expected);
+        assert!(sent.packets > 0);
+        assert_eq!(received.malformed, 0);
+        assert_eq!(received.bytes, u64::from(SIZE) * received.packets);
+        assert_eq!(received.seq.duplicated(), 0);
     }
 
     #[test]

@@ -143,6 +143,34 @@ pub fn interface_for_peer(peer: IpAddr) -> io::Result<Option<String>> {
         .map(|(name, _)| name))
 }
 
+/// What kind of device a network interface is, as far as sending packets through it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// The loopback device (`IFF_LOOPBACK`).
+    Loopback,
+    /// A device with no hardware behind it in sysfs (`/sys/class/net/IF/device` is missing):
+    /// veth, bridge, tun/tap, macvlan, VXLAN, WireGuard...
+    Virtual,
+    /// A device with hardware (or, in a virtual machine, what the guest sees as hardware)
+    /// behind it.
+    Physical,
+    /// Not a name this host knows, or no sysfs to ask.
+    Unknown,
+}
+
+/// The kind of the interface named `name`, from `/sys/class/net`.
+pub fn device_kind(name: &str) -> DeviceKind {
+    if check_interface(name).is_err() || !sys_net(name, "").exists() {
+        return DeviceKind::Unknown;
+    }
+    match interface_flags(name) {
+        Some(f) if f & IFF_LOOPBACK != 0 => DeviceKind::Loopback,
+        // Virtual devices live under /sys/devices/virtual/net and have no `device` link.
+        _ if sys_net(name, "device").exists() => DeviceKind::Physical,
+        _ => DeviceKind::Virtual,
+    }
+}
+
 /// Refuses names that are not interface names (they would also be paths under `/sys`), and
 /// names that do not exist where the system lists interfaces.
 fn check_interface(name: &str) -> Result<(), HostInfoError> {
@@ -568,6 +596,23 @@ mod tests {
             assert_eq!(nic.up, Some(true), "{nic:?}");
             assert!(nic.mtu_bytes.is_some_and(|m| m >= 68), "{nic:?}");
             assert_ne!(nic.driver.as_deref(), Some(""));
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn device_kinds_follow_sysfs() {
+        assert_eq!(device_kind("lo"), DeviceKind::Loopback);
+        assert_eq!(device_kind("no-such-if0"), DeviceKind::Unknown);
+        assert_eq!(device_kind("../../etc"), DeviceKind::Unknown);
+        // Every other interface is virtual exactly when sysfs has no device behind it.
+        for name in up_interfaces() {
+            let expected = if sys_net(&name, "device").exists() {
+                DeviceKind::Physical
+            } else {
+                DeviceKind::Virtual
+            };
+            assert_eq!(device_kind(&name), expected, "{name}");
         }
     }
 

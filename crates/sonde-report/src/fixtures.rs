@@ -304,6 +304,15 @@ pub(crate) fn pps_2_flows() -> TestResult {
         msg_size_bytes: 18,
         duration_ns: 10 * SEC,
         send_method: "sendmsg+UDP_SEGMENT".to_owned(),
+        gso: PpsGso {
+            mode: GsoMode::Auto,
+            used: true,
+            interface: Some("eth0".to_owned()),
+            reason: GsoReason::PhysicalDevice,
+            explanation:
+                "eth0 is a physical device: it sends each datagram of a GSO batch as its own packet"
+                    .to_owned(),
+        },
         sent,
         received,
         lost: sent - received,
@@ -311,7 +320,56 @@ pub(crate) fn pps_2_flows() -> TestResult {
         sent_pps: sent as f64 / 10.0,
         received_pps: received as f64 / 10.001_2,
         flows,
+        intervals: Vec::new(),
     })
+}
+
+/// `sonde pps --flows 2 -t 3 -i 1 --gso off` over a veth: three receiver intervals, the last
+/// one running a little past 3 s.
+pub(crate) fn pps_intervals() -> TestResult {
+    let TestResult::Pps(mut r) = pps_2_flows() else {
+        unreachable!("pps_2_flows is a pps result")
+    };
+    r.meta.session = 47;
+    r.duration_ns = 3 * SEC;
+    r.send_method = "sendmmsg".to_owned();
+    r.gso = PpsGso {
+        mode: GsoMode::Off,
+        used: false,
+        interface: Some("veth-a".to_owned()),
+        reason: GsoReason::Requested,
+        explanation: "--gso off asked for it".to_owned(),
+    };
+    let per_flow = [[301_120, 298_880], [305_664, 294_336], [300_544, 299_456]];
+    let ends = [SEC, 2 * SEC, 3 * SEC + 4_000_000];
+    r.intervals = per_flow
+        .iter()
+        .zip(ends)
+        .enumerate()
+        .map(|(i, (flows, end_ns))| {
+            let start_ns = i as u64 * SEC;
+            let received: u64 = flows.iter().sum();
+            PpsInterval {
+                start_ns,
+                end_ns,
+                received,
+                received_pps: received as f64 * 1e9 / (end_ns - start_ns) as f64,
+                flow_received: flows.to_vec(),
+            }
+        })
+        .collect();
+    for (i, f) in r.flows.iter_mut().enumerate() {
+        f.received = per_flow.iter().map(|p| p[i]).sum();
+        f.sent = f.received;
+        f.lost = 0;
+    }
+    r.sent = r.flows.iter().map(|f| f.sent).sum();
+    r.received = r.sent;
+    r.lost = 0;
+    r.loss_percent = 0.0;
+    r.sent_pps = r.sent as f64 / 3.0;
+    r.received_pps = r.received as f64 / 3.004;
+    TestResult::Pps(r)
 }
 
 /// `sonde quick`: every kind of case once.
@@ -947,6 +1005,7 @@ pub(crate) fn all() -> Vec<(&'static str, TestResult)> {
         ("throughput_udp_reverse", throughput_udp_reverse()),
         ("throughput_bidir", throughput_bidir()),
         ("pps_2_flows", pps_2_flows()),
+        ("pps_intervals", pps_intervals()),
         ("crr_4_workers", crr_4_workers()),
         ("crr_ports_exhausted", crr_ports_exhausted()),
         ("quick_all", quick_all()),

@@ -693,6 +693,69 @@ pub struct FlowResult {
     pub lost: u64,
 }
 
+/// `--gso`: what was asked of UDP GSO in a pps test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum GsoMode {
+    /// GSO only where the route to the agent leaves by a physical device.
+    Auto,
+    /// GSO batches wherever the kernel takes them.
+    On,
+    /// One datagram per packet.
+    Off,
+}
+
+/// Why a pps sender used UDP GSO batches or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GsoReason {
+    /// `--gso on` or `--gso off`.
+    Requested,
+    /// The route leaves by loopback, a virtual device: a batch would cross it as one packet.
+    Loopback,
+    /// The route leaves by a virtual device (veth, bridge, tun...), which passes a batch on as
+    /// one packet.
+    VirtualDevice,
+    /// The route leaves by a physical device, which sends each datagram as its own packet.
+    PhysicalDevice,
+    /// The interface toward the agent was not found: no GSO, to count packets.
+    UnknownRoute,
+    /// The platform has no UDP GSO.
+    Unsupported,
+}
+
+/// UDP GSO in a pps test: a GSO batch is up to 64 datagrams in one socket buffer, which a
+/// virtual device passes on as one packet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PpsGso {
+    /// What was asked (`--gso`).
+    pub mode: GsoMode,
+    /// Whether the sender sent GSO batches (`send_method` is `sendmsg+UDP_SEGMENT`).
+    pub used: bool,
+    /// The interface the route to the agent leaves by, where found.
+    pub interface: Option<String>,
+    /// Why GSO was allowed or not.
+    pub reason: GsoReason,
+    /// The reason in words.
+    pub explanation: String,
+}
+
+/// One interval of a pps test (`-i`), counted by the receiving agent, like `sar -n DEV`'s
+/// `rxpck/s` but of the test's datagrams only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PpsInterval {
+    /// Start, ns since the receiver started.
+    pub start_ns: u64,
+    /// End, ns since the receiver started.
+    pub end_ns: u64,
+    /// Datagrams received in the interval, all flows.
+    pub received: u64,
+    /// `received` over the interval's length, per second.
+    pub received_pps: f64,
+    /// Per flow: datagrams received, in the order of `flows`.
+    pub flow_received: Vec<u64>,
+}
+
 /// `sonde pps`: small UDP datagrams as fast as possible, counted by the receiving agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PpsResult {
@@ -707,6 +770,8 @@ pub struct PpsResult {
     pub duration_ns: u64,
     /// How the sender sent (`sendmsg+UDP_SEGMENT`, `sendmmsg`, ...).
     pub send_method: String,
+    /// UDP GSO: asked, used, and why.
+    pub gso: PpsGso,
     /// Datagrams sent, all flows.
     pub sent: u64,
     /// Unique datagrams received, all flows.
@@ -721,6 +786,9 @@ pub struct PpsResult {
     pub received_pps: f64,
     /// Per flow.
     pub flows: Vec<FlowResult>,
+    /// Intervals (`-i`), counted by the receiving agent; empty without `-i`.
+    #[serde(default)]
+    pub intervals: Vec<PpsInterval>,
 }
 
 /// How the client closed each connection of a crr test.

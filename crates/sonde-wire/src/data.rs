@@ -24,8 +24,13 @@ pub const UDP_JOIN_LEN: usize = 16 + JOIN_MAC_LEN;
 const UDP_JOIN_SIGNED_LEN: usize = 16;
 /// Length of [`CrrJoin`] on the wire.
 pub const CRR_JOIN_LEN: usize = 16;
-/// Length of [`DataHeader`] on the wire: the smallest UDP throughput or pps payload.
+/// Length of [`DataHeader`] on the wire: the smallest UDP throughput payload.
 pub const DATA_HEADER_LEN: usize = 16;
+/// Length of [`PpsHeader`] on the wire: the smallest pps payload (sockperf's header size).
+pub const PPS_HEADER_LEN: usize = 14;
+/// Sequence numbers a [`PpsHeader`] carries: 48 bits, 2.8e14 datagrams per flow (over 32 days
+/// at 100 million datagrams per second), so they never wrap within a test.
+pub const PPS_SEQ_LIMIT: u64 = 1 << 48;
 
 /// What a TCP connection to the agent's port carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,6 +277,42 @@ impl DataHeader {
         Ok(Self {
             seq: be_u64(&b[..8]),
             send_ns: be_u64(&b[8..16]),
+        })
+    }
+}
+
+/// The header of pps datagrams shorter than a [`DataHeader`] (14 and 15 bytes): a 48-bit
+/// sequence number, then the 64-bit send time. 48 bits never wrap within a test
+/// ([`PPS_SEQ_LIMIT`]), so the receiver's loss, duplicate and reorder accounting is exactly that
+/// of the 64-bit header; the only cost is the two bytes, which is why sizes of 16 and more keep
+/// the [`DataHeader`] (and agents without this header refuse 14 and 15 as before).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PpsHeader {
+    /// Per-flow sequence number, from 0, below [`PPS_SEQ_LIMIT`].
+    pub seq: u64,
+    /// Sender's clock at send, nanoseconds since the flow started.
+    pub send_ns: u64,
+}
+
+impl PpsHeader {
+    /// Writes the header into the first [`PPS_HEADER_LEN`] bytes of `buf`; a `seq` of
+    /// [`PPS_SEQ_LIMIT`] or more is written modulo it.
+    ///
+    /// # Panics
+    /// If `buf` is shorter than [`PPS_HEADER_LEN`]: callers size their buffers once, up front.
+    pub fn write(&self, buf: &mut [u8]) {
+        buf[..6].copy_from_slice(&self.seq.to_be_bytes()[2..]);
+        buf[6..14].copy_from_slice(&self.send_ns.to_be_bytes());
+    }
+
+    /// Reads the header from the front of a datagram.
+    pub fn read(buf: &[u8]) -> Result<Self, Error> {
+        let b = fixed::<PPS_HEADER_LEN>(buf)?;
+        let mut seq = [0u8; 8];
+        seq[2..].copy_from_slice(&b[..6]);
+        Ok(Self {
+            seq: u64::from_be_bytes(seq),
+            send_ns: be_u64(&b[6..14]),
         })
     }
 }
@@ -551,6 +592,35 @@ mod tests {
     }
 
     #[test]
+    fn pps_header_round_trips_in_14_bytes() {
+        let mut buf = [0xAAu8; 15];
+        let h = PpsHeader {
+            seq: PPS_SEQ_LIMIT - 1,
+            send_ns: u64::MAX - 7,
+        };
+        h.write(&mut buf);
+        assert_eq!(PpsHeader::read(&buf), Ok(h));
+        assert_eq!(PpsHeader::read(&buf[..PPS_HEADER_LEN]), Ok(h));
+        assert_eq!(buf[14], 0xAA, "the filler after the header is untouched");
+        assert!(PpsHeader::read(&buf[..13]).is_err());
+        // The layout: 48-bit sequence number, then the 64-bit send time, big-endian.
+        let mut wire = [0u8; PPS_HEADER_LEN];
+        PpsHeader {
+            seq: 0x0102_0304_0506,
+            send_ns: 0x0708_090a_0b0c_0d0e,
+        }
+        .write(&mut wire);
+        assert_eq!(wire, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]);
+        // Beyond 48 bits the sequence number is carried modulo 2^48.
+        PpsHeader {
+            seq: PPS_SEQ_LIMIT + 5,
+            send_ns: 0,
+        }
+        .write(&mut wire);
+        assert_eq!(PpsHeader::read(&wire).map(|h| h.seq), Ok(5));
+    }
+
+    #[test]
     fn latency_seq_truncates_and_widens() {
         let mut one = [0u8; 1];
         write_latency_seq(0x1_02ff, &mut one);
@@ -575,7 +645,15 @@ mod tests {
             let _ = CrrJoin::decode(&bytes);
             let _ = UdpJoin::decode(&bytes);
             let _ = DataHeader::read(&bytes);
+            let _ = PpsHeader::read(&bytes);
             let _ = read_latency_seq(&bytes);
+        }
+
+        #[test]
+        fn pps_header_round_trips_any_seq_below_the_limit(seq in 0..PPS_SEQ_LIMIT, send_ns: u64) {
+            let mut buf = [0u8; PPS_HEADER_LEN];
+            PpsHeader { seq, send_ns }.write(&mut buf);
+            prop_assert_eq!(PpsHeader::read(&buf), Ok(PpsHeader { seq, send_ns }));
         }
 
         #[test]

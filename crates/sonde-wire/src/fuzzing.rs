@@ -22,10 +22,10 @@ use crate::{
     decode_body, decode_frame, encode_frame, frame_len, iperf3, read_latency_seq, sockperf, stamps,
     widen_seq, write_latency_seq, AgentReport, Channel, ControlMsg, CpuReport, CrrJoin, CrrReport,
     DataHeader, DataJoin, Direction, Error, HostInfo, IntervalStats, Iperf3UdpHeader, Limits,
-    MinDefaultMax, NicInfo, NicOffloads, Preamble, Protocol, Refusal, SessionId,
+    MinDefaultMax, NicInfo, NicOffloads, PpsHeader, Preamble, Protocol, Refusal, SessionId,
     SocketBufferLimits, StreamStats, TcpInfoStats, TestKind, TestSpec, Token, UdpJoin,
-    CRR_JOIN_LEN, DATA_HEADER_LEN, DATA_JOIN_LEN, MAX_FRAME_LEN, PREAMBLE_LEN, PROTOCOL_VERSION,
-    UDP_JOIN_LEN,
+    CRR_JOIN_LEN, DATA_HEADER_LEN, DATA_JOIN_LEN, MAX_FRAME_LEN, PPS_HEADER_LEN, PPS_SEQ_LIMIT,
+    PREAMBLE_LEN, PROTOCOL_VERSION, UDP_JOIN_LEN,
 };
 
 /// One fuzz target: `fuzz/fuzz_targets/{name}.rs` calls `run`.
@@ -75,6 +75,11 @@ pub const TARGETS: &[Target] = &[
         name: "data_header",
         run: data_header,
         seeds: data_header_seeds,
+    },
+    Target {
+        name: "pps_header",
+        run: pps_header,
+        seeds: pps_header_seeds,
     },
     Target {
         name: "latency_seq",
@@ -326,6 +331,22 @@ pub fn data_header(data: &[u8]) -> bool {
     let mut wire = [0u8; DATA_HEADER_LEN];
     h.write(&mut wire);
     assert_eq!(wire[..], data[..DATA_HEADER_LEN], "header encodes back");
+    true
+}
+
+/// The 14-byte pps header at the front of a datagram of any length.
+pub fn pps_header(data: &[u8]) -> bool {
+    let Ok(h) = PpsHeader::read(data) else {
+        assert!(
+            data.len() < PPS_HEADER_LEN,
+            "only a short datagram is refused"
+        );
+        return false;
+    };
+    assert!(h.seq < PPS_SEQ_LIMIT, "48 bits carried: {}", h.seq);
+    let mut wire = [0u8; PPS_HEADER_LEN];
+    h.write(&mut wire);
+    assert_eq!(wire[..], data[..PPS_HEADER_LEN], "header encodes back");
     true
 }
 
@@ -975,6 +996,17 @@ fn data_header_seeds() -> Vec<Vec<u8>> {
     }
     .write(&mut pps);
     vec![pps[..DATA_HEADER_LEN].to_vec(), pps]
+}
+
+fn pps_header_seeds() -> Vec<Vec<u8>> {
+    // A `-m 14` datagram, and a 15-byte one.
+    let mut pps = vec![0u8; 15];
+    PpsHeader {
+        seq: 41,
+        send_ns: 123_456_789,
+    }
+    .write(&mut pps);
+    vec![pps[..PPS_HEADER_LEN].to_vec(), pps]
 }
 
 fn latency_seq_seeds() -> Vec<Vec<u8>> {

@@ -13,7 +13,8 @@
 //!   session;
 //! * the computations of shared-secret authentication ([`auth`]): HMAC-SHA256 over bytes;
 //! * the 16-byte [`DataHeader`] at the front of every UDP data datagram (sequence number and send
-//!   time);
+//!   time), and the 14-byte [`PpsHeader`] (48-bit sequence number) of pps datagrams shorter
+//!   than that;
 //! * the agent's receive and send times inside latency messages ([`stamps`], for one-way
 //!   delay).
 //!

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use sonde_client::PpsOptions;
+use sonde_client::{GsoMode, PpsOptions};
 use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_report::TestResult;
 
@@ -17,13 +17,30 @@ use crate::save::{Measured, Saver};
 #[command(after_long_help = concat!("\
 Each datagram carries a 16-byte header (64-bit sequence number, send time) and filler up to -m. \
 The default 18-byte payload makes a 64-byte Ethernet frame over IPv4 (14 + 20 + 8 + 18 + 4 FCS). \
-On Linux the sender hands the kernel batches of datagrams in one call (UDP GSO, `UDP_SEGMENT`); \
-the kernel still sends every datagram separately, and the agent receives and counts each one \
-(recvmmsg, no GRO). Loss is the sender's count minus the distinct sequence numbers received.
+-m 14 (sockperf's header size, the smallest) and -m 15 use a 14-byte header instead: a 48-bit \
+sequence number, which no test can wrap (2.8e14 datagrams per flow, 32 days at 100 M/s), so \
+loss, duplicates and reordering are counted exactly as with 64 bits; agents older than this \
+header refuse those sizes. \
+The agent receives and counts each datagram (recvmmsg, no GRO). Loss is the sender's count minus \
+the distinct sequence numbers received.
+
+GSO and what a packet is: with UDP GSO (`UDP_SEGMENT`) the sender hands the kernel up to 64 \
+datagrams as one buffer. A physical NIC still sends each datagram as its own packet (segmented \
+in hardware, or by the kernel before the driver), but a virtual device does not: a veth, bridge, \
+tun or loopback device passes the whole batch on as one packet, so its packet counters (and \
+`sar -n DEV`, and any per-packet limit on that path) see up to 64 times fewer packets than \
+datagrams. --gso auto (the default) finds the interface the route to the agent leaves by and uses \
+GSO only if it is a physical device; on a virtual one (containers, Kubernetes pods, veth, \
+bridges) and on loopback, the sender sends sendmmsg batches of single datagrams, each its own \
+packet. Loopback is virtual: `sonde pps 127.0.0.1` sends without GSO unless --gso on, and reads \
+lower for it (the GSO figure counts datagrams, not packets). The result says whether GSO was used \
+and why (`gso`).
 
 Examples:
   sonde pps 198.18.0.2                  one flow, 18-byte payloads, 10 s
   sonde pps 198.18.0.2 --flows 4        four flows (four source ports: RSS spreads them)
+  sonde pps 198.18.0.2 --gso off        one datagram per packet, whatever the route
+  sonde pps 198.18.0.2 -t 30 -i 1       received datagrams per second, every second
   sonde pps 198.18.0.2 --sweep msg_size=18:1472:*2
                                         where the packet rate turns into a bandwidth limit
 
@@ -32,7 +49,7 @@ pub(crate) struct Opt {
     /// Agent to test: HOST, HOST:PORT, or an IPv6 address (with a port: `[IPv6]:PORT`)
     #[arg(value_name = "HOST[:PORT]")]
     host: String,
-    /// UDP payload per datagram, bytes (at least 16)
+    /// UDP payload per datagram, bytes (at least 14)
     #[arg(short = 'm', long = "msg-size", default_value = "18", value_name = "SIZE", value_parser = crate::units::size)]
     msg_size: u32,
     /// Parallel flows, each from its own UDP port
@@ -41,6 +58,13 @@ pub(crate) struct Opt {
     /// How long to send, seconds
     #[arg(short = 't', long = "time", default_value = "10", value_name = "SECS", value_parser = crate::units::seconds)]
     time: Duration,
+    /// Report received datagrams per second every SECS seconds (counted at the receiver, like
+    /// `sar -n DEV SECS`)
+    #[arg(short = 'i', long = "interval", value_name = "SECS", value_parser = crate::units::seconds)]
+    interval: Option<Duration>,
+    /// UDP GSO batches: auto (only where the route leaves by a physical device), on, or off
+    #[arg(long, value_enum, default_value_t = Gso::Auto, value_name = "WHEN")]
+    gso: Gso,
     /// Run once per value: msg_size (-m) or parallel (--flows), e.g. `parallel=1:8:*2`.
     #[arg(long, value_name = "PARAM=VALUES", value_parser = crate::sweep::parse, long_help = crate::sweep::SWEEP_HELP)]
     sweep: Option<Sweep>,
@@ -50,6 +74,17 @@ pub(crate) struct Opt {
     output: OutputOpt,
     #[command(flatten)]
     save: crate::save::SaveOpt,
+}
+
+/// `--gso`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Gso {
+    /// GSO only where the route to the agent leaves by a physical device
+    Auto,
+    /// GSO batches wherever the kernel takes them
+    On,
+    /// One datagram per packet
+    Off,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
@@ -63,6 +98,12 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         msg_size: opt.msg_size,
         flows: opt.flows,
         duration: opt.time,
+        gso: match opt.gso {
+            Gso::Auto => GsoMode::Auto,
+            Gso::On => GsoMode::On,
+            Gso::Off => GsoMode::Off,
+        },
+        interval: opt.interval.filter(|d| !d.is_zero()),
     };
     if let Some(sweep) = &opt.sweep {
         let allowed = [SweepParam::MsgSize, SweepParam::Parallel];
@@ -79,7 +120,12 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
     let interrupt = crate::interrupt::install();
     interrupt.check()?;
     let progress = Progress::start(&format!("pps {}", target.label), opt.time);
-    let result = sonde_client::pps_interruptible(&target, &options, interrupt.flag());
+    // Live interval lines go to the terminal above the progress bar; the table (or JSON, CSV)
+    // on stdout holds every interval once, aligned.
+    let mut live = |iv: &sonde_report::PpsInterval| {
+        progress.println(&sonde_report::render::pps_interval_line(iv));
+    };
+    let result = sonde_client::pps_live(&target, &options, interrupt.flag(), &mut live);
     drop(progress);
     let mut m = Measured::from(TestResult::Pps(result?));
     saver.print_and_save(opt.output, &mut m)?;

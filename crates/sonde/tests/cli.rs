@@ -539,6 +539,92 @@ fn pps_json() {
     );
 }
 
+/// `-m 14` (sockperf's header size) fits the 14-byte pps header: every datagram is counted by
+/// its own sequence number; 13 is refused with a usage error that names the minimum.
+#[test]
+fn pps_takes_14_byte_datagrams_and_refuses_13() {
+    let agent = server(&[]);
+    for gso in ["off", "on"] {
+        let doc = run_json("pps", &agent, &["-m", "14", "-t", "0.3", "--gso", gso]);
+        assert_eq!(u(&doc, "/msg_size_bytes"), 14, "{doc:#}");
+        let (sent, received, lost) = (u(&doc, "/sent"), u(&doc, "/received"), u(&doc, "/lost"));
+        assert!(received > 0, "{doc:#}");
+        // A header the agent misread would leave datagrams uncounted or numbered wrongly.
+        assert_eq!(received + lost, sent, "{doc:#}");
+    }
+    let out = sonde()
+        .args(["pps", &agent.target(), "-m", "13", "-t", "0.3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("at least 14"), "{stderr}");
+}
+
+/// `-i`: the receiver's intervals follow each other from 0 and hold every datagram the agent
+/// counted, per flow and in all; each rate is its count over its span. The CSV has the same.
+#[test]
+fn pps_intervals_add_up_to_the_received_datagrams() {
+    let agent = server(&[]);
+    let doc = run_json("pps", &agent, &["--flows", "2", "-t", "0.6", "-i", "0.2"]);
+    let intervals = arr(&doc, "/intervals");
+    assert!(intervals.len() >= 3, "{doc:#}");
+    let mut start = 0;
+    for iv in intervals {
+        assert_eq!(u(iv, "/start_ns"), start, "{doc:#}");
+        let (received, span_ns) = (u(iv, "/received"), u(iv, "/end_ns") - start);
+        assert!(span_ns > 0, "{doc:#}");
+        let rate = received as f64 * 1e9 / span_ns as f64;
+        assert!(
+            (f(iv, "/received_pps") - rate).abs() <= 1e-6 * rate.max(1.0),
+            "{doc:#}"
+        );
+        let per_flow: u64 = arr(iv, "/flow_received")
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(per_flow, received, "{doc:#}");
+        start = u(iv, "/end_ns");
+    }
+    let total: u64 = intervals.iter().map(|iv| u(iv, "/received")).sum();
+    assert_eq!(total, u(&doc, "/received"), "{doc:#}");
+    for (i, fl) in arr(&doc, "/flows").iter().enumerate() {
+        let sum: u64 = intervals
+            .iter()
+            .map(|iv| iv["flow_received"][i].as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, u(fl, "/received"), "flow {i}: {doc:#}");
+    }
+    let csv = run_ok(&["pps", &agent.target(), "-t", "0.4", "-i", "0.2", "--csv"]);
+    let rows: Vec<&str> = csv
+        .lines()
+        .filter(|l| l.starts_with("pps,interval,"))
+        .collect();
+    assert!(rows.len() >= 2, "{csv}");
+}
+
+/// Loopback is a virtual device: `--gso auto` sends one datagram per packet there and says why;
+/// `--gso on` batches (where the kernel has UDP GSO) and says it was asked for.
+#[test]
+fn pps_gso_auto_is_off_on_loopback_and_on_when_asked() {
+    let agent = server(&[]);
+    let auto = run_json("pps", &agent, &["-t", "0.3"]);
+    assert_eq!(s(&auto, "/gso/mode"), "auto", "{auto:#}");
+    if cfg!(target_os = "linux") {
+        assert_eq!(s(&auto, "/gso/reason"), "loopback", "{auto:#}");
+        assert_eq!(s(&auto, "/gso/interface"), "lo", "{auto:#}");
+    }
+    assert_eq!(auto["gso"]["used"], false, "{auto:#}");
+    assert_ne!(s(&auto, "/send_method"), "sendmsg+UDP_SEGMENT", "{auto:#}");
+    let on = run_json("pps", &agent, &["-t", "0.3", "--gso", "on"]);
+    assert_eq!(s(&on, "/gso/reason"), "requested", "{on:#}");
+    let batched = s(&on, "/send_method") == "sendmsg+UDP_SEGMENT";
+    assert_eq!(on["gso"]["used"], batched, "{on:#}");
+    let off = run_json("pps", &agent, &["-t", "0.3", "--gso", "off"]);
+    assert_eq!(off["gso"]["used"], false, "{off:#}");
+    assert_ne!(s(&off, "/send_method"), "sendmsg+UDP_SEGMENT", "{off:#}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Quick
 // ---------------------------------------------------------------------------------------------

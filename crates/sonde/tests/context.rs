@@ -367,7 +367,7 @@ fn pps_batches_show_in_syscalls_per_datagram() {
     let agent = server();
     let doc = run_json(&["pps", &agent.target(), "-t", "0.5"]);
     check_hosts(&doc);
-    // GSO batches of up to 64 datagrams; recvmmsg batches of up to 64.
+    // sendmmsg batches of up to 64 datagrams (GSO batches with --gso on); recvmmsg up to 64.
     check_cpu(&doc, Some((1.0 / 64.0, 2.0)), Some((1.0 / 64.0, 2.0)));
     let sender = f(&doc, "/cpu/client/syscalls_per_message");
     assert!(sender < 0.5, "the sender sends batches: {sender}");

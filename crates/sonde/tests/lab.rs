@@ -11,7 +11,9 @@
 //!   socket buffer dropped.
 //!
 //! The veths hand no GSO super-packets across (`gso_max_segs 1`), so tbf and nftables see each
-//! datagram and segment as a wire would carry it.
+//! datagram and segment as a wire would carry it; except in the `--gso` test, whose veths keep
+//! the kernel's default (a GSO batch crosses whole) because it tests `sonde pps`'s detection of
+//! such a path against b's interface packet counter.
 //!
 //! Each truth is first checked with iperf3 in the same lab (the `lab_*` tests), so a failure of a
 //! sonde test points at sonde, not at the lab. The nominal 95.64 Mbit/s holds only while the
@@ -116,12 +118,17 @@ struct Lab {
 
 impl Lab {
     fn new() -> Lab {
+        Lab::with_segments(Segments::OnePerPacket)
+    }
+
+    /// Two namespaces whose veths carry `segments`; [`Lab::new`] is one per packet.
+    fn with_segments(segments: Segments) -> Lab {
         let lab = Lab {
             ns: Namespaces::new("", &["a", "b"]),
         };
         veth(lab.a(), VETH_A, lab.b(), VETH_B);
-        lab_link(lab.a(), VETH_A, A_ADDR);
-        lab_link(lab.b(), VETH_B, B_ADDR);
+        link_up(lab.a(), VETH_A, A_ADDR, 1500, segments);
+        link_up(lab.b(), VETH_B, B_ADDR, 1500, segments);
         lab
     }
 
@@ -216,16 +223,34 @@ impl Lab {
 
     /// `side`'s UDP receive-buffer overflows (`/proc/net/snmp` Udp RcvbufErrors, per namespace).
     fn udp_rcvbuf_errors(&self, side: Side) -> u64 {
+        self.snmp(side, "Udp", "RcvbufErrors")
+    }
+
+    /// One counter of `side`'s `/proc/net/snmp` (per namespace): `group` `Udp`, `Tcp`...
+    fn snmp(&self, side: Side, group: &str, name: &str) -> u64 {
         let snmp = check(command_in(Some(self.ns(side)), "cat").arg("/proc/net/snmp"));
-        let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
-        let (names, values) = (udp.next(), udp.next());
+        let prefix = format!("{group}:");
+        let mut lines = snmp.lines().filter(|l| l.starts_with(&prefix));
+        let (names, values) = (lines.next(), lines.next());
         names
             .zip(values)
             .and_then(|(names, values)| {
-                let at = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+                let at = names.split_whitespace().position(|n| n == name)?;
                 values.split_whitespace().nth(at)?.parse().ok()
             })
-            .unwrap_or_else(|| panic!("no Udp RcvbufErrors in\n{snmp}"))
+            .unwrap_or_else(|| panic!("no {group} {name} in\n{snmp}"))
+    }
+
+    /// The packets `side`'s veth has received (`/proc/net/dev`, per namespace).
+    fn rx_packets(&self, side: Side) -> u64 {
+        let dev = match side {
+            Side::A => VETH_A,
+            Side::B => VETH_B,
+        };
+        let text = check(command_in(Some(self.ns(side)), "cat").arg("/proc/net/dev"));
+        parse_dev(&text, dev)
+            .unwrap_or_else(|| panic!("no {dev} in /proc/net/dev:\n{text}"))
+            .1
     }
 
     /// Packets `side`'s veth dropped on transmit (the peer's backlog was full): lost before any
@@ -1002,6 +1027,133 @@ fn pps_loss_matches_nft_and_socket_drops() {
             "flows' {key} do not add up to the total"
         );
     }
+}
+
+/// Packets b's veth may receive in a pps run besides the data, the control connection's TCP
+/// segments (counted exactly) and what the agent's socket dropped: the client's UDP joins (one
+/// per flow, another for each lost acknowledgement) and ARP.
+const PPS_OTHER_PACKETS: u64 = 16;
+
+/// What one pps run in [`pps_gso_case`] saw.
+struct PpsPackets {
+    /// sonde's received datagrams.
+    received: u64,
+    /// Datagrams b's UDP socket dropped for a full buffer (they crossed the veth).
+    overflows: u64,
+    /// b's veth's received-packet counter over the run.
+    rx_packets: u64,
+    /// TCP segments b took in over the run (the control connection).
+    tcp_segments: u64,
+    /// The document.
+    doc: Value,
+}
+
+/// `sonde pps --gso GSO` from a to b over veths that pass GSO batches whole (the kernel's
+/// default), with b's interface and protocol counters read around it.
+fn pps_gso_case(lab: &Lab, agent: &Agent, gso: &str, size: &str, extra: &[&str]) -> PpsPackets {
+    let rx_before = lab.rx_packets(Side::B);
+    let overflows_before = lab.udp_rcvbuf_errors(Side::B);
+    let tcp_before = lab.snmp(Side::B, "Tcp", "InSegs");
+    let target = agent.target();
+    let mut args = vec![
+        "pps", &target, "-m", size, "-t", "2", "--flows", "2", "--gso", gso,
+    ];
+    args.extend_from_slice(extra);
+    let doc = run_json_in(Some(lab.a()), &args, Duration::from_secs(40));
+    PpsPackets {
+        received: u64_at(&doc, &["received"]),
+        overflows: lab.udp_rcvbuf_errors(Side::B) - overflows_before,
+        rx_packets: lab.rx_packets(Side::B) - rx_before,
+        tcp_segments: lab.snmp(Side::B, "Tcp", "InSegs") - tcp_before,
+        doc,
+    }
+}
+
+/// Issue 12: a veth passes a GSO batch to its peer as one packet, so with GSO the receiving
+/// interface counts up to 64 times fewer packets than sonde counts datagrams. `--gso auto` must
+/// find that the route leaves by a veth and send one datagram per packet: then b's veth's packet
+/// counter is sonde's received datagrams, plus what b's socket dropped, plus the control
+/// connection's TCP segments (b's `Tcp InSegs`), plus at most [`PPS_OTHER_PACKETS`] (joins,
+/// ARP); likewise `--gso off` (run with `-m 14`, the 14-byte header; auto with `-i 1`, whose
+/// intervals must hold every datagram). `--gso on` shows why auto exists: the interface counts
+/// far fewer packets than datagrams. The veths keep the kernel's default (no `gso_max_segs 1`):
+/// the test is of the detection.
+#[test]
+fn pps_gso_auto_counts_packets_the_interface_counts() {
+    let test = "pps_gso_auto_counts_packets_the_interface_counts";
+    if !require_or_skip(test, LAB_NEEDS) {
+        return;
+    }
+    let _serial = serial();
+    let lab = Lab::with_segments(Segments::Whole);
+    let agent = agent_in_b(&lab);
+    // Auto with -i 1 (the intervals hold every datagram); off with -m 14, the short header.
+    for (gso, size, extra) in [("auto", PPS_SIZE, &["-i", "1"][..]), ("off", "14", &[][..])] {
+        let run = pps_gso_case(&lab, &agent, gso, size, extra);
+        let doc = &run.doc;
+        assert_eq!(at(doc, &["msg_size_bytes"]).to_string(), size);
+        eprintln!(
+            "{test}: --gso {gso}: sonde received {} datagrams ({:.0} pps) via {}; b's veth \
+             received {} packets, b's socket dropped {}, TCP segments {}, others {}",
+            run.received,
+            f64_at(doc, &["received_pps"]),
+            at(doc, &["send_method"]),
+            run.rx_packets,
+            run.overflows,
+            run.tcp_segments,
+            run.rx_packets
+                .saturating_sub(run.received + run.overflows + run.tcp_segments)
+        );
+        assert_eq!(at(doc, &["gso", "mode"]), gso);
+        assert_eq!(at(doc, &["gso", "used"]), false, "--gso {gso}");
+        assert_eq!(at(doc, &["send_method"]), "sendmmsg", "--gso {gso}");
+        if gso == "auto" {
+            assert_eq!(at(doc, &["gso", "reason"]), "virtual_device");
+            assert_eq!(at(doc, &["gso", "interface"]), VETH_A);
+            let intervals = at(doc, &["intervals"]).as_array().expect("-i 1: intervals");
+            assert!(intervals.len() >= 2, "-i 1 over 2 s: {intervals:?}");
+            let in_intervals: u64 = intervals.iter().map(|iv| u64_at(iv, &["received"])).sum();
+            assert_eq!(
+                in_intervals, run.received,
+                "the intervals hold every datagram"
+            );
+        }
+        assert!(run.received > 0, "--gso {gso}: nothing received");
+        let data = run.received + run.overflows;
+        assert!(
+            run.rx_packets >= data + run.tcp_segments,
+            "--gso {gso}: b's veth counted {} packets, fewer than the {data} datagrams that \
+             reached b's socket and {} TCP segments",
+            run.rx_packets,
+            run.tcp_segments
+        );
+        assert!(
+            run.rx_packets <= data + run.tcp_segments + PPS_OTHER_PACKETS,
+            "--gso {gso}: b's veth counted {} packets, more than the {data} datagrams that \
+             reached b's socket, {} TCP segments and {PPS_OTHER_PACKETS} others",
+            run.rx_packets,
+            run.tcp_segments
+        );
+    }
+    let run = pps_gso_case(&lab, &agent, "on", PPS_SIZE, &[]);
+    eprintln!(
+        "{test}: --gso on: sonde received {} datagrams via {}; b's veth received {} packets, \
+         b's socket dropped {}, TCP segments {}",
+        run.received,
+        at(&run.doc, &["send_method"]),
+        run.rx_packets,
+        run.overflows,
+        run.tcp_segments
+    );
+    assert_eq!(at(&run.doc, &["gso", "used"]), true);
+    assert_eq!(at(&run.doc, &["send_method"]), "sendmsg+UDP_SEGMENT");
+    // 64 datagrams of 18 bytes per batch: the veth sees about one packet per 64 datagrams.
+    assert!(
+        run.rx_packets * 16 < run.received + run.overflows,
+        "with GSO on, b's veth counted {} packets for {} datagrams: expected far fewer packets",
+        run.rx_packets,
+        run.received + run.overflows
+    );
 }
 
 /// Issue acceptance: UDP ping-pong with 1% of the requests dropped on the way in; every loss is

@@ -79,12 +79,18 @@ const THROUGHPUT: [&str; 24] = [
     "retransmits",
 ];
 
-const PPS: [&str; 11] = [
+const PPS: [&str; 17] = [
     "protocol",
     "msg_size_bytes",
     "duration_ns",
     "send_method",
+    "gso_mode",
+    "gso_used",
+    "gso_interface",
+    "gso_reason",
     "flow",
+    "interval_start_ns",
+    "interval_end_ns",
     "sent",
     "received",
     "lost",
@@ -110,8 +116,11 @@ const PPS: [&str; 11] = [
 ///   `receiver_{bytes,bits_per_second,packets,duration_ns}`,
 ///   `sender_{bytes,bits_per_second,packets,duration_ns}`, `lost`, `loss_percent`, `jitter_ns`,
 ///   `duplicated`, `reordered`, `retransmits`;
-/// - pps: `protocol`, `msg_size_bytes`, `duration_ns`, `send_method`, `flow`, `sent`,
-///   `received`, `lost`, `loss_percent`, `sent_pps`, `received_pps`;
+/// - pps: `protocol`, `msg_size_bytes`, `duration_ns`, `send_method`, `gso_mode`, `gso_used`,
+///   `gso_interface`, `gso_reason` (the reason's code), `flow`, `interval_start_ns`,
+///   `interval_end_ns` (`-i`: an `interval` row per interval with the flows' sum, and an
+///   `interval_flow` row per flow with its `received`), `sent`, `received`, `lost`,
+///   `loss_percent`, `sent_pps`, `received_pps`;
 /// - crr: `protocol`, `workers`, `request_bytes`, `response_bytes`, `close`, `duration_ns`,
 ///   `interval_start_ns`, `interval_end_ns`, `connections_per_second` (the agent's), `agent_transactions`, `agent_duration_ns`,
 ///   `agent_failed`, `transactions`, `client_connections_per_second`, `client_duration_ns`,
@@ -392,6 +401,10 @@ fn collect(result: &TestResult, case: Option<&str>, rows: &mut Vec<Row>) {
                 ("msg_size_bytes", r.msg_size_bytes.to_string()),
                 ("duration_ns", r.duration_ns.to_string()),
                 ("send_method", r.send_method.clone()),
+                ("gso_mode", enum_name(&r.gso.mode)),
+                ("gso_used", r.gso.used.to_string()),
+                ("gso_interface", r.gso.interface.clone().unwrap_or_default()),
+                ("gso_reason", enum_name(&r.gso.reason)),
             ]);
             let mut row = config.clone();
             row.extend([
@@ -415,6 +428,28 @@ fn collect(result: &TestResult, case: Option<&str>, rows: &mut Vec<Row>) {
                     ("lost", f.lost.to_string()),
                 ]);
                 rows.push(row);
+            }
+            for iv in &r.intervals {
+                let mut row = config.clone();
+                row.extend([
+                    ("row", "interval".to_owned()),
+                    ("interval_start_ns", iv.start_ns.to_string()),
+                    ("interval_end_ns", iv.end_ns.to_string()),
+                    ("received", iv.received.to_string()),
+                    ("received_pps", num_f64(iv.received_pps)),
+                ]);
+                rows.push(row);
+                for (f, received) in r.flows.iter().zip(&iv.flow_received) {
+                    let mut row = config.clone();
+                    row.extend([
+                        ("row", "interval_flow".to_owned()),
+                        ("flow", f.flow.to_string()),
+                        ("interval_start_ns", iv.start_ns.to_string()),
+                        ("interval_end_ns", iv.end_ns.to_string()),
+                        ("received", received.to_string()),
+                    ]);
+                    rows.push(row);
+                }
             }
         }
         TestResult::Load(l) => {
@@ -464,6 +499,14 @@ fn protocol(p: Protocol) -> &'static str {
     match p {
         Protocol::Tcp => "tcp",
         Protocol::Udp => "udp",
+    }
+}
+
+/// A unit enum's name as the JSON document spells it.
+fn enum_name<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
     }
 }
 

@@ -18,7 +18,7 @@ mod units;
 pub use self::compare::{compare_json, compare_table, matrix_json, matrix_table};
 pub use self::csv::{csv, csv_columns, csv_header, csv_rows};
 pub use self::html::{html, Report};
-pub use self::table::{interval_line, table};
+pub use self::table::{interval_line, pps_interval_line, table};
 use crate::model::TestResult;
 
 /// The document as pretty JSON (two-space indent, fields in model order), with a trailing
@@ -76,6 +76,7 @@ mod tests {
         throughput_udp_reverse,
         throughput_bidir,
         pps_2_flows,
+        pps_intervals,
         crr_4_workers,
         crr_ports_exhausted,
         quick_all,

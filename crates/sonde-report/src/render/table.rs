@@ -12,8 +12,9 @@ use super::units::{
     RATE,
 };
 use crate::model::{
-    FlowResult, LatencyMode, LatencyResult, LoadResult, Meta, PpsResult, Protocol, QuickResult,
-    RttNs, SideTotals, StreamDirection, StreamResult, SweepResult, TestResult, ThroughputResult,
+    FlowResult, GsoMode, LatencyMode, LatencyResult, LoadResult, Meta, PpsResult, Protocol,
+    QuickResult, RttNs, SideTotals, StreamDirection, StreamResult, SweepResult, TestResult,
+    ThroughputResult,
 };
 
 /// A table for people: a header line (test, server, session, start), the configuration, the
@@ -563,6 +564,80 @@ impl Sums {
     }
 }
 
+/// `-i`: datagrams and datagrams per second in each interval, per flow when there are several.
+fn pps_intervals(r: &PpsResult, out: &mut String) {
+    if r.intervals.is_empty() {
+        return;
+    }
+    out.push('\n');
+    line(out, "Intervals, counted at the receiver");
+    let many = r.flows.len() > 1;
+    let mut g = Grid::new(vec![
+        Col::left(),
+        Col::right(),
+        Col::left().gap(1),
+        Col::right(),
+        Col::right(),
+    ]);
+    g.row([
+        "[ ID]".into(),
+        "Interval".into(),
+        String::new(),
+        "Received".into(),
+        "Received/s".into(),
+    ]);
+    for (n, iv) in r.intervals.iter().enumerate() {
+        if many && n > 0 {
+            g.blank();
+        }
+        let span = format!("{:.2}-{:.2}", ns_to_s(iv.start_ns), ns_to_s(iv.end_ns));
+        let secs = iv.end_ns.saturating_sub(iv.start_ns);
+        if many {
+            for (f, received) in r.flows.iter().zip(&iv.flow_received) {
+                g.row([
+                    stream_id(f.flow),
+                    span.clone(),
+                    "sec".into(),
+                    fmt_count(*received),
+                    fmt_count_f64(sonde_engine::per_second(*received, secs)),
+                ]);
+            }
+        }
+        let id = if many {
+            "[SUM]".to_owned()
+        } else {
+            stream_id(r.flows.first().map_or(0, |f| f.flow))
+        };
+        g.row([
+            id,
+            span,
+            "sec".into(),
+            fmt_count(iv.received),
+            fmt_count_f64(iv.received_pps),
+        ]);
+    }
+    g.render(out);
+}
+
+/// A live `-i` line of a pps test, for a terminal (the table holds all intervals in a block).
+pub fn pps_interval_line(iv: &crate::model::PpsInterval) -> String {
+    format!(
+        "[SUM]  {:.2}-{:.2} sec  {:>12} datagrams  {:>12} pps  (counted at the receiver)",
+        ns_to_s(iv.start_ns),
+        ns_to_s(iv.end_ns),
+        fmt_count(iv.received),
+        fmt_count_f64(iv.received_pps)
+    )
+}
+
+fn gso_mode(mode: GsoMode) -> &'static str {
+    match mode {
+        GsoMode::Auto => "auto",
+        GsoMode::On => "on",
+        GsoMode::Off => "off",
+    }
+}
+
 fn pps(r: &PpsResult, out: &mut String) {
     header(out, "pps", &r.meta);
     line(
@@ -575,6 +650,15 @@ fn pps(r: &PpsResult, out: &mut String) {
             r.flows.len(),
             plural(r.flows.len() as u64),
             r.send_method
+        ),
+    );
+    line(
+        out,
+        format!(
+            "GSO {} (--gso {}): {}",
+            if r.gso.used { "used" } else { "not used" },
+            gso_mode(r.gso.mode),
+            r.gso.explanation
         ),
     );
     out.push('\n');
@@ -632,6 +716,7 @@ fn pps(r: &PpsResult, out: &mut String) {
         "pps  counted by the receiving agent: the figure to quote".into(),
     ]);
     kv.render(out);
+    pps_intervals(r, out);
     context::blocks(out, &r.meta);
     footer(out, &[("", &r.meta)]);
 }
@@ -1305,6 +1390,21 @@ pub fn interval_line(iv: &crate::model::IntervalResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_live_pps_interval_line_states_span_datagrams_rate_and_where_counted() {
+        let iv = crate::model::PpsInterval {
+            start_ns: 1_000_000_000,
+            end_ns: 2_000_000_000,
+            received: 1_234_567,
+            received_pps: 1_234_567.0,
+            flow_received: vec![1_234_567],
+        };
+        assert_eq!(
+            pps_interval_line(&iv),
+            "[SUM]  1.00-2.00 sec     1,234,567 datagrams     1,234,567 pps  (counted at the receiver)"
+        );
+    }
 
     #[test]
     fn a_live_interval_line_states_span_bytes_rate_and_where_counted() {
