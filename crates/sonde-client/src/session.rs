@@ -467,6 +467,27 @@ fn join_udp(
 }
 
 /// Runs a latency test on an open session.
+/// Runs `f` (a ping loop watching `stop`) while a watcher raises `stop` when the caller's
+/// `interrupt` is raised: the loop ends as its own end would, and what it measured stands. (The
+/// loops raise `stop` themselves too, so it is not the caller's flag.)
+pub(crate) fn stopped_by<T>(interrupt: &AtomicBool, stop: &AtomicBool, f: impl FnOnce() -> T) -> T {
+    let done = AtomicBool::new(false);
+    thread::scope(|scope| {
+        scope.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                if interrupt.load(Ordering::Relaxed) {
+                    stop.store(true, Ordering::Relaxed);
+                    return;
+                }
+                thread::sleep(INTERRUPT_POLL);
+            }
+        });
+        let r = f();
+        done.store(true, Ordering::Relaxed);
+        r
+    })
+}
+
 pub(crate) fn run_latency(
     target: &Target,
     spec: &TestSpec,
@@ -488,20 +509,8 @@ pub(crate) fn run_latency(
         count: opt.count,
     };
     let stop = AtomicBool::new(false);
-    let ping_done = AtomicBool::new(false);
-    let measured = thread::scope(|scope| {
-        // The caller's interrupt stops the loop as its own end would: what it measured stands.
-        // (The loops raise `stop` themselves too, so it is not the caller's flag.)
-        scope.spawn(|| {
-            while !ping_done.load(Ordering::Relaxed) {
-                if interrupt.load(Ordering::Relaxed) {
-                    stop.store(true, Ordering::Relaxed);
-                    return;
-                }
-                thread::sleep(INTERRUPT_POLL);
-            }
-        });
-        let r = metered_latency(spec.msg_size, |meter| {
+    let measured = stopped_by(interrupt, &stop, || {
+        metered_latency(spec.msg_size, |meter| {
             let clock = Clock::start();
             // The ping loop, with the inner view (log, timestamps, one-way clock sync) when asked.
             let outcome = crate::inner::ping(
@@ -515,9 +524,7 @@ pub(crate) fn run_latency(
                 meter,
             )?;
             Ok((outcome, clock.now_ns()))
-        });
-        ping_done.store(true, Ordering::Relaxed);
-        r
+        })
     });
     let (outcome, elapsed_ns, client_cpu) = measured?;
     let interrupted = interrupt.load(Ordering::Relaxed);
