@@ -255,12 +255,7 @@ impl Default for PpsOptions {
 /// Marks a result as ended early by the caller, with the warning a reader needs.
 pub(crate) fn mark_interrupted(meta: &mut sonde_report::Meta) {
     meta.interrupted = true;
-    meta.warn(
-        sonde_report::WarningCode::Interrupted,
-        "interrupted before its planned end (Ctrl-C or SIGTERM): the figures cover what was \
-         measured until then"
-            .into(),
-    );
+    meta.add(&sonde_report::Warning::Interrupted);
 }
 
 fn millis(d: Duration) -> u64 {

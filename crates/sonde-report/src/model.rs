@@ -96,6 +96,11 @@ impl Meta {
         self.warning_codes.push(code);
     }
 
+    /// Adds a typed warning: its text (its `Display`) and its code, side by side.
+    pub fn add(&mut self, warning: &Warning) {
+        self.warn(warning.code(), warning.to_string());
+    }
+
     /// Adds warnings gathered before the meta was made, in order.
     pub fn warn_all(&mut self, warnings: impl IntoIterator<Item = (WarningCode, String)>) {
         for (code, text) in warnings {
@@ -168,9 +173,206 @@ pub enum WarningCode {
     NoLoad,
     /// Stopped before its time (Ctrl-C, SIGTERM).
     Interrupted,
+    /// An end's platform does not count context switches per thread (Windows): they are null.
+    ContextSwitchesUnknown,
+    /// A sending end's platform has no `TCP_INFO` (Windows, macOS): retransmits and tcp_info
+    /// are null.
+    TcpInfoUnknown,
     /// A code this version does not know (from a newer sonde).
     #[serde(other)]
     Other,
+}
+
+/// How the overlap warning's text starts, to find it again.
+pub const OVERLAP_WARNING_START: &str = "the agent ran ";
+
+/// A warning with the figures it needs: its [`code`](Self::code) is stable, its text is its
+/// `Display` (hyperfine's `Warnings` is the model). A result's [`Meta`] keeps both, side by
+/// side (`warnings`, `warning_codes`), through [`Meta::add`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Warning {
+    /// The agent ran this many other sessions during this one.
+    OverlappingSessions {
+        /// Other sessions.
+        sessions: u32,
+    },
+    /// This host cannot measure the test's CPU cost.
+    ClientCpuUnknown,
+    /// The agent did not report its configuration.
+    ServerConfigurationUnknown,
+    /// The agent did not report the test's CPU cost.
+    ServerCpuUnknown,
+    /// One end's platform does not count context switches per thread.
+    ContextSwitchesUnknown {
+        /// `client` or `server`.
+        side: &'static str,
+    },
+    /// Too few samples for the percentiles from `from_percentile` up.
+    TooFewSamples {
+        /// Samples taken.
+        samples: u64,
+        /// The first percentile not stated (99.9 for p99.9).
+        from_percentile: f64,
+        /// Samples it needs.
+        needed: u64,
+    },
+    /// No RTT sample after the warm-up.
+    NoSample,
+    /// Latency: messages that got no reply.
+    LostMessages {
+        /// Without a reply.
+        lost: u64,
+        /// Sent.
+        sent: u64,
+        /// `lost` in % of `sent`.
+        percent: f64,
+    },
+    /// Open loop: sends that left more than 1 ms late.
+    LateSends {
+        /// Late sends.
+        late: u64,
+    },
+    /// Throughput (UDP): datagrams lost.
+    LostDatagrams {
+        /// Lost.
+        lost: u64,
+        /// Sent.
+        sent: u64,
+        /// `lost` in % of `sent`.
+        percent: f64,
+    },
+    /// Throughput (UDP): the senders did not reach the rate asked.
+    SenderLimited {
+        /// Reached, bits/s.
+        reached_bits_per_second: f64,
+        /// Asked, bits/s.
+        asked_bits_per_second: f64,
+    },
+    /// Throughput (TCP): a sending end has no `TCP_INFO`.
+    TcpInfoUnknown,
+    /// Throughput: the receivers counted nothing.
+    NothingReceived,
+    /// pps: datagrams lost at full rate.
+    PpsLoss {
+        /// Lost.
+        lost: u64,
+        /// Sent.
+        sent: u64,
+        /// `lost` in % of `sent`.
+        percent: f64,
+    },
+    /// Stopped before its planned end (Ctrl-C or SIGTERM).
+    Interrupted,
+}
+
+impl Warning {
+    /// The stable code a report groups and counts by.
+    pub fn code(&self) -> WarningCode {
+        match self {
+            Self::OverlappingSessions { .. } => WarningCode::OverlappingSessions,
+            Self::ClientCpuUnknown => WarningCode::ClientCpuUnknown,
+            Self::ServerConfigurationUnknown => WarningCode::ServerConfigurationUnknown,
+            Self::ServerCpuUnknown => WarningCode::ServerCpuUnknown,
+            Self::ContextSwitchesUnknown { .. } => WarningCode::ContextSwitchesUnknown,
+            Self::TooFewSamples { .. } | Self::NoSample => WarningCode::TooFewSamples,
+            Self::LostMessages { .. } | Self::LostDatagrams { .. } | Self::PpsLoss { .. } => {
+                WarningCode::Loss
+            }
+            Self::LateSends { .. } => WarningCode::LateSends,
+            Self::SenderLimited { .. } => WarningCode::SenderLimited,
+            Self::TcpInfoUnknown => WarningCode::TcpInfoUnknown,
+            Self::NothingReceived => WarningCode::NothingReceived,
+            Self::Interrupted => WarningCode::Interrupted,
+        }
+    }
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::OverlappingSessions { sessions } => write!(
+                f,
+                "{OVERLAP_WARNING_START}{sessions} other session(s) during this test: they \
+                 shared its CPU and network, so these numbers are not those of an idle path"
+            ),
+            Self::ClientCpuUnknown => f.write_str(
+                "this host cannot measure the test's CPU cost (no per-thread getrusage here): \
+                 cpu.client is null",
+            ),
+            Self::ServerConfigurationUnknown => f.write_str(
+                "the agent did not report its configuration (an older sonde agent?): \
+                 hosts.server is null",
+            ),
+            Self::ServerCpuUnknown => f.write_str(
+                "the agent did not report the test's CPU cost (an older sonde agent, or one \
+                 that cannot measure it): cpu.server is null",
+            ),
+            Self::ContextSwitchesUnknown { side } => write!(
+                f,
+                "the {side}'s platform does not count context switches per thread (Windows): \
+                 cpu.{side}.voluntary_context_switches and involuntary_context_switches are \
+                 null"
+            ),
+            Self::TooFewSamples {
+                samples,
+                from_percentile,
+                needed,
+            } => write!(
+                f,
+                "{samples} samples: percentiles from p{from_percentile} up need at least \
+                 {needed} and are not stated; run longer (-t) for the tail"
+            ),
+            Self::NoSample => f.write_str("no RTT sample was taken after the warm-up"),
+            Self::LostMessages {
+                lost,
+                sent,
+                percent,
+            } => write!(
+                f,
+                "{lost} of {sent} messages got no reply ({percent:.3}% loss)"
+            ),
+            Self::LateSends { late } => write!(
+                f,
+                "{late} sends left more than 1 ms after their scheduled time: the client could \
+                 not keep --rate; their RTT counts from the schedule"
+            ),
+            Self::LostDatagrams {
+                lost,
+                sent,
+                percent,
+            } => write!(f, "{lost} of {sent} datagrams were lost ({percent:.3}%)"),
+            Self::SenderLimited {
+                reached_bits_per_second,
+                asked_bits_per_second,
+            } => write!(
+                f,
+                "the senders reached {:.1} Mbit/s of the {:.1} Mbit/s asked: the sending host \
+                 is the limit",
+                reached_bits_per_second / 1e6,
+                asked_bits_per_second / 1e6
+            ),
+            Self::TcpInfoUnknown => f.write_str(
+                "a sending end's platform has no TCP_INFO (Windows, macOS): retransmits and \
+                 tcp_info are null for the streams it sent",
+            ),
+            Self::NothingReceived => f.write_str("nothing was received"),
+            Self::PpsLoss {
+                lost,
+                sent,
+                percent,
+            } => write!(
+                f,
+                "{lost} of {sent} datagrams were lost ({percent:.2}%): at full rate the usual \
+                 place is the receiver's socket buffer or NIC queue; received_pps is what got \
+                 through"
+            ),
+            Self::Interrupted => f.write_str(
+                "interrupted before its planned end (Ctrl-C or SIGTERM): the figures cover what \
+                 was measured until then",
+            ),
+        }
+    }
 }
 
 /// Both ends' configuration. `null` for an end that cannot say: a peer that is not a sonde
@@ -1128,6 +1330,86 @@ mod context_tests {
 #[cfg(test)]
 mod warning_tests {
     use super::*;
+
+    /// A typed warning's text is its Display, word for word what the call sites wrote before
+    /// the warnings were typed; its code comes with it.
+    #[test]
+    fn typed_warnings_say_their_figures_and_carry_their_code() {
+        let cases = [
+            (
+                Warning::OverlappingSessions { sessions: 2 },
+                WarningCode::OverlappingSessions,
+                "the agent ran 2 other session(s) during this test: they shared its CPU and \
+                 network, so these numbers are not those of an idle path",
+            ),
+            (
+                Warning::TooFewSamples {
+                    samples: 7_000,
+                    from_percentile: 99.99,
+                    needed: 100_000,
+                },
+                WarningCode::TooFewSamples,
+                "7000 samples: percentiles from p99.99 up need at least 100000 and are not \
+                 stated; run longer (-t) for the tail",
+            ),
+            (
+                Warning::LostMessages {
+                    lost: 3,
+                    sent: 1_000,
+                    percent: 0.3,
+                },
+                WarningCode::Loss,
+                "3 of 1000 messages got no reply (0.300% loss)",
+            ),
+            (
+                Warning::SenderLimited {
+                    reached_bits_per_second: 512.34e6,
+                    asked_bits_per_second: 1e9,
+                },
+                WarningCode::SenderLimited,
+                "the senders reached 512.3 Mbit/s of the 1000.0 Mbit/s asked: the sending host \
+                 is the limit",
+            ),
+            (
+                Warning::PpsLoss {
+                    lost: 1,
+                    sent: 3,
+                    percent: 100.0 / 3.0,
+                },
+                WarningCode::Loss,
+                "1 of 3 datagrams were lost (33.33%): at full rate the usual place is the \
+                 receiver's socket buffer or NIC queue; received_pps is what got through",
+            ),
+            (
+                Warning::ContextSwitchesUnknown { side: "server" },
+                WarningCode::ContextSwitchesUnknown,
+                "the server's platform does not count context switches per thread (Windows): \
+                 cpu.server.voluntary_context_switches and involuntary_context_switches are null",
+            ),
+        ];
+        for (warning, code, text) in cases {
+            assert_eq!(warning.code(), code, "{warning:?}");
+            assert_eq!(warning.to_string(), text);
+        }
+        let mut m = crate::fixtures::latency_tcp()
+            .meta()
+            .expect("a meta")
+            .clone();
+        m.warnings.clear();
+        m.warning_codes.clear();
+        m.add(&Warning::TcpInfoUnknown);
+        m.add(&Warning::Interrupted);
+        assert_eq!(
+            m.warning_codes,
+            [WarningCode::TcpInfoUnknown, WarningCode::Interrupted]
+        );
+        assert_eq!(m.warnings[1], Warning::Interrupted.to_string());
+        let json = serde_json::to_value(&m).expect("json");
+        assert_eq!(
+            json["warning_codes"],
+            serde_json::json!(["tcp_info_unknown", "interrupted"])
+        );
+    }
 
     #[test]
     fn warnings_and_their_codes_stay_in_step() {
