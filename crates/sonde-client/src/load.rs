@@ -122,16 +122,10 @@ pub fn latency_under_load_measured(
     discount_own_session(&mut loaded.meta);
     discount_own_session(&mut load.meta);
     if probes_late {
-        loaded.meta.warn(sonde_report::WarningCode::LoadEndedEarly,
-            "the load's senders stopped before the loaded probes ended: the last probes may have seen an idle path"
-                .into(),
-        );
+        loaded.meta.add(&sonde_report::Warning::LoadEndedEarly);
     }
     if load.receiver.bytes == 0 {
-        loaded.meta.warn(
-            sonde_report::WarningCode::NoLoad,
-            "the load's receivers counted no bytes: these probes did not run under load".into(),
-        );
+        loaded.meta.add(&sonde_report::Warning::NoLoad);
     }
     let result = LoadResult {
         sonde_version: env!("CARGO_PKG_VERSION").into(),

@@ -227,20 +227,9 @@ fn document(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -> LatencyR
     doc.lost_outbound = None;
     doc.lost_return = None;
     if opt.protocol == Protocol::Udp {
-        doc.meta.warn(
-            sonde_report::WarningCode::PeerDoesNotReport,
-            "the peer is a sockperf server, which reports no counts: UDP loss cannot be split \
-             into requests lost on the way out and replies lost on the way back \
-             (lost_outbound and lost_return are null)"
-                .into(),
-        );
+        doc.meta.add(&sonde_report::Warning::SockperfLossNotSplit);
     }
-    doc.meta.warn(
-        sonde_report::WarningCode::PeerDoesNotReport,
-        "the peer is a sockperf server, which reports no counts: whether it served other \
-         clients during this test is not known"
-            .into(),
-    );
+    doc.meta.add(&sonde_report::Warning::SockperfOverlapUnknown);
     doc
 }
 

@@ -744,6 +744,7 @@ pub(crate) fn conf_two_hosts() -> TestResult {
             server: Some(host("agent-b", true)),
         },
         warnings: Vec::new(),
+        warning_codes: Vec::new(),
     })
 }
 
@@ -769,6 +770,7 @@ pub(crate) fn conf_this_host() -> TestResult {
             server: None,
         },
         warnings: Vec::new(),
+        warning_codes: Vec::new(),
     })
 }
 

@@ -47,6 +47,18 @@ pub struct ConfResult {
     pub hosts: Hosts,
     /// What the reader must know (an agent that did not report its configuration).
     pub warnings: Vec<String>,
+    /// What each of `warnings` is about, in the same order (as in a test's result). Add
+    /// warnings with [`ConfResult::add`], which keeps the two in step.
+    #[serde(default)]
+    pub warning_codes: Vec<WarningCode>,
+}
+
+impl ConfResult {
+    /// Adds a typed warning: its text and its code, side by side.
+    pub fn add(&mut self, warning: &Warning) {
+        self.warnings.push(warning.to_string());
+        self.warning_codes.push(warning.code());
+    }
 }
 
 /// Facts common to every result.
@@ -99,6 +111,13 @@ impl Meta {
     /// Adds a typed warning: its text (its `Display`) and its code, side by side.
     pub fn add(&mut self, warning: &Warning) {
         self.warn(warning.code(), warning.to_string());
+    }
+
+    /// Adds typed warnings gathered before the meta was made, in order.
+    pub fn add_all<'a>(&mut self, warnings: impl IntoIterator<Item = &'a Warning>) {
+        for w in warnings {
+            self.add(w);
+        }
     }
 
     /// Adds warnings gathered before the meta was made, in order.
@@ -264,6 +283,39 @@ pub enum Warning {
     },
     /// Stopped before its planned end (Ctrl-C or SIGTERM).
     Interrupted,
+    /// crr: the client ran out of local ports.
+    PortsExhausted {
+        /// Connections made before.
+        connections: u64,
+        /// When the test stopped, seconds.
+        stopped_after_s: f64,
+        /// The test's planned length, seconds.
+        asked_s: f64,
+    },
+    /// crr: the agent reported no count.
+    AgentCountMissing,
+    /// crr: the agent's and the client's transaction counts differ.
+    CountsDiffer {
+        /// Counted by the agent.
+        agent: u64,
+        /// Counted by the client.
+        client: u64,
+    },
+    /// crr: no transaction completed.
+    NoTransaction {
+        /// Attempts that failed.
+        failed_attempts: u64,
+    },
+    /// sockperf:// over UDP: the loss cannot be split by direction.
+    SockperfLossNotSplit,
+    /// sockperf://: whether the server served other clients is not known.
+    SockperfOverlapUnknown,
+    /// load: the load stopped before the loaded probes ended.
+    LoadEndedEarly,
+    /// load: the load's receivers counted nothing.
+    NoLoad,
+    /// `sonde conf HOST`: the agent did not describe itself.
+    ConfServerUnknown,
 }
 
 impl Warning {
@@ -284,6 +336,16 @@ impl Warning {
             Self::TcpInfoUnknown => WarningCode::TcpInfoUnknown,
             Self::NothingReceived => WarningCode::NothingReceived,
             Self::Interrupted => WarningCode::Interrupted,
+            Self::PortsExhausted { .. } => WarningCode::PortsExhausted,
+            Self::AgentCountMissing => WarningCode::AgentCountMissing,
+            Self::CountsDiffer { .. } => WarningCode::CountsDiffer,
+            Self::NoTransaction { .. } => WarningCode::NoTransaction,
+            Self::SockperfLossNotSplit | Self::SockperfOverlapUnknown => {
+                WarningCode::PeerDoesNotReport
+            }
+            Self::LoadEndedEarly => WarningCode::LoadEndedEarly,
+            Self::NoLoad => WarningCode::NoLoad,
+            Self::ConfServerUnknown => WarningCode::ServerConfigurationUnknown,
         }
     }
 }
@@ -370,6 +432,54 @@ impl std::fmt::Display for Warning {
             Self::Interrupted => f.write_str(
                 "interrupted before its planned end (Ctrl-C or SIGTERM): the figures cover what \
                  was measured until then",
+            ),
+            Self::PortsExhausted {
+                connections,
+                stopped_after_s,
+                asked_s,
+            } => write!(
+                f,
+                "the client ran out of local ports (EADDRNOTAVAIL) after {connections} \
+                 connections: each connection it closes holds its port in TIME_WAIT (60 s on \
+                 Linux), so the test stopped after {stopped_after_s:.3} s of the {asked_s:.3} s \
+                 asked and the rates are for that time only; --rst (no TIME_WAIT), a wider \
+                 net.ipv4.ip_local_port_range or net.ipv4.tcp_tw_reuse=1 lift the limit"
+            ),
+            Self::AgentCountMissing => f.write_str(
+                "the agent reported no count (an older agent?): the rate is the client's alone",
+            ),
+            Self::CountsDiffer { agent, client } => write!(
+                f,
+                "the agent completed {agent} transactions and the client {client}: {}",
+                if agent > client {
+                    "the client gave up on some the agent had answered (timeouts, resets)"
+                } else {
+                    "the agent did not see the client's close after some responses"
+                }
+            ),
+            Self::NoTransaction { failed_attempts } => write!(
+                f,
+                "no transaction completed ({failed_attempts} attempts failed)"
+            ),
+            Self::SockperfLossNotSplit => f.write_str(
+                "the peer is a sockperf server, which reports no counts: UDP loss cannot be \
+                 split into requests lost on the way out and replies lost on the way back \
+                 (lost_outbound and lost_return are null)",
+            ),
+            Self::SockperfOverlapUnknown => f.write_str(
+                "the peer is a sockperf server, which reports no counts: whether it served \
+                 other clients during this test is not known",
+            ),
+            Self::LoadEndedEarly => f.write_str(
+                "the load's senders stopped before the loaded probes ended: the last probes \
+                 may have seen an idle path",
+            ),
+            Self::NoLoad => f.write_str(
+                "the load's receivers counted no bytes: these probes did not run under load",
+            ),
+            Self::ConfServerUnknown => f.write_str(
+                "the agent did not report its configuration (a sonde agent older than this \
+                 client?)",
             ),
         }
     }
@@ -1386,6 +1496,21 @@ mod warning_tests {
                 "the server's platform does not count context switches per thread (Windows): \
                  cpu.server.voluntary_context_switches and involuntary_context_switches are null",
             ),
+            (
+                Warning::CountsDiffer {
+                    agent: 52,
+                    client: 50,
+                },
+                WarningCode::CountsDiffer,
+                "the agent completed 52 transactions and the client 50: the client gave up on \
+                 some the agent had answered (timeouts, resets)",
+            ),
+            (
+                Warning::ConfServerUnknown,
+                WarningCode::ServerConfigurationUnknown,
+                "the agent did not report its configuration (a sonde agent older than this \
+                 client?)",
+            ),
         ];
         for (warning, code, text) in cases {
             assert_eq!(warning.code(), code, "{warning:?}");
@@ -1404,6 +1529,15 @@ mod warning_tests {
             [WarningCode::TcpInfoUnknown, WarningCode::Interrupted]
         );
         assert_eq!(m.warnings[1], Warning::Interrupted.to_string());
+        let TestResult::Conf(mut conf) = crate::fixtures::conf_two_hosts() else {
+            unreachable!("a conf fixture")
+        };
+        conf.add(&Warning::ConfServerUnknown);
+        assert_eq!(conf.warnings, [Warning::ConfServerUnknown.to_string()]);
+        assert_eq!(
+            conf.warning_codes,
+            [WarningCode::ServerConfigurationUnknown]
+        );
         let json = serde_json::to_value(&m).expect("json");
         assert_eq!(
             json["warning_codes"],
