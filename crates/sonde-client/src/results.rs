@@ -218,7 +218,7 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
     let socket_rtt = crate::inner::socket_rtt(o, &mut inner_warnings);
     let one_way = crate::inner::one_way(o, run.elapsed_ns, &mut inner_warnings);
     let full_log = crate::inner::full_log(o, &mut inner_warnings);
-    meta.warn_all(inner_warnings);
+    meta.add_all(&inner_warnings);
     LatencyResult {
         meta,
         protocol: protocol(opt.protocol),

@@ -316,6 +316,72 @@ pub enum Warning {
     NoLoad,
     /// `sonde conf HOST`: the agent did not describe itself.
     ConfServerUnknown,
+    /// `--full-log`: writing the log failed part way.
+    FullLogFailed {
+        /// The log's path.
+        path: String,
+        /// Why.
+        error: String,
+        /// Samples it holds.
+        written: u64,
+    },
+    /// `--full-log`: the writer could not keep up.
+    FullLogDropped {
+        /// The log's path.
+        path: String,
+        /// Samples left out of it.
+        dropped: u64,
+    },
+    /// `--timestamps`: no kernel receive timestamps on the socket.
+    NoRxTimestamps {
+        /// Why.
+        why: String,
+    },
+    /// `--timestamps`: no kernel transmit timestamps.
+    NoTxTimestamps {
+        /// Why.
+        why: String,
+    },
+    /// `--timestamps`: some samples had no kernel transmit timestamp.
+    TxStampsMissing {
+        /// Samples without.
+        missing: u64,
+        /// Samples with a receive timestamp.
+        of: u64,
+    },
+    /// `--timestamps`: some replies had no kernel receive timestamp.
+    RxStampsMissing {
+        /// Replies without.
+        missing: u64,
+        /// Samples.
+        of: u64,
+    },
+    /// `--timestamps`: kernel figures longer than the application's RTT.
+    KernelStampsInconsistent {
+        /// Samples affected.
+        samples: u64,
+    },
+    /// `--one-way`: replies without the agent's timestamps.
+    OneWayUnstamped {
+        /// Replies without.
+        unstamped: u64,
+        /// One-way samples from the others.
+        samples: u64,
+    },
+    /// `--one-way`: stamped replies that could not be converted.
+    OneWayUnconverted {
+        /// Replies.
+        replies: u64,
+    },
+    /// `--one-way`: no usable clock exchange.
+    OneWayNoClock,
+    /// `--one-way`: no probe after the warm-up carried the agent's timestamps.
+    OneWayNoProbe,
+    /// `--one-way`: the clock estimate is more uncertain than a median one-way delay.
+    OneWayUncertain {
+        /// ± this many ns.
+        uncertainty_ns: u64,
+    },
 }
 
 impl Warning {
@@ -346,6 +412,19 @@ impl Warning {
             Self::LoadEndedEarly => WarningCode::LoadEndedEarly,
             Self::NoLoad => WarningCode::NoLoad,
             Self::ConfServerUnknown => WarningCode::ServerConfigurationUnknown,
+            Self::FullLogFailed { .. } | Self::FullLogDropped { .. } => {
+                WarningCode::FullLogIncomplete
+            }
+            Self::NoRxTimestamps { .. }
+            | Self::NoTxTimestamps { .. }
+            | Self::TxStampsMissing { .. }
+            | Self::RxStampsMissing { .. }
+            | Self::KernelStampsInconsistent { .. } => WarningCode::KernelTimestamps,
+            Self::OneWayUnstamped { .. }
+            | Self::OneWayUnconverted { .. }
+            | Self::OneWayNoClock
+            | Self::OneWayNoProbe => WarningCode::OneWayIncomplete,
+            Self::OneWayUncertain { .. } => WarningCode::OneWayUncertain,
         }
     }
 }
@@ -480,6 +559,68 @@ impl std::fmt::Display for Warning {
             Self::ConfServerUnknown => f.write_str(
                 "the agent did not report its configuration (a sonde agent older than this \
                  client?)",
+            ),
+            Self::FullLogFailed {
+                path,
+                error,
+                written,
+            } => write!(
+                f,
+                "writing the full log {path} failed ({error}): it holds {written} of the samples"
+            ),
+            Self::FullLogDropped { path, dropped } => write!(
+                f,
+                "the full log {path} dropped {dropped} samples: its writer could not keep up (a \
+                 slow disk?); the statistics have every sample"
+            ),
+            Self::NoRxTimestamps { why } => write!(
+                f,
+                "--timestamps: the kernel gave no receive timestamps on this socket ({why}): the \
+                 RTT at the sockets is not measured (socket_rtt figures are null)"
+            ),
+            Self::NoTxTimestamps { why } => write!(
+                f,
+                "--timestamps: no kernel transmit timestamps ({why}): socket_rtt_ns and host_ns \
+                 are null; send_to_socket_rx_ns (from the application's send to the reply's \
+                 kernel receive) stands in, and still holds the send side's host time"
+            ),
+            Self::TxStampsMissing { missing, of } => write!(
+                f,
+                "--timestamps: {missing} of {of} samples had no kernel transmit timestamp; the \
+                 socket RTT is from the others"
+            ),
+            Self::RxStampsMissing { missing, of } => write!(
+                f,
+                "--timestamps: {missing} of {of} replies had no kernel receive timestamp"
+            ),
+            Self::KernelStampsInconsistent { samples } => write!(
+                f,
+                "--timestamps: in {samples} samples a kernel figure came out longer than the \
+                 application's RTT (the wall clock the kernel stamps with was stepped?)"
+            ),
+            Self::OneWayUnstamped { unstamped, samples } => write!(
+                f,
+                "--one-way: {unstamped} replies came back without the agent's timestamps (an \
+                 older sonde agent?); one-way delays are from the other {samples}"
+            ),
+            Self::OneWayUnconverted { replies } => write!(
+                f,
+                "--one-way: {replies} stamped replies could not be converted (no clock estimate \
+                 yet, or timestamps that contradict each other)"
+            ),
+            Self::OneWayNoClock => f.write_str(
+                "--one-way: no clock exchange with the agent was usable, so its clock's offset \
+                 is unknown: the one-way figures are null",
+            ),
+            Self::OneWayNoProbe => f.write_str(
+                "--one-way: no probe after the warm-up carried the agent's timestamps: the \
+                 one-way figures are null",
+            ),
+            Self::OneWayUncertain { uncertainty_ns } => write!(
+                f,
+                "--one-way: the clock estimate is uncertain by ± {uncertainty_ns} ns, more than \
+                 a median one-way delay: the split between the two directions is not resolved \
+                 here (their sum, the RTT less the agent's hold, is)"
             ),
         }
     }
