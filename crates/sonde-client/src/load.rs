@@ -152,12 +152,11 @@ fn discount_own_session(meta: &mut Meta) {
     meta.overlapping_sessions -= 1;
     meta.remove_warnings(WarningCode::OverlappingSessions);
     if meta.overlapping_sessions > 0 {
-        meta.warnings.insert(
-            0,
-            crate::results::overlap_warning(meta.overlapping_sessions),
-        );
-        meta.warning_codes
-            .insert(0, WarningCode::OverlappingSessions);
+        let w = sonde_report::Warning::OverlappingSessions {
+            sessions: meta.overlapping_sessions,
+        };
+        meta.warnings.insert(0, w.to_string());
+        meta.warning_codes.insert(0, w.code());
     }
 }
 
@@ -174,7 +173,10 @@ mod tests {
             peer: sonde_report::Peer::Sonde,
             session: 1,
             overlapping_sessions: 1,
-            warnings: vec![crate::results::overlap_warning(1), "other".into()],
+            warnings: vec![
+                sonde_report::Warning::OverlappingSessions { sessions: 1 }.to_string(),
+                "other".into(),
+            ],
             warning_codes: vec![WarningCode::OverlappingSessions, WarningCode::Loss],
             labels: sonde_report::Labels::new(),
             interrupted: false,
@@ -190,13 +192,13 @@ mod tests {
         meta.overlapping_sessions = 3;
         meta.warnings.clear();
         meta.warning_codes.clear();
-        meta.warn(
-            WarningCode::OverlappingSessions,
-            crate::results::overlap_warning(3),
-        );
+        meta.add(&sonde_report::Warning::OverlappingSessions { sessions: 3 });
         discount_own_session(&mut meta);
         assert_eq!(meta.overlapping_sessions, 2);
-        assert_eq!(meta.warnings, [crate::results::overlap_warning(2)]);
+        assert_eq!(
+            meta.warnings,
+            [sonde_report::Warning::OverlappingSessions { sessions: 2 }.to_string()]
+        );
         assert_eq!(meta.warning_codes, [WarningCode::OverlappingSessions]);
     }
 

@@ -2,11 +2,11 @@
 
 use sonde_engine::rtt::REPORTED_PERCENTILES;
 use sonde_engine::{bits_per_second, per_second};
+use sonde_report::Warning;
 use sonde_report::{
     FlowResult, IntervalResult, LatencyMode, LatencyResult, Meta, PpsResult, Protocol, RttNs,
     SideTotals, StreamDirection, StreamResult, ThroughputResult,
 };
-use sonde_report::{Warning, WarningCode};
 use sonde_wire::{Direction, IntervalStats, SessionId, StreamStats, TestSpec};
 
 use crate::session::{BulkRun, ClientRole, Context, LatencyRun};
@@ -17,19 +17,6 @@ fn protocol(p: sonde_wire::Protocol) -> Protocol {
         sonde_wire::Protocol::Tcp => Protocol::Tcp,
         sonde_wire::Protocol::Udp => Protocol::Udp,
     }
-}
-
-/// The warning for a run during which the agent ran `overlapping` other sessions.
-pub(crate) fn overlap_warning(overlapping: u32) -> String {
-    Warning::OverlappingSessions {
-        sessions: overlapping,
-    }
-    .to_string()
-}
-
-/// Adds a warning to a list gathered before its [`Meta`] exists (see [`Meta::warn`]).
-pub(crate) fn warn(list: &mut Vec<(WarningCode, String)>, code: WarningCode, text: String) {
-    list.push((code, text));
 }
 
 fn meta(target: &Target, session: SessionId, started: u64, overlapping: u32) -> Meta {
@@ -665,6 +652,9 @@ mod context_tests {
         assert_eq!(m.warnings.len(), 1, "{:?}", m.warnings);
         assert!(m.warnings[0].contains("cpu.server.voluntary_context_switches"));
         // With its code beside it (it had none, and put the codes out of step).
-        assert_eq!(m.warning_codes, [WarningCode::ContextSwitchesUnknown]);
+        assert_eq!(
+            m.warning_codes,
+            [sonde_report::WarningCode::ContextSwitchesUnknown]
+        );
     }
 }

@@ -81,7 +81,7 @@ pub struct Meta {
     /// Things the reader must know to trust the numbers (overlap, too few samples, loss...).
     pub warnings: Vec<String>,
     /// What each of `warnings` is about, in the same order: a stable code a report can group
-    /// and count by. Add warnings with [`Meta::warn`], which keeps the two in step.
+    /// and count by. Add warnings with [`Meta::add`], which keeps the two in step.
     #[serde(default)]
     pub warning_codes: Vec<WarningCode>,
     /// `--label KEY=VALUE`: the case this run measured (`{"path": "private"}`); `quick` adds
@@ -102,28 +102,16 @@ pub struct Meta {
 }
 
 impl Meta {
-    /// Adds a warning: its code and its text, side by side.
-    pub fn warn(&mut self, code: WarningCode, text: String) {
-        self.warnings.push(text);
-        self.warning_codes.push(code);
-    }
-
-    /// Adds a typed warning: its text (its `Display`) and its code, side by side.
+    /// Adds a warning: its text (its `Display`) and its code, side by side.
     pub fn add(&mut self, warning: &Warning) {
-        self.warn(warning.code(), warning.to_string());
+        self.warnings.push(warning.to_string());
+        self.warning_codes.push(warning.code());
     }
 
     /// Adds typed warnings gathered before the meta was made, in order.
     pub fn add_all<'a>(&mut self, warnings: impl IntoIterator<Item = &'a Warning>) {
         for w in warnings {
             self.add(w);
-        }
-    }
-
-    /// Adds warnings gathered before the meta was made, in order.
-    pub fn warn_all(&mut self, warnings: impl IntoIterator<Item = (WarningCode, String)>) {
-        for (code, text) in warnings {
-            self.warn(code, text);
         }
     }
 
@@ -382,6 +370,18 @@ pub enum Warning {
         /// ± this many ns.
         uncertainty_ns: u64,
     },
+    /// iperf3:// over TCP: the server does not report its read calls.
+    Iperf3ReadsUncounted,
+    /// iperf3:// over TCP: the server does not report its write calls.
+    Iperf3WritesUncounted,
+    /// iperf3:// over UDP: the server's count of client→server datagrams.
+    Iperf3DatagramsCountedByServer,
+    /// iperf3://: intervals counted at this host (both directions).
+    IntervalsCountedHereBidir,
+    /// iperf3://: intervals counted at this host, the sender.
+    IntervalsCountedAtSender,
+    /// iperf3://: the server closed instead of ending the test.
+    UncleanEnd,
 }
 
 impl Warning {
@@ -425,6 +425,13 @@ impl Warning {
             | Self::OneWayNoClock
             | Self::OneWayNoProbe => WarningCode::OneWayIncomplete,
             Self::OneWayUncertain { .. } => WarningCode::OneWayUncertain,
+            Self::Iperf3ReadsUncounted
+            | Self::Iperf3WritesUncounted
+            | Self::Iperf3DatagramsCountedByServer => WarningCode::PeerDoesNotReport,
+            Self::IntervalsCountedHereBidir | Self::IntervalsCountedAtSender => {
+                WarningCode::IntervalsCountedHere
+            }
+            Self::UncleanEnd => WarningCode::UncleanEnd,
         }
     }
 }
@@ -621,6 +628,32 @@ impl std::fmt::Display for Warning {
                 "--one-way: the clock estimate is uncertain by ± {uncertainty_ns} ns, more than \
                  a median one-way delay: the split between the two directions is not resolved \
                  here (their sum, the RTT less the agent's hold, is)"
+            ),
+            Self::Iperf3ReadsUncounted => f.write_str(
+                "the iperf3 server does not report its read calls: receiver `packets` of \
+                 client→server streams reads 0, not a count",
+            ),
+            Self::Iperf3WritesUncounted => f.write_str(
+                "the iperf3 server does not report its write calls: sender `packets` of \
+                 server→client streams reads 0, not a count",
+            ),
+            Self::Iperf3DatagramsCountedByServer => f.write_str(
+                "client→server datagrams are counted by the iperf3 server: it reports no \
+                 duplicates or reordering (null), and counts as lost only the gaps below the \
+                 highest sequence number it saw before the test ended",
+            ),
+            Self::IntervalsCountedHereBidir => f.write_str(
+                "intervals (-i) are counted at this host: client→server streams at their \
+                 sender, server→client streams at their receiver (an iperf3 server does not \
+                 report its intervals)",
+            ),
+            Self::IntervalsCountedAtSender => f.write_str(
+                "intervals (-i) are counted at this host, the sender: an iperf3 server does not \
+                 report its intervals",
+            ),
+            Self::UncleanEnd => f.write_str(
+                "the iperf3 server closed the connection after its results instead of ending \
+                 the test with DISPLAY_RESULTS",
             ),
         }
     }
@@ -1702,17 +1735,20 @@ mod warning_tests {
             hosts: Hosts::default(),
             cpu: CpuCosts::default(),
         };
-        m.warn(WarningCode::OverlappingSessions, "a".into());
-        m.warn_all([
-            (WarningCode::Loss, "b".to_owned()),
-            (WarningCode::OverlappingSessions, "c".to_owned()),
-        ]);
-        assert_eq!(m.warnings, ["a", "b", "c"]);
+        let a = Warning::OverlappingSessions { sessions: 1 };
+        let b = Warning::NothingReceived;
+        let c = Warning::OverlappingSessions { sessions: 2 };
+        m.add(&a);
+        m.add_all([&b, &c]);
+        assert_eq!(m.warnings, [a.to_string(), b.to_string(), c.to_string()]);
         m.remove_warnings(WarningCode::OverlappingSessions);
-        assert_eq!(m.warnings, ["b"]);
-        assert_eq!(m.warning_codes, [WarningCode::Loss]);
+        assert_eq!(m.warnings, [b.to_string()]);
+        assert_eq!(m.warning_codes, [WarningCode::NothingReceived]);
         let json = serde_json::to_value(&m).expect("serializes");
-        assert_eq!(json["warning_codes"], serde_json::json!(["loss"]));
+        assert_eq!(
+            json["warning_codes"],
+            serde_json::json!(["nothing_received"])
+        );
         // A code from a newer sonde still reads.
         let mut newer = json;
         newer["warning_codes"] = serde_json::json!(["from_the_future"]);
