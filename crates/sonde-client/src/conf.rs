@@ -9,8 +9,6 @@
 //! println!("agent kernel {:?}", conf.hosts.server.and_then(|h| h.kernel_release));
 //! ```
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use sonde_report::{ConfResult, Hosts};
 
 use crate::session::{self, Context};
@@ -19,9 +17,7 @@ use crate::{ClientError, Target};
 /// Both ends' configuration: with `target`, this host for the interface toward it and the
 /// agent as it describes itself; without, this host alone, every interface that is up.
 pub fn conf(target: Option<&Target>) -> Result<ConfResult, ClientError> {
-    let timestamp_unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let timestamp_unix_ms = crate::now_unix_ms();
     let mut described = true;
     let hosts = match target {
         None => Hosts {

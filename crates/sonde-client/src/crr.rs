@@ -18,7 +18,7 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use sonde_engine::crr::{rate, CrrErrorCounts, CrrIntervals, CrrStats};
 use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
@@ -137,9 +137,7 @@ pub fn crr_interruptible(
             .max(1),
         interval_ms: 0,
     };
-    let started_unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let started_unix_ms = crate::now_unix_ms();
     let session = handshake(target, &spec)?;
     let run = run(target, opt, session, interrupt)?;
     let mut r = result(target, opt, started_unix_ms, &run);

@@ -144,7 +144,7 @@ pub fn throughput(
     on_interval: &mut dyn FnMut(&IntervalResult),
 ) -> Result<ThroughputResult, ClientError> {
     check(opt)?;
-    let started_unix_ms = now_unix_ms();
+    let started_unix_ms = crate::now_unix_ms();
     let cookie = fresh_cookie();
     let mut ctl = Control::open(target.addr, interrupt, &cookie)?;
     let run = session(&mut ctl, &cookie, target.addr, opt, on_interval);
@@ -238,12 +238,6 @@ fn fresh_cookie() -> Cookie {
         chunk.copy_from_slice(&word.to_le_bytes()[..chunk.len()]);
     }
     Cookie::from_random(&random)
-}
-
-fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn nanos(d: Duration) -> u64 {

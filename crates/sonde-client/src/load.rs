@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 
 use sonde_report::WarningCode;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use sonde_report::{AddedRttNs, LoadResult, Meta};
 use sonde_wire::Protocol;
@@ -89,9 +89,7 @@ pub fn latency_under_load_measured(
     if opt.load.protocol != Protocol::Tcp {
         return Err(ClientError::Usage("the load is bulk TCP".into()));
     }
-    let started = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let started = crate::now_unix_ms();
     let crate::LatencyMeasurement {
         result: idle,
         rtt_histogram: idle_rtt_histogram,

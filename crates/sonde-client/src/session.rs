@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use sonde_engine::interval::Intervals;
 use sonde_net::bulk::{SendOutcome, TcpRecvOutcome, UdpRecvOutcome};
@@ -165,12 +165,6 @@ pub(crate) fn metered_latency<T>(
         .cost()
         .map(|cost| cost.report(Some(calls), Some(outcome.sent), Some(bytes)));
     Ok((outcome, extra, cpu))
-}
-
-fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn expect_reply(
@@ -328,7 +322,7 @@ pub(crate) fn hello(target: &Target) -> Result<Welcomed, ClientError> {
 
 /// Connects, says hello, asks for the test, joins the data channels and waits for `Ready`.
 pub(crate) fn connect(target: &Target, spec: &TestSpec) -> Result<Connected, ClientError> {
-    let started_unix_ms = now_unix_ms();
+    let started_unix_ms = crate::now_unix_ms();
     let mut welcomed = hello(target)?;
     let mut spec = spec.clone();
     if spec.duration_ms == 0 {

@@ -31,7 +31,7 @@
 use std::io;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use sonde_net::latency::{Framing, LatencyOutcome, NoReply, PingConfig};
 use sonde_net::Clock;
@@ -137,9 +137,7 @@ pub fn latency_measured(
         rate: opt.rate,
         count: opt.count,
     };
-    let started_unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let started_unix_ms = crate::now_unix_ms();
     let stop = AtomicBool::new(false);
     let channel = match opt.protocol {
         Protocol::Tcp => ClientChannel::Tcp(

@@ -3,7 +3,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use clap::Args;
 use sonde_agent::{Agent, AgentConfig};
@@ -55,9 +55,7 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         label: addr.to_string(),
         secret: None,
     };
-    let started = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let started = sonde_client::now_unix_ms();
     let t = opt.time;
     let warmup = (t / 7).min(Duration::from_secs(1));
     let latency = |protocol| LatencyOptions {

@@ -6,7 +6,7 @@
 //! the caller's [`crate::interrupt::Interrupt::check`] ends the command with 130 or 143.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_report::{SweepResult, SweepStep, TestResult};
@@ -52,9 +52,7 @@ pub(crate) fn run(
     let interrupt = crate::interrupt::install();
     interrupt.check()?;
     let stopped = || interrupt.flag().load(Ordering::Relaxed);
-    let started = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let started = sonde_client::now_unix_ms();
     let total = sweep.values().len();
     let mut steps = Vec::with_capacity(total);
     for (i, &value) in sweep.values().iter().enumerate() {
