@@ -9,8 +9,6 @@
 //! println!("agent kernel {:?}", conf.hosts.server.and_then(|h| h.kernel_release));
 //! ```
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use sonde_report::{ConfResult, Hosts};
 
 use crate::session::{self, Context};
@@ -19,10 +17,8 @@ use crate::{ClientError, Target};
 /// Both ends' configuration: with `target`, this host for the interface toward it and the
 /// agent as it describes itself; without, this host alone, every interface that is up.
 pub fn conf(target: Option<&Target>) -> Result<ConfResult, ClientError> {
-    let timestamp_unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let mut warnings = Vec::new();
+    let timestamp_unix_ms = crate::now_unix_ms();
+    let mut described = true;
     let hosts = match target {
         None => Hosts {
             client: sonde_net::hostinfo::collect(env!("CARGO_PKG_VERSION"), &[]).ok(),
@@ -31,23 +27,23 @@ pub fn conf(target: Option<&Target>) -> Result<ConfResult, ClientError> {
         Some(target) => {
             // The hello first: an unreachable agent is an error before anything is collected.
             let host = session::hello(target)?.describe(target)?;
-            if host.is_none() {
-                warnings.push(
-                    "the agent did not report its configuration (a sonde agent older than this client?)"
-                        .to_owned(),
-                );
-            }
+            described = host.is_some();
             Hosts {
                 client: Context::this_host(target).client_host,
                 server: host,
             }
         }
     };
-    Ok(ConfResult {
+    let mut result = ConfResult {
         sonde_version: env!("CARGO_PKG_VERSION").into(),
         timestamp_unix_ms,
         server: target.map(|t| t.label.clone()),
         hosts,
-        warnings,
-    })
+        warnings: Vec::new(),
+        warning_codes: Vec::new(),
+    };
+    if !described {
+        result.add(&sonde_report::Warning::ConfServerUnknown);
+    }
+    Ok(result)
 }

@@ -18,7 +18,7 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use sonde_engine::crr::{rate, CrrErrorCounts, CrrIntervals, CrrStats};
 use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
@@ -27,6 +27,7 @@ use sonde_net::crr::{client_worker_with_intervals, CrrClientConfig, SharedCrrInt
 use sonde_net::Clock;
 use sonde_report::{
     CpuCost, CpuCosts, CpuScope, CrrClose, CrrErrors, CrrInterval, CrrResult, Hosts, Protocol,
+    Warning,
 };
 use sonde_wire::{
     AgentReport, ControlMsg, CpuReport, CrrReport, Direction, HostInfo, SessionId, TestKind,
@@ -136,9 +137,7 @@ pub fn crr_interruptible(
             .max(1),
         interval_ms: 0,
     };
-    let started_unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let started_unix_ms = crate::now_unix_ms();
     let session = handshake(target, &spec)?;
     let run = run(target, opt, session, interrupt)?;
     let mut r = result(target, opt, started_unix_ms, &run);
@@ -386,44 +385,29 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
     let agent: Option<&CrrReport> = run.report.crr.as_ref();
     let overlapping = run.report.overlapping_sessions;
     // The overlap warning comes with the meta (results::meta_for).
-    let mut warnings: Vec<(sonde_report::WarningCode, String)> = Vec::new();
+    let mut warnings: Vec<Warning> = Vec::new();
     let e = *stats.errors();
     if e.addr_not_available > 0 {
-        crate::results::warn(&mut warnings, sonde_report::WarningCode::PortsExhausted, format!(
-            "the client ran out of local ports (EADDRNOTAVAIL) after {} connections: each connection it closes holds its port in TIME_WAIT (60 s on Linux), so the test stopped after {:.3} s of the {:.3} s asked and the rates are for that time only; --rst (no TIME_WAIT), a wider net.ipv4.ip_local_port_range or net.ipv4.tcp_tw_reuse=1 lift the limit",
-            stats.connects(),
-            run.elapsed_ns as f64 / 1e9,
-            opt.duration.as_secs_f64()
-        ));
+        warnings.push(Warning::PortsExhausted {
+            connections: stats.connects(),
+            stopped_after_s: run.elapsed_ns as f64 / 1e9,
+            asked_s: opt.duration.as_secs_f64(),
+        });
     }
     match agent {
-        None => crate::results::warn(
-            &mut warnings,
-            sonde_report::WarningCode::AgentCountMissing,
-            "the agent reported no count (an older agent?): the rate is the client's alone".into(),
-        ),
-        Some(a) if a.transactions != stats.transactions() => crate::results::warn(
-            &mut warnings,
-            sonde_report::WarningCode::CountsDiffer,
-            format!(
-                "the agent completed {} transactions and the client {}: {}",
-                a.transactions,
-                stats.transactions(),
-                if a.transactions > stats.transactions() {
-                    "the client gave up on some the agent had answered (timeouts, resets)"
-                } else {
-                    "the agent did not see the client's close after some responses"
-                }
-            ),
-        ),
+        None => warnings.push(Warning::AgentCountMissing),
+        Some(a) if a.transactions != stats.transactions() => {
+            warnings.push(Warning::CountsDiffer {
+                agent: a.transactions,
+                client: stats.transactions(),
+            });
+        }
         Some(_) => {}
     }
     if stats.transactions() == 0 {
-        crate::results::warn(
-            &mut warnings,
-            sonde_report::WarningCode::NoTransaction,
-            format!("no transaction completed ({} attempts failed)", e.total()),
-        );
+        warnings.push(Warning::NoTransaction {
+            failed_attempts: e.total(),
+        });
     }
     let cpu = CpuCosts {
         client: run
@@ -453,7 +437,7 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
         server: run.agent_host.clone(),
     };
     meta.cpu = cpu;
-    meta.warn_all(warnings);
+    meta.add_all(&warnings);
     CrrResult {
         meta,
         protocol: Protocol::Tcp,

@@ -23,7 +23,7 @@ use sonde_net::samplelog::SampleLog;
 use sonde_net::Clock;
 use sonde_wire::stamps::ONE_WAY_MIN_MSG;
 
-use sonde_report::{ClockEstimate, FullLog, HistogramBucket, OneWay, SignedNs, SocketRtt};
+use sonde_report::{ClockEstimate, FullLog, HistogramBucket, OneWay, SignedNs, SocketRtt, Warning};
 
 use crate::session::ClientChannel;
 use crate::{ClientError, LatencyOptions};
@@ -181,30 +181,19 @@ pub(crate) fn histogram(o: &LatencyOutcome, opt: &LatencyOptions) -> Option<Vec<
 }
 
 /// `full_log`, and a warning for a log with holes.
-pub(crate) fn full_log(
-    o: &LatencyOutcome,
-    warnings: &mut Vec<(sonde_report::WarningCode, String)>,
-) -> Option<FullLog> {
+pub(crate) fn full_log(o: &LatencyOutcome, warnings: &mut Vec<Warning>) -> Option<FullLog> {
     let log = o.log.as_ref()?;
     if let Some(e) = &log.error {
-        crate::results::warn(
-            warnings,
-            sonde_report::WarningCode::FullLogIncomplete,
-            format!(
-                "writing the full log {} failed ({e}): it holds {} of the samples",
-                log.path, log.written
-            ),
-        );
+        warnings.push(Warning::FullLogFailed {
+            path: log.path.clone(),
+            error: e.to_string(),
+            written: log.written,
+        });
     } else if log.dropped > 0 {
-        crate::results::warn(
-            warnings,
-            sonde_report::WarningCode::FullLogIncomplete,
-            format!(
-                "the full log {} dropped {} samples: its writer could not keep up (a slow disk?); \
-             the statistics have every sample",
-                log.path, log.dropped
-            ),
-        );
+        warnings.push(Warning::FullLogDropped {
+            path: log.path.clone(),
+            dropped: log.dropped,
+        });
     }
     Some(FullLog {
         path: log.path.clone(),
@@ -215,65 +204,35 @@ pub(crate) fn full_log(
 }
 
 /// `socket_rtt`, and warnings for what the kernel did not give.
-pub(crate) fn socket_rtt(
-    o: &LatencyOutcome,
-    warnings: &mut Vec<(sonde_report::WarningCode, String)>,
-) -> Option<SocketRtt> {
+pub(crate) fn socket_rtt(o: &LatencyOutcome, warnings: &mut Vec<Warning>) -> Option<SocketRtt> {
     let s = o.socket.as_ref()?;
     let samples = o.rtt.samples();
     match (&s.rx, &s.tx) {
-        (Err(why), _) => crate::results::warn(
-            warnings,
-            sonde_report::WarningCode::KernelTimestamps,
-            format!(
-            "--timestamps: the kernel gave no receive timestamps on this socket ({why}): the RTT \
-             at the sockets is not measured (socket_rtt figures are null)"
-        ),
-        ),
-        (Ok(()), Err(why)) => crate::results::warn(
-            warnings,
-            sonde_report::WarningCode::KernelTimestamps,
-            format!(
-            "--timestamps: no kernel transmit timestamps ({why}): socket_rtt_ns and host_ns are \
-             null; send_to_socket_rx_ns (from the application's send to the reply's kernel \
-             receive) stands in, and still holds the send side's host time"
-        ),
-        ),
+        (Err(why), _) => warnings.push(Warning::NoRxTimestamps {
+            why: why.to_string(),
+        }),
+        (Ok(()), Err(why)) => warnings.push(Warning::NoTxTimestamps {
+            why: why.to_string(),
+        }),
         (Ok(()), Ok(())) => {
             if s.tx_stamped < s.rx_stamped {
-                crate::results::warn(
-                    warnings,
-                    sonde_report::WarningCode::KernelTimestamps,
-                    format!(
-                        "--timestamps: {} of {} samples had no kernel transmit timestamp; the \
-                     socket RTT is from the others",
-                        s.rx_stamped - s.tx_stamped,
-                        s.rx_stamped
-                    ),
-                );
+                warnings.push(Warning::TxStampsMissing {
+                    missing: s.rx_stamped - s.tx_stamped,
+                    of: s.rx_stamped,
+                });
             }
         }
     }
     if s.rx.is_ok() && s.rx_stamped < samples {
-        crate::results::warn(
-            warnings,
-            sonde_report::WarningCode::KernelTimestamps,
-            format!(
-                "--timestamps: {} of {samples} replies had no kernel receive timestamp",
-                samples - s.rx_stamped
-            ),
-        );
+        warnings.push(Warning::RxStampsMissing {
+            missing: samples - s.rx_stamped,
+            of: samples,
+        });
     }
     if s.inconsistent > 0 {
-        crate::results::warn(
-            warnings,
-            sonde_report::WarningCode::KernelTimestamps,
-            format!(
-            "--timestamps: in {} samples a kernel figure came out longer than the application's \
-             RTT (the wall clock the kernel stamps with was stepped?)",
-            s.inconsistent
-        ),
-        );
+        warnings.push(Warning::KernelStampsInconsistent {
+            samples: s.inconsistent,
+        });
     }
     Some(SocketRtt {
         rx_timestamps: s.rx.is_ok(),
@@ -293,40 +252,23 @@ pub(crate) fn socket_rtt(
 pub(crate) fn one_way(
     o: &LatencyOutcome,
     elapsed_ns: u64,
-    warnings: &mut Vec<(sonde_report::WarningCode, String)>,
+    warnings: &mut Vec<Warning>,
 ) -> Option<OneWay> {
     let ow = o.one_way.as_ref()?;
     let samples = ow.recorder.samples();
     if ow.unstamped > 0 {
-        crate::results::warn(
-            warnings,
-            sonde_report::WarningCode::OneWayIncomplete,
-            format!(
-                "--one-way: {} replies came back without the agent's timestamps (an older sonde \
-             agent?); one-way delays are from the other {samples}",
-                ow.unstamped
-            ),
-        );
+        warnings.push(Warning::OneWayUnstamped {
+            unstamped: ow.unstamped,
+            samples,
+        });
     }
     if ow.recorder.unconverted() > 0 {
-        crate::results::warn(
-            warnings,
-            sonde_report::WarningCode::OneWayIncomplete,
-            format!(
-                "--one-way: {} stamped replies could not be converted (no clock estimate yet, or \
-             timestamps that contradict each other)",
-                ow.recorder.unconverted()
-            ),
-        );
+        warnings.push(Warning::OneWayUnconverted {
+            replies: ow.recorder.unconverted(),
+        });
     }
     let Some(fit) = &ow.fit else {
-        crate::results::warn(
-            warnings,
-            sonde_report::WarningCode::OneWayIncomplete,
-            "--one-way: no clock exchange with the agent was usable, so its clock's offset is \
-             unknown: the one-way figures are null"
-                .into(),
-        );
+        warnings.push(Warning::OneWayNoClock);
         return Some(OneWay {
             samples,
             unstamped: ow.unstamped,
@@ -351,7 +293,7 @@ pub(crate) fn one_way(
         exchanges_used: fit.exchanges_used() as u64,
     };
     let Some(summary) = ow.recorder.finish(fit, ow.extra_uncertainty_ns) else {
-        crate::results::warn(warnings, sonde_report::WarningCode::OneWayIncomplete, "--one-way: no probe after the warm-up carried the agent's timestamps: the one-way figures are null".into());
+        warnings.push(Warning::OneWayNoProbe);
         return Some(OneWay {
             samples,
             unstamped: ow.unstamped,
@@ -370,16 +312,9 @@ pub(crate) fn one_way(
         .filter_map(|d| d.p50)
         .min();
     if smaller.is_some_and(|d| d.unsigned_abs() < summary.uncertainty_ns) {
-        crate::results::warn(
-            warnings,
-            sonde_report::WarningCode::OneWayUncertain,
-            format!(
-            "--one-way: the clock estimate is uncertain by ± {} ns, more than a median one-way \
-             delay: the split between the two directions is not resolved here (their sum, the \
-             RTT less the agent's hold, is)",
-            summary.uncertainty_ns
-        ),
-        );
+        warnings.push(Warning::OneWayUncertain {
+            uncertainty_ns: summary.uncertainty_ns,
+        });
     }
     Some(OneWay {
         samples,
@@ -444,7 +379,10 @@ mod tests {
         let log = full_log(&o, &mut warnings).unwrap();
         assert_eq!((log.written, log.dropped), (90, 10));
         assert_eq!(warnings.len(), 1);
-        assert!(warnings[0].1.contains("dropped 10 samples"), "{warnings:?}");
+        assert!(
+            warnings[0].to_string().contains("dropped 10 samples"),
+            "{warnings:?}"
+        );
         // A complete log is no news.
         o.log.as_mut().unwrap().dropped = 0;
         full_log(&o, &mut warnings).unwrap();
@@ -479,7 +417,7 @@ mod tests {
         assert!(s.send_to_socket_rx_ns.is_some() && s.rx_host_ns.is_some());
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(warnings[0]
-            .1
+            .to_string()
             .contains("no kernel transmit timestamps (refused)"));
         // No receive stamps at all: every figure null.
         let sock = o.socket.as_mut().unwrap();
@@ -492,7 +430,7 @@ mod tests {
         assert!(!s.rx_timestamps && s.send_to_socket_rx_ns.is_none());
         assert!(warnings
             .iter()
-            .any(|(_, w)| w.contains("no receive timestamps")));
+            .any(|w| w.to_string().contains("no receive timestamps")));
     }
 
     #[test]
@@ -514,10 +452,10 @@ mod tests {
         assert_eq!(ow.unstamped, 3);
         assert!(warnings
             .iter()
-            .any(|(_, w)| w.contains("without the agent's timestamps")));
+            .any(|w| w.to_string().contains("without the agent's timestamps")));
         assert!(warnings
             .iter()
-            .any(|(_, w)| w.contains("offset is unknown")));
+            .any(|w| w.to_string().contains("offset is unknown")));
     }
 
     /// Every one-way figure is converted with the offset, so its stated bound is never

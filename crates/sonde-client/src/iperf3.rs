@@ -53,7 +53,7 @@ use sonde_net::control::ControlError;
 use sonde_net::cpu::{CpuCost, CpuMeter, CpuScope};
 use sonde_net::{Clock, Counters};
 use sonde_report::{
-    IntervalResult, Peer, SideTotals, StreamDirection, StreamResult, ThroughputResult,
+    IntervalResult, Peer, SideTotals, StreamDirection, StreamResult, ThroughputResult, Warning,
 };
 use sonde_wire::iperf3::{self as wire, Cookie, Params, Results, State, StreamResults};
 use sonde_wire::{Direction, Protocol};
@@ -144,7 +144,7 @@ pub fn throughput(
     on_interval: &mut dyn FnMut(&IntervalResult),
 ) -> Result<ThroughputResult, ClientError> {
     check(opt)?;
-    let started_unix_ms = now_unix_ms();
+    let started_unix_ms = crate::now_unix_ms();
     let cookie = fresh_cookie();
     let mut ctl = Control::open(target.addr, interrupt, &cookie)?;
     let run = session(&mut ctl, &cookie, target.addr, opt, on_interval);
@@ -238,12 +238,6 @@ fn fresh_cookie() -> Cookie {
         chunk.copy_from_slice(&word.to_le_bytes()[..chunk.len()]);
     }
     Cookie::from_random(&random)
-}
-
-fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -1363,61 +1357,45 @@ fn document(
         .iter()
         .any(|s| s.direction == StreamDirection::ServerToClient);
 
-    let mut warnings: Vec<(sonde_report::WarningCode, String)> = Vec::new();
+    let mut warnings: Vec<Warning> = Vec::new();
     if forward && !udp {
-        crate::results::warn(&mut warnings, sonde_report::WarningCode::PeerDoesNotReport,
-            "the iperf3 server does not report its read calls: receiver `packets` of client→server streams reads 0, not a count".to_owned(),
-        );
+        warnings.push(Warning::Iperf3ReadsUncounted);
     }
     if backward && !udp {
-        crate::results::warn(&mut warnings, sonde_report::WarningCode::PeerDoesNotReport,
-            "the iperf3 server does not report its write calls: sender `packets` of server→client streams reads 0, not a count".to_owned(),
-        );
+        warnings.push(Warning::Iperf3WritesUncounted);
     }
     if forward && udp {
-        crate::results::warn(&mut warnings, sonde_report::WarningCode::PeerDoesNotReport,
-            "client→server datagrams are counted by the iperf3 server: it reports no duplicates or reordering (null), and counts as lost only the gaps below the highest sequence number it saw before the test ended".to_owned(),
-        );
+        warnings.push(Warning::Iperf3DatagramsCountedByServer);
     }
     if !run.intervals.is_empty() || opt.interval.is_some() {
         if forward && backward {
-            crate::results::warn(&mut warnings, sonde_report::WarningCode::IntervalsCountedHere, "intervals (-i) are counted at this host: client→server streams at their sender, server→client streams at their receiver (an iperf3 server does not report its intervals)".to_owned());
+            warnings.push(Warning::IntervalsCountedHereBidir);
         } else if forward {
-            crate::results::warn(&mut warnings, sonde_report::WarningCode::IntervalsCountedHere, "intervals (-i) are counted at this host, the sender: an iperf3 server does not report its intervals".to_owned());
+            warnings.push(Warning::IntervalsCountedAtSender);
         }
     }
     if let Some(l) = lost.filter(|&l| l > 0) {
-        crate::results::warn(
-            &mut warnings,
-            sonde_report::WarningCode::Loss,
-            format!(
-                "{l} of {loss_whole} datagrams were lost ({:.3}%)",
-                pct(l, loss_whole)
-            ),
-        );
+        warnings.push(Warning::LostDatagrams {
+            lost: l,
+            sent: loss_whole,
+            percent: pct(l, loss_whole),
+        });
     }
     if udp && opt.bitrate > 0 {
         let per_direction = if forward && backward { 2.0 } else { 1.0 };
         let target_bps = opt.bitrate as f64 * per_direction;
         if sender.bits_per_second < target_bps * 0.95 {
-            crate::results::warn(&mut warnings, sonde_report::WarningCode::SenderLimited, format!(
-                "the senders reached {:.1} Mbit/s of the {:.1} Mbit/s asked: the sending host is the limit",
-                sender.bits_per_second / 1e6,
-                target_bps / 1e6
-            ));
+            warnings.push(Warning::SenderLimited {
+                reached_bits_per_second: sender.bits_per_second,
+                asked_bits_per_second: target_bps,
+            });
         }
     }
     if receiver.bytes == 0 {
-        crate::results::warn(
-            &mut warnings,
-            sonde_report::WarningCode::NothingReceived,
-            "nothing was received".into(),
-        );
+        warnings.push(Warning::NothingReceived);
     }
     if !run.clean_end {
-        crate::results::warn(&mut warnings, sonde_report::WarningCode::UncleanEnd,
-            "the iperf3 server closed the connection after its results instead of ending the test with DISPLAY_RESULTS".into(),
-        );
+        warnings.push(Warning::UncleanEnd);
     }
     let mut meta = crate::results::meta_for(
         target,
@@ -1454,7 +1432,7 @@ fn document(
         }),
         server: None,
     };
-    meta.warn_all(warnings);
+    meta.add_all(&warnings);
     ThroughputResult {
         meta,
         protocol: if udp {

@@ -259,15 +259,18 @@ impl Default for PpsOptions {
     }
 }
 
+/// The wall-clock time now, milliseconds since the Unix epoch (0 for a clock set before it):
+/// the one place a result's start time (`timestamp_unix_ms`) is read from the clock.
+pub fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// Marks a result as ended early by the caller, with the warning a reader needs.
 pub(crate) fn mark_interrupted(meta: &mut sonde_report::Meta) {
     meta.interrupted = true;
-    meta.warn(
-        sonde_report::WarningCode::Interrupted,
-        "interrupted before its planned end (Ctrl-C or SIGTERM): the figures cover what was \
-         measured until then"
-            .into(),
-    );
+    meta.add(&sonde_report::Warning::Interrupted);
 }
 
 fn millis(d: Duration) -> u64 {

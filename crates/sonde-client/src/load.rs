@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 
 use sonde_report::WarningCode;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use sonde_report::{AddedRttNs, LoadResult, Meta};
 use sonde_wire::Protocol;
@@ -89,9 +89,7 @@ pub fn latency_under_load_measured(
     if opt.load.protocol != Protocol::Tcp {
         return Err(ClientError::Usage("the load is bulk TCP".into()));
     }
-    let started = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let started = crate::now_unix_ms();
     let crate::LatencyMeasurement {
         result: idle,
         rtt_histogram: idle_rtt_histogram,
@@ -122,16 +120,10 @@ pub fn latency_under_load_measured(
     discount_own_session(&mut loaded.meta);
     discount_own_session(&mut load.meta);
     if probes_late {
-        loaded.meta.warn(sonde_report::WarningCode::LoadEndedEarly,
-            "the load's senders stopped before the loaded probes ended: the last probes may have seen an idle path"
-                .into(),
-        );
+        loaded.meta.add(&sonde_report::Warning::LoadEndedEarly);
     }
     if load.receiver.bytes == 0 {
-        loaded.meta.warn(
-            sonde_report::WarningCode::NoLoad,
-            "the load's receivers counted no bytes: these probes did not run under load".into(),
-        );
+        loaded.meta.add(&sonde_report::Warning::NoLoad);
     }
     let result = LoadResult {
         sonde_version: env!("CARGO_PKG_VERSION").into(),
@@ -158,12 +150,11 @@ fn discount_own_session(meta: &mut Meta) {
     meta.overlapping_sessions -= 1;
     meta.remove_warnings(WarningCode::OverlappingSessions);
     if meta.overlapping_sessions > 0 {
-        meta.warnings.insert(
-            0,
-            crate::results::overlap_warning(meta.overlapping_sessions),
-        );
-        meta.warning_codes
-            .insert(0, WarningCode::OverlappingSessions);
+        let w = sonde_report::Warning::OverlappingSessions {
+            sessions: meta.overlapping_sessions,
+        };
+        meta.warnings.insert(0, w.to_string());
+        meta.warning_codes.insert(0, w.code());
     }
 }
 
@@ -180,7 +171,10 @@ mod tests {
             peer: sonde_report::Peer::Sonde,
             session: 1,
             overlapping_sessions: 1,
-            warnings: vec![crate::results::overlap_warning(1), "other".into()],
+            warnings: vec![
+                sonde_report::Warning::OverlappingSessions { sessions: 1 }.to_string(),
+                "other".into(),
+            ],
             warning_codes: vec![WarningCode::OverlappingSessions, WarningCode::Loss],
             labels: sonde_report::Labels::new(),
             interrupted: false,
@@ -196,13 +190,13 @@ mod tests {
         meta.overlapping_sessions = 3;
         meta.warnings.clear();
         meta.warning_codes.clear();
-        meta.warn(
-            WarningCode::OverlappingSessions,
-            crate::results::overlap_warning(3),
-        );
+        meta.add(&sonde_report::Warning::OverlappingSessions { sessions: 3 });
         discount_own_session(&mut meta);
         assert_eq!(meta.overlapping_sessions, 2);
-        assert_eq!(meta.warnings, [crate::results::overlap_warning(2)]);
+        assert_eq!(
+            meta.warnings,
+            [sonde_report::Warning::OverlappingSessions { sessions: 2 }.to_string()]
+        );
         assert_eq!(meta.warning_codes, [WarningCode::OverlappingSessions]);
     }
 

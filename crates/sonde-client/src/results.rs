@@ -2,7 +2,7 @@
 
 use sonde_engine::rtt::REPORTED_PERCENTILES;
 use sonde_engine::{bits_per_second, per_second};
-use sonde_report::WarningCode;
+use sonde_report::Warning;
 use sonde_report::{
     FlowResult, GsoMode, GsoReason, IntervalResult, LatencyMode, LatencyResult, Meta, PpsGso,
     PpsInterval, PpsResult, Protocol, RttNs, SideTotals, StreamDirection, StreamResult,
@@ -18,21 +18,6 @@ fn protocol(p: sonde_wire::Protocol) -> Protocol {
         sonde_wire::Protocol::Tcp => Protocol::Tcp,
         sonde_wire::Protocol::Udp => Protocol::Udp,
     }
-}
-
-/// How the overlap warning starts, to find it again.
-const OVERLAP_WARNING_START: &str = "the agent ran ";
-
-/// The warning for a run during which the agent ran `overlapping` other sessions.
-pub(crate) fn overlap_warning(overlapping: u32) -> String {
-    format!(
-        "{OVERLAP_WARNING_START}{overlapping} other session(s) during this test: they shared its CPU and network, so these numbers are not those of an idle path"
-    )
-}
-
-/// Adds a warning to a list gathered before its [`Meta`] exists (see [`Meta::warn`]).
-pub(crate) fn warn(list: &mut Vec<(WarningCode, String)>, code: WarningCode, text: String) {
-    list.push((code, text));
 }
 
 fn meta(target: &Target, session: SessionId, started: u64, overlapping: u32) -> Meta {
@@ -70,10 +55,9 @@ pub(crate) fn meta_for(
         cpu: sonde_report::CpuCosts::default(),
     };
     if overlapping > 0 {
-        meta.warn(
-            WarningCode::OverlappingSessions,
-            overlap_warning(overlapping),
-        );
+        meta.add(&Warning::OverlappingSessions {
+            sessions: overlapping,
+        });
     }
     meta
 }
@@ -93,28 +77,25 @@ pub(crate) fn add_context(
     meta.cpu.server = agent_cpu.map(cost);
     // Against other servers this host's CPU is not measured (yet): nothing to warn about.
     if ctx.agent && ctx.client_cpu.is_none() {
-        meta.warn(sonde_report::WarningCode::ClientCpuUnknown,
-            "this host cannot measure the test's CPU cost (no per-thread getrusage here): cpu.client is null".into(),
-        );
+        meta.add(&Warning::ClientCpuUnknown);
     }
-    for (side, c) in [("client", &meta.cpu.client), ("server", &meta.cpu.server)] {
-        if c.as_ref()
+    let uncounted = |c: &Option<CpuCost>| {
+        c.as_ref()
             .is_some_and(|c| c.voluntary_context_switches.is_none())
-        {
-            meta.warnings.push(format!(
-                "the {side}'s platform does not count context switches per thread (Windows): cpu.{side}.voluntary_context_switches and involuntary_context_switches are null"
-            ));
+    };
+    for (side, uncounted) in [
+        ("client", uncounted(&meta.cpu.client)),
+        ("server", uncounted(&meta.cpu.server)),
+    ] {
+        if uncounted {
+            meta.add(&Warning::ContextSwitchesUnknown { side });
         }
     }
     if ctx.agent && ctx.server_host.is_none() {
-        meta.warn(sonde_report::WarningCode::ServerConfigurationUnknown,
-            "the agent did not report its configuration (an older sonde agent?): hosts.server is null".into(),
-        );
+        meta.add(&Warning::ServerConfigurationUnknown);
     }
     if ctx.agent && agent_cpu.is_none() {
-        meta.warn(sonde_report::WarningCode::ServerCpuUnknown,
-            "the agent did not report the test's CPU cost (an older sonde agent, or one that cannot measure it): cpu.server is null".into(),
-        );
+        meta.add(&Warning::ServerCpuUnknown);
     }
 }
 
@@ -201,40 +182,31 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
         .filter(|&&p| p <= 99.99)
         .find(|&&p| !sonde_engine::rtt::percentile_supported(p, s.samples))
     {
-        let need = (10.0 / (1.0 - p / 100.0)).round() as u64;
-        meta.warn(sonde_report::WarningCode::TooFewSamples, format!(
-            "{} samples: percentiles from p{p} up need at least {need} and are not stated; run longer (-t) for the tail",
-            s.samples
-        ));
+        meta.add(&Warning::TooFewSamples {
+            samples: s.samples,
+            from_percentile: *p,
+            needed: (10.0 / (1.0 - p / 100.0)).round() as u64,
+        });
     }
     if lost > 0 {
-        meta.warn(
-            sonde_report::WarningCode::Loss,
-            format!(
-                "{lost} of {} messages got no reply ({:.3}% loss)",
-                o.sent,
-                pct(lost, o.sent)
-            ),
-        );
+        meta.add(&Warning::LostMessages {
+            lost,
+            sent: o.sent,
+            percent: pct(lost, o.sent),
+        });
     }
     if o.late_sends > 0 {
-        meta.warn(sonde_report::WarningCode::LateSends, format!(
-            "{} sends left more than 1 ms after their scheduled time: the client could not keep --rate; their RTT counts from the schedule",
-            o.late_sends
-        ));
+        meta.add(&Warning::LateSends { late: o.late_sends });
     }
     if s.samples == 0 {
-        meta.warn(
-            WarningCode::TooFewSamples,
-            "no RTT sample was taken after the warm-up".into(),
-        );
+        meta.add(&Warning::NoSample);
     }
     // The inner view (`--timestamps`, `--one-way`, `--full-log`), each with its warnings.
     let mut inner_warnings = Vec::new();
     let socket_rtt = crate::inner::socket_rtt(o, &mut inner_warnings);
     let one_way = crate::inner::one_way(o, run.elapsed_ns, &mut inner_warnings);
     let full_log = crate::inner::full_log(o, &mut inner_warnings);
-    meta.warn_all(inner_warnings);
+    meta.add_all(&inner_warnings);
     LatencyResult {
         meta,
         protocol: protocol(opt.protocol),
@@ -460,13 +432,11 @@ pub(crate) fn throughput(
     let lost = if udp { sum(|s| s.lost) } else { None };
     let sent_packets: u64 = streams.iter().map(|s| s.sender.packets).sum();
     if let Some(l) = lost.filter(|&l| l > 0) {
-        meta.warn(
-            sonde_report::WarningCode::Loss,
-            format!(
-                "{l} of {sent_packets} datagrams were lost ({:.3}%)",
-                pct(l, sent_packets)
-            ),
-        );
+        meta.add(&Warning::LostDatagrams {
+            lost: l,
+            sent: sent_packets,
+            percent: pct(l, sent_packets),
+        });
     }
     if udp && opt.bitrate > 0 {
         let per_direction = if opt.direction == Direction::Bidir {
@@ -476,23 +446,17 @@ pub(crate) fn throughput(
         };
         let target_bps = opt.bitrate as f64 * per_direction;
         if sender.bits_per_second < target_bps * 0.95 {
-            meta.warn(sonde_report::WarningCode::SenderLimited, format!(
-                "the senders reached {:.1} Mbit/s of the {:.1} Mbit/s asked: the sending host is the limit",
-                sender.bits_per_second / 1e6,
-                target_bps / 1e6
-            ));
+            meta.add(&Warning::SenderLimited {
+                reached_bits_per_second: sender.bits_per_second,
+                asked_bits_per_second: target_bps,
+            });
         }
     }
     if !udp && run.context.agent && streams.iter().any(|s| s.tcp_info.is_none()) {
-        meta.warnings.push(
-            "a sending end's platform has no TCP_INFO (Windows, macOS): retransmits and tcp_info are null for the streams it sent".into(),
-        );
+        meta.add(&Warning::TcpInfoUnknown);
     }
     if receiver.bytes == 0 {
-        meta.warn(
-            sonde_report::WarningCode::NothingReceived,
-            "nothing was received".into(),
-        );
+        meta.add(&Warning::NothingReceived);
     }
     ThroughputResult {
         meta,
@@ -569,10 +533,11 @@ pub(crate) fn pps(
     let received: u64 = flows.iter().map(|f| f.received).sum();
     let lost: u64 = flows.iter().map(|f| f.lost).sum();
     if lost > 0 {
-        meta.warn(sonde_report::WarningCode::Loss, format!(
-            "{lost} of {sent} datagrams were lost ({:.2}%): at full rate the usual place is the receiver's socket buffer or NIC queue; received_pps is what got through",
-            pct(lost, sent)
-        ));
+        meta.add(&Warning::PpsLoss {
+            lost,
+            sent,
+            percent: pct(lost, sent),
+        });
     }
     PpsResult {
         meta,
@@ -786,5 +751,10 @@ mod context_tests {
         assert_eq!(client.voluntary_context_switches, Some(4));
         assert_eq!(m.warnings.len(), 1, "{:?}", m.warnings);
         assert!(m.warnings[0].contains("cpu.server.voluntary_context_switches"));
+        // With its code beside it (it had none, and put the codes out of step).
+        assert_eq!(
+            m.warning_codes,
+            [sonde_report::WarningCode::ContextSwitchesUnknown]
+        );
     }
 }

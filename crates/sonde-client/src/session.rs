@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use sonde_engine::interval::Intervals;
 use sonde_net::bulk::{SendOutcome, TcpRecvOutcome, UdpRecvOutcome};
@@ -165,12 +165,6 @@ pub(crate) fn metered_latency<T>(
         .cost()
         .map(|cost| cost.report(Some(calls), Some(outcome.sent), Some(bytes)));
     Ok((outcome, extra, cpu))
-}
-
-fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn expect_reply(
@@ -328,7 +322,7 @@ pub(crate) fn hello(target: &Target) -> Result<Welcomed, ClientError> {
 
 /// Connects, says hello, asks for the test, joins the data channels and waits for `Ready`.
 pub(crate) fn connect(target: &Target, spec: &TestSpec) -> Result<Connected, ClientError> {
-    let started_unix_ms = now_unix_ms();
+    let started_unix_ms = crate::now_unix_ms();
     let mut welcomed = hello(target)?;
     let mut spec = spec.clone();
     if spec.duration_ms == 0 {
@@ -467,6 +461,27 @@ fn join_udp(
 }
 
 /// Runs a latency test on an open session.
+/// Runs `f` (a ping loop watching `stop`) while a watcher raises `stop` when the caller's
+/// `interrupt` is raised: the loop ends as its own end would, and what it measured stands. (The
+/// loops raise `stop` themselves too, so it is not the caller's flag.)
+pub(crate) fn stopped_by<T>(interrupt: &AtomicBool, stop: &AtomicBool, f: impl FnOnce() -> T) -> T {
+    let done = AtomicBool::new(false);
+    thread::scope(|scope| {
+        scope.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                if interrupt.load(Ordering::Relaxed) {
+                    stop.store(true, Ordering::Relaxed);
+                    return;
+                }
+                thread::sleep(INTERRUPT_POLL);
+            }
+        });
+        let r = f();
+        done.store(true, Ordering::Relaxed);
+        r
+    })
+}
+
 pub(crate) fn run_latency(
     target: &Target,
     spec: &TestSpec,
@@ -488,20 +503,8 @@ pub(crate) fn run_latency(
         count: opt.count,
     };
     let stop = AtomicBool::new(false);
-    let ping_done = AtomicBool::new(false);
-    let measured = thread::scope(|scope| {
-        // The caller's interrupt stops the loop as its own end would: what it measured stands.
-        // (The loops raise `stop` themselves too, so it is not the caller's flag.)
-        scope.spawn(|| {
-            while !ping_done.load(Ordering::Relaxed) {
-                if interrupt.load(Ordering::Relaxed) {
-                    stop.store(true, Ordering::Relaxed);
-                    return;
-                }
-                thread::sleep(INTERRUPT_POLL);
-            }
-        });
-        let r = metered_latency(spec.msg_size, |meter| {
+    let measured = stopped_by(interrupt, &stop, || {
+        metered_latency(spec.msg_size, |meter| {
             let clock = Clock::start();
             // The ping loop, with the inner view (log, timestamps, one-way clock sync) when asked.
             let outcome = crate::inner::ping(
@@ -515,9 +518,7 @@ pub(crate) fn run_latency(
                 meter,
             )?;
             Ok((outcome, clock.now_ns()))
-        });
-        ping_done.store(true, Ordering::Relaxed);
-        r
+        })
     });
     let (outcome, elapsed_ns, client_cpu) = measured?;
     let interrupted = interrupt.load(Ordering::Relaxed);

@@ -31,7 +31,7 @@
 use std::io;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use sonde_net::latency::{Framing, LatencyOutcome, NoReply, PingConfig};
 use sonde_net::Clock;
@@ -78,13 +78,16 @@ pub fn parse_target(spec: &str) -> Option<Result<Target, ClientError>> {
 /// (exit code 3) when the server never answered or cannot be connected to;
 /// [`ClientError::Data`] for a failure in the middle of the run.
 pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, ClientError> {
-    latency_measured(target, opt).map(|m| m.result)
+    latency_measured(target, opt, &AtomicBool::new(false)).map(|m| m.result)
 }
 
-/// [`latency`], keeping the RTT histogram (for the results store).
+/// [`latency`], keeping the RTT histogram (for the results store). When `interrupt` is raised
+/// during the test (Ctrl-C), the loop ends as its planned end would, and the result covers what
+/// was measured until then, marked `interrupted`.
 pub fn latency_measured(
     target: &Target,
     opt: &LatencyOptions,
+    interrupt: &AtomicBool,
 ) -> Result<crate::LatencyMeasurement, ClientError> {
     let max = match opt.protocol {
         Protocol::Udp => MAX_UDP_MSG,
@@ -134,9 +137,7 @@ pub fn latency_measured(
         rate: opt.rate,
         count: opt.count,
     };
-    let started_unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let started_unix_ms = crate::now_unix_ms();
     let stop = AtomicBool::new(false);
     let channel = match opt.protocol {
         Protocol::Tcp => ClientChannel::Tcp(
@@ -147,7 +148,7 @@ pub fn latency_measured(
             sonde_net::socket::udp_connect(target.addr).map_err(|e| ClientError::Data(e, 0))?,
         ),
     };
-    let (outcome, elapsed_ns, client_cpu) =
+    let measured = crate::session::stopped_by(interrupt, &stop, || {
         crate::session::metered_latency(cfg.msg_size, |meter| {
             // The loop's length, taken before the full log's writer drains.
             let mut elapsed_ns = 0;
@@ -175,7 +176,10 @@ pub fn latency_measured(
                 out.map_err(|e| run_error(target, opt.protocol, e))
             })?;
             Ok((outcome, elapsed_ns))
-        })?;
+        })
+    });
+    let (outcome, elapsed_ns, client_cpu) = measured?;
+    let interrupted = interrupt.load(std::sync::atomic::Ordering::Relaxed);
     if outcome.sent > 0 && replies(&outcome) == 0 {
         return Err(no_reply(
             target,
@@ -193,10 +197,14 @@ pub fn latency_measured(
             client_cpu,
             ..crate::session::Context::this_host(target)
         },
-        interrupted: false,
+        interrupted,
     };
+    let mut result = document(target, &opt, &run);
+    if interrupted {
+        crate::mark_interrupted(&mut result.meta);
+    }
     Ok(crate::LatencyMeasurement {
-        result: document(target, &opt, &run),
+        result,
         rtt_histogram: run.outcome.rtt.serialized(),
     })
 }
@@ -217,20 +225,9 @@ fn document(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -> LatencyR
     doc.lost_outbound = None;
     doc.lost_return = None;
     if opt.protocol == Protocol::Udp {
-        doc.meta.warn(
-            sonde_report::WarningCode::PeerDoesNotReport,
-            "the peer is a sockperf server, which reports no counts: UDP loss cannot be split \
-             into requests lost on the way out and replies lost on the way back \
-             (lost_outbound and lost_return are null)"
-                .into(),
-        );
+        doc.meta.add(&sonde_report::Warning::SockperfLossNotSplit);
     }
-    doc.meta.warn(
-        sonde_report::WarningCode::PeerDoesNotReport,
-        "the peer is a sockperf server, which reports no counts: whether it served other \
-         clients during this test is not known"
-            .into(),
-    );
+    doc.meta.add(&sonde_report::Warning::SockperfOverlapUnknown);
     doc
 }
 

@@ -802,6 +802,7 @@ pub(crate) fn conf_two_hosts() -> TestResult {
             server: Some(host("agent-b", true)),
         },
         warnings: Vec::new(),
+        warning_codes: Vec::new(),
     })
 }
 
@@ -827,6 +828,7 @@ pub(crate) fn conf_this_host() -> TestResult {
             server: None,
         },
         warnings: Vec::new(),
+        warning_codes: Vec::new(),
     })
 }
 

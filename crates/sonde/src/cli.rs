@@ -20,8 +20,8 @@ Exit codes:
        iperf3/sockperf server the URL names, UDP blocked, no reply)
     4  the server refused the test (busy, over its limits, other protocol version,
        no or wrong shared secret)
-  130  interrupted (Ctrl-C; the agent ends the session on its side; latency,
-       throughput, pps, crr and load print and save what they measured until then)
+  130  interrupted (Ctrl-C; the agent ends the session on its side; every test but
+       iperf3:// prints and saves what it measured until then)
   143  a test stopped by SIGTERM (as for 130)"
     };
 }

@@ -1,7 +1,6 @@
 //! `sonde latency`: round-trip time.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use clap::Args;
@@ -236,21 +235,22 @@ fn run_sweep(opt: &Opt, sweep: &Sweep, saver: &mut Saver) -> anyhow::Result<()> 
         sweep,
         &allowed,
         opt.expected(),
-        |value| {
+        |value, interrupt| {
             let mut o = base.clone();
             match sweep.param() {
                 SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
                 _ => o.rate = Some(value as f64),
             }
             let result = if sockperf.is_some() {
-                sonde_client::sockperf::latency_measured(&target, &o)
+                sonde_client::sockperf::latency_measured(&target, &o, interrupt)
             } else {
-                sonde_client::latency_measured(&target, &o, &AtomicBool::new(false))
+                sonde_client::latency_measured(&target, &o, interrupt)
             };
             result.map(Measured::from)
         },
     )?;
-    saver.print(opt.output, &doc)
+    saver.print(opt.output, &doc)?;
+    crate::interrupt::install().check()
 }
 
 /// `sonde latency sockperf://HOST[:PORT]`: the same test against a real `sockperf server`, UDP
@@ -259,9 +259,12 @@ fn run_sockperf(opt: &Opt, target: &sonde_client::Target, saver: &mut Saver) -> 
     opt.check_sockperf()?;
     let options = opt.options(opt.protocol(Protocol::Udp));
     let label = format!("latency {}", target.label);
+    let interrupt = crate::interrupt::install();
+    interrupt.check()?;
     let progress = Progress::start(&label, opt.expected());
-    let result = sonde_client::sockperf::latency_measured(target, &options);
+    let result = sonde_client::sockperf::latency_measured(target, &options, interrupt.flag());
     drop(progress);
     let mut m = Measured::from(result?);
-    saver.print_and_save(opt.output, &mut m)
+    saver.print_and_save(opt.output, &mut m)?;
+    interrupt.check()
 }

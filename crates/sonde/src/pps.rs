@@ -107,15 +107,25 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
     };
     if let Some(sweep) = &opt.sweep {
         let allowed = [SweepParam::MsgSize, SweepParam::Parallel];
-        let doc = crate::sweep::run(saver, "pps", "pps", sweep, &allowed, opt.time, |value| {
-            let mut o = options.clone();
-            match sweep.param() {
-                SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
-                _ => o.flows = crate::sweep::as_u32(sweep.param(), value)?,
-            }
-            sonde_client::pps(&target, &o).map(|r| Measured::from(TestResult::Pps(r)))
-        })?;
-        return saver.print(opt.output, &doc);
+        let doc = crate::sweep::run(
+            saver,
+            "pps",
+            "pps",
+            sweep,
+            &allowed,
+            opt.time,
+            |value, stop| {
+                let mut o = options.clone();
+                match sweep.param() {
+                    SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
+                    _ => o.flows = crate::sweep::as_u32(sweep.param(), value)?,
+                }
+                sonde_client::pps_interruptible(&target, &o, stop)
+                    .map(|r| Measured::from(TestResult::Pps(r)))
+            },
+        )?;
+        saver.print(opt.output, &doc)?;
+        return crate::interrupt::install().check();
     }
     let interrupt = crate::interrupt::install();
     interrupt.check()?;

@@ -2,7 +2,8 @@
 //! against it, so one command shows what sonde does without a second host.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use clap::Args;
 use sonde_agent::{Agent, AgentConfig};
@@ -54,9 +55,7 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         label: addr.to_string(),
         secret: None,
     };
-    let started = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let started = sonde_client::now_unix_ms();
     let t = opt.time;
     let warmup = (t / 7).min(Duration::from_secs(1));
     let latency = |protocol| LatencyOptions {
@@ -75,34 +74,37 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         duration: t,
         ..ThroughputOptions::default()
     };
-    // Ctrl-C ends quick as it always did (at once, exit 130).
-    let never = std::sync::atomic::AtomicBool::new(false);
+    // Ctrl-C or SIGTERM stops the case under way as its planned end would: the cases measured
+    // so far and that one are printed and saved, and quick exits 130 (143).
+    let interrupt = crate::interrupt::install();
+    interrupt.check()?;
+    let stop = interrupt.flag();
     let cases: [Case<'_>; 6] = [
         (
             "tcp latency",
             Box::new(|| {
-                sonde_client::latency_measured(&target, &latency(Protocol::Tcp), &never)
+                sonde_client::latency_measured(&target, &latency(Protocol::Tcp), stop)
                     .map(Measured::from)
             }),
         ),
         (
             "udp latency",
             Box::new(|| {
-                sonde_client::latency_measured(&target, &latency(Protocol::Udp), &never)
+                sonde_client::latency_measured(&target, &latency(Protocol::Udp), stop)
                     .map(Measured::from)
             }),
         ),
         (
             "tcp throughput x1",
             Box::new(|| {
-                sonde_client::throughput(&target, &throughput(1), &mut |_| {})
+                sonde_client::throughput_interruptible(&target, &throughput(1), stop, &mut |_| {})
                     .map(|r| Measured::from(TestResult::Throughput(r)))
             }),
         ),
         (
             "tcp throughput x2",
             Box::new(|| {
-                sonde_client::throughput(&target, &throughput(2), &mut |_| {})
+                sonde_client::throughput_interruptible(&target, &throughput(2), stop, &mut |_| {})
                     .map(|r| Measured::from(TestResult::Throughput(r)))
             }),
         ),
@@ -113,7 +115,8 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
                     duration: t,
                     ..PpsOptions::default()
                 };
-                sonde_client::pps(&target, &o).map(|r| Measured::from(TestResult::Pps(r)))
+                sonde_client::pps_interruptible(&target, &o, stop)
+                    .map(|r| Measured::from(TestResult::Pps(r)))
             }),
         ),
         (
@@ -124,7 +127,8 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
                     duration: t,
                     ..CrrOptions::default()
                 };
-                sonde_client::crr(&target, &o).map(|r| Measured::from(TestResult::Crr(r)))
+                sonde_client::crr_interruptible(&target, &o, stop)
+                    .map(|r| Measured::from(TestResult::Crr(r)))
             }),
         ),
     ];
@@ -133,10 +137,18 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
     saver.grouped("quick");
     let total = cases.len();
     for (n, (case, run)) in cases.iter().enumerate() {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
         let progress = Progress::start(&format!("[{}/{total}] {case}", n + 1), t);
         let result = run();
         drop(progress);
-        let mut m = result?;
+        let mut m = match result {
+            Ok(m) => m,
+            // A case that fails because it was stopped leaves the cases measured before it.
+            Err(_) if stop.load(Ordering::Relaxed) && !results.is_empty() => break,
+            Err(e) => return Err(e.into()),
+        };
         saver.label(&mut m.result, Some(("case", (*case).to_owned())));
         saver.save(&m);
         results.push(QuickCase {
@@ -151,5 +163,6 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         labels: saver.labels().clone(),
         results,
     });
-    saver.print(opt.output, &doc)
+    saver.print(opt.output, &doc)?;
+    interrupt.check()
 }

@@ -1,7 +1,6 @@
 //! `sonde report`: the stored runs as one self-contained HTML file with tables and charts.
 
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use clap::Args;
@@ -95,9 +94,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
             runs.push(run);
         }
     }
-    let generated_unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let generated_unix_ms = sonde_client::now_unix_ms();
     let page = html(&Report {
         title: &opt.title,
         generated_unix_ms,

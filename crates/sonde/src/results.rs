@@ -1,7 +1,7 @@
 //! `sonde results`: the saved runs, listed, shown again, exported and removed.
 
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
@@ -486,9 +486,7 @@ fn parse_since(s: &str) -> Result<u64, String> {
             _ => return Err(bad()),
         };
         let ago = Duration::from_secs(n.saturating_mul(secs));
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
+        let now = Duration::from_millis(sonde_client::now_unix_ms());
         return Ok(u64::try_from(now.saturating_sub(ago).as_millis()).unwrap_or(u64::MAX));
     }
     let (date, time) = match s.split_once(['T', ' ']) {
@@ -560,10 +558,7 @@ mod tests {
         assert_eq!(parse_since("2024-05-01T12:00:00Z"), Ok(1_714_564_800_000));
         assert_eq!(utc(1_714_564_800_000), "2024-05-01 12:00:00");
         assert_eq!(utc(0), "1970-01-01 00:00:00");
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
+        let now = sonde_client::now_unix_ms();
         let day_ago = parse_since("1d").expect("1d");
         assert!(day_ago <= now - 86_400_000 && day_ago > now - 86_400_000 - 60_000);
         for bad in ["yesterday", "7x", "2024-13-01", "2024-05-01T25:00", "d"] {

@@ -1,7 +1,12 @@
 //! `--sweep PARAM=VALUES` for latency, throughput and pps: the same test once per value, one
 //! document with a row per step.
+//!
+//! Ctrl-C or SIGTERM ends a sweep early: the step under way stops as its planned end would
+//! (marked `interrupted`), the steps measured so far and that one are printed and saved, and
+//! the caller's [`crate::interrupt::Interrupt::check`] ends the command with 130 or 143.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_report::{SweepResult, SweepStep, TestResult};
@@ -21,8 +26,11 @@ pub(crate) fn parse(spec: &str) -> Result<Sweep, String> {
     spec.parse::<Sweep>().map_err(|e| e.to_string())
 }
 
-/// Runs `one(value)` for each value of `sweep`, which must vary one of `allowed`, and saves
-/// each step as a run of one group; `step_time` sizes each step's progress bar.
+/// Runs `one(value, interrupt)` for each value of `sweep`, which must vary one of `allowed`, and
+/// saves each step as a run of one group; `step_time` sizes each step's progress bar. A signal
+/// (the `interrupt` flag `one` passes to the test) ends the sweep after the step under way: the
+/// document holds the steps measured until then. The caller prints it, then calls
+/// [`crate::interrupt::Interrupt::check`].
 pub(crate) fn run(
     saver: &mut Saver,
     test: &str,
@@ -30,7 +38,7 @@ pub(crate) fn run(
     sweep: &Sweep,
     allowed: &[SweepParam],
     step_time: Duration,
-    mut one: impl FnMut(u64) -> Result<Measured, sonde_client::ClientError>,
+    mut one: impl FnMut(u64, &AtomicBool) -> Result<Measured, sonde_client::ClientError>,
 ) -> anyhow::Result<TestResult> {
     let param = sweep.param();
     if !allowed.contains(&param) {
@@ -41,20 +49,30 @@ pub(crate) fn run(
         ))
         .into());
     }
-    let started = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let interrupt = crate::interrupt::install();
+    interrupt.check()?;
+    let stopped = || interrupt.flag().load(Ordering::Relaxed);
+    let started = sonde_client::now_unix_ms();
     let total = sweep.values().len();
     let mut steps = Vec::with_capacity(total);
     for (i, &value) in sweep.values().iter().enumerate() {
+        if stopped() {
+            break;
+        }
         let progress = Progress::start(
             &format!("{label} [{}/{total}] {param}={value}", i + 1),
             step_time,
         );
-        let result = one(value);
+        let result = one(value, interrupt.flag());
         drop(progress);
         // Each step is saved as its own run as soon as it is measured, all in one group.
-        let mut m = result?;
+        let mut m = match result {
+            Ok(m) => m,
+            // A test that ends in an error when stopped (an iperf3 server's) leaves the steps
+            // measured before it.
+            Err(_) if stopped() && !steps.is_empty() => break,
+            Err(e) => return Err(e.into()),
+        };
         saver.label(&mut m.result, Some((param.name(), value.to_string())));
         saver.grouped("sweep");
         saver.save(&m);

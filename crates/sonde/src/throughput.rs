@@ -177,7 +177,7 @@ fn run_sweep(opt: &Opt, sweep: &Sweep, saver: &mut Saver) -> anyhow::Result<()> 
         sweep,
         &allowed,
         opt.time,
-        |value| {
+        |value, interrupt| {
             let mut o = base.clone();
             match sweep.param() {
                 SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
@@ -185,14 +185,15 @@ fn run_sweep(opt: &Opt, sweep: &Sweep, saver: &mut Saver) -> anyhow::Result<()> 
                 _ => o.bitrate = value,
             }
             let result = if iperf3.is_some() {
-                sonde_client::iperf3::throughput(&target, &o, &INTERRUPTED, &mut |_| {})
+                sonde_client::iperf3::throughput(&target, &o, interrupt, &mut |_| {})
             } else {
-                sonde_client::throughput(&target, &o, &mut |_| {})
+                sonde_client::throughput_interruptible(&target, &o, interrupt, &mut |_| {})
             };
             result.map(|r| Measured::from(TestResult::Throughput(r)))
         },
     )?;
-    saver.print(opt.output, &doc)
+    saver.print(opt.output, &doc)?;
+    crate::interrupt::install().check()
 }
 
 fn options(opt: &Opt) -> ThroughputOptions {

@@ -584,6 +584,67 @@ fn sonde_latency_count_and_table_against_a_sockperf_server() {
     assert!(handled >= u(&doc, "/sent"), "{handled} {doc:#}");
 }
 
+#[test]
+fn ctrl_c_against_a_sockperf_server_prints_and_saves_what_was_measured() {
+    if !have_sockperf("ctrl_c_against_a_sockperf_server_prints_and_saves_what_was_measured") {
+        return;
+    }
+    let server = SockperfServer::start(false);
+    let target = format!("sockperf://127.0.0.1:{}", server.port);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("results.db");
+    let child = common::sonde_command()
+        .args([
+            "latency", &target, "-t", "20", "--warmup", "0", "--json", "--db",
+        ])
+        .arg(&db)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn sonde");
+    // sonde prints nothing while it runs; the handlers are in place long before this.
+    thread::sleep(Duration::from_millis(1500));
+    assert!(
+        common::quiet(Command::new("kill").args(["-INT", &child.id().to_string()])),
+        "cannot signal sonde"
+    );
+    let out = child.wait_with_output().expect("wait for sonde");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted by Ctrl-C"), "{stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("the result is printed");
+    if let Err(errors) = sonde_report::validate(&doc) {
+        panic!(
+            "the document breaks the schema:\n{}\n{doc:#}",
+            errors.join("\n")
+        );
+    }
+    assert_eq!(doc["peer"], "sockperf", "{doc:#}");
+    assert_eq!(doc["interrupted"], true, "{doc:#}");
+    assert!(
+        u(&doc, "/samples") > 0,
+        "what was measured is there: {doc:#}"
+    );
+    assert!(u(&doc, "/duration_ns") < 20_000_000_000, "{doc:#}");
+    let codes = doc["warning_codes"].as_array().expect("warning codes");
+    assert!(codes.iter().any(|c| c == "interrupted"), "{doc:#}");
+    let handled = server.stop();
+    assert!(
+        handled >= u(&doc, "/sent") - u(&doc, "/lost"),
+        "{handled} {doc:#}"
+    );
+    // Saved as printed, marked interrupted.
+    let runs = sonde_store::Store::open_existing(&db)
+        .expect("the result was saved")
+        .documents(&sonde_store::Filter::default())
+        .expect("runs");
+    assert_eq!(runs.len(), 1);
+    assert!(runs[0].summary.interrupted);
+    let stored: Value = serde_json::from_str(&runs[0].document).expect("json");
+    assert_eq!(stored, doc);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. Bad input to the agent's sockperf listener
 // ---------------------------------------------------------------------------------------------

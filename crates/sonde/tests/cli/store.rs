@@ -872,6 +872,129 @@ fn ctrl_c_during_pps_crr_and_load_prints_and_saves_what_was_measured() {
     }
 }
 
+/// Waits until `db` holds a run: the first case of a quick run or step of a sweep was measured
+/// and saved, and the next one is under way.
+fn wait_for_a_saved_run(db: &Path, child: &mut std::process::Child) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let saved = Store::open_existing(db)
+            .and_then(|s| s.documents(&Filter::default()))
+            .is_ok_and(|runs| !runs.is_empty());
+        if saved {
+            return;
+        }
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "sonde ended before it saved a run"
+        );
+        assert!(
+            std::time::Instant::now() < until,
+            "no run saved within 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn ctrl_c_during_quick_prints_and_saves_the_cases_so_far_and_exits_130() {
+    let (_dir, db) = temp_db();
+    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+        .args(["quick", "-t", "4", "--json", "--db", path_str(&db)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // The first case is saved: the second (UDP latency, 4 s) is under way; past its warm-up
+    // (0.57 s) in a moment.
+    wait_for_a_saved_run(&db, &mut child);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    signal(&child, "-INT");
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted by Ctrl-C"), "{stderr}");
+    let doc: Value = serde_json::from_slice(&output.stdout).expect("the result is printed");
+    super::assert_valid(&doc);
+    assert_eq!(doc["test"], "quick");
+    let cases = super::arr(&doc, "/results");
+    // The case measured before the signal, and the one it stopped; none after it.
+    assert_eq!(cases.len(), 2, "{doc:#}");
+    assert_eq!(cases[0]["case"], "tcp latency");
+    assert!(cases[0]["result"].get("interrupted").is_none(), "{doc:#}");
+    let stopped = &cases[1]["result"];
+    assert_eq!(cases[1]["case"], "udp latency");
+    assert_eq!(stopped["interrupted"], true, "{doc:#}");
+    assert!(
+        u(stopped, "/samples") > 0,
+        "what was measured is there: {doc:#}"
+    );
+    assert!(super::arr(stopped, "/warning_codes")
+        .iter()
+        .any(|c| c == "interrupted"));
+    // Saved as printed, one run per case in the quick group, the stopped one marked.
+    assert_saved_cases(&db, cases);
+    let runs = stored(&db);
+    assert!(runs[0].summary.interrupted);
+    assert!(!runs[1].summary.interrupted);
+}
+
+#[test]
+fn sigterm_during_a_sweep_prints_and_saves_the_steps_so_far_and_exits_143() {
+    let agent = server(&[]);
+    let (_dir, db) = temp_db();
+    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+        .args(["latency", &agent.target(), "-u", "-t", "4", "--warmup", "0"])
+        .args(["--sweep", "msg_size=64,128,256", "--db", path_str(&db)])
+        .env("TERM", "dumb")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // The first step is saved: the second (4 s) is under way, and has measured something in a
+    // moment.
+    wait_for_a_saved_run(&db, &mut child);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    signal(&child, "-TERM");
+    let output = child.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(143), "{stdout}\n{stderr}");
+    assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
+    // The table has the two steps measured, the second marked as stopped early.
+    assert!(
+        stdout.starts_with("sonde 0.1.0 latency sweep of msg_size (bytes): 2 steps"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("interrupted before its planned end"),
+        "{stdout}"
+    );
+    let mut runs = stored(&db);
+    runs.reverse();
+    assert_eq!(runs.len(), 2, "one run per step measured");
+    let group = runs[0].summary.group.expect("the steps are one group");
+    let store = Store::open_existing(&db).expect("database");
+    assert_eq!(
+        store.group(group).expect("group").map(|g| g.kind),
+        Some("sweep".to_owned())
+    );
+    for (run, (size, interrupted)) in runs.iter().zip([("64", false), ("128", true)]) {
+        assert_eq!(run.summary.group, Some(group));
+        assert_eq!(run.summary.interrupted, interrupted, "{size}");
+        assert_eq!(
+            run.summary.labels,
+            [sonde_store::Label::new("msg_size", size).expect("label")]
+        );
+        let doc: Value = serde_json::from_str(&run.document).expect("json");
+        // Absent when the step ran its course.
+        let marked = doc.get("interrupted");
+        assert_eq!(marked, interrupted.then_some(&Value::Bool(true)), "{doc:#}");
+        assert!(u(&doc, "/samples") > 0, "{doc:#}");
+    }
+}
+
 /// The first schema (version 1) as the first sonde with a results database wrote it: frozen
 /// here, so that a change to the migrations that would strand such a file fails this test.
 const SCHEMA_V1: &str = "
