@@ -513,8 +513,13 @@ impl<'a> Test<'a> {
                 return Err("the agent is shutting down".into());
             }
             if grace_until.is_some_and(|g| now >= g) {
+                // A capped TCP receiver would read what the client's socket buffers still hold
+                // (megabytes a stream) at its share of the cap: it stops here too, that data
+                // unread and uncounted, so the test ends a second after the client's senders.
+                let capped_tcp = self.read_cap().is_some();
                 for (i, stop) in self.stops.iter().enumerate() {
-                    if self.spec.protocol == Protocol::Udp && self.agent_receives(i) {
+                    if (self.spec.protocol == Protocol::Udp || capped_tcp) && self.agent_receives(i)
+                    {
                         stop.store(true, Ordering::Relaxed);
                     }
                 }

@@ -1448,7 +1448,9 @@ fn max_bitrate_paces_what_the_agent_sends_and_refuses_udp_above_it() {
 /// flow control holds the client's sender to it), shared by the session's streams. The bound
 /// is an upper one a busy machine cannot break: from its first byte on, each stream reads only
 /// what its share of the cap has earned since, so the receiver figure (bytes over first to last
-/// byte) stays at the cap; the stated tolerance, 1 %, is for rounding only.
+/// byte) stays at the cap; the stated tolerance, 1 %, is for rounding only. What the client's
+/// socket buffers still hold a second after its senders end is left unread, so a test under a
+/// low cap ends on time.
 #[test]
 fn max_bitrate_caps_what_the_agent_receives_over_tcp() {
     const CAP: u64 = 50_000_000;
@@ -1478,6 +1480,19 @@ fn max_bitrate_caps_what_the_agent_receives_over_tcp() {
             CAP / 1_000_000
         );
     }
+    // Many streams under a low cap: the client's socket buffers take megabytes a stream, which
+    // read at 10 Mbit/s / 16 would keep the test going for about 50 s; the agent leaves them
+    // unread a second after the client's senders end. (A bound ten times the expected 2 s.)
+    let low = agent(|c| c.max_bitrate = Some(10_000_000));
+    let started = Instant::now();
+    let r = sonde_client::throughput(&target(&low), &forward(16), &mut |_| {})
+        .expect("TCP forward -P 16 under a low cap");
+    assert!(r.receiver.bytes > 0 && r.receiver.bytes <= r.sender.bytes);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "a 1 s test under a cap took {:?}",
+        started.elapsed()
+    );
     // The same client without a cap: loopback reads at gigabits per second.
     let unlimited = agent(|_| {});
     let r = sonde_client::throughput(&target(&unlimited), &forward(1), &mut |_| {})

@@ -48,6 +48,13 @@ const CAPPED_BURST_NS: u64 = 20_000_000;
 /// smaller), so a slow cap is not read a few bytes per system call.
 const CAPPED_MIN_READ: u64 = 16 << 10;
 
+/// A capped TCP receiver's `SO_RCVBUF`: this long's worth of its rate (64 KiB to 4 MiB), so that
+/// what the peer has sent but the receiver has not yet read stays small (the kernel would grow
+/// the buffer to megabytes that fill faster than the rate empties them).
+const CAPPED_RCVBUF_NS: u64 = 200_000_000;
+const CAPPED_RCVBUF_MIN: u64 = 64 << 10;
+const CAPPED_RCVBUF_MAX: u64 = 4 << 20;
+
 /// Most datagrams per `sendmmsg`/`recvmmsg`, and the byte budget of one batch's buffer.
 const BATCH: usize = 64;
 const BATCH_BYTES: usize = 1 << 20;
@@ -294,7 +301,9 @@ pub fn tcp_recv(
 /// later read the loop has read at most the rate times the time since the first byte came, so
 /// bytes over first-to-last byte never exceed the rate.
 ///
-/// Waits are short sleeps (at most [`TCP_POLL`]), so `stop` is noticed as in [`tcp_recv`]; the
+/// Sets `SO_RCVBUF` to 200 ms of the rate (64 KiB to 4 MiB), so that little waits unread in the
+/// kernel. Waits are short sleeps (at
+/// most [`TCP_POLL`]), so `stop` is noticed as in [`tcp_recv`]; the
 /// counters move with every read, so interval reports keep their timing. [`tcp_recv`] is the
 /// unlimited loop, without the clock read per read this one needs.
 pub fn tcp_recv_capped(
@@ -309,6 +318,11 @@ pub fn tcp_recv_capped(
     let burst = (u128::from(bytes_per_second) * u128::from(CAPPED_BURST_NS) / 1_000_000_000)
         .clamp(u128::from(CAPPED_MIN_READ), TCP_RECV_BUF as u128);
     let burst = u64::try_from(burst).unwrap_or(CAPPED_MIN_READ);
+    let rcvbuf = (u128::from(bytes_per_second) * u128::from(CAPPED_RCVBUF_NS) / 1_000_000_000)
+        .clamp(u128::from(CAPPED_RCVBUF_MIN), u128::from(CAPPED_RCVBUF_MAX));
+    // Best effort: a receiver whose buffer stays as it was still reads at the rate.
+    let _ = socket2::SockRef::from(stream)
+        .set_recv_buffer_size(usize::try_from(rcvbuf).unwrap_or(CAPPED_RCVBUF_MIN as usize));
     let mut bucket = TokenBucket::new(bytes_per_second, burst, clock.now_ns());
     let min_read = CAPPED_MIN_READ.min(bucket.burst_bytes());
     let mut buf = vec![0u8; TCP_RECV_BUF];

@@ -53,8 +53,8 @@ pub(crate) struct Opt {
     /// --server-bitrate-limit (e.g. 100M). The agent's TCP streams (reverse, bidir) are paced
     /// to the cap, shared among them; the TCP streams the client sends on are read no faster
     /// than their share of it, so flow control slows the client's sender (the receiver's figure
-    /// stays at the cap; the client's sender figure counts what its socket buffers took, and
-    /// the test ends once the agent has read them). A UDP test (throughput or pps, either
+    /// stays at the cap; the client's sender figure counts what its socket buffers took, which
+    /// the agent leaves unread a second after the client's senders end). A UDP test (throughput or pps, either
     /// direction) asking for more, or for no limit, is refused (exit code 4; iperf3 clients get
     /// "total required bandwidth is larger than server limit"). Applies to sonde and iperf3
     /// clients, not to sockperf's
