@@ -513,8 +513,13 @@ impl<'a> Test<'a> {
                 return Err("the agent is shutting down".into());
             }
             if grace_until.is_some_and(|g| now >= g) {
+                // A capped TCP receiver would read what the client's socket buffers still hold
+                // (megabytes a stream) at its share of the cap: it stops here too, that data
+                // unread and uncounted, so the test ends a second after the client's senders.
+                let capped_tcp = self.read_cap().is_some();
                 for (i, stop) in self.stops.iter().enumerate() {
-                    if self.spec.protocol == Protocol::Udp && self.agent_receives(i) {
+                    if (self.spec.protocol == Protocol::Udp || capped_tcp) && self.agent_receives(i)
+                    {
                         stop.store(true, Ordering::Relaxed);
                     }
                 }
@@ -660,8 +665,11 @@ impl<'a> Test<'a> {
                 sonde_net::latency::udp_echo(s, stop, counters)
                     .map_or_else(failed, |()| RoleOutcome::Echoed)
             }
-            DataChannel::Tcp(s) => sonde_net::bulk::tcp_recv(s, clock, stop, counters)
-                .map_or_else(failed, RoleOutcome::TcpReceived),
+            DataChannel::Tcp(s) => match self.read_cap() {
+                None => sonde_net::bulk::tcp_recv(s, clock, stop, counters),
+                Some(cap) => sonde_net::bulk::tcp_recv_capped(s, cap, clock, stop, counters),
+            }
+            .map_or_else(failed, RoleOutcome::TcpReceived),
             DataChannel::Udp(s) => sonde_net::bulk::udp_recv(
                 s,
                 spec.msg_size,
@@ -721,6 +729,17 @@ impl<'a> Test<'a> {
             .apply_tcp(s)
             .map(|_| ())
             .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+
+    /// With `max_bitrate`, what each receiving TCP stream may read, bytes per second: its share
+    /// of the cap. Reading no faster leaves the rest in the receive queue, and TCP flow control
+    /// holds the client's sender to it.
+    fn read_cap(&self) -> Option<u64> {
+        let cap = self.shared.cfg.max_bitrate?;
+        let receivers = (0..self.channels.len())
+            .filter(|&i| self.agent_receives(i))
+            .count();
+        Some((cap / 8 / u64::try_from(receivers.max(1)).unwrap_or(1)).max(1))
     }
 
     /// What this session cost the agent, from its meter and its data loops' counters.

@@ -1443,3 +1443,63 @@ fn max_bitrate_paces_what_the_agent_sends_and_refuses_udp_above_it() {
         CAP / 1_000_000
     );
 }
+
+/// TCP the client sends is read no faster than the cap (a token bucket on the agent's reads;
+/// flow control holds the client's sender to it), shared by the session's streams. The bound
+/// is an upper one a busy machine cannot break: from its first byte on, each stream reads only
+/// what its share of the cap has earned since, so the receiver figure (bytes over first to last
+/// byte) stays at the cap; the stated tolerance, 1 %, is for rounding only. What the client's
+/// socket buffers still hold a second after its senders end is left unread, so a test under a
+/// low cap ends on time.
+#[test]
+fn max_bitrate_caps_what_the_agent_receives_over_tcp() {
+    const CAP: u64 = 50_000_000;
+    let forward = |parallel| ThroughputOptions {
+        protocol: Protocol::Tcp,
+        direction: Direction::Forward,
+        parallel,
+        duration: Duration::from_secs(1),
+        ..ThroughputOptions::default()
+    };
+    let capped = agent(|c| c.max_bitrate = Some(CAP));
+    for parallel in [1, 4] {
+        let r = sonde_client::throughput(&target(&capped), &forward(parallel), &mut |_| {})
+            .unwrap_or_else(|e| panic!("TCP forward -P {parallel} under a cap: {e}"));
+        let span_s = r.receiver.duration_ns as f64 / 1e9;
+        assert!(r.receiver.bytes > 0 && span_s > 0.0, "{:?}", r.receiver);
+        let tolerance_bps = CAP as f64 * 0.01;
+        eprintln!(
+            "-P {parallel}: read {:.2} Mbit/s over {span_s:.2} s (at most {:.2})",
+            r.receiver.bits_per_second / 1e6,
+            (CAP as f64 + tolerance_bps) / 1e6
+        );
+        assert!(
+            r.receiver.bits_per_second <= CAP as f64 + tolerance_bps,
+            "-P {parallel}: the agent read {:.1} Mbit/s over {span_s:.2} s with a {} Mbit/s cap",
+            r.receiver.bits_per_second / 1e6,
+            CAP / 1_000_000
+        );
+    }
+    // Many streams under a low cap: the client's socket buffers take megabytes a stream, which
+    // read at 10 Mbit/s / 16 would keep the test going for about 50 s; the agent leaves them
+    // unread a second after the client's senders end. (A bound ten times the expected 2 s.)
+    let low = agent(|c| c.max_bitrate = Some(10_000_000));
+    let started = Instant::now();
+    let r = sonde_client::throughput(&target(&low), &forward(16), &mut |_| {})
+        .expect("TCP forward -P 16 under a low cap");
+    assert!(r.receiver.bytes > 0 && r.receiver.bytes <= r.sender.bytes);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "a 1 s test under a cap took {:?}",
+        started.elapsed()
+    );
+    // The same client without a cap: loopback reads at gigabits per second.
+    let unlimited = agent(|_| {});
+    let r = sonde_client::throughput(&target(&unlimited), &forward(1), &mut |_| {})
+        .expect("TCP forward without a cap");
+    assert!(
+        r.receiver.bits_per_second > 4.0 * CAP as f64,
+        "without a cap the agent read only {:.1} Mbit/s",
+        r.receiver.bits_per_second / 1e6
+    );
+}

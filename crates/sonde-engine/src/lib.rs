@@ -6,7 +6,8 @@
 //!   that the sample count can support.
 //! * [`seq`]: unique, duplicate, reordered and lost datagrams from sequence numbers.
 //! * [`jitter`]: RFC 3550 interarrival jitter.
-//! * [`pace`]: evenly spaced send schedules (UDP bitrate, open-loop latency).
+//! * [`pace`]: evenly spaced send schedules (UDP bitrate, open-loop latency), and a token bucket
+//!   for byte streams (the agent's capped TCP reads).
 //! * [`interval`]: cumulative receiver counters cut into fixed intervals.
 //! * [`offset`]: NTP-style clock offset and drift between two hosts, and one-way delays with
 //!   their uncertainty.

@@ -1,6 +1,7 @@
 //! Evenly spaced send schedules. Item `i` is due at `i * 1e9 / rate` nanoseconds after the
 //! origin, computed without accumulating rounding error, so a long run keeps the exact rate and
-//! never sends in bursts larger than what is due.
+//! never sends in bursts larger than what is due. A [`TokenBucket`] caps a byte stream whose
+//! pieces come in sizes the caller does not choose (a TCP receiver's reads).
 
 const NS_PER_S: u128 = 1_000_000_000;
 
@@ -89,6 +90,77 @@ impl Schedule {
         let limit = (u128::from(now_ns) + 1) * self.den;
         let n = limit.div_ceil(self.num);
         u64::try_from(n).unwrap_or(u64::MAX)
+    }
+}
+
+/// A byte budget that fills at `bytes_per_second` up to `burst_bytes`: whoever takes only what
+/// [`TokenBucket::available`] says has moved at most `burst_bytes + rate * elapsed` bytes by
+/// any time, however its pieces were sized. It starts full. Taking more than is available
+/// (bytes that came anyway) leaves a debt that the rate pays back before anything is available
+/// again.
+///
+/// Credit is held in byte-nanoseconds (bytes x 1e9), so no fraction of a byte is lost between
+/// refills however often they come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenBucket {
+    /// Bytes per second, at least 1.
+    rate: i128,
+    /// Most credit held, byte-nanoseconds.
+    cap: i128,
+    /// Credit held at `last_ns`, byte-nanoseconds; negative while in debt.
+    credit: i128,
+    last_ns: u64,
+}
+
+/// A byte-nanosecond amount, saturating (`bytes` past 2^64 / 1e9 are beyond any real bucket).
+fn byte_ns(bytes: u64) -> i128 {
+    i128::from(bytes).saturating_mul(NS_PER_S as i128)
+}
+
+impl TokenBucket {
+    /// A full bucket at `now_ns` (a rate of 0 counts as 1 byte/s; a burst of 0 as 1 byte).
+    pub fn new(bytes_per_second: u64, burst_bytes: u64, now_ns: u64) -> Self {
+        let cap = byte_ns(burst_bytes.max(1));
+        Self {
+            rate: i128::from(bytes_per_second.max(1)),
+            cap,
+            credit: cap,
+            last_ns: now_ns,
+        }
+    }
+
+    /// The most bytes the bucket holds.
+    pub fn burst_bytes(&self) -> u64 {
+        u64::try_from(self.cap / NS_PER_S as i128).unwrap_or(u64::MAX)
+    }
+
+    /// Whole bytes that may be taken at `now_ns` (a clock that went back adds nothing).
+    pub fn available(&mut self, now_ns: u64) -> u64 {
+        if now_ns > self.last_ns {
+            let earned = i128::from(now_ns - self.last_ns).saturating_mul(self.rate);
+            self.credit = self.credit.saturating_add(earned).min(self.cap);
+            self.last_ns = now_ns;
+        }
+        u64::try_from(self.credit.max(0) / NS_PER_S as i128).unwrap_or(u64::MAX)
+    }
+
+    /// Empties the bucket at `now_ns`, as if it had just been created empty.
+    pub fn empty(&mut self, now_ns: u64) {
+        self.last_ns = self.last_ns.max(now_ns);
+        self.credit = 0;
+    }
+
+    /// Takes `bytes`; past what [`Self::available`] said, the rest is owed.
+    pub fn take(&mut self, bytes: u64) {
+        self.credit = self.credit.saturating_sub(byte_ns(bytes));
+    }
+
+    /// How long after the last [`Self::available`] until `bytes` (capped at the burst) are.
+    pub fn wait_ns(&self, bytes: u64) -> u64 {
+        let want = byte_ns(bytes).min(self.cap);
+        let missing = want.saturating_sub(self.credit).max(0);
+        let ns = (missing + self.rate - 1) / self.rate;
+        u64::try_from(ns).unwrap_or(u64::MAX)
     }
 }
 
@@ -201,6 +273,59 @@ mod tests {
                 prop_assert!(s.due_by(due - 1) <= i);
             }
             prop_assert!(s.due_ns(i + 1) >= due);
+        }
+    }
+
+    #[test]
+    fn token_bucket_starts_full_and_refills_at_its_rate() {
+        // 1,000 bytes/s, 100 bytes of burst.
+        let mut b = TokenBucket::new(1_000, 100, 5_000);
+        assert_eq!(b.burst_bytes(), 100);
+        assert_eq!(b.available(5_000), 100);
+        b.take(100);
+        assert_eq!(b.available(5_000), 0);
+        assert_eq!(b.wait_ns(10), 10_000_000);
+        // 10 ms later: 10 bytes; a clock that goes back adds nothing.
+        assert_eq!(b.available(10_005_000), 10);
+        assert_eq!(b.available(1_000), 10);
+        // Fractions of a byte add up over many refills.
+        b.take(10);
+        for t in 1..=1_000u64 {
+            b.available(10_005_000 + t * 1_000);
+        }
+        assert_eq!(b.available(11_005_000), 1);
+        // Never more than the burst, however long it waited.
+        assert_eq!(b.available(1 << 40), 100);
+        assert_eq!(b.wait_ns(1_000_000), 0);
+        // Bytes taken beyond what was available are owed: 50 bytes of debt and 10 more wanted
+        // take 60 ms to earn.
+        b.empty(1 << 40);
+        assert_eq!(b.available(1 << 40), 0);
+        b.take(50);
+        assert_eq!(b.wait_ns(10), 60_000_000);
+        assert_eq!(b.available((1 << 40) + 50_000_000), 0);
+        assert_eq!(b.available((1 << 40) + 60_000_000), 10);
+    }
+
+    proptest! {
+        /// Whoever takes only what is available never moves more than burst + rate x elapsed,
+        /// whatever the piece sizes and times.
+        #[test]
+        fn token_bucket_never_lets_more_through_than_its_rate_and_burst(
+            rate in 1u64..10_000_000_000,
+            burst in 1u64..10_000_000,
+            steps in proptest::collection::vec((0u64..50_000_000, 0u64..2_000_000), 1..200),
+        ) {
+            let mut b = TokenBucket::new(rate, burst, 0);
+            let (mut now, mut taken) = (0u64, 0u128);
+            for (dt, want) in steps {
+                now += dt;
+                let n = want.min(b.available(now));
+                b.take(n);
+                taken += u128::from(n);
+                let allowed = u128::from(burst) + u128::from(now) * u128::from(rate) / NS_PER_S;
+                prop_assert!(taken <= allowed, "{taken} > {allowed}");
+            }
         }
     }
 }

@@ -17,7 +17,7 @@ use std::thread;
 use std::time::Duration;
 
 use sonde_engine::jitter::Jitter;
-use sonde_engine::pace::Schedule;
+use sonde_engine::pace::{Schedule, TokenBucket};
 use sonde_engine::seq::SeqTracker;
 use sonde_wire::{
     DataHeader, Iperf3UdpHeader, PpsHeader, TestKind, TestSpec, UdpJoin, DATA_HEADER_LEN,
@@ -43,6 +43,20 @@ pub const UDP_REFUSED_LIMIT: u32 = 3;
 /// queue holds several writes, and fewer, larger reads leave the receiver's core more time (on
 /// loopback, single-stream throughput went from 0.91x to 1.05x iperf3's, bench/compare.py).
 const TCP_RECV_BUF: usize = 512 << 10;
+
+/// A capped TCP receiver's burst: it may read this long's worth of its rate at once (and at
+/// least [`CAPPED_MIN_READ`], at most [`TCP_RECV_BUF`]).
+const CAPPED_BURST_NS: u64 = 20_000_000;
+/// A capped TCP receiver waits until it may read at least this much (or its whole burst, if
+/// smaller), so a slow cap is not read a few bytes per system call.
+const CAPPED_MIN_READ: u64 = 16 << 10;
+
+/// A capped TCP receiver's `SO_RCVBUF`: this long's worth of its rate (64 KiB to 4 MiB), so that
+/// what the peer has sent but the receiver has not yet read stays small (the kernel would grow
+/// the buffer to megabytes that fill faster than the rate empties them).
+const CAPPED_RCVBUF_NS: u64 = 200_000_000;
+const CAPPED_RCVBUF_MIN: u64 = 64 << 10;
+const CAPPED_RCVBUF_MAX: u64 = 4 << 20;
 
 /// Most datagrams per `sendmmsg`/`recvmmsg`, and the byte budget of one batch's buffer.
 const BATCH: usize = 64;
@@ -289,6 +303,76 @@ pub fn tcp_recv(
                 if out.reads == 0 {
                     out.first_ns = now;
                 }
+                out.last_ns = now;
+                out.bytes += n as u64;
+                out.reads += 1;
+                counters.add(n as u64, 1);
+            }
+            Err(e) if is_retry(&e) => {}
+            Err(e) if is_peer_gone(&e) && stop.load(Ordering::Relaxed) => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// [`tcp_recv`] that reads no faster than `bytes_per_second` (the agent's `--max-bitrate`):
+/// each read asks for at most what a [`TokenBucket`] (20 ms of the rate, 16 KiB to 512 KiB of
+/// burst) holds, and waits for the bucket when it is short. Data the receiver does not read
+/// stays in the kernel's queue, so TCP flow control slows the peer's sender to the cap. The
+/// bucket is emptied when the first data arrives and that read is owed: by the start of any
+/// later read the loop has read at most the rate times the time since the first byte came, so
+/// bytes over first-to-last byte never exceed the rate.
+///
+/// Sets `SO_RCVBUF` to 200 ms of the rate (64 KiB to 4 MiB), so that little waits unread in the
+/// kernel. Waits are short sleeps (at
+/// most [`TCP_POLL`]), so `stop` is noticed as in [`tcp_recv`]; the
+/// counters move with every read, so interval reports keep their timing. [`tcp_recv`] is the
+/// unlimited loop, without the clock read per read this one needs.
+pub fn tcp_recv_capped(
+    stream: &TcpStream,
+    bytes_per_second: u64,
+    clock: &Clock,
+    stop: &AtomicBool,
+    counters: &Counters,
+) -> io::Result<TcpRecvOutcome> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(TCP_POLL))?;
+    let burst = (u128::from(bytes_per_second) * u128::from(CAPPED_BURST_NS) / 1_000_000_000)
+        .clamp(u128::from(CAPPED_MIN_READ), TCP_RECV_BUF as u128);
+    let burst = u64::try_from(burst).unwrap_or(CAPPED_MIN_READ);
+    let rcvbuf = (u128::from(bytes_per_second) * u128::from(CAPPED_RCVBUF_NS) / 1_000_000_000)
+        .clamp(u128::from(CAPPED_RCVBUF_MIN), u128::from(CAPPED_RCVBUF_MAX));
+    // Best effort: a receiver whose buffer stays as it was still reads at the rate.
+    let _ = socket2::SockRef::from(stream)
+        .set_recv_buffer_size(usize::try_from(rcvbuf).unwrap_or(CAPPED_RCVBUF_MIN as usize));
+    let mut bucket = TokenBucket::new(bytes_per_second, burst, clock.now_ns());
+    let min_read = CAPPED_MIN_READ.min(bucket.burst_bytes());
+    let mut buf = vec![0u8; TCP_RECV_BUF];
+    let mut out = TcpRecvOutcome::default();
+    let mut reader = stream;
+    while !stop.load(Ordering::Relaxed) {
+        let allowed = bucket.available(clock.now_ns());
+        if allowed < min_read {
+            let wait_ns = bucket.wait_ns(min_read).max(1);
+            thread::sleep(Duration::from_nanos(wait_ns).min(TCP_POLL));
+            continue;
+        }
+        let len = usize::try_from(allowed).map_or(buf.len(), |a| a.min(buf.len()));
+        let read = reader.read(&mut buf[..len]);
+        counters.syscall();
+        match read {
+            Ok(0) => break,
+            Ok(n) => {
+                let now = clock.now_ns();
+                if out.reads == 0 {
+                    out.first_ns = now;
+                    // The bucket filled while it waited for the first byte: the rate counts
+                    // from here, as the receiver's figure does (first to last byte), and the
+                    // first read is owed like any other.
+                    bucket.empty(now);
+                }
+                bucket.take(n as u64);
                 out.last_ns = now;
                 out.bytes += n as u64;
                 out.reads += 1;
@@ -806,6 +890,63 @@ mod tests {
             sent.packets
         );
         assert!(rx_counters.syscalls() > received.reads);
+    }
+
+    #[test]
+    fn capped_tcp_recv_reads_no_faster_than_its_rate_and_still_gets_every_byte() {
+        const RATE: u64 = 16_000_000; // bytes per second, far below loopback's speed
+        let listener = socket::tcp_listen(loopback()).unwrap();
+        let client = socket::tcp_connect(
+            listener.local_addr().unwrap(),
+            Duration::from_secs(1),
+            false,
+        )
+        .unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let clock = Clock::start();
+        let stop = AtomicBool::new(false);
+        let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
+
+        let started = Instant::now();
+        let (sent, received, elapsed) = thread::scope(|s| {
+            let rx = s.spawn(|| tcp_recv_capped(&server, RATE, &clock, &stop, &rx_counters));
+            let sent = tcp_send(&client, 128 << 10, &clock, 300 * MS, &stop, &tx_counters);
+            // The receiver drains what the sender left queued at its capped rate, then sees
+            // the EOF; `stop` only bounds the test if it does not.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !rx.is_finished() && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(10));
+            }
+            stop.store(true, Ordering::Relaxed);
+            let received = rx.join().unwrap().unwrap();
+            (sent.unwrap(), received, started.elapsed())
+        });
+
+        assert!(sent.bytes > 0);
+        assert_eq!(received.bytes, sent.bytes);
+        assert_eq!(rx_counters.load(), (received.bytes, received.reads));
+        // The bucket's promise, upper bounds a slow machine cannot break: one burst (20 ms of
+        // the rate) plus the rate times the time the receiver ran, and so times its first to
+        // last byte (the receiver's figure).
+        let burst = RATE / 50;
+        let allowed = burst + (RATE as f64 * elapsed.as_secs_f64()) as u64;
+        assert!(
+            received.bytes <= allowed,
+            "{} bytes read in {elapsed:?}, more than {allowed}",
+            received.bytes
+        );
+        // The first read is owed, and every later one takes only what the rate has earned
+        // since the first byte: bytes over first to last byte (the receiver's figure) never
+        // exceed the rate.
+        let span_ns = u128::from(received.last_ns - received.first_ns);
+        let earned = u128::from(RATE) * span_ns / 1_000_000_000;
+        assert!(
+            u128::from(received.bytes) <= earned + 1,
+            "{} bytes read over {span_ns} ns, more than {earned}",
+            received.bytes
+        );
+        // No read was larger than the burst.
+        assert!(received.bytes <= received.reads * burst);
     }
 
     #[test]

@@ -49,12 +49,15 @@ pub(crate) struct Opt {
     /// prints. The data connections of its admitted sessions come on top
     #[arg(long, default_value_t = 16, value_name = "N")]
     max_pending_per_source: usize,
-    /// Caps each sonde session's data rate, like iperf3's --server-bitrate-limit (e.g. 100M).
-    /// What the agent sends is clamped: its TCP streams (reverse, bidir) are paced to the cap,
-    /// shared among them. A UDP test (throughput or pps, either direction) asking for more, or
-    /// for no limit, is refused (exit code 4; iperf3 clients get "total required bandwidth is
-    /// larger than server limit"). TCP the client sends is not limited: its rate is the path's.
-    /// Applies to sonde and iperf3 clients, not to sockperf's
+    /// Caps each sonde session's data rate in each direction, like iperf3's
+    /// --server-bitrate-limit (e.g. 100M). The agent's TCP streams (reverse, bidir) are paced
+    /// to the cap, shared among them; the TCP streams the client sends on are read no faster
+    /// than their share of it, so flow control slows the client's sender (the receiver's figure
+    /// stays at the cap; the client's sender figure counts what its socket buffers took, which
+    /// the agent leaves unread a second after the client's senders end). A UDP test (throughput or pps, either
+    /// direction) asking for more, or for no limit, is refused (exit code 4; iperf3 clients get
+    /// "total required bandwidth is larger than server limit"). Applies to sonde and iperf3
+    /// clients, not to sockperf's
     #[arg(long, value_name = "RATE", value_parser = crate::units::bitrate)]
     max_bitrate: Option<u64>,
     /// Longest test a client may ask for, in seconds

@@ -455,6 +455,28 @@ fn throughput_tcp_forward_intervals_json() {
     check_intervals(&doc, 200_000_000);
 }
 
+/// `sonde server --max-bitrate 50M`: a forward TCP test is read at most at the cap (1 % for
+/// rounding; an upper bound, which a busy machine cannot break), and the intervals still follow
+/// each other and add up while the agent's reads wait for the cap. What the client's socket
+/// buffers still hold a second after its sender ends is left unread: the receiver counts less
+/// than the sender wrote.
+#[test]
+fn max_bitrate_caps_forward_tcp_with_intervals() {
+    const CAP: f64 = 50e6;
+    let agent = server(&["--max-bitrate", "50M"]);
+    let doc = run_json("throughput", &agent, &["-i", "0.5", "-t", "1"]);
+    assert_eq!(s(&doc, "/direction"), "forward", "{doc:#}");
+    let (received, sent) = (u(&doc, "/receiver/bytes"), u(&doc, "/sender/bytes"));
+    assert!(0 < received && received <= sent, "{doc:#}");
+    check_intervals(&doc, 500_000_000);
+    let read = f(&doc, "/receiver/bits_per_second");
+    assert!(
+        read <= 1.01 * CAP,
+        "the agent read {:.1} Mbit/s with a 50 Mbit/s cap: {doc:#}",
+        read / 1e6
+    );
+}
+
 #[test]
 fn throughput_udp_json() {
     let agent = server(&[]);

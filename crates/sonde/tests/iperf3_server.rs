@@ -450,8 +450,8 @@ fn limits_are_refused_with_errors_iperf3_prints() {
     server.settles("refusals");
 }
 
-/// `--max-bitrate`: UDP above the cap (or unlimited) is refused with iperf3's own error, and
-/// what the agent sends over TCP is paced to it.
+/// `--max-bitrate`: UDP above the cap (or unlimited) is refused with iperf3's own error, what
+/// the agent sends over TCP is paced to it, and what it receives over TCP read at most at it.
 #[test]
 fn max_bitrate_refuses_udp_above_it_and_paces_what_the_agent_sends() {
     if !require_or_skip(
@@ -479,6 +479,15 @@ fn max_bitrate_refuses_udp_above_it_and_paces_what_the_agent_sends() {
         received < 2.0 * CAP as f64,
         "the agent sent {:.1} Mbit/s with a 20 Mbit/s cap",
         received / 1e6
+    );
+    // What the client sends over TCP is read no faster than the cap: from its first byte on
+    // each stream reads only what its share has earned, an upper bound (1 % for rounding).
+    let doc = iperf3_ok(server.port, &["-P", "2", "-t", "1"]);
+    let read = f64_at(&doc, &["end", "sum_received", "bits_per_second"]);
+    assert!(
+        read > 0.0 && read <= 1.01 * CAP as f64,
+        "the agent read {:.1} Mbit/s with a 20 Mbit/s cap",
+        read / 1e6
     );
     server.settles("max-bitrate tests");
 }

@@ -147,6 +147,9 @@ struct Run<'a> {
     failsafe_ns: u64,
     stop_send: AtomicBool,
     stop_recv: AtomicBool,
+    /// With `--max-bitrate`: what each TCP stream the agent receives on may read, bytes per
+    /// second (its share of the cap).
+    read_cap: Option<u64>,
     /// Ends the omit-period receive loop of UDP receivers (at the end of omit, or of the test).
     omit_over: AtomicBool,
     done: AtomicBool,
@@ -197,6 +200,10 @@ pub(super) fn run(
             .saturating_add(if budget_test { 0 } else { slack }),
         stop_send: AtomicBool::new(false),
         stop_recv: AtomicBool::new(false),
+        read_cap: shared.cfg.max_bitrate.map(|cap| {
+            let receivers = (0..streams.len()).filter(|&i| p.client_sends(i)).count();
+            (cap / 8 / u64::try_from(receivers.max(1)).unwrap_or(1)).max(1)
+        }),
         omit_over: AtomicBool::new(false),
         done: AtomicBool::new(false),
         cpu: ThreadsMeter::start(),
@@ -377,9 +384,11 @@ impl Run<'_> {
                 )
             }
             .map(Outcome::Sent),
-            (Sock::Tcp(t), false) => {
-                bulk::tcp_recv(t, clock, &self.stop_recv, counters).map(Outcome::TcpReceived)
+            (Sock::Tcp(t), false) => match self.read_cap {
+                None => bulk::tcp_recv(t, clock, &self.stop_recv, counters),
+                Some(cap) => bulk::tcp_recv_capped(t, cap, clock, &self.stop_recv, counters),
             }
+            .map(Outcome::TcpReceived),
             (Sock::Udp(u), true) => bulk::udp_send(
                 u,
                 self.len,
