@@ -407,6 +407,22 @@ fn check(p: &Params, cfg: &AgentConfig) -> Result<(), Refusal> {
             format!("{asked} s asked (time + omit), this agent allows {max_s} s (sonde server --max-duration)"),
         ));
     }
+    let server_sends = p.bidirectional || p.reverse;
+    if cfg.max_bitrate.is_some()
+        && !p.udp()
+        && server_sends
+        && !sonde_net::socket::KERNEL_TCP_PACING
+    {
+        // The kernel paces the agent's TCP senders to the cap; without that they would run
+        // above it.
+        return Err((
+            errno::IETOTALRATE,
+            0,
+            "this agent caps its rate (sonde server --max-bitrate) but its platform cannot \
+             pace the TCP it would send (no SO_MAX_PACING_RATE)"
+                .to_owned(),
+        ));
+    }
     if let Some(cap) = cfg.max_bitrate.filter(|_| p.udp()) {
         // iperf3's -b is per stream; 0 is unlimited, above any cap.
         let asked = u64::try_from(p.bandwidth.saturating_mul(p.parallel)).unwrap_or(u64::MAX);

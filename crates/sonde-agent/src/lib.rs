@@ -822,6 +822,19 @@ pub(crate) fn validate(
             .bitrate_per_stream
             .saturating_mul(u64::from(spec.streams));
         let udp_load = spec.protocol == Protocol::Udp && spec.kind != TestKind::Latency;
+        // The agent's TCP senders are held to the cap by the kernel (SO_MAX_PACING_RATE); a
+        // platform without it would send them unpaced, above the cap: refused instead.
+        let agent_sends_tcp = spec.protocol == Protocol::Tcp
+            && spec.kind == TestKind::Throughput
+            && spec.direction != sonde_wire::Direction::Forward;
+        if agent_sends_tcp && !sonde_net::socket::KERNEL_TCP_PACING {
+            return limit(format!(
+                "this agent caps its rate (sonde server --max-bitrate, {:.1} Mbit/s) but its \
+                 platform cannot pace the TCP it would send (no SO_MAX_PACING_RATE): run the \
+                 test forward (the client sends)",
+                cap as f64 / 1e6
+            ));
+        }
         if udp_load && (spec.bitrate_per_stream == 0 || asked > cap) {
             return limit(format!(
                 "{} asked, this agent allows at most {} per session (sonde server --max-bitrate)",

@@ -76,6 +76,11 @@ pub fn raise_descriptor_limit() -> io::Result<(u64, u64)> {
 
 /// The agent's TCP listener: `SO_REUSEADDR`; an IPv6 wildcard address also accepts IPv4
 /// (`IPV6_V6ONLY` off). Port 0 picks a free port.
+/// Whether this platform's kernel can hold a TCP sender to a rate (`SO_MAX_PACING_RATE`, Linux
+/// only). Where it cannot, an agent with `--max-bitrate` refuses the tests in which it would send
+/// TCP, rather than send them unpaced above its cap.
+pub const KERNEL_TCP_PACING: bool = cfg!(target_os = "linux");
+
 pub fn tcp_listen(bind: SocketAddr) -> io::Result<TcpListener> {
     let sock = Socket::new(Domain::for_address(bind), Type::STREAM, Some(Protocol::TCP))?;
     sock.set_reuse_address(true)?;

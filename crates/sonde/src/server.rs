@@ -51,7 +51,8 @@ pub(crate) struct Opt {
     max_pending_per_source: usize,
     /// Caps each sonde session's data rate in each direction, like iperf3's
     /// --server-bitrate-limit (e.g. 100M). The agent's TCP streams (reverse, bidir) are paced
-    /// to the cap, shared among them; the TCP streams the client sends on are read no faster
+    /// to the cap, shared among them (by the kernel's SO_MAX_PACING_RATE; where the platform has
+    /// none, as on Windows, such tests are refused instead); the TCP streams the client sends on are read no faster
     /// than their share of it, so flow control slows the client's sender (the receiver's figure
     /// stays at the cap; the client's sender figure counts what its socket buffers took, which
     /// the agent leaves unread a second after the client's senders end). A UDP test (throughput or pps, either
