@@ -360,11 +360,24 @@ fn with_tcp_info(mut intervals: Vec<IntervalResult>, run: &BulkRun) -> Vec<Inter
 /// grid (multiples of the interval from their own start), so intervals with the same start are
 /// the same period.
 fn merged_intervals(run: &BulkRun, channels: usize) -> Vec<IntervalResult> {
-    let mut all: Vec<IntervalResult> = run
-        .report
-        .intervals
+    merge_intervals(&run.report.intervals, &run.client_intervals, channels)
+}
+
+/// [`merged_intervals`] over the two lists. Each side's final interval ends where its receiver
+/// ended, which can be past the next grid boundary; when the other side has an interval from
+/// that boundary on (its receiver ran longer on its own clock, whose origin the session's
+/// set-up can put a little earlier), the earlier interval is cut at the boundary, so the
+/// intervals follow each other without overlapping. Its bytes stay where they were counted:
+/// the sums per stream are unchanged, and only the few milliseconds past the boundary are
+/// labelled with the interval before.
+fn merge_intervals(
+    agent: &[IntervalStats],
+    client: &[IntervalStats],
+    channels: usize,
+) -> Vec<IntervalResult> {
+    let mut all: Vec<IntervalResult> = agent
         .iter()
-        .chain(&run.client_intervals)
+        .chain(client)
         .map(|iv| interval(iv, channels))
         .collect();
     all.sort_by_key(|iv| iv.start_ns);
@@ -381,6 +394,15 @@ fn merged_intervals(run: &BulkRun, channels: usize) -> Vec<IntervalResult> {
                 m.bits_per_second = bits_per_second(m.bytes, m.end_ns.saturating_sub(m.start_ns));
             }
             _ => merged.push(iv),
+        }
+    }
+    for k in 1..merged.len() {
+        let next_start = merged[k].start_ns;
+        let prev = &mut merged[k - 1];
+        if prev.end_ns > next_start {
+            prev.end_ns = next_start;
+            prev.bits_per_second =
+                bits_per_second(prev.bytes, prev.end_ns.saturating_sub(prev.start_ns));
         }
     }
     merged
@@ -618,6 +640,52 @@ fn pps_gso(choice: &sonde_net::gso::GsoChoice, method: &str) -> PpsGso {
 #[cfg(test)]
 mod context_tests {
     use super::*;
+
+    fn iv(start_ns: u64, end_ns: u64, stream: u32, bytes: u64) -> IntervalStats {
+        IntervalStats {
+            start_ns,
+            end_ns,
+            streams: vec![stream],
+            bytes: vec![bytes],
+            packets: vec![0],
+            tcp_info: Vec::new(),
+        }
+    }
+
+    /// Seen in a bidir run on a busy host (-i 0.2 -t 0.6): the client's receiver ended at
+    /// 602 ms, past the 600 ms boundary, while the agent's ran on to 700 ms on its own clock.
+    /// The merged list overlapped ([400, 602] then [600, 700]); now it follows the grid and
+    /// every stream's bytes are where they were.
+    #[test]
+    fn a_final_interval_past_the_next_boundary_is_cut_there() {
+        let ms = 1_000_000;
+        let agent = [
+            iv(0, 200 * ms, 0, 10),
+            iv(200 * ms, 400 * ms, 0, 20),
+            iv(400 * ms, 600 * ms, 0, 30),
+            iv(600 * ms, 700 * ms, 0, 5),
+        ];
+        let client = [
+            iv(0, 200 * ms, 1, 1),
+            iv(200 * ms, 400 * ms, 1, 2),
+            iv(400 * ms, 602 * ms, 1, 3),
+        ];
+        let merged = merge_intervals(&agent, &client, 2);
+        let bounds: Vec<(u64, u64)> = merged.iter().map(|m| (m.start_ns, m.end_ns)).collect();
+        assert_eq!(
+            bounds,
+            [
+                (0, 200 * ms),
+                (200 * ms, 400 * ms),
+                (400 * ms, 600 * ms),
+                (600 * ms, 700 * ms)
+            ]
+        );
+        let per_stream: Vec<Vec<u64>> = merged.iter().map(|m| m.stream_bytes.clone()).collect();
+        assert_eq!(per_stream, [[10, 1], [20, 2], [30, 3], [5, 0]]);
+        // The cut interval's rate is over its new length.
+        assert_eq!(merged[2].bits_per_second, bits_per_second(33, 200 * ms));
+    }
 
     fn target() -> Target {
         Target {
