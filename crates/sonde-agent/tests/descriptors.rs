@@ -124,12 +124,20 @@ fn at_the_descriptor_limit_the_agent_backs_off_and_counts() {
     }
     assert!(!held.is_empty(), "no connection could be opened");
     // Free one of ours and take it back at once with a new connection: that one waits in the
-    // agent's backlog with no descriptor left for its accept.
+    // agent's backlog with no descriptor left for its accept. Every other free slot (the
+    // agent frees its side of the connections it refuses, whenever it gets to them) is first
+    // filled with /dev/null, so the new connection's socket takes the only one: otherwise the
+    // agent could win a freed slot, and on a busy host it did, every time, for 5 s.
+    let mut filler: Vec<File> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(5);
     while h.rejections().out_of_descriptors.load(Ordering::Relaxed) == 0
         && Instant::now() < deadline
     {
         held.pop();
+        while let Ok(f) = File::open("/dev/null") {
+            filler.push(f);
+        }
+        filler.pop();
         if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
             held.push(s);
         }
@@ -154,6 +162,7 @@ fn at_the_descriptor_limit_the_agent_backs_off_and_counts() {
 
     // 3. Descriptors back: the agent serves again.
     drop(held);
+    drop(filler);
     let target = sonde_client::resolve(&addr.to_string(), 0).expect("a literal address");
     let opts = sonde_client::LatencyOptions {
         msg_size: 64,
