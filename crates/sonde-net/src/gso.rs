@@ -148,9 +148,10 @@ pub fn choose(mode: GsoMode, peer: IpAddr) -> GsoChoice {
         interface
     };
     let (enabled, reason) = match mode {
+        // Off is the user's word on every platform; only sending batches needs Linux.
+        GsoMode::Off => (false, GsoReason::Requested),
         _ if !cfg!(target_os = "linux") => (false, GsoReason::Unsupported),
         GsoMode::On => (true, GsoReason::Requested),
-        GsoMode::Off => (false, GsoReason::Requested),
         GsoMode::Auto => match interface.as_deref() {
             None => (false, GsoReason::UnknownRoute),
             Some(dev) => match hostinfo::device_kind(dev) {
