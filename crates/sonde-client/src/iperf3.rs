@@ -347,16 +347,17 @@ impl<'a> Control<'a> {
             match self.stream.read(&mut buf[got..]) {
                 Ok(0) => return Err(ReadError::Closed),
                 Ok(n) => got += n,
-                Err(e) => match e.kind() {
-                    io::ErrorKind::WouldBlock
-                    | io::ErrorKind::TimedOut
-                    | io::ErrorKind::Interrupted => {}
-                    // A reset is how a server that closed with our bytes unread says goodbye.
-                    io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted => {
-                        return Err(ReadError::Closed)
-                    }
-                    _ => return Err(ReadError::Io(e)),
-                },
+                Err(e) if sonde_net::control::read_again(&e) => {}
+                // A reset is how a server that closed with our bytes unread says goodbye.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted
+                    ) =>
+                {
+                    return Err(ReadError::Closed)
+                }
+                Err(e) => return Err(ReadError::Io(e)),
             }
         }
         Ok(())

@@ -140,13 +140,7 @@ fn wait_readable(
         stream.set_read_timeout(Some(left.min(STOP_POLL)))?;
         match stream.peek(&mut b) {
             Ok(_) => return Ok(true),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) => {}
+            Err(e) if read_again(&e) => {}
             Err(e) => return Err(e.into()),
         }
     }
@@ -160,6 +154,16 @@ pub fn write_frame(stream: &mut TcpStream, msg: &ControlMsg) -> Result<(), Contr
     stream.set_write_timeout(Some(Duration::from_secs(10)))?;
     stream.write_all(&buf)?;
     Ok(())
+}
+
+/// Whether a failed read on a socket with a read timeout only means "nothing yet": the timeout
+/// passed (`WouldBlock` on Unix, `TimedOut` on Windows) or a signal interrupted it. The loops
+/// that poll a socket between checks of a stop flag or a deadline read again on these.
+pub fn read_again(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
 }
 
 #[cfg(test)]

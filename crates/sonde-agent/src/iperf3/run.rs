@@ -516,13 +516,7 @@ impl Run<'_> {
                         _ => return (Finish::Unexpected(b[0]), at, snaps),
                     }
                 }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) => {}
+                Err(e) if sonde_net::control::read_again(&e) => {}
                 Err(e) => return (Finish::Failed(e), self.clock.now_ns(), snaps),
             }
         }
@@ -803,13 +797,7 @@ fn tcp_send_paced(
                     block += 1;
                 }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) => {}
+            Err(e) if sonde_net::control::read_again(&e) => {}
             Err(e)
                 if matches!(
                     e.kind(),
