@@ -1,0 +1,1330 @@
+//! `sonde plan`: a file of test cases (endpoints, axes whose cross product is the matrix,
+//! per-case overrides, repetitions) checked without a packet, or run one case at a time into the
+//! results store, ending with the matrix table.
+//!
+//! A case's keys are the test subcommand's long flags (`msg_size` is `--msg-size`), turned into
+//! an argument vector and parsed by the subcommand's own clap definition (`spec::TestKind`), and
+//! the case runs through `spec::run_once`, the code path of the subcommand itself.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand, ValueEnum};
+use sonde_report::Labels;
+use sonde_store::{Failure, Filter, GroupId, Label, Store};
+use toml_edit::{Item, TableLike, Value};
+
+use crate::output::print;
+use crate::save::Saver;
+use crate::spec::{self, PlanKey, TestKind, TestSpec, PROTOCOL_KEY, TARGET_KEY};
+use crate::units::BadValue;
+
+/// The keys whose values name endpoints of `[endpoints]`.
+const ENDPOINT_KEYS: &[&str] = &[TARGET_KEY, "from"];
+
+/// The label that names a case (its axis values) in the store: `sonde compare --by case`.
+pub(crate) const CASE_LABEL: &str = "case";
+
+/// The plan format, in `sonde plan --help` and each of its subcommands' `--help`.
+macro_rules! plan_format {
+    () => {
+        "\
+A plan file (TOML):
+
+  name = \"zones\"                  # optional: the plan's name (default: the file's name)
+
+  [endpoints]                     # names for the agents the cases test
+  b-private = \"198.18.0.2\"
+  b-public  = \"198.18.1.2:5300\"
+  c-private = \"198.18.2.7:5301\"
+
+  [defaults]                      # optional: keys every case gets unless it sets them
+  time = \"10s\"
+  warmup = 1
+
+  [[matrix]]                      # cases: the cross product of the arrays (axes)
+  test     = \"latency\"            # latency, throughput, pps, crr or load
+  target   = [\"b-private\", \"b-public\", \"c-private\"]
+  protocol = [\"tcp\", \"udp\"]
+  msg_size = \"16K\"
+  repeat   = 3                    # runs of each case
+
+  [[matrix.case]]                 # optional: overrides for the cases whose axes match
+  target = \"c-private\"
+  time   = \"20s\"
+
+  [[matrix]]
+  test     = \"throughput\"
+  target   = \"b-private\"
+  parallel = [1, 2, 5]
+
+Keys: a case takes the long flags of its test subcommand with `_` for `-` (msg_size is \
+--msg-size), valued as the flag is (\"10s\", \"16K\", 100, true for a switch), and means \
+exactly what the flag means (`sonde plan check` prints each case as its command line). \
+`target` is the HOST[:PORT] argument and names an endpoint (as does each `from`). `protocol` \
+is \"tcp\" or \"udp\" (latency --tcp or --udp; throughput and load --udp for \"udp\"; pps is \
+UDP and crr TCP only). An array makes an axis; a flag given more than once (--from) takes an \
+array as its list and an array of arrays as an axis. Not in a plan: the output format, --db \
+and --no-save (the plan's own), --label (the axes are the labels), --pause, --sweep (an axis \
+does that), and --repeat (the `repeat` key).
+
+A [[matrix.case]] names one or more axis values to match and sets keys for those cases."
+    };
+}
+
+const PLAN_HELP: &str = plan_format!();
+
+/// Test plans: a matrix of cases in a TOML file, checked or run one case at a time
+///
+/// `sonde plan check PLAN.toml` lists the cases without sending a packet; `sonde plan run
+/// PLAN.toml` runs them, saves each run in the results database with its axis values as
+/// labels, and ends with the matrix table.
+#[derive(Debug, Args)]
+#[command(after_long_help = concat!(plan_format!(), "
+
+`plan run` runs one case at a time; with repeat > 1 all cases run once, then all again \
+(--order interleaved, the default), so slow drift spreads over every case. Each run is saved \
+in the results database in one group, the plan run (its id is the group's: `sonde results \
+--group ID`), labelled with its axis values, case (the axis values together), plan (the \
+name), plan_run and plan_case. A case that fails (unreachable, refused) is recorded with its \
+reason and the plan goes on. The end prints the matrix (as `sonde compare --by case`) and the \
+failures; --report writes the HTML report of the plan run. Ctrl-C keeps every finished run; \
+`sonde plan run --resume ID PLAN.toml` runs only the runs that run is missing (failed and \
+interrupted ones included).
+
+Examples:
+  sonde plan check zones.toml           the cases, their command lines, the time they take
+  sonde plan run zones.toml --report zones.html
+  sonde plan run --resume 12 zones.toml
+  sonde compare --by case group:12      the matrix of plan run 12 again
+
+Exit codes:
+    0  checked; or every case ran
+    1  some case failed (the others ran: the summary lists the failures)
+    2  usage error, or a bad plan file (the message names its line and column)
+  130  interrupted (Ctrl-C; finished runs are kept: --resume runs the rest)
+  143  stopped by SIGTERM (as for 130)"))]
+pub(crate) struct Opt {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check a plan: list its cases as command lines and the time they take; no packet sent
+    Check(CheckOpt),
+    /// Run a plan's cases one at a time, save every run, print the matrix
+    Run(RunOpt),
+}
+
+#[derive(Debug, Args)]
+#[command(after_long_help = PLAN_HELP)]
+struct CheckOpt {
+    /// The plan file
+    #[arg(value_name = "PLAN.toml")]
+    plan: PathBuf,
+}
+
+#[derive(Debug, Args)]
+#[command(after_long_help = PLAN_HELP)]
+struct RunOpt {
+    /// The plan file
+    #[arg(value_name = "PLAN.toml")]
+    plan: PathBuf,
+    /// The order of repetitions: all cases once then again (interleaved), or each case's runs
+    /// one after another (sequential)
+    #[arg(long, value_enum, default_value_t = Order::Interleaved)]
+    order: Order,
+    /// Run only the runs plan run ID is missing (after Ctrl-C or failures), into that run
+    #[arg(long, value_name = "ID")]
+    resume: Option<i64>,
+    /// Write the HTML report of the plan run's runs to FILE (as `sonde report`)
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    /// The matrix and the failures as one JSON document on stdout
+    #[arg(short = 'J', long)]
+    json: bool,
+    /// The results database [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db]
+    #[arg(long, value_name = "PATH")]
+    db: Option<PathBuf>,
+}
+
+/// `--order`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Order {
+    /// Every case once, then every case again
+    Interleaved,
+    /// All runs of a case, then the next case
+    Sequential,
+}
+
+pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    match &opt.command {
+        Command::Check(o) => check(o),
+        Command::Run(o) => run_plan(o),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The plan file
+// ---------------------------------------------------------------------------------------------
+
+/// A plan, parsed and expanded.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub(crate) name: String,
+    pub(crate) cases: Vec<Case>,
+}
+
+/// One case: a test and its options.
+#[derive(Debug)]
+pub(crate) struct Case {
+    /// 1-based, in the order of the file.
+    pub(crate) index: usize,
+    pub(crate) kind: TestKind,
+    /// The axis values that make this case, in the matrix's order: (key, value as written).
+    pub(crate) axes: Vec<(String, String)>,
+    /// What follows `sonde TEST` on the equivalent command line.
+    pub(crate) args: Vec<String>,
+    pub(crate) spec: TestSpec,
+    pub(crate) repeat: u32,
+}
+
+impl Case {
+    /// The case's name: its axis values (`target=b protocol=udp`), or the test with none.
+    pub(crate) fn name(&self) -> String {
+        if self.axes.is_empty() {
+            return self.kind.name().to_owned();
+        }
+        self.axes
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// The equivalent command line.
+    pub(crate) fn command_line(&self) -> String {
+        let mut s = format!("sonde {}", self.kind.name());
+        for a in &self.args {
+            s.push(' ');
+            s.push_str(&shell_quote(a));
+        }
+        s
+    }
+
+    /// How long one run measures.
+    pub(crate) fn expected(&self) -> Duration {
+        self.spec.test().expected()
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=,@[]%+".contains(&b));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// Where in the file, for errors.
+struct Source<'a> {
+    file: String,
+    text: &'a str,
+}
+
+impl Source<'_> {
+    /// `FILE:LINE:COLUMN: message` (1-based line and column, in characters).
+    fn error(&self, span: Option<Range<usize>>, message: impl std::fmt::Display) -> BadValue {
+        let at = span.map_or(0, |s| s.start).min(self.text.len());
+        let before = &self.text[..at];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        BadValue(format!("{}:{line}:{column}: {message}", self.file))
+    }
+}
+
+/// ", did you mean \"x\"?" when one candidate is close to `word`.
+fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    let best = candidates
+        .into_iter()
+        .map(|c| (strsim::jaro_winkler(word, c), c))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    match best {
+        Some((_, c)) => format!("; did you mean \"{c}\"?"),
+        None => String::new(),
+    }
+}
+
+/// A value as a flag takes it.
+#[derive(Debug, Clone, PartialEq)]
+enum Scalar {
+    Text(String),
+    Switch(bool),
+}
+
+impl Scalar {
+    fn of(v: &Value) -> Option<Self> {
+        Some(match v {
+            Value::String(s) => Self::Text(s.value().clone()),
+            Value::Integer(i) => Self::Text(i.value().to_string()),
+            Value::Float(f) => Self::Text(f.value().to_string()),
+            Value::Boolean(b) => Self::Switch(*b.value()),
+            _ => return None,
+        })
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Self::Text(s) => s.clone(),
+            Self::Switch(b) => b.to_string(),
+        }
+    }
+}
+
+/// A key's value in one case: one value, or the list of a flag given more than once.
+#[derive(Debug, Clone, PartialEq)]
+enum Arg {
+    One(Scalar),
+    Many(Vec<String>),
+}
+
+impl Arg {
+    fn text(&self) -> String {
+        match self {
+            Self::One(s) => s.text(),
+            Self::Many(v) => v.join(","),
+        }
+    }
+}
+
+/// A key set in the file: where, and its value(s).
+#[derive(Debug, Clone)]
+struct Setting {
+    key: String,
+    span: Option<Range<usize>>,
+    value: Setting2,
+}
+
+#[derive(Debug, Clone)]
+enum Setting2 {
+    Fixed(Arg),
+    /// An axis: each value with its span.
+    Axis(Vec<(Arg, Option<Range<usize>>)>),
+}
+
+/// The keys a test takes in a plan.
+struct Keys {
+    kind: TestKind,
+    keys: Vec<PlanKey>,
+}
+
+impl Keys {
+    fn of(kind: TestKind) -> Self {
+        Self {
+            kind,
+            keys: spec::plan_keys(kind),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&PlanKey> {
+        self.keys.iter().find(|k| k.key == key)
+    }
+
+    fn knows(&self, key: &str) -> bool {
+        key == PROTOCOL_KEY || self.get(key).is_some()
+    }
+
+    fn names(&self) -> impl Iterator<Item = &str> {
+        self.keys
+            .iter()
+            .map(|k| k.key.as_str())
+            .chain([PROTOCOL_KEY, "repeat"])
+    }
+
+    fn multiple(&self, key: &str) -> bool {
+        self.get(key).is_some_and(|k| k.multiple)
+    }
+}
+
+/// A table of the file and where it is.
+type Spanned<'a> = (&'a dyn TableLike, Option<Range<usize>>);
+
+/// The tables of an array of tables (`[[matrix]]`) or an array of inline tables.
+fn tables(item: &Item) -> Option<Vec<Spanned<'_>>> {
+    match item {
+        Item::ArrayOfTables(a) => Some(a.iter().map(|t| (t as &dyn TableLike, t.span())).collect()),
+        Item::Value(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_inline_table().map(|t| (t as &dyn TableLike, t.span())))
+            .collect(),
+        _ => None,
+    }
+}
+
+/// The span of the key itself.
+fn key_span(table: &dyn TableLike, key: &str) -> Option<Range<usize>> {
+    table.get_key_value(key).and_then(|(k, _)| k.span())
+}
+
+impl Plan {
+    /// Reads and expands a plan file; every mistake is an error naming its line and column.
+    pub(crate) fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| BadValue(format!("cannot read the plan {}: {e}", path.display())))?;
+        let stem = path
+            .file_stem()
+            .map_or_else(|| "plan".to_owned(), |s| s.to_string_lossy().into_owned());
+        Ok(Self::parse(&path.display().to_string(), &stem, &text)?)
+    }
+
+    /// Parses a plan from its text; `file` names it in errors, `stem` is its default name.
+    pub(crate) fn parse(file: &str, stem: &str, text: &str) -> Result<Self, BadValue> {
+        let src = Source {
+            file: file.to_owned(),
+            text,
+        };
+        let doc = toml_edit::Document::parse(text.to_owned())
+            .map_err(|e| src.error(e.span(), format!("not valid TOML: {}", e.message())))?;
+        let root = doc.as_table();
+        let top = ["name", "endpoints", "defaults", "matrix"];
+        for (key, _) in root.iter() {
+            if !top.contains(&key) {
+                return Err(src.error(
+                    key_span(root, key),
+                    format!(
+                        "unknown key \"{key}\" at the top of the plan (expected name, \
+                         [endpoints], [defaults] or [[matrix]]){}",
+                        suggest(key, top)
+                    ),
+                ));
+            }
+        }
+        let name = match root.get("name") {
+            None => stem.to_owned(),
+            Some(item) => item
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .ok_or_else(|| src.error(item.span(), "expected the plan's name as a string"))?,
+        };
+        let mut endpoints = BTreeMap::new();
+        if let Some(item) = root.get("endpoints") {
+            let t = item.as_table_like().ok_or_else(|| {
+                src.error(
+                    item.span(),
+                    "expected a table of endpoints: [endpoints] NAME = \"HOST[:PORT]\"",
+                )
+            })?;
+            for (key, v) in t.iter() {
+                let addr = v.as_str().filter(|s| !s.is_empty()).ok_or_else(|| {
+                    src.error(
+                        v.span(),
+                        format!("endpoint \"{key}\": expected \"HOST[:PORT]\" as a string"),
+                    )
+                })?;
+                endpoints.insert(key.to_owned(), addr.to_owned());
+            }
+        }
+        let defaults = match root.get("defaults") {
+            None => None,
+            Some(item) => Some(item.as_table_like().ok_or_else(|| {
+                src.error(item.span(), "expected a table: [defaults] KEY = VALUE")
+            })?),
+        };
+        let matrices = match root.get("matrix") {
+            None => {
+                return Err(src.error(
+                    None,
+                    "the plan has no cases: add a [[matrix]] with test = \"...\"",
+                ))
+            }
+            Some(item) => tables(item).ok_or_else(|| {
+                src.error(
+                    item.span(),
+                    "expected [[matrix]] tables (an array of tables), one per test",
+                )
+            })?,
+        };
+        let all_keys: Vec<Keys> = TestKind::ALL.into_iter().map(Keys::of).collect();
+        if let Some(d) = defaults {
+            for (key, _) in d.iter() {
+                if !all_keys.iter().any(|k| k.knows(key)) && key != "repeat" {
+                    return Err(src.error(
+                        key_span(d, key),
+                        format!(
+                            "unknown key \"{key}\" in [defaults]: no test has --{}{}",
+                            key.replace('_', "-"),
+                            suggest(key, all_keys.iter().flat_map(Keys::names))
+                        ),
+                    ));
+                }
+            }
+        }
+        let mut plan = Self {
+            name,
+            cases: Vec::new(),
+        };
+        for (table, span) in matrices {
+            let ctx = Ctx {
+                src: &src,
+                endpoints: &endpoints,
+            };
+            ctx.matrix(table, &span, defaults, &mut plan.cases)?;
+        }
+        Ok(plan)
+    }
+}
+
+struct Ctx<'a> {
+    src: &'a Source<'a>,
+    endpoints: &'a BTreeMap<String, String>,
+}
+
+impl Ctx<'_> {
+    /// One `[[matrix]]`: its keys, axes and overrides, expanded into cases.
+    fn matrix(
+        &self,
+        table: &dyn TableLike,
+        span: &Option<Range<usize>>,
+        defaults: Option<&dyn TableLike>,
+        cases: &mut Vec<Case>,
+    ) -> Result<(), BadValue> {
+        let src = self.src;
+        let test = table.get("test").ok_or_else(|| {
+            src.error(
+                span.clone(),
+                "this [[matrix]] has no test: add test = \"latency\" (or throughput, pps, crr, load)",
+            )
+        })?;
+        let test_name = test
+            .as_str()
+            .ok_or_else(|| src.error(test.span(), "expected the test's name as a string"))?;
+        let kind = TestKind::from_name(test_name).ok_or_else(|| {
+            src.error(
+                test.span(),
+                format!(
+                    "unknown test \"{test_name}\" (expected latency, throughput, pps, crr or \
+                     load){}",
+                    suggest(test_name, TestKind::ALL.map(TestKind::name))
+                ),
+            )
+        })?;
+        let keys = Keys::of(kind);
+        let mut settings: Vec<Setting> = Vec::new();
+        let mut repeat = None;
+        // The defaults first (those this test takes), then the matrix's own keys.
+        for (from_defaults, t) in defaults
+            .into_iter()
+            .map(|d| (true, d))
+            .chain([(false, table)])
+        {
+            for (key, item) in t.iter() {
+                match key {
+                    "test" | "case" if !from_defaults => continue,
+                    "repeat" => {
+                        repeat = Some(self.repeat(item)?);
+                        continue;
+                    }
+                    _ => {}
+                }
+                if !keys.knows(key) {
+                    if from_defaults {
+                        continue;
+                    }
+                    return Err(self.unknown_key(&keys, t, key));
+                }
+                let setting = self.setting(&keys, key, item, true)?;
+                settings.retain(|s| s.key != key);
+                settings.push(setting);
+            }
+        }
+        let axes: Vec<&Setting> = settings
+            .iter()
+            .filter(|s| matches!(s.value, Setting2::Axis(_)))
+            .collect();
+        let overrides = self.overrides(&keys, table, &settings)?;
+        // The cross product, the first axis slowest.
+        let mut combos: Vec<Vec<usize>> = vec![Vec::new()];
+        for axis in &axes {
+            let Setting2::Axis(values) = &axis.value else {
+                continue;
+            };
+            combos = combos
+                .into_iter()
+                .flat_map(|c| {
+                    (0..values.len()).map(move |i| {
+                        let mut c = c.clone();
+                        c.push(i);
+                        c
+                    })
+                })
+                .collect();
+        }
+        for combo in combos {
+            let mut picked: Vec<(String, Arg, Option<Range<usize>>)> = Vec::new();
+            let mut axis_values = Vec::new();
+            let mut axis_i = 0;
+            for s in &settings {
+                match &s.value {
+                    Setting2::Fixed(a) => picked.push((s.key.clone(), a.clone(), s.span.clone())),
+                    Setting2::Axis(values) => {
+                        let (a, span) = &values[combo[axis_i]];
+                        axis_i += 1;
+                        axis_values.push((s.key.clone(), a.text()));
+                        picked.push((s.key.clone(), a.clone(), span.clone()));
+                    }
+                }
+            }
+            for o in &overrides {
+                let applies = o.matches.iter().all(|(key, want)| {
+                    axis_values
+                        .iter()
+                        .any(|(k, v)| k == key && *v == want.text())
+                });
+                if applies {
+                    for s in &o.sets {
+                        let Setting2::Fixed(a) = &s.value else {
+                            continue;
+                        };
+                        picked.retain(|(k, _, _)| *k != s.key);
+                        picked.push((s.key.clone(), a.clone(), s.span.clone()));
+                    }
+                }
+            }
+            let case = self.case(kind, &keys, span.clone(), &picked, axis_values, repeat)?;
+            cases.push(Case {
+                index: cases.len() + 1,
+                ..case
+            });
+        }
+        Ok(())
+    }
+
+    fn unknown_key(&self, keys: &Keys, t: &dyn TableLike, key: &str) -> BadValue {
+        let why = spec::NOT_IN_PLANS
+            .iter()
+            .find(|(l, _)| *l == key.replace('_', "-"))
+            .map(|(l, why)| format!("--{l} is not for plans: {why}"));
+        self.src.error(
+            key_span(t, key),
+            why.unwrap_or_else(|| {
+                format!(
+                    "unknown key \"{key}\" for {}: it has no --{}{}",
+                    keys.kind.name(),
+                    key.replace('_', "-"),
+                    suggest(key, keys.names())
+                )
+            }),
+        )
+    }
+
+    fn repeat(&self, item: &Item) -> Result<u32, BadValue> {
+        item.as_integer()
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| {
+                self.src
+                    .error(item.span(), "expected repeat as a whole number, 1 or more")
+            })
+    }
+
+    /// A key's value: a scalar, a list (for a flag given more than once), or an axis (`axes`:
+    /// arrays allowed).
+    fn setting(
+        &self,
+        keys: &Keys,
+        key: &str,
+        item: &Item,
+        axes: bool,
+    ) -> Result<Setting, BadValue> {
+        let src = self.src;
+        let multiple = keys.multiple(key);
+        let span = item.span();
+        let value = item.as_value().ok_or_else(|| {
+            src.error(
+                span.clone(),
+                format!("\"{key}\": expected a value, not a table"),
+            )
+        })?;
+        let scalar = |v: &Value| -> Result<Scalar, BadValue> {
+            let s = Scalar::of(v).ok_or_else(|| {
+                src.error(
+                    v.span(),
+                    format!("\"{key}\": expected a string, a number or a boolean"),
+                )
+            })?;
+            self.check_value(keys.kind, key, &s, v.span())?;
+            Ok(s)
+        };
+        let list = |a: &toml_edit::Array| -> Result<Vec<String>, BadValue> {
+            a.iter().map(|v| scalar(v).map(|s| s.text())).collect()
+        };
+        let value = match value {
+            Value::Array(a) if multiple => {
+                if a.iter().all(Value::is_array) && !a.is_empty() {
+                    if !axes {
+                        return Err(src.error(
+                            span,
+                            format!("\"{key}\": an override takes one value, not an axis"),
+                        ));
+                    }
+                    let values = a
+                        .iter()
+                        .map(|v| {
+                            let inner = v.as_array().map(list).unwrap_or_else(|| Ok(Vec::new()));
+                            inner.map(|l| (Arg::Many(l), v.span()))
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Setting2::Axis(values)
+                } else {
+                    Setting2::Fixed(Arg::Many(list(a)?))
+                }
+            }
+            Value::Array(a) => {
+                if !axes {
+                    return Err(src.error(
+                        span,
+                        format!("\"{key}\": an override takes one value, not an axis"),
+                    ));
+                }
+                if a.is_empty() {
+                    return Err(
+                        src.error(span, format!("\"{key}\": an axis needs at least one value"))
+                    );
+                }
+                let values = a
+                    .iter()
+                    .map(|v| scalar(v).map(|s| (Arg::One(s), v.span())))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Setting2::Axis(values)
+            }
+            v if multiple => Setting2::Fixed(Arg::Many(vec![scalar(v)?.text()])),
+            v => Setting2::Fixed(Arg::One(scalar(v)?)),
+        };
+        Ok(Setting {
+            key: key.to_owned(),
+            span,
+            value,
+        })
+    }
+
+    /// What can be checked of one value alone: endpoints exist, the protocol is one the test
+    /// speaks. The rest is the subcommand's parser's, when the case is parsed.
+    fn check_value(
+        &self,
+        kind: TestKind,
+        key: &str,
+        value: &Scalar,
+        span: Option<Range<usize>>,
+    ) -> Result<(), BadValue> {
+        if ENDPOINT_KEYS.contains(&key) {
+            let Scalar::Text(name) = value else {
+                return Err(self
+                    .src
+                    .error(span, format!("\"{key}\": expected an endpoint's name")));
+            };
+            if !self.endpoints.contains_key(name) {
+                let known = if self.endpoints.is_empty() {
+                    "the plan has no [endpoints]".to_owned()
+                } else {
+                    format!(
+                        "[endpoints] names {}",
+                        self.endpoints
+                            .keys()
+                            .map(String::as_str)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                };
+                return Err(self.src.error(
+                    span,
+                    format!(
+                        "unknown endpoint \"{name}\" ({known}){}",
+                        suggest(name, self.endpoints.keys().map(String::as_str))
+                    ),
+                ));
+            }
+        }
+        if key == PROTOCOL_KEY {
+            spec::protocol_args(kind, &value.text())
+                .map_err(|e| self.src.error(span, format!("protocol: {e}")))?;
+        }
+        Ok(())
+    }
+
+    fn overrides(
+        &self,
+        keys: &Keys,
+        table: &dyn TableLike,
+        settings: &[Setting],
+    ) -> Result<Vec<Override>, BadValue> {
+        let src = self.src;
+        let Some(item) = table.get("case") else {
+            return Ok(Vec::new());
+        };
+        let list = tables(item).ok_or_else(|| {
+            src.error(
+                item.span(),
+                "expected [[matrix.case]] tables: the axis values to match and the keys to set",
+            )
+        })?;
+        let mut out = Vec::new();
+        for (t, span) in list {
+            let mut o = Override {
+                matches: Vec::new(),
+                sets: Vec::new(),
+            };
+            for (key, item) in t.iter() {
+                let axis = settings
+                    .iter()
+                    .find(|s| s.key == key)
+                    .and_then(|s| match &s.value {
+                        Setting2::Axis(values) => Some(values),
+                        Setting2::Fixed(_) => None,
+                    });
+                if let Some(values) = axis {
+                    let s = self.setting(keys, key, item, false)?;
+                    let Setting2::Fixed(want) = s.value else {
+                        continue;
+                    };
+                    if !values.iter().any(|(v, _)| v.text() == want.text()) {
+                        return Err(src.error(
+                            item.span(),
+                            format!(
+                                "{key} = {:?} matches no case: the axis {key} has {}",
+                                want.text(),
+                                values
+                                    .iter()
+                                    .map(|(v, _)| format!("{:?}", v.text()))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                        ));
+                    }
+                    o.matches.push((key.to_owned(), want));
+                } else if key == "repeat" || key == "test" {
+                    return Err(src.error(
+                        key_span(t, key),
+                        format!("\"{key}\" is the matrix's; a case override cannot set it"),
+                    ));
+                } else if keys.knows(key) {
+                    o.sets.push(self.setting(keys, key, item, false)?);
+                } else {
+                    return Err(self.unknown_key(keys, t, key));
+                }
+            }
+            if o.matches.is_empty() {
+                return Err(src.error(
+                    span,
+                    "a [[matrix.case]] names the axis values of the cases it changes (e.g. \
+                     target = \"b\"); this one names none",
+                ));
+            }
+            out.push(o);
+        }
+        Ok(out)
+    }
+
+    /// One case from the keys it ends up with, parsed by the subcommand's definition.
+    fn case(
+        &self,
+        kind: TestKind,
+        keys: &Keys,
+        matrix_span: Option<Range<usize>>,
+        picked: &[(String, Arg, Option<Range<usize>>)],
+        axes: Vec<(String, String)>,
+        repeat: Option<u32>,
+    ) -> Result<Case, BadValue> {
+        let src = self.src;
+        let endpoint = |name: &str| self.endpoints.get(name).cloned().unwrap_or_default();
+        let Some((_, target, _)) = picked.iter().find(|(k, _, _)| k == TARGET_KEY) else {
+            return Err(src.error(
+                matrix_span,
+                format!(
+                    "this {} matrix has no target: add target = \"ENDPOINT\" (a name from \
+                     [endpoints])",
+                    kind.name()
+                ),
+            ));
+        };
+        let mut args = vec![endpoint(&target.text())];
+        // Which key each flag came from, for errors.
+        let mut origin: Vec<(String, Option<Range<usize>>)> = Vec::new();
+        for (key, value, span) in picked {
+            if key == TARGET_KEY {
+                continue;
+            }
+            if key == PROTOCOL_KEY {
+                let flags = spec::protocol_args(kind, &value.text())
+                    .map_err(|e| src.error(span.clone(), format!("protocol: {e}")))?;
+                for f in flags {
+                    origin.push((f.trim_start_matches('-').to_owned(), span.clone()));
+                    args.push(f);
+                }
+                continue;
+            }
+            let Some(k) = keys.get(key) else { continue };
+            let Some(long) = &k.long else { continue };
+            origin.push((long.clone(), span.clone()));
+            let flag = format!("--{long}");
+            let endpoints = ENDPOINT_KEYS.contains(&key.as_str());
+            match value {
+                Arg::One(Scalar::Switch(true)) if k.switch => args.push(flag),
+                Arg::One(Scalar::Switch(false)) if k.switch => {}
+                Arg::One(s) => push_flag(&mut args, &flag, &s.text()),
+                Arg::Many(list) => {
+                    for v in list {
+                        let v = if endpoints { endpoint(v) } else { v.clone() };
+                        push_flag(&mut args, &flag, &v);
+                    }
+                }
+            }
+        }
+        let spec = kind.parse(&args).map_err(|e| {
+            let message = e.render().to_string();
+            let message = message
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches("error: ")
+                .to_owned();
+            // The key the error is about: the first flag it names that a key set.
+            let span = origin
+                .iter()
+                .find(|(long, _)| {
+                    message.contains(&format!("'--{long}"))
+                        || message.contains(&format!("'--{long} "))
+                })
+                .and_then(|(_, s)| s.clone())
+                .or(matrix_span);
+            src.error(
+                span,
+                format!(
+                    "{message} (as `{}`)",
+                    std::iter::once(format!("sonde {}", kind.name()))
+                        .chain(args.iter().map(|a| shell_quote(a)))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ),
+            )
+        })?;
+        Ok(Case {
+            index: 0,
+            kind,
+            axes,
+            args,
+            spec,
+            repeat: repeat.unwrap_or(1),
+        })
+    }
+}
+
+/// `--flag VALUE`, or `--flag=VALUE` when the value could pass for a flag.
+fn push_flag(args: &mut Vec<String>, flag: &str, value: &str) {
+    if value.starts_with('-') {
+        args.push(format!("{flag}={value}"));
+    } else {
+        args.push(flag.to_owned());
+        args.push(value.to_owned());
+    }
+}
+
+/// A `[[matrix.case]]`: the axis values it matches, the keys it sets.
+struct Override {
+    matches: Vec<(String, Arg)>,
+    sets: Vec<Setting>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// plan check
+// ---------------------------------------------------------------------------------------------
+
+fn check(opt: &CheckOpt) -> anyhow::Result<()> {
+    let plan = Plan::load(&opt.plan)?;
+    print(&check_text(&plan, &opt.plan.display().to_string()))
+}
+
+/// What `plan check` prints.
+pub(crate) fn check_text(plan: &Plan, file: &str) -> String {
+    let runs: u32 = plan.cases.iter().map(|c| c.repeat).sum();
+    let total: Duration = plan.cases.iter().map(|c| c.expected() * c.repeat).sum();
+    let mut out = format!(
+        "plan {} ({file}): {} case{}, {runs} run{}, {} of measuring (plus each run's setup)\n\n",
+        plan.name,
+        plan.cases.len(),
+        plural(plan.cases.len()),
+        plural(runs as usize),
+        duration_text(total),
+    );
+    let rows: Vec<[String; 5]> = plan
+        .cases
+        .iter()
+        .map(|c| {
+            [
+                c.index.to_string(),
+                c.kind.name().to_owned(),
+                c.name(),
+                format!("{} x {}", c.repeat, duration_text(c.expected())),
+                c.command_line(),
+            ]
+        })
+        .collect();
+    let header = ["case", "test", "axes", "runs", "command"].map(str::to_owned);
+    let mut widths = [0; 5];
+    for row in std::iter::once(&header).chain(&rows) {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+            if i == 4 {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<w$}  ");
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// `1h 2m 3s`, `2m 5s`, `12.5 s`.
+fn duration_text(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if secs < 60.0 {
+        return format!("{} s", (secs * 10.0).round() / 10.0);
+    }
+    let s = d.as_secs();
+    let (h, m, s) = (s / 3600, s / 60 % 60, s % 60);
+    if h > 0 {
+        format!("{h}h {m}m {s}s")
+    } else {
+        format!("{m}m {s}s")
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// plan run
+// ---------------------------------------------------------------------------------------------
+
+/// One run to make: a case and which of its repetitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot {
+    case: usize,
+    /// 1-based.
+    rep: u32,
+}
+
+/// The runs to make, in order: `missing[i]` runs of case `i` (0-based), each case's missing
+/// repetitions after the `repeat - missing` it has.
+fn schedule(cases: &[Case], missing: &[u32], order: Order) -> Vec<Slot> {
+    let slot = |i: usize, k: u32| Slot {
+        case: i,
+        rep: cases[i].repeat - missing[i] + k + 1,
+    };
+    match order {
+        Order::Sequential => (0..cases.len())
+            .flat_map(|i| (0..missing[i]).map(move |k| slot(i, k)))
+            .collect(),
+        Order::Interleaved => {
+            let rounds = missing.iter().copied().max().unwrap_or(0);
+            (0..rounds)
+                .flat_map(|k| {
+                    (0..cases.len())
+                        .filter(move |&i| k < missing[i])
+                        .map(move |i| slot(i, k))
+                })
+                .collect()
+        }
+    }
+}
+
+/// The labels of a case's runs.
+fn case_labels(plan: &Plan, case: &Case, group: GroupId) -> Labels {
+    let mut labels: Labels = case.axes.iter().cloned().collect();
+    labels.insert(CASE_LABEL.into(), case.name());
+    labels.insert("plan".into(), plan.name.clone());
+    labels.insert("plan_run".into(), group.0.to_string());
+    labels.insert("plan_case".into(), case.index.to_string());
+    labels
+}
+
+fn run_plan(opt: &RunOpt) -> anyhow::Result<()> {
+    let plan = Plan::load(&opt.plan)?;
+    let db = crate::save::db_path(opt.db.as_deref())?;
+    let mut store = Store::open(&db)
+        .with_context(|| format!("opening the results database {}", db.display()))?;
+    let (group, missing) = match opt.resume {
+        None => {
+            let g = store.new_group("plan", sonde_client::now_unix_ms())?;
+            (g, plan.cases.iter().map(|c| c.repeat).collect::<Vec<_>>())
+        }
+        Some(id) => {
+            let g = GroupId(id);
+            match store.group(g)? {
+                Some(grp) if grp.kind == "plan" => {}
+                Some(grp) => {
+                    return Err(BadValue(format!(
+                        "--resume {id}: group {id} is a {} group, not a plan run",
+                        grp.kind
+                    ))
+                    .into())
+                }
+                None => {
+                    return Err(BadValue(format!(
+                        "--resume {id}: no plan run {id} in {}",
+                        db.display()
+                    ))
+                    .into())
+                }
+            }
+            let done = store.runs(&Filter {
+                group: Some(g),
+                ..Filter::default()
+            })?;
+            if let Some(other) = done.iter().find_map(|r| {
+                r.labels
+                    .iter()
+                    .find(|l| l.key == "plan" && l.value != plan.name)
+            }) {
+                return Err(BadValue(format!(
+                    "--resume {id}: that run is of the plan \"{}\", not \"{}\"",
+                    other.value, plan.name
+                ))
+                .into());
+            }
+            let missing = plan
+                .cases
+                .iter()
+                .map(|c| {
+                    let has = |r: &sonde_store::RunSummary, k: &str, v: &str| {
+                        r.labels.iter().any(|l| l.key == k && l.value == v)
+                    };
+                    let index = c.index.to_string();
+                    let name = c.name();
+                    let finished = done
+                        .iter()
+                        .filter(|r| {
+                            !r.interrupted
+                                && has(r, "plan_case", &index)
+                                && has(r, CASE_LABEL, &name)
+                        })
+                        .count();
+                    c.repeat
+                        .saturating_sub(u32::try_from(finished).unwrap_or(u32::MAX))
+                })
+                .collect();
+            (g, missing)
+        }
+    };
+    let slots = schedule(&plan.cases, &missing, opt.order);
+    let total = plan.cases.iter().map(|c| c.repeat).sum::<u32>();
+    eprintln!(
+        "sonde plan: {} run {group}: {} of {total} runs to make{}",
+        plan.name,
+        slots.len(),
+        if opt.resume.is_some() {
+            " (resumed)"
+        } else {
+            ""
+        }
+    );
+    let interrupt = crate::interrupt::install();
+    let planned: Duration = slots.iter().map(|s| plan.cases[s.case].expected()).sum();
+    let started = Instant::now();
+    let mut measured_so_far = Duration::ZERO;
+    let mut failures: Vec<Failure> = Vec::new();
+    let mut interrupted = false;
+    for (k, slot) in slots.iter().enumerate() {
+        if interrupt.check().is_err() {
+            interrupted = true;
+            break;
+        }
+        let case = &plan.cases[slot.case];
+        // The estimate scales the planned time by how long the runs so far really took.
+        let remaining = planned.saturating_sub(measured_so_far);
+        let eta = if measured_so_far.is_zero() {
+            remaining
+        } else {
+            remaining.mul_f64(started.elapsed().as_secs_f64() / measured_so_far.as_secs_f64())
+        };
+        eprintln!(
+            "sonde plan: [{}/{}] case {} {} (run {} of {}): about {} left",
+            k + 1,
+            slots.len(),
+            case.index,
+            case.name(),
+            slot.rep,
+            case.repeat,
+            duration_text(eta)
+        );
+        let labels = case_labels(&plan, case, group);
+        let mut saver = Saver::plan_case(db.clone(), group, labels.clone());
+        let result = spec::run_once(&case.spec, &mut saver);
+        measured_so_far += case.expected();
+        match result {
+            Ok(()) => {}
+            Err(e) if e.is::<crate::interrupt::Interrupted>() => {
+                interrupted = true;
+                break;
+            }
+            Err(e) => {
+                if interrupt.check().is_err() {
+                    interrupted = true;
+                    break;
+                }
+                let reason = format!("{e:#}");
+                eprintln!("sonde plan: case {} failed: {reason}", case.index);
+                let failure = Failure {
+                    group,
+                    time_unix_ms: sonde_client::now_unix_ms(),
+                    test: case.kind.name().to_owned(),
+                    labels: labels
+                        .iter()
+                        .filter_map(|(k, v)| Label::new(k, v).ok())
+                        .collect(),
+                    reason,
+                    exit_code: crate::cli::exit_code(&e),
+                };
+                if let Err(e) = store.insert_failure(&failure) {
+                    eprintln!("sonde: warning: the failure was not saved: {e}");
+                }
+                failures.push(failure);
+            }
+        }
+    }
+    summary(opt, &plan, &db, group, &failures, interrupted)?;
+    if interrupted {
+        eprintln!(
+            "sonde plan: interrupted; `sonde plan run --resume {group} {}` runs the rest",
+            opt.plan.display()
+        );
+        return interrupt.check();
+    }
+    if !failures.is_empty() {
+        anyhow::bail!(
+            "{} of {} runs failed (see above); the others are saved in plan run {group}",
+            failures.len(),
+            slots.len()
+        );
+    }
+    Ok(())
+}
+
+/// The end of a plan run: the matrix of its finished runs, the failures, the report.
+fn summary(
+    opt: &RunOpt,
+    plan: &Plan,
+    db: &Path,
+    group: GroupId,
+    failures: &[Failure],
+    interrupted: bool,
+) -> anyhow::Result<()> {
+    let selection = crate::select::Selection::Store(Filter {
+        group: Some(group),
+        ..Filter::default()
+    });
+    let mut store = None;
+    let runs: Vec<sonde_report::compare::Run> =
+        crate::select::load(&[selection], &mut store, Some(db))?
+            .into_iter()
+            .flatten()
+            .filter(|r| !is_interrupted(&r.result))
+            .collect();
+    let tables = sonde_report::compare::matrix(&runs, CASE_LABEL)?;
+    if opt.json {
+        let matrix: serde_json::Value =
+            serde_json::from_str(&sonde_report::render::matrix_json(&tables))?;
+        let failures: Vec<serde_json::Value> = failures
+            .iter()
+            .map(|f| {
+                serde_json::json!({
+                    "test": f.test,
+                    "labels": f.labels.iter().map(|l| (l.key.clone(), l.value.clone())).collect::<BTreeMap<_, _>>(),
+                    "reason": f.reason,
+                    "exit_code": f.exit_code,
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "plan": plan.name,
+            "plan_run": group.0,
+            "interrupted": interrupted,
+            "matrix": matrix,
+            "failures": failures,
+        });
+        print(&format!("{}\n", serde_json::to_string_pretty(&doc)?))?;
+    } else {
+        let mut text = format!("plan {} run {group}\n\n", plan.name);
+        if tables.is_empty() {
+            text.push_str("no finished runs\n");
+        } else {
+            text.push_str(&sonde_report::render::matrix_table(&tables));
+        }
+        if !failures.is_empty() {
+            let _ = writeln!(text, "\nfailed:");
+            for f in failures {
+                let case = f
+                    .labels
+                    .iter()
+                    .find(|l| l.key == CASE_LABEL)
+                    .map_or("", |l| l.value.as_str());
+                let _ = writeln!(text, "  {} {case}: {}", f.test, f.reason);
+            }
+        }
+        let _ = writeln!(
+            text,
+            "\nsaved as plan run {group}: `sonde results --group {group}`, `sonde compare --by \
+             case group:{group}`"
+        );
+        print(&text)?;
+    }
+    if let Some(path) = &opt.report {
+        let title = format!("plan {} run {group}", plan.name);
+        let page = sonde_report::render::html(&sonde_report::render::Report {
+            title: &title,
+            generated_unix_ms: sonde_client::now_unix_ms(),
+            runs: &runs,
+            comparison: None,
+        });
+        std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!(
+            "sonde plan: report of {} runs written to {}",
+            runs.len(),
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+fn is_interrupted(result: &sonde_report::TestResult) -> bool {
+    use sonde_report::TestResult as T;
+    match result {
+        T::Latency(r) => r.meta.interrupted,
+        T::Throughput(r) => r.meta.interrupted,
+        T::Pps(r) => r.meta.interrupted,
+        T::Crr(r) => r.meta.interrupted,
+        T::Load(r) => r.idle.meta.interrupted || r.loaded.meta.interrupted,
+        T::Quick(_) | T::Sweep(_) | T::Conf(_) => false,
+    }
+}
