@@ -662,6 +662,15 @@ impl Ctx<'_> {
                     format!("\"{key}\": expected a string, a number or a boolean"),
                 )
             })?;
+            if keys.get(key).is_some_and(|k| k.switch) && !matches!(s, Scalar::Switch(_)) {
+                return Err(src.error(
+                    v.span(),
+                    format!(
+                        "\"{key}\" is a switch (--{}): expected true or false",
+                        key.replace('_', "-")
+                    ),
+                ));
+            }
             self.check_value(keys.kind, key, &s, v.span())?;
             Ok(s)
         };
@@ -1326,5 +1335,285 @@ fn is_interrupted(result: &sonde_report::TestResult) -> bool {
         T::Crr(r) => r.meta.interrupted,
         T::Load(r) => r.idle.meta.interrupted || r.loaded.meta.interrupted,
         T::Quick(_) | T::Sweep(_) | T::Conf(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: &str = "[endpoints]\nb = \"198.18.0.2\"\nc = \"198.18.1.2:5301\"\n";
+
+    fn parse(text: &str) -> Plan {
+        Plan::parse("p.toml", "p", text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn err(text: &str) -> String {
+        match Plan::parse("p.toml", "p", text) {
+            Ok(p) => panic!("parsed: {p:?}"),
+            Err(e) => e.0,
+        }
+    }
+
+    #[test]
+    fn axes_expand_to_their_cross_product_first_axis_slowest() {
+        let p = parse(&format!(
+            "{HEAD}[defaults]\ntime = \"2s\"\n[[matrix]]\ntest = \"latency\"\n\
+             target = [\"b\", \"c\"]\nprotocol = [\"tcp\", \"udp\"]\nmsg_size = 16384\nrepeat = 3\n"
+        ));
+        assert_eq!(p.name, "p");
+        let names: Vec<String> = p.cases.iter().map(Case::name).collect();
+        assert_eq!(
+            names,
+            [
+                "target=b protocol=tcp",
+                "target=b protocol=udp",
+                "target=c protocol=tcp",
+                "target=c protocol=udp"
+            ]
+        );
+        assert_eq!(
+            p.cases[3].command_line(),
+            "sonde latency 198.18.1.2:5301 --time 2s --udp --msg-size 16384"
+        );
+        assert!(p.cases.iter().all(|c| c.repeat == 3));
+        assert_eq!(
+            p.cases.iter().map(|c| c.index).collect::<Vec<_>>(),
+            [1, 2, 3, 4]
+        );
+        // The defaults reach the subcommand's options: 1 s warm-up + 2 s.
+        assert_eq!(p.cases[0].expected(), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn a_case_override_changes_only_the_cases_it_matches() {
+        let p = parse(&format!(
+            "name = \"zones\"\n{HEAD}[[matrix]]\ntest = \"latency\"\ntarget = [\"b\", \"c\"]\n\
+             time = 1\n[[matrix.case]]\ntarget = \"c\"\ntime = \"3\"\nudp = true\n"
+        ));
+        assert_eq!(p.name, "zones");
+        assert_eq!(
+            p.cases[0].command_line(),
+            "sonde latency 198.18.0.2 --time 1"
+        );
+        assert_eq!(
+            p.cases[1].command_line(),
+            "sonde latency 198.18.1.2:5301 --time 3 --udp"
+        );
+        assert_eq!(p.cases[1].expected(), Duration::from_secs(4));
+    }
+
+    #[test]
+    fn every_test_and_a_parallel_axis() {
+        let p = parse(&format!(
+            "{HEAD}[defaults]\ntime = 1\nrate = 500\n\
+             [[matrix]]\ntest = \"throughput\"\ntarget = \"b\"\nparallel = [1, 2, 5]\nreverse = true\n\
+             [[matrix]]\ntest = \"pps\"\ntarget = \"b\"\nmsg_size = 14\nflows = 64\nprotocol = \"udp\"\n\
+             [[matrix]]\ntest = \"crr\"\ntarget = \"b\"\nworkers = 4\nrst = false\n\
+             [[matrix]]\ntest = \"load\"\ntarget = \"c\"\nbidir = true\n"
+        ));
+        let lines: Vec<String> = p.cases.iter().map(Case::command_line).collect();
+        assert_eq!(
+            lines,
+            [
+                "sonde throughput 198.18.0.2 --time 1 --parallel 1 --reverse",
+                "sonde throughput 198.18.0.2 --time 1 --parallel 2 --reverse",
+                "sonde throughput 198.18.0.2 --time 1 --parallel 5 --reverse",
+                "sonde pps 198.18.0.2 --time 1 --msg-size 14 --flows 64",
+                "sonde crr 198.18.0.2 --time 1 --workers 4",
+                // `rate` is a default only tests that have --rate take.
+                "sonde load 198.18.1.2:5301 --time 1 --rate 500 --bidir",
+            ]
+        );
+        assert_eq!(p.cases[2].name(), "parallel=5");
+        assert_eq!(p.cases[3].name(), "pps");
+    }
+
+    #[test]
+    fn schedules_interleave_or_follow_each_other() {
+        let p = parse(&format!(
+            "{HEAD}[[matrix]]\ntest = \"crr\"\ntarget = [\"b\", \"c\"]\nrepeat = 2\n"
+        ));
+        let slots = |missing: &[u32], order| {
+            schedule(&p.cases, missing, order)
+                .into_iter()
+                .map(|s| (s.case, s.rep))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            slots(&[2, 2], Order::Interleaved),
+            [(0, 1), (1, 1), (0, 2), (1, 2)]
+        );
+        assert_eq!(
+            slots(&[2, 2], Order::Sequential),
+            [(0, 1), (0, 2), (1, 1), (1, 2)]
+        );
+        // Resumed: case 0 has both runs, case 1 one of two.
+        assert_eq!(slots(&[0, 1], Order::Interleaved), [(1, 2)]);
+    }
+
+    /// Every error names the file, line and column, and says what was expected.
+    #[test]
+    fn errors_name_line_and_column() {
+        let m = "[[matrix]]\ntest = \"latency\"\ntarget = \"b\"\n";
+        let cases: &[(String, &str)] = &[
+            (
+                "[matrix\n".into(),
+                "p.toml:1:8: not valid TOML: unclosed table, expected `]`",
+            ),
+            (
+                format!("names = 1\n{HEAD}"),
+                "p.toml:1:1: unknown key \"names\" at the top of the plan (expected name, \
+                 [endpoints], [defaults] or [[matrix]]); did you mean \"name\"?",
+            ),
+            (
+                format!("name = 3\n{HEAD}{m}"),
+                "p.toml:1:8: expected the plan's name as a string",
+            ),
+            (
+                "endpoints = 1\n".into(),
+                "p.toml:1:13: expected a table of endpoints: [endpoints] NAME = \"HOST[:PORT]\"",
+            ),
+            (
+                "[endpoints]\nb = 5300\n".into(),
+                "p.toml:2:5: endpoint \"b\": expected \"HOST[:PORT]\" as a string",
+            ),
+            (
+                HEAD.to_owned(),
+                "p.toml:1:1: the plan has no cases: add a [[matrix]] with test = \"...\"",
+            ),
+            (
+                format!("{HEAD}[matrix]\ntest = \"latency\"\n"),
+                "p.toml:4:1: expected [[matrix]] tables (an array of tables), one per test",
+            ),
+            (
+                format!("{HEAD}[defaults]\ntmie = 1\n{m}"),
+                "p.toml:5:1: unknown key \"tmie\" in [defaults]: no test has --tmie; did you \
+                 mean \"time\"?",
+            ),
+            (
+                format!("{HEAD}[[matrix]]\ntarget = \"b\"\n"),
+                "p.toml:4:1: this [[matrix]] has no test: add test = \"latency\" (or \
+                 throughput, pps, crr, load)",
+            ),
+            (
+                format!("{HEAD}[[matrix]]\ntest = \"latenci\"\n"),
+                "p.toml:5:8: unknown test \"latenci\" (expected latency, throughput, pps, crr \
+                 or load); did you mean \"latency\"?",
+            ),
+            (
+                format!("{HEAD}{m}msg-size = 10\n"),
+                "p.toml:7:1: unknown key \"msg-size\" for latency: it has no --msg-size; did \
+                 you mean \"msg_size\"?",
+            ),
+            (
+                format!("{HEAD}{m}json = true\n"),
+                "p.toml:7:1: --json is not for plans: a plan prints its matrix; `sonde plan \
+                 run --json` prints it as JSON",
+            ),
+            (
+                format!("{HEAD}{m}repeat = 0\n"),
+                "p.toml:7:10: expected repeat as a whole number, 1 or more",
+            ),
+            (
+                format!("{HEAD}{m}time = 1979-05-27\n"),
+                "p.toml:7:8: \"time\": expected a string, a number or a boolean",
+            ),
+            (
+                format!("{HEAD}{m}msg_size = {{ a = 1 }}\n"),
+                "p.toml:7:12: \"msg_size\": expected a string, a number or a boolean",
+            ),
+            (
+                format!("{HEAD}[[matrix]]\ntest = \"latency\"\ntarget = [\"b\", \"d\"]\n"),
+                "p.toml:6:16: unknown endpoint \"d\" ([endpoints] names b, c)",
+            ),
+            (
+                format!("{HEAD}[[matrix]]\ntest = \"pps\"\ntarget = \"b\"\nprotocol = \"tcp\"\n"),
+                "p.toml:7:12: protocol: pps is UDP only",
+            ),
+            (
+                format!("{HEAD}{m}protocol = \"quic\"\n"),
+                "p.toml:7:12: protocol: expected \"tcp\" or \"udp\", found \"quic\"",
+            ),
+            (
+                format!("{HEAD}{m}time = []\n"),
+                "p.toml:7:8: \"time\": an axis needs at least one value",
+            ),
+            (
+                format!("{HEAD}{m}case = 1\n"),
+                "p.toml:7:8: expected [[matrix.case]] tables: the axis values to match and the \
+                 keys to set",
+            ),
+            (
+                format!(
+                    "{HEAD}[[matrix]]\ntest = \"latency\"\ntarget = [\"b\", \"c\"]\n\
+                     [[matrix.case]]\ntarget = \"x\"\n"
+                ),
+                "p.toml:8:10: unknown endpoint \"x\" ([endpoints] names b, c)",
+            ),
+            (
+                format!(
+                    "{HEAD}[endpoints.d]\n[[matrix]]\ntest = \"latency\"\ntarget = [\"b\", \"c\"]\n\
+                     [[matrix.case]]\ntime = 2\n"
+                ),
+                "p.toml:4:1: endpoint \"d\": expected \"HOST[:PORT]\" as a string",
+            ),
+            (
+                format!(
+                    "{HEAD}[[matrix]]\ntest = \"latency\"\ntarget = [\"b\", \"c\"]\n\
+                     [[matrix.case]]\ntime = 2\n"
+                ),
+                "p.toml:7:1: a [[matrix.case]] names the axis values of the cases it changes \
+                 (e.g. target = \"b\"); this one names none",
+            ),
+            (
+                format!(
+                    "{HEAD}[[matrix]]\ntest = \"latency\"\ntarget = \"b\"\ntime = [1, 2]\n\
+                     [[matrix.case]]\ntime = 3\n"
+                ),
+                "p.toml:9:8: time = \"3\" matches no case: the axis time has \"1\", \"2\"",
+            ),
+            (
+                format!(
+                    "{HEAD}[[matrix]]\ntest = \"latency\"\ntarget = [\"b\", \"c\"]\n\
+                     [[matrix.case]]\ntarget = \"b\"\nrepeat = 2\n"
+                ),
+                "p.toml:9:1: \"repeat\" is the matrix's; a case override cannot set it",
+            ),
+            (
+                format!(
+                    "{HEAD}[[matrix]]\ntest = \"latency\"\ntarget = [\"b\", \"c\"]\n\
+                     [[matrix.case]]\ntarget = \"b\"\ntime = [1, 2]\n"
+                ),
+                "p.toml:9:8: \"time\": an override takes one value, not an axis",
+            ),
+            (
+                format!("{HEAD}[[matrix]]\ntest = \"latency\"\ntime = 1\n"),
+                "p.toml:4:1: this latency matrix has no target: add target = \"ENDPOINT\" (a \
+                 name from [endpoints])",
+            ),
+            (
+                format!("{HEAD}{m}msg_size = \"lots\"\n"),
+                "p.toml:7:12: invalid value 'lots' for '--msg-size <SIZE>': `lots`: unknown \
+                 size suffix `S` (use K, M or G) (as `sonde latency 198.18.0.2 --msg-size lots`)",
+            ),
+            (
+                format!("{HEAD}{m}udp = true\ntcp = true\n"),
+                "p.toml:7:7: the argument '--udp' cannot be used with '--tcp' (as `sonde \
+                 latency 198.18.0.2 --udp --tcp`)",
+            ),
+            (
+                format!("{HEAD}{m}histogram = \"yes\"\n"),
+                "p.toml:7:13: \"histogram\" is a switch (--histogram): expected true or false",
+            ),
+        ];
+        let wrong: Vec<String> = cases
+            .iter()
+            .filter_map(|(text, want)| {
+                let got = err(text);
+                (got != *want).then(|| format!("plan:\n{text}\ngot:  {got}\nwant: {want}\n"))
+            })
+            .collect();
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
 }
