@@ -26,7 +26,8 @@ Examples:
   sonde results                                   every run, newest first
   sonde results --last 10 --test latency          the ten newest latency runs
   sonde results --label path=private --since 7d   a case, over the last week
-  sonde results --group 3                         the runs of one --repeat, quick or sweep
+  sonde results --group 3                         the runs of one --repeat, quick, sweep or
+                                                  plan run (`sonde plan run`)
   sonde results show 42                           run 42 as the test printed it
   sonde results show 42 --json                    its JSON document, exactly as printed
   sonde results export --test latency --csv > latency.csv
@@ -131,7 +132,7 @@ struct FilterOpt {
     /// Only the newest N runs (of those that match the other filters)
     #[arg(long, value_name = "N")]
     last: Option<u64>,
-    /// Only the runs of one group (a --repeat, a quick, a sweep)
+    /// Only the runs of one group (a --repeat, a quick, a sweep, a plan run)
     #[arg(long, value_name = "ID")]
     group: Option<i64>,
 }
