@@ -176,10 +176,7 @@ pub(crate) fn plan_keys(kind: TestKind) -> Vec<PlanKey> {
     let cmd = kind.command();
     let mut keys = Vec::new();
     for arg in cmd.get_arguments() {
-        let multiple = matches!(
-            arg.get_action(),
-            clap::ArgAction::Append | clap::ArgAction::Count
-        );
+        let multiple = matches!(arg.get_action(), clap::ArgAction::Append);
         let switch = !arg.get_action().takes_values();
         if arg.is_positional() {
             keys.push(PlanKey {

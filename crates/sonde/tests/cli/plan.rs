@@ -128,6 +128,13 @@ test = "latency"
 target = ["closed", "up"]
 time = 0.3
 warmup = 0
+
+# Live intervals stay off stdout, which holds the plan's JSON document.
+[[matrix]]
+test = "throughput"
+target = "up"
+time = 0.3
+interval = 0.1
 "#,
             agent.target()
         ),
@@ -148,7 +155,7 @@ warmup = 0
     );
     assert_eq!(code, Some(1), "some case failed: exit 1\n{stderr}");
     assert!(
-        stderr.contains("1 of 2 runs failed"),
+        stderr.contains("1 of 3 runs failed"),
         "the end says so: {stderr}"
     );
     let doc: Value = serde_json::from_str(&stdout).expect("one JSON document");
@@ -163,9 +170,16 @@ warmup = 0
         "{doc:#}"
     );
     // The case after the failed one ran: the matrix has it.
-    let rows = doc["matrix"][0]["rows"].as_array().expect("matrix rows");
+    let table = |test: &str| {
+        doc["matrix"]
+            .as_array()
+            .and_then(|t| t.iter().find(|t| t["test"] == test))
+            .unwrap_or_else(|| panic!("no {test} table: {doc:#}"))
+    };
+    let rows = table("latency")["rows"].as_array().expect("matrix rows");
     assert_eq!(rows.len(), 1, "{doc:#}");
     assert_eq!(rows[0]["name"], "target=up");
+    assert_eq!(table("throughput")["rows"][0]["name"], "throughput");
 
     // The store has the run with its labels and the failure, both in the plan run's group.
     let store = Store::open_existing(&db).expect("the plan saved");
@@ -180,12 +194,20 @@ warmup = 0
             ..Filter::default()
         })
         .expect("runs");
-    assert_eq!(runs.len(), 1);
-    assert_eq!(label(&runs[0], "target"), Some("up"));
-    assert_eq!(label(&runs[0], "plan"), Some("two"));
-    assert_eq!(label(&runs[0], "plan_case"), Some("2"));
     assert_eq!(
-        label(&runs[0], "plan_run"),
+        runs.len(),
+        2,
+        "the latency case that ran and the throughput case"
+    );
+    let latency = runs
+        .iter()
+        .find(|r| r.test == "latency")
+        .expect("the latency run");
+    assert_eq!(label(latency, "target"), Some("up"));
+    assert_eq!(label(latency, "plan"), Some("two"));
+    assert_eq!(label(latency, "plan_case"), Some("2"));
+    assert_eq!(
+        label(latency, "plan_run"),
         Some(group.0.to_string().as_str())
     );
     let failures = store.failures(group).expect("failures");
