@@ -864,6 +864,56 @@ mod tests {
         assert_eq!(p.cases[1].expected(), Duration::from_secs(4));
     }
 
+    /// A flag given more than once (`--from A --from B`, which no test has yet): an array is
+    /// its list, an array of arrays an axis of lists, and its values name endpoints.
+    #[test]
+    fn a_repeated_flag_takes_an_array_as_its_list() {
+        let mut keys = Keys::of(TestKind::Pps);
+        keys.keys.push(PlanKey {
+            key: "from".into(),
+            long: Some("from".into()),
+            switch: false,
+            multiple: true,
+        });
+        let endpoints: BTreeMap<String, String> = [("a1", "198.18.0.1"), ("a2", "198.18.0.3")]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .into_iter()
+            .collect();
+        let text = "list = [\"a1\", \"a2\"]\naxis = [[\"a1\"], [\"a1\", \"a2\"]]\nbad = [\"a3\"]\n";
+        let src = Source {
+            file: "p.toml".into(),
+            text,
+        };
+        let doc = toml_edit::Document::parse(text.to_owned()).expect("toml");
+        let ctx = Ctx {
+            src: &src,
+            endpoints: &endpoints,
+        };
+        let item = |k: &str| doc.as_table().get(k).expect("key");
+        let list = ctx
+            .setting(&keys, "from", item("list"), true)
+            .expect("list");
+        assert!(matches!(
+            list.value,
+            Setting2::Fixed(Arg::Many(ref v)) if v == &["a1", "a2"]
+        ));
+        let axis = ctx
+            .setting(&keys, "from", item("axis"), true)
+            .expect("axis");
+        let Setting2::Axis(values) = axis.value else {
+            panic!("not an axis: {axis:?}");
+        };
+        let texts: Vec<String> = values.iter().map(|(a, _)| a.text()).collect();
+        assert_eq!(texts, ["a1", "a1,a2"]);
+        let bad = ctx
+            .setting(&keys, "from", item("bad"), true)
+            .expect_err("a3 is no endpoint");
+        assert_eq!(
+            bad.0,
+            "p.toml:3:8: unknown endpoint \"a3\" ([endpoints] names a1, a2)"
+        );
+    }
+
     #[test]
     fn every_test_and_a_parallel_axis() {
         let p = parse(&format!(
