@@ -64,10 +64,11 @@ A plan file (TOML):
 Keys: a case takes the long flags of its test subcommand with `_` for `-` (msg_size is \
 --msg-size), valued as the flag is (\"10s\", \"16K\", 100, true for a switch), and means \
 exactly what the flag means (`sonde plan check` prints each case as its command line). \
-`target` is the HOST[:PORT] argument and names an endpoint (as does each `from`). `protocol` \
+`target` is the HOST[:PORT] argument and names an endpoint (as does each value of `from`). \
+`protocol` \
 is \"tcp\" or \"udp\" (latency --tcp or --udp; throughput and load --udp for \"udp\"; pps is \
-UDP and crr TCP only). An array makes an axis; a flag given more than once (--from) takes an \
-array as its list and an array of arrays as an axis. Not in a plan: the output format, --db \
+UDP and crr TCP only). An array makes an axis; a flag that can be given more than once takes \
+an array as its list and an array of arrays as an axis. Not in a plan: the output format, --db \
 and --no-save (the plan's own), --label (the axes are the labels), --pause, --sweep (an axis \
 does that), and --repeat (the `repeat` key).
 
