@@ -526,10 +526,24 @@ fn summary(
     }
     if let Some(path) = &opt.report {
         let title = format!("plan {} run {group}", plan.name);
+        // The report names a case by its labels: the axis values, without the bookkeeping
+        // every run of the plan shares (and `case`, which repeats the axes, where there are any).
+        let report_runs: Vec<sonde_report::compare::Run> = runs
+            .iter()
+            .cloned()
+            .map(|mut r| {
+                r.labels
+                    .retain(|k, _| !matches!(k.as_str(), "plan" | "plan_run" | "plan_case"));
+                if r.labels.len() > 1 {
+                    r.labels.remove(CASE_LABEL);
+                }
+                r
+            })
+            .collect();
         let page = sonde_report::render::html(&sonde_report::render::Report {
             title: &title,
             generated_unix_ms: sonde_client::now_unix_ms(),
-            runs: &runs,
+            runs: &report_runs,
             comparison: None,
         });
         std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;

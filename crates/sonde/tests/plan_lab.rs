@@ -90,12 +90,12 @@ fn cell(table: &Value, case: &str, figure: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {figure} for {case}: {table:#}"))
 }
 
-/// The mean RTT cell of the report's case table row whose case ends with `target=NAME`, as a
-/// number (both rows are in the table's one unit).
+/// The mean RTT cell of the report's case table row of case `target=NAME` (the report names a
+/// plan's cases by their axis values), as a number (both rows are in the table's one unit).
 fn report_mean(html: &str, name: &str) -> f64 {
     let row = html
         .lines()
-        .find(|l| l.starts_with("<tr data-case=") && l.contains(&format!("target={name}\"")))
+        .find(|l| l.starts_with(&format!("<tr data-case=\"target={name}\">")))
         .unwrap_or_else(|| panic!("no row for target={name} in the report"));
     // case, labels, runs, then the figures: the mean first.
     let mean = row.split("<td").nth(4).expect("a mean cell");

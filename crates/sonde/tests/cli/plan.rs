@@ -221,7 +221,11 @@ interval = 0.1
         .iter()
         .any(|l| l.key == "case" && l.value == "target=closed"));
     let html = std::fs::read_to_string(dir.path().join("two.html")).expect("the report");
-    assert!(html.contains("target=up"), "the report shows the case");
+    // The report names the case by its axis values alone.
+    assert!(
+        html.contains("<tr data-case=\"target=up\">"),
+        "the report shows the case"
+    );
 }
 
 #[test]
