@@ -403,6 +403,13 @@ fn run_plan(opt: &RunOpt) -> anyhow::Result<()> {
             case.repeat,
             duration_text(eta)
         );
+        // On a terminal the test's own progress bar says where the plan is, too.
+        crate::output::set_progress_prefix(&format!(
+            "[{}/{}, about {} left] ",
+            k + 1,
+            slots.len(),
+            duration_text(eta)
+        ));
         let labels = case_labels(&plan, case, group);
         let mut saver = Saver::plan_case(db.clone(), group, labels.clone());
         let result = spec::run_once(&case.spec, &mut saver);
