@@ -1,5 +1,6 @@
 //! `sonde results`: the saved runs, listed, shown again, exported and removed.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -177,8 +178,15 @@ fn open(db: &DbOpt) -> anyhow::Result<Option<Store>> {
 }
 
 fn list(opt: &Opt) -> anyhow::Result<()> {
+    let mut failures = Vec::new();
     let runs = match open(&opt.db)? {
-        Some(store) => store.runs(&opt.filter.filter())?,
+        Some(store) => {
+            // A plan run's cases that ran no test are part of what the group holds.
+            if let Some(g) = opt.filter.group {
+                failures = store.failures(GroupId(g))?;
+            }
+            store.runs(&opt.filter.filter())?
+        }
         None => Vec::new(),
     };
     let text = if opt.output.json {
@@ -189,7 +197,22 @@ fn list(opt: &Opt) -> anyhow::Result<()> {
     } else if opt.output.csv {
         list_csv(&runs)
     } else {
-        list_table(&runs)
+        let mut t = list_table(&runs);
+        if !failures.is_empty() {
+            t.push_str("\nfailed (ran no test):\n");
+            for f in &failures {
+                let _ = writeln!(
+                    t,
+                    "  {}  {}  {}: {} (exit code {})",
+                    utc(f.time_unix_ms),
+                    f.test,
+                    labels_text(&f.labels, " "),
+                    f.reason,
+                    f.exit_code
+                );
+            }
+        }
+        t
     };
     print(&text)
 }

@@ -220,6 +220,28 @@ interval = 0.1
         .labels
         .iter()
         .any(|l| l.key == "case" && l.value == "target=closed"));
+    // `sonde results --group` lists the plan run's runs with their labels, and its failure.
+    let (code, listed, stderr) = run_in(
+        dir.path(),
+        &[
+            "results",
+            "--group",
+            &group.0.to_string(),
+            "--db",
+            path_str(&db),
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(listed.contains("plan_case=2 plan_run="), "{listed}");
+    let failed = listed
+        .split_once("failed (ran no test):\n")
+        .map(|(_, f)| f)
+        .unwrap_or_else(|| panic!("no failures listed:\n{listed}"));
+    assert_eq!(failed.lines().count(), 1, "{listed}");
+    assert!(
+        failed.contains("target=closed") && failed.contains("(exit code 3)"),
+        "{listed}"
+    );
     let html = std::fs::read_to_string(dir.path().join("two.html")).expect("the report");
     // The report names the case by its axis values alone.
     assert!(
