@@ -174,14 +174,15 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         })?;
         threads.push(serving);
         println!("metrics served on http://{local}/metrics");
-        if let Some(cfg) = mesh {
+        if let Some(mut cfg) = mesh {
+            cfg.own_port = agent.local_addr().port();
             println!(
                 "mesh: this agent is {:?}; probing its peers {} times a second over {}",
                 cfg.name,
                 cfg.rate,
                 cfg.protocols
                     .iter()
-                    .map(|p| format!("{p:?}").to_lowercase())
+                    .map(|&p| crate::mesh::metrics::Proto::from(p).name())
                     .collect::<Vec<_>>()
                     .join(" and ")
             );

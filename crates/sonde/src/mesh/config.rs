@@ -31,6 +31,9 @@ pub(crate) struct MeshConfig {
     pub(crate) throughput: Option<ThroughputCheck>,
     pub(crate) pps: Option<PpsCheck>,
     pub(crate) max_link_share: f64,
+    /// The port this agent serves on (set by `sonde server`): a peer at this port on one of
+    /// this host's addresses is this agent.
+    pub(crate) own_port: u16,
 }
 
 #[derive(Debug, Clone)]
@@ -303,6 +306,7 @@ impl MeshConfig {
             throughput,
             pps,
             max_link_share,
+            own_port: DEFAULT_PORT,
         };
         anyhow::ensure!(
             !config.hosts.is_empty() || config.file.is_some() || config.dns.is_some(),

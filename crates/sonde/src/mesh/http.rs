@@ -19,7 +19,19 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_CONNECTIONS: usize = 8;
 
 /// The content type of `prometheus-client`'s text encoder.
-const METRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const OPENMETRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Prometheus' own text format, for clients that do not ask for OpenMetrics.
+const PROMETHEUS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Whether the request's `Accept` header asks for OpenMetrics (Prometheus' scrapes do).
+pub(crate) fn wants_openmetrics(head: &[u8]) -> bool {
+    String::from_utf8_lossy(head).lines().skip(1).any(|l| {
+        l.split_once(':').is_some_and(|(name, value)| {
+            name.trim().eq_ignore_ascii_case("accept")
+                && value.contains("application/openmetrics-text")
+        })
+    })
+}
 
 /// What a request gets, by method and path.
 #[derive(Debug, PartialEq, Eq)]
@@ -132,7 +144,13 @@ fn answer(mut stream: TcpStream, body: &dyn Fn() -> String) -> std::io::Result<(
     }
     let head_only = head.starts_with(b"HEAD ");
     match route(&head) {
-        Route::Metrics => respond(&mut stream, "200 OK", METRICS_TYPE, &body(), head_only),
+        Route::Metrics if wants_openmetrics(&head) => {
+            respond(&mut stream, "200 OK", OPENMETRICS_TYPE, &body(), head_only)
+        }
+        Route::Metrics => {
+            let text = super::metrics::to_prometheus_text(&body());
+            respond(&mut stream, "200 OK", PROMETHEUS_TYPE, &text, head_only)
+        }
         Route::Health => respond(&mut stream, "200 OK", "text/plain", "ok\n", head_only),
         Route::NotFound => respond(
             &mut stream,
@@ -220,8 +238,17 @@ mod tests {
         .unwrap();
         let m = get(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(
-            m.starts_with("HTTP/1.1 200 OK\r\n") && m.ends_with("\r\n\r\nx 1\n# EOF\n"),
+            m.starts_with("HTTP/1.1 200 OK\r\n") && m.ends_with("\r\n\r\nx 1\n"),
             "{m}"
+        );
+        assert!(m.contains("text/plain; version=0.0.4"), "{m}");
+        let om = get(
+            addr,
+            b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;q=0.5\r\n\r\n",
+        );
+        assert!(
+            om.ends_with("\r\n\r\nx 1\n# EOF\n") && om.contains("openmetrics-text"),
+            "{om}"
         );
         assert!(get(addr, b"GET /healthz HTTP/1.1\r\n\r\n").ends_with("\r\n\r\nok\n"));
         assert!(get(addr, b"GET /debug HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));

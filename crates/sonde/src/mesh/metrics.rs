@@ -24,6 +24,15 @@ pub(crate) enum Proto {
     tcp,
 }
 
+impl Proto {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::udp => "udp",
+            Self::tcp => "tcp",
+        }
+    }
+}
+
 impl From<sonde_wire::Protocol> for Proto {
     fn from(p: sonde_wire::Protocol) -> Self {
         match p {
@@ -104,7 +113,7 @@ pub(crate) struct Metrics {
     pub(crate) sent: Family<PairProto, Counter>,
     pub(crate) lost: Family<PairProto, Counter>,
     pub(crate) up: Family<Pair, Gauge>,
-    pub(crate) throughput_bps: Family<PairDir, FloatGauge>,
+    pub(crate) throughput_bytes: Family<PairDir, FloatGauge>,
     pub(crate) throughput_time: Family<PairDir, FloatGauge>,
     pub(crate) pps: Family<Pair, FloatGauge>,
     pub(crate) pps_time: Family<Pair, FloatGauge>,
@@ -127,7 +136,7 @@ impl Metrics {
             sent: Family::default(),
             lost: Family::default(),
             up: Family::default(),
-            throughput_bps: Family::default(),
+            throughput_bytes: Family::default(),
             throughput_time: Family::default(),
             pps: Family::default(),
             pps_time: Family::default(),
@@ -155,9 +164,9 @@ impl Metrics {
             m.up.clone(),
         );
         registry.register(
-            "sonde_throughput_bits_per_second",
-            "Receiver's figure of the last mesh throughput test",
-            m.throughput_bps.clone(),
+            "sonde_throughput_bytes_per_second",
+            "Receiver's figure of the last mesh throughput test, payload bytes per second",
+            m.throughput_bytes.clone(),
         );
         registry.register(
             "sonde_throughput_timestamp_seconds",
@@ -229,12 +238,12 @@ impl Metrics {
                 target: target.to_owned(),
                 direction,
             };
-            self.throughput_bps.remove(&l);
+            self.throughput_bytes.remove(&l);
             self.throughput_time.remove(&l);
         }
     }
 
-    /// The exposition, with the agent's own figures as of now.
+    /// The exposition in the OpenMetrics text format, with the agent's own figures as of now.
     pub(crate) fn encode(&self, agent: Option<(&Stats, usize)>) -> String {
         let _one = self
             .scrape
@@ -269,6 +278,41 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
+}
+
+/// The OpenMetrics text of [`Metrics::encode`] in Prometheus' text format 0.0.4, for scrapers
+/// that do not ask for OpenMetrics (and `promtool check metrics`): the sample lines are the
+/// same; a counter's `# HELP` and `# TYPE` name its samples' `_total` name, and `# UNIT` and
+/// `# EOF` go.
+pub(crate) fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 64);
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let total = if counters.contains(name) {
+                    "_total"
+                } else {
+                    ""
+                };
+                out.push_str(&format!("{prefix}{name}{total} {tail}"));
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// Brings a counter up to the agent's own count (counters only go up; the agent's do too).
@@ -320,6 +364,17 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} not in\n{text}");
         }
+        let text = to_prometheus_text(&text);
+        assert!(
+            text.contains("# TYPE sonde_served_bytes_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP sonde_probes_sent_total Mesh probes sent.\n"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE sonde_rtt_seconds histogram\n"));
+        assert!(!text.contains("# EOF"));
         // A peer that left: no series of it at all, not zeros.
         m.forget("a", "b");
         let text = m.encode(None);

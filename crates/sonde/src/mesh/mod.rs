@@ -53,9 +53,11 @@ fn log(args: std::fmt::Arguments<'_>) {
     eprintln!("sonde mesh: {args}");
 }
 
-/// Whether `addr` is one of this host's own addresses: only a local address can be bound.
-fn is_own(addr: &SocketAddr) -> bool {
-    addr.ip().is_unspecified() || UdpSocket::bind(SocketAddr::new(addr.ip(), 0)).is_ok()
+/// Whether `addr` is this agent: its port on one of this host's own addresses (only a local
+/// address can be bound). Another agent on this host, on another port, is a peer.
+fn is_own(addr: &SocketAddr, own_port: u16) -> bool {
+    addr.port() == own_port
+        && (addr.ip().is_unspecified() || UdpSocket::bind(SocketAddr::new(addr.ip(), 0)).is_ok())
 }
 
 /// `HOST` or `HOST:PORT` (`[v6]:PORT`) with the default port.
@@ -118,7 +120,7 @@ fn current_peers(cfg: &MeshConfig, last_file: &mut Option<(SystemTime, Vec<Strin
     }
     peers
         .into_iter()
-        .filter(|(addr, _)| !is_own(addr))
+        .filter(|(addr, _)| !is_own(addr, cfg.own_port))
         .map(|(addr, label)| Peer { label, addr })
         .collect()
 }
@@ -270,7 +272,11 @@ fn probe(
             }
             Err(e) => {
                 if was_up != Some(false) {
-                    log(format_args!("{} {:?}: {e}", target.label, protocol));
+                    log(format_args!(
+                        "{} {}: {e}",
+                        target.label,
+                        Proto::from(protocol).name()
+                    ));
                 }
                 false
             }
@@ -352,9 +358,9 @@ fn run_check(
                         },
                     };
                     metrics
-                        .throughput_bps
+                        .throughput_bytes
                         .get_or_create(&labels)
-                        .set(r.receiver.bits_per_second);
+                        .set(r.receiver.bits_per_second / 8.0);
                     metrics
                         .throughput_time
                         .get_or_create(&labels)
