@@ -114,6 +114,13 @@ pub(crate) struct Opt {
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let secret = crate::auth::load(opt.secret_file.as_deref())?;
+    // A mesh file that does not parse is a usage error, found before anything listens.
+    let mesh = opt
+        .mesh
+        .as_deref()
+        .map(crate::mesh::MeshConfig::load)
+        .transpose()
+        .map_err(|e| crate::units::BadValue(format!("{e:#}")))?;
     let config = |ip: IpAddr| {
         let mut c = AgentConfig::new(SocketAddr::new(ip, opt.port));
         c.max_sessions = opt.max_sessions;
@@ -157,12 +164,6 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     }
     let _ = out.flush();
     drop(out);
-    let mesh = opt
-        .mesh
-        .as_deref()
-        .map(crate::mesh::MeshConfig::load)
-        .transpose()
-        .map_err(|e| crate::units::BadValue(format!("{e:#}")))?;
     let agent = agent.spawn();
     let agent = Arc::new(agent);
     let mut threads = Vec::new();

@@ -169,6 +169,32 @@ fn mesh_exposition_passes_promtool() {
     assert!(http_get(a_metrics, "/healthz").starts_with("HTTP/1.1 200"));
 }
 
+#[test]
+fn mesh_usage_errors_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[peers]\nhosts = [\"198.18.0.2\"]\n[latency]\nprotocols = [\"icmp\"]\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        common::sonde_command()
+            .arg("server")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--mesh", bad.to_str().unwrap(), "--metrics", "127.0.0.1:0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("bad.toml") && err.contains("icmp"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing may listen first");
+    // --mesh needs somewhere to export to.
+    let out = run(&["--mesh", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
 /// `promtool query instant` against the lab's Prometheus: the result vector as
 /// `(labels, value)`; `None` while Prometheus cannot answer.
 fn query(prom_ns: &str, promql: &str) -> Option<Vec<(BTreeMap<String, String>, f64)>> {
