@@ -87,8 +87,11 @@ fn mesh_exposition_passes_promtool() {
         std::fs::write(
             &path,
             format!(
-                "name = \"{name}\"\n[peers]\nfile = \"{}\"\nrefresh = \"200ms\"\n\
-                 [latency]\nrate = 20\nsession = \"1s\"\n",
+                "name = \"{name}\"\nmax_link_share = 1\n\
+                 [peers]\nfile = \"{}\"\nrefresh = \"200ms\"\n\
+                 [latency]\nrate = 20\nsession = \"1s\"\n\
+                 [throughput]\nevery = \"3s\"\njitter = \"1s\"\ntime = \"300ms\"\nudp = true\nbitrate = \"10M\"\n\
+                 [pps]\nevery = \"3s\"\njitter = \"1s\"\ntime = \"200ms\"\n",
                 peers.display()
             ),
         )
@@ -119,14 +122,27 @@ fn mesh_exposition_passes_promtool() {
     let text = loop {
         let r = http_get(a_metrics, "/metrics");
         let text = body(&r).to_owned();
-        let probed = ["udp", "tcp"].iter().all(|p| {
+        let nonzero = |prefix: &str, label: &str| {
             text.lines().any(|l| {
-                l.starts_with("sonde_rtt_seconds_count{")
+                l.starts_with(prefix)
                     && l.contains(&format!("target=\"{b_addr}\""))
-                    && l.contains(&format!("protocol=\"{p}\""))
+                    && l.contains(label)
                     && !l.ends_with(" 0")
             })
-        });
+        };
+        // Probes over both protocols, and one scheduled test of each kind.
+        let probed = nonzero("sonde_rtt_seconds_count{", "protocol=\"udp\"")
+            && nonzero("sonde_rtt_seconds_count{", "protocol=\"tcp\"")
+            && nonzero(
+                "sonde_throughput_bytes_per_second{",
+                "direction=\"forward\"",
+            )
+            && nonzero(
+                "sonde_throughput_timestamp_seconds{",
+                "direction=\"forward\"",
+            )
+            && nonzero("sonde_pps_received_per_second{", "")
+            && nonzero("sonde_pps_timestamp_seconds{", "");
         if probed {
             break text;
         }
@@ -140,10 +156,38 @@ fn mesh_exposition_passes_promtool() {
         !text.contains(&format!("target=\"{a_addr}\"")),
         "a probes itself:\n{text}"
     );
-    // b's probes of a are sessions a served.
+    // b's probes and tests of a are sessions a served, with their bytes.
+    for kind in ["latency", "throughput", "pps"] {
+        assert!(
+            text.lines().any(|l| l
+                .starts_with(&format!("sonde_sessions_total{{kind=\"{kind}\"}}"))
+                && !l.ends_with(" 0")),
+            "{kind}:\n{text}"
+        );
+    }
     assert!(text
         .lines()
-        .any(|l| l.starts_with("sonde_sessions_total{kind=\"latency\"}") && !l.ends_with(" 0")));
+        .any(|l| l.starts_with("sonde_served_bytes_total ") && !l.ends_with(" 0")));
+    // A client without the secret is refused, and counted by its reason.
+    let out = common::sonde_command()
+        .env("SONDE_SECRET", "not the secret")
+        .args([
+            "latency",
+            &a_addr.to_string(),
+            "-t",
+            "0.2",
+            "--warmup",
+            "0",
+            "--no-save",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let text = body(&http_get(a_metrics, "/metrics")).to_owned();
+    assert!(
+        text.contains("sonde_refusals_total{reason=\"unauthenticated\"} 1\n"),
+        "{text}"
+    );
     let mut promtool = Command::new(tool("promtool"));
     promtool
         .args(["check", "metrics"])

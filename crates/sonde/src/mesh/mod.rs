@@ -43,14 +43,21 @@ pub(crate) fn spawn(
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<JoinHandle<()>> {
+    QUIET.store(cfg.quiet, Ordering::Relaxed);
     Ok(thread::Builder::new()
         .name("sonde-mesh".into())
         .spawn(move || supervise(&cfg, secret.as_ref(), &metrics, &stop))?)
 }
 
-/// One line per event on stderr, as the agent logs sessions.
+/// `sonde server --quiet`: no mesh lines either.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// One line per event on stderr (a peer joining or leaving, a failure), as the agent logs
+/// sessions.
 fn log(args: std::fmt::Arguments<'_>) {
-    eprintln!("sonde mesh: {args}");
+    if !QUIET.load(Ordering::Relaxed) {
+        eprintln!("sonde mesh: {args}");
+    }
 }
 
 /// Whether `addr` is this agent: its port on one of this host's own addresses (only a local
