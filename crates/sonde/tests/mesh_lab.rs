@@ -215,6 +215,21 @@ fn mesh_exposition_passes_promtool() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // b leaves the list: a stops probing it and drops every series of it (they go stale in
+    // Prometheus; nothing reads 0).
+    std::fs::write(&peers, format!("{a_addr}\n")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = body(&http_get(a_metrics, "/metrics")).to_owned();
+        if !text.contains(&format!("target=\"{b_addr}\"")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "b's series still served after it left the list:\n{text}"
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
     // The endpoint serves nothing else.
     assert!(http_get(a_metrics, "/").starts_with("HTTP/1.1 404"));
     assert!(http_get(a_metrics, "/healthz").starts_with("HTTP/1.1 200"));

@@ -395,3 +395,84 @@ fn run_check(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str, own_port: u16) -> MeshConfig {
+        let mut c = MeshConfig::parse(text).unwrap();
+        c.own_port = own_port;
+        c
+    }
+
+    fn labels(peers: &[Peer]) -> Vec<&str> {
+        peers.iter().map(|p| p.label.as_str()).collect()
+    }
+
+    #[test]
+    fn peers_from_every_source_without_this_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("peers.txt");
+        std::fs::write(
+            &file,
+            "# comment\n127.0.0.1:7002\n\n127.0.0.1:7003 # third\n",
+        )
+        .unwrap();
+        let c = config(
+            &format!(
+                "name = \"me\"\n[peers]\nhosts = [\"127.0.0.1:7001\", \"127.0.0.1:7000\", \"me:7005\", \"127.0.0.1:7002\"]\n\
+                 file = \"{}\"\ndns = \"localhost\"\ndns_port = 7004\n",
+                file.display()
+            ),
+            7000,
+        );
+        let mut state = None;
+        let peers = current_peers(&c, &mut state);
+        let found = labels(&peers);
+        // Itself (its port on a local address, or its name) left out; duplicates once.
+        assert!(
+            !found
+                .iter()
+                .any(|l| l.ends_with(":7000") || l.starts_with("me")),
+            "{found:?}"
+        );
+        for want in ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"] {
+            assert_eq!(
+                found.iter().filter(|l| **l == want).count(),
+                1,
+                "{want}: {found:?}"
+            );
+        }
+        // DNS peers by address, on dns_port.
+        assert!(
+            peers
+                .iter()
+                .any(|p| p.addr == "127.0.0.1:7004".parse().unwrap() && p.label == "127.0.0.1"),
+            "{peers:?}"
+        );
+        // The file changes: re-read.
+        std::fs::write(&file, "127.0.0.1:7009\n").unwrap();
+        let later = std::time::SystemTime::now() + Duration::from_secs(5);
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        let found: Vec<String> = current_peers(&c, &mut state)
+            .into_iter()
+            .map(|p| p.label)
+            .collect();
+        assert!(found.contains(&"127.0.0.1:7009".to_owned()), "{found:?}");
+        assert!(!found.contains(&"127.0.0.1:7003".to_owned()), "{found:?}");
+    }
+
+    #[test]
+    fn another_agent_on_this_host_is_a_peer() {
+        assert!(is_own(&"127.0.0.1:5300".parse().unwrap(), 5300));
+        assert!(!is_own(&"127.0.0.1:5301".parse().unwrap(), 5300));
+        // 198.18.0.0/15 is on no interface of a test host.
+        assert!(!is_own(&"198.18.0.9:5300".parse().unwrap(), 5300));
+    }
+}
