@@ -177,7 +177,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         println!("metrics served on http://{local}/metrics");
         if let Some(mut cfg) = mesh {
             cfg.own_port = agent.local_addr().port();
-            cfg.quiet = opt.quiet;
+            cfg.max_sessions = opt.max_sessions;
             println!(
                 "mesh: this agent is {:?}; probing its peers {} times a second over {}",
                 cfg.name,

@@ -34,8 +34,8 @@ pub(crate) struct MeshConfig {
     /// The port this agent serves on (set by `sonde server`): a peer at this port on one of
     /// this host's addresses is this agent.
     pub(crate) own_port: u16,
-    /// No log lines (`sonde server --quiet`).
-    pub(crate) quiet: bool,
+    /// This agent's `--max-sessions`: its peers' probes hold sessions here all the time.
+    pub(crate) max_sessions: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -309,7 +309,7 @@ impl MeshConfig {
             pps,
             max_link_share,
             own_port: DEFAULT_PORT,
-            quiet: false,
+            max_sessions: u32::MAX,
         };
         anyhow::ensure!(
             !config.hosts.is_empty() || config.file.is_some() || config.dns.is_some(),

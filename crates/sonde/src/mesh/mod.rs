@@ -43,21 +43,15 @@ pub(crate) fn spawn(
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<JoinHandle<()>> {
-    QUIET.store(cfg.quiet, Ordering::Relaxed);
     Ok(thread::Builder::new()
         .name("sonde-mesh".into())
         .spawn(move || supervise(&cfg, secret.as_ref(), &metrics, &stop))?)
 }
 
-/// `sonde server --quiet`: no mesh lines either.
-static QUIET: AtomicBool = AtomicBool::new(false);
-
-/// One line per event on stderr (a peer joining or leaving, a failure), as the agent logs
-/// sessions.
+/// One line per event on stderr: a peer joining or leaving, a peer going down (once, not at
+/// every retry), a scheduled test failing. Few, so `--quiet` (no line per session) keeps them.
 fn log(args: std::fmt::Arguments<'_>) {
-    if !QUIET.load(Ordering::Relaxed) {
-        eprintln!("sonde mesh: {args}");
-    }
+    eprintln!("sonde mesh: {args}");
 }
 
 /// Whether `addr` is this agent: its port on one of this host's own addresses (only a local
@@ -154,6 +148,7 @@ fn supervise(cfg: &MeshConfig, secret: Option<&Secret>, metrics: &Arc<Metrics>, 
     let origin = Instant::now();
     let now_ns = || u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let mut next_refresh = Instant::now();
+    let mut warned_sessions = false;
     while !stop.load(Ordering::Relaxed) {
         if Instant::now() >= next_refresh {
             next_refresh = Instant::now() + cfg.refresh;
@@ -208,6 +203,19 @@ fn supervise(cfg: &MeshConfig, secret: Option<&Secret>, metrics: &Arc<Metrics>, 
                         stop: flag,
                         threads,
                     },
+                );
+            }
+            // Every peer probes this agent too, one session per protocol at all times, and
+            // runs its scheduled tests here: past --max-sessions they would be refused as busy.
+            let needed = peers.len() * cfg.protocols.len() + 2;
+            if needed > usize::try_from(cfg.max_sessions).unwrap_or(usize::MAX) && !warned_sessions
+            {
+                warned_sessions = true;
+                eprintln!(
+                    "sonde mesh: warning: {} peers probing this agent need about {needed} sessions at once, \
+                     more than --max-sessions {}: raise it",
+                    peers.len(),
+                    cfg.max_sessions
                 );
             }
             scheduler.set_peers(peers.iter().cloned(), now_ns());
