@@ -128,6 +128,8 @@ fn current_peers(cfg: &MeshConfig, last_file: &mut Option<(SystemTime, Vec<Strin
 
 struct Prober {
     stop: Arc<AtomicBool>,
+    /// Whether the last probe session to the peer failed: its scheduled tests are skipped.
+    down: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -175,15 +177,17 @@ fn supervise(cfg: &MeshConfig, secret: Option<&Secret>, metrics: &Arc<Metrics>, 
                 }
                 log(format_args!("peer {} ({}) joined", peer.label, peer.addr));
                 let flag = Arc::new(AtomicBool::new(false));
+                let down = Arc::new(AtomicBool::new(false));
                 let threads = cfg
                     .protocols
                     .iter()
                     .filter_map(|&protocol| {
-                        let (cfg, peer, metrics, flag) = (
+                        let (cfg, peer, metrics, flag, down) = (
                             cfg.clone(),
                             peer.clone(),
                             Arc::clone(metrics),
                             Arc::clone(&flag),
+                            Arc::clone(&down),
                         );
                         let target = Target {
                             addr: peer.addr,
@@ -193,7 +197,7 @@ fn supervise(cfg: &MeshConfig, secret: Option<&Secret>, metrics: &Arc<Metrics>, 
                         .with_secret(secret.cloned());
                         thread::Builder::new()
                             .name("sonde-probe".into())
-                            .spawn(move || probe(&cfg, &target, protocol, &metrics, &flag))
+                            .spawn(move || probe(&cfg, &target, protocol, &metrics, &flag, &down))
                             .ok()
                     })
                     .collect();
@@ -201,6 +205,7 @@ fn supervise(cfg: &MeshConfig, secret: Option<&Secret>, metrics: &Arc<Metrics>, 
                     peer.clone(),
                     Prober {
                         stop: flag,
+                        down,
                         threads,
                     },
                 );
@@ -221,7 +226,11 @@ fn supervise(cfg: &MeshConfig, secret: Option<&Secret>, metrics: &Arc<Metrics>, 
             scheduler.set_peers(peers.iter().cloned(), now_ns());
         }
         while let Some(start) = scheduler.poll(now_ns()) {
-            if let Some(p) = probers.get(&start.peer) {
+            // A peer that does not answer probes is not tested: its turn passes.
+            if let Some(p) = probers
+                .get(&start.peer)
+                .filter(|p| !p.down.load(Ordering::Relaxed))
+            {
                 run_check(cfg, secret, metrics, &start.peer, start.check, &p.stop);
             }
             scheduler.finished(&start.peer, now_ns());
@@ -248,6 +257,7 @@ fn probe(
     protocol: Protocol,
     metrics: &Metrics,
     stop: &AtomicBool,
+    down: &AtomicBool,
 ) {
     let labels = PairProto {
         source: cfg.name.clone(),
@@ -300,6 +310,7 @@ fn probe(
             break;
         }
         metrics.up.get_or_create(&pair).set(i64::from(up));
+        down.store(!up, Ordering::Relaxed);
         was_up = Some(up);
         if up {
             backoff = Duration::from_secs(1);
