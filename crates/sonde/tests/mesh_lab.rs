@@ -42,8 +42,15 @@ const METRICS_PORT: u16 = 9300;
 const SHAPED_QUEUE: &str = "50ms";
 
 /// A `sonde server --mesh` child, printing the agent's and the metrics' lines.
-fn mesh_agent(netns: Option<&str>, args: &[&str]) -> (Daemon, SocketAddr, SocketAddr) {
+fn mesh_agent(
+    netns: Option<&str>,
+    name: Option<&str>,
+    args: &[&str],
+) -> (Daemon, SocketAddr, SocketAddr) {
     let mut cmd = command_in(netns, sonde_bin());
+    if let Some(name) = name {
+        cmd.env("SONDE_MESH_NAME", name);
+    }
     cmd.env("SONDE_DB", test_db())
         .env("SONDE_SECRET", "mesh lab secret")
         .arg("server")
@@ -101,6 +108,7 @@ fn mesh_exposition_passes_promtool() {
     let (a_mesh, b_mesh) = (mesh("a"), mesh("b"));
     let start = |file: &std::path::Path| {
         mesh_agent(
+            None,
             None,
             &[
                 "--bind",
@@ -419,14 +427,16 @@ fn mesh_lab_four_agents_in_prometheus() {
         std::fs::write(
             &file,
             format!(
-                "name = \"{addr}\"\n[peers]\nhosts = [{peers}]\nrefresh = \"1s\"\n\
+                "name = \"set by SONDE_MESH_NAME\"\n[peers]\nhosts = [{peers}]\nrefresh = \"1s\"\n\
                  [latency]\nrate = 10\nsession = \"1s\"\n"
             ),
         )
         .unwrap();
         let metrics = format!("{addr}:{METRICS_PORT}");
+        // The environment names each agent, as Kubernetes' downward API would.
         let (d, _, _) = mesh_agent(
             Some(ns.name(i + 1)),
+            Some(addr),
             &[
                 "--bind",
                 addr,

@@ -12,6 +12,11 @@ use sonde_wire::Protocol;
 /// Default port of DNS peers (and of listed peers without one).
 pub(crate) const DEFAULT_PORT: u16 = crate::cli::DEFAULT_PORT;
 
+/// Names this agent (its `source` label) over the mesh file's `name`: one file serves every
+/// agent, and in Kubernetes the downward API sets it per pod (`status.podIP`, so that `source`
+/// and the `target` of DNS peers, which are addresses, name a node alike).
+pub(crate) const NAME_ENV: &str = "SONDE_MESH_NAME";
+
 /// The mesh file, as typed settings.
 #[derive(Debug, Clone)]
 pub(crate) struct MeshConfig {
@@ -198,11 +203,20 @@ fn host_name() -> String {
 }
 
 impl MeshConfig {
-    /// Reads and checks the mesh file at `path`.
+    /// Reads and checks the mesh file at `path`. [`NAME_ENV`], when set, names this agent
+    /// instead of the file's `name`.
     pub(crate) fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the mesh file {}", path.display()))?;
-        Self::parse(&text).with_context(|| format!("mesh file {}", path.display()))
+        let mut config =
+            Self::parse(&text).with_context(|| format!("mesh file {}", path.display()))?;
+        if let Some(name) = std::env::var(NAME_ENV)
+            .ok()
+            .filter(|n| !n.trim().is_empty())
+        {
+            config.name = name.trim().to_owned();
+        }
+        Ok(config)
     }
 
     pub(crate) fn parse(text: &str) -> anyhow::Result<Self> {
