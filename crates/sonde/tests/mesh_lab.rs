@@ -167,6 +167,14 @@ fn mesh_exposition_passes_promtool() {
     assert!(text.contains(&format!(
         "sonde_peer_up{{source=\"a\",target=\"{b_addr}\"}} 1"
     )));
+    for way in ["outbound", "return"] {
+        assert!(
+            text.contains(&format!(
+                "sonde_probes_lost_one_way_total{{source=\"a\",target=\"{b_addr}\",protocol=\"udp\",direction=\"{way}\"}} "
+            )),
+            "{way}:\n{text}"
+        );
+    }
     assert!(
         !text.contains(&format!("target=\"{a_addr}\"")),
         "a probes itself:\n{text}"

@@ -69,6 +69,20 @@ pub(crate) struct PairDir {
     pub(crate) direction: Dir,
 }
 
+/// Which way a lost probe was lost (`return` is a Rust keyword, so the label values are
+/// strings).
+pub(crate) const OUTBOUND: &str = "outbound";
+pub(crate) const RETURN: &str = "return";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PairProtoWay {
+    pub(crate) source: String,
+    pub(crate) target: String,
+    pub(crate) protocol: Proto,
+    /// [`OUTBOUND`] or [`RETURN`].
+    pub(crate) direction: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: &'static str,
@@ -112,6 +126,7 @@ pub(crate) struct Metrics {
     pub(crate) rtt: Family<PairProto, Histogram, fn() -> Histogram>,
     pub(crate) sent: Family<PairProto, Counter>,
     pub(crate) lost: Family<PairProto, Counter>,
+    pub(crate) lost_one_way: Family<PairProtoWay, Counter>,
     pub(crate) up: Family<Pair, Gauge>,
     pub(crate) throughput_bytes: Family<PairDir, FloatGauge>,
     pub(crate) throughput_time: Family<PairDir, FloatGauge>,
@@ -135,6 +150,7 @@ impl Metrics {
             rtt,
             sent: Family::default(),
             lost: Family::default(),
+            lost_one_way: Family::default(),
             up: Family::default(),
             throughput_bytes: Family::default(),
             throughput_time: Family::default(),
@@ -157,6 +173,11 @@ impl Metrics {
             "sonde_probes_lost",
             "Mesh probes whose reply never came",
             m.lost.clone(),
+        );
+        registry.register(
+            "sonde_probes_lost_one_way",
+            "Of the lost UDP probes, those lost on the way out (outbound) or back (return)",
+            m.lost_one_way.clone(),
         );
         registry.register(
             "sonde_peer_up",
@@ -231,6 +252,14 @@ impl Metrics {
             self.rtt.remove(&l);
             self.sent.remove(&l);
             self.lost.remove(&l);
+            for direction in [OUTBOUND, RETURN] {
+                self.lost_one_way.remove(&PairProtoWay {
+                    source: source.to_owned(),
+                    target: target.to_owned(),
+                    protocol,
+                    direction,
+                });
+            }
         }
         for direction in [Dir::forward, Dir::reverse] {
             let l = PairDir {
@@ -345,6 +374,14 @@ mod tests {
             target: "b".into(),
         })
         .set(1);
+        m.lost_one_way
+            .get_or_create(&PairProtoWay {
+                source: "a".into(),
+                target: "b".into(),
+                protocol: Proto::udp,
+                direction: RETURN,
+            })
+            .inc_by(2);
         let stats = Stats::default();
         stats
             .served_bytes
@@ -357,6 +394,7 @@ mod tests {
             "sonde_rtt_seconds_bucket{le=\"5.24288\",source=\"a\",target=\"b\",protocol=\"udp\"} 1",
             "sonde_probes_sent_total{source=\"a\",target=\"b\",protocol=\"udp\"} 5",
             "sonde_peer_up{source=\"a\",target=\"b\"} 1",
+            "sonde_probes_lost_one_way_total{source=\"a\",target=\"b\",protocol=\"udp\",direction=\"return\"} 2",
             "sonde_sessions_active 2",
             "sonde_sessions_total{kind=\"pps\"} 0",
             "sonde_refusals_total{reason=\"unauthenticated\"} 0",

@@ -24,7 +24,7 @@ use sonde_wire::auth::Secret;
 use sonde_wire::Protocol;
 
 pub(crate) use config::MeshConfig;
-use metrics::{Dir, Metrics, Pair, PairDir, PairProto, Proto};
+use metrics::{Dir, Metrics, Pair, PairDir, PairProto, PairProtoWay, Proto};
 
 /// A peer: its label (as listed, or the address for DNS peers) and where it answers.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -284,6 +284,21 @@ fn probe(
                 let r = &m.result;
                 metrics.sent.get_or_create(&labels).inc_by(r.sent);
                 metrics.lost.get_or_create(&labels).inc_by(r.lost);
+                // UDP: the agent's count tells which way each lost probe was lost.
+                for (direction, n) in [
+                    (metrics::OUTBOUND, r.lost_outbound),
+                    (metrics::RETURN, r.lost_return),
+                ] {
+                    if let Some(n) = n {
+                        let l = PairProtoWay {
+                            source: labels.source.clone(),
+                            target: labels.target.clone(),
+                            protocol: labels.protocol,
+                            direction,
+                        };
+                        metrics.lost_one_way.get_or_create(&l).inc_by(n);
+                    }
+                }
                 let h = metrics.rtt.get_or_create(&labels);
                 for (rtt_ns, count) in recorded(&m.rtt_histogram) {
                     #[expect(clippy::cast_precision_loss, reason = "RTTs are far below 2^52 ns")]
