@@ -166,6 +166,7 @@ fn turn_away(shared: &Shared, door: Door, full: Full, mut stream: &TcpStream) {
                     ),
                 ),
             };
+            shared.stats.refused(reason);
             let mut frame = Vec::new();
             if sonde_wire::encode_frame(&ControlMsg::Refused { reason, message }, &mut frame)
                 .is_ok()

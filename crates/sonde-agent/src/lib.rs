@@ -167,6 +167,64 @@ pub struct Rejections {
     pub bad_crr: AtomicU64,
 }
 
+/// What the agent has served since it started, for its metrics (`sonde server --metrics`).
+/// Counters only go up; read them with `Ordering::Relaxed`.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// sonde sessions admitted, by kind (`sonde_wire::TestKind` order: latency, throughput,
+    /// pps, crr); see [`Stats::sessions_of`].
+    pub sessions: [AtomicU64; 4],
+    /// sonde sessions (and connections turned away before they were one) refused, by
+    /// [`sonde_wire::Refusal`]; see [`Stats::refusals_of`].
+    pub refusals: [AtomicU64; 8],
+    /// Test data bytes the agent's sonde sessions sent and received (payload, both directions).
+    pub served_bytes: AtomicU64,
+}
+
+impl Stats {
+    /// Sessions admitted of `kind`.
+    pub fn sessions_of(&self, kind: sonde_wire::TestKind) -> u64 {
+        self.sessions[kind_index(kind)].load(Ordering::Relaxed)
+    }
+
+    /// Sessions refused for `reason`.
+    pub fn refusals_of(&self, reason: sonde_wire::Refusal) -> u64 {
+        self.refusals[refusal_index(reason)].load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn admitted(&self, kind: sonde_wire::TestKind) {
+        self.sessions[kind_index(kind)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn refused(&self, reason: sonde_wire::Refusal) {
+        self.refusals[refusal_index(reason)].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn kind_index(kind: sonde_wire::TestKind) -> usize {
+    use sonde_wire::TestKind as K;
+    match kind {
+        K::Latency => 0,
+        K::Throughput => 1,
+        K::Pps => 2,
+        K::Crr => 3,
+    }
+}
+
+fn refusal_index(reason: sonde_wire::Refusal) -> usize {
+    use sonde_wire::Refusal as R;
+    match reason {
+        R::Version => 0,
+        R::Busy => 1,
+        R::Limits => 2,
+        R::BadRequest => 3,
+        R::ShuttingDown => 4,
+        R::Unauthenticated => 5,
+        R::SourceBusy => 6,
+        _ => 7,
+    }
+}
+
 /// A data channel handed to its session.
 #[derive(Debug)]
 pub(crate) enum DataChannel {
@@ -205,6 +263,7 @@ pub(crate) struct Shared {
     pub(crate) sockperf_by_source: Mutex<HashMap<IpAddr, u32>>,
     pub(crate) next_session: AtomicU64,
     pub(crate) rejections: Rejections,
+    pub(crate) stats: Stats,
     /// Sessions of the compatibility listeners (iperf3, sockperf) running now; they count
     /// against `max_sessions` together with `slots`.
     pub(crate) compat_sessions: AtomicU32,
@@ -444,6 +503,7 @@ impl Agent {
             sockperf_by_source: Mutex::new(HashMap::new()),
             next_session: AtomicU64::new(1),
             rejections: Rejections::default(),
+            stats: Stats::default(),
             compat_sessions: AtomicU32::new(0),
             iperf3_local,
             sockperf_local,
@@ -557,6 +617,11 @@ impl AgentHandle {
     /// What the agent has turned away so far.
     pub fn rejections(&self) -> &Rejections {
         &self.shared.rejections
+    }
+
+    /// What the agent has served so far.
+    pub fn stats(&self) -> &Stats {
+        &self.shared.stats
     }
 
     /// The iperf3 listener's address, when [`AgentConfig::iperf3`] asked for one.

@@ -167,6 +167,7 @@ pub(crate) fn run(
     let _registered = Registered { shared, token };
     // From here on the connection is a session, not a pending stranger.
     pending.take();
+    shared.stats.admitted(spec.kind);
     shared.log(format_args!(
         "sonde agent: session {} from {peer}: {}",
         session.0,
@@ -255,6 +256,7 @@ fn authenticate(
 
 fn refuse(shared: &Shared, ctrl: &mut TcpStream, reason: Refusal, message: &str) {
     shared.rejections.refused.fetch_add(1, Ordering::Relaxed);
+    shared.stats.refused(reason);
     shared.log(format_args!(
         "sonde agent: refused {}: {message}",
         peer_of(ctrl)
@@ -420,6 +422,16 @@ impl<'a> Test<'a> {
                 scope.spawn(move || {
                     let _counted = this.cpu.track();
                     let outcome = this.role(i, channel, &clock, until_ns);
+                    let bytes = match &outcome {
+                        RoleOutcome::Sent(sent, _) => sent.bytes,
+                        RoleOutcome::TcpReceived(received) => received.bytes,
+                        RoleOutcome::UdpReceived(received) => received.bytes,
+                        RoleOutcome::Echoed | RoleOutcome::Failed(_) => 0,
+                    };
+                    this.shared
+                        .stats
+                        .served_bytes
+                        .fetch_add(bytes, Ordering::Relaxed);
                     let _ = tx.send(Event::Done(i, outcome));
                 });
             }

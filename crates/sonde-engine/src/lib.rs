@@ -18,6 +18,8 @@
 //!   can honestly be read as.
 //! * [`crr`]: connection-rate counts and connect/transaction times per worker, merged at the end.
 //! * [`sweep`]: sweep specs (`msg_size=1:64K:*2`) expanded into the values to run.
+//! * [`schedule`]: when a mesh agent runs its short throughput and pps tests to each peer
+//!   (jitter, one test per pair at a time, a cap on each link's share of time under test).
 //!
 //! ```
 //! use sonde_engine::{pace::Schedule, rtt::RttRecorder, seq::SeqTracker};
@@ -49,6 +51,7 @@ pub mod offset;
 pub mod oneway;
 pub mod pace;
 pub mod rtt;
+pub mod schedule;
 pub mod seq;
 pub mod sweep;
 

@@ -11,6 +11,7 @@ mod interrupt;
 mod latency;
 mod load;
 mod man;
+mod mesh;
 mod output;
 mod plan;
 mod pps;

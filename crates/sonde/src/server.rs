@@ -22,10 +22,19 @@ use crate::cli::DEFAULT_PORT;
 #[command(after_long_help = concat!("Open TCP and UDP on the port in the host firewall. Ctrl-C or \
 SIGTERM stops the agent cleanly (running sessions are told it is shutting down).
 
+Mesh mode (--mesh): the file format and every metric are in the README (\"Mesh mode\"); p99 RTT \
+from every node to every node in PromQL: histogram_quantile(0.99, sum by (source, target, le) \
+(rate(sonde_rtt_seconds_bucket[5m]))). A peer that leaves the list has its series removed (they \
+go stale, never a zero RTT); one that stops answering reads sonde_peer_up 0.
+
 Examples:
   sonde server                      all addresses, port 5300
   sonde server --bind 198.18.0.2 -p 6000 --max-sessions 4
   sonde server --iperf3 --sockperf  also serve iperf3 (5201) and sockperf (11111) clients
+  sonde server --metrics 0.0.0.0:9300
+                                    the agent's own metrics for Prometheus
+  sonde server --mesh /etc/sonde/mesh.toml --metrics 0.0.0.0:9300 --secret-file /etc/sonde/secret
+                                    measure the peers in mesh.toml, export to Prometheus
 
 ", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
@@ -89,10 +98,29 @@ pub(crate) struct Opt {
     /// No log line per session on stderr
     #[arg(short, long)]
     quiet: bool,
+    /// Mesh mode: besides serving tests, measure the peers this TOML file lists (static hosts,
+    /// a file re-read when it changes, every address of a DNS name) with low-rate open-loop
+    /// latency probes over UDP and TCP, and, if it asks, short throughput and pps tests now and
+    /// then; the results are Prometheus metrics (--metrics). Peers prove the same shared
+    /// secret as this agent's clients (--secret-file, SONDE_SECRET)
+    #[arg(long, value_name = "FILE", requires = "metrics")]
+    mesh: Option<PathBuf>,
+    /// Serve Prometheus metrics on ADDR:PORT: GET /metrics (the mesh's RTT histograms, probes
+    /// sent and lost, peer reachability, last throughput and pps; the agent's own sessions,
+    /// refusals and bytes served) and GET /healthz, nothing else
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<SocketAddr>,
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let secret = crate::auth::load(opt.secret_file.as_deref())?;
+    // A mesh file that does not parse is a usage error, found before anything listens.
+    let mesh = opt
+        .mesh
+        .as_deref()
+        .map(crate::mesh::MeshConfig::load)
+        .transpose()
+        .map_err(|e| crate::units::BadValue(format!("{e:#}")))?;
     let config = |ip: IpAddr| {
         let mut c = AgentConfig::new(SocketAddr::new(ip, opt.port));
         c.max_sessions = opt.max_sessions;
@@ -136,7 +164,43 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     }
     let _ = out.flush();
     drop(out);
-    agent.run_until(&stop)?;
+    let agent = agent.spawn();
+    let agent = Arc::new(agent);
+    let mut threads = Vec::new();
+    if let Some(addr) = opt.metrics {
+        let metrics = Arc::new(crate::mesh::metrics::Metrics::new());
+        let (m, a) = (Arc::clone(&metrics), Arc::clone(&agent));
+        let (local, serving) = crate::mesh::http::serve(addr, Arc::clone(&stop), move || {
+            m.encode(Some((a.stats(), a.sessions())))
+        })?;
+        threads.push(serving);
+        println!("metrics served on http://{local}/metrics");
+        if let Some(mut cfg) = mesh {
+            cfg.own_port = agent.local_addr().port();
+            cfg.max_sessions = opt.max_sessions;
+            println!(
+                "mesh: this agent is {:?}; probing its peers {} times a second over {}",
+                cfg.name,
+                cfg.rate,
+                cfg.protocols
+                    .iter()
+                    .map(|&p| crate::mesh::metrics::Proto::from(p).name())
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            );
+            threads.push(crate::mesh::spawn(cfg, secret, metrics, Arc::clone(&stop))?);
+        }
+    }
+    let _ = std::io::stdout().flush();
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    if let Ok(agent) = Arc::try_unwrap(agent) {
+        agent.stop();
+    }
     if !opt.quiet {
         eprintln!("sonde agent: stopped");
     }

@@ -1,0 +1,512 @@
+//! Mesh mode (`sonde server --mesh FILE`): the agent measures its peers, continuously, and
+//! exposes the results for Prometheus (`--metrics`). The contract (file format, metric names):
+//! docs/mesh.md.
+//!
+//! Threads, as the agent: one supervisor re-reads the peer list every `refresh`, starts and
+//! stops a prober per peer and protocol, and runs the scheduled throughput and pps tests one at
+//! a time as `sonde_engine::schedule` says; each prober runs open-loop latency sessions of
+//! `session` length back to back, observing every RTT into the histogram as a session ends.
+
+pub(crate) mod config;
+pub(crate) mod http;
+pub(crate) mod metrics;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sonde_client::Target;
+use sonde_engine::schedule::{Check, MeshScheduler, SchedulerConfig};
+use sonde_wire::auth::Secret;
+use sonde_wire::Protocol;
+
+pub(crate) use config::MeshConfig;
+use metrics::{Dir, Metrics, Pair, PairDir, PairProto, PairProtoWay, Proto};
+
+/// A peer: its label (as listed, or the address for DNS peers) and where it answers.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Peer {
+    label: String,
+    addr: SocketAddr,
+}
+
+/// Longest wait before probing a peer that failed again.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Starts the mesh; it runs until `stop`.
+pub(crate) fn spawn(
+    cfg: MeshConfig,
+    secret: Option<Secret>,
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<JoinHandle<()>> {
+    Ok(thread::Builder::new()
+        .name("sonde-mesh".into())
+        .spawn(move || supervise(&cfg, secret.as_ref(), &metrics, &stop))?)
+}
+
+/// One line per event on stderr: a peer joining or leaving, a peer going down (once, not at
+/// every retry), a scheduled test failing. Few, so `--quiet` (no line per session) keeps them.
+fn log(args: std::fmt::Arguments<'_>) {
+    eprintln!("sonde mesh: {args}");
+}
+
+/// Whether `addr` is this agent: its port on one of this host's own addresses (only a local
+/// address can be bound). Another agent on this host, on another port, is a peer.
+fn is_own(addr: &SocketAddr, own_port: u16) -> bool {
+    addr.port() == own_port
+        && (addr.ip().is_unspecified() || UdpSocket::bind(SocketAddr::new(addr.ip(), 0)).is_ok())
+}
+
+/// `HOST` or `HOST:PORT` (`[v6]:PORT`) with the default port.
+fn resolve_one(spec: &str, default_port: u16) -> Option<SocketAddr> {
+    sonde_client::resolve(spec, default_port)
+        .ok()
+        .map(|t| t.addr)
+}
+
+/// The peers of every source, de-duplicated by address, without this agent.
+fn current_peers(cfg: &MeshConfig, last_file: &mut Option<(SystemTime, Vec<String>)>) -> Vec<Peer> {
+    let mut listed: Vec<String> = cfg.hosts.clone();
+    if let Some(path) = &cfg.file {
+        // Re-read only when it changed (or could not be read before).
+        let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        let fresh = match (modified, last_file.as_ref()) {
+            (Some(m), Some((seen, _))) => m != *seen,
+            _ => true,
+        };
+        if fresh {
+            match std::fs::read_to_string(path) {
+                Ok(text) => {
+                    let lines = text
+                        .lines()
+                        .map(|l| l.split('#').next().unwrap_or_default().trim())
+                        .filter(|l| !l.is_empty())
+                        .map(str::to_owned)
+                        .collect();
+                    *last_file = modified.map(|m| (m, lines));
+                }
+                Err(e) => log(format_args!(
+                    "cannot read the peer file {}: {e}",
+                    path.display()
+                )),
+            }
+        }
+        if let Some((_, lines)) = last_file.as_ref() {
+            listed.extend(lines.iter().cloned());
+        }
+    }
+    let mut peers: BTreeMap<SocketAddr, String> = BTreeMap::new();
+    for spec in listed {
+        let host = spec.rsplit_once(':').map_or(spec.as_str(), |(h, _)| h);
+        if host == cfg.name {
+            continue;
+        }
+        if let Some(addr) = resolve_one(&spec, config::DEFAULT_PORT) {
+            peers.entry(addr).or_insert(spec);
+        }
+    }
+    if let Some(name) = &cfg.dns {
+        match (name.as_str(), cfg.dns_port).to_socket_addrs() {
+            Ok(addrs) => {
+                for addr in addrs {
+                    peers.entry(addr).or_insert_with(|| addr.ip().to_string());
+                }
+            }
+            Err(e) => log(format_args!("cannot resolve {name}: {e}")),
+        }
+    }
+    peers
+        .into_iter()
+        .filter(|(addr, _)| !is_own(addr, cfg.own_port))
+        .map(|(addr, label)| Peer { label, addr })
+        .collect()
+}
+
+struct Prober {
+    stop: Arc<AtomicBool>,
+    /// Whether the last probe session to the peer failed: its scheduled tests are skipped.
+    down: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn supervise(cfg: &MeshConfig, secret: Option<&Secret>, metrics: &Arc<Metrics>, stop: &AtomicBool) {
+    let mut probers: BTreeMap<Peer, Prober> = BTreeMap::new();
+    let mut file_state = None;
+    let sched_cfg = SchedulerConfig::new(
+        cfg.throughput.as_ref().map(|t| t.plan),
+        cfg.pps.as_ref().map(|p| p.plan),
+        // Each end of a link schedules its own tests: half the share each keeps the link's
+        // total within it.
+        cfg.max_link_share / 2.0,
+    );
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    let mut scheduler: MeshScheduler<Peer> = MeshScheduler::new(sched_cfg, seed);
+    let origin = Instant::now();
+    let now_ns = || u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let mut next_refresh = Instant::now();
+    let mut warned_sessions = false;
+    while !stop.load(Ordering::Relaxed) {
+        if Instant::now() >= next_refresh {
+            next_refresh = Instant::now() + cfg.refresh;
+            let peers: BTreeSet<Peer> = current_peers(cfg, &mut file_state).into_iter().collect();
+            let gone: Vec<Peer> = probers
+                .keys()
+                .filter(|p| !peers.contains(*p))
+                .cloned()
+                .collect();
+            for peer in gone {
+                if let Some(p) = probers.remove(&peer) {
+                    p.stop.store(true, Ordering::Relaxed);
+                    for t in p.threads {
+                        let _ = t.join();
+                    }
+                }
+                // Only once its probers have ended, so nothing writes the series again.
+                metrics.forget(&cfg.name, &peer.label);
+                log(format_args!("peer {} ({}) left", peer.label, peer.addr));
+            }
+            for peer in &peers {
+                if probers.contains_key(peer) {
+                    continue;
+                }
+                log(format_args!("peer {} ({}) joined", peer.label, peer.addr));
+                let flag = Arc::new(AtomicBool::new(false));
+                let down = Arc::new(AtomicBool::new(false));
+                let threads = cfg
+                    .protocols
+                    .iter()
+                    .filter_map(|&protocol| {
+                        let (cfg, peer, metrics, flag, down) = (
+                            cfg.clone(),
+                            peer.clone(),
+                            Arc::clone(metrics),
+                            Arc::clone(&flag),
+                            Arc::clone(&down),
+                        );
+                        let target = Target {
+                            addr: peer.addr,
+                            label: peer.label.clone(),
+                            secret: None,
+                        }
+                        .with_secret(secret.cloned());
+                        thread::Builder::new()
+                            .name("sonde-probe".into())
+                            .spawn(move || probe(&cfg, &target, protocol, &metrics, &flag, &down))
+                            .ok()
+                    })
+                    .collect();
+                probers.insert(
+                    peer.clone(),
+                    Prober {
+                        stop: flag,
+                        down,
+                        threads,
+                    },
+                );
+            }
+            // Every peer probes this agent too, one session per protocol at all times, and
+            // runs its scheduled tests here: past --max-sessions they would be refused as busy.
+            let needed = peers.len() * cfg.protocols.len() + 2;
+            if needed > usize::try_from(cfg.max_sessions).unwrap_or(usize::MAX) && !warned_sessions
+            {
+                warned_sessions = true;
+                eprintln!(
+                    "sonde mesh: warning: {} peers probing this agent need about {needed} sessions at once, \
+                     more than --max-sessions {}: raise it",
+                    peers.len(),
+                    cfg.max_sessions
+                );
+            }
+            scheduler.set_peers(peers.iter().cloned(), now_ns());
+        }
+        while let Some(start) = scheduler.poll(now_ns()) {
+            // A peer that does not answer probes is not tested: its turn passes.
+            if let Some(p) = probers
+                .get(&start.peer)
+                .filter(|p| !p.down.load(Ordering::Relaxed))
+            {
+                run_check(cfg, secret, metrics, &start.peer, start.check, &p.stop);
+            }
+            scheduler.finished(&start.peer, now_ns());
+        }
+        let until_due = scheduler
+            .next_due_ns()
+            .map_or(Duration::from_millis(200), |due| {
+                Duration::from_nanos(due.saturating_sub(now_ns()))
+            });
+        thread::sleep(until_due.min(Duration::from_millis(200)));
+    }
+    for (_, p) in probers {
+        p.stop.store(true, Ordering::Relaxed);
+        for t in p.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Open-loop latency sessions to one peer over one protocol, back to back, until `stop`.
+fn probe(
+    cfg: &MeshConfig,
+    target: &Target,
+    protocol: Protocol,
+    metrics: &Metrics,
+    stop: &AtomicBool,
+    down: &AtomicBool,
+) {
+    let labels = PairProto {
+        source: cfg.name.clone(),
+        target: target.label.clone(),
+        protocol: Proto::from(protocol),
+    };
+    let pair = Pair {
+        source: cfg.name.clone(),
+        target: target.label.clone(),
+    };
+    let options = sonde_client::LatencyOptions {
+        protocol,
+        msg_size: cfg.msg_size,
+        duration: cfg.session,
+        warmup: Duration::ZERO,
+        rate: Some(cfg.rate),
+        ..sonde_client::LatencyOptions::default()
+    };
+    let mut backoff = Duration::from_secs(1);
+    let mut was_up = None;
+    while !stop.load(Ordering::Relaxed) {
+        let up = match sonde_client::latency_measured(target, &options, stop) {
+            Ok(m) => {
+                let r = &m.result;
+                metrics.sent.get_or_create(&labels).inc_by(r.sent);
+                metrics.lost.get_or_create(&labels).inc_by(r.lost);
+                // UDP: the agent's count tells which way each lost probe was lost.
+                for (direction, n) in [
+                    (metrics::OUTBOUND, r.lost_outbound),
+                    (metrics::RETURN, r.lost_return),
+                ] {
+                    if let Some(n) = n {
+                        let l = PairProtoWay {
+                            source: labels.source.clone(),
+                            target: labels.target.clone(),
+                            protocol: labels.protocol,
+                            direction,
+                        };
+                        metrics.lost_one_way.get_or_create(&l).inc_by(n);
+                    }
+                }
+                let h = metrics.rtt.get_or_create(&labels);
+                for (rtt_ns, count) in recorded(&m.rtt_histogram) {
+                    #[expect(clippy::cast_precision_loss, reason = "RTTs are far below 2^52 ns")]
+                    let secs = rtt_ns as f64 / 1e9;
+                    for _ in 0..count {
+                        h.observe(secs);
+                    }
+                }
+                // A session in which no reply came at all: the peer does not answer.
+                r.samples > 0 || r.sent == 0
+            }
+            Err(e) => {
+                if was_up != Some(false) {
+                    log(format_args!(
+                        "{} {}: {e}",
+                        target.label,
+                        Proto::from(protocol).name()
+                    ));
+                }
+                false
+            }
+        };
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        metrics.up.get_or_create(&pair).set(i64::from(up));
+        down.store(!up, Ordering::Relaxed);
+        was_up = Some(up);
+        if up {
+            backoff = Duration::from_secs(1);
+        } else {
+            sleep_unless(stop, backoff);
+            backoff = (backoff * 2)
+                .min(MAX_BACKOFF)
+                .min(cfg.refresh.max(Duration::from_secs(1)));
+        }
+    }
+}
+
+/// `(value, count)` of every value in a serialized RTT histogram (hdrhistogram V2, deflated),
+/// each value the highest equivalent of its bucket (3 significant digits).
+fn recorded(serialized: &[u8]) -> Vec<(u64, u64)> {
+    let Ok(h) = hdrhistogram::serialization::Deserializer::new()
+        .deserialize::<u64, _>(&mut std::io::Cursor::new(serialized))
+    else {
+        return Vec::new();
+    };
+    h.iter_recorded()
+        .map(|v| {
+            (
+                h.highest_equivalent(v.value_iterated_to()),
+                v.count_at_value(),
+            )
+        })
+        .collect()
+}
+
+fn sleep_unless(stop: &AtomicBool, d: Duration) {
+    let until = Instant::now() + d;
+    while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+        thread::sleep(Duration::from_millis(50).min(until - Instant::now()));
+    }
+}
+
+fn unix_seconds() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// One scheduled throughput or pps test; a failure leaves the last figures as they were.
+fn run_check(
+    cfg: &MeshConfig,
+    secret: Option<&Secret>,
+    metrics: &Metrics,
+    peer: &Peer,
+    check: Check,
+    stop: &AtomicBool,
+) {
+    let target = Target {
+        addr: peer.addr,
+        label: peer.label.clone(),
+        secret: None,
+    }
+    .with_secret(secret.cloned());
+    match check {
+        Check::Throughput => {
+            let Some(t) = &cfg.throughput else { return };
+            match sonde_client::throughput_interruptible(&target, &t.options, stop, &mut |_| {}) {
+                Ok(r) => {
+                    let labels = PairDir {
+                        source: cfg.name.clone(),
+                        target: peer.label.clone(),
+                        direction: if t.options.direction == sonde_wire::Direction::Reverse {
+                            Dir::reverse
+                        } else {
+                            Dir::forward
+                        },
+                    };
+                    metrics
+                        .throughput_bytes
+                        .get_or_create(&labels)
+                        .set(r.receiver.bits_per_second / 8.0);
+                    metrics
+                        .throughput_time
+                        .get_or_create(&labels)
+                        .set(unix_seconds());
+                }
+                Err(e) => log(format_args!(
+                    "throughput test to {} failed: {e}",
+                    peer.label
+                )),
+            }
+        }
+        Check::Pps => {
+            let Some(p) = &cfg.pps else { return };
+            match sonde_client::pps_interruptible(&target, &p.options, stop) {
+                Ok(r) => {
+                    let labels = Pair {
+                        source: cfg.name.clone(),
+                        target: peer.label.clone(),
+                    };
+                    metrics.pps.get_or_create(&labels).set(r.received_pps);
+                    metrics.pps_time.get_or_create(&labels).set(unix_seconds());
+                }
+                Err(e) => log(format_args!("pps test to {} failed: {e}", peer.label)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str, own_port: u16) -> MeshConfig {
+        let mut c = MeshConfig::parse(text).unwrap();
+        c.own_port = own_port;
+        c
+    }
+
+    fn labels(peers: &[Peer]) -> Vec<&str> {
+        peers.iter().map(|p| p.label.as_str()).collect()
+    }
+
+    #[test]
+    fn peers_from_every_source_without_this_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("peers.txt");
+        std::fs::write(
+            &file,
+            "# comment\n127.0.0.1:7002\n\n127.0.0.1:7003 # third\n",
+        )
+        .unwrap();
+        let c = config(
+            &format!(
+                "name = \"me\"\n[peers]\nhosts = [\"127.0.0.1:7001\", \"127.0.0.1:7000\", \"me:7005\", \"127.0.0.1:7002\"]\n\
+                 file = \"{}\"\ndns = \"localhost\"\ndns_port = 7004\n",
+                file.display()
+            ),
+            7000,
+        );
+        let mut state = None;
+        let peers = current_peers(&c, &mut state);
+        let found = labels(&peers);
+        // Itself (its port on a local address, or its name) left out; duplicates once.
+        assert!(
+            !found
+                .iter()
+                .any(|l| l.ends_with(":7000") || l.starts_with("me")),
+            "{found:?}"
+        );
+        for want in ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"] {
+            assert_eq!(
+                found.iter().filter(|l| **l == want).count(),
+                1,
+                "{want}: {found:?}"
+            );
+        }
+        // DNS peers by address, on dns_port.
+        assert!(
+            peers
+                .iter()
+                .any(|p| p.addr == "127.0.0.1:7004".parse().unwrap() && p.label == "127.0.0.1"),
+            "{peers:?}"
+        );
+        // The file changes: re-read.
+        std::fs::write(&file, "127.0.0.1:7009\n").unwrap();
+        let later = std::time::SystemTime::now() + Duration::from_secs(5);
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        let found: Vec<String> = current_peers(&c, &mut state)
+            .into_iter()
+            .map(|p| p.label)
+            .collect();
+        assert!(found.contains(&"127.0.0.1:7009".to_owned()), "{found:?}");
+        assert!(!found.contains(&"127.0.0.1:7003".to_owned()), "{found:?}");
+    }
+
+    #[test]
+    fn another_agent_on_this_host_is_a_peer() {
+        assert!(is_own(&"127.0.0.1:5300".parse().unwrap(), 5300));
+        assert!(!is_own(&"127.0.0.1:5301".parse().unwrap(), 5300));
+        // 198.18.0.0/15 is on no interface of a test host.
+        assert!(!is_own(&"198.18.0.9:5300".parse().unwrap(), 5300));
+    }
+}
