@@ -172,7 +172,8 @@ impl Batch {
                 sock.as_raw_fd(),
                 self.hdrs.as_mut_ptr(),
                 n as libc::c_uint,
-                libc::MSG_WAITFORONE,
+                // glibc declares the flags `c_int`, musl `c_uint`: the static build's target.
+                libc::MSG_WAITFORONE as _,
                 ptr::null_mut(),
             )
         };
