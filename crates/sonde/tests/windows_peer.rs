@@ -85,6 +85,18 @@ fn check_cpu(doc: &Value, windows_side: &str, linux_side: &str) {
             .any(|w| w.contains(&format!("cpu.{windows_side}.voluntary_context_switches"))),
         "no warning about the null switches in\n{doc:#}"
     );
+    // The host-wide counters (latte's columns): counted where Windows has them, null under
+    // wine, whose PDH has none of them; never a 0 standing for "not counted".
+    for key in [
+        "system_interrupts_per_second",
+        "system_context_switches_per_second",
+        "system_syscalls_per_second",
+    ] {
+        assert!(
+            win[key].is_null() || win[key].as_f64().is_some_and(|v| v > 0.0),
+            "cpu.{windows_side}.{key}: {doc:#}"
+        );
+    }
     let linux = &doc["cpu"][linux_side];
     assert!(
         linux["voluntary_context_switches"].as_u64().is_some(),
