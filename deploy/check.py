@@ -50,7 +50,7 @@ MESH_KEYS = {
 METRICS = {
     "sonde_rtt_seconds_bucket", "sonde_rtt_seconds_sum", "sonde_rtt_seconds_count",
     "sonde_probes_sent_total", "sonde_probes_lost_total", "sonde_peer_up",
-    "sonde_throughput_bits_per_second", "sonde_throughput_timestamp_seconds",
+    "sonde_throughput_bytes_per_second", "sonde_throughput_timestamp_seconds",
     "sonde_pps_received_per_second", "sonde_pps_timestamp_seconds",
     "sonde_sessions_active", "sonde_sessions_total", "sonde_refusals_total",
     "sonde_served_bytes_total",
