@@ -339,7 +339,8 @@ enum RoleOutcome {
 }
 
 enum Event {
-    Control(Result<ControlMsg, ControlError>),
+    /// Boxed: a `Report` is the largest control message by far, and events are few.
+    Control(Result<Box<ControlMsg>, ControlError>),
     Done(usize, RoleOutcome),
 }
 
@@ -413,7 +414,7 @@ impl<'a> Test<'a> {
             scope.spawn(move || {
                 let _counted = cpu.track();
                 forward_frames(reader, hard_deadline, reader_stop, |m| {
-                    ctrl_tx.send(Event::Control(m)).is_ok()
+                    ctrl_tx.send(Event::Control(m.map(Box::new))).is_ok()
                 });
             });
             for (i, channel) in self.channels.iter().enumerate() {
@@ -539,7 +540,7 @@ impl<'a> Test<'a> {
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return Err("internal: event loop".into()),
-                Ok(Event::Control(Ok(msg))) => match msg {
+                Ok(Event::Control(Ok(msg))) => match *msg {
                     ControlMsg::SenderDone { streams } => {
                         for s in streams {
                             let Some(i) = usize::try_from(s.stream).ok().filter(|&i| i < n) else {

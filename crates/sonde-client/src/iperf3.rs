@@ -1416,19 +1416,9 @@ fn document(
     };
     meta.cpu = sonde_report::CpuCosts {
         client: run.cpu.as_ref().map(|c| {
-            let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
             sonde_report::CpuCost::from_report(
                 sonde_report::CpuScope::Process,
-                &sonde_wire::CpuReport {
-                    wall_ns: nanos(c.wall),
-                    user_ns: nanos(c.usage.user),
-                    system_ns: nanos(c.usage.system),
-                    voluntary_switches: c.usage.voluntary_switches,
-                    involuntary_switches: c.usage.involuntary_switches,
-                    syscalls: None,
-                    messages: None,
-                    bytes: None,
-                },
+                &c.report(None, None, None),
             )
         }),
         server: None,

@@ -99,6 +99,38 @@ fn since(now: Option<u64>, earlier: Option<u64>) -> Option<u64> {
     Some(now?.saturating_sub(earlier?))
 }
 
+/// The whole host's counts of interrupts, context switches and system calls (every CPU, every
+/// process): the columns latte shows next to its CPU figures. Cumulative when taken with
+/// [`SystemActivity::take`], a difference after [`SystemActivity::since`]. Each is `None` where
+/// the platform does not count it: Linux keeps no system-wide system call count; a Windows
+/// whose performance counters are missing or read 0 (wine has none of these) gives `None`,
+/// never a 0 that was not counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SystemActivity {
+    /// Interrupts (Linux: `/proc/stat` `intr`, Windows: `\Processor(_Total)\Interrupts/sec`).
+    pub interrupts: Option<u64>,
+    /// Context switches (Linux: `/proc/stat` `ctxt`, Windows: `\System\Context Switches/sec`).
+    pub context_switches: Option<u64>,
+    /// System calls (Windows: `\System\System Calls/sec`; `None` on Linux).
+    pub syscalls: Option<u64>,
+}
+
+impl SystemActivity {
+    /// The host's counts since boot, now.
+    pub fn take() -> Self {
+        sys::system_activity()
+    }
+
+    /// What the host counted between `earlier` and this snapshot, saturating at zero.
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            interrupts: since(self.interrupts, earlier.interrupts),
+            context_switches: since(self.context_switches, earlier.context_switches),
+            syscalls: since(self.syscalls, earlier.syscalls),
+        }
+    }
+}
+
 /// CPU time and context switches over an interval: the difference of two [`CpuSnapshot`]s.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CpuUsage {
@@ -125,6 +157,7 @@ pub struct CpuMeter {
     scope: CpuScope,
     /// `None` when the platform cannot say; `stop` then says so too.
     start: Option<CpuSnapshot>,
+    system_start: SystemActivity,
     wall_start: Instant,
     thread: ThreadId,
 }
@@ -135,6 +168,7 @@ impl CpuMeter {
         Self {
             scope,
             start: CpuSnapshot::take(scope).ok(),
+            system_start: SystemActivity::take(),
             wall_start: Instant::now(),
             thread: thread::current().id(),
         }
@@ -153,6 +187,7 @@ impl CpuMeter {
         Some(CpuCost {
             usage: end.since(&start),
             wall: self.wall_start.elapsed(),
+            system: SystemActivity::take().since(&self.system_start),
         })
     }
 
@@ -169,6 +204,8 @@ pub struct CpuCost {
     pub usage: CpuUsage,
     /// The wall-clock time they were counted over.
     pub wall: Duration,
+    /// What the whole host counted over that wall time (not this test's alone).
+    pub system: SystemActivity,
 }
 
 impl CpuCost {
@@ -212,6 +249,9 @@ impl CpuCost {
             syscalls,
             messages,
             bytes,
+            system_interrupts: self.system.interrupts,
+            system_context_switches: self.system.context_switches,
+            system_syscalls: self.system.syscalls,
         }
     }
 }
@@ -245,6 +285,7 @@ pub fn loops_report(
 #[derive(Debug)]
 pub struct ThreadsMeter {
     wall_start: Instant,
+    system_start: SystemActivity,
     user_ns: AtomicU64,
     system_ns: AtomicU64,
     voluntary_switches: AtomicU64,
@@ -260,6 +301,7 @@ impl ThreadsMeter {
     pub fn start() -> Self {
         Self {
             wall_start: Instant::now(),
+            system_start: SystemActivity::take(),
             user_ns: AtomicU64::new(0),
             system_ns: AtomicU64::new(0),
             voluntary_switches: AtomicU64::new(0),
@@ -310,6 +352,7 @@ impl ThreadsMeter {
                 involuntary_switches: switches(&self.involuntary_switches),
             },
             wall: self.wall_start.elapsed(),
+            system: SystemActivity::take().since(&self.system_start),
         })
     }
 
@@ -515,6 +558,7 @@ mod tests {
         let cost = CpuCost {
             usage: used,
             wall: Duration::from_secs(1),
+            system: SystemActivity::default(),
         };
         assert_eq!(cost.percent_of_one_core(), Some(150.0));
         assert_eq!(cost.user_percent_of_one_core(), Some(100.0));

@@ -729,6 +729,29 @@ pub struct CpuCost {
     pub syscalls_per_message: Option<f64>,
     /// `syscalls / bytes`.
     pub syscalls_per_byte: Option<f64>,
+    /// Context switches of the counted threads (voluntary and involuntary) per second of
+    /// `wall_ns`; `null` with them. Absent from older documents.
+    #[serde(default)]
+    pub context_switches_per_second: Option<f64>,
+    /// The data path's system calls (`syscalls`) per second of `wall_ns`: this test's sends
+    /// and receives, not every call the process made; `null` with `syscalls`.
+    #[serde(default)]
+    pub syscalls_per_second: Option<f64>,
+    /// Interrupts per second of the whole host, every CPU and every process, over `wall_ns`
+    /// (latte's column; Linux `/proc/stat` `intr`, Windows `\Processor(_Total)\Interrupts/sec`).
+    /// System-wide: other work on the host counts too. `null` where not counted (no `/proc`,
+    /// a Windows without the counter, wine).
+    #[serde(default)]
+    pub system_interrupts_per_second: Option<f64>,
+    /// Context switches per second of the whole host over `wall_ns` (Linux `/proc/stat`
+    /// `ctxt`, Windows `\System\Context Switches/sec`). System-wide; `null` where not counted.
+    #[serde(default)]
+    pub system_context_switches_per_second: Option<f64>,
+    /// System calls per second of the whole host over `wall_ns` (Windows
+    /// `\System\System Calls/sec`). System-wide. Always `null` from Linux, which keeps no
+    /// host-wide count of system calls (it would take tracing); `null` too under wine.
+    #[serde(default)]
+    pub system_syscalls_per_second: Option<f64>,
 }
 
 /// A TCP connection's state as its sender's kernel saw it (`TCP_INFO`, `tcp(7)`). Each figure
@@ -1548,6 +1571,8 @@ impl CpuCost {
             (Some(n), Some(d)) if d > 0 => Some(n as f64 / d as f64),
             _ => None,
         };
+        let per_second =
+            |n: Option<u64>| per(n, Some(r.wall_ns)).map(|per_ns| per_ns * 1_000_000_000.0);
         Self {
             scope,
             wall_ns: r.wall_ns,
@@ -1563,6 +1588,15 @@ impl CpuCost {
             bytes: r.bytes,
             syscalls_per_message: per(r.syscalls, r.messages),
             syscalls_per_byte: per(r.syscalls, r.bytes),
+            context_switches_per_second: per_second(
+                r.voluntary_switches
+                    .zip(r.involuntary_switches)
+                    .map(|(v, i)| v.saturating_add(i)),
+            ),
+            syscalls_per_second: per_second(r.syscalls),
+            system_interrupts_per_second: per_second(r.system_interrupts),
+            system_context_switches_per_second: per_second(r.system_context_switches),
+            system_syscalls_per_second: per_second(r.system_syscalls),
         }
     }
 }
@@ -1623,8 +1657,20 @@ mod context_tests {
             syscalls: Some(1_000),
             messages: Some(4_000),
             bytes: Some(4_000 * 18),
+            system_interrupts: Some(9_000),
+            system_context_switches: Some(30_000),
+            system_syscalls: None,
         };
         let c = CpuCost::from_report(CpuScope::TestThreads, &raw);
+        // Over 2 s of wall time.
+        assert_eq!(c.context_switches_per_second, Some(5.0));
+        assert_eq!(c.syscalls_per_second, Some(500.0));
+        assert_eq!(c.system_interrupts_per_second, Some(4_500.0));
+        assert_eq!(c.system_context_switches_per_second, Some(15_000.0));
+        assert_eq!(
+            c.system_syscalls_per_second, None,
+            "not counted: null, not 0"
+        );
         assert_eq!(c.percent_of_one_core, Some(100.0));
         assert_eq!(c.user_percent_of_one_core, Some(25.0));
         assert_eq!(c.system_percent_of_one_core, Some(75.0));
@@ -1647,6 +1693,8 @@ mod context_tests {
         assert_eq!(none.percent_of_one_core, None);
         assert_eq!(none.syscalls_per_message, None);
         assert_eq!(none.syscalls_per_byte, None);
+        assert_eq!(none.context_switches_per_second, None);
+        assert_eq!(none.system_interrupts_per_second, None);
         let idle = CpuCost::from_report(
             CpuScope::Process,
             &sonde_wire::CpuReport {

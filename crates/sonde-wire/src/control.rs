@@ -268,6 +268,18 @@ pub struct CpuReport {
     pub messages: Option<u64>,
     /// Payload bytes the data loops moved.
     pub bytes: Option<u64>,
+    /// Interrupts the whole host took over `wall_ns`, every CPU (Linux: `/proc/stat` `intr`;
+    /// Windows: the `\Processor(_Total)\Interrupts/sec` counter); `None` where not counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_interrupts: Option<u64>,
+    /// Context switches of the whole host over `wall_ns` (Linux: `/proc/stat` `ctxt`; Windows:
+    /// `\System\Context Switches/sec`); `None` where not counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_context_switches: Option<u64>,
+    /// System calls of the whole host over `wall_ns` (Windows: `\System\System Calls/sec`;
+    /// Linux keeps no such count); `None` where not counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_syscalls: Option<u64>,
 }
 
 /// The agent's account of a finished session.
@@ -457,6 +469,33 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(ControlMsg, usize)>, Error> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A report from an agent that predates the host-wide counters decodes with them unknown,
+    /// and one without them leaves them out.
+    #[test]
+    fn cpu_reports_without_host_counters_decode_as_unknown() {
+        let older =
+            r#"{"wall_ns":1,"user_ns":2,"system_ns":3,"syscalls":4,"messages":5,"bytes":6}"#;
+        let r: CpuReport = serde_json::from_str(older).unwrap();
+        assert_eq!(
+            (
+                r.system_interrupts,
+                r.system_context_switches,
+                r.system_syscalls
+            ),
+            (None, None, None)
+        );
+        assert!(!serde_json::to_string(&r)
+            .unwrap()
+            .contains("system_interrupts"));
+        let newer = CpuReport {
+            system_interrupts: Some(10),
+            ..r
+        };
+        let back: CpuReport =
+            serde_json::from_str(&serde_json::to_string(&newer).unwrap()).unwrap();
+        assert_eq!(back, newer);
+    }
 
     fn spec() -> TestSpec {
         TestSpec {

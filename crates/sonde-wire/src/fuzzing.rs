@@ -888,6 +888,9 @@ fn control_messages() -> Vec<ControlMsg> {
                 syscalls: Some(6),
                 messages: None,
                 bytes: Some(7),
+                system_interrupts: Some(8),
+                system_context_switches: Some(9),
+                system_syscalls: None,
             }),
         }),
         ControlMsg::Error {

@@ -146,6 +146,23 @@ fn check_cpu(doc: &Value, client: Option<(f64, f64)>, server: Option<(f64, f64)>
         let expected = (user + system) as f64 * 100.0 / u(c, "/wall_ns") as f64;
         assert!((percent - expected).abs() < 1e-6, "{side}: {c:#}");
         assert!(u(c, "/messages") > 0, "{side}: {c:#}");
+        // latte's columns: the test threads' switches per second are their count over the
+        // wall time; the host's interrupts and switches come from /proc/stat, and over a test
+        // that ran threads on this host both moved (the switches at least by the test's
+        // own); Linux counts no system calls host-wide, so that one is null, not 0.
+        let wall_s = u(c, "/wall_ns") as f64 / 1e9;
+        let switches = u(c, "/voluntary_context_switches") + u(c, "/involuntary_context_switches");
+        let per_second = f(c, "/context_switches_per_second");
+        assert!(
+            (per_second * wall_s - switches as f64).abs() < 1e-6 * switches.max(1) as f64,
+            "{side}: {c:#}"
+        );
+        assert!(
+            f(c, "/system_context_switches_per_second") * wall_s >= switches as f64 * (1.0 - 1e-9),
+            "{side}: the host counted fewer switches than the test's threads: {c:#}"
+        );
+        assert!(f(c, "/system_interrupts_per_second") > 0.0, "{side}: {c:#}");
+        assert!(c["system_syscalls_per_second"].is_null(), "{side}: {c:#}");
         match bounds {
             Some((lo, hi)) => {
                 let per = f(c, "/syscalls_per_message");
@@ -156,10 +173,16 @@ fn check_cpu(doc: &Value, client: Option<(f64, f64)>, server: Option<(f64, f64)>
                 let calls = u(c, "/syscalls") as f64;
                 let per_byte = f(c, "/syscalls_per_byte");
                 assert!((per_byte * u(c, "/bytes") as f64 - calls).abs() < 1e-3 * calls);
+                let per_second = f(c, "/syscalls_per_second");
+                assert!(
+                    (per_second * wall_s - calls).abs() < 1e-6 * calls,
+                    "{side}: {c:#}"
+                );
             }
             None => {
                 assert!(c["syscalls"].is_null(), "{side}: {c:#}");
                 assert!(c["syscalls_per_message"].is_null(), "{side}");
+                assert!(c["syscalls_per_second"].is_null(), "{side}");
             }
         }
     }
@@ -418,6 +441,7 @@ fn the_table_names_both_kernels_and_states_the_cpu_and_tcp_info() {
     }
     assert!(table.contains("CPU, this test's threads"), "{table}");
     assert!(table.contains("syscalls per message"), "{table}");
+    assert!(table.contains("host interrupts per second"), "{table}");
     let totals = table.split("\nTotals\n").nth(1).expect("a totals block");
     let head = totals.lines().next().expect("a header");
     assert!(head.contains("sRTT") && head.contains("Cwnd"), "{table}");

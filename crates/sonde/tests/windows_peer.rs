@@ -3,6 +3,8 @@
 //! host's client and as the client of this host's agent. Both ends must speak the same control
 //! and data protocol, and each states what its platform measures: the Windows end's CPU time is
 //! there and its context switches are null, with a warning.
+//! The Windows agent's compatibility listeners answer the real clients too: Debian's `iperf3`
+//! (TCP both ways, UDP) and `sockperf` (ping-pong, UDP and TCP).
 //!
 //! Needs `wine` and the .exe: `.ci/windows` builds it before CI runs the tests (or
 //! `cargo build --target x86_64-pc-windows-gnu -p sonde`; `SONDE_WINDOWS_EXE` points elsewhere).
@@ -83,6 +85,18 @@ fn check_cpu(doc: &Value, windows_side: &str, linux_side: &str) {
             .any(|w| w.contains(&format!("cpu.{windows_side}.voluntary_context_switches"))),
         "no warning about the null switches in\n{doc:#}"
     );
+    // The host-wide counters (latte's columns): counted where Windows has them, null under
+    // wine, whose PDH has none of them; never a 0 standing for "not counted".
+    for key in [
+        "system_interrupts_per_second",
+        "system_context_switches_per_second",
+        "system_syscalls_per_second",
+    ] {
+        assert!(
+            win[key].is_null() || win[key].as_f64().is_some_and(|v| v > 0.0),
+            "cpu.{windows_side}.{key}: {doc:#}"
+        );
+    }
     let linux = &doc["cpu"][linux_side];
     assert!(
         linux["voluntary_context_switches"].as_u64().is_some(),
@@ -171,4 +185,119 @@ fn a_windows_client_measures_against_a_linux_agent() {
         warnings(&doc).iter().any(|w| w.contains("no TCP_INFO")),
         "no warning about the missing TCP_INFO in\n{doc:#}"
     );
+}
+
+/// Runs a real peer client (iperf3, sockperf) against the Windows agent; its output when it
+/// exits 0, else panics with it and the agent's log.
+fn peer_client(agent: &Daemon, program: &str, args: &[&str]) -> common::Output {
+    let mut cmd = Command::new(common::tool(program));
+    cmd.args(args);
+    let line = common::command_line(&cmd);
+    let out = run_with_timeout(&mut cmd, WINE_CLIENT_TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.status.success(),
+        "`{line}` failed ({})\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- agent ---\n{}",
+        out.status,
+        out.stdout,
+        out.stderr,
+        agent.stderr()
+    );
+    out
+}
+
+/// The number right after `key` in sockperf's output (`SentMessages=28045`, `Total 15102`).
+fn number_after(text: &str, key: &str) -> u64 {
+    text.match_indices(key)
+        .find_map(|(at, _)| {
+            let digits: String = text[at + key.len()..]
+                .trim_start()
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no `{key}` number in:\n{text}"))
+}
+
+/// The port of a `<what> clients served on ADDR:PORT (tcp+udp)` line.
+fn served_port(what: &'static str) -> impl FnMut(&str) -> Option<u16> {
+    move |line: &str| {
+        let rest = line.trim().strip_prefix(what)?;
+        let endpoint = rest.strip_prefix(" clients served on ")?;
+        endpoint
+            .split_whitespace()
+            .next()?
+            .rsplit_once(':')?
+            .1
+            .parse()
+            .ok()
+    }
+}
+
+#[test]
+fn real_iperf3_and_sockperf_clients_measure_against_a_windows_agent() {
+    let test = "real_iperf3_and_sockperf_clients_measure_against_a_windows_agent";
+    let Some(exe) = prerequisites(test) else {
+        return;
+    };
+    if !common::require_or_skip(test, &[Need::Cmd("iperf3"), Need::Cmd("sockperf")]) {
+        return;
+    }
+    let mut cmd = wine(&exe);
+    cmd.args(["server", "--bind", "127.0.0.1", "--port", "0"])
+        .args(["--iperf3", "0", "--sockperf", "0"]);
+    let mut agent = Daemon::spawn(&mut cmd);
+    agent.wait_for_line(WINE_START_TIMEOUT, parse_listening_line);
+    let iperf3 = agent
+        .wait_for_line(WINE_START_TIMEOUT, served_port("iperf3"))
+        .to_string();
+    let sockperf = agent
+        .wait_for_line(WINE_START_TIMEOUT, served_port("sockperf"))
+        .to_string();
+
+    let iperf3_json = |args: &[&str]| -> Value {
+        let mut all = vec!["-c", "127.0.0.1", "-p", &iperf3, "-t", "1", "-J"];
+        all.extend_from_slice(args);
+        let out = peer_client(&agent, "iperf3", &all);
+        let doc: Value = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("iperf3 {args:?}: {e}\n{}\n{}", out.stdout, out.stderr));
+        assert!(doc.get("error").is_none(), "iperf3 {args:?}: {doc:#}");
+        doc
+    };
+    // TCP, iperf3 sends: the bytes the Windows agent counted come back in iperf3's results
+    // exchange (sum_received is the server's figure), at most what iperf3 sent.
+    let doc = iperf3_json(&[]);
+    let received = doc["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+    let sent = doc["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
+    assert!(received > 0 && received <= sent, "{doc:#}");
+    // TCP, the Windows agent sends (-R).
+    let doc = iperf3_json(&["-R"]);
+    assert!(
+        doc["end"]["sum_received"]["bytes"]
+            .as_u64()
+            .is_some_and(|b| b > 0),
+        "{doc:#}"
+    );
+    // UDP at 10 Mbit/s: the agent counts the datagrams and reports their loss to iperf3.
+    let doc = iperf3_json(&["-u", "-b", "10M"]);
+    let sum = &doc["end"]["sum"];
+    let packets = sum["packets"].as_u64().unwrap_or(0);
+    let lost = sum["lost_packets"].as_u64().unwrap_or(u64::MAX);
+    assert!(packets > 0 && lost <= packets, "{doc:#}");
+
+    // sockperf ping-pong, UDP and TCP: the Windows agent echoes in sockperf's framing.
+    for tcp in [false, true] {
+        let mut args = vec!["ping-pong", "-i", "127.0.0.1", "-p", &sockperf, "-t", "1"];
+        if tcp {
+            args.push("--tcp");
+        }
+        let out = peer_client(&agent, "sockperf", &args);
+        let out = format!("{}\n{}", out.stdout, out.stderr);
+        assert!(number_after(&out, "SentMessages=") > 0, "{out}");
+        assert!(number_after(&out, "Total ") > 0, "no observation:\n{out}");
+        if tcp {
+            assert_eq!(number_after(&out, "# dropped messages ="), 0, "{out}");
+        }
+    }
+    assert!(agent.is_running(), "the agent died:\n{}", agent.stderr());
 }

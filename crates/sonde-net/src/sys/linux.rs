@@ -172,7 +172,8 @@ impl Batch {
                 sock.as_raw_fd(),
                 self.hdrs.as_mut_ptr(),
                 n as libc::c_uint,
-                libc::MSG_WAITFORONE,
+                // glibc declares the flags `c_int`, musl `c_uint`: the static build's target.
+                libc::MSG_WAITFORONE as _,
                 ptr::null_mut(),
             )
         };
@@ -260,6 +261,31 @@ pub(crate) fn tcp_total_retrans(stream: &TcpStream) -> Option<u64> {
 
 // CPU cost, the whole of TCP_INFO, and interface facts (ethtool, getifaddrs), for issue 4. Kept
 // above the tests so that module stays last.
+
+/// The host's interrupts and context switches since boot, from `/proc/stat` (proc(5): the
+/// first number of `intr` is the total of all interrupts, `ctxt` the context switches). Linux
+/// counts no system calls host-wide (that takes tracing), so `syscalls` is `None`; so is a
+/// figure `/proc` does not give (no `/proc` in a container's empty root).
+pub(crate) fn system_activity() -> crate::cpu::SystemActivity {
+    std::fs::read_to_string("/proc/stat")
+        .map(|stat| proc_stat_activity(&stat))
+        .unwrap_or_default()
+}
+
+/// [`system_activity`]'s parse of `/proc/stat`'s text.
+fn proc_stat_activity(stat: &str) -> crate::cpu::SystemActivity {
+    let first = |key: &str| {
+        stat.lines().find_map(|line| {
+            let mut words = line.split_ascii_whitespace();
+            (words.next() == Some(key)).then(|| words.next()?.parse().ok())?
+        })
+    };
+    crate::cpu::SystemActivity {
+        interrupts: first("intr"),
+        context_switches: first("ctxt"),
+        syscalls: None,
+    }
+}
 
 /// `getrusage` for the whole process, or with `thread` for the calling thread only
 /// (`RUSAGE_THREAD`, Linux 2.6.26).
@@ -1044,5 +1070,33 @@ mod tests {
         assert!(!no_buffer_space(&io::Error::from_raw_os_error(
             libc::EAGAIN
         )));
+    }
+
+    #[test]
+    fn system_activity_reads_intr_and_ctxt_of_proc_stat() {
+        let stat = "cpu  10 0 20 300 0 0 0 0 0 0\n\
+                    cpu0 10 0 20 300 0 0 0 0 0 0\n\
+                    intr 123456 0 9 0 0\n\
+                    ctxt 7890\n\
+                    btime 1700000000\n";
+        let activity = proc_stat_activity(stat);
+        assert_eq!(activity.interrupts, Some(123_456));
+        assert_eq!(activity.context_switches, Some(7_890));
+        assert_eq!(
+            activity.syscalls, None,
+            "Linux counts no system calls host-wide"
+        );
+        assert_eq!(
+            proc_stat_activity(""),
+            crate::cpu::SystemActivity::default()
+        );
+
+        // This host's own counters move forward (the interrupt count includes the timer's).
+        let before = system_activity();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let after = system_activity();
+        let moved = after.since(&before);
+        assert!(moved.context_switches.is_some_and(|n| n > 0), "{moved:?}");
+        assert!(moved.interrupts.is_some(), "{moved:?}");
     }
 }

@@ -36,5 +36,5 @@ mod windows;
 #[cfg(windows)]
 pub(crate) use windows::{
     gso_refused, monotonic_ns, no_buffer_space, port_unreachable, rusage, send_segments,
-    MAX_GSO_BYTES, MAX_GSO_SEGMENTS,
+    system_activity, MAX_GSO_BYTES, MAX_GSO_SEGMENTS,
 };

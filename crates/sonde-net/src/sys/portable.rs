@@ -246,3 +246,8 @@ pub(crate) fn out_of_descriptors(e: &io::Error) -> bool {
 pub(crate) fn raise_nofile_limit() -> io::Result<(u64, u64)> {
     Err(unsupported())
 }
+
+/// No system-wide counters here (macOS has no interface to them that sonde uses).
+pub(crate) fn system_activity() -> crate::cpu::SystemActivity {
+    crate::cpu::SystemActivity::default()
+}

@@ -9,6 +9,9 @@
 //!   the socket, then one `send` of up to 64 segments that the stack (or the NIC) cuts into
 //!   datagrams, as Linux's `UDP_SEGMENT`. Where the option is refused (older Windows, wine) the
 //!   error says so and the caller falls back to one datagram per `send`.
+//! * The host's interrupts, context switches and system calls (latte's columns), from the
+//!   performance counters through PDH: their raw values are counts since boot. A counter PDH
+//!   does not have, or that reads 0 (wine implements none of these three), is `None`.
 //! * A host-wide monotonic clock, `QueryPerformanceCounter`, so that two processes on one host
 //!   read the same clock (one-way delay on loopback).
 //!
@@ -25,7 +28,10 @@ use windows_sys::Win32::Networking::WinSock::{
     setsockopt, WSAGetLastError, IPPROTO_UDP, SOCKET, SOCKET_ERROR, UDP_SEND_MSG_SIZE, WSAEINVAL,
     WSAENOBUFS, WSAENOPROTOOPT, WSAEOPNOTSUPP,
 };
-use windows_sys::Win32::System::Performance::{QueryPerformanceCounter, QueryPerformanceFrequency};
+use windows_sys::Win32::System::Performance::{
+    PdhAddEnglishCounterW, PdhCloseQuery, PdhCollectQueryData, PdhGetRawCounterValue,
+    PdhOpenQueryW, QueryPerformanceCounter, QueryPerformanceFrequency, PDH_RAW_COUNTER,
+};
 use windows_sys::Win32::System::Threading::{
     GetCurrentProcess, GetCurrentThread, GetProcessTimes, GetThreadTimes,
 };
@@ -150,6 +156,59 @@ pub(crate) fn monotonic_ns() -> u64 {
     u64::try_from(count * 1_000_000_000 / freq).unwrap_or(u64::MAX)
 }
 
+/// The performance counters behind [`system_activity`], by their English names (the same on
+/// every display language): interrupts, context switches and system calls per second, whose
+/// raw values (`PERF_COUNTER_COUNTER`) are the counts since boot.
+const ACTIVITY_COUNTERS: [&str; 3] = [
+    "\\Processor(_Total)\\Interrupts/sec",
+    "\\System\\Context Switches/sec",
+    "\\System\\System Calls/sec",
+];
+
+/// The host's interrupts, context switches and system calls since boot, each `None` where PDH
+/// cannot give it: the counter is missing, cannot be read, or reads 0, which a Windows that has
+/// run for a moment never counts (wine answers 0 or nothing for these).
+pub(crate) fn system_activity() -> crate::cpu::SystemActivity {
+    let mut query: isize = 0;
+    // SAFETY: a null data source means the live counters; `query` is a writable local.
+    if unsafe { PdhOpenQueryW(std::ptr::null(), 0, &mut query) } != 0 {
+        return crate::cpu::SystemActivity::default();
+    }
+    let mut counters = [None; 3];
+    for (slot, name) in counters.iter_mut().zip(ACTIVITY_COUNTERS) {
+        let wide: Vec<u16> = name.encode_utf16().chain([0]).collect();
+        let mut counter: isize = 0;
+        // SAFETY: `query` is open; `wide` is NUL-terminated and outlives the call; `counter`
+        // is a writable local.
+        if unsafe { PdhAddEnglishCounterW(query, wide.as_ptr(), 0, &mut counter) } == 0 {
+            *slot = Some(counter);
+        }
+    }
+    let mut values = [None; 3];
+    // SAFETY: `query` is open.
+    if unsafe { PdhCollectQueryData(query) } == 0 {
+        for (value, counter) in values.iter_mut().zip(counters) {
+            let Some(counter) = counter else { continue };
+            // SAFETY: PDH_RAW_COUNTER is plain data, valid zeroed.
+            let mut raw: PDH_RAW_COUNTER = unsafe { std::mem::zeroed() };
+            let mut kind = 0u32;
+            // SAFETY: `counter` belongs to the open query; `kind` and `raw` are writable locals.
+            let status = unsafe { PdhGetRawCounterValue(counter, &mut kind, &mut raw) };
+            // CStatus 0 is PDH_CSTATUS_VALID_DATA.
+            if status == 0 && raw.CStatus == 0 {
+                *value = u64::try_from(raw.FirstValue).ok().filter(|&n| n > 0);
+            }
+        }
+    }
+    // SAFETY: `query` is open and closed once; its counters go with it.
+    unsafe { PdhCloseQuery(query) };
+    crate::cpu::SystemActivity {
+        interrupts: values[0],
+        context_switches: values[1],
+        syscalls: values[2],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,6 +300,24 @@ mod tests {
                 assert!(gso_refused(&e), "{e}");
                 eprintln!("SKIP-PLATFORM uso: UDP_SEND_MSG_SIZE refused here ({e}): one datagram per send");
             }
+        }
+    }
+
+    /// Each host-wide count is either there and moving (a real Windows) or `None` (wine, whose
+    /// PDH has none of these counters): never a 0 standing for "not counted".
+    #[test]
+    fn system_activity_is_counted_or_none_never_zero() {
+        let before = system_activity();
+        for n in [before.interrupts, before.context_switches, before.syscalls] {
+            assert_ne!(n, Some(0), "{before:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let after = system_activity();
+        let moved = after.since(&before);
+        if before.context_switches.is_some() && after.context_switches.is_some() {
+            assert!(moved.context_switches.is_some_and(|n| n > 0), "{moved:?}");
+        } else {
+            println!("SKIP-PLATFORM system-counters: no PDH context switch counter here (wine)");
         }
     }
 }

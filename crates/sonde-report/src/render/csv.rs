@@ -138,7 +138,10 @@ const PPS: [&str; 17] = [
 /// - then, for every test, each end's context (`client_` and `server_` each):
 ///   `{client,server}_host_name`, `_kernel_release`, `_cpu_wall_ns`, `_cpu_user_ns`,
 ///   `_cpu_system_ns`, `_cpu_percent_of_one_core`, `_voluntary_context_switches`,
-///   `_involuntary_context_switches`, `_syscalls`, `_syscalls_per_message`, `_syscalls_per_byte`;
+///   `_involuntary_context_switches`, `_syscalls`, `_syscalls_per_message`, `_syscalls_per_byte`,
+///   and after both ends' (client then server) `_context_switches_per_second`,
+///   `_syscalls_per_second`, `_system_interrupts_per_second`,
+///   `_system_context_switches_per_second`, `_system_syscalls_per_second`;
 /// - conf: `side`, then every [`crate::HostInfo`] figure (`host_name` ... `udp_mem_max_pages`),
 ///   then the interface's (`interface`, `driver`, `speed_mbit_per_second`, `mtu_bytes`, `up`,
 ///   and each offload as `true`/`false`).

@@ -27,7 +27,7 @@ const TCP_INFO: [&str; 15] = [
 ];
 
 /// Each end's context on a summary row.
-const CONTEXT: [&str; 22] = [
+const CONTEXT: [&str; 32] = [
     "client_host_name",
     "client_kernel_release",
     "client_cpu_wall_ns",
@@ -50,6 +50,17 @@ const CONTEXT: [&str; 22] = [
     "server_syscalls",
     "server_syscalls_per_message",
     "server_syscalls_per_byte",
+    // latte's columns, after the rest so that the columns before keep their places.
+    "client_context_switches_per_second",
+    "client_syscalls_per_second",
+    "client_system_interrupts_per_second",
+    "client_system_context_switches_per_second",
+    "client_system_syscalls_per_second",
+    "server_context_switches_per_second",
+    "server_syscalls_per_second",
+    "server_system_interrupts_per_second",
+    "server_system_context_switches_per_second",
+    "server_system_syscalls_per_second",
 ];
 
 /// `sonde conf`: one row per end (`host`), one per interface (`interface`).
@@ -163,6 +174,12 @@ pub(super) fn summary_cells(meta: &Meta) -> Vec<(&'static str, String)> {
     ] {
         cells.extend(side.iter().copied().zip(cpu_values(cost)));
     }
+    for (side, cost) in [
+        (&CONTEXT[22..27], meta.cpu.client.as_ref()),
+        (&CONTEXT[27..32], meta.cpu.server.as_ref()),
+    ] {
+        cells.extend(side.iter().copied().zip(cpu_rates(cost)));
+    }
     cells
 }
 
@@ -181,6 +198,21 @@ fn cpu_values(c: Option<&CpuCost>) -> [String; 9] {
         opt(c.syscalls),
         opt_f64(c.syscalls_per_message),
         opt_f64(c.syscalls_per_byte),
+    ]
+}
+
+/// The per-second figures in the order of `CONTEXT`'s `_context_switches_per_second` to
+/// `_system_syscalls_per_second`.
+fn cpu_rates(c: Option<&CpuCost>) -> [String; 5] {
+    let Some(c) = c else {
+        return Default::default();
+    };
+    [
+        opt_f64(c.context_switches_per_second),
+        opt_f64(c.syscalls_per_second),
+        opt_f64(c.system_interrupts_per_second),
+        opt_f64(c.system_context_switches_per_second),
+        opt_f64(c.system_syscalls_per_second),
     ]
 }
 

@@ -167,6 +167,23 @@ fn cpu_block(out: &mut String, client: Option<&CpuCost>, server: Option<&CpuCost
             .filter(|v| *v > 0.0)
             .map(|v| fmt_count((1.0 / v).round() as u64))
     });
+    // latte's columns: the test's own rates, then the whole host's (other work counts too).
+    let per_second = |v: f64| fmt_count(v.round() as u64);
+    row("switches per second", &|c| {
+        c.context_switches_per_second.map(per_second)
+    });
+    row("data syscalls per second", &|c| {
+        c.syscalls_per_second.map(per_second)
+    });
+    row("host interrupts per second", &|c| {
+        c.system_interrupts_per_second.map(per_second)
+    });
+    row("host switches per second", &|c| {
+        c.system_context_switches_per_second.map(per_second)
+    });
+    row("host syscalls per second", &|c| {
+        c.system_syscalls_per_second.map(per_second)
+    });
     g.render(out);
 }
 

@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""Offline checks of deploy/: the Kubernetes manifests, the mesh file and the Grafana dashboard.
+
+    python3 deploy/check.py [DEPLOY_DIR]      (default: the directory this file is in)
+
+Run by `cargo test -p sonde --test deploy` (crates/sonde/tests/deploy.rs), which also proves
+that each check fails on a typo. Needs PyPI's `kubernetes-validate` (which brings `jsonschema`
+and `PyYAML`) and Prometheus' `promtool`; `.ci/run` installs them (a venv in target/ci-venv,
+Debian's `prometheus`). Nothing here talks to a cluster or the network.
+
+1. Every kustomization (deploy/kubernetes/*/kustomization.yaml) is rendered as `kubectl apply -k`
+   would for the features they use (resources, namespace, JSON 6902 patches), and every object
+   is validated strictly, so an unknown or misspelt field fails:
+   - built-in kinds against the Kubernetes OpenAPI schemas bundled with kubernetes-validate,
+     for the oldest and newest Kubernetes versions in KUBERNETES_VERSIONS;
+   - the ServiceMonitor against deploy/schemas/servicemonitor.schema.json.
+   Every YAML file under deploy/kubernetes must be reached from some kustomization.
+2. The ConfigMap's mesh.toml parses as TOML and uses only the keys of docs/mesh.md (the mesh
+   contract); MESH_KEYS below follows that file.
+3. Every PromQL expression of deploy/grafana/*.json is checked by `promtool check rules`
+   (wrapped as recording rules), and uses only metric names from docs/mesh.md.
+"""
+
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+KUBERNETES_VERSIONS = ["1.29.0", "1.37.0"]
+
+# docs/mesh.md, "The mesh file": table -> keys (None: top level).
+MESH_KEYS = {
+    None: {"name", "max_link_share", "peers", "latency", "throughput", "pps"},
+    "peers": {"hosts", "file", "dns", "dns_port", "refresh"},
+    "latency": {"protocols", "rate", "msg_size", "session"},
+    "throughput": {"every", "jitter", "time", "udp", "parallel", "reverse", "bitrate", "length"},
+    "pps": {"every", "jitter", "time", "msg_size", "flows"},
+}
+
+# docs/mesh.md, "Metrics" (histograms with the series Prometheus makes of them).
+METRICS = {
+    "sonde_rtt_seconds_bucket", "sonde_rtt_seconds_sum", "sonde_rtt_seconds_count",
+    "sonde_probes_sent_total", "sonde_probes_lost_total", "sonde_peer_up",
+    "sonde_throughput_bytes_per_second", "sonde_throughput_timestamp_seconds",
+    "sonde_pps_received_per_second", "sonde_pps_timestamp_seconds",
+    "sonde_sessions_active", "sonde_sessions_total", "sonde_refusals_total",
+    "sonde_served_bytes_total",
+}
+
+# Grafana's interval variables, replaced by a value promtool accepts.
+GRAFANA_INTERVALS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
+
+# Kinds that are not namespaced (kustomize's `namespace:` leaves them alone).
+CLUSTER_KINDS = {"Namespace"}
+
+
+class Failures:
+    def __init__(self):
+        self.messages = []
+
+    def add(self, where, message):
+        self.messages.append(f"{where}: {message}")
+
+
+def load_yaml_documents(path):
+    with open(path, encoding="utf-8") as f:
+        return [doc for doc in yaml.safe_load_all(f) if doc is not None]
+
+
+def apply_json6902(obj, ops, where, failures):
+    """The `add`, `replace` and `remove` operations of RFC 6902, which is what kustomize applies."""
+    for op in ops:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        parent = obj
+        for part in parts[:-1]:
+            if isinstance(parent, list):
+                part = int(part)
+            try:
+                parent = parent[part]
+            except (KeyError, IndexError, TypeError):
+                failures.add(where, f"patch path {op['path']} does not exist")
+                return obj
+        last = parts[-1]
+        if op["op"] in ("add", "replace"):
+            if isinstance(parent, list):
+                if last == "-":
+                    parent.append(op["value"])
+                elif op["op"] == "add":
+                    parent.insert(int(last), op["value"])
+                else:
+                    parent[int(last)] = op["value"]
+            else:
+                if op["op"] == "replace" and last not in parent:
+                    failures.add(where, f"replace of missing {op['path']}")
+                parent[last] = op["value"]
+        elif op["op"] == "remove":
+            del parent[int(last) if isinstance(parent, list) else last]
+        else:
+            failures.add(where, f"patch op {op['op']} is not one this check applies")
+    return obj
+
+
+def render(kdir, failures, reached):
+    """The objects `kubectl kustomize kdir` gives, for the kustomization features used here."""
+    kpath = os.path.join(kdir, "kustomization.yaml")
+    reached.add(os.path.realpath(kpath))
+    (kust,) = load_yaml_documents(kpath)
+    known = {"apiVersion", "kind", "namespace", "resources", "patches"}
+    for key in kust:
+        if key not in known:
+            failures.add(kpath, f"kustomization field {key!r} is not one this check renders")
+    objects = []
+    for res in kust.get("resources", []):
+        path = os.path.normpath(os.path.join(kdir, res))
+        if os.path.isdir(path):
+            objects.extend(render(path, failures, reached))
+        elif os.path.isfile(path):
+            reached.add(os.path.realpath(path))
+            for doc in load_yaml_documents(path):
+                objects.append((path, doc))
+        else:
+            failures.add(kpath, f"resource {res} does not exist")
+    for patch in kust.get("patches", []):
+        ppath = os.path.join(kdir, patch["path"])
+        reached.add(os.path.realpath(ppath))
+        (ops,) = load_yaml_documents(ppath)
+        target = patch.get("target", {})
+        hits = 0
+        for i, (src, obj) in enumerate(objects):
+            name = obj.get("metadata", {}).get("name")
+            if target.get("kind", obj.get("kind")) == obj.get("kind") and target.get("name", name) == name:
+                objects[i] = (src, apply_json6902(copy.deepcopy(obj), ops, ppath, failures))
+                hits += 1
+        if hits == 0:
+            failures.add(ppath, f"patch target {target} matches no object")
+    if "namespace" in kust:
+        for i, (src, obj) in enumerate(objects):
+            if obj.get("kind") not in CLUSTER_KINDS:
+                obj = copy.deepcopy(obj)
+                obj.setdefault("metadata", {})["namespace"] = kust["namespace"]
+                objects[i] = (src, obj)
+    return objects
+
+
+def check_object(src, obj, sm_schema, failures):
+    where = f"{src} ({obj.get('kind')} {obj.get('metadata', {}).get('name')})"
+    if obj.get("kind") == "ServiceMonitor":
+        validator = jsonschema.Draft202012Validator(sm_schema)
+        for error in validator.iter_errors(obj):
+            path = "/".join(str(p) for p in error.absolute_path)
+            failures.add(where, f"at /{path}: {error.message}")
+        return
+    for version in KUBERNETES_VERSIONS:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            path = "/".join(str(p) for p in e.path)
+            failures.add(where, f"Kubernetes {version}, at /{path}: {e.message}")
+        except kubernetes_validate.SchemaNotFoundError as e:
+            failures.add(where, f"no schema for this kind in Kubernetes {version}: {e}")
+
+
+def check_mesh(src, text, failures):
+    where = f"{src} (mesh.toml)"
+    try:
+        mesh = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        failures.add(where, f"not TOML: {e}")
+        return
+    for key, value in mesh.items():
+        if key not in MESH_KEYS[None]:
+            failures.add(where, f"unknown top-level key {key!r} (docs/mesh.md)")
+        elif key in MESH_KEYS and key is not None:
+            if not isinstance(value, dict):
+                failures.add(where, f"{key} must be a table")
+                continue
+            for sub in value:
+                if sub not in MESH_KEYS[key]:
+                    failures.add(where, f"unknown key {key}.{sub} (docs/mesh.md)")
+    if "dns" not in mesh.get("peers", {}):
+        failures.add(where, "[peers] dns is not set: the agents would not find each other")
+
+
+def dashboard_exprs(node):
+    if isinstance(node, dict):
+        if isinstance(node.get("expr"), str):
+            yield node["expr"]
+        for value in node.values():
+            yield from dashboard_exprs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from dashboard_exprs(value)
+
+
+def check_dashboard(path, failures, promtool):
+    with open(path, encoding="utf-8") as f:
+        try:
+            dashboard = json.load(f)
+        except json.JSONDecodeError as e:
+            failures.add(path, f"not JSON: {e}")
+            return 0
+    exprs = list(dashboard_exprs(dashboard.get("panels", [])))
+    if not exprs:
+        failures.add(path, "no PromQL expression in any panel")
+    rules = []
+    for i, expr in enumerate(exprs):
+        for var, value in GRAFANA_INTERVALS.items():
+            expr = expr.replace(var, value)
+        if "$" in expr:
+            failures.add(path, f"a Grafana variable this check cannot substitute: {expr}")
+        for name in set(re.findall(r"\bsonde_[a-z_]+\b", expr)):
+            if name not in METRICS:
+                failures.add(path, f"metric {name} is not in docs/mesh.md: {expr}")
+        rules.append({"record": f"sonde_dashboard:expr_{i}", "expr": expr})
+    with tempfile.TemporaryDirectory() as tmp:
+        rules_file = os.path.join(tmp, "dashboard-rules.yml")
+        with open(rules_file, "w", encoding="utf-8") as f:
+            yaml.safe_dump({"groups": [{"name": "sonde-dashboard", "rules": rules}]}, f)
+        out = subprocess.run([promtool, "check", "rules", rules_file], capture_output=True, text=True)
+        if out.returncode != 0:
+            failures.add(path, f"promtool check rules failed:\n{out.stdout}{out.stderr}")
+    return len(exprs)
+
+
+def main():
+    deploy = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(__file__))
+    kube = os.path.join(deploy, "kubernetes")
+    failures = Failures()
+    with open(os.path.join(deploy, "schemas", "servicemonitor.schema.json"), encoding="utf-8") as f:
+        sm_schema = json.load(f)
+    jsonschema.Draft202012Validator.check_schema(sm_schema)
+
+    reached = set()
+    kustomizations = sorted(
+        d for d in os.listdir(kube) if os.path.isfile(os.path.join(kube, d, "kustomization.yaml"))
+    )
+    checked = 0
+    for kdir in kustomizations:
+        objects = render(os.path.join(kube, kdir), failures, reached)
+        kinds = sorted(o.get("kind", "?") for _, o in objects)
+        for src, obj in objects:
+            check_object(os.path.relpath(src, deploy), obj, sm_schema, failures)
+            if obj.get("kind") == "ConfigMap" and "mesh.toml" in obj.get("data", {}):
+                check_mesh(os.path.relpath(src, deploy), obj["data"]["mesh.toml"], failures)
+            checked += 1
+        print(f"kubernetes/{kdir}: {len(objects)} objects ({', '.join(kinds)})")
+    for root, _, files in os.walk(kube):
+        for name in files:
+            path = os.path.realpath(os.path.join(root, name))
+            if name.endswith((".yaml", ".yml")) and path not in reached:
+                failures.add(os.path.relpath(path, deploy), "not reached from any kustomization, so never checked")
+
+    promtool = shutil.which("promtool") or "promtool"
+    grafana = os.path.join(deploy, "grafana")
+    exprs = 0
+    for name in sorted(os.listdir(grafana)):
+        if name.endswith(".json"):
+            exprs += check_dashboard(os.path.join(grafana, name), failures, promtool)
+
+    if failures.messages:
+        # A base reached from several kustomizations fails once.
+        for message in dict.fromkeys(failures.messages):
+            print(f"FAIL {message}", file=sys.stderr)
+        sys.exit(1)
+    print(f"ok: {checked} objects validated strictly, {exprs} PromQL expressions checked by promtool")
+
+
+if __name__ == "__main__":
+    main()
