@@ -109,6 +109,14 @@ pub(crate) fn run(
             };
             (spec, key)
         }
+        Ok(ControlMsg::Help {
+            target,
+            test,
+            proof,
+        }) => {
+            crate::helper::serve(ctrl, shared, &nonces, (target, test, proof), pending);
+            return true;
+        }
         Ok(ControlMsg::Describe { proof }) => {
             if authenticate(shared, &mut ctrl, &nonces, &Request::Describe, proof).is_ok() {
                 let host = host_for(&ctrl);
@@ -228,7 +236,7 @@ fn host_for(ctrl: &TcpStream) -> Option<Box<sonde_wire::HostInfo>> {
 
 /// Checks the client's proof of the shared secret when the agent has one, refusing the client
 /// when it is missing or wrong; the session's key (`None` without a secret).
-fn authenticate(
+pub(crate) fn authenticate(
     shared: &Shared,
     ctrl: &mut TcpStream,
     (agent, client): &(Nonce, Nonce),
@@ -253,7 +261,7 @@ fn authenticate(
     Err(())
 }
 
-fn refuse(shared: &Shared, ctrl: &mut TcpStream, reason: Refusal, message: &str) {
+pub(crate) fn refuse(shared: &Shared, ctrl: &mut TcpStream, reason: Refusal, message: &str) {
     shared.rejections.refused.fetch_add(1, Ordering::Relaxed);
     shared.log(format_args!(
         "sonde agent: refused {}: {message}",
@@ -268,7 +276,7 @@ fn refuse(shared: &Shared, ctrl: &mut TcpStream, reason: Refusal, message: &str)
     );
 }
 
-fn describe(spec: &TestSpec) -> String {
+pub(crate) fn describe(spec: &TestSpec) -> String {
     let proto = match spec.protocol {
         Protocol::Tcp => "tcp",
         Protocol::Udp => "udp",

@@ -81,6 +81,7 @@ pub(crate) fn latency_tcp() -> TestResult {
         socket_rtt: None,
         one_way: None,
         full_log: None,
+        helpers: None,
     })
 }
 
@@ -126,6 +127,7 @@ pub(crate) fn latency_udp_lossy() -> TestResult {
         socket_rtt: None,
         one_way: None,
         full_log: None,
+        helpers: None,
     })
 }
 
@@ -177,6 +179,7 @@ pub(crate) fn throughput_tcp_2_streams() -> TestResult {
         duplicated: None,
         reordered: None,
         retransmits: Some(59),
+        helpers: None,
     })
 }
 
@@ -219,6 +222,7 @@ pub(crate) fn throughput_udp_reverse() -> TestResult {
         duplicated: Some(0),
         reordered: Some(12),
         retransmits: None,
+        helpers: None,
     })
 }
 
@@ -277,6 +281,7 @@ pub(crate) fn throughput_bidir() -> TestResult {
         duplicated: None,
         reordered: None,
         retransmits: Some(9),
+        helpers: None,
     })
 }
 
@@ -321,6 +326,7 @@ pub(crate) fn pps_2_flows() -> TestResult {
         received_pps: received as f64 / 10.001_2,
         flows,
         intervals: Vec::new(),
+        helpers: None,
     })
 }
 

@@ -121,6 +121,9 @@ pub enum Refusal {
     Unauthenticated,
     /// The client's address has its maximum of sessions or connections at the agent.
     SourceBusy,
+    /// A helper request ([`ControlMsg::Help`]) to an agent that does not help: started without
+    /// `--helper`, or without a shared secret.
+    NotHelper,
 }
 
 /// The agent's limits, announced in [`ControlMsg::Welcome`] so a client can explain a refusal.
@@ -408,6 +411,56 @@ pub enum ControlMsg {
         /// `t3`.
         agent_send_ns: u64,
     },
+    /// Client → agent, instead of `Start` (`--from`): run `test` against the sonde agent at
+    /// `target` yourself, as a helper. Only an agent started with `--helper` and a shared secret
+    /// takes it, and only with a proof ([`crate::auth::Request::Help`]).
+    Help {
+        /// The target as the user wrote it (`HOST`, `HOST:PORT`); the helper resolves it.
+        target: String,
+        /// The test the helper runs against the target.
+        test: HelperTest,
+        /// The proof of the shared secret for this request.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proof: Option<Proof>,
+    },
+    /// Helper → client: the target admitted the helper's session and its data channels are
+    /// open; nothing has been sent yet. The client may now send `ClockProbe`s (answered with
+    /// `ClockReply` on the helper's host clock), then `HelperGo`.
+    HelperReady,
+    /// Client → helper: start the data at this moment of the helper's host clock (ns, the clock
+    /// of its `ClockReply`s).
+    HelperGo {
+        /// When to start, on the helper's host clock.
+        start_host_ns: u64,
+    },
+    /// Helper → client: the test ran; its result document, as the helper's client made it.
+    HelperResult {
+        /// When the helper started the data, on its host clock.
+        started_host_ns: u64,
+        /// The result document (JSON, `sonde_report::TestResult`'s variant for the test).
+        result: serde_json::Value,
+    },
+    /// Helper → client: the test against the target could not be run or failed.
+    HelperFailed {
+        /// The exit code the helper's client would have ended with (3 unreachable, 4 refused,
+        /// 1 failed).
+        exit_code: u8,
+        /// What went wrong, for a person.
+        message: String,
+    },
+}
+
+/// What a helper runs against its target ([`ControlMsg::Help`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HelperTest {
+    /// The test, as the helper's client will ask the target for it.
+    pub spec: TestSpec,
+    /// pps: UDP GSO batches (`Some(true)` on, `Some(false)` off, `None` auto).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gso: Option<bool>,
+    /// latency: warm-up at the start of `spec.duration_ms`, whose samples are excluded, ms.
+    #[serde(default)]
+    pub warmup_ms: u64,
 }
 
 /// Appends one frame (length + JSON) to `out`.
@@ -500,6 +553,27 @@ mod tests {
             ControlMsg::Refused {
                 reason: Refusal::Busy,
                 message: "16 sessions running".into(),
+            },
+            ControlMsg::Help {
+                target: "198.18.0.2:5300".into(),
+                test: HelperTest {
+                    spec: spec(),
+                    gso: Some(false),
+                    warmup_ms: 0,
+                },
+                proof: Some(Proof([5; 32])),
+            },
+            ControlMsg::HelperReady,
+            ControlMsg::HelperGo {
+                start_host_ns: 1_234_567_890,
+            },
+            ControlMsg::HelperResult {
+                started_host_ns: 1_234_567_891,
+                result: serde_json::json!({"test": "pps", "received": 42}),
+            },
+            ControlMsg::HelperFailed {
+                exit_code: 4,
+                message: "the target refused".into(),
             },
         ];
         let mut buf = Vec::new();
