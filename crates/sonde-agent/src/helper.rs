@@ -35,6 +35,8 @@ use crate::{validate, PendingGuard, Shared};
 const GO_TIMEOUT: Duration = Duration::from_secs(10);
 /// The latest start a requester may name, from when it names it.
 const MAX_START_DELAY: Duration = Duration::from_secs(10);
+/// How often the agent looks whether the requester is still there while the test runs.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
 /// Clock probes a requester may make before `HelperGo`.
 const MAX_CLOCK_PROBES: u32 = 64;
 
@@ -155,8 +157,38 @@ pub(crate) fn serve(
         secret,
     };
     let mut body = Vec::new();
-    let mut ready = || wait_for_go(&mut ctrl, &mut body);
-    let outcome = runner.0.run(&job, &mut ready, &shared.shutdown);
+    // Raised when the agent shuts down or the requester goes away (Ctrl-C, a lost connection):
+    // the test then ends early, as its planned end would.
+    let stop = AtomicBool::new(false);
+    let watching = AtomicBool::new(true);
+    // Set once the requester has named the start: from then on it sends nothing, and the
+    // watcher may peek at the connection (peeking switches the shared socket to non-blocking for
+    // a moment, which must not meet this thread's reads and writes).
+    let armed = AtomicBool::new(false);
+    let outcome = std::thread::scope(|scope| {
+        let watcher = ctrl.try_clone().ok();
+        let (stop, watching, armed) = (&stop, &watching, &armed);
+        scope.spawn(move || {
+            while watching.load(Ordering::Relaxed) {
+                let gone = armed.load(Ordering::Acquire)
+                    && watcher.as_ref().is_none_or(crate::session::peer_gone);
+                if gone || shared.shutdown.load(Ordering::Relaxed) {
+                    stop.store(true, Ordering::Relaxed);
+                    return;
+                }
+                std::thread::sleep(WATCH_EVERY);
+            }
+        });
+        let mut ready = || {
+            let start = wait_for_go(&mut ctrl, &mut body);
+            armed.store(true, Ordering::Release);
+            start
+        };
+        let outcome = runner.0.run(&job, &mut ready, stop);
+        watching.store(false, Ordering::Relaxed);
+        outcome
+    });
+    // The watcher has ended (the scope joined it): the connection is this thread's again.
     let reply = match outcome {
         Ok(o) => {
             let ago = u64::try_from(o.started.elapsed().as_nanos()).unwrap_or(u64::MAX);

@@ -320,7 +320,7 @@ fn wait_for_channels(slot: &Slot, shared: &Shared, ctrl: &TcpStream) -> Option<V
 }
 
 /// Whether the peer has closed (or reset) a connection we are not reading yet.
-fn peer_gone(ctrl: &TcpStream) -> bool {
+pub(crate) fn peer_gone(ctrl: &TcpStream) -> bool {
     if ctrl.set_nonblocking(true).is_err() {
         return true;
     }

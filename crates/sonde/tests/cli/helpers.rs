@@ -375,3 +375,57 @@ fn a_replayed_helper_request_is_refused() {
     thread::sleep(Duration::from_millis(200));
     assert_eq!(target.stderr().matches("session").count(), sessions);
 }
+
+/// Polls `done` every 50 ms for at most `limit`; whether it came true.
+fn within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if done() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    done()
+}
+
+/// A requester that goes away (killed mid-test) ends its helper's test: the helper stops
+/// sending to the target long before the 20 s it was asked for.
+#[test]
+fn a_helper_stops_when_its_requester_goes_away() {
+    let secrets = Secrets::new();
+    let (mut helpers, target) = lab(&secrets);
+    helpers.truncate(1);
+    let t = target.target();
+    let h = helpers[0].target();
+    let mut cmd = std::process::Command::new(super::common::sonde_bin());
+    cmd.env("SONDE_DB", super::common::test_db()).args([
+        "pps",
+        &t,
+        "--from",
+        &h,
+        "-t",
+        "20",
+        "--secret-file",
+        secrets.right(),
+        "--no-save",
+    ]);
+    let client = super::common::Daemon::spawn(&mut cmd);
+    let started = within(Duration::from_secs(15), || {
+        target.stderr().contains(": udp pps")
+    });
+    assert!(
+        started,
+        "the helper's session never started:\n{}",
+        target.stderr()
+    );
+    drop(client);
+    // The target logs a second line for the session when it ends.
+    let ended = within(Duration::from_secs(10), || {
+        target.stderr().matches("sonde agent: session").count() >= 2
+    });
+    assert!(
+        ended,
+        "the helper's test went on after its requester was gone:\n{}",
+        target.stderr()
+    );
+}
