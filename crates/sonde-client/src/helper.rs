@@ -70,11 +70,12 @@ fn run_helpers(
         ));
     }
     let n = helpers.len();
-    let (ready_tx, ready_rx) = mpsc::channel::<bool>();
+    // A ready helper hands over a clone of its control connection and its clock's offset.
+    let (ready_tx, ready_rx) = mpsc::channel::<Option<(TcpStream, i64)>>();
     let mut go_txs = Vec::new();
     let mut go_rxs = Vec::new();
     for _ in 0..n {
-        let (tx, rx) = mpsc::channel::<Option<u64>>();
+        let (tx, rx) = mpsc::channel::<bool>();
         go_txs.push(tx);
         go_rxs.push(Some(rx));
     }
@@ -85,9 +86,9 @@ fn run_helpers(
             let ready_tx = ready_tx.clone();
             let go_rx = go_rxs[i].take().unwrap_or_else(|| unreachable!());
             handles.push(scope.spawn(move || {
-                let r = one_helper(helper, target, test, wait, |ok| {
-                    let _ = ready_tx.send(ok);
-                    go_rx.recv().ok().flatten()
+                let r = one_helper(helper, target, test, wait, |ready| {
+                    let _ = ready_tx.send(ready);
+                    go_rx.recv().unwrap_or(false)
                 });
                 r.map_err(|e| ClientError::Helper {
                     helper: helper.label.clone(),
@@ -97,18 +98,28 @@ fn run_helpers(
         }
         drop(ready_tx);
         // Every helper ready, or the first that could not be: then all start, or none.
-        let mut failed = false;
+        let mut ready = Vec::new();
         for _ in 0..n {
-            if ready_rx.recv() != Ok(true) {
-                failed = true;
-                break;
+            match ready_rx.recv() {
+                Ok(Some(r)) => ready.push(r),
+                Ok(None) | Err(_) => break,
             }
         }
-        let start = (!failed).then(|| {
-            host_clock_ns().saturating_add(u64::try_from(START_MARGIN.as_nanos()).unwrap_or(0))
-        });
+        let go = ready.len() == n;
+        if go {
+            // One thread sends every `HelperGo` back to back: waking each helper's thread to
+            // send its own would cost a scheduling delay per helper on a busy host.
+            let start = host_clock_ns()
+                .saturating_add(u64::try_from(START_MARGIN.as_nanos()).unwrap_or(u64::MAX));
+            for (ctrl, offset_ns) in &mut ready {
+                let start_host_ns = shift(start, *offset_ns);
+                // A failed write shows in that helper's thread, whose read then fails.
+                let _ = write_frame(ctrl, &ControlMsg::HelperGo { start_host_ns });
+            }
+        }
+        drop(ready);
         for tx in &go_txs {
-            let _ = tx.send(start);
+            let _ = tx.send(go);
         }
         let results: Vec<Result<HelperRun, ClientError>> = handles
             .into_iter()
@@ -139,26 +150,34 @@ fn run_helpers(
     })
 }
 
-/// One helper's part: its readiness goes to `ready` (which returns the common start on this
-/// host's clock, or `None` to give up), then its result.
+/// One helper's part: its readiness goes to `ready` (a clone of its control connection and its
+/// clock's offset, or `None` when it could not get ready), which returns whether the start was
+/// sent; then its result.
 fn one_helper(
     helper: &Target,
     target: &str,
     test: &HelperTest,
     wait: Duration,
-    ready: impl FnOnce(bool) -> Option<u64>,
+    ready: impl FnOnce(Option<(TcpStream, i64)>) -> bool,
 ) -> Result<HelperRun, ClientError> {
     let (mut ctrl, mut body, clock) = match prepare(helper, target, test) {
         Ok(p) => p,
         Err(e) => {
-            ready(false);
+            ready(None);
             return Err(e);
         }
     };
+    let writer = match ctrl.try_clone() {
+        Ok(w) => w,
+        Err(e) => {
+            ready(None);
+            return Err(ClientError::Control(e.into()));
+        }
+    };
     // Another helper failed: closing the connection tells this one to give up unsent.
-    let start_ns = ready(true).ok_or(ClientError::Interrupted)?;
-    let start_host_ns = shift(start_ns, clock.offset_ns);
-    write_frame(&mut ctrl, &ControlMsg::HelperGo { start_host_ns })?;
+    if !ready(Some((writer, clock.offset_ns))) {
+        return Err(ClientError::Interrupted);
+    }
     let deadline = Instant::now() + START_MARGIN + wait;
     match read_frame(&mut ctrl, &mut body, deadline)? {
         ControlMsg::HelperResult {
