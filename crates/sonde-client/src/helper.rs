@@ -406,13 +406,15 @@ fn helpers_section(
 }
 
 /// The aggregate's meta: the first helper's, as the target saw it, without what belongs to
-/// one helper alone (its host and CPU cost) and with the overlap the helpers caused themselves
+/// one helper's session alone (its host, both ends' CPU cost) and with the overlap the helpers caused themselves
 /// taken out (the target ran each helper's session beside the others, by design).
 fn aggregate_meta(metas: &[&Meta]) -> Meta {
     let mut meta = metas[0].clone();
     meta.timestamp_unix_ms = metas.iter().map(|m| m.timestamp_unix_ms).min().unwrap_or(0);
     meta.hosts.client = None;
-    meta.cpu.client = None;
+    // Each helper's session cost the target (and the helper) separately: no one figure is the
+    // aggregate's.
+    meta.cpu = sonde_report::CpuCosts::default();
     let others = u32::try_from(metas.len() - 1).unwrap_or(u32::MAX);
     let overlap = metas
         .iter()
