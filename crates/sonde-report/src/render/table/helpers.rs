@@ -1,6 +1,8 @@
 //! `--from`: the helpers' shares under the aggregate, with how closely they started.
 
-use super::super::units::{fmt_bytes, fmt_count, fmt_count_f64, fmt_ns_auto, fmt_rate, to_f64};
+use super::super::units::{
+    fmt_bytes, fmt_count, fmt_count_f64, fmt_ns_auto, fmt_rate, fmt_secs, to_f64,
+};
 use super::{line, Col, Grid};
 use crate::model::Helpers;
 
@@ -24,7 +26,7 @@ pub(super) fn section(h: Option<&Helpers>, kind: Shares, out: &mut String) {
             if h.shares.len() == 1 { "" } else { "s" },
             fmt_ns_auto(to_f64(h.start_spread_ns)),
             fmt_ns_auto(to_f64(h.offset_uncertainty_ns)),
-            fmt_ns_auto(to_f64(h.window_ns)),
+            fmt_secs(h.window_ns),
         ),
     );
     let mut g = Grid::new(vec![
