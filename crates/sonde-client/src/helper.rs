@@ -469,6 +469,12 @@ pub fn pps_from(
         TestResult::Pps(p) => Some(p),
         _ => None,
     })?;
+    Ok(aggregate_pps(&docs, opt.flows))
+}
+
+/// What the target received from every helper together ([`pps_from`]), from each helper's
+/// document and when its data started.
+fn aggregate_pps(docs: &[(HelperRun, PpsResult)], flows_per_helper: u32) -> PpsResult {
     let timed: Vec<(HelperRun, u64)> = docs
         .iter()
         .map(|(r, d)| (clone_run(r), active_ns(d.received, d.received_pps)))
@@ -519,7 +525,7 @@ pub fn pps_from(
         .flat_map(|(k, (_, d))| {
             let base = u32::try_from(k)
                 .unwrap_or(u32::MAX)
-                .saturating_mul(opt.flows);
+                .saturating_mul(flows_per_helper);
             d.flows.iter().map(move |f| sonde_report::FlowResult {
                 flow: base.saturating_add(f.flow),
                 ..f.clone()
@@ -529,7 +535,7 @@ pub fn pps_from(
     // Each helper's intervals count from its own receiver's start: not summed.
     agg.intervals = Vec::new();
     agg.helpers = Some(section);
-    Ok(agg)
+    agg
 }
 
 /// `sonde throughput TARGET --from HELPER...`: every helper runs `opt` (its `-P` streams)
@@ -695,5 +701,113 @@ fn percent(part: u64, whole: u64) -> f64 {
         0.0
     } else {
         part as f64 * 100.0 / whole as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(helper: &str, started_ns: u64) -> HelperRun {
+        HelperRun {
+            helper: helper.to_owned(),
+            result: serde_json::Value::Null,
+            started_ns,
+            uncertainty_ns: 10_000,
+        }
+    }
+
+    /// A helper's pps document: `sent` datagrams on one flow, `received` of them over
+    /// `active_ns` at the target, which ran `overlap` other sessions meanwhile.
+    fn pps(session: u64, sent: u64, received: u64, active_ns: u64, overlap: u32) -> PpsResult {
+        let lost = sent - received;
+        let doc = serde_json::json!({
+            "test": "pps", "sonde_version": "0", "timestamp_unix_ms": 1_000 + session,
+            "server": "198.18.0.2:5300", "session": session, "overlapping_sessions": overlap,
+            "warnings": [], "protocol": "udp", "msg_size_bytes": 14, "duration_ns": 2_000_000_000u64,
+            "send_method": "sendmmsg",
+            "gso": {"mode": "off", "used": false, "interface": null, "reason": "requested",
+                    "explanation": "asked"},
+            "sent": sent, "received": received, "lost": lost,
+            "loss_percent": percent(lost, sent),
+            "sent_pps": sent as f64 / (active_ns as f64 / 1e9),
+            "received_pps": received as f64 / (active_ns as f64 / 1e9),
+            "flows": [{"flow": 0, "sent": sent, "received": received, "lost": lost}],
+        });
+        let TestResult::Pps(mut p) = serde_json::from_value(doc).expect("a pps document") else {
+            unreachable!()
+        };
+        if overlap > 0 {
+            p.meta
+                .add(&Warning::OverlappingSessions { sessions: overlap });
+        }
+        if lost > 0 {
+            p.meta.add(&Warning::PpsLoss {
+                lost,
+                sent,
+                percent: percent(lost, sent),
+            });
+        }
+        p
+    }
+
+    #[test]
+    fn pps_shares_add_up_over_the_common_window() {
+        // Helper b started 2 ms after a; a's target session received for 2.000 s, b's for
+        // 1.999 s: the window runs from a's start to b's end, 2.001 s.
+        let docs = vec![
+            (run("a", 5_000_000), pps(7, 1_000, 990, 2_000_000_000, 1)),
+            (run("b", 7_000_000), pps(8, 2_000, 2_000, 1_999_000_000, 1)),
+        ];
+        let agg = aggregate_pps(&docs, 1);
+        assert_eq!((agg.sent, agg.received, agg.lost), (3_000, 2_990, 10));
+        let h = agg.helpers.as_ref().expect("helpers");
+        assert_eq!(h.start_spread_ns, 2_000_000);
+        assert_eq!(h.window_ns, 2_001_000_000);
+        let expected = 2_990.0 / 2.001;
+        assert!(
+            (agg.received_pps - expected).abs() < 1e-6,
+            "{}",
+            agg.received_pps
+        );
+        let offsets: Vec<u64> = h.shares.iter().map(|s| s.start_offset_ns).collect();
+        assert_eq!(offsets, [0, 2_000_000]);
+        assert_eq!(h.shares[1].received, Some(2_000));
+        assert_eq!(h.shares[0].session, 7);
+        // Flows are numbered across helpers.
+        let flows: Vec<u32> = agg.flows.iter().map(|f| f.flow).collect();
+        assert_eq!(flows, [0, 1]);
+        // Each target session overlapped only the other helper's: no overlap warning; the loss
+        // warning is the total's, once.
+        assert_eq!(agg.meta.overlapping_sessions, 0);
+        assert_eq!(agg.meta.warning_codes, [WarningCode::Loss]);
+        assert!(
+            agg.meta.warnings[0].contains("10"),
+            "{:?}",
+            agg.meta.warnings
+        );
+        assert_eq!(agg.meta.timestamp_unix_ms, 1_007);
+    }
+
+    #[test]
+    fn overlap_from_others_than_the_helpers_stays() {
+        let docs = vec![
+            (run("a", 0), pps(1, 10, 10, 1_000_000_000, 2)),
+            (run("b", 0), pps(2, 10, 10, 1_000_000_000, 1)),
+        ];
+        let agg = aggregate_pps(&docs, 1);
+        assert_eq!(
+            agg.meta.overlapping_sessions, 1,
+            "a saw one session besides b's"
+        );
+        assert_eq!(agg.meta.warning_codes, [WarningCode::OverlappingSessions]);
+    }
+
+    #[test]
+    fn shift_saturates_both_ways() {
+        assert_eq!(shift(10, -3), 7);
+        assert_eq!(shift(10, 3), 13);
+        assert_eq!(shift(1, -3), 0);
+        assert_eq!(shift(u64::MAX, 1), u64::MAX);
     }
 }
