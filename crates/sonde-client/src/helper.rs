@@ -349,6 +349,14 @@ pub fn run_as_helper(
         }
     };
     let started = started.ok_or(ClientError::Interrupted)?;
+    // The requester does not merge intervals (each counts from its own receiver's start): they
+    // would only bring a long test's result closer to the control frame's 64 KiB.
+    let mut result = result;
+    match &mut result {
+        TestResult::Pps(p) => p.intervals.clear(),
+        TestResult::Throughput(t) => t.intervals.clear(),
+        _ => {}
+    }
     let value = serde_json::to_value(&result)
         .map_err(|e| ClientError::Protocol(format!("the result did not serialize: {e}")))?;
     Ok((value, started))

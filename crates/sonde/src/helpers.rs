@@ -21,11 +21,18 @@ impl FromOpt {
     /// The helpers, resolved with the secret to prove to them; `None` without `--from`.
     pub(crate) fn helpers(
         &self,
+        target: &str,
         secret: &crate::auth::SecretOpt,
         sweep: bool,
     ) -> anyhow::Result<Option<Vec<Target>>> {
         if self.from.is_empty() {
             return Ok(None);
+        }
+        if target.contains("://") {
+            return Err(crate::units::BadValue(format!(
+                "--from runs the test from sonde agents against a sonde agent, not {target}"
+            ))
+            .into());
         }
         if sweep {
             return Err(crate::units::BadValue(

@@ -198,7 +198,10 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
 
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
-    if let Some(helpers) = opt.from.helpers(&opt.secret, opt.sweep.is_some())? {
+    if let Some(helpers) = opt
+        .from
+        .helpers(&opt.host, &opt.secret, opt.sweep.is_some())?
+    {
         return run_from(opt, &helpers, saver);
     }
     if let Some(sweep) = &opt.sweep {

@@ -109,7 +109,10 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         },
         interval: opt.interval.filter(|d| !d.is_zero()),
     };
-    if let Some(helpers) = opt.from.helpers(&opt.secret, opt.sweep.is_some())? {
+    if let Some(helpers) = opt
+        .from
+        .helpers(&opt.host, &opt.secret, opt.sweep.is_some())?
+    {
         let progress = Progress::start(
             &format!("pps {} from {} helpers", opt.host, helpers.len()),
             opt.time,

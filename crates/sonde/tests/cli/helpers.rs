@@ -429,3 +429,26 @@ fn a_helper_stops_when_its_requester_goes_away() {
         target.stderr()
     );
 }
+
+/// `--from` is for sonde agents: a foreign target, or a sweep, is a usage error (exit code 2)
+/// before anything is sent.
+#[test]
+fn from_with_a_foreign_target_or_a_sweep_is_a_usage_error() {
+    for args in [
+        &["throughput", "iperf3://127.0.0.5", "--from", "127.0.0.2"][..],
+        &["latency", "sockperf://127.0.0.5", "--from", "127.0.0.2"][..],
+        &[
+            "pps",
+            "127.0.0.5",
+            "--from",
+            "127.0.0.2",
+            "--sweep",
+            "msg_size=14,18",
+        ][..],
+    ] {
+        let r = run(args);
+        assert_eq!(r.code, Some(2), "`sonde {}`: {}", args.join(" "), r.stderr);
+        assert_eq!(r.stderr.trim_end().lines().count(), 1, "{}", r.stderr);
+        assert!(r.stderr.contains("--from"), "{}", r.stderr);
+    }
+}
