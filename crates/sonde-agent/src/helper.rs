@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use sonde_net::control::{read_frame, write_frame};
 use sonde_net::latency::host_clock_ns;
 use sonde_wire::auth::{Nonce, Proof, Request};
-use sonde_wire::{ControlMsg, HelperTest, Refusal};
+use sonde_wire::{ControlMsg, HelperTest, Refusal, HELPER_RESULT_PART};
 
 use crate::{validate, PendingGuard, Shared};
 
@@ -63,8 +63,8 @@ pub struct HelperFailure {
 /// What a helper's test produced.
 #[derive(Debug, Clone)]
 pub struct HelperOutcome {
-    /// The result document.
-    pub result: serde_json::Value,
+    /// The result document, JSON.
+    pub result: String,
     /// When the data started (the runner's `Go` to the target, and its own first sends).
     pub started: Instant,
 }
@@ -189,33 +189,52 @@ pub(crate) fn serve(
         outcome
     });
     // The watcher has ended (the scope joined it): the connection is this thread's again.
-    let reply = match outcome {
+    let sent = match outcome {
         Ok(o) => {
             let ago = u64::try_from(o.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            ControlMsg::HelperResult {
-                started_host_ns: host_clock_ns().saturating_sub(ago),
-                result: o.result,
-            }
+            send_result(&mut ctrl, &o.result, host_clock_ns().saturating_sub(ago))
         }
-        Err(f) => ControlMsg::HelperFailed {
-            exit_code: f.exit_code,
-            message: f.message,
-        },
-    };
-    if let Err(e) = write_frame(&mut ctrl, &reply) {
-        let message = format!("the result could not be sent: {e}");
-        let _ = write_frame(
+        Err(f) => write_frame(
             &mut ctrl,
             &ControlMsg::HelperFailed {
-                exit_code: 1,
-                message,
+                exit_code: f.exit_code,
+                message: f.message,
             },
-        );
+        ),
+    };
+    if let Err(e) = sent {
+        shared.log(format_args!(
+            "sonde agent: helper session for {peer}: the result could not be sent: {e}"
+        ));
     }
     shared.log(format_args!(
         "sonde agent: helper session for {peer} against {} ended",
         job.target
     ));
+}
+
+/// Sends the result document in pieces that each fit a frame, then `HelperResult`.
+fn send_result(
+    ctrl: &mut TcpStream,
+    json: &str,
+    started_host_ns: u64,
+) -> Result<(), sonde_net::control::ControlError> {
+    let mut rest = json;
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(HELPER_RESULT_PART);
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let (part, tail) = rest.split_at(cut);
+        write_frame(
+            ctrl,
+            &ControlMsg::HelperResultPart {
+                json: part.to_owned(),
+            },
+        )?;
+        rest = tail;
+    }
+    write_frame(ctrl, &ControlMsg::HelperResult { started_host_ns })
 }
 
 /// Tells the requester the target is ready, answers its clock probes, and returns the moment it

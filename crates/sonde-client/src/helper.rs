@@ -37,6 +37,8 @@ pub(crate) const CLOCK_EXCHANGES: u32 = 8;
 /// How far ahead of the moment every helper is ready the common start is: time for the
 /// `HelperGo` messages to arrive, with room for a busy host.
 const START_MARGIN: Duration = Duration::from_millis(300);
+/// The longest result document a helper may send (its parts together).
+const MAX_RESULT_BYTES: usize = 16 << 20;
 /// How long a clock reply may take.
 const CLOCK_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long after its planned end a helper has to send its result (the target's report, the
@@ -46,7 +48,8 @@ const RESULT_SLACK: Duration = Duration::from_secs(60);
 /// What one helper sent back.
 struct HelperRun {
     helper: String,
-    result: serde_json::Value,
+    /// The result document, JSON.
+    result: String,
     /// When its data started, on this host's clock (`host_clock_ns`).
     started_ns: u64,
     uncertainty_ns: u64,
@@ -179,23 +182,35 @@ fn one_helper(
         return Err(ClientError::Interrupted);
     }
     let deadline = Instant::now() + START_MARGIN + wait;
-    match read_frame(&mut ctrl, &mut body, deadline)? {
-        ControlMsg::HelperResult {
-            started_host_ns,
-            result,
-        } => Ok(HelperRun {
-            helper: helper.label.clone(),
-            result,
-            started_ns: shift(started_host_ns, -clock.offset_ns),
-            uncertainty_ns: clock.uncertainty_ns,
-        }),
-        ControlMsg::HelperFailed { exit_code, message } => {
-            Err(ClientError::HelperTarget { exit_code, message })
+    let mut json = String::new();
+    loop {
+        match read_frame(&mut ctrl, &mut body, deadline)? {
+            ControlMsg::HelperResultPart { json: part } => {
+                if json.len() + part.len() > MAX_RESULT_BYTES {
+                    return Err(ClientError::Protocol(format!(
+                        "the helper's result passed {MAX_RESULT_BYTES} bytes"
+                    )));
+                }
+                json.push_str(&part);
+            }
+            ControlMsg::HelperResult { started_host_ns } => {
+                return Ok(HelperRun {
+                    helper: helper.label.clone(),
+                    result: json,
+                    started_ns: shift(started_host_ns, -clock.offset_ns),
+                    uncertainty_ns: clock.uncertainty_ns,
+                })
+            }
+            ControlMsg::HelperFailed { exit_code, message } => {
+                return Err(ClientError::HelperTarget { exit_code, message })
+            }
+            ControlMsg::Error { message } => return Err(ClientError::Remote(message)),
+            _ => {
+                return Err(ClientError::Protocol(
+                    "the helper sent something else where its result was due".into(),
+                ))
+            }
         }
-        ControlMsg::Error { message } => Err(ClientError::Remote(message)),
-        _ => Err(ClientError::Protocol(
-            "the helper sent something else where its result was due".into(),
-        )),
     }
 }
 
@@ -277,7 +292,7 @@ pub fn run_as_helper(
     secret: sonde_wire::auth::Secret,
     ready: &mut dyn FnMut() -> Option<Instant>,
     stop: &AtomicBool,
-) -> Result<(serde_json::Value, Instant), ClientError> {
+) -> Result<(String, Instant), ClientError> {
     let t = crate::resolve(target, default_port)?.with_secret(Some(secret));
     let spec = &test.spec;
     let mut started = None;
@@ -357,9 +372,9 @@ pub fn run_as_helper(
         TestResult::Throughput(t) => t.intervals.clear(),
         _ => {}
     }
-    let value = serde_json::to_value(&result)
+    let json = serde_json::to_string(&result)
         .map_err(|e| ClientError::Protocol(format!("the result did not serialize: {e}")))?;
-    Ok((value, started))
+    Ok((json, started))
 }
 
 /// The helpers' documents of one kind, with each run's timing.
@@ -369,7 +384,7 @@ fn documents<T>(
 ) -> Result<Vec<(HelperRun, T)>, ClientError> {
     runs.into_iter()
         .map(|run| {
-            let doc = serde_json::from_value::<TestResult>(run.result.clone())
+            let doc = serde_json::from_str::<TestResult>(&run.result)
                 .ok()
                 .and_then(&pick)
                 .ok_or_else(|| ClientError::Helper {
@@ -698,7 +713,7 @@ pub fn latency_from(
 fn clone_run(r: &HelperRun) -> HelperRun {
     HelperRun {
         helper: r.helper.clone(),
-        result: serde_json::Value::Null,
+        result: String::new(),
         started_ns: r.started_ns,
         uncertainty_ns: r.uncertainty_ns,
     }
@@ -719,7 +734,7 @@ mod tests {
     fn run(helper: &str, started_ns: u64) -> HelperRun {
         HelperRun {
             helper: helper.to_owned(),
-            result: serde_json::Value::Null,
+            result: String::new(),
             started_ns,
             uncertainty_ns: 10_000,
         }

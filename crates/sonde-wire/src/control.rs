@@ -433,14 +433,21 @@ pub enum ControlMsg {
         /// When to start, on the helper's host clock.
         start_host_ns: u64,
     },
-    /// Helper → client: the test ran; its result document, as the helper's client made it.
+    /// Helper → client: a piece of the result document's JSON text (`sonde_report::TestResult`),
+    /// in order; a document can pass the frame limit, so it comes in pieces of at most
+    /// [`HELPER_RESULT_PART`] bytes, then `HelperResult`.
+    HelperResultPart {
+        /// The next piece of the document's text.
+        json: String,
+    },
+    /// Helper → client: the test ran; its result document is the `HelperResultPart`s before
+    /// this, joined.
     HelperResult {
         /// When the helper started the data, on its host clock.
         started_host_ns: u64,
-        /// The result document (JSON, `sonde_report::TestResult`'s variant for the test).
-        result: serde_json::Value,
     },
-    /// Helper → client: the test against the target could not be run or failed.
+    /// Helper → client: the test against the target could not be run or failed (also after
+    /// some `HelperResultPart`s, which are then void).
     HelperFailed {
         /// The exit code the helper's client would have ended with (3 unreachable, 4 refused,
         /// 1 failed).
@@ -449,6 +456,11 @@ pub enum ControlMsg {
         message: String,
     },
 }
+
+/// The most bytes of a result document's text one [`ControlMsg::HelperResultPart`] carries:
+/// JSON escaping at most doubles them (a quote or backslash), which stays under
+/// [`MAX_FRAME_LEN`].
+pub const HELPER_RESULT_PART: usize = 16 * 1024;
 
 /// What a helper runs against its target ([`ControlMsg::Help`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -525,6 +537,20 @@ mod tests {
     }
 
     #[test]
+    fn a_full_result_part_fits_a_frame_whatever_it_holds() {
+        // Quotes and backslashes are the characters JSON doubles.
+        for c in ['"', '\\', 'a', 'é'] {
+            let mut json = String::new();
+            while json.len() + c.len_utf8() <= HELPER_RESULT_PART {
+                json.push(c);
+            }
+            let mut buf = Vec::new();
+            encode_frame(&ControlMsg::HelperResultPart { json }, &mut buf)
+                .unwrap_or_else(|e| panic!("a part of {c:?} does not fit: {e}"));
+        }
+    }
+
+    #[test]
     fn frames_round_trip_and_report_their_length() {
         let msgs = [
             ControlMsg::Hello {
@@ -567,9 +593,11 @@ mod tests {
             ControlMsg::HelperGo {
                 start_host_ns: 1_234_567_890,
             },
+            ControlMsg::HelperResultPart {
+                json: r#"{"test": "pps", "received": 42}"#.into(),
+            },
             ControlMsg::HelperResult {
                 started_host_ns: 1_234_567_891,
-                result: serde_json::json!({"test": "pps", "received": 42}),
             },
             ControlMsg::HelperFailed {
                 exit_code: 4,

@@ -452,3 +452,27 @@ fn from_with_a_foreign_target_or_a_sweep_is_a_usage_error() {
         assert!(r.stderr.contains("--from"), "{}", r.stderr);
     }
 }
+
+/// A helper's result document can pass the 64 KiB control frame (128 streams, each with its
+/// `TCP_INFO`: about 95 KB): it comes in pieces and arrives whole.
+#[test]
+fn a_result_larger_than_a_control_frame_arrives_whole() {
+    let secrets = Secrets::new();
+    let (mut helpers, target) = lab(&secrets);
+    helpers.truncate(1);
+    let t = target.target();
+    let doc = run_from(
+        &["throughput", &t, "-P", "128", "-t", "0.3"],
+        &helpers,
+        secrets.right(),
+    );
+    assert!(
+        doc.to_string().len() > 64 * 1024,
+        "the document is smaller than a frame: the test shows nothing"
+    );
+    assert_eq!(doc["streams"].as_array().map(Vec::len), Some(128));
+    assert_eq!(
+        u64_at(&doc, &["receiver", "bytes"]),
+        u64_at(&shares(&doc)[0], &["received"])
+    );
+}
