@@ -45,7 +45,7 @@ use std::time::Duration;
 use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtension};
 
 /// The schema version this sonde writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Marks the file as sonde's (`PRAGMA application_id`): "SNDE".
 pub const APPLICATION_ID: i32 = 0x534E_4445;
@@ -109,6 +109,22 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE runs ADD COLUMN group_id INTEGER REFERENCES groups (id);
     ALTER TABLE runs ADD COLUMN interrupted INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX runs_group ON runs (group_id);",
+    // 3: the cases of a group that did not run (a plan's unreachable or refusing endpoint).
+    "CREATE TABLE failures (
+        id INTEGER PRIMARY KEY,
+        group_id INTEGER NOT NULL REFERENCES groups (id),
+        time_unix_ms INTEGER NOT NULL,
+        test TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        exit_code INTEGER NOT NULL
+    );
+    CREATE INDEX failures_group ON failures (group_id);
+    CREATE TABLE failure_labels (
+        failure_id INTEGER NOT NULL REFERENCES failures (id) ON DELETE CASCADE,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (failure_id, key)
+    ) WITHOUT ROWID;",
 ];
 
 /// What went wrong, with the database's path where there is one.
@@ -473,6 +489,23 @@ pub struct Group {
     pub kind: String,
 }
 
+/// A case of a group that ran no test: why, as the user saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The group it belongs to (a plan run).
+    pub group: GroupId,
+    /// When it was tried, ms since the Unix epoch.
+    pub time_unix_ms: u64,
+    /// The test it would have run.
+    pub test: String,
+    /// Its labels (the case), sorted by key.
+    pub labels: Vec<Label>,
+    /// The error, as printed.
+    pub reason: String,
+    /// The exit code the test alone would have ended with (3 unreachable, 4 refused, ...).
+    pub exit_code: u8,
+}
+
 /// Which runs to list. Every condition given must hold; build it with `..Filter::default()`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Filter {
@@ -730,6 +763,88 @@ impl Store {
         Ok(RunId(id))
     }
 
+    /// Records a case that ran no test, with its labels.
+    pub fn insert_failure(&mut self, failure: &Failure) -> Result<(), Error> {
+        let path = self.path.clone();
+        let err = |e| Error::sqlite(&path, e);
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
+        tx.execute(
+            "INSERT INTO failures (group_id, time_unix_ms, test, reason, exit_code)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                failure.group.0,
+                to_i64(failure.time_unix_ms),
+                failure.test,
+                failure.reason,
+                failure.exit_code
+            ],
+        )
+        .map_err(err)?;
+        let id = tx.last_insert_rowid();
+        for l in &failure.labels {
+            tx.execute(
+                "INSERT INTO failure_labels (failure_id, key, value) VALUES (?1, ?2, ?3)",
+                params![id, l.key, l.value],
+            )
+            .map_err(err)?;
+        }
+        tx.commit().map_err(err)
+    }
+
+    /// The failures recorded in a group, oldest first.
+    pub fn failures(&self, group: GroupId) -> Result<Vec<Failure>, Error> {
+        let err = |e| self.err(e);
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, time_unix_ms, test, reason, exit_code FROM failures
+                 WHERE group_id = ?1 ORDER BY id",
+            )
+            .map_err(err)?;
+        let rows = stmt
+            .query_map([group.0], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    to_u64(r.get(1)?),
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, u8>(4)?,
+                ))
+            })
+            .map_err(err)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err)?;
+        let mut labels = self
+            .conn
+            .prepare("SELECT key, value FROM failure_labels WHERE failure_id = ?1 ORDER BY key")
+            .map_err(err)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (id, time_unix_ms, test, reason, exit_code) in rows {
+            let labels = labels
+                .query_map([id], |r| {
+                    Ok(Label {
+                        key: r.get(0)?,
+                        value: r.get(1)?,
+                    })
+                })
+                .map_err(err)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(err)?;
+            out.push(Failure {
+                group,
+                time_unix_ms,
+                test,
+                labels,
+                reason,
+                exit_code,
+            });
+        }
+        Ok(out)
+    }
+
     /// The runs that match, newest first (by start time, then id).
     pub fn runs(&self, filter: &Filter) -> Result<Vec<RunSummary>, Error> {
         let mut sql = String::from(
@@ -907,7 +1022,7 @@ impl Store {
     }
 
     /// Deletes runs (their labels and histograms with them); returns the ids that existed.
-    /// A group left without runs goes too.
+    /// A group left without runs (and without recorded failures) goes too.
     pub fn delete(&mut self, ids: &[RunId]) -> Result<Vec<RunId>, Error> {
         let path = self.path.clone();
         let err = |e| Error::sqlite(&path, e);
@@ -926,7 +1041,8 @@ impl Store {
             }
         }
         tx.execute(
-            "DELETE FROM groups WHERE NOT EXISTS (SELECT 1 FROM runs WHERE group_id = groups.id)",
+            "DELETE FROM groups WHERE NOT EXISTS (SELECT 1 FROM runs WHERE group_id = groups.id)
+                AND NOT EXISTS (SELECT 1 FROM failures WHERE group_id = groups.id)",
             [],
         )
         .map_err(err)?;

@@ -405,3 +405,62 @@ fn the_default_path_is_in_the_data_directory() {
         assert!(p.ends_with("sonde/results.db"), "{}", p.display());
     }
 }
+
+#[test]
+fn failures_come_back_by_group_with_their_labels() {
+    let (_dir, path) = temp_db();
+    let mut store = Store::open(&path).expect("open");
+    let g = store.new_group("plan", 1).expect("group");
+    let other = store.new_group("plan", 2).expect("group");
+    let failure = Failure {
+        group: g,
+        time_unix_ms: 3,
+        test: "latency".into(),
+        labels: labels(&["target=c", "case=target=c protocol=udp"]),
+        reason: "connection refused".into(),
+        exit_code: 3,
+    };
+    store.insert_failure(&failure).expect("insert");
+    store
+        .insert_failure(&Failure {
+            group: other,
+            ..failure.clone()
+        })
+        .expect("insert");
+    let got = store.failures(g).expect("failures");
+    assert_eq!(
+        got,
+        vec![Failure {
+            labels: labels(&["case=target=c protocol=udp", "target=c"]),
+            ..failure
+        }]
+    );
+    assert_eq!(store.failures(GroupId(99)).expect("none"), Vec::new());
+}
+
+#[test]
+fn a_version_2_database_gets_the_failures_table() {
+    let (dir, _) = temp_db();
+    let path = dir.path().join("results.db");
+    let c = Connection::open(&path).expect("open");
+    c.pragma_update(None, "application_id", APPLICATION_ID)
+        .expect("app id");
+    c.execute_batch(MIGRATIONS[0]).expect("v1");
+    c.execute_batch(MIGRATIONS[1]).expect("v2");
+    c.pragma_update(None, "user_version", 2).expect("version");
+    drop(c);
+    let mut store = Store::open(&path).expect("migrate");
+    assert_eq!(store.schema_version().expect("version"), 3);
+    let g = store.new_group("plan", 1).expect("group");
+    store
+        .insert_failure(&Failure {
+            group: g,
+            time_unix_ms: 1,
+            test: "pps".into(),
+            labels: Vec::new(),
+            reason: "refused".into(),
+            exit_code: 4,
+        })
+        .expect("insert");
+    assert_eq!(store.failures(g).expect("failures").len(), 1);
+}

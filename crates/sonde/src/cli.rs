@@ -3,7 +3,7 @@
 use clap::{Parser, Subcommand};
 
 use crate::{
-    compare, completions, conf, crr, latency, load, man, pps, quick, report, results, server,
+    compare, completions, conf, crr, latency, load, man, plan, pps, quick, report, results, server,
     throughput,
 };
 
@@ -46,7 +46,8 @@ sonde crr HOST            TCP connections per second: connect, request, response
 sonde load HOST           RTT idle and while TCP streams fill the path (bufferbloat)\n  \
 sonde conf HOST           both ends' configuration side by side (CPU, kernel, NIC, TCP)\n  \
 sonde compare A B         stored runs against each other, with significance (Mann-Whitney U)\n  \
-sonde report -o FILE      stored runs as one HTML file with tables and charts\n\n\
+sonde report -o FILE      stored runs as one HTML file with tables and charts\n  \
+sonde plan run PLAN.toml  a matrix of cases from a file, one at a time, into one table\n\n\
 `sonde quick` runs latency, throughput, pps and crr against an agent it starts on loopback: no\n\
 second host needed.\n\n\
 Every test saves its result in a local database (--no-save to skip, --label KEY=VALUE to name \
@@ -91,16 +92,17 @@ enum Command {
     Report(report::Opt),
     Completions(completions::Opt),
     Man(man::Opt),
+    Plan(plan::Opt),
 }
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Server(o) => server::run(&o),
-        Command::Latency(o) => latency::run(&o),
-        Command::Throughput(o) => throughput::run(&o),
-        Command::Pps(o) => pps::run(&o),
-        Command::Crr(o) => crr::run(&o),
-        Command::Load(o) => load::run(&o),
+        Command::Latency(o) => latency::run(o),
+        Command::Throughput(o) => throughput::run(o),
+        Command::Pps(o) => pps::run(o),
+        Command::Crr(o) => crr::run(o),
+        Command::Load(o) => load::run(o),
         Command::Quick(o) => quick::run(&o),
         Command::Conf(o) => conf::run(&o),
         Command::Results(o) => results::run(&o),
@@ -108,6 +110,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Report(o) => report::run(&o),
         Command::Completions(o) => completions::run(&o),
         Command::Man(o) => man::run(&o),
+        Command::Plan(o) => plan::run(&o),
     }
 }
 

@@ -84,8 +84,23 @@ pub(crate) struct Opt {
     save: crate::save::SaveOpt,
 }
 
-pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
-    crate::save::repeat(&opt.save, opt.output, |saver| run_once(opt, saver))
+pub(crate) fn run(opt: Opt) -> anyhow::Result<()> {
+    crate::spec::run(&crate::spec::TestSpec::Crr(opt))
+}
+
+impl crate::spec::Test for Opt {
+    fn save_opt(&self) -> &crate::save::SaveOpt {
+        &self.save
+    }
+    fn output(&self) -> OutputOpt {
+        self.output
+    }
+    fn expected(&self) -> Duration {
+        self.time
+    }
+    fn run_once(&self, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
+        run_once(self, saver)
+    }
 }
 
 /// One run (of --repeat), printed and saved.

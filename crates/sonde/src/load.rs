@@ -72,14 +72,42 @@ pub(crate) struct Opt {
     save: crate::save::SaveOpt,
 }
 
-pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
-    crate::save::repeat(&opt.save, opt.output, |saver| run_once(opt, saver))
+pub(crate) fn run(opt: Opt) -> anyhow::Result<()> {
+    crate::spec::run(&crate::spec::TestSpec::Load(opt))
+}
+
+impl crate::spec::Test for Opt {
+    fn save_opt(&self) -> &crate::save::SaveOpt {
+        &self.save
+    }
+    fn output(&self) -> OutputOpt {
+        self.output
+    }
+    fn expected(&self) -> Duration {
+        options(self).expected()
+    }
+    fn run_once(&self, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
+        run_once(self, saver)
+    }
 }
 
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
     let target = opt.secret.resolve(&opt.host)?;
-    let options = LoadOptions {
+    let options = options(opt);
+    let interrupt = crate::interrupt::install();
+    interrupt.check()?;
+    let progress = Progress::start(&format!("load {}", target.label), options.expected());
+    let result = sonde_client::latency_under_load_measured(&target, &options, interrupt.flag());
+    drop(progress);
+    let mut m = crate::save::Measured::from(result?);
+    saver.print_and_save(opt.output, &mut m)?;
+    interrupt.check()
+}
+
+/// The probes, the load and the ramp the options ask for.
+fn options(opt: &Opt) -> LoadOptions {
+    LoadOptions {
         probes: LatencyOptions {
             protocol: if opt.udp {
                 Protocol::Udp
@@ -108,13 +136,5 @@ fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
             ..ThroughputOptions::default()
         },
         ramp: opt.ramp,
-    };
-    let interrupt = crate::interrupt::install();
-    interrupt.check()?;
-    let progress = Progress::start(&format!("load {}", target.label), options.expected());
-    let result = sonde_client::latency_under_load_measured(&target, &options, interrupt.flag());
-    drop(progress);
-    let mut m = crate::save::Measured::from(result?);
-    saver.print_and_save(opt.output, &mut m)?;
-    interrupt.check()
+    }
 }

@@ -79,6 +79,18 @@ pub(crate) fn print(text: &str) -> anyhow::Result<()> {
     }
 }
 
+/// What goes before every progress bar's label: a plan's "[case k of n, time left]".
+static PREFIX: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// Sets the text before the labels of the progress bars started from now on (`sonde plan run`:
+/// which run of the plan, and the time left).
+pub(crate) fn set_progress_prefix(prefix: &str) {
+    let mut p = PREFIX
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    prefix.clone_into(&mut p);
+}
+
 /// A progress bar on stderr while a test runs, only when stderr is a terminal.
 pub(crate) struct Progress {
     bar: Option<indicatif::ProgressBar>,
@@ -104,7 +116,10 @@ impl Progress {
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
                 .progress_chars("=> "),
         );
-        bar.set_prefix(label.to_owned());
+        let prefix = PREFIX
+            .lock()
+            .map_or_else(|e| e.into_inner().clone(), |p| p.clone());
+        bar.set_prefix(format!("{prefix}{label}"));
         let (b, d) = (bar.clone(), Arc::clone(&done));
         let ticker = thread::spawn(move || {
             let start = Instant::now();

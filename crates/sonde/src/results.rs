@@ -1,5 +1,6 @@
 //! `sonde results`: the saved runs, listed, shown again, exported and removed.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -26,7 +27,8 @@ Examples:
   sonde results                                   every run, newest first
   sonde results --last 10 --test latency          the ten newest latency runs
   sonde results --label path=private --since 7d   a case, over the last week
-  sonde results --group 3                         the runs of one --repeat, quick or sweep
+  sonde results --group 3                         the runs of one --repeat, quick, sweep or
+                                                  plan run (`sonde plan run`)
   sonde results show 42                           run 42 as the test printed it
   sonde results show 42 --json                    its JSON document, exactly as printed
   sonde results export --test latency --csv > latency.csv
@@ -131,7 +133,7 @@ struct FilterOpt {
     /// Only the newest N runs (of those that match the other filters)
     #[arg(long, value_name = "N")]
     last: Option<u64>,
-    /// Only the runs of one group (a --repeat, a quick, a sweep)
+    /// Only the runs of one group (a --repeat, a quick, a sweep, a plan run)
     #[arg(long, value_name = "ID")]
     group: Option<i64>,
 }
@@ -176,8 +178,15 @@ fn open(db: &DbOpt) -> anyhow::Result<Option<Store>> {
 }
 
 fn list(opt: &Opt) -> anyhow::Result<()> {
+    let mut failures = Vec::new();
     let runs = match open(&opt.db)? {
-        Some(store) => store.runs(&opt.filter.filter())?,
+        Some(store) => {
+            // A plan run's cases that ran no test are part of what the group holds.
+            if let Some(g) = opt.filter.group {
+                failures = store.failures(GroupId(g))?;
+            }
+            store.runs(&opt.filter.filter())?
+        }
         None => Vec::new(),
     };
     let text = if opt.output.json {
@@ -188,7 +197,22 @@ fn list(opt: &Opt) -> anyhow::Result<()> {
     } else if opt.output.csv {
         list_csv(&runs)
     } else {
-        list_table(&runs)
+        let mut t = list_table(&runs);
+        if !failures.is_empty() {
+            t.push_str("\nfailed (ran no test):\n");
+            for f in &failures {
+                let _ = writeln!(
+                    t,
+                    "  {}  {}  {}: {} (exit code {})",
+                    utc(f.time_unix_ms),
+                    f.test,
+                    labels_text(&f.labels, " "),
+                    f.reason,
+                    f.exit_code
+                );
+            }
+        }
+        t
     };
     print(&text)
 }

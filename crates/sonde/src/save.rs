@@ -119,6 +119,8 @@ pub(crate) struct Saver {
     group: Option<GroupId>,
     /// Documents printed so far (the CSV header goes out once).
     printed: usize,
+    /// A plan's case: nothing printed (the plan prints its matrix at the end).
+    quiet: bool,
 }
 
 impl Saver {
@@ -152,7 +154,22 @@ impl Saver {
             group_kind: None,
             group: None,
             printed: 0,
+            quiet: false,
         })
+    }
+
+    /// The saver of one case of a plan run: saves into `path`, in the plan run's group, with
+    /// the case's labels, and prints nothing.
+    pub(crate) fn plan_case(path: PathBuf, group: GroupId, labels: Labels) -> Self {
+        Self {
+            path: Some(path),
+            labels,
+            store: None,
+            group_kind: Some("plan"),
+            group: Some(group),
+            printed: 0,
+            quiet: true,
+        }
     }
 
     /// `--label` as given.
@@ -195,6 +212,9 @@ impl Saver {
     /// Prints a result in the chosen format. Repeated runs follow each other: JSON documents
     /// one after another, CSV rows under the first run's header, tables a blank line apart.
     pub(crate) fn print(&mut self, output: OutputOpt, result: &TestResult) -> anyhow::Result<()> {
+        if self.quiet {
+            return Ok(());
+        }
         let text = if self.printed == 0 {
             output.render(result)
         } else if output.csv {

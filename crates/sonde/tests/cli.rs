@@ -8,6 +8,9 @@ mod common;
 /// `--from` and `sonde server --helper`.
 #[path = "cli/helpers.rs"]
 mod helpers;
+/// `sonde plan`: check, run, failures, resume.
+#[path = "cli/plan.rs"]
+mod plan;
 /// The results store: saving, `--label`, `--repeat`, `sonde results`.
 #[path = "cli/store.rs"]
 mod store;
@@ -1477,6 +1480,7 @@ fn help_snapshots() {
         ("help_results", vec!["results", "--help"]),
         ("help_compare", vec!["compare", "--help"]),
         ("help_report", vec!["report", "--help"]),
+        ("help_plan", vec!["plan", "--help"]),
     ] {
         let out = run_ok(&args);
         insta::assert_snapshot!(name, out);
@@ -1709,6 +1713,9 @@ fn man_dir_writes_a_page_per_subcommand() {
     // Nested subcommands have pages of their own.
     for sub in ["show", "export", "rm"] {
         expected.insert(format!("sonde-results-{sub}.1"));
+    }
+    for sub in ["check", "run"] {
+        expected.insert(format!("sonde-plan-{sub}.1"));
     }
     let written: std::collections::BTreeSet<String> = std::fs::read_dir(&dir)
         .expect("--dir was created")

@@ -1,0 +1,347 @@
+//! One typed test specification, the parsed options of a test subcommand, and one way to run
+//! it. The command line builds it with clap, a plan builds it with the same clap definition
+//! from the plan's keys (`msg_size = 16384` is `--msg-size 16384`), and both run it with
+//! [`run`] / [`run_once`]: a case in a plan means exactly what the same flags mean.
+
+use std::time::Duration;
+
+use clap::{Args, FromArgMatches};
+
+use crate::output::OutputOpt;
+use crate::save::{SaveOpt, Saver};
+use crate::{crr, latency, load, pps, throughput};
+
+/// What a test subcommand's options give the runner.
+pub(crate) trait Test {
+    /// Where the result is saved, `--repeat` and `--pause`.
+    fn save_opt(&self) -> &SaveOpt;
+    /// `--json`, `--csv`, `--json-stream`.
+    fn output(&self) -> OutputOpt;
+    /// How long one run measures (warm-up included), for the progress bar and a plan's
+    /// estimate; connection setup comes on top.
+    fn expected(&self) -> Duration;
+    /// One run (of `--repeat`): measured, printed and saved with `saver`.
+    fn run_once(&self, saver: &mut Saver) -> anyhow::Result<()>;
+}
+
+/// The test subcommands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum TestKind {
+    Latency,
+    Throughput,
+    Pps,
+    Crr,
+    Load,
+}
+
+impl TestKind {
+    /// Every test subcommand.
+    pub(crate) const ALL: [Self; 5] = [
+        Self::Latency,
+        Self::Throughput,
+        Self::Pps,
+        Self::Crr,
+        Self::Load,
+    ];
+
+    /// The subcommand's name.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Latency => "latency",
+            Self::Throughput => "throughput",
+            Self::Pps => "pps",
+            Self::Crr => "crr",
+            Self::Load => "load",
+        }
+    }
+
+    /// The test named `name`.
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The subcommand's options as clap defines them (the same definition as `sonde NAME`).
+    pub(crate) fn command(self) -> clap::Command {
+        let c = clap::Command::new(self.name());
+        match self {
+            Self::Latency => latency::Opt::augment_args(c),
+            Self::Throughput => throughput::Opt::augment_args(c),
+            Self::Pps => pps::Opt::augment_args(c),
+            Self::Crr => crr::Opt::augment_args(c),
+            Self::Load => load::Opt::augment_args(c),
+        }
+    }
+
+    /// Parses `args` (what follows `sonde NAME` on a command line) with the subcommand's own
+    /// definition.
+    pub(crate) fn parse(self, args: &[String]) -> Result<TestSpec, clap::Error> {
+        let argv = std::iter::once(self.name().to_owned()).chain(args.iter().cloned());
+        let m = self.command().try_get_matches_from(argv)?;
+        Ok(match self {
+            Self::Latency => TestSpec::Latency(latency::Opt::from_arg_matches(&m)?),
+            Self::Throughput => TestSpec::Throughput(throughput::Opt::from_arg_matches(&m)?),
+            Self::Pps => TestSpec::Pps(pps::Opt::from_arg_matches(&m)?),
+            Self::Crr => TestSpec::Crr(crr::Opt::from_arg_matches(&m)?),
+            Self::Load => TestSpec::Load(load::Opt::from_arg_matches(&m)?),
+        })
+    }
+}
+
+/// A test, fully specified.
+#[derive(Debug)]
+pub(crate) enum TestSpec {
+    Latency(latency::Opt),
+    Throughput(throughput::Opt),
+    Pps(pps::Opt),
+    Crr(crr::Opt),
+    Load(load::Opt),
+}
+
+impl TestSpec {
+    /// The options, as the runner sees them.
+    pub(crate) fn test(&self) -> &dyn Test {
+        match self {
+            Self::Latency(o) => o,
+            Self::Throughput(o) => o,
+            Self::Pps(o) => o,
+            Self::Crr(o) => o,
+            Self::Load(o) => o,
+        }
+    }
+}
+
+/// A test subcommand: `--repeat` runs of the test, one saver (so one group when repeated).
+pub(crate) fn run(spec: &TestSpec) -> anyhow::Result<()> {
+    let test = spec.test();
+    crate::save::repeat(test.save_opt(), test.output(), |saver| test.run_once(saver))
+}
+
+/// One run of the test, printed and saved by `saver`: what each repetition of a subcommand
+/// and each case of a plan does.
+pub(crate) fn run_once(spec: &TestSpec, saver: &mut Saver) -> anyhow::Result<()> {
+    spec.test().run_once(saver)
+}
+
+/// The plan key that stands for the subcommand's positional `HOST[:PORT]`.
+pub(crate) const TARGET_KEY: &str = "target";
+
+/// The plan key for the protocol, turned into the subcommand's own flags (`-u`, `--tcp`).
+pub(crate) const PROTOCOL_KEY: &str = "protocol";
+
+/// The flags a plan case may not set, with what to do instead.
+pub(crate) const NOT_IN_PLANS: &[(&str, &str)] = &[
+    (
+        "json",
+        "a plan prints its matrix; `sonde plan run --json` prints it as JSON",
+    ),
+    (
+        "csv",
+        "a plan prints its matrix; read the cases back with `sonde results --csv`",
+    ),
+    (
+        "json-stream",
+        "a plan prints its matrix; `sonde plan run --json` prints it as JSON",
+    ),
+    ("db", "give the database to `sonde plan run --db`"),
+    (
+        "no-save",
+        "a plan saves every case (that is how it resumes)",
+    ),
+    ("label", "a plan labels each case with its axis values"),
+    ("pause", "a plan interleaves the cases' repetitions instead"),
+    (
+        "sweep",
+        "make the parameter an axis instead: an array of values",
+    ),
+];
+
+/// How a plan key reaches the subcommand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PlanKey {
+    /// The key as a plan writes it: the long flag with `_` for `-` (`msg_size`).
+    pub(crate) key: String,
+    /// The long flag (`msg-size`); `None` for the positional target.
+    pub(crate) long: Option<String>,
+    /// A switch (`udp = true`), not a flag that takes a value.
+    pub(crate) switch: bool,
+    /// Given more than once (`--from A --from B`): an array is the list, an array of arrays an
+    /// axis.
+    pub(crate) multiple: bool,
+}
+
+/// The keys a plan case of `kind` takes: one per long flag of the subcommand (and its visible
+/// aliases), `target` for `HOST[:PORT]`, less [`NOT_IN_PLANS`] and `repeat` (a plan key of its
+/// own). `protocol` comes on top (see [`protocol_args`]).
+pub(crate) fn plan_keys(kind: TestKind) -> Vec<PlanKey> {
+    let cmd = kind.command();
+    let mut keys = Vec::new();
+    for arg in cmd.get_arguments() {
+        let multiple = matches!(arg.get_action(), clap::ArgAction::Append);
+        let switch = !arg.get_action().takes_values();
+        if arg.is_positional() {
+            keys.push(PlanKey {
+                key: TARGET_KEY.to_owned(),
+                long: None,
+                switch,
+                multiple,
+            });
+            continue;
+        }
+        let Some(long) = arg.get_long() else { continue };
+        if long == "repeat" || long == "help" || NOT_IN_PLANS.iter().any(|(l, _)| *l == long) {
+            continue;
+        }
+        let names = std::iter::once(long).chain(arg.get_visible_aliases().unwrap_or_default());
+        for name in names {
+            keys.push(PlanKey {
+                key: name.replace('-', "_"),
+                long: Some(name.to_owned()),
+                switch,
+                multiple,
+            });
+        }
+    }
+    keys
+}
+
+/// The flags that give `protocol = "tcp"` or `"udp"` its meaning for `kind`, or why that
+/// test cannot take it.
+pub(crate) fn protocol_args(kind: TestKind, value: &str) -> Result<Vec<String>, String> {
+    let udp = match value {
+        "tcp" => false,
+        "udp" => true,
+        _ => return Err(format!("expected \"tcp\" or \"udp\", found {value:?}")),
+    };
+    match (kind, udp) {
+        // latency's default is TCP against an agent but UDP against sockperf://: say which.
+        (TestKind::Latency, false) => Ok(vec!["--tcp".into()]),
+        (TestKind::Latency | TestKind::Throughput | TestKind::Load, true) => {
+            Ok(vec!["--udp".into()])
+        }
+        (TestKind::Throughput | TestKind::Load, false) | (TestKind::Pps, true) => Ok(Vec::new()),
+        (TestKind::Crr, false) => Ok(Vec::new()),
+        (TestKind::Pps, false) => Err("pps is UDP only".into()),
+        (TestKind::Crr, true) => Err("crr is TCP only (a TCP connection per transaction)".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The keys each test takes in a plan, as the README documents them. A flag added to a
+    /// subcommand fails this test until it is listed here (it then works in plans with no other
+    /// change) or in `NOT_IN_PLANS`; a key listed here that is no flag fails it too.
+    fn documented(kind: TestKind) -> Vec<&'static str> {
+        const SHARED: &[&str] = &["target", "secret_file"];
+        let own: &[&str] = match kind {
+            TestKind::Latency => &[
+                "udp",
+                "tcp",
+                "msg_size",
+                "time",
+                "count",
+                "warmup",
+                "rate",
+                "full_log",
+                "histogram",
+                "timestamps",
+                "one_way",
+                "from",
+            ],
+            TestKind::Throughput => &[
+                "udp", "parallel", "reverse", "bidir", "bitrate", "length", "time", "interval",
+                "from",
+            ],
+            TestKind::Pps => &["msg_size", "flows", "time", "interval", "gso", "from"],
+            TestKind::Crr => &[
+                "workers",
+                "parallel",
+                "msg_size",
+                "response_size",
+                "time",
+                "rst",
+                "timeout",
+                "interval",
+            ],
+            TestKind::Load => &[
+                "udp", "msg_size", "rate", "time", "warmup", "ramp", "parallel", "reverse",
+                "bidir", "length",
+            ],
+        };
+        own.iter().chain(SHARED).copied().collect()
+    }
+
+    #[test]
+    fn every_flag_is_a_plan_key_or_excluded() {
+        for kind in TestKind::ALL {
+            let mut keys: Vec<String> = plan_keys(kind).into_iter().map(|k| k.key).collect();
+            keys.sort();
+            let mut want: Vec<String> = documented(kind).iter().map(|k| (*k).to_owned()).collect();
+            want.sort();
+            assert_eq!(keys, want, "plan keys of {}", kind.name());
+            // The other direction: every long flag of the subcommand is a key or excluded.
+            for arg in kind.command().get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                let key = long.replace('-', "_");
+                let excluded = long == "repeat" || NOT_IN_PLANS.iter().any(|(l, _)| *l == long);
+                assert!(
+                    excluded || keys.contains(&key),
+                    "{} --{long} is neither a plan key nor excluded",
+                    kind.name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn exclusions_name_real_flags() {
+        // An exclusion of a flag no test has any more is dead text.
+        for (long, _) in NOT_IN_PLANS {
+            assert!(
+                TestKind::ALL.into_iter().any(|k| k
+                    .command()
+                    .get_arguments()
+                    .any(|a| a.get_long() == Some(long))),
+                "--{long} is excluded from plans but no test has it"
+            );
+        }
+    }
+
+    #[test]
+    fn keys_parse_as_the_flags_do() {
+        let spec = TestKind::Latency
+            .parse(&[
+                "127.0.0.1:9".into(),
+                "--udp".into(),
+                "--msg-size".into(),
+                "16K".into(),
+                "--time".into(),
+                "2s".into(),
+            ])
+            .expect("parses");
+        assert_eq!(spec.test().expected(), Duration::from_secs(3));
+        let err = TestKind::Pps
+            .parse(&["h".into(), "--flows".into(), "many".into()])
+            .expect_err("not a number");
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+    }
+
+    #[test]
+    fn protocol_maps_to_each_tests_flags() {
+        assert_eq!(
+            protocol_args(TestKind::Latency, "udp").unwrap(),
+            vec!["--udp"]
+        );
+        assert_eq!(
+            protocol_args(TestKind::Latency, "tcp").unwrap(),
+            vec!["--tcp"]
+        );
+        assert!(protocol_args(TestKind::Throughput, "tcp")
+            .unwrap()
+            .is_empty());
+        assert!(protocol_args(TestKind::Pps, "tcp").is_err());
+        assert!(protocol_args(TestKind::Crr, "udp").is_err());
+        assert!(protocol_args(TestKind::Load, "sctp").is_err());
+    }
+}
