@@ -476,3 +476,44 @@ fn a_result_larger_than_a_control_frame_arrives_whole() {
         u64_at(&shares(&doc)[0], &["received"])
     );
 }
+
+/// The issue's `from = [...]` in a plan: the helpers are endpoints, the case runs from them, and
+/// the saved result holds every helper's share.
+#[test]
+fn a_plan_case_runs_from_helpers() {
+    let secrets = Secrets::new();
+    let (mut helpers, target) = lab(&secrets);
+    helpers.truncate(2);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let plan = dir.path().join("helpers.toml");
+    let db = dir.path().join("results.db");
+    let secret = secrets.right().replace('\\', "\\\\");
+    std::fs::write(
+        &plan,
+        format!(
+            "[endpoints]\nb = \"{}\"\na1 = \"{}\"\na2 = \"{}\"\n\n[[matrix]]\ntest = \"pps\"\n\
+             target = \"b\"\nfrom = [\"a1\", \"a2\"]\ntime = \"0.3s\"\nmsg_size = 14\n\
+             secret_file = \"{secret}\"\n",
+            target.target(),
+            helpers[0].target(),
+            helpers[1].target()
+        ),
+    )
+    .expect("write the plan");
+    let (plan, db) = (plan.to_str().expect("utf-8"), db.to_str().expect("utf-8"));
+    let check = run_ok(&["plan", "check", plan]);
+    let from = format!(
+        "--from {} --from {}",
+        helpers[0].target(),
+        helpers[1].target()
+    );
+    assert!(check.contains(&from), "the case's command line:\n{check}");
+    run_ok(&["plan", "run", plan, "--db", db]);
+    let doc: Value = serde_json::from_str(&run_ok(&["results", "show", "1", "--db", db, "--json"]))
+        .expect("the saved document");
+    assert_valid(&doc);
+    let shares = shares(&doc);
+    assert_eq!(shares.len(), 2);
+    let sum: u64 = shares.iter().map(|s| u64_at(s, &["received"])).sum();
+    assert_eq!(sum, u64_at(&doc, &["received"]));
+}
