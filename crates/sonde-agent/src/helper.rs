@@ -31,8 +31,10 @@ use sonde_wire::{ControlMsg, HelperTest, Refusal, HELPER_RESULT_PART};
 use crate::{validate, PendingGuard, Shared};
 
 /// How long the requester has, once told `HelperReady`, to name the start (clock probes
-/// included).
-const GO_TIMEOUT: Duration = Duration::from_secs(10);
+/// included): it waits for every other helper to be ready too, each of which makes its own
+/// handshake with the target first. (A target that sends, a reverse test, wants the start
+/// within its own 10 s of `Ready`, and says so.)
+const GO_TIMEOUT: Duration = Duration::from_secs(30);
 /// The latest start a requester may name, from when it names it.
 const MAX_START_DELAY: Duration = Duration::from_secs(10);
 /// How often the agent looks whether the requester is still there while the test runs.
