@@ -18,6 +18,7 @@
 mod admission;
 mod clock;
 mod crr;
+mod helper;
 mod iperf3;
 mod session;
 mod sockperf;
@@ -31,6 +32,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 pub(crate) use admission::PendingGuard;
+pub use helper::{Helper, HelperFailure, HelperJob, HelperOutcome, HelperRunner};
 use sonde_net::control::{read_preamble, ControlError};
 use sonde_wire::auth::{Secret, SessionKey};
 use sonde_wire::{Channel, DataJoin, Limits, TestSpec, Token, UdpJoin, DATA_JOIN_LEN};
@@ -89,6 +91,10 @@ pub struct AgentConfig {
     /// any. The iperf3 and sockperf listeners cannot authenticate (their protocols have no
     /// room for it): an agent with a secret should not enable them on an untrusted network.
     pub secret: Option<Secret>,
+    /// `--helper`: run tests against third hosts at the request of clients that prove the
+    /// shared secret (an agent without a secret refuses them all), with this runner ([`Helper`],
+    /// sonde's client, injected by the binary). `None` refuses every helper request.
+    pub helper: Option<Helper>,
 }
 
 impl AgentConfig {
@@ -111,6 +117,7 @@ impl AgentConfig {
             iperf3: None,
             sockperf: None,
             secret: None,
+            helper: None,
         }
     }
 

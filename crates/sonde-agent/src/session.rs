@@ -109,6 +109,14 @@ pub(crate) fn run(
             };
             (spec, key)
         }
+        Ok(ControlMsg::Help {
+            target,
+            test,
+            proof,
+        }) => {
+            crate::helper::serve(ctrl, shared, &nonces, (target, test, proof), pending);
+            return true;
+        }
         Ok(ControlMsg::Describe { proof }) => {
             if authenticate(shared, &mut ctrl, &nonces, &Request::Describe, proof).is_ok() {
                 let host = host_for(&ctrl);
@@ -229,7 +237,7 @@ fn host_for(ctrl: &TcpStream) -> Option<Box<sonde_wire::HostInfo>> {
 
 /// Checks the client's proof of the shared secret when the agent has one, refusing the client
 /// when it is missing or wrong; the session's key (`None` without a secret).
-fn authenticate(
+pub(crate) fn authenticate(
     shared: &Shared,
     ctrl: &mut TcpStream,
     (agent, client): &(Nonce, Nonce),
@@ -254,7 +262,7 @@ fn authenticate(
     Err(())
 }
 
-fn refuse(shared: &Shared, ctrl: &mut TcpStream, reason: Refusal, message: &str) {
+pub(crate) fn refuse(shared: &Shared, ctrl: &mut TcpStream, reason: Refusal, message: &str) {
     shared.rejections.refused.fetch_add(1, Ordering::Relaxed);
     shared.stats.refused(reason);
     shared.log(format_args!(
@@ -270,7 +278,7 @@ fn refuse(shared: &Shared, ctrl: &mut TcpStream, reason: Refusal, message: &str)
     );
 }
 
-fn describe(spec: &TestSpec) -> String {
+pub(crate) fn describe(spec: &TestSpec) -> String {
     let proto = match spec.protocol {
         Protocol::Tcp => "tcp",
         Protocol::Udp => "udp",
@@ -314,7 +322,7 @@ fn wait_for_channels(slot: &Slot, shared: &Shared, ctrl: &TcpStream) -> Option<V
 }
 
 /// Whether the peer has closed (or reset) a connection we are not reading yet.
-fn peer_gone(ctrl: &TcpStream) -> bool {
+pub(crate) fn peer_gone(ctrl: &TcpStream) -> bool {
     if ctrl.set_nonblocking(true).is_err() {
         return true;
     }

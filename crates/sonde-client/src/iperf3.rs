@@ -1455,6 +1455,7 @@ fn document(
         reordered: if udp { sum(|s| s.reordered) } else { None },
         retransmits: if udp { None } else { sum(|s| s.retransmits) },
         streams,
+        helpers: None,
     }
 }
 

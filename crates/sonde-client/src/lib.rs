@@ -10,6 +10,7 @@
 mod clock;
 mod conf;
 mod crr;
+mod helper;
 mod inner;
 pub mod iperf3;
 mod load;
@@ -28,6 +29,7 @@ use sonde_wire::{Direction, Protocol, Refusal, TestKind, TestSpec};
 
 pub use conf::conf;
 pub use crr::{crr, crr_interruptible, CrrOptions, MAX_CRR_MESSAGE};
+pub use helper::{latency_from, pps_from, run_as_helper, throughput_from};
 pub use load::{latency_under_load, latency_under_load_measured, LoadMeasurement, LoadOptions};
 pub use sonde_net::gso::GsoMode;
 pub use sonde_wire::Direction as StreamsDirection;
@@ -85,6 +87,23 @@ pub enum ClientError {
     /// Ctrl-C or SIGTERM ended the test (a peer that understands it was told).
     #[error("interrupted")]
     Interrupted,
+    /// `--from`: one helper could not take part; the error names it.
+    #[error("helper {helper}: {error}")]
+    Helper {
+        /// The helper, as resolved.
+        helper: String,
+        /// What went wrong with it.
+        error: Box<ClientError>,
+    },
+    /// `--from`: a helper's own test against the target failed (it could not reach the target,
+    /// the target refused it, or the test broke).
+    #[error("its test against the target failed: {message}")]
+    HelperTarget {
+        /// The exit code the helper's client ended with.
+        exit_code: u8,
+        /// The helper's explanation.
+        message: String,
+    },
 }
 
 impl From<ControlError> for ClientError {
@@ -103,6 +122,8 @@ impl ClientError {
             Self::NotIperf3(_) => 3,
             Self::Refused { .. } | Self::Iperf3Refused(_) => 4,
             Self::Interrupted => 130,
+            Self::Helper { error, .. } => error.exit_code(),
+            Self::HelperTarget { exit_code, .. } => *exit_code,
             Self::Protocol(_) | Self::Control(_) | Self::Data(..) | Self::Remote(_) => 1,
         }
     }
@@ -301,6 +322,16 @@ pub fn latency_measured(
     opt: &LatencyOptions,
     interrupt: &AtomicBool,
 ) -> Result<LatencyMeasurement, ClientError> {
+    latency_held(target, opt, interrupt, &mut || Ok(()))
+}
+
+/// [`latency_measured`], calling `hold` once the agent is ready and before the first message.
+pub(crate) fn latency_held(
+    target: &Target,
+    opt: &LatencyOptions,
+    interrupt: &AtomicBool,
+    hold: &mut dyn FnMut() -> Result<(), ClientError>,
+) -> Result<LatencyMeasurement, ClientError> {
     if opt.msg_size == 0 {
         return Err(ClientError::Usage(
             "the message size must be at least 1 byte".into(),
@@ -336,7 +367,7 @@ pub fn latency_measured(
         },
         interval_ms: 0,
     };
-    let run = session::run_latency(target, &spec, &opt, interrupt)?;
+    let run = session::run_latency_held(target, &spec, &opt, interrupt, hold)?;
     let mut result = results::latency(target, &opt, &run);
     if run.interrupted {
         mark_interrupted(&mut result.meta);
@@ -365,31 +396,19 @@ pub fn throughput_interruptible(
     interrupt: &AtomicBool,
     on_interval: &mut dyn FnMut(&IntervalResult),
 ) -> Result<ThroughputResult, ClientError> {
-    if opt.parallel == 0 {
-        return Err(ClientError::Usage("-P must be at least 1".into()));
-    }
-    if opt.protocol == Protocol::Udp && (opt.msg_size as usize) < sonde_wire::DATA_HEADER_LEN {
-        return Err(ClientError::Usage(format!(
-            "UDP datagrams carry a {}-byte header: -l must be at least {}",
-            sonde_wire::DATA_HEADER_LEN,
-            sonde_wire::DATA_HEADER_LEN
-        )));
-    }
-    let spec = TestSpec {
-        kind: TestKind::Throughput,
-        protocol: opt.protocol,
-        direction: opt.direction,
-        streams: opt.parallel,
-        msg_size: opt.msg_size,
-        bitrate_per_stream: if opt.protocol == Protocol::Udp {
-            opt.bitrate / u64::from(opt.parallel)
-        } else {
-            0
-        },
-        duration_ms: millis(opt.duration),
-        interval_ms: opt.interval.map_or(0, millis),
-    };
-    let run = session::run_bulk(target, &spec, interrupt, true, on_interval)?;
+    throughput_held(target, opt, interrupt, on_interval, &mut || Ok(()))
+}
+
+/// [`throughput_interruptible`], calling `hold` once the channels are open and before any data.
+pub(crate) fn throughput_held(
+    target: &Target,
+    opt: &ThroughputOptions,
+    interrupt: &AtomicBool,
+    on_interval: &mut dyn FnMut(&IntervalResult),
+    hold: &mut dyn FnMut() -> Result<(), ClientError>,
+) -> Result<ThroughputResult, ClientError> {
+    let spec = throughput_spec(opt)?;
+    let run = session::run_bulk_held(target, &spec, interrupt, true, on_interval, hold)?;
     let mut result = results::throughput(target, opt, &spec, &run);
     if run.interrupted {
         mark_interrupted(&mut result.meta);
@@ -419,26 +438,19 @@ pub fn pps_live(
     interrupt: &AtomicBool,
     on_interval: &mut dyn FnMut(&PpsInterval),
 ) -> Result<PpsResult, ClientError> {
-    if opt.flows == 0 {
-        return Err(ClientError::Usage("--flows must be at least 1".into()));
-    }
-    if (opt.msg_size as usize) < sonde_wire::PPS_HEADER_LEN {
-        return Err(ClientError::Usage(format!(
-            "datagrams carry a {}-byte sequence header: -m must be at least {}",
-            sonde_wire::PPS_HEADER_LEN,
-            sonde_wire::PPS_HEADER_LEN
-        )));
-    }
-    let spec = TestSpec {
-        kind: TestKind::Pps,
-        protocol: Protocol::Udp,
-        direction: Direction::Forward,
-        streams: opt.flows,
-        msg_size: opt.msg_size,
-        bitrate_per_stream: 0,
-        duration_ms: millis(opt.duration),
-        interval_ms: opt.interval.map_or(0, millis),
-    };
+    pps_held(target, opt, interrupt, on_interval, &mut || Ok(()))
+}
+
+/// [`pps_live`], calling `hold` once the flows have joined and before any data.
+pub(crate) fn pps_held(
+    target: &Target,
+    opt: &PpsOptions,
+    interrupt: &AtomicBool,
+    on_interval: &mut dyn FnMut(&PpsInterval),
+    hold: &mut dyn FnMut() -> Result<(), ClientError>,
+) -> Result<PpsResult, ClientError> {
+    check_pps(opt)?;
+    let spec = pps_spec(opt);
     let gso = sonde_net::gso::choose(opt.gso, target.addr.ip());
     let size = u64::from(opt.msg_size);
     let mut live = |iv: &IntervalResult| {
@@ -454,12 +466,83 @@ pub fn pps_live(
             flow_received: iv.stream_bytes.iter().map(|b| b / size).collect(),
         });
     };
-    let run = session::run_bulk(target, &spec, interrupt, gso.enabled, &mut live)?;
+    let run = session::run_bulk_held(target, &spec, interrupt, gso.enabled, &mut live, hold)?;
     let mut result = results::pps(target, opt, &gso, &run);
     if run.interrupted {
         mark_interrupted(&mut result.meta);
     }
     Ok(result)
+}
+
+/// Checks pps options the agent cannot check for the client.
+pub(crate) fn check_pps(opt: &PpsOptions) -> Result<(), ClientError> {
+    if opt.flows == 0 {
+        return Err(ClientError::Usage("--flows must be at least 1".into()));
+    }
+    if (opt.msg_size as usize) < sonde_wire::PPS_HEADER_LEN {
+        return Err(ClientError::Usage(format!(
+            "datagrams carry a {}-byte sequence header: -m must be at least {}",
+            sonde_wire::PPS_HEADER_LEN,
+            sonde_wire::PPS_HEADER_LEN
+        )));
+    }
+    Ok(())
+}
+
+/// The agent's view of a pps test.
+pub(crate) fn pps_spec(opt: &PpsOptions) -> TestSpec {
+    TestSpec {
+        kind: TestKind::Pps,
+        protocol: Protocol::Udp,
+        direction: Direction::Forward,
+        streams: opt.flows,
+        msg_size: opt.msg_size,
+        bitrate_per_stream: 0,
+        duration_ms: millis(opt.duration),
+        interval_ms: opt.interval.map_or(0, millis),
+    }
+}
+
+/// The agent's view of a throughput test, once the options are checked.
+pub(crate) fn throughput_spec(opt: &ThroughputOptions) -> Result<TestSpec, ClientError> {
+    if opt.parallel == 0 {
+        return Err(ClientError::Usage("-P must be at least 1".into()));
+    }
+    if opt.protocol == Protocol::Udp && (opt.msg_size as usize) < sonde_wire::DATA_HEADER_LEN {
+        return Err(ClientError::Usage(format!(
+            "UDP datagrams carry a {}-byte header: -l must be at least {}",
+            sonde_wire::DATA_HEADER_LEN,
+            sonde_wire::DATA_HEADER_LEN
+        )));
+    }
+    Ok(TestSpec {
+        kind: TestKind::Throughput,
+        protocol: opt.protocol,
+        direction: opt.direction,
+        streams: opt.parallel,
+        msg_size: opt.msg_size,
+        bitrate_per_stream: if opt.protocol == Protocol::Udp {
+            opt.bitrate / u64::from(opt.parallel)
+        } else {
+            0
+        },
+        duration_ms: millis(opt.duration),
+        interval_ms: opt.interval.map_or(0, millis),
+    })
+}
+
+/// The agent's view of a closed-loop latency test for the warm-up and the duration.
+pub(crate) fn latency_spec(opt: &LatencyOptions) -> TestSpec {
+    TestSpec {
+        kind: TestKind::Latency,
+        protocol: opt.protocol,
+        direction: Direction::Forward,
+        streams: 1,
+        msg_size: opt.msg_size,
+        bitrate_per_stream: 0,
+        duration_ms: millis(opt.warmup + opt.duration),
+        interval_ms: 0,
+    }
 }
 
 #[cfg(test)]

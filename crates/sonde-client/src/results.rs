@@ -233,6 +233,7 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
         socket_rtt,
         one_way,
         full_log,
+        helpers: None,
     }
 }
 
@@ -503,6 +504,7 @@ pub(crate) fn throughput(
         reordered: if udp { sum(|s| s.reordered) } else { None },
         retransmits: if udp { None } else { sum(|s| s.retransmits) },
         streams,
+        helpers: None,
     }
 }
 
@@ -581,6 +583,7 @@ pub(crate) fn pps(
         sent_pps: per_second(sent, sent_active),
         received_pps: per_second(received, recv_active),
         flows,
+        helpers: None,
     }
 }
 

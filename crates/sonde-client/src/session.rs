@@ -26,8 +26,8 @@ use sonde_net::{Clock, Counters};
 use sonde_report::IntervalResult;
 use sonde_wire::auth::{Nonce, Proof, Request, SessionKey, JOIN_MAC_LEN};
 use sonde_wire::{
-    AgentReport, Channel, ControlMsg, CpuReport, DataJoin, HostInfo, IntervalStats, Preamble,
-    Protocol, SessionId, StreamStats, TcpInfoStats, TestKind, TestSpec, Token, UdpJoin,
+    AgentReport, Channel, ControlMsg, CpuReport, DataJoin, HelperTest, HostInfo, IntervalStats,
+    Preamble, Protocol, SessionId, StreamStats, TcpInfoStats, TestKind, TestSpec, Token, UdpJoin,
     PROTOCOL_VERSION, UDP_JOIN_LEN,
 };
 
@@ -39,6 +39,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const UDP_GRACE: Duration = Duration::from_secs(1);
 /// How long the agent has to send its report after the test.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a helper has to get its session at the target ready.
+const HELPER_READY_TIMEOUT: Duration = Duration::from_secs(40);
 
 pub(crate) const SOFTWARE: &str = concat!("sonde ", env!("CARGO_PKG_VERSION"));
 
@@ -241,6 +243,41 @@ impl Welcomed {
             (Err(e @ ClientError::Refused { .. }), _) => Err(e),
             (_, Err(e)) => Err(e.into()),
             (Ok(other), Ok(())) => Err(unexpected(&other, "an acceptance")),
+            (Err(e), Ok(())) => Err(e),
+        }
+    }
+
+    /// Asks the agent, a helper, to run `test` against `target` (`--from`), proving the
+    /// helper's secret; returns once the helper's session at the target is ready.
+    pub(crate) fn help(
+        &mut self,
+        helper: &Target,
+        target: &str,
+        test: &HelperTest,
+    ) -> Result<(), ClientError> {
+        let proof = self.proof(helper, &Request::Help(target, test));
+        let help = ControlMsg::Help {
+            target: target.to_owned(),
+            test: test.clone(),
+            proof,
+        };
+        let written = write_frame(&mut self.ctrl, &help);
+        // The helper makes its own handshake with the target first (connect, admission, data
+        // channels, UDP joins), each step under its own timeout.
+        let reply = expect_reply(
+            &mut self.ctrl,
+            &mut self.body,
+            HELPER_READY_TIMEOUT,
+            "asking for help",
+        );
+        match (reply, written) {
+            (Ok(ControlMsg::HelperReady), Ok(())) => Ok(()),
+            (Ok(ControlMsg::HelperFailed { exit_code, message }), _) => {
+                Err(ClientError::HelperTarget { exit_code, message })
+            }
+            (Err(e @ ClientError::Refused { .. }), _) => Err(e),
+            (_, Err(e)) => Err(e.into()),
+            (Ok(other), Ok(())) => Err(unexpected(&other, "the helper's ready")),
             (Err(e), Ok(())) => Err(e),
         }
     }
@@ -482,13 +519,17 @@ pub(crate) fn stopped_by<T>(interrupt: &AtomicBool, stop: &AtomicBool, f: impl F
     })
 }
 
-pub(crate) fn run_latency(
+/// `hold` is called once the agent is ready and before the first message (a helper waits there
+/// for its common start).
+pub(crate) fn run_latency_held(
     target: &Target,
     spec: &TestSpec,
     opt: &LatencyOptions,
     interrupt: &AtomicBool,
+    hold: &mut dyn FnMut() -> Result<(), ClientError>,
 ) -> Result<LatencyRun, ClientError> {
     let mut c = connect(target, spec)?;
+    hold()?;
     let warmup_ns = u64::try_from(opt.warmup.as_nanos()).unwrap_or(u64::MAX);
     let until_ns = if opt.count.is_some() {
         c.spec.duration_ms.saturating_mul(1_000_000)
@@ -562,14 +603,18 @@ enum Event {
 
 /// Runs a throughput or pps test on an open session.
 /// `gso`: whether the client's UDP senders may send GSO batches.
-pub(crate) fn run_bulk(
+/// `hold` is called once every data channel has joined and before any data is sent (a helper
+/// waits there for its common start).
+pub(crate) fn run_bulk_held(
     target: &Target,
     spec: &TestSpec,
     interrupt: &AtomicBool,
     gso: bool,
     on_interval: &mut dyn FnMut(&IntervalResult),
+    hold: &mut dyn FnMut() -> Result<(), ClientError>,
 ) -> Result<BulkRun, ClientError> {
     let mut c = connect(target, spec)?;
+    hold()?;
     let meter = ThreadsMeter::start();
     let counted = meter.track();
     let n = c.channels.len();

@@ -81,6 +81,7 @@ pub(crate) fn latency_tcp() -> TestResult {
         socket_rtt: None,
         one_way: None,
         full_log: None,
+        helpers: None,
     })
 }
 
@@ -126,6 +127,7 @@ pub(crate) fn latency_udp_lossy() -> TestResult {
         socket_rtt: None,
         one_way: None,
         full_log: None,
+        helpers: None,
     })
 }
 
@@ -177,6 +179,7 @@ pub(crate) fn throughput_tcp_2_streams() -> TestResult {
         duplicated: None,
         reordered: None,
         retransmits: Some(59),
+        helpers: None,
     })
 }
 
@@ -219,6 +222,7 @@ pub(crate) fn throughput_udp_reverse() -> TestResult {
         duplicated: Some(0),
         reordered: Some(12),
         retransmits: None,
+        helpers: None,
     })
 }
 
@@ -277,6 +281,7 @@ pub(crate) fn throughput_bidir() -> TestResult {
         duplicated: None,
         reordered: None,
         retransmits: Some(9),
+        helpers: None,
     })
 }
 
@@ -321,6 +326,7 @@ pub(crate) fn pps_2_flows() -> TestResult {
         received_pps: received as f64 / 10.001_2,
         flows,
         intervals: Vec::new(),
+        helpers: None,
     })
 }
 
@@ -1022,5 +1028,132 @@ pub(crate) fn all() -> Vec<(&'static str, TestResult)> {
         ("throughput_tcp_context", throughput_tcp_context()),
         ("conf_two_hosts", conf_two_hosts()),
         ("conf_this_host", conf_this_host()),
+        ("pps_from_helpers", pps_from_helpers()),
+        ("throughput_from_helpers", throughput_from_helpers()),
+        ("latency_from_helpers", latency_from_helpers()),
     ]
+}
+
+/// `sonde pps B --from A1 --from A2 -m 14 --flows 1 --gso off -t 2`: two helpers' shares,
+/// started 0.61 ms apart.
+pub(crate) fn pps_from_helpers() -> TestResult {
+    let TestResult::Pps(mut r) = pps_2_flows() else {
+        unreachable!("pps_2_flows is a pps result")
+    };
+    r.meta.session = 48;
+    r.msg_size_bytes = 14;
+    r.duration_ns = 2 * SEC;
+    let shares = [
+        ("198.18.2.2:5300", 48, 0, 1_201_664, 1_190_115, 580_412.7),
+        (
+            "198.18.3.2:5300",
+            49,
+            613_440,
+            1_186_368,
+            1_186_368,
+            591_809.3,
+        ),
+    ];
+    r.flows = shares
+        .iter()
+        .zip(0..)
+        .map(|(s, flow)| FlowResult {
+            flow,
+            sent: s.3,
+            received: s.4,
+            lost: s.3 - s.4,
+        })
+        .collect();
+    r.sent = shares.iter().map(|s| s.3).sum();
+    r.received = shares.iter().map(|s| s.4).sum();
+    r.lost = r.sent - r.received;
+    r.loss_percent = r.lost as f64 * 100.0 / r.sent as f64;
+    let window_ns = 2_004_518_221;
+    r.sent_pps = r.sent as f64 / 2.003_9;
+    r.received_pps = r.received as f64 / (window_ns as f64 / 1e9);
+    r.helpers = Some(Helpers {
+        start_spread_ns: 613_440,
+        offset_uncertainty_ns: 11_470,
+        window_ns,
+        shares: shares
+            .iter()
+            .map(|s| HelperShare {
+                helper: s.0.to_owned(),
+                session: s.1,
+                start_offset_ns: s.2,
+                sent: Some(s.3),
+                received: Some(s.4),
+                lost: Some(s.3 - s.4),
+                received_pps: Some(s.5),
+                bits_per_second: None,
+                rtt_ns: None,
+            })
+            .collect(),
+    });
+    TestResult::Pps(r)
+}
+
+/// `sonde throughput B --from A1 --from A2 -P 2`: the shares' bytes and rates.
+pub(crate) fn throughput_from_helpers() -> TestResult {
+    let TestResult::Throughput(mut r) = throughput_tcp_2_streams() else {
+        unreachable!("throughput_tcp_2_streams is a throughput result")
+    };
+    r.meta.session = 50;
+    r.helpers = Some(Helpers {
+        start_spread_ns: 7_420_102,
+        offset_uncertainty_ns: 23_030,
+        window_ns: r.receiver.duration_ns,
+        shares: [
+            ("198.18.2.2:5300", 50, 7_420_102),
+            ("198.18.3.2:5300", 51, 0),
+        ]
+        .iter()
+        .map(|&(helper, session, start)| HelperShare {
+            helper: helper.to_owned(),
+            session,
+            start_offset_ns: start,
+            sent: Some(r.sender.bytes / 2),
+            received: Some(r.receiver.bytes / 2),
+            lost: None,
+            received_pps: None,
+            bits_per_second: Some(r.receiver.bits_per_second / 2.0),
+            rtt_ns: None,
+        })
+        .collect(),
+    });
+    TestResult::Throughput(r)
+}
+
+/// `sonde latency B --from A1 --from A2 -u`: each helper's RTTs while the other ran.
+pub(crate) fn latency_from_helpers() -> TestResult {
+    let TestResult::Latency(mut r) = latency_udp_lossy() else {
+        unreachable!("latency_udp_lossy is a latency result")
+    };
+    r.meta.session = 52;
+    let mut other = r.rtt_ns.clone();
+    other.min += 1_000;
+    other.p50 = other.p50.map(|v| v + 2_000);
+    r.helpers = Some(Helpers {
+        start_spread_ns: 2_752_000,
+        offset_uncertainty_ns: 12_780,
+        window_ns: r.duration_ns + 2_752_000,
+        shares: [
+            ("198.18.2.2:5300", 52, 0, r.rtt_ns.clone()),
+            ("198.18.3.2:5300", 53, 2_752_000, other),
+        ]
+        .into_iter()
+        .map(|(helper, session, start, rtt)| HelperShare {
+            helper: helper.to_owned(),
+            session,
+            start_offset_ns: start,
+            sent: None,
+            received: None,
+            lost: None,
+            received_pps: None,
+            bits_per_second: None,
+            rtt_ns: Some(rtt),
+        })
+        .collect(),
+    });
+    TestResult::Latency(r)
 }

@@ -937,6 +937,10 @@ pub struct LatencyResult {
     /// `--full-log`: where every sample went. Absent unless asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub full_log: Option<FullLog>,
+    /// `--from`: the helpers that ran this test against `server` at once, each its own share;
+    /// the figures above are theirs together. Absent for a test this host ran itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helpers: Option<Helpers>,
 }
 
 /// One bucket of a histogram: the samples above the previous bucket's `le_ns`, up to and
@@ -1187,6 +1191,51 @@ pub struct ThroughputResult {
     pub reordered: Option<u64>,
     /// TCP: retransmits, all streams.
     pub retransmits: Option<u64>,
+    /// `--from`: the helpers that ran this test against `server` at once, each its own share;
+    /// the figures above are theirs together. Absent for a test this host ran itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helpers: Option<Helpers>,
+}
+
+/// `--from`: a test several helper agents ran against one target at once, started together at
+/// a common time (each helper's clock offset to this host estimated NTP-style over its control
+/// connection).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Helpers {
+    /// The latest helper's start minus the earliest's, ns, on this host's clock (each helper
+    /// reports when its data started, converted with its clock's offset).
+    pub start_spread_ns: u64,
+    /// The largest uncertainty of those offsets, ns: the spread is known within about this.
+    pub offset_uncertainty_ns: u64,
+    /// From the earliest start to the latest end of the target's receiving (pps, throughput) or
+    /// of the helpers' measuring (latency), ns: what the aggregate rates are per.
+    pub window_ns: u64,
+    /// Each helper's share, in the order of `--from`.
+    pub shares: Vec<HelperShare>,
+}
+
+/// One helper's part of a `--from` test, from its own result (counted at the target where the
+/// test counts there).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HelperShare {
+    /// The helper as given to `--from`, resolved.
+    pub helper: String,
+    /// The target's session id for this helper's test.
+    pub session: u64,
+    /// When its data started, ns after the earliest helper's.
+    pub start_offset_ns: u64,
+    /// pps: datagrams sent; throughput: sender bytes. `null` for latency.
+    pub sent: Option<u64>,
+    /// pps: datagrams the target received from it; throughput: bytes. `null` for latency.
+    pub received: Option<u64>,
+    /// pps, UDP throughput: sent and never received; `null` for TCP and latency.
+    pub lost: Option<u64>,
+    /// pps: received per second over the target's receiving time for it.
+    pub received_pps: Option<f64>,
+    /// throughput: received bits per second over the target's receiving time for it.
+    pub bits_per_second: Option<f64>,
+    /// latency: its round-trip times to the target while the others ran.
+    pub rtt_ns: Option<RttNs>,
 }
 
 /// One flow of a pps test.
@@ -1298,6 +1347,10 @@ pub struct PpsResult {
     /// Intervals (`-i`), counted by the receiving agent; empty without `-i`.
     #[serde(default)]
     pub intervals: Vec<PpsInterval>,
+    /// `--from`: the helpers that ran this test against `server` at once, each its own share;
+    /// the figures above are theirs together. Absent for a test this host ran itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helpers: Option<Helpers>,
 }
 
 /// How the client closed each connection of a crr test.

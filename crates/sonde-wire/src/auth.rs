@@ -177,6 +177,8 @@ pub enum Request<'a> {
     Test(&'a TestSpec),
     /// Describe the agent's host (`Describe`, for `sonde conf`).
     Describe,
+    /// Run this test against this target as a helper (`Help`, for `--from`).
+    Help(&'a str, &'a crate::HelperTest),
 }
 
 impl Request<'_> {
@@ -193,6 +195,19 @@ impl Request<'_> {
                 mac.update(&s.bitrate_per_stream.to_be_bytes());
                 mac.update(&s.duration_ms.to_be_bytes());
                 mac.update(&s.interval_ms.to_be_bytes());
+            }
+            Self::Help(target, test) => {
+                mac.update(b"help");
+                // Length-prefixed, so no target and test can spell another pair's bytes.
+                mac.update(&(target.len() as u64).to_be_bytes());
+                mac.update(target.as_bytes());
+                Self::Test(&test.spec).feed(mac);
+                mac.update(&[match test.gso {
+                    None => 0,
+                    Some(false) => 1,
+                    Some(true) => 2,
+                }]);
+                mac.update(&test.warmup_ms.to_be_bytes());
             }
         }
     }
@@ -291,6 +306,27 @@ mod tests {
         let mut flipped = p;
         flipped.0[31] ^= 1;
         assert!(!secret.check_proof(&a, &c, &Request::Test(&s), &flipped));
+    }
+
+    #[test]
+    fn a_helper_proof_binds_the_target_and_the_test() {
+        let secret = Secret::new(b"s3cret".to_vec()).unwrap();
+        let (a, c) = (Nonce([7; 32]), Nonce([9; 32]));
+        let test = crate::HelperTest {
+            spec: spec(),
+            gso: Some(false),
+            warmup_ms: 0,
+        };
+        let p = secret.proof(&a, &c, &Request::Help("198.18.0.2", &test));
+        assert!(secret.check_proof(&a, &c, &Request::Help("198.18.0.2", &test), &p));
+        assert!(!secret.check_proof(&a, &c, &Request::Help("198.18.0.3", &test), &p));
+        assert!(!secret.check_proof(&a, &c, &Request::Test(&test.spec), &p));
+        let gso_on = crate::HelperTest {
+            gso: Some(true),
+            ..test.clone()
+        };
+        assert!(!secret.check_proof(&a, &c, &Request::Help("198.18.0.2", &gso_on), &p));
+        assert!(!secret.check_proof(&Nonce([8; 32]), &c, &Request::Help("198.18.0.2", &test), &p));
     }
 
     #[test]

@@ -121,6 +121,9 @@ pub enum Refusal {
     Unauthenticated,
     /// The client's address has its maximum of sessions or connections at the agent.
     SourceBusy,
+    /// A helper request ([`ControlMsg::Help`]) to an agent that does not help: started without
+    /// `--helper`, or without a shared secret.
+    NotHelper,
 }
 
 /// The agent's limits, announced in [`ControlMsg::Welcome`] so a client can explain a refusal.
@@ -420,6 +423,68 @@ pub enum ControlMsg {
         /// `t3`.
         agent_send_ns: u64,
     },
+    /// Client → agent, instead of `Start` (`--from`): run `test` against the sonde agent at
+    /// `target` yourself, as a helper. Only an agent started with `--helper` and a shared secret
+    /// takes it, and only with a proof ([`crate::auth::Request::Help`]).
+    Help {
+        /// The target as the user wrote it (`HOST`, `HOST:PORT`); the helper resolves it.
+        target: String,
+        /// The test the helper runs against the target.
+        test: HelperTest,
+        /// The proof of the shared secret for this request.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proof: Option<Proof>,
+    },
+    /// Helper → client: the target admitted the helper's session and its data channels are
+    /// open; nothing has been sent yet. The client may now send `ClockProbe`s (answered with
+    /// `ClockReply` on the helper's host clock), then `HelperGo`.
+    HelperReady,
+    /// Client → helper: start the data at this moment of the helper's host clock (ns, the clock
+    /// of its `ClockReply`s).
+    HelperGo {
+        /// When to start, on the helper's host clock.
+        start_host_ns: u64,
+    },
+    /// Helper → client: a piece of the result document's JSON text (`sonde_report::TestResult`),
+    /// in order; a document can pass the frame limit, so it comes in pieces of at most
+    /// [`HELPER_RESULT_PART`] bytes, then `HelperResult`.
+    HelperResultPart {
+        /// The next piece of the document's text.
+        json: String,
+    },
+    /// Helper → client: the test ran; its result document is the `HelperResultPart`s before
+    /// this, joined.
+    HelperResult {
+        /// When the helper started the data, on its host clock.
+        started_host_ns: u64,
+    },
+    /// Helper → client: the test against the target could not be run or failed (also after
+    /// some `HelperResultPart`s, which are then void).
+    HelperFailed {
+        /// The exit code the helper's client would have ended with (3 unreachable, 4 refused,
+        /// 1 failed).
+        exit_code: u8,
+        /// What went wrong, for a person.
+        message: String,
+    },
+}
+
+/// The most bytes of a result document's text one [`ControlMsg::HelperResultPart`] carries:
+/// JSON escaping at most doubles them (a quote or backslash), which stays under
+/// [`MAX_FRAME_LEN`].
+pub const HELPER_RESULT_PART: usize = 16 * 1024;
+
+/// What a helper runs against its target ([`ControlMsg::Help`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HelperTest {
+    /// The test, as the helper's client will ask the target for it.
+    pub spec: TestSpec,
+    /// pps: UDP GSO batches (`Some(true)` on, `Some(false)` off, `None` auto).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gso: Option<bool>,
+    /// latency: warm-up at the start of `spec.duration_ms`, whose samples are excluded, ms.
+    #[serde(default)]
+    pub warmup_ms: u64,
 }
 
 /// Appends one frame (length + JSON) to `out`.
@@ -511,6 +576,20 @@ mod tests {
     }
 
     #[test]
+    fn a_full_result_part_fits_a_frame_whatever_it_holds() {
+        // Quotes and backslashes are the characters JSON doubles.
+        for c in ['"', '\\', 'a', 'é'] {
+            let mut json = String::new();
+            while json.len() + c.len_utf8() <= HELPER_RESULT_PART {
+                json.push(c);
+            }
+            let mut buf = Vec::new();
+            encode_frame(&ControlMsg::HelperResultPart { json }, &mut buf)
+                .unwrap_or_else(|e| panic!("a part of {c:?} does not fit: {e}"));
+        }
+    }
+
+    #[test]
     fn frames_round_trip_and_report_their_length() {
         let msgs = [
             ControlMsg::Hello {
@@ -539,6 +618,29 @@ mod tests {
             ControlMsg::Refused {
                 reason: Refusal::Busy,
                 message: "16 sessions running".into(),
+            },
+            ControlMsg::Help {
+                target: "198.18.0.2:5300".into(),
+                test: HelperTest {
+                    spec: spec(),
+                    gso: Some(false),
+                    warmup_ms: 0,
+                },
+                proof: Some(Proof([5; 32])),
+            },
+            ControlMsg::HelperReady,
+            ControlMsg::HelperGo {
+                start_host_ns: 1_234_567_890,
+            },
+            ControlMsg::HelperResultPart {
+                json: r#"{"test": "pps", "received": 42}"#.into(),
+            },
+            ControlMsg::HelperResult {
+                started_host_ns: 1_234_567_891,
+            },
+            ControlMsg::HelperFailed {
+                exit_code: 4,
+                message: "the target refused".into(),
             },
         ];
         let mut buf = Vec::new();

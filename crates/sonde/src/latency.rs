@@ -72,6 +72,8 @@ Examples:
   sonde latency sockperf://198.18.0.2      UDP against `sockperf server` on port 11111
   sonde latency sockperf://198.18.0.2:11112 --tcp -m 14
                                            TCP against `sockperf server --tcp -p 11112`
+  sonde latency B --from A1 --from A2 --secret-file s
+                                           each helper's RTT to B while the other runs
   sonde latency 198.18.0.2 -u --sweep msg_size=64:8K:*2
                                            RTT by message size, one row per size
   sonde latency 198.18.0.2 -u --timestamps --histogram
@@ -126,6 +128,8 @@ pub(crate) struct Opt {
     /// offset (needs -m 24 or more; not with sockperf://)
     #[arg(long = "one-way")]
     one_way: bool,
+    #[command(flatten)]
+    from: crate::helpers::FromOpt,
     #[command(flatten)]
     secret: crate::auth::SecretOpt,
     #[command(flatten)]
@@ -209,6 +213,12 @@ impl crate::spec::Test for Opt {
 
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
+    if let Some(helpers) = opt
+        .from
+        .helpers(&opt.host, &opt.secret, opt.sweep.is_some())?
+    {
+        return run_from(opt, &helpers, saver);
+    }
     if let Some(sweep) = &opt.sweep {
         return run_sweep(opt, sweep, saver);
     }
@@ -282,4 +292,15 @@ fn run_sockperf(opt: &Opt, target: &sonde_client::Target, saver: &mut Saver) -> 
     let mut m = Measured::from(result?);
     saver.print_and_save(opt.output, &mut m)?;
     interrupt.check()
+}
+
+/// `--from`: the helpers measure their RTT to the target at once.
+fn run_from(opt: &Opt, helpers: &[sonde_client::Target], saver: &mut Saver) -> anyhow::Result<()> {
+    let label = format!("latency {} from {} helpers", opt.host, helpers.len());
+    let progress = Progress::start(&label, opt.expected());
+    let options = opt.options(opt.protocol(Protocol::Tcp));
+    let result = sonde_client::latency_from(&opt.host, helpers, &options);
+    drop(progress);
+    let mut m = Measured::from(sonde_report::TestResult::Latency(result?));
+    saver.print_and_save(opt.output, &mut m)
 }

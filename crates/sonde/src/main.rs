@@ -7,6 +7,7 @@ mod compare;
 mod completions;
 mod conf;
 mod crr;
+mod helpers;
 mod interrupt;
 mod latency;
 mod load;

@@ -43,6 +43,9 @@ Examples:
   sonde pps 198.18.0.2 -t 30 -i 1       received datagrams per second, every second
   sonde pps 198.18.0.2 --sweep msg_size=18:1472:*2
                                         where the packet rate turns into a bandwidth limit
+  sonde pps B --from A1 --from A2 --from A3 --flows 64 -m 14 --secret-file s
+                                        three helper agents send to B at once; the result is
+                                        what B received from all of them, and each one's share
 
 ", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
@@ -68,6 +71,8 @@ pub(crate) struct Opt {
     /// Run once per value: msg_size (-m) or parallel (--flows), e.g. `parallel=1:8:*2`.
     #[arg(long, value_name = "PARAM=VALUES", value_parser = crate::sweep::parse, long_help = crate::sweep::SWEEP_HELP)]
     sweep: Option<Sweep>,
+    #[command(flatten)]
+    from: crate::helpers::FromOpt,
     #[command(flatten)]
     secret: crate::auth::SecretOpt,
     #[command(flatten)]
@@ -108,7 +113,6 @@ impl crate::spec::Test for Opt {
 
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
-    let target = opt.secret.resolve(&opt.host)?;
     let options = PpsOptions {
         msg_size: opt.msg_size,
         flows: opt.flows,
@@ -120,6 +124,20 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         },
         interval: opt.interval.filter(|d| !d.is_zero()),
     };
+    if let Some(helpers) = opt
+        .from
+        .helpers(&opt.host, &opt.secret, opt.sweep.is_some())?
+    {
+        let progress = Progress::start(
+            &format!("pps {} from {} helpers", opt.host, helpers.len()),
+            opt.time,
+        );
+        let result = sonde_client::pps_from(&opt.host, &helpers, &options);
+        drop(progress);
+        let mut m = Measured::from(TestResult::Pps(result?));
+        return saver.print_and_save(opt.output, &mut m);
+    }
+    let target = opt.secret.resolve(&opt.host)?;
     if let Some(sweep) = &opt.sweep {
         let allowed = [SweepParam::MsgSize, SweepParam::Parallel];
         let doc = crate::sweep::run(

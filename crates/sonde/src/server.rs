@@ -31,10 +31,13 @@ Examples:
   sonde server                      all addresses, port 5300
   sonde server --bind 198.18.0.2 -p 6000 --max-sessions 4
   sonde server --iperf3 --sockperf  also serve iperf3 (5201) and sockperf (11111) clients
-  sonde server --metrics 0.0.0.0:9300
+  sonde server --metrics 0.0.0.0:9530
                                     the agent's own metrics for Prometheus
-  sonde server --mesh /etc/sonde/mesh.toml --metrics 0.0.0.0:9300 --secret-file /etc/sonde/secret
+  sonde server --mesh /etc/sonde/mesh.toml --metrics 0.0.0.0:9530 --secret-file /etc/sonde/secret
                                     measure the peers in mesh.toml, export to Prometheus
+  sonde server --helper --secret-file /etc/sonde/secret
+                                    also run tests against other agents when a client that
+                                    proves the secret asks (`sonde pps B --from THIS-HOST`)
 
 ", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
@@ -95,6 +98,14 @@ pub(crate) struct Opt {
     /// cannot ask for it
     #[arg(long, value_name = "FILE")]
     secret_file: Option<PathBuf>,
+    /// Be a helper: at the request of a client that proves the shared secret, run a pps,
+    /// throughput or latency test from this host against another sonde agent (the client's
+    /// `--from THIS-HOST`), proving the same secret to it. Nothing is sent before that agent
+    /// admits the test; this agent's limits (--max-duration, --max-bitrate, --max-streams,
+    /// --max-sessions) apply. Without a shared secret (--secret-file, SONDE_SECRET) every such
+    /// request is refused, as it is without this option (exit code 4 at the client)
+    #[arg(long)]
+    helper: bool,
     /// No log line per session on stderr
     #[arg(short, long)]
     quiet: bool,
@@ -133,6 +144,9 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         c.iperf3 = opt.iperf3.map(|port| SocketAddr::new(ip, port));
         c.sockperf = opt.sockperf.map(|port| SocketAddr::new(ip, port));
         c.secret.clone_from(&secret);
+        c.helper = opt
+            .helper
+            .then(|| sonde_agent::Helper(Arc::new(ClientRunner)));
         c
     };
     let agent = match opt.bind {
@@ -156,6 +170,18 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
             ""
         }
     );
+    if opt.helper {
+        let _ = writeln!(
+            out,
+            "{}",
+            if secret.is_some() {
+                "helper: runs tests against other agents for clients that prove the secret"
+            } else {
+                "helper: no shared secret, so every helper request will be refused \
+                 (give --secret-file or SONDE_SECRET)"
+            }
+        );
+    }
     if let Some(addr) = agent.iperf3_addr() {
         let _ = writeln!(out, "iperf3 clients served on {addr} (tcp+udp)");
     }
@@ -205,4 +231,30 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         eprintln!("sonde agent: stopped");
     }
     Ok(())
+}
+
+/// `--helper`: the agent runs a requester's test against its target with sonde's client.
+struct ClientRunner;
+
+impl sonde_agent::HelperRunner for ClientRunner {
+    fn run(
+        &self,
+        job: &sonde_agent::HelperJob,
+        ready: &mut dyn FnMut() -> Option<std::time::Instant>,
+        stop: &AtomicBool,
+    ) -> Result<sonde_agent::HelperOutcome, sonde_agent::HelperFailure> {
+        sonde_client::run_as_helper(
+            &job.target,
+            DEFAULT_PORT,
+            &job.test,
+            job.secret.clone(),
+            ready,
+            stop,
+        )
+        .map(|(result, started)| sonde_agent::HelperOutcome { result, started })
+        .map_err(|e| sonde_agent::HelperFailure {
+            exit_code: e.exit_code(),
+            message: e.to_string(),
+        })
+    }
 }

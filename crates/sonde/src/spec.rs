@@ -247,11 +247,13 @@ mod tests {
                 "histogram",
                 "timestamps",
                 "one_way",
+                "from",
             ],
             TestKind::Throughput => &[
                 "udp", "parallel", "reverse", "bidir", "bitrate", "length", "time", "interval",
+                "from",
             ],
-            TestKind::Pps => &["msg_size", "flows", "time", "interval", "gso"],
+            TestKind::Pps => &["msg_size", "flows", "time", "interval", "gso", "from"],
             TestKind::Crr => &[
                 "workers",
                 "parallel",

@@ -45,6 +45,8 @@ Examples:
                                                  UDP, the iperf3 server sends 100 Mbit/s
   sonde throughput 198.18.0.2 --sweep parallel=1:16:*2
                                                  where more streams stop adding bandwidth
+  sonde throughput B --from A1 --from A2 -P 4 --secret-file s
+                                                 two helper agents, 4 streams each, to B at once
   sonde throughput 198.18.0.2 -u --sweep bitrate=100M:1G:+100M
                                                  where UDP loss starts
 
@@ -84,6 +86,8 @@ pub(crate) struct Opt {
     #[arg(long, value_name = "PARAM=VALUES", value_parser = crate::sweep::parse, long_help = crate::sweep::SWEEP_HELP)]
     sweep: Option<Sweep>,
     #[command(flatten)]
+    from: crate::helpers::FromOpt,
+    #[command(flatten)]
     secret: crate::auth::SecretOpt,
     #[command(flatten)]
     output: OutputOpt,
@@ -112,6 +116,12 @@ impl crate::spec::Test for Opt {
 
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
+    if let Some(helpers) = opt
+        .from
+        .helpers(&opt.host, &opt.secret, opt.sweep.is_some())?
+    {
+        return run_from(opt, &helpers, saver);
+    }
     if let Some(sweep) = &opt.sweep {
         return run_sweep(opt, sweep, saver);
     }
@@ -235,4 +245,14 @@ fn options(opt: &Opt) -> ThroughputOptions {
         duration: opt.time,
         interval: opt.interval.filter(|d| !d.is_zero()),
     }
+}
+
+/// `--from`: the helpers run the test against the target at once.
+fn run_from(opt: &Opt, helpers: &[Target], saver: &mut Saver) -> anyhow::Result<()> {
+    let label = format!("throughput {} from {} helpers", opt.host, helpers.len());
+    let progress = Progress::start(&label, opt.time);
+    let result = sonde_client::throughput_from(&opt.host, helpers, &options(opt));
+    drop(progress);
+    let mut m = Measured::from(TestResult::Throughput(result?));
+    saver.print_and_save(opt.output, &mut m)
 }

@@ -5,6 +5,9 @@
 //! Only 127.0.0.1; every test sends at most about a second of traffic.
 
 mod common;
+/// `--from` and `sonde server --helper`.
+#[path = "cli/helpers.rs"]
+mod helpers;
 /// `sonde plan`: check, run, failures, resume.
 #[path = "cli/plan.rs"]
 mod plan;

@@ -512,7 +512,7 @@ fn mesh_lab_four_agents_in_prometheus() {
     if std::env::var_os("MESH_LAB_EXCERPT").is_some() {
         // For the README's excerpt: what one agent serves (needs curl; not part of the test).
         let out = command_in(Some(ns.name(2)), "curl")
-            .args(["-s", "http://198.18.0.2:9300/metrics"])
+            .args(["-s", "http://198.18.0.2:9530/metrics"])
             .output();
         if let Ok(out) = out {
             eprintln!("{}", String::from_utf8_lossy(&out.stdout));

@@ -87,5 +87,8 @@ mod tests {
         throughput_tcp_context,
         conf_two_hosts,
         conf_this_host,
+        pps_from_helpers,
+        throughput_from_helpers,
+        latency_from_helpers,
     );
 }

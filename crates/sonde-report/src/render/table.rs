@@ -2,6 +2,7 @@
 
 mod context;
 mod crr;
+mod helpers;
 mod inner;
 
 use std::borrow::Cow;
@@ -206,6 +207,7 @@ fn latency(r: &LatencyResult, out: &mut String) {
         }
         g.render(out);
     }
+    helpers::section(r.helpers.as_ref(), helpers::Shares::Latency, out);
     context::blocks(out, &r.meta);
     footer(out, &[("", &r.meta)]);
 }
@@ -486,6 +488,7 @@ fn throughput(r: &ThroughputResult, out: &mut String) {
         headline.push_str(&format!(", {} lost", fmt_percent(loss)));
     }
     line(out, headline);
+    helpers::section(r.helpers.as_ref(), helpers::Shares::Throughput, out);
     context::blocks(out, &r.meta);
     footer(out, &[("", &r.meta)]);
 }
@@ -716,6 +719,7 @@ fn pps(r: &PpsResult, out: &mut String) {
         "pps  counted by the receiving agent: the figure to quote".into(),
     ]);
     kv.render(out);
+    helpers::section(r.helpers.as_ref(), helpers::Shares::Pps, out);
     pps_intervals(r, out);
     context::blocks(out, &r.meta);
     footer(out, &[("", &r.meta)]);

@@ -864,7 +864,7 @@ mod tests {
         assert_eq!(p.cases[1].expected(), Duration::from_secs(4));
     }
 
-    /// A flag given more than once (`--from A --from B`, which no test has yet): an array is
+    /// A flag given more than once (`--from A --from B`): an array is
     /// its list, an array of arrays an axis of lists, and its values name endpoints.
     #[test]
     fn a_repeated_flag_takes_an_array_as_its_list() {

@@ -1,0 +1,268 @@
+//! Helper requests (`--from`): an authenticated client asks this agent to run a test against a
+//! third host, another sonde agent, itself.
+//!
+//! This is the only way the agent sends traffic to an address other than the one that opened
+//! the control connection, so it is refused unless the agent was started with `--helper` *and*
+//! a shared secret, and the request proves that secret (the proof covers the target and the
+//! test, on this connection's nonces: a replayed request meets another agent nonce and fails).
+//! The agent's limits apply to the test as to one of its own sessions (duration, streams,
+//! message size, `--max-bitrate`), and it counts as a session (`--max-sessions`, per source).
+//!
+//! The test itself is run by a [`HelperRunner`] the binary injects (sonde's client, which this
+//! crate must not depend on): it makes the normal client handshake with the target, with this
+//! agent's secret, and sends nothing before the target has admitted the session. Then:
+//!
+//! 1. the agent tells the requester `HelperReady` and answers its `ClockProbe`s on the host
+//!    clock (so the requester can estimate this host's clock offset), until `HelperGo` names
+//!    the moment to start, on this host's clock;
+//! 2. the runner waits for that moment, runs the test, and the agent sends the result document
+//!    (`HelperResult`, with when the data started) or why it failed (`HelperFailed`).
+
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sonde_net::control::{read_frame, write_frame};
+use sonde_net::latency::host_clock_ns;
+use sonde_wire::auth::{Nonce, Proof, Request};
+use sonde_wire::{ControlMsg, HelperTest, Refusal, HELPER_RESULT_PART};
+
+use crate::{validate, PendingGuard, Shared};
+
+/// How long the requester has, once told `HelperReady`, to name the start (clock probes
+/// included): it waits for every other helper to be ready too, each of which makes its own
+/// handshake with the target first. (A target that sends, a reverse test, wants the start
+/// within its own 10 s of `Ready`, and says so.)
+const GO_TIMEOUT: Duration = Duration::from_secs(30);
+/// The latest start a requester may name, from when it names it.
+const MAX_START_DELAY: Duration = Duration::from_secs(10);
+/// How often the agent looks whether the requester is still there while the test runs.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
+/// Clock probes a requester may make before `HelperGo`.
+const MAX_CLOCK_PROBES: u32 = 64;
+
+/// A test a requester asked this agent to run against a third host.
+#[derive(Debug, Clone)]
+pub struct HelperJob {
+    /// The target as the requester wrote it (`HOST`, `HOST:PORT`).
+    pub target: String,
+    /// The test.
+    pub test: HelperTest,
+    /// This agent's shared secret: the runner proves it to the target.
+    pub secret: sonde_wire::auth::Secret,
+}
+
+/// Why a helper's test did not produce a result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HelperFailure {
+    /// The exit code the runner's client would end with (3 unreachable, 4 refused, 1 failed).
+    pub exit_code: u8,
+    /// What went wrong, for a person.
+    pub message: String,
+}
+
+/// What a helper's test produced.
+#[derive(Debug, Clone)]
+pub struct HelperOutcome {
+    /// The result document, JSON.
+    pub result: String,
+    /// When the data started (the runner's `Go` to the target, and its own first sends).
+    pub started: Instant,
+}
+
+/// Runs a helper's test against its target (sonde's client, injected by the binary).
+pub trait HelperRunner: Send + Sync {
+    /// Runs `job`: the client handshake with the target (its admission and data channels, no
+    /// data yet), then `ready()`, which returns when to start the data (`None`: give up without
+    /// sending any), then the test. `stop` is raised when the agent shuts down.
+    ///
+    /// # Errors
+    /// The target could not be reached, refused, or the test failed.
+    fn run(
+        &self,
+        job: &HelperJob,
+        ready: &mut dyn FnMut() -> Option<Instant>,
+        stop: &AtomicBool,
+    ) -> Result<HelperOutcome, HelperFailure>;
+}
+
+/// The runner an agent started with `--helper` uses ([`crate::AgentConfig::helper`]).
+#[derive(Clone)]
+pub struct Helper(pub Arc<dyn HelperRunner>);
+
+impl std::fmt::Debug for Helper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Helper(..)")
+    }
+}
+
+/// Serves a `Help` request on `ctrl` to its end.
+pub(crate) fn serve(
+    mut ctrl: TcpStream,
+    shared: &Arc<Shared>,
+    nonces: &(Nonce, Nonce),
+    (target, test, proof): (String, HelperTest, Option<Proof>),
+    pending: &mut Option<PendingGuard>,
+) {
+    let refuse = |ctrl: &mut TcpStream, reason, message: &str| {
+        crate::session::refuse(shared, ctrl, reason, message);
+    };
+    let Some(runner) = shared.cfg.helper.clone() else {
+        let m = "this agent is not a helper: it runs tests against other hosts only when \
+                 started with `sonde server --helper` and a shared secret";
+        refuse(&mut ctrl, Refusal::NotHelper, m);
+        return;
+    };
+    let Some(secret) = shared.cfg.secret.clone() else {
+        let m = "this agent has --helper but no shared secret, and helps only clients that \
+                 prove one: start it with --secret-file FILE or SONDE_SECRET";
+        refuse(&mut ctrl, Refusal::NotHelper, m);
+        return;
+    };
+    let request = Request::Help(&target, &test);
+    if crate::session::authenticate(shared, &mut ctrl, nonces, &request, proof).is_err() {
+        return;
+    }
+    if shared.shutdown.load(Ordering::Relaxed) {
+        refuse(
+            &mut ctrl,
+            Refusal::ShuttingDown,
+            "the agent is shutting down",
+        );
+        return;
+    }
+    if let Err((reason, message)) = validate(&test.spec, &shared.cfg) {
+        refuse(&mut ctrl, reason, &message);
+        return;
+    }
+    let Ok(peer) = ctrl.peer_addr() else {
+        return;
+    };
+    let Some(_session) = shared.admit_compat(peer.ip()) else {
+        let m = format!(
+            "the agent is running its maximum of sessions ({} in all, {} per source); try again \
+             shortly (sonde server --max-sessions)",
+            shared.cfg.max_sessions, shared.cfg.max_sessions_per_source
+        );
+        refuse(&mut ctrl, Refusal::Busy, &m);
+        return;
+    };
+    pending.take();
+    shared.log(format_args!(
+        "sonde agent: helper session for {peer}: {} against {target}",
+        crate::session::describe(&test.spec)
+    ));
+    let job = HelperJob {
+        target,
+        test,
+        secret,
+    };
+    let mut body = Vec::new();
+    // Raised when the agent shuts down or the requester goes away (Ctrl-C, a lost connection):
+    // the test then ends early, as its planned end would.
+    let stop = AtomicBool::new(false);
+    let watching = AtomicBool::new(true);
+    // Set once the requester has named the start: from then on it sends nothing, and the
+    // watcher may peek at the connection (peeking switches the shared socket to non-blocking for
+    // a moment, which must not meet this thread's reads and writes).
+    let armed = AtomicBool::new(false);
+    let outcome = std::thread::scope(|scope| {
+        let watcher = ctrl.try_clone().ok();
+        let (stop, watching, armed) = (&stop, &watching, &armed);
+        scope.spawn(move || {
+            while watching.load(Ordering::Relaxed) {
+                let gone = armed.load(Ordering::Acquire)
+                    && watcher.as_ref().is_none_or(crate::session::peer_gone);
+                if gone || shared.shutdown.load(Ordering::Relaxed) {
+                    stop.store(true, Ordering::Relaxed);
+                    return;
+                }
+                std::thread::sleep(WATCH_EVERY);
+            }
+        });
+        let mut ready = || {
+            let start = wait_for_go(&mut ctrl, &mut body);
+            armed.store(true, Ordering::Release);
+            start
+        };
+        let outcome = runner.0.run(&job, &mut ready, stop);
+        watching.store(false, Ordering::Relaxed);
+        outcome
+    });
+    // The watcher has ended (the scope joined it): the connection is this thread's again.
+    let sent = match outcome {
+        Ok(o) => {
+            let ago = u64::try_from(o.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            send_result(&mut ctrl, &o.result, host_clock_ns().saturating_sub(ago))
+        }
+        Err(f) => write_frame(
+            &mut ctrl,
+            &ControlMsg::HelperFailed {
+                exit_code: f.exit_code,
+                message: f.message,
+            },
+        ),
+    };
+    if let Err(e) = sent {
+        shared.log(format_args!(
+            "sonde agent: helper session for {peer}: the result could not be sent: {e}"
+        ));
+    }
+    shared.log(format_args!(
+        "sonde agent: helper session for {peer} against {} ended",
+        job.target
+    ));
+}
+
+/// Sends the result document in pieces that each fit a frame, then `HelperResult`.
+fn send_result(
+    ctrl: &mut TcpStream,
+    json: &str,
+    started_host_ns: u64,
+) -> Result<(), sonde_net::control::ControlError> {
+    let mut rest = json;
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(HELPER_RESULT_PART);
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let (part, tail) = rest.split_at(cut);
+        write_frame(
+            ctrl,
+            &ControlMsg::HelperResultPart {
+                json: part.to_owned(),
+            },
+        )?;
+        rest = tail;
+    }
+    write_frame(ctrl, &ControlMsg::HelperResult { started_host_ns })
+}
+
+/// Tells the requester the target is ready, answers its clock probes, and returns the moment it
+/// names to start; `None` when it goes away, says something else, takes too long, or names a
+/// moment too far ahead.
+fn wait_for_go(ctrl: &mut TcpStream, body: &mut Vec<u8>) -> Option<Instant> {
+    write_frame(ctrl, &ControlMsg::HelperReady).ok()?;
+    let deadline = Instant::now() + GO_TIMEOUT;
+    for _ in 0..=MAX_CLOCK_PROBES {
+        match read_frame(ctrl, body, deadline).ok()? {
+            ControlMsg::ClockProbe { client_send_ns } => {
+                let agent_receive_ns = host_clock_ns();
+                let reply = ControlMsg::ClockReply {
+                    client_send_ns,
+                    agent_receive_ns,
+                    agent_send_ns: host_clock_ns(),
+                };
+                write_frame(ctrl, &reply).ok()?;
+            }
+            ControlMsg::HelperGo { start_host_ns } => {
+                let (now, host_now) = (Instant::now(), host_clock_ns());
+                let ahead = Duration::from_nanos(start_host_ns.saturating_sub(host_now));
+                return (ahead <= MAX_START_DELAY).then_some(now + ahead);
+            }
+            _ => return None,
+        }
+    }
+    None
+}
