@@ -10,6 +10,12 @@ the median over the rounds of each side and their ratio (sonde / peer):
   TCP 1-stream bits/s   sonde throughput              vs iperf3 -c (receiver)             >= 1.0x
   UDP 18 B pps          sonde pps -m 18               vs iperf3 -u -b 0 -l 18 (received)  >= 3.0x
 
+busy-polled, with no peer (no Linux tool busy-polls by default), against the floor only:
+
+  UDP RTT p50, busy-polled  sonde latency -u --busy-poll --cpu A (agent pinned to B)
+                            vs floor udp-ping --busy --cpu A (echo --busy --cpu B)       <= 1.10x floor
+  TCP RTT p50, busy-polled  the same over TCP                                           <= 1.10x floor
+
 and the real clients against sonde's compatibility listeners (same client, two servers):
 
   UDP RTT p50 (sockperf client)  sonde server --sockperf  vs sockperf sr          within 5%
@@ -334,7 +340,8 @@ class Metric:
         self.floor: list[float] = []
 
 
-def metrics(sonde: str, ports: dict, secs: int, floor: str) -> list[Metric]:
+def metrics(sonde: str, ports: dict, secs: int, floor: str, cpus: tuple[int, int] | None) -> list[Metric]:
+    """Every row; `cpus` (client, server) for the busy-polled rows, which need two CPUs."""
     t = str(secs)
     agent = f"{HOST}:{ports['sonde']}"
 
@@ -367,7 +374,30 @@ def metrics(sonde: str, ports: dict, secs: int, floor: str) -> list[Metric]:
     def iperf3(port: int) -> list[str]:
         return ["iperf3", "-c", HOST, "-p", str(port), "-t", t, "-J"]
 
-    return [
+    def at_most_floor(x):
+        return lambda _peer, r: r is not None and r <= x
+
+    busy = []
+    if cpus is not None:
+        client_cpu = str(cpus[0])
+        for key, title, tcp in (
+            ("busy_udp_rtt", "UDP RTT p50, 64 B, busy-polled", False),
+            ("busy_tcp_rtt", "TCP RTT p50, 64 B, busy-polled", True),
+        ):
+            cmd, fig = floor_ping(ports["floor_busy_tcp_echo" if tcp else "floor_busy_udp_echo"], tcp)
+            busy.append(
+                Metric(
+                    key, title, "µs", 1.0, "≤ 1.10× floor", at_most_floor(1.10),
+                    [sonde, "latency", agent, "-m", "64", "-t", t, "--busy-poll", "--cpu", client_cpu, "--json"]
+                    + ([] if tcp else ["-u"]),
+                    None,
+                    lambda out: parse_sonde(out, "latency")["p50_us"],
+                    None,
+                    (cmd + ["--busy", "--cpu", client_cpu], fig),
+                )
+            )
+
+    return busy + [
         Metric(
             "srv_udp_rtt", "UDP RTT p50, 64 B, sockperf client", "µs", 1.0, "within ±5%", within(0.05),
             sockperf(ports["sonde_sockperf"], tcp=False),
@@ -445,6 +475,8 @@ def fmt(v: float | None) -> str:
 # What the sonde figure is compared with, per metric. For the srv_* metrics the client is the
 # real tool on both sides; the sonde column is its figure against `sonde server`.
 PEERS = {
+    "busy_udp_rtt": None,
+    "busy_tcp_rtt": None,
     "udp_rtt": "sockperf",
     "tcp_rtt": "sockperf",
     "tcp_bps": "iperf3",
@@ -555,6 +587,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--floor", help="use this build of bench/floor/floor.c instead of compiling it")
     args = ap.parse_args(argv)
+    # The busy-polled rows pin the clients to the first CPU this process may use and the echoes
+    # (sonde's agent through --cpu-list, the floor's) to the last; they need two.
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    cpus = (allowed[0], allowed[-1]) if len(allowed) >= 2 else None
     if args.rounds < 1 or not 1 <= args.seconds <= 60:
         ap.error("--rounds must be >= 1 and --seconds within 1..60")
 
@@ -572,12 +608,14 @@ def main(argv: list[str] | None = None) -> int:
             for k in (
                 "sockperf_udp", "sockperf_tcp", "iperf3", "sonde_iperf3", "sonde_sockperf",
                 "floor_udp_echo", "floor_tcp_echo", "floor_tcp_sink", "floor_udp_sink",
+                "floor_busy_udp_echo", "floor_busy_tcp_echo",
             )
         }
         ports["sonde"] = start_sonde_agent(
             servers,
             sonde,
-            [f"--iperf3={ports['sonde_iperf3']}", f"--sockperf={ports['sonde_sockperf']}"],
+            [f"--iperf3={ports['sonde_iperf3']}", f"--sockperf={ports['sonde_sockperf']}"]
+            + (["--cpu-list", str(cpus[1])] if cpus else []),
         )
         log(f"sonde agent on {HOST}:{ports['sonde']}")
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
@@ -594,8 +632,17 @@ def main(argv: list[str] | None = None) -> int:
             port = ports["floor_" + what.replace("-", "_")]
             p = servers.start(f"floor {what}", [floor, what, str(port)], **quiet)
             wait_tcp(port, p, f"floor {what}")
+        if cpus is None:
+            log("one CPU only: the busy-polled rows need two and are left out")
+        elif any(k in wanted for k in ("busy_udp_rtt", "busy_tcp_rtt")):
+            # A busy echo spins only while messages come (1 s after the last it blocks again).
+            busy = ["--busy", "--cpu", str(cpus[1])]
+            servers.start("floor busy udp echo", [floor, "udp-echo", str(ports["floor_busy_udp_echo"])] + busy, **quiet)
+            port = ports["floor_busy_tcp_echo"]
+            p = servers.start("floor busy tcp echo", [floor, "tcp-echo", str(port)] + busy, **quiet)
+            wait_tcp(port, p, "floor busy tcp-echo")
 
-        ms = [m for m in metrics(sonde, ports, args.seconds, floor) if m.key in wanted]
+        ms = [m for m in metrics(sonde, ports, args.seconds, floor, cpus) if m.key in wanted]
         limit = args.seconds + 30
         for r in range(1, args.rounds + 1):
             for m in ms:

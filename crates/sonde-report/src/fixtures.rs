@@ -81,6 +81,7 @@ pub(crate) fn latency_tcp() -> TestResult {
         socket_rtt: None,
         one_way: None,
         full_log: None,
+        tuning: None,
     })
 }
 
@@ -126,6 +127,7 @@ pub(crate) fn latency_udp_lossy() -> TestResult {
         socket_rtt: None,
         one_way: None,
         full_log: None,
+        tuning: None,
     })
 }
 

@@ -26,6 +26,7 @@ Examples:
   sonde server                      all addresses, port 5300
   sonde server --bind 198.18.0.2 -p 6000 --max-sessions 4
   sonde server --iperf3 --sockperf  also serve iperf3 (5201) and sockperf (11111) clients
+  sonde server --cpu-list 2-3       pin busy-polled latency echoes to CPU 3, then 2, in turn
 
 ", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
@@ -86,13 +87,30 @@ pub(crate) struct Opt {
     /// cannot ask for it
     #[arg(long, value_name = "FILE")]
     secret_file: Option<PathBuf>,
+    /// CPUs to pin latency echoes to when a client asks (`sonde latency --busy-poll` or
+    /// `--cpu`), as `taskset -c` writes them: `2-3`, `1,3`. Each such session takes the next
+    /// CPU of the list, from the last one back; without it, any CPU the agent may run on
+    #[arg(long, value_name = "LIST", value_parser = cpu_list)]
+    cpu_list: Option<CpuList>,
     /// No log line per session on stderr
     #[arg(short, long)]
     quiet: bool,
 }
 
+/// `--cpu-list`'s CPUs (a newtype: clap would take a bare `Vec` for repeated values).
+#[derive(Debug, Clone)]
+struct CpuList(Vec<u32>);
+
+/// `--cpu-list`: a taskset-style list (`0-3,6`).
+fn cpu_list(s: &str) -> Result<CpuList, String> {
+    sonde_agent::tune::parse_cpu_list(s).map(CpuList)
+}
+
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let secret = crate::auth::load(opt.secret_file.as_deref())?;
+    if let Some(CpuList(list)) = &opt.cpu_list {
+        check_cpu_list(list)?;
+    }
     let config = |ip: IpAddr| {
         let mut c = AgentConfig::new(SocketAddr::new(ip, opt.port));
         c.max_sessions = opt.max_sessions;
@@ -105,6 +123,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         c.iperf3 = opt.iperf3.map(|port| SocketAddr::new(ip, port));
         c.sockperf = opt.sockperf.map(|port| SocketAddr::new(ip, port));
         c.secret.clone_from(&secret);
+        c.cpu_list = opt.cpu_list.as_ref().map(|l| l.0.clone());
         c
     };
     let agent = match opt.bind {
@@ -139,6 +158,30 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     agent.run_until(&stop)?;
     if !opt.quiet {
         eprintln!("sonde agent: stopped");
+    }
+    Ok(())
+}
+
+/// Every CPU of `--cpu-list` must be one the agent may run on: a usage error at start, not a
+/// note in some later client's result.
+fn check_cpu_list(list: &[u32]) -> anyhow::Result<()> {
+    let allowed = sonde_agent::tune::allowed_cpus().map_err(|e| {
+        crate::units::BadValue(format!(
+            "--cpu-list: this platform cannot pin threads ({e})"
+        ))
+    })?;
+    let outside: Vec<u32> = list
+        .iter()
+        .copied()
+        .filter(|c| !allowed.contains(c))
+        .collect();
+    if !outside.is_empty() {
+        return Err(crate::units::BadValue(format!(
+            "--cpu-list: CPU {} not among those the agent may run on ({})",
+            sonde_agent::tune::cpu_list(&outside),
+            sonde_agent::tune::cpu_list(&allowed)
+        ))
+        .into());
     }
     Ok(())
 }

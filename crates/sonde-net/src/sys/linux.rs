@@ -858,6 +858,65 @@ fn setsockopt_value<T: Copy>(sock: &Socket, option: libc::c_int, value: &T) -> l
     }
 }
 
+/// The CPUs this thread may run on (`sched_getaffinity(2)`), in ascending order.
+pub(crate) fn allowed_cpus() -> io::Result<Vec<u32>> {
+    // SAFETY: `cpu_set_t` is plain bits; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { mem::zeroed() };
+    // SAFETY: `set` is a valid, writable `cpu_set_t` of the size passed; 0 is this thread.
+    let r = unsafe { libc::sched_getaffinity(0, mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let max = u32::try_from(libc::CPU_SETSIZE).unwrap_or(1024);
+    // SAFETY: `set` was filled by the kernel above; `CPU_ISSET` reads a bit below CPU_SETSIZE.
+    Ok((0..max)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c as usize, &set) })
+        .collect())
+}
+
+/// Restricts the calling thread to `cpus` (`sched_setaffinity(2)`): `EINVAL` when none of them
+/// is online and allowed (a CPU number past `CPU_SETSIZE` is refused the same way).
+pub(crate) fn set_thread_cpus(cpus: &[u32]) -> io::Result<()> {
+    // SAFETY: `cpu_set_t` is plain bits; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { mem::zeroed() };
+    for &c in cpus {
+        if c as usize >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: `c` is below CPU_SETSIZE (checked above); `set` is a valid `cpu_set_t`.
+        unsafe { libc::CPU_SET(c as usize, &mut set) };
+    }
+    // SAFETY: `set` is a valid `cpu_set_t` of the size passed; 0 is the calling thread.
+    let r = unsafe { libc::sched_setaffinity(0, mem::size_of::<libc::cpu_set_t>(), &set) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `SO_BUSY_POLL` (socket(7)): the kernel polls the device's queue for `usecs` in a blocking
+/// receive. Raising it above `net.core.busy_read` needs `CAP_NET_ADMIN` (`EPERM`).
+pub(crate) fn set_busy_poll(fd: libc::c_int, usecs: u32) -> io::Result<()> {
+    let v = libc::c_int::try_from(usecs).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `fd` is an open socket owned by the caller; the option value is a c_int of the
+    // size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_BUSY_POLL,
+            ptr::from_ref(&v).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -246,3 +246,18 @@ pub(crate) fn out_of_descriptors(e: &io::Error) -> bool {
 pub(crate) fn raise_nofile_limit() -> io::Result<(u64, u64)> {
     Err(unsupported())
 }
+
+/// Not offered here (no `unsafe` in this module): CPU affinity is Linux's.
+pub(crate) fn allowed_cpus() -> io::Result<Vec<u32>> {
+    Err(unsupported())
+}
+
+/// Not offered here: CPU affinity is Linux's.
+pub(crate) fn set_thread_cpus(_cpus: &[u32]) -> io::Result<()> {
+    Err(unsupported())
+}
+
+/// No `SO_BUSY_POLL` outside Linux.
+pub(crate) fn set_busy_poll(_fd: i32, _usecs: u32) -> io::Result<()> {
+    Err(unsupported())
+}
