@@ -599,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{tool} not found (apt-get install {tool})")
     sonde = args.sonde or build(release=True)
     floor = args.floor or build_floor()
+    built_floor = None if args.floor else Path(floor).parent
 
     wanted = args.only.split(",")
     servers = Servers()
@@ -661,6 +662,8 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(0.5)
     finally:
         servers.close()
+        if built_floor is not None:
+            shutil.rmtree(built_floor, ignore_errors=True)
 
     text, all_ok = table(ms, args.rounds, args.seconds)
     print(text)
