@@ -10,11 +10,23 @@ the median over the rounds of each side and their ratio (sonde / peer):
   TCP 1-stream bits/s   sonde throughput              vs iperf3 -c (receiver)             >= 1.0x
   UDP 18 B pps          sonde pps -m 18               vs iperf3 -u -b 0 -l 18 (received)  >= 3.0x
 
+busy-polled, with no peer (no Linux tool busy-polls by default), against the floor only:
+
+  UDP RTT p50, busy-polled  sonde latency -u --busy-poll --cpu A (agent pinned to B)
+                            vs floor udp-ping --busy --cpu A (echo --busy --cpu B)       <= 1.10x floor
+  TCP RTT p50, busy-polled  the same over TCP                                           <= 1.10x floor
+
 and the real clients against sonde's compatibility listeners (same client, two servers):
 
   UDP RTT p50 (sockperf client)  sonde server --sockperf  vs sockperf sr          within 5%
   TCP RTT p50 (sockperf client)  sonde server --sockperf  vs sockperf sr --tcp    within 5%
   TCP 1 stream (iperf3 client)   sonde server --iperf3    vs iperf3 -s (receiver) >= 0.95x
+
+Every row also runs the floor: bench/floor/floor.c, compiled here with gcc, measures the same
+figure with nothing around the system calls (a bare ping-pong, a TCP write loop into a read
+loop, a sendmmsg loop into a recvmmsg loop). sonde / floor says how much of the machine's best
+sonde reaches; sonde / peer says how it stands against the tool it replaces. Both come from the
+same interleaved run (sonde, peer, floor, sonde, peer, floor, ...).
 
 This is a benchmark, not a test: it exits 0 when every run worked, whatever the ratios
 (--strict: exit 1 when a target is missed). Only loopback (127.0.0.1) is used.
@@ -36,6 +48,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -148,6 +161,25 @@ def parse_iperf3_udp(text: str) -> dict:
         "seconds": seconds,
         "pps": received / seconds,
     }
+
+
+def parse_floor(text: str, key: str) -> float:
+    """bench/floor/floor.c's one JSON line: the figure under `key` (p50_ns is given in µs).
+
+    >>> parse_floor('{"p50_ns": 11227, "min_ns": 10806, "samples": 84202, "lost": 0}', "p50_ns")
+    11.227
+    >>> parse_floor('{"bits_per_second": 16864989484, "bytes": 4217241600, "seconds": 2.0}', "bits_per_second")
+    16864989484.0
+    >>> parse_floor('{"pps": 0, "received": 0, "sent": 10, "seconds": 0}', "pps")
+    Traceback (most recent call last):
+    ...
+    ValueError: the floor program measured nothing: {'pps': 0, 'received': 0, 'sent': 10, 'seconds': 0}
+    """
+    doc = json.loads(text)
+    value = float(doc[key])
+    if value <= 0:
+        raise ValueError(f"the floor program measured nothing: {doc}")
+    return value / 1000.0 if key == "p50_ns" else value
 
 
 def parse_sonde(text: str, test: str) -> dict:
@@ -294,36 +326,85 @@ def start_sonde_agent(servers: Servers, sonde: str, extra: list[str] | None = No
 
 
 class Metric:
-    def __init__(self, key, title, unit, scale, target, ok, sonde_cmd, peer_cmd, sonde_fig, peer_fig):
+    """One row: sonde's command, its peer's (None: no peer does this) and the floor's, each with
+    the parser of its figure. `ok` judges the row's target from (sonde/peer, sonde/floor)."""
+
+    def __init__(self, key, title, unit, scale, target, ok, sonde_cmd, peer_cmd, sonde_fig, peer_fig, floor):
         self.key, self.title, self.unit, self.scale = key, title, unit, scale
         self.target, self.ok = target, ok
         self.sonde_cmd, self.peer_cmd = sonde_cmd, peer_cmd
         self.sonde_fig, self.peer_fig = sonde_fig, peer_fig
+        self.floor_cmd, self.floor_fig = floor
         self.sonde: list[float] = []
         self.peer: list[float] = []
+        self.floor: list[float] = []
 
 
-def metrics(sonde: str, ports: dict, secs: int) -> list[Metric]:
+def metrics(sonde: str, ports: dict, secs: int, floor: str, cpus: tuple[int, int] | None) -> list[Metric]:
+    """Every row; `cpus` (client, server) for the busy-polled rows, which need two CPUs."""
     t = str(secs)
     agent = f"{HOST}:{ports['sonde']}"
+
+    def floor_ping(port: int, tcp: bool) -> tuple:
+        # sonde latency and sockperf warm up for 1 s (sockperf 2 s); the floor does 1 s too.
+        cmd = [floor, "tcp-ping" if tcp else "udp-ping", HOST, str(port), "-m", "64", "-t", t, "-w", "1"]
+        return cmd, lambda out: parse_floor(out, "p50_ns")
+
+    floor_udp_rtt = floor_ping(ports["floor_udp_echo"], tcp=False)
+    floor_tcp_rtt = floor_ping(ports["floor_tcp_echo"], tcp=True)
+    floor_tcp_bps = (
+        [floor, "tcp-stream", HOST, str(ports["floor_tcp_sink"]), "-t", t, "-l", "131072"],
+        lambda out: parse_floor(out, "bits_per_second"),
+    )
+    floor_udp_pps = (
+        [floor, "udp-blast", HOST, str(ports["floor_udp_sink"]), "-m", "18", "-t", t],
+        lambda out: parse_floor(out, "pps"),
+    )
 
     def sockperf(port: int, tcp: bool) -> list[str]:
         cmd = ["sockperf", "ping-pong", "-i", HOST, "-p", str(port), "-t", t, "-m", "64", "--full-rtt"]
         return cmd + (["--tcp"] if tcp else [])
 
     def within(pct):
-        return lambda r: abs(r - 1.0) <= pct
+        return lambda r, _floor: r is not None and abs(r - 1.0) <= pct
+
+    def at_least(x):
+        return lambda r, _floor: r is not None and r >= x
 
     def iperf3(port: int) -> list[str]:
         return ["iperf3", "-c", HOST, "-p", str(port), "-t", t, "-J"]
 
-    return [
+    def at_most_floor(x):
+        return lambda _peer, r: r is not None and r <= x
+
+    busy = []
+    if cpus is not None:
+        client_cpu = str(cpus[0])
+        for key, title, tcp in (
+            ("busy_udp_rtt", "UDP RTT p50, 64 B, busy-polled", False),
+            ("busy_tcp_rtt", "TCP RTT p50, 64 B, busy-polled", True),
+        ):
+            cmd, fig = floor_ping(ports["floor_busy_tcp_echo" if tcp else "floor_busy_udp_echo"], tcp)
+            busy.append(
+                Metric(
+                    key, title, "µs", 1.0, "≤ 1.10× floor", at_most_floor(1.10),
+                    [sonde, "latency", agent, "-m", "64", "-t", t, "--busy-poll", "--cpu", client_cpu, "--json"]
+                    + ([] if tcp else ["-u"]),
+                    None,
+                    lambda out: parse_sonde(out, "latency")["p50_us"],
+                    None,
+                    (cmd + ["--busy", "--cpu", client_cpu], fig),
+                )
+            )
+
+    return busy + [
         Metric(
             "srv_udp_rtt", "UDP RTT p50, 64 B, sockperf client", "µs", 1.0, "within ±5%", within(0.05),
             sockperf(ports["sonde_sockperf"], tcp=False),
             sockperf(ports["sockperf_udp"], tcp=False),
             lambda out: rtt_us(parse_sockperf(out)),
             lambda out: rtt_us(parse_sockperf(out)),
+            floor_udp_rtt,
         ),
         Metric(
             "srv_tcp_rtt", "TCP RTT p50, 64 B, sockperf client", "µs", 1.0, "within ±5%", within(0.05),
@@ -331,13 +412,15 @@ def metrics(sonde: str, ports: dict, secs: int) -> list[Metric]:
             sockperf(ports["sockperf_tcp"], tcp=True),
             lambda out: rtt_us(parse_sockperf(out)),
             lambda out: rtt_us(parse_sockperf(out)),
+            floor_tcp_rtt,
         ),
         Metric(
-            "srv_tcp_bps", "TCP 1 stream, iperf3 client", "Gbit/s", 1e-9, "≥ 0.95×", lambda r: r >= 0.95,
+            "srv_tcp_bps", "TCP 1 stream, iperf3 client", "Gbit/s", 1e-9, "≥ 0.95×", at_least(0.95),
             iperf3(ports["sonde_iperf3"]),
             iperf3(ports["iperf3"]),
             lambda out: parse_iperf3_tcp(out)["bits_per_second"],
             lambda out: parse_iperf3_tcp(out)["bits_per_second"],
+            floor_tcp_bps,
         ),
         Metric(
             "udp_rtt", "UDP RTT p50, 64 B", "µs", 1.0, "within ±5%", within(0.05),
@@ -345,6 +428,7 @@ def metrics(sonde: str, ports: dict, secs: int) -> list[Metric]:
             sockperf(ports["sockperf_udp"], tcp=False),
             lambda out: parse_sonde(out, "latency")["p50_us"],
             lambda out: rtt_us(parse_sockperf(out)),
+            floor_udp_rtt,
         ),
         Metric(
             "tcp_rtt", "TCP RTT p50, 64 B", "µs", 1.0, "within ±5%", within(0.05),
@@ -352,20 +436,23 @@ def metrics(sonde: str, ports: dict, secs: int) -> list[Metric]:
             sockperf(ports["sockperf_tcp"], tcp=True),
             lambda out: parse_sonde(out, "latency")["p50_us"],
             lambda out: rtt_us(parse_sockperf(out)),
+            floor_tcp_rtt,
         ),
         Metric(
-            "tcp_bps", "TCP 1 stream", "Gbit/s", 1e-9, "≥ 1.0×", lambda r: r >= 1.0,
+            "tcp_bps", "TCP 1 stream", "Gbit/s", 1e-9, "≥ 1.0×", at_least(1.0),
             [sonde, "throughput", agent, "-t", t, "--json"],
             ["iperf3", "-c", HOST, "-p", str(ports["iperf3"]), "-t", t, "-J"],
             lambda out: parse_sonde(out, "throughput")["bits_per_second"],
             lambda out: parse_iperf3_tcp(out)["bits_per_second"],
+            floor_tcp_bps,
         ),
         Metric(
-            "udp_pps", "UDP 18 B received", "Mpps", 1e-6, "≥ 3.0×", lambda r: r >= 3.0,
+            "udp_pps", "UDP 18 B received", "Mpps", 1e-6, "≥ 3.0×", at_least(3.0),
             [sonde, "pps", agent, "-m", "18", "-t", t, "--json"],
             ["iperf3", "-c", HOST, "-p", str(ports["iperf3"]), "-u", "-b", "0", "-l", "18", "-t", t, "-J"],
             lambda out: parse_sonde(out, "pps")["pps"],
             lambda out: parse_iperf3_udp(out)["pps"],
+            floor_udp_pps,
         ),
     ]
 
@@ -388,6 +475,8 @@ def fmt(v: float | None) -> str:
 # What the sonde figure is compared with, per metric. For the srv_* metrics the client is the
 # real tool on both sides; the sonde column is its figure against `sonde server`.
 PEERS = {
+    "busy_udp_rtt": None,
+    "busy_tcp_rtt": None,
     "udp_rtt": "sockperf",
     "tcp_rtt": "sockperf",
     "tcp_bps": "iperf3",
@@ -399,34 +488,78 @@ PEERS = {
 ALL = ",".join(PEERS)
 
 
+def median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
 def table(ms: list[Metric], rounds: int, secs: int) -> tuple[str, bool]:
+    """The markdown table: each side's median over the rounds and the two ratios.
+
+    >>> m = Metric("udp_rtt", "UDP RTT p50, 64 B", "µs", 1.0, "within ±5%",
+    ...            lambda r, f: abs(r - 1) <= 0.05, [], [], None, None, ([], None))
+    >>> m.sonde, m.peer, m.floor = [12.0, 11.0, 13.0], [12.5, 12.0, 11.0], [10.0, 10.0, 11.0]
+    >>> print(table([m], 3, 4)[0])  # doctest: +NORMALIZE_WHITESPACE
+    sonde vs peers and the floor on loopback, median of 3 interleaved round(s) of 4 s each
+    <BLANKLINE>
+    | metric | sonde | peer | sonde/peer | floor | sonde/floor | target | ok? |
+    | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |
+    | UDP RTT p50, 64 B (µs) | 12.00 | 12.00 (sockperf) | 1.00× | 10.00 | 1.20× | within ±5% | yes |
+    <BLANKLINE>
+    Per round (sonde / peer / floor):
+    - UDP RTT p50, 64 B: 12.00/12.50/10.00, 11.00/12.00/10.00, 13.00/11.00/11.00
+    """
     lines = [
-        f"sonde vs peers on loopback, median of {rounds} interleaved round(s) of {secs} s each",
+        f"sonde vs peers and the floor on loopback, median of {rounds} interleaved round(s) of {secs} s each",
         "",
-        "| metric | sonde | peer | ratio | target | ok? |",
-        "| --- | ---: | ---: | ---: | --- | --- |",
+        "| metric | sonde | peer | sonde/peer | floor | sonde/floor | target | ok? |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     all_ok = True
     for m in ms:
-        s = statistics.median(m.sonde) if m.sonde else None
-        p = statistics.median(m.peer) if m.peer else None
-        ratio = s / p if s is not None and p else None
-        ok = ratio is not None and m.ok(ratio)
+        s, p, f = median(m.sonde), median(m.peer), median(m.floor)
+        rp, rf = ratio(s, p), ratio(s, f)
+        ok = s is not None and m.ok(rp, rf)
         all_ok &= ok
         peer = PEERS[m.key]
+
+        def cell(v):
+            return fmt(v * m.scale) if v is not None else "—"
+
+        def times(r):
+            return f"{r:.2f}×" if r is not None else "—"
+
         lines.append(
-            f"| {m.title} ({m.unit}) | {fmt(s * m.scale) if s is not None else '—'} "
-            f"| {fmt(p * m.scale) if p is not None else '—'} ({peer}) "
-            f"| {f'{ratio:.2f}×' if ratio is not None else '—'} | {m.target} | {'yes' if ok else 'NO'} |"
+            f"| {m.title} ({m.unit}) | {cell(s)} "
+            f"| {cell(p) + f' ({peer})' if peer else '—'} | {times(rp)} "
+            f"| {cell(f)} | {times(rf)} | {m.target} | {'yes' if ok else 'NO'} |"
         )
     lines.append("")
-    lines.append("Per round (sonde / peer):")
+    lines.append("Per round (sonde / peer / floor):")
     for m in ms:
-        pairs = ", ".join(
-            f"{fmt(a * m.scale)}/{fmt(b * m.scale)}" for a, b in zip(m.sonde, m.peer)
-        )
-        lines.append(f"- {m.title}: {pairs or '—'}")
+        n = max(len(m.sonde), len(m.peer), len(m.floor))
+
+        def at(xs, i):
+            return fmt(xs[i] * m.scale) if i < len(xs) else "—"
+
+        triples = ", ".join(f"{at(m.sonde, i)}/{at(m.peer, i)}/{at(m.floor, i)}" for i in range(n))
+        lines.append(f"- {m.title}: {triples or '—'}")
     return "\n".join(lines), all_ok
+
+
+def build_floor() -> str:
+    """Compiles bench/floor/floor.c with gcc -O2 into a fresh temporary directory."""
+    cc = os.environ.get("CC", "gcc")
+    if not shutil.which(cc):
+        raise RuntimeError(f"{cc} not found: the floor programs are C (apt-get install gcc)")
+    out = Path(tempfile.mkdtemp(prefix="sonde-floor-")) / "floor"
+    cmd = [cc, "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(out), str(HERE / "floor" / "floor.c")]
+    log(f"build: {' '.join(cmd)}")
+    subprocess.run(cmd, check=True)
+    return str(out)
 
 
 def build(release: bool) -> str:
@@ -452,7 +585,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--sonde", help="use this sonde binary instead of building one")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    ap.add_argument("--floor", help="use this build of bench/floor/floor.c instead of compiling it")
     args = ap.parse_args(argv)
+    # The busy-polled rows pin the clients to the first CPU this process may use and the echoes
+    # (sonde's agent through --cpu-list, the floor's) to the last; they need two.
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    cpus = (allowed[0], allowed[-1]) if len(allowed) >= 2 else None
     if args.rounds < 1 or not 1 <= args.seconds <= 60:
         ap.error("--rounds must be >= 1 and --seconds within 1..60")
 
@@ -460,17 +598,25 @@ def main(argv: list[str] | None = None) -> int:
         if not shutil.which(tool):
             ap.error(f"{tool} not found (apt-get install {tool})")
     sonde = args.sonde or build(release=True)
+    floor = args.floor or build_floor()
+    built_floor = None if args.floor else Path(floor).parent
 
     wanted = args.only.split(",")
     servers = Servers()
     try:
         ports = {
-            k: free_port() for k in ("sockperf_udp", "sockperf_tcp", "iperf3", "sonde_iperf3", "sonde_sockperf")
+            k: free_port()
+            for k in (
+                "sockperf_udp", "sockperf_tcp", "iperf3", "sonde_iperf3", "sonde_sockperf",
+                "floor_udp_echo", "floor_tcp_echo", "floor_tcp_sink", "floor_udp_sink",
+                "floor_busy_udp_echo", "floor_busy_tcp_echo",
+            )
         }
         ports["sonde"] = start_sonde_agent(
             servers,
             sonde,
-            [f"--iperf3={ports['sonde_iperf3']}", f"--sockperf={ports['sonde_sockperf']}"],
+            [f"--iperf3={ports['sonde_iperf3']}", f"--sockperf={ports['sonde_sockperf']}"]
+            + (["--cpu-list", str(cpus[1])] if cpus else []),
         )
         log(f"sonde agent on {HOST}:{ports['sonde']}")
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
@@ -482,15 +628,32 @@ def main(argv: list[str] | None = None) -> int:
         p = servers.start("iperf3", ["iperf3", "-s", "-p", str(ports["iperf3"])], **quiet)
         wait_tcp(ports["iperf3"], p, "iperf3 -s")
         # sockperf's UDP server has no ready signal; its TCP twin being up says it had the time.
+        servers.start("floor udp echo", [floor, "udp-echo", str(ports["floor_udp_echo"])], **quiet)
+        for what in ("tcp-echo", "tcp-sink", "udp-sink"):
+            port = ports["floor_" + what.replace("-", "_")]
+            p = servers.start(f"floor {what}", [floor, what, str(port)], **quiet)
+            wait_tcp(port, p, f"floor {what}")
+        if cpus is None:
+            log("one CPU only: the busy-polled rows need two and are left out")
+        elif any(k in wanted for k in ("busy_udp_rtt", "busy_tcp_rtt")):
+            # A busy echo spins only while messages come (1 s after the last it blocks again).
+            busy = ["--busy", "--cpu", str(cpus[1])]
+            servers.start("floor busy udp echo", [floor, "udp-echo", str(ports["floor_busy_udp_echo"])] + busy, **quiet)
+            port = ports["floor_busy_tcp_echo"]
+            p = servers.start("floor busy tcp echo", [floor, "tcp-echo", str(port)] + busy, **quiet)
+            wait_tcp(port, p, "floor busy tcp-echo")
 
-        ms = [m for m in metrics(sonde, ports, args.seconds) if m.key in wanted]
+        ms = [m for m in metrics(sonde, ports, args.seconds, floor, cpus) if m.key in wanted]
         limit = args.seconds + 30
         for r in range(1, args.rounds + 1):
             for m in ms:
                 for side, cmd, fig, into in (
                     ("sonde", m.sonde_cmd, m.sonde_fig, m.sonde),
                     ("peer", m.peer_cmd, m.peer_fig, m.peer),
+                    ("floor", m.floor_cmd, m.floor_fig, m.floor),
                 ):
+                    if cmd is None:
+                        continue
                     out = run(cmd, limit)
                     v = fig(out)
                     into.append(v)
@@ -499,6 +662,8 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(0.5)
     finally:
         servers.close()
+        if built_floor is not None:
+            shutil.rmtree(built_floor, ignore_errors=True)
 
     text, all_ok = table(ms, args.rounds, args.seconds)
     print(text)

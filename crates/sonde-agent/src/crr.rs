@@ -540,7 +540,15 @@ mod tests {
             duration_ms: 5_000,
             interval_ms: 0,
         };
-        write_frame(&mut ctrl, &ControlMsg::Start { spec, proof: None }).unwrap();
+        write_frame(
+            &mut ctrl,
+            &ControlMsg::Start {
+                spec,
+                proof: None,
+                tuning: sonde_wire::Tuning::default(),
+            },
+        )
+        .unwrap();
         let Ok(ControlMsg::Accepted { token, .. }) = read_frame(&mut ctrl, &mut body, deadline())
         else {
             panic!("the crr session was not accepted");
@@ -847,7 +855,15 @@ mod tests {
                 duration_ms: 1_000,
                 interval_ms: 0,
             };
-            write_frame(&mut ctrl, &ControlMsg::Start { spec, proof: None }).unwrap();
+            write_frame(
+                &mut ctrl,
+                &ControlMsg::Start {
+                    spec,
+                    proof: None,
+                    tuning: sonde_wire::Tuning::default(),
+                },
+            )
+            .unwrap();
             let reply = read_frame(&mut ctrl, &mut body, Instant::now() + PATIENCE);
             assert!(
                 matches!(

@@ -23,6 +23,9 @@ mod iperf3;
 mod session;
 mod sockperf;
 
+/// CPU lists and pinning, for `AgentConfig::cpu_list` (`sonde server --cpu-list`).
+pub use sonde_net::tune;
+
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -95,6 +98,10 @@ pub struct AgentConfig {
     /// shared secret (an agent without a secret refuses them all), with this runner ([`Helper`],
     /// sonde's client, injected by the binary). `None` refuses every helper request.
     pub helper: Option<Helper>,
+    /// The CPUs the agent pins a latency echo to when a client asks (`sonde latency --cpu`,
+    /// `sonde server --cpu-list`), one per session in turn from the last; `None`: the CPUs
+    /// the agent may run on.
+    pub cpu_list: Option<Vec<u32>>,
 }
 
 impl AgentConfig {
@@ -118,6 +125,7 @@ impl AgentConfig {
             sockperf: None,
             secret: None,
             helper: None,
+            cpu_list: None,
         }
     }
 
@@ -278,11 +286,30 @@ pub(crate) struct Shared {
     pub(crate) sockperf_local: Option<SocketAddr>,
     /// Connection-rate sessions running now.
     pub(crate) crr: crr::Registry,
+    /// Pinned echoes so far: the next one takes the CPU after the last one's.
+    pub(crate) pinned: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
     pub(crate) fn slots(&self) -> MutexGuard<'_, HashMap<Token, Arc<Slot>>> {
         lock(&self.slots)
+    }
+
+    /// The CPU the next pinned echo takes: the agent's `cpu_list` (or every CPU it may run
+    /// on) in turn, from the last, so that a client on the same host pinned to CPU 0 (the
+    /// usual choice) does not share its core with the echo.
+    pub(crate) fn next_cpu(&self) -> std::io::Result<u32> {
+        let list = match &self.cfg.cpu_list {
+            Some(list) => list.clone(),
+            None => sonde_net::tune::allowed_cpus()?,
+        };
+        let turn = self.pinned.fetch_add(1, Ordering::Relaxed);
+        list.iter()
+            .rev()
+            .cycle()
+            .nth(turn % list.len().max(1))
+            .copied()
+            .ok_or_else(|| std::io::Error::other("the agent's CPU list is empty"))
     }
 
     pub(crate) fn pending(&self, door: admission::Door) -> &admission::Pending {
@@ -515,6 +542,7 @@ impl Agent {
             iperf3_local,
             sockperf_local,
             crr: crr::Registry::default(),
+            pinned: std::sync::atomic::AtomicUsize::new(0),
         });
         Ok(Self {
             tcp,

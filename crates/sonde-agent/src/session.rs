@@ -31,7 +31,7 @@ use sonde_net::{Clock, Counters};
 use sonde_wire::auth::{Nonce, Proof, Request, SessionKey};
 use sonde_wire::{
     AgentReport, ControlMsg, CpuReport, IntervalStats, Preamble, Protocol, Refusal, SessionId,
-    StreamStats, TcpInfoStats, TestKind, TestSpec, Token, PROTOCOL_VERSION,
+    StreamStats, TcpInfoStats, TestKind, TestSpec, Token, Tuning, TuningReport, PROTOCOL_VERSION,
 };
 
 use crate::{lock, peer_of, validate, DataChannel, PendingGuard, Shared, Slot};
@@ -101,13 +101,17 @@ pub(crate) fn run(
     // Still pending (counted against the listener's and the source's limits) until admitted.
     let request = read_frame(&mut ctrl, &mut body, Instant::now() + START_TIMEOUT);
     let nonces = (agent_nonce, client_nonce);
-    let (spec, key) = match request {
-        Ok(ControlMsg::Start { spec, proof }) => {
+    let (spec, key, tuning) = match request {
+        Ok(ControlMsg::Start {
+            spec,
+            proof,
+            tuning,
+        }) => {
             let Ok(key) = authenticate(shared, &mut ctrl, &nonces, &Request::Test(&spec), proof)
             else {
                 return true;
             };
-            (spec, key)
+            (spec, key, tuning)
         }
         Ok(ControlMsg::Help {
             target,
@@ -204,7 +208,7 @@ pub(crate) fn run(
         );
         return true;
     };
-    let outcome = Test::new(spec, channels, &slot, shared).run(ctrl);
+    let outcome = Test::new(spec, channels, &slot, shared, tuning).run(ctrl);
     shared.log(format_args!(
         "sonde agent: session {} from {peer} {outcome}",
         session.0
@@ -367,10 +371,20 @@ struct Test<'a> {
     go_at_ns: AtomicU64,
     /// The CPU of this session's threads, from the start of the test.
     cpu: ThreadsMeter,
+    /// Busy polling and pinning the client asked for (latency).
+    tuning: Tuning,
+    /// How the echoes ran when `tuning` asked for anything: one entry per echo.
+    tuned: Mutex<Vec<TuningReport>>,
 }
 
 impl<'a> Test<'a> {
-    fn new(spec: TestSpec, channels: Vec<DataChannel>, slot: &'a Slot, shared: &'a Shared) -> Self {
+    fn new(
+        spec: TestSpec,
+        channels: Vec<DataChannel>,
+        slot: &'a Slot,
+        shared: &'a Shared,
+        tuning: Tuning,
+    ) -> Self {
         let n = channels.len();
         Self {
             spec,
@@ -383,7 +397,75 @@ impl<'a> Test<'a> {
             received_all: AtomicBool::new(false),
             go_at_ns: AtomicU64::new(u64::MAX),
             cpu: ThreadsMeter::start(),
+            tuning,
+            tuned: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Applies the client's [`Tuning`] to the calling echo thread and its socket: pins the
+    /// thread to the agent's next CPU, makes the socket non-blocking (the echo then spins,
+    /// bounded by its stop flag) with `SO_BUSY_POLL` where permitted. What was done goes into
+    /// the report; what could not be done is noted there, and the echo runs anyway.
+    fn tune_echo(&self, channel: &DataChannel) -> Option<sonde_net::tune::Pinned> {
+        let mut done = TuningReport::default();
+        let mut notes = Vec::new();
+        let pinned = if self.tuning.pin {
+            match self
+                .shared
+                .next_cpu()
+                .and_then(sonde_net::tune::pin_current_thread)
+            {
+                Ok(p) => {
+                    done.cpus.push(p.cpu());
+                    Some(p)
+                }
+                Err(e) => {
+                    notes.push(format!("not pinned: {e}"));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        if self.tuning.busy_poll {
+            let busy = match channel {
+                DataChannel::Tcp(s) => sonde_net::tune::busy_poll_tcp(s),
+                DataChannel::Udp(s) => sonde_net::tune::busy_poll_udp(s),
+            };
+            match busy {
+                Ok(b) => {
+                    done.busy_poll = true;
+                    done.so_busy_poll_us = b.so_busy_poll_us;
+                }
+                Err(e) => notes.push(format!("not busy-polled: {e}")),
+            }
+        }
+        if !notes.is_empty() {
+            done.note = Some(notes.join("; "));
+        }
+        lock(&self.tuned).push(done);
+        pinned
+    }
+
+    /// The report's `tuning`: the echoes' reports merged (`None` when nothing was asked).
+    fn tuning_report(&self) -> Option<TuningReport> {
+        if self.tuning.is_default() {
+            return None;
+        }
+        let tuned = lock(&self.tuned);
+        let mut out = TuningReport {
+            busy_poll: !tuned.is_empty() && tuned.iter().all(|t| t.busy_poll),
+            so_busy_poll_us: tuned.iter().find_map(|t| t.so_busy_poll_us),
+            cpus: tuned.iter().flat_map(|t| t.cpus.iter().copied()).collect(),
+            note: None,
+        };
+        let notes: Vec<&str> = tuned.iter().filter_map(|t| t.note.as_deref()).collect();
+        if self.spec.kind != TestKind::Latency {
+            out.note = Some("busy polling and pinning apply to latency tests only".into());
+        } else if !notes.is_empty() {
+            out.note = Some(notes.join("; "));
+        }
+        Some(out)
     }
 
     fn agent_receives(&self, i: usize) -> bool {
@@ -640,6 +722,7 @@ impl<'a> Test<'a> {
                 Some(RoleOutcome::Failed(_)) | None => {}
             }
         }
+        report.tuning = self.tuning_report().map(Box::new);
         Ok(report)
     }
 
@@ -677,6 +760,11 @@ impl<'a> Test<'a> {
         let counters = &self.counters[i];
         let spec = &self.spec;
         let failed = |e: std::io::Error| RoleOutcome::Failed(e.to_string());
+        let _pinned = if spec.kind == TestKind::Latency && !self.tuning.is_default() {
+            self.tune_echo(channel)
+        } else {
+            None
+        };
         match channel {
             DataChannel::Tcp(s) if spec.kind == TestKind::Latency => {
                 sonde_net::latency::tcp_echo(s, stop, counters)

@@ -194,6 +194,7 @@ impl Raw {
         raw.send(&ControlMsg::Start {
             spec: spec.clone(),
             proof: None,
+            tuning: sonde_wire::Tuning::default(),
         });
         let reply = raw.recv();
         (raw, reply)
@@ -1075,6 +1076,7 @@ fn a_replayed_proof_is_refused() {
     raw.send(&ControlMsg::Start {
         spec: spec.clone(),
         proof: Some(proof),
+        tuning: sonde_wire::Tuning::default(),
     });
     assert!(matches!(
         raw.recv(),
@@ -1091,6 +1093,7 @@ fn a_replayed_proof_is_refused() {
     replay.send(&ControlMsg::Start {
         spec: spec.clone(),
         proof: Some(proof),
+        tuning: sonde_wire::Tuning::default(),
     });
     assert_unauthenticated(&replay.recv());
     // Nor does a proof for one request admit another (a longer test), nor `Describe`.
@@ -1102,6 +1105,7 @@ fn a_replayed_proof_is_refused() {
     other.send(&ControlMsg::Start {
         spec: longer,
         proof: Some(s.proof(&an, &client_nonce, &Request::Test(&spec))),
+        tuning: sonde_wire::Tuning::default(),
     });
     assert_unauthenticated(&other.recv());
     let (mut describe, an, _) = raw_hello(&h, client_nonce);
@@ -1167,6 +1171,7 @@ fn a_udp_join_without_the_session_mac_is_not_acknowledged() {
     raw.send(&ControlMsg::Start {
         spec: spec.clone(),
         proof: Some(s.proof(&an, &cn, &Request::Test(&spec))),
+        tuning: sonde_wire::Tuning::default(),
     });
     let ControlMsg::Accepted { token, .. } = raw.recv() else {
         panic!("the session was not accepted");
@@ -1334,6 +1339,7 @@ fn one_address_cannot_take_every_session() {
         raw.send(&ControlMsg::Start {
             spec: long.clone(),
             proof: None,
+            tuning: sonde_wire::Tuning::default(),
         });
         let reply = raw.recv();
         (raw, reply)

@@ -185,7 +185,7 @@ fn unexpected(wanted: &str) -> ClientError {
 /// Hello, Start, Accepted, Ready.
 fn handshake(target: &Target, spec: &TestSpec) -> Result<Admitted, ClientError> {
     let mut welcomed = crate::session::hello(target)?;
-    let (token, agent_host) = welcomed.start(target, spec)?;
+    let (token, agent_host) = welcomed.start(target, spec, sonde_wire::Tuning::default())?;
     let crate::session::Welcomed {
         mut ctrl,
         mut body,

@@ -201,6 +201,11 @@ pub struct LatencyOptions {
     /// `--one-way`: the delay each way, from the agent's stamps and its clock's offset
     /// (messages of at least 24 bytes).
     pub one_way: bool,
+    /// `--busy-poll`: both ends spin on non-blocking sockets instead of sleeping in `recv`
+    /// (closed loop only), and the agent pins its echo to a CPU.
+    pub busy_poll: bool,
+    /// `--cpu N`: the loop's thread runs on CPU N only (and the agent pins its echo).
+    pub cpu: Option<u32>,
 }
 
 impl Default for LatencyOptions {
@@ -216,6 +221,8 @@ impl Default for LatencyOptions {
             histogram: false,
             timestamps: false,
             one_way: false,
+            busy_poll: false,
+            cpu: None,
         }
     }
 }
@@ -346,6 +353,7 @@ pub(crate) fn latency_held(
     if opt.count == Some(0) {
         return Err(ClientError::Usage("-n must be at least 1".into()));
     }
+    check_tuning(opt)?;
     let mut opt = opt.clone();
     // Open loop with a count: the schedule puts exactly `count` messages after the warm-up.
     if let (Some(n), Some(rate)) = (opt.count, opt.rate) {
@@ -376,6 +384,28 @@ pub(crate) fn latency_held(
         result,
         rtt_histogram: run.outcome.rtt.serialized(),
     })
+}
+
+/// `--busy-poll` and `--cpu`: a closed loop only (an open loop's sender thread and reader
+/// would spin against each other), and a CPU this process may run on.
+fn check_tuning(opt: &LatencyOptions) -> Result<(), ClientError> {
+    if opt.busy_poll && opt.rate.is_some() {
+        return Err(ClientError::Usage(
+            "--busy-poll is for the closed loop (one message in flight); leave out --rate".into(),
+        ));
+    }
+    if let Some(cpu) = opt.cpu {
+        let allowed = sonde_net::tune::allowed_cpus().map_err(|e| {
+            ClientError::Usage(format!("--cpu: this platform cannot pin threads ({e})"))
+        })?;
+        if !allowed.contains(&cpu) {
+            return Err(ClientError::Usage(format!(
+                "--cpu {cpu}: not a CPU this process may run on (allowed: {})",
+                sonde_net::tune::cpu_list(&allowed)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Runs a throughput test; `on_interval` sees each receiver interval as it arrives.

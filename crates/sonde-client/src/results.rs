@@ -4,11 +4,11 @@ use sonde_engine::rtt::REPORTED_PERCENTILES;
 use sonde_engine::{bits_per_second, per_second};
 use sonde_report::Warning;
 use sonde_report::{
-    FlowResult, GsoMode, GsoReason, IntervalResult, LatencyMode, LatencyResult, Meta, PpsGso,
-    PpsInterval, PpsResult, Protocol, RttNs, SideTotals, StreamDirection, StreamResult,
-    ThroughputResult,
+    FlowResult, GsoMode, GsoReason, IntervalResult, LatencyMode, LatencyResult, LatencyTuning,
+    Meta, PpsGso, PpsInterval, PpsResult, Protocol, RttNs, SideTotals, StreamDirection,
+    StreamResult, ThroughputResult,
 };
-use sonde_wire::{Direction, IntervalStats, SessionId, StreamStats, TestSpec};
+use sonde_wire::{Direction, IntervalStats, SessionId, StreamStats, TestSpec, TuningReport};
 
 use crate::session::{BulkRun, ClientRole, Context, LatencyRun};
 use crate::{LatencyOptions, PpsOptions, Target, ThroughputOptions};
@@ -207,6 +207,7 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
     let one_way = crate::inner::one_way(o, run.elapsed_ns, &mut inner_warnings);
     let full_log = crate::inner::full_log(o, &mut inner_warnings);
     meta.add_all(&inner_warnings);
+    let tuning = latency_tuning(run.tuning.as_ref(), run.report.tuning.as_deref(), &mut meta);
     LatencyResult {
         meta,
         protocol: protocol(opt.protocol),
@@ -234,7 +235,33 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
         one_way,
         full_log,
         helpers: None,
+        tuning,
     }
+}
+
+/// `--busy-poll`, `--cpu`: both ends' reports, with a warning where an end did not do what was
+/// asked (an agent that predates the request ignores it and reports nothing).
+fn latency_tuning(
+    client: Option<&TuningReport>,
+    server: Option<&TuningReport>,
+    meta: &mut Meta,
+) -> Option<LatencyTuning> {
+    let client = client?.clone();
+    let server = server.cloned();
+    match &server {
+        None => meta.add(&Warning::NotTuned {
+            detail: "the agent did not busy-poll or pin its echo (it predates --busy-poll):                      its end blocked in recv as usual, so the RTT holds its wake-ups"
+                .into(),
+        }),
+        Some(s) => {
+            if let Some(note) = &s.note {
+                meta.add(&Warning::NotTuned {
+                    detail: format!("the agent's echo: {note}"),
+                });
+            }
+        }
+    }
+    Some(LatencyTuning { client, server })
 }
 
 fn side(bytes: u64, packets: u64, active_ns: u64) -> SideTotals {
@@ -643,6 +670,55 @@ fn pps_gso(choice: &sonde_net::gso::GsoChoice, method: &str) -> PpsGso {
 #[cfg(test)]
 mod context_tests {
     use super::*;
+
+    /// An agent older than `--busy-poll` ignores the request and reports no tuning: the result
+    /// says so with a coded warning instead of passing its blocking echo off as busy-polled;
+    /// an agent that could not pin says why; a run that asked nothing has no `tuning`.
+    #[test]
+    fn busy_poll_against_an_older_agent_warns_and_a_tuned_one_does_not() {
+        let target = Target {
+            addr: "127.0.0.1:5300".parse().unwrap(),
+            label: "127.0.0.1:5300".into(),
+            secret: None,
+        };
+        let client = TuningReport {
+            busy_poll: true,
+            so_busy_poll_us: None,
+            cpus: vec![0],
+            note: None,
+        };
+        let mut older = meta(&target, SessionId(1), 0, 0);
+        let t = latency_tuning(Some(&client), None, &mut older).unwrap();
+        assert_eq!(t.server, None);
+        assert_eq!(older.warning_codes, [sonde_report::WarningCode::NotTuned]);
+        assert!(
+            older.warnings[0].contains("predates --busy-poll"),
+            "{older:?}"
+        );
+
+        let agent = TuningReport {
+            cpus: vec![1],
+            ..client.clone()
+        };
+        let mut tuned = meta(&target, SessionId(1), 0, 0);
+        let t = latency_tuning(Some(&client), Some(&agent), &mut tuned).unwrap();
+        assert_eq!(t.server.as_ref().map(|s| s.cpus.clone()), Some(vec![1]));
+        assert!(tuned.warnings.is_empty(), "{tuned:?}");
+
+        let refused = TuningReport {
+            cpus: Vec::new(),
+            note: Some("not pinned: CPU 7 is not one this process may run on".into()),
+            ..client.clone()
+        };
+        let mut partly = meta(&target, SessionId(1), 0, 0);
+        latency_tuning(Some(&client), Some(&refused), &mut partly).unwrap();
+        assert_eq!(partly.warning_codes, [sonde_report::WarningCode::NotTuned]);
+        assert!(partly.warnings[0].contains("CPU 7"), "{partly:?}");
+
+        let mut plain = meta(&target, SessionId(1), 0, 0);
+        assert!(latency_tuning(None, None, &mut plain).is_none());
+        assert!(plain.warnings.is_empty());
+    }
 
     fn iv(start_ns: u64, end_ns: u64, stream: u32, bytes: u64) -> IntervalStats {
         IntervalStats {

@@ -27,8 +27,8 @@ use sonde_report::IntervalResult;
 use sonde_wire::auth::{Nonce, Proof, Request, SessionKey, JOIN_MAC_LEN};
 use sonde_wire::{
     AgentReport, Channel, ControlMsg, CpuReport, DataJoin, HelperTest, HostInfo, IntervalStats,
-    Preamble, Protocol, SessionId, StreamStats, TcpInfoStats, TestKind, TestSpec, Token, UdpJoin,
-    PROTOCOL_VERSION, UDP_JOIN_LEN,
+    Preamble, Protocol, SessionId, StreamStats, TcpInfoStats, TestKind, TestSpec, Token, Tuning,
+    TuningReport, UdpJoin, PROTOCOL_VERSION, UDP_JOIN_LEN,
 };
 
 use crate::{ClientError, LatencyOptions, Target};
@@ -99,6 +99,8 @@ pub(crate) struct LatencyRun {
     pub(crate) context: Context,
     /// Stopped early by the caller's interrupt flag.
     pub(crate) interrupted: bool,
+    /// `--busy-poll`, `--cpu`: how this end ran (`None` when neither was asked).
+    pub(crate) tuning: Option<TuningReport>,
 }
 
 /// One client data channel's outcome.
@@ -223,11 +225,13 @@ impl Welcomed {
         &mut self,
         target: &Target,
         spec: &TestSpec,
+        tuning: Tuning,
     ) -> Result<(Token, Option<HostInfo>), ClientError> {
         let proof = self.proof(target, &Request::Test(spec));
         let start = ControlMsg::Start {
             spec: spec.clone(),
             proof,
+            tuning,
         };
         // A refusal may already be waiting when the write fails (an agent that refused and
         // closed): read it before giving up on the write.
@@ -359,6 +363,15 @@ pub(crate) fn hello(target: &Target) -> Result<Welcomed, ClientError> {
 
 /// Connects, says hello, asks for the test, joins the data channels and waits for `Ready`.
 pub(crate) fn connect(target: &Target, spec: &TestSpec) -> Result<Connected, ClientError> {
+    connect_tuned(target, spec, Tuning::default())
+}
+
+/// [`connect`], asking the agent for `tuning` too.
+pub(crate) fn connect_tuned(
+    target: &Target,
+    spec: &TestSpec,
+    tuning: Tuning,
+) -> Result<Connected, ClientError> {
     let started_unix_ms = crate::now_unix_ms();
     let mut welcomed = hello(target)?;
     let mut spec = spec.clone();
@@ -366,7 +379,7 @@ pub(crate) fn connect(target: &Target, spec: &TestSpec) -> Result<Connected, Cli
         // Open-ended (latency -n): as long as the agent allows.
         spec.duration_ms = welcomed.limits.max_duration_ms;
     }
-    let (token, server_host) = welcomed.start(target, &spec)?;
+    let (token, server_host) = welcomed.start(target, &spec, tuning)?;
     let key = welcomed.session_key(target);
     let Welcomed {
         mut ctrl,
@@ -528,8 +541,25 @@ pub(crate) fn run_latency_held(
     interrupt: &AtomicBool,
     hold: &mut dyn FnMut() -> Result<(), ClientError>,
 ) -> Result<LatencyRun, ClientError> {
-    let mut c = connect(target, spec)?;
+    let tuning = Tuning {
+        busy_poll: opt.busy_poll,
+        pin: opt.busy_poll || opt.cpu.is_some(),
+    };
+    let mut c = connect_tuned(target, spec, tuning)?;
     hold()?;
+    let mut tuned = (!tuning.is_default()).then(TuningReport::default);
+    if let Some(t) = tuned.as_mut().filter(|_| opt.busy_poll) {
+        let busy = match &c.channels[0] {
+            ClientChannel::Tcp(s) => sonde_net::tune::busy_poll_tcp(s),
+            ClientChannel::Udp(s) => sonde_net::tune::busy_poll_udp(s),
+        }
+        .map_err(|e| ClientError::Data(e, 0))?;
+        t.busy_poll = true;
+        t.so_busy_poll_us = busy.so_busy_poll_us;
+    }
+    if let Some(t) = tuned.as_mut() {
+        t.cpus.extend(opt.cpu);
+    }
     let warmup_ns = u64::try_from(opt.warmup.as_nanos()).unwrap_or(u64::MAX);
     let until_ns = if opt.count.is_some() {
         c.spec.duration_ms.saturating_mul(1_000_000)
@@ -546,6 +576,13 @@ pub(crate) fn run_latency_held(
     let stop = AtomicBool::new(false);
     let measured = stopped_by(interrupt, &stop, || {
         metered_latency(spec.msg_size, |meter| {
+            // Pinned for the loop only (checked by `check_tuning`); the thread's CPUs come
+            // back when the guard drops.
+            let _pinned = opt
+                .cpu
+                .map(sonde_net::tune::pin_current_thread)
+                .transpose()
+                .map_err(|e| ClientError::Usage(format!("--cpu: {e}")))?;
             let clock = Clock::start();
             // The ping loop, with the inner view (log, timestamps, one-way clock sync) when asked.
             let outcome = crate::inner::ping(
@@ -586,6 +623,7 @@ pub(crate) fn run_latency_held(
         report,
         context: c.context,
         interrupted,
+        tuning: tuned,
     })
 }
 

@@ -109,6 +109,13 @@ pub fn latency_measured(
     if opt.count == Some(0) {
         return Err(ClientError::Usage("-n must be at least 1".into()));
     }
+    if opt.busy_poll || opt.cpu.is_some() {
+        return Err(ClientError::Usage(
+            "--busy-poll and --cpu are for tests against a sonde agent (it busy-polls and pins \
+             its echo too); a sockperf server runs as it was started"
+                .into(),
+        ));
+    }
     if opt.one_way {
         return Err(ClientError::Usage(
             "--one-way needs a sonde agent's timestamps: a sockperf server does not stamp its \
@@ -198,6 +205,7 @@ pub fn latency_measured(
             ..crate::session::Context::this_host(target)
         },
         interrupted,
+        tuning: None,
     };
     let mut result = document(target, &opt, &run);
     if interrupted {

@@ -32,6 +32,7 @@ pub mod samplelog;
 pub mod socket;
 mod sys;
 pub mod tcpinfo;
+pub mod tune;
 
 /// A test's monotonic time origin, shared by all its threads.
 #[derive(Debug, Clone, Copy)]

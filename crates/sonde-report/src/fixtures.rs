@@ -82,6 +82,7 @@ pub(crate) fn latency_tcp() -> TestResult {
         one_way: None,
         full_log: None,
         helpers: None,
+        tuning: None,
     })
 }
 
@@ -128,6 +129,7 @@ pub(crate) fn latency_udp_lossy() -> TestResult {
         one_way: None,
         full_log: None,
         helpers: None,
+        tuning: None,
     })
 }
 

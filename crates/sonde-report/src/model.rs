@@ -185,6 +185,9 @@ pub enum WarningCode {
     /// A sending end's platform has no `TCP_INFO` (Windows, macOS): retransmits and tcp_info
     /// are null.
     TcpInfoUnknown,
+    /// `--busy-poll`, `--cpu`: an end did not busy-poll or pin as asked (an agent older than
+    /// `--busy-poll`, or the kernel refused).
+    NotTuned,
     /// A code this version does not know (from a newer sonde).
     #[serde(other)]
     Other,
@@ -258,6 +261,11 @@ pub enum Warning {
     },
     /// Throughput (TCP): a sending end has no `TCP_INFO`.
     TcpInfoUnknown,
+    /// `--busy-poll`, `--cpu`: an end did not run as asked.
+    NotTuned {
+        /// What it did instead, and why.
+        detail: String,
+    },
     /// Throughput: the receivers counted nothing.
     NothingReceived,
     /// pps: datagrams lost at full rate.
@@ -400,6 +408,7 @@ impl Warning {
             Self::LateSends { .. } => WarningCode::LateSends,
             Self::SenderLimited { .. } => WarningCode::SenderLimited,
             Self::TcpInfoUnknown => WarningCode::TcpInfoUnknown,
+            Self::NotTuned { .. } => WarningCode::NotTuned,
             Self::NothingReceived => WarningCode::NothingReceived,
             Self::Interrupted => WarningCode::Interrupted,
             Self::PortsExhausted { .. } => WarningCode::PortsExhausted,
@@ -504,6 +513,7 @@ impl std::fmt::Display for Warning {
                 "a sending end's platform has no TCP_INFO (Windows, macOS): retransmits and \
                  tcp_info are null for the streams it sent",
             ),
+            Self::NotTuned { detail } => f.write_str(detail),
             Self::NothingReceived => f.write_str("nothing was received"),
             Self::PpsLoss {
                 lost,
@@ -941,6 +951,20 @@ pub struct LatencyResult {
     /// the figures above are theirs together. Absent for a test this host ran itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helpers: Option<Helpers>,
+    /// `--busy-poll`, `--cpu`: how each end waited for messages and where it ran. Absent
+    /// unless asked for. What it cost is in `cpu` (a busy-polled end burns its whole core).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<LatencyTuning>,
+}
+
+/// `--busy-poll`, `--cpu`: both ends' way of waiting, as each reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LatencyTuning {
+    /// This end: busy-polled, `SO_BUSY_POLL`, the CPU the loop ran on.
+    pub client: sonde_wire::TuningReport,
+    /// The agent's echo; `null` from an agent older than `--busy-poll`, which blocked in `recv`
+    /// unpinned as always (with a warning).
+    pub server: Option<sonde_wire::TuningReport>,
 }
 
 /// One bucket of a histogram: the samples above the previous bucket's `le_ns`, up to and

@@ -304,6 +304,49 @@ pub struct AgentReport {
     /// What the session cost the agent in CPU; `None` from an agent that cannot measure it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuReport>,
+    /// How the agent ran its end when the client asked for [`Tuning`]: `None` when it was not
+    /// asked, or from an agent older than `--busy-poll` (which ignores the request).
+    /// (Boxed: rarely there, and every control message would carry its size.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<Box<TuningReport>>,
+}
+
+/// What a client asks of the agent's end of a latency test besides the [`TestSpec`]
+/// (`sonde latency --busy-poll --cpu N`). An agent that predates it ignores the field; the
+/// client learns that from the report's missing [`TuningReport`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tuning {
+    /// Spin on non-blocking sockets (plus `SO_BUSY_POLL` where permitted) instead of sleeping
+    /// in `recv`.
+    #[serde(default)]
+    pub busy_poll: bool,
+    /// Pin the echo thread to one CPU of the agent's `--cpu-list`.
+    #[serde(default)]
+    pub pin: bool,
+}
+
+impl Tuning {
+    /// Nothing asked.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// How one end ran its side of a test: busy-polled, pinned.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct TuningReport {
+    /// Its sockets were non-blocking and polled in a spin loop.
+    pub busy_poll: bool,
+    /// `SO_BUSY_POLL` as set, µs; `null` where the kernel does not offer it or refused it
+    /// (raising it needs `CAP_NET_ADMIN`).
+    pub so_busy_poll_us: Option<u32>,
+    /// The CPUs its measuring threads were pinned to; empty when not pinned.
+    pub cpus: Vec<u32>,
+    /// Why it is not what was asked (pinning refused, busy polling not possible); `null` when
+    /// it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// The agent's count of a connection-rate (`crr`) session.
@@ -364,6 +407,11 @@ pub enum ControlMsg {
         /// `None` from a client without a secret.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         proof: Option<Proof>,
+        /// Busy polling and pinning of the agent's end (latency); absent when nothing is asked.
+        /// Not covered by the proof: it changes how the agent waits, not what it measures or
+        /// for how long.
+        #[serde(default, skip_serializing_if = "Tuning::is_default")]
+        tuning: Tuning,
     },
     /// Agent → client: open the data channels now and present this token.
     Accepted {
@@ -600,6 +648,15 @@ mod tests {
             ControlMsg::Start {
                 spec: spec(),
                 proof: Some(Proof([4; 32])),
+                tuning: Tuning::default(),
+            },
+            ControlMsg::Start {
+                spec: spec(),
+                proof: None,
+                tuning: Tuning {
+                    busy_poll: true,
+                    pin: true,
+                },
             },
             ControlMsg::Accepted {
                 token: Token(u64::MAX),
@@ -671,6 +728,36 @@ mod tests {
         assert_eq!(decode_frame(&buf[first..]).unwrap().unwrap().0, reply);
     }
 
+    /// `tuning` is additive both ways: a `Start` from a client older than `--busy-poll` reads
+    /// as asking nothing, a `Start` that asks nothing is the bytes an older client sends, and
+    /// an older agent's report (no `tuning`) reads as `None`, which the client warns about.
+    #[test]
+    fn tuning_is_absent_when_nothing_is_asked_and_defaults_when_missing() {
+        let old = br#"{"type":"start","spec":{"kind":"latency","protocol":"udp","direction":"forward","streams":1,"msg_size":64,"bitrate_per_stream":0,"duration_ms":1000,"interval_ms":0}}"#;
+        let ControlMsg::Start { tuning, .. } = decode_body(old).unwrap() else {
+            panic!("not a start");
+        };
+        assert!(tuning.is_default());
+        let mut buf = Vec::new();
+        encode_frame(&decode_body(old).unwrap(), &mut buf).unwrap();
+        assert_eq!(&buf[4..], &old[..]);
+        let asked = ControlMsg::Start {
+            spec: spec(),
+            proof: None,
+            tuning: Tuning {
+                busy_poll: true,
+                pin: true,
+            },
+        };
+        buf.clear();
+        encode_frame(&asked, &mut buf).unwrap();
+        assert!(String::from_utf8_lossy(&buf).contains(r#""tuning":{"busy_poll":true,"pin":true}"#));
+        let ControlMsg::Report(r) = decode_body(br#"{"type":"report","received":[],"sent":[],"echoed":[],"intervals":[],"overlapping_sessions":0}"#).unwrap() else {
+            panic!("not a report");
+        };
+        assert_eq!(r.tuning, None);
+    }
+
     #[test]
     fn json_shape_is_tagged_and_readable() {
         let mut buf = Vec::new();
@@ -719,6 +806,7 @@ mod tests {
             &ControlMsg::Start {
                 spec: s.clone(),
                 proof: None,
+                tuning: Tuning::default(),
             },
             &mut buf,
         )

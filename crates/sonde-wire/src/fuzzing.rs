@@ -848,10 +848,15 @@ fn control_messages() -> Vec<ControlMsg> {
         ControlMsg::Start {
             spec: spec.clone(),
             proof: None,
+            tuning: crate::Tuning::default(),
         },
         ControlMsg::Start {
             spec,
             proof: Some(crate::auth::Proof([0x11; 32])),
+            tuning: crate::Tuning {
+                busy_poll: true,
+                pin: false,
+            },
         },
         ControlMsg::Accepted {
             token: Token(u64::MAX),
@@ -892,6 +897,12 @@ fn control_messages() -> Vec<ControlMsg> {
                 system_context_switches: Some(9),
                 system_syscalls: None,
             }),
+            tuning: Some(Box::new(crate::TuningReport {
+                busy_poll: true,
+                so_busy_poll_us: None,
+                cpus: vec![1],
+                note: None,
+            })),
         }),
         ControlMsg::Error {
             message: "receiver failed".into(),

@@ -64,6 +64,17 @@ exchanges taking as long one way as the other, and every figure is within the st
 (uncertainty_ns) that follows from it. An open loop's forward delay counts from the scheduled \
 send, as its RTT does.
 
+--busy-poll: both ends spin on non-blocking sockets instead of sleeping in recv (plus \
+SO_BUSY_POLL, 50 µs, where the kernel offers and permits it), and the agent pins its echo to a \
+CPU of its --cpu-list. No wake-up per message: the lowest RTT the hosts allow, at the price of a \
+whole core at each end for the test's duration (the result's cpu figures show it; on a host with \
+few cores the spinning ends can take the CPU each other needs). Closed loop only. The result \
+says what each end did (tuning); an agent older than this option ignores the request, with a \
+warning.
+
+--cpu N: the loop runs on CPU N only (sched_setaffinity), and the agent pins its echo too. \
+With --busy-poll on one host, give the client and the agent different CPUs.
+
 Examples:
   sonde latency 198.18.0.2                 TCP, 64-byte messages, 1 s warm-up + 10 s
   sonde latency 198.18.0.2 -u -m 1472      UDP, 1472-byte datagrams
@@ -80,6 +91,8 @@ Examples:
                                            socket RTT, host time and the distribution
   sonde latency 198.18.0.2 -u --one-way --full-log rtt.csv
                                            delay each way, every sample to rtt.csv
+  sonde latency 198.18.0.2 -u --busy-poll --cpu 2
+                                           the lowest RTT: both ends spin, this one on CPU 2
 
 ", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
@@ -128,6 +141,13 @@ pub(crate) struct Opt {
     /// offset (needs -m 24 or more; not with sockperf://)
     #[arg(long = "one-way")]
     one_way: bool,
+    /// Spin on non-blocking sockets at both ends instead of sleeping in recv: the lowest RTT,
+    /// a whole core at each end (closed loop; not with sockperf://)
+    #[arg(long = "busy-poll", conflicts_with = "rate")]
+    busy_poll: bool,
+    /// Run the loop on CPU N only, and ask the agent to pin its echo too (Linux)
+    #[arg(long, value_name = "N")]
+    cpu: Option<u32>,
     #[command(flatten)]
     from: crate::helpers::FromOpt,
     #[command(flatten)]
@@ -162,6 +182,8 @@ impl Opt {
             histogram: self.histogram,
             timestamps: self.timestamps,
             one_way: self.one_way,
+            busy_poll: self.busy_poll,
+            cpu: self.cpu,
         }
     }
 

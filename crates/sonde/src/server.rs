@@ -38,6 +38,7 @@ Examples:
   sonde server --helper --secret-file /etc/sonde/secret
                                     also run tests against other agents when a client that
                                     proves the secret asks (`sonde pps B --from THIS-HOST`)
+  sonde server --cpu-list 2-3       pin busy-polled latency echoes to CPU 3, then 2, in turn
 
 ", crate::cli::exit_codes!()))]
 pub(crate) struct Opt {
@@ -106,6 +107,11 @@ pub(crate) struct Opt {
     /// request is refused, as it is without this option (exit code 4 at the client)
     #[arg(long)]
     helper: bool,
+    /// CPUs to pin latency echoes to when a client asks (`sonde latency --busy-poll` or
+    /// `--cpu`), as `taskset -c` writes them: `2-3`, `1,3`. Each such session takes the next
+    /// CPU of the list, from the last one back; without it, any CPU the agent may run on
+    #[arg(long, value_name = "LIST", value_parser = cpu_list)]
+    cpu_list: Option<CpuList>,
     /// No log line per session on stderr
     #[arg(short, long)]
     quiet: bool,
@@ -123,6 +129,15 @@ pub(crate) struct Opt {
     metrics: Option<SocketAddr>,
 }
 
+/// `--cpu-list`'s CPUs (a newtype: clap would take a bare `Vec` for repeated values).
+#[derive(Debug, Clone)]
+struct CpuList(Vec<u32>);
+
+/// `--cpu-list`: a taskset-style list (`0-3,6`).
+fn cpu_list(s: &str) -> Result<CpuList, String> {
+    sonde_agent::tune::parse_cpu_list(s).map(CpuList)
+}
+
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let secret = crate::auth::load(opt.secret_file.as_deref())?;
     // A mesh file that does not parse is a usage error, found before anything listens.
@@ -132,6 +147,9 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         .map(crate::mesh::MeshConfig::load)
         .transpose()
         .map_err(|e| crate::units::BadValue(format!("{e:#}")))?;
+    if let Some(CpuList(list)) = &opt.cpu_list {
+        check_cpu_list(list)?;
+    }
     let config = |ip: IpAddr| {
         let mut c = AgentConfig::new(SocketAddr::new(ip, opt.port));
         c.max_sessions = opt.max_sessions;
@@ -147,6 +165,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         c.helper = opt
             .helper
             .then(|| sonde_agent::Helper(Arc::new(ClientRunner)));
+        c.cpu_list = opt.cpu_list.as_ref().map(|l| l.0.clone());
         c
     };
     let agent = match opt.bind {
@@ -257,4 +276,28 @@ impl sonde_agent::HelperRunner for ClientRunner {
             message: e.to_string(),
         })
     }
+}
+
+/// Every CPU of `--cpu-list` must be one the agent may run on: a usage error at start, not a
+/// note in some later client's result.
+fn check_cpu_list(list: &[u32]) -> anyhow::Result<()> {
+    let allowed = sonde_agent::tune::allowed_cpus().map_err(|e| {
+        crate::units::BadValue(format!(
+            "--cpu-list: this platform cannot pin threads ({e})"
+        ))
+    })?;
+    let outside: Vec<u32> = list
+        .iter()
+        .copied()
+        .filter(|c| !allowed.contains(c))
+        .collect();
+    if !outside.is_empty() {
+        return Err(crate::units::BadValue(format!(
+            "--cpu-list: CPU {} not among those the agent may run on ({})",
+            sonde_agent::tune::cpu_list(&outside),
+            sonde_agent::tune::cpu_list(&allowed)
+        ))
+        .into());
+    }
+    Ok(())
 }

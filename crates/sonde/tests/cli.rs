@@ -274,6 +274,78 @@ fn latency_udp_json() {
     );
 }
 
+/// `--busy-poll --cpu N` against `sonde server --cpu-list M`: both ends spin and are pinned
+/// where they were told, the result says so (`tuning`) with no warning about it, and both
+/// ends' CPU cost is there. Linux: the only platform that pins.
+#[cfg(target_os = "linux")]
+#[test]
+fn latency_busy_poll_pins_both_ends_and_says_so() {
+    let cpus = sonde_agent::tune::allowed_cpus().expect("the CPUs this test may run on");
+    let (client_cpu, agent_cpu) = (cpus[0], *cpus.last().expect("at least one CPU"));
+    let agent = server(&["--cpu-list", &agent_cpu.to_string()]);
+    for proto in [&["-u"][..], &[][..]] {
+        let mut args = proto.to_vec();
+        let cpu = client_cpu.to_string();
+        args.extend_from_slice(&["-t", "0.3", "--warmup", "0.1", "--busy-poll", "--cpu", &cpu]);
+        let doc = run_json("latency", &agent, &args);
+        assert!(u(&doc, "/samples") > 0, "{doc:#}");
+        for (end, pinned) in [("client", client_cpu), ("server", agent_cpu)] {
+            let t = &doc["tuning"][end];
+            assert_eq!(t["busy_poll"], true, "{end}: {doc:#}");
+            assert_eq!(t["cpus"], serde_json::json!([pinned]), "{end}: {doc:#}");
+            assert!(
+                doc["cpu"][end]["percent_of_one_core"].is_number(),
+                "{doc:#}"
+            );
+        }
+        assert!(
+            !arr(&doc, "/warning_codes").iter().any(|c| c == "not_tuned"),
+            "{doc:#}"
+        );
+    }
+    // Asked for nothing: no `tuning`, the echo blocks as before.
+    let doc = run_json("latency", &agent, &["-u", "-t", "0.2", "--warmup", "0.1"]);
+    assert!(doc.get("tuning").is_none(), "{doc:#}");
+}
+
+/// What --busy-poll and --cpu cannot do is a usage error (exit 2) before anything is sent.
+#[test]
+fn busy_poll_and_cpu_misuse_is_exit_2() {
+    let closed = format!("127.0.0.1:{}", closed_port());
+    for args in [
+        vec!["latency", &closed, "--busy-poll", "--rate", "1000"],
+        vec!["latency", &closed, "--cpu", "4095"],
+        vec!["latency", "sockperf://127.0.0.1:1", "--busy-poll"],
+        vec![
+            "server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--cpu-list",
+            "4095",
+        ],
+        vec![
+            "server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--cpu-list",
+            "1-x",
+        ],
+    ] {
+        let r = run(&args);
+        assert_eq!(r.code, Some(2), "`sonde {}`: {}", args.join(" "), r.stderr);
+        assert!(
+            r.stderr.contains("busy-poll") || r.stderr.contains("cpu"),
+            "`sonde {}` does not name the option: {}",
+            args.join(" "),
+            r.stderr
+        );
+    }
+}
+
 #[test]
 fn latency_udp_open_loop_json() {
     const RATE: u64 = 2000;

@@ -98,7 +98,14 @@ pub(crate) struct Batch {
     iovs: Vec<libc::iovec>,
     /// Cleared when `recvmmsg` turned out not to exist; `recv` then reads one datagram a call.
     recvmmsg: bool,
+    /// [`Batch::with_segments`]: a control buffer per header for the `UDP_GRO` segment size
+    /// (`u64`s, so that the kernel's `cmsghdr` is aligned); empty otherwise.
+    control: Vec<u64>,
 }
+
+/// `u64`s of control buffer per header: room for one `UDP_GRO` cmsg (`CMSG_SPACE(4)`, 24
+/// bytes) and a spare.
+const CONTROL_WORDS: usize = 8;
 
 impl Batch {
     /// Vectors for up to `capacity` datagrams a call (at least 1, at most `UIO_MAXIOV`).
@@ -111,7 +118,41 @@ impl Batch {
             // SAFETY: as above.
             iovs: (0..capacity).map(|_| unsafe { mem::zeroed() }).collect(),
             recvmmsg: true,
+            control: Vec::new(),
         }
+    }
+
+    /// [`Batch::new`] for a socket with `UDP_GRO` on ([`enable_udp_gro`]): each received
+    /// buffer may hold several datagrams of [`Batch::segment_size`] bytes (the last may be
+    /// shorter).
+    pub(crate) fn with_segments(capacity: usize) -> Self {
+        let mut b = Self::new(capacity);
+        b.control = vec![0; b.hdrs.len() * CONTROL_WORDS];
+        b
+    }
+
+    /// The segment size of buffer `i` of the last [`Batch::recv`]: the size of each datagram
+    /// the kernel coalesced into it (`UDP_GRO` cmsg), or `None` for a single datagram.
+    pub(crate) fn segment_size(&self, i: usize) -> Option<usize> {
+        if self.control.is_empty() {
+            return None;
+        }
+        let hdr = &self.hdrs[i].msg_hdr;
+        // SAFETY: `hdr` was filled by the last recvmmsg: its `msg_control` points at this
+        // header's part of `self.control` (alive, not borrowed mutably) and `msg_controllen`
+        // is what the kernel wrote there. CMSG_FIRSTHDR/CMSG_NXTHDR stay within that length;
+        // the data read is the c_int the kernel puts in a UDP_GRO cmsg (read unaligned).
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == libc::UDP_GRO {
+                    let size = ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
+                    return usize::try_from(size).ok().filter(|&s| s > 0);
+                }
+                cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+            }
+        }
+        None
     }
 
     /// Datagrams per call.
@@ -165,8 +206,10 @@ impl Batch {
         // SAFETY: the descriptor belongs to `sock`, borrowed for the call. The first `n` headers
         // each point at one iovec of `self.iovs`, which covers a distinct `size`-byte slot of
         // `buf` (n * size <= buf.len()), borrowed mutably for the call; the kernel writes at most
-        // `size` bytes into each slot and `msg_len`/`msg_flags` of those headers. No name and no
-        // control buffer are given. A null timeout is allowed (SO_RCVTIMEO bounds the wait).
+        // `size` bytes into each slot and `msg_len`/`msg_flags` of those headers. No name is
+        // given; a control buffer only with `with_segments`, each header's own
+        // CONTROL_WORDS-word part of `self.control`, whose length `msg_controllen` states. A
+        // null timeout is allowed (SO_RCVTIMEO bounds the wait).
         let got = unsafe {
             libc::recvmmsg(
                 sock.as_raw_fd(),
@@ -215,13 +258,20 @@ impl Batch {
         }
         // Taken after the iovecs were written, so no later borrow of them invalidates it.
         let iovs = self.iovs.as_mut_ptr();
+        let control = self.control.as_mut_ptr();
+        let segments = !self.control.is_empty();
         for (i, hdr) in self.hdrs.iter_mut().take(n).enumerate() {
             hdr.msg_hdr.msg_name = ptr::null_mut();
             hdr.msg_hdr.msg_namelen = 0;
             hdr.msg_hdr.msg_iov = iovs.wrapping_add(i);
             hdr.msg_hdr.msg_iovlen = 1;
-            hdr.msg_hdr.msg_control = ptr::null_mut();
-            hdr.msg_hdr.msg_controllen = 0;
+            if segments {
+                hdr.msg_hdr.msg_control = control.wrapping_add(i * CONTROL_WORDS).cast();
+                hdr.msg_hdr.msg_controllen = CONTROL_WORDS * mem::size_of::<u64>();
+            } else {
+                hdr.msg_hdr.msg_control = ptr::null_mut();
+                hdr.msg_hdr.msg_controllen = 0;
+            }
             hdr.msg_hdr.msg_flags = 0;
             hdr.msg_len = 0;
         }
@@ -881,6 +931,87 @@ fn setsockopt_value<T: Copy>(sock: &Socket, option: libc::c_int, value: &T) -> l
             ptr::from_ref(value).cast(),
             len,
         )
+    }
+}
+
+/// `UDP_GRO` (udp(7), Linux 5.0): the kernel may hand this socket several datagrams of one
+/// flow in one buffer, with their size in a cmsg ([`Batch::segment_size`]).
+pub(crate) fn enable_udp_gro(sock: &UdpSocket) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: the descriptor belongs to `sock`, borrowed for the call; the option value is a
+    // c_int of the size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            ptr::from_ref(&one).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The CPUs this thread may run on (`sched_getaffinity(2)`), in ascending order.
+pub(crate) fn allowed_cpus() -> io::Result<Vec<u32>> {
+    // SAFETY: `cpu_set_t` is plain bits; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { mem::zeroed() };
+    // SAFETY: `set` is a valid, writable `cpu_set_t` of the size passed; 0 is this thread.
+    let r = unsafe { libc::sched_getaffinity(0, mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let max = u32::try_from(libc::CPU_SETSIZE).unwrap_or(1024);
+    // SAFETY: `set` was filled by the kernel above; `CPU_ISSET` reads a bit below CPU_SETSIZE.
+    Ok((0..max)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c as usize, &set) })
+        .collect())
+}
+
+/// Restricts the calling thread to `cpus` (`sched_setaffinity(2)`): `EINVAL` when none of them
+/// is online and allowed (a CPU number past `CPU_SETSIZE` is refused the same way).
+pub(crate) fn set_thread_cpus(cpus: &[u32]) -> io::Result<()> {
+    // SAFETY: `cpu_set_t` is plain bits; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { mem::zeroed() };
+    for &c in cpus {
+        if c as usize >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: `c` is below CPU_SETSIZE (checked above); `set` is a valid `cpu_set_t`.
+        unsafe { libc::CPU_SET(c as usize, &mut set) };
+    }
+    // SAFETY: `set` is a valid `cpu_set_t` of the size passed; 0 is the calling thread.
+    let r = unsafe { libc::sched_setaffinity(0, mem::size_of::<libc::cpu_set_t>(), &set) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `SO_BUSY_POLL` (socket(7)): the kernel polls the device's queue for `usecs` in a blocking
+/// receive. Raising it above `net.core.busy_read` needs `CAP_NET_ADMIN` (`EPERM`).
+pub(crate) fn set_busy_poll(fd: libc::c_int, usecs: u32) -> io::Result<()> {
+    let v = libc::c_int::try_from(usecs).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `fd` is an open socket owned by the caller; the option value is a c_int of the
+    // size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_BUSY_POLL,
+            ptr::from_ref(&v).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 

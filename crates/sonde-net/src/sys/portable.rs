@@ -53,6 +53,16 @@ impl Batch {
         Self { len: 0 }
     }
 
+    /// As [`Batch::new`]: no `UDP_GRO` here.
+    pub(crate) fn with_segments(capacity: usize) -> Self {
+        Self::new(capacity)
+    }
+
+    /// Never coalesced here.
+    pub(crate) fn segment_size(&self, _i: usize) -> Option<usize> {
+        None
+    }
+
     /// Always 1.
     pub(crate) fn capacity(&self) -> usize {
         1
@@ -250,4 +260,24 @@ pub(crate) fn raise_nofile_limit() -> io::Result<(u64, u64)> {
 /// No system-wide counters here (macOS has no interface to them that sonde uses).
 pub(crate) fn system_activity() -> crate::cpu::SystemActivity {
     crate::cpu::SystemActivity::default()
+}
+
+/// Not offered here (no `unsafe` in this module): CPU affinity is Linux's.
+pub(crate) fn allowed_cpus() -> io::Result<Vec<u32>> {
+    Err(unsupported())
+}
+
+/// Not offered here: CPU affinity is Linux's.
+pub(crate) fn set_thread_cpus(_cpus: &[u32]) -> io::Result<()> {
+    Err(unsupported())
+}
+
+/// No `SO_BUSY_POLL` outside Linux.
+pub(crate) fn set_busy_poll(_fd: i32, _usecs: u32) -> io::Result<()> {
+    Err(unsupported())
+}
+
+/// No `UDP_GRO` outside Linux.
+pub(crate) fn enable_udp_gro(_sock: &UdpSocket) -> io::Result<()> {
+    Err(unsupported())
 }

@@ -80,6 +80,22 @@ const PERCENTILES: [Percentile; 6] = [
 const RECEIVER: &str = "receiver";
 const SENDER: &str = "sender (handed to kernel)";
 
+/// `--busy-poll`, `--cpu`: how one end waited and where it ran.
+fn tuning_text(t: &sonde_wire::TuningReport) -> String {
+    let wait = match (t.busy_poll, t.so_busy_poll_us) {
+        (true, Some(us)) => format!("busy-polled (SO_BUSY_POLL {us} µs)"),
+        (true, None) => "busy-polled (spin; no SO_BUSY_POLL)".to_owned(),
+        (false, _) => "blocked in recv".to_owned(),
+    };
+    let cpus = if t.cpus.is_empty() {
+        "unpinned".to_owned()
+    } else {
+        let list: Vec<String> = t.cpus.iter().map(u32::to_string).collect();
+        format!("pinned to CPU {}", list.join(","))
+    };
+    format!("{wait}, {cpus}")
+}
+
 fn latency(r: &LatencyResult, out: &mut String) {
     header(out, "latency", &r.meta);
     let mut kv = Grid::new(vec![Col::left(), Col::left()]);
@@ -115,6 +131,14 @@ fn latency(r: &LatencyResult, out: &mut String) {
     kv.row(["warm-up".into(), warmup]);
     kv.row(["sent".into(), format!("{} messages", fmt_count(r.sent))]);
     kv.row(["samples".into(), format!("{} RTTs", fmt_count(r.samples))]);
+    if let Some(t) = &r.tuning {
+        kv.row(["client".into(), tuning_text(&t.client)]);
+        let agent = t.server.as_ref().map_or_else(
+            || "blocked in recv, unpinned (an older agent)".to_owned(),
+            tuning_text,
+        );
+        kv.row(["agent".into(), agent]);
+    }
     inner::config_rows(r, &mut kv);
     kv.render(out);
 

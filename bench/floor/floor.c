@@ -1,0 +1,482 @@
+/*
+ * floor: the least a program can do to measure what sonde measures, for bench/compare.py.
+ *
+ * No framing, no statistics beyond one sort at the end, no threads, no timers: what is left is
+ * the kernel and the machine. compare.py compiles it with `gcc -O2` and prints sonde / floor
+ * next to sonde / peer. Loopback only by intent; every run is bounded by -t.
+ *
+ *   floor udp-echo PORT [--busy] [--cpu N]         echo every datagram (one at a time)
+ *   floor tcp-echo PORT [--busy] [--cpu N]         echo each connection's bytes, one connection
+ *                                                  at a time
+ *   floor udp-ping HOST PORT -m SIZE -t SECS [-w SECS] [--busy] [--cpu N]
+ *   floor tcp-ping HOST PORT -m SIZE -t SECS [-w SECS] [--busy] [--cpu N]
+ *                                                  closed loop, one message in flight; prints
+ *                                                  {"p50_ns":..,"samples":..} of the RTTs after
+ *                                                  the warm-up (-w, default 1 s)
+ *   floor tcp-sink PORT                            read each connection to EOF, then answer with
+ *                                                  the bytes and the ns from first to last read
+ *   floor tcp-stream HOST PORT -t SECS [-l SIZE]   write SIZE-byte buffers (default 128 KiB) for
+ *                                                  SECS, then print the sink's bits per second
+ *   floor udp-sink PORT                            count datagrams on PORT (recvmmsg); a TCP
+ *                                                  connection on the same port asks for the count
+ *   floor udp-blast HOST PORT -m SIZE -t SECS      sendmmsg batches of 64 SIZE-byte datagrams for
+ *                                                  SECS, then print the sink's received rate
+ *
+ * --busy: non-blocking sockets polled in a spin loop (plus SO_BUSY_POLL, where permitted). A busy
+ * echo spins only while traffic comes (1 s without a message and it blocks again), so an idle
+ * floor server costs no CPU between runs. --cpu N: pin the thread to CPU N.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_MSG 65536
+#define BATCH 64
+#define MAX_SECS 120
+/* A TCP read of the stream sink; iperf3 and sonde read 128 KiB or more. */
+#define SINK_BUF (512 * 1024)
+/* A busy echo goes back to blocking after this long without a message. */
+#define SPIN_IDLE_NS 1000000000ULL
+
+static int busy;
+
+static void die(const char *what) {
+    perror(what);
+    exit(1);
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void pin(int cpu) {
+    if (cpu < 0)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+        die("sched_setaffinity");
+}
+
+/* SO_BUSY_POLL where the kernel permits it (raising it needs CAP_NET_ADMIN); loopback has no
+ * NAPI context to poll, so it changes nothing there, but sonde --busy-poll asks for it too. */
+static void busy_poll_opt(int fd) {
+#ifdef SO_BUSY_POLL
+    int us = 50;
+    (void)setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL, &us, sizeof us);
+#else
+    (void)fd;
+#endif
+}
+
+static struct sockaddr_in addr_of(const char *host, int port) {
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, host, &a.sin_addr) != 1) {
+        fprintf(stderr, "floor: %s is not an IPv4 address\n", host);
+        exit(2);
+    }
+    return a;
+}
+
+static int bound(int type, int port) {
+    int fd = socket(AF_INET, type, 0);
+    if (fd < 0)
+        die("socket");
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = addr_of("127.0.0.1", port);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0)
+        die("bind");
+    if (type == SOCK_STREAM && listen(fd, 16) != 0)
+        die("listen");
+    return fd;
+}
+
+static int connected(int type, const char *host, int port) {
+    int fd = socket(AF_INET, type, 0);
+    if (fd < 0)
+        die("socket");
+    struct sockaddr_in a = addr_of(host, port);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
+        die("connect");
+    if (type == SOCK_STREAM) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    return fd;
+}
+
+/* Blocks until fd is readable (the way back from spinning to sleeping). */
+static void wait_readable(int fd) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+    }
+}
+
+/* One recv: blocking, or spinning on MSG_DONTWAIT until data, `until` (0: no deadline, but a
+ * spin of SPIN_IDLE_NS without data falls back to blocking). */
+static ssize_t recv_one(int fd, void *buf, size_t len, struct sockaddr_in *from, socklen_t *fl,
+                        uint64_t until) {
+    if (!busy)
+        return recvfrom(fd, buf, len, 0, (struct sockaddr *)from, fl);
+    uint64_t since = now_ns();
+    for (;;) {
+        ssize_t n = recvfrom(fd, buf, len, MSG_DONTWAIT, (struct sockaddr *)from, fl);
+        if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            return n;
+        uint64_t t = now_ns();
+        if (until && t >= until)
+            return -1;
+        if (!until && t - since >= SPIN_IDLE_NS) {
+            wait_readable(fd);
+            since = now_ns();
+        }
+    }
+}
+
+/* Writes all of buf; -1 when the peer is gone (a server goes on with the next one). */
+static int send_all(int fd, const char *buf, size_t len) {
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = send(fd, buf + off, len - off, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                continue;
+            return -1;
+        }
+        off += (size_t)n;
+    }
+    return 0;
+}
+
+/* A client's send_all: a failure ends the run. */
+static void must_send(int fd, const char *buf, size_t len) {
+    if (send_all(fd, buf, len) != 0)
+        die("send");
+}
+
+static void udp_echo(int port) {
+    static char buf[MAX_MSG];
+    int fd = bound(SOCK_DGRAM, port);
+    if (busy)
+        busy_poll_opt(fd);
+    for (;;) {
+        struct sockaddr_in from;
+        socklen_t fl = sizeof from;
+        ssize_t n = recv_one(fd, buf, sizeof buf, &from, &fl, 0);
+        if (n < 0)
+            continue;
+        (void)sendto(fd, buf, (size_t)n, 0, (struct sockaddr *)&from, fl);
+    }
+}
+
+static void tcp_echo(int port) {
+    static char buf[MAX_MSG];
+    int lfd = bound(SOCK_STREAM, port);
+    for (;;) {
+        int fd = accept(lfd, NULL, NULL);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (busy)
+            busy_poll_opt(fd);
+        for (;;) {
+            ssize_t n = recv_one(fd, buf, sizeof buf, NULL, NULL, 0);
+            if (n <= 0)
+                break;
+            if (send_all(fd, buf, (size_t)n) != 0)
+                break;
+        }
+        close(fd);
+    }
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Closed-loop ping-pong over a connected socket; TCP reads until the whole reply is in. */
+static void ping(int tcp, const char *host, int port, size_t size, double secs, double warm) {
+    static char out[MAX_MSG], in[MAX_MSG];
+    int fd = connected(tcp ? SOCK_STREAM : SOCK_DGRAM, host, port);
+    if (busy)
+        busy_poll_opt(fd);
+    /* A closed loop on loopback does at most a few hundred thousand round trips a second. */
+    size_t cap = (size_t)(secs * 400000.0) + 1024, n = 0;
+    uint64_t *rtt = malloc(cap * sizeof *rtt);
+    if (!rtt)
+        die("malloc");
+    uint64_t start = now_ns();
+    uint64_t measure_from = start + (uint64_t)(warm * 1e9);
+    uint64_t end = measure_from + (uint64_t)(secs * 1e9);
+    uint64_t lost = 0;
+    for (uint64_t seq = 0;; seq++) {
+        uint64_t t0 = now_ns();
+        if (t0 >= end)
+            break;
+        memcpy(out, &seq, size < 8 ? size : 8);
+        must_send(fd, out, size);
+        size_t got = 0;
+        int ok = 1;
+        while (got < size) {
+            /* UDP: a reply not back within 1 s is lost (on loopback, never in practice). */
+            ssize_t r;
+            if (busy) {
+                r = recv_one(fd, in + got, sizeof in - got, NULL, NULL, t0 + 1000000000ULL);
+            } else {
+                struct timeval tv = {.tv_sec = 1};
+                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+                r = recv(fd, in + got, sizeof in - got, 0);
+            }
+            if (r <= 0) {
+                if (tcp && r == 0) {
+                    fprintf(stderr, "floor: peer closed\n");
+                    exit(1);
+                }
+                ok = 0;
+                break;
+            }
+            got += (size_t)r;
+            if (!tcp)
+                break;
+        }
+        uint64_t t1 = now_ns();
+        if (!ok) {
+            lost++;
+            continue;
+        }
+        if (t0 >= measure_from && n < cap)
+            rtt[n++] = t1 - t0;
+    }
+    close(fd);
+    if (n == 0) {
+        fprintf(stderr, "floor: no replies\n");
+        exit(1);
+    }
+    qsort(rtt, n, sizeof *rtt, cmp_u64);
+    printf("{\"p50_ns\": %llu, \"min_ns\": %llu, \"samples\": %zu, \"lost\": %llu}\n",
+           (unsigned long long)rtt[(n - 1) / 2], (unsigned long long)rtt[0], n,
+           (unsigned long long)lost);
+    free(rtt);
+}
+
+static void tcp_sink(int port) {
+    static char buf[SINK_BUF];
+    int lfd = bound(SOCK_STREAM, port);
+    for (;;) {
+        int fd = accept(lfd, NULL, NULL);
+        if (fd < 0)
+            continue;
+        uint64_t bytes = 0, first = 0, last = 0;
+        for (;;) {
+            ssize_t n = recv(fd, buf, sizeof buf, 0);
+            if (n <= 0)
+                break;
+            last = now_ns();
+            if (!first)
+                first = last;
+            bytes += (uint64_t)n;
+        }
+        uint64_t report[2] = {bytes, last - first};
+        (void)send_all(fd, (const char *)report, sizeof report);
+        close(fd);
+    }
+}
+
+static void tcp_stream(const char *host, int port, double secs, size_t len) {
+    static char buf[4 * 1024 * 1024];
+    if (len > sizeof buf)
+        len = sizeof buf;
+    int fd = connected(SOCK_STREAM, host, port);
+    /* No TCP_NODELAY: a bulk sender, as iperf3 and sonde throughput. */
+    int zero = 0;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &zero, sizeof zero);
+    uint64_t end = now_ns() + (uint64_t)(secs * 1e9);
+    while (now_ns() < end)
+        must_send(fd, buf, len);
+    shutdown(fd, SHUT_WR);
+    uint64_t report[2];
+    size_t got = 0;
+    while (got < sizeof report) {
+        ssize_t n = recv(fd, (char *)report + got, sizeof report - got, 0);
+        if (n <= 0)
+            die("recv report");
+        got += (size_t)n;
+    }
+    double s = (double)report[1] / 1e9;
+    printf("{\"bits_per_second\": %.0f, \"bytes\": %llu, \"seconds\": %.6f}\n",
+           s > 0 ? (double)report[0] * 8 / s : 0.0, (unsigned long long)report[0], s);
+}
+
+/* UDP datagrams on PORT are counted; a TCP connection to PORT gets the count since the previous
+ * one (after a short drain) and resets it. */
+static void udp_sink(int port) {
+    static char bufs[BATCH][2048];
+    struct mmsghdr msgs[BATCH];
+    struct iovec iov[BATCH];
+    int ufd = bound(SOCK_DGRAM, port);
+    int rcvbuf = 4 * 1024 * 1024;
+    setsockopt(ufd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    int lfd = bound(SOCK_STREAM, port);
+    for (int i = 0; i < BATCH; i++) {
+        iov[i].iov_base = bufs[i];
+        iov[i].iov_len = sizeof bufs[i];
+        memset(&msgs[i], 0, sizeof msgs[i]);
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    uint64_t count = 0, first = 0, last = 0;
+    for (;;) {
+        struct pollfd p[2] = {{.fd = ufd, .events = POLLIN}, {.fd = lfd, .events = POLLIN}};
+        if (poll(p, 2, -1) < 0)
+            continue;
+        if (p[0].revents & POLLIN) {
+            /* Drain the socket before polling again: one poll per burst, not per batch. */
+            for (;;) {
+                int n = recvmmsg(ufd, msgs, BATCH, MSG_DONTWAIT, NULL);
+                if (n <= 0)
+                    break;
+                last = now_ns();
+                if (!first)
+                    first = last;
+                count += (uint64_t)n;
+            }
+        }
+        if (p[1].revents & POLLIN) {
+            int fd = accept(lfd, NULL, NULL);
+            if (fd < 0)
+                continue;
+            /* The sender asks once it has stopped: drain what is still queued first. */
+            char req;
+            if (recv(fd, &req, 1, 0) == 1) {
+                for (;;) {
+                    int n = recvmmsg(ufd, msgs, BATCH, MSG_DONTWAIT, NULL);
+                    if (n <= 0)
+                        break;
+                    last = now_ns();
+                    count += (uint64_t)n;
+                }
+                uint64_t report[2] = {count, first ? last - first : 0};
+                (void)send_all(fd, (const char *)report, sizeof report);
+            }
+            close(fd);
+            count = first = last = 0;
+        }
+    }
+}
+
+static void udp_blast(const char *host, int port, size_t size, double secs) {
+    static char payload[2048];
+    struct mmsghdr msgs[BATCH];
+    if (size > sizeof payload)
+        size = sizeof payload;
+    struct iovec iov = {.iov_base = payload, .iov_len = size};
+    int fd = connected(SOCK_DGRAM, host, port);
+    memset(msgs, 0, sizeof msgs);
+    for (int i = 0; i < BATCH; i++) {
+        msgs[i].msg_hdr.msg_iov = &iov;
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    uint64_t end = now_ns() + (uint64_t)(secs * 1e9), sent = 0;
+    while (now_ns() < end) {
+        int n = sendmmsg(fd, msgs, BATCH, 0);
+        if (n > 0)
+            sent += (uint64_t)n;
+        else if (errno != ENOBUFS && errno != EAGAIN && errno != ECONNREFUSED)
+            die("sendmmsg");
+    }
+    int c = connected(SOCK_STREAM, host, port);
+    usleep(100000);
+    must_send(c, "?", 1);
+    uint64_t report[2];
+    size_t got = 0;
+    while (got < sizeof report) {
+        ssize_t n = recv(c, (char *)report + got, sizeof report - got, 0);
+        if (n <= 0)
+            die("recv report");
+        got += (size_t)n;
+    }
+    double s = (double)report[1] / 1e9;
+    printf("{\"pps\": %.0f, \"received\": %llu, \"sent\": %llu, \"seconds\": %.6f}\n",
+           s > 0 ? (double)report[0] / s : 0.0, (unsigned long long)report[0],
+           (unsigned long long)sent, s);
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: see the comment at the top of bench/floor/floor.c\n");
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3)
+        usage();
+    const char *mode = argv[1];
+    int client = strstr(mode, "ping") || !strcmp(mode, "tcp-stream") || !strcmp(mode, "udp-blast");
+    const char *host = client ? argv[2] : "127.0.0.1";
+    int first_opt = client ? 4 : 3;
+    if (argc < first_opt)
+        usage();
+    int port = atoi(argv[first_opt - 1]);
+    size_t size = 64, len = 128 * 1024;
+    double secs = 5, warm = 1;
+    int cpu = -1;
+    for (int i = first_opt; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--busy"))
+            busy = 1;
+        else if (!strcmp(a, "--cpu") && v)
+            cpu = atoi(v), i++;
+        else if (!strcmp(a, "-m") && v)
+            size = (size_t)atol(v), i++;
+        else if (!strcmp(a, "-l") && v)
+            len = (size_t)atol(v), i++;
+        else if (!strcmp(a, "-t") && v)
+            secs = atof(v), i++;
+        else if (!strcmp(a, "-w") && v)
+            warm = atof(v), i++;
+        else
+            usage();
+    }
+    if (size < 1 || size > MAX_MSG || secs <= 0 || secs > MAX_SECS || warm < 0 || warm > MAX_SECS)
+        usage();
+    pin(cpu);
+    if (!strcmp(mode, "udp-echo"))
+        udp_echo(port);
+    else if (!strcmp(mode, "tcp-echo"))
+        tcp_echo(port);
+    else if (!strcmp(mode, "udp-ping"))
+        ping(0, host, port, size, secs, warm);
+    else if (!strcmp(mode, "tcp-ping"))
+        ping(1, host, port, size, secs, warm);
+    else if (!strcmp(mode, "tcp-sink"))
+        tcp_sink(port);
+    else if (!strcmp(mode, "tcp-stream"))
+        tcp_stream(host, port, secs, len);
+    else if (!strcmp(mode, "udp-sink"))
+        udp_sink(port);
+    else if (!strcmp(mode, "udp-blast"))
+        udp_blast(host, port, size, secs);
+    else
+        usage();
+    return 0;
+}
