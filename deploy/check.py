@@ -42,8 +42,12 @@ MESH_KEYS = {
     None: {"name", "max_link_share", "peers", "latency", "throughput", "pps"},
     "peers": {"hosts", "file", "dns", "dns_port", "refresh"},
     "latency": {"protocols", "rate", "msg_size", "session"},
-    "throughput": {"every", "jitter", "time", "udp", "parallel", "reverse", "bitrate", "length"},
-    "pps": {"every", "jitter", "time", "msg_size", "flows"},
+# [throughput] and [pps]: every, jitter, time, and the test's plan keys a mesh takes (sonde's own
+# parser checks the values: crates/sonde/tests/deploy.rs runs `sonde server --mesh FILE --check`).
+    "throughput": {
+        "every", "jitter", "time", "udp", "parallel", "reverse", "bitrate", "length", "protocol",
+    },
+    "pps": {"every", "jitter", "time", "msg_size", "flows", "gso", "protocol"},
 }
 
 # docs/mesh.md, "Metrics" (histograms with the series Prometheus makes of them).
