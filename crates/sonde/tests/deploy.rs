@@ -368,6 +368,19 @@ fn the_offline_checks_fail_on_each_kind_of_typo() {
             "dns_prot = 5300",
             "unknown key peers.dns_prot",
         ),
+        // The agent's name is its address, as its peers' are (the dashboard's matrix).
+        (
+            "kubernetes/base/daemonset.yaml",
+            "fieldPath: status.podIP",
+            "fieldPath: metadata.name",
+            "SONDE_MESH_NAME must come from status.podIP",
+        ),
+        (
+            "kubernetes/host-network/host-network.yaml",
+            "value: status.hostIP",
+            "value: status.podIP",
+            "SONDE_MESH_NAME must come from status.hostIP",
+        ),
         // PromQL syntax (promtool).
         (
             "grafana/sonde-mesh.json",
