@@ -347,9 +347,13 @@ impl MeshConfig {
                 let TestSpec::Throughput(opt) = spec else {
                     unreachable!("TestKind::Throughput parses into TestSpec::Throughput")
                 };
+                let options = opt.options();
+                options
+                    .check()
+                    .map_err(|e| anyhow::anyhow!("[throughput]: {e} (as `{command}`)"))?;
                 Ok(ThroughputCheck {
                     plan,
-                    options: opt.options(),
+                    options,
                     command,
                 })
             })
@@ -362,9 +366,13 @@ impl MeshConfig {
                 let TestSpec::Pps(opt) = spec else {
                     unreachable!("TestKind::Pps parses into TestSpec::Pps")
                 };
+                let options = opt.options();
+                options
+                    .check()
+                    .map_err(|e| anyhow::anyhow!("[pps]: {e} (as `{command}`)"))?;
                 Ok(PpsCheck {
                     plan,
-                    options: opt.options(),
+                    options,
                     command,
                 })
             })
@@ -620,5 +628,18 @@ mod tests {
             MeshConfig::parse(&format!("{head}[pps]\nprotocol = \"tcp\"\n")).is_err(),
             "pps is UDP only"
         );
+        // What the client would refuse at every test is refused at load, as the command line
+        // refuses it at once.
+        for (bad, want) in [
+            ("[throughput]\nparallel = 0\n", "-P must be at least 1"),
+            ("[pps]\nflows = 0\n", "--flows must be at least 1"),
+            ("[pps]\nmsg_size = 10\n", "-m must be at least"),
+        ] {
+            let msg = format!(
+                "{:#}",
+                MeshConfig::parse(&format!("{head}{bad}")).unwrap_err()
+            );
+            assert!(msg.contains(want), "{bad}: {msg}");
+        }
     }
 }
