@@ -16,7 +16,9 @@ Debian's `prometheus`). Nothing here talks to a cluster or the network.
    - the ServiceMonitor against deploy/schemas/servicemonitor.schema.json.
    Every YAML file under deploy/kubernetes must be reached from some kustomization.
 2. The ConfigMap's mesh.toml parses as TOML and uses only the keys of docs/mesh.md (the mesh
-   contract); MESH_KEYS below follows that file.
+   contract); MESH_KEYS below follows that file. Each DaemonSet names its agent by address
+   (SONDE_MESH_NAME from the downward API: status.podIP, or status.hostIP on hostNetwork), the
+   same kind of value as its DNS peers' `target`, so `source` and `target` line up.
 3. Every PromQL expression of deploy/grafana/*.json is checked by `promtool check rules`
    (wrapped as recording rules), and uses only metric names from docs/mesh.md.
 """
@@ -42,8 +44,12 @@ MESH_KEYS = {
     None: {"name", "max_link_share", "peers", "latency", "throughput", "pps"},
     "peers": {"hosts", "file", "dns", "dns_port", "refresh"},
     "latency": {"protocols", "rate", "msg_size", "session"},
-    "throughput": {"every", "jitter", "time", "udp", "parallel", "reverse", "bitrate", "length"},
-    "pps": {"every", "jitter", "time", "msg_size", "flows"},
+# [throughput] and [pps]: every, jitter, time, and the test's plan keys a mesh takes (sonde's own
+# parser checks the values: crates/sonde/tests/deploy.rs runs `sonde server --mesh FILE --check`).
+    "throughput": {
+        "every", "jitter", "time", "udp", "parallel", "reverse", "bitrate", "length", "protocol",
+    },
+    "pps": {"every", "jitter", "time", "msg_size", "flows", "gso", "protocol"},
 }
 
 # docs/mesh.md, "Metrics" (histograms with the series Prometheus makes of them).
@@ -190,6 +196,23 @@ def check_mesh(src, text, failures):
         failures.add(where, "[peers] dns is not set: the agents would not find each other")
 
 
+def check_agent_name(src, obj, failures):
+    """SONDE_MESH_NAME is the pod's address (the node's with hostNetwork), as the peers' are."""
+    pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+    want = "status.hostIP" if pod.get("hostNetwork") else "status.podIP"
+    for container in pod.get("containers", []):
+        env = {e.get("name"): e for e in container.get("env", [])}
+        field = (
+            env.get("SONDE_MESH_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        )
+        if field != want:
+            failures.add(
+                src,
+                f"container {container.get('name')}: SONDE_MESH_NAME must come from {want} "
+                f"(found {field}), so that `source` is an address as the DNS peers' `target` is",
+            )
+
+
 def dashboard_exprs(node):
     if isinstance(node, dict):
         if isinstance(node.get("expr"), str):
@@ -251,6 +274,8 @@ def main():
             check_object(os.path.relpath(src, deploy), obj, sm_schema, failures)
             if obj.get("kind") == "ConfigMap" and "mesh.toml" in obj.get("data", {}):
                 check_mesh(os.path.relpath(src, deploy), obj["data"]["mesh.toml"], failures)
+            if obj.get("kind") == "DaemonSet":
+                check_agent_name(os.path.relpath(src, deploy), obj, failures)
             checked += 1
         print(f"kubernetes/{kdir}: {len(objects)} objects ({', '.join(kinds)})")
     for root, _, files in os.walk(kube):

@@ -504,6 +504,22 @@ pub(crate) fn pps_held(
     Ok(result)
 }
 
+impl ThroughputOptions {
+    /// What the client checks before it connects (`-P`, a UDP `-l`), for a caller that takes
+    /// the options long before a test (a mesh file, at load).
+    pub fn check(&self) -> Result<(), ClientError> {
+        throughput_spec(self).map(|_| ())
+    }
+}
+
+impl PpsOptions {
+    /// What the client checks before it connects (`--flows`, `-m`), for a caller that takes
+    /// the options long before a test (a mesh file, at load).
+    pub fn check(&self) -> Result<(), ClientError> {
+        check_pps(self)
+    }
+}
+
 /// Checks pps options the agent cannot check for the client.
 pub(crate) fn check_pps(opt: &PpsOptions) -> Result<(), ClientError> {
     if opt.flows == 0 {

@@ -111,19 +111,26 @@ impl crate::spec::Test for Opt {
     }
 }
 
+impl Opt {
+    /// The client's options: what `sonde pps` and a mesh's scheduled test run with.
+    pub(crate) fn options(&self) -> PpsOptions {
+        PpsOptions {
+            msg_size: self.msg_size,
+            flows: self.flows,
+            duration: self.time,
+            gso: match self.gso {
+                Gso::Auto => GsoMode::Auto,
+                Gso::On => GsoMode::On,
+                Gso::Off => GsoMode::Off,
+            },
+            interval: self.interval.filter(|d| !d.is_zero()),
+        }
+    }
+}
+
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
-    let options = PpsOptions {
-        msg_size: opt.msg_size,
-        flows: opt.flows,
-        duration: opt.time,
-        gso: match opt.gso {
-            Gso::Auto => GsoMode::Auto,
-            Gso::On => GsoMode::On,
-            Gso::Off => GsoMode::Off,
-        },
-        interval: opt.interval.filter(|d| !d.is_zero()),
-    };
+    let options = opt.options();
     if let Some(helpers) = opt
         .from
         .helpers(&opt.host, &opt.secret, opt.sweep.is_some())?

@@ -35,6 +35,8 @@ Examples:
                                     the agent's own metrics for Prometheus
   sonde server --mesh /etc/sonde/mesh.toml --metrics 0.0.0.0:9530 --secret-file /etc/sonde/secret
                                     measure the peers in mesh.toml, export to Prometheus
+  sonde server --mesh /etc/sonde/mesh.toml --check
+                                    check mesh.toml and show its peers, probes and schedule
   sonde server --helper --secret-file /etc/sonde/secret
                                     also run tests against other agents when a client that
                                     proves the secret asks (`sonde pps B --from THIS-HOST`)
@@ -120,8 +122,14 @@ pub(crate) struct Opt {
     /// latency probes over UDP and TCP, and, if it asks, short throughput and pps tests now and
     /// then; the results are Prometheus metrics (--metrics). Peers prove the same shared
     /// secret as this agent's clients (--secret-file, SONDE_SECRET)
-    #[arg(long, value_name = "FILE", requires = "metrics")]
+    #[arg(long, value_name = "FILE")]
     mesh: Option<PathBuf>,
+    /// With --mesh: check the mesh file and print what the agent would do with it (this
+    /// agent's name, the peer sources, the probes, each scheduled test as its command line),
+    /// then exit without listening: 0 if the file is valid, 2 with the error. Nothing is
+    /// resolved or sent
+    #[arg(long, requires = "mesh")]
+    check: bool,
     /// Serve Prometheus metrics on ADDR:PORT: GET /metrics (the mesh's RTT histograms, probes
     /// sent and lost, peer reachability, last throughput and pps; the agent's own sessions,
     /// refusals and bytes served) and GET /healthz, nothing else
@@ -139,7 +147,6 @@ fn cpu_list(s: &str) -> Result<CpuList, String> {
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
-    let secret = crate::auth::load(opt.secret_file.as_deref())?;
     // A mesh file that does not parse is a usage error, found before anything listens.
     let mesh = opt
         .mesh
@@ -147,6 +154,23 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         .map(crate::mesh::MeshConfig::load)
         .transpose()
         .map_err(|e| crate::units::BadValue(format!("{e:#}")))?;
+    if let (Some(cfg), Some(path)) = (&mesh, &opt.mesh) {
+        if opt.check {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{}: a valid mesh file", path.display());
+            let _ = write!(out, "{}", cfg.describe());
+            return Ok(());
+        }
+        if opt.metrics.is_none() {
+            return Err(crate::units::BadValue(
+                "--mesh needs --metrics ADDR:PORT: the mesh's results are Prometheus metrics \
+                 (or add --check to only check the file)"
+                    .into(),
+            )
+            .into());
+        }
+    }
+    let secret = crate::auth::load(opt.secret_file.as_deref())?;
     if let Some(CpuList(list)) = &opt.cpu_list {
         check_cpu_list(list)?;
     }

@@ -225,6 +225,76 @@ pub(crate) fn protocol_args(kind: TestKind, value: &str) -> Result<Vec<String>, 
     }
 }
 
+/// A plan key's value, as a flag takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum KeyValue {
+    /// A string or a number, as written.
+    Text(String),
+    /// `true` or `false`.
+    Switch(bool),
+    /// The values of a flag given more than once.
+    Many(Vec<String>),
+}
+
+/// The arguments `key = value` stands for on the test's command line, for a key of `keys`
+/// (the test's [`plan_keys`]) or [`PROTOCOL_KEY`]: `msg_size = 16384` is `--msg-size 16384`,
+/// `udp = true` is `--udp` (and `false` nothing), a list is the flag once per value. What a
+/// plan case and a mesh's scheduled test both go through. [`TARGET_KEY`] is the caller's
+/// (the positional `HOST[:PORT]`).
+pub(crate) fn key_args(
+    kind: TestKind,
+    keys: &[PlanKey],
+    key: &str,
+    value: &KeyValue,
+) -> Result<Vec<String>, String> {
+    if key == PROTOCOL_KEY {
+        return match value {
+            KeyValue::Text(v) => protocol_args(kind, v),
+            _ => Err("expected \"tcp\" or \"udp\"".into()),
+        };
+    }
+    let long = keys
+        .iter()
+        .find(|k| k.key == key)
+        .and_then(|k| k.long.as_ref().map(|long| (k, long)));
+    let Some((k, long)) = long else {
+        return Err(format!(
+            "{} has no --{}",
+            kind.name(),
+            key.replace('_', "-")
+        ));
+    };
+    let flag = format!("--{long}");
+    let mut args = Vec::new();
+    match value {
+        KeyValue::Switch(true) if k.switch => args.push(flag),
+        KeyValue::Switch(false) if k.switch => {}
+        KeyValue::Text(_) | KeyValue::Many(_) if k.switch => {
+            return Err(format!(
+                "\"{key}\" is a switch ({flag}): expected true or false"
+            ));
+        }
+        KeyValue::Switch(b) => push_flag(&mut args, &flag, &b.to_string()),
+        KeyValue::Text(v) => push_flag(&mut args, &flag, v),
+        KeyValue::Many(list) => {
+            for v in list {
+                push_flag(&mut args, &flag, v);
+            }
+        }
+    }
+    Ok(args)
+}
+
+/// `--flag VALUE`, or `--flag=VALUE` when the value could pass for a flag.
+fn push_flag(args: &mut Vec<String>, flag: &str, value: &str) {
+    if value.starts_with('-') {
+        args.push(format!("{flag}={value}"));
+    } else {
+        args.push(flag.to_owned());
+        args.push(value.to_owned());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,6 +318,8 @@ mod tests {
                 "timestamps",
                 "one_way",
                 "from",
+                "busy_poll",
+                "cpu",
             ],
             TestKind::Throughput => &[
                 "udp", "parallel", "reverse", "bidir", "bitrate", "length", "time", "interval",

@@ -221,6 +221,13 @@ fn run_sweep(opt: &Opt, sweep: &Sweep, saver: &mut Saver) -> anyhow::Result<()> 
     crate::interrupt::install().check()
 }
 
+impl Opt {
+    /// The client's options: what `sonde throughput` and a mesh's scheduled test run with.
+    pub(crate) fn options(&self) -> ThroughputOptions {
+        options(self)
+    }
+}
+
 fn options(opt: &Opt) -> ThroughputOptions {
     let protocol = if opt.udp {
         Protocol::Udp

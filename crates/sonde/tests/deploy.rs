@@ -7,7 +7,8 @@
 //!   binary, which is all a `FROM scratch` image has): `--version`, `sonde quick`, and `sonde
 //!   server` with a secret file serving a client from outside;
 //! - `deploy/check.py` accepts the Kubernetes manifests (strict schemas), the mesh file and the
-//!   Grafana dashboard's PromQL (`promtool`), and rejects each kind of typo.
+//!   Grafana dashboard's PromQL (`promtool`), and rejects each kind of typo;
+//! - the ConfigMap's mesh.toml passes sonde's own parser (`sonde server --mesh FILE --check`).
 //!
 //! Needs root (chroot), the musl target (`rustup target add x86_64-unknown-linux-musl`) and
 //! Debian's `musl-tools` for the first; a Python with PyPI's `kubernetes-validate`
@@ -367,6 +368,19 @@ fn the_offline_checks_fail_on_each_kind_of_typo() {
             "dns_prot = 5300",
             "unknown key peers.dns_prot",
         ),
+        // The agent's name is its address, as its peers' are (the dashboard's matrix).
+        (
+            "kubernetes/base/daemonset.yaml",
+            "fieldPath: status.podIP",
+            "fieldPath: metadata.name",
+            "SONDE_MESH_NAME must come from status.podIP",
+        ),
+        (
+            "kubernetes/host-network/host-network.yaml",
+            "value: status.hostIP",
+            "value: status.podIP",
+            "SONDE_MESH_NAME must come from status.hostIP",
+        ),
         // PromQL syntax (promtool).
         (
             "grafana/sonde-mesh.json",
@@ -396,4 +410,67 @@ fn the_offline_checks_fail_on_each_kind_of_typo() {
             out.stderr
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The shipped mesh file, read by sonde's own parser
+// ---------------------------------------------------------------------------------------------
+
+/// The ConfigMap's `mesh.toml`: the block scalar (`mesh.toml: |`) under `data:`, unindented.
+fn configmap_mesh_toml(yaml: &str) -> String {
+    let mut lines = yaml.lines().skip_while(|l| l.trim() != "mesh.toml: |");
+    let key = lines.next().expect("the ConfigMap has no `mesh.toml: |`");
+    let key_indent = key.len() - key.trim_start().len();
+    let body: Vec<&str> = lines
+        .take_while(|l| l.trim().is_empty() || l.len() - l.trim_start().len() > key_indent)
+        .collect();
+    let indent = body
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .expect("mesh.toml is empty");
+    body.iter()
+        .map(|l| l.get(indent..).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `sonde server --mesh FILE --check` on `toml`.
+fn check_mesh(toml: &str) -> common::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mesh.toml");
+    std::fs::write(&path, toml).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sonde"));
+    cmd.arg("server")
+        .arg("--mesh")
+        .arg(&path)
+        .arg("--check")
+        .env_remove("SONDE_MESH_NAME");
+    run_with_timeout(&mut cmd, Duration::from_secs(60)).expect("sonde server --check")
+}
+
+#[test]
+fn the_configmaps_mesh_file_passes_sondes_own_check() {
+    let yaml =
+        std::fs::read_to_string(repo_root().join("deploy/kubernetes/base/configmap.yaml")).unwrap();
+    let toml = configmap_mesh_toml(&yaml);
+    let out = check_mesh(&toml);
+    assert!(out.status.success(), "{}{}\n{toml}", out.stdout, out.stderr);
+    // What the manifests rely on: the agents find each other through the headless Service on
+    // the DaemonSet's port, and the scheduled test is the subcommand's.
+    for want in [
+        "dns: every address of sonde.sonde.svc, port 5300",
+        "over udp and tcp",
+        "sonde throughput PEER",
+    ] {
+        assert!(out.stdout.contains(want), "{want:?} not in\n{}", out.stdout);
+    }
+    // The extraction and the check are not vacuous: a misspelt key in the same file fails,
+    // naming it, with the usage exit code.
+    let typo = toml.replacen("[throughput]\n", "[throughput]\nparalel = 2\n", 1);
+    assert_ne!(typo, toml, "the ConfigMap's mesh.toml has no [throughput]");
+    let out = check_mesh(&typo);
+    assert_eq!(out.status.code(), Some(2), "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("\"paralel\""), "{}", out.stderr);
 }

@@ -267,7 +267,9 @@ impl Batch {
             hdr.msg_hdr.msg_iovlen = 1;
             if segments {
                 hdr.msg_hdr.msg_control = control.wrapping_add(i * CONTROL_WORDS).cast();
-                hdr.msg_hdr.msg_controllen = CONTROL_WORDS * mem::size_of::<u64>();
+                // `size_t` in glibc, `socklen_t` in musl (the static build's target): a few
+                // words either way.
+                hdr.msg_hdr.msg_controllen = (CONTROL_WORDS * mem::size_of::<u64>()) as _;
             } else {
                 hdr.msg_hdr.msg_control = ptr::null_mut();
                 hdr.msg_hdr.msg_controllen = 0;

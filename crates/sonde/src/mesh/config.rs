@@ -9,6 +9,8 @@ use serde::Deserialize;
 use sonde_engine::schedule::CheckPlan;
 use sonde_wire::Protocol;
 
+use crate::spec::{self, KeyValue, TestKind, TestSpec, PROTOCOL_KEY, TARGET_KEY};
+
 /// Default port of DNS peers (and of listed peers without one).
 pub(crate) const DEFAULT_PORT: u16 = crate::cli::DEFAULT_PORT;
 
@@ -47,12 +49,16 @@ pub(crate) struct MeshConfig {
 pub(crate) struct ThroughputCheck {
     pub(crate) plan: CheckPlan,
     pub(crate) options: sonde_client::ThroughputOptions,
+    /// The equivalent command line (`sonde throughput PEER ...`).
+    pub(crate) command: String,
 }
 
 #[derive(Debug, Clone)]
 pub(crate) struct PpsCheck {
     pub(crate) plan: CheckPlan,
     pub(crate) options: sonde_client::PpsOptions,
+    /// The equivalent command line (`sonde pps PEER ...`).
+    pub(crate) command: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -63,8 +69,9 @@ struct File {
     peers: Peers,
     #[serde(default)]
     latency: Latency,
-    throughput: Option<Throughput>,
-    pps: Option<Pps>,
+    /// The test's plan keys, less [`NOT_IN_MESH`], plus `every`, `jitter` and `time`.
+    throughput: Option<toml::Table>,
+    pps: Option<toml::Table>,
     max_link_share: Option<f64>,
 }
 
@@ -86,31 +93,6 @@ struct Latency {
     rate: Option<f64>,
     msg_size: Option<Value>,
     session: Option<Value>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Throughput {
-    every: Option<Value>,
-    jitter: Option<Value>,
-    time: Option<Value>,
-    #[serde(default)]
-    udp: bool,
-    parallel: Option<u32>,
-    #[serde(default)]
-    reverse: bool,
-    bitrate: Option<Value>,
-    length: Option<Value>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Pps {
-    every: Option<Value>,
-    jitter: Option<Value>,
-    time: Option<Value>,
-    msg_size: Option<Value>,
-    flows: Option<u32>,
 }
 
 /// A number or a string with a unit, as the subcommands' flags take it.
@@ -192,6 +174,115 @@ fn plan(
     })
 }
 
+/// The keys of `[throughput]` and `[pps]` that schedule the test rather than set it (`time`
+/// is both: the test's `--time`, and how long the link is under test).
+const SCHEDULE_KEYS: [&str; 3] = ["every", "jitter", "time"];
+
+/// The test's flags a scheduled test cannot take, and why.
+const NOT_IN_MESH: &[(&str, &str)] = &[
+    (TARGET_KEY, "the mesh tests each of its peers ([peers])"),
+    ("from", "the agent runs its scheduled tests itself"),
+    (
+        "secret_file",
+        "the agent proves its own secret to its peers (sonde server --secret-file or SONDE_SECRET)",
+    ),
+    ("interval", "the metrics hold each test's whole result"),
+    (
+        "bidir",
+        "the metrics have direction forward or reverse: set reverse = true instead",
+    ),
+    ("repeat", "`every` says how often the test runs"),
+    ("sweep", "a scheduled test runs one configuration"),
+    ("json", "the results are metrics (--metrics)"),
+    ("csv", "the results are metrics (--metrics)"),
+    ("json_stream", "the results are metrics (--metrics)"),
+    ("db", "the results are metrics (--metrics), not saved"),
+    ("no_save", "the results are metrics (--metrics), not saved"),
+    (
+        "label",
+        "the results are metrics (--metrics), labelled source and target",
+    ),
+    ("pause", "`every` and `jitter` space the tests"),
+];
+
+/// A `[throughput]` or `[pps]` table: its schedule, and the rest of its keys as the test's plan
+/// keys, parsed by the subcommand's own definition into the same specification as `sonde
+/// throughput` / `sonde pps` with those flags (and the equivalent command line).
+fn scheduled(kind: TestKind, table: &toml::Table) -> anyhow::Result<(CheckPlan, TestSpec, String)> {
+    let name = kind.name();
+    let schedule = |key: &str| -> anyhow::Result<Option<Value>> {
+        table
+            .get(key)
+            .map(|v| match v {
+                toml::Value::Integer(n) => Ok(Value::Int(*n)),
+                toml::Value::Float(f) => Ok(Value::Float(*f)),
+                toml::Value::String(s) => Ok(Value::Text(s.clone())),
+                _ => anyhow::bail!("{name}.{key}: expected a duration (e.g. \"2s\", \"10m\")"),
+            })
+            .transpose()
+    };
+    let plan = plan(
+        schedule("every")?.as_ref(),
+        schedule("jitter")?.as_ref(),
+        schedule("time")?.as_ref(),
+        name,
+    )?;
+    let keys = spec::plan_keys(kind);
+    // The positional HOST[:PORT] the subcommand requires; each test's target is a peer.
+    let mut args = vec!["PEER".to_owned()];
+    for (key, v) in table {
+        if SCHEDULE_KEYS.contains(&key.as_str()) {
+            continue;
+        }
+        if let Some((_, why)) = NOT_IN_MESH.iter().find(|(k, _)| k == key) {
+            anyhow::bail!("{name}.{key} is not for a mesh: {why}");
+        }
+        if key != PROTOCOL_KEY && !keys.iter().any(|k| k.key == *key) {
+            let known: Vec<&str> = SCHEDULE_KEYS
+                .into_iter()
+                .chain(keys.iter().map(|k| k.key.as_str()))
+                .filter(|k| !NOT_IN_MESH.iter().any(|(n, _)| n == k))
+                .chain([PROTOCOL_KEY])
+                .collect();
+            anyhow::bail!(
+                "unknown key \"{key}\" in [{name}]: sonde {name} has no --{} (the keys are {})",
+                key.replace('_', "-"),
+                known.join(", ")
+            );
+        }
+        let value = match v {
+            toml::Value::String(s) => KeyValue::Text(s.clone()),
+            toml::Value::Integer(n) => KeyValue::Text(n.to_string()),
+            toml::Value::Float(f) => KeyValue::Text(f.to_string()),
+            toml::Value::Boolean(b) => KeyValue::Switch(*b),
+            _ => anyhow::bail!("{name}.{key}: expected a string, a number or a boolean"),
+        };
+        args.extend(
+            spec::key_args(kind, &keys, key, &value)
+                .map_err(|e| anyhow::anyhow!("{name}.{key}: {e}"))?,
+        );
+    }
+    // The mesh's own default length (2 s, not the subcommand's 10 s), in plain seconds
+    // since `time` takes the mesh's units ("500ms") like `every`.
+    args.push("--time".to_owned());
+    args.push(plan.duration.as_secs_f64().to_string());
+    let command = std::iter::once(format!("sonde {name}"))
+        .chain(args.iter().cloned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let spec = kind.parse(&args).map_err(|e| {
+        let message = e.render().to_string();
+        let first = message
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches("error: ")
+            .to_owned();
+        anyhow::anyhow!("[{name}]: {first} (as `{command}`)")
+    })?;
+    Ok((plan, spec, command))
+}
+
 /// The host name, for a mesh file without `name`.
 fn host_name() -> String {
     std::env::var("HOSTNAME")
@@ -252,33 +343,18 @@ impl MeshConfig {
             .throughput
             .as_ref()
             .map(|t| -> anyhow::Result<ThroughputCheck> {
-                let plan = plan(
-                    t.every.as_ref(),
-                    t.jitter.as_ref(),
-                    t.time.as_ref(),
-                    "throughput",
-                )?;
-                let protocol = if t.udp { Protocol::Udp } else { Protocol::Tcp };
-                let bitrate = t.bitrate.as_ref().map_or(Ok(1_000_000), |b| {
-                    crate::units::bitrate(&b.text())
-                        .map_err(|e| anyhow::anyhow!("throughput.bitrate: {e}"))
-                })?;
-                let default_len = if t.udp { 1400 } else { 128 * 1024 };
+                let (plan, spec, command) = scheduled(TestKind::Throughput, t)?;
+                let TestSpec::Throughput(opt) = spec else {
+                    unreachable!("TestKind::Throughput parses into TestSpec::Throughput")
+                };
+                let options = opt.options();
+                options
+                    .check()
+                    .map_err(|e| anyhow::anyhow!("[throughput]: {e} (as `{command}`)"))?;
                 Ok(ThroughputCheck {
                     plan,
-                    options: sonde_client::ThroughputOptions {
-                        protocol,
-                        parallel: t.parallel.unwrap_or(1).max(1),
-                        direction: if t.reverse {
-                            sonde_wire::Direction::Reverse
-                        } else {
-                            sonde_wire::Direction::Forward
-                        },
-                        msg_size: size(t.length.as_ref(), "throughput.length", default_len)?,
-                        bitrate: if t.udp { bitrate } else { 0 },
-                        duration: plan.duration,
-                        interval: None,
-                    },
+                    options,
+                    command,
                 })
             })
             .transpose()?;
@@ -286,15 +362,18 @@ impl MeshConfig {
             .pps
             .as_ref()
             .map(|p| -> anyhow::Result<PpsCheck> {
-                let plan = plan(p.every.as_ref(), p.jitter.as_ref(), p.time.as_ref(), "pps")?;
+                let (plan, spec, command) = scheduled(TestKind::Pps, p)?;
+                let TestSpec::Pps(opt) = spec else {
+                    unreachable!("TestKind::Pps parses into TestSpec::Pps")
+                };
+                let options = opt.options();
+                options
+                    .check()
+                    .map_err(|e| anyhow::anyhow!("[pps]: {e} (as `{command}`)"))?;
                 Ok(PpsCheck {
                     plan,
-                    options: sonde_client::PpsOptions {
-                        msg_size: size(p.msg_size.as_ref(), "pps.msg_size", 18)?,
-                        flows: p.flows.unwrap_or(1).max(1),
-                        duration: plan.duration,
-                        ..sonde_client::PpsOptions::default()
-                    },
+                    options,
+                    command,
                 })
             })
             .transpose()?;
@@ -330,6 +409,71 @@ impl MeshConfig {
             "[peers] lists no hosts, file or dns: the mesh has no peers"
         );
         Ok(config)
+    }
+}
+
+impl MeshConfig {
+    /// What the agent will do with this file, for `sonde server --mesh FILE --check`: its
+    /// name, the peer sources, the probes and the schedule, one item a line.
+    pub(crate) fn describe(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let from_env = std::env::var(NAME_ENV).is_ok_and(|n| !n.trim().is_empty());
+        let _ = writeln!(
+            s,
+            "name (the source label): {:?}{}",
+            self.name,
+            if from_env {
+                format!(" (from {NAME_ENV})")
+            } else {
+                String::new()
+            }
+        );
+        let _ = writeln!(s, "peers (re-read every {:?}):", self.refresh);
+        if !self.hosts.is_empty() {
+            let _ = writeln!(s, "  hosts: {}", self.hosts.join(", "));
+        }
+        if let Some(file) = &self.file {
+            let _ = writeln!(s, "  file: {} (one HOST[:PORT] a line)", file.display());
+        }
+        if let Some(dns) = &self.dns {
+            let _ = writeln!(s, "  dns: every address of {dns}, port {}", self.dns_port);
+        }
+        let _ = writeln!(
+            s,
+            "probes: {} per second per peer over {}, {} bytes, sessions of {:?}",
+            self.rate,
+            self.protocols
+                .iter()
+                .map(|p| match p {
+                    Protocol::Udp => "udp",
+                    Protocol::Tcp => "tcp",
+                })
+                .collect::<Vec<_>>()
+                .join(" and "),
+            self.msg_size,
+            self.session
+        );
+        let _ = writeln!(
+            s,
+            "schedule (at most {} of each link's time under test):",
+            self.max_link_share
+        );
+        let mut tests = 0;
+        for (plan, command) in [
+            self.throughput.as_ref().map(|t| (&t.plan, &t.command)),
+            self.pps.as_ref().map(|p| (&p.plan, &p.command)),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            tests += 1;
+            let _ = writeln!(s, "  every {:?} ± {:?}: {command}", plan.every, plan.jitter);
+        }
+        if tests == 0 {
+            let _ = writeln!(s, "  no throughput or pps tests (latency probes only)");
+        }
+        s
     }
 }
 
@@ -381,5 +525,121 @@ mod tests {
         .unwrap();
         assert_eq!(c.refresh, Duration::from_millis(500));
         assert_eq!(c.session, Duration::from_secs(2));
+    }
+
+    fn opt(kind: TestKind, args: &[&str]) -> TestSpec {
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        kind.parse(&args).unwrap()
+    }
+
+    #[test]
+    fn a_scheduled_test_is_the_subcommand_with_those_flags() {
+        let c = MeshConfig::parse(
+            "[peers]\nhosts = [\"x\"]\n\
+             [throughput]\nevery = \"1m\"\ntime = \"3s\"\nudp = true\nparallel = 4\n\
+             reverse = true\nbitrate = \"10M\"\nlength = 1200\n\
+             [pps]\nevery = \"1m\"\ntime = \"500ms\"\nmsg_size = 14\nflows = 8\ngso = \"off\"\n",
+        )
+        .unwrap();
+        let t = c.throughput.unwrap();
+        let TestSpec::Throughput(cli) = opt(
+            TestKind::Throughput,
+            &[
+                "198.18.0.2",
+                "-u",
+                "-P",
+                "4",
+                "-R",
+                "-b",
+                "10M",
+                "-l",
+                "1200",
+                "-t",
+                "3",
+            ],
+        ) else {
+            unreachable!()
+        };
+        assert_eq!(format!("{:?}", t.options), format!("{:?}", cli.options()));
+        // The keys took (not the defaults on both sides).
+        assert_eq!(
+            (t.options.protocol, t.options.parallel, t.options.direction),
+            (Protocol::Udp, 4, sonde_wire::Direction::Reverse)
+        );
+        assert_eq!((t.options.msg_size, t.options.bitrate), (1200, 10_000_000));
+        assert_eq!(t.options.duration, Duration::from_secs(3));
+        assert_eq!(t.plan.duration, t.options.duration);
+        let p = c.pps.unwrap();
+        let TestSpec::Pps(cli) = opt(
+            TestKind::Pps,
+            &["h", "-m", "14", "--flows", "8", "--gso", "off", "-t", "0.5"],
+        ) else {
+            unreachable!()
+        };
+        assert_eq!(format!("{:?}", p.options), format!("{:?}", cli.options()));
+        assert_eq!((p.options.msg_size, p.options.flows), (14, 8));
+        assert_eq!(p.options.gso, sonde_client::GsoMode::Off);
+        assert_eq!(p.options.duration, Duration::from_millis(500));
+        assert!(p.command.starts_with("sonde pps PEER "), "{}", p.command);
+    }
+
+    #[test]
+    fn keys_without_meaning_in_a_mesh_are_refused_by_name() {
+        let head = "[peers]\nhosts = [\"x\"]\n";
+        for (table, key) in [
+            ("throughput", "target = \"b\""),
+            ("throughput", "from = [\"a\"]"),
+            ("throughput", "sweep = \"parallel=1:4\""),
+            ("throughput", "repeat = 3"),
+            ("throughput", "json = true"),
+            ("throughput", "db = \"x.db\""),
+            ("throughput", "no_save = true"),
+            ("throughput", "bidir = true"),
+            ("pps", "secret_file = \"s\""),
+            ("pps", "interval = 1"),
+            ("pps", "label = \"l\""),
+        ] {
+            let err = MeshConfig::parse(&format!("{head}[{table}]\n{key}\n")).unwrap_err();
+            let name = key.split(' ').next().unwrap();
+            let msg = format!("{err:#}");
+            assert!(
+                msg.contains(&format!("{table}.{name} is not for a mesh")),
+                "{key}: {msg}"
+            );
+        }
+        // Unknown keys, and values the subcommand's parser refuses, name the key or flag.
+        let msg = format!(
+            "{:#}",
+            MeshConfig::parse(&format!("{head}[pps]\nflow = 4\n")).unwrap_err()
+        );
+        assert!(msg.contains("unknown key \"flow\" in [pps]"), "{msg}");
+        assert!(msg.contains("flows"), "{msg}");
+        let msg = format!(
+            "{:#}",
+            MeshConfig::parse(&format!("{head}[throughput]\nparallel = \"many\"\n")).unwrap_err()
+        );
+        assert!(msg.contains("--parallel"), "{msg}");
+        let msg = format!(
+            "{:#}",
+            MeshConfig::parse(&format!("{head}[throughput]\nudp = \"yes\"\n")).unwrap_err()
+        );
+        assert!(msg.contains("throughput.udp"), "{msg}");
+        assert!(
+            MeshConfig::parse(&format!("{head}[pps]\nprotocol = \"tcp\"\n")).is_err(),
+            "pps is UDP only"
+        );
+        // What the client would refuse at every test is refused at load, as the command line
+        // refuses it at once.
+        for (bad, want) in [
+            ("[throughput]\nparallel = 0\n", "-P must be at least 1"),
+            ("[pps]\nflows = 0\n", "--flows must be at least 1"),
+            ("[pps]\nmsg_size = 10\n", "-m must be at least"),
+        ] {
+            let msg = format!(
+                "{:#}",
+                MeshConfig::parse(&format!("{head}{bad}")).unwrap_err()
+            );
+            assert!(msg.contains(want), "{bad}: {msg}");
+        }
     }
 }

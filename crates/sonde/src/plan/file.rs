@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use toml_edit::{Item, TableLike, Value};
 
-use crate::spec::{self, PlanKey, TestKind, TestSpec, PROTOCOL_KEY, TARGET_KEY};
+use crate::spec::{self, KeyValue, PlanKey, TestKind, TestSpec, PROTOCOL_KEY, TARGET_KEY};
 use crate::units::BadValue;
 
 /// The keys whose values name endpoints of `[endpoints]`.
@@ -714,31 +714,29 @@ impl Ctx<'_> {
             if key == TARGET_KEY {
                 continue;
             }
-            if key == PROTOCOL_KEY {
-                let flags = spec::protocol_args(kind, &value.text())
-                    .map_err(|e| src.error(span.clone(), format!("protocol: {e}")))?;
-                for f in flags {
-                    origin.push((f.trim_start_matches('-').to_owned(), span.clone()));
-                    args.push(f);
+            let value = match value {
+                Arg::One(Scalar::Text(s)) => KeyValue::Text(s.clone()),
+                Arg::One(Scalar::Switch(b)) => KeyValue::Switch(*b),
+                Arg::Many(list) if ENDPOINT_KEYS.contains(&key.as_str()) => {
+                    KeyValue::Many(list.iter().map(|v| endpoint(v)).collect())
                 }
-                continue;
-            }
-            let Some(k) = keys.get(key) else { continue };
-            let Some(long) = &k.long else { continue };
-            origin.push((long.clone(), span.clone()));
-            let flag = format!("--{long}");
-            let endpoints = ENDPOINT_KEYS.contains(&key.as_str());
-            match value {
-                Arg::One(Scalar::Switch(true)) if k.switch => args.push(flag),
-                Arg::One(Scalar::Switch(false)) if k.switch => {}
-                Arg::One(s) => push_flag(&mut args, &flag, &s.text()),
-                Arg::Many(list) => {
-                    for v in list {
-                        let v = if endpoints { endpoint(v) } else { v.clone() };
-                        push_flag(&mut args, &flag, &v);
-                    }
+                Arg::Many(list) => KeyValue::Many(list.clone()),
+            };
+            let flags = spec::key_args(kind, &keys.keys, key, &value).map_err(|e| {
+                let e = if key == PROTOCOL_KEY {
+                    format!("protocol: {e}")
+                } else {
+                    e
+                };
+                src.error(span.clone(), e)
+            })?;
+            for f in &flags {
+                if let Some(name) = f.strip_prefix("--") {
+                    let name = name.split('=').next().unwrap_or(name);
+                    origin.push((name.to_owned(), span.clone()));
                 }
             }
+            args.extend(flags);
         }
         // Parsed as if with --json: a case prints nothing (the saver of a plan's case is quiet),
         // and --json also keeps a throughput case's -i lines off stdout, where the plan's matrix
@@ -780,16 +778,6 @@ impl Ctx<'_> {
             spec,
             repeat: repeat.unwrap_or(1),
         })
-    }
-}
-
-/// `--flag VALUE`, or `--flag=VALUE` when the value could pass for a flag.
-fn push_flag(args: &mut Vec<String>, flag: &str, value: &str) {
-    if value.starts_with('-') {
-        args.push(format!("{flag}={value}"));
-    } else {
-        args.push(flag.to_owned());
-        args.push(value.to_owned());
     }
 }
 
