@@ -8,7 +8,7 @@ use sonde_client::Target;
 #[derive(Debug, Args)]
 pub(crate) struct FromOpt {
     /// Run the test from this helper instead of from this host (repeat for several: they start
-    /// together). HOST[:PORT] of a sonde agent started with `--helper` and the shared secret
+    /// together): the address, HOST or HOST:PORT, of a sonde agent started with `--helper` and the shared secret
     /// this client proves (--secret-file, SONDE_SECRET); it runs the test against the target
     /// itself, so the target is named as the helpers reach it. The result holds all helpers'
     /// figures together (what the target received from them over the common window) and each
