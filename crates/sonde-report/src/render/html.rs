@@ -6,8 +6,9 @@
 //! samples; throughput, pps and crr cases in tables of their own), a bar chart of the mean and
 //! p99.99 of each latency case side by side, the RTT distribution of each case as a percentile
 //! plot (from the stored histograms when there are any, else from the documents' percentiles),
-//! throughput over time per run (each stream and the total, from the intervals), the compare
-//! view when two selections are given, both ends' host configuration, and every warning.
+//! throughput over time per run (each stream and the total, from the intervals), each helper's
+//! share of a `--from` run (the text table's columns), the compare view when two selections are
+//! given, both ends' host configuration, and every warning.
 //!
 //! The first inline script records any script error, failed resource or `console.error` in the
 //! page's `data-errors` attribute; the drawing script sets `data-ready="1"` when every chart is
@@ -20,9 +21,10 @@ use serde_json::{json, Value};
 use sonde_engine::rtt::{percentile_supported, RttRecorder};
 
 use super::compare::fmt_figure;
+use super::table::helpers::{self as shares, Shares};
 use super::units::{fmt_count, fmt_ns, fmt_timestamp, TimeUnit};
 use crate::compare::{cases, CaseTable, Cell, Comparison, Figure, Kind, Run, ThinReading, Verdict};
-use crate::model::{Meta, TestResult};
+use crate::model::{Helpers, Meta, TestResult};
 
 const UPLOT_JS: &str = include_str!("../../assets/uplot/uPlot.iife.min.js");
 const UPLOT_CSS: &str = include_str!("../../assets/uplot/uPlot.min.css");
@@ -135,6 +137,7 @@ pub fn html(report: &Report<'_>) -> String {
         Value::Array(throughput.into_iter().map(|(_, v)| v).collect()),
     );
 
+    helpers_html(&mut body, report.runs);
     if let Some(c) = report.comparison {
         compare_html(&mut body, c);
     }
@@ -645,6 +648,101 @@ fn compare_html(out: &mut String, c: &Comparison) {
     }
 }
 
+/// The `--from` helpers of a result, with the part they belong to (a sweep's step, a quick
+/// case) and the figures their shares have.
+fn helper_parts(result: &TestResult) -> Vec<(String, &Helpers, Shares)> {
+    match result {
+        TestResult::Latency(r) => r
+            .helpers
+            .iter()
+            .map(|h| (String::new(), h, Shares::Latency))
+            .collect(),
+        TestResult::Throughput(r) => r
+            .helpers
+            .iter()
+            .map(|h| (String::new(), h, Shares::Throughput))
+            .collect(),
+        TestResult::Pps(r) => r
+            .helpers
+            .iter()
+            .map(|h| (String::new(), h, Shares::Pps))
+            .collect(),
+        TestResult::Quick(q) => q
+            .results
+            .iter()
+            .flat_map(|c| {
+                helper_parts(&c.result)
+                    .into_iter()
+                    .map(move |(p, h, k)| (join_part(&c.case, &p), h, k))
+            })
+            .collect(),
+        TestResult::Sweep(s) => s
+            .steps
+            .iter()
+            .flat_map(|st| {
+                let step = format!("{}={}", s.parameter, st.value);
+                helper_parts(&st.result)
+                    .into_iter()
+                    .map(move |(p, h, k)| (join_part(&step, &p), h, k))
+            })
+            .collect(),
+        TestResult::Crr(_) | TestResult::Load(_) | TestResult::Conf(_) => Vec::new(),
+    }
+}
+
+/// Each `--from` run's helpers: how closely they started, and one row per helper's share (the
+/// text table's columns). Nothing when no run was made from helpers.
+fn helpers_html(out: &mut String, runs: &[Run]) {
+    let parts: Vec<(String, &Run, &Helpers, Shares)> = runs
+        .iter()
+        .flat_map(|run| {
+            helper_parts(&run.result)
+                .into_iter()
+                .map(move |(p, h, k)| (p, run, h, k))
+        })
+        .collect();
+    if parts.is_empty() {
+        return;
+    }
+    out.push_str("<h2>Shares of the helpers (--from)</h2>\n");
+    out.push_str(
+        "<p class=\"note\">Runs made from several helper agents at once against one target: \
+         each helper's own share, counted at the target where the test counts there. The \
+         case tables above show the helpers' figures together.</p>\n",
+    );
+    for (part, run, h, kind) in parts {
+        let mut name = join_part(&format!("run {}", run.id), &part);
+        if !run.labels.is_empty() {
+            let labels: Vec<String> = run.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let _ = write!(name, " ({})", labels.join(" "));
+        }
+        let _ = writeln!(out, "<h3>{}</h3>", esc(&name));
+        let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(&shares::summary(h)));
+        let _ = write!(
+            out,
+            "<table data-table=\"helpers\" data-run=\"{}\">\n<tr>",
+            esc(&run.id)
+        );
+        for (i, title) in shares::header(kind).iter().enumerate() {
+            let class = if i == 0 { " class=\"l\"" } else { "" };
+            let _ = write!(out, "<th{class}>{}</th>", esc(title));
+        }
+        out.push_str("</tr>\n");
+        for s in &h.shares {
+            let _ = write!(out, "<tr data-helper=\"{}\">", esc(&s.helper));
+            for (i, cell) in shares::share_row(s, kind).iter().enumerate() {
+                let class = if i == 0 { " class=\"l\"" } else { "" };
+                let _ = write!(out, "<td{class}>{}</td>", esc(cell));
+            }
+            out.push_str("</tr>\n");
+        }
+        out.push_str("</table>\n");
+        if kind == Shares::Latency {
+            let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(shares::LATENCY_NOTE));
+        }
+    }
+}
+
 /// Every meta a result holds, with the part it belongs to.
 fn metas(result: &TestResult) -> Vec<(String, &Meta)> {
     match result {
@@ -884,6 +982,73 @@ mod tests {
         let data: Value = serde_json::from_str(&page[start..end]).unwrap();
         assert_eq!(data["latency_bars"]["cases"].as_array().unwrap().len(), 3);
         assert_eq!(data["distribution"]["series"].as_array().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn a_from_run_shows_each_helpers_share() {
+        let mut from = vec![
+            Run::new("6", fixtures::pps_from_helpers()),
+            Run::new("7", fixtures::throughput_from_helpers()),
+            Run::new("8", fixtures::latency_from_helpers()),
+        ];
+        from[0].labels.insert("zone".into(), "b".into());
+        let page = html(&Report {
+            title: "from helpers",
+            generated_unix_ms: 1_714_564_800_000,
+            runs: &from,
+            comparison: None,
+        });
+        assert!(page.contains("<h2>Shares of the helpers (--from)</h2>"));
+        // The row of a helper in run `run`'s share table.
+        let row = |run: &str, helper: &str| -> &str {
+            let table = page
+                .find(&format!(
+                    "<table data-table=\"helpers\" data-run=\"{run}\">"
+                ))
+                .unwrap_or_else(|| panic!("no share table of run {run}"));
+            let rest = &page[table..];
+            let rest = &rest[..rest.find("</table>").expect("the table ends")];
+            let start = rest
+                .find(&format!("<tr data-helper=\"{helper}\">"))
+                .unwrap_or_else(|| panic!("no row of {helper} in run {run}'s share table"));
+            let row = &rest[start..];
+            &row[..row.find("</tr>").expect("the row ends")]
+        };
+        // pps: sent, received, lost, received pps, as the text table has them.
+        assert!(
+            row("6", "198.18.2.2:5300")
+                .ends_with("<td>1,201,664</td><td>1,190,115</td><td>11,549</td><td>580,413</td>"),
+            "{}",
+            row("6", "198.18.2.2:5300")
+        );
+        assert!(row("6", "198.18.3.2:5300").contains("<td>+613.44 µs</td>"));
+        assert!(page.contains("<h3>run 6 (zone=b)</h3>"));
+        assert!(page.contains("starts within 613.44 µs of each other"));
+        // throughput: bytes and the received rate; TCP has no loss.
+        assert!(
+            row("7", "198.18.2.2:5300")
+                .ends_with("<td>1.648 GiB</td><td>1.646 GiB</td><td>-</td><td>4.710 Gbit/s</td>"),
+            "{}",
+            row("7", "198.18.2.2:5300")
+        );
+        // latency: each helper's own RTTs.
+        assert!(
+            row("8", "198.18.3.2:5300").ends_with(
+                "<td>+2.752 ms</td><td>11.903 ms</td><td>12.413 ms</td><td>13.615 ms</td>\
+                 <td>21.430 ms</td>"
+            ),
+            "{}",
+            row("8", "198.18.3.2:5300")
+        );
+        assert_eq!(page.matches("<table data-table=\"helpers\"").count(), 3);
+        // Runs without helpers have no such section.
+        let plain = html(&Report {
+            title: "plain",
+            generated_unix_ms: 1_714_564_800_000,
+            runs: &runs(),
+            comparison: None,
+        });
+        assert!(!plain.contains("data-table=\"helpers\""));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 mod context;
 mod crr;
-mod helpers;
+pub(super) mod helpers;
 mod inner;
 
 use std::borrow::Cow;
