@@ -45,7 +45,7 @@ use std::time::Duration;
 use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtension};
 
 /// The schema version this sonde writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Marks the file as sonde's (`PRAGMA application_id`): "SNDE".
 pub const APPLICATION_ID: i32 = 0x534E_4445;
@@ -125,6 +125,10 @@ const MIGRATIONS: &[&str] = &[
         value TEXT NOT NULL,
         PRIMARY KEY (failure_id, key)
     ) WITHOUT ROWID;",
+    // 4: a plan run keeps its plan (the file as given and its text), so `--resume` needs no
+    // file and refuses one that changed.
+    "ALTER TABLE groups ADD COLUMN plan_file TEXT;
+    ALTER TABLE groups ADD COLUMN plan_text TEXT;",
 ];
 
 /// What went wrong, with the database's path where there is one.
@@ -485,8 +489,20 @@ pub struct Group {
     pub id: GroupId,
     /// When it was made, ms since the Unix epoch.
     pub created_unix_ms: u64,
-    /// What made it: `repeat`, `quick`, `sweep`.
+    /// What made it: `repeat`, `quick`, `sweep`, `plan`.
     pub kind: String,
+    /// A plan run's plan, as it was run (none for other groups and for plan runs saved before
+    /// schema version 4).
+    pub plan: Option<GroupPlan>,
+}
+
+/// The plan a plan run ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupPlan {
+    /// The plan file's path as it was given.
+    pub file: String,
+    /// The file's text.
+    pub text: String,
 }
 
 /// A case of a group that ran no test: why, as the user saw it.
@@ -688,17 +704,36 @@ impl Store {
         Ok(GroupId(self.conn.last_insert_rowid()))
     }
 
+    /// Starts a plan run (a group of kind `plan`) made at `created_unix_ms`, keeping its plan.
+    pub fn new_plan_group(
+        &mut self,
+        plan: &GroupPlan,
+        created_unix_ms: u64,
+    ) -> Result<GroupId, Error> {
+        self.conn
+            .execute(
+                "INSERT INTO groups (created_unix_ms, kind, plan_file, plan_text)
+                 VALUES (?1, 'plan', ?2, ?3)",
+                params![to_i64(created_unix_ms), plan.file, plan.text],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(GroupId(self.conn.last_insert_rowid()))
+    }
+
     /// The group, if it exists.
     pub fn group(&self, id: GroupId) -> Result<Option<Group>, Error> {
         self.conn
             .query_row(
-                "SELECT id, created_unix_ms, kind FROM groups WHERE id = ?1",
+                "SELECT id, created_unix_ms, kind, plan_file, plan_text FROM groups WHERE id = ?1",
                 [id.0],
                 |r| {
+                    let file: Option<String> = r.get(3)?;
+                    let text: Option<String> = r.get(4)?;
                     Ok(Group {
                         id: GroupId(r.get(0)?),
                         created_unix_ms: to_u64(r.get(1)?),
                         kind: r.get(2)?,
+                        plan: file.zip(text).map(|(file, text)| GroupPlan { file, text }),
                     })
                 },
             )

@@ -450,7 +450,7 @@ fn a_version_2_database_gets_the_failures_table() {
     c.pragma_update(None, "user_version", 2).expect("version");
     drop(c);
     let mut store = Store::open(&path).expect("migrate");
-    assert_eq!(store.schema_version().expect("version"), 3);
+    assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
     let g = store.new_group("plan", 1).expect("group");
     store
         .insert_failure(&Failure {
@@ -463,4 +463,39 @@ fn a_version_2_database_gets_the_failures_table() {
         })
         .expect("insert");
     assert_eq!(store.failures(g).expect("failures").len(), 1);
+}
+
+#[test]
+fn a_plan_run_keeps_its_plan_and_a_version_3_one_has_none() {
+    let (dir, _) = temp_db();
+    let path = dir.path().join("results.db");
+    let c = Connection::open(&path).expect("open");
+    c.pragma_update(None, "application_id", APPLICATION_ID)
+        .expect("app id");
+    for m in &MIGRATIONS[..3] {
+        c.execute_batch(m).expect("v1..v3");
+    }
+    c.pragma_update(None, "user_version", 3).expect("version");
+    c.execute(
+        "INSERT INTO groups (created_unix_ms, kind) VALUES (1, 'plan')",
+        [],
+    )
+    .expect("a version 3 plan run");
+    drop(c);
+    let mut store = Store::open(&path).expect("migrate");
+    assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+    let old = store.group(GroupId(1)).expect("group").expect("kept");
+    assert_eq!((old.kind.as_str(), old.plan), ("plan", None));
+    let plan = GroupPlan {
+        file: "zones.toml".into(),
+        text: "[endpoints]\nb = \"198.18.0.2\"\n".into(),
+    };
+    let g = store.new_plan_group(&plan, 2).expect("plan run");
+    let stored = store.group(g).expect("group").expect("exists");
+    assert_eq!((stored.kind.as_str(), stored.plan), ("plan", Some(plan)));
+    let other = store.new_group("repeat", 3).expect("group");
+    assert_eq!(
+        store.group(other).expect("group").expect("exists").plan,
+        None
+    );
 }

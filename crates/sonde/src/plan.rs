@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
 use sonde_report::Labels;
-use sonde_store::{Failure, Filter, GroupId, Label, Store};
+use sonde_store::{Failure, Filter, GroupId, GroupPlan, Label, Store};
 
 use crate::output::print;
 use crate::save::Saver;
@@ -93,13 +93,14 @@ in the results database in one group, the plan run (its id is the group's: `sond
 name), plan_run and plan_case. A case that fails (unreachable, refused) is recorded with its \
 reason and the plan goes on. The end prints the matrix (as `sonde compare --by case`) and the \
 failures; --report writes the HTML report of the plan run. Ctrl-C keeps every finished run; \
-`sonde plan run --resume ID PLAN.toml` runs only the runs that run is missing (failed and \
-interrupted ones included).
+`sonde plan run --resume ID` runs only the runs that run is missing (failed and \
+interrupted ones included), with the plan it kept; a PLAN.toml given with --resume must be that \
+plan unchanged (else exit 2).
 
 Examples:
   sonde plan check zones.toml           the cases, their command lines, the time they take
   sonde plan run zones.toml --report zones.html
-  sonde plan run --resume 12 zones.toml
+  sonde plan run --resume 12            the rest of plan run 12, with its plan
   sonde compare --by case group:12      the matrix of plan run 12 again
 
 Exit codes:
@@ -132,14 +133,16 @@ struct CheckOpt {
 #[derive(Debug, Args)]
 #[command(after_long_help = PLAN_HELP)]
 struct RunOpt {
-    /// The plan file
-    #[arg(value_name = "PLAN.toml")]
-    plan: PathBuf,
+    /// The plan file (with --resume, optional: the plan run keeps the plan it ran; a file given
+    /// must be that plan unchanged)
+    #[arg(value_name = "PLAN.toml", required_unless_present = "resume")]
+    plan: Option<PathBuf>,
     /// The order of repetitions: all cases once then again (interleaved), or each case's runs
     /// one after another (sequential)
     #[arg(long, value_enum, default_value_t = Order::Interleaved)]
     order: Order,
-    /// Run only the runs plan run ID is missing (after Ctrl-C or failures), into that run
+    /// Run only the runs plan run ID is missing (after Ctrl-C or failures), into that run, with
+    /// the plan it ran
     #[arg(long, value_name = "ID")]
     resume: Option<i64>,
     /// Write the HTML report of the plan run's runs to FILE (as `sonde report`)
@@ -295,72 +298,32 @@ fn case_labels(plan: &Plan, case: &Case, group: GroupId) -> Labels {
 }
 
 fn run_plan(opt: &RunOpt) -> anyhow::Result<()> {
-    let plan = Plan::load(&opt.plan)?;
+    // A new run's plan is checked before the database is opened.
+    let fresh = match (opt.resume, &opt.plan) {
+        (None, Some(path)) => {
+            let text = Plan::read(path)?;
+            let file = path.display().to_string();
+            let plan = Plan::parse_file(&file, &text)?;
+            Some((plan, GroupPlan { file, text }))
+        }
+        _ => None,
+    };
     let db = crate::save::db_path(opt.db.as_deref())?;
     let mut store = Store::open(&db)
         .with_context(|| format!("opening the results database {}", db.display()))?;
-    let (group, missing) = match opt.resume {
-        None => {
-            let g = store.new_group("plan", sonde_client::now_unix_ms())?;
-            (g, plan.cases.iter().map(|c| c.repeat).collect::<Vec<_>>())
+    let (plan, group, missing) = match (opt.resume, fresh) {
+        (None, Some((plan, source))) => {
+            let g = store.new_plan_group(&source, sonde_client::now_unix_ms())?;
+            let missing = plan.cases.iter().map(|c| c.repeat).collect::<Vec<_>>();
+            (plan, g, missing)
         }
-        Some(id) => {
+        (Some(id), _) => {
             let g = GroupId(id);
-            match store.group(g)? {
-                Some(grp) if grp.kind == "plan" => {}
-                Some(grp) => {
-                    return Err(BadValue(format!(
-                        "--resume {id}: group {id} is a {} group, not a plan run",
-                        grp.kind
-                    ))
-                    .into())
-                }
-                None => {
-                    return Err(BadValue(format!(
-                        "--resume {id}: no plan run {id} in {}",
-                        db.display()
-                    ))
-                    .into())
-                }
-            }
-            let done = store.runs(&Filter {
-                group: Some(g),
-                ..Filter::default()
-            })?;
-            if let Some(other) = done.iter().find_map(|r| {
-                r.labels
-                    .iter()
-                    .find(|l| l.key == "plan" && l.value != plan.name)
-            }) {
-                return Err(BadValue(format!(
-                    "--resume {id}: that run is of the plan \"{}\", not \"{}\"",
-                    other.value, plan.name
-                ))
-                .into());
-            }
-            let missing = plan
-                .cases
-                .iter()
-                .map(|c| {
-                    let has = |r: &sonde_store::RunSummary, k: &str, v: &str| {
-                        r.labels.iter().any(|l| l.key == k && l.value == v)
-                    };
-                    let index = c.index.to_string();
-                    let name = c.name();
-                    let finished = done
-                        .iter()
-                        .filter(|r| {
-                            !r.interrupted
-                                && has(r, "plan_case", &index)
-                                && has(r, CASE_LABEL, &name)
-                        })
-                        .count();
-                    c.repeat
-                        .saturating_sub(u32::try_from(finished).unwrap_or(u32::MAX))
-                })
-                .collect();
-            (g, missing)
+            let plan = resumed_plan(&store, g, opt.plan.as_deref(), &db)?;
+            let missing = missing_runs(&store, g, &plan)?;
+            (plan, g, missing)
         }
+        (None, None) => unreachable!("clap requires PLAN.toml without --resume"),
     };
     let slots = schedule(&plan.cases, &missing, opt.order);
     let total = plan.cases.iter().map(|c| c.repeat).sum::<u32>();
@@ -447,10 +410,7 @@ fn run_plan(opt: &RunOpt) -> anyhow::Result<()> {
     }
     summary(opt, &plan, &db, group, &failures, interrupted)?;
     if interrupted {
-        eprintln!(
-            "sonde plan: interrupted; `sonde plan run --resume {group} {}` runs the rest",
-            opt.plan.display()
-        );
+        eprintln!("sonde plan: interrupted; `sonde plan run --resume {group}` runs the rest");
         return interrupt.check();
     }
     if !failures.is_empty() {
@@ -461,6 +421,101 @@ fn run_plan(opt: &RunOpt) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The plan of plan run `id` to resume: the one it kept, which a file given (`given`) must
+/// equal; a plan run saved before plans were kept needs the file.
+fn resumed_plan(
+    store: &Store,
+    g: GroupId,
+    given: Option<&Path>,
+    db: &Path,
+) -> anyhow::Result<Plan> {
+    let id = g.0;
+    let grp = match store.group(g)? {
+        Some(grp) if grp.kind == "plan" => grp,
+        Some(grp) => {
+            return Err(BadValue(format!(
+                "--resume {id}: group {id} is a {} group, not a plan run",
+                grp.kind
+            ))
+            .into())
+        }
+        None => {
+            return Err(BadValue(format!(
+                "--resume {id}: no plan run {id} in {}",
+                db.display()
+            ))
+            .into())
+        }
+    };
+    let plan = match (grp.plan, given) {
+        (Some(stored), None) => Plan::parse_file(&stored.file, &stored.text)?,
+        (Some(stored), Some(path)) => {
+            let text = Plan::read(path)?;
+            if text != stored.text {
+                return Err(BadValue(format!(
+                    "--resume {id}: {} is not the plan that plan run {id} ran ({} as it was \
+                     then): the cases would differ. `sonde plan run --resume {id}` without the \
+                     file resumes with the plan it kept; `sonde plan run {}` starts a new run",
+                    path.display(),
+                    stored.file,
+                    path.display()
+                ))
+                .into());
+            }
+            Plan::parse_file(&path.display().to_string(), &text)?
+        }
+        (None, None) => {
+            return Err(BadValue(format!(
+                "--resume {id}: plan run {id} was saved by an older sonde, which did not keep \
+                 its plan: give its PLAN.toml"
+            ))
+            .into())
+        }
+        (None, Some(path)) => Plan::load(path)?,
+    };
+    Ok(plan)
+}
+
+/// How many runs of each case plan run `g` is missing (failed and interrupted ones count as
+/// missing); refused if its runs are of another plan.
+fn missing_runs(store: &Store, g: GroupId, plan: &Plan) -> anyhow::Result<Vec<u32>> {
+    let id = g.0;
+    let done = store.runs(&Filter {
+        group: Some(g),
+        ..Filter::default()
+    })?;
+    if let Some(other) = done.iter().find_map(|r| {
+        r.labels
+            .iter()
+            .find(|l| l.key == "plan" && l.value != plan.name)
+    }) {
+        return Err(BadValue(format!(
+            "--resume {id}: that run is of the plan \"{}\", not \"{}\"",
+            other.value, plan.name
+        ))
+        .into());
+    }
+    Ok(plan
+        .cases
+        .iter()
+        .map(|c| {
+            let has = |r: &sonde_store::RunSummary, k: &str, v: &str| {
+                r.labels.iter().any(|l| l.key == k && l.value == v)
+            };
+            let index = c.index.to_string();
+            let name = c.name();
+            let finished = done
+                .iter()
+                .filter(|r| {
+                    !r.interrupted && has(r, "plan_case", &index) && has(r, CASE_LABEL, &name)
+                })
+                .count();
+            c.repeat
+                .saturating_sub(u32::try_from(finished).unwrap_or(u32::MAX))
+        })
+        .collect())
 }
 
 /// The end of a plan run: the matrix of its finished runs, the failures, the report.

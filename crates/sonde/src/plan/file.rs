@@ -220,12 +220,23 @@ fn key_span(table: &dyn TableLike, key: &str) -> Option<Range<usize>> {
 impl Plan {
     /// Reads and expands a plan file; every mistake is an error naming its line and column.
     pub(crate) fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| BadValue(format!("cannot read the plan {}: {e}", path.display())))?;
-        let stem = path
+        let text = Self::read(path)?;
+        Ok(Self::parse_file(&path.display().to_string(), &text)?)
+    }
+
+    /// A plan file's text.
+    pub(crate) fn read(path: &Path) -> Result<String, BadValue> {
+        std::fs::read_to_string(path)
+            .map_err(|e| BadValue(format!("cannot read the plan {}: {e}", path.display())))
+    }
+
+    /// Parses the text of the plan file `file` (its name without the extension is the plan's
+    /// default name).
+    pub(crate) fn parse_file(file: &str, text: &str) -> Result<Self, BadValue> {
+        let stem = Path::new(file)
             .file_stem()
             .map_or_else(|| "plan".to_owned(), |s| s.to_string_lossy().into_owned());
-        Ok(Self::parse(&path.display().to_string(), &stem, &text)?)
+        Self::parse(file, &stem, text)
     }
 
     /// Parses a plan from its text; `file` names it in errors, `stem` is its default name.

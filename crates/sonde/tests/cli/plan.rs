@@ -1,6 +1,8 @@
 //! `sonde plan` end to end on loopback: `check` lists the cases (snapshot), a bad plan is a
 //! usage error naming its line and column, a case against a closed port is recorded and the
-//! rest run (exit 1), and a plan interrupted by Ctrl-C resumes with only the runs it misses.
+//! rest run (exit 1), and a plan interrupted by Ctrl-C resumes with only the runs it misses,
+//! with the plan its run kept; a resume with a changed file, of another kind of group or of no
+//! group is refused.
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -308,7 +310,7 @@ warmup = 0
     let first = reader.join().expect("stderr");
     assert_eq!(status.code(), Some(130), "{first}");
     assert!(
-        first.contains(&format!("--resume 1 {}", plan.display())),
+        first.contains("`sonde plan run --resume 1` runs the rest"),
         "it says how to resume: {first}"
     );
 
@@ -329,17 +331,12 @@ warmup = 0
         "the first case finished, the last did not start: {before} runs\n{first}"
     );
 
+    // The plan run kept its plan: it resumes without the file, which is gone.
+    let moved = dir.path().join("four.toml.away");
+    std::fs::rename(&plan, &moved).expect("move the plan away");
     let (code, stdout, stderr) = run_in(
         dir.path(),
-        &[
-            "plan",
-            "run",
-            "--resume",
-            "1",
-            "four.toml",
-            "--db",
-            path_str(&db),
-        ],
+        &["plan", "run", "--resume", "1", "--db", path_str(&db)],
     );
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
@@ -357,7 +354,8 @@ warmup = 0
     for size in [64, 128, 256, 512] {
         assert!(stdout.contains(&format!("msg_size={size}")), "{stdout}");
     }
-    // Resuming a run that has everything makes nothing.
+    // Resuming a run that has everything makes nothing; the file, given, is the plan unchanged.
+    std::fs::rename(&moved, &plan).expect("put the plan back");
     let (code, _, stderr) = run_in(
         dir.path(),
         &[
@@ -372,4 +370,84 @@ warmup = 0
     );
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("0 of 4 runs to make"), "{stderr}");
+}
+
+#[test]
+fn a_resume_with_a_changed_plan_file_is_refused() {
+    let agent = server(&[]);
+    let text = format!(
+        "[endpoints]\nup = \"{}\"\n\n[[matrix]]\ntest = \"latency\"\ntarget = \"up\"\n\
+         msg_size = [64, 128]\ntime = 0.2\nwarmup = 0\n",
+        agent.target()
+    );
+    let (dir, plan) = plan_dir("two.toml", &text);
+    let db = dir.path().join("results.db");
+    let (code, _, stderr) = run_in(
+        dir.path(),
+        &["plan", "run", "two.toml", "--db", path_str(&db)],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    // One more size: a third case the run never had.
+    std::fs::write(&plan, text.replace("[64, 128]", "[64, 128, 256]")).expect("edit the plan");
+    let (code, stdout, stderr) = run_in(
+        dir.path(),
+        &[
+            "plan",
+            "run",
+            "--resume",
+            "1",
+            "two.toml",
+            "--db",
+            path_str(&db),
+        ],
+    );
+    assert_eq!(code, Some(2), "a usage error\n{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert_eq!(
+        stderr.trim_end(),
+        "sonde: --resume 1: two.toml is not the plan that plan run 1 ran (two.toml as it was \
+         then): the cases would differ. `sonde plan run --resume 1` without the file resumes \
+         with the plan it kept; `sonde plan run two.toml` starts a new run"
+    );
+    let store = Store::open_existing(&db).expect("saved");
+    let runs = store
+        .runs(&Filter {
+            group: Some(GroupId(1)),
+            ..Filter::default()
+        })
+        .expect("runs");
+    assert_eq!(runs.len(), 2, "nothing ran");
+}
+
+#[test]
+fn a_resume_of_a_missing_or_non_plan_group_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("results.db");
+    let repeat = Store::open(&db)
+        .expect("create")
+        .new_group("repeat", 1)
+        .expect("a --repeat group");
+    let id = repeat.0.to_string();
+    let (code, _, stderr) = run_in(
+        dir.path(),
+        &["plan", "run", "--resume", &id, "--db", path_str(&db)],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!("sonde: --resume {id}: group {id} is a repeat group, not a plan run")
+    );
+    let (code, _, stderr) = run_in(
+        dir.path(),
+        &["plan", "run", "--resume", "99", "--db", path_str(&db)],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!("sonde: --resume 99: no plan run 99 in {}", db.display())
+    );
+    // Without --resume the plan file is required.
+    let (code, _, stderr) = run_in(dir.path(), &["plan", "run", "--db", path_str(&db)]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("<PLAN.toml>"), "{stderr}");
 }
