@@ -941,6 +941,17 @@ mod tests {
 
     /// Every error names the file, line and column, and says what was expected.
     #[test]
+    fn a_plan_that_cannot_be_read_says_which_and_why() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("gone.toml");
+        let e = Plan::load(&path).expect_err("no such file");
+        let want = format!("cannot read the plan {}: ", path.display());
+        let got = format!("{e:#}");
+        assert!(got.starts_with(&want) && got.len() > want.len(), "{got}");
+        assert!(e.is::<BadValue>(), "a usage error (exit 2): {got}");
+    }
+
+    #[test]
     fn errors_name_line_and_column() {
         let m = "[[matrix]]\ntest = \"latency\"\ntarget = \"b\"\n";
         let cases: &[(String, &str)] = &[
@@ -1092,6 +1103,37 @@ mod tests {
             (
                 format!("{HEAD}{m}histogram = \"yes\"\n"),
                 "p.toml:7:13: \"histogram\" is a switch (--histogram): expected true or false",
+            ),
+            (
+                format!("defaults = 1\n{HEAD}{m}"),
+                "p.toml:1:12: expected a table: [defaults] KEY = VALUE",
+            ),
+            (
+                format!("{HEAD}[[matrix]]\ntest = 5\n"),
+                "p.toml:5:8: expected the test's name as a string",
+            ),
+            (
+                format!("{HEAD}{m}[matrix.time]\nsecs = 1\n"),
+                "p.toml:7:1: \"time\": expected a value, not a table",
+            ),
+            (
+                format!("{HEAD}[[matrix]]\ntest = \"latency\"\ntarget = true\n"),
+                "p.toml:6:10: \"target\": expected an endpoint's name",
+            ),
+            (
+                m.to_owned(),
+                "p.toml:3:10: unknown endpoint \"b\" (the plan has no [endpoints])",
+            ),
+            (
+                format!(
+                    "{HEAD}[[matrix]]\ntest = \"latency\"\ntarget = [\"b\", \"c\"]\n\
+                     [[matrix.case]]\ntarget = \"b\"\ntest = \"pps\"\n"
+                ),
+                "p.toml:9:1: \"test\" is the matrix's; a case override cannot set it",
+            ),
+            (
+                format!("{HEAD}[[matrix]]\ntest = \"crr\"\ntarget = \"b\"\nprotocol = \"udp\"\n"),
+                "p.toml:7:12: protocol: crr is TCP only (a TCP connection per transaction)",
             ),
         ];
         let wrong: Vec<String> = cases
