@@ -328,6 +328,23 @@ fn pps_from_three_helpers_equals_the_targets_interface_count() {
         );
     }
     assert_eq!(shares.len(), 3);
+    // A common start: each helper's data starts at the time the client named, so the spread is
+    // what the clocks' offsets and the schedulers make of it (about a millisecond here), not
+    // the helpers' one-after-another handshakes or a share of the test. 50 ms is far above the
+    // former and still catches helpers that start when they are ready; a bound, not a timing.
+    let spread = u64_at(&doc, &["helpers", "start_spread_ns"]);
+    let window = u64_at(&doc, &["helpers", "window_ns"]);
+    assert!(
+        spread < 50_000_000 && spread < window,
+        "the helpers did not start together: {spread} ns apart in a {window} ns window"
+    );
+    // The shares' starts are after the earliest's, the latest's at the spread.
+    let offsets: Vec<u64> = shares
+        .iter()
+        .map(|s| u64_at(s, &["start_offset_ns"]))
+        .collect();
+    assert_eq!(offsets.iter().min(), Some(&0), "{offsets:?}");
+    assert_eq!(offsets.iter().max(), Some(&spread), "{offsets:?}");
     assert_eq!(at(&doc, &["gso", "used"]), false, "--gso off");
     assert!(
         shares.iter().all(|s| u64_at(s, &["received"]) > 0),
