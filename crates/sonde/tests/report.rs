@@ -186,6 +186,52 @@ fn report_opens_in_chromium_with_every_chart_and_no_error() {
     assert!(dom.contains("data-warning"));
 }
 
+#[test]
+fn a_report_of_from_runs_shows_each_helpers_share_in_chromium() {
+    if !require_or_skip(
+        "a_report_of_from_runs_shows_each_helpers_share_in_chromium",
+        &[Need::Cmd("chromium")],
+    ) {
+        return;
+    }
+    let runs = vec![
+        Run::new("6", fixture("pps_from_helpers")),
+        Run::new("7", fixture("throughput_from_helpers")),
+        Run::new("8", fixture("latency_from_helpers")),
+    ];
+    let page = html(&Report {
+        title: "sonde report of --from runs (browser test)",
+        generated_unix_ms: 1_714_564_800_000,
+        runs: &runs,
+        comparison: None,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("report-from.html");
+    std::fs::write(&path, page).unwrap();
+    // Bars and distribution of the latency run, the throughput run over time.
+    let dom = check_in_browser(&path, 3, &[], "report-from-helpers.png");
+    // Each run's share table, one row per helper, as the browser has it.
+    for run in ["6", "7", "8"] {
+        let start = dom
+            .find(&format!(
+                "<table data-table=\"helpers\" data-run=\"{run}\">"
+            ))
+            .unwrap_or_else(|| panic!("no share table of run {run} in the page"));
+        let table = &dom[start..start + dom[start..].find("</table>").expect("table end")];
+        for helper in ["198.18.2.2:5300", "198.18.3.2:5300"] {
+            assert!(
+                table.contains(&format!("<tr data-helper=\"{helper}\">")),
+                "run {run}: no row of {helper}: {table}"
+            );
+        }
+    }
+    assert!(dom.contains("<td>580,413</td>"), "pps share: received pps");
+    assert!(
+        dom.contains("<td>4.710 Gbit/s</td>"),
+        "throughput share: bit/s"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // `sonde compare` and `sonde report` end to end: real runs against an agent on loopback, saved
 // in a scratch database and as --json files.
