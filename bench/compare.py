@@ -163,6 +163,34 @@ def parse_iperf3_udp(text: str) -> dict:
     }
 
 
+_SI = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def parse_qperf(text: str) -> dict:
+    r"""`qperf HOST -ub -v ... tcp_bw`: its `bw` in bits per second (qperf's prefixes are SI) and
+    its message rate.
+
+    >>> r = parse_qperf(fixture("qperf-tcp-bw-1.txt"))
+    >>> r["bits_per_second"], r["msg_rate"]
+    (842000.0, 105000.0)
+    >>> parse_qperf("tcp_bw:\n    bw  =  1.5 Gb/sec\n    msg_rate = 11.7 K/sec\n")["bits_per_second"]
+    1500000000.0
+    >>> parse_qperf("tcp_bw:\n    bw  =  90.1 KB/sec\n")
+    Traceback (most recent call last):
+    ...
+    ValueError: qperf printed no bw in bits (run it with -ub): 'tcp_bw:\n    bw  =  90.1 KB/sec\n'
+    """
+    bw = re.search(r"^\s*bw\s*=\s*([\d.,]+)\s*([KMGT]?)b/sec", text, re.M)
+    if not bw:
+        raise ValueError(f"qperf printed no bw in bits (run it with -ub): {text!r}")
+    rate = re.search(r"^\s*msg_rate\s*=\s*([\d.,]+)\s*([KMGT]?)/sec", text, re.M)
+
+    def num(m):
+        return float(m.group(1).replace(",", "")) * _SI[m.group(2)]
+
+    return {"bits_per_second": num(bw), "msg_rate": num(rate) if rate else None}
+
+
 def parse_floor(text: str, key: str) -> float:
     """bench/floor/floor.c's one JSON line: the figure under `key` (p50_ns is given in µs).
 
@@ -371,6 +399,21 @@ def metrics(sonde: str, ports: dict, secs: int, floor: str, cpus: tuple[int, int
     def at_least(x):
         return lambda r, _floor: r is not None and r >= x
 
+    def tiny_writes(size: int) -> Metric:
+        # TCP with tiny writes: what a tool spends around each write system call. qperf's
+        # tcp_bw is the peer that does this by default (iperf3 has no such mode worth the name).
+        return Metric(
+            f"tcp_bps_{size}", f"TCP 1 stream, {size} B writes", "Mbit/s", 1e-6, "≥ 0.95×", at_least(0.95),
+            [sonde, "throughput", agent, "-l", str(size), "-t", t, "--json"],
+            ["qperf", HOST, "-lp", str(ports["qperf"]), "-ub", "-v", "-t", t, "-m", str(size), "tcp_bw"],
+            lambda out: parse_sonde(out, "throughput")["bits_per_second"],
+            lambda out: parse_qperf(out)["bits_per_second"],
+            (
+                [floor, "tcp-stream", HOST, str(ports["floor_tcp_sink"]), "-t", t, "-l", str(size)],
+                lambda out: parse_floor(out, "bits_per_second"),
+            ),
+        )
+
     def iperf3(port: int) -> list[str]:
         return ["iperf3", "-c", HOST, "-p", str(port), "-t", t, "-J"]
 
@@ -454,6 +497,8 @@ def metrics(sonde: str, ports: dict, secs: int, floor: str, cpus: tuple[int, int
             lambda out: parse_iperf3_udp(out)["pps"],
             floor_udp_pps,
         ),
+        tiny_writes(1),
+        tiny_writes(8),
     ]
 
 
@@ -484,6 +529,8 @@ PEERS = {
     "srv_udp_rtt": "sockperf sr",
     "srv_tcp_rtt": "sockperf sr",
     "srv_tcp_bps": "iperf3 -s",
+    "tcp_bps_1": "qperf",
+    "tcp_bps_8": "qperf",
 }
 ALL = ",".join(PEERS)
 
@@ -573,7 +620,7 @@ def build(release: bool) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        description="Compare sonde with sockperf and iperf3 on loopback (interleaved rounds).",
+        description="Compare sonde with sockperf, iperf3 and qperf on loopback (interleaved rounds).",
         epilog="Parsers: python3 -m doctest bench/compare.py",
     )
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every comparison (default 3)")
@@ -594,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or not 1 <= args.seconds <= 60:
         ap.error("--rounds must be >= 1 and --seconds within 1..60")
 
-    for tool in ("sockperf", "iperf3"):
+    for tool in ("sockperf", "iperf3", "qperf"):
         if not shutil.which(tool):
             ap.error(f"{tool} not found (apt-get install {tool})")
     sonde = args.sonde or build(release=True)
@@ -609,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
             for k in (
                 "sockperf_udp", "sockperf_tcp", "iperf3", "sonde_iperf3", "sonde_sockperf",
                 "floor_udp_echo", "floor_tcp_echo", "floor_tcp_sink", "floor_udp_sink",
-                "floor_busy_udp_echo", "floor_busy_tcp_echo",
+                "floor_busy_udp_echo", "floor_busy_tcp_echo", "qperf",
             )
         }
         ports["sonde"] = start_sonde_agent(
@@ -627,6 +674,8 @@ def main(argv: list[str] | None = None) -> int:
         wait_tcp(ports["sockperf_tcp"], p, "sockperf sr --tcp")
         p = servers.start("iperf3", ["iperf3", "-s", "-p", str(ports["iperf3"])], **quiet)
         wait_tcp(ports["iperf3"], p, "iperf3 -s")
+        p = servers.start("qperf", ["qperf", "--listen_port", str(ports["qperf"])], **quiet)
+        wait_tcp(ports["qperf"], p, "qperf")
         # sockperf's UDP server has no ready signal; its TCP twin being up says it had the time.
         servers.start("floor udp echo", [floor, "udp-echo", str(ports["floor_udp_echo"])], **quiet)
         for what in ("tcp-echo", "tcp-sink", "udp-sink"):

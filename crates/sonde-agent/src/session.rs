@@ -402,11 +402,12 @@ impl<'a> Test<'a> {
         }
     }
 
-    /// Applies the client's [`Tuning`] to the calling echo thread and its socket: pins the
-    /// thread to the agent's next CPU, makes the socket non-blocking (the echo then spins,
+    /// Applies the client's [`Tuning`] to the calling data thread (a latency echo, or one
+    /// stream or flow of a throughput or pps test) and its socket: pins the thread to the
+    /// agent's next CPU; for an echo, makes the socket non-blocking (the echo then spins,
     /// bounded by its stop flag) with `SO_BUSY_POLL` where permitted. What was done goes into
-    /// the report; what could not be done is noted there, and the echo runs anyway.
-    fn tune_echo(&self, channel: &DataChannel) -> Option<sonde_net::tune::Pinned> {
+    /// the report; what could not be done is noted there, and the loop runs anyway.
+    fn tune_thread(&self, channel: &DataChannel) -> Option<sonde_net::tune::Pinned> {
         let mut done = TuningReport::default();
         let mut notes = Vec::new();
         let pinned = if self.tuning.pin {
@@ -427,7 +428,10 @@ impl<'a> Test<'a> {
         } else {
             None
         };
-        if self.tuning.busy_poll {
+        if self.tuning.busy_poll && self.spec.kind != TestKind::Latency {
+            // The bulk loops block with a timeout (they set their sockets blocking).
+            notes.push("busy polling applies to latency tests only".into());
+        } else if self.tuning.busy_poll {
             let busy = match channel {
                 DataChannel::Tcp(s) => sonde_net::tune::busy_poll_tcp(s),
                 DataChannel::Udp(s) => sonde_net::tune::busy_poll_udp(s),
@@ -456,13 +460,17 @@ impl<'a> Test<'a> {
         let mut out = TuningReport {
             busy_poll: !tuned.is_empty() && tuned.iter().all(|t| t.busy_poll),
             so_busy_poll_us: tuned.iter().find_map(|t| t.so_busy_poll_us),
-            cpus: tuned.iter().flat_map(|t| t.cpus.iter().copied()).collect(),
+            cpus: {
+                let mut cpus: Vec<u32> = tuned.iter().flat_map(|t| t.cpus.clone()).collect();
+                cpus.sort_unstable();
+                cpus.dedup();
+                cpus
+            },
             note: None,
         };
-        let notes: Vec<&str> = tuned.iter().filter_map(|t| t.note.as_deref()).collect();
-        if self.spec.kind != TestKind::Latency {
-            out.note = Some("busy polling and pinning apply to latency tests only".into());
-        } else if !notes.is_empty() {
+        let mut notes: Vec<&str> = tuned.iter().filter_map(|t| t.note.as_deref()).collect();
+        notes.dedup();
+        if !notes.is_empty() {
             out.note = Some(notes.join("; "));
         }
         Some(out)
@@ -751,6 +759,12 @@ impl<'a> Test<'a> {
         duration_ns: u64,
     ) -> RoleOutcome {
         let stop = &self.stops[i];
+        // Pinned (and, for an echo, busy-polled) for the loop, when the client asked.
+        let _pinned = if self.tuning.is_default() {
+            None
+        } else {
+            self.tune_thread(channel)
+        };
         if self.agent_sends(i) {
             let Some(go) = self.wait_for_go(stop) else {
                 return RoleOutcome::Sent(SendOutcome::default(), None);
@@ -760,11 +774,6 @@ impl<'a> Test<'a> {
         let counters = &self.counters[i];
         let spec = &self.spec;
         let failed = |e: std::io::Error| RoleOutcome::Failed(e.to_string());
-        let _pinned = if spec.kind == TestKind::Latency && !self.tuning.is_default() {
-            self.tune_echo(channel)
-        } else {
-            None
-        };
         match channel {
             DataChannel::Tcp(s) if spec.kind == TestKind::Latency => {
                 sonde_net::latency::tcp_echo(s, stop, counters)

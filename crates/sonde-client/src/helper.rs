@@ -326,6 +326,8 @@ pub fn run_as_helper(
                         Some(false) => GsoMode::Off,
                     },
                     interval,
+                    // A helper's threads run where its own scheduler puts them.
+                    cpus: Vec::new(),
                 };
                 crate::pps_held(&t, &opt, stop, &mut |_| {}, &mut hold).map(TestResult::Pps)?
             }
@@ -340,6 +342,7 @@ pub fn run_as_helper(
                         .saturating_mul(u64::from(spec.streams)),
                     duration,
                     interval,
+                    cpus: Vec::new(),
                 };
                 crate::throughput_held(&t, &opt, stop, &mut |_| {}, &mut hold)
                     .map(TestResult::Throughput)?

@@ -1456,6 +1456,7 @@ fn document(
         retransmits: if udp { None } else { sum(|s| s.retransmits) },
         streams,
         helpers: None,
+        tuning: None,
     }
 }
 
@@ -1477,6 +1478,7 @@ mod tests {
             bitrate: 20_000_000,
             duration: Duration::from_millis(1500),
             interval: None,
+            cpus: Vec::new(),
         }
     }
 

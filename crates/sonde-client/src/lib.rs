@@ -244,6 +244,9 @@ pub struct ThroughputOptions {
     pub duration: Duration,
     /// Receiver report interval; `None` for none.
     pub interval: Option<Duration>,
+    /// `--cpu`: the CPUs this host's streams run on, stream `i` on `cpus[i % len]`; the agent is
+    /// asked to pin its streams too (to its `--cpu-list`). Empty: not pinned.
+    pub cpus: Vec<u32>,
 }
 
 impl Default for ThroughputOptions {
@@ -256,6 +259,7 @@ impl Default for ThroughputOptions {
             bitrate: 0,
             duration: Duration::from_secs(10),
             interval: None,
+            cpus: Vec::new(),
         }
     }
 }
@@ -273,6 +277,9 @@ pub struct PpsOptions {
     pub gso: GsoMode,
     /// Receiver intervals (`-i`); `None` for none.
     pub interval: Option<Duration>,
+    /// `--cpu`: the CPUs this host's flows run on, flow `i` on `cpus[i % len]`; the agent is
+    /// asked to pin its flows too. Empty: not pinned.
+    pub cpus: Vec<u32>,
 }
 
 impl Default for PpsOptions {
@@ -283,6 +290,7 @@ impl Default for PpsOptions {
             duration: Duration::from_secs(10),
             gso: GsoMode::Auto,
             interval: None,
+            cpus: Vec::new(),
         }
     }
 }
@@ -395,15 +403,24 @@ fn check_tuning(opt: &LatencyOptions) -> Result<(), ClientError> {
         ));
     }
     if let Some(cpu) = opt.cpu {
-        let allowed = sonde_net::tune::allowed_cpus().map_err(|e| {
-            ClientError::Usage(format!("--cpu: this platform cannot pin threads ({e})"))
-        })?;
-        if !allowed.contains(&cpu) {
-            return Err(ClientError::Usage(format!(
-                "--cpu {cpu}: not a CPU this process may run on (allowed: {})",
-                sonde_net::tune::cpu_list(&allowed)
-            )));
-        }
+        check_cpus(&[cpu])?;
+    }
+    Ok(())
+}
+
+/// `--cpu`: CPUs this process may run on, on a platform that can pin threads.
+fn check_cpus(cpus: &[u32]) -> Result<(), ClientError> {
+    if cpus.is_empty() {
+        return Ok(());
+    }
+    let allowed = sonde_net::tune::allowed_cpus().map_err(|e| {
+        ClientError::Usage(format!("--cpu: this platform cannot pin threads ({e})"))
+    })?;
+    if let Some(cpu) = cpus.iter().find(|c| !allowed.contains(c)) {
+        return Err(ClientError::Usage(format!(
+            "--cpu {cpu}: not a CPU this process may run on (allowed: {})",
+            sonde_net::tune::cpu_list(&allowed)
+        )));
     }
     Ok(())
 }
@@ -438,7 +455,12 @@ pub(crate) fn throughput_held(
     hold: &mut dyn FnMut() -> Result<(), ClientError>,
 ) -> Result<ThroughputResult, ClientError> {
     let spec = throughput_spec(opt)?;
-    let run = session::run_bulk_held(target, &spec, interrupt, true, on_interval, hold)?;
+    check_cpus(&opt.cpus)?;
+    let bulk = session::Bulk {
+        gso: true,
+        cpus: &opt.cpus,
+    };
+    let run = session::run_bulk_held(target, &spec, interrupt, bulk, on_interval, hold)?;
     let mut result = results::throughput(target, opt, &spec, &run);
     if run.interrupted {
         mark_interrupted(&mut result.meta);
@@ -480,6 +502,7 @@ pub(crate) fn pps_held(
     hold: &mut dyn FnMut() -> Result<(), ClientError>,
 ) -> Result<PpsResult, ClientError> {
     check_pps(opt)?;
+    check_cpus(&opt.cpus)?;
     let spec = pps_spec(opt);
     let gso = sonde_net::gso::choose(opt.gso, target.addr.ip());
     let size = u64::from(opt.msg_size);
@@ -496,7 +519,11 @@ pub(crate) fn pps_held(
             flow_received: iv.stream_bytes.iter().map(|b| b / size).collect(),
         });
     };
-    let run = session::run_bulk_held(target, &spec, interrupt, gso.enabled, &mut live, hold)?;
+    let bulk = session::Bulk {
+        gso: gso.enabled,
+        cpus: &opt.cpus,
+    };
+    let run = session::run_bulk_held(target, &spec, interrupt, bulk, &mut live, hold)?;
     let mut result = results::pps(target, opt, &gso, &run);
     if run.interrupted {
         mark_interrupted(&mut result.meta);

@@ -4,9 +4,9 @@ use sonde_engine::rtt::REPORTED_PERCENTILES;
 use sonde_engine::{bits_per_second, per_second};
 use sonde_report::Warning;
 use sonde_report::{
-    FlowResult, GsoMode, GsoReason, IntervalResult, LatencyMode, LatencyResult, LatencyTuning,
-    Meta, PpsGso, PpsInterval, PpsResult, Protocol, RttNs, SideTotals, StreamDirection,
-    StreamResult, ThroughputResult,
+    EndsTuning, FlowResult, GsoMode, GsoReason, IntervalResult, LatencyMode, LatencyResult, Meta,
+    PpsGso, PpsInterval, PpsResult, Protocol, RttNs, SideTotals, StreamDirection, StreamResult,
+    ThroughputResult,
 };
 use sonde_wire::{Direction, IntervalStats, SessionId, StreamStats, TestSpec, TuningReport};
 
@@ -207,7 +207,7 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
     let one_way = crate::inner::one_way(o, run.elapsed_ns, &mut inner_warnings);
     let full_log = crate::inner::full_log(o, &mut inner_warnings);
     meta.add_all(&inner_warnings);
-    let tuning = latency_tuning(run.tuning.as_ref(), run.report.tuning.as_deref(), &mut meta);
+    let tuning = ends_tuning(run.tuning.as_ref(), run.report.tuning.as_deref(), &mut meta);
     LatencyResult {
         meta,
         protocol: protocol(opt.protocol),
@@ -241,27 +241,28 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
 
 /// `--busy-poll`, `--cpu`: both ends' reports, with a warning where an end did not do what was
 /// asked (an agent that predates the request ignores it and reports nothing).
-fn latency_tuning(
+fn ends_tuning(
     client: Option<&TuningReport>,
     server: Option<&TuningReport>,
     meta: &mut Meta,
-) -> Option<LatencyTuning> {
+) -> Option<EndsTuning> {
     let client = client?.clone();
     let server = server.cloned();
     match &server {
         None => meta.add(&Warning::NotTuned {
-            detail: "the agent did not busy-poll or pin its echo (it predates --busy-poll):                      its end blocked in recv as usual, so the RTT holds its wake-ups"
+            detail: "the agent did not pin its end or busy-poll (it predates --busy-poll and \
+                     --cpu): it ran as usual, blocking in recv on any CPU"
                 .into(),
         }),
         Some(s) => {
             if let Some(note) = &s.note {
                 meta.add(&Warning::NotTuned {
-                    detail: format!("the agent's echo: {note}"),
+                    detail: format!("the agent's end: {note}"),
                 });
             }
         }
     }
-    Some(LatencyTuning { client, server })
+    Some(EndsTuning { client, server })
 }
 
 fn side(bytes: u64, packets: u64, active_ns: u64) -> SideTotals {
@@ -452,6 +453,7 @@ pub(crate) fn throughput(
         run.report.overlapping_sessions,
     );
     add_context(&mut meta, &run.context, run.report.cpu.as_ref());
+    let tuning = ends_tuning(run.tuning.as_ref(), run.report.tuning.as_deref(), &mut meta);
     let streams: Vec<StreamResult> = views
         .iter()
         .enumerate()
@@ -532,6 +534,7 @@ pub(crate) fn throughput(
         retransmits: if udp { None } else { sum(|s| s.retransmits) },
         streams,
         helpers: None,
+        tuning,
     }
 }
 
@@ -560,6 +563,7 @@ pub(crate) fn pps(
         run.report.overlapping_sessions,
     );
     add_context(&mut meta, &run.context, run.report.cpu.as_ref());
+    let tuning = ends_tuning(run.tuning.as_ref(), run.report.tuning.as_deref(), &mut meta);
     let mut flows = Vec::new();
     let mut method = "";
     let (mut sent_active, mut recv_active) = (0, 0);
@@ -611,6 +615,7 @@ pub(crate) fn pps(
         received_pps: per_second(received, recv_active),
         flows,
         helpers: None,
+        tuning,
     }
 }
 
@@ -688,7 +693,7 @@ mod context_tests {
             note: None,
         };
         let mut older = meta(&target, SessionId(1), 0, 0);
-        let t = latency_tuning(Some(&client), None, &mut older).unwrap();
+        let t = ends_tuning(Some(&client), None, &mut older).unwrap();
         assert_eq!(t.server, None);
         assert_eq!(older.warning_codes, [sonde_report::WarningCode::NotTuned]);
         assert!(
@@ -701,7 +706,7 @@ mod context_tests {
             ..client.clone()
         };
         let mut tuned = meta(&target, SessionId(1), 0, 0);
-        let t = latency_tuning(Some(&client), Some(&agent), &mut tuned).unwrap();
+        let t = ends_tuning(Some(&client), Some(&agent), &mut tuned).unwrap();
         assert_eq!(t.server.as_ref().map(|s| s.cpus.clone()), Some(vec![1]));
         assert!(tuned.warnings.is_empty(), "{tuned:?}");
 
@@ -711,12 +716,12 @@ mod context_tests {
             ..client.clone()
         };
         let mut partly = meta(&target, SessionId(1), 0, 0);
-        latency_tuning(Some(&client), Some(&refused), &mut partly).unwrap();
+        ends_tuning(Some(&client), Some(&refused), &mut partly).unwrap();
         assert_eq!(partly.warning_codes, [sonde_report::WarningCode::NotTuned]);
         assert!(partly.warnings[0].contains("CPU 7"), "{partly:?}");
 
         let mut plain = meta(&target, SessionId(1), 0, 0);
-        assert!(latency_tuning(None, None, &mut plain).is_none());
+        assert!(ends_tuning(None, None, &mut plain).is_none());
         assert!(plain.warnings.is_empty());
     }
 

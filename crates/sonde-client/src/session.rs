@@ -131,6 +131,18 @@ pub(crate) struct BulkRun {
     pub(crate) context: Context,
     /// Stopped early by the caller's interrupt flag.
     pub(crate) interrupted: bool,
+    /// `--cpu`: the CPUs this end's streams ran on (`None` when not asked).
+    pub(crate) tuning: Option<TuningReport>,
+}
+
+/// How a throughput or pps run sends and where its streams run.
+#[derive(Clone, Copy)]
+pub(crate) struct Bulk<'a> {
+    /// Whether the client's UDP senders may send GSO batches.
+    pub(crate) gso: bool,
+    /// `--cpu`: stream `i` runs on `cpus[i % len]`, and the agent is asked to pin its streams;
+    /// empty for neither.
+    pub(crate) cpus: &'a [u32],
 }
 
 /// This end's CPU cost from its meter and its data loops' counters (see
@@ -361,13 +373,9 @@ pub(crate) fn hello(target: &Target) -> Result<Welcomed, ClientError> {
     }
 }
 
-/// Connects, says hello, asks for the test, joins the data channels and waits for `Ready`.
-pub(crate) fn connect(target: &Target, spec: &TestSpec) -> Result<Connected, ClientError> {
-    connect_tuned(target, spec, Tuning::default())
-}
-
-/// [`connect`], asking the agent for `tuning` too.
-pub(crate) fn connect_tuned(
+/// Connects, says hello, asks for the test (with the `tuning` the agent is to apply to its
+/// end), joins the data channels and waits for `Ready`.
+pub(crate) fn connect(
     target: &Target,
     spec: &TestSpec,
     tuning: Tuning,
@@ -545,7 +553,7 @@ pub(crate) fn run_latency_held(
         busy_poll: opt.busy_poll,
         pin: opt.busy_poll || opt.cpu.is_some(),
     };
-    let mut c = connect_tuned(target, spec, tuning)?;
+    let mut c = connect(target, spec, tuning)?;
     hold()?;
     let mut tuned = (!tuning.is_default()).then(TuningReport::default);
     if let Some(t) = tuned.as_mut().filter(|_| opt.busy_poll) {
@@ -639,19 +647,22 @@ enum Event {
     ),
 }
 
-/// Runs a throughput or pps test on an open session.
-/// `gso`: whether the client's UDP senders may send GSO batches.
-/// `hold` is called once every data channel has joined and before any data is sent (a helper
+/// Runs a throughput or pps test on an open session, sending and placing its streams as `bulk`
+/// says. `hold` is called once every data channel has joined and before any data is sent (a helper
 /// waits there for its common start).
 pub(crate) fn run_bulk_held(
     target: &Target,
     spec: &TestSpec,
     interrupt: &AtomicBool,
-    gso: bool,
+    bulk: Bulk<'_>,
     on_interval: &mut dyn FnMut(&IntervalResult),
     hold: &mut dyn FnMut() -> Result<(), ClientError>,
 ) -> Result<BulkRun, ClientError> {
-    let mut c = connect(target, spec)?;
+    let tuning = Tuning {
+        busy_poll: false,
+        pin: !bulk.cpus.is_empty(),
+    };
+    let mut c = connect(target, spec, tuning)?;
     hold()?;
     let meter = ThreadsMeter::start();
     let counted = meter.track();
@@ -693,11 +704,19 @@ pub(crate) fn run_bulk_held(
             let tx = tx.clone();
             let (stop, expect, counters) = (&stops[i], &expect[i], &counters[i]);
             let sends = spec.client_sends(index_u32(i));
+            let cpu = (!bulk.cpus.is_empty()).then(|| bulk.cpus[i % bulk.cpus.len()]);
             scope.spawn(move || {
                 let _counted = meter.track();
-                let r = role(
-                    spec, channel, sends, gso, &clock, until_ns, stop, expect, counters,
-                );
+                // Pinned for the stream's loop; `check_cpus` made sure the CPU is allowed.
+                let r = cpu
+                    .map(sonde_net::tune::pin_current_thread)
+                    .transpose()
+                    .and_then(|_pinned| {
+                        role(
+                            spec, channel, sends, bulk.gso, &clock, until_ns, stop, expect,
+                            counters,
+                        )
+                    });
                 let r = r.map(|role| {
                     let info = match (channel, &role) {
                         (ClientChannel::Tcp(s), ClientRole::Sent(_)) => {
@@ -769,7 +788,19 @@ pub(crate) fn run_bulk_held(
         client_tcp_info: result.client_tcp_info,
         context: c.context,
         interrupted: result.interrupted,
+        tuning: tuning.pin.then(|| TuningReport {
+            cpus: stream_cpus(bulk.cpus, n),
+            ..TuningReport::default()
+        }),
     })
+}
+
+/// The CPUs `n` streams ran on when stream `i` ran on `cpus[i % len]`, each once, in order.
+fn stream_cpus(cpus: &[u32], n: usize) -> Vec<u32> {
+    let mut used: Vec<u32> = cpus.iter().copied().take(n).collect();
+    used.sort_unstable();
+    used.dedup();
+    used
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

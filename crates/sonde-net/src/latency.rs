@@ -12,12 +12,11 @@
 //! and deadlines) rather than spinning on a non-blocking socket, unless the caller made the
 //! socket non-blocking ([`crate::tune`], `--busy-poll`): then each wait is a spin on `recv`
 //! that looks at the stop flag and the deadline at every `EAGAIN`, bounded as the blocking
-//! wait is. Measured on loopback (2 cores,
-//! release build, 64-byte UDP closed loop against [`udp_echo`] in another process, 5 s runs),
-//! blocking gave a median of 10.5 to 11.6 µs and a p99 of 16 to 32 µs; busy-polling the same
-//! loop gave 11.1 to 17.9 µs and 40 to 89 µs: a lower minimum (6 µs) but a spinning client
-//! competes for the core the echo (or the open-loop sender) needs. `sockperf ping-pong
-//! --full-rtt` against `sockperf sr` in the same runs: median 11.1 to 13.3 µs.
+//! wait is. A spinning loop needs a core of its own, and so does the echo at the other end: on
+//! a 2-core host with both ends unpinned, busy polling read higher medians than blocking (the
+//! spinning client took the core the echo needed). Pinned to two cores (`--cpu`, the agent's
+//! `--cpu-list`) it roughly halves the loopback median; the README's Performance section has
+//! the figures, against a bare busy-polled C loop (`bench/floor/floor.c`).
 //!
 //! The loops set the socket's read (and, for TCP, write) timeouts and restore the previous ones
 //! when they return.

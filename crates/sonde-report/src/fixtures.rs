@@ -182,6 +182,7 @@ pub(crate) fn throughput_tcp_2_streams() -> TestResult {
         reordered: None,
         retransmits: Some(59),
         helpers: None,
+        tuning: None,
     })
 }
 
@@ -225,6 +226,7 @@ pub(crate) fn throughput_udp_reverse() -> TestResult {
         reordered: Some(12),
         retransmits: None,
         helpers: None,
+        tuning: None,
     })
 }
 
@@ -284,6 +286,7 @@ pub(crate) fn throughput_bidir() -> TestResult {
         reordered: None,
         retransmits: Some(9),
         helpers: None,
+        tuning: None,
     })
 }
 
@@ -329,6 +332,7 @@ pub(crate) fn pps_2_flows() -> TestResult {
         flows,
         intervals: Vec::new(),
         helpers: None,
+        tuning: None,
     })
 }
 

@@ -954,16 +954,17 @@ pub struct LatencyResult {
     /// `--busy-poll`, `--cpu`: how each end waited for messages and where it ran. Absent
     /// unless asked for. What it cost is in `cpu` (a busy-polled end burns its whole core).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tuning: Option<LatencyTuning>,
+    pub tuning: Option<EndsTuning>,
 }
 
-/// `--busy-poll`, `--cpu`: both ends' way of waiting, as each reported it.
+/// `--busy-poll`, `--cpu`: both ends' way of waiting and the CPUs they ran on, as each reported
+/// it (latency; throughput and pps have `--cpu` only).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct LatencyTuning {
-    /// This end: busy-polled, `SO_BUSY_POLL`, the CPU the loop ran on.
+pub struct EndsTuning {
+    /// This end: busy-polled, `SO_BUSY_POLL`, the CPUs its loops ran on.
     pub client: sonde_wire::TuningReport,
-    /// The agent's echo; `null` from an agent older than `--busy-poll`, which blocked in `recv`
-    /// unpinned as always (with a warning).
+    /// The agent's end (its echo, or its streams); `null` from an agent older than the option,
+    /// which ran unpinned and blocked in `recv` as always (with a warning).
     pub server: Option<sonde_wire::TuningReport>,
 }
 
@@ -1219,6 +1220,9 @@ pub struct ThroughputResult {
     /// the figures above are theirs together. Absent for a test this host ran itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helpers: Option<Helpers>,
+    /// `--cpu`: the CPUs each end's streams ran on. Absent unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<EndsTuning>,
 }
 
 /// `--from`: a test several helper agents ran against one target at once, started together at
@@ -1375,6 +1379,9 @@ pub struct PpsResult {
     /// the figures above are theirs together. Absent for a test this host ran itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helpers: Option<Helpers>,
+    /// `--cpu`: the CPUs each end's flows ran on. Absent unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<EndsTuning>,
 }
 
 /// How the client closed each connection of a crr test.

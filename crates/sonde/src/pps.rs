@@ -21,8 +21,9 @@ The default 18-byte payload makes a 64-byte Ethernet frame over IPv4 (14 + 20 + 
 sequence number, which no test can wrap (2.8e14 datagrams per flow, 32 days at 100 M/s), so \
 loss, duplicates and reordering are counted exactly as with 64 bits; agents older than this \
 header refuse those sizes. \
-The agent receives and counts each datagram (recvmmsg, no GRO). Loss is the sender's count minus \
-the distinct sequence numbers received.
+The agent receives with recvmmsg and UDP GRO, and counts each datagram on its own (a coalesced \
+buffer is cut at the kernel's segment size and every sequence number checked). Loss is the \
+sender's count minus the distinct sequence numbers received.
 
 GSO and what a packet is: with UDP GSO (`UDP_SEGMENT`) the sender hands the kernel up to 64 \
 datagrams as one buffer. A physical NIC still sends each datagram as its own packet (segmented \
@@ -71,6 +72,10 @@ pub(crate) struct Opt {
     /// Run once per value: msg_size (-m) or parallel (--flows), e.g. `parallel=1:8:*2`.
     #[arg(long, value_name = "PARAM=VALUES", value_parser = crate::sweep::parse, long_help = crate::sweep::SWEEP_HELP)]
     sweep: Option<Sweep>,
+    /// Run this host's flows on these CPUs, flow i on the i-th of the list (round robin),
+    /// and ask the agent to pin its flows too (to its --cpu-list): `0-3`, `1,3` (Linux)
+    #[arg(long, value_name = "LIST", value_parser = crate::units::cpu_list, conflicts_with = "from")]
+    cpu: Option<crate::units::CpuList>,
     #[command(flatten)]
     from: crate::helpers::FromOpt,
     #[command(flatten)]
@@ -124,6 +129,7 @@ impl Opt {
                 Gso::Off => GsoMode::Off,
             },
             interval: self.interval.filter(|d| !d.is_zero()),
+            cpus: self.cpu.as_ref().map(|c| c.0.clone()).unwrap_or_default(),
         }
     }
 }

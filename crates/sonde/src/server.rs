@@ -12,6 +12,7 @@ use clap::Args;
 use sonde_agent::{Agent, AgentConfig};
 
 use crate::cli::DEFAULT_PORT;
+use crate::units::CpuList;
 
 /// Run the agent that clients test against (TCP and UDP on one port)
 ///
@@ -109,10 +110,11 @@ pub(crate) struct Opt {
     /// request is refused, as it is without this option (exit code 4 at the client)
     #[arg(long)]
     helper: bool,
-    /// CPUs to pin latency echoes to when a client asks (`sonde latency --busy-poll` or
-    /// `--cpu`), as `taskset -c` writes them: `2-3`, `1,3`. Each such session takes the next
-    /// CPU of the list, from the last one back; without it, any CPU the agent may run on
-    #[arg(long, value_name = "LIST", value_parser = cpu_list)]
+    /// CPUs to pin a session's data threads to when its client asks (`sonde latency
+    /// --busy-poll` or `--cpu`: the echo; `sonde throughput --cpu`, `sonde pps --cpu`: each
+    /// stream or flow), as `taskset -c` writes them: `2-3`, `1,3`. Each such thread takes the
+    /// next CPU of the list, from the last one back; without it, any CPU the agent may run on
+    #[arg(long, value_name = "LIST", value_parser = crate::units::cpu_list)]
     cpu_list: Option<CpuList>,
     /// No log line per session on stderr
     #[arg(short, long)]
@@ -135,15 +137,6 @@ pub(crate) struct Opt {
     /// refusals and bytes served) and GET /healthz, nothing else
     #[arg(long, value_name = "ADDR:PORT")]
     metrics: Option<SocketAddr>,
-}
-
-/// `--cpu-list`'s CPUs (a newtype: clap would take a bare `Vec` for repeated values).
-#[derive(Debug, Clone)]
-struct CpuList(Vec<u32>);
-
-/// `--cpu-list`: a taskset-style list (`0-3,6`).
-fn cpu_list(s: &str) -> Result<CpuList, String> {
-    sonde_agent::tune::parse_cpu_list(s).map(CpuList)
 }
 
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {

@@ -85,6 +85,10 @@ pub(crate) struct Opt {
     /// `parallel=1:16:*2`
     #[arg(long, value_name = "PARAM=VALUES", value_parser = crate::sweep::parse, long_help = crate::sweep::SWEEP_HELP)]
     sweep: Option<Sweep>,
+    /// Run this host's streams on these CPUs, stream i on the i-th of the list (round robin),
+    /// and ask the agent to pin its streams too (to its --cpu-list): `0-3`, `1,3` (Linux)
+    #[arg(long, value_name = "LIST", value_parser = crate::units::cpu_list, conflicts_with = "from")]
+    cpu: Option<crate::units::CpuList>,
     #[command(flatten)]
     from: crate::helpers::FromOpt,
     #[command(flatten)]
@@ -116,6 +120,14 @@ impl crate::spec::Test for Opt {
 
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
+    if opt.cpu.is_some() && sonde_client::iperf3::target(&opt.host).is_some() {
+        return Err(crate::units::BadValue(
+            "--cpu pins the streams of a test against a sonde agent, which pins its own too; \
+             an iperf3 server cannot be asked to"
+                .into(),
+        )
+        .into());
+    }
     if let Some(helpers) = opt
         .from
         .helpers(&opt.host, &opt.secret, opt.sweep.is_some())?
@@ -251,6 +263,7 @@ fn options(opt: &Opt) -> ThroughputOptions {
         bitrate: opt.bitrate,
         duration: opt.time,
         interval: opt.interval.filter(|d| !d.is_zero()),
+        cpus: opt.cpu.as_ref().map(|c| c.0.clone()).unwrap_or_default(),
     }
 }
 

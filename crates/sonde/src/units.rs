@@ -94,6 +94,16 @@ pub(crate) fn per_second(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// A taskset-style CPU list (`0-3,6`): `sonde server --cpu-list`, `--cpu` of throughput and
+/// pps (a newtype: clap would take a bare `Vec` for repeated values).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CpuList(pub(crate) Vec<u32>);
+
+/// Parses a [`CpuList`].
+pub(crate) fn cpu_list(s: &str) -> Result<CpuList, String> {
+    sonde_agent::tune::parse_cpu_list(s).map(CpuList)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -308,6 +308,86 @@ fn latency_busy_poll_pins_both_ends_and_says_so() {
     assert!(doc.get("tuning").is_none(), "{doc:#}");
 }
 
+/// `throughput --cpu LIST` and `pps --cpu LIST` against `sonde server --cpu-list M`: this host's
+/// streams (flows) run on the list's CPUs in turn, the agent pins each of its own to M, and the
+/// result says where each end ran (`tuning`), with no warning. Linux: the only platform that
+/// pins.
+#[cfg(target_os = "linux")]
+#[test]
+fn throughput_and_pps_cpu_pins_both_ends_and_says_so() {
+    let cpus = sonde_agent::tune::allowed_cpus().expect("the CPUs this test may run on");
+    let agent_cpu = *cpus.last().expect("at least one CPU");
+    let list = cpus
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let agent = server(&["--cpu-list", &agent_cpu.to_string()]);
+    // Three streams over the list: stream i on cpus[i % len], each CPU once in the result.
+    let mut used: Vec<u32> = (0..3).map(|i| cpus[i % cpus.len()]).collect();
+    used.sort_unstable();
+    used.dedup();
+    for (test, args) in [
+        ("throughput", vec!["-P", "3", "-t", "0.3", "--cpu", &list]),
+        (
+            "throughput",
+            vec!["-P", "3", "-t", "0.3", "-R", "--cpu", &list],
+        ),
+        ("pps", vec!["--flows", "3", "-t", "0.3", "--cpu", &list]),
+    ] {
+        let doc = run_json(test, &agent, &args);
+        let t = &doc["tuning"];
+        assert_eq!(
+            t["client"]["cpus"],
+            serde_json::json!(used),
+            "{test}: {doc:#}"
+        );
+        assert_eq!(
+            t["server"]["cpus"],
+            serde_json::json!([agent_cpu]),
+            "{test}: {doc:#}"
+        );
+        assert_eq!(
+            t["server"]["note"],
+            serde_json::Value::Null,
+            "{test}: {doc:#}"
+        );
+        assert!(
+            !arr(&doc, "/warning_codes").iter().any(|c| c == "not_tuned"),
+            "{test}: {doc:#}"
+        );
+        let moved = if test == "pps" {
+            u(&doc, "/received")
+        } else {
+            u(&doc, "/receiver/bytes")
+        };
+        assert!(moved > 0, "{test}: {doc:#}");
+    }
+    // The table says it too.
+    let target = agent.target();
+    let table = run(&[
+        "throughput",
+        &target,
+        "-t",
+        "0.2",
+        "--cpu",
+        &cpus[0].to_string(),
+        "--no-save",
+    ]);
+    assert_eq!(table.code, Some(0), "{}", table.stderr);
+    assert!(
+        table.stdout.contains(&format!(
+            "streams pinned (--cpu): this host's on CPU {}, the agent's on CPU {agent_cpu}",
+            cpus[0]
+        )),
+        "{}",
+        table.stdout
+    );
+    // Not asked: no `tuning`.
+    let doc = run_json("throughput", &agent, &["-t", "0.2"]);
+    assert!(doc.get("tuning").is_none(), "{doc:#}");
+}
+
 /// What --busy-poll and --cpu cannot do is a usage error (exit 2) before anything is sent.
 #[test]
 fn busy_poll_and_cpu_misuse_is_exit_2() {
@@ -316,6 +396,10 @@ fn busy_poll_and_cpu_misuse_is_exit_2() {
         vec!["latency", &closed, "--busy-poll", "--rate", "1000"],
         vec!["latency", &closed, "--cpu", "4095"],
         vec!["latency", "sockperf://127.0.0.1:1", "--busy-poll"],
+        vec!["throughput", &closed, "--cpu", "4095"],
+        vec!["pps", &closed, "--cpu", "0-x"],
+        vec!["throughput", "iperf3://127.0.0.1:1", "--cpu", "0"],
+        vec!["pps", &closed, "--cpu", "0", "--from", "127.0.0.1:1"],
         vec![
             "server",
             "--bind",

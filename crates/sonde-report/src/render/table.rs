@@ -96,6 +96,36 @@ fn tuning_text(t: &sonde_wire::TuningReport) -> String {
     format!("{wait}, {cpus}")
 }
 
+/// `--cpu` of throughput and pps: where each end's `what` (streams, flows) ran.
+fn pinning_line(t: &crate::model::EndsTuning, what: &str) -> String {
+    let cpus = |r: &sonde_wire::TuningReport| {
+        if r.cpus.is_empty() {
+            "unpinned".to_owned()
+        } else {
+            let list: Vec<String> = r.cpus.iter().map(u32::to_string).collect();
+            format!("CPU {}", list.join(","))
+        }
+    };
+    let agent = t
+        .server
+        .as_ref()
+        .map_or_else(|| "unpinned (an older agent)".to_owned(), cpus);
+    let mut text = format!(
+        "{what} pinned (--cpu): this host's on {}, the agent's on {agent}",
+        cpus(&t.client)
+    );
+    for note in [
+        &t.client.note,
+        &t.server.as_ref().and_then(|s| s.note.clone()),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        text.push_str(&format!(" ({note})"));
+    }
+    text
+}
+
 fn latency(r: &LatencyResult, out: &mut String) {
     header(out, "latency", &r.meta);
     let mut kv = Grid::new(vec![Col::left(), Col::left()]);
@@ -258,6 +288,9 @@ fn throughput(r: &ThroughputResult, out: &mut String) {
         }
     }
     line(out, config);
+    if let Some(t) = &r.tuning {
+        line(out, pinning_line(t, "streams"));
+    }
     line(
         out,
         "units: bytes binary (1 MiB = 2^20 B), rates SI (1 Mbit/s = 10^6 bit/s)",
@@ -688,6 +721,9 @@ fn pps(r: &PpsResult, out: &mut String) {
             r.gso.explanation
         ),
     );
+    if let Some(t) = &r.tuning {
+        line(out, pinning_line(t, "flows"));
+    }
     out.push('\n');
     let mut g = Grid::new(vec![
         Col::left(),
