@@ -323,9 +323,9 @@ mod tests {
             ],
             TestKind::Throughput => &[
                 "udp", "parallel", "reverse", "bidir", "bitrate", "length", "time", "interval",
-                "from",
+                "from", "cpu",
             ],
-            TestKind::Pps => &["msg_size", "flows", "time", "interval", "gso", "from"],
+            TestKind::Pps => &["msg_size", "flows", "time", "interval", "gso", "from", "cpu"],
             TestKind::Crr => &[
                 "workers",
                 "parallel",
