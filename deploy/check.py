@@ -18,7 +18,8 @@ Debian's `prometheus`). Nothing here talks to a cluster or the network.
 2. The ConfigMap's mesh.toml parses as TOML and uses only the keys of docs/mesh.md (the mesh
    contract); MESH_KEYS below follows that file. Each DaemonSet names its agent by address
    (SONDE_MESH_NAME from the downward API: status.podIP, or status.hostIP on hostNetwork), the
-   same kind of value as its DNS peers' `target`, so `source` and `target` line up.
+   same kind of value as its DNS peers' `target`, so `source` and `target` line up; and runs
+   the agent with --quiet and a --max-sessions that serves SIZED_FOR_NODES nodes' probes.
 3. Every PromQL expression of deploy/grafana/*.json is checked by `promtool check rules`
    (wrapped as recording rules), and uses only metric names from docs/mesh.md.
 """
@@ -64,6 +65,11 @@ METRICS = {
 
 # Grafana's interval variables, replaced by a value promtool accepts.
 GRAFANA_INTERVALS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
+
+# The cluster size the DaemonSet's --max-sessions is sized for: every one of N - 1 peers holds a
+# probe session per protocol (two) at each agent, plus two for scheduled tests (docs/mesh.md).
+SIZED_FOR_NODES = 128
+MIN_MAX_SESSIONS = 2 * (SIZED_FOR_NODES - 1) + 2
 
 # Kinds that are not namespaced (kustomize's `namespace:` leaves them alone).
 CLUSTER_KINDS = {"Namespace"}
@@ -213,6 +219,48 @@ def check_agent_name(src, obj, failures):
             )
 
 
+def flag_values(args, flag):
+    """Every value of `flag` in a container's args, as `--flag=V` or `--flag V`."""
+    values = []
+    for i, arg in enumerate(args):
+        if arg.startswith(flag + "="):
+            values.append(arg[len(flag) + 1:])
+        elif arg == flag:
+            values.append(args[i + 1] if i + 1 < len(args) else None)
+    return values
+
+
+def check_agent_args(src, obj, failures):
+    """The mesh agent's flags docs/mesh.md asks for: sessions for every peer's probes, --quiet."""
+    pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+    for container in pod.get("containers", []):
+        where = f"{src} (container {container.get('name')})"
+        args = [str(a) for a in container.get("args", [])]
+        if "--mesh" not in args and not any(a.startswith("--mesh=") for a in args):
+            continue
+        values = flag_values(args, "--max-sessions")
+        try:
+            sessions = int(values[-1]) if values else None
+        except (TypeError, ValueError):
+            sessions = None
+            failures.add(where, f"--max-sessions {values[-1]!r} is not a number")
+        if sessions is None and not values:
+            failures.add(
+                where,
+                f"no --max-sessions: the default 16 serves 7 peers, so on a larger cluster "
+                f"healthy peers read down (set at least {MIN_MAX_SESSIONS}, "
+                f"for {SIZED_FOR_NODES} nodes)",
+            )
+        elif sessions is not None and sessions < MIN_MAX_SESSIONS:
+            failures.add(
+                where,
+                f"--max-sessions {sessions} is below {MIN_MAX_SESSIONS}, which "
+                f"{SIZED_FOR_NODES} nodes' probes need (2 x peers + 2, docs/mesh.md)",
+            )
+        if "--quiet" not in args:
+            failures.add(where, "no --quiet: every probe session would be a log line at both ends")
+
+
 def dashboard_exprs(node):
     if isinstance(node, dict):
         if isinstance(node.get("expr"), str):
@@ -276,6 +324,7 @@ def main():
                 check_mesh(os.path.relpath(src, deploy), obj["data"]["mesh.toml"], failures)
             if obj.get("kind") == "DaemonSet":
                 check_agent_name(os.path.relpath(src, deploy), obj, failures)
+                check_agent_args(os.path.relpath(src, deploy), obj, failures)
             checked += 1
         print(f"kubernetes/{kdir}: {len(objects)} objects ({', '.join(kinds)})")
     for root, _, files in os.walk(kube):

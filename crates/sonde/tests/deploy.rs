@@ -381,6 +381,26 @@ fn the_offline_checks_fail_on_each_kind_of_typo() {
             "value: status.podIP",
             "SONDE_MESH_NAME must come from status.hostIP",
         ),
+        // The agent's flags for a mesh: sessions for every peer's probes (the default 16 serves
+        // 7 peers), and no log line per probe session.
+        (
+            "kubernetes/base/daemonset.yaml",
+            "            - --max-sessions=256\n",
+            "",
+            "no --max-sessions: the default 16 serves 7 peers",
+        ),
+        (
+            "kubernetes/base/daemonset.yaml",
+            "--max-sessions=256",
+            "--max-sessions=16",
+            "--max-sessions 16 is below 256",
+        ),
+        (
+            "kubernetes/base/daemonset.yaml",
+            "            - --quiet\n",
+            "",
+            "no --quiet",
+        ),
         // PromQL syntax (promtool).
         (
             "grafana/sonde-mesh.json",
