@@ -15,6 +15,8 @@ Debian's `prometheus`). Nothing here talks to a cluster or the network.
      for the oldest and newest Kubernetes versions in KUBERNETES_VERSIONS;
    - the ServiceMonitor against deploy/schemas/servicemonitor.schema.json.
    Every YAML file under deploy/kubernetes must be reached from some kustomization.
+   A secretGenerator's file (base/secret.txt, the shared secret) must be gitignored and, when
+   present, hold a secret the agents accept; absent (a fresh clone), a placeholder stands in.
 2. The ConfigMap's mesh.toml parses as TOML and uses only the keys of docs/mesh.md (the mesh
    contract); MESH_KEYS below follows that file. Each DaemonSet names its agent by address
    (SONDE_MESH_NAME from the downward API: status.podIP, or status.hostIP on hostNetwork), the
@@ -24,7 +26,9 @@ Debian's `prometheus`). Nothing here talks to a cluster or the network.
    (wrapped as recording rules), and uses only metric names from docs/mesh.md.
 """
 
+import base64
 import copy
+import hashlib
 import json
 import os
 import re
@@ -121,12 +125,102 @@ def apply_json6902(obj, ops, where, failures):
     return obj
 
 
+# What kustomize's secretGenerator reads, when the file is absent from this checkout (it is
+# never committed): the check renders and validates the Secret with this instead.
+SECRET_PLACEHOLDER = b"placeholder: make deploy/kubernetes/base/secret.txt\n"
+
+PLACEHOLDERS_NOTED = set()
+
+# A shared secret shorter than this is refused: the README makes one of 32 random bytes.
+MIN_SECRET_BYTES = 16
+
+
+def secret_text_problem(data):
+    """Why `data` is not a secret the agents can use (sonde's `Secret::from_text`: one trailing
+    line end is not part of it), or None."""
+    if data.endswith(b"\n"):
+        data = data[:-1]
+        if data.endswith(b"\r"):
+            data = data[:-1]
+    if not data:
+        return "is empty: the agent refuses an empty secret"
+    if len(data) < MIN_SECRET_BYTES:
+        return (
+            f"holds {len(data)} bytes, fewer than {MIN_SECRET_BYTES}: make it with "
+            "`head -c 32 /dev/urandom | base64 > secret.txt`"
+        )
+    return None
+
+
+def ignored_here(kdir, name):
+    """Whether the .gitignore next to the kustomization names `name`, so it is never committed."""
+    try:
+        with open(os.path.join(kdir, ".gitignore"), encoding="utf-8") as f:
+            return name in (line.strip() for line in f)
+    except FileNotFoundError:
+        return False
+
+
+def generate_secret(kdir, generator, objects, failures):
+    """The Secret of a secretGenerator entry (`files: [KEY=PATH]`), named NAME-<hash> as
+    kustomize names it (the hash here is a stand-in), and the pod volumes that name it pointed
+    at it, as kustomize does."""
+    kpath = os.path.join(kdir, "kustomization.yaml")
+    name = generator.get("name")
+    for key in generator:
+        if key not in ("name", "files"):
+            failures.add(kpath, f"secretGenerator field {key!r} is not one this check renders")
+    data = {}
+    for entry in generator.get("files", []):
+        key, _, rel = entry.rpartition("=")
+        key = key or os.path.basename(rel)
+        path = os.path.join(kdir, rel)
+        if not ignored_here(kdir, rel):
+            failures.add(
+                kpath,
+                f"secret file {rel} is not in {os.path.join(os.path.basename(kdir), '.gitignore')}: "
+                "a secret must never be committed",
+            )
+        try:
+            with open(path, "rb") as f:
+                content = f.read()
+        except FileNotFoundError:
+            if path not in PLACEHOLDERS_NOTED:
+                PLACEHOLDERS_NOTED.add(path)
+                print(f"note: {os.path.relpath(path)} is absent (it is never committed): the Secret is "
+                      "checked with a placeholder; make it before `kubectl apply -k`")
+            content = SECRET_PLACEHOLDER
+        problem = secret_text_problem(content)
+        if problem:
+            failures.add(path, f"the shared secret {problem}")
+        data[key] = base64.b64encode(content).decode("ascii")
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:10]
+    generated = f"{name}-{digest}"
+    referenced = 0
+    for _, obj in objects:
+        pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+        for volume in pod.get("volumes", []):
+            if volume.get("secret", {}).get("secretName") == name:
+                volume["secret"]["secretName"] = generated
+                referenced += 1
+    if referenced == 0:
+        failures.add(kpath, f"no pod volume names the generated Secret {name}")
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": generated},
+        "type": "Opaque",
+        "data": data,
+    }
+    return [(kpath, secret)]
+
+
 def render(kdir, failures, reached):
     """The objects `kubectl kustomize kdir` gives, for the kustomization features used here."""
     kpath = os.path.join(kdir, "kustomization.yaml")
     reached.add(os.path.realpath(kpath))
     (kust,) = load_yaml_documents(kpath)
-    known = {"apiVersion", "kind", "namespace", "resources", "patches"}
+    known = {"apiVersion", "kind", "namespace", "resources", "patches", "secretGenerator"}
     for key in kust:
         if key not in known:
             failures.add(kpath, f"kustomization field {key!r} is not one this check renders")
@@ -141,6 +235,8 @@ def render(kdir, failures, reached):
                 objects.append((path, doc))
         else:
             failures.add(kpath, f"resource {res} does not exist")
+    for generator in kust.get("secretGenerator", []):
+        objects.extend(generate_secret(kdir, generator, objects, failures))
     for patch in kust.get("patches", []):
         ppath = os.path.join(kdir, patch["path"])
         reached.add(os.path.realpath(ppath))
