@@ -15,7 +15,8 @@ Debian's `prometheus`). Nothing here talks to a cluster or the network.
      for the oldest and newest Kubernetes versions in KUBERNETES_VERSIONS;
    - the ServiceMonitor against deploy/schemas/servicemonitor.schema.json.
    Every YAML file under deploy/kubernetes must be reached from some kustomization.
-   A secretGenerator's file (base/secret.txt, the shared secret) must be gitignored and, when
+   The agents' image comes from an `images:` entry (what `kustomize edit set image` sets), which
+   must match the DaemonSet's container. A secretGenerator's file (base/secret.txt, the shared secret) must be gitignored and, when
    present, hold a secret the agents accept; absent (a fresh clone), a placeholder stands in.
 2. The ConfigMap's mesh.toml parses as TOML and uses only the keys of docs/mesh.md (the mesh
    contract); MESH_KEYS below follows that file. Each DaemonSet names its agent by address
@@ -215,12 +216,42 @@ def generate_secret(kdir, generator, objects, failures):
     return [(kpath, secret)]
 
 
+def image_name(image):
+    """An image reference without its tag or digest (`registry:5000/sonde:1` -> `registry:5000/sonde`)."""
+    name = image.split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    return name[:colon] if colon > slash else name
+
+
+def set_image(objects, entry):
+    """Kustomize's `images:` on every container of a pod template: an image named `name` (any
+    tag) becomes `newName` (or the same name) with `newTag` or `digest`. How many it set."""
+    hits = 0
+    for _, obj in objects:
+        pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+        for container in pod.get("containers", []) + pod.get("initContainers", []):
+            image = container.get("image", "")
+            if image_name(image) != entry.get("name"):
+                continue
+            new = entry.get("newName", entry.get("name"))
+            if "digest" in entry:
+                new += "@" + entry["digest"]
+            elif "newTag" in entry:
+                new += ":" + str(entry["newTag"])
+            elif image_name(image) != image:
+                new += image[len(image_name(image)):]
+            container["image"] = new
+            hits += 1
+    return hits
+
+
 def render(kdir, failures, reached):
     """The objects `kubectl kustomize kdir` gives, for the kustomization features used here."""
     kpath = os.path.join(kdir, "kustomization.yaml")
     reached.add(os.path.realpath(kpath))
     (kust,) = load_yaml_documents(kpath)
-    known = {"apiVersion", "kind", "namespace", "resources", "patches", "secretGenerator"}
+    known = {"apiVersion", "kind", "namespace", "resources", "patches", "secretGenerator", "images"}
     for key in kust:
         if key not in known:
             failures.add(kpath, f"kustomization field {key!r} is not one this check renders")
@@ -250,6 +281,13 @@ def render(kdir, failures, reached):
                 hits += 1
         if hits == 0:
             failures.add(ppath, f"patch target {target} matches no object")
+    for entry in kust.get("images", []):
+        if set_image(objects, entry) == 0:
+            failures.add(
+                kpath,
+                f"images entry {entry.get('name')!r} matches no container image, so "
+                "`kustomize edit set image` would not set the agents' image",
+            )
     if "namespace" in kust:
         for i, (src, obj) in enumerate(objects):
             if obj.get("kind") not in CLUSTER_KINDS:

@@ -421,6 +421,14 @@ fn the_offline_checks_fail_on_each_kind_of_typo() {
             "secrets.txt",
             "secret file secret.txt is not in base/.gitignore",
         ),
+        // The agents' image is set through kustomization.yaml's `images:` entry (`kustomize
+        // edit set image`), which must match the DaemonSet's container.
+        (
+            "kubernetes/base/daemonset.yaml",
+            "          image: sonde\n",
+            "          image: sonde-agent\n",
+            "images entry 'sonde' matches no container image",
+        ),
         // PromQL syntax (promtool).
         (
             "grafana/sonde-mesh.json",
