@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use sonde_client::Target;
+use sonde_agent::LinkTests;
+use sonde_client::{ClientError, Target};
 use sonde_engine::schedule::{Check, MeshScheduler, SchedulerConfig};
 use sonde_wire::auth::Secret;
 use sonde_wire::Protocol;
@@ -41,11 +42,12 @@ pub(crate) fn spawn(
     cfg: MeshConfig,
     secret: Option<Secret>,
     metrics: Arc<Metrics>,
+    links: Arc<LinkTests>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<JoinHandle<()>> {
     Ok(thread::Builder::new()
         .name("sonde-mesh".into())
-        .spawn(move || supervise(&cfg, secret.as_ref(), &metrics, &stop))?)
+        .spawn(move || supervise(&cfg, secret.as_ref(), &metrics, &links, &stop))?)
 }
 
 /// One line per event on stderr: a peer joining or leaving, a peer going down (once, not at
@@ -133,7 +135,13 @@ struct Prober {
     threads: Vec<JoinHandle<()>>,
 }
 
-fn supervise(cfg: &MeshConfig, secret: Option<&Secret>, metrics: &Arc<Metrics>, stop: &AtomicBool) {
+fn supervise(
+    cfg: &MeshConfig,
+    secret: Option<&Secret>,
+    metrics: &Arc<Metrics>,
+    links: &Arc<LinkTests>,
+    stop: &AtomicBool,
+) {
     let mut probers: BTreeMap<Peer, Prober> = BTreeMap::new();
     let mut file_state = None;
     let sched_cfg = SchedulerConfig::new(
@@ -226,12 +234,15 @@ fn supervise(cfg: &MeshConfig, secret: Option<&Secret>, metrics: &Arc<Metrics>, 
             scheduler.set_peers(peers.iter().cloned(), now_ns());
         }
         while let Some(start) = scheduler.poll(now_ns()) {
-            // A peer that does not answer probes is not tested: its turn passes.
+            // A peer that does not answer probes is not tested, nor one whose own test of this
+            // link this agent is serving (docs/mesh.md): its turn passes.
             if let Some(p) = probers
                 .get(&start.peer)
                 .filter(|p| !p.down.load(Ordering::Relaxed))
             {
-                run_check(cfg, secret, metrics, &start.peer, start.check, &p.stop);
+                if let Some(_link) = links.start_outgoing(start.peer.addr.ip()) {
+                    run_check(cfg, secret, metrics, &start.peer, start.check, &p.stop);
+                }
             }
             scheduler.finished(&start.peer, now_ns());
         }
@@ -369,6 +380,21 @@ fn unix_seconds() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// A scheduled test that did not run to its end. Refused as busy, the peer is testing this
+/// link itself (or serving its most sessions): the turn passes, as for a peer that is down, and
+/// is not logged as a failure.
+fn check_failed(kind: &str, peer: &Peer, e: &ClientError) {
+    if !matches!(
+        e,
+        ClientError::Refused {
+            reason: sonde_wire::Refusal::Busy,
+            ..
+        }
+    ) {
+        log(format_args!("{kind} test to {} failed: {e}", peer.label));
+    }
+}
+
 /// One scheduled throughput or pps test; a failure leaves the last figures as they were.
 fn run_check(
     cfg: &MeshConfig,
@@ -407,10 +433,7 @@ fn run_check(
                         .get_or_create(&labels)
                         .set(unix_seconds());
                 }
-                Err(e) => log(format_args!(
-                    "throughput test to {} failed: {e}",
-                    peer.label
-                )),
+                Err(e) => check_failed("throughput", peer, &e),
             }
         }
         Check::Pps => {
@@ -424,7 +447,7 @@ fn run_check(
                     metrics.pps.get_or_create(&labels).set(r.received_pps);
                     metrics.pps_time.get_or_create(&labels).set(unix_seconds());
                 }
-                Err(e) => log(format_args!("pps test to {} failed: {e}", peer.label)),
+                Err(e) => check_failed("pps", peer, &e),
             }
         }
     }
@@ -500,6 +523,78 @@ mod tests {
             .collect();
         assert!(found.contains(&"127.0.0.1:7009".to_owned()), "{found:?}");
         assert!(!found.contains(&"127.0.0.1:7003".to_owned()), "{found:?}");
+    }
+
+    /// The agent's side of "one test on a link at a time", over loopback (client and agent
+    /// both at 127.0.0.1, as two agents on one host, where the tie-break refuses).
+    #[test]
+    fn a_link_under_test_from_either_end_takes_no_second_test() {
+        use std::net::{IpAddr, Ipv4Addr};
+        let links = LinkTests::new();
+        let mut cfg = sonde_agent::AgentConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));
+        cfg.link_tests = Some(Arc::clone(&links));
+        let agent = sonde_agent::Agent::bind(cfg).unwrap().spawn();
+        let target = Target {
+            addr: agent.local_addr(),
+            label: "agent".into(),
+            secret: None,
+        };
+        let peer = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let options = sonde_client::ThroughputOptions {
+            duration: Duration::from_secs(2),
+            ..sonde_client::ThroughputOptions::default()
+        };
+        let never = AtomicBool::new(false);
+        // This end's own scheduled test to the client's address runs: the client's is refused
+        // as busy, which the mesh takes as its turn passing.
+        let own = links.start_outgoing(peer).unwrap();
+        let err = sonde_client::throughput_interruptible(&target, &options, &never, &mut |_| {})
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ClientError::Refused {
+                    reason: sonde_wire::Refusal::Busy,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // Latency probes are not throughput tests: served.
+        let probe = sonde_client::LatencyOptions {
+            duration: Duration::from_millis(300),
+            ..sonde_client::LatencyOptions::default()
+        };
+        sonde_client::latency_measured(&target, &probe, &never).unwrap();
+        drop(own);
+        // Served while no test of this end runs; while it is served, this end's scheduled test
+        // to that address does not start.
+        let client = {
+            let (target, options) = (target.clone(), options.clone());
+            thread::spawn(move || {
+                sonde_client::throughput_interruptible(
+                    &target,
+                    &options,
+                    &AtomicBool::new(false),
+                    &mut |_| {},
+                )
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !links.serving(peer) && !client.is_finished() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert!(links.serving(peer), "the session was never registered");
+        assert!(links.start_outgoing(peer).is_none());
+        let result = client.join().unwrap().unwrap();
+        assert!(result.receiver.bits_per_second > 0.0);
+        // Over, the link is free again (the session's registration ends with it).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while links.serving(peer) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert!(links.start_outgoing(peer).is_some());
+        agent.stop();
     }
 
     #[test]
