@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sonde_agent::LinkTests;
 use sonde_client::{ClientError, Target};
-use sonde_engine::schedule::{Check, MeshScheduler, SchedulerConfig};
+use sonde_engine::schedule::{Check, MeshScheduler};
 use sonde_wire::auth::Secret;
 use sonde_wire::Protocol;
 
@@ -144,13 +144,7 @@ fn supervise(
 ) {
     let mut probers: BTreeMap<Peer, Prober> = BTreeMap::new();
     let mut file_state = None;
-    let sched_cfg = SchedulerConfig::new(
-        cfg.throughput.as_ref().map(|t| t.plan),
-        cfg.pps.as_ref().map(|p| p.plan),
-        // Each end of a link schedules its own tests: half the share each keeps the link's
-        // total within it.
-        cfg.max_link_share / 2.0,
-    );
+    let sched_cfg = cfg.scheduler_config();
     let seed = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64);
