@@ -72,7 +72,7 @@ fn resolve_one(spec: &str, default_port: u16) -> Option<SocketAddr> {
 
 /// Looks a DNS name up: every address of `name`, at `port` (injected, so a test can change the
 /// record set between two refreshes).
-type Resolver = dyn Fn(&str, u16) -> std::io::Result<Vec<SocketAddr>>;
+type Resolver<'a> = dyn Fn(&str, u16) -> std::io::Result<Vec<SocketAddr>> + 'a;
 
 /// The system's resolver (`getaddrinfo`: A and AAAA records).
 fn system_resolver(name: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
@@ -85,7 +85,7 @@ fn current_peers(
     cfg: &MeshConfig,
     last_file: &mut Option<(SystemTime, Vec<String>)>,
     last_dns: &mut Vec<SocketAddr>,
-    resolve: &Resolver,
+    resolve: &Resolver<'_>,
 ) -> Vec<Peer> {
     let mut listed: Vec<String> = cfg.hosts.clone();
     if let Some(path) = &cfg.file {
