@@ -476,7 +476,11 @@ fn the_secret_file_the_user_makes_is_checked() {
         std::fs::write(copy.path().join(secret), content).unwrap();
         let out = run_check(&python, copy.path());
         assert!(!out.status.success(), "{content:?} passed\n{}", out.stdout);
-        assert!(out.stderr.contains(expect), "{expect:?} not in\n{}", out.stderr);
+        assert!(
+            out.stderr.contains(expect),
+            "{expect:?} not in\n{}",
+            out.stderr
+        );
     }
     let copy = deploy_copy();
     std::fs::write(
@@ -491,7 +495,11 @@ fn the_secret_file_the_user_makes_is_checked() {
     let _ = std::fs::remove_file(copy.path().join(secret));
     let out = run_check(&python, copy.path());
     assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
-    assert!(out.stdout.contains("secret.txt is absent"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("secret.txt is absent"),
+        "{}",
+        out.stdout
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -557,17 +557,30 @@ mod tests {
     fn a_test_that_would_never_fit_its_share_is_refused_at_load() {
         let head = "[peers]\nhosts = [\"x\"]\n";
         // Half of 5 % of the 10-minute window (10 x every 1m) is 15 s: 15 s fits, 16 s never would.
-        let c = MeshConfig::parse(&format!("{head}[throughput]\nevery = \"1m\"\ntime = \"15s\"\n"))
-            .unwrap();
+        let c = MeshConfig::parse(&format!(
+            "{head}[throughput]\nevery = \"1m\"\ntime = \"15s\"\n"
+        ))
+        .unwrap();
         assert_eq!(c.scheduler_config().allowed(), Duration::from_secs(15));
         let msg = format!(
             "{:#}",
-            MeshConfig::parse(&format!("{head}[throughput]\nevery = \"1m\"\ntime = \"16s\"\n"))
-                .unwrap_err()
+            MeshConfig::parse(&format!(
+                "{head}[throughput]\nevery = \"1m\"\ntime = \"16s\"\n"
+            ))
+            .unwrap_err()
         );
-        assert!(msg.contains("[throughput] time = 16s would never run"), "{msg}");
-        assert!(msg.contains("600s window") && msg.contains(", 15s;"), "{msg}");
-        assert!(msg.contains("shorten time, or raise every or max_link_share"), "{msg}");
+        assert!(
+            msg.contains("[throughput] time = 16s would never run"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("600s window") && msg.contains(", 15s;"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("shorten time, or raise every or max_link_share"),
+            "{msg}"
+        );
         // The window is the longest `every`'s, and the cap the file's max_link_share: pps's 16 s
         // fits beside a throughput test every 2 minutes, or with a larger share.
         for ok in [

@@ -252,8 +252,8 @@ fn supervise(
             next_refresh = Instant::now() + cfg.refresh;
             let peers: BTreeSet<Peer> =
                 current_peers(cfg, &mut file_state, &mut dns_state, &system_resolver)
-                .into_iter()
-                .collect();
+                    .into_iter()
+                    .collect();
             apply_peers(cfg, metrics, &mut probers, &peers, &mut |peer| {
                 start_prober(cfg, secret, metrics, peer)
             });
@@ -595,7 +595,9 @@ mod tests {
         let mut file = None;
         let mut dns = Vec::new();
         let mut refresh = |probers: &mut BTreeMap<Peer, Prober>| {
-            let peers: BTreeSet<Peer> = current_peers(&c, &mut file, &mut dns, &resolve).into_iter().collect();
+            let peers: BTreeSet<Peer> = current_peers(&c, &mut file, &mut dns, &resolve)
+                .into_iter()
+                .collect();
             apply_peers(&c, &metrics, probers, &peers, &mut |peer| {
                 started.push(peer.label.clone());
                 Prober {
@@ -618,14 +620,16 @@ mod tests {
             };
             (
                 listed(probers),
-                scheduler.peers().map(|p| p.label.clone()).collect::<Vec<_>>(),
+                scheduler
+                    .peers()
+                    .map(|p| p.label.clone())
+                    .collect::<Vec<_>>(),
             )
         };
         let series = |target: &str| {
-            metrics
-                .encode(None)
-                .lines()
-                .any(|l| l.starts_with("sonde_peer_up{") && l.contains(&format!("target=\"{target}\"")))
+            metrics.encode(None).lines().any(|l| {
+                l.starts_with("sonde_peer_up{") && l.contains(&format!("target=\"{target}\""))
+            })
         };
 
         // Two pods, and this agent's own address (its port on a local address): left out. (No
@@ -642,7 +646,10 @@ mod tests {
         let (now, sched) = refresh(&mut probers);
         assert_eq!(now, ["198.18.0.3", "198.18.0.4"]);
         assert_eq!(sched, now);
-        assert!(stop_2.load(Ordering::Relaxed), "the leaving peer's probers were not stopped");
+        assert!(
+            stop_2.load(Ordering::Relaxed),
+            "the leaving peer's probers were not stopped"
+        );
         assert!(!series("198.18.0.2"), "{}", metrics.encode(None));
         assert!(series("198.18.0.3") && series("198.18.0.4"));
         // A failed lookup (a DNS blip) keeps the last answer: no peer leaves, no series goes.
