@@ -15,15 +15,21 @@ Debian's `prometheus`). Nothing here talks to a cluster or the network.
      for the oldest and newest Kubernetes versions in KUBERNETES_VERSIONS;
    - the ServiceMonitor against deploy/schemas/servicemonitor.schema.json.
    Every YAML file under deploy/kubernetes must be reached from some kustomization.
+   The agents' image comes from an `images:` entry (what `kustomize edit set image` sets), which
+   must match the DaemonSet's container. A secretGenerator's file (base/secret.txt, the shared secret) must be gitignored and, when
+   present, hold a secret the agents accept; absent (a fresh clone), a placeholder stands in.
 2. The ConfigMap's mesh.toml parses as TOML and uses only the keys of docs/mesh.md (the mesh
    contract); MESH_KEYS below follows that file. Each DaemonSet names its agent by address
    (SONDE_MESH_NAME from the downward API: status.podIP, or status.hostIP on hostNetwork), the
-   same kind of value as its DNS peers' `target`, so `source` and `target` line up.
+   same kind of value as its DNS peers' `target`, so `source` and `target` line up; and runs
+   the agent with --quiet and a --max-sessions that serves SIZED_FOR_NODES nodes' probes.
 3. Every PromQL expression of deploy/grafana/*.json is checked by `promtool check rules`
    (wrapped as recording rules), and uses only metric names from docs/mesh.md.
 """
 
+import base64
 import copy
+import hashlib
 import json
 import os
 import re
@@ -64,6 +70,11 @@ METRICS = {
 
 # Grafana's interval variables, replaced by a value promtool accepts.
 GRAFANA_INTERVALS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
+
+# The cluster size the DaemonSet's --max-sessions is sized for: every one of N - 1 peers holds a
+# probe session per protocol (two) at each agent, plus two for scheduled tests (docs/mesh.md).
+SIZED_FOR_NODES = 128
+MIN_MAX_SESSIONS = 2 * (SIZED_FOR_NODES - 1) + 2
 
 # Kinds that are not namespaced (kustomize's `namespace:` leaves them alone).
 CLUSTER_KINDS = {"Namespace"}
@@ -115,12 +126,132 @@ def apply_json6902(obj, ops, where, failures):
     return obj
 
 
+# What kustomize's secretGenerator reads, when the file is absent from this checkout (it is
+# never committed): the check renders and validates the Secret with this instead.
+SECRET_PLACEHOLDER = b"placeholder: make deploy/kubernetes/base/secret.txt\n"
+
+PLACEHOLDERS_NOTED = set()
+
+# A shared secret shorter than this is refused: the README makes one of 32 random bytes.
+MIN_SECRET_BYTES = 16
+
+
+def secret_text_problem(data):
+    """Why `data` is not a secret the agents can use (sonde's `Secret::from_text`: one trailing
+    line end is not part of it), or None."""
+    if data.endswith(b"\n"):
+        data = data[:-1]
+        if data.endswith(b"\r"):
+            data = data[:-1]
+    if not data:
+        return "is empty: the agent refuses an empty secret"
+    if len(data) < MIN_SECRET_BYTES:
+        return (
+            f"holds {len(data)} bytes, fewer than {MIN_SECRET_BYTES}: make it with "
+            "`head -c 32 /dev/urandom | base64 > secret.txt`"
+        )
+    return None
+
+
+def ignored_here(kdir, name):
+    """Whether the .gitignore next to the kustomization names `name`, so it is never committed."""
+    try:
+        with open(os.path.join(kdir, ".gitignore"), encoding="utf-8") as f:
+            return name in (line.strip() for line in f)
+    except FileNotFoundError:
+        return False
+
+
+def generate_secret(kdir, generator, objects, failures):
+    """The Secret of a secretGenerator entry (`files: [KEY=PATH]`), named NAME-<hash> as
+    kustomize names it (the hash here is a stand-in), and the pod volumes that name it pointed
+    at it, as kustomize does."""
+    kpath = os.path.join(kdir, "kustomization.yaml")
+    name = generator.get("name")
+    for key in generator:
+        if key not in ("name", "files"):
+            failures.add(kpath, f"secretGenerator field {key!r} is not one this check renders")
+    data = {}
+    for entry in generator.get("files", []):
+        key, _, rel = entry.rpartition("=")
+        key = key or os.path.basename(rel)
+        path = os.path.join(kdir, rel)
+        if not ignored_here(kdir, rel):
+            failures.add(
+                kpath,
+                f"secret file {rel} is not in {os.path.join(os.path.basename(kdir), '.gitignore')}: "
+                "a secret must never be committed",
+            )
+        try:
+            with open(path, "rb") as f:
+                content = f.read()
+        except FileNotFoundError:
+            if path not in PLACEHOLDERS_NOTED:
+                PLACEHOLDERS_NOTED.add(path)
+                print(f"note: {os.path.relpath(path)} is absent (it is never committed): the Secret is "
+                      "checked with a placeholder; make it before `kubectl apply -k`")
+            content = SECRET_PLACEHOLDER
+        problem = secret_text_problem(content)
+        if problem:
+            failures.add(path, f"the shared secret {problem}")
+        data[key] = base64.b64encode(content).decode("ascii")
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:10]
+    generated = f"{name}-{digest}"
+    referenced = 0
+    for _, obj in objects:
+        pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+        for volume in pod.get("volumes", []):
+            if volume.get("secret", {}).get("secretName") == name:
+                volume["secret"]["secretName"] = generated
+                referenced += 1
+    if referenced == 0:
+        failures.add(kpath, f"no pod volume names the generated Secret {name}")
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": generated},
+        "type": "Opaque",
+        "data": data,
+    }
+    return [(kpath, secret)]
+
+
+def image_name(image):
+    """An image reference without its tag or digest (`registry:5000/sonde:1` -> `registry:5000/sonde`)."""
+    name = image.split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    return name[:colon] if colon > slash else name
+
+
+def set_image(objects, entry):
+    """Kustomize's `images:` on every container of a pod template: an image named `name` (any
+    tag) becomes `newName` (or the same name) with `newTag` or `digest`. How many it set."""
+    hits = 0
+    for _, obj in objects:
+        pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+        for container in pod.get("containers", []) + pod.get("initContainers", []):
+            image = container.get("image", "")
+            if image_name(image) != entry.get("name"):
+                continue
+            new = entry.get("newName", entry.get("name"))
+            if "digest" in entry:
+                new += "@" + entry["digest"]
+            elif "newTag" in entry:
+                new += ":" + str(entry["newTag"])
+            elif image_name(image) != image:
+                new += image[len(image_name(image)):]
+            container["image"] = new
+            hits += 1
+    return hits
+
+
 def render(kdir, failures, reached):
     """The objects `kubectl kustomize kdir` gives, for the kustomization features used here."""
     kpath = os.path.join(kdir, "kustomization.yaml")
     reached.add(os.path.realpath(kpath))
     (kust,) = load_yaml_documents(kpath)
-    known = {"apiVersion", "kind", "namespace", "resources", "patches"}
+    known = {"apiVersion", "kind", "namespace", "resources", "patches", "secretGenerator", "images"}
     for key in kust:
         if key not in known:
             failures.add(kpath, f"kustomization field {key!r} is not one this check renders")
@@ -135,6 +266,8 @@ def render(kdir, failures, reached):
                 objects.append((path, doc))
         else:
             failures.add(kpath, f"resource {res} does not exist")
+    for generator in kust.get("secretGenerator", []):
+        objects.extend(generate_secret(kdir, generator, objects, failures))
     for patch in kust.get("patches", []):
         ppath = os.path.join(kdir, patch["path"])
         reached.add(os.path.realpath(ppath))
@@ -148,6 +281,13 @@ def render(kdir, failures, reached):
                 hits += 1
         if hits == 0:
             failures.add(ppath, f"patch target {target} matches no object")
+    for entry in kust.get("images", []):
+        if set_image(objects, entry) == 0:
+            failures.add(
+                kpath,
+                f"images entry {entry.get('name')!r} matches no container image, so "
+                "`kustomize edit set image` would not set the agents' image",
+            )
     if "namespace" in kust:
         for i, (src, obj) in enumerate(objects):
             if obj.get("kind") not in CLUSTER_KINDS:
@@ -213,6 +353,48 @@ def check_agent_name(src, obj, failures):
             )
 
 
+def flag_values(args, flag):
+    """Every value of `flag` in a container's args, as `--flag=V` or `--flag V`."""
+    values = []
+    for i, arg in enumerate(args):
+        if arg.startswith(flag + "="):
+            values.append(arg[len(flag) + 1:])
+        elif arg == flag:
+            values.append(args[i + 1] if i + 1 < len(args) else None)
+    return values
+
+
+def check_agent_args(src, obj, failures):
+    """The mesh agent's flags docs/mesh.md asks for: sessions for every peer's probes, --quiet."""
+    pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+    for container in pod.get("containers", []):
+        where = f"{src} (container {container.get('name')})"
+        args = [str(a) for a in container.get("args", [])]
+        if "--mesh" not in args and not any(a.startswith("--mesh=") for a in args):
+            continue
+        values = flag_values(args, "--max-sessions")
+        try:
+            sessions = int(values[-1]) if values else None
+        except (TypeError, ValueError):
+            sessions = None
+            failures.add(where, f"--max-sessions {values[-1]!r} is not a number")
+        if sessions is None and not values:
+            failures.add(
+                where,
+                f"no --max-sessions: the default 16 serves 7 peers, so on a larger cluster "
+                f"healthy peers read down (set at least {MIN_MAX_SESSIONS}, "
+                f"for {SIZED_FOR_NODES} nodes)",
+            )
+        elif sessions is not None and sessions < MIN_MAX_SESSIONS:
+            failures.add(
+                where,
+                f"--max-sessions {sessions} is below {MIN_MAX_SESSIONS}, which "
+                f"{SIZED_FOR_NODES} nodes' probes need (2 x peers + 2, docs/mesh.md)",
+            )
+        if "--quiet" not in args:
+            failures.add(where, "no --quiet: every probe session would be a log line at both ends")
+
+
 def dashboard_exprs(node):
     if isinstance(node, dict):
         if isinstance(node.get("expr"), str):
@@ -276,6 +458,7 @@ def main():
                 check_mesh(os.path.relpath(src, deploy), obj["data"]["mesh.toml"], failures)
             if obj.get("kind") == "DaemonSet":
                 check_agent_name(os.path.relpath(src, deploy), obj, failures)
+                check_agent_args(os.path.relpath(src, deploy), obj, failures)
             checked += 1
         print(f"kubernetes/{kdir}: {len(objects)} objects ({', '.join(kinds)})")
     for root, _, files in os.walk(kube):

@@ -20,6 +20,7 @@ mod clock;
 mod crr;
 mod helper;
 mod iperf3;
+mod link;
 mod session;
 mod sockperf;
 
@@ -36,6 +37,7 @@ use std::time::{Duration, Instant};
 
 pub(crate) use admission::PendingGuard;
 pub use helper::{Helper, HelperFailure, HelperJob, HelperOutcome, HelperRunner};
+pub use link::{LinkBusy, LinkTest, LinkTests};
 use sonde_net::control::{read_preamble, ControlError};
 use sonde_wire::auth::{Secret, SessionKey};
 use sonde_wire::{Channel, DataJoin, Limits, TestSpec, Token, UdpJoin, DATA_JOIN_LEN};
@@ -102,6 +104,10 @@ pub struct AgentConfig {
     /// `sonde server --cpu-list`), one per session in turn from the last; `None`: the CPUs
     /// the agent may run on.
     pub cpu_list: Option<Vec<u32>>,
+    /// Mesh mode: the throughput and pps tests on this agent's links, shared with its
+    /// scheduler, so that the two ends of a link never test it at once ([`LinkTests`]). `None`:
+    /// every session is served as usual.
+    pub link_tests: Option<Arc<LinkTests>>,
 }
 
 impl AgentConfig {
@@ -126,6 +132,7 @@ impl AgentConfig {
             secret: None,
             helper: None,
             cpu_list: None,
+            link_tests: None,
         }
     }
 

@@ -177,6 +177,26 @@ pub(crate) fn run(
         }
     };
     let _registered = Registered { shared, token };
+    // Mesh mode: one throughput or pps test on a link at a time, whichever end starts it.
+    let _link = match (&shared.cfg.link_tests, spec.kind) {
+        (Some(links), TestKind::Throughput | TestKind::Pps) => {
+            let local = ctrl.local_addr().map_or(peer_addr.ip(), |a| a.ip());
+            match links.serve_incoming(local, peer_addr.ip()) {
+                Ok(link) => Some(link),
+                Err(crate::LinkBusy) => {
+                    refuse(
+                        shared,
+                        &mut ctrl,
+                        Refusal::Busy,
+                        "this agent is running its own scheduled test to your address; the link \
+                         takes one test at a time (docs/mesh.md)",
+                    );
+                    return true;
+                }
+            }
+        }
+        _ => None,
+    };
     // From here on the connection is a session, not a pending stranger.
     pending.take();
     shared.stats.admitted(spec.kind);

@@ -98,6 +98,24 @@ impl SchedulerConfig {
         }
     }
 
+    /// The most time one pair may spend under test within the window (`max_share` of it): a
+    /// test longer than this never fits, so it never runs.
+    pub fn allowed(&self) -> Duration {
+        Duration::from_nanos(self.allowed_ns())
+    }
+
+    fn allowed_ns(&self) -> u64 {
+        (self.max_share.clamp(0.0, 1.0) * ns(self.window) as f64).round() as u64
+    }
+
+    /// The scheduled tests longer than [`Self::allowed`], which would never run.
+    pub fn never_fits(&self) -> impl Iterator<Item = (Check, CheckPlan)> + '_ {
+        [Check::Throughput, Check::Pps]
+            .into_iter()
+            .filter_map(|c| self.plan(c).map(|p| (c, p)))
+            .filter(|(_, p)| ns(p.duration) > self.allowed_ns())
+    }
+
     fn plan(&self, check: Check) -> Option<CheckPlan> {
         match check {
             Check::Throughput => self.throughput,
@@ -157,7 +175,8 @@ fn fits_from_ns(
             return t;
         }
     }
-    // Only a test longer than the share itself gets here: it never fits, so it never runs.
+    // Only a test longer than the share itself gets here: it never fits, so it never runs
+    // (SchedulerConfig::never_fits; sonde refuses such a mesh file when it loads it).
     u64::MAX
 }
 
@@ -234,7 +253,7 @@ impl<P: Ord + Clone> MeshScheduler<P> {
             return None;
         }
         let window_ns = ns(self.cfg.window);
-        let allowed_ns = (self.cfg.max_share.clamp(0.0, 1.0) * window_ns as f64) as u64;
+        let allowed_ns = self.cfg.allowed_ns();
         // The most overdue test first, so no pair starves another.
         let mut best: Option<(u64, P, Check)> = None;
         for (peer, pair) in &mut self.pairs {
@@ -531,6 +550,20 @@ mod tests {
         s.finished(&t.peer, 5 * S);
         assert_eq!(s.running(), 0);
         assert_eq!(s.poll(3 * S).map(|t| t.peer), Some(other));
+    }
+
+    #[test]
+    fn a_test_longer_than_the_share_never_runs_and_is_named() {
+        // 5 % of the 100 s window is 5 s: a 6 s test never fits, a 5 s one does.
+        let cfg = SchedulerConfig::new(Some(plan(10, 0, 6)), Some(plan(10, 0, 5)), 0.05);
+        assert_eq!(cfg.allowed(), Duration::from_secs(5));
+        let never: Vec<Check> = cfg.never_fits().map(|(c, _)| c).collect();
+        assert_eq!(never, [Check::Throughput]);
+        let mut s = MeshScheduler::new(cfg, 8);
+        s.set_peers([1], 0);
+        let log = simulate(&mut s, 0, 1_000 * S, 0);
+        assert!(log.iter().all(|e| e.1 == Check::Pps), "{log:?}");
+        assert!(!log.is_empty());
     }
 
     #[test]

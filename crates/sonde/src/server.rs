@@ -167,6 +167,9 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     if let Some(CpuList(list)) = &opt.cpu_list {
         check_cpu_list(list)?;
     }
+    // Mesh mode: the agent and its scheduler share the tests on each link, so that the two ends
+    // of a link never run their scheduled tests on it at once.
+    let link_tests = mesh.as_ref().map(|_| sonde_agent::LinkTests::new());
     let config = |ip: IpAddr| {
         let mut c = AgentConfig::new(SocketAddr::new(ip, opt.port));
         c.max_sessions = opt.max_sessions;
@@ -183,6 +186,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
             .helper
             .then(|| sonde_agent::Helper(Arc::new(ClientRunner)));
         c.cpu_list = opt.cpu_list.as_ref().map(|l| l.0.clone());
+        c.link_tests.clone_from(&link_tests);
         c
     };
     let agent = match opt.bind {
@@ -250,7 +254,14 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
                     .collect::<Vec<_>>()
                     .join(" and ")
             );
-            threads.push(crate::mesh::spawn(cfg, secret, metrics, Arc::clone(&stop))?);
+            let links = link_tests.unwrap_or_else(sonde_agent::LinkTests::new);
+            threads.push(crate::mesh::spawn(
+                cfg,
+                secret,
+                metrics,
+                links,
+                Arc::clone(&stop),
+            )?);
         }
     }
     let _ = std::io::stdout().flush();

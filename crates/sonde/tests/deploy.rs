@@ -296,16 +296,16 @@ fn the_manifests_the_mesh_file_and_the_dashboard_pass_the_offline_checks() {
     assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
     // Every kustomization was rendered, and the kinds the README promises are there.
     for line in [
-        "kubernetes/base: 4 objects (ConfigMap, DaemonSet, Namespace, Service)",
-        "kubernetes/default: 5 objects (ConfigMap, DaemonSet, Namespace, Service, ServiceMonitor)",
-        "kubernetes/host-network: 5 objects",
+        "kubernetes/base: 5 objects (ConfigMap, DaemonSet, Namespace, Secret, Service)",
+        "kubernetes/default: 6 objects (ConfigMap, DaemonSet, Namespace, Secret, Service, ServiceMonitor)",
+        "kubernetes/host-network: 6 objects",
     ] {
         assert!(out.stdout.contains(line), "{line:?} not in\n{}", out.stdout);
     }
 }
 
-/// A copy of deploy/ with `from` replaced by `to` in `file` (once, and it must be there).
-fn mutated(file: &str, from: &str, to: &str) -> tempfile::TempDir {
+/// A copy of deploy/.
+fn deploy_copy() -> tempfile::TempDir {
     let copy = tempfile::tempdir().unwrap();
     let src = repo_root().join("deploy");
     let status = Command::new("cp")
@@ -315,6 +315,12 @@ fn mutated(file: &str, from: &str, to: &str) -> tempfile::TempDir {
         .status()
         .unwrap();
     assert!(status.success());
+    copy
+}
+
+/// A copy of deploy/ with `from` replaced by `to` in `file` (once, and it must be there).
+fn mutated(file: &str, from: &str, to: &str) -> tempfile::TempDir {
+    let copy = deploy_copy();
     let path = copy.path().join(file);
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains(from), "{file} has no {from:?}");
@@ -381,6 +387,48 @@ fn the_offline_checks_fail_on_each_kind_of_typo() {
             "value: status.podIP",
             "SONDE_MESH_NAME must come from status.hostIP",
         ),
+        // The agent's flags for a mesh: sessions for every peer's probes (the default 16 serves
+        // 7 peers), and no log line per probe session.
+        (
+            "kubernetes/base/daemonset.yaml",
+            "            - --max-sessions=256\n",
+            "",
+            "no --max-sessions: the default 16 serves 7 peers",
+        ),
+        (
+            "kubernetes/base/daemonset.yaml",
+            "--max-sessions=256",
+            "--max-sessions=16",
+            "--max-sessions 16 is below 256",
+        ),
+        (
+            "kubernetes/base/daemonset.yaml",
+            "            - --quiet\n",
+            "",
+            "no --quiet",
+        ),
+        // The Secret the agents mount is the one kustomize generates from base/secret.txt,
+        // and that file is never committed.
+        (
+            "kubernetes/base/daemonset.yaml",
+            "secretName: sonde-secret",
+            "secretName: sonde-secrets",
+            "no pod volume names the generated Secret sonde-secret",
+        ),
+        (
+            "kubernetes/base/.gitignore",
+            "secret.txt",
+            "secrets.txt",
+            "secret file secret.txt is not in base/.gitignore",
+        ),
+        // The agents' image is set through kustomization.yaml's `images:` entry (`kustomize
+        // edit set image`), which must match the DaemonSet's container.
+        (
+            "kubernetes/base/daemonset.yaml",
+            "          image: sonde\n",
+            "          image: sonde-agent\n",
+            "images entry 'sonde' matches no container image",
+        ),
         // PromQL syntax (promtool).
         (
             "grafana/sonde-mesh.json",
@@ -410,6 +458,48 @@ fn the_offline_checks_fail_on_each_kind_of_typo() {
             out.stderr
         );
     }
+}
+
+/// The secret file a user makes (README: `head -c 32 /dev/urandom | base64 >
+/// deploy/kubernetes/base/secret.txt`) is what the generated Secret holds; one the agent would
+/// refuse, or too short to be a secret, fails the check.
+#[test]
+fn the_secret_file_the_user_makes_is_checked() {
+    let test = "the_secret_file_the_user_makes_is_checked";
+    let Some(python) = checker(test) else { return };
+    let secret = "kubernetes/base/secret.txt";
+    for (content, expect) in [
+        ("\n", "the shared secret is empty"),
+        ("short\n", "holds 5 bytes, fewer than 16"),
+    ] {
+        let copy = deploy_copy();
+        std::fs::write(copy.path().join(secret), content).unwrap();
+        let out = run_check(&python, copy.path());
+        assert!(!out.status.success(), "{content:?} passed\n{}", out.stdout);
+        assert!(
+            out.stderr.contains(expect),
+            "{expect:?} not in\n{}",
+            out.stderr
+        );
+    }
+    let copy = deploy_copy();
+    std::fs::write(
+        copy.path().join(secret),
+        "x/7PoFf1vlLyqpVdtw47jP3f7cigvEOX48I+duT3CYw=\n",
+    )
+    .unwrap();
+    let out = run_check(&python, copy.path());
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    // The file, not the placeholder a fresh clone is checked with, was rendered.
+    assert!(!out.stdout.contains("placeholder"), "{}", out.stdout);
+    let _ = std::fs::remove_file(copy.path().join(secret));
+    let out = run_check(&python, copy.path());
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("secret.txt is absent"),
+        "{}",
+        out.stdout
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

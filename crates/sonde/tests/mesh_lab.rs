@@ -13,7 +13,8 @@
 //! and only they. A PromQL query
 //! through Prometheus' HTTP API (`promtool query instant`) must return the median RTT of all 12
 //! ordered pairs, the two shaped ones above every other. Then `.3` is killed: the others must
-//! report it unreachable (`sonde_peer_up` 0), its own series go stale, and no RTT of it reads 0.
+//! report it unreachable (`sonde_peer_up` 0), its own series go stale, and the median RTT to it
+//! from each live agent, over a window after its death, exists and is NaN (no sample), not 0.
 //! No absolute timing is asserted: only the order of medians, which a full queue decides.
 //!
 //! Needs root, `ip`, `tc`, `prometheus` and `promtool`; without them the tests print `SKIP` and
@@ -512,7 +513,8 @@ fn mesh_lab_four_agents_in_prometheus() {
     if std::env::var_os("MESH_LAB_EXCERPT").is_some() {
         // For the README's excerpt: what one agent serves (needs curl; not part of the test).
         let out = command_in(Some(ns.name(2)), "curl")
-            .args(["-s", "http://198.18.0.2:9530/metrics"])
+            .arg("-s")
+            .arg(format!("http://{}:{METRICS_PORT}/metrics", AGENTS[1]))
             .output();
         if let Ok(out) = out {
             eprintln!("{}", String::from_utf8_lossy(&out.stdout));
@@ -580,17 +582,23 @@ fn mesh_lab_four_agents_in_prometheus() {
         "the killed agent's own series going stale",
         &agents,
     );
-    // No RTT of it reads zero: over a window after its death there are no samples at all, so
-    // the quantile is NaN (or absent), never 0.
-    thread::sleep(Duration::from_secs(3));
+    // No RTT of it reads zero. It is still listed, so each live agent still exports its RTT
+    // histogram to it, with no new sample since it died: over a window wholly after its death
+    // the median from each of the three live agents exists (three series, scraped every second)
+    // and is NaN, "no sample", never 0.
+    thread::sleep(Duration::from_secs(4));
     let after = query(
         br,
         &format!(
             "histogram_quantile(0.5, sum by (source, target, le) \
-             (rate(sonde_rtt_seconds_bucket{{target=\"{dead}\"}}[2s])))"
+             (rate(sonde_rtt_seconds_bucket{{target=\"{dead}\"}}[3s])))"
         ),
     )
     .unwrap();
+    let mut sources: Vec<&str> = after.iter().map(|(l, _)| l["source"].as_str()).collect();
+    sources.sort_unstable();
+    let alive: Vec<&str> = AGENTS.iter().copied().filter(|a| *a != dead).collect();
+    assert_eq!(sources, alive, "RTT series to the dead agent: {after:?}");
     assert!(
         after.iter().all(|(_, v)| v.is_nan()),
         "RTT of the dead agent: {after:?}"

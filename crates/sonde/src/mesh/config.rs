@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde::Deserialize;
-use sonde_engine::schedule::CheckPlan;
+use sonde_engine::schedule::{Check, CheckPlan, SchedulerConfig};
 use sonde_wire::Protocol;
 
 use crate::spec::{self, KeyValue, TestKind, TestSpec, PROTOCOL_KEY, TARGET_KEY};
@@ -408,7 +408,33 @@ impl MeshConfig {
             !config.hosts.is_empty() || config.file.is_some() || config.dns.is_some(),
             "[peers] lists no hosts, file or dns: the mesh has no peers"
         );
+        let schedule = config.scheduler_config();
+        if let Some((check, plan)) = schedule.never_fits().next() {
+            let table = match check {
+                Check::Throughput => "throughput",
+                Check::Pps => "pps",
+            };
+            anyhow::bail!(
+                "[{table}] time = {:?} would never run: one end of a link may spend half of \
+                 max_link_share ({}) of a {:?} window (10 x the longest `every`, at least 1 \
+                 minute) under test, {:?}; shorten time, or raise every or max_link_share",
+                plan.duration,
+                config.max_link_share,
+                schedule.window,
+                schedule.allowed()
+            );
+        }
         Ok(config)
+    }
+
+    /// The scheduler's settings for this file. Each end of a link schedules its own tests, so
+    /// each keeps to half of `max_link_share` and the link's total stays within it.
+    pub(crate) fn scheduler_config(&self) -> SchedulerConfig {
+        SchedulerConfig::new(
+            self.throughput.as_ref().map(|t| t.plan),
+            self.pps.as_ref().map(|p| p.plan),
+            self.max_link_share / 2.0,
+        )
     }
 }
 
@@ -525,6 +551,55 @@ mod tests {
         .unwrap();
         assert_eq!(c.refresh, Duration::from_millis(500));
         assert_eq!(c.session, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_test_that_would_never_fit_its_share_is_refused_at_load() {
+        let head = "[peers]\nhosts = [\"x\"]\n";
+        // Half of 5 % of the 10-minute window (10 x every 1m) is 15 s: 15 s fits, 16 s never would.
+        let c = MeshConfig::parse(&format!(
+            "{head}[throughput]\nevery = \"1m\"\ntime = \"15s\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.scheduler_config().allowed(), Duration::from_secs(15));
+        let msg = format!(
+            "{:#}",
+            MeshConfig::parse(&format!(
+                "{head}[throughput]\nevery = \"1m\"\ntime = \"16s\"\n"
+            ))
+            .unwrap_err()
+        );
+        assert!(
+            msg.contains("[throughput] time = 16s would never run"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("600s window") && msg.contains(", 15s;"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("shorten time, or raise every or max_link_share"),
+            "{msg}"
+        );
+        // The window is the longest `every`'s, and the cap the file's max_link_share: pps's 16 s
+        // fits beside a throughput test every 2 minutes, or with a larger share.
+        for ok in [
+            "[throughput]\nevery = \"2m\"\n[pps]\nevery = \"1m\"\ntime = \"16s\"\n",
+            "[pps]\nevery = \"1m\"\ntime = \"16s\"\n",
+        ] {
+            let text = if ok.starts_with("[pps]") {
+                format!("max_link_share = 0.1\n{head}{ok}")
+            } else {
+                format!("{head}{ok}")
+            };
+            assert!(MeshConfig::parse(&text).is_ok(), "{text}");
+        }
+        let msg = format!(
+            "{:#}",
+            MeshConfig::parse(&format!("{head}[pps]\nevery = \"1m\"\ntime = \"16s\"\n"))
+                .unwrap_err()
+        );
+        assert!(msg.contains("[pps] time = 16s would never run"), "{msg}");
     }
 
     fn opt(kind: TestKind, args: &[&str]) -> TestSpec {

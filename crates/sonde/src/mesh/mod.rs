@@ -18,8 +18,9 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use sonde_client::Target;
-use sonde_engine::schedule::{Check, MeshScheduler, SchedulerConfig};
+use sonde_agent::LinkTests;
+use sonde_client::{ClientError, Target};
+use sonde_engine::schedule::{Check, MeshScheduler};
 use sonde_wire::auth::Secret;
 use sonde_wire::Protocol;
 
@@ -41,11 +42,12 @@ pub(crate) fn spawn(
     cfg: MeshConfig,
     secret: Option<Secret>,
     metrics: Arc<Metrics>,
+    links: Arc<LinkTests>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<JoinHandle<()>> {
     Ok(thread::Builder::new()
         .name("sonde-mesh".into())
-        .spawn(move || supervise(&cfg, secret.as_ref(), &metrics, &stop))?)
+        .spawn(move || supervise(&cfg, secret.as_ref(), &metrics, &links, &stop))?)
 }
 
 /// One line per event on stderr: a peer joining or leaving, a peer going down (once, not at
@@ -68,8 +70,23 @@ fn resolve_one(spec: &str, default_port: u16) -> Option<SocketAddr> {
         .map(|t| t.addr)
 }
 
-/// The peers of every source, de-duplicated by address, without this agent.
-fn current_peers(cfg: &MeshConfig, last_file: &mut Option<(SystemTime, Vec<String>)>) -> Vec<Peer> {
+/// Looks a DNS name up: every address of `name`, at `port` (injected, so a test can change the
+/// record set between two refreshes).
+type Resolver<'a> = dyn Fn(&str, u16) -> std::io::Result<Vec<SocketAddr>> + 'a;
+
+/// The system's resolver (`getaddrinfo`: A and AAAA records).
+fn system_resolver(name: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+    Ok((name, port).to_socket_addrs()?.collect())
+}
+
+/// The peers of every source, de-duplicated by address, without this agent; `[peers] dns`
+/// through `resolve`.
+fn current_peers(
+    cfg: &MeshConfig,
+    last_file: &mut Option<(SystemTime, Vec<String>)>,
+    last_dns: &mut Vec<SocketAddr>,
+    resolve: &Resolver<'_>,
+) -> Vec<Peer> {
     let mut listed: Vec<String> = cfg.hosts.clone();
     if let Some(path) = &cfg.file {
         // Re-read only when it changed (or could not be read before).
@@ -110,13 +127,17 @@ fn current_peers(cfg: &MeshConfig, last_file: &mut Option<(SystemTime, Vec<Strin
         }
     }
     if let Some(name) = &cfg.dns {
-        match (name.as_str(), cfg.dns_port).to_socket_addrs() {
-            Ok(addrs) => {
-                for addr in addrs {
-                    peers.entry(addr).or_insert_with(|| addr.ip().to_string());
-                }
-            }
-            Err(e) => log(format_args!("cannot resolve {name}: {e}")),
+        // A lookup that fails keeps the last answer: a DNS blip does not drop every peer and
+        // its series. An answer, even an empty one, replaces it.
+        match resolve(name, cfg.dns_port) {
+            Ok(addrs) => *last_dns = addrs,
+            Err(e) => log(format_args!(
+                "cannot resolve {name}: {e} (keeping its {} addresses of the last lookup)",
+                last_dns.len()
+            )),
+        }
+        for &addr in last_dns.iter() {
+            peers.entry(addr).or_insert_with(|| addr.ip().to_string());
         }
     }
     peers
@@ -133,16 +154,91 @@ struct Prober {
     threads: Vec<JoinHandle<()>>,
 }
 
-fn supervise(cfg: &MeshConfig, secret: Option<&Secret>, metrics: &Arc<Metrics>, stop: &AtomicBool) {
+/// Makes the probers follow the peer list: a peer no longer listed has its probers stopped
+/// and then its series removed (so they go stale in Prometheus, never a zero RTT); a new one
+/// gets its probers from `start`.
+fn apply_peers(
+    cfg: &MeshConfig,
+    metrics: &Metrics,
+    probers: &mut BTreeMap<Peer, Prober>,
+    peers: &BTreeSet<Peer>,
+    start: &mut dyn FnMut(&Peer) -> Prober,
+) {
+    let gone: Vec<Peer> = probers
+        .keys()
+        .filter(|p| !peers.contains(*p))
+        .cloned()
+        .collect();
+    for peer in gone {
+        if let Some(p) = probers.remove(&peer) {
+            p.stop.store(true, Ordering::Relaxed);
+            for t in p.threads {
+                let _ = t.join();
+            }
+        }
+        // Only once its probers have ended, so nothing writes the series again.
+        metrics.forget(&cfg.name, &peer.label);
+        log(format_args!("peer {} ({}) left", peer.label, peer.addr));
+    }
+    for peer in peers {
+        if probers.contains_key(peer) {
+            continue;
+        }
+        log(format_args!("peer {} ({}) joined", peer.label, peer.addr));
+        probers.insert(peer.clone(), start(peer));
+    }
+}
+
+/// A prober per protocol of the mesh for `peer`, each on its own thread.
+fn start_prober(
+    cfg: &MeshConfig,
+    secret: Option<&Secret>,
+    metrics: &Arc<Metrics>,
+    peer: &Peer,
+) -> Prober {
+    let flag = Arc::new(AtomicBool::new(false));
+    let down = Arc::new(AtomicBool::new(false));
+    let threads = cfg
+        .protocols
+        .iter()
+        .filter_map(|&protocol| {
+            let (cfg, peer, metrics, flag, down) = (
+                cfg.clone(),
+                peer.clone(),
+                Arc::clone(metrics),
+                Arc::clone(&flag),
+                Arc::clone(&down),
+            );
+            let target = Target {
+                addr: peer.addr,
+                label: peer.label.clone(),
+                secret: None,
+            }
+            .with_secret(secret.cloned());
+            thread::Builder::new()
+                .name("sonde-probe".into())
+                .spawn(move || probe(&cfg, &target, protocol, &metrics, &flag, &down))
+                .ok()
+        })
+        .collect();
+    Prober {
+        stop: flag,
+        down,
+        threads,
+    }
+}
+
+fn supervise(
+    cfg: &MeshConfig,
+    secret: Option<&Secret>,
+    metrics: &Arc<Metrics>,
+    links: &Arc<LinkTests>,
+    stop: &AtomicBool,
+) {
     let mut probers: BTreeMap<Peer, Prober> = BTreeMap::new();
     let mut file_state = None;
-    let sched_cfg = SchedulerConfig::new(
-        cfg.throughput.as_ref().map(|t| t.plan),
-        cfg.pps.as_ref().map(|p| p.plan),
-        // Each end of a link schedules its own tests: half the share each keeps the link's
-        // total within it.
-        cfg.max_link_share / 2.0,
-    );
+    let mut dns_state = Vec::new();
+    let sched_cfg = cfg.scheduler_config();
     let seed = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64);
@@ -154,62 +250,13 @@ fn supervise(cfg: &MeshConfig, secret: Option<&Secret>, metrics: &Arc<Metrics>, 
     while !stop.load(Ordering::Relaxed) {
         if Instant::now() >= next_refresh {
             next_refresh = Instant::now() + cfg.refresh;
-            let peers: BTreeSet<Peer> = current_peers(cfg, &mut file_state).into_iter().collect();
-            let gone: Vec<Peer> = probers
-                .keys()
-                .filter(|p| !peers.contains(*p))
-                .cloned()
-                .collect();
-            for peer in gone {
-                if let Some(p) = probers.remove(&peer) {
-                    p.stop.store(true, Ordering::Relaxed);
-                    for t in p.threads {
-                        let _ = t.join();
-                    }
-                }
-                // Only once its probers have ended, so nothing writes the series again.
-                metrics.forget(&cfg.name, &peer.label);
-                log(format_args!("peer {} ({}) left", peer.label, peer.addr));
-            }
-            for peer in &peers {
-                if probers.contains_key(peer) {
-                    continue;
-                }
-                log(format_args!("peer {} ({}) joined", peer.label, peer.addr));
-                let flag = Arc::new(AtomicBool::new(false));
-                let down = Arc::new(AtomicBool::new(false));
-                let threads = cfg
-                    .protocols
-                    .iter()
-                    .filter_map(|&protocol| {
-                        let (cfg, peer, metrics, flag, down) = (
-                            cfg.clone(),
-                            peer.clone(),
-                            Arc::clone(metrics),
-                            Arc::clone(&flag),
-                            Arc::clone(&down),
-                        );
-                        let target = Target {
-                            addr: peer.addr,
-                            label: peer.label.clone(),
-                            secret: None,
-                        }
-                        .with_secret(secret.cloned());
-                        thread::Builder::new()
-                            .name("sonde-probe".into())
-                            .spawn(move || probe(&cfg, &target, protocol, &metrics, &flag, &down))
-                            .ok()
-                    })
+            let peers: BTreeSet<Peer> =
+                current_peers(cfg, &mut file_state, &mut dns_state, &system_resolver)
+                    .into_iter()
                     .collect();
-                probers.insert(
-                    peer.clone(),
-                    Prober {
-                        stop: flag,
-                        down,
-                        threads,
-                    },
-                );
-            }
+            apply_peers(cfg, metrics, &mut probers, &peers, &mut |peer| {
+                start_prober(cfg, secret, metrics, peer)
+            });
             // Every peer probes this agent too, one session per protocol at all times, and
             // runs its scheduled tests here: past --max-sessions they would be refused as busy.
             let needed = peers.len() * cfg.protocols.len() + 2;
@@ -226,12 +273,15 @@ fn supervise(cfg: &MeshConfig, secret: Option<&Secret>, metrics: &Arc<Metrics>, 
             scheduler.set_peers(peers.iter().cloned(), now_ns());
         }
         while let Some(start) = scheduler.poll(now_ns()) {
-            // A peer that does not answer probes is not tested: its turn passes.
+            // A peer that does not answer probes is not tested, nor one whose own test of this
+            // link this agent is serving (docs/mesh.md): its turn passes.
             if let Some(p) = probers
                 .get(&start.peer)
                 .filter(|p| !p.down.load(Ordering::Relaxed))
             {
-                run_check(cfg, secret, metrics, &start.peer, start.check, &p.stop);
+                if let Some(_link) = links.start_outgoing(start.peer.addr.ip()) {
+                    run_check(cfg, secret, metrics, &start.peer, start.check, &p.stop);
+                }
             }
             scheduler.finished(&start.peer, now_ns());
         }
@@ -369,6 +419,21 @@ fn unix_seconds() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// A scheduled test that did not run to its end. Refused as busy, the peer is testing this
+/// link itself (or serving its most sessions): the turn passes, as for a peer that is down, and
+/// is not logged as a failure.
+fn check_failed(kind: &str, peer: &Peer, e: &ClientError) {
+    if !matches!(
+        e,
+        ClientError::Refused {
+            reason: sonde_wire::Refusal::Busy,
+            ..
+        }
+    ) {
+        log(format_args!("{kind} test to {} failed: {e}", peer.label));
+    }
+}
+
 /// One scheduled throughput or pps test; a failure leaves the last figures as they were.
 fn run_check(
     cfg: &MeshConfig,
@@ -407,10 +472,7 @@ fn run_check(
                         .get_or_create(&labels)
                         .set(unix_seconds());
                 }
-                Err(e) => log(format_args!(
-                    "throughput test to {} failed: {e}",
-                    peer.label
-                )),
+                Err(e) => check_failed("throughput", peer, &e),
             }
         }
         Check::Pps => {
@@ -424,7 +486,7 @@ fn run_check(
                     metrics.pps.get_or_create(&labels).set(r.received_pps);
                     metrics.pps_time.get_or_create(&labels).set(unix_seconds());
                 }
-                Err(e) => log(format_args!("pps test to {} failed: {e}", peer.label)),
+                Err(e) => check_failed("pps", peer, &e),
             }
         }
     }
@@ -462,7 +524,7 @@ mod tests {
             7000,
         );
         let mut state = None;
-        let peers = current_peers(&c, &mut state);
+        let peers = current_peers(&c, &mut state, &mut Vec::new(), &system_resolver);
         let found = labels(&peers);
         // Itself (its port on a local address, or its name) left out; duplicates once.
         assert!(
@@ -494,12 +556,193 @@ mod tests {
             .unwrap()
             .set_modified(later)
             .unwrap();
-        let found: Vec<String> = current_peers(&c, &mut state)
+        let found: Vec<String> = current_peers(&c, &mut state, &mut Vec::new(), &system_resolver)
             .into_iter()
             .map(|p| p.label)
             .collect();
         assert!(found.contains(&"127.0.0.1:7009".to_owned()), "{found:?}");
         assert!(!found.contains(&"127.0.0.1:7003".to_owned()), "{found:?}");
+    }
+
+    /// `[peers] dns` looked up again at each refresh, with a record set that changes between
+    /// lookups (a DaemonSet's pods coming and going): peers join and leave the probers, the
+    /// scheduler and the exposition, a failed lookup is only logged, and this agent's own
+    /// address is never a peer.
+    #[test]
+    fn a_dns_record_set_that_changes_adds_and_removes_peers_and_their_series() {
+        use std::sync::Mutex;
+        let own = 7000;
+        let c = config(
+            &format!("name = \"127.0.0.1\"\n[peers]\ndns = \"sonde.test\"\ndns_port = {own}\n"),
+            own,
+        );
+        let records: Mutex<std::io::Result<Vec<&str>>> = Mutex::new(Ok(Vec::new()));
+        let asked = Mutex::new(Vec::new());
+        let resolve = |name: &str, port: u16| -> std::io::Result<Vec<SocketAddr>> {
+            asked.lock().unwrap().push((name.to_owned(), port));
+            match &*records.lock().unwrap() {
+                Ok(ips) => Ok(ips
+                    .iter()
+                    .map(|ip| SocketAddr::new(ip.parse().unwrap(), port))
+                    .collect()),
+                Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+            }
+        };
+        let metrics = Metrics::new();
+        let mut probers: BTreeMap<Peer, Prober> = BTreeMap::new();
+        let mut scheduler: MeshScheduler<Peer> = MeshScheduler::new(c.scheduler_config(), 1);
+        let mut started = Vec::new();
+        let mut file = None;
+        let mut dns = Vec::new();
+        let mut refresh = |probers: &mut BTreeMap<Peer, Prober>| {
+            let peers: BTreeSet<Peer> = current_peers(&c, &mut file, &mut dns, &resolve)
+                .into_iter()
+                .collect();
+            apply_peers(&c, &metrics, probers, &peers, &mut |peer| {
+                started.push(peer.label.clone());
+                Prober {
+                    stop: Arc::new(AtomicBool::new(false)),
+                    down: Arc::new(AtomicBool::new(false)),
+                    threads: Vec::new(),
+                }
+            });
+            scheduler.set_peers(peers.iter().cloned(), 0);
+            // What a prober's session would write for each peer it probes.
+            for peer in probers.keys() {
+                let pair = Pair {
+                    source: c.name.clone(),
+                    target: peer.label.clone(),
+                };
+                metrics.up.get_or_create(&pair).set(1);
+            }
+            let listed = |p: &BTreeMap<Peer, Prober>| -> Vec<String> {
+                p.keys().map(|k| k.label.clone()).collect()
+            };
+            (
+                listed(probers),
+                scheduler
+                    .peers()
+                    .map(|p| p.label.clone())
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let series = |target: &str| {
+            metrics.encode(None).lines().any(|l| {
+                l.starts_with("sonde_peer_up{") && l.contains(&format!("target=\"{target}\""))
+            })
+        };
+
+        // Two pods, and this agent's own address (its port on a local address): left out. (No
+        // traffic: the probers here are placeholders, and 198.18.0.0/15 is nobody's.)
+        *records.lock().unwrap() = Ok(vec!["198.18.0.2", "198.18.0.3", "127.0.0.1"]);
+        let (now, sched) = refresh(&mut probers);
+        assert_eq!(now, ["198.18.0.2", "198.18.0.3"]);
+        assert_eq!(sched, now);
+        assert!(series("198.18.0.2") && series("198.18.0.3"));
+        assert_eq!(asked.lock().unwrap()[0], ("sonde.test".to_owned(), own));
+        // .2 goes, .4 comes: .2's probers stop and its series leave the exposition.
+        let stop_2 = Arc::clone(&probers.values().next().unwrap().stop);
+        *records.lock().unwrap() = Ok(vec!["198.18.0.4", "198.18.0.3"]);
+        let (now, sched) = refresh(&mut probers);
+        assert_eq!(now, ["198.18.0.3", "198.18.0.4"]);
+        assert_eq!(sched, now);
+        assert!(
+            stop_2.load(Ordering::Relaxed),
+            "the leaving peer's probers were not stopped"
+        );
+        assert!(!series("198.18.0.2"), "{}", metrics.encode(None));
+        assert!(series("198.18.0.3") && series("198.18.0.4"));
+        // A failed lookup (a DNS blip) keeps the last answer: no peer leaves, no series goes.
+        *records.lock().unwrap() = Err(std::io::Error::other("no answer"));
+        let (now, _) = refresh(&mut probers);
+        assert_eq!(now, ["198.18.0.3", "198.18.0.4"]);
+        assert!(series("198.18.0.3") && series("198.18.0.4"));
+        // An answer without them removes them all.
+        *records.lock().unwrap() = Ok(vec![]);
+        let (now, sched) = refresh(&mut probers);
+        assert!(now.is_empty() && sched.is_empty(), "{now:?} {sched:?}");
+        assert!(!series("198.18.0.3") && !series("198.18.0.4"));
+        *records.lock().unwrap() = Ok(vec!["198.18.0.3"]);
+        let (now, _) = refresh(&mut probers);
+        assert_eq!(now, ["198.18.0.3"]);
+        // Each join started its probers once.
+        assert_eq!(
+            started,
+            ["198.18.0.2", "198.18.0.3", "198.18.0.4", "198.18.0.3"]
+        );
+        assert_eq!(asked.lock().unwrap().len(), 5);
+    }
+
+    /// The agent's side of "one test on a link at a time", over loopback (client and agent
+    /// both at 127.0.0.1, as two agents on one host, where the tie-break refuses).
+    #[test]
+    fn a_link_under_test_from_either_end_takes_no_second_test() {
+        use std::net::{IpAddr, Ipv4Addr};
+        let links = LinkTests::new();
+        let mut cfg = sonde_agent::AgentConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));
+        cfg.link_tests = Some(Arc::clone(&links));
+        let agent = sonde_agent::Agent::bind(cfg).unwrap().spawn();
+        let target = Target {
+            addr: agent.local_addr(),
+            label: "agent".into(),
+            secret: None,
+        };
+        let peer = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let options = sonde_client::ThroughputOptions {
+            duration: Duration::from_secs(2),
+            ..sonde_client::ThroughputOptions::default()
+        };
+        let never = AtomicBool::new(false);
+        // This end's own scheduled test to the client's address runs: the client's is refused
+        // as busy, which the mesh takes as its turn passing.
+        let own = links.start_outgoing(peer).unwrap();
+        let err = sonde_client::throughput_interruptible(&target, &options, &never, &mut |_| {})
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ClientError::Refused {
+                    reason: sonde_wire::Refusal::Busy,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // Latency probes are not throughput tests: served.
+        let probe = sonde_client::LatencyOptions {
+            duration: Duration::from_millis(300),
+            ..sonde_client::LatencyOptions::default()
+        };
+        sonde_client::latency_measured(&target, &probe, &never).unwrap();
+        drop(own);
+        // Served while no test of this end runs; while it is served, this end's scheduled test
+        // to that address does not start.
+        let client = {
+            let (target, options) = (target.clone(), options.clone());
+            thread::spawn(move || {
+                sonde_client::throughput_interruptible(
+                    &target,
+                    &options,
+                    &AtomicBool::new(false),
+                    &mut |_| {},
+                )
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !links.serving(peer) && !client.is_finished() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert!(links.serving(peer), "the session was never registered");
+        assert!(links.start_outgoing(peer).is_none());
+        let result = client.join().unwrap().unwrap();
+        assert!(result.receiver.bits_per_second > 0.0);
+        // Over, the link is free again (the session's registration ends with it).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while links.serving(peer) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert!(links.start_outgoing(peer).is_some());
+        agent.stop();
     }
 
     #[test]
