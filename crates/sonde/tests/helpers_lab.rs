@@ -329,13 +329,14 @@ fn pps_from_three_helpers_equals_the_targets_interface_count() {
     }
     assert_eq!(shares.len(), 3);
     // A common start: each helper's data starts at the time the client named, so the spread is
-    // what the clocks' offsets and the schedulers make of it (about a millisecond here), not
-    // the helpers' one-after-another handshakes or a share of the test. 50 ms is far above the
-    // former and still catches helpers that start when they are ready; a bound, not a timing.
+    // what the clocks' offsets and the schedulers make of it: 1.2 ms on a quiet host, but 149 ms
+    // in one full-suite run while two builds loaded the 2-core host (the helpers' sleeping
+    // threads woke late). A quarter of the window still catches a start named in the wrong
+    // clock or ignored by a helper (seconds off, or a whole share late); a bound, not a timing.
     let spread = u64_at(&doc, &["helpers", "start_spread_ns"]);
     let window = u64_at(&doc, &["helpers", "window_ns"]);
     assert!(
-        spread < 50_000_000 && spread < window,
+        spread < window / 4,
         "the helpers did not start together: {spread} ns apart in a {window} ns window"
     );
     // The shares' starts are after the earliest's, the latest's at the spread.
