@@ -91,6 +91,28 @@ pub(crate) fn add_context(
             meta.add(&Warning::ContextSwitchesUnknown { side });
         }
     }
+    // Host-wide counters: every platform sonde measures on counts interrupts and context
+    // switches (Linux /proc/stat, Windows PDH), so either one missing means they could not be
+    // read. System calls are named only beside them: Linux keeps no host-wide count of those,
+    // by design, and that needs no warning.
+    for (side, report) in [("client", ctx.client_cpu.as_ref()), ("server", agent_cpu)] {
+        let Some(r) = report else { continue };
+        if r.system_interrupts.is_some() && r.system_context_switches.is_some() {
+            continue;
+        }
+        let fields = [
+            ("system_interrupts_per_second", r.system_interrupts),
+            (
+                "system_context_switches_per_second",
+                r.system_context_switches,
+            ),
+            ("system_syscalls_per_second", r.system_syscalls),
+        ]
+        .into_iter()
+        .filter_map(|(name, n)| n.is_none().then_some(name))
+        .collect();
+        meta.add(&Warning::SystemCountersUnknown { side, fields });
+    }
     if ctx.agent && ctx.server_host.is_none() {
         meta.add(&Warning::ServerConfigurationUnknown);
     }
@@ -822,6 +844,8 @@ mod context_tests {
                 user_ns: 500,
                 voluntary_switches: Some(0),
                 involuntary_switches: Some(0),
+                system_interrupts: Some(1),
+                system_context_switches: Some(1),
                 ..sonde_wire::CpuReport::default()
             }),
         };
@@ -849,6 +873,8 @@ mod context_tests {
         let cpu = sonde_wire::CpuReport {
             voluntary_switches: Some(3),
             involuntary_switches: Some(0),
+            system_interrupts: Some(1),
+            system_context_switches: Some(1),
             ..sonde_wire::CpuReport::default()
         };
         let mut m = meta(&target(), SessionId(1), 0, 0);
@@ -871,6 +897,9 @@ mod context_tests {
         let windows = sonde_wire::CpuReport {
             wall_ns: 1_000,
             user_ns: 500,
+            system_interrupts: Some(10),
+            system_context_switches: Some(20),
+            system_syscalls: Some(30),
             ..sonde_wire::CpuReport::default()
         };
         let ctx = Context {
@@ -903,5 +932,56 @@ mod context_tests {
             m.warning_codes,
             [sonde_report::WarningCode::ContextSwitchesUnknown]
         );
+    }
+
+    /// An end whose host-wide counters could not be read (wine, a Windows without the
+    /// performance counters) has them null with a warning naming the side and the fields; a
+    /// Linux end, which counts interrupts and context switches but never system calls, has none.
+    #[test]
+    fn host_counters_not_read_are_null_with_a_warning() {
+        let linux = sonde_wire::CpuReport {
+            wall_ns: 1_000_000_000,
+            user_ns: 500,
+            voluntary_switches: Some(1),
+            involuntary_switches: Some(1),
+            system_interrupts: Some(10),
+            system_context_switches: Some(20),
+            ..sonde_wire::CpuReport::default()
+        };
+        let wine = sonde_wire::CpuReport {
+            system_interrupts: None,
+            system_context_switches: None,
+            ..linux
+        };
+        let ctx = Context {
+            agent: true,
+            server_host: Some(sonde_wire::HostInfo::default()),
+            client_cpu: Some(linux),
+            ..Context::default()
+        };
+        let mut m = meta(&target(), SessionId(1), 0, 0);
+        add_context(&mut m, &ctx, Some(&linux));
+        assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+        let client = m.cpu.client.as_ref().unwrap();
+        assert_eq!(client.system_interrupts_per_second, Some(10.0));
+        assert_eq!(client.system_syscalls_per_second, None);
+
+        let mut m = meta(&target(), SessionId(1), 0, 0);
+        add_context(&mut m, &ctx, Some(&wine));
+        assert_eq!(
+            m.warning_codes,
+            [sonde_report::WarningCode::SystemCountersUnknown]
+        );
+        assert!(
+            m.warnings[0].contains(
+                "cpu.server.system_interrupts_per_second, system_context_switches_per_second, \
+                 system_syscalls_per_second are null"
+            ),
+            "{:?}",
+            m.warnings
+        );
+        let server = m.cpu.server.as_ref().unwrap();
+        assert_eq!(server.system_interrupts_per_second, None);
+        assert_eq!(server.system_context_switches_per_second, None);
     }
 }

@@ -182,6 +182,9 @@ pub enum WarningCode {
     Interrupted,
     /// An end's platform does not count context switches per thread (Windows): they are null.
     ContextSwitchesUnknown,
+    /// An end's host-wide counters (interrupts, context switches, system calls per second)
+    /// could not be read: no `/proc/stat`, a Windows without the performance counters, wine.
+    SystemCountersUnknown,
     /// A sending end's platform has no `TCP_INFO` (Windows, macOS): retransmits and tcp_info
     /// are null.
     TcpInfoUnknown,
@@ -217,6 +220,13 @@ pub enum Warning {
     ContextSwitchesUnknown {
         /// `client` or `server`.
         side: &'static str,
+    },
+    /// One end could not read the host-wide interrupt or context switch counts.
+    SystemCountersUnknown {
+        /// `client` or `server`.
+        side: &'static str,
+        /// The `cpu.{side}` fields that are null (`system_interrupts_per_second`, ...).
+        fields: Vec<&'static str>,
     },
     /// Too few samples for the percentiles from `from_percentile` up.
     TooFewSamples {
@@ -401,6 +411,7 @@ impl Warning {
             Self::ServerConfigurationUnknown => WarningCode::ServerConfigurationUnknown,
             Self::ServerCpuUnknown => WarningCode::ServerCpuUnknown,
             Self::ContextSwitchesUnknown { .. } => WarningCode::ContextSwitchesUnknown,
+            Self::SystemCountersUnknown { .. } => WarningCode::SystemCountersUnknown,
             Self::TooFewSamples { .. } | Self::NoSample => WarningCode::TooFewSamples,
             Self::LostMessages { .. } | Self::LostDatagrams { .. } | Self::PpsLoss { .. } => {
                 WarningCode::Loss
@@ -470,6 +481,14 @@ impl std::fmt::Display for Warning {
                 "the {side}'s platform does not count context switches per thread (Windows): \
                  cpu.{side}.voluntary_context_switches and involuntary_context_switches are \
                  null"
+            ),
+            Self::SystemCountersUnknown { side, fields } => write!(
+                f,
+                "the {side} could not read the host-wide counters (no /proc/stat, a Windows \
+                 without the performance counters, wine, or an older sonde agent): \
+                 cpu.{side}.{} {} null",
+                fields.join(", "),
+                if fields.len() == 1 { "is" } else { "are" }
             ),
             Self::TooFewSamples {
                 samples,
@@ -1871,6 +1890,20 @@ mod warning_tests {
                 WarningCode::CountsDiffer,
                 "the agent completed 52 transactions and the client 50: the client gave up on \
                  some the agent had answered (timeouts, resets)",
+            ),
+            (
+                Warning::SystemCountersUnknown {
+                    side: "client",
+                    fields: vec![
+                        "system_interrupts_per_second",
+                        "system_context_switches_per_second",
+                    ],
+                },
+                WarningCode::SystemCountersUnknown,
+                "the client could not read the host-wide counters (no /proc/stat, a Windows \
+                 without the performance counters, wine, or an older sonde agent): \
+                 cpu.client.system_interrupts_per_second, system_context_switches_per_second \
+                 are null",
             ),
             (
                 Warning::ConfServerUnknown,
