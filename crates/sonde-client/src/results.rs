@@ -662,12 +662,14 @@ pub(crate) fn pps_interval(iv: &IntervalStats, flows: usize) -> PpsInterval {
 /// it (the kernel may refuse GSO, or a datagram be too large to batch).
 fn pps_gso(choice: &sonde_net::gso::GsoChoice, method: &str) -> PpsGso {
     use sonde_net::gso;
-    let used = method == "sendmsg+UDP_SEGMENT";
+    let used = method == sonde_net::bulk::GSO_SEND_METHOD;
     let mut explanation = choice.to_string();
     if choice.enabled && !used {
-        explanation.push_str(
-            "; the sender could not batch (the kernel refused UDP_SEGMENT, or one datagram fills a batch): see send_method",
-        );
+        explanation.push_str(if cfg!(windows) {
+            "; the sender could not batch (Windows refused UDP_SEND_MSG_SIZE: USO needs Windows 10 2004 or later, and wine has none; or one datagram fills a batch): see send_method"
+        } else {
+            "; the sender could not batch (the kernel refused UDP_SEGMENT, or one datagram fills a batch): see send_method"
+        });
     }
     PpsGso {
         mode: match choice.mode {
@@ -683,6 +685,7 @@ fn pps_gso(choice: &sonde_net::gso::GsoChoice, method: &str) -> PpsGso {
             gso::GsoReason::VirtualDevice { .. } => GsoReason::VirtualDevice,
             gso::GsoReason::PhysicalDevice => GsoReason::PhysicalDevice,
             gso::GsoReason::Unsupported => GsoReason::Unsupported,
+            gso::GsoReason::DeviceKindUnknown => GsoReason::DeviceKindUnknown,
             _ => GsoReason::UnknownRoute,
         },
         explanation,

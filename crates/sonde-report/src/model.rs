@@ -1323,6 +1323,9 @@ pub enum GsoReason {
     UnknownRoute,
     /// The platform has no UDP GSO.
     Unsupported,
+    /// `--gso auto` on a platform (Windows) where sonde cannot tell whether the device toward
+    /// the agent is physical: off; `--gso on` sends USO batches.
+    DeviceKindUnknown,
 }
 
 /// UDP GSO in a pps test: a GSO batch is up to 64 datagrams in one socket buffer, which a
@@ -1331,7 +1334,8 @@ pub enum GsoReason {
 pub struct PpsGso {
     /// What was asked (`--gso`).
     pub mode: GsoMode,
-    /// Whether the sender sent GSO batches (`send_method` is `sendmsg+UDP_SEGMENT`).
+    /// Whether the sender sent GSO batches (`send_method` is `sendmsg+UDP_SEGMENT`, on Windows
+    /// `send+UDP_SEND_MSG_SIZE`: USO).
     pub used: bool,
     /// The interface the route to the agent leaves by, where found.
     pub interface: Option<String>,
@@ -1369,7 +1373,8 @@ pub struct PpsResult {
     pub msg_size_bytes: u32,
     /// Requested duration, ns.
     pub duration_ns: u64,
-    /// How the sender sent (`sendmsg+UDP_SEGMENT`, `sendmmsg`, ...).
+    /// How the sender sent (`sendmsg+UDP_SEGMENT`, `sendmmsg`, `send+UDP_SEND_MSG_SIZE` on
+    /// Windows, ...).
     pub send_method: String,
     /// UDP GSO: asked, used, and why.
     pub gso: PpsGso,
