@@ -746,7 +746,8 @@ pub struct CpuCost {
     /// Times they were preempted; `null` as `voluntary_context_switches`.
     pub involuntary_context_switches: Option<u64>,
     /// System calls the data path made to send and receive (failed and timed-out ones
-    /// included; not sleeps). `null` where they are not counted (latency tests, for now).
+    /// included; not sleeps), latency's ping loops and echoes too. `null` where they are not
+    /// counted (an older sonde agent).
     pub syscalls: Option<u64>,
     /// Messages this end's data path moved: datagrams (UDP), messages (latency), or for TCP
     /// bulk the bytes over the write size.

@@ -2,9 +2,10 @@
 //! this module's callers get for everything not defined here).
 //!
 //! * CPU time per process and per thread (`GetProcessTimes`, `GetThreadTimes`), so a result's
-//!   CPU figures are measured. Windows keeps no per-thread count of voluntary and involuntary
-//!   context switches that a documented API returns, so those are `None` (null, with a
-//!   warning), never 0.
+//!   CPU figures are measured. Windows does not split a thread's context switches into
+//!   voluntary and involuntary; it counts only their total (the `\Thread(*)\Context
+//!   Switches/sec` performance counter), which sonde does not read yet. So both are `None`
+//!   (null, with the `context_switches_unknown` warning), never 0.
 //! * UDP send offload (USO, Windows 10 2004 / Server 2022 and later): `UDP_SEND_MSG_SIZE` on
 //!   the socket, then one `send` of up to 64 segments that the stack (or the NIC) cuts into
 //!   datagrams, as Linux's `UDP_SEGMENT`. Where the option is refused (older Windows, wine) the
@@ -51,7 +52,7 @@ fn filetime(t: FILETIME) -> Duration {
 }
 
 /// User and kernel CPU time of the process, or with `thread` of the calling thread. Context
-/// switches are `None`: Windows does not count them per thread in any documented API.
+/// switches are `None`: Windows does not split them into voluntary and involuntary.
 pub(crate) fn rusage(thread: bool) -> io::Result<crate::cpu::CpuSnapshot> {
     let zero = FILETIME {
         dwLowDateTime: 0,
