@@ -150,7 +150,8 @@ fn a_windows_client_measures_against_a_linux_agent() {
     let target = agent.target();
     let run = |args: &[&str]| -> Value {
         let mut cmd = wine(&exe);
-        cmd.args(args).arg("--json");
+        // Not saved: the results would pile up in the wine prefix's profile.
+        cmd.args(args).args(["--json", "--no-save"]);
         let out = run_with_timeout(&mut cmd, WINE_CLIENT_TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
         assert!(
             out.status.success(),
