@@ -808,15 +808,24 @@ mod context_tests {
             interface: Some("lo".into()),
             reason: Why::Requested,
         };
-        let used = pps_gso(&choice, "sendmsg+UDP_SEGMENT");
+        // The offloaded send's name is the platform's (Windows: send+UDP_SEND_MSG_SIZE).
+        let used = pps_gso(&choice, sonde_net::bulk::GSO_SEND_METHOD);
         assert!(used.used);
         assert_eq!(used.explanation, "--gso on asked for it");
-        let refused = pps_gso(&choice, "sendmmsg");
-        assert!(!refused.used);
-        assert!(
-            refused.explanation.contains("see send_method"),
-            "{refused:?}"
-        );
+        // Linux's name on Windows, and the other way round, is not an offloaded send.
+        let other = if cfg!(windows) {
+            "sendmsg+UDP_SEGMENT"
+        } else {
+            "send+UDP_SEND_MSG_SIZE"
+        };
+        for method in ["sendmmsg", "send", other] {
+            let refused = pps_gso(&choice, method);
+            assert!(!refused.used, "{method}");
+            assert!(
+                refused.explanation.contains("see send_method"),
+                "{refused:?}"
+            );
+        }
         let off = pps_gso(
             &GsoChoice {
                 mode: Mode::Auto,
