@@ -144,8 +144,7 @@ impl fmt::Display for GsoChoice {
             GsoReason::DeviceKindUnknown => write!(
                 f,
                 "sonde cannot tell a physical device from a virtual one on this platform: one \
-                 datagram per packet to be sure (--gso on sends {} batches)",
-                OFFLOAD_NAME
+                 datagram per packet to be sure (--gso on sends {OFFLOAD_NAME} batches)"
             ),
         }
     }
