@@ -663,7 +663,12 @@ mod tests {
         let cpu = whole.cpu.expect("the session's CPU");
         assert_eq!(cpu.messages, Some(6));
         assert_eq!(cpu.bytes, Some(6 * (100 + 3_000)));
-        assert!(cpu.user_ns + cpu.system_ns > 0, "{cpu:?}");
+        // Windows' thread CPU time advances in scheduler ticks (15.6 ms, 10 ms under wine),
+        // and six loopback exchanges can all fall inside one: 0 ns there is a measurement,
+        // not a thread left unmeasured (README, "What wine cannot do", cpu-ticks).
+        if !cfg!(windows) {
+            assert!(cpu.user_ns + cpu.system_ns > 0, "{cpu:?}");
+        }
         assert!(cpu.wall_ns > 0);
         // Once the session is over, its token opens nothing.
         wait_for("the session's end", || h.sessions() == 0);

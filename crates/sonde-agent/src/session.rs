@@ -9,8 +9,7 @@
 //! * The report's `cpu` is the CPU time of this session's threads only (control, control
 //!   reader, data streams, interval reporter), each counted with `RUSAGE_THREAD` by a
 //!   [`ThreadsMeter`]: sessions running at once do not count each other. Its syscalls are the
-//!   data loops' send/receive calls ([`Counters::syscalls`]); the latency echoes do not count
-//!   theirs yet, so a latency session reports none.
+//!   data loops' send/receive calls ([`Counters::syscalls`]), the latency echoes' included.
 //! * TCP senders sample `TCP_INFO` per stream at every interval (`Interval.tcp_info`, sent
 //!   even when the agent receives nothing, in reverse) and once when their loop ends
 //!   (`SenderDone`). A message that would pass the frame limit goes without them.

@@ -91,6 +91,28 @@ pub(crate) fn add_context(
             meta.add(&Warning::ContextSwitchesUnknown { side });
         }
     }
+    // Host-wide counters: every platform sonde measures on counts interrupts and context
+    // switches (Linux /proc/stat, Windows PDH), so either one missing means they could not be
+    // read. System calls are named only beside them: Linux keeps no host-wide count of those,
+    // by design, and that needs no warning.
+    for (side, report) in [("client", ctx.client_cpu.as_ref()), ("server", agent_cpu)] {
+        let Some(r) = report else { continue };
+        if r.system_interrupts.is_some() && r.system_context_switches.is_some() {
+            continue;
+        }
+        let fields = [
+            ("system_interrupts_per_second", r.system_interrupts),
+            (
+                "system_context_switches_per_second",
+                r.system_context_switches,
+            ),
+            ("system_syscalls_per_second", r.system_syscalls),
+        ]
+        .into_iter()
+        .filter_map(|(name, n)| n.is_none().then_some(name))
+        .collect();
+        meta.add(&Warning::SystemCountersUnknown { side, fields });
+    }
     if ctx.agent && ctx.server_host.is_none() {
         meta.add(&Warning::ServerConfigurationUnknown);
     }
@@ -645,12 +667,14 @@ pub(crate) fn pps_interval(iv: &IntervalStats, flows: usize) -> PpsInterval {
 /// it (the kernel may refuse GSO, or a datagram be too large to batch).
 fn pps_gso(choice: &sonde_net::gso::GsoChoice, method: &str) -> PpsGso {
     use sonde_net::gso;
-    let used = method == "sendmsg+UDP_SEGMENT";
+    let used = method == sonde_net::bulk::GSO_SEND_METHOD;
     let mut explanation = choice.to_string();
     if choice.enabled && !used {
-        explanation.push_str(
-            "; the sender could not batch (the kernel refused UDP_SEGMENT, or one datagram fills a batch): see send_method",
-        );
+        explanation.push_str(if cfg!(windows) {
+            "; the sender could not batch (Windows refused UDP_SEND_MSG_SIZE: USO needs Windows 10 2004 or later, and wine has none; or one datagram fills a batch): see send_method"
+        } else {
+            "; the sender could not batch (the kernel refused UDP_SEGMENT, or one datagram fills a batch): see send_method"
+        });
     }
     PpsGso {
         mode: match choice.mode {
@@ -666,6 +690,7 @@ fn pps_gso(choice: &sonde_net::gso::GsoChoice, method: &str) -> PpsGso {
             gso::GsoReason::VirtualDevice { .. } => GsoReason::VirtualDevice,
             gso::GsoReason::PhysicalDevice => GsoReason::PhysicalDevice,
             gso::GsoReason::Unsupported => GsoReason::Unsupported,
+            gso::GsoReason::DeviceKindUnknown => GsoReason::DeviceKindUnknown,
             _ => GsoReason::UnknownRoute,
         },
         explanation,
@@ -788,15 +813,24 @@ mod context_tests {
             interface: Some("lo".into()),
             reason: Why::Requested,
         };
-        let used = pps_gso(&choice, "sendmsg+UDP_SEGMENT");
+        // The offloaded send's name is the platform's (Windows: send+UDP_SEND_MSG_SIZE).
+        let used = pps_gso(&choice, sonde_net::bulk::GSO_SEND_METHOD);
         assert!(used.used);
         assert_eq!(used.explanation, "--gso on asked for it");
-        let refused = pps_gso(&choice, "sendmmsg");
-        assert!(!refused.used);
-        assert!(
-            refused.explanation.contains("see send_method"),
-            "{refused:?}"
-        );
+        // Linux's name on Windows, and the other way round, is not an offloaded send.
+        let other = if cfg!(windows) {
+            "sendmsg+UDP_SEGMENT"
+        } else {
+            "send+UDP_SEND_MSG_SIZE"
+        };
+        for method in ["sendmmsg", "send", other] {
+            let refused = pps_gso(&choice, method);
+            assert!(!refused.used, "{method}");
+            assert!(
+                refused.explanation.contains("see send_method"),
+                "{refused:?}"
+            );
+        }
         let off = pps_gso(
             &GsoChoice {
                 mode: Mode::Auto,
@@ -827,6 +861,8 @@ mod context_tests {
                 user_ns: 500,
                 voluntary_switches: Some(0),
                 involuntary_switches: Some(0),
+                system_interrupts: Some(1),
+                system_context_switches: Some(1),
                 ..sonde_wire::CpuReport::default()
             }),
         };
@@ -854,6 +890,8 @@ mod context_tests {
         let cpu = sonde_wire::CpuReport {
             voluntary_switches: Some(3),
             involuntary_switches: Some(0),
+            system_interrupts: Some(1),
+            system_context_switches: Some(1),
             ..sonde_wire::CpuReport::default()
         };
         let mut m = meta(&target(), SessionId(1), 0, 0);
@@ -876,6 +914,9 @@ mod context_tests {
         let windows = sonde_wire::CpuReport {
             wall_ns: 1_000,
             user_ns: 500,
+            system_interrupts: Some(10),
+            system_context_switches: Some(20),
+            system_syscalls: Some(30),
             ..sonde_wire::CpuReport::default()
         };
         let ctx = Context {
@@ -908,5 +949,56 @@ mod context_tests {
             m.warning_codes,
             [sonde_report::WarningCode::ContextSwitchesUnknown]
         );
+    }
+
+    /// An end whose host-wide counters could not be read (wine, a Windows without the
+    /// performance counters) has them null with a warning naming the side and the fields; a
+    /// Linux end, which counts interrupts and context switches but never system calls, has none.
+    #[test]
+    fn host_counters_not_read_are_null_with_a_warning() {
+        let linux = sonde_wire::CpuReport {
+            wall_ns: 1_000_000_000,
+            user_ns: 500,
+            voluntary_switches: Some(1),
+            involuntary_switches: Some(1),
+            system_interrupts: Some(10),
+            system_context_switches: Some(20),
+            ..sonde_wire::CpuReport::default()
+        };
+        let wine = sonde_wire::CpuReport {
+            system_interrupts: None,
+            system_context_switches: None,
+            ..linux
+        };
+        let ctx = Context {
+            agent: true,
+            server_host: Some(sonde_wire::HostInfo::default()),
+            client_cpu: Some(linux),
+            ..Context::default()
+        };
+        let mut m = meta(&target(), SessionId(1), 0, 0);
+        add_context(&mut m, &ctx, Some(&linux));
+        assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+        let client = m.cpu.client.as_ref().unwrap();
+        assert_eq!(client.system_interrupts_per_second, Some(10.0));
+        assert_eq!(client.system_syscalls_per_second, None);
+
+        let mut m = meta(&target(), SessionId(1), 0, 0);
+        add_context(&mut m, &ctx, Some(&wine));
+        assert_eq!(
+            m.warning_codes,
+            [sonde_report::WarningCode::SystemCountersUnknown]
+        );
+        assert!(
+            m.warnings[0].contains(
+                "cpu.server.system_interrupts_per_second, system_context_switches_per_second, \
+                 system_syscalls_per_second are null"
+            ),
+            "{:?}",
+            m.warnings
+        );
+        let server = m.cpu.server.as_ref().unwrap();
+        assert_eq!(server.system_interrupts_per_second, None);
+        assert_eq!(server.system_context_switches_per_second, None);
     }
 }

@@ -712,10 +712,19 @@ fn wait(clock: &Clock, target_ns: u64) {
     }
 }
 
+/// The unlimited sender's method name when it sent offloaded batches: Linux's
+/// `sendmsg` with `UDP_SEGMENT`, Windows' `send` after `UDP_SEND_MSG_SIZE` (USO).
+pub const GSO_SEND_METHOD: &str = if cfg!(windows) {
+    "send+UDP_SEND_MSG_SIZE"
+} else {
+    "sendmsg+UDP_SEGMENT"
+};
+
 /// How the unlimited sender hands datagrams to the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SendMethod {
-    /// One `sendmsg` with a `UDP_SEGMENT` control message per batch.
+    /// One `sendmsg` with a `UDP_SEGMENT` control message per batch (Windows: one `send`
+    /// with `UDP_SEND_MSG_SIZE` set).
     Gso,
     /// One `sendmmsg` per batch.
     Mmsg,
@@ -726,7 +735,7 @@ enum SendMethod {
 impl SendMethod {
     fn name(self) -> &'static str {
         match self {
-            Self::Gso => "sendmsg+UDP_SEGMENT",
+            Self::Gso => GSO_SEND_METHOD,
             Self::Mmsg => "sendmmsg",
             Self::Plain => "send",
         }
@@ -1264,6 +1273,13 @@ mod tests {
         if cfg!(target_os = "linux") {
             assert!(
                 ["sendmsg+UDP_SEGMENT", "sendmmsg"].contains(&sent.method),
+                "{}",
+                sent.method
+            );
+        } else if cfg!(windows) {
+            // USO where Windows takes it, one datagram per send where it refuses (wine).
+            assert!(
+                ["send+UDP_SEND_MSG_SIZE", "send"].contains(&sent.method),
                 "{}",
                 sent.method
             );

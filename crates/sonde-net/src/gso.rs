@@ -17,6 +17,12 @@
 //! away from it. A NIC without UDP segmentation offload keeps GSO: the kernel segments the
 //! batch in software before the driver.
 //!
+//! Windows has the same offload under another name, USO (`UDP_SEND_MSG_SIZE`, Windows 10 2004
+//! and later): `--gso on` sends USO batches there, and where the stack refuses them (an older
+//! Windows, wine) the sender falls back to one datagram per send and says so in its method.
+//! `--gso auto` cannot tell a physical device from a virtual one there (no sysfs; sonde does
+//! not ask NDIS yet), so it stays off toward any peer, with [`GsoReason::DeviceKindUnknown`].
+//!
 //! ```
 //! use sonde_net::gso::{self, GsoMode};
 //!
@@ -75,6 +81,9 @@ pub enum GsoReason {
     UnknownRoute,
     /// This platform has no UDP GSO.
     Unsupported,
+    /// This platform has UDP send offload (Windows: USO) but sonde cannot tell here whether
+    /// the device toward the peer is physical: off unless `--gso on`.
+    DeviceKindUnknown,
 }
 
 /// The decision for one test.
@@ -100,6 +109,7 @@ impl GsoReason {
             Self::PhysicalDevice => "physical_device",
             Self::UnknownRoute => "unknown_route",
             Self::Unsupported => "unsupported",
+            Self::DeviceKindUnknown => "device_kind_unknown",
         }
     }
 }
@@ -131,27 +141,44 @@ impl fmt::Display for GsoChoice {
                 "the interface toward the peer is unknown: one datagram per packet to be sure"
             ),
             GsoReason::Unsupported => write!(f, "this platform has no UDP GSO"),
+            GsoReason::DeviceKindUnknown => write!(
+                f,
+                "sonde cannot tell a physical device from a virtual one on this platform: one \
+                 datagram per packet to be sure (--gso on sends {OFFLOAD_NAME} batches)"
+            ),
         }
     }
 }
 
-/// Decides whether a sender to `peer` may use GSO batches. `On` and `Off` are taken as asked;
-/// `Auto` looks up the interface the route to `peer` leaves by
-/// ([`hostinfo::interface_for_peer`]) and allows GSO only on a physical device.
+/// True where the sender can hand the stack batches to segment: Linux (`UDP_SEGMENT`) and
+/// Windows (USO, `UDP_SEND_MSG_SIZE`; refused by Windows before 10 2004, and by wine).
+pub const OFFLOAD_PLATFORM: bool = cfg!(any(target_os = "linux", windows));
+
+/// The offload's name on this platform, for the reader.
+const OFFLOAD_NAME: &str = if cfg!(windows) { "USO" } else { "GSO" };
+
+/// Decides whether a sender to `peer` may use GSO batches. `On` and `Off` are taken as asked
+/// (`On` only where the platform has the offload, [`OFFLOAD_PLATFORM`]); `Auto` looks up the
+/// interface the route to `peer` leaves by ([`hostinfo::interface_for_peer`]) and allows GSO
+/// only on a physical device, which only Linux can tell.
 pub fn choose(mode: GsoMode, peer: IpAddr) -> GsoChoice {
     let interface = hostinfo::interface_for_peer(peer).ok().flatten();
     // A peer that is one of this host's own addresses is reached over loopback, whatever
     // interface holds the address.
-    let interface = if is_local(peer) {
+    let local = is_local(peer);
+    let interface = if local {
         Some(loopback_name())
     } else {
         interface
     };
     let (enabled, reason) = match mode {
-        // Off is the user's word on every platform; only sending batches needs Linux.
+        // Off is the user's word on every platform; sending batches needs Linux or Windows.
         GsoMode::Off => (false, GsoReason::Requested),
-        _ if !cfg!(target_os = "linux") => (false, GsoReason::Unsupported),
+        _ if !OFFLOAD_PLATFORM => (false, GsoReason::Unsupported),
         GsoMode::On => (true, GsoReason::Requested),
+        GsoMode::Auto if local => (false, GsoReason::Loopback),
+        // Only Linux has the sysfs that tells a physical device from a virtual one.
+        GsoMode::Auto if !cfg!(target_os = "linux") => (false, GsoReason::DeviceKindUnknown),
         GsoMode::Auto => match interface.as_deref() {
             None => (false, GsoReason::UnknownRoute),
             Some(dev) => match hostinfo::device_kind(dev) {
@@ -204,8 +231,29 @@ mod tests {
         assert!(!off.enabled);
         assert_eq!(off.reason, GsoReason::Requested);
         let on = choose(GsoMode::On, lo);
-        assert_eq!(on.enabled, cfg!(target_os = "linux"));
-        assert!(on.to_string().contains("--gso on") || !cfg!(target_os = "linux"));
+        assert_eq!(on.enabled, cfg!(any(target_os = "linux", windows)));
+        assert_eq!(on.enabled, OFFLOAD_PLATFORM);
+        if on.enabled {
+            assert_eq!(on.reason, GsoReason::Requested);
+            assert!(on.to_string().contains("--gso on"), "{on}");
+        } else {
+            assert_eq!(on.reason, GsoReason::Unsupported);
+        }
+    }
+
+    /// Windows: auto stays off over loopback (a virtual device there too) and toward any other
+    /// peer, saying that it cannot tell the device's kind; `--gso on` is the way to USO.
+    #[cfg(windows)]
+    #[test]
+    fn auto_on_windows_is_off_and_says_why() {
+        let lo = choose(GsoMode::Auto, "127.0.0.1".parse().unwrap());
+        assert!(!lo.enabled);
+        assert_eq!(lo.reason, GsoReason::Loopback);
+        // An address of the benchmarking range (RFC 2544): a route lookup only, nothing sent.
+        let far = choose(GsoMode::Auto, "198.18.0.1".parse().unwrap());
+        assert!(!far.enabled);
+        assert_eq!(far.reason, GsoReason::DeviceKindUnknown);
+        assert!(far.to_string().contains("--gso on sends USO"), "{far}");
     }
 
     #[cfg(target_os = "linux")]

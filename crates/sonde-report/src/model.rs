@@ -182,6 +182,9 @@ pub enum WarningCode {
     Interrupted,
     /// An end's platform does not count context switches per thread (Windows): they are null.
     ContextSwitchesUnknown,
+    /// An end's host-wide counters (interrupts, context switches, system calls per second)
+    /// could not be read: no `/proc/stat`, a Windows without the performance counters, wine.
+    SystemCountersUnknown,
     /// A sending end's platform has no `TCP_INFO` (Windows, macOS): retransmits and tcp_info
     /// are null.
     TcpInfoUnknown,
@@ -217,6 +220,13 @@ pub enum Warning {
     ContextSwitchesUnknown {
         /// `client` or `server`.
         side: &'static str,
+    },
+    /// One end could not read the host-wide interrupt or context switch counts.
+    SystemCountersUnknown {
+        /// `client` or `server`.
+        side: &'static str,
+        /// The `cpu.{side}` fields that are null (`system_interrupts_per_second`, ...).
+        fields: Vec<&'static str>,
     },
     /// Too few samples for the percentiles from `from_percentile` up.
     TooFewSamples {
@@ -401,6 +411,7 @@ impl Warning {
             Self::ServerConfigurationUnknown => WarningCode::ServerConfigurationUnknown,
             Self::ServerCpuUnknown => WarningCode::ServerCpuUnknown,
             Self::ContextSwitchesUnknown { .. } => WarningCode::ContextSwitchesUnknown,
+            Self::SystemCountersUnknown { .. } => WarningCode::SystemCountersUnknown,
             Self::TooFewSamples { .. } | Self::NoSample => WarningCode::TooFewSamples,
             Self::LostMessages { .. } | Self::LostDatagrams { .. } | Self::PpsLoss { .. } => {
                 WarningCode::Loss
@@ -470,6 +481,14 @@ impl std::fmt::Display for Warning {
                 "the {side}'s platform does not count context switches per thread (Windows): \
                  cpu.{side}.voluntary_context_switches and involuntary_context_switches are \
                  null"
+            ),
+            Self::SystemCountersUnknown { side, fields } => write!(
+                f,
+                "the {side} could not read the host-wide counters (no /proc/stat, a Windows \
+                 without the performance counters, wine, or an older sonde agent): \
+                 cpu.{side}.{} {} null",
+                fields.join(", "),
+                if fields.len() == 1 { "is" } else { "are" }
             ),
             Self::TooFewSamples {
                 samples,
@@ -727,7 +746,8 @@ pub struct CpuCost {
     /// Times they were preempted; `null` as `voluntary_context_switches`.
     pub involuntary_context_switches: Option<u64>,
     /// System calls the data path made to send and receive (failed and timed-out ones
-    /// included; not sleeps). `null` where they are not counted (latency tests, for now).
+    /// included; not sleeps), latency's ping loops and echoes too. `null` where they are not
+    /// counted (an older sonde agent).
     pub syscalls: Option<u64>,
     /// Messages this end's data path moved: datagrams (UDP), messages (latency), or for TCP
     /// bulk the bytes over the write size.
@@ -1308,6 +1328,9 @@ pub enum GsoReason {
     UnknownRoute,
     /// The platform has no UDP GSO.
     Unsupported,
+    /// `--gso auto` on a platform (Windows) where sonde cannot tell whether the device toward
+    /// the agent is physical: off; `--gso on` sends USO batches.
+    DeviceKindUnknown,
 }
 
 /// UDP GSO in a pps test: a GSO batch is up to 64 datagrams in one socket buffer, which a
@@ -1316,7 +1339,8 @@ pub enum GsoReason {
 pub struct PpsGso {
     /// What was asked (`--gso`).
     pub mode: GsoMode,
-    /// Whether the sender sent GSO batches (`send_method` is `sendmsg+UDP_SEGMENT`).
+    /// Whether the sender sent GSO batches (`send_method` is `sendmsg+UDP_SEGMENT`, on Windows
+    /// `send+UDP_SEND_MSG_SIZE`: USO).
     pub used: bool,
     /// The interface the route to the agent leaves by, where found.
     pub interface: Option<String>,
@@ -1354,7 +1378,8 @@ pub struct PpsResult {
     pub msg_size_bytes: u32,
     /// Requested duration, ns.
     pub duration_ns: u64,
-    /// How the sender sent (`sendmsg+UDP_SEGMENT`, `sendmmsg`, ...).
+    /// How the sender sent (`sendmsg+UDP_SEGMENT`, `sendmmsg`, `send+UDP_SEND_MSG_SIZE` on
+    /// Windows, ...).
     pub send_method: String,
     /// UDP GSO: asked, used, and why.
     pub gso: PpsGso,
@@ -1878,6 +1903,20 @@ mod warning_tests {
                 WarningCode::CountsDiffer,
                 "the agent completed 52 transactions and the client 50: the client gave up on \
                  some the agent had answered (timeouts, resets)",
+            ),
+            (
+                Warning::SystemCountersUnknown {
+                    side: "client",
+                    fields: vec![
+                        "system_interrupts_per_second",
+                        "system_context_switches_per_second",
+                    ],
+                },
+                WarningCode::SystemCountersUnknown,
+                "the client could not read the host-wide counters (no /proc/stat, a Windows \
+                 without the performance counters, wine, or an older sonde agent): \
+                 cpu.client.system_interrupts_per_second, system_context_switches_per_second \
+                 are null",
             ),
             (
                 Warning::ConfServerUnknown,

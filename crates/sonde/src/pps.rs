@@ -89,9 +89,10 @@ pub(crate) struct Opt {
 /// `--gso`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Gso {
-    /// GSO only where the route to the agent leaves by a physical device
+    /// GSO only where the route to the agent leaves by a physical device (Linux; off on
+    /// Windows, which cannot tell)
     Auto,
-    /// GSO batches wherever the kernel takes them
+    /// GSO batches wherever the kernel takes them (USO on Windows)
     On,
     /// One datagram per packet
     Off,

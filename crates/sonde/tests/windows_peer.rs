@@ -2,7 +2,8 @@
 //! (`x86_64-pc-windows-gnu`) runs under wine through `.ci/wine-run`, as the agent for this
 //! host's client and as the client of this host's agent. Both ends must speak the same control
 //! and data protocol, and each states what its platform measures: the Windows end's CPU time is
-//! there and its context switches are null, with a warning.
+//! there and its context switches are null, with a warning. Latency, throughput, pps and crr
+//! run both ways.
 //! The Windows agent's compatibility listeners answer the real clients too: Debian's `iperf3`
 //! (TCP both ways, UDP) and `sockperf` (ping-pong, UDP and TCP).
 //!
@@ -116,6 +117,16 @@ fn a_linux_client_measures_against_a_windows_agent() {
     let (addr, port) = agent.wait_for_line(WINE_START_TIMEOUT, parse_listening_line);
     let target = format!("{addr}:{port}");
 
+    // pps: the Windows agent counts the datagrams this host sends, per flow.
+    let doc = run_json(&["pps", &target, "--flows", "2", "-t", "1"]);
+    check_pps(&doc, 2);
+    // This end (Linux) sends over loopback: auto keeps GSO off and says why.
+    assert_eq!(doc["gso"]["reason"], "loopback", "{doc:#}");
+
+    // crr: each transaction a new connection to the Windows agent, counted at both ends.
+    let doc = run_json(&["crr", &target, "-t", "1"]);
+    check_crr(&doc);
+
     // TCP latency: the Windows agent echoes.
     let doc = run_json(&["latency", &target, "-t", "1"]);
     assert!(doc["samples"].as_u64().is_some_and(|n| n > 0), "{doc:#}");
@@ -150,7 +161,8 @@ fn a_windows_client_measures_against_a_linux_agent() {
     let target = agent.target();
     let run = |args: &[&str]| -> Value {
         let mut cmd = wine(&exe);
-        cmd.args(args).arg("--json");
+        // Not saved: the results would pile up in the wine prefix's profile.
+        cmd.args(args).args(["--json", "--no-save"]);
         let out = run_with_timeout(&mut cmd, WINE_CLIENT_TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
         assert!(
             out.status.success(),
@@ -185,6 +197,87 @@ fn a_windows_client_measures_against_a_linux_agent() {
         warnings(&doc).iter().any(|w| w.contains("no TCP_INFO")),
         "no warning about the missing TCP_INFO in\n{doc:#}"
     );
+
+    // pps from the Windows client, auto: the target is loopback, no offload, said so.
+    let doc = run(&["pps", &target, "--flows", "2", "-t", "1"]);
+    check_pps(&doc, 2);
+    assert_eq!(doc["gso"]["reason"], "loopback", "{doc:#}");
+    assert_eq!(doc["gso"]["used"], false, "{doc:#}");
+    // --gso on: Windows tries USO (UDP_SEND_MSG_SIZE); wine refuses it and the sender falls
+    // back to one datagram per send. Either way the result says which ran, and why.
+    let doc = run(&["pps", &target, "-t", "1", "--gso", "on"]);
+    check_pps(&doc, 1);
+    let gso = &doc["gso"];
+    assert_eq!(gso["mode"], "on", "{doc:#}");
+    assert_eq!(gso["reason"], "requested", "{doc:#}");
+    let method = doc["send_method"].as_str().unwrap_or_default();
+    assert!(
+        ["send+UDP_SEND_MSG_SIZE", "send"].contains(&method),
+        "{doc:#}"
+    );
+    assert_eq!(
+        gso["used"].as_bool(),
+        Some(method == "send+UDP_SEND_MSG_SIZE"),
+        "{doc:#}"
+    );
+    if method == "send" {
+        assert!(
+            gso["explanation"]
+                .as_str()
+                .is_some_and(|e| e.contains("refused UDP_SEND_MSG_SIZE")),
+            "{doc:#}"
+        );
+    }
+
+    // crr from the Windows client against the Linux agent.
+    let doc = run(&["crr", &target, "-t", "1"]);
+    check_crr(&doc);
+}
+
+/// What a pps run must say whichever end runs Windows: the receiving agent counted datagrams,
+/// and the account closes (received + lost = sent, per flow and in all).
+fn check_pps(doc: &Value, flows: usize) {
+    let n = |v: &Value, key: &str| {
+        v[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{key} missing: {doc:#}"))
+    };
+    assert_eq!(doc["test"], "pps", "{doc:#}");
+    let (sent, received, lost) = (n(doc, "sent"), n(doc, "received"), n(doc, "lost"));
+    assert!(received > 0, "the agent counted nothing: {doc:#}");
+    assert_eq!(received + lost, sent, "{doc:#}");
+    let per_flow = doc["flows"].as_array().expect("flows");
+    assert_eq!(per_flow.len(), flows, "{doc:#}");
+    for (i, fl) in per_flow.iter().enumerate() {
+        assert!(
+            n(fl, "received") > 0,
+            "flow {i} got nothing through: {doc:#}"
+        );
+        assert_eq!(
+            n(fl, "received") + n(fl, "lost"),
+            n(fl, "sent"),
+            "flow {i}: {doc:#}"
+        );
+    }
+    let sum: u64 = per_flow.iter().map(|fl| n(fl, "received")).sum();
+    assert_eq!(sum, received, "{doc:#}");
+}
+
+/// What a crr run must say whichever end runs Windows: transactions completed, the agent's count
+/// the client's, no connection failed.
+fn check_crr(doc: &Value) {
+    assert_eq!(doc["test"], "crr", "{doc:#}");
+    let transactions = doc["transactions"].as_u64().unwrap_or(0);
+    assert!(transactions > 0, "{doc:#}");
+    assert_eq!(
+        doc["agent_transactions"].as_u64(),
+        Some(transactions),
+        "{doc:#}"
+    );
+    assert_eq!(doc["connects"].as_u64(), Some(transactions), "{doc:#}");
+    assert_eq!(doc["agent_failed"].as_u64(), Some(0), "{doc:#}");
+    let errors = doc["errors"].as_object().expect("errors");
+    assert!(errors.values().all(|v| v.as_u64() == Some(0)), "{doc:#}");
 }
 
 /// Runs a real peer client (iperf3, sockperf) against the Windows agent; its output when it
