@@ -325,7 +325,9 @@ mod tests {
                 "udp", "parallel", "reverse", "bidir", "bitrate", "length", "time", "interval",
                 "from", "cpu",
             ],
-            TestKind::Pps => &["msg_size", "flows", "time", "interval", "gso", "from", "cpu"],
+            TestKind::Pps => &[
+                "msg_size", "flows", "time", "interval", "gso", "from", "cpu",
+            ],
             TestKind::Crr => &[
                 "workers",
                 "parallel",
