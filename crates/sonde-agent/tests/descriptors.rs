@@ -106,6 +106,12 @@ fn at_the_descriptor_limit_the_agent_backs_off_and_counts() {
     assert_eq!(nofile().0, Some(256));
     let mut cfg = AgentConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
     cfg.hello_timeout = Duration::from_secs(20);
+    // Every connection below stays pending at the agent (holding its descriptor) instead of
+    // being refused over the pending caps and closed whenever the agent gets to it: such a
+    // close freed a slot after the test had filled them, the agent's next accept took it, and
+    // in one CI run that happened at every try for 5 s (no EMFILE seen, 25 connections held).
+    cfg.max_pending = 1_000;
+    cfg.max_pending_per_source = 1_000;
     let agent = Agent::bind(cfg).expect("bind on loopback");
     assert_eq!(nofile(), (hard, hard), "the soft limit was not raised");
     let addr = agent.local_addr();
