@@ -402,14 +402,19 @@ def metrics(sonde: str, ports: dict, secs: int, floor: str, cpus: tuple[int, int
     def tiny_writes(size: int) -> Metric:
         # TCP with tiny writes: what a tool spends around each write system call. qperf's
         # tcp_bw is the peer that does this by default (iperf3 has no such mode worth the name).
+        # qperf's receiver reads one message per recv, and the receiver's read size sets the
+        # segment sizes (a receiver that drains its queue has TCP acknowledge at once, and
+        # Nagle then sends each write alone), so sonde and the floor read `size` bytes per call
+        # too: the same workload on all three.
         return Metric(
-            f"tcp_bps_{size}", f"TCP 1 stream, {size} B writes", "Mbit/s", 1e-6, "≥ 0.95×", at_least(0.95),
-            [sonde, "throughput", agent, "-l", str(size), "-t", t, "--json"],
+            f"tcp_bps_{size}", f"TCP 1 stream, {size} B writes and reads", "Mbit/s", 1e-6, "≥ 0.95×",
+            at_least(0.95),
+            [sonde, "throughput", agent, "-l", str(size), "--read-size", str(size), "-t", t, "--json"],
             ["qperf", HOST, "-lp", str(ports["qperf"]), "-ub", "-v", "-t", t, "-m", str(size), "tcp_bw"],
             lambda out: parse_sonde(out, "throughput")["bits_per_second"],
             lambda out: parse_qperf(out)["bits_per_second"],
             (
-                [floor, "tcp-stream", HOST, str(ports["floor_tcp_sink"]), "-t", t, "-l", str(size)],
+                [floor, "tcp-stream", HOST, str(ports[f"floor_tcp_sink_{size}"]), "-t", t, "-l", str(size)],
                 lambda out: parse_floor(out, "bits_per_second"),
             ),
         )
@@ -656,7 +661,8 @@ def main(argv: list[str] | None = None) -> int:
             for k in (
                 "sockperf_udp", "sockperf_tcp", "iperf3", "sonde_iperf3", "sonde_sockperf",
                 "floor_udp_echo", "floor_tcp_echo", "floor_tcp_sink", "floor_udp_sink",
-                "floor_busy_udp_echo", "floor_busy_tcp_echo", "qperf",
+                "floor_busy_udp_echo", "floor_busy_tcp_echo", "qperf", "floor_tcp_sink_1",
+                "floor_tcp_sink_8",
             )
         }
         ports["sonde"] = start_sonde_agent(
@@ -682,6 +688,10 @@ def main(argv: list[str] | None = None) -> int:
             port = ports["floor_" + what.replace("-", "_")]
             p = servers.start(f"floor {what}", [floor, what, str(port)], **quiet)
             wait_tcp(port, p, f"floor {what}")
+        for size in (1, 8):  # the tiny-write rows' sinks, reading a message per call
+            port = ports[f"floor_tcp_sink_{size}"]
+            p = servers.start(f"floor tcp-sink -r {size}", [floor, "tcp-sink", str(port), "-r", str(size)], **quiet)
+            wait_tcp(port, p, f"floor tcp-sink -r {size}")
         if cpus is None:
             log("one CPU only: the busy-polled rows need two and are left out")
         elif any(k in wanted for k in ("busy_udp_rtt", "busy_tcp_rtt")):

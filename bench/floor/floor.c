@@ -13,8 +13,10 @@
  *                                                  closed loop, one message in flight; prints
  *                                                  {"p50_ns":..,"samples":..} of the RTTs after
  *                                                  the warm-up (-w, default 1 s)
- *   floor tcp-sink PORT                            read each connection to EOF, then answer with
- *                                                  the bytes and the ns from first to last read
+ *   floor tcp-sink PORT [-r SIZE]                  read each connection to EOF, at most SIZE
+ *                                                  bytes per recv (default 512 KiB, sonde's
+ *                                                  default), then answer with the bytes and the
+ *                                                  ns from first to last read
  *   floor tcp-stream HOST PORT -t SECS [-l SIZE]   write SIZE-byte buffers (default 128 KiB) for
  *                                                  SECS, then print the sink's bits per second
  *   floor udp-sink PORT                            count datagrams on PORT (recvmmsg); a TCP
@@ -279,7 +281,7 @@ static void ping(int tcp, const char *host, int port, size_t size, double secs, 
     free(rtt);
 }
 
-static void tcp_sink(int port) {
+static void tcp_sink(int port, size_t rsize) {
     static char buf[SINK_BUF];
     int lfd = bound(SOCK_STREAM, port);
     for (;;) {
@@ -288,7 +290,7 @@ static void tcp_sink(int port) {
             continue;
         uint64_t bytes = 0, first = 0, last = 0;
         for (;;) {
-            ssize_t n = recv(fd, buf, sizeof buf, 0);
+            ssize_t n = recv(fd, buf, rsize, 0);
             if (n <= 0)
                 break;
             last = now_ns();
@@ -436,7 +438,7 @@ int main(int argc, char **argv) {
     if (argc < first_opt)
         usage();
     int port = atoi(argv[first_opt - 1]);
-    size_t size = 64, len = 128 * 1024;
+    size_t size = 64, len = 128 * 1024, rsize = SINK_BUF;
     double secs = 5, warm = 1;
     int cpu = -1;
     for (int i = first_opt; i < argc; i++) {
@@ -450,6 +452,8 @@ int main(int argc, char **argv) {
             size = (size_t)atol(v), i++;
         else if (!strcmp(a, "-l") && v)
             len = (size_t)atol(v), i++;
+        else if (!strcmp(a, "-r") && v)
+            rsize = (size_t)atol(v), i++;
         else if (!strcmp(a, "-t") && v)
             secs = atof(v), i++;
         else if (!strcmp(a, "-w") && v)
@@ -457,6 +461,8 @@ int main(int argc, char **argv) {
         else
             usage();
     }
+    if (rsize < 1 || rsize > SINK_BUF)
+        usage();
     if (size < 1 || size > MAX_MSG || secs <= 0 || secs > MAX_SECS || warm < 0 || warm > MAX_SECS)
         usage();
     pin(cpu);
@@ -469,7 +475,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "tcp-ping"))
         ping(1, host, port, size, secs, warm);
     else if (!strcmp(mode, "tcp-sink"))
-        tcp_sink(port);
+        tcp_sink(port, rsize);
     else if (!strcmp(mode, "tcp-stream"))
         tcp_stream(host, port, secs, len);
     else if (!strcmp(mode, "udp-sink"))

@@ -539,6 +539,7 @@ mod tests {
             bitrate_per_stream: 0,
             duration_ms: 5_000,
             interval_ms: 0,
+            read_size: 0,
         };
         write_frame(
             &mut ctrl,
@@ -859,6 +860,7 @@ mod tests {
                 bitrate_per_stream: 0,
                 duration_ms: 1_000,
                 interval_ms: 0,
+                read_size: 0,
             };
             write_frame(
                 &mut ctrl,

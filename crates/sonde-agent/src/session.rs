@@ -716,13 +716,16 @@ impl<'a> Test<'a> {
             match outcome {
                 // The final TCP_INFO went with `SenderDone`; the report stays small.
                 Some(RoleOutcome::Sent(o, _)) => report.sent.push(sent_stats(i, &o, None)),
-                Some(RoleOutcome::TcpReceived(o)) => report.received.push(StreamStats {
-                    stream,
-                    bytes: o.bytes,
-                    packets: o.reads,
-                    active_ns: o.last_ns.saturating_sub(o.first_ns),
-                    ..StreamStats::default()
-                }),
+                Some(RoleOutcome::TcpReceived(o)) => {
+                    report.read_size = Some(self.spec.tcp_read_size());
+                    report.received.push(StreamStats {
+                        stream,
+                        bytes: o.bytes,
+                        packets: o.reads,
+                        active_ns: o.last_ns.saturating_sub(o.first_ns),
+                        ..StreamStats::default()
+                    });
+                }
                 Some(RoleOutcome::UdpReceived(o)) => {
                     report.received.push(StreamStats {
                         stream,
@@ -803,8 +806,15 @@ impl<'a> Test<'a> {
                     .map_or_else(failed, |()| RoleOutcome::Echoed)
             }
             DataChannel::Tcp(s) => match self.read_cap() {
-                None => sonde_net::bulk::tcp_recv(s, clock, stop, counters),
-                Some(cap) => sonde_net::bulk::tcp_recv_capped(s, cap, clock, stop, counters),
+                None => sonde_net::bulk::tcp_recv(s, spec.tcp_read_size(), clock, stop, counters),
+                Some(cap) => sonde_net::bulk::tcp_recv_capped(
+                    s,
+                    spec.tcp_read_size(),
+                    cap,
+                    clock,
+                    stop,
+                    counters,
+                ),
             }
             .map_or_else(failed, RoleOutcome::TcpReceived),
             DataChannel::Udp(s) => sonde_net::bulk::udp_recv(

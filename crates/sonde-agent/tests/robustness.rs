@@ -161,6 +161,7 @@ fn spec(kind: TestKind, protocol: Protocol, direction: Direction, duration_ms: u
         },
         duration_ms,
         interval_ms: 0,
+        read_size: 0,
     }
 }
 
@@ -864,6 +865,7 @@ fn nonsense_requests_are_refused_as_bad_requests() {
         },
         TestSpec {
             interval_ms: 1,
+            read_size: 0,
             ..base.clone()
         },
         TestSpec {

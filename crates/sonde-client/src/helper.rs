@@ -343,6 +343,7 @@ pub fn run_as_helper(
                     duration,
                     interval,
                     cpus: Vec::new(),
+                    read_size: (spec.read_size != 0).then_some(spec.read_size),
                 };
                 crate::throughput_held(&t, &opt, stop, &mut |_| {}, &mut hold)
                     .map(TestResult::Throughput)?

@@ -859,7 +859,8 @@ fn run_loop(
             bulk::tcp_send(s, cfg.msg_size, clock, cfg.until_ns, stop, counters).map(Outcome::Sent)
         }
         (DataSocket::Tcp(s), false) => {
-            bulk::tcp_recv(s, clock, stop, counters).map(Outcome::TcpReceived)
+            bulk::tcp_recv(s, sonde_wire::DEFAULT_TCP_READ_SIZE, clock, stop, counters)
+                .map(Outcome::TcpReceived)
         }
         (DataSocket::Udp(s), true) => bulk::udp_send(
             s,
@@ -1433,6 +1434,10 @@ fn document(
         },
         direction: crate::results::direction_name(opt.direction),
         parallel: opt.parallel,
+        // An iperf3 server reads its own way (its -l at a time); only this host's receivers,
+        // in a reverse test, are known.
+        read_size_bytes: (!udp && opt.direction == Direction::Reverse)
+            .then_some(sonde_wire::DEFAULT_TCP_READ_SIZE),
         msg_size_bytes: opt.msg_size,
         target_bits_per_second: (udp && opt.bitrate > 0).then_some(opt.bitrate),
         duration_ns: nanos(opt.duration),
@@ -1479,6 +1484,7 @@ mod tests {
             duration: Duration::from_millis(1500),
             interval: None,
             cpus: Vec::new(),
+            read_size: None,
         }
     }
 

@@ -247,6 +247,9 @@ pub struct ThroughputOptions {
     /// `--cpu`: the CPUs this host's streams run on, stream `i` on `cpus[i % len]`; the agent is
     /// asked to pin its streams too (to its `--cpu-list`). Empty: not pinned.
     pub cpus: Vec<u32>,
+    /// `--read-size` (TCP): the most one read of each receiver asks for, bytes; `None` for the
+    /// receivers' default, [`sonde_wire::DEFAULT_TCP_READ_SIZE`].
+    pub read_size: Option<u32>,
 }
 
 impl Default for ThroughputOptions {
@@ -260,6 +263,7 @@ impl Default for ThroughputOptions {
             duration: Duration::from_secs(10),
             interval: None,
             cpus: Vec::new(),
+            read_size: None,
         }
     }
 }
@@ -382,6 +386,7 @@ pub(crate) fn latency_held(
             millis(opt.warmup + opt.duration)
         },
         interval_ms: 0,
+        read_size: 0,
     };
     let run = session::run_latency_held(target, &spec, &opt, interrupt, hold)?;
     let mut result = results::latency(target, &opt, &run);
@@ -573,6 +578,7 @@ pub(crate) fn pps_spec(opt: &PpsOptions) -> TestSpec {
         bitrate_per_stream: 0,
         duration_ms: millis(opt.duration),
         interval_ms: opt.interval.map_or(0, millis),
+        read_size: 0,
     }
 }
 
@@ -588,6 +594,19 @@ pub(crate) fn throughput_spec(opt: &ThroughputOptions) -> Result<TestSpec, Clien
             sonde_wire::DATA_HEADER_LEN
         )));
     }
+    if let Some(size) = opt.read_size {
+        if opt.protocol == Protocol::Udp {
+            return Err(ClientError::Usage(
+                "--read-size is for TCP: a UDP receiver reads one datagram per call".into(),
+            ));
+        }
+        if !(1..=sonde_net::bulk::MAX_TCP_READ_SIZE).contains(&size) {
+            return Err(ClientError::Usage(format!(
+                "--read-size must be 1 to {} bytes",
+                sonde_net::bulk::MAX_TCP_READ_SIZE
+            )));
+        }
+    }
     Ok(TestSpec {
         kind: TestKind::Throughput,
         protocol: opt.protocol,
@@ -601,6 +620,7 @@ pub(crate) fn throughput_spec(opt: &ThroughputOptions) -> Result<TestSpec, Clien
         },
         duration_ms: millis(opt.duration),
         interval_ms: opt.interval.map_or(0, millis),
+        read_size: opt.read_size.unwrap_or(0),
     })
 }
 
@@ -615,6 +635,7 @@ pub(crate) fn latency_spec(opt: &LatencyOptions) -> TestSpec {
         bitrate_per_stream: 0,
         duration_ms: millis(opt.warmup + opt.duration),
         interval_ms: 0,
+        read_size: 0,
     }
 }
 

@@ -263,6 +263,33 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
 
 /// `--busy-poll`, `--cpu`: both ends' reports, with a warning where an end did not do what was
 /// asked (an agent that predates the request ignores it and reports nothing).
+/// The result's `read_size_bytes`: what every TCP receiver of the test asked for per read.
+/// `None` for UDP, and with a warning when the agent received but did not say how it read
+/// (an agent older than `--read-size`, which read with its own default).
+fn read_size(
+    spec: &TestSpec,
+    agent_received: bool,
+    agent_read: Option<u32>,
+    meta: &mut Meta,
+) -> Option<u32> {
+    if spec.protocol == sonde_wire::Protocol::Udp {
+        return None;
+    }
+    if spec.read_size != 0 && agent_received && agent_read.is_none() {
+        meta.add(&Warning::NotTuned {
+            detail: format!(
+                "the agent did not say how it read (it predates --read-size): its receivers read \
+                 up to their default of {} bytes per call, not {}",
+                sonde_wire::DEFAULT_TCP_READ_SIZE,
+                spec.read_size
+            ),
+        });
+        // Not one size for every receiver: a figure would claim what did not run.
+        return None;
+    }
+    Some(spec.tcp_read_size())
+}
+
 fn ends_tuning(
     client: Option<&TuningReport>,
     server: Option<&TuningReport>,
@@ -532,12 +559,17 @@ pub(crate) fn throughput(
     if receiver.bytes == 0 {
         meta.add(&Warning::NothingReceived);
     }
+    let agent_received = streams
+        .iter()
+        .any(|s| s.direction == StreamDirection::ClientToServer);
+    let read_size_bytes = read_size(spec, agent_received, run.report.read_size, &mut meta);
     ThroughputResult {
         meta,
         protocol: protocol(opt.protocol),
         direction: direction_name(opt.direction),
         parallel: opt.parallel,
         msg_size_bytes: opt.msg_size,
+        read_size_bytes,
         target_bits_per_second: (udp && opt.bitrate > 0).then_some(opt.bitrate),
         duration_ns: nanos(opt.duration),
         receiver,
@@ -748,6 +780,53 @@ mod context_tests {
         let mut plain = meta(&target, SessionId(1), 0, 0);
         assert!(ends_tuning(None, None, &mut plain).is_none());
         assert!(plain.warnings.is_empty());
+    }
+
+    #[test]
+    fn read_size_is_stated_unless_an_older_agent_read_its_own_way() {
+        let target = Target {
+            addr: "127.0.0.1:5300".parse().unwrap(),
+            label: "127.0.0.1:5300".into(),
+            secret: None,
+        };
+        let spec = |protocol, read_size| TestSpec {
+            kind: sonde_wire::TestKind::Throughput,
+            protocol,
+            direction: Direction::Forward,
+            streams: 1,
+            msg_size: 1,
+            bitrate_per_stream: 0,
+            duration_ms: 1_000,
+            interval_ms: 0,
+            read_size,
+        };
+        let tcp = sonde_wire::Protocol::Tcp;
+        let fresh = || meta(&target, SessionId(1), 0, 0);
+
+        // Asked, and the agent read as asked (or did not receive: -R).
+        for (received, agent) in [(true, Some(1)), (false, None)] {
+            let mut m = fresh();
+            assert_eq!(read_size(&spec(tcp, 1), received, agent, &mut m), Some(1));
+            assert!(m.warnings.is_empty(), "{m:?}");
+        }
+        // Not asked: the default, stated, whatever the agent says.
+        let mut m = fresh();
+        assert_eq!(
+            read_size(&spec(tcp, 0), true, None, &mut m),
+            Some(sonde_wire::DEFAULT_TCP_READ_SIZE)
+        );
+        assert!(m.warnings.is_empty(), "{m:?}");
+        // Asked, but the agent received without saying how: no size, a warning.
+        let mut m = fresh();
+        assert_eq!(read_size(&spec(tcp, 1), true, None, &mut m), None);
+        assert_eq!(m.warning_codes, [sonde_report::WarningCode::NotTuned]);
+        assert!(m.warnings[0].contains("predates --read-size"), "{m:?}");
+        // UDP reads a datagram per call: no size.
+        let mut m = fresh();
+        assert_eq!(
+            read_size(&spec(sonde_wire::Protocol::Udp, 0), true, None, &mut m),
+            None
+        );
     }
 
     fn iv(start_ns: u64, end_ns: u64, stream: u32, bytes: u64) -> IntervalStats {

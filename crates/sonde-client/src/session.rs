@@ -825,7 +825,8 @@ fn role(
             bulk::tcp_send(s, spec.msg_size, clock, until_ns, stop, counters).map(ClientRole::Sent)
         }
         (ClientChannel::Tcp(s), false) => {
-            bulk::tcp_recv(s, clock, stop, counters).map(ClientRole::TcpReceived)
+            bulk::tcp_recv(s, spec.tcp_read_size(), clock, stop, counters)
+                .map(ClientRole::TcpReceived)
         }
         (ClientChannel::Udp(s), true) => bulk::udp_send_with(
             s,
@@ -1087,6 +1088,7 @@ mod tests {
             bitrate_per_stream: 0,
             duration_ms: 1_000,
             interval_ms: 100,
+            read_size: 0,
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let control = TcpStream::connect(listener.local_addr().unwrap()).unwrap();

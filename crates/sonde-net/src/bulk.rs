@@ -39,10 +39,15 @@ pub const UDP_RECV_POLL: Duration = Duration::from_millis(50);
 /// leftover; a few mean the agent is gone.
 pub const UDP_REFUSED_LIMIT: u32 = 3;
 
-/// The TCP receiver's read size. Larger than the 128 KiB writes: on a fast path the receive
-/// queue holds several writes, and fewer, larger reads leave the receiver's core more time (on
-/// loopback, single-stream throughput went from 0.91x to 1.05x iperf3's, bench/compare.py).
-const TCP_RECV_BUF: usize = 512 << 10;
+/// The TCP receiver's default read size ([`sonde_wire::DEFAULT_TCP_READ_SIZE`]). Larger than the
+/// 128 KiB writes: on a fast path the receive queue holds several writes, and fewer, larger
+/// reads leave the receiver's core more time (on loopback, single-stream throughput went from
+/// 0.91x to 1.05x iperf3's, bench/compare.py).
+const TCP_RECV_BUF: usize = sonde_wire::DEFAULT_TCP_READ_SIZE as usize;
+
+/// The largest read size a TCP receiver accepts (`--read-size`): 16 MiB, well above any
+/// socket buffer's default ceiling.
+pub const MAX_TCP_READ_SIZE: u32 = 16 << 20;
 
 /// A capped TCP receiver's burst: it may read this long's worth of its rate at once (and at
 /// least [`CAPPED_MIN_READ`], at most [`TCP_RECV_BUF`]).
@@ -286,20 +291,27 @@ pub fn tcp_send(
     Ok(out)
 }
 
-/// Reads until the peer closes (EOF) or `stop`, counting bytes. Uses a short read timeout so
-/// `stop` is noticed within 100 ms.
+/// Reads until the peer closes (EOF) or `stop`, counting bytes, at most `read_size` bytes per
+/// read (1 to [`MAX_TCP_READ_SIZE`]; the test's `--read-size`, 512 KiB by default). Uses a short
+/// read timeout so `stop` is noticed within 100 ms.
+///
+/// The read size is part of what is measured: a receiver that drains its queue at every read
+/// has TCP acknowledge at once, so a sender of small writes (Nagle's algorithm) sends many small
+/// segments; one that reads a message at a time leaves data queued, and the sender's segments
+/// grow (README, Performance).
 ///
 /// Sets the stream blocking with a [`TCP_POLL`] read timeout. A reset is returned as an error
 /// unless `stop` is already set.
 pub fn tcp_recv(
     stream: &TcpStream,
+    read_size: u32,
     clock: &Clock,
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<TcpRecvOutcome> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(TCP_POLL))?;
-    let mut buf = vec![0u8; TCP_RECV_BUF];
+    let mut buf = vec![0u8; read_size.clamp(1, MAX_TCP_READ_SIZE) as usize];
     let mut out = TcpRecvOutcome::default();
     let mut reader = stream;
     while !stop.load(Ordering::Relaxed) {
@@ -327,7 +339,7 @@ pub fn tcp_recv(
 
 /// [`tcp_recv`] that reads no faster than `bytes_per_second` (the agent's `--max-bitrate`):
 /// each read asks for at most what a [`TokenBucket`] (20 ms of the rate, 16 KiB to 512 KiB of
-/// burst) holds, and waits for the bucket when it is short. Data the receiver does not read
+/// burst) holds, and at most `read_size`, and waits for the bucket when it is short. Data the receiver does not read
 /// stays in the kernel's queue, so TCP flow control slows the peer's sender to the cap. The
 /// bucket is emptied when the first data arrives and that read is owed: by the start of any
 /// later read the loop has read at most the rate times the time since the first byte came, so
@@ -340,6 +352,7 @@ pub fn tcp_recv(
 /// unlimited loop, without the clock read per read this one needs.
 pub fn tcp_recv_capped(
     stream: &TcpStream,
+    read_size: u32,
     bytes_per_second: u64,
     clock: &Clock,
     stop: &AtomicBool,
@@ -357,7 +370,7 @@ pub fn tcp_recv_capped(
         .set_recv_buffer_size(usize::try_from(rcvbuf).unwrap_or(CAPPED_RCVBUF_MIN as usize));
     let mut bucket = TokenBucket::new(bytes_per_second, burst, clock.now_ns());
     let min_read = CAPPED_MIN_READ.min(bucket.burst_bytes());
-    let mut buf = vec![0u8; TCP_RECV_BUF];
+    let mut buf = vec![0u8; read_size.clamp(1, MAX_TCP_READ_SIZE) as usize];
     let mut out = TcpRecvOutcome::default();
     let mut reader = stream;
     while !stop.load(Ordering::Relaxed) {
@@ -958,7 +971,8 @@ mod tests {
         let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
 
         let (sent, received) = thread::scope(|s| {
-            let rx = s.spawn(|| tcp_recv(&server, &clock, &stop, &rx_counters));
+            let rx =
+                s.spawn(|| tcp_recv(&server, TCP_RECV_BUF as u32, &clock, &stop, &rx_counters));
             let sent = tcp_send(&client, 128 << 10, &clock, 300 * MS, &stop, &tx_counters);
             // The receiver ends at EOF; `stop` only bounds the test if it does not.
             let deadline = Instant::now() + Duration::from_secs(5);
@@ -992,6 +1006,43 @@ mod tests {
     }
 
     #[test]
+    fn tcp_recv_reads_no_more_than_its_read_size_at_a_time() {
+        const READ: u32 = 1000;
+        let listener = socket::tcp_listen(loopback()).unwrap();
+        let client = socket::tcp_connect(
+            listener.local_addr().unwrap(),
+            Duration::from_secs(1),
+            false,
+        )
+        .unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let clock = Clock::start();
+        let stop = AtomicBool::new(false);
+        let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
+
+        let (sent, received) = thread::scope(|s| {
+            let rx = s.spawn(|| tcp_recv(&server, READ, &clock, &stop, &rx_counters));
+            // 128 KiB writes: the queue holds far more than one read's worth.
+            let sent = tcp_send(&client, 128 << 10, &clock, 100 * MS, &stop, &tx_counters);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !rx.is_finished() && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(10));
+            }
+            stop.store(true, Ordering::Relaxed);
+            (sent.unwrap(), rx.join().unwrap().unwrap())
+        });
+
+        assert_eq!(received.bytes, sent.bytes);
+        // Every read asked for 1,000 bytes at most, so at least bytes / 1,000 reads were made.
+        assert!(
+            received.reads >= received.bytes.div_ceil(u64::from(READ)),
+            "{} reads for {} bytes",
+            received.reads,
+            received.bytes
+        );
+    }
+
+    #[test]
     fn capped_tcp_recv_reads_no_faster_than_its_rate_and_still_gets_every_byte() {
         const RATE: u64 = 16_000_000; // bytes per second, far below loopback's speed
         let listener = socket::tcp_listen(loopback()).unwrap();
@@ -1008,7 +1059,16 @@ mod tests {
 
         let started = Instant::now();
         let (sent, received, elapsed) = thread::scope(|s| {
-            let rx = s.spawn(|| tcp_recv_capped(&server, RATE, &clock, &stop, &rx_counters));
+            let rx = s.spawn(|| {
+                tcp_recv_capped(
+                    &server,
+                    TCP_RECV_BUF as u32,
+                    RATE,
+                    &clock,
+                    &stop,
+                    &rx_counters,
+                )
+            });
             let sent = tcp_send(&client, 128 << 10, &clock, 300 * MS, &stop, &tx_counters);
             // The receiver drains what the sender left queued at its capped rate, then sees
             // the EOF; `stop` only bounds the test if it does not.
@@ -1092,7 +1152,7 @@ mod tests {
         let stop = AtomicBool::new(false);
         let counters = Counters::default();
         let received = thread::scope(|s| {
-            let rx = s.spawn(|| tcp_recv(&server, &clock, &stop, &counters));
+            let rx = s.spawn(|| tcp_recv(&server, TCP_RECV_BUF as u32, &clock, &stop, &counters));
             thread::sleep(Duration::from_millis(20));
             stop.store(true, Ordering::Relaxed);
             rx.join().unwrap().unwrap()
@@ -1215,6 +1275,7 @@ mod tests {
             bitrate_per_stream: 0,
             duration_ms: 1000,
             interval_ms: 0,
+            read_size: 0,
         };
         assert_eq!(UdpFormat::sonde(&spec(14)), UdpFormat::Short);
         assert_eq!(UdpFormat::sonde(&spec(15)), UdpFormat::Short);

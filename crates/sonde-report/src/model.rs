@@ -188,8 +188,8 @@ pub enum WarningCode {
     /// A sending end's platform has no `TCP_INFO` (Windows, macOS): retransmits and tcp_info
     /// are null.
     TcpInfoUnknown,
-    /// `--busy-poll`, `--cpu`: an end did not busy-poll or pin as asked (an agent older than
-    /// `--busy-poll`, or the kernel refused).
+    /// `--busy-poll`, `--cpu`, `--read-size`: an end did not busy-poll, pin or read as asked (an
+    /// agent older than the option, or the kernel refused).
     NotTuned,
     /// A code this version does not know (from a newer sonde).
     #[serde(other)]
@@ -271,7 +271,7 @@ pub enum Warning {
     },
     /// Throughput (TCP): a sending end has no `TCP_INFO`.
     TcpInfoUnknown,
-    /// `--busy-poll`, `--cpu`: an end did not run as asked.
+    /// `--busy-poll`, `--cpu`, `--read-size`: an end did not run as asked.
     NotTuned {
         /// What it did instead, and why.
         detail: String,
@@ -1208,6 +1208,12 @@ pub struct ThroughputResult {
     pub parallel: u32,
     /// Bytes per write (TCP) or datagram payload (UDP).
     pub msg_size_bytes: u32,
+    /// TCP: the most one read of each receiver asked for, bytes (`--read-size`; 524,288 by
+    /// default). With small writes it sets how often TCP acknowledges, and so the segment sizes
+    /// and the throughput. `null` for UDP (one datagram per read), for the receivers of an
+    /// iperf3 server, and in results older than the field.
+    #[serde(default)]
+    pub read_size_bytes: Option<u32>,
     /// UDP: target rate, all streams of one direction together; `null` for TCP or unlimited.
     pub target_bits_per_second: Option<u64>,
     /// Requested duration, ns.

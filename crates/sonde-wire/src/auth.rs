@@ -195,6 +195,11 @@ impl Request<'_> {
                 mac.update(&s.bitrate_per_stream.to_be_bytes());
                 mac.update(&s.duration_ms.to_be_bytes());
                 mac.update(&s.interval_ms.to_be_bytes());
+                // Only when set, so a default request's proof is what it was before the field.
+                if s.read_size != 0 {
+                    mac.update(b"read");
+                    mac.update(&s.read_size.to_be_bytes());
+                }
             }
             Self::Help(target, test) => {
                 mac.update(b"help");
@@ -283,6 +288,7 @@ mod tests {
             bitrate_per_stream: 0,
             duration_ms: 10_000,
             interval_ms: 1_000,
+            read_size: 0,
         }
     }
 
@@ -303,6 +309,12 @@ mod tests {
             ..s
         };
         assert!(!secret.check_proof(&a, &c, &Request::Test(&longer), &p));
+        // The read size is bound too, once set; a default request's proof is as before it.
+        let one_byte_reads = TestSpec { read_size: 1, ..s };
+        assert!(!secret.check_proof(&a, &c, &Request::Test(&one_byte_reads), &p));
+        let q = secret.proof(&a, &c, &Request::Test(&one_byte_reads));
+        assert!(secret.check_proof(&a, &c, &Request::Test(&one_byte_reads), &q));
+        assert!(!secret.check_proof(&a, &c, &Request::Test(&TestSpec { read_size: 2, ..s }), &q));
         let mut flipped = p;
         flipped.0[31] ^= 1;
         assert!(!secret.check_proof(&a, &c, &Request::Test(&s), &flipped));

@@ -76,9 +76,33 @@ pub struct TestSpec {
     pub duration_ms: u64,
     /// Interval between receiver reports, in milliseconds; 0 for none.
     pub interval_ms: u64,
+    /// TCP throughput: the most one read of a receiver asks for, bytes (`--read-size`); 0 for
+    /// the receiver's default ([`DEFAULT_TCP_READ_SIZE`]). Absent from the JSON when 0, so a
+    /// client that asks nothing speaks as before; an agent that predates it ignores it, and
+    /// the client learns that from [`AgentReport::read_size`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub read_size: u32,
+}
+
+/// A TCP receiver's read size when the test does not set one: 512 KiB, four of the default
+/// 128 KiB writes. On a fast path the receive queue holds several writes, and fewer, larger
+/// reads leave the receiver's core more time.
+pub const DEFAULT_TCP_READ_SIZE: u32 = 512 << 10;
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl TestSpec {
+    /// What a TCP receiver of this test asks for in one read.
+    pub fn tcp_read_size(&self) -> u32 {
+        if self.read_size == 0 {
+            DEFAULT_TCP_READ_SIZE
+        } else {
+            self.read_size
+        }
+    }
+
     /// Number of data channels the client must open (both directions for `Bidir`).
     pub fn channels(&self) -> u32 {
         match (self.kind, self.direction) {
@@ -309,6 +333,10 @@ pub struct AgentReport {
     /// (Boxed: rarely there, and every control message would carry its size.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tuning: Option<Box<TuningReport>>,
+    /// TCP throughput: the most one read of the agent's receivers asked for, bytes; `None`
+    /// where the agent received no TCP stream, or from an agent older than `--read-size`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_size: Option<u32>,
 }
 
 /// What a client asks of the agent's end of a latency test besides the [`TestSpec`]
@@ -620,6 +648,7 @@ mod tests {
             bitrate_per_stream: 50_000_000,
             duration_ms: 10_000,
             interval_ms: 1_000,
+            read_size: 0,
         }
     }
 

@@ -796,6 +796,7 @@ fn control_messages() -> Vec<ControlMsg> {
         bitrate_per_stream: 50_000_000,
         duration_ms: 10_000,
         interval_ms: 1_000,
+        read_size: 65_536,
     };
     let info = TcpInfoStats {
         stream: 1,
@@ -903,6 +904,7 @@ fn control_messages() -> Vec<ControlMsg> {
                 cpus: vec![1],
                 note: None,
             })),
+            read_size: Some(1),
         }),
         ControlMsg::Error {
             message: "receiver failed".into(),

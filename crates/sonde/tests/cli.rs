@@ -388,6 +388,70 @@ fn throughput_and_pps_cpu_pins_both_ends_and_says_so() {
     assert!(doc.get("tuning").is_none(), "{doc:#}");
 }
 
+/// `throughput --read-size N`: every TCP receiver, the agent's (forward) and this host's (-R),
+/// reads at most N bytes per call, and the result and the table say so. With 1-byte writes
+/// and 1-byte reads each read returns one byte, so the receiver's read count equals its bytes.
+#[test]
+fn throughput_read_size_sets_how_each_receiver_reads() {
+    let agent = server(&[]);
+    for direction in [None, Some("-R")] {
+        let mut args = vec!["-l", "1", "--read-size", "1", "-t", "0.3"];
+        args.extend(direction);
+        let doc = run_json("throughput", &agent, &args);
+        assert_eq!(u(&doc, "/read_size_bytes"), 1, "{direction:?}: {doc:#}");
+        let (bytes, reads) = (u(&doc, "/receiver/bytes"), u(&doc, "/receiver/packets"));
+        assert!(bytes > 0, "{direction:?}: {doc:#}");
+        assert_eq!(reads, bytes, "{direction:?}: one read per byte\n{doc:#}");
+        assert!(
+            !arr(&doc, "/warning_codes").iter().any(|c| c == "not_tuned"),
+            "{direction:?}: {doc:#}"
+        );
+    }
+    // Large writes, 1,000-byte reads: never more than 1,000 bytes in one.
+    let doc = run_json("throughput", &agent, &["--read-size", "1000", "-t", "0.3"]);
+    let (bytes, reads) = (u(&doc, "/receiver/bytes"), u(&doc, "/receiver/packets"));
+    assert!(
+        reads >= bytes.div_ceil(1000),
+        "{reads} reads for {bytes} bytes"
+    );
+    // Not asked: the default, stated; UDP: none.
+    let doc = run_json("throughput", &agent, &["-t", "0.2"]);
+    assert_eq!(u(&doc, "/read_size_bytes"), 512 * 1024, "{doc:#}");
+    let doc = run_json("throughput", &agent, &["-u", "-t", "0.2"]);
+    assert_eq!(doc["read_size_bytes"], Value::Null, "{doc:#}");
+    // The table names a size that is not the default, and only then.
+    let target = agent.target();
+    let table = run(&[
+        "throughput",
+        &target,
+        "-t",
+        "0.2",
+        "--read-size",
+        "64K",
+        "--no-save",
+    ]);
+    assert_eq!(table.code, Some(0), "{}", table.stderr);
+    assert!(
+        table.stdout.contains(", read 64 KiB per call"),
+        "{}",
+        table.stdout
+    );
+    let table = run(&["throughput", &target, "-t", "0.2", "--no-save"]);
+    assert!(!table.stdout.contains("per call"), "{}", table.stdout);
+    // What it cannot do is a usage error before anything is sent.
+    let closed = format!("127.0.0.1:{}", closed_port());
+    for args in [
+        vec!["throughput", &closed, "-u", "--read-size", "1K"],
+        vec!["throughput", &closed, "--read-size", "0"],
+        vec!["throughput", &closed, "--read-size", "17M"],
+        vec!["throughput", "iperf3://127.0.0.1:1", "--read-size", "1K"],
+    ] {
+        let r = run(&args);
+        assert_eq!(r.code, Some(2), "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains("--read-size"), "{args:?}: {}", r.stderr);
+    }
+}
+
 /// What --busy-poll and --cpu cannot do is a usage error (exit 2) before anything is sent.
 #[test]
 fn busy_poll_and_cpu_misuse_is_exit_2() {

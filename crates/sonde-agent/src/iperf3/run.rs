@@ -26,6 +26,7 @@ use sonde_net::cpu::ThreadsMeter;
 use sonde_net::socket::{Applied, DataOptionError, DataOptions};
 use sonde_net::{Clock, Counters};
 use sonde_wire::iperf3::{json_len, json_prefix, stream_id, Params, Results, State, StreamResults};
+use sonde_wire::DEFAULT_TCP_READ_SIZE;
 
 use super::text;
 use crate::Shared;
@@ -385,8 +386,15 @@ impl Run<'_> {
             }
             .map(Outcome::Sent),
             (Sock::Tcp(t), false) => match self.read_cap {
-                None => bulk::tcp_recv(t, clock, &self.stop_recv, counters),
-                Some(cap) => bulk::tcp_recv_capped(t, cap, clock, &self.stop_recv, counters),
+                None => bulk::tcp_recv(t, DEFAULT_TCP_READ_SIZE, clock, &self.stop_recv, counters),
+                Some(cap) => bulk::tcp_recv_capped(
+                    t,
+                    DEFAULT_TCP_READ_SIZE,
+                    cap,
+                    clock,
+                    &self.stop_recv,
+                    counters,
+                ),
             }
             .map(Outcome::TcpReceived),
             (Sock::Udp(u), true) => bulk::udp_send(

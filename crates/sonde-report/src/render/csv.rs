@@ -52,11 +52,12 @@ const LATENCY: [&str; 25] = [
     "late_sends",
 ];
 
-const THROUGHPUT: [&str; 24] = [
+const THROUGHPUT: [&str; 25] = [
     "protocol",
     "direction",
     "parallel",
     "msg_size_bytes",
+    "read_size_bytes",
     "target_bits_per_second",
     "duration_ns",
     "stream",
@@ -111,8 +112,8 @@ const PPS: [&str; 17] = [
 ///   view's `full_log_written`, `full_log_dropped`, `one_way_uncertainty_ns`, `clock_offset_ns`,
 ///   `clock_offset_uncertainty_ns`, `clock_drift_ppm`, `socket_rx_stamped`,
 ///   `socket_tx_stamped`, `histogram_le_ns`, `histogram_count`;
-/// - throughput: `protocol`, `direction`, `parallel`, `msg_size_bytes`, `target_bits_per_second`,
-///   `duration_ns`, `stream`, `stream_direction`, `interval_start_ns`, `interval_end_ns`,
+/// - throughput: `protocol`, `direction`, `parallel`, `msg_size_bytes`, `read_size_bytes`,
+///   `target_bits_per_second`, `duration_ns`, `stream`, `stream_direction`, `interval_start_ns`, `interval_end_ns`,
 ///   `receiver_{bytes,bits_per_second,packets,duration_ns}`,
 ///   `sender_{bytes,bits_per_second,packets,duration_ns}`, `lost`, `loss_percent`, `jitter_ns`,
 ///   `duplicated`, `reordered`, `retransmits`;
@@ -320,6 +321,7 @@ fn collect(result: &TestResult, case: Option<&str>, rows: &mut Vec<Row>) {
                 ("direction", r.direction.clone()),
                 ("parallel", r.parallel.to_string()),
                 ("msg_size_bytes", r.msg_size_bytes.to_string()),
+                ("read_size_bytes", opt(r.read_size_bytes.map(u64::from))),
                 ("target_bits_per_second", opt(r.target_bits_per_second)),
                 ("duration_ns", r.duration_ns.to_string()),
             ]);

@@ -287,6 +287,13 @@ fn throughput(r: &ThroughputResult, out: &mut String) {
             None => config.push_str(", no rate limit"),
         }
     }
+    // The default (512 KiB) goes unsaid; a size asked for is part of what was measured.
+    if let Some(read) = r
+        .read_size_bytes
+        .filter(|&b| b != sonde_wire::DEFAULT_TCP_READ_SIZE)
+    {
+        config.push_str(&format!(", read {} per call", fmt_size(u64::from(read))));
+    }
     line(out, config);
     if let Some(t) = &r.tuning {
         line(out, pinning_line(t, "streams"));
