@@ -956,8 +956,8 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
     }
 
-    #[test]
-    fn tcp_send_to_tcp_recv_delivers_every_byte_sent() {
+    /// A connected TCP pair on loopback: (client, accepted server end).
+    fn tcp_pair() -> (TcpStream, TcpStream) {
         let listener = socket::tcp_listen(loopback()).unwrap();
         let client = socket::tcp_connect(
             listener.local_addr().unwrap(),
@@ -966,6 +966,12 @@ mod tests {
         )
         .unwrap();
         let (server, _) = listener.accept().unwrap();
+        (client, server)
+    }
+
+    #[test]
+    fn tcp_send_to_tcp_recv_delivers_every_byte_sent() {
+        let (client, server) = tcp_pair();
         let clock = Clock::start();
         let stop = AtomicBool::new(false);
         let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
@@ -1008,14 +1014,7 @@ mod tests {
     #[test]
     fn tcp_recv_reads_no_more_than_its_read_size_at_a_time() {
         const READ: u32 = 1000;
-        let listener = socket::tcp_listen(loopback()).unwrap();
-        let client = socket::tcp_connect(
-            listener.local_addr().unwrap(),
-            Duration::from_secs(1),
-            false,
-        )
-        .unwrap();
-        let (server, _) = listener.accept().unwrap();
+        let (client, server) = tcp_pair();
         let clock = Clock::start();
         let stop = AtomicBool::new(false);
         let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
@@ -1045,14 +1044,7 @@ mod tests {
     #[test]
     fn capped_tcp_recv_reads_no_faster_than_its_rate_and_still_gets_every_byte() {
         const RATE: u64 = 16_000_000; // bytes per second, far below loopback's speed
-        let listener = socket::tcp_listen(loopback()).unwrap();
-        let client = socket::tcp_connect(
-            listener.local_addr().unwrap(),
-            Duration::from_secs(1),
-            false,
-        )
-        .unwrap();
-        let (server, _) = listener.accept().unwrap();
+        let (client, server) = tcp_pair();
         let clock = Clock::start();
         let stop = AtomicBool::new(false);
         let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
@@ -1110,14 +1102,7 @@ mod tests {
 
     #[test]
     fn tcp_send_fails_when_the_receiver_resets_before_the_deadline() {
-        let listener = socket::tcp_listen(loopback()).unwrap();
-        let client = socket::tcp_connect(
-            listener.local_addr().unwrap(),
-            Duration::from_secs(1),
-            false,
-        )
-        .unwrap();
-        let (mut server, _) = listener.accept().unwrap();
+        let (client, mut server) = tcp_pair();
         let clock = Clock::start();
         let stop = AtomicBool::new(false);
         let counters = Counters::default();
@@ -1140,14 +1125,7 @@ mod tests {
 
     #[test]
     fn tcp_recv_notices_stop_without_data() {
-        let listener = socket::tcp_listen(loopback()).unwrap();
-        let _client = socket::tcp_connect(
-            listener.local_addr().unwrap(),
-            Duration::from_secs(1),
-            false,
-        )
-        .unwrap();
-        let (server, _) = listener.accept().unwrap();
+        let (_client, server) = tcp_pair();
         let clock = Clock::start();
         let stop = AtomicBool::new(false);
         let counters = Counters::default();
