@@ -235,6 +235,59 @@ fn tcp_forward_reverse_and_bidir() {
     server.settles("TCP tests");
 }
 
+/// The listener reads `-l` bytes per call, as `iperf3 -s` reads its block size, so a client
+/// with small writes reads the same against either server (with small writes the receiver's
+/// read size sets the figure). The agent's log line counts its TCP receivers' reads: with
+/// `-l 1000`, at least one per 1,000 bytes received.
+#[test]
+fn the_listener_reads_the_clients_block_size_per_call() {
+    if !require_or_skip("the_listener_reads_the_clients_block_size_per_call", IPERF3) {
+        return;
+    }
+    let _m = shared_machine();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    // Its listeners are bound before it prints the line `start_in` waits for.
+    let agent = common::Agent::start_in(None, "127.0.0.1", &[&format!("--iperf3={port}")]);
+    let logged = |what: &str| {
+        let deadline = Instant::now() + SETTLE;
+        loop {
+            let text = agent.stderr();
+            if let Some(line) = text.lines().find(|l| l.contains(what)) {
+                return line.to_owned();
+            }
+            assert!(Instant::now() < deadline, "no `{what}` in the log:\n{text}");
+            thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    let doc = iperf3_ok(port, &["-t", "1", "-l", "1000"]);
+    let line = logged("finished: received");
+    let number_before = |word: &str| -> u64 {
+        let head = &line[..line
+            .find(word)
+            .unwrap_or_else(|| panic!("no `{word}` in {line}"))];
+        head.trim_end()
+            .rsplit(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no number before `{word}` in {line}"))
+    };
+    let (bytes, reads) = (number_before(" B in"), number_before(" reads"));
+    assert_eq!(
+        bytes,
+        u64_at(&doc, &["end", "sum_received", "bytes"]),
+        "{line}"
+    );
+    assert!(bytes > 0, "{line}");
+    assert!(
+        reads >= bytes.div_ceil(1000),
+        "{reads} reads for {bytes} B with -l 1000: {line}"
+    );
+}
+
 #[test]
 fn udp_forward_reverse_and_bidir_lose_nothing_on_loopback() {
     if !require_or_skip(

@@ -26,7 +26,6 @@ use sonde_net::cpu::ThreadsMeter;
 use sonde_net::socket::{Applied, DataOptionError, DataOptions};
 use sonde_net::{Clock, Counters};
 use sonde_wire::iperf3::{json_len, json_prefix, stream_id, Params, Results, State, StreamResults};
-use sonde_wire::DEFAULT_TCP_READ_SIZE;
 
 use super::text;
 use crate::Shared;
@@ -301,7 +300,7 @@ pub(super) fn run(
     }
     let mut results = r.results(&outcomes, snaps.as_deref(), end_ns, cpu);
     results.congestion_used = congestion_used;
-    let summary = r.summary(&results);
+    let summary = r.summary(&results, &outcomes);
     if p.get_server_output {
         let finals: Vec<u64> = r.counters.iter().map(|c| c.load().0).collect();
         let info: Vec<text::StreamInfo> = streams
@@ -385,16 +384,14 @@ impl Run<'_> {
                 )
             }
             .map(Outcome::Sent),
+            // `-l` bytes per read, as iperf3's server reads its block size: with a small `-l`
+            // the read size sets the figure (TCP acknowledges when a read drains the queue),
+            // so the same client reads the same against either server.
             (Sock::Tcp(t), false) => match self.read_cap {
-                None => bulk::tcp_recv(t, DEFAULT_TCP_READ_SIZE, clock, &self.stop_recv, counters),
-                Some(cap) => bulk::tcp_recv_capped(
-                    t,
-                    DEFAULT_TCP_READ_SIZE,
-                    cap,
-                    clock,
-                    &self.stop_recv,
-                    counters,
-                ),
+                None => bulk::tcp_recv(t, self.len, clock, &self.stop_recv, counters),
+                Some(cap) => {
+                    bulk::tcp_recv_capped(t, self.len, cap, clock, &self.stop_recv, counters)
+                }
             }
             .map(Outcome::TcpReceived),
             (Sock::Udp(u), true) => bulk::udp_send(
@@ -650,8 +647,15 @@ impl Run<'_> {
     }
 
     /// One line for the agent's log: what the agent received and sent, each over its own
-    /// stream time (the `end_time` the client is told).
-    fn summary(&self, results: &Results) -> String {
+    /// stream time (the `end_time` the client is told), and its TCP receivers' read calls.
+    fn summary(&self, results: &Results, outcomes: &[Outcome]) -> String {
+        let reads: u64 = outcomes
+            .iter()
+            .map(|o| match o {
+                Outcome::TcpReceived(r) => r.reads,
+                _ => 0,
+            })
+            .sum();
         let (mut received, mut sent) = (0u64, 0u64);
         let (mut received_secs, mut sent_secs) = (0f64, 0f64);
         for (i, s) in results.streams.iter().enumerate() {
@@ -670,8 +674,13 @@ impl Run<'_> {
                 0.0
             }
         };
+        let reads = if self.p.udp() || reads == 0 {
+            String::new()
+        } else {
+            format!(" in {reads} reads")
+        };
         format!(
-            "finished: received {received} B ({:.1} Mbit/s), sent {sent} B ({:.1} Mbit/s) in {:.2} s",
+            "finished: received {received} B{reads} ({:.1} Mbit/s), sent {sent} B ({:.1} Mbit/s) in {:.2} s",
             rate(received, received_secs),
             rate(sent, sent_secs),
             received_secs.max(sent_secs)
