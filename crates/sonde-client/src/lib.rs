@@ -600,10 +600,10 @@ pub(crate) fn throughput_spec(opt: &ThroughputOptions) -> Result<TestSpec, Clien
                 "--read-size is for TCP: a UDP receiver reads one datagram per call".into(),
             ));
         }
-        if !(1..=sonde_net::bulk::MAX_TCP_READ_SIZE).contains(&size) {
+        if !(1..=sonde_wire::MAX_TCP_READ_SIZE).contains(&size) {
             return Err(ClientError::Usage(format!(
                 "--read-size must be 1 to {} bytes",
-                sonde_net::bulk::MAX_TCP_READ_SIZE
+                sonde_wire::MAX_TCP_READ_SIZE
             )));
         }
     }

@@ -261,8 +261,6 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
     }
 }
 
-/// `--busy-poll`, `--cpu`: both ends' reports, with a warning where an end did not do what was
-/// asked (an agent that predates the request ignores it and reports nothing).
 /// The result's `read_size_bytes`: what every TCP receiver of the test asked for per read.
 /// `None` for UDP, and with a warning when the agent received but did not say how it read
 /// (an agent older than `--read-size`, which read with its own default).
@@ -290,6 +288,8 @@ fn read_size(
     Some(spec.tcp_read_size())
 }
 
+/// `--busy-poll`, `--cpu`: both ends' reports, with a warning where an end did not do what was
+/// asked (an agent that predates the request ignores it and reports nothing).
 fn ends_tuning(
     client: Option<&TuningReport>,
     server: Option<&TuningReport>,

@@ -45,9 +45,10 @@ pub const UDP_REFUSED_LIMIT: u32 = 3;
 /// 0.91x to 1.05x iperf3's, bench/compare.py).
 const TCP_RECV_BUF: usize = sonde_wire::DEFAULT_TCP_READ_SIZE as usize;
 
-/// The largest read size a TCP receiver accepts (`--read-size`): 16 MiB, well above any
-/// socket buffer's default ceiling.
-pub const MAX_TCP_READ_SIZE: u32 = 16 << 20;
+/// A TCP receiver's buffer: `read_size` bytes, 1 to [`sonde_wire::MAX_TCP_READ_SIZE`].
+fn read_buffer(read_size: u32) -> Vec<u8> {
+    vec![0u8; read_size.clamp(1, sonde_wire::MAX_TCP_READ_SIZE) as usize]
+}
 
 /// A capped TCP receiver's burst: it may read this long's worth of its rate at once (and at
 /// least [`CAPPED_MIN_READ`], at most [`TCP_RECV_BUF`]).
@@ -292,8 +293,8 @@ pub fn tcp_send(
 }
 
 /// Reads until the peer closes (EOF) or `stop`, counting bytes, at most `read_size` bytes per
-/// read (1 to [`MAX_TCP_READ_SIZE`]; the test's `--read-size`, 512 KiB by default). Uses a short
-/// read timeout so `stop` is noticed within 100 ms.
+/// read (1 to [`sonde_wire::MAX_TCP_READ_SIZE`]; the test's `--read-size`, 512 KiB by
+/// default). Uses a short read timeout so `stop` is noticed within 100 ms.
 ///
 /// The read size is part of what is measured: a receiver that drains its queue at every read
 /// has TCP acknowledge at once, so a sender of small writes (Nagle's algorithm) sends many small
@@ -311,7 +312,7 @@ pub fn tcp_recv(
 ) -> io::Result<TcpRecvOutcome> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(TCP_POLL))?;
-    let mut buf = vec![0u8; read_size.clamp(1, MAX_TCP_READ_SIZE) as usize];
+    let mut buf = read_buffer(read_size);
     let mut out = TcpRecvOutcome::default();
     let mut reader = stream;
     while !stop.load(Ordering::Relaxed) {
@@ -339,11 +340,11 @@ pub fn tcp_recv(
 
 /// [`tcp_recv`] that reads no faster than `bytes_per_second` (the agent's `--max-bitrate`):
 /// each read asks for at most what a [`TokenBucket`] (20 ms of the rate, 16 KiB to 512 KiB of
-/// burst) holds, and at most `read_size`, and waits for the bucket when it is short. Data the receiver does not read
-/// stays in the kernel's queue, so TCP flow control slows the peer's sender to the cap. The
-/// bucket is emptied when the first data arrives and that read is owed: by the start of any
-/// later read the loop has read at most the rate times the time since the first byte came, so
-/// bytes over first-to-last byte never exceed the rate.
+/// burst) holds, and at most `read_size`, and waits for the bucket when it is short. Data the
+/// receiver does not read stays in the kernel's queue, so TCP flow control slows the peer's
+/// sender to the cap. The bucket is emptied when the first data arrives and that read is owed:
+/// by the start of any later read the loop has read at most the rate times the time since the
+/// first byte came, so bytes over first-to-last byte never exceed the rate.
 ///
 /// Sets `SO_RCVBUF` to 200 ms of the rate (64 KiB to 4 MiB), so that little waits unread in the
 /// kernel. Waits are short sleeps (at
@@ -370,7 +371,7 @@ pub fn tcp_recv_capped(
         .set_recv_buffer_size(usize::try_from(rcvbuf).unwrap_or(CAPPED_RCVBUF_MIN as usize));
     let mut bucket = TokenBucket::new(bytes_per_second, burst, clock.now_ns());
     let min_read = CAPPED_MIN_READ.min(bucket.burst_bytes());
-    let mut buf = vec![0u8; read_size.clamp(1, MAX_TCP_READ_SIZE) as usize];
+    let mut buf = read_buffer(read_size);
     let mut out = TcpRecvOutcome::default();
     let mut reader = stream;
     while !stop.load(Ordering::Relaxed) {
@@ -977,8 +978,15 @@ mod tests {
         let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
 
         let (sent, received) = thread::scope(|s| {
-            let rx =
-                s.spawn(|| tcp_recv(&server, TCP_RECV_BUF as u32, &clock, &stop, &rx_counters));
+            let rx = s.spawn(|| {
+                tcp_recv(
+                    &server,
+                    sonde_wire::DEFAULT_TCP_READ_SIZE,
+                    &clock,
+                    &stop,
+                    &rx_counters,
+                )
+            });
             let sent = tcp_send(&client, 128 << 10, &clock, 300 * MS, &stop, &tx_counters);
             // The receiver ends at EOF; `stop` only bounds the test if it does not.
             let deadline = Instant::now() + Duration::from_secs(5);
@@ -1054,7 +1062,7 @@ mod tests {
             let rx = s.spawn(|| {
                 tcp_recv_capped(
                     &server,
-                    TCP_RECV_BUF as u32,
+                    sonde_wire::DEFAULT_TCP_READ_SIZE,
                     RATE,
                     &clock,
                     &stop,
@@ -1130,7 +1138,15 @@ mod tests {
         let stop = AtomicBool::new(false);
         let counters = Counters::default();
         let received = thread::scope(|s| {
-            let rx = s.spawn(|| tcp_recv(&server, TCP_RECV_BUF as u32, &clock, &stop, &counters));
+            let rx = s.spawn(|| {
+                tcp_recv(
+                    &server,
+                    sonde_wire::DEFAULT_TCP_READ_SIZE,
+                    &clock,
+                    &stop,
+                    &counters,
+                )
+            });
             thread::sleep(Duration::from_millis(20));
             stop.store(true, Ordering::Relaxed);
             rx.join().unwrap().unwrap()

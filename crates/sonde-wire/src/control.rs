@@ -89,17 +89,22 @@ pub struct TestSpec {
 /// reads leave the receiver's core more time.
 pub const DEFAULT_TCP_READ_SIZE: u32 = 512 << 10;
 
+/// The largest read size a TCP receiver takes (`--read-size`): 16 MiB, well above any socket
+/// buffer's default ceiling. A larger request is read with this.
+pub const MAX_TCP_READ_SIZE: u32 = 16 << 20;
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
 impl TestSpec {
-    /// What a TCP receiver of this test asks for in one read.
+    /// What a TCP receiver of this test asks for in one read: the default for 0, at most
+    /// [`MAX_TCP_READ_SIZE`].
     pub fn tcp_read_size(&self) -> u32 {
         if self.read_size == 0 {
             DEFAULT_TCP_READ_SIZE
         } else {
-            self.read_size
+            self.read_size.min(MAX_TCP_READ_SIZE)
         }
     }
 
@@ -650,6 +655,17 @@ mod tests {
             interval_ms: 1_000,
             read_size: 0,
         }
+    }
+
+    #[test]
+    fn the_tcp_read_size_is_the_default_for_0_and_at_most_the_maximum() {
+        let with = |read_size| TestSpec {
+            read_size,
+            ..spec()
+        };
+        assert_eq!(with(0).tcp_read_size(), DEFAULT_TCP_READ_SIZE);
+        assert_eq!(with(1).tcp_read_size(), 1);
+        assert_eq!(with(u32::MAX).tcp_read_size(), MAX_TCP_READ_SIZE);
     }
 
     #[test]

@@ -113,8 +113,8 @@ const PPS: [&str; 17] = [
 ///   `clock_offset_uncertainty_ns`, `clock_drift_ppm`, `socket_rx_stamped`,
 ///   `socket_tx_stamped`, `histogram_le_ns`, `histogram_count`;
 /// - throughput: `protocol`, `direction`, `parallel`, `msg_size_bytes`, `read_size_bytes`,
-///   `target_bits_per_second`, `duration_ns`, `stream`, `stream_direction`, `interval_start_ns`, `interval_end_ns`,
-///   `receiver_{bytes,bits_per_second,packets,duration_ns}`,
+///   `target_bits_per_second`, `duration_ns`, `stream`, `stream_direction`, `interval_start_ns`,
+///   `interval_end_ns`, `receiver_{bytes,bits_per_second,packets,duration_ns}`,
 ///   `sender_{bytes,bits_per_second,packets,duration_ns}`, `lost`, `loss_percent`, `jitter_ns`,
 ///   `duplicated`, `reordered`, `retransmits`;
 /// - pps: `protocol`, `msg_size_bytes`, `duration_ns`, `send_method`, `gso_mode`, `gso_used`,
