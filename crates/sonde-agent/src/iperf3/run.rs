@@ -385,8 +385,8 @@ impl Run<'_> {
             }
             .map(Outcome::Sent),
             // `-l` bytes per read, as iperf3's server reads its block size: with a small `-l`
-            // the read size sets the figure (TCP acknowledges when a read drains the queue),
-            // so the same client reads the same against either server.
+            // the read size sets how TCP segments the stream (it acknowledges when a read
+            // drains the queue), so the client drives the same workload against either server.
             (Sock::Tcp(t), false) => match self.read_cap {
                 None => bulk::tcp_recv(t, self.len, clock, &self.stop_recv, counters),
                 Some(cap) => {
@@ -674,7 +674,8 @@ impl Run<'_> {
                 0.0
             }
         };
-        let reads = if self.p.udp() || reads == 0 {
+        // UDP receivers and a reverse test's agent have no TCP reads to count.
+        let reads = if reads == 0 {
             String::new()
         } else {
             format!(" in {reads} reads")
