@@ -14,7 +14,7 @@
 # With SONDE_BINARY=host the Rust stage is never built (BuildKit, Docker's builder since 23.0,
 # builds only the stages the final one needs), and `scratch` is no image: nothing is pulled.
 # (No `# syntax=` line on purpose: it would pull the Dockerfile frontend image.) The test that
-# this binary runs in an empty root, as in the image, is crates/sonde/tests/deploy.rs.
+# this binary runs in an empty root, as in the image, is crates/sonde/tests/peers/deploy.rs.
 
 # Where the binary comes from: `build` (the stage below) or `host` (target/ in the context).
 ARG SONDE_BINARY=build

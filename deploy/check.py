@@ -3,7 +3,7 @@
 
     python3 deploy/check.py [DEPLOY_DIR]      (default: the directory this file is in)
 
-Run by `cargo test -p sonde --test deploy` (crates/sonde/tests/deploy.rs), which also proves
+Run by `cargo test -p sonde --test peers -- deploy::` (crates/sonde/tests/peers/deploy.rs), which also proves
 that each check fails on a typo. Needs PyPI's `kubernetes-validate` (which brings `jsonschema`
 and `PyYAML`) and Prometheus' `promtool`; `.ci/run` installs them (a venv in target/ci-venv,
 Debian's `prometheus`). Nothing here talks to a cluster or the network.
@@ -51,7 +51,7 @@ MESH_KEYS = {
     "peers": {"hosts", "file", "dns", "dns_port", "refresh"},
     "latency": {"protocols", "rate", "msg_size", "session"},
 # [throughput] and [pps]: every, jitter, time, and the test's plan keys a mesh takes (sonde's own
-# parser checks the values: crates/sonde/tests/deploy.rs runs `sonde server --mesh FILE --check`).
+# parser checks the values: crates/sonde/tests/peers/deploy.rs runs `sonde server --mesh FILE --check`).
     "throughput": {
         "every", "jitter", "time", "udp", "parallel", "reverse", "bitrate", "length", "protocol",
     },

@@ -23,6 +23,9 @@ mod iperf3;
 mod link;
 mod session;
 mod sockperf;
+/// The agent as a whole, through its sockets: bad input, limits, secrets, descriptors.
+#[cfg(test)]
+mod tests;
 
 /// CPU lists and pinning, for `AgentConfig::cpu_list` (`sonde server --cpu-list`).
 pub use sonde_net::tune;

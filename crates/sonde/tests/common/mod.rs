@@ -1,7 +1,8 @@
 //! Helpers shared by the end-to-end tests: prerequisites that skip (or, in CI, fail), an agent
 //! child process that dies with its guard, and the client run with `--json` under a time limit.
 //!
-//! Each test file includes this with `mod common;` and uses part of it.
+//! Each of the three test binaries (`loopback`, `lab`, `peers`) includes this once, as `mod
+//! common;` in its `main.rs`, and uses part of it.
 #![allow(dead_code)]
 
 /// The kernel's count of what crossed a lab link, the reference for throughput readings.
@@ -16,7 +17,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -51,6 +52,57 @@ pub(crate) fn sonde_command() -> Command {
     let mut cmd = Command::new(sonde_bin());
     cmd.env("SONDE_DB", test_db());
     cmd
+}
+
+// ---------------------------------------------------------------------------------------------
+// One file's tests at a time
+// ---------------------------------------------------------------------------------------------
+
+/// The file whose tests are running, and how many of them.
+struct Running {
+    file: Option<&'static str>,
+    tests: usize,
+}
+
+static RUNNING: Mutex<Running> = Mutex::new(Running {
+    file: None,
+    tests: 0,
+});
+static RUNNING_CHANGED: Condvar = Condvar::new();
+
+/// Held by a running test; the last of its file's to drop it lets another file's tests start.
+#[must_use = "the test runs alone with its file's tests only while it holds this"]
+pub(crate) struct FileLock;
+
+/// Waits until no other test file's tests are running, then counts this test in. Every test
+/// takes it first thing, as `common::file_lock(module_path!())`: the tests of one file (the
+/// module below the binary's root, `cli` for `loopback::cli::store`) run beside each other as
+/// libtest schedules them, never beside another file's. Each file was a test binary of its own,
+/// and Cargo runs binaries one after another: the labs measure, and read low when another
+/// test loads the cores; loopback's tests count CPU time and syscalls. Tests that need the
+/// machine to themselves within a file still take that file's own lock after this one.
+pub(crate) fn file_lock(module_path: &'static str) -> FileLock {
+    let file = module_path.split("::").nth(1).unwrap_or(module_path);
+    let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
+    while running.file.is_some_and(|f| f != file) {
+        running = RUNNING_CHANGED
+            .wait(running)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+    running.file = Some(file);
+    running.tests += 1;
+    FileLock
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
+        running.tests -= 1;
+        if running.tests == 0 {
+            running.file = None;
+            RUNNING_CHANGED.notify_all();
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,2042 @@
+//! The `sonde` binary as users run it: each subcommand against a `sonde server` child on
+//! loopback, the JSON checked against the result schema and for the properties people rely on,
+//! CSV and table output, exit codes, a closed stdout, SIGTERM, and `--help` snapshots.
+//!
+//! Only 127.0.0.1; every test sends at most about a second of traffic.
+
+/// `--from` and `sonde server --helper`.
+mod helpers;
+/// `sonde plan`: check, run, failures, resume.
+mod plan;
+/// The results store: saving, `--label`, `--repeat`, `sonde results`.
+mod store;
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Command as StdCommand, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+use common::{parse_listening_line, Agent};
+
+/// No single run in this file may take longer.
+const RUN_LIMIT: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------------------------
+// Running the binary
+// ---------------------------------------------------------------------------------------------
+
+fn sonde() -> Command {
+    let mut cmd = Command::cargo_bin("sonde").expect("the sonde binary is built for the tests");
+    cmd.timeout(RUN_LIMIT)
+        .env("SONDE_DB", common::test_db())
+        .env("COLUMNS", "100")
+        .env("TERM", "dumb");
+    cmd
+}
+
+/// `sonde server --bind 127.0.0.1 --port 0 -q EXTRA...`, killed when dropped.
+fn server(extra: &[&str]) -> Agent {
+    let mut args = vec!["-q"];
+    args.extend_from_slice(extra);
+    Agent::start_in(None, "127.0.0.1", &args)
+}
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(args: &[&str]) -> Run {
+    let out = sonde()
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("`sonde {}`: {e}", args.join(" ")));
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs `sonde ARGS...`, which must exit 0; its stdout.
+fn run_ok(args: &[&str]) -> String {
+    let r = run(args);
+    assert_eq!(
+        r.code,
+        Some(0),
+        "`sonde {}` failed\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        args.join(" "),
+        r.stdout,
+        r.stderr
+    );
+    r.stdout
+}
+
+/// Runs `sonde SUBCOMMAND TARGET ARGS... --json`; the document, checked against the schema and
+/// the result model.
+fn run_json(subcommand: &str, agent: &Agent, args: &[&str]) -> Value {
+    let target = agent.target();
+    let mut all = vec![subcommand, target.as_str()];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let stdout = run_ok(&all);
+    let doc: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "`sonde {}`: not one JSON document ({e}):\n{stdout}",
+            all.join(" ")
+        )
+    });
+    assert_valid(&doc);
+    doc
+}
+
+// ---------------------------------------------------------------------------------------------
+// The schema
+// ---------------------------------------------------------------------------------------------
+
+/// Checks `doc` against the result schema and that it reads back as a `TestResult`.
+fn assert_valid(doc: &Value) {
+    if let Err(errors) = sonde_report::validate(doc) {
+        panic!(
+            "the document breaks the schema:\n{}\n{doc:#}",
+            errors.join("\n")
+        );
+    }
+    if let Err(e) = serde_json::from_value::<sonde_report::TestResult>(doc.clone()) {
+        panic!("the document does not read back as a TestResult: {e}\n{doc:#}");
+    }
+    assert_warnings_coded(doc);
+}
+
+/// Every run in `doc` (nested ones too) has a code for each warning.
+fn assert_warnings_coded(doc: &Value) {
+    match doc {
+        Value::Object(m) => {
+            if let Some(Value::Array(w)) = m.get("warnings") {
+                if m.contains_key("session") {
+                    let codes = m.get("warning_codes").and_then(Value::as_array);
+                    assert_eq!(
+                        codes.map(Vec::len),
+                        Some(w.len()),
+                        "a code per warning: {doc:#}"
+                    );
+                }
+            }
+            m.values().for_each(assert_warnings_coded);
+        }
+        Value::Array(a) => a.iter().for_each(assert_warnings_coded),
+        _ => {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading documents
+// ---------------------------------------------------------------------------------------------
+
+fn u(doc: &Value, pointer: &str) -> u64 {
+    doc.pointer(pointer)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("{pointer} is not an unsigned integer in\n{doc:#}"))
+}
+
+fn f(doc: &Value, pointer: &str) -> f64 {
+    doc.pointer(pointer)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("{pointer} is not a number in\n{doc:#}"))
+}
+
+fn s<'a>(doc: &'a Value, pointer: &str) -> &'a str {
+    doc.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("{pointer} is not a string in\n{doc:#}"))
+}
+
+fn arr<'a>(doc: &'a Value, pointer: &str) -> &'a Vec<Value> {
+    doc.pointer(pointer)
+        .and_then(Value::as_array)
+        .unwrap_or_else(|| panic!("{pointer} is not an array in\n{doc:#}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Latency
+// ---------------------------------------------------------------------------------------------
+
+/// What every latency document must say, whatever the transport.
+fn check_latency(doc: &Value, protocol: &str, warmup_ns: u64, measured_ns: u64) {
+    assert_eq!(s(doc, "/test"), "latency", "{doc:#}");
+    assert_eq!(s(doc, "/protocol"), protocol, "{doc:#}");
+    assert!(u(doc, "/samples") > 0, "{doc:#}");
+    assert_eq!(u(doc, "/warmup_ns"), warmup_ns, "{doc:#}");
+    // Closed loop sends until warm-up + -t has passed; open loop's last message is scheduled one
+    // period before that, and the run ends with its reply.
+    let period_ns = doc["rate_per_second"]
+        .as_f64()
+        .map_or(0, |rate| (1e9 / rate).ceil() as u64);
+    assert!(
+        u(doc, "/duration_ns") >= warmup_ns + measured_ns - period_ns,
+        "ran shorter than warm-up + -t: {doc:#}"
+    );
+    let (min, p50, max) = (
+        u(doc, "/rtt_ns/min"),
+        u(doc, "/rtt_ns/p50"),
+        u(doc, "/rtt_ns/max"),
+    );
+    let p90 = u(doc, "/rtt_ns/p90");
+    assert!(
+        0 < min && min <= p50 && p50 <= p90 && p90 <= max,
+        "RTT order: {doc:#}"
+    );
+    let mean = f(doc, "/rtt_ns/mean");
+    assert!((min as f64) <= mean && mean <= max as f64, "{doc:#}");
+    // Every message sent is either a sample, a warm-up sample, or lost.
+    assert!(
+        u(doc, "/samples") + u(doc, "/warmup_samples") + u(doc, "/lost") <= u(doc, "/sent"),
+        "{doc:#}"
+    );
+}
+
+#[test]
+fn latency_tcp_json() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let doc = run_json("latency", &agent, &["-t", "0.5", "--warmup", "0.2"]);
+    check_latency(&doc, "tcp", 200_000_000, 500_000_000);
+    assert_eq!(s(&doc, "/mode"), "closed_loop");
+    assert_eq!(u(&doc, "/msg_size_bytes"), 64);
+    assert_eq!(u(&doc, "/lost"), 0, "TCP on loopback: {doc:#}");
+    assert!(
+        doc["lost_outbound"].is_null() && doc["lost_return"].is_null(),
+        "{doc:#}"
+    );
+    // Closed loop over TCP: every message sent got its reply, before or after the warm-up.
+    assert_eq!(
+        u(&doc, "/samples") + u(&doc, "/warmup_samples"),
+        u(&doc, "/sent"),
+        "{doc:#}"
+    );
+    assert_eq!(u(&doc, "/overlapping_sessions"), 0, "{doc:#}");
+
+    // The schema check is not a formality: it rejects broken documents.
+    let breakages: [(&str, &str, Value); 4] = [
+        ("negative samples", "/samples", serde_json::json!(-1)),
+        (
+            "an unknown protocol",
+            "/protocol",
+            serde_json::json!("sctp"),
+        ),
+        (
+            "a string percentile",
+            "/rtt_ns/p50",
+            serde_json::json!("14000"),
+        ),
+        ("a null minimum RTT", "/rtt_ns/min", Value::Null),
+    ];
+    for (what, pointer, value) in breakages {
+        let mut broken = doc.clone();
+        *broken.pointer_mut(pointer).expect("the field exists") = value;
+        assert!(
+            sonde_report::validate(&broken).is_err(),
+            "the schema check accepts {what}"
+        );
+    }
+}
+
+#[test]
+fn latency_udp_json() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let doc = run_json(
+        "latency",
+        &agent,
+        &["-u", "-m", "200", "-t", "0.5", "--warmup", "0.2"],
+    );
+    check_latency(&doc, "udp", 200_000_000, 500_000_000);
+    assert_eq!(s(&doc, "/mode"), "closed_loop");
+    assert_eq!(u(&doc, "/msg_size_bytes"), 200);
+    let lost = u(&doc, "/lost");
+    assert!(
+        lost * 1000 <= u(&doc, "/sent"),
+        "more than 0.1% lost on loopback: {doc:#}"
+    );
+    assert_eq!(
+        u(&doc, "/lost_outbound") + u(&doc, "/lost_return"),
+        lost,
+        "{doc:#}"
+    );
+}
+
+/// `--busy-poll --cpu N` against `sonde server --cpu-list M`: both ends spin and are pinned
+/// where they were told, the result says so (`tuning`) with no warning about it, and both
+/// ends' CPU cost is there. Linux: the only platform that pins.
+#[cfg(target_os = "linux")]
+#[test]
+fn latency_busy_poll_pins_both_ends_and_says_so() {
+    let _file = crate::common::file_lock(module_path!());
+    let cpus = sonde_agent::tune::allowed_cpus().expect("the CPUs this test may run on");
+    let (client_cpu, agent_cpu) = (cpus[0], *cpus.last().expect("at least one CPU"));
+    let agent = server(&["--cpu-list", &agent_cpu.to_string()]);
+    for proto in [&["-u"][..], &[][..]] {
+        let mut args = proto.to_vec();
+        let cpu = client_cpu.to_string();
+        args.extend_from_slice(&["-t", "0.3", "--warmup", "0.1", "--busy-poll", "--cpu", &cpu]);
+        let doc = run_json("latency", &agent, &args);
+        assert!(u(&doc, "/samples") > 0, "{doc:#}");
+        for (end, pinned) in [("client", client_cpu), ("server", agent_cpu)] {
+            let t = &doc["tuning"][end];
+            assert_eq!(t["busy_poll"], true, "{end}: {doc:#}");
+            assert_eq!(t["cpus"], serde_json::json!([pinned]), "{end}: {doc:#}");
+            assert!(
+                doc["cpu"][end]["percent_of_one_core"].is_number(),
+                "{doc:#}"
+            );
+        }
+        assert!(
+            !arr(&doc, "/warning_codes").iter().any(|c| c == "not_tuned"),
+            "{doc:#}"
+        );
+    }
+    // Asked for nothing: no `tuning`, the echo blocks as before.
+    let doc = run_json("latency", &agent, &["-u", "-t", "0.2", "--warmup", "0.1"]);
+    assert!(doc.get("tuning").is_none(), "{doc:#}");
+}
+
+/// `throughput --cpu LIST` and `pps --cpu LIST` against `sonde server --cpu-list M`: this host's
+/// streams (flows) run on the list's CPUs in turn, the agent pins each of its own to M, and the
+/// result says where each end ran (`tuning`), with no warning. Linux: the only platform that
+/// pins.
+#[cfg(target_os = "linux")]
+#[test]
+fn throughput_and_pps_cpu_pins_both_ends_and_says_so() {
+    let _file = crate::common::file_lock(module_path!());
+    let cpus = sonde_agent::tune::allowed_cpus().expect("the CPUs this test may run on");
+    let agent_cpu = *cpus.last().expect("at least one CPU");
+    let list = cpus
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let agent = server(&["--cpu-list", &agent_cpu.to_string()]);
+    // Three streams over the list: stream i on cpus[i % len], each CPU once in the result.
+    let mut used: Vec<u32> = (0..3).map(|i| cpus[i % cpus.len()]).collect();
+    used.sort_unstable();
+    used.dedup();
+    for (test, args) in [
+        ("throughput", vec!["-P", "3", "-t", "0.3", "--cpu", &list]),
+        (
+            "throughput",
+            vec!["-P", "3", "-t", "0.3", "-R", "--cpu", &list],
+        ),
+        ("pps", vec!["--flows", "3", "-t", "0.3", "--cpu", &list]),
+    ] {
+        let doc = run_json(test, &agent, &args);
+        let t = &doc["tuning"];
+        assert_eq!(
+            t["client"]["cpus"],
+            serde_json::json!(used),
+            "{test}: {doc:#}"
+        );
+        assert_eq!(
+            t["server"]["cpus"],
+            serde_json::json!([agent_cpu]),
+            "{test}: {doc:#}"
+        );
+        assert_eq!(
+            t["server"]["note"],
+            serde_json::Value::Null,
+            "{test}: {doc:#}"
+        );
+        assert!(
+            !arr(&doc, "/warning_codes").iter().any(|c| c == "not_tuned"),
+            "{test}: {doc:#}"
+        );
+        let moved = if test == "pps" {
+            u(&doc, "/received")
+        } else {
+            u(&doc, "/receiver/bytes")
+        };
+        assert!(moved > 0, "{test}: {doc:#}");
+    }
+    // The table says it too.
+    let target = agent.target();
+    let table = run(&[
+        "throughput",
+        &target,
+        "-t",
+        "0.2",
+        "--cpu",
+        &cpus[0].to_string(),
+        "--no-save",
+    ]);
+    assert_eq!(table.code, Some(0), "{}", table.stderr);
+    assert!(
+        table.stdout.contains(&format!(
+            "streams pinned (--cpu): this host's on CPU {}, the agent's on CPU {agent_cpu}",
+            cpus[0]
+        )),
+        "{}",
+        table.stdout
+    );
+    // Not asked: no `tuning`.
+    let doc = run_json("throughput", &agent, &["-t", "0.2"]);
+    assert!(doc.get("tuning").is_none(), "{doc:#}");
+}
+
+/// `throughput --read-size N`: every TCP receiver, the agent's (forward) and this host's (-R),
+/// reads at most N bytes per call, and the result and the table say so. With 1-byte writes
+/// and 1-byte reads each read returns one byte, so the receiver's read count equals its bytes.
+#[test]
+fn throughput_read_size_sets_how_each_receiver_reads() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    for direction in [None, Some("-R")] {
+        let mut args = vec!["-l", "1", "--read-size", "1", "-t", "0.3"];
+        args.extend(direction);
+        let doc = run_json("throughput", &agent, &args);
+        assert_eq!(u(&doc, "/read_size_bytes"), 1, "{direction:?}: {doc:#}");
+        let (bytes, reads) = (u(&doc, "/receiver/bytes"), u(&doc, "/receiver/packets"));
+        assert!(bytes > 0, "{direction:?}: {doc:#}");
+        assert_eq!(reads, bytes, "{direction:?}: one read per byte\n{doc:#}");
+        assert!(
+            !arr(&doc, "/warning_codes").iter().any(|c| c == "not_tuned"),
+            "{direction:?}: {doc:#}"
+        );
+    }
+    // Large writes, 1,000-byte reads: never more than 1,000 bytes in one.
+    let doc = run_json("throughput", &agent, &["--read-size", "1000", "-t", "0.3"]);
+    let (bytes, reads) = (u(&doc, "/receiver/bytes"), u(&doc, "/receiver/packets"));
+    assert!(
+        reads >= bytes.div_ceil(1000),
+        "{reads} reads for {bytes} bytes"
+    );
+    // Not asked: the default, stated; UDP: none.
+    let doc = run_json("throughput", &agent, &["-t", "0.2"]);
+    assert_eq!(u(&doc, "/read_size_bytes"), 512 * 1024, "{doc:#}");
+    let doc = run_json("throughput", &agent, &["-u", "-t", "0.2"]);
+    assert_eq!(doc["read_size_bytes"], Value::Null, "{doc:#}");
+    // The table names a size that is not the default, and only then.
+    let target = agent.target();
+    let table = run(&[
+        "throughput",
+        &target,
+        "-t",
+        "0.2",
+        "--read-size",
+        "64K",
+        "--no-save",
+    ]);
+    assert_eq!(table.code, Some(0), "{}", table.stderr);
+    assert!(
+        table.stdout.contains(", read 64 KiB per call"),
+        "{}",
+        table.stdout
+    );
+    let table = run(&["throughput", &target, "-t", "0.2", "--no-save"]);
+    assert!(!table.stdout.contains("per call"), "{}", table.stdout);
+    // What it cannot do is a usage error before anything is sent.
+    let closed = format!("127.0.0.1:{}", closed_port());
+    for args in [
+        vec!["throughput", &closed, "-u", "--read-size", "1K"],
+        vec!["throughput", &closed, "--read-size", "0"],
+        vec!["throughput", &closed, "--read-size", "17M"],
+        vec!["throughput", "iperf3://127.0.0.1:1", "--read-size", "1K"],
+    ] {
+        let r = run(&args);
+        assert_eq!(r.code, Some(2), "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains("--read-size"), "{args:?}: {}", r.stderr);
+    }
+}
+
+/// What --busy-poll and --cpu cannot do is a usage error (exit 2) before anything is sent.
+#[test]
+fn busy_poll_and_cpu_misuse_is_exit_2() {
+    let _file = crate::common::file_lock(module_path!());
+    let closed = format!("127.0.0.1:{}", closed_port());
+    for args in [
+        vec!["latency", &closed, "--busy-poll", "--rate", "1000"],
+        vec!["latency", &closed, "--cpu", "4095"],
+        vec!["latency", "sockperf://127.0.0.1:1", "--busy-poll"],
+        vec!["throughput", &closed, "--cpu", "4095"],
+        vec!["pps", &closed, "--cpu", "0-x"],
+        vec!["throughput", "iperf3://127.0.0.1:1", "--cpu", "0"],
+        vec!["pps", &closed, "--cpu", "0", "--from", "127.0.0.1:1"],
+        vec![
+            "server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--cpu-list",
+            "4095",
+        ],
+        vec![
+            "server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--cpu-list",
+            "1-x",
+        ],
+    ] {
+        let r = run(&args);
+        assert_eq!(r.code, Some(2), "`sonde {}`: {}", args.join(" "), r.stderr);
+        assert!(
+            r.stderr.contains("busy-poll") || r.stderr.contains("cpu"),
+            "`sonde {}` does not name the option: {}",
+            args.join(" "),
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn latency_udp_open_loop_json() {
+    let _file = crate::common::file_lock(module_path!());
+    const RATE: u64 = 2000;
+    let agent = server(&[]);
+    let doc = run_json(
+        "latency",
+        &agent,
+        &["-u", "--rate", "2000", "-t", "0.5", "--warmup", "0.2"],
+    );
+    check_latency(&doc, "udp", 200_000_000, 500_000_000);
+    assert_eq!(s(&doc, "/mode"), "open_loop");
+    assert_eq!(f(&doc, "/rate_per_second"), RATE as f64);
+    assert!(doc["late_sends"].is_u64(), "{doc:#}");
+    // The schedule: RATE per second over warm-up + -t, whatever the replies did.
+    let sent = u(&doc, "/sent");
+    let planned = RATE * 7 / 10;
+    assert!(
+        sent.abs_diff(planned) <= planned / 20,
+        "sent {sent} at --rate {RATE} over 0.7 s (planned {planned}): {doc:#}"
+    );
+    let samples = u(&doc, "/samples");
+    let measured = RATE / 2;
+    assert!(
+        samples.abs_diff(measured) <= measured / 10,
+        "{samples} samples after the warm-up, {measured} planned: {doc:#}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Throughput
+// ---------------------------------------------------------------------------------------------
+
+/// Totals are the sums of the streams; TCP delivers every byte its sender wrote.
+fn check_throughput(doc: &Value, protocol: &str, direction: &str, streams: usize) {
+    assert_eq!(s(doc, "/test"), "throughput", "{doc:#}");
+    assert_eq!(s(doc, "/protocol"), protocol, "{doc:#}");
+    assert_eq!(s(doc, "/direction"), direction, "{doc:#}");
+    let list = arr(doc, "/streams");
+    assert_eq!(list.len(), streams, "{doc:#}");
+    for (i, st) in list.iter().enumerate() {
+        assert_eq!(u(st, "/stream"), i as u64, "{doc:#}");
+        assert!(
+            u(st, "/receiver/bytes") > 0,
+            "stream {i} received nothing: {doc:#}"
+        );
+        assert!(
+            u(st, "/receiver/bytes") <= u(st, "/sender/bytes"),
+            "stream {i} received more than was sent: {doc:#}"
+        );
+        if protocol == "tcp" {
+            // The receiver reads to the sender's end of stream: nothing written is missing.
+            assert_eq!(
+                u(st, "/receiver/bytes"),
+                u(st, "/sender/bytes"),
+                "stream {i}: TCP bytes went missing: {doc:#}"
+            );
+        }
+    }
+    for side in ["receiver", "sender"] {
+        for field in ["bytes", "packets"] {
+            let sum: u64 = list
+                .iter()
+                .map(|st| u(st, &format!("/{side}/{field}")))
+                .sum();
+            assert_eq!(
+                u(doc, &format!("/{side}/{field}")),
+                sum,
+                "{side}.{field}: {doc:#}"
+            );
+        }
+    }
+    assert!(f(doc, "/receiver/bits_per_second") > 0.0, "{doc:#}");
+    if protocol == "tcp" {
+        assert!(
+            doc["lost"].is_null() && doc["jitter_ns"].is_null(),
+            "{doc:#}"
+        );
+    }
+}
+
+/// Intervals start at 0, follow each other without gaps, and add up, stream by stream, to what
+/// the receivers counted: together they cover the whole run.
+fn check_intervals(doc: &Value, interval_ns: u64) {
+    // Against a sonde agent every interval is the receiver's count.
+    assert_eq!(s(doc, "/intervals_counted_at"), "receiver", "{doc:#}");
+    let intervals = arr(doc, "/intervals");
+    assert!(intervals.len() >= 2, "with -i there are intervals: {doc:#}");
+    let streams = arr(doc, "/streams");
+    let mut expect_start = 0;
+    let mut per_stream = vec![0u64; streams.len()];
+    for (k, iv) in intervals.iter().enumerate() {
+        let (start, end) = (u(iv, "/start_ns"), u(iv, "/end_ns"));
+        assert_eq!(
+            start,
+            expect_start,
+            "interval {k} does not start where {} ended: {doc:#}",
+            k.saturating_sub(1)
+        );
+        assert!(end > start, "{doc:#}");
+        if k + 1 < intervals.len() {
+            assert_eq!(
+                (end - start) % interval_ns,
+                0,
+                "interval {k} is cut off its boundaries: {doc:#}"
+            );
+        }
+        expect_start = end;
+        let stream_bytes = arr(iv, "/stream_bytes");
+        assert_eq!(stream_bytes.len(), streams.len(), "{doc:#}");
+        let sum: u64 = stream_bytes
+            .iter()
+            .map(|b| b.as_u64().expect("bytes"))
+            .sum();
+        assert_eq!(
+            u(iv, "/bytes"),
+            sum,
+            "interval {k}: bytes vs stream_bytes: {doc:#}"
+        );
+        for (i, b) in stream_bytes.iter().enumerate() {
+            per_stream[i] += b.as_u64().expect("bytes");
+        }
+    }
+    let total: u64 = intervals.iter().map(|iv| u(iv, "/bytes")).sum();
+    assert_eq!(
+        total,
+        u(doc, "/receiver/bytes"),
+        "intervals do not add up to the receiver total: {doc:#}"
+    );
+    for (i, st) in streams.iter().enumerate() {
+        assert_eq!(
+            per_stream[i],
+            u(st, "/receiver/bytes"),
+            "stream {i}: intervals do not add up to its receiver count: {doc:#}"
+        );
+    }
+}
+
+#[test]
+fn throughput_tcp_json() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let doc = run_json("throughput", &agent, &["-t", "0.5"]);
+    check_throughput(&doc, "tcp", "forward", 1);
+    assert_eq!(s(&doc, "/streams/0/direction"), "client_to_server");
+    assert_eq!(u(&doc, "/duration_ns"), 500_000_000);
+    assert_eq!(u(&doc, "/msg_size_bytes"), 128 * 1024);
+    assert!(
+        arr(&doc, "/intervals").is_empty(),
+        "no -i, no intervals: {doc:#}"
+    );
+}
+
+#[test]
+fn throughput_tcp_parallel_reverse_json() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let doc = run_json("throughput", &agent, &["-P", "2", "-R", "-t", "0.5"]);
+    check_throughput(&doc, "tcp", "reverse", 2);
+    assert_eq!(u(&doc, "/parallel"), 2);
+    for st in arr(&doc, "/streams") {
+        assert_eq!(s(st, "/direction"), "server_to_client", "{doc:#}");
+    }
+}
+
+#[test]
+fn throughput_tcp_bidir_intervals_json() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let doc = run_json("throughput", &agent, &["--bidir", "-i", "0.2", "-t", "0.6"]);
+    check_throughput(&doc, "tcp", "bidir", 2);
+    let directions: Vec<&str> = arr(&doc, "/streams")
+        .iter()
+        .map(|st| s(st, "/direction"))
+        .collect();
+    assert_eq!(
+        directions,
+        ["client_to_server", "server_to_client"],
+        "{doc:#}"
+    );
+    check_intervals(&doc, 200_000_000);
+}
+
+#[test]
+fn throughput_tcp_forward_intervals_json() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let doc = run_json("throughput", &agent, &["-i", "0.2", "-t", "0.6"]);
+    check_throughput(&doc, "tcp", "forward", 1);
+    check_intervals(&doc, 200_000_000);
+}
+
+/// `sonde server --max-bitrate 50M`: a forward TCP test is read at most at the cap (1 % for
+/// rounding; an upper bound, which a busy machine cannot break), and the intervals still follow
+/// each other and add up while the agent's reads wait for the cap. What the client's socket
+/// buffers still hold a second after its sender ends is left unread: the receiver counts less
+/// than the sender wrote.
+#[test]
+fn max_bitrate_caps_forward_tcp_with_intervals() {
+    let _file = crate::common::file_lock(module_path!());
+    const CAP: f64 = 50e6;
+    let agent = server(&["--max-bitrate", "50M"]);
+    let doc = run_json("throughput", &agent, &["-i", "0.5", "-t", "1"]);
+    assert_eq!(s(&doc, "/direction"), "forward", "{doc:#}");
+    let (received, sent) = (u(&doc, "/receiver/bytes"), u(&doc, "/sender/bytes"));
+    assert!(0 < received && received <= sent, "{doc:#}");
+    check_intervals(&doc, 500_000_000);
+    let read = f(&doc, "/receiver/bits_per_second");
+    assert!(
+        read <= 1.01 * CAP,
+        "the agent read {:.1} Mbit/s with a 50 Mbit/s cap: {doc:#}",
+        read / 1e6
+    );
+}
+
+#[test]
+fn throughput_udp_json() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let doc = run_json(
+        "throughput",
+        &agent,
+        &["-u", "-b", "20M", "-l", "1200", "-i", "0.2", "-t", "0.6"],
+    );
+    check_throughput(&doc, "udp", "forward", 1);
+    check_intervals(&doc, 200_000_000);
+    assert_eq!(u(&doc, "/target_bits_per_second"), 20_000_000);
+    assert_eq!(u(&doc, "/msg_size_bytes"), 1200);
+    let (sent, received, lost) = (
+        u(&doc, "/sender/packets"),
+        u(&doc, "/receiver/packets"),
+        u(&doc, "/lost"),
+    );
+    assert_eq!(
+        received + lost,
+        sent,
+        "every datagram sent arrived or is counted lost: {doc:#}"
+    );
+    assert!(
+        lost * 100 <= sent,
+        "more than 1% lost at 20 Mbit/s on loopback: {doc:#}"
+    );
+    let duplicated = u(&doc, "/duplicated");
+    assert_eq!(
+        u(&doc, "/receiver/bytes"),
+        (received + duplicated) * 1200,
+        "{doc:#}"
+    );
+    assert_eq!(u(&doc, "/sender/bytes"), sent * 1200, "{doc:#}");
+    // Paced at -b: 20 Mbit/s for 0.6 s is 1,250 datagrams of 1,200 bytes.
+    assert!(
+        sent.abs_diff(1250) <= 125,
+        "{sent} datagrams sent at -b 20M for 0.6 s: {doc:#}"
+    );
+    assert!(doc["jitter_ns"].is_u64(), "{doc:#}");
+    assert!(doc["retransmits"].is_null(), "{doc:#}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packet rate
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn pps_json() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let doc = run_json("pps", &agent, &["--flows", "2", "-t", "0.5"]);
+    assert_eq!(s(&doc, "/test"), "pps");
+    assert_eq!(u(&doc, "/msg_size_bytes"), 18);
+    let (sent, received, lost) = (u(&doc, "/sent"), u(&doc, "/received"), u(&doc, "/lost"));
+    assert!(received > 0, "{doc:#}");
+    assert_eq!(received + lost, sent, "{doc:#}");
+    let flows = arr(&doc, "/flows");
+    assert_eq!(flows.len(), 2, "{doc:#}");
+    for (i, fl) in flows.iter().enumerate() {
+        assert_eq!(u(fl, "/flow"), i as u64);
+        assert!(
+            u(fl, "/received") > 0,
+            "flow {i} got nothing through: {doc:#}"
+        );
+        assert_eq!(
+            u(fl, "/received") + u(fl, "/lost"),
+            u(fl, "/sent"),
+            "flow {i}: {doc:#}"
+        );
+    }
+    for field in ["sent", "received", "lost"] {
+        let sum: u64 = flows.iter().map(|fl| u(fl, &format!("/{field}"))).sum();
+        assert_eq!(u(&doc, &format!("/{field}")), sum, "{field}: {doc:#}");
+    }
+    let pct = f(&doc, "/loss_percent");
+    assert!(
+        (pct - lost as f64 * 100.0 / sent as f64).abs() < 1e-6,
+        "{doc:#}"
+    );
+    assert!(
+        f(&doc, "/received_pps") > 0.0 && !s(&doc, "/send_method").is_empty(),
+        "{doc:#}"
+    );
+}
+
+/// `-m 14` (sockperf's header size) fits the 14-byte pps header: every datagram is counted by
+/// its own sequence number; 13 is refused with a usage error that names the minimum.
+#[test]
+fn pps_takes_14_byte_datagrams_and_refuses_13() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    for gso in ["off", "on"] {
+        let doc = run_json("pps", &agent, &["-m", "14", "-t", "0.3", "--gso", gso]);
+        assert_eq!(u(&doc, "/msg_size_bytes"), 14, "{doc:#}");
+        let (sent, received, lost) = (u(&doc, "/sent"), u(&doc, "/received"), u(&doc, "/lost"));
+        assert!(received > 0, "{doc:#}");
+        // A header the agent misread would leave datagrams uncounted or numbered wrongly.
+        assert_eq!(received + lost, sent, "{doc:#}");
+    }
+    let out = sonde()
+        .args(["pps", &agent.target(), "-m", "13", "-t", "0.3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("at least 14"), "{stderr}");
+}
+
+/// `-i`: the receiver's intervals follow each other from 0 and hold every datagram the agent
+/// counted, per flow and in all; each rate is its count over its span. The CSV has the same.
+#[test]
+fn pps_intervals_add_up_to_the_received_datagrams() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let doc = run_json("pps", &agent, &["--flows", "2", "-t", "0.6", "-i", "0.2"]);
+    let intervals = arr(&doc, "/intervals");
+    assert!(intervals.len() >= 3, "{doc:#}");
+    let mut start = 0;
+    for iv in intervals {
+        assert_eq!(u(iv, "/start_ns"), start, "{doc:#}");
+        let (received, span_ns) = (u(iv, "/received"), u(iv, "/end_ns") - start);
+        assert!(span_ns > 0, "{doc:#}");
+        let rate = received as f64 * 1e9 / span_ns as f64;
+        assert!(
+            (f(iv, "/received_pps") - rate).abs() <= 1e-6 * rate.max(1.0),
+            "{doc:#}"
+        );
+        let per_flow: u64 = arr(iv, "/flow_received")
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(per_flow, received, "{doc:#}");
+        start = u(iv, "/end_ns");
+    }
+    let total: u64 = intervals.iter().map(|iv| u(iv, "/received")).sum();
+    assert_eq!(total, u(&doc, "/received"), "{doc:#}");
+    for (i, fl) in arr(&doc, "/flows").iter().enumerate() {
+        let sum: u64 = intervals
+            .iter()
+            .map(|iv| iv["flow_received"][i].as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, u(fl, "/received"), "flow {i}: {doc:#}");
+    }
+    let csv = run_ok(&["pps", &agent.target(), "-t", "0.4", "-i", "0.2", "--csv"]);
+    let rows: Vec<&str> = csv
+        .lines()
+        .filter(|l| l.starts_with("pps,interval,"))
+        .collect();
+    assert!(rows.len() >= 2, "{csv}");
+}
+
+/// Loopback is a virtual device: `--gso auto` sends one datagram per packet there and says why;
+/// `--gso on` batches (where the kernel has UDP GSO) and says it was asked for.
+#[test]
+fn pps_gso_auto_is_off_on_loopback_and_on_when_asked() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let auto = run_json("pps", &agent, &["-t", "0.3"]);
+    assert_eq!(s(&auto, "/gso/mode"), "auto", "{auto:#}");
+    if cfg!(target_os = "linux") {
+        assert_eq!(s(&auto, "/gso/reason"), "loopback", "{auto:#}");
+        assert_eq!(s(&auto, "/gso/interface"), "lo", "{auto:#}");
+    }
+    assert_eq!(auto["gso"]["used"], false, "{auto:#}");
+    assert_ne!(s(&auto, "/send_method"), "sendmsg+UDP_SEGMENT", "{auto:#}");
+    let on = run_json("pps", &agent, &["-t", "0.3", "--gso", "on"]);
+    assert_eq!(s(&on, "/gso/reason"), "requested", "{on:#}");
+    let batched = s(&on, "/send_method") == "sendmsg+UDP_SEGMENT";
+    assert_eq!(on["gso"]["used"], batched, "{on:#}");
+    let off = run_json("pps", &agent, &["-t", "0.3", "--gso", "off"]);
+    assert_eq!(off["gso"]["used"], false, "{off:#}");
+    assert_ne!(s(&off, "/send_method"), "sendmsg+UDP_SEGMENT", "{off:#}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quick
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn quick_json() {
+    let _file = crate::common::file_lock(module_path!());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("results.db");
+    let stdout = run_ok(&["quick", "--json", "-t", "1", "--db", store::path_str(&db)]);
+    let doc: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}:\n{stdout}"));
+    assert_valid(&doc);
+    assert_eq!(s(&doc, "/test"), "quick");
+    let results = arr(&doc, "/results");
+    let tests: Vec<&str> = results.iter().map(|c| s(c, "/result/test")).collect();
+    assert_eq!(
+        tests,
+        [
+            "latency",
+            "latency",
+            "throughput",
+            "throughput",
+            "pps",
+            "crr"
+        ],
+        "{doc:#}"
+    );
+    let cases: Vec<&str> = results.iter().map(|c| s(c, "/case")).collect();
+    let mut unique = cases.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), 6, "case names: {cases:?}");
+    for c in results {
+        let r = &c["result"];
+        match s(r, "/test") {
+            "latency" => assert!(u(r, "/samples") > 0, "{c:#}"),
+            "throughput" => assert!(u(r, "/receiver/bytes") > 0, "{c:#}"),
+            "crr" => assert!(u(r, "/agent_transactions") > 0, "{c:#}"),
+            _ => assert!(u(r, "/received") > 0, "{c:#}"),
+        }
+    }
+    // The README's contract: quick saves every case, as its own run, in one group.
+    store::assert_saved_cases(&db, results);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Load (latency under load)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn load_json_has_idle_and_loaded_probes_and_the_load() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    for (probe, load_dir) in [("tcp", &[][..]), ("udp", &["-u", "-R"][..])] {
+        let mut args = vec![
+            "-t", "1", "--warmup", "0.2", "--ramp", "0.5", "-P", "2", "--rate", "500",
+        ];
+        args.extend_from_slice(load_dir);
+        let doc = run_json("load", &agent, &args);
+        assert_eq!(s(&doc, "/test"), "load");
+        for phase in ["idle", "loaded"] {
+            // A phase is a latency result without the `test` tag of a whole document.
+            let mut p = doc[phase].clone();
+            p["test"] = "latency".into();
+            let p = &p;
+            check_latency(p, probe, 200_000_000, 1_000_000_000);
+            assert_eq!(s(p, "/mode"), "open_loop", "{p:#}");
+            // Our own load and probes overlap by design; nobody else used this agent.
+            assert_eq!(u(p, "/overlapping_sessions"), 0, "{p:#}");
+            assert!(
+                !p["warnings"].to_string().contains("other session"),
+                "{p:#}"
+            );
+        }
+        let load = &doc["load"];
+        assert_eq!(s(load, "/protocol"), "tcp");
+        assert_eq!(
+            s(load, "/direction"),
+            if load_dir.is_empty() {
+                "forward"
+            } else {
+                "reverse"
+            }
+        );
+        assert_eq!(u(load, "/overlapping_sessions"), 0, "{load:#}");
+        assert!(u(load, "/receiver/bytes") > 0, "{load:#}");
+        // The load ran through the loaded probes: ramp + warm-up + measured time, and more.
+        assert!(u(load, "/duration_ns") >= 1_700_000_000, "{load:#}");
+        assert_eq!(u(&doc, "/ramp_ns"), 500_000_000);
+        // added = loaded - idle, exactly, wherever both are stated.
+        for stat in ["min", "p50", "p90", "max"] {
+            let added = doc["added_rtt_ns"][stat].as_i64().expect(stat);
+            let (i, l) = (
+                u(&doc["idle"], &format!("/rtt_ns/{stat}")),
+                u(&doc["loaded"], &format!("/rtt_ns/{stat}")),
+            );
+            assert_eq!(added, l as i64 - i as i64, "{stat}: {doc:#}");
+        }
+        // Too few samples for p99.9 in either phase: no difference is made up.
+        assert!(doc["added_rtt_ns"]["p999"].is_null(), "{doc:#}");
+    }
+}
+
+#[test]
+fn load_table_and_csv_show_both_phases() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let target = agent.target();
+    let common = [
+        "-t", "0.5", "--warmup", "0.1", "--ramp", "0.3", "-P", "1", "--rate", "200",
+    ];
+    let mut args = vec!["load", target.as_str()];
+    args.extend_from_slice(&common);
+    let table = run_ok(&args);
+    for needle in [
+        "idle",
+        "loaded",
+        "added",
+        "load throughput",
+        "RTT (round trip)",
+    ] {
+        assert!(table.contains(needle), "no {needle:?} in\n{table}");
+    }
+    args.push("--csv");
+    let csv = run_ok(&args);
+    let rows = csv_rows(&csv);
+    let cases: Vec<&str> = rows.iter().map(|r| r["case"].as_str()).collect();
+    assert_eq!(
+        &cases[..3],
+        ["idle", "loaded", "added (loaded - idle)"],
+        "{csv}"
+    );
+    assert!(cases[3..].iter().all(|c| *c == "load"), "{csv}");
+    let added: i64 = rows[2]["rtt_p50_ns"].parse().expect("added p50");
+    let p50 = |i: usize| rows[i]["rtt_p50_ns"].parse::<i64>().expect("p50");
+    assert_eq!(added, p50(1) - p50(0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sweeps
+// ---------------------------------------------------------------------------------------------
+
+/// The steps of a sweep document: (value, result), after checking the envelope.
+fn sweep_steps<'a>(doc: &'a Value, test: &str, parameter: &str) -> Vec<(u64, &'a Value)> {
+    assert_eq!(s(doc, "/test"), "sweep", "{doc:#}");
+    assert_eq!(s(doc, "/sweep_test"), test, "{doc:#}");
+    assert_eq!(s(doc, "/parameter"), parameter, "{doc:#}");
+    arr(doc, "/steps")
+        .iter()
+        .map(|step| {
+            assert_eq!(s(step, "/result/test"), test, "{step:#}");
+            (u(step, "/value"), &step["result"])
+        })
+        .collect()
+}
+
+#[test]
+fn sweeps_run_each_value_in_order_with_the_value_applied() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let doc = run_json(
+        "pps",
+        &agent,
+        &["-t", "0.3", "--sweep", "msg_size=18,64,32"],
+    );
+    let steps = sweep_steps(&doc, "pps", "msg_size");
+    assert_eq!(
+        steps.iter().map(|(v, _)| *v).collect::<Vec<_>>(),
+        [18, 64, 32]
+    );
+    for (value, r) in &steps {
+        assert_eq!(u(r, "/msg_size_bytes"), *value, "{r:#}");
+        assert!(u(r, "/received") > 0, "{r:#}");
+    }
+
+    let doc = run_json(
+        "throughput",
+        &agent,
+        &["-t", "0.3", "--sweep", "parallel=1:4:*2"],
+    );
+    let steps = sweep_steps(&doc, "throughput", "parallel");
+    assert_eq!(steps.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [1, 2, 4]);
+    for (value, r) in &steps {
+        assert_eq!(u(r, "/parallel"), *value, "{r:#}");
+        assert_eq!(arr(r, "/streams").len() as u64, *value, "{r:#}");
+        assert!(u(r, "/receiver/bytes") > 0, "{r:#}");
+    }
+
+    let doc = run_json(
+        "throughput",
+        &agent,
+        &[
+            "-u",
+            "-t",
+            "0.3",
+            "-l",
+            "1200",
+            "--sweep",
+            "bitrate=2M:6M:+2M",
+        ],
+    );
+    for (value, r) in sweep_steps(&doc, "throughput", "bitrate") {
+        assert_eq!(u(r, "/target_bits_per_second"), value, "{r:#}");
+    }
+}
+
+#[test]
+fn sweep_table_and_csv_have_a_row_per_step() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let target = agent.target();
+    let table = run_ok(&["pps", &target, "-t", "0.2", "--sweep", "parallel=1,2"]);
+    assert!(
+        table.contains("pps sweep of parallel (streams): 2 steps"),
+        "{table}"
+    );
+    let data_rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("1 ") || l.starts_with("2 "))
+        .collect();
+    assert_eq!(data_rows.len(), 2, "{table}");
+    let csv = run_ok(&[
+        "pps",
+        &target,
+        "-t",
+        "0.2",
+        "--sweep",
+        "parallel=1,2",
+        "--csv",
+    ]);
+    let rows = csv_rows(&csv);
+    let summaries: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["row"] == "summary")
+        .map(|r| r["case"].as_str())
+        .collect();
+    assert_eq!(summaries, ["parallel=1", "parallel=2"], "{csv}");
+}
+
+#[test]
+fn a_sweep_the_test_cannot_run_is_a_usage_error() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let target = agent.target();
+    for args in [
+        vec!["pps", &target, "--sweep", "rate=1K,2K"],
+        vec!["throughput", &target, "--sweep", "bitrate=1M,2M"],
+        vec!["pps", &target, "--sweep", "msg_size=1:2:3"],
+        vec!["pps", &target, "--sweep", "color=1,2"],
+    ] {
+        let r = run(&args);
+        assert_eq!(r.code, Some(2), "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains("sweep"), "{args:?}: {}", r.stderr);
+        assert!(r.stdout.is_empty(), "{args:?}: {}", r.stdout);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CSV and table
+// ---------------------------------------------------------------------------------------------
+
+/// Splits one CSV line (RFC 4180 quoting).
+fn csv_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                chars.next();
+                fields.last_mut().expect("a field").push('"');
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => fields.push(String::new()),
+            (c, _) => fields.last_mut().expect("a field").push(c),
+        }
+    }
+    assert!(!quoted, "unterminated quote in {line:?}");
+    fields
+}
+
+/// The rows as maps from the header's names; every row has as many fields as the header.
+fn csv_rows(text: &str) -> Vec<BTreeMap<String, String>> {
+    let mut lines = text.lines();
+    let header = csv_fields(lines.next().expect("a header line"));
+    let rows: Vec<BTreeMap<String, String>> = lines
+        .map(|line| {
+            let fields = csv_fields(line);
+            assert_eq!(
+                fields.len(),
+                header.len(),
+                "row {line:?} vs header {header:?}"
+            );
+            header.iter().cloned().zip(fields).collect()
+        })
+        .collect();
+    assert!(!rows.is_empty(), "no row under the header:\n{text}");
+    rows
+}
+
+#[test]
+fn latency_csv() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let out = run_ok(&[
+        "latency",
+        &agent.target(),
+        "-t",
+        "0.3",
+        "--warmup",
+        "0.1",
+        "--csv",
+    ]);
+    let rows = csv_rows(&out);
+    assert_eq!(rows.len(), 1, "{out}");
+    assert_eq!(rows[0]["test"], "latency");
+    let samples: u64 = rows[0]["samples"].parse().expect("samples is a number");
+    assert!(samples > 0, "{out}");
+}
+
+#[test]
+fn throughput_csv_has_a_row_per_interval() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let out = run_ok(&[
+        "throughput",
+        &agent.target(),
+        "-t",
+        "0.5",
+        "-i",
+        "0.2",
+        "--csv",
+    ]);
+    let rows = csv_rows(&out);
+    assert!(rows.len() >= 3, "a summary and intervals:\n{out}");
+    assert!(rows.iter().all(|r| r["test"] == "throughput"), "{out}");
+    let sum: u64 = rows
+        .iter()
+        .filter(|r| r["row"] == "interval")
+        .map(|r| r["receiver_bytes"].parse::<u64>().expect("bytes"))
+        .sum();
+    let summary = rows
+        .iter()
+        .find(|r| r["row"] == "summary")
+        .expect("a summary row");
+    assert_eq!(sum.to_string(), summary["receiver_bytes"], "{out}");
+}
+
+#[test]
+fn pps_csv() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let out = run_ok(&["pps", &agent.target(), "-t", "0.3", "--csv"]);
+    let rows = csv_rows(&out);
+    assert_eq!(rows[0]["test"], "pps", "{out}");
+}
+
+#[test]
+fn latency_table_speaks_of_rtt() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let out = run_ok(&["latency", &agent.target(), "-t", "0.3", "--warmup", "0.1"]);
+    assert!(out.contains("RTT"), "{out}");
+    assert!(out.contains("p50"), "{out}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exit codes
+// ---------------------------------------------------------------------------------------------
+
+/// A loopback port with nothing listening on it (bound by us, then released).
+fn closed_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("local address").port()
+}
+
+#[test]
+fn no_agent_is_exit_3_with_one_line() {
+    let _file = crate::common::file_lock(module_path!());
+    let port = closed_port();
+    let r = run(&["latency", &format!("127.0.0.1:{port}"), "-t", "0.3"]);
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    let msg = r.stderr.trim_end();
+    assert_eq!(msg.lines().count(), 1, "one line on stderr:\n{msg}");
+    assert!(
+        msg.starts_with("sonde: ") && msg.contains(&port.to_string()),
+        "{msg}"
+    );
+}
+
+#[test]
+fn connect_error_states_its_cause_once() {
+    let _file = crate::common::file_lock(module_path!());
+    let port = closed_port();
+    let r = run(&["throughput", &format!("127.0.0.1:{port}"), "-t", "0.3"]);
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    let msg = r.stderr.trim_end();
+    assert_eq!(
+        msg.matches("Connection refused").count(),
+        1,
+        "the OS error is repeated: {msg}"
+    );
+}
+
+#[test]
+fn unresolvable_host_is_exit_3() {
+    let _file = crate::common::file_lock(module_path!());
+    let r = run(&["latency", "no-such-host.invalid", "-t", "0.3"]);
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert!(r.stderr.contains("no-such-host.invalid"), "{}", r.stderr);
+}
+
+#[test]
+fn bad_values_are_exit_2() {
+    let _file = crate::common::file_lock(module_path!());
+    let closed = format!("127.0.0.1:{}", closed_port());
+    for args in [
+        vec!["latency", "127.0.0.1", "-t", "abc"],
+        vec!["latency", "127.0.0.1", "-m", "5X"],
+        vec!["throughput", "127.0.0.1", "-b", "fast"],
+        vec!["latency"],
+        vec!["throughput", "127.0.0.1", "--json", "--csv"],
+        // Checked before connecting: a closed port does not turn it into exit 3.
+        vec!["throughput", &closed, "-P", "0"],
+        vec!["pps", &closed, "-m", "8"],
+    ] {
+        let r = run(&args);
+        assert_eq!(r.code, Some(2), "`sonde {}`: {}", args.join(" "), r.stderr);
+        assert!(
+            !r.stderr.trim().is_empty(),
+            "`sonde {}` says nothing",
+            args.join(" ")
+        );
+    }
+}
+
+#[test]
+fn refused_is_exit_4_and_says_why() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&["--max-duration", "1"]);
+    let r = run(&["latency", &agent.target(), "-t", "5", "--warmup", "0.2"]);
+    assert_eq!(r.code, Some(4), "{}", r.stderr);
+    assert!(r.stderr.contains("refused"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("--max-duration"),
+        "names the agent's limit: {}",
+        r.stderr
+    );
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+}
+
+/// `sonde server --secret-file`: a client without the secret, or with another, is refused with
+/// one line and exit code 4; with it (a file or `SONDE_SECRET`) every kind of test runs.
+#[test]
+fn an_agent_with_a_secret_refuses_clients_without_it() {
+    let _file = crate::common::file_lock(module_path!());
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let right = dir.path().join("secret");
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&right, "correct horse battery staple\n").expect("write the secret");
+    std::fs::write(&wrong, "incorrect horse\n").expect("write another secret");
+    let (right, wrong) = (
+        right.to_str().expect("utf-8"),
+        wrong.to_str().expect("utf-8"),
+    );
+    let agent = server(&["--secret-file", right]);
+    let target = agent.target();
+    let latency = ["latency", target.as_str(), "-t", "0.3", "--warmup", "0.1"];
+    for (extra, says) in [
+        (vec![], "requires a shared secret"),
+        (vec!["--secret-file", wrong], "does not match"),
+    ] {
+        let mut args = latency.to_vec();
+        args.extend(extra);
+        let r = run(&args);
+        assert_eq!(r.code, Some(4), "`sonde {}`: {}", args.join(" "), r.stderr);
+        let msg = r.stderr.trim_end();
+        assert_eq!(msg.lines().count(), 1, "one line on stderr:\n{msg}");
+        assert!(msg.contains(says) && msg.contains("--secret-file"), "{msg}");
+        assert!(r.stdout.is_empty(), "{}", r.stdout);
+    }
+    let mut args = latency.to_vec();
+    args.extend(["--secret-file", right, "-u"]);
+    run_ok(&args);
+    for args in [
+        vec!["pps", target.as_str(), "-t", "0.3"],
+        vec!["throughput", target.as_str(), "-t", "0.3", "-R"],
+        vec!["crr", target.as_str(), "-t", "0.3"],
+        vec!["conf", target.as_str()],
+    ] {
+        let out = sonde()
+            .env("SONDE_SECRET", "correct horse battery staple")
+            .args(&args)
+            .arg("--json")
+            .output()
+            .expect("run sonde");
+        assert!(
+            out.status.success(),
+            "`sonde {}` with SONDE_SECRET: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A secret file that cannot be read is a usage error, before any connection.
+    let missing = dir.path().join("missing");
+    let r = run(&[
+        "pps",
+        &target,
+        "--secret-file",
+        missing.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("secret file"), "{}", r.stderr);
+}
+
+/// A TCP server that answers like another service (an SSH banner) and closes.
+fn not_sonde() -> (SocketAddr, thread::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("address");
+    let t = thread::spawn(move || {
+        if let Ok((mut s, _)) = l.accept() {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n");
+            let mut buf = [0u8; 256];
+            let _ = s.read(&mut buf);
+        }
+    });
+    (addr, t)
+}
+
+#[test]
+fn a_peer_that_is_not_a_sonde_agent_is_exit_3() {
+    let _file = crate::common::file_lock(module_path!());
+    // `--help`: "3  could not reach a sonde agent (resolve, connect, not a sonde agent, ...)".
+    let (addr, peer) = not_sonde();
+    let r = run(&["latency", &addr.to_string(), "-t", "0.3"]);
+    let _ = peer.join();
+    assert!(r.stderr.contains("not a sonde agent"), "{}", r.stderr);
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+}
+
+/// A fake agent on TCP only: it admits a UDP test, but nothing answers on the UDP port, as when
+/// a firewall blocks UDP.
+fn agent_without_udp() -> (SocketAddr, thread::JoinHandle<()>) {
+    use sonde_wire::{
+        decode_frame, encode_frame, ControlMsg, Limits, SessionId, Token, PROTOCOL_VERSION,
+    };
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("address");
+    let t = thread::spawn(move || {
+        let Ok((mut s, _)) = l.accept() else { return };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(15)));
+        let read_frame = |s: &mut TcpStream| -> Option<ControlMsg> {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            for _ in 0..64 {
+                if let Ok(Some((msg, _))) = decode_frame(&buf) {
+                    return Some(msg);
+                }
+                let n = s.read(&mut chunk).ok().filter(|&n| n > 0)?;
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            None
+        };
+        let mut preamble = [0u8; 8];
+        if s.read_exact(&mut preamble).is_err() {
+            return;
+        }
+        let send = |s: &mut TcpStream, msg: &ControlMsg| {
+            let mut out = Vec::new();
+            encode_frame(msg, &mut out).expect("encodes");
+            let _ = s.write_all(&out);
+        };
+        if !matches!(read_frame(&mut s), Some(ControlMsg::Hello { .. })) {
+            return;
+        }
+        send(
+            &mut s,
+            &ControlMsg::Welcome {
+                protocol: PROTOCOL_VERSION,
+                software: "fake".into(),
+                session: SessionId(1),
+                limits: Limits {
+                    max_sessions: 1,
+                    max_duration_ms: 60_000,
+                    max_streams: 1,
+                    max_msg_size: 65_536,
+                },
+                nonce: sonde_wire::auth::Nonce([0; 32]),
+                secret_required: false,
+            },
+        );
+        if !matches!(read_frame(&mut s), Some(ControlMsg::Start { .. })) {
+            return;
+        }
+        send(
+            &mut s,
+            &ControlMsg::Accepted {
+                token: Token(42),
+                host: None,
+            },
+        );
+        // Hold the session until the client gives up.
+        let mut sink = [0u8; 256];
+        while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+    });
+    (addr, t)
+}
+
+#[test]
+fn udp_blocked_is_exit_3() {
+    let _file = crate::common::file_lock(module_path!());
+    // `--help`: "3  could not reach a sonde agent (..., UDP blocked)". The client gives up on the
+    // UDP join after 5 s.
+    let (addr, fake) = agent_without_udp();
+    let started = Instant::now();
+    let r = run(&[
+        "latency",
+        &addr.to_string(),
+        "-u",
+        "-t",
+        "0.3",
+        "--warmup",
+        "0.1",
+    ]);
+    let _ = fake.join();
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        r.stderr.contains("UDP"),
+        "says that UDP is the problem: {}",
+        r.stderr
+    );
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A closed stdout
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `sonde ARGS...` with its stdout closed before it writes anything (as `| head -c 0`
+/// would); the exit code and stderr.
+fn run_with_closed_stdout(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+        .env("SONDE_DB", common::test_db())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sonde");
+    drop(child.stdout.take());
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let reader = thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + RUN_LIMIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "`sonde {}` with a closed stdout did not finish",
+                args.join(" ")
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    (status.code(), reader.join().unwrap_or_default())
+}
+
+#[test]
+fn a_closed_stdout_is_not_an_error() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let target = agent.target();
+    for args in [
+        vec!["latency", &target, "-t", "0.3", "--warmup", "0.1"],
+        vec!["latency", &target, "-t", "0.3", "--warmup", "0.1", "--json"],
+        // Interval lines are printed while the test runs.
+        vec!["throughput", &target, "-t", "0.5", "-i", "0.1"],
+        vec!["pps", &target, "-t", "0.3", "--csv"],
+    ] {
+        let (code, stderr) = run_with_closed_stdout(&args);
+        assert!(
+            !stderr.contains("panicked"),
+            "`sonde {}`:\n{stderr}",
+            args.join(" ")
+        );
+        assert_eq!(code, Some(0), "`sonde {}`:\n{stderr}", args.join(" "));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server shutdown
+// ---------------------------------------------------------------------------------------------
+
+/// A `sonde server` child whose exit status the test reads; killed if the test fails first.
+struct ServerChild {
+    child: std::process::Child,
+    target: String,
+    stderr: Option<thread::JoinHandle<String>>,
+}
+
+impl ServerChild {
+    fn start() -> ServerChild {
+        let mut child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+            .env("SONDE_DB", common::test_db())
+            .args(["server", "--bind", "127.0.0.1", "--port", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sonde server");
+        let mut stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            use std::io::BufRead;
+            let mut lines = std::io::BufReader::new(&mut stdout).lines();
+            if let Some(Ok(line)) = lines.next() {
+                let _ = tx.send(line);
+            }
+            // Keep draining so the server never blocks on its stdout.
+            for _ in lines {}
+        });
+        let mut pipe = child.stderr.take().expect("piped stderr");
+        let stderr = thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        });
+        let line = rx.recv_timeout(Duration::from_secs(10));
+        let Some((addr, port)) = line.as_deref().ok().and_then(parse_listening_line) else {
+            let _ = child.kill();
+            panic!("no listening line from sonde server: {line:?}");
+        };
+        ServerChild {
+            child,
+            target: format!("{addr}:{port}"),
+            stderr: Some(stderr),
+        }
+    }
+}
+
+impl Drop for ServerChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a server and a 5 s client test against it, sends the server SIGTERM after 0.7 s; the
+/// server's exit status (`None`: still running 3 s later), its stderr, and the client's output.
+fn sigterm_during_a_test() -> (
+    Option<std::process::ExitStatus>,
+    String,
+    std::process::Output,
+) {
+    let mut server = ServerChild::start();
+    let client = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+        .env("SONDE_DB", common::test_db())
+        .args(["throughput", &server.target, "-t", "5", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the client");
+    thread::sleep(Duration::from_millis(700));
+    let pid = server.child.id().to_string();
+    let killed = StdCommand::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    let signalled = Instant::now();
+    let status = loop {
+        if let Some(status) = server.child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if signalled.elapsed() > Duration::from_secs(3) {
+            break None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    // Kill a server that did not stop, so that the client ends too.
+    drop(server.child.kill());
+    let client = client.wait_with_output().expect("the client ends");
+    let server_err = server
+        .stderr
+        .take()
+        .and_then(|t| t.join().ok())
+        .unwrap_or_default();
+    (status, server_err, client)
+}
+
+#[test]
+fn sigterm_stops_the_server_within_3_s_even_mid_test() {
+    let _file = crate::common::file_lock(module_path!());
+    let (status, server_err, client) = sigterm_during_a_test();
+    let status = status.expect("the server did not exit within 3 s of SIGTERM");
+    assert!(
+        status.success(),
+        "the server exited with {status} on SIGTERM:\n{server_err}"
+    );
+    assert!(!server_err.contains("panicked"), "{server_err}");
+    // The client's test was cut short: it fails (exit 1) rather than hang or claim success.
+    let client_err = String::from_utf8_lossy(&client.stderr);
+    assert_eq!(client.status.code(), Some(1), "{client_err}");
+    assert!(client.stdout.is_empty(), "no result for a test cut short");
+}
+
+#[test]
+fn a_client_whose_agent_shuts_down_is_told_so() {
+    let _file = crate::common::file_lock(module_path!());
+    // `sonde server --help`: "running sessions are told it is shutting down".
+    let (status, _, client) = sigterm_during_a_test();
+    assert!(status.is_some_and(|s| s.success()));
+    let client_err = String::from_utf8_lossy(&client.stderr);
+    assert!(client_err.contains("shutting down"), "{client_err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// --help
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn help_snapshots() {
+    let _file = crate::common::file_lock(module_path!());
+    for (name, args) in [
+        ("help_sonde", vec!["--help"]),
+        ("help_server", vec!["server", "--help"]),
+        ("help_latency", vec!["latency", "--help"]),
+        ("help_throughput", vec!["throughput", "--help"]),
+        ("help_pps", vec!["pps", "--help"]),
+        ("help_quick", vec!["quick", "--help"]),
+        ("help_load", vec!["load", "--help"]),
+        ("help_conf", vec!["conf", "--help"]),
+        ("help_results", vec!["results", "--help"]),
+        ("help_compare", vec!["compare", "--help"]),
+        ("help_report", vec!["report", "--help"]),
+        ("help_plan", vec!["plan", "--help"]),
+    ] {
+        let out = run_ok(&args);
+        insta::assert_snapshot!(name, out);
+    }
+}
+
+#[test]
+fn every_help_lists_the_exit_codes() {
+    let _file = crate::common::file_lock(module_path!());
+    for sub in ["server", "latency", "throughput", "pps", "quick", "load"] {
+        for flag in ["-h", "--help"] {
+            let out = run_ok(&[sub, flag]);
+            assert!(
+                out.contains("Exit codes:") && out.contains("4  the server refused"),
+                "`sonde {sub} {flag}` does not list the exit codes:\n{out}"
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shell completions and man pages
+// ---------------------------------------------------------------------------------------------
+
+/// The subcommands `sonde --help` lists under "Commands:", in order (clap's `help` included),
+/// so these tests follow every subcommand added later without being edited.
+fn listed_subcommands() -> Vec<String> {
+    let help = run_ok(&["--help"]);
+    let names: Vec<String> = help
+        .lines()
+        .skip_while(|l| l.trim_end() != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        // A name starts two columns in; a wrapped description is indented further.
+        .filter(|l| l.starts_with("  ") && !l[2..].starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    for expected in ["latency", "completions", "man"] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "`{expected}` not found among the commands of `sonde --help` ({names:?}):\n{help}"
+        );
+    }
+    names
+}
+
+/// The subcommands that get a man page: all but clap's `help` (`sonde help X` is `sonde X
+/// --help`, which has its page).
+fn subcommands_with_pages() -> Vec<String> {
+    listed_subcommands()
+        .into_iter()
+        .filter(|n| n != "help")
+        .collect()
+}
+
+/// The words of a script: runs of letters, digits and `-`.
+fn words(script: &str) -> std::collections::BTreeSet<&str> {
+    script
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+#[test]
+fn bash_completions_name_every_subcommand() {
+    let _file = crate::common::file_lock(module_path!());
+    let script = run_ok(&["completions", "bash"]);
+    let words = words(&script);
+    for name in listed_subcommands() {
+        assert!(
+            words.contains(name.as_str()),
+            "the bash script never names `{name}`"
+        );
+    }
+    assert!(
+        script
+            .lines()
+            .any(|l| l.trim_start().starts_with("complete -F ") && l.trim_end().ends_with(" sonde")),
+        "the bash script registers no completion for `sonde`:\n{script}"
+    );
+}
+
+#[test]
+fn bash_completes_the_subcommands_and_their_options() {
+    let _file = crate::common::file_lock(module_path!());
+    if !common::require_or_skip(
+        "bash_completes_the_subcommands_and_their_options",
+        &[common::Need::Cmd("bash")],
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("sonde.bash");
+    std::fs::write(&path, run_ok(&["completions", "bash"])).expect("write the script");
+    // What bash does on TAB: set COMP_WORDS/COMP_CWORD and call the function with the command,
+    // the word being completed and the word before it.
+    let complete = |line: &[&str]| -> Vec<String> {
+        let quoted: Vec<String> = line.iter().map(|w| format!("'{w}'")).collect();
+        let script = format!(
+            "source '{}' && COMP_WORDS=({}) && COMP_CWORD={} && _sonde sonde '{}' '{}' && \
+             printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            path.display(),
+            quoted.join(" "),
+            line.len() - 1,
+            line[line.len() - 1],
+            line[line.len() - 2],
+        );
+        let out = StdCommand::new("bash")
+            .args(["--norc", "--noprofile", "-c", &script])
+            .output()
+            .expect("run bash");
+        assert!(
+            out.status.success(),
+            "bash failed on the script: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    let first = complete(&["sonde", ""]);
+    for name in listed_subcommands() {
+        assert!(
+            first.contains(&name),
+            "`sonde <TAB>` does not offer `{name}`: {first:?}"
+        );
+    }
+    assert_eq!(complete(&["sonde", "compl"]), ["completions"]);
+    let man = complete(&["sonde", "man", "--"]);
+    assert!(
+        man.iter().any(|w| w == "--dir"),
+        "`sonde man --<TAB>`: {man:?}"
+    );
+    let shells = complete(&["sonde", "completions", ""]);
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        assert!(
+            shells.iter().any(|w| w == shell),
+            "`sonde completions <TAB>` does not offer `{shell}`: {shells:?}"
+        );
+    }
+}
+
+#[test]
+fn zsh_fish_elvish_and_powershell_completions_are_scripts_for_their_shell() {
+    let _file = crate::common::file_lock(module_path!());
+    let zsh = run_ok(&["completions", "zsh"]);
+    // zsh's compinit loads a file from $fpath only if its first line is `#compdef NAME`.
+    assert_eq!(zsh.lines().next(), Some("#compdef sonde"), "zsh:\n{zsh}");
+    let fish = run_ok(&["completions", "fish"]);
+    let fish_lines: Vec<&str> = fish
+        .lines()
+        .filter(|l| l.starts_with("complete -c sonde "))
+        .collect();
+    assert!(
+        !fish_lines.is_empty(),
+        "fish: no `complete -c sonde`:\n{fish}"
+    );
+    for name in subcommands_with_pages() {
+        let offered = format!("-a \"{name}\"");
+        assert!(
+            fish_lines.iter().any(|l| l.contains(&offered)),
+            "fish never offers `{name}`"
+        );
+    }
+    for shell in ["elvish", "powershell"] {
+        let script = run_ok(&["completions", shell]);
+        assert!(
+            words(&script).contains("latency"),
+            "{shell}: no subcommands:\n{script}"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_shell_is_a_usage_error() {
+    let _file = crate::common::file_lock(module_path!());
+    let r = run(&["completions", "tcsh"]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(r.stdout.is_empty(), "stdout: {}", r.stdout);
+    assert!(
+        r.stderr.contains("tcsh") && r.stderr.contains("bash"),
+        "the error should name the value and the shells there are: {}",
+        r.stderr
+    );
+    let r = run(&["completions"]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+}
+
+/// A man page is roff: clap_mangen starts with a `.ie` string definition, then `.TH`.
+fn assert_roff(page: &str, title: &str) {
+    let first = page.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(".TH") || first.starts_with(".ie"),
+        "`{title}` is not roff:\n{page}"
+    );
+    let th = format!(".TH {title} 1 ");
+    assert!(
+        page.lines().any(|l| l.starts_with(&th)),
+        "no `{th}` header in:\n{page}"
+    );
+}
+
+#[test]
+fn man_prints_the_top_level_page_naming_every_subcommand() {
+    let _file = crate::common::file_lock(module_path!());
+    let page = run_ok(&["man"]);
+    assert_roff(&page, "sonde");
+    for name in subcommands_with_pages() {
+        // roff escapes `-`; the page points at `sonde-NAME(1)`.
+        let reference = format!("sonde\\-{name}(1)");
+        assert!(page.contains(&reference), "no `{reference}` in:\n{page}");
+    }
+    assert!(
+        !page.contains("sonde\\-help(1)"),
+        "the page points at a sonde-help page that `man --dir` does not write"
+    );
+}
+
+#[test]
+fn man_dir_writes_a_page_per_subcommand() {
+    let _file = crate::common::file_lock(module_path!());
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    // Two levels that do not exist yet: `--dir` creates them.
+    let dir = tmp.path().join("share").join("man1");
+    let dir_arg = dir.to_str().expect("a UTF-8 temporary path");
+    let r = run(&["man", "--dir", dir_arg]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stdout.is_empty(), "stdout: {}", r.stdout);
+
+    let mut expected: std::collections::BTreeSet<String> = subcommands_with_pages()
+        .iter()
+        .map(|n| format!("sonde-{n}.1"))
+        .collect();
+    expected.insert("sonde.1".to_owned());
+    // Nested subcommands have pages of their own.
+    for sub in ["show", "export", "rm"] {
+        expected.insert(format!("sonde-results-{sub}.1"));
+    }
+    for sub in ["check", "run"] {
+        expected.insert(format!("sonde-plan-{sub}.1"));
+    }
+    let written: std::collections::BTreeSet<String> = std::fs::read_dir(&dir)
+        .expect("--dir was created")
+        .map(|e| {
+            e.expect("a directory entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(written, expected);
+
+    let listed: std::collections::BTreeSet<&str> = r.stderr.lines().collect();
+    for file in &expected {
+        let path = dir.join(file);
+        assert!(
+            listed.contains(path.to_str().unwrap_or_default()),
+            "stderr does not list {}:\n{}",
+            path.display(),
+            r.stderr
+        );
+        let page = std::fs::read_to_string(&path).expect("a page");
+        assert_roff(&page, file.trim_end_matches(".1"));
+    }
+    assert_eq!(listed.len(), expected.len(), "stderr:\n{}", r.stderr);
+
+    // The top-level page is the same on stdout as in DIR.
+    assert_eq!(
+        std::fs::read_to_string(dir.join("sonde.1")).expect("sonde.1"),
+        run_ok(&["man"])
+    );
+}
+
+#[test]
+fn a_man_dir_that_cannot_be_created_is_a_usage_error() {
+    let _file = crate::common::file_lock(module_path!());
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    // Under a regular file: not creatable, even as root.
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "").expect("create a file");
+    let dir = file.join("man1");
+    let r = run(&[
+        "man",
+        "--dir",
+        dir.to_str().expect("a UTF-8 temporary path"),
+    ]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(r.stdout.is_empty(), "stdout: {}", r.stdout);
+    assert_eq!(
+        r.stderr.lines().count(),
+        1,
+        "one line, no page listed: {}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("cannot create") && r.stderr.contains(&*dir.to_string_lossy()),
+        "the error should say which directory could not be created: {}",
+        r.stderr
+    );
+}
