@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the relative links of README.md and of the book (docs/**/*.md).
+"""Checks the relative links of README.md, crates/README.md and the book (docs/**/*.md).
 
 Every relative link or image must name a file (or directory) that exists, and every `#anchor`,
 on the same page or on another Markdown page, must be the slug of one of that page's headings
@@ -129,7 +129,7 @@ def main():
     root = os.path.abspath(
         sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
     )
-    files = [os.path.join(root, "README.md")]
+    files = [os.path.join(root, "README.md"), os.path.join(root, "crates", "README.md")]
     for d, dirs, names in os.walk(os.path.join(root, "docs")):
         dirs.sort()
         files += [os.path.join(d, x) for x in sorted(names) if x.endswith(".md")]
