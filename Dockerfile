@@ -4,7 +4,7 @@
 #   docker run --rm sonde --version
 #
 # Without pulling any base image (an air-gapped host, or a binary built and tested elsewhere),
-# build the binary on the host and let the final stage copy it (README, "Container image"):
+# build the binary on the host and let the final stage copy it (docs/deploy.md, "Container image"):
 #
 #   rustup target add x86_64-unknown-linux-musl && apt-get install musl-tools
 #   CC_x86_64_unknown_linux_musl=musl-gcc \
@@ -19,7 +19,7 @@
 # Where the binary comes from: `build` (the stage below) or `host` (target/ in the context).
 ARG SONDE_BINARY=build
 
-# The toolchain CI tests with (README: Rust 1.89 or newer builds it).
+# The toolchain CI tests with (docs/install.md: Rust 1.89 or newer builds it).
 FROM rust:1.95-slim-bookworm AS build
 # musl-gcc compiles the bundled SQLite (rusqlite) for the musl target.
 RUN apt-get update -q \

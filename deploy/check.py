@@ -132,7 +132,7 @@ SECRET_PLACEHOLDER = b"placeholder: make deploy/kubernetes/base/secret.txt\n"
 
 PLACEHOLDERS_NOTED = set()
 
-# A shared secret shorter than this is refused: the README makes one of 32 random bytes.
+# A shared secret shorter than this is refused: docs/deploy.md makes one of 32 random bytes.
 MIN_SECRET_BYTES = 16
 
 
