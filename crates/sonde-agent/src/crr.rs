@@ -666,7 +666,7 @@ mod tests {
         assert_eq!(cpu.bytes, Some(6 * (100 + 3_000)));
         // Windows' thread CPU time advances in scheduler ticks (15.6 ms, 10 ms under wine),
         // and six loopback exchanges can all fall inside one: 0 ns there is a measurement,
-        // not a thread left unmeasured (README, "What wine cannot do", cpu-ticks).
+        // not a thread left unmeasured (docs/platforms.md, "What wine cannot do", cpu-ticks).
         if !cfg!(windows) {
             assert!(cpu.user_ns + cpu.system_ns > 0, "{cpu:?}");
         }

@@ -1,4 +1,4 @@
-//! The iperf3 compatibility listener: answers real `iperf3 -c` clients (PROTOCOLS.md part 1),
+//! The iperf3 compatibility listener: answers real `iperf3 -c` clients (docs/protocols/iperf3.md),
 //! several at once, under the agent's limits.
 //!
 //! One TCP listener and one UDP socket share a port number, as with iperf3. Every new TCP
@@ -113,7 +113,7 @@ pub(crate) fn serve(listener: CompatListener, shared: &Arc<Shared>) {
         .spawn(move || udp_dispatch(&udp, &udp_state))
         .ok();
     // The accept index orders data streams: a real client opens stream k+1 only after stream
-    // k's connection and cookie, so accept order is the client's order (PROTOCOLS.md 1.7).
+    // k's connection and cookie, so accept order is the client's order (docs/protocols/iperf3.md §7).
     let connections = std::iter::from_fn(|| crate::next_connection(&tcp, shared));
     for (index, stream) in (0u64..).zip(connections) {
         // A source may hold as many more pending connections as its tests still expect

@@ -1,5 +1,5 @@
 //! The sockperf compatibility listener: answers real `sockperf` clients (`ping-pong`,
-//! `under-load`, `throughput`; UDP and `--tcp`) as `sockperf server` does (PROTOCOLS.md 2.4).
+//! `under-load`, `throughput`; UDP and `--tcp`) as `sockperf server` does (docs/protocols/sockperf.md §4).
 //!
 //! Every message starts with sockperf's 14-byte header. A message without the client flag, or a
 //! warm-up, is ignored; every other message is counted, and one that asks for a reply

@@ -1,6 +1,6 @@
 //! sonde against a real `iperf3 -s`: `sonde throughput iperf3://HOST[:PORT]`.
 //!
-//! The client half of iperf3's control protocol (PROTOCOLS.md part 1, checklist "Our client ↔
+//! The client half of iperf3's control protocol (docs/protocols/iperf3.md, checklist "Our client ↔
 //! real iperf3 -s" in 1.17) around sonde's own data loops:
 //!
 //! 1. Connect, send a fresh 37-byte cookie, expect `PARAM_EXCHANGE` (or `ACCESS_DENIED` when the
@@ -189,7 +189,7 @@ fn wire_udp_header_len() -> u32 {
     u32::try_from(UdpFormat::Iperf3 { seq64: true }.header_len()).unwrap_or(u32::MAX)
 }
 
-/// The parameters a real 3.12 client would send for these options (PROTOCOLS.md 1.6, "For our
+/// The parameters a real 3.12 client would send for these options (docs/protocols/iperf3.md §6, "For our
 /// client").
 fn params(opt: &ThroughputOptions) -> Params {
     let udp = opt.protocol == Protocol::Udp;
@@ -660,7 +660,7 @@ enum Outcome {
     UdpReceived(Box<UdpRecvOutcome>),
 }
 
-/// Opens the streams strictly one after another (PROTOCOLS.md 1.7): the server numbers and
+/// Opens the streams strictly one after another (docs/protocols/iperf3.md §7): the server numbers and
 /// directs them by arrival order.
 fn open_streams(
     ctl: &Control<'_>,
@@ -1164,7 +1164,7 @@ fn signed(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// Our results message: per stream, what this host sent or received (PROTOCOLS.md 1.10), and
+/// Our results message: per stream, what this host sent or received (docs/protocols/iperf3.md §10), and
 /// this process's CPU use over the test (0 where the platform cannot say; iperf3 only prints it).
 fn our_results(data: &DataRun, udp: bool, cpu: Option<CpuCost>) -> Results {
     let percent = |f: fn(&CpuCost) -> Option<f64>| cpu.as_ref().and_then(f).unwrap_or(0.0);
@@ -1514,7 +1514,7 @@ mod tests {
 
     #[test]
     fn parameters_are_what_a_real_client_sends() {
-        // The key set and order of PROTOCOLS.md 1.6 "For our client": UDP adds bandwidth (per
+        // The key set and order of docs/protocols/iperf3.md §6 "For our client": UDP adds bandwidth (per
         // stream: sonde's -b is for all streams together) and 64-bit counters.
         let json = params(&opt(Protocol::Udp, Direction::Reverse)).to_json();
         assert_eq!(
@@ -1658,7 +1658,7 @@ mod tests {
 
     #[test]
     fn server_errors_read_as_iperf3_prints_them() {
-        // PROTOCOLS.md 1.12: IESETMSS with EINVAL.
+        // docs/protocols/iperf3.md §12: IESETMSS with EINVAL.
         assert_eq!(
             server_error_text(123, 22),
             "unable to set TCP/SCTP MSS: Invalid argument"

@@ -113,7 +113,7 @@ impl From<ControlError> for ClientError {
 }
 
 impl ClientError {
-    /// The process exit code for this error (documented in `sonde --help` and the README).
+    /// The process exit code for this error (documented in `sonde --help`, the README and docs/exit-codes.md).
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Usage(_) => 2,

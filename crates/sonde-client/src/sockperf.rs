@@ -1,5 +1,5 @@
 //! sonde's latency test against a real `sockperf server` (`sockperf sr`), reached as
-//! `sockperf://HOST[:PORT]` (PROTOCOLS.md part 2).
+//! `sockperf://HOST[:PORT]` (docs/protocols/sockperf.md).
 //!
 //! sockperf has no control channel: the client sends messages with sockperf's 14-byte header
 //! (seq from 1, flags `CLIENT | PONG_REQUEST`, length = the message size) and the server echoes

@@ -299,7 +299,7 @@ pub fn tcp_send(
 /// The read size is part of what is measured: a receiver that drains its queue at every read
 /// has TCP acknowledge at once, so a sender of small writes (Nagle's algorithm) sends many small
 /// segments; one that reads a message at a time leaves data queued, and the sender's segments
-/// grow (README, Performance).
+/// grow (docs/performance.md).
 ///
 /// Sets the stream blocking with a [`TCP_POLL`] read timeout. A reset is returned as an error
 /// unless `stop` is already set.

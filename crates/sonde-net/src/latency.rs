@@ -15,7 +15,7 @@
 //! wait is. A spinning loop needs a core of its own, and so does the echo at the other end: on
 //! a 2-core host with both ends unpinned, busy polling read higher medians than blocking (the
 //! spinning client took the core the echo needed). Pinned to two cores (`--cpu`, the agent's
-//! `--cpu-list`) it roughly halves the loopback median; the README's Performance section has
+//! `--cpu-list`) it roughly halves the loopback median; the book's Performance page (docs/performance.md) has
 //! the figures, against a bare busy-polled C loop (`bench/floor/floor.c`).
 //!
 //! The loops set the socket's read (and, for TCP, write) timeouts and restore the previous ones
@@ -141,7 +141,7 @@ pub enum Framing {
     /// echoes every message.
     #[default]
     Sonde,
-    /// sockperf's (PROTOCOLS.md 2.2): a 14-byte header with `seq` from 1, flags
+    /// sockperf's (docs/protocols/sockperf.md §2): a 14-byte header with `seq` from 1, flags
     /// `CLIENT | PONG_REQUEST` (0x0003) and `length` = the message size (14 or more), then a payload
     /// filled once. A reply counts only when its flags lack `CLIENT` (and `WARMUP`), its length is
     /// the message size, and its seq is that of a message sent: over UDP that of any message sent,
@@ -2515,7 +2515,7 @@ mod tests {
         assert!(progress.done.load(Ordering::Relaxed));
     }
 
-    /// A sockperf server's UDP side, as PROTOCOLS.md 2.4 has it: count client messages, answer
+    /// A sockperf server's UDP side, as docs/protocols/sockperf.md §4 has it: count client messages, answer
     /// PONG requests with the client bit cleared. Returns the seqs and flags it saw.
     fn sockperf_udp_server(
         sock: &UdpSocket,

@@ -322,7 +322,7 @@ pub const IPERF3_UDP_HEADER_LEN_32: usize = 12;
 /// Bytes of an iperf3 UDP header with a 64-bit sequence number (`udp_counters_64bit`).
 pub const IPERF3_UDP_HEADER_LEN_64: usize = 16;
 
-/// The header at the front of every iperf3 UDP datagram (PROTOCOLS.md 1.8): the sender's clock
+/// The header at the front of every iperf3 UDP datagram (docs/protocols/iperf3.md §8): the sender's clock
 /// as seconds and microseconds, then the sequence number, all big-endian. The sequence number
 /// starts at 1 per stream and is 32 bits wide unless the client negotiated
 /// `udp_counters_64bit`.
@@ -470,7 +470,7 @@ fn be_u64(b: &[u8]) -> u64 {
 mod tests {
     #[test]
     fn iperf3_udp_header_matches_captured_bytes_and_round_trips() {
-        // PROTOCOLS.md 1.8 [verified]: 32-bit `00000143 0009c98b 00000001`, 64-bit
+        // docs/protocols/iperf3.md §8 [verified]: 32-bit `00000143 0009c98b 00000001`, 64-bit
         // `0000017a 000d0e25 0000000000000001`.
         let h32 = [0, 0, 0x01, 0x43, 0, 0x09, 0xc9, 0x8b, 0, 0, 0, 1];
         let h64 = [

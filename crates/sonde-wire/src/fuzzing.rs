@@ -744,7 +744,7 @@ pub fn sockperf_header(data: &[u8]) -> bool {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Seeds: real encodings, from this crate's encoders and the captures in PROTOCOLS.md.
+// Seeds: real encodings, from this crate's encoders and the captures in docs/protocols/iperf3.md and sockperf.md.
 
 fn sample_host() -> HostInfo {
     HostInfo {
@@ -1052,13 +1052,13 @@ fn stamps_seeds() -> Vec<Vec<u8>> {
 }
 
 /// [verified] parameters of a 1-second TCP test, and a real client using most options
-/// (PROTOCOLS.md 1.5, 1.6).
+/// (docs/protocols/iperf3.md §5, §6).
 const IPERF3_PARAMS: [&str; 2] = [
     r#"{"tcp":true,"omit":0,"time":1,"num":0,"blockcount":0,"parallel":1,"len":131072,"bandwidth":20000000,"pacing_timer":1000,"client_version":"3.12"}"#,
     r#"{"tcp":true,"omit":0,"server_affinity":0,"time":1,"num":0,"blockcount":0,"MSS":1400,"nodelay":true,"parallel":1,"window":65536,"len":131072,"bandwidth":5000000,"fqrate":10000000,"pacing_timer":1000,"burst":3,"TOS":16,"title":"hello","extra_data":"xyz","congestion":"cubic","get_server_output":1,"udp_counters_64bit":1,"repeating_payload":1,"zerocopy":1,"client_version":"3.12"}"#,
 ];
 
-/// [verified] a 3.12 server's UDP receiver results (PROTOCOLS.md 1.10), a 3.17.1 client's UDP
+/// [verified] a 3.12 server's UDP receiver results (docs/protocols/iperf3.md §10), a 3.17.1 client's UDP
 /// sender results, and the smallest server results real clients accepted.
 const IPERF3_RESULTS: [&str; 3] = [
     r#"{"cpu_util_total":0.0152,"cpu_util_user":0.0151,"cpu_util_system":0,"sender_has_retransmits":18446744073709551615,"server_output_text":"Accepted connection from 127.0.0.1, port 56772\n","streams":[{"id":1,"bytes":131072,"retransmits":18446744073709551615,"jitter":3.672119140625e-06,"errors":0,"packets":4,"start_time":0,"end_time":1.000149}]}"#,
@@ -1121,7 +1121,7 @@ fn iperf3_json_len_seeds() -> Vec<Vec<u8>> {
 }
 
 fn iperf3_cookie_seeds() -> Vec<Vec<u8>> {
-    // [verified] PROTOCOLS.md 1.4: the control cookie, then a data connection's.
+    // [verified] docs/protocols/iperf3.md §4: the control cookie, then a data connection's.
     let mut cookie = b"rdik6lwipp6z4stdqzvz5yrtjgmtn7t6dy55".to_vec();
     cookie.push(0);
     let twice = [cookie.clone(), cookie.clone()].concat();
@@ -1130,7 +1130,7 @@ fn iperf3_cookie_seeds() -> Vec<Vec<u8>> {
 }
 
 fn iperf3_server_error_seeds() -> Vec<Vec<u8>> {
-    // [verified] PROTOCOLS.md 1.2: IESETMSS with EINVAL; and a state sequence a client reads.
+    // [verified] docs/protocols/iperf3.md §2: IESETMSS with EINVAL; and a state sequence a client reads.
     let states = [
         iperf3::State::ParamExchange,
         iperf3::State::CreateStreams,
@@ -1147,7 +1147,7 @@ fn iperf3_server_error_seeds() -> Vec<Vec<u8>> {
 }
 
 fn iperf3_udp_header_seeds() -> Vec<Vec<u8>> {
-    // [verified] PROTOCOLS.md 1.8: 32-bit and 64-bit counters, as the front of a datagram.
+    // [verified] docs/protocols/iperf3.md §8: 32-bit and 64-bit counters, as the front of a datagram.
     vec![
         vec![0, 0, 0x01, 0x43, 0, 0x09, 0xc9, 0x8b, 0, 0, 0, 1],
         vec![
@@ -1158,7 +1158,7 @@ fn iperf3_udp_header_seeds() -> Vec<Vec<u8>> {
 
 fn sockperf_header_seeds() -> Vec<Vec<u8>> {
     use sockperf::{write_request, Flags};
-    // [verified] PROTOCOLS.md 2.2: a header-only ping-pong request; then a 64-byte one followed
+    // [verified] docs/protocols/sockperf.md §2: a header-only ping-pong request; then a 64-byte one followed
     // by a throughput message on the same stream, as a TCP server reads them.
     let mut pp = vec![0u8; 14];
     write_request(1, Flags::CLIENT | Flags::PONG_REQUEST, &mut pp).expect("14 bytes");

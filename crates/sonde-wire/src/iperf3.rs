@@ -1,4 +1,4 @@
-//! The iperf3 control connection (PROTOCOLS.md part 1), both directions, as pure codecs.
+//! The iperf3 control connection (docs/protocols/iperf3.md), both directions, as pure codecs.
 //!
 //! What travels on an iperf3 control connection: a 37-byte [`Cookie`], one-byte [`State`]
 //! codes, and three JSON documents with a 4-byte big-endian length prefix ([`json_len`]): the
@@ -134,7 +134,7 @@ fn c_str(b: &[u8]) -> &[u8] {
     &b[..end]
 }
 
-/// A state code: one signed byte on the control connection (PROTOCOLS.md 1.3).
+/// A state code: one signed byte on the control connection (docs/protocols/iperf3.md §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(i8)]
 pub enum State {
@@ -270,7 +270,7 @@ pub enum Protocol {
     Sctp,
 }
 
-/// The client's test parameters (PROTOCOLS.md 1.6).
+/// The client's test parameters (docs/protocols/iperf3.md §6).
 ///
 /// Numbers are what cJSON's `valueint` gives: integers, floats truncated toward zero, huge values
 /// saturated to `i64::MAX`, `true` as 1 and anything else as 0. Keys the real client sends only
@@ -406,7 +406,7 @@ fn cjson_f64(v: &Value) -> f64 {
 }
 
 /// A results integer: like [`cjson_int`], but values of 2^63 and above wrap, because iperf3 3.12
-/// and 3.13 print -1 as 18446744073709551615 (PROTOCOLS.md 1.10).
+/// and 3.13 print -1 as 18446744073709551615 (docs/protocols/iperf3.md §10).
 fn results_int(v: &Value) -> i64 {
     match v {
         Value::Number(n) => {
@@ -570,7 +570,7 @@ impl Params {
     }
 
     /// Whether the client sends on the stream at `index` (accept order, from 0); the server sends
-    /// on the others. Bidir: the first `parallel` streams are the client's (PROTOCOLS.md 1.7).
+    /// on the others. Bidir: the first `parallel` streams are the client's (docs/protocols/iperf3.md §7).
     pub fn client_sends(&self, index: usize) -> bool {
         if self.bidirectional {
             u64::try_from(index).unwrap_or(u64::MAX) < u64::try_from(self.parallel).unwrap_or(0)
@@ -644,7 +644,7 @@ struct ParamsOut<'a> {
     client_version: Option<&'a str>,
 }
 
-/// One side's results (PROTOCOLS.md 1.10): both sides send one, describing their own streams.
+/// One side's results (docs/protocols/iperf3.md §10): both sides send one, describing their own streams.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Results {
     /// CPU use during the test, percent.
@@ -819,7 +819,7 @@ struct StreamOut {
     end_time: f64,
 }
 
-/// iperf3's error codes (`i_errno`, PROTOCOLS.md 1.13) that sonde sends or must explain. The
+/// iperf3's error codes (`i_errno`, docs/protocols/iperf3.md §13) that sonde sends or must explain. The
 /// values are the same in 3.12–3.19.1: later releases only added codes.
 pub mod errno {
     /// Test duration too long.
@@ -1056,7 +1056,7 @@ mod tests {
 
     #[test]
     fn cookie_compares_as_a_c_string() {
-        // [verified] example cookie from PROTOCOLS.md 1.4.
+        // [verified] example cookie from docs/protocols/iperf3.md §4.
         let mut b = [0u8; COOKIE_LEN];
         b[..36].copy_from_slice(b"rdik6lwipp6z4stdqzvz5yrtjgmtn7t6dy55");
         let c = Cookie::from_bytes(b);
@@ -1100,7 +1100,7 @@ mod tests {
 
     #[test]
     fn server_error_matches_the_verified_bytes() {
-        // [verified] PROTOCOLS.md 1.2: IESETMSS with EINVAL.
+        // [verified] docs/protocols/iperf3.md §2: IESETMSS with EINVAL.
         let b = encode_server_error(errno::IESETMSS, 22);
         assert_eq!(b, [0xfe, 0, 0, 0, 0x7b, 0, 0, 0, 0x16]);
         let payload: [u8; 8] = b[1..].try_into().unwrap();
@@ -1146,10 +1146,10 @@ mod tests {
         assert_eq!(LEGACY_UDP_CONNECT_REPLY, 987_654_321u32.to_le_bytes());
     }
 
-    /// [verified] parameters of a 1-second TCP test, PROTOCOLS.md 1.5.
+    /// [verified] parameters of a 1-second TCP test, docs/protocols/iperf3.md §5.
     const TCP_PARAMS: &str = r#"{"tcp":true,"omit":0,"time":1,"num":0,"blockcount":0,"parallel":1,"len":131072,"bandwidth":20000000,"pacing_timer":1000,"client_version":"3.12"}"#;
 
-    /// [verified] key order of a real client using most options, PROTOCOLS.md 1.6.
+    /// [verified] key order of a real client using most options, docs/protocols/iperf3.md §6.
     const MOST_OPTIONS: &str = r#"{"tcp":true,"omit":0,"server_affinity":0,"time":1,"num":0,"blockcount":0,"MSS":1400,"nodelay":true,"parallel":1,"window":65536,"len":131072,"bandwidth":5000000,"fqrate":10000000,"pacing_timer":1000,"burst":3,"TOS":16,"title":"hello","extra_data":"xyz","congestion":"cubic","get_server_output":1,"udp_counters_64bit":1,"repeating_payload":1,"zerocopy":1,"client_version":"3.12"}"#;
 
     #[test]
@@ -1345,7 +1345,7 @@ mod tests {
         assert_eq!(dirs, [true, true, false, false]);
     }
 
-    /// [verified] a 3.12 server's UDP receiver results, PROTOCOLS.md 1.10 (the text shortened).
+    /// [verified] a 3.12 server's UDP receiver results, docs/protocols/iperf3.md §10 (the text shortened).
     const SERVER_312: &str = r#"{"cpu_util_total":0.0152,"cpu_util_user":0.0151,"cpu_util_system":0,"sender_has_retransmits":18446744073709551615,"server_output_text":"Accepted connection from 127.0.0.1, port 56772\n","streams":[{"id":1,"bytes":131072,"retransmits":18446744073709551615,"jitter":3.672119140625e-06,"errors":0,"packets":4,"start_time":0,"end_time":1.000149}]}"#;
 
     /// [verified] a 3.17.1 client's UDP sender results.

@@ -1,4 +1,4 @@
-//! sockperf's message format (Mellanox/NVIDIA sockperf 3.x; PROTOCOLS.md part 2).
+//! sockperf's message format (Mellanox/NVIDIA sockperf 3.x; docs/protocols/sockperf.md).
 //!
 //! Every sockperf message, UDP datagram or stretch of a TCP stream, starts with a 14-byte
 //! big-endian header: `seq` (u64), `flags` (u16) and `length` (u32, the **total** message length,
@@ -229,7 +229,7 @@ mod tests {
             .collect()
     }
 
-    /// PROTOCOLS.md 2.2, the [verified] headers captured from sockperf 3.7 on loopback.
+    /// docs/protocols/sockperf.md §2, the [verified] headers captured from sockperf 3.7 on loopback.
     #[test]
     fn headers_captured_from_sockperf_3_7() {
         let cases = [
@@ -268,7 +268,7 @@ mod tests {
     #[test]
     fn the_server_rules_follow_the_flags() {
         // A real 3.7 server answered 0x0003 and 0x8003 only, and counted 0x0001, 0x0003 and
-        // 0x8003 (PROTOCOLS.md 2.4).
+        // 0x8003 (docs/protocols/sockperf.md §4).
         let h = |flags| Header {
             seq: 1,
             flags: Flags(flags),

@@ -23,7 +23,7 @@ use crate::units::CpuList;
 #[command(after_long_help = concat!("Open TCP and UDP on the port in the host firewall. Ctrl-C or \
 SIGTERM stops the agent cleanly (running sessions are told it is shutting down).
 
-Mesh mode (--mesh): the file format and every metric are in the README (\"Mesh mode\"); p99 RTT \
+Mesh mode (--mesh): the file format and every metric are in the book's mesh page (docs/mesh.md); p99 RTT \
 from every node to every node in PromQL: histogram_quantile(0.99, sum by (source, target, le) \
 (rate(sonde_rtt_seconds_bucket[5m]))). A peer that leaves the list has its series removed (they \
 go stale, never a zero RTT); one that stops answering reads sonde_peer_up 0.

@@ -299,7 +299,7 @@ fn push_flag(args: &mut Vec<String>, flag: &str, value: &str) {
 mod tests {
     use super::*;
 
-    /// The keys each test takes in a plan, as the README documents them. A flag added to a
+    /// The keys each test takes in a plan, as the book documents them (docs/plans.md). A flag added to a
     /// subcommand fails this test until it is listed here (it then works in plans with no other
     /// change) or in `NOT_IN_PLANS`; a key listed here that is no flag fails it too.
     fn documented(kind: TestKind) -> Vec<&'static str> {

@@ -1,4 +1,4 @@
-//! A running iperf3 test, from TEST_START to the end (PROTOCOLS.md 1.5, 1.8, 1.10, 1.11): one
+//! A running iperf3 test, from TEST_START to the end (docs/protocols/iperf3.md §5, §8, §10, §11): one
 //! thread per data stream, the control connection read on this thread until the client's
 //! TEST_END, then the results exchange.
 //!
@@ -753,7 +753,7 @@ fn exchange(ctrl: &mut TcpStream, ours: &Results) -> Result<(), String> {
     msg.extend_from_slice(&json);
     msg.push(State::DisplayResults.byte());
     ctrl.write_all(&msg).map_err(lost)?;
-    // IPERF_DONE, or the client just closes: both end the test (PROTOCOLS.md 1.5).
+    // IPERF_DONE, or the client just closes: both end the test (docs/protocols/iperf3.md §5).
     let mut done = [0u8; 1];
     match read_exact_by(ctrl, &mut done, Instant::now() + RESULTS_TIMEOUT) {
         Ok(()) if done[0] == State::IperfDone.byte() => Ok(()),

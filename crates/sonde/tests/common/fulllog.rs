@@ -1,5 +1,5 @@
 //! `--full-log` files in tests: a temporary file that is removed however the test ends, and the
-//! log's CSV read back line by line (the format README's "Full log" section documents).
+//! log's CSV read back line by line (the format docs/guide/latency.md documents).
 
 use std::path::PathBuf;
 

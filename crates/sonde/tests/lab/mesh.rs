@@ -514,7 +514,7 @@ fn mesh_lab_four_agents_in_prometheus() {
         );
     }
     if std::env::var_os("MESH_LAB_EXCERPT").is_some() {
-        // For the README's excerpt: what one agent serves (needs curl; not part of the test).
+        // For docs/mesh.md's excerpt: what one agent serves (needs curl; not part of the test).
         let out = command_in(Some(ns.name(2)), "curl")
             .arg("-s")
             .arg(format!("http://{}:{METRICS_PORT}/metrics", AGENTS[1]))

@@ -1,6 +1,6 @@
 //! A plan over two paths to one host, in network namespaces: the client `c` reaches the target
 //! `t` directly (c — t) and through a router `r` (c — r — t) whose egress toward either end is a
-//! `tc tbf` of 10 Mbit/s. The plan is the README's workflows 1 and 3 over those paths:
+//! `tc tbf` of 10 Mbit/s. The plan is docs/plans.md's workflows 1 and 3 over those paths:
 //!
 //! - latency over both paths, TCP and UDP, 16 KiB messages (four cases). A 16 KiB message is
 //!   a dozen packets, far more than tbf's 3,000-byte bucket lets through at once, so each
@@ -12,7 +12,7 @@
 //!   (at the receiver) is at most the shaped rate plus a margin, whatever the stream count, and
 //!   well above nothing (the shaped path carried the traffic).
 //!
-//! The test prints `sonde plan check` and the plan run's text (the matrix), as the README shows
+//! The test prints `sonde plan check` and the plan run's text (the matrix), as docs/plans.md shows
 //! them (`cargo test -p sonde --test lab -- plan:: --nocapture`).
 //!
 //! Needs root, `ip`, `tc` and `sysctl`; without them the test prints `SKIP ...` and passes, unless
@@ -122,7 +122,7 @@ fn report_mean(html: &str, case: &str) -> f64 {
 }
 
 /// The plan: workflow 1 (latency matrix: paths x protocols, 16 KiB) and workflow 3 (throughput
-/// with 1, 2 and 5 streams) of the README, over the two paths.
+/// with 1, 2 and 5 streams) of docs/plans.md, over the two paths.
 fn plan_text(direct: &Agent, routed: &Agent) -> String {
     format!(
         "name = \"paths\"
@@ -153,7 +153,7 @@ time = 2
 }
 
 /// Runs `sonde ARGS` in c, in `dir`, and returns its output after printing it as a shell session
-/// (`$ sonde ARGS`, then stderr and stdout), as the README shows it.
+/// (`$ sonde ARGS`, then stderr and stdout), as docs/plans.md shows it.
 fn sonde_in_c(lab: &Lab, dir: &std::path::Path, args: &[&str]) -> common::Output {
     let mut cmd = command_in(Some(lab.ns.name(0)), sonde_bin());
     cmd.args(args).current_dir(dir);

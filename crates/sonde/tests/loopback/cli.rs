@@ -929,7 +929,7 @@ fn quick_json() {
             _ => assert!(u(r, "/received") > 0, "{c:#}"),
         }
     }
-    // The README's contract: quick saves every case, as its own run, in one group.
+    // The contract (README, docs/guide/quick.md): quick saves every case, as its own run, in one group.
     store::assert_saved_cases(&db, results);
 }
 

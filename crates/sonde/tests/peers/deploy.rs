@@ -100,7 +100,7 @@ fn elf_needs(path: &Path) -> ElfNeeds {
 }
 
 /// Builds the static binary the image is made of, as the Dockerfile's build stage does (and as
-/// README "Container image" says for a host build). Cargo builds it once; later runs are a
+/// docs/deploy.md, "Container image", says for a host build). Cargo builds it once; later runs are a
 /// no-op.
 fn build_static_binary() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -296,7 +296,7 @@ fn the_manifests_the_mesh_file_and_the_dashboard_pass_the_offline_checks() {
     let Some(python) = checker(test) else { return };
     let out = run_check(&python, &repo_root().join("deploy"));
     assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
-    // Every kustomization was rendered, and the kinds the README promises are there.
+    // Every kustomization was rendered, and the kinds docs/deploy.md promises are there.
     for line in [
         "kubernetes/base: 5 objects (ConfigMap, DaemonSet, Namespace, Secret, Service)",
         "kubernetes/default: 6 objects (ConfigMap, DaemonSet, Namespace, Secret, Service, ServiceMonitor)",
@@ -463,7 +463,7 @@ fn the_offline_checks_fail_on_each_kind_of_typo() {
     }
 }
 
-/// The secret file a user makes (README: `head -c 32 /dev/urandom | base64 >
+/// The secret file a user makes (docs/agent.md: `head -c 32 /dev/urandom | base64 >
 /// deploy/kubernetes/base/secret.txt`) is what the generated Secret holds; one the agent would
 /// refuse, or too short to be a secret, fails the check.
 #[test]

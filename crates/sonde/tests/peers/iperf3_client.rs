@@ -580,7 +580,7 @@ fn a_silent_server_times_out_as_not_iperf3() {
 fn a_server_error_shows_iperf3s_message_and_is_exit_4() {
     let _file = crate::common::file_lock(module_path!());
     // PARAM_EXCHANGE, then (after our parameters) SERVER_ERROR IESETMSS (123) with EINVAL (22):
-    // the bytes a 3.12 server sent in PROTOCOLS.md 1.2.
+    // the bytes a 3.12 server sent in docs/protocols/iperf3.md §2.
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = l.local_addr().expect("address");
     let peer = thread::spawn(move || {

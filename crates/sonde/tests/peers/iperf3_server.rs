@@ -3,8 +3,8 @@
 //! Every mode the issue names runs with `-J` and the document is checked: exit 0, no `error`, the
 //! receiver's bytes above zero and consistent with the sender's, no UDP loss on loopback, the
 //! server's output when asked for. Then several clients at once, a busy agent, the agent's
-//! limits, and bad input from raw sockets speaking the protocol byte by byte (PROTOCOLS.md part
-//! 1): the agent never leaks a session, and both its iperf3 port and its own port keep working.
+//! limits, and bad input from raw sockets speaking the protocol byte by byte (docs/protocols/iperf3.md):
+//! the agent never leaks a session, and both its iperf3 port and its own port keep working.
 //! Last, in the netns lab, the iperf3 client's receiver rate over a 100 Mbit/s shaped link agrees
 //! with `sonde throughput` over the same link.
 //!
