@@ -129,6 +129,9 @@ impl ClientError {
     }
 }
 
+/// The agent's port, TCP and UDP, where a target names none (and `sonde server`'s default).
+pub const DEFAULT_PORT: u16 = 5300;
+
 /// The agent to test against.
 #[derive(Debug, Clone)]
 pub struct Target {

@@ -7,7 +7,6 @@ use clap::Args;
 use sonde_client::Target;
 use sonde_wire::auth::Secret;
 
-use crate::cli::DEFAULT_PORT;
 use crate::units::BadValue;
 
 /// The environment variable that holds the secret itself when no `--secret-file` is given.
@@ -28,7 +27,7 @@ impl SecretOpt {
     /// Resolves a sonde agent's `HOST[:PORT]`, with the secret to prove to it.
     pub(crate) fn resolve(&self, host: &str) -> anyhow::Result<Target> {
         let secret = load(self.secret_file.as_deref())?;
-        Ok(sonde_client::resolve(host, DEFAULT_PORT)?.with_secret(secret))
+        Ok(sonde_client::resolve(host, sonde_client::DEFAULT_PORT)?.with_secret(secret))
     }
 }
 

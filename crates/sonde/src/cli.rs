@@ -1,36 +1,12 @@
 //! The command line: subcommands, shared options, exit codes.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
+use crate::exit::EXIT_CODES;
 use crate::{
     compare, completions, conf, crr, latency, load, man, plan, pps, quick, report, results, server,
     throughput,
 };
-
-/// Exit codes, shown in every `--help` and the README. A macro so it can be `concat!`ed into
-/// each subcommand's long help.
-macro_rules! exit_codes {
-    () => {
-        "\
-Exit codes:
-    0  the test ran and its result was printed
-    1  the test started but failed (lost connection, the agent ended it)
-    2  usage error (bad option or value)
-    3  could not reach the server (resolve, connect, not a sonde agent or not the
-       iperf3/sockperf server the URL names, UDP blocked, no reply)
-    4  the server refused the test (busy, over its limits, other protocol version,
-       no or wrong shared secret)
-  130  interrupted (Ctrl-C; the agent ends the session on its side; every test but
-       iperf3:// prints and saves what it measured until then)
-  143  a test stopped by SIGTERM (as for 130)"
-    };
-}
-pub(crate) use exit_codes;
-
-const EXIT_CODES: &str = exit_codes!();
-
-/// Default port of the agent, TCP and UDP.
-pub(crate) const DEFAULT_PORT: u16 = 5300;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -98,32 +74,18 @@ enum Command {
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Server(o) => server::run(&o),
-        Command::Latency(o) => latency::run(o),
-        Command::Throughput(o) => throughput::run(o),
-        Command::Pps(o) => pps::run(o),
-        Command::Crr(o) => crr::run(o),
-        Command::Load(o) => load::run(o),
+        Command::Latency(o) => latency::run(&o),
+        Command::Throughput(o) => throughput::run(&o),
+        Command::Pps(o) => pps::run(&o),
+        Command::Crr(o) => crr::run(&o),
+        Command::Load(o) => load::run(&o),
         Command::Quick(o) => quick::run(&o),
         Command::Conf(o) => conf::run(&o),
         Command::Results(o) => results::run(&o),
         Command::Compare(o) => compare::run(&o),
         Command::Report(o) => report::run(&o),
-        Command::Completions(o) => completions::run(&o),
-        Command::Man(o) => man::run(&o),
+        Command::Completions(o) => completions::run(&o, Cli::command()),
+        Command::Man(o) => man::run(&o, Cli::command()),
         Command::Plan(o) => plan::run(&o),
     }
-}
-
-/// The process exit code for an error from `run`.
-pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
-    if let Some(c) = e.downcast_ref::<sonde_client::ClientError>() {
-        return c.exit_code();
-    }
-    if let Some(i) = e.downcast_ref::<crate::interrupt::Interrupted>() {
-        return i.exit_code();
-    }
-    if e.downcast_ref::<crate::units::BadValue>().is_some() {
-        return 2;
-    }
-    1
 }

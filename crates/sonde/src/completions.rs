@@ -1,10 +1,9 @@
 //! `sonde completions`: the shell completion script, generated from the same clap definition as
 //! `--help`, so completions cannot drift from the options the binary accepts.
 
-use clap::{Args, CommandFactory};
+use clap::Args;
 use clap_complete::Shell;
 
-use crate::cli::Cli;
 use crate::output::print;
 
 /// Shell completion script on stdout (bash, zsh, fish, elvish, powershell)
@@ -32,8 +31,8 @@ pub(crate) struct Opt {
     shell: Shell,
 }
 
-pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
-    let mut cmd = Cli::command();
+/// Prints the script for `cmd`, the whole command line's definition.
+pub(crate) fn run(opt: &Opt, mut cmd: clap::Command) -> anyhow::Result<()> {
     let mut script = Vec::new();
     clap_complete::generate(opt.shell, &mut cmd, "sonde", &mut script);
     // The script is built from our own help text, which is UTF-8.

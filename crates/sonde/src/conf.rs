@@ -28,7 +28,7 @@ Examples:
   sonde conf 198.18.0.2              this host and the agent there, side by side
   sonde conf 198.18.0.2 --json       the same as a JSON document (`test`: `conf`)
 
-", crate::cli::exit_codes!()))]
+", crate::exit::exit_codes!()))]
 pub(crate) struct Opt {
     /// Agent to ask: HOST, HOST:PORT, or an IPv6 address (with a port: `[IPv6]:PORT`); without
     /// it, this host only

@@ -43,7 +43,7 @@ Examples:
                                           an HTTP-like exchange
   sonde crr 198.18.0.2 -P 16 --rst        close with resets: no TIME_WAIT on this host
 
-", crate::cli::exit_codes!()))]
+", crate::exit::exit_codes!()))]
 pub(crate) struct Opt {
     /// Agent to test: HOST, HOST:PORT, or an IPv6 address (with a port: `[IPv6]:PORT`)
     #[arg(value_name = "HOST[:PORT]")]
@@ -84,11 +84,11 @@ pub(crate) struct Opt {
     save: crate::save::SaveOpt,
 }
 
-pub(crate) fn run(opt: Opt) -> anyhow::Result<()> {
-    crate::spec::run(&crate::spec::TestSpec::Crr(opt))
+pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::runner::run(opt)
 }
 
-impl crate::spec::Test for Opt {
+impl crate::runner::Test for Opt {
     fn save_opt(&self) -> &crate::save::SaveOpt {
         &self.save
     }

@@ -94,7 +94,7 @@ Examples:
   sonde latency 198.18.0.2 -u --busy-poll --cpu 2
                                            the lowest RTT: both ends spin, this one on CPU 2
 
-", crate::cli::exit_codes!()))]
+", crate::exit::exit_codes!()))]
 pub(crate) struct Opt {
     /// Agent to test: HOST, HOST:PORT, or an IPv6 address (with a port: `[IPv6]:PORT`); or
     /// `sockperf://HOST[:PORT]` for a real `sockperf server` (default port 11111)
@@ -214,11 +214,11 @@ impl Opt {
     }
 }
 
-pub(crate) fn run(opt: Opt) -> anyhow::Result<()> {
-    crate::spec::run(&crate::spec::TestSpec::Latency(opt))
+pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::runner::run(opt)
 }
 
-impl crate::spec::Test for Opt {
+impl crate::runner::Test for Opt {
     fn save_opt(&self) -> &crate::save::SaveOpt {
         &self.save
     }

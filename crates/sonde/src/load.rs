@@ -29,7 +29,7 @@ Examples:
   sonde load 198.18.0.2 -u -R -P 8           UDP probes, 8 streams from the agent
   sonde load 198.18.0.2 --bidir -t 20 --ramp 5
 
-", crate::cli::exit_codes!()))]
+", crate::exit::exit_codes!()))]
 pub(crate) struct Opt {
     /// Agent to test: HOST, HOST:PORT, or an IPv6 address (with a port: `[IPv6]:PORT`)
     #[arg(value_name = "HOST[:PORT]")]
@@ -72,11 +72,11 @@ pub(crate) struct Opt {
     save: crate::save::SaveOpt,
 }
 
-pub(crate) fn run(opt: Opt) -> anyhow::Result<()> {
-    crate::spec::run(&crate::spec::TestSpec::Load(opt))
+pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::runner::run(opt)
 }
 
-impl crate::spec::Test for Opt {
+impl crate::runner::Test for Opt {
     fn save_opt(&self) -> &crate::save::SaveOpt {
         &self.save
     }

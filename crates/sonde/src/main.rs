@@ -7,6 +7,7 @@ mod compare;
 mod completions;
 mod conf;
 mod crr;
+mod exit;
 mod helpers;
 mod interrupt;
 mod latency;
@@ -19,6 +20,7 @@ mod pps;
 mod quick;
 mod report;
 mod results;
+mod runner;
 mod save;
 mod select;
 mod server;
@@ -35,7 +37,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sonde: {e:#}");
-            ExitCode::from(cli::exit_code(&e))
+            ExitCode::from(exit::exit_code(&e))
         }
     }
 }

@@ -4,9 +4,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use clap::{Args, CommandFactory, ValueHint};
+use clap::{Args, ValueHint};
 
-use crate::cli::Cli;
 use crate::output::print;
 use crate::units::BadValue;
 
@@ -31,9 +30,10 @@ pub(crate) struct Opt {
     dir: Option<PathBuf>,
 }
 
-pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+/// Writes the pages of `cmd`, the whole command line's definition.
+pub(crate) fn run(opt: &Opt, cmd: clap::Command) -> anyhow::Result<()> {
     // `help` is clap's own subcommand, not a page: `sonde help X` is `sonde X --help`.
-    let mut cmd = Cli::command().disable_help_subcommand(true);
+    let mut cmd = cmd.disable_help_subcommand(true);
     // Sets each subcommand's display name (`sonde-latency`), which names its page and file.
     cmd.build();
     match &opt.dir {

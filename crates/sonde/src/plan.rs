@@ -399,7 +399,7 @@ fn run_plan(opt: &RunOpt) -> anyhow::Result<()> {
                         .filter_map(|(k, v)| Label::new(k, v).ok())
                         .collect(),
                     reason,
-                    exit_code: crate::cli::exit_code(&e),
+                    exit_code: crate::exit::exit_code(&e),
                 };
                 if let Err(e) = store.insert_failure(&failure) {
                     eprintln!("sonde: warning: the failure was not saved: {e}");

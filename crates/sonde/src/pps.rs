@@ -48,7 +48,7 @@ Examples:
                                         three helper agents send to B at once; the result is
                                         what B received from all of them, and each one's share
 
-", crate::cli::exit_codes!()))]
+", crate::exit::exit_codes!()))]
 pub(crate) struct Opt {
     /// Agent to test: HOST, HOST:PORT, or an IPv6 address (with a port: `[IPv6]:PORT`)
     #[arg(value_name = "HOST[:PORT]")]
@@ -98,11 +98,11 @@ enum Gso {
     Off,
 }
 
-pub(crate) fn run(opt: Opt) -> anyhow::Result<()> {
-    crate::spec::run(&crate::spec::TestSpec::Pps(opt))
+pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::runner::run(opt)
 }
 
-impl crate::spec::Test for Opt {
+impl crate::runner::Test for Opt {
     fn save_opt(&self) -> &crate::save::SaveOpt {
         &self.save
     }

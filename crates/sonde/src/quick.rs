@@ -24,7 +24,7 @@ use crate::save::{Measured, Saver};
 #[command(after_long_help = concat!("Example:
   sonde quick --json > quick.json
 
-", crate::cli::exit_codes!()))]
+", crate::exit::exit_codes!()))]
 pub(crate) struct Opt {
     /// Seconds per case (warm-up included for latency)
     #[arg(short = 't', long = "time", default_value = "3.5", value_name = "SECS", value_parser = crate::units::seconds)]

@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use sonde_agent::{Agent, AgentConfig};
+use sonde_client::DEFAULT_PORT;
 
-use crate::cli::DEFAULT_PORT;
 use crate::units::CpuList;
 
 /// Run the agent that clients test against (TCP and UDP on one port)
@@ -43,7 +43,7 @@ Examples:
                                     proves the secret asks (`sonde pps B --from THIS-HOST`)
   sonde server --cpu-list 2-3       pin busy-polled latency echoes to CPU 3, then 2, in turn
 
-", crate::cli::exit_codes!()))]
+", crate::exit::exit_codes!()))]
 pub(crate) struct Opt {
     /// Address to listen on; the default `::` also accepts IPv4 where the host allows it,
     /// else `0.0.0.0`

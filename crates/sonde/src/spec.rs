@@ -1,28 +1,14 @@
 //! One typed test specification, the parsed options of a test subcommand, and one way to run
 //! it. The command line builds it with clap, a plan builds it with the same clap definition
 //! from the plan's keys (`msg_size = 16384` is `--msg-size 16384`), and both run it with
-//! [`run`] / [`run_once`]: a case in a plan means exactly what the same flags mean.
-
-use std::time::Duration;
+//! [`run_once`] (the subcommands themselves with `runner::run`): a case in a plan means exactly
+//! what the same flags mean.
 
 use clap::{Args, FromArgMatches};
 
-use crate::output::OutputOpt;
-use crate::save::{SaveOpt, Saver};
+use crate::runner::Test;
+use crate::save::Saver;
 use crate::{crr, latency, load, pps, throughput};
-
-/// What a test subcommand's options give the runner.
-pub(crate) trait Test {
-    /// Where the result is saved, `--repeat` and `--pause`.
-    fn save_opt(&self) -> &SaveOpt;
-    /// `--json`, `--csv`, `--json-stream`.
-    fn output(&self) -> OutputOpt;
-    /// How long one run measures (warm-up included), for the progress bar and a plan's
-    /// estimate; connection setup comes on top.
-    fn expected(&self) -> Duration;
-    /// One run (of `--repeat`): measured, printed and saved with `saver`.
-    fn run_once(&self, saver: &mut Saver) -> anyhow::Result<()>;
-}
 
 /// The test subcommands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -108,12 +94,6 @@ impl TestSpec {
             Self::Load(o) => o,
         }
     }
-}
-
-/// A test subcommand: `--repeat` runs of the test, one saver (so one group when repeated).
-pub(crate) fn run(spec: &TestSpec) -> anyhow::Result<()> {
-    let test = spec.test();
-    crate::save::repeat(test.save_opt(), test.output(), |saver| test.run_once(saver))
 }
 
 /// One run of the test, printed and saved by `saver`: what each repetition of a subcommand
@@ -297,11 +277,14 @@ fn push_flag(args: &mut Vec<String>, flag: &str, value: &str) {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
-    /// The keys each test takes in a plan, as the book documents them (docs/plans.md). A flag added to a
-    /// subcommand fails this test until it is listed here (it then works in plans with no other
-    /// change) or in `NOT_IN_PLANS`; a key listed here that is no flag fails it too.
+    /// The keys each test takes in a plan, as the book documents them (docs/plans.md). A flag
+    /// added to a subcommand fails this test until it is listed here (it then works in plans
+    /// with no other change) or in `NOT_IN_PLANS`; a key listed here that is no flag fails it
+    /// too.
     fn documented(kind: TestKind) -> Vec<&'static str> {
         const SHARED: &[&str] = &["target", "secret_file"];
         let own: &[&str] = match kind {

@@ -59,7 +59,7 @@ Examples:
   sonde throughput 198.18.0.2 -l 64 --read-size 64
                                                  64-byte messages, read one at a time
 
-", crate::cli::exit_codes!()))]
+", crate::exit::exit_codes!()))]
 pub(crate) struct Opt {
     /// Agent to test: HOST, HOST:PORT, or an IPv6 address (with a port: `[IPv6]:PORT`); a real
     /// iperf3 server as `iperf3://HOST[:PORT]`
@@ -113,11 +113,11 @@ pub(crate) struct Opt {
     save: crate::save::SaveOpt,
 }
 
-pub(crate) fn run(opt: Opt) -> anyhow::Result<()> {
-    crate::spec::run(&crate::spec::TestSpec::Throughput(opt))
+pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    crate::runner::run(opt)
 }
 
-impl crate::spec::Test for Opt {
+impl crate::runner::Test for Opt {
     fn save_opt(&self) -> &crate::save::SaveOpt {
         &self.save
     }

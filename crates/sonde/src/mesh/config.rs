@@ -12,7 +12,7 @@ use sonde_wire::Protocol;
 use crate::spec::{self, KeyValue, TestKind, TestSpec, PROTOCOL_KEY, TARGET_KEY};
 
 /// Default port of DNS peers (and of listed peers without one).
-pub(crate) const DEFAULT_PORT: u16 = crate::cli::DEFAULT_PORT;
+pub(crate) const DEFAULT_PORT: u16 = sonde_client::DEFAULT_PORT;
 
 /// Names this agent (its `source` label) over the mesh file's `name`: one file serves every
 /// agent, and in Kubernetes the downward API sets it per pod (`status.podIP`, so that `source`
