@@ -105,7 +105,7 @@ impl crate::runner::Test for Opt {
 
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
-    let target = opt.secret.resolve(&opt.host)?;
+    let target = crate::route::agent("crr", &opt.host, &opt.secret)?;
     let options = CrrOptions {
         workers: opt.workers,
         request_bytes: opt.msg_size,

@@ -4,11 +4,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use sonde_client::LatencyOptions;
+use sonde_client::{LatencyOptions, Target};
 use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_wire::Protocol;
 
 use crate::output::{OutputOpt, Progress};
+use crate::route::{Route, Server};
 use crate::save::{Measured, Saver};
 
 /// Round-trip time: ping-pong (closed loop) or at a fixed rate (open loop)
@@ -235,25 +236,38 @@ impl crate::runner::Test for Opt {
 
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
-    if let Some(helpers) = opt
-        .from
-        .helpers(&opt.host, &opt.secret, opt.sweep.is_some())?
-    {
-        return run_from(opt, &helpers, saver);
+    let route = Route::resolve(
+        "latency",
+        &opt.host,
+        &[Server::Sockperf],
+        Some(&opt.from),
+        &opt.secret,
+        opt.sweep.is_some(),
+    )?;
+    match (route, &opt.sweep) {
+        (Route::Helpers { target, helpers }, _) => run_from(opt, &target, &helpers, saver),
+        (Route::Direct { server, target }, Some(sweep)) => {
+            run_sweep(opt, server, &target, sweep, saver)
+        }
+        (
+            Route::Direct {
+                server: Server::Sockperf,
+                target,
+            },
+            None,
+        ) => run_sockperf(opt, &target, saver),
+        (Route::Direct { target, .. }, None) => run_agent(opt, &target, saver),
     }
-    if let Some(sweep) = &opt.sweep {
-        return run_sweep(opt, sweep, saver);
-    }
-    if let Some(target) = sonde_client::sockperf::parse_target(&opt.host) {
-        return run_sockperf(opt, &target?, saver);
-    }
-    let target = opt.secret.resolve(&opt.host)?;
+}
+
+/// The test against a sonde agent.
+fn run_agent(opt: &Opt, target: &Target, saver: &mut Saver) -> anyhow::Result<()> {
     let options = opt.options(opt.protocol(Protocol::Tcp));
     let label = format!("latency {}", target.label);
     let interrupt = crate::interrupt::install();
     interrupt.check()?;
     let progress = Progress::start(&label, opt.expected());
-    let result = sonde_client::latency_measured(&target, &options, interrupt.flag());
+    let result = sonde_client::latency_measured(target, &options, interrupt.flag());
     drop(progress);
     let mut m = Measured::from(result?);
     saver.print_and_save(opt.output, &mut m)?;
@@ -261,17 +275,21 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
 }
 
 /// `--sweep`: one test per value, against a sonde agent or a sockperf server.
-fn run_sweep(opt: &Opt, sweep: &Sweep, saver: &mut Saver) -> anyhow::Result<()> {
-    let sockperf = sonde_client::sockperf::parse_target(&opt.host).transpose()?;
-    if sockperf.is_some() {
+fn run_sweep(
+    opt: &Opt,
+    server: Server,
+    target: &Target,
+    sweep: &Sweep,
+    saver: &mut Saver,
+) -> anyhow::Result<()> {
+    let sockperf = server == Server::Sockperf;
+    if sockperf {
         opt.check_sockperf()?;
     }
-    let (target, base) = match &sockperf {
-        Some(t) => (t.clone(), opt.options(opt.protocol(Protocol::Udp))),
-        None => (
-            opt.secret.resolve(&opt.host)?,
-            opt.options(opt.protocol(Protocol::Tcp)),
-        ),
+    let base = if sockperf {
+        opt.options(opt.protocol(Protocol::Udp))
+    } else {
+        opt.options(opt.protocol(Protocol::Tcp))
     };
     let label = format!("latency {}", target.label);
     let allowed = [SweepParam::MsgSize, SweepParam::Rate];
@@ -288,10 +306,10 @@ fn run_sweep(opt: &Opt, sweep: &Sweep, saver: &mut Saver) -> anyhow::Result<()> 
                 SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
                 _ => o.rate = Some(value as f64),
             }
-            let result = if sockperf.is_some() {
-                sonde_client::sockperf::latency_measured(&target, &o, interrupt)
+            let result = if sockperf {
+                sonde_client::sockperf::latency_measured(target, &o, interrupt)
             } else {
-                sonde_client::latency_measured(&target, &o, interrupt)
+                sonde_client::latency_measured(target, &o, interrupt)
             };
             result.map(Measured::from)
         },
@@ -302,7 +320,7 @@ fn run_sweep(opt: &Opt, sweep: &Sweep, saver: &mut Saver) -> anyhow::Result<()> 
 
 /// `sonde latency sockperf://HOST[:PORT]`: the same test against a real `sockperf server`, UDP
 /// unless --tcp (sockperf's default).
-fn run_sockperf(opt: &Opt, target: &sonde_client::Target, saver: &mut Saver) -> anyhow::Result<()> {
+fn run_sockperf(opt: &Opt, target: &Target, saver: &mut Saver) -> anyhow::Result<()> {
     opt.check_sockperf()?;
     let options = opt.options(opt.protocol(Protocol::Udp));
     let label = format!("latency {}", target.label);
@@ -317,11 +335,11 @@ fn run_sockperf(opt: &Opt, target: &sonde_client::Target, saver: &mut Saver) -> 
 }
 
 /// `--from`: the helpers measure their RTT to the target at once.
-fn run_from(opt: &Opt, helpers: &[sonde_client::Target], saver: &mut Saver) -> anyhow::Result<()> {
-    let label = format!("latency {} from {} helpers", opt.host, helpers.len());
+fn run_from(opt: &Opt, target: &str, helpers: &[Target], saver: &mut Saver) -> anyhow::Result<()> {
+    let label = format!("latency {target} from {} helpers", helpers.len());
     let progress = Progress::start(&label, opt.expected());
     let options = opt.options(opt.protocol(Protocol::Tcp));
-    let result = sonde_client::latency_from(&opt.host, helpers, &options);
+    let result = sonde_client::latency_from(target, helpers, &options);
     drop(progress);
     let mut m = Measured::from(sonde_report::TestResult::Latency(result?));
     saver.print_and_save(opt.output, &mut m)

@@ -93,7 +93,7 @@ impl crate::runner::Test for Opt {
 
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
-    let target = opt.secret.resolve(&opt.host)?;
+    let target = crate::route::agent("load", &opt.host, &opt.secret)?;
     let options = options(opt);
     let interrupt = crate::interrupt::install();
     interrupt.check()?;

@@ -20,6 +20,7 @@ mod pps;
 mod quick;
 mod report;
 mod results;
+mod route;
 mod runner;
 mod save;
 mod select;

@@ -8,6 +8,7 @@ use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_report::TestResult;
 
 use crate::output::{OutputOpt, Progress};
+use crate::route::Route;
 use crate::save::{Measured, Saver};
 
 /// Packet rate: small UDP datagrams as fast as possible, counted by the receiver
@@ -138,20 +139,27 @@ impl Opt {
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
     let options = opt.options();
-    if let Some(helpers) = opt
-        .from
-        .helpers(&opt.host, &opt.secret, opt.sweep.is_some())?
-    {
-        let progress = Progress::start(
-            &format!("pps {} from {} helpers", opt.host, helpers.len()),
-            opt.time,
-        );
-        let result = sonde_client::pps_from(&opt.host, &helpers, &options);
-        drop(progress);
-        let mut m = Measured::from(TestResult::Pps(result?));
-        return saver.print_and_save(opt.output, &mut m);
-    }
-    let target = opt.secret.resolve(&opt.host)?;
+    let route = Route::resolve(
+        "pps",
+        &opt.host,
+        &[],
+        Some(&opt.from),
+        &opt.secret,
+        opt.sweep.is_some(),
+    )?;
+    let target = match route {
+        Route::Helpers { target, helpers } => {
+            let progress = Progress::start(
+                &format!("pps {target} from {} helpers", helpers.len()),
+                opt.time,
+            );
+            let result = sonde_client::pps_from(&target, &helpers, &options);
+            drop(progress);
+            let mut m = Measured::from(TestResult::Pps(result?));
+            return saver.print_and_save(opt.output, &mut m);
+        }
+        Route::Direct { target, .. } => target,
+    };
     if let Some(sweep) = &opt.sweep {
         let allowed = [SweepParam::MsgSize, SweepParam::Parallel];
         let doc = crate::sweep::run(

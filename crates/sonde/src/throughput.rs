@@ -10,6 +10,7 @@ use sonde_report::TestResult;
 use sonde_wire::{Direction, Protocol};
 
 use crate::output::{OutputOpt, Progress};
+use crate::route::{Route, Server};
 use crate::save::{Measured, Saver};
 
 /// Bandwidth: TCP or UDP, parallel streams, reverse or both directions
@@ -134,7 +135,8 @@ impl crate::runner::Test for Opt {
 
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
-    if opt.cpu.is_some() && sonde_client::iperf3::target(&opt.host).is_some() {
+    let iperf3 = Server::of(&opt.host) == Server::Iperf3;
+    if opt.cpu.is_some() && iperf3 {
         return Err(crate::units::BadValue(
             "--cpu pins the streams of a test against a sonde agent, which pins its own too; \
              an iperf3 server cannot be asked to"
@@ -142,7 +144,7 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         )
         .into());
     }
-    if opt.read_size.is_some() && sonde_client::iperf3::target(&opt.host).is_some() {
+    if opt.read_size.is_some() && iperf3 {
         return Err(crate::units::BadValue(
             "--read-size sets how a sonde agent reads; an iperf3 server reads its block size \
              (-l) per call and cannot be asked otherwise"
@@ -150,19 +152,32 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         )
         .into());
     }
-    if let Some(helpers) = opt
-        .from
-        .helpers(&opt.host, &opt.secret, opt.sweep.is_some())?
-    {
-        return run_from(opt, &helpers, saver);
+    let route = Route::resolve(
+        "throughput",
+        &opt.host,
+        &[Server::Iperf3],
+        Some(&opt.from),
+        &opt.secret,
+        opt.sweep.is_some(),
+    )?;
+    match (route, &opt.sweep) {
+        (Route::Helpers { target, helpers }, _) => run_from(opt, &target, &helpers, saver),
+        (Route::Direct { server, target }, Some(sweep)) => {
+            run_sweep(opt, server, &target, sweep, saver)
+        }
+        (
+            Route::Direct {
+                server: Server::Iperf3,
+                target,
+            },
+            None,
+        ) => run_iperf3(opt, &target, saver),
+        (Route::Direct { target, .. }, None) => run_agent(opt, &target, saver),
     }
-    if let Some(sweep) = &opt.sweep {
-        return run_sweep(opt, sweep, saver);
-    }
-    if let Some(target) = sonde_client::iperf3::target(&opt.host) {
-        return run_iperf3(opt, &target?, saver);
-    }
-    let target = opt.secret.resolve(&opt.host)?;
+}
+
+/// The test against a sonde agent.
+fn run_agent(opt: &Opt, target: &Target, saver: &mut Saver) -> anyhow::Result<()> {
     let options = options(opt);
     let interrupt = crate::interrupt::install();
     interrupt.check()?;
@@ -174,7 +189,7 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
             .live_interval(&progress, &sonde_report::render::interval_line(iv), iv);
     };
     let result =
-        sonde_client::throughput_interruptible(&target, &options, interrupt.flag(), &mut live);
+        sonde_client::throughput_interruptible(target, &options, interrupt.flag(), &mut live);
     drop(progress);
     let mut m = Measured::from(TestResult::Throughput(result?));
     saver.print_and_save(opt.output, &mut m)?;
@@ -210,12 +225,13 @@ fn run_iperf3(opt: &Opt, target: &Target, saver: &mut Saver) -> anyhow::Result<(
 }
 
 /// `--sweep`: one test per value, against a sonde agent or an iperf3 server.
-fn run_sweep(opt: &Opt, sweep: &Sweep, saver: &mut Saver) -> anyhow::Result<()> {
-    let iperf3 = sonde_client::iperf3::target(&opt.host).transpose()?;
-    let target = match &iperf3 {
-        Some(t) => t.clone(),
-        None => opt.secret.resolve(&opt.host)?,
-    };
+fn run_sweep(
+    opt: &Opt,
+    server: Server,
+    target: &Target,
+    sweep: &Sweep,
+    saver: &mut Saver,
+) -> anyhow::Result<()> {
     let base = options(opt);
     if sweep.param() == SweepParam::Bitrate && base.protocol == Protocol::Tcp {
         return Err(crate::units::BadValue(
@@ -243,10 +259,10 @@ fn run_sweep(opt: &Opt, sweep: &Sweep, saver: &mut Saver) -> anyhow::Result<()> 
                 SweepParam::Parallel => o.parallel = crate::sweep::as_u32(sweep.param(), value)?,
                 _ => o.bitrate = value,
             }
-            let result = if iperf3.is_some() {
-                sonde_client::iperf3::throughput(&target, &o, interrupt, &mut |_| {})
+            let result = if server == Server::Iperf3 {
+                sonde_client::iperf3::throughput(target, &o, interrupt, &mut |_| {})
             } else {
-                sonde_client::throughput_interruptible(&target, &o, interrupt, &mut |_| {})
+                sonde_client::throughput_interruptible(target, &o, interrupt, &mut |_| {})
             };
             result.map(|r| Measured::from(TestResult::Throughput(r)))
         },
@@ -291,10 +307,10 @@ fn options(opt: &Opt) -> ThroughputOptions {
 }
 
 /// `--from`: the helpers run the test against the target at once.
-fn run_from(opt: &Opt, helpers: &[Target], saver: &mut Saver) -> anyhow::Result<()> {
-    let label = format!("throughput {} from {} helpers", opt.host, helpers.len());
+fn run_from(opt: &Opt, target: &str, helpers: &[Target], saver: &mut Saver) -> anyhow::Result<()> {
+    let label = format!("throughput {target} from {} helpers", helpers.len());
     let progress = Progress::start(&label, opt.time);
-    let result = sonde_client::throughput_from(&opt.host, helpers, &options(opt));
+    let result = sonde_client::throughput_from(target, helpers, &options(opt));
     drop(progress);
     let mut m = Measured::from(TestResult::Throughput(result?));
     saver.print_and_save(opt.output, &mut m)

@@ -1325,6 +1325,52 @@ fn bad_values_are_exit_2() {
     }
 }
 
+/// A target of a kind the subcommand cannot test is a usage error that names what it can test,
+/// before anything is resolved or sent (the hosts below resolve nowhere).
+#[test]
+fn a_foreign_target_the_test_cannot_use_is_exit_2() {
+    let _file = crate::common::file_lock(module_path!());
+    for (args, can) in [
+        (
+            vec!["throughput", "sockperf://no-such-host.invalid"],
+            "HOST[:PORT] (a sonde agent) or iperf3://HOST[:PORT]",
+        ),
+        (
+            vec!["latency", "iperf3://no-such-host.invalid"],
+            "HOST[:PORT] (a sonde agent) or sockperf://HOST[:PORT]",
+        ),
+        (
+            vec!["pps", "iperf3://no-such-host.invalid"],
+            "HOST[:PORT] (a sonde agent)",
+        ),
+        (
+            vec!["crr", "sockperf://no-such-host.invalid"],
+            "HOST[:PORT] (a sonde agent)",
+        ),
+        (
+            vec!["load", "iperf3://no-such-host.invalid"],
+            "HOST[:PORT] (a sonde agent)",
+        ),
+        (
+            vec!["conf", "sockperf://no-such-host.invalid"],
+            "HOST[:PORT] (a sonde agent)",
+        ),
+    ] {
+        let r = run(&args);
+        assert_eq!(r.code, Some(2), "`sonde {}`: {}", args.join(" "), r.stderr);
+        let want = format!(
+            "sonde {} cannot test {}: its target is {can}",
+            args[0], args[1]
+        );
+        assert!(
+            r.stderr.contains(&want),
+            "`sonde {}`: {}",
+            args.join(" "),
+            r.stderr
+        );
+    }
+}
+
 #[test]
 fn refused_is_exit_4_and_says_why() {
     let _file = crate::common::file_lock(module_path!());
