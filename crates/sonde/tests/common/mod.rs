@@ -9,6 +9,8 @@
 pub(crate) mod flow;
 /// `--full-log` files: a temporary path and a reader.
 pub(crate) mod fulllog;
+/// Reading result documents by JSON pointer.
+pub(crate) mod json;
 /// The network-namespace guard and link helpers of the lab tests.
 pub(crate) mod netns;
 

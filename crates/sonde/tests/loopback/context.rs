@@ -7,6 +7,7 @@
 //! Only 127.0.0.1; every test sends at most about a second of traffic.
 
 use crate::common;
+use crate::common::json::{arr, f, u};
 
 use std::process::Command as StdCommand;
 use std::time::Duration;
@@ -71,24 +72,6 @@ fn run_json(args: &[&str]) -> Value {
 fn at<'a>(doc: &'a Value, pointer: &str) -> &'a Value {
     doc.pointer(pointer)
         .unwrap_or_else(|| panic!("{pointer} is missing in\n{doc:#}"))
-}
-
-fn u(doc: &Value, pointer: &str) -> u64 {
-    at(doc, pointer)
-        .as_u64()
-        .unwrap_or_else(|| panic!("{pointer} is not an unsigned integer in\n{doc:#}"))
-}
-
-fn f(doc: &Value, pointer: &str) -> f64 {
-    at(doc, pointer)
-        .as_f64()
-        .unwrap_or_else(|| panic!("{pointer} is not a number in\n{doc:#}"))
-}
-
-fn arr<'a>(doc: &'a Value, pointer: &str) -> &'a Vec<Value> {
-    at(doc, pointer)
-        .as_array()
-        .unwrap_or_else(|| panic!("{pointer} is not an array in\n{doc:#}"))
 }
 
 /// `uname -r`: the kernel both ends of a loopback test run.

@@ -18,6 +18,7 @@
 //! `-t` and a time limit.
 
 use crate::common;
+use crate::common::json::{f, u};
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -37,18 +38,6 @@ use common::{
 
 /// No single client run here may take longer.
 const RUN_LIMIT: Duration = Duration::from_secs(30);
-
-fn u(doc: &Value, pointer: &str) -> u64 {
-    doc.pointer(pointer)
-        .and_then(Value::as_u64)
-        .unwrap_or_else(|| panic!("{pointer} is not an unsigned integer in\n{doc:#}"))
-}
-
-fn f(doc: &Value, pointer: &str) -> f64 {
-    doc.pointer(pointer)
-        .and_then(Value::as_f64)
-        .unwrap_or_else(|| panic!("{pointer} is not a number in\n{doc:#}"))
-}
 
 /// The document is valid against the schema and reads back as a result.
 fn assert_valid(doc: &Value) {

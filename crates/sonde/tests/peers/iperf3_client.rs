@@ -7,6 +7,7 @@
 //! port handed out by the OS, on 127.0.0.1 only, and sends about a second of traffic.
 
 use crate::common;
+use crate::common::json::{arr, f, u};
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -191,24 +192,6 @@ fn assert_valid(doc: &Value) {
     if let Err(e) = serde_json::from_value::<sonde_report::TestResult>(doc.clone()) {
         panic!("the document does not read back as a TestResult: {e}\n{doc:#}");
     }
-}
-
-fn u(doc: &Value, pointer: &str) -> u64 {
-    doc.pointer(pointer)
-        .and_then(Value::as_u64)
-        .unwrap_or_else(|| panic!("{pointer} is not an unsigned integer in\n{doc:#}"))
-}
-
-fn f(doc: &Value, pointer: &str) -> f64 {
-    doc.pointer(pointer)
-        .and_then(Value::as_f64)
-        .unwrap_or_else(|| panic!("{pointer} is not a number in\n{doc:#}"))
-}
-
-fn arr<'a>(doc: &'a Value, pointer: &str) -> &'a Vec<Value> {
-    doc.pointer(pointer)
-        .and_then(Value::as_array)
-        .unwrap_or_else(|| panic!("{pointer} is not an array in\n{doc:#}"))
 }
 
 fn warnings(doc: &Value) -> String {

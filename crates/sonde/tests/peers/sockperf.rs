@@ -16,6 +16,7 @@
 //! every sockperf run is `-t 1` (plus its 2 s start-up sleep).
 
 use crate::common;
+use crate::common::json::u;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -442,12 +443,6 @@ fn sonde_json(args: &[&str]) -> Value {
         );
     }
     doc
-}
-
-fn u(doc: &Value, pointer: &str) -> u64 {
-    doc.pointer(pointer)
-        .and_then(Value::as_u64)
-        .unwrap_or_else(|| panic!("{pointer} is not an unsigned integer in\n{doc:#}"))
 }
 
 /// A percentile is stated exactly when the sample count supports it (10 / (1 − p) samples);
