@@ -15,6 +15,8 @@ mod inner;
 pub mod iperf3;
 mod load;
 mod results;
+mod rtt;
+mod run;
 mod session;
 pub mod sockperf;
 

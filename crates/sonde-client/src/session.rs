@@ -17,7 +17,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use sonde_engine::interval::Intervals;
-use sonde_net::bulk::{SendOutcome, TcpRecvOutcome, UdpRecvOutcome};
 use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
 use sonde_net::cpu::ThreadsMeter;
 use sonde_net::latency::{LatencyOutcome, PingConfig};
@@ -31,6 +30,7 @@ use sonde_wire::{
     TuningReport, UdpJoin, PROTOCOL_VERSION, UDP_JOIN_LEN,
 };
 
+pub(crate) use crate::run::{BulkRun, ClientChannel, ClientRole, Context, LatencyRun};
 use crate::{ClientError, LatencyOptions, Target};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -44,11 +44,6 @@ const HELPER_READY_TIMEOUT: Duration = Duration::from_secs(40);
 
 pub(crate) const SOFTWARE: &str = concat!("sonde ", env!("CARGO_PKG_VERSION"));
 
-pub(crate) enum ClientChannel {
-    Tcp(TcpStream),
-    Udp(UdpSocket),
-}
-
 /// An admitted session with its data channels open and the agent ready.
 pub(crate) struct Connected {
     ctrl: TcpStream,
@@ -60,79 +55,6 @@ pub(crate) struct Connected {
     pub(crate) spec: TestSpec,
     /// Both ends' configuration (the client's CPU cost is added when the run ends).
     pub(crate) context: Context,
-}
-
-/// What a run says about where it ran and what it cost this end, beside its counts.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Context {
-    /// The peer is a sonde agent: what it does not report deserves a warning.
-    pub(crate) agent: bool,
-    /// This host, for the interface toward the agent.
-    pub(crate) client_host: Option<HostInfo>,
-    /// The agent, as its `Welcome` described it.
-    pub(crate) server_host: Option<HostInfo>,
-    /// This end's CPU cost; `None` where it cannot be measured.
-    pub(crate) client_cpu: Option<CpuReport>,
-}
-
-impl Context {
-    /// This host's configuration as a test toward `target` sees it; nothing about the peer.
-    pub(crate) fn this_host(target: &Target) -> Self {
-        Self {
-            client_host: Some(sonde_net::hostinfo::collect_for_peer(
-                env!("CARGO_PKG_VERSION"),
-                target.addr.ip(),
-            )),
-            ..Self::default()
-        }
-    }
-}
-
-/// What a latency run produced.
-pub(crate) struct LatencyRun {
-    pub(crate) session: SessionId,
-    pub(crate) started_unix_ms: u64,
-    pub(crate) outcome: LatencyOutcome,
-    pub(crate) elapsed_ns: u64,
-    pub(crate) report: AgentReport,
-    /// Both ends' configuration and this end's CPU cost.
-    pub(crate) context: Context,
-    /// Stopped early by the caller's interrupt flag.
-    pub(crate) interrupted: bool,
-    /// `--busy-poll`, `--cpu`: how this end ran (`None` when neither was asked).
-    pub(crate) tuning: Option<TuningReport>,
-}
-
-/// One client data channel's outcome.
-pub(crate) enum ClientRole {
-    Sent(SendOutcome),
-    TcpReceived(TcpRecvOutcome),
-    UdpReceived(Box<UdpRecvOutcome>),
-}
-
-/// What a throughput or pps run produced.
-pub(crate) struct BulkRun {
-    pub(crate) session: SessionId,
-    pub(crate) started_unix_ms: u64,
-    /// Per channel, the client's part.
-    pub(crate) roles: Vec<ClientRole>,
-    /// The agent's sender counts for the streams it sent (from its `SenderDone`).
-    pub(crate) agent_sent: Vec<StreamStats>,
-    /// The agent's report.
-    pub(crate) report: AgentReport,
-    /// Intervals the client measured on the streams it received.
-    pub(crate) client_intervals: Vec<IntervalStats>,
-    /// TCP senders' `TCP_INFO` per interval (by its start on the interval grid): the agent's
-    /// senders' from its `Interval` messages, this host's sampled when those arrived.
-    pub(crate) interval_tcp_info: Vec<(u64, Vec<TcpInfoStats>)>,
-    /// Per channel: this host's TCP sender's `TCP_INFO` when its loop ended.
-    pub(crate) client_tcp_info: Vec<Option<TcpInfoStats>>,
-    /// Both ends' configuration and this end's CPU cost.
-    pub(crate) context: Context,
-    /// Stopped early by the caller's interrupt flag.
-    pub(crate) interrupted: bool,
-    /// `--cpu`: the CPUs this end's streams ran on (`None` when not asked).
-    pub(crate) tuning: Option<TuningReport>,
 }
 
 /// How a throughput or pps run sends and where its streams run.
