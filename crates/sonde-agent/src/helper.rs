@@ -28,7 +28,7 @@ use sonde_net::latency::host_clock_ns;
 use sonde_wire::auth::{Nonce, Proof, Request};
 use sonde_wire::{ControlMsg, HelperTest, Refusal, HELPER_RESULT_PART};
 
-use crate::{validate, PendingGuard, Shared};
+use crate::{validate, AgentEvent, PendingGuard, Shared};
 
 /// How long the requester has, once told `HelperReady`, to name the start (clock probes
 /// included): it waits for every other helper to be ready too, each of which makes its own
@@ -106,7 +106,7 @@ pub(crate) fn serve(
     pending: &mut Option<PendingGuard>,
 ) {
     let refuse = |ctrl: &mut TcpStream, reason, message: &str| {
-        crate::session::refuse(shared, ctrl, reason, message);
+        crate::control::refuse(shared, ctrl, reason, message);
     };
     let Some(runner) = shared.cfg.helper.clone() else {
         let m = "this agent is not a helper: it runs tests against other hosts only when \
@@ -121,7 +121,7 @@ pub(crate) fn serve(
         return;
     };
     let request = Request::Help(&target, &test);
-    if crate::session::authenticate(shared, &mut ctrl, nonces, &request, proof).is_err() {
+    if crate::control::authenticate(shared, &mut ctrl, nonces, &request, proof).is_err() {
         return;
     }
     if shared.shutdown.load(Ordering::Relaxed) {
@@ -149,10 +149,11 @@ pub(crate) fn serve(
         return;
     };
     pending.take();
-    shared.log(format_args!(
-        "sonde agent: helper session for {peer}: {} against {target}",
-        crate::session::describe(&test.spec)
-    ));
+    shared.report(|| AgentEvent::HelperAdmitted {
+        peer: peer.to_string(),
+        test: crate::control::describe(&test.spec),
+        target: target.clone(),
+    });
     let job = HelperJob {
         target,
         test,
@@ -173,7 +174,7 @@ pub(crate) fn serve(
         scope.spawn(move || {
             while watching.load(Ordering::Relaxed) {
                 let gone = armed.load(Ordering::Acquire)
-                    && watcher.as_ref().is_none_or(crate::session::peer_gone);
+                    && watcher.as_ref().is_none_or(crate::control::peer_gone);
                 if gone || shared.shutdown.load(Ordering::Relaxed) {
                     stop.store(true, Ordering::Relaxed);
                     return;
@@ -205,14 +206,15 @@ pub(crate) fn serve(
         ),
     };
     if let Err(e) = sent {
-        shared.log(format_args!(
-            "sonde agent: helper session for {peer}: the result could not be sent: {e}"
-        ));
+        shared.report(|| AgentEvent::HelperResultLost {
+            peer: peer.to_string(),
+            error: e.to_string(),
+        });
     }
-    shared.log(format_args!(
-        "sonde agent: helper session for {peer} against {} ended",
-        job.target
-    ));
+    shared.report(|| AgentEvent::HelperEnded {
+        peer: peer.to_string(),
+        target: job.target.clone(),
+    });
 }
 
 /// Sends the result document in pieces that each fit a frame, then `HelperResult`.

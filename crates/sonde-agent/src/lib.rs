@@ -17,7 +17,9 @@
 
 mod admission;
 mod clock;
+mod control;
 mod crr;
+mod event;
 mod helper;
 mod iperf3;
 mod link;
@@ -39,6 +41,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 pub(crate) use admission::PendingGuard;
+pub use event::{AgentEvent, EventSink, Events};
 pub use helper::{Helper, HelperFailure, HelperJob, HelperOutcome, HelperRunner};
 pub use link::{LinkBusy, LinkTest, LinkTests};
 use sonde_net::control::{read_preamble, ControlError};
@@ -89,8 +92,9 @@ pub struct AgentConfig {
     pub max_bitrate: Option<u64>,
     /// How long a new connection may take to say who it is.
     pub hello_timeout: Duration,
-    /// Print one line per session to stderr.
-    pub log: bool,
+    /// Where the agent reports what it does (sessions admitted and ended, refusals): one
+    /// [`AgentEvent`] each. `None`: nothing is reported.
+    pub events: Option<Events>,
     /// Also answer real iperf3 clients on this address (TCP and UDP), under the same limits.
     pub iperf3: Option<SocketAddr>,
     /// Also answer real sockperf clients on this address (TCP and UDP), under the same limits.
@@ -129,7 +133,7 @@ impl AgentConfig {
             max_sockperf_sessions_per_source: 2,
             max_bitrate: None,
             hello_timeout: Duration::from_secs(5),
-            log: false,
+            events: None,
             iperf3: None,
             sockperf: None,
             secret: None,
@@ -415,9 +419,11 @@ impl Shared {
         Some(CompatSession(self, ip))
     }
 
-    pub(crate) fn log(&self, line: std::fmt::Arguments<'_>) {
-        if self.cfg.log {
-            eprintln!("{line}");
+    /// Reports the event `make` makes to the agent's user, when it gave a sink (the event is
+    /// made only then).
+    pub(crate) fn report(&self, make: impl FnOnce() -> AgentEvent) {
+        if let Some(events) = &self.cfg.events {
+            events.0.event(make());
         }
     }
 }
@@ -736,10 +742,10 @@ fn handle_connection(mut stream: TcpStream, shared: &Arc<Shared>, guard: Pending
         Err(e) => {
             shared.rejections.bad_hello.fetch_add(1, Ordering::Relaxed);
             if !matches!(e, ControlError::Closed) {
-                shared.log(format_args!(
-                    "sonde agent: closed connection from {}: {e}",
-                    peer_of(&stream)
-                ));
+                shared.report(|| AgentEvent::ClosedConnection {
+                    peer: peer_of(&stream),
+                    error: e.to_string(),
+                });
             }
             return;
         }

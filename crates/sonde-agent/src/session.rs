@@ -27,13 +27,14 @@ use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
 use sonde_net::cpu::ThreadsMeter;
 use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
-use sonde_wire::auth::{Nonce, Proof, Request, SessionKey};
+use sonde_wire::auth::Request;
 use sonde_wire::{
     AgentReport, ControlMsg, CpuReport, IntervalStats, Preamble, Protocol, Refusal, SessionId,
     StreamStats, TcpInfoStats, TestKind, TestSpec, Token, Tuning, TuningReport, PROTOCOL_VERSION,
 };
 
-use crate::{lock, peer_of, validate, DataChannel, PendingGuard, Shared, Slot};
+use crate::control::{authenticate, describe, peer_gone, refuse};
+use crate::{lock, peer_of, validate, AgentEvent, DataChannel, PendingGuard, Shared, Slot};
 
 /// How long a client has after the `Welcome` to say what it wants (`Start`, `Describe`); the
 /// connection counts as pending meanwhile.
@@ -199,11 +200,11 @@ pub(crate) fn run(
     // From here on the connection is a session, not a pending stranger.
     pending.take();
     shared.stats.admitted(spec.kind);
-    shared.log(format_args!(
-        "sonde agent: session {} from {peer}: {}",
-        session.0,
-        describe(&spec)
-    ));
+    shared.report(|| AgentEvent::SessionAdmitted {
+        session,
+        peer: peer.clone(),
+        test: describe(&spec),
+    });
     let accepted = ControlMsg::Accepted {
         token,
         host: host_for(&ctrl),
@@ -228,10 +229,11 @@ pub(crate) fn run(
         return true;
     };
     let outcome = Test::new(spec, channels, &slot, shared, tuning).run(ctrl);
-    shared.log(format_args!(
-        "sonde agent: session {} from {peer} {outcome}",
-        session.0
-    ));
+    shared.report(|| AgentEvent::SessionEnded {
+        session,
+        peer,
+        outcome,
+    });
     true
 }
 
@@ -258,69 +260,6 @@ fn host_for(ctrl: &TcpStream) -> Option<Box<sonde_wire::HostInfo>> {
     })
 }
 
-/// Checks the client's proof of the shared secret when the agent has one, refusing the client
-/// when it is missing or wrong; the session's key (`None` without a secret).
-pub(crate) fn authenticate(
-    shared: &Shared,
-    ctrl: &mut TcpStream,
-    (agent, client): &(Nonce, Nonce),
-    request: &Request<'_>,
-    proof: Option<Proof>,
-) -> Result<Option<SessionKey>, ()> {
-    let Some(secret) = &shared.cfg.secret else {
-        return Ok(None);
-    };
-    let message = match proof {
-        Some(p) if secret.check_proof(agent, client, request, &p) => {
-            return Ok(Some(secret.session_key(agent, client)));
-        }
-        Some(_) => "the shared secret does not match the agent's (check --secret-file or SONDE_SECRET on both sides)",
-        None => "this agent requires a shared secret: give the client the agent's with --secret-file FILE or SONDE_SECRET",
-    };
-    shared
-        .rejections
-        .unauthenticated
-        .fetch_add(1, Ordering::Relaxed);
-    refuse(shared, ctrl, Refusal::Unauthenticated, message);
-    Err(())
-}
-
-pub(crate) fn refuse(shared: &Shared, ctrl: &mut TcpStream, reason: Refusal, message: &str) {
-    shared.rejections.refused.fetch_add(1, Ordering::Relaxed);
-    shared.stats.refused(reason);
-    shared.log(format_args!(
-        "sonde agent: refused {}: {message}",
-        peer_of(ctrl)
-    ));
-    let _ = write_frame(
-        ctrl,
-        &ControlMsg::Refused {
-            reason,
-            message: message.into(),
-        },
-    );
-}
-
-pub(crate) fn describe(spec: &TestSpec) -> String {
-    let proto = match spec.protocol {
-        Protocol::Tcp => "tcp",
-        Protocol::Udp => "udp",
-    };
-    let kind = match spec.kind {
-        TestKind::Latency => "latency",
-        TestKind::Throughput => "throughput",
-        TestKind::Pps => "pps",
-        TestKind::Crr => "crr",
-    };
-    format!(
-        "{proto} {kind}, {} stream(s) {:?}, {} B, {:.1} s",
-        spec.streams,
-        spec.direction,
-        spec.msg_size,
-        spec.duration_ms as f64 / 1e3
-    )
-}
-
 /// Waits for every data channel to join; gives up at the join timeout, at shutdown, or when
 /// the client closes its control connection.
 fn wait_for_channels(slot: &Slot, shared: &Shared, ctrl: &TcpStream) -> Option<Vec<DataChannel>> {
@@ -342,21 +281,6 @@ fn wait_for_channels(slot: &Slot, shared: &Shared, ctrl: &TcpStream) -> Option<V
             .wait_timeout(channels, wait)
             .map_or_else(|e| e.into_inner().0, |(g, _)| g);
     }
-}
-
-/// Whether the peer has closed (or reset) a connection we are not reading yet.
-pub(crate) fn peer_gone(ctrl: &TcpStream) -> bool {
-    if ctrl.set_nonblocking(true).is_err() {
-        return true;
-    }
-    let mut b = [0u8; 1];
-    let gone = match ctrl.peek(&mut b) {
-        Ok(0) => true,
-        Ok(_) => false,
-        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
-    };
-    let _ = ctrl.set_nonblocking(false);
-    gone
 }
 
 /// What one data channel's thread came back with.
