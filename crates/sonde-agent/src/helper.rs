@@ -18,17 +18,16 @@
 //! 2. the runner waits for that moment, runs the test, and the agent sends the result document
 //!    (`HelperResult`, with when the data started) or why it failed (`HelperFailed`).
 
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sonde_net::control::{read_frame, write_frame};
 use sonde_net::latency::host_clock_ns;
-use sonde_wire::auth::{Nonce, Proof, Request};
-use sonde_wire::{ControlMsg, HelperTest, Refusal, HELPER_RESULT_PART};
+use sonde_wire::{ControlMsg, HelperTest, HELPER_RESULT_PART};
 
-use crate::{validate, AgentEvent, PendingGuard, Shared};
+use crate::{AgentEvent, Shared};
 
 /// How long the requester has, once told `HelperReady`, to name the start (clock probes
 /// included): it waits for every other helper to be ready too, each of which makes its own
@@ -97,58 +96,20 @@ impl std::fmt::Debug for Helper {
     }
 }
 
-/// Serves a `Help` request on `ctrl` to its end.
+/// Serves an admitted `Help` request from `peer` on `ctrl` to its end (the conversation has
+/// checked it: the agent is a helper with a secret, the request proves it, the test is within
+/// the limits, and it holds a place among the agent's sessions).
 pub(crate) fn serve(
     mut ctrl: TcpStream,
     shared: &Arc<Shared>,
-    nonces: &(Nonce, Nonce),
-    (target, test, proof): (String, HelperTest, Option<Proof>),
-    pending: &mut Option<PendingGuard>,
+    peer: SocketAddr,
+    target: String,
+    test: HelperTest,
 ) {
-    let refuse = |ctrl: &mut TcpStream, reason, message: &str| {
-        crate::control::refuse(shared, ctrl, reason, message);
-    };
-    let Some(runner) = shared.cfg.helper.clone() else {
-        let m = "this agent is not a helper: it runs tests against other hosts only when \
-                 started with `sonde server --helper` and a shared secret";
-        refuse(&mut ctrl, Refusal::NotHelper, m);
+    let (Some(runner), Some(secret)) = (shared.cfg.helper.clone(), shared.cfg.secret.clone())
+    else {
         return;
     };
-    let Some(secret) = shared.cfg.secret.clone() else {
-        let m = "this agent has --helper but no shared secret, and helps only clients that \
-                 prove one: start it with --secret-file FILE or SONDE_SECRET";
-        refuse(&mut ctrl, Refusal::NotHelper, m);
-        return;
-    };
-    let request = Request::Help(&target, &test);
-    if crate::control::authenticate(shared, &mut ctrl, nonces, &request, proof).is_err() {
-        return;
-    }
-    if shared.shutdown.load(Ordering::Relaxed) {
-        refuse(
-            &mut ctrl,
-            Refusal::ShuttingDown,
-            "the agent is shutting down",
-        );
-        return;
-    }
-    if let Err((reason, message)) = validate(&test.spec, &shared.cfg) {
-        refuse(&mut ctrl, reason, &message);
-        return;
-    }
-    let Ok(peer) = ctrl.peer_addr() else {
-        return;
-    };
-    let Some(_session) = shared.admit_compat(peer.ip()) else {
-        let m = format!(
-            "the agent is running its maximum of sessions ({} in all, {} per source); try again \
-             shortly (sonde server --max-sessions)",
-            shared.cfg.max_sessions, shared.cfg.max_sessions_per_source
-        );
-        refuse(&mut ctrl, Refusal::Busy, &m);
-        return;
-    };
-    pending.take();
     shared.report(|| AgentEvent::HelperAdmitted {
         peer: peer.to_string(),
         test: crate::control::describe(&test.spec),

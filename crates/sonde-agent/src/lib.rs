@@ -18,6 +18,7 @@
 mod admission;
 mod clock;
 mod control;
+mod conversation;
 mod crr;
 mod event;
 mod helper;

@@ -10,6 +10,7 @@
 mod clock;
 mod conf;
 mod crr;
+pub mod handshake;
 mod helper;
 mod inner;
 pub mod iperf3;

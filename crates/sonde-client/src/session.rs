@@ -23,26 +23,22 @@ use sonde_net::latency::{LatencyOutcome, PingConfig};
 use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
 use sonde_report::IntervalResult;
-use sonde_wire::auth::{Nonce, Proof, Request, SessionKey, JOIN_MAC_LEN};
+use sonde_wire::auth::{Nonce, SessionKey, JOIN_MAC_LEN};
 use sonde_wire::{
     AgentReport, Channel, ControlMsg, CpuReport, DataJoin, HelperTest, HostInfo, IntervalStats,
     Preamble, Protocol, SessionId, StreamStats, TcpInfoStats, TestKind, TestSpec, Token, Tuning,
     TuningReport, UdpJoin, PROTOCOL_VERSION, UDP_JOIN_LEN,
 };
 
+use crate::handshake::{unexpected, Handshake, Progress};
 pub(crate) use crate::run::{BulkRun, ClientChannel, ClientRole, Context, LatencyRun};
 use crate::{ClientError, LatencyOptions, Target};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// UDP receivers keep listening this long after the sender said it is done.
 const UDP_GRACE: Duration = Duration::from_secs(1);
 /// How long the agent has to send its report after the test.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long a helper has to get its session at the target ready.
-const HELPER_READY_TIMEOUT: Duration = Duration::from_secs(40);
-
-pub(crate) const SOFTWARE: &str = concat!("sonde ", env!("CARGO_PKG_VERSION"));
 
 /// An admitted session with its data channels open and the agent ready.
 pub(crate) struct Connected {
@@ -127,61 +123,54 @@ fn expect_reply(
     }
 }
 
+/// Writes what `handshake` has to send, then reads the agent's reply by its deadline: how the
+/// handshake moved on. A refusal may already be waiting when a write fails (an agent that
+/// refused and closed): it is read before giving up on the write.
+fn exchange(
+    ctrl: &mut TcpStream,
+    body: &mut Vec<u8>,
+    handshake: &mut Handshake,
+) -> Result<Progress, ClientError> {
+    let mut written = Ok(());
+    while let Some(msg) = handshake.poll_transmit() {
+        if written.is_ok() {
+            written = write_frame(ctrl, &msg);
+        }
+    }
+    let Some(deadline) = handshake.poll_timeout() else {
+        return Err(ClientError::Protocol("no reply is due".into()));
+    };
+    handshake.handle(read_frame(ctrl, body, deadline), written)
+}
+
 /// The agent's answer to a hello.
 pub(crate) struct Welcomed {
     pub(crate) ctrl: TcpStream,
     pub(crate) body: Vec<u8>,
     pub(crate) session: SessionId,
     limits: sonde_wire::Limits,
-    /// Both nonces of this connection: the agent's, then the client's.
-    nonces: (Nonce, Nonce),
+    /// The rest of the handshake (it knows both nonces).
+    handshake: Handshake,
 }
 
 impl Welcomed {
-    /// The proof of the target's secret for `request` on this connection (none without one).
-    fn proof(&self, target: &Target, request: &Request<'_>) -> Option<Proof> {
-        let (agent, client) = &self.nonces;
-        target
-            .secret
-            .as_ref()
-            .map(|s| s.proof(agent, client, request))
-    }
-
     /// The key that signs this session's UDP joins (none without a secret).
-    pub(crate) fn session_key(&self, target: &Target) -> Option<SessionKey> {
-        let (agent, client) = &self.nonces;
-        target.secret.as_ref().map(|s| s.session_key(agent, client))
+    pub(crate) fn session_key(&self, _target: &Target) -> Option<SessionKey> {
+        self.handshake.session_key()
     }
 
     /// Asks for `spec`, proving the secret when there is one; the agent's token and its host
     /// configuration (which it sends only once it has admitted the client).
     pub(crate) fn start(
         &mut self,
-        target: &Target,
+        _target: &Target,
         spec: &TestSpec,
         tuning: Tuning,
     ) -> Result<(Token, Option<HostInfo>), ClientError> {
-        let proof = self.proof(target, &Request::Test(spec));
-        let start = ControlMsg::Start {
-            spec: spec.clone(),
-            proof,
-            tuning,
-        };
-        // A refusal may already be waiting when the write fails (an agent that refused and
-        // closed): read it before giving up on the write.
-        let written = write_frame(&mut self.ctrl, &start);
-        let reply = expect_reply(
-            &mut self.ctrl,
-            &mut self.body,
-            HANDSHAKE_TIMEOUT,
-            "asking for the test",
-        );
-        match (reply, written) {
-            (Ok(ControlMsg::Accepted { token, host }), Ok(())) => Ok((token, host.map(|h| *h))),
-            (Err(e @ ClientError::Refused { .. }), _) => Err(e),
-            (_, Err(e)) => Err(e.into()),
-            (Ok(other), Ok(())) => Err(unexpected(&other, "an acceptance")),
-            (Err(e), Ok(())) => Err(e),
+        self.handshake.start(Instant::now(), spec, tuning);
+        match exchange(&mut self.ctrl, &mut self.body, &mut self.handshake)? {
+            Progress::Accepted { token, host } => Ok((token, host)),
+            _ => Err(ClientError::Protocol("the handshake went astray".into())),
         }
     }
 
@@ -189,53 +178,25 @@ impl Welcomed {
     /// helper's secret; returns once the helper's session at the target is ready.
     pub(crate) fn help(
         &mut self,
-        helper: &Target,
+        _helper: &Target,
         target: &str,
         test: &HelperTest,
     ) -> Result<(), ClientError> {
-        let proof = self.proof(helper, &Request::Help(target, test));
-        let help = ControlMsg::Help {
-            target: target.to_owned(),
-            test: test.clone(),
-            proof,
-        };
-        let written = write_frame(&mut self.ctrl, &help);
         // The helper makes its own handshake with the target first (connect, admission, data
         // channels, UDP joins), each step under its own timeout.
-        let reply = expect_reply(
-            &mut self.ctrl,
-            &mut self.body,
-            HELPER_READY_TIMEOUT,
-            "asking for help",
-        );
-        match (reply, written) {
-            (Ok(ControlMsg::HelperReady), Ok(())) => Ok(()),
-            (Ok(ControlMsg::HelperFailed { exit_code, message }), _) => {
-                Err(ClientError::HelperTarget { exit_code, message })
-            }
-            (Err(e @ ClientError::Refused { .. }), _) => Err(e),
-            (_, Err(e)) => Err(e.into()),
-            (Ok(other), Ok(())) => Err(unexpected(&other, "the helper's ready")),
-            (Err(e), Ok(())) => Err(e),
+        self.handshake.help(Instant::now(), target, test);
+        match exchange(&mut self.ctrl, &mut self.body, &mut self.handshake)? {
+            Progress::HelperReady => Ok(()),
+            _ => Err(ClientError::Protocol("the handshake went astray".into())),
         }
     }
 
     /// Asks the agent to describe its host (`sonde conf`), proving the secret when there is one.
-    pub(crate) fn describe(mut self, target: &Target) -> Result<Option<HostInfo>, ClientError> {
-        let proof = self.proof(target, &Request::Describe);
-        let written = write_frame(&mut self.ctrl, &ControlMsg::Describe { proof });
-        let reply = expect_reply(
-            &mut self.ctrl,
-            &mut self.body,
-            HANDSHAKE_TIMEOUT,
-            "asking for its configuration",
-        );
-        match (reply, written) {
-            (Ok(ControlMsg::Description { host }), Ok(())) => Ok(host.map(|h| *h)),
-            (Err(e @ ClientError::Refused { .. }), _) => Err(e),
-            (_, Err(e)) => Err(e.into()),
-            (Ok(other), Ok(())) => Err(unexpected(&other, "a description")),
-            (Err(e), Ok(())) => Err(e),
+    pub(crate) fn describe(mut self, _target: &Target) -> Result<Option<HostInfo>, ClientError> {
+        self.handshake.describe(Instant::now());
+        match exchange(&mut self.ctrl, &mut self.body, &mut self.handshake)? {
+            Progress::Described { host } => Ok(host),
+            _ => Err(ClientError::Protocol("the handshake went astray".into())),
         }
     }
 }
@@ -257,41 +218,25 @@ pub(crate) fn hello(target: &Target) -> Result<Welcomed, ClientError> {
         version: PROTOCOL_VERSION,
         channel: Channel::Control,
     };
-    let client_nonce = fresh_nonce()?;
-    let hello = ControlMsg::Hello {
-        protocol: PROTOCOL_VERSION,
-        software: SOFTWARE.into(),
-        nonce: client_nonce,
-    };
+    let mut handshake = Handshake::new(Instant::now(), target.secret.clone(), fresh_nonce()?);
     // A refusal (a full agent, too many connections from this address) may be waiting when a
     // write fails: the reply is read either way.
-    let written = ctrl
-        .write_all(&preamble.encode())
-        .map_err(ControlError::from)
-        .and_then(|()| write_frame(&mut ctrl, &hello));
-    match (
-        expect_reply(&mut ctrl, &mut body, HANDSHAKE_TIMEOUT, "saying hello"),
-        written,
-    ) {
-        (
-            Ok(ControlMsg::Welcome {
-                session,
-                limits,
-                nonce,
-                ..
-            }),
-            Ok(()),
-        ) => Ok(Welcomed {
+    let progress = match ctrl.write_all(&preamble.encode()) {
+        Ok(()) => exchange(&mut ctrl, &mut body, &mut handshake),
+        Err(e) => {
+            let deadline = handshake.poll_timeout().unwrap_or_else(Instant::now);
+            handshake.handle(read_frame(&mut ctrl, &mut body, deadline), Err(e.into()))
+        }
+    }?;
+    match progress {
+        Progress::Welcomed { session, limits } => Ok(Welcomed {
             ctrl,
             body,
             session,
             limits,
-            nonces: (nonce, client_nonce),
+            handshake,
         }),
-        (Err(e @ ClientError::Refused { .. }), _) => Err(e),
-        (_, Err(e)) => Err(e.into()),
-        (Ok(other), Ok(())) => Err(unexpected(&other, "a welcome")),
-        (Err(e), Ok(())) => Err(e),
+        _ => Err(ClientError::Protocol("the handshake went astray".into())),
     }
 }
 
@@ -315,6 +260,7 @@ pub(crate) fn connect(
         mut ctrl,
         mut body,
         session,
+        mut handshake,
         ..
     } = welcomed;
     let context = Context {
@@ -326,14 +272,10 @@ pub(crate) fn connect(
     for i in 0..spec.channels() {
         channels.push(open_channel(target, &spec, token, key.as_ref(), i)?);
     }
-    match expect_reply(
-        &mut ctrl,
-        &mut body,
-        HANDSHAKE_TIMEOUT,
-        "opening data streams",
-    )? {
-        ControlMsg::Ready => {}
-        other => return Err(unexpected(&other, "ready")),
+    handshake.await_ready(Instant::now());
+    match exchange(&mut ctrl, &mut body, &mut handshake)? {
+        Progress::Ready => {}
+        _ => return Err(ClientError::Protocol("the handshake went astray".into())),
     }
     Ok(Connected {
         ctrl,
@@ -344,18 +286,6 @@ pub(crate) fn connect(
         spec,
         context,
     })
-}
-
-fn unexpected(msg: &ControlMsg, wanted: &str) -> ClientError {
-    let kind = serde_kind(msg);
-    ClientError::Protocol(format!("the agent sent `{kind}` where {wanted} was due"))
-}
-
-fn serde_kind(msg: &ControlMsg) -> String {
-    let mut buf = Vec::new();
-    let _ = sonde_wire::encode_frame(msg, &mut buf);
-    let text = String::from_utf8_lossy(buf.get(4..).unwrap_or_default()).into_owned();
-    text.split('"').nth(3).unwrap_or("?").to_owned()
 }
 
 fn open_channel(
