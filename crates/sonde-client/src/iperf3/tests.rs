@@ -1,5 +1,7 @@
+use super::control::server_error_text;
 use super::*;
 use sonde_engine::seq::SeqTracker;
+use sonde_wire::iperf3::State;
 
 fn opt(protocol: Protocol, direction: Direction) -> ThroughputOptions {
     ThroughputOptions {
@@ -178,7 +180,9 @@ fn a_test_ends_once_the_server_has_closed_the_connection() {
         }
     });
     let interrupt = AtomicBool::new(false);
-    let mut ctl = Control::connect(addr, &interrupt).unwrap();
+    let mut ctl = Control::connect(addr, &interrupt, &fresh_cookie()).unwrap();
+    // Past the results: `DISPLAY_RESULTS` is due (nothing was sent, not even the cookie).
+    ctl.talk = Conversation::awaiting_display(Instant::now(), addr);
     assert!(ctl.finish().unwrap(), "DISPLAY_RESULTS came");
     assert!(
         closed.load(Ordering::SeqCst),
