@@ -490,5 +490,6 @@ impl<'a> Conversation<'a> {
     }
 }
 
+pub(crate) mod running;
 #[cfg(test)]
 mod tests;

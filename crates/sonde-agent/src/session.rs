@@ -35,14 +35,9 @@ use sonde_wire::{
 
 use crate::admission::Full;
 use crate::control::{describe, peer_gone, refused};
-use crate::conversation::{Agent, Conversation, NotAdmitted, Output, JOIN_TIMEOUT};
+use crate::conversation::running::{Action, Running, OVERRUN};
+use crate::conversation::{Agent, Conversation, NotAdmitted, Output};
 use crate::{lock, peer_of, AgentEvent, DataChannel, PendingGuard, Shared, Slot};
-
-/// How long UDP receivers keep listening after the sender said it is done, for datagrams still
-/// in flight.
-const UDP_GRACE: Duration = Duration::from_secs(1);
-/// How far past its planned end a session may run before the agent ends it.
-const OVERRUN: Duration = Duration::from_secs(60);
 
 /// Runs a control connection to its end: the [`Conversation`] over `ctrl`, then the test.
 /// Returns false when the peer never said a valid hello.
@@ -552,79 +547,35 @@ impl<'a> Test<'a> {
     ) -> Result<AgentReport, String> {
         let n = self.channels.len();
         let mut outcomes: Vec<Option<RoleOutcome>> = (0..n).map(|_| None).collect();
-        let mut client_sent: Vec<Option<u64>> = vec![None; n];
-        let mut grace_until: Option<Instant> = None;
-        let mut sender_done_sent = false;
         let senders: Vec<usize> = (0..n).filter(|&i| self.agent_sends(i)).collect();
-        let go_deadline = Instant::now() + JOIN_TIMEOUT;
+        let sends = (0..n).map(|i| self.agent_sends(i)).collect();
+        let mut test = Running::new(Instant::now(), hard_deadline, sends);
         loop {
-            if outcomes.iter().all(Option::is_some) {
-                break;
-            }
-            let now = Instant::now();
-            if !senders.is_empty()
-                && now >= go_deadline
-                && self.go_at_ns.load(Ordering::Relaxed) == u64::MAX
-            {
-                return Err(format!("the client did not start within {JOIN_TIMEOUT:?}"));
-            }
-            if now >= hard_deadline {
-                return Err("the test overran its planned end by a minute".into());
-            }
-            if self.shared.shutdown.load(Ordering::Relaxed) {
-                return Err("the agent is shutting down".into());
-            }
-            if grace_until.is_some_and(|g| now >= g) {
-                // A capped TCP receiver would read what the client's socket buffers still hold
-                // (megabytes a stream) at its share of the cap: it stops here too, that data
-                // unread and uncounted, so the test ends a second after the client's senders.
-                let capped_tcp = self.read_cap().is_some();
-                for (i, stop) in self.stops.iter().enumerate() {
-                    if (self.spec.protocol == Protocol::Udp || capped_tcp) && self.agent_receives(i)
-                    {
-                        stop.store(true, Ordering::Relaxed);
+            while let Some(action) = test.poll() {
+                match action {
+                    Action::Go => self.go_at_ns.store(clock.now_ns(), Ordering::Release),
+                    Action::Expect { stream, packets } => {
+                        self.expect[stream].store(packets, Ordering::Relaxed);
                     }
-                }
-            }
-            match rx.recv_timeout(Duration::from_millis(50)) {
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return Err("internal: event loop".into()),
-                Ok(Event::Control(Ok(msg))) => match *msg {
-                    ControlMsg::SenderDone { streams } => {
-                        for s in streams {
-                            let Some(i) = usize::try_from(s.stream).ok().filter(|&i| i < n) else {
-                                continue;
-                            };
-                            client_sent[i] = Some(s.packets);
-                            self.expect[i].store(s.packets, Ordering::Relaxed);
+                    Action::StopReceivers => {
+                        // A capped TCP receiver would read what the client's socket buffers
+                        // still hold (megabytes a stream) at its share of the cap: it stops
+                        // here too, that data unread and uncounted, so the test ends a second
+                        // after the client's senders.
+                        let capped_tcp = self.read_cap().is_some();
+                        for (i, stop) in self.stops.iter().enumerate() {
+                            if (self.spec.protocol == Protocol::Udp || capped_tcp)
+                                && self.agent_receives(i)
+                            {
+                                stop.store(true, Ordering::Relaxed);
+                            }
                         }
-                        grace_until = Some(Instant::now() + UDP_GRACE);
                     }
-                    ControlMsg::Go => {
-                        self.go_at_ns.store(clock.now_ns(), Ordering::Release);
-                    }
-                    ControlMsg::Finish => self.stop_all(),
-                    ControlMsg::ClockProbe { client_send_ns } => {
+                    Action::StopAll => self.stop_all(),
+                    Action::AnswerClock { client_send_ns } => {
                         crate::clock::answer(client_send_ns, writer)?;
                     }
-                    ControlMsg::Error { message } => {
-                        return Err(format!("the client reported: {message}"))
-                    }
-                    _ => return Err("unexpected control message from the client".into()),
-                },
-                Ok(Event::Control(Err(e))) => {
-                    return Err(format!("control connection lost: {e}"));
-                }
-                Ok(Event::Done(i, outcome)) => {
-                    if let RoleOutcome::Failed(why) = &outcome {
-                        if !self.stops[i].load(Ordering::Relaxed) {
-                            return Err(format!("stream {i}: {why}"));
-                        }
-                    }
-                    outcomes[i] = Some(outcome);
-                    let senders_done = senders.iter().all(|&s| outcomes[s].is_some());
-                    if !senders.is_empty() && senders_done && !sender_done_sent {
-                        sender_done_sent = true;
+                    Action::SendSenderDone => {
                         let streams = senders
                             .iter()
                             .filter_map(|&s| match &outcomes[s] {
@@ -636,12 +587,42 @@ impl<'a> Test<'a> {
                             .collect();
                         let msg = ControlMsg::SenderDone { streams };
                         if write_shrinking(&mut lock(writer), msg).is_err() {
-                            return Err("control connection lost".into());
+                            test.handle_write_failed(None);
                         }
                     }
+                    Action::Fail(why) => return Err(why),
+                }
+            }
+            if test.is_over() {
+                break;
+            }
+            let now = Instant::now();
+            test.handle_timeout(now);
+            if self.shared.shutdown.load(Ordering::Relaxed) {
+                test.shutting_down();
+            }
+            if test.has_output() {
+                continue;
+            }
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err("internal: event loop".into()),
+                Ok(Event::Control(Ok(msg))) => test.handle(Instant::now(), *msg),
+                Ok(Event::Control(Err(e))) => test.handle_lost(&e.to_string()),
+                Ok(Event::Done(i, outcome)) => {
+                    let failure = match &outcome {
+                        RoleOutcome::Failed(why) => Some(why.clone()),
+                        _ => None,
+                    };
+                    let stopped = self.stops[i].load(Ordering::Relaxed);
+                    if failure.is_none() || stopped {
+                        outcomes[i] = Some(outcome);
+                    }
+                    test.stream_ended(i, failure.as_deref(), stopped);
                 }
             }
         }
+        let client_sent = test.client_sent();
         let mut report = AgentReport::default();
         for (i, outcome) in outcomes.into_iter().enumerate() {
             let stream = index_u32(i);
