@@ -34,9 +34,11 @@ use crate::handshake::{unexpected, Handshake, Progress};
 pub(crate) use crate::run::{BulkRun, ClientChannel, ClientRole, Context, LatencyRun};
 use crate::{ClientError, LatencyOptions, Target};
 
+mod running;
+
+use running::{Running, Step};
+
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// UDP receivers keep listening this long after the sender said it is done.
-const UDP_GRACE: Duration = Duration::from_secs(1);
 /// How long the agent has to send its report after the test.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -594,7 +596,6 @@ pub(crate) fn run_bulk_held(
             roles: (0..n).map(|_| None).collect(),
             agent_sent: Vec::new(),
             report: None,
-            grace_until: None,
             intervals: (spec.interval_ms > 0 && !receivers.is_empty()).then(|| {
                 Intervals::new(
                     spec.interval_ms.saturating_mul(1_000_000),
@@ -602,7 +603,6 @@ pub(crate) fn run_bulk_held(
                 )
             }),
             client_intervals: Vec::new(),
-            sender_done_sent: false,
             channels: &c.channels,
             interval_tcp_info: Vec::new(),
             client_tcp_info: vec![None; n],
@@ -716,10 +716,8 @@ struct Loop<'a> {
     roles: Vec<Option<ClientRole>>,
     agent_sent: Vec<StreamStats>,
     report: Option<AgentReport>,
-    grace_until: Option<Instant>,
     intervals: Option<Intervals>,
     client_intervals: Vec<IntervalStats>,
-    sender_done_sent: bool,
     channels: &'a [ClientChannel],
     interval_tcp_info: Vec<(u64, Vec<TcpInfoStats>)>,
     client_tcp_info: Vec<Option<TcpInfoStats>>,
@@ -738,58 +736,33 @@ impl Loop<'_> {
         hard_deadline: Instant,
         on_interval: &mut dyn FnMut(&IntervalResult),
     ) -> Result<(), ClientError> {
+        let sends = (0..self.n).map(|i| self.senders.contains(&i)).collect();
+        let mut test = Running::new(sends);
         loop {
             let all_done = self.roles.iter().all(Option::is_some);
-            if all_done && self.report.is_some() {
+            if all_done && test.has_report() {
                 // The agent's report can come before this host's last receiver has ended: in
                 // reverse the agent reports when its senders stop, while what they left in
                 // their socket buffers still drains (hundreds of ms behind a slow link), and a
                 // busy host runs the receiver late. Close that receiver's final interval, or
                 // the bytes since the last boundary would be in no interval.
                 self.poll_intervals(clock, true, on_interval);
+                (self.report, self.agent_sent) = test.finish();
                 return Ok(());
             }
-            let now = Instant::now();
-            if now >= hard_deadline {
-                return Err(ClientError::Remote(
-                    "the test overran its planned end".into(),
-                ));
+            test.handle_timeout(Instant::now(), hard_deadline)?;
+            if self.interrupt.load(Ordering::Relaxed) {
+                test.interrupt();
             }
-            if !self.interrupted && self.interrupt.load(Ordering::Relaxed) {
-                // Stop early as the planned end would: this host's senders stop and report
-                // (`SenderDone`), the agent stops its own streams (`Finish`) and reports.
-                self.interrupted = true;
-                for &i in self.senders {
-                    self.stops[i].store(true, Ordering::Relaxed);
-                }
-                write_frame(&mut lock(writer), &ControlMsg::Finish)?;
-            }
-            if self.grace_until.is_some_and(|g| now >= g) {
-                for &i in self.receivers {
-                    if self.spec.protocol == Protocol::Udp {
-                        self.stops[i].store(true, Ordering::Relaxed);
-                    }
-                }
-            }
+            self.apply(&mut test, writer, on_interval)?;
             self.poll_intervals(clock, all_done, on_interval);
             match rx.recv_timeout(Duration::from_millis(20)) {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(ClientError::Protocol("internal: event loop ended".into()))
                 }
-                Ok(Event::Control(Ok(msg))) => self.on_control(msg, on_interval)?,
-                Ok(Event::Control(Err(e))) => {
-                    if self.report.is_some() {
-                        // The agent closed after its report: expected.
-                        continue;
-                    }
-                    return Err(match e {
-                        ControlError::Closed => ClientError::Remote(
-                            "the agent closed the control connection mid-test".into(),
-                        ),
-                        e => ClientError::Control(e),
-                    });
-                }
+                Ok(Event::Control(Ok(msg))) => test.handle(Instant::now(), msg)?,
+                Ok(Event::Control(Err(e))) => test.handle_lost(e)?,
                 Ok(Event::Done(i, r)) => {
                     let role = match r {
                         Ok((role, info)) => {
@@ -804,70 +777,81 @@ impl Loop<'_> {
                         }
                     };
                     self.roles[i] = Some(role);
-                    let done = self.senders.iter().all(|&s| self.roles[s].is_some());
-                    if !self.senders.is_empty() && done && !self.sender_done_sent {
-                        self.sender_done_sent = true;
-                        let streams = self
-                            .senders
-                            .iter()
-                            .filter_map(|&s| match &self.roles[s] {
-                                Some(ClientRole::Sent(o)) => Some(o.stats(index_u32(s))),
-                                _ => None,
-                            })
-                            .collect();
-                        write_frame(&mut lock(writer), &ControlMsg::SenderDone { streams })?;
-                    }
+                    test.stream_ended(i);
                 }
             }
+            self.apply(&mut test, writer, on_interval)?;
         }
     }
 
-    fn on_control(
+    /// Does what the test's control side says, in order.
+    fn apply(
         &mut self,
-        msg: ControlMsg,
+        test: &mut Running,
+        writer: &Mutex<TcpStream>,
         on_interval: &mut dyn FnMut(&IntervalResult),
     ) -> Result<(), ClientError> {
-        match msg {
-            ControlMsg::Interval(mut iv) => {
-                // This host's TCP senders are the other end of the streams the agent counts
-                // here: sampled now, on the agent's grid.
-                let ours: Vec<TcpInfoStats> = self
-                    .senders
-                    .iter()
-                    .filter_map(|&i| match &self.channels[i] {
-                        ClientChannel::Tcp(s) => {
-                            TcpInfoSample::read(s).ok().map(|t| t.stats(index_u32(i)))
+        while let Some(step) = test.poll() {
+            match step {
+                Step::StopReceivers => {
+                    for &i in self.receivers {
+                        if self.spec.protocol == Protocol::Udp {
+                            self.stops[i].store(true, Ordering::Relaxed);
                         }
-                        _ => None,
-                    })
-                    .collect();
-                iv.tcp_info.extend(ours);
-                let tcp_info = std::mem::take(&mut iv.tcp_info);
-                if !tcp_info.is_empty() {
-                    self.interval_tcp_info.push((iv.start_ns, tcp_info));
-                }
-                // An agent that only sends (reverse) sends intervals with only its TCP_INFO.
-                if !iv.streams.is_empty() {
-                    on_interval(&crate::results::interval(&iv, self.n));
-                }
-            }
-            ControlMsg::SenderDone { streams } => {
-                for s in &streams {
-                    if let Some(e) = usize::try_from(s.stream)
-                        .ok()
-                        .and_then(|i| self.expect.get(i))
-                    {
-                        e.store(s.packets, Ordering::Relaxed);
                     }
                 }
-                self.agent_sent = streams;
-                self.grace_until = Some(Instant::now() + UDP_GRACE);
+                Step::StopSenders => {
+                    // Stop early as the planned end would: this host's senders stop and report
+                    // (`SenderDone`), the agent stops its own streams (`Finish`) and reports.
+                    self.interrupted = true;
+                    for &i in self.senders {
+                        self.stops[i].store(true, Ordering::Relaxed);
+                    }
+                }
+                Step::SendFinish => write_frame(&mut lock(writer), &ControlMsg::Finish)?,
+                Step::Expect { stream, packets } => {
+                    if let Some(e) = self.expect.get(stream) {
+                        e.store(packets, Ordering::Relaxed);
+                    }
+                }
+                Step::Interval(iv) => self.on_interval(*iv, on_interval),
+                Step::SendSenderDone => {
+                    let streams = self
+                        .senders
+                        .iter()
+                        .filter_map(|&s| match &self.roles[s] {
+                            Some(ClientRole::Sent(o)) => Some(o.stats(index_u32(s))),
+                            _ => None,
+                        })
+                        .collect();
+                    write_frame(&mut lock(writer), &ControlMsg::SenderDone { streams })?;
+                }
             }
-            ControlMsg::Report(r) => self.report = Some(r),
-            ControlMsg::Error { message } => return Err(ClientError::Remote(message)),
-            other => return Err(unexpected(&other, "test progress")),
         }
         Ok(())
+    }
+
+    /// An interval of the agent's: completed with this host's TCP senders' `TCP_INFO`, shown.
+    fn on_interval(&mut self, mut iv: IntervalStats, on_interval: &mut dyn FnMut(&IntervalResult)) {
+        // This host's TCP senders are the other end of the streams the agent counts here:
+        // sampled now, on the agent's grid.
+        let ours: Vec<TcpInfoStats> = self
+            .senders
+            .iter()
+            .filter_map(|&i| match &self.channels[i] {
+                ClientChannel::Tcp(s) => TcpInfoSample::read(s).ok().map(|t| t.stats(index_u32(i))),
+                ClientChannel::Udp(_) => None,
+            })
+            .collect();
+        iv.tcp_info.extend(ours);
+        let tcp_info = std::mem::take(&mut iv.tcp_info);
+        if !tcp_info.is_empty() {
+            self.interval_tcp_info.push((iv.start_ns, tcp_info));
+        }
+        // An agent that only sends (reverse) sends intervals with only its TCP_INFO.
+        if !iv.streams.is_empty() {
+            on_interval(&crate::results::interval(&iv, self.n));
+        }
     }
 
     fn poll_intervals(
@@ -962,10 +946,8 @@ mod tests {
             roles: vec![None],
             agent_sent: Vec::new(),
             report: None,
-            grace_until: None,
             intervals: Some(Intervals::new(100_000_000, vec![0])),
             client_intervals: Vec::new(),
-            sender_done_sent: false,
             channels: &[],
             interval_tcp_info: Vec::new(),
             client_tcp_info: vec![None],
