@@ -204,13 +204,14 @@ fn send_result(
 
 /// Tells the requester the target is ready, answers its clock probes, and returns the moment it
 /// names to start; `None` when it goes away, says something else, takes too long, or names a
-/// moment too far ahead.
+/// moment too far ahead. The socket loop around [`StartWait`].
 fn wait_for_go(ctrl: &mut TcpStream, body: &mut Vec<u8>) -> Option<Instant> {
     write_frame(ctrl, &ControlMsg::HelperReady).ok()?;
-    let deadline = Instant::now() + GO_TIMEOUT;
-    for _ in 0..=MAX_CLOCK_PROBES {
-        match read_frame(ctrl, body, deadline).ok()? {
-            ControlMsg::ClockProbe { client_send_ns } => {
+    let mut wait = StartWait::new(Instant::now());
+    loop {
+        let msg = read_frame(ctrl, body, wait.deadline()).ok()?;
+        match wait.handle(&msg, || (Instant::now(), host_clock_ns())) {
+            Heard::Probe { client_send_ns } => {
                 let agent_receive_ns = host_clock_ns();
                 let reply = ControlMsg::ClockReply {
                     client_send_ns,
@@ -218,14 +219,129 @@ fn wait_for_go(ctrl: &mut TcpStream, body: &mut Vec<u8>) -> Option<Instant> {
                     agent_send_ns: host_clock_ns(),
                 };
                 write_frame(ctrl, &reply).ok()?;
+                if wait.probes_spent() {
+                    return None;
+                }
             }
-            ControlMsg::HelperGo { start_host_ns } => {
-                let (now, host_now) = (Instant::now(), host_clock_ns());
-                let ahead = Duration::from_nanos(start_host_ns.saturating_sub(host_now));
-                return (ahead <= MAX_START_DELAY).then_some(now + ahead);
-            }
-            _ => return None,
+            Heard::Start(at) => return at,
         }
     }
-    None
+}
+
+/// The requester's part between `HelperReady` and `HelperGo`, without sockets or clocks: clock
+/// probes (at most [`MAX_CLOCK_PROBES`] and one more), all by [`GO_TIMEOUT`], then the start.
+#[derive(Debug)]
+struct StartWait {
+    deadline: Instant,
+    /// Messages read so far.
+    heard: u32,
+}
+
+/// What a requester's message means while the agent waits for its start.
+#[derive(Debug, PartialEq, Eq)]
+enum Heard {
+    /// Answer this clock probe.
+    Probe { client_send_ns: u64 },
+    /// The start: when (`None`: too far ahead, or not a start at all: give up).
+    Start(Option<Instant>),
+}
+
+impl StartWait {
+    /// `HelperReady` went out at `now`.
+    fn new(now: Instant) -> Self {
+        Self {
+            deadline: now + GO_TIMEOUT,
+            heard: 0,
+        }
+    }
+
+    /// By when the requester must have named the start.
+    fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Whether the requester has used every read it had (the last one a probe, answered).
+    fn probes_spent(&self) -> bool {
+        self.heard > MAX_CLOCK_PROBES
+    }
+
+    /// A message from the requester; `clocks` reads the monotonic and the host clock when a
+    /// start has to be placed on them.
+    fn handle(&mut self, msg: &ControlMsg, clocks: impl FnOnce() -> (Instant, u64)) -> Heard {
+        self.heard += 1;
+        match *msg {
+            ControlMsg::ClockProbe { client_send_ns } => Heard::Probe { client_send_ns },
+            ControlMsg::HelperGo { start_host_ns } => {
+                let (now, host_now) = clocks();
+                let ahead = Duration::from_nanos(start_host_ns.saturating_sub(host_now));
+                Heard::Start((ahead <= MAX_START_DELAY).then_some(now + ahead))
+            }
+            _ => Heard::Start(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_are_answered_until_the_requester_names_its_start() {
+        let t0 = Instant::now();
+        let mut wait = StartWait::new(t0);
+        assert_eq!(wait.deadline(), t0 + GO_TIMEOUT);
+        let probe = ControlMsg::ClockProbe { client_send_ns: 5 };
+        assert_eq!(
+            wait.handle(&probe, || unreachable!("no clock read for a probe")),
+            Heard::Probe { client_send_ns: 5 }
+        );
+        assert!(!wait.probes_spent());
+        // 2 s ahead on the host clock is 2 s ahead on the monotonic one.
+        let go = ControlMsg::HelperGo {
+            start_host_ns: 7_000_000_000,
+        };
+        assert_eq!(
+            wait.handle(&go, || (t0, 5_000_000_000)),
+            Heard::Start(Some(t0 + Duration::from_secs(2)))
+        );
+    }
+
+    #[test]
+    fn a_start_too_far_ahead_or_in_the_past_or_another_message_is_judged() {
+        let t0 = Instant::now();
+        let go = |ns| ControlMsg::HelperGo { start_host_ns: ns };
+        let limit = u64::try_from(MAX_START_DELAY.as_nanos()).unwrap();
+        assert_eq!(
+            StartWait::new(t0).handle(&go(limit + 1), || (t0, 0)),
+            Heard::Start(None)
+        );
+        assert_eq!(
+            StartWait::new(t0).handle(&go(limit), || (t0, 0)),
+            Heard::Start(Some(t0 + MAX_START_DELAY))
+        );
+        // A moment already past: at once.
+        assert_eq!(
+            StartWait::new(t0).handle(&go(1), || (t0, 9)),
+            Heard::Start(Some(t0))
+        );
+        assert_eq!(
+            StartWait::new(t0).handle(&ControlMsg::Finish, || (t0, 0)),
+            Heard::Start(None)
+        );
+    }
+
+    #[test]
+    fn a_requester_gets_at_most_sixty_five_probes_answered() {
+        let mut wait = StartWait::new(Instant::now());
+        for n in 1..=MAX_CLOCK_PROBES + 1 {
+            let probe = ControlMsg::ClockProbe {
+                client_send_ns: u64::from(n),
+            };
+            assert!(matches!(
+                wait.handle(&probe, || unreachable!()),
+                Heard::Probe { .. }
+            ));
+            assert_eq!(wait.probes_spent(), n > MAX_CLOCK_PROBES, "after {n}");
+        }
+    }
 }
