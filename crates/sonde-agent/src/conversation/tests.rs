@@ -1020,3 +1020,25 @@ fn an_agent_that_goes_silent_after_the_welcome_times_the_client_out() {
         Err(ClientError::Control(ControlError::Timeout(_)))
     ));
 }
+
+#[test]
+fn a_rate_cap_refuses_udp_above_it_or_unlimited_and_admits_below_it() {
+    let cfg = config(|c| c.max_bitrate = Some(10_000_000));
+    let udp = |bitrate_per_stream| TestSpec {
+        bitrate_per_stream,
+        ..spec(TestKind::Throughput, Protocol::Udp, 2, 1_000)
+    };
+    for (asked, refused) in [(0, true), (6_000_000, true), (5_000_000, false)] {
+        let mut pair = Pair::new(&cfg, None);
+        let answer = pair.start(&udp(asked));
+        if refused {
+            assert_eq!(refused_for(answer), Refusal::Limits, "{asked} b/s a stream");
+            assert!(pair.refusal().1.contains("sonde server --max-bitrate"));
+        } else {
+            assert!(
+                matches!(answer, Ok(Progress::Accepted { .. })),
+                "{answer:?}"
+            );
+        }
+    }
+}
