@@ -23,6 +23,7 @@ mod crr;
 mod event;
 mod helper;
 mod iperf3;
+mod join;
 mod link;
 mod session;
 mod sockperf;
@@ -787,9 +788,7 @@ fn join_tcp(mut stream: TcpStream, shared: &Shared, deadline: Instant) -> bool {
     let Some(slot) = shared.slots().get(&join.token).cloned() else {
         return false;
     };
-    if canonical(peer.ip()) != canonical(slot.peer_ip)
-        || slot.spec.protocol != sonde_wire::Protocol::Tcp
-    {
+    if join::check(&slot, peer.ip(), sonde_wire::Protocol::Tcp, None).is_err() {
         return false;
     }
     let _ = stream.set_read_timeout(None);
@@ -800,18 +799,10 @@ fn join_tcp(mut stream: TcpStream, shared: &Shared, deadline: Instant) -> bool {
 /// Hands a data channel to its session; false when the index is out of range or taken.
 fn deposit(slot: &Slot, index: u32, channel: DataChannel) -> bool {
     let mut channels = lock(&slot.channels);
-    if slot.closed.load(Ordering::Relaxed) {
-        return false;
-    }
-    let Some(place) = usize::try_from(index)
-        .ok()
-        .and_then(|i| channels.get_mut(i))
-    else {
+    let closed = slot.closed.load(Ordering::Relaxed);
+    let Ok(place) = join::place(&mut channels, closed, index) else {
         return false;
     };
-    if place.is_some() {
-        return false;
-    }
     *place = Some(channel);
     slot.joined.notify_all();
     true
@@ -846,15 +837,8 @@ fn udp_join(udp: &UdpSocket, datagram: &[u8], from: SocketAddr, shared: &Shared)
     let Some(slot) = shared.slots().get(&join.token).cloned() else {
         return false;
     };
-    if canonical(from.ip()) != canonical(slot.peer_ip)
-        || slot.spec.protocol != sonde_wire::Protocol::Udp
-    {
+    if join::check(&slot, from.ip(), sonde_wire::Protocol::Udp, Some(&join)).is_err() {
         return false;
-    }
-    if let Some(key) = &slot.key {
-        if !key.check_join_mac(&join.signed(), &join.mac) {
-            return false;
-        }
     }
     let ack = UdpJoin { ack: true, ..join }.encode();
     let already = lock(&slot.channels)
