@@ -3,7 +3,7 @@
 //! [`crate::link`]): it takes the time and the decoded control messages, and says what to send,
 //! what to count and report, and when to wake. `session::run` drives it over a `TcpStream`; the
 //! tests below drive it in memory, on a virtual clock, against the client's own state machine
-//! ([`sonde_client::handshake`]).
+//! (`sonde_client::handshake`).
 //!
 //! The conversation: the preamble's version; `Hello` (by the hello timeout); `Welcome`; then,
 //! by [`START_TIMEOUT`], one request: `Start` (the proof of the shared secret when the agent has

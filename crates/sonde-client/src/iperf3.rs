@@ -422,7 +422,7 @@ impl<'a> Control<'a> {
     }
 
     /// `DISPLAY_RESULTS`, answered with `IPERF_DONE`, then the server's close (waited for at
-    /// most [`CLOSE_WAIT`]: until then it is still in this test, and a test started at once, the
+    /// most [`control::CLOSE_WAIT`]: until then it is still in this test, and a test started at once, the
     /// next step of a sweep, would find it busy). `false` when the server closed instead (its
     /// results had arrived: the test is complete all the same).
     fn finish(&mut self) -> Result<bool, ClientError> {
