@@ -204,10 +204,11 @@ pub(crate) fn run_session(
             }
         }
     };
-    shared.log(format_args!(
-        "sonde agent: session {} from {peer} {outcome}",
-        session.0
-    ));
+    shared.report(|| crate::AgentEvent::SessionEnded {
+        session,
+        peer: peer.to_string(),
+        outcome,
+    });
 }
 
 /// Waits for the client's `Finish`, watching the shutdown flag and the session's hard end.

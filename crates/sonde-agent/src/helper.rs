@@ -18,17 +18,16 @@
 //! 2. the runner waits for that moment, runs the test, and the agent sends the result document
 //!    (`HelperResult`, with when the data started) or why it failed (`HelperFailed`).
 
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sonde_net::control::{read_frame, write_frame};
 use sonde_net::latency::host_clock_ns;
-use sonde_wire::auth::{Nonce, Proof, Request};
-use sonde_wire::{ControlMsg, HelperTest, Refusal, HELPER_RESULT_PART};
+use sonde_wire::{ControlMsg, HelperTest, HELPER_RESULT_PART};
 
-use crate::{validate, PendingGuard, Shared};
+use crate::{AgentEvent, Shared};
 
 /// How long the requester has, once told `HelperReady`, to name the start (clock probes
 /// included): it waits for every other helper to be ready too, each of which makes its own
@@ -97,62 +96,25 @@ impl std::fmt::Debug for Helper {
     }
 }
 
-/// Serves a `Help` request on `ctrl` to its end.
+/// Serves an admitted `Help` request from `peer` on `ctrl` to its end (the conversation has
+/// checked it: the agent is a helper with a secret, the request proves it, the test is within
+/// the limits, and it holds a place among the agent's sessions).
 pub(crate) fn serve(
     mut ctrl: TcpStream,
     shared: &Arc<Shared>,
-    nonces: &(Nonce, Nonce),
-    (target, test, proof): (String, HelperTest, Option<Proof>),
-    pending: &mut Option<PendingGuard>,
+    peer: SocketAddr,
+    target: String,
+    test: HelperTest,
 ) {
-    let refuse = |ctrl: &mut TcpStream, reason, message: &str| {
-        crate::session::refuse(shared, ctrl, reason, message);
-    };
-    let Some(runner) = shared.cfg.helper.clone() else {
-        let m = "this agent is not a helper: it runs tests against other hosts only when \
-                 started with `sonde server --helper` and a shared secret";
-        refuse(&mut ctrl, Refusal::NotHelper, m);
+    let (Some(runner), Some(secret)) = (shared.cfg.helper.clone(), shared.cfg.secret.clone())
+    else {
         return;
     };
-    let Some(secret) = shared.cfg.secret.clone() else {
-        let m = "this agent has --helper but no shared secret, and helps only clients that \
-                 prove one: start it with --secret-file FILE or SONDE_SECRET";
-        refuse(&mut ctrl, Refusal::NotHelper, m);
-        return;
-    };
-    let request = Request::Help(&target, &test);
-    if crate::session::authenticate(shared, &mut ctrl, nonces, &request, proof).is_err() {
-        return;
-    }
-    if shared.shutdown.load(Ordering::Relaxed) {
-        refuse(
-            &mut ctrl,
-            Refusal::ShuttingDown,
-            "the agent is shutting down",
-        );
-        return;
-    }
-    if let Err((reason, message)) = validate(&test.spec, &shared.cfg) {
-        refuse(&mut ctrl, reason, &message);
-        return;
-    }
-    let Ok(peer) = ctrl.peer_addr() else {
-        return;
-    };
-    let Some(_session) = shared.admit_compat(peer.ip()) else {
-        let m = format!(
-            "the agent is running its maximum of sessions ({} in all, {} per source); try again \
-             shortly (sonde server --max-sessions)",
-            shared.cfg.max_sessions, shared.cfg.max_sessions_per_source
-        );
-        refuse(&mut ctrl, Refusal::Busy, &m);
-        return;
-    };
-    pending.take();
-    shared.log(format_args!(
-        "sonde agent: helper session for {peer}: {} against {target}",
-        crate::session::describe(&test.spec)
-    ));
+    shared.report(|| AgentEvent::HelperAdmitted {
+        peer: peer.to_string(),
+        test: crate::control::describe(&test.spec),
+        target: target.clone(),
+    });
     let job = HelperJob {
         target,
         test,
@@ -173,7 +135,7 @@ pub(crate) fn serve(
         scope.spawn(move || {
             while watching.load(Ordering::Relaxed) {
                 let gone = armed.load(Ordering::Acquire)
-                    && watcher.as_ref().is_none_or(crate::session::peer_gone);
+                    && watcher.as_ref().is_none_or(crate::control::peer_gone);
                 if gone || shared.shutdown.load(Ordering::Relaxed) {
                     stop.store(true, Ordering::Relaxed);
                     return;
@@ -205,14 +167,15 @@ pub(crate) fn serve(
         ),
     };
     if let Err(e) = sent {
-        shared.log(format_args!(
-            "sonde agent: helper session for {peer}: the result could not be sent: {e}"
-        ));
+        shared.report(|| AgentEvent::HelperResultLost {
+            peer: peer.to_string(),
+            error: e.to_string(),
+        });
     }
-    shared.log(format_args!(
-        "sonde agent: helper session for {peer} against {} ended",
-        job.target
-    ));
+    shared.report(|| AgentEvent::HelperEnded {
+        peer: peer.to_string(),
+        target: job.target.clone(),
+    });
 }
 
 /// Sends the result document in pieces that each fit a frame, then `HelperResult`.
@@ -241,13 +204,14 @@ fn send_result(
 
 /// Tells the requester the target is ready, answers its clock probes, and returns the moment it
 /// names to start; `None` when it goes away, says something else, takes too long, or names a
-/// moment too far ahead.
+/// moment too far ahead. The socket loop around [`StartWait`].
 fn wait_for_go(ctrl: &mut TcpStream, body: &mut Vec<u8>) -> Option<Instant> {
     write_frame(ctrl, &ControlMsg::HelperReady).ok()?;
-    let deadline = Instant::now() + GO_TIMEOUT;
-    for _ in 0..=MAX_CLOCK_PROBES {
-        match read_frame(ctrl, body, deadline).ok()? {
-            ControlMsg::ClockProbe { client_send_ns } => {
+    let mut wait = StartWait::new(Instant::now());
+    loop {
+        let msg = read_frame(ctrl, body, wait.deadline()).ok()?;
+        match wait.handle(&msg, || (Instant::now(), host_clock_ns())) {
+            Heard::Probe { client_send_ns } => {
                 let agent_receive_ns = host_clock_ns();
                 let reply = ControlMsg::ClockReply {
                     client_send_ns,
@@ -255,14 +219,129 @@ fn wait_for_go(ctrl: &mut TcpStream, body: &mut Vec<u8>) -> Option<Instant> {
                     agent_send_ns: host_clock_ns(),
                 };
                 write_frame(ctrl, &reply).ok()?;
+                if wait.probes_spent() {
+                    return None;
+                }
             }
-            ControlMsg::HelperGo { start_host_ns } => {
-                let (now, host_now) = (Instant::now(), host_clock_ns());
-                let ahead = Duration::from_nanos(start_host_ns.saturating_sub(host_now));
-                return (ahead <= MAX_START_DELAY).then_some(now + ahead);
-            }
-            _ => return None,
+            Heard::Start(at) => return at,
         }
     }
-    None
+}
+
+/// The requester's part between `HelperReady` and `HelperGo`, without sockets or clocks: clock
+/// probes (at most [`MAX_CLOCK_PROBES`] and one more), all by [`GO_TIMEOUT`], then the start.
+#[derive(Debug)]
+struct StartWait {
+    deadline: Instant,
+    /// Messages read so far.
+    heard: u32,
+}
+
+/// What a requester's message means while the agent waits for its start.
+#[derive(Debug, PartialEq, Eq)]
+enum Heard {
+    /// Answer this clock probe.
+    Probe { client_send_ns: u64 },
+    /// The start: when (`None`: too far ahead, or not a start at all: give up).
+    Start(Option<Instant>),
+}
+
+impl StartWait {
+    /// `HelperReady` went out at `now`.
+    fn new(now: Instant) -> Self {
+        Self {
+            deadline: now + GO_TIMEOUT,
+            heard: 0,
+        }
+    }
+
+    /// By when the requester must have named the start.
+    fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Whether the requester has used every read it had (the last one a probe, answered).
+    fn probes_spent(&self) -> bool {
+        self.heard > MAX_CLOCK_PROBES
+    }
+
+    /// A message from the requester; `clocks` reads the monotonic and the host clock when a
+    /// start has to be placed on them.
+    fn handle(&mut self, msg: &ControlMsg, clocks: impl FnOnce() -> (Instant, u64)) -> Heard {
+        self.heard += 1;
+        match *msg {
+            ControlMsg::ClockProbe { client_send_ns } => Heard::Probe { client_send_ns },
+            ControlMsg::HelperGo { start_host_ns } => {
+                let (now, host_now) = clocks();
+                let ahead = Duration::from_nanos(start_host_ns.saturating_sub(host_now));
+                Heard::Start((ahead <= MAX_START_DELAY).then_some(now + ahead))
+            }
+            _ => Heard::Start(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_are_answered_until_the_requester_names_its_start() {
+        let t0 = Instant::now();
+        let mut wait = StartWait::new(t0);
+        assert_eq!(wait.deadline(), t0 + GO_TIMEOUT);
+        let probe = ControlMsg::ClockProbe { client_send_ns: 5 };
+        assert_eq!(
+            wait.handle(&probe, || unreachable!("no clock read for a probe")),
+            Heard::Probe { client_send_ns: 5 }
+        );
+        assert!(!wait.probes_spent());
+        // 2 s ahead on the host clock is 2 s ahead on the monotonic one.
+        let go = ControlMsg::HelperGo {
+            start_host_ns: 7_000_000_000,
+        };
+        assert_eq!(
+            wait.handle(&go, || (t0, 5_000_000_000)),
+            Heard::Start(Some(t0 + Duration::from_secs(2)))
+        );
+    }
+
+    #[test]
+    fn a_start_too_far_ahead_or_in_the_past_or_another_message_is_judged() {
+        let t0 = Instant::now();
+        let go = |ns| ControlMsg::HelperGo { start_host_ns: ns };
+        let limit = u64::try_from(MAX_START_DELAY.as_nanos()).unwrap();
+        assert_eq!(
+            StartWait::new(t0).handle(&go(limit + 1), || (t0, 0)),
+            Heard::Start(None)
+        );
+        assert_eq!(
+            StartWait::new(t0).handle(&go(limit), || (t0, 0)),
+            Heard::Start(Some(t0 + MAX_START_DELAY))
+        );
+        // A moment already past: at once.
+        assert_eq!(
+            StartWait::new(t0).handle(&go(1), || (t0, 9)),
+            Heard::Start(Some(t0))
+        );
+        assert_eq!(
+            StartWait::new(t0).handle(&ControlMsg::Finish, || (t0, 0)),
+            Heard::Start(None)
+        );
+    }
+
+    #[test]
+    fn a_requester_gets_at_most_sixty_five_probes_answered() {
+        let mut wait = StartWait::new(Instant::now());
+        for n in 1..=MAX_CLOCK_PROBES + 1 {
+            let probe = ControlMsg::ClockProbe {
+                client_send_ns: u64::from(n),
+            };
+            assert!(matches!(
+                wait.handle(&probe, || unreachable!()),
+                Heard::Probe { .. }
+            ));
+            assert_eq!(wait.probes_spent(), n > MAX_CLOCK_PROBES, "after {n}");
+        }
+    }
 }

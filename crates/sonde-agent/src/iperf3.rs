@@ -96,7 +96,9 @@ pub(crate) fn serve(listener: CompatListener, shared: &Arc<Shared>) {
     let local = match udp.local_addr() {
         Ok(a) => a,
         Err(e) => {
-            shared.log(format_args!("sonde agent: iperf3 listener failed: {e}"));
+            shared.report(|| crate::AgentEvent::Iperf3ListenerFailed {
+                error: e.to_string(),
+            });
             return;
         }
     };
@@ -150,10 +152,10 @@ fn handle_connection(mut stream: TcpStream, index: u64, l: &Listener, pending: P
     if let Err(e) = read_exact_by(&mut stream, &mut cookie, deadline) {
         shared.rejections.bad_hello.fetch_add(1, Ordering::Relaxed);
         if !matches!(e, ControlError::Closed) {
-            shared.log(format_args!(
-                "sonde agent: iperf3: closed connection from {}: no cookie ({e})",
-                peer_of(&stream)
-            ));
+            shared.report(|| crate::AgentEvent::Iperf3NoCookie {
+                peer: peer_of(&stream),
+                error: e.to_string(),
+            });
         }
         return;
     }
@@ -177,12 +179,11 @@ fn handle_connection(mut stream: TcpStream, index: u64, l: &Listener, pending: P
         .and_then(|peer| shared.admit_compat(peer.ip()));
     let Some(admitted) = admitted else {
         shared.rejections.refused.fetch_add(1, Ordering::Relaxed);
-        shared.log(format_args!(
-            "sonde agent: iperf3: refused {}: busy ({} sessions running, at most {} per address)",
-            peer_of(&stream),
-            shared.cfg.max_sessions,
-            shared.cfg.max_sessions_per_source
-        ));
+        shared.report(|| crate::AgentEvent::Iperf3Busy {
+            peer: peer_of(&stream),
+            max_sessions: shared.cfg.max_sessions,
+            max_sessions_per_source: shared.cfg.max_sessions_per_source,
+        });
         deny(&mut stream);
         return;
     };
@@ -208,16 +209,15 @@ fn attach_tcp(mut stream: TcpStream, index: u64, test: &Attach, shared: &Shared)
     }
     drop(st);
     shared.rejections.bad_join.fetch_add(1, Ordering::Relaxed);
-    shared.log(format_args!(
-        "sonde agent: iperf3: refused a data stream from {} for test {:?}: {}",
-        from.map_or_else(|| "?".into(), |a| a.to_string()),
-        test.cookie.text(),
-        if same_ip {
+    shared.report(|| crate::AgentEvent::Iperf3StreamRefused {
+        peer: from.map_or_else(|| "?".into(), |a| a.to_string()),
+        cookie: test.cookie.text().to_string(),
+        reason: if same_ip {
             "the test is not waiting for streams"
         } else {
             "not from the control connection's address"
-        }
-    ));
+        },
+    });
     deny(&mut stream);
 }
 
@@ -279,9 +279,11 @@ fn session(mut ctrl: TcpStream, cookie: Cookie, _admitted: &CompatSession<'_>, l
         }
         Err(why) => format!("ended: {why}"),
     };
-    shared.log(format_args!(
-        "sonde agent: iperf3 test {number} from {peer}: {line}"
-    ));
+    shared.report(|| crate::AgentEvent::Iperf3TestEnded {
+        number,
+        peer: peer.to_string(),
+        line,
+    });
 }
 
 /// PARAM_EXCHANGE, the parameters, the limits, CREATE_STREAMS and the streams, with the
@@ -596,10 +598,10 @@ fn apply_options(
             .apply(if agent_sends { opts } else { &receiving })
             .map_err(|e| option_refusal(&e))?;
         if let Some(e) = applied.pacing_error {
-            shared.log(format_args!(
-                "sonde agent: iperf3: stream to {} runs unpaced: cannot set --fq-rate ({e})",
-                stream.peer
-            ));
+            shared.report(|| crate::AgentEvent::Iperf3Unpaced {
+                peer: stream.peer.to_string(),
+                error: e.to_string(),
+            });
         }
         congestion_used = congestion_used.or(applied.congestion);
     }

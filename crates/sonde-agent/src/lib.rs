@@ -17,9 +17,13 @@
 
 mod admission;
 mod clock;
+mod control;
+mod conversation;
 mod crr;
+mod event;
 mod helper;
 mod iperf3;
+mod join;
 mod link;
 mod session;
 mod sockperf;
@@ -39,6 +43,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 pub(crate) use admission::PendingGuard;
+pub use event::{AgentEvent, EventSink, Events};
 pub use helper::{Helper, HelperFailure, HelperJob, HelperOutcome, HelperRunner};
 pub use link::{LinkBusy, LinkTest, LinkTests};
 use sonde_net::control::{read_preamble, ControlError};
@@ -89,8 +94,9 @@ pub struct AgentConfig {
     pub max_bitrate: Option<u64>,
     /// How long a new connection may take to say who it is.
     pub hello_timeout: Duration,
-    /// Print one line per session to stderr.
-    pub log: bool,
+    /// Where the agent reports what it does (sessions admitted and ended, refusals): one
+    /// [`AgentEvent`] each. `None`: nothing is reported.
+    pub events: Option<Events>,
     /// Also answer real iperf3 clients on this address (TCP and UDP), under the same limits.
     pub iperf3: Option<SocketAddr>,
     /// Also answer real sockperf clients on this address (TCP and UDP), under the same limits.
@@ -129,7 +135,7 @@ impl AgentConfig {
             max_sockperf_sessions_per_source: 2,
             max_bitrate: None,
             hello_timeout: Duration::from_secs(5),
-            log: false,
+            events: None,
             iperf3: None,
             sockperf: None,
             secret: None,
@@ -415,9 +421,11 @@ impl Shared {
         Some(CompatSession(self, ip))
     }
 
-    pub(crate) fn log(&self, line: std::fmt::Arguments<'_>) {
-        if self.cfg.log {
-            eprintln!("{line}");
+    /// Reports the event `make` makes to the agent's user, when it gave a sink (the event is
+    /// made only then).
+    pub(crate) fn report(&self, make: impl FnOnce() -> AgentEvent) {
+        if let Some(events) = &self.cfg.events {
+            events.0.event(make());
         }
     }
 }
@@ -736,10 +744,10 @@ fn handle_connection(mut stream: TcpStream, shared: &Arc<Shared>, guard: Pending
         Err(e) => {
             shared.rejections.bad_hello.fetch_add(1, Ordering::Relaxed);
             if !matches!(e, ControlError::Closed) {
-                shared.log(format_args!(
-                    "sonde agent: closed connection from {}: {e}",
-                    peer_of(&stream)
-                ));
+                shared.report(|| AgentEvent::ClosedConnection {
+                    peer: peer_of(&stream),
+                    error: e.to_string(),
+                });
             }
             return;
         }
@@ -780,9 +788,7 @@ fn join_tcp(mut stream: TcpStream, shared: &Shared, deadline: Instant) -> bool {
     let Some(slot) = shared.slots().get(&join.token).cloned() else {
         return false;
     };
-    if canonical(peer.ip()) != canonical(slot.peer_ip)
-        || slot.spec.protocol != sonde_wire::Protocol::Tcp
-    {
+    if join::check(&slot, peer.ip(), sonde_wire::Protocol::Tcp, None).is_err() {
         return false;
     }
     let _ = stream.set_read_timeout(None);
@@ -793,18 +799,10 @@ fn join_tcp(mut stream: TcpStream, shared: &Shared, deadline: Instant) -> bool {
 /// Hands a data channel to its session; false when the index is out of range or taken.
 fn deposit(slot: &Slot, index: u32, channel: DataChannel) -> bool {
     let mut channels = lock(&slot.channels);
-    if slot.closed.load(Ordering::Relaxed) {
-        return false;
-    }
-    let Some(place) = usize::try_from(index)
-        .ok()
-        .and_then(|i| channels.get_mut(i))
-    else {
+    let closed = slot.closed.load(Ordering::Relaxed);
+    let Ok(place) = join::place(&mut channels, closed, index) else {
         return false;
     };
-    if place.is_some() {
-        return false;
-    }
     *place = Some(channel);
     slot.joined.notify_all();
     true
@@ -839,15 +837,8 @@ fn udp_join(udp: &UdpSocket, datagram: &[u8], from: SocketAddr, shared: &Shared)
     let Some(slot) = shared.slots().get(&join.token).cloned() else {
         return false;
     };
-    if canonical(from.ip()) != canonical(slot.peer_ip)
-        || slot.spec.protocol != sonde_wire::Protocol::Udp
-    {
+    if join::check(&slot, from.ip(), sonde_wire::Protocol::Udp, Some(&join)).is_err() {
         return false;
-    }
-    if let Some(key) = &slot.key {
-        if !key.check_join_mac(&join.signed(), &join.mac) {
-            return false;
-        }
     }
     let ack = UdpJoin { ack: true, ..join }.encode();
     let already = lock(&slot.channels)

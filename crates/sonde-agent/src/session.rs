@@ -27,28 +27,20 @@ use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
 use sonde_net::cpu::ThreadsMeter;
 use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
-use sonde_wire::auth::{Nonce, Proof, Request, SessionKey};
+use sonde_wire::auth::{Nonce, SessionKey};
 use sonde_wire::{
-    AgentReport, ControlMsg, CpuReport, IntervalStats, Preamble, Protocol, Refusal, SessionId,
-    StreamStats, TcpInfoStats, TestKind, TestSpec, Token, Tuning, TuningReport, PROTOCOL_VERSION,
+    AgentReport, ControlMsg, CpuReport, IntervalStats, Preamble, Protocol, SessionId, StreamStats,
+    TcpInfoStats, TestKind, TestSpec, Token, Tuning, TuningReport,
 };
 
-use crate::{lock, peer_of, validate, DataChannel, PendingGuard, Shared, Slot};
+use crate::admission::Full;
+use crate::control::{describe, peer_gone, refused};
+use crate::conversation::running::{Action, Running, OVERRUN};
+use crate::conversation::{Agent, Conversation, NotAdmitted, Output};
+use crate::{lock, peer_of, AgentEvent, DataChannel, PendingGuard, Shared, Slot};
 
-/// How long a client has after the `Welcome` to say what it wants (`Start`, `Describe`); the
-/// connection counts as pending meanwhile.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a client has to open all its data channels after `Accepted`.
-const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long UDP receivers keep listening after the sender said it is done, for datagrams still
-/// in flight.
-const UDP_GRACE: Duration = Duration::from_secs(1);
-/// How far past its planned end a session may run before the agent ends it.
-const OVERRUN: Duration = Duration::from_secs(60);
-
-pub(crate) const SOFTWARE: &str = concat!("sonde ", env!("CARGO_PKG_VERSION"));
-
-/// Runs a control connection to its end. Returns false when the peer never said a valid hello.
+/// Runs a control connection to its end: the [`Conversation`] over `ctrl`, then the test.
+/// Returns false when the peer never said a valid hello.
 pub(crate) fn run(
     mut ctrl: TcpStream,
     preamble: Preamble,
@@ -56,183 +48,181 @@ pub(crate) fn run(
     pending: &mut Option<PendingGuard>,
 ) -> bool {
     let peer = peer_of(&ctrl);
-    let deadline = Instant::now() + shared.cfg.hello_timeout;
+    let version = preamble.check_version().map_err(|e| e.to_string());
+    let mut talk = Conversation::new(Instant::now(), &shared.cfg, shared.local.port(), version);
+    let mut held = Held::default();
     let mut body = Vec::new();
-    if let Err(e) = preamble.check_version() {
-        refuse(
-            shared,
-            &mut ctrl,
-            Refusal::Version,
-            &format!("{e}; upgrade one side"),
-        );
-        return true;
-    }
-    let hello = read_frame(&mut ctrl, &mut body, deadline);
-    let client_nonce = match hello {
-        Ok(ControlMsg::Hello {
-            protocol, nonce, ..
-        }) if protocol == PROTOCOL_VERSION => nonce,
-        Ok(ControlMsg::Hello { protocol, .. }) => {
-            let m = format!(
-                "protocol version {protocol} is not supported (this agent speaks {PROTOCOL_VERSION}); upgrade one side"
-            );
-            refuse(shared, &mut ctrl, Refusal::Version, &m);
-            return true;
-        }
-        Ok(_) | Err(_) => return false,
-    };
-    let Some(agent_nonce) = crate::random_nonce() else {
-        return true;
-    };
-    let session = SessionId(shared.next_session.fetch_add(1, Ordering::Relaxed));
-    // Nothing about the host yet: a stranger learns the agent's version, limits and nonce only.
-    let welcome = ControlMsg::Welcome {
-        protocol: PROTOCOL_VERSION,
-        software: SOFTWARE.into(),
-        session,
-        limits: shared.cfg.limits(),
-        nonce: agent_nonce,
-        secret_required: shared.cfg.secret.is_some(),
-    };
-    if write_frame(&mut ctrl, &welcome).is_err() {
-        return true;
-    }
-    // Still pending (counted against the listener's and the source's limits) until admitted.
-    let request = read_frame(&mut ctrl, &mut body, Instant::now() + START_TIMEOUT);
-    let nonces = (agent_nonce, client_nonce);
-    let (spec, key, tuning) = match request {
-        Ok(ControlMsg::Start {
-            spec,
-            proof,
-            tuning,
-        }) => {
-            let Ok(key) = authenticate(shared, &mut ctrl, &nonces, &Request::Test(&spec), proof)
-            else {
-                return true;
-            };
-            (spec, key, tuning)
-        }
-        Ok(ControlMsg::Help {
-            target,
-            test,
-            proof,
-        }) => {
-            crate::helper::serve(ctrl, shared, &nonces, (target, test, proof), pending);
-            return true;
-        }
-        Ok(ControlMsg::Describe { proof }) => {
-            if authenticate(shared, &mut ctrl, &nonces, &Request::Describe, proof).is_ok() {
-                let host = host_for(&ctrl);
-                let _ = write_frame(&mut ctrl, &ControlMsg::Description { host });
-                let _ = ctrl.shutdown(std::net::Shutdown::Write);
-            }
-            return true;
-        }
-        _ => return true,
-    };
-    if shared.shutdown.load(Ordering::Relaxed) {
-        refuse(
-            shared,
-            &mut ctrl,
-            Refusal::ShuttingDown,
-            "the agent is shutting down",
-        );
-        return true;
-    }
-    if let Err((reason, message)) = validate(&spec, &shared.cfg) {
-        refuse(shared, &mut ctrl, reason, &message);
-        return true;
-    }
-    let Ok(peer_addr) = ctrl.peer_addr() else {
-        return true;
-    };
-    let channels = usize::try_from(spec.channels()).unwrap_or(usize::MAX);
-    let slot = Arc::new(Slot {
-        peer_ip: peer_addr.ip(),
-        spec: spec.clone(),
-        channels: Mutex::new((0..channels).map(|_| None).collect()),
-        joined: std::sync::Condvar::new(),
-        closed: AtomicBool::new(false),
-        overlap: std::sync::atomic::AtomicU32::new(0),
-        key,
-    });
-    let token = match shared.admit(Arc::clone(&slot)) {
-        Ok(token) => token,
-        Err(crate::admission::Full::Listener) => {
-            let m = format!(
-                "the agent is running its maximum of {} sessions; try again shortly (sonde server --max-sessions)",
-                shared.cfg.max_sessions
-            );
-            refuse(shared, &mut ctrl, Refusal::Busy, &m);
-            return true;
-        }
-        Err(crate::admission::Full::Source) => {
-            let m = format!(
-                "this address runs its maximum of {} sessions at the agent; try again when one ends (sonde server --max-sessions-per-source)",
-                shared.cfg.max_sessions_per_source
-            );
-            refuse(shared, &mut ctrl, Refusal::SourceBusy, &m);
-            return true;
-        }
-    };
-    let _registered = Registered { shared, token };
-    // Mesh mode: one throughput or pps test on a link at a time, whichever end starts it.
-    let _link = match (&shared.cfg.link_tests, spec.kind) {
-        (Some(links), TestKind::Throughput | TestKind::Pps) => {
-            let local = ctrl.local_addr().map_or(peer_addr.ip(), |a| a.ip());
-            match links.serve_incoming(local, peer_addr.ip()) {
-                Ok(link) => Some(link),
-                Err(crate::LinkBusy) => {
-                    refuse(
-                        shared,
-                        &mut ctrl,
-                        Refusal::Busy,
-                        "this agent is running its own scheduled test to your address; the link \
-                         takes one test at a time (docs/mesh.md)",
-                    );
+    loop {
+        while let Some(output) = talk.poll() {
+            match output {
+                Output::Send(msg) => {
+                    if write_frame(&mut ctrl, &msg).is_err() {
+                        talk.handle_write_failed();
+                    }
+                }
+                Output::ShutdownWrite => {
+                    let _ = ctrl.shutdown(std::net::Shutdown::Write);
+                }
+                Output::Refused {
+                    reason,
+                    message,
+                    unauthenticated,
+                } => {
+                    if unauthenticated {
+                        shared
+                            .rejections
+                            .unauthenticated
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    refused(shared, &ctrl, reason, message);
+                }
+                Output::Admitted { session, spec } => {
+                    pending.take();
+                    shared.stats.admitted(spec.kind);
+                    shared.report(|| AgentEvent::SessionAdmitted {
+                        session,
+                        peer: peer.clone(),
+                        test: describe(&spec),
+                    });
+                }
+                Output::AwaitJoins => match held.slot.as_deref() {
+                    Some(slot) if wait_for_channels(slot, shared, &ctrl, &mut talk) => {}
+                    _ => talk.gave_up_joins(),
+                },
+                Output::Run {
+                    session,
+                    spec,
+                    tuning,
+                } => {
+                    let token = held.registered.as_ref().map(|r| r.token);
+                    let (Some(slot), Some(token)) = (held.slot.take(), token) else {
+                        return true;
+                    };
+                    if spec.kind == TestKind::Crr {
+                        crate::crr::run_session(ctrl, token, &slot, shared, session, &peer);
+                        return true;
+                    }
+                    let channels: Option<Vec<DataChannel>> =
+                        lock(&slot.channels).iter_mut().map(Option::take).collect();
+                    let Some(channels) = channels else {
+                        return true;
+                    };
+                    let outcome = Test::new(spec, channels, &slot, shared, tuning).run(ctrl);
+                    shared.report(|| AgentEvent::SessionEnded {
+                        session,
+                        peer,
+                        outcome,
+                    });
                     return true;
                 }
+                Output::Help { target, test } => {
+                    let Some(requester) = held.helper.as_ref().map(|h| h.1) else {
+                        return true;
+                    };
+                    pending.take();
+                    crate::helper::serve(ctrl, shared, requester, target, test);
+                    return true;
+                }
+                Output::End { bad_hello } => return !bad_hello,
             }
         }
-        _ => None,
-    };
-    // From here on the connection is a session, not a pending stranger.
-    pending.take();
-    shared.stats.admitted(spec.kind);
-    shared.log(format_args!(
-        "sonde agent: session {} from {peer}: {}",
-        session.0,
-        describe(&spec)
-    ));
-    let accepted = ControlMsg::Accepted {
-        token,
-        host: host_for(&ctrl),
-    };
-    if write_frame(&mut ctrl, &accepted).is_err() {
-        return true;
+        let Some(deadline) = talk.poll_timeout() else {
+            return true;
+        };
+        match read_frame(&mut ctrl, &mut body, deadline) {
+            Ok(msg) => talk.handle(
+                Instant::now(),
+                msg,
+                &mut Admit::new(shared, &ctrl, &mut held),
+            ),
+            Err(ControlError::Timeout(_)) => talk.handle_timeout(deadline.max(Instant::now())),
+            Err(_) => talk.handle_lost(),
+        }
     }
-    if spec.kind == TestKind::Crr {
-        crate::crr::run_session(ctrl, token, &slot, shared, session, &peer);
-        return true;
+}
+
+/// What an admitted session holds while it runs: its place among the agent's sessions (freed
+/// when it ends, however it ends), the data channels it waits for, its mesh link, and a helper
+/// request's place.
+#[derive(Default)]
+struct Held<'a> {
+    slot: Option<Arc<Slot>>,
+    registered: Option<Registered<'a>>,
+    link: Option<crate::LinkTest>,
+    /// A helper request's place, and the requester's address.
+    helper: Option<(crate::CompatSession<'a>, std::net::SocketAddr)>,
+}
+
+/// The agent around a [`Conversation`] on one control connection.
+struct Admit<'s, 'h> {
+    shared: &'s Arc<Shared>,
+    ctrl: &'h TcpStream,
+    held: &'h mut Held<'s>,
+}
+
+impl<'s, 'h> Admit<'s, 'h> {
+    fn new(shared: &'s Arc<Shared>, ctrl: &'h TcpStream, held: &'h mut Held<'s>) -> Self {
+        Self { shared, ctrl, held }
     }
-    let Some(channels) = wait_for_channels(&slot, shared, &ctrl) else {
-        let _ = write_frame(
-            &mut ctrl,
-            &ControlMsg::Error {
-                message: format!(
-                    "not every data channel joined within {JOIN_TIMEOUT:?} (a firewall on TCP/UDP port {}?)",
-                    shared.local.port()
-                ),
-            },
-        );
-        return true;
-    };
-    let outcome = Test::new(spec, channels, &slot, shared, tuning).run(ctrl);
-    shared.log(format_args!(
-        "sonde agent: session {} from {peer} {outcome}",
-        session.0
-    ));
-    true
+}
+
+impl Agent for Admit<'_, '_> {
+    fn nonce(&mut self) -> Option<Nonce> {
+        crate::random_nonce()
+    }
+
+    fn next_session(&mut self) -> SessionId {
+        SessionId(self.shared.next_session.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn shutting_down(&self) -> bool {
+        self.shared.shutdown.load(Ordering::Relaxed)
+    }
+
+    fn admit(&mut self, spec: &TestSpec, key: Option<&SessionKey>) -> Result<Token, NotAdmitted> {
+        let shared = self.shared;
+        let Ok(peer_addr) = self.ctrl.peer_addr() else {
+            return Err(NotAdmitted::Gone);
+        };
+        let channels = usize::try_from(spec.channels()).unwrap_or(usize::MAX);
+        let slot = Arc::new(Slot {
+            peer_ip: peer_addr.ip(),
+            spec: spec.clone(),
+            channels: Mutex::new((0..channels).map(|_| None).collect()),
+            joined: std::sync::Condvar::new(),
+            closed: AtomicBool::new(false),
+            overlap: std::sync::atomic::AtomicU32::new(0),
+            key: key.cloned(),
+        });
+        let token = shared.admit(Arc::clone(&slot)).map_err(NotAdmitted::Full)?;
+        self.held.registered = Some(Registered { shared, token });
+        // Mesh mode: one throughput or pps test on a link at a time, whichever end starts it.
+        if let (Some(links), TestKind::Throughput | TestKind::Pps) =
+            (&shared.cfg.link_tests, spec.kind)
+        {
+            let local = self.ctrl.local_addr().map_or(peer_addr.ip(), |a| a.ip());
+            match links.serve_incoming(local, peer_addr.ip()) {
+                Ok(link) => self.held.link = Some(link),
+                // Still registered until the conversation ends, as every refused session.
+                Err(crate::LinkBusy) => return Err(NotAdmitted::LinkBusy),
+            }
+        }
+        self.held.slot = Some(slot);
+        Ok(token)
+    }
+
+    fn admit_helper(&mut self) -> Result<(), NotAdmitted> {
+        let Ok(peer) = self.ctrl.peer_addr() else {
+            return Err(NotAdmitted::Gone);
+        };
+        let session = self.shared.admit_compat(peer.ip());
+        self.held.helper = Some((session.ok_or(NotAdmitted::Full(Full::Listener))?, peer));
+        Ok(())
+    }
+
+    fn host(&mut self) -> Option<Box<sonde_wire::HostInfo>> {
+        host_for(self.ctrl)
+    }
 }
 
 /// Removes the session from the agent when it ends, however it ends.
@@ -258,83 +248,35 @@ fn host_for(ctrl: &TcpStream) -> Option<Box<sonde_wire::HostInfo>> {
     })
 }
 
-/// Checks the client's proof of the shared secret when the agent has one, refusing the client
-/// when it is missing or wrong; the session's key (`None` without a secret).
-pub(crate) fn authenticate(
+/// Waits for every data channel to join, until the conversation's join deadline; gives up then,
+/// at shutdown, or when the client closes its control connection. Tells `talk` which.
+fn wait_for_channels(
+    slot: &Slot,
     shared: &Shared,
-    ctrl: &mut TcpStream,
-    (agent, client): &(Nonce, Nonce),
-    request: &Request<'_>,
-    proof: Option<Proof>,
-) -> Result<Option<SessionKey>, ()> {
-    let Some(secret) = &shared.cfg.secret else {
-        return Ok(None);
+    ctrl: &TcpStream,
+    talk: &mut Conversation<'_>,
+) -> bool {
+    let Some(deadline) = talk.poll_timeout() else {
+        return false;
     };
-    let message = match proof {
-        Some(p) if secret.check_proof(agent, client, request, &p) => {
-            return Ok(Some(secret.session_key(agent, client)));
-        }
-        Some(_) => "the shared secret does not match the agent's (check --secret-file or SONDE_SECRET on both sides)",
-        None => "this agent requires a shared secret: give the client the agent's with --secret-file FILE or SONDE_SECRET",
-    };
-    shared
-        .rejections
-        .unauthenticated
-        .fetch_add(1, Ordering::Relaxed);
-    refuse(shared, ctrl, Refusal::Unauthenticated, message);
-    Err(())
-}
-
-pub(crate) fn refuse(shared: &Shared, ctrl: &mut TcpStream, reason: Refusal, message: &str) {
-    shared.rejections.refused.fetch_add(1, Ordering::Relaxed);
-    shared.stats.refused(reason);
-    shared.log(format_args!(
-        "sonde agent: refused {}: {message}",
-        peer_of(ctrl)
-    ));
-    let _ = write_frame(
-        ctrl,
-        &ControlMsg::Refused {
-            reason,
-            message: message.into(),
-        },
-    );
-}
-
-pub(crate) fn describe(spec: &TestSpec) -> String {
-    let proto = match spec.protocol {
-        Protocol::Tcp => "tcp",
-        Protocol::Udp => "udp",
-    };
-    let kind = match spec.kind {
-        TestKind::Latency => "latency",
-        TestKind::Throughput => "throughput",
-        TestKind::Pps => "pps",
-        TestKind::Crr => "crr",
-    };
-    format!(
-        "{proto} {kind}, {} stream(s) {:?}, {} B, {:.1} s",
-        spec.streams,
-        spec.direction,
-        spec.msg_size,
-        spec.duration_ms as f64 / 1e3
-    )
-}
-
-/// Waits for every data channel to join; gives up at the join timeout, at shutdown, or when
-/// the client closes its control connection.
-fn wait_for_channels(slot: &Slot, shared: &Shared, ctrl: &TcpStream) -> Option<Vec<DataChannel>> {
-    let deadline = Instant::now() + JOIN_TIMEOUT;
     let mut channels = lock(&slot.channels);
     loop {
         if channels.iter().all(Option::is_some) {
             slot.closed.store(true, Ordering::Relaxed);
-            return channels.iter_mut().map(Option::take).collect();
+            drop(channels);
+            talk.joined();
+            return true;
         }
         let now = Instant::now();
-        if now >= deadline || shared.shutdown.load(Ordering::Relaxed) || peer_gone(ctrl) {
+        if now >= deadline {
             slot.closed.store(true, Ordering::Relaxed);
-            return None;
+            drop(channels);
+            talk.handle_timeout(now);
+            return true;
+        }
+        if shared.shutdown.load(Ordering::Relaxed) || peer_gone(ctrl) {
+            slot.closed.store(true, Ordering::Relaxed);
+            return false;
         }
         let wait = (deadline - now).min(Duration::from_millis(200));
         channels = slot
@@ -342,21 +284,6 @@ fn wait_for_channels(slot: &Slot, shared: &Shared, ctrl: &TcpStream) -> Option<V
             .wait_timeout(channels, wait)
             .map_or_else(|e| e.into_inner().0, |(g, _)| g);
     }
-}
-
-/// Whether the peer has closed (or reset) a connection we are not reading yet.
-pub(crate) fn peer_gone(ctrl: &TcpStream) -> bool {
-    if ctrl.set_nonblocking(true).is_err() {
-        return true;
-    }
-    let mut b = [0u8; 1];
-    let gone = match ctrl.peek(&mut b) {
-        Ok(0) => true,
-        Ok(_) => false,
-        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
-    };
-    let _ = ctrl.set_nonblocking(false);
-    gone
 }
 
 /// What one data channel's thread came back with.
@@ -620,79 +547,35 @@ impl<'a> Test<'a> {
     ) -> Result<AgentReport, String> {
         let n = self.channels.len();
         let mut outcomes: Vec<Option<RoleOutcome>> = (0..n).map(|_| None).collect();
-        let mut client_sent: Vec<Option<u64>> = vec![None; n];
-        let mut grace_until: Option<Instant> = None;
-        let mut sender_done_sent = false;
         let senders: Vec<usize> = (0..n).filter(|&i| self.agent_sends(i)).collect();
-        let go_deadline = Instant::now() + JOIN_TIMEOUT;
+        let sends = (0..n).map(|i| self.agent_sends(i)).collect();
+        let mut test = Running::new(Instant::now(), hard_deadline, sends);
         loop {
-            if outcomes.iter().all(Option::is_some) {
-                break;
-            }
-            let now = Instant::now();
-            if !senders.is_empty()
-                && now >= go_deadline
-                && self.go_at_ns.load(Ordering::Relaxed) == u64::MAX
-            {
-                return Err(format!("the client did not start within {JOIN_TIMEOUT:?}"));
-            }
-            if now >= hard_deadline {
-                return Err("the test overran its planned end by a minute".into());
-            }
-            if self.shared.shutdown.load(Ordering::Relaxed) {
-                return Err("the agent is shutting down".into());
-            }
-            if grace_until.is_some_and(|g| now >= g) {
-                // A capped TCP receiver would read what the client's socket buffers still hold
-                // (megabytes a stream) at its share of the cap: it stops here too, that data
-                // unread and uncounted, so the test ends a second after the client's senders.
-                let capped_tcp = self.read_cap().is_some();
-                for (i, stop) in self.stops.iter().enumerate() {
-                    if (self.spec.protocol == Protocol::Udp || capped_tcp) && self.agent_receives(i)
-                    {
-                        stop.store(true, Ordering::Relaxed);
+            while let Some(action) = test.poll() {
+                match action {
+                    Action::Go => self.go_at_ns.store(clock.now_ns(), Ordering::Release),
+                    Action::Expect { stream, packets } => {
+                        self.expect[stream].store(packets, Ordering::Relaxed);
                     }
-                }
-            }
-            match rx.recv_timeout(Duration::from_millis(50)) {
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return Err("internal: event loop".into()),
-                Ok(Event::Control(Ok(msg))) => match *msg {
-                    ControlMsg::SenderDone { streams } => {
-                        for s in streams {
-                            let Some(i) = usize::try_from(s.stream).ok().filter(|&i| i < n) else {
-                                continue;
-                            };
-                            client_sent[i] = Some(s.packets);
-                            self.expect[i].store(s.packets, Ordering::Relaxed);
+                    Action::StopReceivers => {
+                        // A capped TCP receiver would read what the client's socket buffers
+                        // still hold (megabytes a stream) at its share of the cap: it stops
+                        // here too, that data unread and uncounted, so the test ends a second
+                        // after the client's senders.
+                        let capped_tcp = self.read_cap().is_some();
+                        for (i, stop) in self.stops.iter().enumerate() {
+                            if (self.spec.protocol == Protocol::Udp || capped_tcp)
+                                && self.agent_receives(i)
+                            {
+                                stop.store(true, Ordering::Relaxed);
+                            }
                         }
-                        grace_until = Some(Instant::now() + UDP_GRACE);
                     }
-                    ControlMsg::Go => {
-                        self.go_at_ns.store(clock.now_ns(), Ordering::Release);
-                    }
-                    ControlMsg::Finish => self.stop_all(),
-                    ControlMsg::ClockProbe { client_send_ns } => {
+                    Action::StopAll => self.stop_all(),
+                    Action::AnswerClock { client_send_ns } => {
                         crate::clock::answer(client_send_ns, writer)?;
                     }
-                    ControlMsg::Error { message } => {
-                        return Err(format!("the client reported: {message}"))
-                    }
-                    _ => return Err("unexpected control message from the client".into()),
-                },
-                Ok(Event::Control(Err(e))) => {
-                    return Err(format!("control connection lost: {e}"));
-                }
-                Ok(Event::Done(i, outcome)) => {
-                    if let RoleOutcome::Failed(why) = &outcome {
-                        if !self.stops[i].load(Ordering::Relaxed) {
-                            return Err(format!("stream {i}: {why}"));
-                        }
-                    }
-                    outcomes[i] = Some(outcome);
-                    let senders_done = senders.iter().all(|&s| outcomes[s].is_some());
-                    if !senders.is_empty() && senders_done && !sender_done_sent {
-                        sender_done_sent = true;
+                    Action::SendSenderDone => {
                         let streams = senders
                             .iter()
                             .filter_map(|&s| match &outcomes[s] {
@@ -704,12 +587,42 @@ impl<'a> Test<'a> {
                             .collect();
                         let msg = ControlMsg::SenderDone { streams };
                         if write_shrinking(&mut lock(writer), msg).is_err() {
-                            return Err("control connection lost".into());
+                            test.handle_write_failed(None);
                         }
                     }
+                    Action::Fail(why) => return Err(why),
+                }
+            }
+            if test.is_over() {
+                break;
+            }
+            let now = Instant::now();
+            test.handle_timeout(now);
+            if self.shared.shutdown.load(Ordering::Relaxed) {
+                test.shutting_down();
+            }
+            if test.has_output() {
+                continue;
+            }
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err("internal: event loop".into()),
+                Ok(Event::Control(Ok(msg))) => test.handle(Instant::now(), *msg),
+                Ok(Event::Control(Err(e))) => test.handle_lost(&e.to_string()),
+                Ok(Event::Done(i, outcome)) => {
+                    let failure = match &outcome {
+                        RoleOutcome::Failed(why) => Some(why.clone()),
+                        _ => None,
+                    };
+                    let stopped = self.stops[i].load(Ordering::Relaxed);
+                    if failure.is_none() || stopped {
+                        outcomes[i] = Some(outcome);
+                    }
+                    test.stream_ended(i, failure.as_deref(), stopped);
                 }
             }
         }
+        let client_sent = test.client_sent();
         let mut report = AgentReport::default();
         for (i, outcome) in outcomes.into_iter().enumerate() {
             let stream = index_u32(i);

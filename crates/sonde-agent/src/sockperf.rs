@@ -129,9 +129,9 @@ pub(crate) fn serve(listener: CompatListener, shared: &Arc<Shared>) {
             .name("sonde-sockperf-udp".into())
             .spawn_scoped(scope, move || udp_loop(udp, shared));
         if let Err(e) = spawned {
-            shared.log(format_args!(
-                "sonde agent: sockperf UDP not served: cannot start its thread: {e}"
-            ));
+            shared.report(|| crate::AgentEvent::SockperfUdpNotServed {
+                why: format!("cannot start its thread: {e}"),
+            });
         }
         while let Some(stream) = crate::next_connection(&tcp, shared) {
             let admitted = stream
@@ -242,12 +242,13 @@ fn tcp_session(stream: &TcpStream, shared: &Shared, session: SockperfSession<'_>
             .sockperf_junk
             .fetch_add(1, Ordering::Relaxed);
     }
-    shared.log(format_args!(
-        "sonde agent: sockperf tcp {peer}: {} messages received and handled, {} replies, {:.1} s, {end}",
-        tally.messages,
-        tally.replies,
-        started.elapsed().as_secs_f64()
-    ));
+    shared.report(|| crate::AgentEvent::SockperfTcpEnded {
+        peer: peer.to_string(),
+        messages: tally.messages,
+        replies: tally.replies,
+        elapsed: started.elapsed(),
+        end: end.to_string(),
+    });
 }
 
 fn tcp_serve(stream: &TcpStream, shared: &Shared, started: Instant, tally: &mut Tally) -> TcpEnd {
@@ -381,9 +382,9 @@ struct UdpPeer<'a> {
 
 fn udp_loop(udp: &UdpSocket, shared: &Shared) {
     if let Err(e) = udp.set_read_timeout(Some(POLL)) {
-        shared.log(format_args!(
-            "sonde agent: sockperf UDP not served: cannot set its read timeout: {e}"
-        ));
+        shared.report(|| crate::AgentEvent::SockperfUdpNotServed {
+            why: format!("cannot set its read timeout: {e}"),
+        });
         return;
     }
     let capacity = usize::try_from(shared.cfg.max_sessions)
@@ -522,11 +523,10 @@ impl<'a> UdpPeers<'a> {
             }
             if p.session.is_some() && now.duration_since(p.first_seen) >= max_life {
                 p.session = None;
-                shared.log(format_args!(
-                    "sonde agent: sockperf udp {}: over --max-duration ({} s), no longer answered",
-                    canonical(p.addr),
-                    shared.cfg.max_duration.as_secs()
-                ));
+                shared.report(|| crate::AgentEvent::SockperfUdpOverrun {
+                    peer: canonical(p.addr).to_string(),
+                    max_duration_s: shared.cfg.max_duration.as_secs(),
+                });
             }
             i += 1;
         }
@@ -550,14 +550,14 @@ impl UdpPeer<'_> {
         } else {
             String::new()
         };
-        shared.log(format_args!(
-            "sonde agent: sockperf udp {}: {} messages received and handled, {} replies{junk}, \
-             {:.1} s, {why}",
-            canonical(addr),
-            tally.messages,
-            tally.replies,
-            last_seen.duration_since(first_seen).as_secs_f64()
-        ));
+        shared.report(|| crate::AgentEvent::SockperfUdpEnded {
+            peer: canonical(addr).to_string(),
+            messages: tally.messages,
+            replies: tally.replies,
+            junk,
+            elapsed: last_seen.duration_since(first_seen),
+            why: why.to_owned(),
+        });
     }
 }
 

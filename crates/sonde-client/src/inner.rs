@@ -25,7 +25,7 @@ use sonde_wire::stamps::ONE_WAY_MIN_MSG;
 
 use sonde_report::{ClockEstimate, FullLog, HistogramBucket, OneWay, SignedNs, SocketRtt, Warning};
 
-use crate::session::ClientChannel;
+use crate::run::ClientChannel;
 use crate::{ClientError, LatencyOptions};
 
 /// Samples that may wait for the log's writer: about two seconds of a fast closed loop
@@ -240,10 +240,10 @@ pub(crate) fn socket_rtt(o: &LatencyOutcome, warnings: &mut Vec<Warning>) -> Opt
         rx_stamped: s.rx_stamped,
         tx_stamped: s.tx_stamped,
         inconsistent: s.inconsistent,
-        socket_rtt_ns: crate::results::rtt_ns_if_any(&s.socket_rtt),
-        host_ns: crate::results::rtt_ns_if_any(&s.host),
-        send_to_socket_rx_ns: crate::results::rtt_ns_if_any(&s.send_to_rx),
-        rx_host_ns: crate::results::rtt_ns_if_any(&s.rx_host),
+        socket_rtt_ns: crate::rtt::rtt_ns_if_any(&s.socket_rtt),
+        host_ns: crate::rtt::rtt_ns_if_any(&s.host),
+        send_to_socket_rx_ns: crate::rtt::rtt_ns_if_any(&s.send_to_rx),
+        rx_host_ns: crate::rtt::rtt_ns_if_any(&s.rx_host),
     })
 }
 
@@ -321,7 +321,7 @@ pub(crate) fn one_way(
         unstamped: ow.unstamped,
         forward_ns: forward,
         return_ns: backward,
-        agent_hold_ns: crate::results::rtt_ns_if_any(ow.recorder.hold()),
+        agent_hold_ns: crate::rtt::rtt_ns_if_any(ow.recorder.hold()),
         uncertainty_ns: Some(summary.uncertainty_ns),
         clock: Some(clock),
     })

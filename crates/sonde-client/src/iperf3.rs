@@ -49,16 +49,19 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sonde_engine::bits_per_second;
 use sonde_engine::interval::Intervals;
 use sonde_net::bulk::{self, SendOutcome, TcpRecvOutcome, UdpFormat, UdpRecvOutcome};
-use sonde_net::control::ControlError;
 use sonde_net::cpu::{CpuCost, CpuMeter, CpuScope};
 use sonde_net::{Clock, Counters};
 use sonde_report::{
     IntervalResult, Peer, SideTotals, StreamDirection, StreamResult, ThroughputResult, Warning,
 };
-use sonde_wire::iperf3::{self as wire, Cookie, Params, Results, State, StreamResults};
+use sonde_wire::iperf3::{self as wire, Cookie, Params, Results, StreamResults};
 use sonde_wire::{Direction, Protocol};
 
 use crate::{ClientError, Target, ThroughputOptions};
+
+mod control;
+
+use control::{control_io, Conversation, Heard, Opening, ReadError, STEP_TIMEOUT};
 
 /// The target scheme: `iperf3://HOST[:PORT]`.
 pub const SCHEME: &str = "iperf3://";
@@ -77,24 +80,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// first, for 3.12 to 3.19.1; on a port where nothing, or no iperf3 server, listens the
 /// pauses only delay the verdict.
 const RELISTEN_PAUSES_MS: [u64; 4] = [5, 20, 80, 200];
-/// A real iperf3 server answers the cookie at once (`PARAM_EXCHANGE`, or `ACCESS_DENIED` when
-/// busy): silence this long means something else listens on the port.
-const GREETING_TIMEOUT: Duration = Duration::from_secs(5);
-/// Every later step: `CREATE_STREAMS` after the parameters, `TEST_START` after the last stream,
-/// the server's results, `DISPLAY_RESULTS`; and a control write.
-const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a UDP stream waits for the server's connect reply (iperf3 waits 30 s).
 const UDP_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// After `TEST_END`, the server has this long to ask for results.
-const RESULTS_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the event loop looks at the control connection, the clock and Ctrl-C.
 const TICK: Duration = Duration::from_millis(10);
 /// After `EXCHANGE_RESULTS` a UDP receiver reads until its socket has been quiet this long (the
 /// server stopped sending before it asked; this only empties the socket buffer).
 const UDP_QUIET: Duration = Duration::from_millis(50);
-/// After `IPERF_DONE`, how long the server may take to close the control connection (it does
-/// at once) before this end stops waiting for it.
-const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// The longest the receivers drain after `EXCHANGE_RESULTS` before they are stopped.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 /// After the stop flags are set every loop ends within its poll time (100 ms); this bounds it.
@@ -148,9 +140,10 @@ pub fn throughput(
     let cookie = fresh_cookie();
     let mut ctl = Control::open(target.addr, interrupt, &cookie)?;
     let run = session(&mut ctl, &cookie, target.addr, opt, on_interval);
-    if matches!(run, Err(ClientError::Interrupted)) && ctl.params_sent {
+    if matches!(run, Err(ClientError::Interrupted)) && ctl.talk.params_sent() {
         // Best effort: the server drops the test and prints "the client has terminated".
-        let _ = ctl.send(State::ClientTerminate);
+        ctl.talk.terminate();
+        let _ = ctl.stream.write_all(&ctl.talk.poll_transmit());
     }
     let _ = ctl.stream.shutdown(Shutdown::Both);
     Ok(document(target, opt, started_unix_ms, &run?))
@@ -248,30 +241,13 @@ fn nanos(d: Duration) -> u64 {
 // The control connection
 // ---------------------------------------------------------------------------------------------
 
-/// Why a control read ended without its bytes.
-enum ReadError {
-    Timeout,
-    Closed,
-    Interrupted,
-    Io(io::Error),
-}
-
-/// Why opening the control connection failed.
-#[derive(Debug)]
-enum Opening {
-    /// Refused, or closed before any answer: perhaps an iperf3 server between two tests.
-    Gap(ClientError),
-    Failed(ClientError),
-}
-
-/// The control connection, with every read bounded by a deadline and by Ctrl-C.
+/// The control connection: the [`Conversation`] over a `TcpStream`, every read bounded by the
+/// conversation's deadline and by Ctrl-C (looked at every [`TICK`]).
 struct Control<'a> {
     stream: TcpStream,
     peer: SocketAddr,
     interrupt: &'a AtomicBool,
-    /// The server has our parameters: from here on it reads state bytes, so `CLIENT_TERMINATE`
-    /// is understood.
-    params_sent: bool,
+    talk: Conversation,
 }
 
 impl<'a> Control<'a> {
@@ -284,10 +260,11 @@ impl<'a> Control<'a> {
     ) -> Result<Self, ClientError> {
         let mut pauses = RELISTEN_PAUSES_MS.iter();
         loop {
-            let attempt = Self::connect(peer, interrupt).and_then(|mut ctl| {
-                ctl.greet(cookie)?;
-                Ok(ctl)
-            });
+            let attempt =
+                Self::connect(peer, interrupt, cookie).and_then(|mut ctl| match ctl.next()? {
+                    Heard::ParamExchange => Ok(ctl),
+                    other => Err(Opening::Failed(astray(&other))),
+                });
             match attempt {
                 Ok(ctl) => return Ok(ctl),
                 Err(Opening::Gap(e)) => match pauses.next() {
@@ -301,7 +278,11 @@ impl<'a> Control<'a> {
         }
     }
 
-    fn connect(peer: SocketAddr, interrupt: &'a AtomicBool) -> Result<Self, Opening> {
+    fn connect(
+        peer: SocketAddr,
+        interrupt: &'a AtomicBool,
+        cookie: &Cookie,
+    ) -> Result<Self, Opening> {
         let stream =
             sonde_net::socket::tcp_connect(peer, CONNECT_TIMEOUT, true).map_err(|e| {
                 let refused = e.kind() == io::ErrorKind::ConnectionRefused;
@@ -322,7 +303,7 @@ impl<'a> Control<'a> {
             stream,
             peer,
             interrupt,
-            params_sent: false,
+            talk: Conversation::new(Instant::now(), peer, cookie),
         })
     }
 
@@ -330,312 +311,134 @@ impl<'a> Control<'a> {
         self.interrupt.load(Ordering::Relaxed)
     }
 
-    /// Reads exactly `buf.len()` bytes before `deadline`, looking at Ctrl-C every [`TICK`].
-    fn read_exact(&mut self, buf: &mut [u8], deadline: Instant) -> Result<(), ReadError> {
-        let mut got = 0;
-        while got < buf.len() {
-            if self.interrupted() {
-                return Err(ReadError::Interrupted);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(ReadError::Timeout);
-            }
-            self.stream
-                .set_read_timeout(Some(left.min(TICK)))
-                .map_err(ReadError::Io)?;
-            match self.stream.read(&mut buf[got..]) {
-                Ok(0) => return Err(ReadError::Closed),
-                Ok(n) => got += n,
-                Err(e) if sonde_net::control::read_again(&e) => {}
-                // A reset is how a server that closed with our bytes unread says goodbye.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted
-                    ) =>
-                {
-                    return Err(ReadError::Closed)
-                }
-                Err(e) => return Err(ReadError::Io(e)),
+    /// Writes what the conversation has to send; a failure is the conversation's to judge.
+    fn flush(&mut self) {
+        let out = self.talk.poll_transmit();
+        if !out.is_empty() {
+            if let Err(e) = self.stream.write_all(&out) {
+                self.talk.handle_write_failed(&e);
             }
         }
-        Ok(())
     }
 
-    /// One state byte before `deadline`.
-    fn read_byte(&mut self, deadline: Instant) -> Result<u8, ReadError> {
-        let mut b = [0u8; 1];
-        self.read_exact(&mut b, deadline)?;
-        Ok(b[0])
-    }
-
-    /// A state byte if one arrives within `wait`.
-    fn poll_byte(&mut self, wait: Duration) -> Result<Option<u8>, ReadError> {
-        match self.read_byte(Instant::now() + wait) {
-            Ok(b) => Ok(Some(b)),
-            Err(ReadError::Timeout) => Ok(None),
-            Err(e) => Err(e),
+    /// What the server says next (or how the conversation failed).
+    fn next(&mut self) -> Result<Heard, Opening> {
+        loop {
+            self.flush();
+            if let Some(heard) = self.talk.poll() {
+                return heard;
+            }
+            if !self.talk.reading() {
+                return Err(Opening::Failed(ClientError::Protocol(
+                    "internal: the iperf3 conversation waits for nothing".into(),
+                )));
+            }
+            self.read_once(None);
         }
     }
 
-    fn send(&mut self, state: State) -> Result<(), ClientError> {
-        self.stream
-            .write_all(&[state.byte()])
-            .map_err(|e| control_io(&e))
-    }
-
-    fn send_json(&mut self, body: &[u8]) -> Result<(), ClientError> {
-        let mut msg = Vec::with_capacity(4 + body.len());
-        msg.extend_from_slice(&wire::json_prefix(body));
-        msg.extend_from_slice(body);
-        self.stream.write_all(&msg).map_err(|e| control_io(&e))
-    }
-
-    /// The server's explanation after a `SERVER_ERROR` byte: iperf3's message for the code,
-    /// with the OS error where iperf3 adds it. An authentication failure sends only the code,
-    /// so an early close after it is tolerated.
-    fn server_error(&mut self) -> String {
-        let deadline = Instant::now() + STEP_TIMEOUT;
-        let mut code = [0u8; 4];
-        if self.read_exact(&mut code, deadline).is_err() {
-            return "the iperf3 server reported an error but not which".into();
+    /// What the server says within `wait`, if anything.
+    fn poll_for(&mut self, wait: Duration) -> Result<Option<Heard>, ClientError> {
+        let until = Instant::now() + wait;
+        loop {
+            self.flush();
+            if let Some(heard) = self.talk.poll() {
+                return heard.map(Some).map_err(Opening::error);
+            }
+            if Instant::now() >= until || !self.talk.reading() {
+                return Ok(None);
+            }
+            self.read_once(Some(until));
         }
-        let mut errno = [0u8; 4];
-        let errno = match self.read_exact(&mut errno, deadline) {
-            Ok(()) => i32::from_be_bytes(errno),
-            Err(_) => 0,
-        };
-        server_error_text(i32::from_be_bytes(code), errno)
     }
 
-    /// Sends the cookie and waits for `PARAM_EXCHANGE`.
-    fn greet(&mut self, cookie: &Cookie) -> Result<(), Opening> {
-        let peer = self.peer;
-        let not_iperf3 = |what: String| {
-            ClientError::NotIperf3(format!("{peer} is not an iperf3 server: {what}"))
-        };
-        // A busy server answers and closes without reading: its ACCESS_DENIED may be waiting
-        // even when the cookie write fails.
-        let wrote = self.stream.write_all(cookie.as_bytes());
-        let e = match self.read_byte(Instant::now() + GREETING_TIMEOUT) {
-            Ok(b) if b == State::ParamExchange.byte() => {
-                return wrote.map_err(|e| Opening::Failed(control_io(&e)))
+    /// One read, for at most a [`TICK`], the conversation's deadline and `until`; what it got
+    /// (or why it got nothing) goes to the conversation.
+    fn read_once(&mut self, until: Option<Instant>) {
+        let now = Instant::now();
+        if self.interrupted() {
+            return self.talk.handle_read_error(now, ReadError::Interrupted);
+        }
+        let deadline = self.talk.poll_timeout();
+        if deadline.is_some_and(|d| now >= d) {
+            return self.talk.handle_timeout(now);
+        }
+        let limit = [deadline, until].into_iter().flatten().min();
+        let left = limit.map_or(TICK, |l| l.saturating_duration_since(now).min(TICK));
+        if left.is_zero() {
+            return;
+        }
+        if let Err(e) = self.stream.set_read_timeout(Some(left)) {
+            return self.talk.handle_read_error(now, ReadError::Io(e));
+        }
+        let mut buf = [0u8; 4096];
+        match self.stream.read(&mut buf) {
+            Ok(0) => self
+                .talk
+                .handle_read_error(Instant::now(), ReadError::Closed),
+            Ok(n) => self.talk.handle_bytes(Instant::now(), &buf[..n]),
+            Err(e) if sonde_net::control::read_again(&e) => {}
+            // A reset is how a server that closed with our bytes unread says goodbye.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted
+                ) =>
+            {
+                self.talk
+                    .handle_read_error(Instant::now(), ReadError::Closed);
             }
-            Ok(b) if b == State::AccessDenied.byte() => ClientError::Iperf3Refused(format!(
-                "the iperf3 server at {peer} is busy running a test; try again later"
-            )),
-            Ok(b) if b == State::ServerError.byte() => {
-                ClientError::Iperf3Refused(self.server_error())
-            }
-            Ok(b) => not_iperf3(format!(
-                "it answered {} where iperf3 asks for the test parameters",
-                self.describe_answer(b)
-            )),
-            Err(ReadError::Timeout) => not_iperf3(format!(
-                "it said nothing for {} s after the cookie (an iperf3 server answers at once)",
-                GREETING_TIMEOUT.as_secs()
-            )),
-            Err(ReadError::Closed) => {
-                return Err(Opening::Gap(not_iperf3(
-                    "it closed the connection without answering the cookie (a sonde agent does: for one, leave out iperf3://)".into(),
-                )))
-            }
-            Err(ReadError::Interrupted) => ClientError::Interrupted,
-            Err(ReadError::Io(e)) => control_io(&e),
-        };
-        Err(Opening::Failed(e))
-    }
-
-    /// `first` and whatever text follows at once, for a message: `0x53 ("SSH-2.0-OpenSSH")`.
-    fn describe_answer(&mut self, first: u8) -> String {
-        let mut text = [0u8; 48];
-        text[0] = first;
-        let _ = self
-            .stream
-            .set_read_timeout(Some(Duration::from_millis(100)));
-        let n = 1 + self.stream.read(&mut text[1..]).unwrap_or(0);
-        let line: String = String::from_utf8_lossy(&text[..n])
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .chars()
-            .filter(|c| !c.is_control())
-            .collect();
-        if line.len() >= 3 {
-            format!("{first:#04x} ({line:?})")
-        } else {
-            format!("{first:#04x}")
+            Err(e) => self
+                .talk
+                .handle_read_error(Instant::now(), ReadError::Io(e)),
         }
     }
 
     /// Sends the parameters and waits for `CREATE_STREAMS`.
     fn send_params(&mut self, params: &Params) -> Result<(), ClientError> {
-        self.send_json(&params.to_json())?;
-        self.params_sent = true;
-        let peer = self.peer;
-        match self.read_byte(Instant::now() + STEP_TIMEOUT) {
-            Ok(b) if b == State::CreateStreams.byte() => Ok(()),
-            Ok(b) if b == State::ServerError.byte() => Err(ClientError::Iperf3Refused(format!(
-                "the iperf3 server at {peer} refused the test: {}",
-                self.server_error()
-            ))),
-            Ok(b) if b == State::AccessDenied.byte() => Err(ClientError::Iperf3Refused(format!(
-                "the iperf3 server at {peer} denied access to the test"
-            ))),
-            Ok(b) => Err(unexpected(b, "CREATE_STREAMS")),
-            // What iperf3 does with parameters it will not run (a rate over its
-            // --server-bitrate-limit, JSON it cannot read): close without a word.
-            Err(ReadError::Closed) => Err(ClientError::Iperf3Refused(format!(
-                "the iperf3 server at {peer} closed the connection after reading the test parameters: it refused them without saying why (its own log does; a rate over its --server-bitrate-limit is one cause)"
-            ))),
-            Err(e) => Err(self.read_failed(e, "CREATE_STREAMS")),
+        self.talk.send_params(Instant::now(), params);
+        match self.next().map_err(Opening::error)? {
+            Heard::CreateStreams => Ok(()),
+            other => Err(astray(&other)),
         }
     }
 
     /// Waits for `TEST_START` and `TEST_RUNNING` (often in one segment).
     fn await_start(&mut self) -> Result<(), ClientError> {
-        let deadline = Instant::now() + STEP_TIMEOUT;
-        for want in [State::TestStart, State::TestRunning] {
-            match self.read_byte(deadline) {
-                Ok(b) if b == want.byte() => {}
-                Ok(b) => return Err(self.mid_test_state(b, &format!("{want:?}"))),
-                Err(e) => return Err(self.read_failed(e, &format!("{want:?}"))),
-            }
-        }
-        Ok(())
-    }
-
-    /// A state byte other than the one due: the server's own end of the test, or confusion.
-    fn mid_test_state(&mut self, b: u8, due: &str) -> ClientError {
-        match State::from_byte(b) {
-            Some(State::ServerTerminate) => {
-                // As iperf3 3.12 does before it closes.
-                let _ = self.send(State::IperfDone);
-                ClientError::Remote(
-                    "the iperf3 server was stopped during the test (SERVER_TERMINATE)".into(),
-                )
-            }
-            Some(State::ServerError) => ClientError::Remote(format!(
-                "the iperf3 server ended the test: {}",
-                self.server_error()
-            )),
-            Some(State::AccessDenied) => {
-                ClientError::Remote("the iperf3 server denied access during the test".into())
-            }
-            _ => unexpected(b, due),
+        self.talk.streams_open(Instant::now());
+        match self.next().map_err(Opening::error)? {
+            Heard::TestRunning => Ok(()),
+            other => Err(astray(&other)),
         }
     }
 
-    fn read_failed(&self, e: ReadError, waiting_for: &str) -> ClientError {
-        match e {
-            ReadError::Interrupted => ClientError::Interrupted,
-            ReadError::Closed => ClientError::Remote(format!(
-                "the iperf3 server at {} closed the control connection while sonde waited for {waiting_for}",
-                self.peer
-            )),
-            ReadError::Timeout => ClientError::Remote(format!(
-                "the iperf3 server at {} sent no {waiting_for} in time",
-                self.peer
-            )),
-            ReadError::Io(e) => control_io(&e),
+    /// Sends our results and reads the server's.
+    fn exchange_results(&mut self, ours: &Results) -> Result<Results, ClientError> {
+        self.talk.send_results(Instant::now(), ours);
+        match self.next().map_err(Opening::error)? {
+            Heard::ServerResults(theirs) => Ok(*theirs),
+            other => Err(astray(&other)),
         }
     }
 
-    /// Reads the server's results JSON (its length checked before anything is allocated).
-    fn read_results(&mut self) -> Result<Results, ClientError> {
-        let deadline = Instant::now() + STEP_TIMEOUT;
-        let mut prefix = [0u8; 4];
-        self.read_exact(&mut prefix, deadline)
-            .map_err(|e| self.read_failed(e, "its results"))?;
-        let len = wire::json_len(prefix)
-            .map_err(|e| ClientError::Protocol(format!("the iperf3 server's results: {e}")))?;
-        let mut body = vec![0u8; len];
-        self.read_exact(&mut body, deadline)
-            .map_err(|e| self.read_failed(e, "its results"))?;
-        Results::from_json(&body)
-            .map_err(|e| ClientError::Protocol(format!("the iperf3 server's results: {e}")))
-    }
-
-    /// `DISPLAY_RESULTS`, answered with `IPERF_DONE`, then the server's close. `false` when the
-    /// server closed instead (its results had arrived: the test is complete all the same).
+    /// `DISPLAY_RESULTS`, answered with `IPERF_DONE`, then the server's close (waited for at
+    /// most [`control::CLOSE_WAIT`]: until then it is still in this test, and a test started at once, the
+    /// next step of a sweep, would find it busy). `false` when the server closed instead (its
+    /// results had arrived: the test is complete all the same).
     fn finish(&mut self) -> Result<bool, ClientError> {
-        match self.read_byte(Instant::now() + STEP_TIMEOUT) {
-            Ok(b) if b == State::DisplayResults.byte() => {
-                self.send(State::IperfDone)?;
-                self.await_close();
-                Ok(true)
-            }
-            Ok(b) => Err(unexpected(b, "DISPLAY_RESULTS")),
-            Err(ReadError::Closed) => Ok(false),
-            Err(e) => Err(self.read_failed(e, "DISPLAY_RESULTS")),
+        match self.next().map_err(Opening::error)? {
+            Heard::Done { clean_end } => Ok(clean_end),
+            other => Err(astray(&other)),
         }
     }
-
-    /// Waits (at most [`CLOSE_WAIT`]) for the server to close the control connection, which it
-    /// does once it has read `IPERF_DONE` and left the test. A test started before that (the
-    /// next step of a sweep, a script's next run) finds the server still in this one and is
-    /// told it is busy. Nothing the server sends now changes the result, so any answer ends
-    /// the wait.
-    fn await_close(&mut self) {
-        let _ = self.read_byte(Instant::now() + CLOSE_WAIT);
-    }
 }
 
-fn control_io(e: &io::Error) -> ClientError {
-    ClientError::Control(ControlError::Io(io::Error::new(e.kind(), e.to_string())))
-}
-
-fn unexpected(b: u8, due: &str) -> ClientError {
-    let name =
-        State::from_byte(b).map_or_else(|| "an undefined state".to_owned(), |s| format!("{s:?}"));
+/// What the server said where the conversation had told the client to expect something else:
+/// a fault of this client, not of the server.
+fn astray(heard: &Heard) -> ClientError {
     ClientError::Protocol(format!(
-        "the iperf3 server sent {name} ({b:#04x}) where {due} was due"
+        "internal: the iperf3 conversation went astray ({heard:?})"
     ))
-}
-
-/// iperf3's wording for a `SERVER_ERROR`: the message for its code, and `strerror(errno)` where
-/// iperf3 prints it ("unable to set TCP/SCTP MSS: Invalid argument").
-fn server_error_text(code: i32, errno: i32) -> String {
-    let msg = wire::error_message(code);
-    if errno != 0 && wire::error_has_os_errno(code) {
-        format!("{msg}: {}", strerror(errno))
-    } else {
-        msg.to_owned()
-    }
-}
-
-/// `strerror(errno)` for an errno the server sent: this host's text where errno numbers are
-/// POSIX's (std adds " (os error N)", which iperf3 does not print).
-#[cfg(unix)]
-fn strerror(errno: i32) -> String {
-    let os = io::Error::from_raw_os_error(errno).to_string();
-    os.split(" (os error").next().unwrap_or(&os).to_owned()
-}
-
-/// On Windows an OS error number means a Windows error (22 is "Bad command"), but an iperf3
-/// server sends its own errno, nearly always Linux's: glibc's text for the errnos iperf3's
-/// socket-option and setup errors carry, else the number.
-#[cfg(not(unix))]
-fn strerror(errno: i32) -> String {
-    let text = match errno {
-        1 => "Operation not permitted",
-        2 => "No such file or directory",
-        12 => "Cannot allocate memory",
-        13 => "Permission denied",
-        22 => "Invalid argument",
-        24 => "Too many open files",
-        90 => "Message too long",
-        92 => "Protocol not available",
-        95 => "Operation not supported",
-        98 => "Address already in use",
-        99 => "Cannot assign requested address",
-        104 => "Connection reset by peer",
-        105 => "No buffer space available",
-        111 => "Connection refused",
-        _ => return format!("errno {errno}"),
-    };
-    text.to_owned()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -913,7 +716,6 @@ impl EventLoop<'_> {
         rx: &Events,
         on_interval: &mut dyn FnMut(&IntervalResult),
     ) -> Result<(), ClientError> {
-        let mut end_sent_at: Option<Instant> = None;
         loop {
             if ctl.interrupted() {
                 return Err(ClientError::Interrupted);
@@ -923,31 +725,18 @@ impl EventLoop<'_> {
             }
             self.poll_intervals(false, on_interval);
             let now_ns = self.clock.now_ns();
-            if end_sent_at.is_none() && now_ns >= self.until_ns {
-                ctl.send(State::TestEnd)?;
-                end_sent_at = Some(Instant::now());
+            if self.end_ns.is_none() && now_ns >= self.until_ns {
+                // `TEST_END`; the server has RESULTS_TIMEOUT to ask for the results.
+                ctl.talk.end_test(Instant::now());
                 self.end_ns = Some(now_ns);
             }
-            if end_sent_at.is_some_and(|t| t.elapsed() > RESULTS_TIMEOUT) {
-                return Err(ClientError::Remote(format!(
-                    "the iperf3 server did not ask for results within {} s of the test's end",
-                    RESULTS_TIMEOUT.as_secs()
-                )));
-            }
-            match ctl.poll_byte(TICK) {
-                Ok(None) => {}
-                Ok(Some(b)) if b == State::ExchangeResults.byte() => {
+            match ctl.poll_for(TICK)? {
+                None => {}
+                Some(Heard::ExchangeResults) => {
                     self.end_ns.get_or_insert_with(|| self.clock.now_ns());
                     return Ok(());
                 }
-                Ok(Some(b)) => return Err(ctl.mid_test_state(b, "EXCHANGE_RESULTS")),
-                Err(ReadError::Closed) => {
-                    return Err(ClientError::Remote(format!(
-                        "the iperf3 server at {} closed the control connection during the test",
-                        ctl.peer
-                    )))
-                }
-                Err(e) => return Err(ctl.read_failed(e, "EXCHANGE_RESULTS")),
+                Some(other) => return Err(astray(&other)),
             }
         }
     }
@@ -1019,9 +808,11 @@ impl EventLoop<'_> {
             Ok(o) => o,
             Err(e) if self.end_ns.is_none() => {
                 // The server's own account, if it sends one within half a second.
-                return Err(match ctl.poll_byte(Duration::from_millis(500)) {
-                    Ok(Some(b)) => ctl.mid_test_state(b, "nothing"),
-                    _ => ClientError::Data(e, wire::stream_id(i)),
+                ctl.talk.stream_failed(Instant::now());
+                return Err(match ctl.next() {
+                    Ok(Heard::NoAccount) => ClientError::Data(e, wire::stream_id(i)),
+                    Ok(other) => astray(&other),
+                    Err(o) => o.error(),
                 });
             }
             Err(_) => self.counted_so_far(i),
@@ -1120,8 +911,7 @@ fn session(
     drop(streams);
     let cpu = cpu.stop();
     let ours = our_results(&data, params.udp(), cpu);
-    ctl.send_json(&ours.to_json())?;
-    let theirs = ctl.read_results()?;
+    let theirs = ctl.exchange_results(&ours)?;
     let clean_end = ctl.finish()?;
     let mut runs = Vec::with_capacity(data.outcomes.len());
     for (i, ours) in data.outcomes.into_iter().enumerate() {
@@ -1466,418 +1256,4 @@ fn document(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use sonde_engine::seq::SeqTracker;
-
-    fn opt(protocol: Protocol, direction: Direction) -> ThroughputOptions {
-        ThroughputOptions {
-            protocol,
-            parallel: 2,
-            direction,
-            msg_size: if protocol == Protocol::Udp {
-                1400
-            } else {
-                128 << 10
-            },
-            bitrate: 20_000_000,
-            duration: Duration::from_millis(1500),
-            interval: None,
-            cpus: Vec::new(),
-            read_size: None,
-        }
-    }
-
-    #[test]
-    fn only_iperf3_urls_are_iperf3_targets() {
-        assert!(target("127.0.0.1").is_none());
-        assert!(target("127.0.0.1:5300").is_none());
-        assert!(target("sockperf://127.0.0.1").is_none());
-        let t = target("iperf3://127.0.0.1").unwrap().unwrap();
-        assert_eq!(t.addr, "127.0.0.1:5201".parse().unwrap());
-        assert_eq!(t.label, "iperf3://127.0.0.1:5201");
-        let t = target("IPERF3://127.0.0.1:7000/").unwrap().unwrap();
-        assert_eq!(t.addr.port(), 7000);
-        let t = target("iperf3://[::1]:7000").unwrap().unwrap();
-        assert!(t.addr.is_ipv6() && t.addr.port() == 7000);
-        let t = target("iperf3://::1").unwrap().unwrap();
-        assert_eq!(t.addr.port(), DEFAULT_PORT);
-        assert!(matches!(
-            target("iperf3://"),
-            Some(Err(ClientError::Usage(_)))
-        ));
-        assert!(matches!(
-            target("iperf3://host/path"),
-            Some(Err(ClientError::Usage(_)))
-        ));
-    }
-
-    #[test]
-    fn parameters_are_what_a_real_client_sends() {
-        // The key set and order of docs/protocols/iperf3.md §6 "For our client": UDP adds bandwidth (per
-        // stream: sonde's -b is for all streams together) and 64-bit counters.
-        let json = params(&opt(Protocol::Udp, Direction::Reverse)).to_json();
-        assert_eq!(
-            String::from_utf8(json).unwrap(),
-            r#"{"udp":true,"omit":0,"time":2,"num":0,"blockcount":0,"parallel":2,"reverse":true,"len":1400,"bandwidth":10000000,"pacing_timer":1000,"udp_counters_64bit":1,"client_version":"3.12"}"#
-        );
-        let json = params(&opt(Protocol::Tcp, Direction::Bidir)).to_json();
-        assert_eq!(
-            String::from_utf8(json).unwrap(),
-            r#"{"tcp":true,"omit":0,"time":2,"num":0,"blockcount":0,"parallel":2,"bidirectional":true,"len":131072,"pacing_timer":1000,"client_version":"3.12"}"#
-        );
-        // Unlimited UDP: no bandwidth key.
-        let mut o = opt(Protocol::Udp, Direction::Forward);
-        o.bitrate = 0;
-        assert!(!String::from_utf8(params(&o).to_json())
-            .unwrap()
-            .contains("bandwidth"));
-    }
-
-    #[test]
-    fn options_beyond_iperf3s_limits_are_usage_errors() {
-        let mut o = opt(Protocol::Udp, Direction::Forward);
-        assert!(check(&o).is_ok());
-        o.msg_size = 15;
-        assert!(matches!(check(&o), Err(ClientError::Usage(_))));
-        o.msg_size = 65_508;
-        assert!(matches!(check(&o), Err(ClientError::Usage(_))));
-        let mut o = opt(Protocol::Tcp, Direction::Forward);
-        o.parallel = 129;
-        assert!(matches!(check(&o), Err(ClientError::Usage(_))));
-        o.parallel = 1;
-        o.duration = Duration::ZERO;
-        assert!(matches!(check(&o), Err(ClientError::Usage(_))));
-    }
-
-    #[test]
-    fn cookies_are_fresh_and_from_iperf3s_alphabet() {
-        let (a, b) = (fresh_cookie(), fresh_cookie());
-        assert_ne!(a, b);
-        let bytes = a.as_bytes();
-        assert_eq!(bytes[wire::COOKIE_LEN - 1], 0);
-        assert!(bytes[..wire::COOKIE_LEN - 1]
-            .iter()
-            .all(|c| wire::COOKIE_ALPHABET.contains(c)));
-    }
-
-    /// A listener on loopback for a fake iperf3 server, and its address.
-    fn fake_listener() -> (std::net::TcpListener, SocketAddr) {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        (l, addr)
-    }
-
-    fn read_cookie(conn: &mut TcpStream) -> [u8; wire::COOKIE_LEN] {
-        conn.set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        let mut cookie = [0u8; wire::COOKIE_LEN];
-        conn.read_exact(&mut cookie).unwrap();
-        cookie
-    }
-
-    #[test]
-    fn a_server_between_two_tests_is_tried_again() {
-        // An iperf3 server reopening its listener after a test: the first connection is
-        // closed unanswered (a sweep's next step lands there), the next one is greeted.
-        let (listener, addr) = fake_listener();
-        let server = thread::spawn(move || {
-            drop(listener.accept().unwrap());
-            let (mut conn, _) = listener.accept().unwrap();
-            let cookie = read_cookie(&mut conn);
-            conn.write_all(&[State::ParamExchange.byte()]).unwrap();
-            (cookie, conn)
-        });
-        let interrupt = AtomicBool::new(false);
-        let cookie = fresh_cookie();
-        let opened = Control::open(addr, &interrupt, &cookie);
-        assert!(opened.is_ok(), "{:?}", opened.err());
-        let (seen, _conn) = server.join().unwrap();
-        assert_eq!(
-            &seen,
-            cookie.as_bytes(),
-            "the same cookie on the second try"
-        );
-    }
-
-    #[test]
-    fn a_busy_server_is_not_tried_again() {
-        let (listener, addr) = fake_listener();
-        let server = thread::spawn(move || {
-            let (mut conn, _) = listener.accept().unwrap();
-            conn.write_all(&[State::AccessDenied.byte()]).unwrap();
-            listener
-        });
-        let interrupt = AtomicBool::new(false);
-        let r = Control::open(addr, &interrupt, &fresh_cookie());
-        assert!(
-            matches!(r, Err(ClientError::Iperf3Refused(_))),
-            "{:?}",
-            r.err()
-        );
-        // `open` has returned, so a second attempt would be waiting to be accepted.
-        let listener = server.join().unwrap();
-        listener.set_nonblocking(true).unwrap();
-        assert_eq!(
-            listener.accept().map(|_| ()).unwrap_err().kind(),
-            io::ErrorKind::WouldBlock,
-            "busy is an answer: no second connection"
-        );
-    }
-
-    #[test]
-    fn a_test_ends_once_the_server_has_closed_the_connection() {
-        // Until the server closes, it is still in this test and answers the next one "busy".
-        let (listener, addr) = fake_listener();
-        let closed = std::sync::Arc::new(AtomicBool::new(false));
-        let server = thread::spawn({
-            let closed = closed.clone();
-            move || {
-                let (mut conn, _) = listener.accept().unwrap();
-                conn.write_all(&[State::DisplayResults.byte()]).unwrap();
-                conn.set_read_timeout(Some(Duration::from_secs(10)))
-                    .unwrap();
-                let mut done = [0u8; 1];
-                conn.read_exact(&mut done).unwrap();
-                // The server's own cleanup, well inside the client's wait for the close.
-                thread::sleep(Duration::from_millis(200));
-                closed.store(true, Ordering::SeqCst);
-                drop(conn);
-                done[0]
-            }
-        });
-        let interrupt = AtomicBool::new(false);
-        let mut ctl = Control::connect(addr, &interrupt).unwrap();
-        assert!(ctl.finish().unwrap(), "DISPLAY_RESULTS came");
-        assert!(
-            closed.load(Ordering::SeqCst),
-            "finish returned before the close"
-        );
-        assert_eq!(server.join().unwrap(), State::IperfDone.byte());
-    }
-
-    #[test]
-    fn server_errors_read_as_iperf3_prints_them() {
-        // docs/protocols/iperf3.md §12: IESETMSS with EINVAL.
-        assert_eq!(
-            server_error_text(123, 22),
-            "unable to set TCP/SCTP MSS: Invalid argument"
-        );
-        // No OS error for this code (and none sent, as after an authentication failure).
-        assert_eq!(server_error_text(142, 0), "test authorization failed");
-        assert_eq!(
-            server_error_text(27, 22),
-            "total required bandwidth is larger than server limit"
-        );
-    }
-
-    fn udp_received(seqs: &[u64], bytes_each: u64) -> UdpRecvOutcome {
-        let mut seq = SeqTracker::new();
-        for &s in seqs {
-            seq.on_packet(s);
-        }
-        UdpRecvOutcome {
-            bytes: bytes_each * seqs.len() as u64,
-            packets: seqs.len() as u64,
-            first_ns: 1_000,
-            last_ns: 1_000_000_000,
-            malformed: 0,
-            seq,
-            jitter: sonde_engine::jitter::Jitter::default(),
-        }
-    }
-
-    fn sent(bytes: u64, packets: u64) -> SendOutcome {
-        SendOutcome {
-            bytes,
-            packets,
-            active_ns: 1_000_000_000,
-            retransmits: Some(3),
-            method: "write",
-        }
-    }
-
-    #[test]
-    fn our_results_describe_each_stream_as_iperf3_does() {
-        let data = DataRun {
-            outcomes: vec![
-                Outcome::Sent(sent(14_000, 10)),
-                // Tracker seqs 0, 1, 3, 5: iperf3 packets 6 (highest seq 6), errors 2.
-                Outcome::UdpReceived(Box::new(udp_received(&[0, 1, 3, 5], 1400))),
-            ],
-            intervals: Vec::new(),
-            elapsed_ns: 1_500_000_000,
-        };
-        let r = our_results(&data, true, None);
-        // Bidir UDP: a sender without retransmit counts.
-        assert_eq!(r.sender_has_retransmits, 0);
-        let (s, rx) = (&r.streams[0], &r.streams[1]);
-        assert_eq!(
-            (s.id, s.bytes, s.packets, s.errors, s.retransmits),
-            (1, 14_000, 10, 0, -1)
-        );
-        assert_eq!((rx.id, rx.bytes, rx.packets, rx.errors), (3, 5_600, 6, 2));
-        assert!((rx.end_time - 1.5).abs() < 1e-9);
-        // It parses back as the server will read it.
-        let back = Results::from_json(&r.to_json()).unwrap();
-        assert_eq!(back.streams.len(), 2);
-
-        // TCP: a pure receiver says -1; a sender with TCP_INFO reports its retransmits.
-        let rx_only = DataRun {
-            outcomes: vec![Outcome::TcpReceived(TcpRecvOutcome {
-                bytes: 5,
-                reads: 1,
-                first_ns: 1,
-                last_ns: 2,
-            })],
-            intervals: Vec::new(),
-            elapsed_ns: 1,
-        };
-        assert_eq!(
-            our_results(&rx_only, false, None).sender_has_retransmits,
-            -1
-        );
-        let tx = DataRun {
-            outcomes: vec![Outcome::Sent(sent(5, 1))],
-            intervals: Vec::new(),
-            elapsed_ns: 1,
-        };
-        let r = our_results(&tx, false, None);
-        assert_eq!((r.sender_has_retransmits, r.streams[0].retransmits), (1, 3));
-    }
-
-    fn theirs(id: u32, bytes: u64, packets: i64, errors: i64) -> StreamResults {
-        StreamResults {
-            id,
-            bytes,
-            retransmits: -1,
-            jitter: 0.000_012,
-            errors,
-            packets,
-            start_time: 0.0,
-            end_time: 1.0,
-            ..StreamResults::default()
-        }
-    }
-
-    fn target_label() -> Target {
-        Target {
-            addr: "127.0.0.1:5201".parse().unwrap(),
-            label: "127.0.0.1:5201".into(),
-            secret: None,
-        }
-    }
-
-    #[test]
-    fn forward_udp_takes_the_receiver_from_the_servers_results() {
-        let run = Run {
-            udp: true,
-            streams: vec![StreamRun {
-                client_sends: true,
-                ours: Outcome::Sent(sent(1_400_000, 1_000)),
-                // The server saw up to seq 990, 10 of them missing.
-                theirs: theirs(1, 1_372_000, 990, 10),
-            }],
-            server_retransmits: false,
-            intervals: Vec::new(),
-            elapsed_ns: 1_000_000_000,
-            clean_end: true,
-            cpu: None,
-        };
-        let o = opt(Protocol::Udp, Direction::Forward);
-        let doc = document(&target_label(), &o, 1, &run);
-        assert_eq!(doc.meta.peer, Peer::Iperf3);
-        assert_eq!(doc.meta.session, 0);
-        let s = &doc.streams[0];
-        assert_eq!(s.direction, StreamDirection::ClientToServer);
-        assert_eq!((s.receiver.bytes, s.receiver.packets), (1_372_000, 980));
-        assert_eq!(s.receiver.duration_ns, 1_000_000_000);
-        assert_eq!((s.sender.bytes, s.sender.packets), (1_400_000, 1_000));
-        assert_eq!(s.lost, Some(10));
-        assert_eq!(s.jitter_ns, Some(12_000));
-        // Not reported by an iperf3 server: null, and the warnings say why.
-        assert_eq!(
-            (s.duplicated, s.reordered, s.retransmits),
-            (None, None, None)
-        );
-        assert_eq!((doc.duplicated, doc.reordered), (None, None));
-        assert_eq!(doc.lost, Some(10));
-        assert!((doc.loss_percent.unwrap() - 10.0 * 100.0 / 990.0).abs() < 1e-9);
-        let w = doc.meta.warnings.join("\n");
-        assert!(w.contains("no duplicates or reordering"), "{w}");
-        assert!(w.contains("10 of 990 datagrams were lost"), "{w}");
-    }
-
-    #[test]
-    fn reverse_udp_counts_loss_against_what_the_server_sent() {
-        let run = Run {
-            udp: true,
-            streams: vec![StreamRun {
-                client_sends: false,
-                // Received tracker seqs 0..=3 and 5 (one duplicate of 5) of 8 sent.
-                ours: Outcome::UdpReceived(Box::new(udp_received(&[0, 1, 2, 3, 5, 5], 1400))),
-                theirs: theirs(1, 11_200, 8, 0),
-            }],
-            server_retransmits: false,
-            intervals: Vec::new(),
-            elapsed_ns: 1_000_000_000,
-            clean_end: true,
-            cpu: None,
-        };
-        let o = opt(Protocol::Udp, Direction::Reverse);
-        let doc = document(&target_label(), &o, 1, &run);
-        let s = &doc.streams[0];
-        assert_eq!(s.direction, StreamDirection::ServerToClient);
-        assert_eq!(s.receiver.packets, 5);
-        assert_eq!((s.sender.bytes, s.sender.packets), (11_200, 8));
-        // 8 sent, 5 unique received: 3 lost, the tail included.
-        assert_eq!((s.lost, s.duplicated), (Some(3), Some(1)));
-        assert_eq!(doc.loss_percent, Some(37.5));
-    }
-
-    #[test]
-    fn tcp_bidir_warns_about_counts_an_iperf3_server_does_not_report() {
-        let run = Run {
-            udp: false,
-            streams: vec![
-                StreamRun {
-                    client_sends: true,
-                    ours: Outcome::Sent(sent(2_000, 2)),
-                    theirs: theirs(1, 1_900, 0, 0),
-                },
-                StreamRun {
-                    client_sends: false,
-                    ours: Outcome::TcpReceived(TcpRecvOutcome {
-                        bytes: 3_000,
-                        reads: 3,
-                        first_ns: 10,
-                        last_ns: 1_000_000_010,
-                    }),
-                    theirs: StreamResults {
-                        retransmits: 7,
-                        ..theirs(3, 3_000, 0, 0)
-                    },
-                },
-            ],
-            server_retransmits: true,
-            intervals: Vec::new(),
-            elapsed_ns: 1_000_000_000,
-            clean_end: false,
-            cpu: None,
-        };
-        let mut o = opt(Protocol::Tcp, Direction::Bidir);
-        o.parallel = 1;
-        o.interval = Some(Duration::from_secs(1));
-        let doc = document(&target_label(), &o, 1, &run);
-        assert_eq!(doc.receiver.bytes, 4_900);
-        assert_eq!(doc.sender.bytes, 5_000);
-        assert_eq!(doc.streams[0].retransmits, Some(3));
-        assert_eq!(doc.streams[1].retransmits, Some(7));
-        assert_eq!(doc.retransmits, Some(10));
-        assert_eq!((doc.lost, doc.jitter_ns), (None, None));
-        let w = doc.meta.warnings.join("\n");
-        assert!(w.contains("read calls") && w.contains("write calls"), "{w}");
-        assert!(w.contains("intervals (-i)"), "{w}");
-        assert!(w.contains("DISPLAY_RESULTS"), "{w}");
-    }
-}
+mod tests;

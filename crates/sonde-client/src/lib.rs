@@ -10,11 +10,14 @@
 mod clock;
 mod conf;
 mod crr;
+pub mod handshake;
 mod helper;
 mod inner;
 pub mod iperf3;
 mod load;
 mod results;
+mod rtt;
+mod run;
 mod session;
 pub mod sockperf;
 

@@ -5,12 +5,13 @@ use sonde_engine::{bits_per_second, per_second};
 use sonde_report::Warning;
 use sonde_report::{
     EndsTuning, FlowResult, GsoMode, GsoReason, IntervalResult, LatencyMode, LatencyResult, Meta,
-    PpsGso, PpsInterval, PpsResult, Protocol, RttNs, SideTotals, StreamDirection, StreamResult,
+    PpsGso, PpsInterval, PpsResult, Protocol, SideTotals, StreamDirection, StreamResult,
     ThroughputResult,
 };
 use sonde_wire::{Direction, IntervalStats, SessionId, StreamStats, TestSpec, TuningReport};
 
-use crate::session::{BulkRun, ClientRole, Context, LatencyRun};
+pub(crate) use crate::rtt::{rtt_ns, rtt_ns_if_any};
+use crate::run::{BulkRun, ClientRole, Context, LatencyRun};
 use crate::{LatencyOptions, PpsOptions, Target, ThroughputOptions};
 
 fn protocol(p: sonde_wire::Protocol) -> Protocol {
@@ -131,35 +132,6 @@ fn pct(part: u64, whole: u64) -> f64 {
     } else {
         part as f64 * 100.0 / whole as f64
     }
-}
-
-/// A distribution as the documents state it: a percentile the sample count cannot support is
-/// `None` (the engine's rule).
-pub(crate) fn rtt_ns(s: &sonde_engine::rtt::RttSummary) -> RttNs {
-    let at = |p: f64| {
-        s.percentiles
-            .iter()
-            .find(|x| (x.pct - p).abs() < 1e-9)
-            .and_then(|x| x.value_ns)
-    };
-    RttNs {
-        min: s.min_ns,
-        mean: s.mean_ns,
-        stddev: s.stddev_ns,
-        p50: at(50.0),
-        p90: at(90.0),
-        p99: at(99.0),
-        p999: at(99.9),
-        p9999: at(99.99),
-        p99999: at(99.999),
-        max: s.max_ns,
-    }
-}
-
-/// [`rtt_ns`] of a recorder, `None` when it holds no samples.
-pub(crate) fn rtt_ns_if_any(r: &sonde_engine::rtt::RttRecorder) -> Option<RttNs> {
-    let s = r.summary();
-    (s.samples > 0).then(|| rtt_ns(&s))
 }
 
 /// The direction as the documents name it.

@@ -17,37 +17,30 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use sonde_engine::interval::Intervals;
-use sonde_net::bulk::{SendOutcome, TcpRecvOutcome, UdpRecvOutcome};
 use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
 use sonde_net::cpu::ThreadsMeter;
 use sonde_net::latency::{LatencyOutcome, PingConfig};
 use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
 use sonde_report::IntervalResult;
-use sonde_wire::auth::{Nonce, Proof, Request, SessionKey, JOIN_MAC_LEN};
+use sonde_wire::auth::{Nonce, SessionKey, JOIN_MAC_LEN};
 use sonde_wire::{
     AgentReport, Channel, ControlMsg, CpuReport, DataJoin, HelperTest, HostInfo, IntervalStats,
     Preamble, Protocol, SessionId, StreamStats, TcpInfoStats, TestKind, TestSpec, Token, Tuning,
     TuningReport, UdpJoin, PROTOCOL_VERSION, UDP_JOIN_LEN,
 };
 
+use crate::handshake::{unexpected, Handshake, Progress};
+pub(crate) use crate::run::{BulkRun, ClientChannel, ClientRole, Context, LatencyRun};
 use crate::{ClientError, LatencyOptions, Target};
 
+mod running;
+
+use running::{Running, Step};
+
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// UDP receivers keep listening this long after the sender said it is done.
-const UDP_GRACE: Duration = Duration::from_secs(1);
 /// How long the agent has to send its report after the test.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long a helper has to get its session at the target ready.
-const HELPER_READY_TIMEOUT: Duration = Duration::from_secs(40);
-
-pub(crate) const SOFTWARE: &str = concat!("sonde ", env!("CARGO_PKG_VERSION"));
-
-pub(crate) enum ClientChannel {
-    Tcp(TcpStream),
-    Udp(UdpSocket),
-}
 
 /// An admitted session with its data channels open and the agent ready.
 pub(crate) struct Connected {
@@ -60,79 +53,6 @@ pub(crate) struct Connected {
     pub(crate) spec: TestSpec,
     /// Both ends' configuration (the client's CPU cost is added when the run ends).
     pub(crate) context: Context,
-}
-
-/// What a run says about where it ran and what it cost this end, beside its counts.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Context {
-    /// The peer is a sonde agent: what it does not report deserves a warning.
-    pub(crate) agent: bool,
-    /// This host, for the interface toward the agent.
-    pub(crate) client_host: Option<HostInfo>,
-    /// The agent, as its `Welcome` described it.
-    pub(crate) server_host: Option<HostInfo>,
-    /// This end's CPU cost; `None` where it cannot be measured.
-    pub(crate) client_cpu: Option<CpuReport>,
-}
-
-impl Context {
-    /// This host's configuration as a test toward `target` sees it; nothing about the peer.
-    pub(crate) fn this_host(target: &Target) -> Self {
-        Self {
-            client_host: Some(sonde_net::hostinfo::collect_for_peer(
-                env!("CARGO_PKG_VERSION"),
-                target.addr.ip(),
-            )),
-            ..Self::default()
-        }
-    }
-}
-
-/// What a latency run produced.
-pub(crate) struct LatencyRun {
-    pub(crate) session: SessionId,
-    pub(crate) started_unix_ms: u64,
-    pub(crate) outcome: LatencyOutcome,
-    pub(crate) elapsed_ns: u64,
-    pub(crate) report: AgentReport,
-    /// Both ends' configuration and this end's CPU cost.
-    pub(crate) context: Context,
-    /// Stopped early by the caller's interrupt flag.
-    pub(crate) interrupted: bool,
-    /// `--busy-poll`, `--cpu`: how this end ran (`None` when neither was asked).
-    pub(crate) tuning: Option<TuningReport>,
-}
-
-/// One client data channel's outcome.
-pub(crate) enum ClientRole {
-    Sent(SendOutcome),
-    TcpReceived(TcpRecvOutcome),
-    UdpReceived(Box<UdpRecvOutcome>),
-}
-
-/// What a throughput or pps run produced.
-pub(crate) struct BulkRun {
-    pub(crate) session: SessionId,
-    pub(crate) started_unix_ms: u64,
-    /// Per channel, the client's part.
-    pub(crate) roles: Vec<ClientRole>,
-    /// The agent's sender counts for the streams it sent (from its `SenderDone`).
-    pub(crate) agent_sent: Vec<StreamStats>,
-    /// The agent's report.
-    pub(crate) report: AgentReport,
-    /// Intervals the client measured on the streams it received.
-    pub(crate) client_intervals: Vec<IntervalStats>,
-    /// TCP senders' `TCP_INFO` per interval (by its start on the interval grid): the agent's
-    /// senders' from its `Interval` messages, this host's sampled when those arrived.
-    pub(crate) interval_tcp_info: Vec<(u64, Vec<TcpInfoStats>)>,
-    /// Per channel: this host's TCP sender's `TCP_INFO` when its loop ended.
-    pub(crate) client_tcp_info: Vec<Option<TcpInfoStats>>,
-    /// Both ends' configuration and this end's CPU cost.
-    pub(crate) context: Context,
-    /// Stopped early by the caller's interrupt flag.
-    pub(crate) interrupted: bool,
-    /// `--cpu`: the CPUs this end's streams ran on (`None` when not asked).
-    pub(crate) tuning: Option<TuningReport>,
 }
 
 /// How a throughput or pps run sends and where its streams run.
@@ -205,61 +125,54 @@ fn expect_reply(
     }
 }
 
+/// Writes what `handshake` has to send, then reads the agent's reply by its deadline: how the
+/// handshake moved on. A refusal may already be waiting when a write fails (an agent that
+/// refused and closed): it is read before giving up on the write.
+fn exchange(
+    ctrl: &mut TcpStream,
+    body: &mut Vec<u8>,
+    handshake: &mut Handshake,
+) -> Result<Progress, ClientError> {
+    let mut written = Ok(());
+    while let Some(msg) = handshake.poll_transmit() {
+        if written.is_ok() {
+            written = write_frame(ctrl, &msg);
+        }
+    }
+    let Some(deadline) = handshake.poll_timeout() else {
+        return Err(ClientError::Protocol("no reply is due".into()));
+    };
+    handshake.handle(read_frame(ctrl, body, deadline), written)
+}
+
 /// The agent's answer to a hello.
 pub(crate) struct Welcomed {
     pub(crate) ctrl: TcpStream,
     pub(crate) body: Vec<u8>,
     pub(crate) session: SessionId,
     limits: sonde_wire::Limits,
-    /// Both nonces of this connection: the agent's, then the client's.
-    nonces: (Nonce, Nonce),
+    /// The rest of the handshake (it knows both nonces).
+    handshake: Handshake,
 }
 
 impl Welcomed {
-    /// The proof of the target's secret for `request` on this connection (none without one).
-    fn proof(&self, target: &Target, request: &Request<'_>) -> Option<Proof> {
-        let (agent, client) = &self.nonces;
-        target
-            .secret
-            .as_ref()
-            .map(|s| s.proof(agent, client, request))
-    }
-
     /// The key that signs this session's UDP joins (none without a secret).
-    pub(crate) fn session_key(&self, target: &Target) -> Option<SessionKey> {
-        let (agent, client) = &self.nonces;
-        target.secret.as_ref().map(|s| s.session_key(agent, client))
+    pub(crate) fn session_key(&self, _target: &Target) -> Option<SessionKey> {
+        self.handshake.session_key()
     }
 
     /// Asks for `spec`, proving the secret when there is one; the agent's token and its host
     /// configuration (which it sends only once it has admitted the client).
     pub(crate) fn start(
         &mut self,
-        target: &Target,
+        _target: &Target,
         spec: &TestSpec,
         tuning: Tuning,
     ) -> Result<(Token, Option<HostInfo>), ClientError> {
-        let proof = self.proof(target, &Request::Test(spec));
-        let start = ControlMsg::Start {
-            spec: spec.clone(),
-            proof,
-            tuning,
-        };
-        // A refusal may already be waiting when the write fails (an agent that refused and
-        // closed): read it before giving up on the write.
-        let written = write_frame(&mut self.ctrl, &start);
-        let reply = expect_reply(
-            &mut self.ctrl,
-            &mut self.body,
-            HANDSHAKE_TIMEOUT,
-            "asking for the test",
-        );
-        match (reply, written) {
-            (Ok(ControlMsg::Accepted { token, host }), Ok(())) => Ok((token, host.map(|h| *h))),
-            (Err(e @ ClientError::Refused { .. }), _) => Err(e),
-            (_, Err(e)) => Err(e.into()),
-            (Ok(other), Ok(())) => Err(unexpected(&other, "an acceptance")),
-            (Err(e), Ok(())) => Err(e),
+        self.handshake.start(Instant::now(), spec, tuning);
+        match exchange(&mut self.ctrl, &mut self.body, &mut self.handshake)? {
+            Progress::Accepted { token, host } => Ok((token, host)),
+            _ => Err(ClientError::Protocol("the handshake went astray".into())),
         }
     }
 
@@ -267,53 +180,25 @@ impl Welcomed {
     /// helper's secret; returns once the helper's session at the target is ready.
     pub(crate) fn help(
         &mut self,
-        helper: &Target,
+        _helper: &Target,
         target: &str,
         test: &HelperTest,
     ) -> Result<(), ClientError> {
-        let proof = self.proof(helper, &Request::Help(target, test));
-        let help = ControlMsg::Help {
-            target: target.to_owned(),
-            test: test.clone(),
-            proof,
-        };
-        let written = write_frame(&mut self.ctrl, &help);
         // The helper makes its own handshake with the target first (connect, admission, data
         // channels, UDP joins), each step under its own timeout.
-        let reply = expect_reply(
-            &mut self.ctrl,
-            &mut self.body,
-            HELPER_READY_TIMEOUT,
-            "asking for help",
-        );
-        match (reply, written) {
-            (Ok(ControlMsg::HelperReady), Ok(())) => Ok(()),
-            (Ok(ControlMsg::HelperFailed { exit_code, message }), _) => {
-                Err(ClientError::HelperTarget { exit_code, message })
-            }
-            (Err(e @ ClientError::Refused { .. }), _) => Err(e),
-            (_, Err(e)) => Err(e.into()),
-            (Ok(other), Ok(())) => Err(unexpected(&other, "the helper's ready")),
-            (Err(e), Ok(())) => Err(e),
+        self.handshake.help(Instant::now(), target, test);
+        match exchange(&mut self.ctrl, &mut self.body, &mut self.handshake)? {
+            Progress::HelperReady => Ok(()),
+            _ => Err(ClientError::Protocol("the handshake went astray".into())),
         }
     }
 
     /// Asks the agent to describe its host (`sonde conf`), proving the secret when there is one.
-    pub(crate) fn describe(mut self, target: &Target) -> Result<Option<HostInfo>, ClientError> {
-        let proof = self.proof(target, &Request::Describe);
-        let written = write_frame(&mut self.ctrl, &ControlMsg::Describe { proof });
-        let reply = expect_reply(
-            &mut self.ctrl,
-            &mut self.body,
-            HANDSHAKE_TIMEOUT,
-            "asking for its configuration",
-        );
-        match (reply, written) {
-            (Ok(ControlMsg::Description { host }), Ok(())) => Ok(host.map(|h| *h)),
-            (Err(e @ ClientError::Refused { .. }), _) => Err(e),
-            (_, Err(e)) => Err(e.into()),
-            (Ok(other), Ok(())) => Err(unexpected(&other, "a description")),
-            (Err(e), Ok(())) => Err(e),
+    pub(crate) fn describe(mut self, _target: &Target) -> Result<Option<HostInfo>, ClientError> {
+        self.handshake.describe(Instant::now());
+        match exchange(&mut self.ctrl, &mut self.body, &mut self.handshake)? {
+            Progress::Described { host } => Ok(host),
+            _ => Err(ClientError::Protocol("the handshake went astray".into())),
         }
     }
 }
@@ -335,41 +220,25 @@ pub(crate) fn hello(target: &Target) -> Result<Welcomed, ClientError> {
         version: PROTOCOL_VERSION,
         channel: Channel::Control,
     };
-    let client_nonce = fresh_nonce()?;
-    let hello = ControlMsg::Hello {
-        protocol: PROTOCOL_VERSION,
-        software: SOFTWARE.into(),
-        nonce: client_nonce,
-    };
+    let mut handshake = Handshake::new(Instant::now(), target.secret.clone(), fresh_nonce()?);
     // A refusal (a full agent, too many connections from this address) may be waiting when a
     // write fails: the reply is read either way.
-    let written = ctrl
-        .write_all(&preamble.encode())
-        .map_err(ControlError::from)
-        .and_then(|()| write_frame(&mut ctrl, &hello));
-    match (
-        expect_reply(&mut ctrl, &mut body, HANDSHAKE_TIMEOUT, "saying hello"),
-        written,
-    ) {
-        (
-            Ok(ControlMsg::Welcome {
-                session,
-                limits,
-                nonce,
-                ..
-            }),
-            Ok(()),
-        ) => Ok(Welcomed {
+    let progress = match ctrl.write_all(&preamble.encode()) {
+        Ok(()) => exchange(&mut ctrl, &mut body, &mut handshake),
+        Err(e) => {
+            let deadline = handshake.poll_timeout().unwrap_or_else(Instant::now);
+            handshake.handle(read_frame(&mut ctrl, &mut body, deadline), Err(e.into()))
+        }
+    }?;
+    match progress {
+        Progress::Welcomed { session, limits } => Ok(Welcomed {
             ctrl,
             body,
             session,
             limits,
-            nonces: (nonce, client_nonce),
+            handshake,
         }),
-        (Err(e @ ClientError::Refused { .. }), _) => Err(e),
-        (_, Err(e)) => Err(e.into()),
-        (Ok(other), Ok(())) => Err(unexpected(&other, "a welcome")),
-        (Err(e), Ok(())) => Err(e),
+        _ => Err(ClientError::Protocol("the handshake went astray".into())),
     }
 }
 
@@ -393,6 +262,7 @@ pub(crate) fn connect(
         mut ctrl,
         mut body,
         session,
+        mut handshake,
         ..
     } = welcomed;
     let context = Context {
@@ -404,14 +274,10 @@ pub(crate) fn connect(
     for i in 0..spec.channels() {
         channels.push(open_channel(target, &spec, token, key.as_ref(), i)?);
     }
-    match expect_reply(
-        &mut ctrl,
-        &mut body,
-        HANDSHAKE_TIMEOUT,
-        "opening data streams",
-    )? {
-        ControlMsg::Ready => {}
-        other => return Err(unexpected(&other, "ready")),
+    handshake.await_ready(Instant::now());
+    match exchange(&mut ctrl, &mut body, &mut handshake)? {
+        Progress::Ready => {}
+        _ => return Err(ClientError::Protocol("the handshake went astray".into())),
     }
     Ok(Connected {
         ctrl,
@@ -422,18 +288,6 @@ pub(crate) fn connect(
         spec,
         context,
     })
-}
-
-fn unexpected(msg: &ControlMsg, wanted: &str) -> ClientError {
-    let kind = serde_kind(msg);
-    ClientError::Protocol(format!("the agent sent `{kind}` where {wanted} was due"))
-}
-
-fn serde_kind(msg: &ControlMsg) -> String {
-    let mut buf = Vec::new();
-    let _ = sonde_wire::encode_frame(msg, &mut buf);
-    let text = String::from_utf8_lossy(buf.get(4..).unwrap_or_default()).into_owned();
-    text.split('"').nth(3).unwrap_or("?").to_owned()
 }
 
 fn open_channel(
@@ -742,7 +596,6 @@ pub(crate) fn run_bulk_held(
             roles: (0..n).map(|_| None).collect(),
             agent_sent: Vec::new(),
             report: None,
-            grace_until: None,
             intervals: (spec.interval_ms > 0 && !receivers.is_empty()).then(|| {
                 Intervals::new(
                     spec.interval_ms.saturating_mul(1_000_000),
@@ -750,7 +603,6 @@ pub(crate) fn run_bulk_held(
                 )
             }),
             client_intervals: Vec::new(),
-            sender_done_sent: false,
             channels: &c.channels,
             interval_tcp_info: Vec::new(),
             client_tcp_info: vec![None; n],
@@ -864,10 +716,8 @@ struct Loop<'a> {
     roles: Vec<Option<ClientRole>>,
     agent_sent: Vec<StreamStats>,
     report: Option<AgentReport>,
-    grace_until: Option<Instant>,
     intervals: Option<Intervals>,
     client_intervals: Vec<IntervalStats>,
-    sender_done_sent: bool,
     channels: &'a [ClientChannel],
     interval_tcp_info: Vec<(u64, Vec<TcpInfoStats>)>,
     client_tcp_info: Vec<Option<TcpInfoStats>>,
@@ -886,58 +736,33 @@ impl Loop<'_> {
         hard_deadline: Instant,
         on_interval: &mut dyn FnMut(&IntervalResult),
     ) -> Result<(), ClientError> {
+        let sends = (0..self.n).map(|i| self.senders.contains(&i)).collect();
+        let mut test = Running::new(sends);
         loop {
             let all_done = self.roles.iter().all(Option::is_some);
-            if all_done && self.report.is_some() {
+            if all_done && test.has_report() {
                 // The agent's report can come before this host's last receiver has ended: in
                 // reverse the agent reports when its senders stop, while what they left in
                 // their socket buffers still drains (hundreds of ms behind a slow link), and a
                 // busy host runs the receiver late. Close that receiver's final interval, or
                 // the bytes since the last boundary would be in no interval.
                 self.poll_intervals(clock, true, on_interval);
+                (self.report, self.agent_sent) = test.finish();
                 return Ok(());
             }
-            let now = Instant::now();
-            if now >= hard_deadline {
-                return Err(ClientError::Remote(
-                    "the test overran its planned end".into(),
-                ));
+            test.handle_timeout(Instant::now(), hard_deadline)?;
+            if self.interrupt.load(Ordering::Relaxed) {
+                test.interrupt();
             }
-            if !self.interrupted && self.interrupt.load(Ordering::Relaxed) {
-                // Stop early as the planned end would: this host's senders stop and report
-                // (`SenderDone`), the agent stops its own streams (`Finish`) and reports.
-                self.interrupted = true;
-                for &i in self.senders {
-                    self.stops[i].store(true, Ordering::Relaxed);
-                }
-                write_frame(&mut lock(writer), &ControlMsg::Finish)?;
-            }
-            if self.grace_until.is_some_and(|g| now >= g) {
-                for &i in self.receivers {
-                    if self.spec.protocol == Protocol::Udp {
-                        self.stops[i].store(true, Ordering::Relaxed);
-                    }
-                }
-            }
+            self.apply(&mut test, writer, on_interval)?;
             self.poll_intervals(clock, all_done, on_interval);
             match rx.recv_timeout(Duration::from_millis(20)) {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(ClientError::Protocol("internal: event loop ended".into()))
                 }
-                Ok(Event::Control(Ok(msg))) => self.on_control(msg, on_interval)?,
-                Ok(Event::Control(Err(e))) => {
-                    if self.report.is_some() {
-                        // The agent closed after its report: expected.
-                        continue;
-                    }
-                    return Err(match e {
-                        ControlError::Closed => ClientError::Remote(
-                            "the agent closed the control connection mid-test".into(),
-                        ),
-                        e => ClientError::Control(e),
-                    });
-                }
+                Ok(Event::Control(Ok(msg))) => test.handle(Instant::now(), msg)?,
+                Ok(Event::Control(Err(e))) => test.handle_lost(e)?,
                 Ok(Event::Done(i, r)) => {
                     let role = match r {
                         Ok((role, info)) => {
@@ -952,70 +777,81 @@ impl Loop<'_> {
                         }
                     };
                     self.roles[i] = Some(role);
-                    let done = self.senders.iter().all(|&s| self.roles[s].is_some());
-                    if !self.senders.is_empty() && done && !self.sender_done_sent {
-                        self.sender_done_sent = true;
-                        let streams = self
-                            .senders
-                            .iter()
-                            .filter_map(|&s| match &self.roles[s] {
-                                Some(ClientRole::Sent(o)) => Some(o.stats(index_u32(s))),
-                                _ => None,
-                            })
-                            .collect();
-                        write_frame(&mut lock(writer), &ControlMsg::SenderDone { streams })?;
-                    }
+                    test.stream_ended(i);
                 }
             }
+            self.apply(&mut test, writer, on_interval)?;
         }
     }
 
-    fn on_control(
+    /// Does what the test's control side says, in order.
+    fn apply(
         &mut self,
-        msg: ControlMsg,
+        test: &mut Running,
+        writer: &Mutex<TcpStream>,
         on_interval: &mut dyn FnMut(&IntervalResult),
     ) -> Result<(), ClientError> {
-        match msg {
-            ControlMsg::Interval(mut iv) => {
-                // This host's TCP senders are the other end of the streams the agent counts
-                // here: sampled now, on the agent's grid.
-                let ours: Vec<TcpInfoStats> = self
-                    .senders
-                    .iter()
-                    .filter_map(|&i| match &self.channels[i] {
-                        ClientChannel::Tcp(s) => {
-                            TcpInfoSample::read(s).ok().map(|t| t.stats(index_u32(i)))
+        while let Some(step) = test.poll() {
+            match step {
+                Step::StopReceivers => {
+                    for &i in self.receivers {
+                        if self.spec.protocol == Protocol::Udp {
+                            self.stops[i].store(true, Ordering::Relaxed);
                         }
-                        _ => None,
-                    })
-                    .collect();
-                iv.tcp_info.extend(ours);
-                let tcp_info = std::mem::take(&mut iv.tcp_info);
-                if !tcp_info.is_empty() {
-                    self.interval_tcp_info.push((iv.start_ns, tcp_info));
-                }
-                // An agent that only sends (reverse) sends intervals with only its TCP_INFO.
-                if !iv.streams.is_empty() {
-                    on_interval(&crate::results::interval(&iv, self.n));
-                }
-            }
-            ControlMsg::SenderDone { streams } => {
-                for s in &streams {
-                    if let Some(e) = usize::try_from(s.stream)
-                        .ok()
-                        .and_then(|i| self.expect.get(i))
-                    {
-                        e.store(s.packets, Ordering::Relaxed);
                     }
                 }
-                self.agent_sent = streams;
-                self.grace_until = Some(Instant::now() + UDP_GRACE);
+                Step::StopSenders => {
+                    // Stop early as the planned end would: this host's senders stop and report
+                    // (`SenderDone`), the agent stops its own streams (`Finish`) and reports.
+                    self.interrupted = true;
+                    for &i in self.senders {
+                        self.stops[i].store(true, Ordering::Relaxed);
+                    }
+                }
+                Step::SendFinish => write_frame(&mut lock(writer), &ControlMsg::Finish)?,
+                Step::Expect { stream, packets } => {
+                    if let Some(e) = self.expect.get(stream) {
+                        e.store(packets, Ordering::Relaxed);
+                    }
+                }
+                Step::Interval(iv) => self.on_interval(*iv, on_interval),
+                Step::SendSenderDone => {
+                    let streams = self
+                        .senders
+                        .iter()
+                        .filter_map(|&s| match &self.roles[s] {
+                            Some(ClientRole::Sent(o)) => Some(o.stats(index_u32(s))),
+                            _ => None,
+                        })
+                        .collect();
+                    write_frame(&mut lock(writer), &ControlMsg::SenderDone { streams })?;
+                }
             }
-            ControlMsg::Report(r) => self.report = Some(r),
-            ControlMsg::Error { message } => return Err(ClientError::Remote(message)),
-            other => return Err(unexpected(&other, "test progress")),
         }
         Ok(())
+    }
+
+    /// An interval of the agent's: completed with this host's TCP senders' `TCP_INFO`, shown.
+    fn on_interval(&mut self, mut iv: IntervalStats, on_interval: &mut dyn FnMut(&IntervalResult)) {
+        // This host's TCP senders are the other end of the streams the agent counts here:
+        // sampled now, on the agent's grid.
+        let ours: Vec<TcpInfoStats> = self
+            .senders
+            .iter()
+            .filter_map(|&i| match &self.channels[i] {
+                ClientChannel::Tcp(s) => TcpInfoSample::read(s).ok().map(|t| t.stats(index_u32(i))),
+                ClientChannel::Udp(_) => None,
+            })
+            .collect();
+        iv.tcp_info.extend(ours);
+        let tcp_info = std::mem::take(&mut iv.tcp_info);
+        if !tcp_info.is_empty() {
+            self.interval_tcp_info.push((iv.start_ns, tcp_info));
+        }
+        // An agent that only sends (reverse) sends intervals with only its TCP_INFO.
+        if !iv.streams.is_empty() {
+            on_interval(&crate::results::interval(&iv, self.n));
+        }
     }
 
     fn poll_intervals(
@@ -1110,10 +946,8 @@ mod tests {
             roles: vec![None],
             agent_sent: Vec::new(),
             report: None,
-            grace_until: None,
             intervals: Some(Intervals::new(100_000_000, vec![0])),
             client_intervals: Vec::new(),
-            sender_done_sent: false,
             channels: &[],
             interval_tcp_info: Vec::new(),
             client_tcp_info: vec![None],

@@ -39,7 +39,7 @@ use sonde_report::{LatencyResult, Peer};
 use sonde_wire::sockperf::{DEFAULT_PORT, MAX_TCP_MSG, MAX_UDP_MSG, MIN_MSG, SERVER_MAX_MSG};
 use sonde_wire::{AgentReport, Protocol, SessionId};
 
-use crate::session::{ClientChannel, LatencyRun};
+use crate::run::{ClientChannel, LatencyRun};
 use crate::{ClientError, LatencyOptions, Target};
 
 /// The scheme that names a sockperf server as the target.
@@ -200,9 +200,9 @@ pub fn latency_measured(
         outcome,
         elapsed_ns,
         report: AgentReport::default(),
-        context: crate::session::Context {
+        context: crate::run::Context {
             client_cpu,
-            ..crate::session::Context::this_host(target)
+            ..crate::run::Context::this_host(target)
         },
         interrupted,
         tuning: None,

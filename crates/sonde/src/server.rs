@@ -178,7 +178,12 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         c.max_pending_per_source = opt.max_pending_per_source;
         c.max_duration = opt.max_duration;
         c.max_streams = opt.max_streams;
-        c.log = !opt.quiet;
+        // The agent reports what it does; unless --quiet, each event is a line on stderr.
+        c.events = (!opt.quiet).then(|| {
+            sonde_agent::Events(Arc::new(|event: sonde_agent::AgentEvent| {
+                eprintln!("sonde agent: {event}");
+            }))
+        });
         c.iperf3 = opt.iperf3.map(|port| SocketAddr::new(ip, port));
         c.sockperf = opt.sockperf.map(|port| SocketAddr::new(ip, port));
         c.secret.clone_from(&secret);
