@@ -184,21 +184,7 @@ impl Saver {
         if let Some((key, value)) = extra {
             labels.entry(key.to_owned()).or_insert(value);
         }
-        match result {
-            TestResult::Latency(r) => r.meta.labels = labels,
-            TestResult::Throughput(r) => r.meta.labels = labels,
-            TestResult::Pps(r) => r.meta.labels = labels,
-            TestResult::Crr(r) => r.meta.labels = labels,
-            TestResult::Load(r) => {
-                r.idle.meta.labels.clone_from(&labels);
-                r.loaded.meta.labels.clone_from(&labels);
-                r.load.meta.labels.clone_from(&labels);
-                r.labels = labels;
-            }
-            TestResult::Quick(r) => r.labels = labels,
-            TestResult::Sweep(r) => r.labels = labels,
-            TestResult::Conf(_) => {}
-        }
+        result.kind_mut().set_labels(labels);
     }
 
     /// Every run saved from now on goes in one group of this kind (`repeat`, `quick`,

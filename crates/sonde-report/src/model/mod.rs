@@ -12,6 +12,7 @@ pub use sonde_wire::{HostInfo, MinDefaultMax, NicInfo, NicOffloads, SocketBuffer
 mod conf;
 mod context;
 mod crr;
+mod kind;
 mod latency;
 mod load;
 mod meta;
@@ -24,6 +25,7 @@ mod throughput;
 pub use self::conf::*;
 pub use self::context::*;
 pub use self::crr::*;
+pub use self::kind::ResultKind;
 pub use self::latency::*;
 pub use self::load::*;
 pub use self::meta::*;
@@ -56,31 +58,4 @@ pub enum TestResult {
     Sweep(SweepResult),
     /// `sonde conf`: both ends' configuration, side by side.
     Conf(ConfResult),
-}
-
-impl TestResult {
-    /// The `test` tag: `latency`, `throughput`, `pps`, `quick` or `load`.
-    pub fn test_name(&self) -> &'static str {
-        match self {
-            Self::Latency(_) => "latency",
-            Self::Throughput(_) => "throughput",
-            Self::Pps(_) => "pps",
-            Self::Crr(_) => "crr",
-            Self::Quick(_) => "quick",
-            Self::Load(_) => "load",
-            Self::Sweep(_) => "sweep",
-            Self::Conf(_) => "conf",
-        }
-    }
-
-    /// The common facts; `None` for quick, load and sweep, whose runs each have their own.
-    pub fn meta(&self) -> Option<&Meta> {
-        match self {
-            Self::Latency(r) => Some(&r.meta),
-            Self::Throughput(r) => Some(&r.meta),
-            Self::Pps(r) => Some(&r.meta),
-            Self::Crr(r) => Some(&r.meta),
-            Self::Quick(_) | Self::Load(_) | Self::Sweep(_) | Self::Conf(_) => None,
-        }
-    }
 }

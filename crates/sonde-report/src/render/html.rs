@@ -745,37 +745,12 @@ fn helpers_html(out: &mut String, runs: &[Run]) {
 
 /// Every meta a result holds, with the part it belongs to.
 fn metas(result: &TestResult) -> Vec<(String, &Meta)> {
-    match result {
-        TestResult::Latency(r) => vec![(String::new(), &r.meta)],
-        TestResult::Throughput(r) => vec![(String::new(), &r.meta)],
-        TestResult::Pps(r) => vec![(String::new(), &r.meta)],
-        TestResult::Crr(r) => vec![(String::new(), &r.meta)],
-        TestResult::Load(r) => vec![
-            ("idle".to_owned(), &r.idle.meta),
-            ("loaded".to_owned(), &r.loaded.meta),
-            ("load".to_owned(), &r.load.meta),
-        ],
-        TestResult::Quick(q) => q
-            .results
-            .iter()
-            .flat_map(|c| {
-                metas(&c.result)
-                    .into_iter()
-                    .map(move |(p, m)| (join_part(&c.case, &p), m))
-            })
-            .collect(),
-        TestResult::Sweep(s) => s
-            .steps
-            .iter()
-            .flat_map(|st| {
-                let step = format!("{}={}", s.parameter, st.value);
-                metas(&st.result)
-                    .into_iter()
-                    .map(move |(p, m)| (join_part(&step, &p), m))
-            })
-            .collect(),
-        TestResult::Conf(_) => Vec::new(),
+    let kind = result.kind();
+    let mut all = kind.metas();
+    for (part, r) in kind.parts() {
+        all.extend(metas(r).into_iter().map(|(p, m)| (join_part(&part, &p), m)));
     }
+    all
 }
 
 fn join_part(a: &str, b: &str) -> String {

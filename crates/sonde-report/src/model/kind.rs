@@ -1,0 +1,84 @@
+//! What every consumer asks of a result, whatever its kind: [`ResultKind`], implemented beside
+//! each kind's document, and [`TestResult::kind`], the one dispatch over the variants. A new
+//! kind implements the trait in its own module and adds its variant and arm here.
+
+use super::meta::{Labels, Meta};
+use super::TestResult;
+
+/// One test kind's result, as the renderers, the compare and the results store see it.
+pub trait ResultKind {
+    /// The document's `test` tag (`latency`, `throughput`, ...).
+    fn test_name(&self) -> &'static str;
+
+    /// The common facts of a single run; `None` for a kind made of several runs (quick, load,
+    /// sweep), each with its own, and for conf.
+    fn meta(&self) -> Option<&Meta> {
+        None
+    }
+
+    /// `--label`: the labels the document carries; `None` for a kind that carries none (conf).
+    fn labels(&self) -> Option<&Labels>;
+
+    /// Puts `labels` in the document, in each of its runs' metas too; a kind that carries none
+    /// ignores them.
+    fn set_labels(&mut self, labels: Labels);
+
+    /// The metas it holds itself, each with the part it belongs to (empty for a single run);
+    /// not those of the results in [`parts`](Self::parts).
+    fn metas(&self) -> Vec<(String, &Meta)> {
+        self.meta()
+            .map(|m| vec![(String::new(), m)])
+            .unwrap_or_default()
+    }
+
+    /// The whole results it is made of, each with its part's name (a quick case, a sweep step
+    /// `PARAM=VALUE`); empty for a single run.
+    fn parts(&self) -> Vec<(String, &TestResult)> {
+        Vec::new()
+    }
+
+    /// Whether it holds a throughput run itself (streams, `TCP_INFO`), not counting its parts.
+    fn has_streams(&self) -> bool {
+        false
+    }
+}
+
+impl TestResult {
+    /// The result as its kind: the one place that matches over every variant (besides serde).
+    pub fn kind(&self) -> &dyn ResultKind {
+        match self {
+            Self::Latency(r) => r,
+            Self::Throughput(r) => r,
+            Self::Pps(r) => r,
+            Self::Crr(r) => r,
+            Self::Quick(r) => r,
+            Self::Load(r) => r,
+            Self::Sweep(r) => r,
+            Self::Conf(r) => r,
+        }
+    }
+
+    /// [`kind`](Self::kind), to change the document.
+    pub fn kind_mut(&mut self) -> &mut dyn ResultKind {
+        match self {
+            Self::Latency(r) => r,
+            Self::Throughput(r) => r,
+            Self::Pps(r) => r,
+            Self::Crr(r) => r,
+            Self::Quick(r) => r,
+            Self::Load(r) => r,
+            Self::Sweep(r) => r,
+            Self::Conf(r) => r,
+        }
+    }
+
+    /// The `test` tag: `latency`, `throughput`, `pps`, `quick` or `load`.
+    pub fn test_name(&self) -> &'static str {
+        self.kind().test_name()
+    }
+
+    /// The common facts; `None` for quick, load and sweep, whose runs each have their own.
+    pub fn meta(&self) -> Option<&Meta> {
+        self.kind().meta()
+    }
+}
