@@ -48,6 +48,7 @@
 
 pub mod compare;
 pub mod json_schema;
+mod kinds;
 pub mod model;
 pub mod render;
 

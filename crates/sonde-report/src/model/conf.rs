@@ -4,8 +4,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::context::Hosts;
-use super::kind::ResultKind;
-use super::meta::Labels;
 use super::meta::{Warning, WarningCode};
 
 /// `sonde conf [HOST]`: this host's configuration and, with a host, the agent's, as a test
@@ -35,16 +33,4 @@ impl ConfResult {
         self.warnings.push(warning.to_string());
         self.warning_codes.push(warning.code());
     }
-}
-
-impl ResultKind for ConfResult {
-    fn test_name(&self) -> &'static str {
-        "conf"
-    }
-
-    fn labels(&self) -> Option<&Labels> {
-        None
-    }
-
-    fn set_labels(&mut self, _labels: Labels) {}
 }

@@ -3,8 +3,6 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::kind::ResultKind;
-use super::meta::Labels;
 use super::meta::{Meta, Protocol};
 use super::stats::RttNs;
 
@@ -117,24 +115,6 @@ pub struct CrrInterval {
     pub connect_p50_ns: Option<u64>,
     /// 99th percentile connect time, ns; `null` with fewer than 1,000 connects in the interval.
     pub connect_p99_ns: Option<u64>,
-}
-
-impl ResultKind for CrrResult {
-    fn test_name(&self) -> &'static str {
-        "crr"
-    }
-
-    fn meta(&self) -> Option<&Meta> {
-        Some(&self.meta)
-    }
-
-    fn labels(&self) -> Option<&Labels> {
-        Some(&self.meta.labels)
-    }
-
-    fn set_labels(&mut self, labels: Labels) {
-        self.meta.labels = labels;
-    }
 }
 
 #[cfg(test)]

@@ -2,8 +2,13 @@
 //! each kind's document, and [`TestResult::kind`], the one dispatch over the variants. A new
 //! kind implements the trait in its own module and adds its variant and arm here.
 
+use std::collections::BTreeMap;
+
 use super::meta::{Labels, Meta};
 use super::TestResult;
+
+/// One CSV row: its cells by column name (a column it has no cell for is empty).
+pub type CsvRow = BTreeMap<&'static str, String>;
 
 /// One test kind's result, as the renderers, the compare and the results store see it.
 pub trait ResultKind {
@@ -41,6 +46,24 @@ pub trait ResultKind {
     fn has_streams(&self) -> bool {
         false
     }
+
+    /// Its table for people ([`render::table`](crate::render::table)), appended to `out`.
+    fn table(&self, out: &mut String);
+
+    /// Its line in quick's table: the figure to quote, and its context.
+    fn headline(&self) -> (String, String);
+
+    /// Whether its CSV rows start with a `case` column (it holds several runs).
+    fn csv_has_case(&self) -> bool {
+        false
+    }
+
+    /// The column sets of its own CSV figures, in order; the inner view's and the context's
+    /// follow ([`render::csv_columns`](crate::render::csv_columns)).
+    fn csv_columns(&self) -> &'static [&'static [&'static str]];
+
+    /// Its CSV rows, appended to `rows`; `case` names the part it is of a bigger result.
+    fn csv_rows(&self, case: Option<&str>, rows: &mut Vec<CsvRow>);
 }
 
 impl TestResult {

@@ -4,8 +4,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::context::{EndsTuning, Helpers};
-use super::kind::ResultKind;
-use super::meta::Labels;
 use super::meta::{Meta, Protocol};
 use super::stats::{HistogramBucket, RttNs};
 
@@ -202,22 +200,4 @@ pub struct FullLog {
     pub dropped: u64,
     /// The write error that stopped the log, if any.
     pub error: Option<String>,
-}
-
-impl ResultKind for LatencyResult {
-    fn test_name(&self) -> &'static str {
-        "latency"
-    }
-
-    fn meta(&self) -> Option<&Meta> {
-        Some(&self.meta)
-    }
-
-    fn labels(&self) -> Option<&Labels> {
-        Some(&self.meta.labels)
-    }
-
-    fn set_labels(&mut self, labels: Labels) {
-        self.meta.labels = labels;
-    }
 }

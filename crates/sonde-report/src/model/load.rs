@@ -3,10 +3,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::kind::ResultKind;
 use super::latency::LatencyResult;
 use super::meta::Labels;
-use super::meta::Meta;
 use super::throughput::ThroughputResult;
 
 /// `sonde load`: the same latency probes on the idle path, then while bulk TCP streams load it
@@ -73,34 +71,5 @@ impl AddedRttNs {
             p999: diff(i.p999, l.p999),
             max: diff(Some(i.max), Some(l.max)),
         }
-    }
-}
-
-impl ResultKind for LoadResult {
-    fn test_name(&self) -> &'static str {
-        "load"
-    }
-
-    fn labels(&self) -> Option<&Labels> {
-        Some(&self.labels)
-    }
-
-    fn set_labels(&mut self, labels: Labels) {
-        self.idle.meta.labels.clone_from(&labels);
-        self.loaded.meta.labels.clone_from(&labels);
-        self.load.meta.labels.clone_from(&labels);
-        self.labels = labels;
-    }
-
-    fn metas(&self) -> Vec<(String, &Meta)> {
-        vec![
-            ("idle".to_owned(), &self.idle.meta),
-            ("loaded".to_owned(), &self.loaded.meta),
-            ("load".to_owned(), &self.load.meta),
-        ]
-    }
-
-    fn has_streams(&self) -> bool {
-        true
     }
 }

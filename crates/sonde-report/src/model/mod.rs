@@ -25,7 +25,7 @@ mod throughput;
 pub use self::conf::*;
 pub use self::context::*;
 pub use self::crr::*;
-pub use self::kind::ResultKind;
+pub use self::kind::{CsvRow, ResultKind};
 pub use self::latency::*;
 pub use self::load::*;
 pub use self::meta::*;

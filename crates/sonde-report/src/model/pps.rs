@@ -4,8 +4,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::context::{EndsTuning, Helpers};
-use super::kind::ResultKind;
-use super::meta::Labels;
 use super::meta::{Meta, Protocol};
 
 /// One flow of a pps test.
@@ -129,22 +127,4 @@ pub struct PpsResult {
     /// `--cpu`: the CPUs each end's flows ran on. Absent unless asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tuning: Option<EndsTuning>,
-}
-
-impl ResultKind for PpsResult {
-    fn test_name(&self) -> &'static str {
-        "pps"
-    }
-
-    fn meta(&self) -> Option<&Meta> {
-        Some(&self.meta)
-    }
-
-    fn labels(&self) -> Option<&Labels> {
-        Some(&self.meta.labels)
-    }
-
-    fn set_labels(&mut self, labels: Labels) {
-        self.meta.labels = labels;
-    }
 }

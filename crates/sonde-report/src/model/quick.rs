@@ -3,7 +3,6 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::kind::ResultKind;
 use super::meta::Labels;
 use super::TestResult;
 
@@ -28,25 +27,4 @@ pub struct QuickCase {
     pub case: String,
     /// The result.
     pub result: TestResult,
-}
-
-impl ResultKind for QuickResult {
-    fn test_name(&self) -> &'static str {
-        "quick"
-    }
-
-    fn labels(&self) -> Option<&Labels> {
-        Some(&self.labels)
-    }
-
-    fn set_labels(&mut self, labels: Labels) {
-        self.labels = labels;
-    }
-
-    fn parts(&self) -> Vec<(String, &TestResult)> {
-        self.results
-            .iter()
-            .map(|c| (c.case.clone(), &c.result))
-            .collect()
-    }
 }

@@ -3,7 +3,6 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::kind::ResultKind;
 use super::meta::Labels;
 use super::TestResult;
 
@@ -35,25 +34,4 @@ pub struct SweepStep {
     pub value: u64,
     /// The run's full result.
     pub result: TestResult,
-}
-
-impl ResultKind for SweepResult {
-    fn test_name(&self) -> &'static str {
-        "sweep"
-    }
-
-    fn labels(&self) -> Option<&Labels> {
-        Some(&self.labels)
-    }
-
-    fn set_labels(&mut self, labels: Labels) {
-        self.labels = labels;
-    }
-
-    fn parts(&self) -> Vec<(String, &TestResult)> {
-        self.steps
-            .iter()
-            .map(|s| (format!("{}={}", self.parameter, s.value), &s.result))
-            .collect()
-    }
 }

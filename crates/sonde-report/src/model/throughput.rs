@@ -4,8 +4,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::context::{EndsTuning, Helpers, StreamTcpInfo, TcpInfo};
-use super::kind::ResultKind;
-use super::meta::Labels;
 use super::meta::{Meta, Protocol};
 
 /// Where a throughput test's intervals were counted.
@@ -160,26 +158,4 @@ pub struct ThroughputResult {
     /// `--cpu`: the CPUs each end's streams ran on. Absent unless asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tuning: Option<EndsTuning>,
-}
-
-impl ResultKind for ThroughputResult {
-    fn test_name(&self) -> &'static str {
-        "throughput"
-    }
-
-    fn meta(&self) -> Option<&Meta> {
-        Some(&self.meta)
-    }
-
-    fn labels(&self) -> Option<&Labels> {
-        Some(&self.meta.labels)
-    }
-
-    fn set_labels(&mut self, labels: Labels) {
-        self.meta.labels = labels;
-    }
-
-    fn has_streams(&self) -> bool {
-        true
-    }
 }

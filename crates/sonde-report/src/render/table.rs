@@ -1,15 +1,15 @@
 //! The table for people.
 
-mod context;
-mod crr;
+pub(crate) mod context;
+pub(crate) mod crr;
 pub(super) mod helpers;
 mod inner;
-mod latency;
-mod load;
-mod pps;
-mod quick;
-mod sweep;
-mod throughput;
+pub(crate) mod latency;
+pub(crate) mod load;
+pub(crate) mod pps;
+pub(crate) mod quick;
+pub(crate) mod sweep;
+pub(crate) mod throughput;
 
 pub use self::pps::pps_interval_line;
 
@@ -26,16 +26,7 @@ use crate::model::{Meta, Protocol, RttNs, StreamDirection, TestResult, Throughpu
 /// sample count cannot support reads `n/a (needs ≥N samples)`.
 pub fn table(result: &TestResult) -> String {
     let mut out = String::new();
-    match result {
-        TestResult::Latency(r) => latency::latency(r, &mut out),
-        TestResult::Throughput(r) => throughput::throughput(r, &mut out),
-        TestResult::Pps(r) => pps::pps(r, &mut out),
-        TestResult::Crr(r) => crr::crr(r, &mut out),
-        TestResult::Quick(r) => quick::quick(r, &mut out),
-        TestResult::Load(r) => load::load(r, &mut out),
-        TestResult::Sweep(r) => sweep::sweep(r, &mut out),
-        TestResult::Conf(r) => context::conf(r, &mut out),
-    }
+    result.kind().table(&mut out);
     out
 }
 

@@ -258,7 +258,7 @@ pub(super) fn interval_stream_rows(config: &Row, r: &ThroughputResult, rows: &mu
 }
 
 /// `sonde conf`'s rows: each end's host, then its interfaces.
-pub(super) fn conf_rows(c: &ConfResult, rows: &mut Vec<Row>) {
+pub(crate) fn conf_rows(c: &ConfResult, rows: &mut Vec<Row>) {
     let mut base = Row::new();
     base.insert("test", "conf".to_owned());
     base.insert("sonde_version", c.sonde_version.clone());

@@ -6,10 +6,10 @@ use super::{
 };
 use crate::model::{LatencyMode, LatencyResult, Protocol};
 use crate::render::units::{
-    fmt_count, fmt_count_f64, fmt_ratio, fmt_secs, fmt_size, ns_number, to_f64, TimeUnit,
+    fmt_count, fmt_count_f64, fmt_ns, fmt_ratio, fmt_secs, fmt_size, ns_number, to_f64, TimeUnit,
 };
 
-pub(super) fn latency(r: &LatencyResult, out: &mut String) {
+pub(crate) fn latency(r: &LatencyResult, out: &mut String) {
     header(out, "latency", &r.meta);
     let mut kv = Grid::new(vec![Col::left(), Col::left()]);
     kv.row(["protocol".into(), protocol_name(r.protocol).into()]);
@@ -147,4 +147,35 @@ pub(super) fn latency(r: &LatencyResult, out: &mut String) {
     helpers::section(r.helpers.as_ref(), helpers::Shares::Latency, out);
     context::blocks(out, &r.meta);
     footer(out, &[("", &r.meta)]);
+}
+
+/// A latency run's figure to quote in quick's table, and its context.
+pub(crate) fn headline(l: &LatencyResult) -> (String, String) {
+    let mut details = format!(
+        "{} {}",
+        protocol_name(l.protocol),
+        match l.mode {
+            LatencyMode::ClosedLoop => "closed loop",
+            LatencyMode::OpenLoop => "open loop",
+        }
+    );
+    if l.protocol == Protocol::Udp {
+        details.push_str(&format!(", lost {}", fmt_ratio(l.lost, l.sent)));
+    }
+    if let Some(late) = l.late_sends.filter(|n| *n > 0) {
+        details.push_str(&format!(", {} late sends", fmt_count(late)));
+    }
+    if l.samples == 0 {
+        return ("RTT: no samples".into(), details);
+    }
+    // One unit per row: the cases are unrelated, and a LAN RTT in ms loses its digits.
+    let unit = TimeUnit::for_typical(l.rtt_ns.p50.map_or(l.rtt_ns.mean, to_f64));
+    let p = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |ns| fmt_ns(to_f64(ns), unit));
+    let headline = format!(
+        "RTT p50 {}, p99 {}, mean {}",
+        p(l.rtt_ns.p50),
+        p(l.rtt_ns.p99),
+        fmt_ns(l.rtt_ns.mean, unit)
+    );
+    (headline, details)
 }

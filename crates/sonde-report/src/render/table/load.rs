@@ -3,11 +3,11 @@
 use super::{direction_name, footer, line, plural, protocol_name, Col, Grid};
 use crate::model::{LatencyMode, LatencyResult, LoadResult, Protocol, RttNs};
 use crate::render::units::{
-    fmt_count, fmt_count_f64, fmt_rate, fmt_ratio, fmt_secs, fmt_size, fmt_timestamp, ns_number,
-    to_f64, TimeUnit,
+    fmt_count, fmt_count_f64, fmt_ns_auto, fmt_rate, fmt_ratio, fmt_secs, fmt_size, fmt_timestamp,
+    ns_number, to_f64, TimeUnit,
 };
 
-pub(super) fn load(r: &LoadResult, out: &mut String) {
+pub(crate) fn load(r: &LoadResult, out: &mut String) {
     let (idle, loaded, bulk) = (&r.idle, &r.loaded, &r.load);
     line(
         out,
@@ -170,4 +170,22 @@ pub(super) fn load(r: &LoadResult, out: &mut String) {
             ("load", &bulk.meta),
         ],
     );
+}
+
+/// A load run's figure to quote in quick's table, and its context.
+pub(crate) fn headline(l: &LoadResult) -> (String, String) {
+    (
+        format!(
+            "RTT p50 {} under load",
+            l.added_rtt_ns.p50.map_or_else(
+                || "n/a".to_owned(),
+                |ns| format!(
+                    "{}{}",
+                    if ns < 0 { "-" } else { "+" },
+                    fmt_ns_auto(ns.unsigned_abs() as f64)
+                )
+            )
+        ),
+        format!("load {}", fmt_rate(l.load.receiver.bits_per_second)),
+    )
 }

@@ -83,7 +83,7 @@ pub(super) fn gso_mode(mode: GsoMode) -> &'static str {
     }
 }
 
-pub(super) fn pps(r: &PpsResult, out: &mut String) {
+pub(crate) fn pps(r: &PpsResult, out: &mut String) {
     header(out, "pps", &r.meta);
     line(
         out,
@@ -168,4 +168,16 @@ pub(super) fn pps(r: &PpsResult, out: &mut String) {
     pps_intervals(r, out);
     context::blocks(out, &r.meta);
     footer(out, &[("", &r.meta)]);
+}
+
+/// A pps run's figure to quote in quick's table, and its context.
+pub(crate) fn headline(p: &PpsResult) -> (String, String) {
+    (
+        format!("{} pps", fmt_count_f64(p.received_pps)),
+        format!(
+            "{} B datagrams, lost {}",
+            p.msg_size_bytes,
+            fmt_percent(p.loss_percent)
+        ),
+    )
 }

@@ -7,7 +7,7 @@ use crate::render::units::{
     to_f64, TimeUnit,
 };
 
-pub(super) fn sweep(r: &SweepResult, out: &mut String) {
+pub(crate) fn sweep(r: &SweepResult, out: &mut String) {
     let server = r
         .steps
         .iter()
@@ -153,4 +153,12 @@ pub(super) fn sweep(r: &SweepResult, out: &mut String) {
         .filter_map(|(s, l)| s.result.meta().map(|m| (l.as_str(), m)))
         .collect();
     footer(out, &metas);
+}
+
+/// A sweep's figure to quote in quick's table, and its context.
+pub(crate) fn headline(w: &SweepResult) -> (String, String) {
+    (
+        format!("{} steps of {}", w.steps.len(), w.parameter),
+        w.sweep_test.clone(),
+    )
 }

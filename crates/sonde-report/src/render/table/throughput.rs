@@ -6,11 +6,11 @@ use super::{
 };
 use crate::model::{Protocol, SideTotals, StreamDirection, StreamResult, ThroughputResult};
 use crate::render::units::{
-    fmt_bytes, fmt_count, fmt_ns, fmt_percent, fmt_rate, fmt_secs, fmt_size, ns_to_s, rate, to_f64,
-    TimeUnit, Unit, BYTES, RATE,
+    fmt_bytes, fmt_count, fmt_ns, fmt_ns_auto, fmt_percent, fmt_rate, fmt_secs, fmt_size, ns_to_s,
+    rate, to_f64, TimeUnit, Unit, BYTES, RATE,
 };
 
-pub(super) fn throughput(r: &ThroughputResult, out: &mut String) {
+pub(crate) fn throughput(r: &ThroughputResult, out: &mut String) {
     header(out, "throughput", &r.meta);
     let udp = r.protocol == Protocol::Udp;
     let bidir = is_bidir(r);
@@ -373,4 +373,36 @@ impl Sums {
             retransmits: sum(|s| s.retransmits),
         }
     }
+}
+
+/// A throughput run's figure to quote in quick's table, and its context.
+pub(crate) fn headline(t: &ThroughputResult) -> (String, String) {
+    let headline = if is_bidir(t) {
+        let up = Sums::of_direction(t, StreamDirection::ClientToServer);
+        let down = Sums::of_direction(t, StreamDirection::ServerToClient);
+        format!(
+            "{} c→s, {} s→c",
+            fmt_rate(up.receiver.bits_per_second),
+            fmt_rate(down.receiver.bits_per_second)
+        )
+    } else {
+        fmt_rate(t.receiver.bits_per_second)
+    };
+    let mut details = format!(
+        "{} {}, {} stream{}",
+        protocol_name(t.protocol),
+        t.direction,
+        t.parallel,
+        plural(u64::from(t.parallel))
+    );
+    if let Some(retr) = t.retransmits {
+        details.push_str(&format!(", {} retransmits", fmt_count(retr)));
+    }
+    if let Some(loss) = t.loss_percent {
+        details.push_str(&format!(", lost {}", fmt_percent(loss)));
+    }
+    if let Some(j) = t.jitter_ns {
+        details.push_str(&format!(", jitter {}", fmt_ns_auto(to_f64(j))));
+    }
+    (headline, details)
 }

@@ -1,0 +1,38 @@
+//! `sonde pps`: packet rate.
+
+use crate::model::{CsvRow, Labels, Meta, PpsResult, ResultKind};
+use crate::render::{csv, table};
+
+impl ResultKind for PpsResult {
+    fn test_name(&self) -> &'static str {
+        "pps"
+    }
+
+    fn meta(&self) -> Option<&Meta> {
+        Some(&self.meta)
+    }
+
+    fn labels(&self) -> Option<&Labels> {
+        Some(&self.meta.labels)
+    }
+
+    fn set_labels(&mut self, labels: Labels) {
+        self.meta.labels = labels;
+    }
+
+    fn table(&self, out: &mut String) {
+        table::pps::pps(self, out);
+    }
+
+    fn headline(&self) -> (String, String) {
+        table::pps::headline(self)
+    }
+
+    fn csv_columns(&self) -> &'static [&'static [&'static str]] {
+        &[&csv::PPS]
+    }
+
+    fn csv_rows(&self, case: Option<&str>, rows: &mut Vec<CsvRow>) {
+        csv::pps_rows(self, case, rows);
+    }
+}

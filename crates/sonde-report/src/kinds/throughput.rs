@@ -1,0 +1,42 @@
+//! `sonde throughput`: bulk transfer.
+
+use crate::model::{CsvRow, Labels, Meta, ResultKind, ThroughputResult};
+use crate::render::{csv, table};
+
+impl ResultKind for ThroughputResult {
+    fn test_name(&self) -> &'static str {
+        "throughput"
+    }
+
+    fn meta(&self) -> Option<&Meta> {
+        Some(&self.meta)
+    }
+
+    fn labels(&self) -> Option<&Labels> {
+        Some(&self.meta.labels)
+    }
+
+    fn set_labels(&mut self, labels: Labels) {
+        self.meta.labels = labels;
+    }
+
+    fn has_streams(&self) -> bool {
+        true
+    }
+
+    fn table(&self, out: &mut String) {
+        table::throughput::throughput(self, out);
+    }
+
+    fn headline(&self) -> (String, String) {
+        table::throughput::headline(self)
+    }
+
+    fn csv_columns(&self) -> &'static [&'static [&'static str]] {
+        &[&csv::THROUGHPUT]
+    }
+
+    fn csv_rows(&self, case: Option<&str>, rows: &mut Vec<CsvRow>) {
+        csv::throughput_rows(self, case, rows);
+    }
+}
