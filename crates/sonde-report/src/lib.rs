@@ -47,6 +47,7 @@
 #![forbid(unsafe_code)]
 
 pub mod compare;
+pub mod export;
 pub mod json_schema;
 mod kinds;
 pub mod model;

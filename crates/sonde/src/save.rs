@@ -201,14 +201,11 @@ impl Saver {
         if self.quiet {
             return Ok(());
         }
+        let exporter = output.exporter();
         let text = if self.printed == 0 {
-            output.render(result)
-        } else if output.csv {
-            sonde_report::render::csv_rows(result)
-        } else if output.json || output.json_stream {
-            output.render(result)
+            exporter.document(result)
         } else {
-            format!("\n{}", output.render(result))
+            exporter.next_document(result)
         };
         self.printed += 1;
         print(&text)
@@ -314,10 +311,10 @@ pub(crate) fn repeat(
             ),
             None => format!("{} runs, not saved", opt.repeat),
         };
-        if output.json || output.csv || output.json_stream {
-            eprintln!("sonde: {note}");
-        } else {
+        if output.exporter().is_for_people() {
             print(&format!("\n{note}\n"))?;
+        } else {
+            eprintln!("sonde: {note}");
         }
     }
     Ok(())
