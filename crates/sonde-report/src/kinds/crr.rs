@@ -1,6 +1,6 @@
 //! `sonde crr`: connection rate.
 
-use crate::model::{CrrResult, CsvRow, Labels, Meta, ResultKind};
+use crate::model::{CrrResult, CsvRow, HeadlineFigures, Labels, Meta, ResultKind, RunIndex};
 use crate::render::{csv, table};
 
 impl ResultKind for CrrResult {
@@ -18,6 +18,21 @@ impl ResultKind for CrrResult {
 
     fn set_labels(&mut self, labels: Labels) {
         self.meta.labels = labels;
+    }
+
+    fn index(&self) -> Option<RunIndex<'_>> {
+        Some(RunIndex {
+            time_unix_ms: self.meta.timestamp_unix_ms,
+            test: "crr",
+            protocol: self.protocol,
+            server: &self.meta.server,
+            labels: &self.meta.labels,
+            interrupted: self.meta.interrupted,
+            headline: HeadlineFigures {
+                connections_per_second: self.connections_per_second,
+                ..HeadlineFigures::default()
+            },
+        })
     }
 
     fn table(&self, out: &mut String) {

@@ -1,6 +1,6 @@
 //! `sonde load`: latency idle and under load.
 
-use crate::model::{CsvRow, Labels, LoadResult, Meta, ResultKind};
+use crate::model::{CsvRow, HeadlineFigures, Labels, LoadResult, Meta, ResultKind, RunIndex};
 use crate::render::{csv, table};
 
 impl ResultKind for LoadResult {
@@ -29,6 +29,26 @@ impl ResultKind for LoadResult {
 
     fn has_streams(&self) -> bool {
         true
+    }
+
+    fn interrupted(&self) -> bool {
+        self.idle.meta.interrupted || self.loaded.meta.interrupted
+    }
+
+    /// The loaded probes are the figure of a load test; the load's rate beside them.
+    fn index(&self) -> Option<RunIndex<'_>> {
+        Some(RunIndex {
+            time_unix_ms: self.timestamp_unix_ms,
+            test: "load",
+            protocol: self.loaded.protocol,
+            server: &self.loaded.meta.server,
+            labels: &self.labels,
+            interrupted: self.interrupted(),
+            headline: HeadlineFigures {
+                bits_per_second: Some(self.load.receiver.bits_per_second),
+                ..super::latency::rtt_headline(&self.loaded)
+            },
+        })
     }
 
     fn table(&self, out: &mut String) {

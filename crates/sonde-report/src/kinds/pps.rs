@@ -1,6 +1,6 @@
 //! `sonde pps`: packet rate.
 
-use crate::model::{CsvRow, Labels, Meta, PpsResult, ResultKind};
+use crate::model::{CsvRow, HeadlineFigures, Labels, Meta, PpsResult, ResultKind, RunIndex};
 use crate::render::{csv, table};
 
 impl ResultKind for PpsResult {
@@ -18,6 +18,22 @@ impl ResultKind for PpsResult {
 
     fn set_labels(&mut self, labels: Labels) {
         self.meta.labels = labels;
+    }
+
+    fn index(&self) -> Option<RunIndex<'_>> {
+        Some(RunIndex {
+            time_unix_ms: self.meta.timestamp_unix_ms,
+            test: "pps",
+            protocol: self.protocol,
+            server: &self.meta.server,
+            labels: &self.meta.labels,
+            interrupted: self.meta.interrupted,
+            headline: HeadlineFigures {
+                packets_per_second: Some(self.received_pps),
+                loss_percent: Some(self.loss_percent),
+                ..HeadlineFigures::default()
+            },
+        })
     }
 
     fn table(&self, out: &mut String) {

@@ -1,6 +1,6 @@
 //! `sonde throughput`: bulk transfer.
 
-use crate::model::{CsvRow, Labels, Meta, ResultKind, ThroughputResult};
+use crate::model::{CsvRow, HeadlineFigures, Labels, Meta, ResultKind, RunIndex, ThroughputResult};
 use crate::render::{csv, table};
 
 impl ResultKind for ThroughputResult {
@@ -22,6 +22,22 @@ impl ResultKind for ThroughputResult {
 
     fn has_streams(&self) -> bool {
         true
+    }
+
+    fn index(&self) -> Option<RunIndex<'_>> {
+        Some(RunIndex {
+            time_unix_ms: self.meta.timestamp_unix_ms,
+            test: "throughput",
+            protocol: self.protocol,
+            server: &self.meta.server,
+            labels: &self.meta.labels,
+            interrupted: self.meta.interrupted,
+            headline: HeadlineFigures {
+                bits_per_second: Some(self.receiver.bits_per_second),
+                loss_percent: self.loss_percent,
+                ..HeadlineFigures::default()
+            },
+        })
     }
 
     fn table(&self, out: &mut String) {

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use super::index::RunIndex;
 use super::meta::{Labels, Meta};
 use super::TestResult;
 
@@ -45,6 +46,17 @@ pub trait ResultKind {
     /// Whether it holds a throughput run itself (streams, `TCP_INFO`), not counting its parts.
     fn has_streams(&self) -> bool {
         false
+    }
+
+    /// Stopped before its time (Ctrl-C, SIGTERM): its run, or any of its probe runs.
+    fn interrupted(&self) -> bool {
+        self.meta().is_some_and(|m| m.interrupted)
+    }
+
+    /// What a results store finds and lists it by; `None` for a document that is not one run
+    /// (quick, a sweep, conf).
+    fn index(&self) -> Option<RunIndex<'_>> {
+        None
     }
 
     /// Its table for people ([`render::table`](crate::render::table)), appended to `out`.
@@ -103,5 +115,44 @@ impl TestResult {
     /// The common facts; `None` for quick, load and sweep, whose runs each have their own.
     pub fn meta(&self) -> Option<&Meta> {
         self.kind().meta()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fixtures;
+    use crate::model::Labels;
+
+    #[test]
+    fn each_kind_says_its_tag_and_only_single_runs_are_indexed() {
+        for (name, r) in fixtures::all() {
+            let doc = serde_json::to_value(&r).expect(name);
+            assert_eq!(doc["test"], r.test_name(), "{name}");
+            let one_run = matches!(
+                r.test_name(),
+                "latency" | "throughput" | "pps" | "crr" | "load"
+            );
+            let index = r.kind().index();
+            assert_eq!(index.is_some(), one_run, "{name}");
+            if let Some(i) = index {
+                assert_eq!(i.test, r.test_name(), "{name}");
+                assert_eq!(i.interrupted, r.kind().interrupted(), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn labels_set_are_the_labels_read_in_every_meta() {
+        for (name, mut r) in fixtures::all() {
+            let labels = Labels::from([("path".to_owned(), "private".to_owned())]);
+            r.kind_mut().set_labels(labels.clone());
+            match r.kind().labels() {
+                Some(l) => assert_eq!(l, &labels, "{name}"),
+                None => assert_eq!(r.test_name(), "conf", "{name}"),
+            }
+            for (part, meta) in r.kind().metas() {
+                assert_eq!(meta.labels, labels, "{name} {part}");
+            }
+        }
     }
 }

@@ -12,6 +12,7 @@ pub use sonde_wire::{HostInfo, MinDefaultMax, NicInfo, NicOffloads, SocketBuffer
 mod conf;
 mod context;
 mod crr;
+mod index;
 mod kind;
 mod latency;
 mod load;
@@ -25,6 +26,7 @@ mod throughput;
 pub use self::conf::*;
 pub use self::context::*;
 pub use self::crr::*;
+pub use self::index::{HeadlineFigures, RunIndex};
 pub use self::kind::{CsvRow, ResultKind};
 pub use self::latency::*;
 pub use self::load::*;
