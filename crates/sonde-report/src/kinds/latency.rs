@@ -1,7 +1,8 @@
 //! `sonde latency`: round-trip times.
 
 use crate::model::{
-    CsvRow, HeadlineFigures, Labels, LatencyResult, Meta, Protocol, ResultKind, RunIndex,
+    CsvRow, HeadlineFigures, Helpers, Labels, LatencyResult, Meta, Protocol, ResultKind, RunIndex,
+    ShareFigures,
 };
 use crate::render::{csv, table};
 
@@ -32,6 +33,10 @@ impl ResultKind for LatencyResult {
             interrupted: self.meta.interrupted,
             headline: rtt_headline(self),
         })
+    }
+
+    fn helpers(&self) -> Option<(&Helpers, ShareFigures)> {
+        self.helpers.as_ref().map(|h| (h, ShareFigures::Latency))
     }
 
     fn table(&self, out: &mut String) {

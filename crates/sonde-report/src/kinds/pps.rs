@@ -1,6 +1,8 @@
 //! `sonde pps`: packet rate.
 
-use crate::model::{CsvRow, HeadlineFigures, Labels, Meta, PpsResult, ResultKind, RunIndex};
+use crate::model::{
+    CsvRow, HeadlineFigures, Helpers, Labels, Meta, PpsResult, ResultKind, RunIndex, ShareFigures,
+};
 use crate::render::{csv, table};
 
 impl ResultKind for PpsResult {
@@ -34,6 +36,10 @@ impl ResultKind for PpsResult {
                 ..HeadlineFigures::default()
             },
         })
+    }
+
+    fn helpers(&self) -> Option<(&Helpers, ShareFigures)> {
+        self.helpers.as_ref().map(|h| (h, ShareFigures::Pps))
     }
 
     fn table(&self, out: &mut String) {

@@ -1,6 +1,9 @@
 //! `sonde throughput`: bulk transfer.
 
-use crate::model::{CsvRow, HeadlineFigures, Labels, Meta, ResultKind, RunIndex, ThroughputResult};
+use crate::model::{
+    CsvRow, HeadlineFigures, Helpers, Labels, Meta, ResultKind, RunIndex, ShareFigures,
+    ThroughputResult,
+};
 use crate::render::{csv, table};
 
 impl ResultKind for ThroughputResult {
@@ -38,6 +41,10 @@ impl ResultKind for ThroughputResult {
                 ..HeadlineFigures::default()
             },
         })
+    }
+
+    fn helpers(&self) -> Option<(&Helpers, ShareFigures)> {
+        self.helpers.as_ref().map(|h| (h, ShareFigures::Throughput))
     }
 
     fn table(&self, out: &mut String) {

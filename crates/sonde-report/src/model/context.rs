@@ -160,6 +160,17 @@ pub struct EndsTuning {
     pub server: Option<sonde_wire::TuningReport>,
 }
 
+/// Which figures a `--from` helper's share has: its test's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareFigures {
+    /// A pps test's: datagrams sent and received.
+    Pps,
+    /// A throughput test's: bytes and rate.
+    Throughput,
+    /// A latency test's: RTTs.
+    Latency,
+}
+
 /// `--from`: a test several helper agents ran against one target at once, started together at
 /// a common time (each helper's clock offset to this host estimated NTP-style over its control
 /// connection).

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use super::context::{Helpers, ShareFigures};
 use super::index::RunIndex;
 use super::meta::{Labels, Meta};
 use super::TestResult;
@@ -41,6 +42,11 @@ pub trait ResultKind {
     /// `PARAM=VALUE`); empty for a single run.
     fn parts(&self) -> Vec<(String, &TestResult)> {
         Vec::new()
+    }
+
+    /// `--from`: its helpers' shares and which figures they have; not those of its parts.
+    fn helpers(&self) -> Option<(&Helpers, ShareFigures)> {
+        None
     }
 
     /// Whether it holds a throughput run itself (streams, `TCP_INFO`), not counting its parts.
