@@ -1,9 +1,8 @@
 //! The result documents. Field names carry their units (`rtt_ns`, `bits_per_second`). A value
 //! that could not be measured is `null`, never 0.
-
 //!
-//! One module per test kind (its document and the types only it uses); [`meta`] holds what
-//! every result carries, [`context`] both ends' context, [`stats`] the statistics kinds share.
+//! One module per test kind (its document and the types only it uses); `meta` holds what
+//! every result carries, `context` both ends' context, `stats` the statistics kinds share.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
