@@ -29,9 +29,9 @@ pub(crate) struct OutputOpt {
 }
 
 impl OutputOpt {
-    /// The format the flags chose, picked once here.
-    pub(crate) fn exporter(self) -> &'static dyn Exporter {
-        let format = if self.json_stream {
+    /// The format the flags chose: the one place that reads them.
+    pub(crate) fn format(self) -> Format {
+        if self.json_stream {
             Format::JsonStream
         } else if self.json {
             Format::Json
@@ -39,8 +39,12 @@ impl OutputOpt {
             Format::Csv
         } else {
             Format::Table
-        };
-        exporter(format)
+        }
+    }
+
+    /// The exporter of the chosen [`format`](Self::format).
+    pub(crate) fn exporter(self) -> &'static dyn Exporter {
+        exporter(self.format())
     }
 
     /// Renders the result in the chosen format.

@@ -10,7 +10,7 @@ use crate::render::units::{
 };
 
 /// `-i`: datagrams and datagrams per second in each interval, per flow when there are several.
-pub(super) fn pps_intervals(r: &PpsResult, out: &mut String) {
+fn pps_intervals(r: &PpsResult, out: &mut String) {
     if r.intervals.is_empty() {
         return;
     }
@@ -75,7 +75,7 @@ pub fn pps_interval_line(iv: &crate::model::PpsInterval) -> String {
     )
 }
 
-pub(super) fn gso_mode(mode: GsoMode) -> &'static str {
+fn gso_mode(mode: GsoMode) -> &'static str {
     match mode {
         GsoMode::Auto => "auto",
         GsoMode::On => "on",

@@ -302,8 +302,8 @@ pub(crate) fn throughput(r: &ThroughputResult, out: &mut String) {
 }
 
 /// One receiver/sender line pair of the throughput totals.
-pub(super) struct Sums {
-    pub(super) receiver: SideTotals,
+struct Sums {
+    receiver: SideTotals,
     sender: SideTotals,
     lost: Option<u64>,
     loss_percent: Option<f64>,
@@ -336,7 +336,7 @@ impl Sums {
 
     /// One direction of a bidir test, summed here (the document has no such totals). Like
     /// iperf3's SUM: the bytes over the longest stream's active time; the worst jitter.
-    pub(super) fn of_direction(r: &ThroughputResult, dir: StreamDirection) -> Self {
+    fn of_direction(r: &ThroughputResult, dir: StreamDirection) -> Self {
         let streams: Vec<&StreamResult> = r.streams.iter().filter(|s| s.direction == dir).collect();
         let side = |pick: fn(&StreamResult) -> &SideTotals| {
             let bytes = streams.iter().map(|s| pick(s).bytes).sum::<u64>();
