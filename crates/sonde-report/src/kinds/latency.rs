@@ -48,7 +48,7 @@ impl ResultKind for LatencyResult {
     }
 
     fn csv_columns(&self) -> &'static [&'static [&'static str]] {
-        &[&csv::LATENCY]
+        &[&csv::LATENCY, &csv::inner::COLUMNS]
     }
 
     fn csv_rows(&self, case: Option<&str>, rows: &mut Vec<CsvRow>) {

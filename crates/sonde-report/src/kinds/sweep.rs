@@ -37,7 +37,7 @@ impl ResultKind for SweepResult {
 
     fn csv_columns(&self) -> &'static [&'static [&'static str]] {
         match self.sweep_test.as_str() {
-            "latency" => &[&csv::LATENCY],
+            "latency" => &[&csv::LATENCY, &csv::inner::COLUMNS],
             "throughput" => &[&csv::THROUGHPUT],
             "pps" => &[&csv::PPS],
             _ => &[&csv::LATENCY, &csv::THROUGHPUT, &csv::PPS],

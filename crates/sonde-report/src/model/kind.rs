@@ -76,7 +76,7 @@ pub trait ResultKind {
         false
     }
 
-    /// The column sets of its own CSV figures, in order; the inner view's and the context's
+    /// The column sets of its own CSV figures (its inner view's too), in order; the context's
     /// follow ([`render::csv_columns`](crate::render::csv_columns)).
     fn csv_columns(&self) -> &'static [&'static [&'static str]];
 

@@ -5,7 +5,7 @@
 
 pub(crate) mod context;
 pub(crate) mod crr;
-mod inner;
+pub(crate) mod inner;
 
 use std::borrow::Cow;
 
@@ -160,11 +160,6 @@ pub fn csv_columns(result: &TestResult) -> Vec<&'static str> {
             if !cols.contains(c) {
                 cols.push(c);
             }
-        }
-    }
-    for c in inner::columns(result) {
-        if !cols.contains(c) {
-            cols.push(c);
         }
     }
     for c in context::columns(result) {
