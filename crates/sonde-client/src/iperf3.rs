@@ -46,17 +46,17 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use sonde_engine::bits_per_second;
 use sonde_engine::interval::Intervals;
 use sonde_net::bulk::{self, SendOutcome, TcpRecvOutcome, UdpFormat, UdpRecvOutcome};
 use sonde_net::cpu::{CpuCost, CpuMeter, CpuScope};
 use sonde_net::{Clock, Counters};
 use sonde_report::{
-    IntervalResult, Peer, SideTotals, StreamDirection, StreamResult, ThroughputResult, Warning,
+    IntervalResult, Peer, StreamDirection, StreamResult, ThroughputResult, Warning,
 };
 use sonde_wire::iperf3::{self as wire, Cookie, Params, Results, StreamResults};
 use sonde_wire::{Direction, Protocol};
 
+use crate::results::{pct, side};
 use crate::{ClientError, Target, ThroughputOptions};
 
 mod control;
@@ -1019,34 +1019,6 @@ fn our_results(data: &DataRun, udp: bool, cpu: Option<CpuCost>) -> Results {
     }
 }
 
-fn side(bytes: u64, packets: u64, active_ns: u64) -> SideTotals {
-    SideTotals {
-        bytes,
-        bits_per_second: bits_per_second(bytes, active_ns),
-        packets,
-        duration_ns: active_ns,
-    }
-}
-
-fn totals<'a>(sides: impl Iterator<Item = &'a SideTotals>) -> SideTotals {
-    let (mut bytes, mut packets, mut active) = (0u64, 0u64, 0u64);
-    for s in sides {
-        bytes = bytes.saturating_add(s.bytes);
-        packets = packets.saturating_add(s.packets);
-        // The longest stream's time: a total never reads above what the streams carried.
-        active = active.max(s.duration_ns);
-    }
-    side(bytes, packets, active)
-}
-
-fn pct(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        part as f64 * 100.0 / whole as f64
-    }
-}
-
 /// One stream of the document, and the count its loss is a share of.
 fn stream_result(index: usize, s: &StreamRun, run: &Run) -> (StreamResult, u64) {
     let t = &s.theirs;
@@ -1137,8 +1109,7 @@ fn document(
         .enumerate()
         .map(|(i, s)| stream_result(i, s, run))
         .unzip();
-    let receiver = totals(streams.iter().map(|s| &s.receiver));
-    let sender = totals(streams.iter().map(|s| &s.sender));
+    let (receiver, sender) = crate::results::stream_totals(&streams);
     let sum = |f: fn(&StreamResult) -> Option<u64>| crate::results::sum_streams(&streams, f);
     let lost = if udp { sum(|s| s.lost) } else { None };
     let loss_whole: u64 = loss_of.iter().sum();

@@ -126,7 +126,8 @@ fn nanos(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-fn pct(part: u64, whole: u64) -> f64 {
+/// `part` as a percentage of `whole`; 0 when `whole` is.
+pub(crate) fn pct(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
     } else {
@@ -286,7 +287,8 @@ fn ends_tuning(
     Some(EndsTuning { client, server })
 }
 
-fn side(bytes: u64, packets: u64, active_ns: u64) -> SideTotals {
+/// One side's totals: `bytes` and `packets` over `active_ns`.
+pub(crate) fn side(bytes: u64, packets: u64, active_ns: u64) -> SideTotals {
     SideTotals {
         bytes,
         bits_per_second: bits_per_second(bytes, active_ns),
@@ -295,11 +297,23 @@ fn side(bytes: u64, packets: u64, active_ns: u64) -> SideTotals {
     }
 }
 
-fn totals(sides: &[&SideTotals]) -> SideTotals {
-    let bytes = sides.iter().map(|s| s.bytes).sum();
-    let packets = sides.iter().map(|s| s.packets).sum();
-    // The longest stream's active time: a total never reads above what the streams carried.
-    let active = sides.iter().map(|s| s.duration_ns).max().unwrap_or(0);
+/// A throughput test's receiver and sender totals from its streams, for sonde's own peers and
+/// iperf3's alike: bytes and packets summed, over the longest stream's active time.
+pub(crate) fn stream_totals(streams: &[StreamResult]) -> (SideTotals, SideTotals) {
+    (
+        totals(streams.iter().map(|s| &s.receiver)),
+        totals(streams.iter().map(|s| &s.sender)),
+    )
+}
+
+fn totals<'a>(sides: impl Iterator<Item = &'a SideTotals>) -> SideTotals {
+    let (mut bytes, mut packets, mut active) = (0u64, 0u64, 0u64);
+    for s in sides {
+        bytes = bytes.saturating_add(s.bytes);
+        packets = packets.saturating_add(s.packets);
+        // The longest stream's active time: a total never reads above what the streams carried.
+        active = active.max(s.duration_ns);
+    }
     side(bytes, packets, active)
 }
 
@@ -499,8 +513,7 @@ pub(crate) fn throughput(
             }
         })
         .collect();
-    let receiver = totals(&streams.iter().map(|s| &s.receiver).collect::<Vec<_>>());
-    let sender = totals(&streams.iter().map(|s| &s.sender).collect::<Vec<_>>());
+    let (receiver, sender) = stream_totals(&streams);
     let sum = |f: fn(&StreamResult) -> Option<u64>| sum_streams(&streams, f);
     let lost = if udp { sum(|s| s.lost) } else { None };
     let sent_packets: u64 = streams.iter().map(|s| s.sender.packets).sum();

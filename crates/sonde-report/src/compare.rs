@@ -55,16 +55,7 @@ pub struct Run {
 impl Run {
     /// A run with the labels its document carries (`--label`) and no histogram.
     pub fn new(id: impl Into<String>, result: TestResult) -> Self {
-        let labels = match &result {
-            TestResult::Latency(r) => r.meta.labels.clone(),
-            TestResult::Throughput(r) => r.meta.labels.clone(),
-            TestResult::Pps(r) => r.meta.labels.clone(),
-            TestResult::Crr(r) => r.meta.labels.clone(),
-            TestResult::Load(r) => r.labels.clone(),
-            TestResult::Quick(r) => r.labels.clone(),
-            TestResult::Sweep(r) => r.labels.clone(),
-            TestResult::Conf(_) => BTreeMap::new(),
-        };
+        let labels = result.kind().labels().cloned().unwrap_or_default();
         Self {
             id: id.into(),
             labels,
@@ -327,26 +318,13 @@ pub enum Error {
     },
 }
 
-fn test_name(r: &TestResult) -> &'static str {
-    match r {
-        TestResult::Latency(_) => "latency",
-        TestResult::Throughput(_) => "throughput",
-        TestResult::Pps(_) => "pps",
-        TestResult::Crr(_) => "crr",
-        TestResult::Quick(_) => "quick",
-        TestResult::Load(_) => "load",
-        TestResult::Sweep(_) => "sweep",
-        TestResult::Conf(_) => "conf",
-    }
-}
-
 /// The one kind all `runs` share.
 fn common_kind<'a>(runs: impl IntoIterator<Item = &'a Run>) -> Result<Option<Kind>, Error> {
     let mut kind = None;
     for run in runs {
         let k = run.kind().ok_or_else(|| Error::Unsupported {
             id: run.id.clone(),
-            test: test_name(&run.result).to_owned(),
+            test: run.result.test_name().to_owned(),
         })?;
         match kind {
             None => kind = Some(k),
@@ -766,7 +744,7 @@ pub fn matrix(runs: &[Run], label: &str) -> Result<Vec<CaseTable>, Error> {
         };
         let kind = run.kind().ok_or_else(|| Error::Unsupported {
             id: run.id.clone(),
-            test: test_name(&run.result).to_owned(),
+            test: run.result.test_name().to_owned(),
         })?;
         groups.entry((kind, value.clone())).or_default().push(run);
     }

@@ -4,6 +4,9 @@
 //! - [`model`]: the documents. Field names carry their units; unmeasurable values are `null`.
 //! - [`render`]: [`render::table`], [`render::json`], [`render::csv`] (also
 //!   [`render::csv_header`] and [`render::csv_rows`] to append runs to one file).
+//! - [`ResultKind`]: what every consumer asks of a result, one trait each test kind implements;
+//!   [`TestResult::kind`] is the one dispatch over the kinds.
+//! - [`export`]: the output formats behind one [`export::Exporter`] trait, one module per format.
 //! - [`compare`]: runs against runs (`sonde compare`), and the matrix and case tables.
 //! - [`json_schema`]: [`schema()`] generated from the model, committed at
 //!   `schema/sonde-result.schema.json`, and `validate()` (feature `schema-validate`).
@@ -47,7 +50,9 @@
 #![forbid(unsafe_code)]
 
 pub mod compare;
+pub mod export;
 pub mod json_schema;
+mod kinds;
 pub mod model;
 pub mod render;
 

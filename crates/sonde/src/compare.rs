@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use sonde_report::compare::{compare, matrix};
+use sonde_report::export::{exporter, Format};
 
 use crate::output::print;
 use crate::select::{self, SELECTION_HELP};
@@ -84,6 +85,11 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     {
         return Err(BadValue("--fail-if-worse takes a percentage, 0 or more".into()).into());
     }
+    let exporter = exporter(if opt.json {
+        Format::Json
+    } else {
+        Format::Table
+    });
     let mut db = None;
     if let Some(label) = &opt.by {
         if opt.sides.len() > 1 {
@@ -102,17 +108,13 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
             .flatten()
             .collect::<Vec<_>>();
         let tables = matrix(&runs, label)?;
-        if tables.is_empty() && !opt.json {
+        if tables.is_empty() && exporter.is_for_people() {
             anyhow::bail!(
                 "no selected run has the label {label:?} ({} runs selected)",
                 runs.len()
             );
         }
-        return print(&if opt.json {
-            sonde_report::render::matrix_json(&tables)
-        } else {
-            sonde_report::render::matrix_table(&tables)
-        });
+        return print(&exporter.matrix(&tables));
     }
     let [a, b] = opt.sides.as_slice() else {
         return Err(BadValue(format!(
@@ -128,11 +130,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         }
     }
     let c = compare(&sides[0], &sides[1], opt.alpha)?.named(a.as_str(), b.as_str());
-    print(&if opt.json {
-        sonde_report::render::compare_json(&c)
-    } else {
-        sonde_report::render::compare_table(&c)
-    })?;
+    print(&exporter.comparison(&c))?;
     if let Some(pct) = opt.fail_if_worse {
         let worse = c.worse_than(pct);
         if !worse.is_empty() {

@@ -7,6 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use sonde_report::export::{exporter, stream_line, Exporter, Format};
 use sonde_report::TestResult;
 
 /// Output options shared by the test subcommands.
@@ -28,17 +29,27 @@ pub(crate) struct OutputOpt {
 }
 
 impl OutputOpt {
+    /// The format the flags chose: the one place that reads them.
+    pub(crate) fn format(self) -> Format {
+        if self.json_stream {
+            Format::JsonStream
+        } else if self.json {
+            Format::Json
+        } else if self.csv {
+            Format::Csv
+        } else {
+            Format::Table
+        }
+    }
+
+    /// The exporter of the chosen [`format`](Self::format).
+    pub(crate) fn exporter(self) -> &'static dyn Exporter {
+        exporter(self.format())
+    }
+
     /// Renders the result in the chosen format.
     pub(crate) fn render(self, result: &TestResult) -> String {
-        if self.json_stream {
-            stream_line("end", result)
-        } else if self.json {
-            sonde_report::render::json(result)
-        } else if self.csv {
-            sonde_report::render::csv(result)
-        } else {
-            sonde_report::render::table(result)
-        }
+        self.exporter().document(result)
     }
 
     /// Where a live interval goes as it is counted: a `--json-stream` line; above the progress
@@ -56,18 +67,10 @@ impl OutputOpt {
             let _ = print(&stream_line("interval", interval));
         } else if progress.is_shown() {
             progress.println(line);
-        } else if !self.json && !self.csv {
+        } else if self.exporter().is_for_people() {
             let _ = print(&format!("{line}\n"));
         }
     }
-}
-
-/// One `--json-stream` line: `{"event":EVENT,"data":DATA}`.
-fn stream_line(event: &str, data: &impl serde::Serialize) -> String {
-    let mut s = serde_json::to_string(&serde_json::json!({ "event": event, "data": data }))
-        .unwrap_or_default();
-    s.push('\n');
-    s
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error.

@@ -619,15 +619,7 @@ fn summary(
 }
 
 fn is_interrupted(result: &sonde_report::TestResult) -> bool {
-    use sonde_report::TestResult as T;
-    match result {
-        T::Latency(r) => r.meta.interrupted,
-        T::Throughput(r) => r.meta.interrupted,
-        T::Pps(r) => r.meta.interrupted,
-        T::Crr(r) => r.meta.interrupted,
-        T::Load(r) => r.idle.meta.interrupted || r.loaded.meta.interrupted,
-        T::Quick(_) | T::Sweep(_) | T::Conf(_) => false,
-    }
+    result.kind().interrupted()
 }
 
 #[cfg(test)]

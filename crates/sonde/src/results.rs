@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
+use sonde_report::export::Format;
 use sonde_report::TestResult;
 use sonde_store::{Filter, GroupId, Label, RunId, RunSummary, Store};
 
@@ -189,30 +190,33 @@ fn list(opt: &Opt) -> anyhow::Result<()> {
         }
         None => Vec::new(),
     };
-    let text = if opt.output.json {
-        let rows: Vec<Value> = runs.iter().map(summary_json).collect();
-        let mut s = serde_json::to_string_pretty(&rows)?;
-        s.push('\n');
-        s
-    } else if opt.output.csv {
-        list_csv(&runs)
-    } else {
-        let mut t = list_table(&runs);
-        if !failures.is_empty() {
-            t.push_str("\nfailed (ran no test):\n");
-            for f in &failures {
-                let _ = writeln!(
-                    t,
-                    "  {}  {}  {}: {} (exit code {})",
-                    utc(f.time_unix_ms),
-                    f.test,
-                    labels_text(&f.labels, " "),
-                    f.reason,
-                    f.exit_code
-                );
-            }
+    let text = match opt.output.format() {
+        Format::Json => {
+            let rows: Vec<Value> = runs.iter().map(summary_json).collect();
+            let mut s = serde_json::to_string_pretty(&rows)?;
+            s.push('\n');
+            s
         }
-        t
+        Format::Csv => list_csv(&runs),
+        // A list is not a stream: --json-stream lists as a table.
+        Format::Table | Format::JsonStream => {
+            let mut t = list_table(&runs);
+            if !failures.is_empty() {
+                t.push_str("\nfailed (ran no test):\n");
+                for f in &failures {
+                    let _ = writeln!(
+                        t,
+                        "  {}  {}  {}: {} (exit code {})",
+                        utc(f.time_unix_ms),
+                        f.test,
+                        labels_text(&f.labels, " "),
+                        f.reason,
+                        f.exit_code
+                    );
+                }
+            }
+            t
+        }
     };
     print(&text)
 }
@@ -409,7 +413,7 @@ fn show(o: &ShowOpt) -> anyhow::Result<()> {
         return Err(no_such_run(o.id));
     };
     let run = store.run(RunId(o.id))?.ok_or_else(|| no_such_run(o.id))?;
-    if o.output.json {
+    if o.output.format() == Format::Json {
         // Exactly as the test printed it.
         return print(&run.document);
     }

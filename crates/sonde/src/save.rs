@@ -184,21 +184,7 @@ impl Saver {
         if let Some((key, value)) = extra {
             labels.entry(key.to_owned()).or_insert(value);
         }
-        match result {
-            TestResult::Latency(r) => r.meta.labels = labels,
-            TestResult::Throughput(r) => r.meta.labels = labels,
-            TestResult::Pps(r) => r.meta.labels = labels,
-            TestResult::Crr(r) => r.meta.labels = labels,
-            TestResult::Load(r) => {
-                r.idle.meta.labels.clone_from(&labels);
-                r.loaded.meta.labels.clone_from(&labels);
-                r.load.meta.labels.clone_from(&labels);
-                r.labels = labels;
-            }
-            TestResult::Quick(r) => r.labels = labels,
-            TestResult::Sweep(r) => r.labels = labels,
-            TestResult::Conf(_) => {}
-        }
+        result.kind_mut().set_labels(labels);
     }
 
     /// Every run saved from now on goes in one group of this kind (`repeat`, `quick`,
@@ -215,14 +201,11 @@ impl Saver {
         if self.quiet {
             return Ok(());
         }
+        let exporter = output.exporter();
         let text = if self.printed == 0 {
-            output.render(result)
-        } else if output.csv {
-            sonde_report::render::csv_rows(result)
-        } else if output.json || output.json_stream {
-            output.render(result)
+            exporter.document(result)
         } else {
-            format!("\n{}", output.render(result))
+            exporter.next_document(result)
         };
         self.printed += 1;
         print(&text)
@@ -328,10 +311,10 @@ pub(crate) fn repeat(
             ),
             None => format!("{} runs, not saved", opt.repeat),
         };
-        if output.json || output.csv || output.json_stream {
-            eprintln!("sonde: {note}");
-        } else {
+        if output.exporter().is_for_people() {
             print(&format!("\n{note}\n"))?;
+        } else {
+            eprintln!("sonde: {note}");
         }
     }
     Ok(())
@@ -355,84 +338,28 @@ struct Indexed<'a> {
 impl<'a> Indexed<'a> {
     /// `None` for documents that are not one run (`quick`, a sweep, `conf`).
     fn of(result: &'a TestResult) -> Option<Self> {
-        let protocol = |p: sonde_report::Protocol| match p {
-            sonde_report::Protocol::Tcp => "tcp",
-            sonde_report::Protocol::Udp => "udp",
-        };
-        let percent = |part: u64, of: u64| (of > 0).then(|| part as f64 * 100.0 / of as f64);
-        let rtt = |r: &sonde_report::LatencyResult| Headline {
-            rtt_mean_ns: (r.samples > 0).then_some(r.rtt_ns.mean),
-            rtt_p50_ns: r.rtt_ns.p50,
-            rtt_p99_ns: r.rtt_ns.p99,
-            rtt_p9999_ns: r.rtt_ns.p9999,
-            loss_percent: match r.protocol {
-                sonde_report::Protocol::Udp => percent(r.lost, r.sent),
-                sonde_report::Protocol::Tcp => None,
+        let index = result.kind().index()?;
+        let h = index.headline;
+        Some(Self {
+            time_unix_ms: index.time_unix_ms,
+            test: index.test,
+            protocol: Some(match index.protocol {
+                sonde_report::Protocol::Tcp => "tcp",
+                sonde_report::Protocol::Udp => "udp",
+            }),
+            server: index.server,
+            labels: index.labels,
+            interrupted: index.interrupted,
+            headline: Headline {
+                rtt_mean_ns: h.rtt_mean_ns,
+                rtt_p50_ns: h.rtt_p50_ns,
+                rtt_p99_ns: h.rtt_p99_ns,
+                rtt_p9999_ns: h.rtt_p9999_ns,
+                bits_per_second: h.bits_per_second,
+                packets_per_second: h.packets_per_second,
+                connections_per_second: h.connections_per_second,
+                loss_percent: h.loss_percent,
             },
-            ..Headline::default()
-        };
-        Some(match result {
-            TestResult::Latency(r) => Self {
-                time_unix_ms: r.meta.timestamp_unix_ms,
-                test: "latency",
-                protocol: Some(protocol(r.protocol)),
-                server: &r.meta.server,
-                labels: &r.meta.labels,
-                interrupted: r.meta.interrupted,
-                headline: rtt(r),
-            },
-            TestResult::Throughput(r) => Self {
-                time_unix_ms: r.meta.timestamp_unix_ms,
-                test: "throughput",
-                protocol: Some(protocol(r.protocol)),
-                server: &r.meta.server,
-                labels: &r.meta.labels,
-                interrupted: r.meta.interrupted,
-                headline: Headline {
-                    bits_per_second: Some(r.receiver.bits_per_second),
-                    loss_percent: r.loss_percent,
-                    ..Headline::default()
-                },
-            },
-            TestResult::Pps(r) => Self {
-                time_unix_ms: r.meta.timestamp_unix_ms,
-                test: "pps",
-                protocol: Some(protocol(r.protocol)),
-                server: &r.meta.server,
-                labels: &r.meta.labels,
-                interrupted: r.meta.interrupted,
-                headline: Headline {
-                    packets_per_second: Some(r.received_pps),
-                    loss_percent: Some(r.loss_percent),
-                    ..Headline::default()
-                },
-            },
-            TestResult::Crr(r) => Self {
-                time_unix_ms: r.meta.timestamp_unix_ms,
-                test: "crr",
-                protocol: Some(protocol(r.protocol)),
-                server: &r.meta.server,
-                labels: &r.meta.labels,
-                interrupted: r.meta.interrupted,
-                headline: Headline {
-                    connections_per_second: r.connections_per_second,
-                    ..Headline::default()
-                },
-            },
-            // The loaded probes are the figure of a load test; the load's rate beside them.
-            TestResult::Load(r) => Self {
-                time_unix_ms: r.timestamp_unix_ms,
-                test: "load",
-                protocol: Some(protocol(r.loaded.protocol)),
-                server: &r.loaded.meta.server,
-                labels: &r.labels,
-                interrupted: r.idle.meta.interrupted || r.loaded.meta.interrupted,
-                headline: Headline {
-                    bits_per_second: Some(r.load.receiver.bits_per_second),
-                    ..rtt(&r.loaded)
-                },
-            },
-            TestResult::Quick(_) | TestResult::Sweep(_) | TestResult::Conf(_) => return None,
         })
     }
 }

@@ -3,14 +3,16 @@
 //! cell, lines end in `\n`, and a cell is quoted (RFC 4180) when it holds a comma, a quote or a
 //! line break.
 
-mod context;
-mod crr;
-mod inner;
+pub(crate) mod context;
+pub(crate) mod crr;
+pub(crate) mod inner;
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
-use crate::model::{LatencyMode, Meta, Protocol, StreamDirection, TestResult};
+use crate::model::{
+    CrrResult, LatencyMode, LatencyResult, LoadResult, Meta, PpsResult, Protocol, QuickResult,
+    StreamDirection, SweepResult, TestResult, ThroughputResult,
+};
 
 /// Columns every row starts with (quick puts `case` before them).
 const HEAD: [&str; 8] = [
@@ -24,7 +26,7 @@ const HEAD: [&str; 8] = [
     "labels",
 ];
 
-const LATENCY: [&str; 25] = [
+pub(crate) const LATENCY: [&str; 25] = [
     "protocol",
     "mode",
     "rate_per_second",
@@ -52,7 +54,7 @@ const LATENCY: [&str; 25] = [
     "late_sends",
 ];
 
-const THROUGHPUT: [&str; 25] = [
+pub(crate) const THROUGHPUT: [&str; 25] = [
     "protocol",
     "direction",
     "parallel",
@@ -80,7 +82,7 @@ const THROUGHPUT: [&str; 25] = [
     "retransmits",
 ];
 
-const PPS: [&str; 17] = [
+pub(crate) const PPS: [&str; 17] = [
     "protocol",
     "msg_size_bytes",
     "duration_ns",
@@ -148,38 +150,16 @@ const PPS: [&str; 17] = [
 ///   and each offload as `true`/`false`).
 pub fn csv_columns(result: &TestResult) -> Vec<&'static str> {
     let mut cols = Vec::new();
-    if matches!(
-        result,
-        TestResult::Quick(_) | TestResult::Load(_) | TestResult::Sweep(_)
-    ) {
+    if result.kind().csv_has_case() {
         cols.push("case");
     }
     cols.extend(HEAD);
-    let own: &[&[&'static str]] = match result {
-        TestResult::Latency(_) => &[&LATENCY],
-        TestResult::Throughput(_) => &[&THROUGHPUT],
-        TestResult::Pps(_) => &[&PPS],
-        TestResult::Crr(_) => &[&crr::COLUMNS],
-        TestResult::Quick(_) => &[&LATENCY, &THROUGHPUT, &PPS, &crr::COLUMNS],
-        TestResult::Load(_) => &[&LATENCY, &THROUGHPUT],
-        TestResult::Sweep(w) => match w.sweep_test.as_str() {
-            "latency" => &[&LATENCY],
-            "throughput" => &[&THROUGHPUT],
-            "pps" => &[&PPS],
-            _ => &[&LATENCY, &THROUGHPUT, &PPS],
-        },
-        TestResult::Conf(_) => &[],
-    };
+    let own = result.kind().csv_columns();
     for set in own {
         for c in *set {
             if !cols.contains(c) {
                 cols.push(c);
             }
-        }
-    }
-    for c in inner::columns(result) {
-        if !cols.contains(c) {
-            cols.push(c);
         }
     }
     for c in context::columns(result) {
@@ -226,7 +206,7 @@ pub fn csv_header(result: &TestResult) -> String {
 pub fn csv_rows(result: &TestResult) -> String {
     let cols = csv_columns(result);
     let mut rows = Vec::new();
-    collect(result, None, &mut rows);
+    result.kind().csv_rows(None, &mut rows);
     let mut out = String::new();
     for row in rows {
         let cells: Vec<Cow<'_, str>> = cols
@@ -247,256 +227,274 @@ pub fn csv(result: &TestResult) -> String {
     s
 }
 
-type Row = BTreeMap<&'static str, String>;
+type Row = crate::model::CsvRow;
 
-fn collect(result: &TestResult, case: Option<&str>, rows: &mut Vec<Row>) {
-    let base = |meta: &Meta| {
-        let mut row = Row::new();
-        if let Some(case) = case {
-            row.insert("case", case.to_owned());
-        }
-        row.insert("test", result.test_name().to_owned());
-        row.insert("row", "summary".to_owned());
-        row.insert("sonde_version", meta.sonde_version.clone());
-        row.insert("timestamp_unix_ms", meta.timestamp_unix_ms.to_string());
-        row.insert("server", meta.server.clone());
-        row.insert("session", meta.session.to_string());
-        row.insert(
-            "overlapping_sessions",
-            meta.overlapping_sessions.to_string(),
-        );
-        row.insert("labels", labels(&meta.labels));
-        row
+/// A summary row's first cells: `case`, the test and the run's common facts.
+fn base_row(test: &str, case: Option<&str>, meta: &Meta) -> Row {
+    let mut row = Row::new();
+    if let Some(case) = case {
+        row.insert("case", case.to_owned());
+    }
+    row.insert("test", test.to_owned());
+    row.insert("row", "summary".to_owned());
+    row.insert("sonde_version", meta.sonde_version.clone());
+    row.insert("timestamp_unix_ms", meta.timestamp_unix_ms.to_string());
+    row.insert("server", meta.server.clone());
+    row.insert("session", meta.session.to_string());
+    row.insert(
+        "overlapping_sessions",
+        meta.overlapping_sessions.to_string(),
+    );
+    row.insert("labels", labels(&meta.labels));
+    row
+}
+
+fn warnings(meta: &Meta) -> String {
+    meta.warnings.join("; ")
+}
+
+/// A latency run's rows: the summary, then the inner view's (`--timestamps`, `--one-way`,
+/// `--histogram`).
+pub(crate) fn latency_rows(r: &LatencyResult, case: Option<&str>, rows: &mut Vec<Row>) {
+    let base = |meta: &Meta| base_row("latency", case, meta);
+    let mut row = base(&r.meta);
+    let rtt = &r.rtt_ns;
+    row.extend([
+        ("protocol", protocol(r.protocol).to_owned()),
+        (
+            "mode",
+            match r.mode {
+                LatencyMode::ClosedLoop => "closed_loop",
+                LatencyMode::OpenLoop => "open_loop",
+            }
+            .to_owned(),
+        ),
+        ("rate_per_second", opt_f64(r.rate_per_second)),
+        ("msg_size_bytes", r.msg_size_bytes.to_string()),
+        ("duration_ns", r.duration_ns.to_string()),
+        ("warmup_ns", r.warmup_ns.to_string()),
+        ("warmup_samples", r.warmup_samples.to_string()),
+        ("sent", r.sent.to_string()),
+        ("samples", r.samples.to_string()),
+        ("rtt_min_ns", rtt.min.to_string()),
+        ("rtt_mean_ns", num_f64(rtt.mean)),
+        ("rtt_stddev_ns", num_f64(rtt.stddev)),
+        ("rtt_p50_ns", opt(rtt.p50)),
+        ("rtt_p90_ns", opt(rtt.p90)),
+        ("rtt_p99_ns", opt(rtt.p99)),
+        ("rtt_p999_ns", opt(rtt.p999)),
+        ("rtt_p9999_ns", opt(rtt.p9999)),
+        ("rtt_p99999_ns", opt(rtt.p99999)),
+        ("rtt_max_ns", rtt.max.to_string()),
+        ("lost", r.lost.to_string()),
+        ("lost_outbound", opt(r.lost_outbound)),
+        ("lost_return", opt(r.lost_return)),
+        ("duplicated", r.duplicated.to_string()),
+        ("reordered", r.reordered.to_string()),
+        ("late_sends", opt(r.late_sends)),
+        ("warnings", warnings(&r.meta)),
+    ]);
+    row.extend(context::summary_cells(&r.meta));
+    row.extend(inner::summary_cells(r));
+    let detail = inner::rows(&row, r);
+    rows.push(row);
+    rows.extend(detail);
+}
+
+/// A throughput run's rows: the summary, then its streams, intervals and per-stream intervals.
+pub(crate) fn throughput_rows(r: &ThroughputResult, case: Option<&str>, rows: &mut Vec<Row>) {
+    let base = |meta: &Meta| base_row("throughput", case, meta);
+    let mut config = base(&r.meta);
+    config.extend([
+        ("protocol", protocol(r.protocol).to_owned()),
+        ("direction", r.direction.clone()),
+        ("parallel", r.parallel.to_string()),
+        ("msg_size_bytes", r.msg_size_bytes.to_string()),
+        ("read_size_bytes", opt(r.read_size_bytes.map(u64::from))),
+        ("target_bits_per_second", opt(r.target_bits_per_second)),
+        ("duration_ns", r.duration_ns.to_string()),
+    ]);
+    let sides = |row: &mut Row, rx: &crate::SideTotals, tx: &crate::SideTotals| {
+        row.extend([
+            ("receiver_bytes", rx.bytes.to_string()),
+            ("receiver_bits_per_second", num_f64(rx.bits_per_second)),
+            ("receiver_packets", rx.packets.to_string()),
+            ("receiver_duration_ns", rx.duration_ns.to_string()),
+            ("sender_bytes", tx.bytes.to_string()),
+            ("sender_bits_per_second", num_f64(tx.bits_per_second)),
+            ("sender_packets", tx.packets.to_string()),
+            ("sender_duration_ns", tx.duration_ns.to_string()),
+        ]);
     };
-    let warnings = |meta: &Meta| meta.warnings.join("; ");
-    match result {
-        TestResult::Latency(r) => {
-            let mut row = base(&r.meta);
-            let rtt = &r.rtt_ns;
-            row.extend([
-                ("protocol", protocol(r.protocol).to_owned()),
-                (
-                    "mode",
-                    match r.mode {
-                        LatencyMode::ClosedLoop => "closed_loop",
-                        LatencyMode::OpenLoop => "open_loop",
-                    }
-                    .to_owned(),
-                ),
-                ("rate_per_second", opt_f64(r.rate_per_second)),
-                ("msg_size_bytes", r.msg_size_bytes.to_string()),
-                ("duration_ns", r.duration_ns.to_string()),
-                ("warmup_ns", r.warmup_ns.to_string()),
-                ("warmup_samples", r.warmup_samples.to_string()),
-                ("sent", r.sent.to_string()),
-                ("samples", r.samples.to_string()),
-                ("rtt_min_ns", rtt.min.to_string()),
-                ("rtt_mean_ns", num_f64(rtt.mean)),
-                ("rtt_stddev_ns", num_f64(rtt.stddev)),
-                ("rtt_p50_ns", opt(rtt.p50)),
-                ("rtt_p90_ns", opt(rtt.p90)),
-                ("rtt_p99_ns", opt(rtt.p99)),
-                ("rtt_p999_ns", opt(rtt.p999)),
-                ("rtt_p9999_ns", opt(rtt.p9999)),
-                ("rtt_p99999_ns", opt(rtt.p99999)),
-                ("rtt_max_ns", rtt.max.to_string()),
-                ("lost", r.lost.to_string()),
-                ("lost_outbound", opt(r.lost_outbound)),
-                ("lost_return", opt(r.lost_return)),
-                ("duplicated", r.duplicated.to_string()),
-                ("reordered", r.reordered.to_string()),
-                ("late_sends", opt(r.late_sends)),
-                ("warnings", warnings(&r.meta)),
-            ]);
-            row.extend(context::summary_cells(&r.meta));
-            row.extend(inner::summary_cells(r));
-            let detail = inner::rows(&row, r);
-            rows.push(row);
-            rows.extend(detail);
-        }
-        TestResult::Throughput(r) => {
-            let mut config = base(&r.meta);
-            config.extend([
-                ("protocol", protocol(r.protocol).to_owned()),
-                ("direction", r.direction.clone()),
-                ("parallel", r.parallel.to_string()),
-                ("msg_size_bytes", r.msg_size_bytes.to_string()),
-                ("read_size_bytes", opt(r.read_size_bytes.map(u64::from))),
-                ("target_bits_per_second", opt(r.target_bits_per_second)),
-                ("duration_ns", r.duration_ns.to_string()),
-            ]);
-            let sides = |row: &mut Row, rx: &crate::SideTotals, tx: &crate::SideTotals| {
-                row.extend([
-                    ("receiver_bytes", rx.bytes.to_string()),
-                    ("receiver_bits_per_second", num_f64(rx.bits_per_second)),
-                    ("receiver_packets", rx.packets.to_string()),
-                    ("receiver_duration_ns", rx.duration_ns.to_string()),
-                    ("sender_bytes", tx.bytes.to_string()),
-                    ("sender_bits_per_second", num_f64(tx.bits_per_second)),
-                    ("sender_packets", tx.packets.to_string()),
-                    ("sender_duration_ns", tx.duration_ns.to_string()),
-                ]);
-            };
 
-            let mut row = config.clone();
-            sides(&mut row, &r.receiver, &r.sender);
-            row.extend([
-                ("lost", opt(r.lost)),
-                ("loss_percent", opt_f64(r.loss_percent)),
-                ("jitter_ns", opt(r.jitter_ns)),
-                ("duplicated", opt(r.duplicated)),
-                ("reordered", opt(r.reordered)),
-                ("retransmits", opt(r.retransmits)),
-                ("warnings", warnings(&r.meta)),
-            ]);
-            row.extend(context::summary_cells(&r.meta));
-            rows.push(row);
+    let mut row = config.clone();
+    sides(&mut row, &r.receiver, &r.sender);
+    row.extend([
+        ("lost", opt(r.lost)),
+        ("loss_percent", opt_f64(r.loss_percent)),
+        ("jitter_ns", opt(r.jitter_ns)),
+        ("duplicated", opt(r.duplicated)),
+        ("reordered", opt(r.reordered)),
+        ("retransmits", opt(r.retransmits)),
+        ("warnings", warnings(&r.meta)),
+    ]);
+    row.extend(context::summary_cells(&r.meta));
+    rows.push(row);
 
-            for s in &r.streams {
-                let mut row = config.clone();
-                sides(&mut row, &s.receiver, &s.sender);
-                row.extend([
-                    ("row", "stream".to_owned()),
-                    ("stream", s.stream.to_string()),
-                    (
-                        "stream_direction",
-                        match s.direction {
-                            StreamDirection::ClientToServer => "client_to_server",
-                            StreamDirection::ServerToClient => "server_to_client",
-                        }
-                        .to_owned(),
-                    ),
-                    ("lost", opt(s.lost)),
-                    ("loss_percent", opt_f64(s.loss_percent)),
-                    ("jitter_ns", opt(s.jitter_ns)),
-                    ("duplicated", opt(s.duplicated)),
-                    ("reordered", opt(s.reordered)),
-                    ("retransmits", opt(s.retransmits)),
-                ]);
-                row.extend(context::tcp_cells(s.tcp_info.as_ref()));
-                rows.push(row);
-            }
-
-            for iv in &r.intervals {
-                let mut row = config.clone();
-                row.extend([
-                    ("row", "interval".to_owned()),
-                    ("interval_start_ns", iv.start_ns.to_string()),
-                    ("interval_end_ns", iv.end_ns.to_string()),
-                    ("receiver_bytes", iv.bytes.to_string()),
-                    ("receiver_bits_per_second", num_f64(iv.bits_per_second)),
-                    ("receiver_packets", iv.packets.to_string()),
-                ]);
-                rows.push(row);
-            }
-            context::interval_stream_rows(&config, r, rows);
-        }
-        TestResult::Crr(r) => {
-            let mut row = base(&r.meta);
-            row.extend(crr::cells(r));
-            row.insert("warnings", warnings(&r.meta));
-            row.extend(context::summary_cells(&r.meta));
-            rows.push(row);
-            rows.extend(crr::interval_rows(&base(&r.meta), r));
-        }
-        TestResult::Pps(r) => {
-            let mut config = base(&r.meta);
-            config.extend([
-                ("protocol", protocol(r.protocol).to_owned()),
-                ("msg_size_bytes", r.msg_size_bytes.to_string()),
-                ("duration_ns", r.duration_ns.to_string()),
-                ("send_method", r.send_method.clone()),
-                ("gso_mode", enum_name(&r.gso.mode)),
-                ("gso_used", r.gso.used.to_string()),
-                ("gso_interface", r.gso.interface.clone().unwrap_or_default()),
-                ("gso_reason", enum_name(&r.gso.reason)),
-            ]);
-            let mut row = config.clone();
-            row.extend([
-                ("sent", r.sent.to_string()),
-                ("received", r.received.to_string()),
-                ("lost", r.lost.to_string()),
-                ("loss_percent", num_f64(r.loss_percent)),
-                ("sent_pps", num_f64(r.sent_pps)),
-                ("received_pps", num_f64(r.received_pps)),
-                ("warnings", warnings(&r.meta)),
-            ]);
-            row.extend(context::summary_cells(&r.meta));
-            rows.push(row);
-            for f in &r.flows {
-                let mut row = config.clone();
-                row.extend([
-                    ("row", "flow".to_owned()),
-                    ("flow", f.flow.to_string()),
-                    ("sent", f.sent.to_string()),
-                    ("received", f.received.to_string()),
-                    ("lost", f.lost.to_string()),
-                ]);
-                rows.push(row);
-            }
-            for iv in &r.intervals {
-                let mut row = config.clone();
-                row.extend([
-                    ("row", "interval".to_owned()),
-                    ("interval_start_ns", iv.start_ns.to_string()),
-                    ("interval_end_ns", iv.end_ns.to_string()),
-                    ("received", iv.received.to_string()),
-                    ("received_pps", num_f64(iv.received_pps)),
-                ]);
-                rows.push(row);
-                for (f, received) in r.flows.iter().zip(&iv.flow_received) {
-                    let mut row = config.clone();
-                    row.extend([
-                        ("row", "interval_flow".to_owned()),
-                        ("flow", f.flow.to_string()),
-                        ("interval_start_ns", iv.start_ns.to_string()),
-                        ("interval_end_ns", iv.end_ns.to_string()),
-                        ("received", received.to_string()),
-                    ]);
-                    rows.push(row);
+    for s in &r.streams {
+        let mut row = config.clone();
+        sides(&mut row, &s.receiver, &s.sender);
+        row.extend([
+            ("row", "stream".to_owned()),
+            ("stream", s.stream.to_string()),
+            (
+                "stream_direction",
+                match s.direction {
+                    StreamDirection::ClientToServer => "client_to_server",
+                    StreamDirection::ServerToClient => "server_to_client",
                 }
-            }
-        }
-        TestResult::Load(l) => {
-            collect(&TestResult::Latency(l.idle.clone()), Some("idle"), rows);
-            collect(&TestResult::Latency(l.loaded.clone()), Some("loaded"), rows);
-            // What the load added, in the RTT columns of the two rows above.
-            let a = &l.added_rtt_ns;
-            let signed = |v: Option<i64>| v.map_or_else(String::new, |v| v.to_string());
-            let mut row = Row::new();
-            row.insert("case", "added (loaded - idle)".to_owned());
-            row.insert("test", "load".to_owned());
-            row.insert("row", "added".to_owned());
-            row.insert("sonde_version", l.sonde_version.clone());
-            row.insert("timestamp_unix_ms", l.timestamp_unix_ms.to_string());
+                .to_owned(),
+            ),
+            ("lost", opt(s.lost)),
+            ("loss_percent", opt_f64(s.loss_percent)),
+            ("jitter_ns", opt(s.jitter_ns)),
+            ("duplicated", opt(s.duplicated)),
+            ("reordered", opt(s.reordered)),
+            ("retransmits", opt(s.retransmits)),
+        ]);
+        row.extend(context::tcp_cells(s.tcp_info.as_ref()));
+        rows.push(row);
+    }
+
+    for iv in &r.intervals {
+        let mut row = config.clone();
+        row.extend([
+            ("row", "interval".to_owned()),
+            ("interval_start_ns", iv.start_ns.to_string()),
+            ("interval_end_ns", iv.end_ns.to_string()),
+            ("receiver_bytes", iv.bytes.to_string()),
+            ("receiver_bits_per_second", num_f64(iv.bits_per_second)),
+            ("receiver_packets", iv.packets.to_string()),
+        ]);
+        rows.push(row);
+    }
+    context::interval_stream_rows(&config, r, rows);
+}
+
+/// A crr run's rows: the summary, then its intervals.
+pub(crate) fn crr_rows(r: &CrrResult, case: Option<&str>, rows: &mut Vec<Row>) {
+    let base = |meta: &Meta| base_row("crr", case, meta);
+    let mut row = base(&r.meta);
+    row.extend(crr::cells(r));
+    row.insert("warnings", warnings(&r.meta));
+    row.extend(context::summary_cells(&r.meta));
+    rows.push(row);
+    rows.extend(crr::interval_rows(&base(&r.meta), r));
+}
+
+/// A pps run's rows: the summary, then its flows and intervals.
+pub(crate) fn pps_rows(r: &PpsResult, case: Option<&str>, rows: &mut Vec<Row>) {
+    let base = |meta: &Meta| base_row("pps", case, meta);
+    let mut config = base(&r.meta);
+    config.extend([
+        ("protocol", protocol(r.protocol).to_owned()),
+        ("msg_size_bytes", r.msg_size_bytes.to_string()),
+        ("duration_ns", r.duration_ns.to_string()),
+        ("send_method", r.send_method.clone()),
+        ("gso_mode", enum_name(&r.gso.mode)),
+        ("gso_used", r.gso.used.to_string()),
+        ("gso_interface", r.gso.interface.clone().unwrap_or_default()),
+        ("gso_reason", enum_name(&r.gso.reason)),
+    ]);
+    let mut row = config.clone();
+    row.extend([
+        ("sent", r.sent.to_string()),
+        ("received", r.received.to_string()),
+        ("lost", r.lost.to_string()),
+        ("loss_percent", num_f64(r.loss_percent)),
+        ("sent_pps", num_f64(r.sent_pps)),
+        ("received_pps", num_f64(r.received_pps)),
+        ("warnings", warnings(&r.meta)),
+    ]);
+    row.extend(context::summary_cells(&r.meta));
+    rows.push(row);
+    for f in &r.flows {
+        let mut row = config.clone();
+        row.extend([
+            ("row", "flow".to_owned()),
+            ("flow", f.flow.to_string()),
+            ("sent", f.sent.to_string()),
+            ("received", f.received.to_string()),
+            ("lost", f.lost.to_string()),
+        ]);
+        rows.push(row);
+    }
+    for iv in &r.intervals {
+        let mut row = config.clone();
+        row.extend([
+            ("row", "interval".to_owned()),
+            ("interval_start_ns", iv.start_ns.to_string()),
+            ("interval_end_ns", iv.end_ns.to_string()),
+            ("received", iv.received.to_string()),
+            ("received_pps", num_f64(iv.received_pps)),
+        ]);
+        rows.push(row);
+        for (f, received) in r.flows.iter().zip(&iv.flow_received) {
+            let mut row = config.clone();
             row.extend([
-                ("rtt_min_ns", signed(a.min)),
-                ("rtt_mean_ns", num_f64_opt(a.mean)),
-                ("rtt_p50_ns", signed(a.p50)),
-                ("rtt_p90_ns", signed(a.p90)),
-                ("rtt_p99_ns", signed(a.p99)),
-                ("rtt_p999_ns", signed(a.p999)),
-                ("rtt_max_ns", signed(a.max)),
+                ("row", "interval_flow".to_owned()),
+                ("flow", f.flow.to_string()),
+                ("interval_start_ns", iv.start_ns.to_string()),
+                ("interval_end_ns", iv.end_ns.to_string()),
+                ("received", received.to_string()),
             ]);
             rows.push(row);
-            collect(&TestResult::Throughput(l.load.clone()), Some("load"), rows);
         }
-        TestResult::Conf(c) => context::conf_rows(c, rows),
-        TestResult::Sweep(w) => {
-            for step in &w.steps {
-                let name = format!("{}={}", w.parameter, step.value);
-                collect(&step.result, Some(&name), rows);
-            }
-        }
-        TestResult::Quick(q) => {
-            for c in &q.results {
-                let name = match case {
-                    Some(outer) => Cow::Owned(format!("{outer} / {}", c.case)),
-                    None => Cow::Borrowed(c.case.as_str()),
-                };
-                collect(&c.result, Some(&name), rows);
-            }
-        }
+    }
+}
+
+/// A load run's rows: the idle and loaded probes, what the load added, then the load.
+pub(crate) fn load_rows(l: &LoadResult, _case: Option<&str>, rows: &mut Vec<Row>) {
+    latency_rows(&l.idle, Some("idle"), rows);
+    latency_rows(&l.loaded, Some("loaded"), rows);
+    // What the load added, in the RTT columns of the two rows above.
+    let a = &l.added_rtt_ns;
+    let signed = |v: Option<i64>| v.map_or_else(String::new, |v| v.to_string());
+    let mut row = Row::new();
+    row.insert("case", "added (loaded - idle)".to_owned());
+    row.insert("test", "load".to_owned());
+    row.insert("row", "added".to_owned());
+    row.insert("sonde_version", l.sonde_version.clone());
+    row.insert("timestamp_unix_ms", l.timestamp_unix_ms.to_string());
+    row.extend([
+        ("rtt_min_ns", signed(a.min)),
+        ("rtt_mean_ns", num_f64_opt(a.mean)),
+        ("rtt_p50_ns", signed(a.p50)),
+        ("rtt_p90_ns", signed(a.p90)),
+        ("rtt_p99_ns", signed(a.p99)),
+        ("rtt_p999_ns", signed(a.p999)),
+        ("rtt_max_ns", signed(a.max)),
+    ]);
+    rows.push(row);
+    throughput_rows(&l.load, Some("load"), rows);
+}
+
+/// A sweep's rows: each step's, its case `PARAM=VALUE`.
+pub(crate) fn sweep_rows(w: &SweepResult, _case: Option<&str>, rows: &mut Vec<Row>) {
+    for step in &w.steps {
+        let name = format!("{}={}", w.parameter, step.value);
+        step.result.kind().csv_rows(Some(&name), rows);
+    }
+}
+
+/// Quick's rows: each case's, its case the case's name (after the outer one's).
+pub(crate) fn quick_rows(q: &QuickResult, case: Option<&str>, rows: &mut Vec<Row>) {
+    for c in &q.results {
+        let name = match case {
+            Some(outer) => Cow::Owned(format!("{outer} / {}", c.case)),
+            None => Cow::Borrowed(c.case.as_str()),
+        };
+        c.result.kind().csv_rows(Some(&name), rows);
     }
 }
 
@@ -557,6 +555,8 @@ fn labels(labels: &crate::model::Labels) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::fixtures;
 
@@ -618,7 +618,7 @@ mod tests {
         for (name, r) in fixtures::all() {
             let cols = csv_columns(&r);
             let mut rows = Vec::new();
-            collect(&r, None, &mut rows);
+            r.kind().csv_rows(None, &mut rows);
             for row in &rows {
                 for key in row.keys() {
                     assert!(cols.contains(key), "{name}: {key} is not a column");

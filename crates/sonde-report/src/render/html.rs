@@ -651,43 +651,20 @@ fn compare_html(out: &mut String, c: &Comparison) {
 /// The `--from` helpers of a result, with the part they belong to (a sweep's step, a quick
 /// case) and the figures their shares have.
 fn helper_parts(result: &TestResult) -> Vec<(String, &Helpers, Shares)> {
-    match result {
-        TestResult::Latency(r) => r
-            .helpers
-            .iter()
-            .map(|h| (String::new(), h, Shares::Latency))
-            .collect(),
-        TestResult::Throughput(r) => r
-            .helpers
-            .iter()
-            .map(|h| (String::new(), h, Shares::Throughput))
-            .collect(),
-        TestResult::Pps(r) => r
-            .helpers
-            .iter()
-            .map(|h| (String::new(), h, Shares::Pps))
-            .collect(),
-        TestResult::Quick(q) => q
-            .results
-            .iter()
-            .flat_map(|c| {
-                helper_parts(&c.result)
-                    .into_iter()
-                    .map(move |(p, h, k)| (join_part(&c.case, &p), h, k))
-            })
-            .collect(),
-        TestResult::Sweep(s) => s
-            .steps
-            .iter()
-            .flat_map(|st| {
-                let step = format!("{}={}", s.parameter, st.value);
-                helper_parts(&st.result)
-                    .into_iter()
-                    .map(move |(p, h, k)| (join_part(&step, &p), h, k))
-            })
-            .collect(),
-        TestResult::Crr(_) | TestResult::Load(_) | TestResult::Conf(_) => Vec::new(),
+    let kind = result.kind();
+    let mut all: Vec<(String, &Helpers, Shares)> = kind
+        .helpers()
+        .map(|(h, k)| (String::new(), h, k))
+        .into_iter()
+        .collect();
+    for (part, r) in kind.parts() {
+        all.extend(
+            helper_parts(r)
+                .into_iter()
+                .map(|(p, h, k)| (join_part(&part, &p), h, k)),
+        );
     }
+    all
 }
 
 /// Each `--from` run's helpers: how closely they started, and one row per helper's share (the
@@ -745,37 +722,12 @@ fn helpers_html(out: &mut String, runs: &[Run]) {
 
 /// Every meta a result holds, with the part it belongs to.
 fn metas(result: &TestResult) -> Vec<(String, &Meta)> {
-    match result {
-        TestResult::Latency(r) => vec![(String::new(), &r.meta)],
-        TestResult::Throughput(r) => vec![(String::new(), &r.meta)],
-        TestResult::Pps(r) => vec![(String::new(), &r.meta)],
-        TestResult::Crr(r) => vec![(String::new(), &r.meta)],
-        TestResult::Load(r) => vec![
-            ("idle".to_owned(), &r.idle.meta),
-            ("loaded".to_owned(), &r.loaded.meta),
-            ("load".to_owned(), &r.load.meta),
-        ],
-        TestResult::Quick(q) => q
-            .results
-            .iter()
-            .flat_map(|c| {
-                metas(&c.result)
-                    .into_iter()
-                    .map(move |(p, m)| (join_part(&c.case, &p), m))
-            })
-            .collect(),
-        TestResult::Sweep(s) => s
-            .steps
-            .iter()
-            .flat_map(|st| {
-                let step = format!("{}={}", s.parameter, st.value);
-                metas(&st.result)
-                    .into_iter()
-                    .map(move |(p, m)| (join_part(&step, &p), m))
-            })
-            .collect(),
-        TestResult::Conf(_) => Vec::new(),
+    let kind = result.kind();
+    let mut all = kind.metas();
+    for (part, r) in kind.parts() {
+        all.extend(metas(r).into_iter().map(|(p, m)| (join_part(&part, &p), m)));
     }
+    all
 }
 
 fn join_part(a: &str, b: &str) -> String {

@@ -10,9 +10,9 @@
 //! - [`compare_table`], [`matrix_table`] (and their JSON): `sonde compare` and its `--by` view.
 
 mod compare;
-mod csv;
+pub(crate) mod csv;
 mod html;
-mod table;
+pub(crate) mod table;
 mod units;
 
 pub use self::compare::{compare_json, compare_table, matrix_json, matrix_table};

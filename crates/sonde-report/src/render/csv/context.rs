@@ -123,25 +123,14 @@ pub(super) fn columns(result: &TestResult) -> Vec<&'static str> {
 
 /// Whether `result` holds a run whose summary row carries the context columns.
 fn has_context(result: &TestResult) -> bool {
-    match result {
-        TestResult::Latency(_)
-        | TestResult::Throughput(_)
-        | TestResult::Pps(_)
-        | TestResult::Crr(_)
-        | TestResult::Load(_) => true,
-        TestResult::Quick(q) => q.results.iter().any(|c| has_context(&c.result)),
-        TestResult::Sweep(w) => w.steps.iter().any(|s| has_context(&s.result)),
-        _ => false,
-    }
+    let kind = result.kind();
+    !kind.metas().is_empty() || kind.parts().iter().any(|(_, r)| has_context(r))
 }
 
+/// Whether `result` holds a throughput run, whose rows carry the `TCP_INFO` columns.
 fn has_throughput(result: &TestResult) -> bool {
-    match result {
-        TestResult::Throughput(_) | TestResult::Load(_) => true,
-        TestResult::Quick(q) => q.results.iter().any(|c| has_throughput(&c.result)),
-        TestResult::Sweep(w) => w.steps.iter().any(|s| has_throughput(&s.result)),
-        _ => false,
-    }
+    let kind = result.kind();
+    kind.has_streams() || kind.parts().iter().any(|(_, r)| has_throughput(r))
 }
 
 /// A summary row's context cells.
@@ -269,7 +258,7 @@ pub(super) fn interval_stream_rows(config: &Row, r: &ThroughputResult, rows: &mu
 }
 
 /// `sonde conf`'s rows: each end's host, then its interfaces.
-pub(super) fn conf_rows(c: &ConfResult, rows: &mut Vec<Row>) {
+pub(crate) fn conf_rows(c: &ConfResult, rows: &mut Vec<Row>) {
     let mut base = Row::new();
     base.insert("test", "conf".to_owned());
     base.insert("sonde_version", c.sonde_version.clone());

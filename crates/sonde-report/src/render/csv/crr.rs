@@ -5,7 +5,7 @@ use super::{num_f64, opt, opt_f64, protocol, Row};
 use crate::model::{CrrClose, CrrErrors, CrrResult, RttNs};
 
 /// The columns of a crr run, after the common head.
-pub(super) const COLUMNS: [&str; 42] = [
+pub(crate) const COLUMNS: [&str; 42] = [
     "protocol",
     "workers",
     "request_bytes",

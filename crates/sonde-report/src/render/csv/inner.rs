@@ -11,10 +11,11 @@
 //! says why).
 
 use super::{num_f64, opt, Row};
-use crate::model::{LatencyResult, RttNs, SignedNs, TestResult};
+use crate::model::{LatencyResult, RttNs, SignedNs};
 
-/// The columns, after the latency ones.
-pub(super) const COLUMNS: [&str; 10] = [
+/// The columns, after the latency ones: a latency run's and a latency sweep's (the
+/// subcommands that take `--histogram`, `--timestamps`, `--one-way`, `--full-log`).
+pub(crate) const COLUMNS: [&str; 10] = [
     "full_log_written",
     "full_log_dropped",
     "one_way_uncertainty_ns",
@@ -26,16 +27,6 @@ pub(super) const COLUMNS: [&str; 10] = [
     "histogram_le_ns",
     "histogram_count",
 ];
-
-/// The columns `result` has for the inner view: those of a latency run and of a latency sweep
-/// (the subcommands that take `--histogram`, `--timestamps`, `--one-way`, `--full-log`).
-pub(super) fn columns(result: &TestResult) -> &'static [&'static str] {
-    match result {
-        TestResult::Latency(_) => &COLUMNS,
-        TestResult::Sweep(w) if w.sweep_test == "latency" => &COLUMNS,
-        _ => &[],
-    }
-}
 
 /// The summary row's cells.
 pub(super) fn summary_cells(r: &LatencyResult) -> Vec<(&'static str, String)> {

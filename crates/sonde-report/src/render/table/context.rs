@@ -188,7 +188,7 @@ fn cpu_block(out: &mut String, client: Option<&CpuCost>, server: Option<&CpuCost
 }
 
 /// `sonde conf`: every figure of both ends, side by side.
-pub(super) fn conf(r: &ConfResult, out: &mut String) {
+pub(crate) fn conf(r: &ConfResult, out: &mut String) {
     let collected = fmt_timestamp(r.timestamp_unix_ms);
     match &r.server {
         Some(server) => line(
@@ -346,4 +346,9 @@ fn offloads(nic: &NicInfo, on: bool) -> Option<String> {
     } else {
         names.join(" ")
     })
+}
+
+/// Conf's entry in quick's table.
+pub(crate) fn headline(_: &ConfResult) -> (String, String) {
+    ("configuration".into(), String::new())
 }

@@ -8,7 +8,7 @@ use super::super::units::{
 use super::{context, footer, header, line, plural, Col, Grid, PERCENTILES};
 use crate::model::{CrrClose, CrrErrors, CrrResult, RttNs};
 
-pub(super) fn crr(r: &CrrResult, out: &mut String) {
+pub(crate) fn crr(r: &CrrResult, out: &mut String) {
     header(out, "crr", &r.meta);
     line(
         out,
@@ -250,7 +250,7 @@ fn failures(r: &CrrResult, out: &mut String) {
 }
 
 /// The headline of a crr case in `sonde quick` and sweeps.
-pub(super) fn headline(r: &CrrResult) -> (String, String) {
+pub(crate) fn headline(r: &CrrResult) -> (String, String) {
     let rate = r
         .connections_per_second
         .map_or_else(|| "n/a".to_owned(), fmt_count_f64);

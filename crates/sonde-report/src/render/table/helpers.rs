@@ -8,12 +8,7 @@ use super::{line, Col, Grid};
 use crate::model::{HelperShare, Helpers};
 
 /// Which figures a share shows: the test's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::render) enum Shares {
-    Pps,
-    Throughput,
-    Latency,
-}
+pub(in crate::render) use crate::model::ShareFigures as Shares;
 
 /// Under a latency share table: why the aggregate's RTTs are one helper's.
 pub(in crate::render) const LATENCY_NOTE: &str =

@@ -1,0 +1,13 @@
+//! Each test kind's [`ResultKind`](crate::ResultKind): what its result gives every consumer (its
+//! table, its line in quick's table, its CSV columns and rows, its labels and metas), one module
+//! per kind. [`TestResult::kind`](crate::TestResult::kind) is the one dispatch; a new kind adds
+//! its module here, its document in [`model`](crate::model) and its variant there.
+
+mod conf;
+mod crr;
+mod latency;
+mod load;
+mod pps;
+mod quick;
+mod sweep;
+mod throughput;

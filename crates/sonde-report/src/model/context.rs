@@ -1,0 +1,362 @@
+//! Both ends' context: their configuration, CPU cost, tuning, `TCP_INFO` and `--from` helpers.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use sonde_wire::HostInfo;
+
+use super::stats::RttNs;
+
+/// Both ends' configuration. `null` for an end that cannot say: a peer that is not a sonde
+/// agent (a real iperf3 or sockperf server), or an older agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Hosts {
+    /// This host (the client), for the interface toward the server.
+    pub client: Option<HostInfo>,
+    /// The server (the agent), for the interface toward this client, as it reported itself.
+    pub server: Option<HostInfo>,
+}
+
+/// What the test cost each end in CPU. `null` for an end that cannot say (a peer that is not
+/// a sonde agent, an older agent, a platform without `getrusage`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CpuCosts {
+    /// This host (the client).
+    pub client: Option<CpuCost>,
+    /// The server (the agent).
+    pub server: Option<CpuCost>,
+}
+
+/// Whose CPU a [`CpuCost`] counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuScope {
+    /// The threads that ran this test only (`RUSAGE_THREAD`, summed): other tests running in
+    /// the same process (other clients of the agent, `sonde quick`'s agent) are not included.
+    #[default]
+    TestThreads,
+    /// The whole process (`RUSAGE_SELF`).
+    Process,
+}
+
+/// One end's CPU cost of a test (netperf's "service demand", latte's CPU columns): user and
+/// system time, context switches, and the system calls its data path made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CpuCost {
+    /// Whose CPU is counted.
+    pub scope: CpuScope,
+    /// Wall-clock time the figures were counted over, ns (this end's part of the test: its
+    /// threads' start to the report).
+    pub wall_ns: u64,
+    /// CPU time in user mode, ns.
+    pub user_ns: u64,
+    /// CPU time in the kernel (system calls, and the network stack's work done in them), ns.
+    pub system_ns: u64,
+    /// User plus system time as a percentage of one core over `wall_ns` (100 = one core busy
+    /// the whole time; several busy threads pass 100). `null` when no wall time passed.
+    pub percent_of_one_core: Option<f64>,
+    /// User time as a percentage of one core.
+    pub user_percent_of_one_core: Option<f64>,
+    /// System time as a percentage of one core.
+    pub system_percent_of_one_core: Option<f64>,
+    /// Times the counted threads gave up the CPU to wait (a blocking read, a sleep). `null`
+    /// where the platform does not count them per thread (Windows), with a warning.
+    pub voluntary_context_switches: Option<u64>,
+    /// Times they were preempted; `null` as `voluntary_context_switches`.
+    pub involuntary_context_switches: Option<u64>,
+    /// System calls the data path made to send and receive (failed and timed-out ones
+    /// included; not sleeps), latency's ping loops and echoes too. `null` where they are not
+    /// counted (an older sonde agent).
+    pub syscalls: Option<u64>,
+    /// Messages this end's data path moved: datagrams (UDP), messages (latency), or for TCP
+    /// bulk the bytes over the write size.
+    pub messages: Option<u64>,
+    /// Payload bytes this end's data path moved.
+    pub bytes: Option<u64>,
+    /// `syscalls / messages`: about 1 for one write per TCP message, 1/64 for full UDP GSO or
+    /// `recvmmsg` batches. `null` when either is unknown or no message moved.
+    pub syscalls_per_message: Option<f64>,
+    /// `syscalls / bytes`.
+    pub syscalls_per_byte: Option<f64>,
+    /// Context switches of the counted threads (voluntary and involuntary) per second of
+    /// `wall_ns`; `null` with them. Absent from older documents.
+    #[serde(default)]
+    pub context_switches_per_second: Option<f64>,
+    /// The data path's system calls (`syscalls`) per second of `wall_ns`: this test's sends
+    /// and receives, not every call the process made; `null` with `syscalls`.
+    #[serde(default)]
+    pub syscalls_per_second: Option<f64>,
+    /// Interrupts per second of the whole host, every CPU and every process, over `wall_ns`
+    /// (latte's column; Linux `/proc/stat` `intr`, Windows `\Processor(_Total)\Interrupts/sec`).
+    /// System-wide: other work on the host counts too. `null` where not counted (no `/proc`,
+    /// a Windows without the counter, wine).
+    #[serde(default)]
+    pub system_interrupts_per_second: Option<f64>,
+    /// Context switches per second of the whole host over `wall_ns` (Linux `/proc/stat`
+    /// `ctxt`, Windows `\System\Context Switches/sec`). System-wide; `null` where not counted.
+    #[serde(default)]
+    pub system_context_switches_per_second: Option<f64>,
+    /// System calls per second of the whole host over `wall_ns` (Windows
+    /// `\System\System Calls/sec`). System-wide. Always `null` from Linux, which keeps no
+    /// host-wide count of system calls (it would take tracing); `null` too under wine.
+    #[serde(default)]
+    pub system_syscalls_per_second: Option<f64>,
+}
+
+/// A TCP connection's state as its sender's kernel saw it (`TCP_INFO`, `tcp(7)`). Each figure
+/// is `null` when that kernel did not fill it (older kernels have fewer), never 0 in its place.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TcpInfo {
+    /// Smoothed RTT (`tcpi_rtt`), ns.
+    pub srtt_ns: Option<u64>,
+    /// RTT mean deviation (`tcpi_rttvar`), ns.
+    pub rttvar_ns: Option<u64>,
+    /// Smallest RTT seen (`tcpi_min_rtt`), ns.
+    pub min_rtt_ns: Option<u64>,
+    /// Congestion window (`tcpi_snd_cwnd`), segments.
+    pub cwnd_segments: Option<u32>,
+    /// Slow-start threshold (`tcpi_snd_ssthresh`), segments; also `null` while the connection
+    /// is still in its first slow start.
+    pub ssthresh_segments: Option<u32>,
+    /// The sender's MSS (`tcpi_snd_mss`), bytes.
+    pub mss_bytes: Option<u32>,
+    /// Segments retransmitted since the connection opened (`tcpi_total_retrans`).
+    pub retransmits: Option<u64>,
+    /// Segments sent and not yet acknowledged (`tcpi_unacked`).
+    pub unacked_segments: Option<u32>,
+    /// Pacing rate (`tcpi_pacing_rate`); `null` too when unlimited.
+    pub pacing_rate_bits_per_second: Option<u64>,
+    /// Latest delivery rate (`tcpi_delivery_rate`).
+    pub delivery_rate_bits_per_second: Option<u64>,
+    /// Whether that delivery rate was limited by the application, not the network.
+    pub delivery_rate_app_limited: Option<bool>,
+    /// Bytes written by the application and not yet sent (`tcpi_notsent_bytes`).
+    pub notsent_bytes: Option<u32>,
+    /// Time the connection had data to send (`tcpi_busy_time`), ns.
+    pub busy_ns: Option<u64>,
+    /// Of that, time limited by the receiver's window (`tcpi_rwnd_limited`), ns.
+    pub rwnd_limited_ns: Option<u64>,
+    /// Of that, time limited by the sender's buffer (`tcpi_sndbuf_limited`), ns.
+    pub sndbuf_limited_ns: Option<u64>,
+}
+
+/// One stream's [`TcpInfo`] at the end of an interval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StreamTcpInfo {
+    /// Stream index.
+    pub stream: u32,
+    /// The sender's `TCP_INFO`.
+    #[serde(flatten)]
+    pub tcp_info: TcpInfo,
+}
+
+/// `--busy-poll`, `--cpu`: both ends' way of waiting and the CPUs they ran on, as each reported
+/// it (latency; throughput and pps have `--cpu` only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct EndsTuning {
+    /// This end: busy-polled, `SO_BUSY_POLL`, the CPUs its loops ran on.
+    pub client: sonde_wire::TuningReport,
+    /// The agent's end (its echo, or its streams); `null` from an agent older than the option,
+    /// which ran unpinned and blocked in `recv` as always (with a warning).
+    pub server: Option<sonde_wire::TuningReport>,
+}
+
+/// Which figures a `--from` helper's share has: its test's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareFigures {
+    /// A pps test's: datagrams sent and received.
+    Pps,
+    /// A throughput test's: bytes and rate.
+    Throughput,
+    /// A latency test's: RTTs.
+    Latency,
+}
+
+/// `--from`: a test several helper agents ran against one target at once, started together at
+/// a common time (each helper's clock offset to this host estimated NTP-style over its control
+/// connection).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Helpers {
+    /// The latest helper's start minus the earliest's, ns, on this host's clock (each helper
+    /// reports when its data started, converted with its clock's offset).
+    pub start_spread_ns: u64,
+    /// The largest uncertainty of those offsets, ns: the spread is known within about this.
+    pub offset_uncertainty_ns: u64,
+    /// From the earliest start to the latest end of the target's receiving (pps, throughput) or
+    /// of the helpers' measuring (latency), ns: what the aggregate rates are per.
+    pub window_ns: u64,
+    /// Each helper's share, in the order of `--from`.
+    pub shares: Vec<HelperShare>,
+}
+
+/// One helper's part of a `--from` test, from its own result (counted at the target where the
+/// test counts there).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HelperShare {
+    /// The helper as given to `--from`, resolved.
+    pub helper: String,
+    /// The target's session id for this helper's test.
+    pub session: u64,
+    /// When its data started, ns after the earliest helper's.
+    pub start_offset_ns: u64,
+    /// pps: datagrams sent; throughput: sender bytes. `null` for latency.
+    pub sent: Option<u64>,
+    /// pps: datagrams the target received from it; throughput: bytes. `null` for latency.
+    pub received: Option<u64>,
+    /// pps, UDP throughput: sent and never received; `null` for TCP and latency.
+    pub lost: Option<u64>,
+    /// pps: received per second over the target's receiving time for it.
+    pub received_pps: Option<f64>,
+    /// throughput: received bits per second over the target's receiving time for it.
+    pub bits_per_second: Option<f64>,
+    /// latency: its round-trip times to the target while the others ran.
+    pub rtt_ns: Option<RttNs>,
+}
+
+impl CpuCost {
+    /// One end's cost from its raw counts (as a sonde agent reports them in its `Report`), with
+    /// the percentages and per-message figures worked out; those are `null` where a divisor is
+    /// 0 or unknown.
+    pub fn from_report(scope: CpuScope, r: &sonde_wire::CpuReport) -> Self {
+        let of_wall = |ns: u64| (r.wall_ns > 0).then(|| ns as f64 * 100.0 / r.wall_ns as f64);
+        let per = |n: Option<u64>, d: Option<u64>| match (n, d) {
+            (Some(n), Some(d)) if d > 0 => Some(n as f64 / d as f64),
+            _ => None,
+        };
+        let per_second =
+            |n: Option<u64>| per(n, Some(r.wall_ns)).map(|per_ns| per_ns * 1_000_000_000.0);
+        Self {
+            scope,
+            wall_ns: r.wall_ns,
+            user_ns: r.user_ns,
+            system_ns: r.system_ns,
+            percent_of_one_core: of_wall(r.user_ns.saturating_add(r.system_ns)),
+            user_percent_of_one_core: of_wall(r.user_ns),
+            system_percent_of_one_core: of_wall(r.system_ns),
+            voluntary_context_switches: r.voluntary_switches,
+            involuntary_context_switches: r.involuntary_switches,
+            syscalls: r.syscalls,
+            messages: r.messages,
+            bytes: r.bytes,
+            syscalls_per_message: per(r.syscalls, r.messages),
+            syscalls_per_byte: per(r.syscalls, r.bytes),
+            context_switches_per_second: per_second(
+                r.voluntary_switches
+                    .zip(r.involuntary_switches)
+                    .map(|(v, i)| v.saturating_add(i)),
+            ),
+            syscalls_per_second: per_second(r.syscalls),
+            system_interrupts_per_second: per_second(r.system_interrupts),
+            system_context_switches_per_second: per_second(r.system_context_switches),
+            system_syscalls_per_second: per_second(r.system_syscalls),
+        }
+    }
+}
+
+impl From<&sonde_wire::TcpInfoStats> for TcpInfo {
+    /// The sender's sample, rates from the kernel's bytes per second to bits per second.
+    fn from(t: &sonde_wire::TcpInfoStats) -> Self {
+        let bits = |bytes: Option<u64>| bytes.map(|b| b.saturating_mul(8));
+        Self {
+            srtt_ns: t.srtt_ns,
+            rttvar_ns: t.rttvar_ns,
+            min_rtt_ns: t.min_rtt_ns,
+            cwnd_segments: t.cwnd,
+            ssthresh_segments: t.ssthresh,
+            mss_bytes: t.mss,
+            retransmits: t.retrans,
+            unacked_segments: t.unacked,
+            pacing_rate_bits_per_second: bits(t.pacing_rate),
+            delivery_rate_bits_per_second: bits(t.delivery_rate),
+            delivery_rate_app_limited: t.app_limited,
+            notsent_bytes: t.notsent_bytes,
+            busy_ns: t.busy_ns,
+            rwnd_limited_ns: t.rwnd_limited_ns,
+            sndbuf_limited_ns: t.sndbuf_limited_ns,
+        }
+    }
+}
+
+#[cfg(test)]
+mod context_tests {
+    use super::*;
+
+    #[test]
+    fn cpu_figures_are_worked_out_and_unknown_where_a_divisor_is() {
+        let raw = sonde_wire::CpuReport {
+            wall_ns: 2_000_000_000,
+            user_ns: 500_000_000,
+            system_ns: 1_500_000_000,
+            voluntary_switches: Some(7),
+            involuntary_switches: Some(3),
+            syscalls: Some(1_000),
+            messages: Some(4_000),
+            bytes: Some(4_000 * 18),
+            system_interrupts: Some(9_000),
+            system_context_switches: Some(30_000),
+            system_syscalls: None,
+        };
+        let c = CpuCost::from_report(CpuScope::TestThreads, &raw);
+        // Over 2 s of wall time.
+        assert_eq!(c.context_switches_per_second, Some(5.0));
+        assert_eq!(c.syscalls_per_second, Some(500.0));
+        assert_eq!(c.system_interrupts_per_second, Some(4_500.0));
+        assert_eq!(c.system_context_switches_per_second, Some(15_000.0));
+        assert_eq!(
+            c.system_syscalls_per_second, None,
+            "not counted: null, not 0"
+        );
+        assert_eq!(c.percent_of_one_core, Some(100.0));
+        assert_eq!(c.user_percent_of_one_core, Some(25.0));
+        assert_eq!(c.system_percent_of_one_core, Some(75.0));
+        assert_eq!(c.syscalls_per_message, Some(0.25));
+        assert_eq!(c.syscalls_per_byte, Some(1_000.0 / 72_000.0));
+        assert_eq!(
+            (c.voluntary_context_switches, c.involuntary_context_switches),
+            (Some(7), Some(3))
+        );
+        // No wall time, no calls counted, nothing moved: unknown, not 0.
+        let none = CpuCost::from_report(
+            CpuScope::Process,
+            &sonde_wire::CpuReport {
+                syscalls: None,
+                messages: Some(0),
+                bytes: Some(0),
+                ..sonde_wire::CpuReport::default()
+            },
+        );
+        assert_eq!(none.percent_of_one_core, None);
+        assert_eq!(none.syscalls_per_message, None);
+        assert_eq!(none.syscalls_per_byte, None);
+        assert_eq!(none.context_switches_per_second, None);
+        assert_eq!(none.system_interrupts_per_second, None);
+        let idle = CpuCost::from_report(
+            CpuScope::Process,
+            &sonde_wire::CpuReport {
+                syscalls: Some(5),
+                messages: Some(0),
+                ..raw
+            },
+        );
+        assert_eq!(idle.syscalls_per_message, None);
+    }
+
+    #[test]
+    fn tcp_info_rates_are_in_bits_and_unknown_stays_null() {
+        let t = TcpInfo::from(&sonde_wire::TcpInfoStats {
+            stream: 2,
+            srtt_ns: Some(40_000),
+            cwnd: Some(10),
+            pacing_rate: Some(125_000_000),
+            delivery_rate: Some(u64::MAX),
+            ..sonde_wire::TcpInfoStats::default()
+        });
+        assert_eq!(t.srtt_ns, Some(40_000));
+        assert_eq!(t.cwnd_segments, Some(10));
+        assert_eq!(t.pacing_rate_bits_per_second, Some(1_000_000_000));
+        assert_eq!(t.delivery_rate_bits_per_second, Some(u64::MAX));
+        assert_eq!(t.rttvar_ns, None);
+        let v = serde_json::to_value(&t).unwrap();
+        assert!(v["ssthresh_segments"].is_null());
+        assert_eq!(v["cwnd_segments"], 10);
+    }
+}

@@ -1,0 +1,822 @@
+//! What every result carries: [`Meta`] and its typed warnings, the peer and the transport.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::context::{CpuCosts, Hosts};
+
+/// Facts common to every result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Meta {
+    /// sonde's version.
+    pub sonde_version: String,
+    /// When the test started, milliseconds since the Unix epoch.
+    pub timestamp_unix_ms: u64,
+    /// The agent's address as the client reached it.
+    pub server: String,
+    /// What answered at `server`: a sonde agent, or a real iperf3 or sockperf server.
+    #[serde(default)]
+    pub peer: Peer,
+    /// The agent's session id (0 when the peer is not a sonde agent).
+    pub session: u64,
+    /// The largest number of other sessions the agent ran during this one (0: it had the agent
+    /// to itself).
+    pub overlapping_sessions: u32,
+    /// Things the reader must know to trust the numbers (overlap, too few samples, loss...).
+    pub warnings: Vec<String>,
+    /// What each of `warnings` is about, in the same order: a stable code a report can group
+    /// and count by. Add warnings with [`Meta::add`], which keeps the two in step.
+    #[serde(default)]
+    pub warning_codes: Vec<WarningCode>,
+    /// `--label KEY=VALUE`: the case this run measured (`{"path": "private"}`); `quick` adds
+    /// `case`, a sweep the parameter and its value. Empty when none was given.
+    #[serde(default)]
+    pub labels: Labels,
+    /// Stopped before its time (Ctrl-C or SIGTERM): the figures cover what was measured until
+    /// then. Absent when the test ran its course.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
+    /// Both ends' configuration: CPU, memory, OS and kernel, the interface the test used,
+    /// TCP congestion control, socket buffer limits, sonde's version.
+    #[serde(default)]
+    pub hosts: Hosts,
+    /// What the test cost each end in CPU.
+    #[serde(default)]
+    pub cpu: CpuCosts,
+}
+
+impl Meta {
+    /// Adds a warning: its text (its `Display`) and its code, side by side.
+    pub fn add(&mut self, warning: &Warning) {
+        self.warnings.push(warning.to_string());
+        self.warning_codes.push(warning.code());
+    }
+
+    /// Adds typed warnings gathered before the meta was made, in order.
+    pub fn add_all<'a>(&mut self, warnings: impl IntoIterator<Item = &'a Warning>) {
+        for w in warnings {
+            self.add(w);
+        }
+    }
+
+    /// Takes out every warning with `code`.
+    pub fn remove_warnings(&mut self, code: WarningCode) {
+        let keep: Vec<bool> = self.warning_codes.iter().map(|&c| c != code).collect();
+        let mut i = 0;
+        self.warnings.retain(|_| {
+            let k = keep.get(i).copied().unwrap_or(true);
+            i += 1;
+            k
+        });
+        self.warning_codes.retain(|&c| c != code);
+    }
+}
+
+/// What a warning is about. The code is stable (a report groups and counts warnings by it); the
+/// text beside it in [`Meta::warnings`] says the details. New codes are added, none is renamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum WarningCode {
+    /// The agent ran other sessions during this one.
+    OverlappingSessions,
+    /// This host cannot measure the test's CPU cost.
+    ClientCpuUnknown,
+    /// The agent did not report its configuration (an older agent).
+    ServerConfigurationUnknown,
+    /// The agent did not report the test's CPU cost.
+    ServerCpuUnknown,
+    /// Too few samples for some percentiles: they are not stated.
+    TooFewSamples,
+    /// Messages or datagrams were lost.
+    Loss,
+    /// Open loop: sends left late; the client could not keep the rate.
+    LateSends,
+    /// The senders did not reach the rate asked: the sending host is the limit.
+    SenderLimited,
+    /// The receivers counted nothing.
+    NothingReceived,
+    /// crr: the client ran out of local ports.
+    PortsExhausted,
+    /// crr: the agent reported no count; the rate is the client's.
+    AgentCountMissing,
+    /// crr: the agent's and the client's counts differ.
+    CountsDiffer,
+    /// crr: no transaction completed.
+    NoTransaction,
+    /// The peer (an iperf3 or sockperf server) does not report a figure: it is null or 0.
+    PeerDoesNotReport,
+    /// Intervals were counted at this host, not at the receivers.
+    IntervalsCountedHere,
+    /// The iperf3 server ended the test in an unusual way.
+    UncleanEnd,
+    /// `--full-log`: the log does not hold every sample.
+    FullLogIncomplete,
+    /// `--timestamps`: kernel timestamps missing or inconsistent for some or all samples.
+    KernelTimestamps,
+    /// `--one-way`: some or all one-way figures could not be computed.
+    OneWayIncomplete,
+    /// `--one-way`: the clock estimate is too uncertain to split the directions.
+    OneWayUncertain,
+    /// load: the load stopped before the loaded probes ended.
+    LoadEndedEarly,
+    /// load: the load's receivers counted nothing.
+    NoLoad,
+    /// Stopped before its time (Ctrl-C, SIGTERM).
+    Interrupted,
+    /// An end's platform does not count context switches per thread (Windows): they are null.
+    ContextSwitchesUnknown,
+    /// An end's host-wide counters (interrupts, context switches, system calls per second)
+    /// could not be read: no `/proc/stat`, a Windows without the performance counters, wine.
+    SystemCountersUnknown,
+    /// A sending end's platform has no `TCP_INFO` (Windows, macOS): retransmits and tcp_info
+    /// are null.
+    TcpInfoUnknown,
+    /// `--busy-poll`, `--cpu`, `--read-size`: an end did not busy-poll, pin or read as asked (an
+    /// agent older than the option, or the kernel refused).
+    NotTuned,
+    /// A code this version does not know (from a newer sonde).
+    #[serde(other)]
+    Other,
+}
+
+/// How the overlap warning's text starts, to find it again.
+pub const OVERLAP_WARNING_START: &str = "the agent ran ";
+
+/// A warning with the figures it needs: its [`code`](Self::code) is stable, its text is its
+/// `Display` (hyperfine's `Warnings` is the model). A result's [`Meta`] keeps both, side by
+/// side (`warnings`, `warning_codes`), through [`Meta::add`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Warning {
+    /// The agent ran this many other sessions during this one.
+    OverlappingSessions {
+        /// Other sessions.
+        sessions: u32,
+    },
+    /// This host cannot measure the test's CPU cost.
+    ClientCpuUnknown,
+    /// The agent did not report its configuration.
+    ServerConfigurationUnknown,
+    /// The agent did not report the test's CPU cost.
+    ServerCpuUnknown,
+    /// One end's platform does not count context switches per thread.
+    ContextSwitchesUnknown {
+        /// `client` or `server`.
+        side: &'static str,
+    },
+    /// One end could not read the host-wide interrupt or context switch counts.
+    SystemCountersUnknown {
+        /// `client` or `server`.
+        side: &'static str,
+        /// The `cpu.{side}` fields that are null (`system_interrupts_per_second`, ...).
+        fields: Vec<&'static str>,
+    },
+    /// Too few samples for the percentiles from `from_percentile` up.
+    TooFewSamples {
+        /// Samples taken.
+        samples: u64,
+        /// The first percentile not stated (99.9 for p99.9).
+        from_percentile: f64,
+        /// Samples it needs.
+        needed: u64,
+    },
+    /// No RTT sample after the warm-up.
+    NoSample,
+    /// Latency: messages that got no reply.
+    LostMessages {
+        /// Without a reply.
+        lost: u64,
+        /// Sent.
+        sent: u64,
+        /// `lost` in % of `sent`.
+        percent: f64,
+    },
+    /// Open loop: sends that left more than 1 ms late.
+    LateSends {
+        /// Late sends.
+        late: u64,
+    },
+    /// Throughput (UDP): datagrams lost.
+    LostDatagrams {
+        /// Lost.
+        lost: u64,
+        /// Sent.
+        sent: u64,
+        /// `lost` in % of `sent`.
+        percent: f64,
+    },
+    /// Throughput (UDP): the senders did not reach the rate asked.
+    SenderLimited {
+        /// Reached, bits/s.
+        reached_bits_per_second: f64,
+        /// Asked, bits/s.
+        asked_bits_per_second: f64,
+    },
+    /// Throughput (TCP): a sending end has no `TCP_INFO`.
+    TcpInfoUnknown,
+    /// `--busy-poll`, `--cpu`, `--read-size`: an end did not run as asked.
+    NotTuned {
+        /// What it did instead, and why.
+        detail: String,
+    },
+    /// Throughput: the receivers counted nothing.
+    NothingReceived,
+    /// pps: datagrams lost at full rate.
+    PpsLoss {
+        /// Lost.
+        lost: u64,
+        /// Sent.
+        sent: u64,
+        /// `lost` in % of `sent`.
+        percent: f64,
+    },
+    /// Stopped before its planned end (Ctrl-C or SIGTERM).
+    Interrupted,
+    /// crr: the client ran out of local ports.
+    PortsExhausted {
+        /// Connections made before.
+        connections: u64,
+        /// When the test stopped, seconds.
+        stopped_after_s: f64,
+        /// The test's planned length, seconds.
+        asked_s: f64,
+    },
+    /// crr: the agent reported no count.
+    AgentCountMissing,
+    /// crr: the agent's and the client's transaction counts differ.
+    CountsDiffer {
+        /// Counted by the agent.
+        agent: u64,
+        /// Counted by the client.
+        client: u64,
+    },
+    /// crr: no transaction completed.
+    NoTransaction {
+        /// Attempts that failed.
+        failed_attempts: u64,
+    },
+    /// sockperf:// over UDP: the loss cannot be split by direction.
+    SockperfLossNotSplit,
+    /// sockperf://: whether the server served other clients is not known.
+    SockperfOverlapUnknown,
+    /// load: the load stopped before the loaded probes ended.
+    LoadEndedEarly,
+    /// load: the load's receivers counted nothing.
+    NoLoad,
+    /// `sonde conf HOST`: the agent did not describe itself.
+    ConfServerUnknown,
+    /// `--full-log`: writing the log failed part way.
+    FullLogFailed {
+        /// The log's path.
+        path: String,
+        /// Why.
+        error: String,
+        /// Samples it holds.
+        written: u64,
+    },
+    /// `--full-log`: the writer could not keep up.
+    FullLogDropped {
+        /// The log's path.
+        path: String,
+        /// Samples left out of it.
+        dropped: u64,
+    },
+    /// `--timestamps`: no kernel receive timestamps on the socket.
+    NoRxTimestamps {
+        /// Why.
+        why: String,
+    },
+    /// `--timestamps`: no kernel transmit timestamps.
+    NoTxTimestamps {
+        /// Why.
+        why: String,
+    },
+    /// `--timestamps`: some samples had no kernel transmit timestamp.
+    TxStampsMissing {
+        /// Samples without.
+        missing: u64,
+        /// Samples with a receive timestamp.
+        of: u64,
+    },
+    /// `--timestamps`: some replies had no kernel receive timestamp.
+    RxStampsMissing {
+        /// Replies without.
+        missing: u64,
+        /// Samples.
+        of: u64,
+    },
+    /// `--timestamps`: kernel figures longer than the application's RTT.
+    KernelStampsInconsistent {
+        /// Samples affected.
+        samples: u64,
+    },
+    /// `--one-way`: replies without the agent's timestamps.
+    OneWayUnstamped {
+        /// Replies without.
+        unstamped: u64,
+        /// One-way samples from the others.
+        samples: u64,
+    },
+    /// `--one-way`: stamped replies that could not be converted.
+    OneWayUnconverted {
+        /// Replies.
+        replies: u64,
+    },
+    /// `--one-way`: no usable clock exchange.
+    OneWayNoClock,
+    /// `--one-way`: no probe after the warm-up carried the agent's timestamps.
+    OneWayNoProbe,
+    /// `--one-way`: the clock estimate is more uncertain than a median one-way delay.
+    OneWayUncertain {
+        /// ± this many ns.
+        uncertainty_ns: u64,
+    },
+    /// iperf3:// over TCP: the server does not report its read calls.
+    Iperf3ReadsUncounted,
+    /// iperf3:// over TCP: the server does not report its write calls.
+    Iperf3WritesUncounted,
+    /// iperf3:// over UDP: the server's count of client→server datagrams.
+    Iperf3DatagramsCountedByServer,
+    /// iperf3://: intervals counted at this host (both directions).
+    IntervalsCountedHereBidir,
+    /// iperf3://: intervals counted at this host, the sender.
+    IntervalsCountedAtSender,
+    /// iperf3://: the server closed instead of ending the test.
+    UncleanEnd,
+}
+
+impl Warning {
+    /// The stable code a report groups and counts by.
+    pub fn code(&self) -> WarningCode {
+        match self {
+            Self::OverlappingSessions { .. } => WarningCode::OverlappingSessions,
+            Self::ClientCpuUnknown => WarningCode::ClientCpuUnknown,
+            Self::ServerConfigurationUnknown => WarningCode::ServerConfigurationUnknown,
+            Self::ServerCpuUnknown => WarningCode::ServerCpuUnknown,
+            Self::ContextSwitchesUnknown { .. } => WarningCode::ContextSwitchesUnknown,
+            Self::SystemCountersUnknown { .. } => WarningCode::SystemCountersUnknown,
+            Self::TooFewSamples { .. } | Self::NoSample => WarningCode::TooFewSamples,
+            Self::LostMessages { .. } | Self::LostDatagrams { .. } | Self::PpsLoss { .. } => {
+                WarningCode::Loss
+            }
+            Self::LateSends { .. } => WarningCode::LateSends,
+            Self::SenderLimited { .. } => WarningCode::SenderLimited,
+            Self::TcpInfoUnknown => WarningCode::TcpInfoUnknown,
+            Self::NotTuned { .. } => WarningCode::NotTuned,
+            Self::NothingReceived => WarningCode::NothingReceived,
+            Self::Interrupted => WarningCode::Interrupted,
+            Self::PortsExhausted { .. } => WarningCode::PortsExhausted,
+            Self::AgentCountMissing => WarningCode::AgentCountMissing,
+            Self::CountsDiffer { .. } => WarningCode::CountsDiffer,
+            Self::NoTransaction { .. } => WarningCode::NoTransaction,
+            Self::SockperfLossNotSplit | Self::SockperfOverlapUnknown => {
+                WarningCode::PeerDoesNotReport
+            }
+            Self::LoadEndedEarly => WarningCode::LoadEndedEarly,
+            Self::NoLoad => WarningCode::NoLoad,
+            Self::ConfServerUnknown => WarningCode::ServerConfigurationUnknown,
+            Self::FullLogFailed { .. } | Self::FullLogDropped { .. } => {
+                WarningCode::FullLogIncomplete
+            }
+            Self::NoRxTimestamps { .. }
+            | Self::NoTxTimestamps { .. }
+            | Self::TxStampsMissing { .. }
+            | Self::RxStampsMissing { .. }
+            | Self::KernelStampsInconsistent { .. } => WarningCode::KernelTimestamps,
+            Self::OneWayUnstamped { .. }
+            | Self::OneWayUnconverted { .. }
+            | Self::OneWayNoClock
+            | Self::OneWayNoProbe => WarningCode::OneWayIncomplete,
+            Self::OneWayUncertain { .. } => WarningCode::OneWayUncertain,
+            Self::Iperf3ReadsUncounted
+            | Self::Iperf3WritesUncounted
+            | Self::Iperf3DatagramsCountedByServer => WarningCode::PeerDoesNotReport,
+            Self::IntervalsCountedHereBidir | Self::IntervalsCountedAtSender => {
+                WarningCode::IntervalsCountedHere
+            }
+            Self::UncleanEnd => WarningCode::UncleanEnd,
+        }
+    }
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::OverlappingSessions { sessions } => write!(
+                f,
+                "{OVERLAP_WARNING_START}{sessions} other session(s) during this test: they \
+                 shared its CPU and network, so these numbers are not those of an idle path"
+            ),
+            Self::ClientCpuUnknown => f.write_str(
+                "this host cannot measure the test's CPU cost (no per-thread getrusage here): \
+                 cpu.client is null",
+            ),
+            Self::ServerConfigurationUnknown => f.write_str(
+                "the agent did not report its configuration (an older sonde agent?): \
+                 hosts.server is null",
+            ),
+            Self::ServerCpuUnknown => f.write_str(
+                "the agent did not report the test's CPU cost (an older sonde agent, or one \
+                 that cannot measure it): cpu.server is null",
+            ),
+            Self::ContextSwitchesUnknown { side } => write!(
+                f,
+                "the {side}'s platform does not count context switches per thread (Windows): \
+                 cpu.{side}.voluntary_context_switches and involuntary_context_switches are \
+                 null"
+            ),
+            Self::SystemCountersUnknown { side, fields } => write!(
+                f,
+                "the {side} could not read the host-wide counters (no /proc/stat, a Windows \
+                 without the performance counters, wine, or an older sonde agent): \
+                 cpu.{side}.{} {} null",
+                fields.join(", "),
+                if fields.len() == 1 { "is" } else { "are" }
+            ),
+            Self::TooFewSamples {
+                samples,
+                from_percentile,
+                needed,
+            } => write!(
+                f,
+                "{samples} samples: percentiles from p{from_percentile} up need at least \
+                 {needed} and are not stated; run longer (-t) for the tail"
+            ),
+            Self::NoSample => f.write_str("no RTT sample was taken after the warm-up"),
+            Self::LostMessages {
+                lost,
+                sent,
+                percent,
+            } => write!(
+                f,
+                "{lost} of {sent} messages got no reply ({percent:.3}% loss)"
+            ),
+            Self::LateSends { late } => write!(
+                f,
+                "{late} sends left more than 1 ms after their scheduled time: the client could \
+                 not keep --rate; their RTT counts from the schedule"
+            ),
+            Self::LostDatagrams {
+                lost,
+                sent,
+                percent,
+            } => write!(f, "{lost} of {sent} datagrams were lost ({percent:.3}%)"),
+            Self::SenderLimited {
+                reached_bits_per_second,
+                asked_bits_per_second,
+            } => write!(
+                f,
+                "the senders reached {:.1} Mbit/s of the {:.1} Mbit/s asked: the sending host \
+                 is the limit",
+                reached_bits_per_second / 1e6,
+                asked_bits_per_second / 1e6
+            ),
+            Self::TcpInfoUnknown => f.write_str(
+                "a sending end's platform has no TCP_INFO (Windows, macOS): retransmits and \
+                 tcp_info are null for the streams it sent",
+            ),
+            Self::NotTuned { detail } => f.write_str(detail),
+            Self::NothingReceived => f.write_str("nothing was received"),
+            Self::PpsLoss {
+                lost,
+                sent,
+                percent,
+            } => write!(
+                f,
+                "{lost} of {sent} datagrams were lost ({percent:.2}%): at full rate the usual \
+                 place is the receiver's socket buffer or NIC queue; received_pps is what got \
+                 through"
+            ),
+            Self::Interrupted => f.write_str(
+                "interrupted before its planned end (Ctrl-C or SIGTERM): the figures cover what \
+                 was measured until then",
+            ),
+            Self::PortsExhausted {
+                connections,
+                stopped_after_s,
+                asked_s,
+            } => write!(
+                f,
+                "the client ran out of local ports (EADDRNOTAVAIL) after {connections} \
+                 connections: each connection it closes holds its port in TIME_WAIT (60 s on \
+                 Linux), so the test stopped after {stopped_after_s:.3} s of the {asked_s:.3} s \
+                 asked and the rates are for that time only; --rst (no TIME_WAIT), a wider \
+                 net.ipv4.ip_local_port_range or net.ipv4.tcp_tw_reuse=1 lift the limit"
+            ),
+            Self::AgentCountMissing => f.write_str(
+                "the agent reported no count (an older agent?): the rate is the client's alone",
+            ),
+            Self::CountsDiffer { agent, client } => write!(
+                f,
+                "the agent completed {agent} transactions and the client {client}: {}",
+                if agent > client {
+                    "the client gave up on some the agent had answered (timeouts, resets)"
+                } else {
+                    "the agent did not see the client's close after some responses"
+                }
+            ),
+            Self::NoTransaction { failed_attempts } => write!(
+                f,
+                "no transaction completed ({failed_attempts} attempts failed)"
+            ),
+            Self::SockperfLossNotSplit => f.write_str(
+                "the peer is a sockperf server, which reports no counts: UDP loss cannot be \
+                 split into requests lost on the way out and replies lost on the way back \
+                 (lost_outbound and lost_return are null)",
+            ),
+            Self::SockperfOverlapUnknown => f.write_str(
+                "the peer is a sockperf server, which reports no counts: whether it served \
+                 other clients during this test is not known",
+            ),
+            Self::LoadEndedEarly => f.write_str(
+                "the load's senders stopped before the loaded probes ended: the last probes \
+                 may have seen an idle path",
+            ),
+            Self::NoLoad => f.write_str(
+                "the load's receivers counted no bytes: these probes did not run under load",
+            ),
+            Self::ConfServerUnknown => f.write_str(
+                "the agent did not report its configuration (a sonde agent older than this \
+                 client?)",
+            ),
+            Self::FullLogFailed {
+                path,
+                error,
+                written,
+            } => write!(
+                f,
+                "writing the full log {path} failed ({error}): it holds {written} of the samples"
+            ),
+            Self::FullLogDropped { path, dropped } => write!(
+                f,
+                "the full log {path} dropped {dropped} samples: its writer could not keep up (a \
+                 slow disk?); the statistics have every sample"
+            ),
+            Self::NoRxTimestamps { why } => write!(
+                f,
+                "--timestamps: the kernel gave no receive timestamps on this socket ({why}): the \
+                 RTT at the sockets is not measured (socket_rtt figures are null)"
+            ),
+            Self::NoTxTimestamps { why } => write!(
+                f,
+                "--timestamps: no kernel transmit timestamps ({why}): socket_rtt_ns and host_ns \
+                 are null; send_to_socket_rx_ns (from the application's send to the reply's \
+                 kernel receive) stands in, and still holds the send side's host time"
+            ),
+            Self::TxStampsMissing { missing, of } => write!(
+                f,
+                "--timestamps: {missing} of {of} samples had no kernel transmit timestamp; the \
+                 socket RTT is from the others"
+            ),
+            Self::RxStampsMissing { missing, of } => write!(
+                f,
+                "--timestamps: {missing} of {of} replies had no kernel receive timestamp"
+            ),
+            Self::KernelStampsInconsistent { samples } => write!(
+                f,
+                "--timestamps: in {samples} samples a kernel figure came out longer than the \
+                 application's RTT (the wall clock the kernel stamps with was stepped?)"
+            ),
+            Self::OneWayUnstamped { unstamped, samples } => write!(
+                f,
+                "--one-way: {unstamped} replies came back without the agent's timestamps (an \
+                 older sonde agent?); one-way delays are from the other {samples}"
+            ),
+            Self::OneWayUnconverted { replies } => write!(
+                f,
+                "--one-way: {replies} stamped replies could not be converted (no clock estimate \
+                 yet, or timestamps that contradict each other)"
+            ),
+            Self::OneWayNoClock => f.write_str(
+                "--one-way: no clock exchange with the agent was usable, so its clock's offset \
+                 is unknown: the one-way figures are null",
+            ),
+            Self::OneWayNoProbe => f.write_str(
+                "--one-way: no probe after the warm-up carried the agent's timestamps: the \
+                 one-way figures are null",
+            ),
+            Self::OneWayUncertain { uncertainty_ns } => write!(
+                f,
+                "--one-way: the clock estimate is uncertain by ± {uncertainty_ns} ns, more than \
+                 a median one-way delay: the split between the two directions is not resolved \
+                 here (their sum, the RTT less the agent's hold, is)"
+            ),
+            Self::Iperf3ReadsUncounted => f.write_str(
+                "the iperf3 server does not report its read calls: receiver `packets` of \
+                 client→server streams reads 0, not a count",
+            ),
+            Self::Iperf3WritesUncounted => f.write_str(
+                "the iperf3 server does not report its write calls: sender `packets` of \
+                 server→client streams reads 0, not a count",
+            ),
+            Self::Iperf3DatagramsCountedByServer => f.write_str(
+                "client→server datagrams are counted by the iperf3 server: it reports no \
+                 duplicates or reordering (null), and counts as lost only the gaps below the \
+                 highest sequence number it saw before the test ended",
+            ),
+            Self::IntervalsCountedHereBidir => f.write_str(
+                "intervals (-i) are counted at this host: client→server streams at their \
+                 sender, server→client streams at their receiver (an iperf3 server does not \
+                 report its intervals)",
+            ),
+            Self::IntervalsCountedAtSender => f.write_str(
+                "intervals (-i) are counted at this host, the sender: an iperf3 server does not \
+                 report its intervals",
+            ),
+            Self::UncleanEnd => f.write_str(
+                "the iperf3 server closed the connection after its results instead of ending \
+                 the test with DISPLAY_RESULTS",
+            ),
+        }
+    }
+}
+
+/// The kind of server a test ran against.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Peer {
+    /// A sonde agent (`sonde server`): both ends measured.
+    #[default]
+    Sonde,
+    /// A real `iperf3 -s`, reached with `iperf3://HOST`.
+    Iperf3,
+    /// A real `sockperf server`, reached with `sockperf://HOST`.
+    Sockperf,
+}
+
+/// Transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+/// `--label KEY=VALUE` pairs, by key.
+pub type Labels = BTreeMap<String, String>;
+
+#[cfg(test)]
+mod warning_tests {
+    use super::*;
+    use crate::model::TestResult;
+
+    /// A typed warning's text is its Display, word for word what the call sites wrote before
+    /// the warnings were typed; its code comes with it.
+    #[test]
+    fn typed_warnings_say_their_figures_and_carry_their_code() {
+        let cases = [
+            (
+                Warning::OverlappingSessions { sessions: 2 },
+                WarningCode::OverlappingSessions,
+                "the agent ran 2 other session(s) during this test: they shared its CPU and \
+                 network, so these numbers are not those of an idle path",
+            ),
+            (
+                Warning::TooFewSamples {
+                    samples: 7_000,
+                    from_percentile: 99.99,
+                    needed: 100_000,
+                },
+                WarningCode::TooFewSamples,
+                "7000 samples: percentiles from p99.99 up need at least 100000 and are not \
+                 stated; run longer (-t) for the tail",
+            ),
+            (
+                Warning::LostMessages {
+                    lost: 3,
+                    sent: 1_000,
+                    percent: 0.3,
+                },
+                WarningCode::Loss,
+                "3 of 1000 messages got no reply (0.300% loss)",
+            ),
+            (
+                Warning::SenderLimited {
+                    reached_bits_per_second: 512.34e6,
+                    asked_bits_per_second: 1e9,
+                },
+                WarningCode::SenderLimited,
+                "the senders reached 512.3 Mbit/s of the 1000.0 Mbit/s asked: the sending host \
+                 is the limit",
+            ),
+            (
+                Warning::PpsLoss {
+                    lost: 1,
+                    sent: 3,
+                    percent: 100.0 / 3.0,
+                },
+                WarningCode::Loss,
+                "1 of 3 datagrams were lost (33.33%): at full rate the usual place is the \
+                 receiver's socket buffer or NIC queue; received_pps is what got through",
+            ),
+            (
+                Warning::ContextSwitchesUnknown { side: "server" },
+                WarningCode::ContextSwitchesUnknown,
+                "the server's platform does not count context switches per thread (Windows): \
+                 cpu.server.voluntary_context_switches and involuntary_context_switches are null",
+            ),
+            (
+                Warning::CountsDiffer {
+                    agent: 52,
+                    client: 50,
+                },
+                WarningCode::CountsDiffer,
+                "the agent completed 52 transactions and the client 50: the client gave up on \
+                 some the agent had answered (timeouts, resets)",
+            ),
+            (
+                Warning::SystemCountersUnknown {
+                    side: "client",
+                    fields: vec![
+                        "system_interrupts_per_second",
+                        "system_context_switches_per_second",
+                    ],
+                },
+                WarningCode::SystemCountersUnknown,
+                "the client could not read the host-wide counters (no /proc/stat, a Windows \
+                 without the performance counters, wine, or an older sonde agent): \
+                 cpu.client.system_interrupts_per_second, system_context_switches_per_second \
+                 are null",
+            ),
+            (
+                Warning::ConfServerUnknown,
+                WarningCode::ServerConfigurationUnknown,
+                "the agent did not report its configuration (a sonde agent older than this \
+                 client?)",
+            ),
+        ];
+        for (warning, code, text) in cases {
+            assert_eq!(warning.code(), code, "{warning:?}");
+            assert_eq!(warning.to_string(), text);
+        }
+        let mut m = crate::fixtures::latency_tcp()
+            .meta()
+            .expect("a meta")
+            .clone();
+        m.warnings.clear();
+        m.warning_codes.clear();
+        m.add(&Warning::TcpInfoUnknown);
+        m.add(&Warning::Interrupted);
+        assert_eq!(
+            m.warning_codes,
+            [WarningCode::TcpInfoUnknown, WarningCode::Interrupted]
+        );
+        assert_eq!(m.warnings[1], Warning::Interrupted.to_string());
+        let TestResult::Conf(mut conf) = crate::fixtures::conf_two_hosts() else {
+            unreachable!("a conf fixture")
+        };
+        conf.add(&Warning::ConfServerUnknown);
+        assert_eq!(conf.warnings, [Warning::ConfServerUnknown.to_string()]);
+        assert_eq!(
+            conf.warning_codes,
+            [WarningCode::ServerConfigurationUnknown]
+        );
+        let json = serde_json::to_value(&m).expect("json");
+        assert_eq!(
+            json["warning_codes"],
+            serde_json::json!(["tcp_info_unknown", "interrupted"])
+        );
+    }
+
+    #[test]
+    fn warnings_and_their_codes_stay_in_step() {
+        let mut m = Meta {
+            sonde_version: String::new(),
+            timestamp_unix_ms: 0,
+            server: String::new(),
+            peer: Peer::Sonde,
+            session: 1,
+            overlapping_sessions: 1,
+            warnings: Vec::new(),
+            warning_codes: Vec::new(),
+            labels: Labels::new(),
+            interrupted: false,
+            hosts: Hosts::default(),
+            cpu: CpuCosts::default(),
+        };
+        let a = Warning::OverlappingSessions { sessions: 1 };
+        let b = Warning::NothingReceived;
+        let c = Warning::OverlappingSessions { sessions: 2 };
+        m.add(&a);
+        m.add_all([&b, &c]);
+        assert_eq!(m.warnings, [a.to_string(), b.to_string(), c.to_string()]);
+        m.remove_warnings(WarningCode::OverlappingSessions);
+        assert_eq!(m.warnings, [b.to_string()]);
+        assert_eq!(m.warning_codes, [WarningCode::NothingReceived]);
+        let json = serde_json::to_value(&m).expect("serializes");
+        assert_eq!(
+            json["warning_codes"],
+            serde_json::json!(["nothing_received"])
+        );
+        // A code from a newer sonde still reads.
+        let mut newer = json;
+        newer["warning_codes"] = serde_json::json!(["from_the_future"]);
+        let back: Meta = serde_json::from_value(newer).expect("reads");
+        assert_eq!(back.warning_codes, [WarningCode::Other]);
+    }
+}

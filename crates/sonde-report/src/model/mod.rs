@@ -1,0 +1,62 @@
+//! The result documents. Field names carry their units (`rtt_ns`, `bits_per_second`). A value
+//! that could not be measured is `null`, never 0.
+//!
+//! One module per test kind (its document and the types only it uses); `meta` holds what
+//! every result carries, `context` both ends' context, `stats` the statistics kinds share.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+pub use sonde_wire::{HostInfo, MinDefaultMax, NicInfo, NicOffloads, SocketBufferLimits};
+
+mod conf;
+mod context;
+mod crr;
+mod index;
+mod kind;
+mod latency;
+mod load;
+mod meta;
+mod pps;
+mod quick;
+mod stats;
+mod sweep;
+mod throughput;
+
+pub use self::conf::*;
+pub use self::context::*;
+pub use self::crr::*;
+pub use self::index::{HeadlineFigures, RunIndex};
+pub use self::kind::{CsvRow, ResultKind};
+pub use self::latency::*;
+pub use self::load::*;
+pub use self::meta::*;
+pub use self::pps::*;
+pub use self::quick::*;
+pub use self::stats::*;
+pub use self::sweep::*;
+pub use self::throughput::*;
+
+/// One run's document, tagged by `test`.
+// Variants differ in size (load holds three results); a result is built once per run and never
+// sits in a hot loop, so boxing would only add noise to every construction site.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "test", rename_all = "lowercase")]
+pub enum TestResult {
+    /// `sonde latency`.
+    Latency(LatencyResult),
+    /// `sonde throughput`.
+    Throughput(ThroughputResult),
+    /// `sonde pps`.
+    Pps(PpsResult),
+    /// `sonde crr`: connection rate.
+    Crr(CrrResult),
+    /// `sonde quick`.
+    Quick(QuickResult),
+    /// `sonde load`: latency idle and under load.
+    Load(LoadResult),
+    /// `--sweep`: one test at each value of a parameter.
+    Sweep(SweepResult),
+    /// `sonde conf`: both ends' configuration, side by side.
+    Conf(ConfResult),
+}

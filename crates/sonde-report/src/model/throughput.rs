@@ -1,0 +1,161 @@
+//! `sonde throughput`'s document.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::context::{EndsTuning, Helpers, StreamTcpInfo, TcpInfo};
+use super::meta::{Meta, Protocol};
+
+/// Where a throughput test's intervals were counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CountedAt {
+    /// At each stream's receiver: no interval can read above what the path delivered.
+    #[default]
+    Receiver,
+    /// At the senders (what they handed to their kernel): reads high while buffers fill.
+    Sender,
+    /// At this host: client→server streams at their sender, server→client at their receiver.
+    ThisHost,
+}
+
+impl CountedAt {
+    /// How a table names it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Receiver => "counted at the receiver",
+            Self::Sender => "counted at the sender (what it handed to its kernel)",
+            Self::ThisHost => "counted at this host (sent by client→server streams, received by server→client ones)",
+        }
+    }
+}
+
+/// One side's totals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SideTotals {
+    /// Payload bytes.
+    pub bytes: u64,
+    /// Payload bits per second over this side's active time.
+    pub bits_per_second: f64,
+    /// Datagrams (UDP) or system calls (TCP).
+    pub packets: u64,
+    /// This side's active time (first to last byte), ns.
+    pub duration_ns: u64,
+}
+
+/// Who sent a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamDirection {
+    /// Client to agent.
+    ClientToServer,
+    /// Agent to client.
+    ServerToClient,
+}
+
+/// One stream of a throughput test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StreamResult {
+    /// Stream index.
+    pub stream: u32,
+    /// Who sent it.
+    pub direction: StreamDirection,
+    /// Counted at the receiver.
+    pub receiver: SideTotals,
+    /// The sender's view: what it handed to the kernel.
+    pub sender: SideTotals,
+    /// UDP: datagrams lost.
+    pub lost: Option<u64>,
+    /// UDP: lost as a percentage of sent.
+    pub loss_percent: Option<f64>,
+    /// UDP: duplicates.
+    pub duplicated: Option<u64>,
+    /// UDP: reordered.
+    pub reordered: Option<u64>,
+    /// UDP: RFC 3550 jitter, ns.
+    pub jitter_ns: Option<u64>,
+    /// TCP: retransmitted segments at the sender.
+    pub retransmits: Option<u64>,
+    /// TCP: the sender's `TCP_INFO` when it stopped sending; `null` for UDP, or when the
+    /// sender could not read it.
+    #[serde(default)]
+    pub tcp_info: Option<TcpInfo>,
+}
+
+/// One interval, counted at the receiver(s).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct IntervalResult {
+    /// Start, ns since the receiver started.
+    pub start_ns: u64,
+    /// End, ns since the receiver started.
+    pub end_ns: u64,
+    /// All streams' payload bytes in the interval.
+    pub bytes: u64,
+    /// All streams' payload rate in the interval.
+    pub bits_per_second: f64,
+    /// Datagrams (UDP).
+    pub packets: u64,
+    /// Per stream: bytes, in the order of `streams` in the result.
+    pub stream_bytes: Vec<u64>,
+    /// TCP: each sending stream's `TCP_INFO`, sampled by its sender at the end of the interval
+    /// (empty for UDP, or where the sender could not read it).
+    #[serde(default)]
+    pub tcp_info: Vec<StreamTcpInfo>,
+}
+
+/// `sonde throughput`: bulk transfer, counted at the receiver.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ThroughputResult {
+    /// Common facts.
+    #[serde(flatten)]
+    pub meta: Meta,
+    /// Transport.
+    pub protocol: Protocol,
+    /// `forward` (client sends), `reverse` (agent sends) or `bidir`.
+    pub direction: String,
+    /// Streams per direction.
+    pub parallel: u32,
+    /// Bytes per write (TCP) or datagram payload (UDP).
+    pub msg_size_bytes: u32,
+    /// TCP: the most one read of each receiver asked for, bytes (`--read-size`; 524,288 by
+    /// default). With small writes it sets how often TCP acknowledges, and so the segment sizes
+    /// and the throughput. `null` for UDP (one datagram per read), for the receivers of an
+    /// iperf3 server, and in results older than the field.
+    #[serde(default)]
+    pub read_size_bytes: Option<u32>,
+    /// UDP: target rate, all streams of one direction together; `null` for TCP or unlimited.
+    pub target_bits_per_second: Option<u64>,
+    /// Requested duration, ns.
+    pub duration_ns: u64,
+    /// Totals counted at the receiver(s): the figure to quote.
+    pub receiver: SideTotals,
+    /// Totals at the sender(s): what was handed to the kernel.
+    pub sender: SideTotals,
+    /// Per stream.
+    pub streams: Vec<StreamResult>,
+    /// Intervals (`-i`), counted where `intervals_counted_at` says.
+    pub intervals: Vec<IntervalResult>,
+    /// Where the intervals were counted: at the receivers (always, against a sonde agent), or
+    /// at this host whatever its role (against an iperf3 server, which does not report its own).
+    #[serde(default)]
+    pub intervals_counted_at: CountedAt,
+    /// UDP: datagrams lost, all streams.
+    pub lost: Option<u64>,
+    /// UDP: lost as a percentage of sent.
+    pub loss_percent: Option<f64>,
+    /// UDP: largest stream jitter, ns.
+    pub jitter_ns: Option<u64>,
+    /// UDP: duplicates, all streams.
+    pub duplicated: Option<u64>,
+    /// UDP: reordered, all streams.
+    pub reordered: Option<u64>,
+    /// TCP: retransmits, all streams.
+    pub retransmits: Option<u64>,
+    /// `--from`: the helpers that ran this test against `server` at once, each its own share;
+    /// the figures above are theirs together. Absent for a test this host ran itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helpers: Option<Helpers>,
+    /// `--cpu`: the CPUs each end's streams ran on. Absent unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<EndsTuning>,
+}

@@ -1,0 +1,181 @@
+//! `sonde latency`'s table.
+
+use super::{
+    context, footer, header, helpers, inner, line, protocol_name, tuning_text, Col, Grid,
+    PERCENTILES,
+};
+use crate::model::{LatencyMode, LatencyResult, Protocol};
+use crate::render::units::{
+    fmt_count, fmt_count_f64, fmt_ns, fmt_ratio, fmt_secs, fmt_size, ns_number, to_f64, TimeUnit,
+};
+
+pub(crate) fn latency(r: &LatencyResult, out: &mut String) {
+    header(out, "latency", &r.meta);
+    let mut kv = Grid::new(vec![Col::left(), Col::left()]);
+    kv.row(["protocol".into(), protocol_name(r.protocol).into()]);
+    let mode = match (r.mode, r.rate_per_second) {
+        (LatencyMode::ClosedLoop, _) => "closed loop (one message in flight)".to_owned(),
+        (LatencyMode::OpenLoop, Some(rate)) => format!(
+            "open loop, {} msg/s scheduled (RTT counted from the scheduled send time)",
+            fmt_count_f64(rate)
+        ),
+        (LatencyMode::OpenLoop, None) => {
+            "open loop (RTT counted from the scheduled send time)".to_owned()
+        }
+    };
+    kv.row(["mode".into(), mode]);
+    kv.row([
+        "message size".into(),
+        format!("{} each way", fmt_size(u64::from(r.msg_size_bytes))),
+    ]);
+    kv.row([
+        "duration".into(),
+        format!("{}, warm-up included", fmt_secs(r.duration_ns)),
+    ]);
+    let warmup = if r.warmup_ns == 0 && r.warmup_samples == 0 {
+        "none".to_owned()
+    } else {
+        format!(
+            "{}, {} samples left out",
+            fmt_secs(r.warmup_ns),
+            fmt_count(r.warmup_samples)
+        )
+    };
+    kv.row(["warm-up".into(), warmup]);
+    kv.row(["sent".into(), format!("{} messages", fmt_count(r.sent))]);
+    kv.row(["samples".into(), format!("{} RTTs", fmt_count(r.samples))]);
+    if let Some(t) = &r.tuning {
+        kv.row(["client".into(), tuning_text(&t.client)]);
+        let agent = t.server.as_ref().map_or_else(
+            || "blocked in recv, unpinned (an older agent)".to_owned(),
+            tuning_text,
+        );
+        kv.row(["agent".into(), agent]);
+    }
+    inner::config_rows(r, &mut kv);
+    kv.render(out);
+
+    out.push('\n');
+    if r.samples == 0 {
+        line(out, "RTT (round trip): no samples");
+    } else {
+        line(out, "RTT (round trip), not one-way latency");
+        let rtt = &r.rtt_ns;
+        let unit = TimeUnit::for_typical(rtt.p50.map_or(rtt.mean, to_f64));
+        let mut g = Grid::new(vec![
+            Col::left().indent(2),
+            Col::right(),
+            Col::left().gap(1),
+        ]);
+        let stat = |g: &mut Grid, name: &str, ns: f64| {
+            g.row([name.into(), ns_number(ns, unit), unit.suffix().into()]);
+        };
+        stat(&mut g, "min", to_f64(rtt.min));
+        stat(&mut g, "mean", rtt.mean);
+        stat(&mut g, "stddev", rtt.stddev);
+        for p in &PERCENTILES {
+            match (p.value)(rtt) {
+                Some(ns) => stat(&mut g, p.label, to_f64(ns)),
+                None => {
+                    let need = p.min_samples();
+                    let why = if r.samples < need {
+                        format!("(needs ≥{} samples)", fmt_count(need))
+                    } else {
+                        String::new()
+                    };
+                    g.row([p.label.into(), "n/a".into(), why]);
+                }
+            }
+        }
+        stat(&mut g, "max", to_f64(rtt.max));
+        g.render(out);
+    }
+    inner::sections(r, out);
+
+    let udp = r.protocol == Protocol::Udp;
+    let open = r.mode == LatencyMode::OpenLoop;
+    if udp || open {
+        out.push('\n');
+        let mut g = Grid::new(vec![Col::left(), Col::right(), Col::left().gap(1)]);
+        if udp {
+            g.row([
+                "lost".into(),
+                fmt_count(r.lost),
+                format!(
+                    "of {} sent ({})",
+                    fmt_count(r.sent),
+                    fmt_ratio(r.lost, r.sent)
+                ),
+            ]);
+            if let Some(n) = r.lost_outbound {
+                g.row([
+                    "  outbound".into(),
+                    fmt_count(n),
+                    "requests that never reached the agent".into(),
+                ]);
+            }
+            if let Some(n) = r.lost_return {
+                g.row([
+                    "  return".into(),
+                    fmt_count(n),
+                    "replies lost on the way back".into(),
+                ]);
+            }
+            g.row([
+                "duplicated".into(),
+                fmt_count(r.duplicated),
+                "replies received more than once".into(),
+            ]);
+            g.row([
+                "reordered".into(),
+                fmt_count(r.reordered),
+                "replies that came after a later one".into(),
+            ]);
+        }
+        if open {
+            match r.late_sends {
+                Some(n) => g.row([
+                    "late sends".into(),
+                    fmt_count(n),
+                    "left more than 1 ms after their scheduled time".into(),
+                ]),
+                None => g.row(["late sends".into(), "n/a".into(), String::new()]),
+            }
+        }
+        g.render(out);
+    }
+    helpers::section(r.helpers.as_ref(), helpers::Shares::Latency, out);
+    context::blocks(out, &r.meta);
+    footer(out, &[("", &r.meta)]);
+}
+
+/// A latency run's figure to quote in quick's table, and its context.
+pub(crate) fn headline(l: &LatencyResult) -> (String, String) {
+    let mut details = format!(
+        "{} {}",
+        protocol_name(l.protocol),
+        match l.mode {
+            LatencyMode::ClosedLoop => "closed loop",
+            LatencyMode::OpenLoop => "open loop",
+        }
+    );
+    if l.protocol == Protocol::Udp {
+        details.push_str(&format!(", lost {}", fmt_ratio(l.lost, l.sent)));
+    }
+    if let Some(late) = l.late_sends.filter(|n| *n > 0) {
+        details.push_str(&format!(", {} late sends", fmt_count(late)));
+    }
+    if l.samples == 0 {
+        return ("RTT: no samples".into(), details);
+    }
+    // One unit per row: the cases are unrelated, and a LAN RTT in ms loses its digits.
+    let unit = TimeUnit::for_typical(l.rtt_ns.p50.map_or(l.rtt_ns.mean, to_f64));
+    let p = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |ns| fmt_ns(to_f64(ns), unit));
+    let headline = format!(
+        "RTT p50 {}, p99 {}, mean {}",
+        p(l.rtt_ns.p50),
+        p(l.rtt_ns.p99),
+        fmt_ns(l.rtt_ns.mean, unit)
+    );
+    (headline, details)
+}
