@@ -27,7 +27,7 @@ use sonde_net::socket::{Applied, DataOptionError, DataOptions};
 use sonde_net::{Clock, Counters};
 use sonde_wire::iperf3::{json_len, json_prefix, stream_id, Params, Results, State, StreamResults};
 
-use super::text;
+use super::text::{self, Sample};
 use crate::Shared;
 
 /// How far past `time + omit` a test may run before the agent closes it, like iperf3's
@@ -119,12 +119,6 @@ enum Finish {
     Shutdown,
     Unexpected(u8),
     Failed(io::Error),
-}
-
-/// Per-stream byte counts at one interval boundary, for the server output.
-pub(super) struct Sample {
-    pub(super) at_ns: u64,
-    pub(super) bytes: Vec<u64>,
 }
 
 /// CPU use of the test's threads, percent of one core (iperf3's `cpu_util_*`).
