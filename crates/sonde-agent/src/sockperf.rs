@@ -41,6 +41,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use sonde_net::fault;
 use sonde_wire::sockperf::{self, Parsed};
 
 use crate::{canonical as canonical_ip, lock, CompatListener, CompatSession, Shared};
@@ -315,8 +316,8 @@ fn tcp_serve(stream: &TcpStream, shared: &Shared, started: Instant, tally: &mut 
                 };
             }
             Ok(n) => end += n,
-            Err(e) if is_retry(&e) => {}
-            Err(e) if is_reset(&e) => return TcpEnd::PeerClosed,
+            Err(e) if fault::again(&e) => {}
+            Err(e) if fault::peer_gone(&e) => return TcpEnd::PeerClosed,
             Err(e) => return TcpEnd::Failed(e.kind()),
         }
         if shared.shutdown.load(Ordering::Relaxed) {
@@ -349,7 +350,7 @@ fn write_reply(stream: &TcpStream, mut data: &[u8], shared: &Shared) -> Result<(
                 data = &data[k..];
                 stalled_since = None;
             }
-            Err(e) if is_retry(&e) => {
+            Err(e) if fault::again(&e) => {
                 if shared.shutdown.load(Ordering::Relaxed) {
                     return Err(TcpEnd::Shutdown);
                 }
@@ -357,7 +358,7 @@ fn write_reply(stream: &TcpStream, mut data: &[u8], shared: &Shared) -> Result<(
                     return Err(TcpEnd::WriteStalled);
                 }
             }
-            Err(e) if is_reset(&e) => return Err(TcpEnd::PeerClosed),
+            Err(e) if fault::peer_gone(&e) => return Err(TcpEnd::PeerClosed),
             Err(e) => return Err(TcpEnd::Failed(e.kind())),
         }
     }
@@ -596,20 +597,4 @@ fn serve_datagram(
 /// An IPv4 client of a dual-stack listener is shown as IPv4, not `::ffff:a.b.c.d`.
 fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())
-}
-
-fn is_retry(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-    )
-}
-
-fn is_reset(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe
-    )
 }

@@ -52,12 +52,7 @@ pub fn read_exact_by(
             Ok(0) => return Err(ControlError::Closed),
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
+            Err(e) if crate::fault::timed_out(&e) => {
                 return Err(ControlError::Timeout(left));
             }
             Err(e) => return Err(e.into()),
@@ -159,11 +154,9 @@ pub fn write_frame(stream: &mut TcpStream, msg: &ControlMsg) -> Result<(), Contr
 /// Whether a failed read on a socket with a read timeout only means "nothing yet": the timeout
 /// passed (`WouldBlock` on Unix, `TimedOut` on Windows) or a signal interrupted it. The loops
 /// that poll a socket between checks of a stop flag or a deadline read again on these.
+/// ([`crate::fault::again`], under the name the control loops have used.)
 pub fn read_again(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-    )
+    crate::fault::again(e)
 }
 
 #[cfg(test)]

@@ -244,8 +244,8 @@ pub fn classify(e: &io::Error) -> CrrError {
     use io::ErrorKind as K;
     match e.kind() {
         K::ConnectionRefused => CrrError::Refused,
-        K::TimedOut | K::WouldBlock => CrrError::Timeout,
-        K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe => CrrError::Reset,
+        _ if crate::fault::timed_out(e) => CrrError::Timeout,
+        _ if crate::fault::peer_gone(e) => CrrError::Reset,
         K::AddrNotAvailable => CrrError::AddrNotAvailable,
         K::UnexpectedEof => CrrError::Closed,
         _ => CrrError::Other,

@@ -25,6 +25,7 @@ pub mod bulk;
 pub mod control;
 pub mod cpu;
 pub mod crr;
+pub mod fault;
 pub mod gso;
 pub mod hostinfo;
 pub mod latency;

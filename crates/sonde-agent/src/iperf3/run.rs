@@ -515,7 +515,7 @@ impl Run<'_> {
                         _ => return (Finish::Unexpected(b[0]), at, snaps),
                     }
                 }
-                Err(e) if sonde_net::control::read_again(&e) => {}
+                Err(e) if sonde_net::fault::again(&e) => {}
                 Err(e) => return (Finish::Failed(e), self.clock.now_ns(), snaps),
             }
         }
@@ -809,17 +809,8 @@ fn tcp_send_paced(
                     block += 1;
                 }
             }
-            Err(e) if sonde_net::control::read_again(&e) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::BrokenPipe
-                        | io::ErrorKind::ConnectionReset
-                        | io::ErrorKind::ConnectionAborted
-                ) && stop.load(Ordering::Relaxed) =>
-            {
-                break
-            }
+            Err(e) if sonde_net::fault::again(&e) => {}
+            Err(e) if sonde_net::fault::peer_gone(&e) && stop.load(Ordering::Relaxed) => break,
             Err(e) => return Err(e),
         }
     }
