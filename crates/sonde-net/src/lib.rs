@@ -29,6 +29,7 @@ pub mod fault;
 pub mod gso;
 pub mod hostinfo;
 pub mod latency;
+mod pace;
 pub mod samplelog;
 pub mod socket;
 mod sys;

@@ -24,6 +24,7 @@ use sonde_wire::{
     PPS_HEADER_LEN, UDP_JOIN_LEN,
 };
 
+use crate::pace::Pacing;
 use crate::{fault, socket, sys, Clock, Counters};
 
 /// How long a TCP loop's blocked `write` or `read` waits before it looks at the deadline and the
@@ -72,13 +73,6 @@ const BATCH_BYTES: usize = 1 << 20;
 /// the machine starved it) restarts the schedule from now instead of sending the backlog in one
 /// burst.
 const MAX_LAG_NS: u64 = 1_000_000_000;
-
-/// A paced sender sleeps when the next send is further away than this, waking this much early
-/// (Linux's default 50 µs timer slack makes sleeps overshoot) and yielding for the rest.
-const SLEEP_ABOVE_NS: u64 = 200_000;
-const WAKE_EARLY_NS: u64 = 100_000;
-/// Longest single sleep, so that a slow schedule still notices `stop`.
-const MAX_SLEEP_NS: u64 = 50_000_000;
 
 /// The header at the front of each UDP data datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -292,6 +286,71 @@ pub fn tcp_send(
     Ok(out)
 }
 
+/// TCP sender paced to `bits_per_second`: `len`-byte blocks, each written when the schedule
+/// says it is due (a sender that fell behind catches up back to back, as iperf3's does).
+/// Otherwise as [`tcp_send`]. (The agent's iperf3 server sends with it when the client asks
+/// for a bitrate over TCP.)
+///
+/// # Errors
+/// As [`tcp_send`].
+pub fn tcp_send_paced(
+    stream: &TcpStream,
+    len: u32,
+    bits_per_second: u64,
+    clock: &Clock,
+    until_ns: u64,
+    stop: &AtomicBool,
+    counters: &Counters,
+) -> io::Result<SendOutcome> {
+    stream.set_nonblocking(false)?;
+    stream.set_write_timeout(Some(TCP_POLL))?;
+    let schedule = Schedule::bits_per_second(bits_per_second, len);
+    let buf = vec![0u8; len as usize];
+    let mut out = SendOutcome {
+        method: "write (paced)",
+        ..SendOutcome::default()
+    };
+    let start = clock.now_ns();
+    let (mut block, mut offset) = (0u64, 0usize);
+    let (mut first_ns, mut last_ns) = (None, 0u64);
+    let mut writer = stream;
+    while !stop.load(Ordering::Relaxed) {
+        let now = clock.now_ns();
+        if now >= until_ns {
+            break;
+        }
+        if offset == 0 {
+            let due = start.saturating_add(schedule.due_ns(block));
+            if now < due {
+                Pacing::SLEEP.wait(now, due);
+                continue;
+            }
+        }
+        match writer.write(&buf[offset..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                first_ns.get_or_insert(now);
+                last_ns = clock.now_ns();
+                out.bytes += n as u64;
+                out.packets += 1;
+                counters.add(n as u64, 1);
+                offset += n;
+                if offset == buf.len() {
+                    offset = 0;
+                    block += 1;
+                }
+            }
+            Err(e) if fault::again(&e) => {}
+            Err(e) if fault::peer_gone(&e) && stop.load(Ordering::Relaxed) => break,
+            Err(e) => return Err(e),
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Write);
+    out.retransmits = socket::tcp_retransmits(stream);
+    out.active_ns = last_ns.saturating_sub(first_ns.unwrap_or(last_ns));
+    Ok(out)
+}
+
 /// Reads until the peer closes (EOF) or `stop`, counting bytes, at most `read_size` bytes per
 /// read (1 to [`sonde_wire::MAX_TCP_READ_SIZE`]; the test's `--read-size`, 512 KiB by
 /// default). Uses a short read timeout so `stop` is noticed within 100 ms.
@@ -378,7 +437,7 @@ pub fn tcp_recv_capped(
         let allowed = bucket.available(clock.now_ns());
         if allowed < min_read {
             let wait_ns = bucket.wait_ns(min_read).max(1);
-            thread::sleep(Duration::from_nanos(wait_ns).min(TCP_POLL));
+            Pacing::SLEEP.at_most(TCP_POLL).wait(0, wait_ns);
             continue;
         }
         let len = usize::try_from(allowed).map_or(buf.len(), |a| a.min(buf.len()));
@@ -690,7 +749,7 @@ fn send_paced(
     while let Some(now) = run.now() {
         let due = base_ns.saturating_add(schedule.due_ns(seq - base_seq));
         if now < due {
-            wait(run.clock, due.min(run.until_ns));
+            Pacing::FINE.wait(run.clock.now_ns(), due.min(run.until_ns));
             continue;
         }
         if now - due > MAX_LAG_NS {
@@ -708,22 +767,6 @@ fn send_paced(
         }
     }
     Ok(())
-}
-
-/// Waits until `target_ns` or a little before it: sleeps through most of a long wait, and only
-/// yields the CPU for the last stretch. The caller loops until the time has come.
-fn wait(clock: &Clock, target_ns: u64) {
-    let now = clock.now_ns();
-    let Some(left) = target_ns.checked_sub(now).filter(|&l| l > 0) else {
-        return;
-    };
-    if left > SLEEP_ABOVE_NS {
-        thread::sleep(Duration::from_nanos(
-            (left - WAKE_EARLY_NS).min(MAX_SLEEP_NS),
-        ));
-    } else {
-        thread::yield_now();
-    }
 }
 
 /// The unlimited sender's method name when it sent offloaded batches: Linux's

@@ -101,6 +101,57 @@ fn tcp_send_to_tcp_recv_delivers_every_byte_sent() {
 }
 
 #[test]
+fn paced_tcp_sends_its_blocks_on_schedule_and_never_ahead_of_it() {
+    let (client, server) = tcp_pair();
+    let clock = Clock::start();
+    let stop = AtomicBool::new(false);
+    let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
+    // 1,000-byte blocks at 800 kbit/s: one block every 10 ms, 30 in a 300 ms run.
+    let (sent, received) = thread::scope(|s| {
+        let rx = s.spawn(|| {
+            tcp_recv(
+                &server,
+                sonde_wire::DEFAULT_TCP_READ_SIZE,
+                &clock,
+                &stop,
+                &rx_counters,
+            )
+        });
+        let sent = tcp_send_paced(
+            &client,
+            1000,
+            800_000,
+            &clock,
+            300 * MS,
+            &stop,
+            &tx_counters,
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !rx.is_finished() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, Ordering::Relaxed);
+        (sent.unwrap(), rx.join().unwrap().unwrap())
+    });
+    assert_eq!(sent.method, "write (paced)");
+    assert_eq!(received.bytes, sent.bytes);
+    // Block k is due at k × 10 ms: at most 30 fit before the end, and a sender that is not
+    // starved sends nearly all of them.
+    assert!(
+        sent.bytes <= 30 * 1000,
+        "{} bytes: ahead of the schedule",
+        sent.bytes
+    );
+    assert!(
+        sent.bytes >= 20 * 1000,
+        "{} bytes: far behind the schedule",
+        sent.bytes
+    );
+    assert_eq!(sent.bytes % 1000, 0, "blocks are written whole");
+    assert_eq!(tx_counters.load(), (sent.bytes, sent.packets));
+}
+
+#[test]
 fn tcp_recv_reads_no_more_than_its_read_size_at_a_time() {
     const READ: u32 = 1000;
     let (client, server) = tcp_pair();

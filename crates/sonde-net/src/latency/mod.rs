@@ -116,8 +116,6 @@ const ECHO_POLL: Duration = Duration::from_millis(100);
 const UDP_POLL: Duration = Duration::from_millis(10);
 /// TCP client reader: how often a blocked read looks at deadlines and the stop flag.
 const TCP_POLL: Duration = Duration::from_millis(100);
-/// Longest single sleep of the open-loop sender, so that it notices `stop` between slow sends.
-const MAX_SLEEP: Duration = Duration::from_millis(50);
 /// Receive buffer for UDP: the largest UDP payload over IPv6 without jumbograms fits.
 const UDP_RECV_BUF: usize = 65_535;
 /// TCP echo buffer.

@@ -4,12 +4,12 @@
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
-use std::time::Duration;
 
 use sonde_engine::pace::Schedule;
 
-use super::{duration_ns, ping_syscalls, ring_slot, LATE_SEND, MAX_SLEEP, SEND_RING};
+use super::{duration_ns, ping_syscalls, ring_slot, LATE_SEND, SEND_RING};
 use crate::cpu::ThreadsMeter;
+use crate::pace::Pacing;
 use crate::Clock;
 
 /// Runs `send` on a thread an open loop starts: its CPU counted in the caller's meter (if any),
@@ -140,7 +140,7 @@ pub(super) fn paced_sender(
                 if stop.load(Ordering::Relaxed) || progress.abort.load(Ordering::Relaxed) {
                     return Ok(());
                 }
-                thread::sleep(Duration::from_nanos(due - now).min(MAX_SLEEP));
+                Pacing::SLEEP.wait(now, due);
                 now = clock.now_ns();
             }
             if now >= plan.until_ns
