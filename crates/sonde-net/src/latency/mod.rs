@@ -277,7 +277,7 @@ pub fn tcp_ping_with(
     stream.set_read_timeout(Some(TCP_POLL))?;
     stream.set_write_timeout(Some(TCP_REPLY_TIMEOUT))?;
     let mut rec = Recorder::new(view, cfg.warmup_ns);
-    let _stamps_off = enable_stamps(&mut rec, sys::tcp_fd(stream), |tx| {
+    let _stamps_off = enable_stamps(&mut rec, sys::sock_ref(stream), |tx| {
         sys::tcp_enable_timestamps(stream, tx)
     });
     let mut out = match rate {
@@ -291,11 +291,11 @@ pub fn tcp_ping_with(
 /// With `--timestamps`, turns the kernel's stamps on for the socket `fd` through `enable`
 /// (given whether to ask for transmit stamps too): both, else receive alone, and tells `rec`
 /// what it got. The guard turns them off again.
-fn enable_stamps(
+fn enable_stamps<'a>(
     rec: &mut Recorder,
-    fd: i32,
+    fd: sys::SockRef<'a>,
     enable: impl Fn(bool) -> io::Result<()>,
-) -> Option<StampsOff> {
+) -> Option<StampsOff<'a>> {
     if !rec.timestamps() {
         return None;
     }
@@ -313,9 +313,9 @@ fn enable_stamps(
 }
 
 /// Turns a socket's kernel timestamps off again when dropped.
-struct StampsOff(i32);
+struct StampsOff<'a>(sys::SockRef<'a>);
 
-impl Drop for StampsOff {
+impl Drop for StampsOff<'_> {
     fn drop(&mut self) {
         sys::disable_timestamps(self.0);
     }
@@ -404,7 +404,7 @@ pub fn udp_ping_with(
     let _restore = Timeouts::save_udp(sock)?;
     sock.set_read_timeout(Some(UDP_POLL))?;
     let mut rec = Recorder::new(view, cfg.warmup_ns);
-    let _stamps_off = enable_stamps(&mut rec, sys::udp_fd(sock), |tx| {
+    let _stamps_off = enable_stamps(&mut rec, sys::sock_ref(sock), |tx| {
         sys::udp_enable_timestamps(sock, tx)
     });
     let mut out = match rate {

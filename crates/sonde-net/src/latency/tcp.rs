@@ -38,7 +38,7 @@ pub(super) fn tcp_closed(
     let stamped = rec.reading_rx();
     let mut tx = TxStamps::new(
         rec.reading_tx(),
-        sys::tcp_fd(stream),
+        sys::sock_ref(stream),
         Keying::Bytes(msg as u64),
     );
     let mut reply = vec![0u8; msg];
@@ -315,7 +315,7 @@ pub(super) fn tcp_open_reader(
     let stamped = rec.reading_rx();
     let mut tx = TxStamps::new(
         rec.reading_tx(),
-        sys::tcp_fd(stream),
+        sys::sock_ref(stream),
         Keying::Bytes(msg as u64),
     );
     let mut sender_done_at = None;

@@ -33,15 +33,15 @@ impl Keying {
 }
 
 /// Transmit timestamps off a socket's error queue, kept by message until their reply.
-pub(super) struct TxStamps {
+pub(super) struct TxStamps<'a> {
     /// `(seq, ns)` per ring slot; empty when transmit stamps are not read.
     ring: Vec<(u64, u64)>,
-    fd: i32,
+    fd: sys::SockRef<'a>,
     keying: Keying,
 }
 
-impl TxStamps {
-    pub(super) fn new(reading: bool, fd: i32, keying: Keying) -> Self {
+impl<'a> TxStamps<'a> {
+    pub(super) fn new(reading: bool, fd: sys::SockRef<'a>, keying: Keying) -> Self {
         Self {
             ring: if reading {
                 vec![(u64::MAX, 0); SEND_RING]

@@ -67,7 +67,7 @@ pub(super) struct ClosedUdp<'a> {
     out: Vec<u8>,
     inbuf: Vec<u8>,
     sent_at: Vec<SentAt>,
-    tx: TxStamps,
+    tx: TxStamps<'a>,
     /// Messages sent so far; the next seq.
     sent: u64,
     rtt: RttRecorder,
@@ -199,7 +199,7 @@ pub(super) fn udp_closed(
             };
             SEND_RING
         ],
-        tx: TxStamps::new(rec.reading_tx(), sys::udp_fd(sock), Keying::Datagram),
+        tx: TxStamps::new(rec.reading_tx(), sys::sock_ref(sock), Keying::Datagram),
         sent: 0,
         rtt: RttRecorder::new(cfg.warmup_ns),
         all: RttRecorder::new(0),
@@ -401,7 +401,7 @@ pub(super) fn udp_open_reader(
     let mut buf = vec![0u8; UDP_RECV_BUF];
     let one_way = rec.one_way();
     let stamped = rec.reading_rx();
-    let mut tx = TxStamps::new(rec.reading_tx(), sys::udp_fd(sock), Keying::Datagram);
+    let mut tx = TxStamps::new(rec.reading_tx(), sys::sock_ref(sock), Keying::Datagram);
     let mut answered = Answered::new(rec.wants_lost());
     let mut sender_done_at = None;
     let mut drain_ns = 0;
