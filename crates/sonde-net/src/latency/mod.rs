@@ -36,7 +36,6 @@ use std::time::Duration;
 
 use sonde_engine::rtt::RttRecorder;
 use sonde_engine::seq::SeqTracker;
-use sonde_wire::sockperf;
 use sonde_wire::stamps;
 
 use crate::{fault, sys, Clock};
@@ -46,6 +45,7 @@ mod framing;
 mod inner;
 mod open;
 mod tcp;
+mod transport;
 mod txstamp;
 mod udp;
 
@@ -53,8 +53,6 @@ pub use echo::{tcp_echo, udp_echo};
 pub use framing::Framing;
 use inner::Recorder;
 pub use inner::{InnerView, OneWayLink, OneWayOutcome, SocketOutcome};
-use tcp::{tcp_closed, tcp_open};
-use udp::{udp_closed, udp_open};
 
 /// Data-path system calls the client's ping loops run on the calling thread have made (sends,
 /// receives, reads of the transmit-timestamp queue; a `write_all` of a message larger than the
@@ -232,7 +230,7 @@ pub fn tcp_ping(
 }
 
 /// [`tcp_ping`] with the messages laid out as `framing` says. With [`Framing::Sockperf`] the
-/// message size is 14 to [`sockperf::MAX_TCP_MSG`] bytes (a `sockperf server` takes up to
+/// message size is 14 to [`sockperf::MAX_TCP_MSG`](sonde_wire::sockperf::MAX_TCP_MSG) bytes (a `sockperf server` takes up to
 /// 65,507 unless started with a larger `-m`), and a closed loop fails with `InvalidData` on a
 /// reply that does not answer the message in flight.
 ///
@@ -266,26 +264,7 @@ pub fn tcp_ping_with(
     clock: &Clock,
     stop: &AtomicBool,
 ) -> io::Result<LatencyOutcome> {
-    let msg = check_size(
-        cfg.msg_size,
-        framing.size_range(TCP_MAX_MSG, sockperf::MAX_TCP_MSG),
-        "TCP",
-    )?;
-    let rate = check_rate(cfg.rate)?;
-    check_one_way(&view, framing, msg)?;
-    let _restore = Timeouts::save_tcp(stream)?;
-    stream.set_read_timeout(Some(TCP_POLL))?;
-    stream.set_write_timeout(Some(TCP_REPLY_TIMEOUT))?;
-    let mut rec = Recorder::new(view, cfg.warmup_ns);
-    let _stamps_off = enable_stamps(&mut rec, sys::sock_ref(stream), |tx| {
-        sys::tcp_enable_timestamps(stream, tx)
-    });
-    let mut out = match rate {
-        None => tcp_closed(stream, msg, framing, cfg, clock, stop, &mut rec),
-        Some(rate) => tcp_open(stream, msg, framing, rate, cfg, clock, stop, &mut rec),
-    }?;
-    (out.socket, out.one_way) = rec.finish();
-    Ok(out)
+    transport::ping(stream, cfg, framing, view, clock, stop)
 }
 
 /// With `--timestamps`, turns the kernel's stamps on for the socket `fd` through `enable`
@@ -394,25 +373,7 @@ pub fn udp_ping_with(
     clock: &Clock,
     stop: &AtomicBool,
 ) -> io::Result<LatencyOutcome> {
-    let msg = check_size(
-        cfg.msg_size,
-        framing.size_range(UDP_MAX_MSG, sockperf::MAX_UDP_MSG),
-        "UDP",
-    )?;
-    let rate = check_rate(cfg.rate)?;
-    check_one_way(&view, framing, msg)?;
-    let _restore = Timeouts::save_udp(sock)?;
-    sock.set_read_timeout(Some(UDP_POLL))?;
-    let mut rec = Recorder::new(view, cfg.warmup_ns);
-    let _stamps_off = enable_stamps(&mut rec, sys::sock_ref(sock), |tx| {
-        sys::udp_enable_timestamps(sock, tx)
-    });
-    let mut out = match rate {
-        None => udp_closed(sock, msg, framing, cfg, clock, stop, &mut rec),
-        Some(rate) => udp_open(sock, msg, framing, rate, cfg, clock, stop, &mut rec),
-    }?;
-    (out.socket, out.one_way) = rec.finish();
-    Ok(out)
+    transport::ping(sock, cfg, framing, view, clock, stop)
 }
 
 fn ring_slot(seq: u64) -> usize {

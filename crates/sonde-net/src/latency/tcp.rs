@@ -4,21 +4,102 @@
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread;
 
 use sonde_engine::rtt::RttRecorder;
+use sonde_engine::seq::SeqTracker;
 use sonde_wire::sockperf;
 use sonde_wire::stamps;
 
 use super::framing::{sockperf_reply_seq, Framing};
 use super::inner::{realtime_ns, Recorder, ReplyAt, Stamps};
-use super::open::{join, paced_sender, sender_thread, OpenLoop, OpenReader, Progress, SendTimes};
+use super::open::{OpenLoop, OpenReader};
+use super::transport::Transport;
 use super::txstamp::{Keying, TxStamps};
 use super::{
-    add_calls, count_call, duration_ns, peer_closed, tcp_write_error, LatencyOutcome, NoReply,
-    PingConfig, STAMPS_LEN, TCP_ECHO_BUF, TCP_OPEN_LOOP_DRAIN, TCP_REPLY_TIMEOUT,
+    count_call, duration_ns, peer_closed, tcp_write_error, LatencyOutcome, NoReply, PingConfig,
+    Timeouts, STAMPS_LEN, TCP_ECHO_BUF, TCP_MAX_MSG, TCP_OPEN_LOOP_DRAIN, TCP_POLL,
+    TCP_REPLY_TIMEOUT,
 };
 use crate::{fault, sys, Clock};
+
+impl Transport for TcpStream {
+    const NAME: &'static str = "TCP";
+    const MAX_MSG: u32 = TCP_MAX_MSG;
+    const SOCKPERF_MAX_MSG: u32 = sockperf::MAX_TCP_MSG;
+    type Replies = u64;
+
+    fn loop_timeouts(&self) -> io::Result<Timeouts<'_>> {
+        let restore = Timeouts::save_tcp(self)?;
+        self.set_read_timeout(Some(TCP_POLL))?;
+        self.set_write_timeout(Some(TCP_REPLY_TIMEOUT))?;
+        Ok(restore)
+    }
+
+    fn sock_ref(&self) -> sys::SockRef<'_> {
+        sys::sock_ref(self)
+    }
+
+    fn enable_timestamps(&self, tx: bool) -> io::Result<()> {
+        sys::tcp_enable_timestamps(self, tx)
+    }
+
+    /// The framing's bytes, and a one-way request's header (the same in every message: replies
+    /// come back in order, so a TCP message needs no number of its own).
+    fn prepare(framing: Framing, one_way: bool, msg_size: u32, out: &mut [u8]) {
+        framing.prepare(out);
+        if one_way {
+            stamps::write_tcp_request(msg_size, out);
+        }
+    }
+
+    /// Only sockperf's header carries a seq over TCP.
+    fn number(framing: Framing, _one_way: bool, seq: u64, out: &mut [u8]) {
+        if framing == Framing::Sockperf {
+            framing.stamp(seq, out);
+        }
+    }
+
+    fn send_message(&self, msg: &[u8]) -> io::Result<()> {
+        let mut s = self;
+        s.write_all(msg).map_err(tcp_write_error)
+    }
+
+    fn closed(
+        &self,
+        msg: usize,
+        framing: Framing,
+        cfg: &PingConfig,
+        clock: &Clock,
+        stop: &AtomicBool,
+        rec: &mut Recorder,
+    ) -> io::Result<LatencyOutcome> {
+        tcp_closed(self, msg, framing, cfg, clock, stop, rec)
+    }
+
+    /// Replies in order, reassembled by size (sockperf's too: the open loop counts its replies
+    /// by size, as sonde's framing).
+    fn read_replies(
+        &self,
+        msg: usize,
+        _framing: Framing,
+        r: &OpenReader<'_>,
+        warmup_ns: u64,
+        rec: &mut Recorder,
+    ) -> io::Result<(RttRecorder, u64)> {
+        tcp_open_reader(self, msg, r, warmup_ns, rec)
+    }
+
+    /// No sequence accounting over TCP; the messages past the last reply are the full log's
+    /// lost ones.
+    fn settle(received: u64, sent: u64, plan: &OpenLoop, rec: &mut Recorder) -> Option<SeqTracker> {
+        if rec.wants_lost() {
+            for k in received..sent {
+                rec.lost(k, plan.due(k));
+            }
+        }
+        None
+    }
+}
 
 pub(super) fn tcp_closed(
     stream: &TcpStream,
@@ -30,11 +111,8 @@ pub(super) fn tcp_closed(
     rec: &mut Recorder,
 ) -> io::Result<LatencyOutcome> {
     let mut out = vec![0u8; msg];
-    framing.prepare(&mut out);
     let one_way = rec.one_way();
-    if one_way {
-        stamps::write_tcp_request(cfg.msg_size, &mut out);
-    }
+    TcpStream::prepare(framing, one_way, cfg.msg_size, &mut out);
     let stamped = rec.reading_rx();
     let mut tx = TxStamps::new(
         rec.reading_tx(),
@@ -50,9 +128,7 @@ pub(super) fn tcp_closed(
         if t0 >= cfg.until_ns || cfg.counted_out(measured) {
             break;
         }
-        if framing == Framing::Sockperf {
-            framing.stamp(sent, &mut out);
-        }
+        TcpStream::number(framing, one_way, sent, &mut out);
         // Before the first reply, a failure means nothing answers there: say so, not "a reply
         // was late" or "reset" (a sockperf server closes on a message over its maximum).
         let first = framing == Framing::Sockperf && sent == 0;
@@ -219,78 +295,6 @@ pub(super) fn tcp_read_reply(
         }
     }
     Ok(ReadReply::Done(rx_ns))
-}
-
-#[allow(clippy::too_many_arguments)]
-pub(super) fn tcp_open(
-    stream: &TcpStream,
-    msg: usize,
-    framing: Framing,
-    rate: f64,
-    cfg: &PingConfig,
-    clock: &Clock,
-    stop: &AtomicBool,
-    rec: &mut Recorder,
-) -> io::Result<LatencyOutcome> {
-    let plan = OpenLoop::new(rate, clock.now_ns(), cfg.until_ns);
-    let progress = Progress::default();
-    let send_times = rec.reading_rx().then(SendTimes::new);
-    let one_way = rec.one_way();
-    let cpu = rec.cpu();
-    let (rtt, received) = thread::scope(|scope| {
-        let sender = scope.spawn(|| {
-            sender_thread(cpu.as_deref(), || {
-                let mut out = vec![0u8; msg];
-                framing.prepare(&mut out);
-                if one_way {
-                    stamps::write_tcp_request(cfg.msg_size, &mut out);
-                }
-                let mut s = stream;
-                paced_sender(&plan, clock, stop, &progress, |i| {
-                    if framing == Framing::Sockperf {
-                        framing.stamp(i, &mut out);
-                    }
-                    if let Some(times) = &send_times {
-                        times.store(i, realtime_ns());
-                    }
-                    count_call();
-                    s.write_all(&out).map_err(tcp_write_error)
-                })
-            })
-        });
-        let reader = OpenReader {
-            plan: &plan,
-            clock,
-            stop,
-            progress: &progress,
-            send_times: send_times.as_ref(),
-        };
-        let received = tcp_open_reader(stream, msg, &reader, cfg.warmup_ns, rec);
-        if received.is_err() {
-            progress.abort.store(true, Ordering::Relaxed);
-        }
-        let (sent, calls) = join(sender);
-        add_calls(calls);
-        // The sender's error explains a reader's error (a reset seen on both sides), not the
-        // other way round.
-        sent.and(received)
-    })?;
-    let sent = progress.sent();
-    if rec.wants_lost() {
-        for k in received..sent {
-            rec.lost(k, plan.due(k));
-        }
-    }
-    Ok(LatencyOutcome {
-        rtt,
-        sent,
-        seq: None,
-        late_sends: progress.late.load(Ordering::Relaxed),
-        timeouts: 0,
-        socket: None,
-        one_way: None,
-        log: None,
-    })
 }
 
 /// Reads replies in order: reply `k` answers message `k`. TCP may split or coalesce them, so

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::Instant;
 
-use sonde_wire::sockperf::Flags;
+use sonde_wire::sockperf::{self, Flags};
 use sonde_wire::{write_latency_seq, Token, UdpJoin};
 
 use super::framing::{reply_seq, sockperf_reply_seq};
@@ -1359,4 +1359,48 @@ fn an_echo_that_does_not_stamp_is_counted() {
         0,
         "replies still count for the RTT"
     );
+}
+
+#[test]
+fn each_transport_lays_out_and_numbers_its_messages_as_its_framing_says() {
+    use super::transport::Transport;
+    // TCP, sonde's framing: zeros, never numbered (replies come back in order).
+    let mut m = [0u8; 32];
+    TcpStream::prepare(Framing::Sonde, false, 32, &mut m);
+    TcpStream::number(Framing::Sonde, false, 7, &mut m);
+    assert_eq!(m, [0u8; 32]);
+    // UDP, sonde's framing: every datagram carries its seq.
+    let mut u = [0u8; 32];
+    UdpSocket::prepare(Framing::Sonde, false, 32, &mut u);
+    UdpSocket::number(Framing::Sonde, false, 7, &mut u);
+    assert_eq!(reply_seq(&u, 32, 7), Some(7));
+    assert_ne!(u, [0u8; 32]);
+    // sockperf's framing: the header's seq (from 1) on both transports.
+    for (tcp, seq) in [(true, 3), (false, 300)] {
+        let mut s = [0u8; 32];
+        if tcp {
+            TcpStream::prepare(Framing::Sockperf, false, 32, &mut s);
+            TcpStream::number(Framing::Sockperf, false, seq, &mut s);
+        } else {
+            UdpSocket::prepare(Framing::Sockperf, false, 32, &mut s);
+            UdpSocket::number(Framing::Sockperf, false, seq, &mut s);
+        }
+        let h = sockperf::Header::decode(&s).unwrap();
+        assert_eq!(h.seq, seq + 1);
+        assert!(h.flags.contains(Flags::CLIENT | Flags::PONG_REQUEST));
+        sockperf::make_reply(&mut s);
+        assert_eq!(sockperf_reply_seq(&s, 32), Some(seq));
+    }
+    // One-way: TCP's request header is the same in every message, UDP's carries the seq.
+    let mut t = [0u8; 64];
+    TcpStream::prepare(Framing::Sonde, true, 64, &mut t);
+    let first = t;
+    TcpStream::number(Framing::Sonde, true, 9, &mut t);
+    assert_eq!(t, first);
+    assert_eq!(stamps::tcp_request_size(&t, TCP_MAX_MSG), Some(64));
+    let mut d = [0u8; 64];
+    UdpSocket::prepare(Framing::Sonde, true, 64, &mut d);
+    UdpSocket::number(Framing::Sonde, true, 9, &mut d);
+    assert!(stamps::udp_wants_stamps(&d));
+    assert_eq!(stamps::udp_seq(&d), 9);
 }

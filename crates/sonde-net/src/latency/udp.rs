@@ -4,23 +4,95 @@
 use std::io;
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread;
 use std::time::Duration;
 
 use sonde_engine::rtt::RttRecorder;
 use sonde_engine::seq::{Arrival, SeqTracker};
+use sonde_wire::sockperf;
 use sonde_wire::stamps;
 
 use super::framing::{udp_reply_seq, Framing};
 use super::inner::{realtime_ns, Recorder, ReplyAt, Stamps};
-use super::open::{join, paced_sender, sender_thread, OpenLoop, OpenReader, Progress, SendTimes};
+use super::open::{OpenLoop, OpenReader};
+use super::transport::Transport;
 use super::txstamp::{Keying, TxStamps};
 use super::{
-    add_calls, count_call, duration_ns, ring_slot, LatencyOutcome, NoReply, PingConfig, SEND_RING,
-    SOCKPERF_NO_REPLY, TIMEOUT_REFRESH, UDP_FIRST_REPLY_TIMEOUT, UDP_MIN_REPLY_TIMEOUT, UDP_POLL,
-    UDP_RECV_BUF,
+    count_call, duration_ns, ring_slot, LatencyOutcome, NoReply, PingConfig, Timeouts, SEND_RING,
+    SOCKPERF_NO_REPLY, TIMEOUT_REFRESH, UDP_FIRST_REPLY_TIMEOUT, UDP_MAX_MSG,
+    UDP_MIN_REPLY_TIMEOUT, UDP_POLL, UDP_RECV_BUF,
 };
 use crate::{fault, sys, Clock};
+
+impl Transport for UdpSocket {
+    const NAME: &'static str = "UDP";
+    const MAX_MSG: u32 = UDP_MAX_MSG;
+    const SOCKPERF_MAX_MSG: u32 = sockperf::MAX_UDP_MSG;
+    type Replies = SeqTracker;
+
+    fn loop_timeouts(&self) -> io::Result<Timeouts<'_>> {
+        let restore = Timeouts::save_udp(self)?;
+        self.set_read_timeout(Some(UDP_POLL))?;
+        Ok(restore)
+    }
+
+    fn sock_ref(&self) -> sys::SockRef<'_> {
+        sys::sock_ref(self)
+    }
+
+    fn enable_timestamps(&self, tx: bool) -> io::Result<()> {
+        sys::udp_enable_timestamps(self, tx)
+    }
+
+    fn prepare(framing: Framing, _one_way: bool, _msg_size: u32, out: &mut [u8]) {
+        framing.prepare(out);
+    }
+
+    /// Every datagram carries its seq: in the one-way request's layout, or the framing's.
+    fn number(framing: Framing, one_way: bool, seq: u64, out: &mut [u8]) {
+        if one_way {
+            stamps::write_udp_request(seq, out);
+        } else {
+            framing.stamp(seq, out);
+        }
+    }
+
+    fn send_message(&self, msg: &[u8]) -> io::Result<()> {
+        send_transient_ok(self, msg).map_err(udp_error)
+    }
+
+    fn closed(
+        &self,
+        msg: usize,
+        framing: Framing,
+        cfg: &PingConfig,
+        clock: &Clock,
+        stop: &AtomicBool,
+        rec: &mut Recorder,
+    ) -> io::Result<LatencyOutcome> {
+        udp_closed(self, msg, framing, cfg, clock, stop, rec)
+    }
+
+    fn read_replies(
+        &self,
+        msg: usize,
+        framing: Framing,
+        r: &OpenReader<'_>,
+        warmup_ns: u64,
+        rec: &mut Recorder,
+    ) -> io::Result<(RttRecorder, SeqTracker)> {
+        udp_open_reader(self, msg, framing, r, warmup_ns, rec)
+    }
+
+    /// The reader has already logged the lost messages as it swept.
+    fn settle(
+        tracker: SeqTracker,
+        _sent: u64,
+        _plan: &OpenLoop,
+        _rec: &mut Recorder,
+    ) -> Option<SeqTracker> {
+        Some(tracker)
+    }
+}
 
 /// Send time of one closed-loop message, tagged with its seq so that a slot reused by a later
 /// message is not mistaken for it.
@@ -206,7 +278,7 @@ pub(super) fn udp_closed(
         tracker: SeqTracker::new(),
         rec,
     };
-    framing.prepare(&mut st.out);
+    UdpSocket::prepare(framing, st.one_way, cfg.msg_size, &mut st.out);
     let log_lost = st.rec.wants_lost();
     let mut timeouts = 0;
     let mut reply_timeout_ns = udp_reply_timeout_ns(&st.all);
@@ -219,11 +291,7 @@ pub(super) fn udp_closed(
             reply_timeout_ns = udp_reply_timeout_ns(&st.all);
             sock.set_read_timeout(Some(udp_poll_for(reply_timeout_ns)))?;
         }
-        if st.one_way {
-            stamps::write_udp_request(seq, &mut st.out);
-        } else {
-            framing.stamp(seq, &mut st.out);
-        }
+        UdpSocket::number(framing, st.one_way, seq, &mut st.out);
         let t0 = clock.now_ns();
         if t0 >= cfg.until_ns || cfg.counted_out(measured) {
             break;
@@ -275,68 +343,6 @@ pub(super) fn udp_closed(
         seq: Some(st.tracker),
         late_sends: 0,
         timeouts,
-        socket: None,
-        one_way: None,
-        log: None,
-    })
-}
-
-#[allow(clippy::too_many_arguments)]
-pub(super) fn udp_open(
-    sock: &UdpSocket,
-    msg: usize,
-    framing: Framing,
-    rate: f64,
-    cfg: &PingConfig,
-    clock: &Clock,
-    stop: &AtomicBool,
-    rec: &mut Recorder,
-) -> io::Result<LatencyOutcome> {
-    let plan = OpenLoop::new(rate, clock.now_ns(), cfg.until_ns);
-    let progress = Progress::default();
-    let send_times = rec.reading_rx().then(SendTimes::new);
-    let one_way = rec.one_way();
-    let cpu = rec.cpu();
-    let (rtt, tracker) = thread::scope(|scope| {
-        let sender = scope.spawn(|| {
-            sender_thread(cpu.as_deref(), || {
-                let mut out = vec![0u8; msg];
-                framing.prepare(&mut out);
-                paced_sender(&plan, clock, stop, &progress, |seq| {
-                    if one_way {
-                        stamps::write_udp_request(seq, &mut out);
-                    } else {
-                        framing.stamp(seq, &mut out);
-                    }
-                    if let Some(times) = &send_times {
-                        times.store(seq, realtime_ns());
-                    }
-                    count_call();
-                    send_transient_ok(sock, &out).map_err(udp_error)
-                })
-            })
-        });
-        let reader = OpenReader {
-            plan: &plan,
-            clock,
-            stop,
-            progress: &progress,
-            send_times: send_times.as_ref(),
-        };
-        let received = udp_open_reader(sock, msg, framing, &reader, cfg.warmup_ns, rec);
-        if received.is_err() {
-            progress.abort.store(true, Ordering::Relaxed);
-        }
-        let (sent, calls) = join(sender);
-        add_calls(calls);
-        sent.and(received)
-    })?;
-    Ok(LatencyOutcome {
-        rtt,
-        sent: progress.sent(),
-        seq: Some(tracker),
-        late_sends: progress.late.load(Ordering::Relaxed),
-        timeouts: 0,
         socket: None,
         one_way: None,
         log: None,
