@@ -44,6 +44,7 @@ mod echo;
 mod framing;
 mod inner;
 mod open;
+pub mod sockperf_echo;
 mod tcp;
 mod transport;
 mod txstamp;
