@@ -25,6 +25,7 @@ pub mod bulk;
 pub mod control;
 pub mod cpu;
 pub mod crr;
+mod deadline;
 pub mod fault;
 pub mod gso;
 pub mod hostinfo;

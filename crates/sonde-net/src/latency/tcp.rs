@@ -20,6 +20,7 @@ use super::{
     Timeouts, STAMPS_LEN, TCP_ECHO_BUF, TCP_MAX_MSG, TCP_OPEN_LOOP_DRAIN, TCP_POLL,
     TCP_REPLY_TIMEOUT,
 };
+use crate::deadline::{read_full, Fill};
 use crate::{fault, sys, Clock};
 
 impl Transport for TcpStream {
@@ -261,40 +262,75 @@ pub(super) fn tcp_read_reply(
     stamped: bool,
 ) -> io::Result<ReadReply> {
     let mut s = stream;
-    let mut got = 0;
     let mut rx_ns = None;
-    while got < buf.len() {
+    let read = |b: &mut [u8]| {
         count_call();
-        let read = if stamped {
-            sys::tcp_recv_stamped(stream, &mut buf[got..])
+        let (n, stamp) = if stamped {
+            sys::tcp_recv_stamped(stream, b)?
         } else {
-            s.read(&mut buf[got..]).map(|n| (n, None))
+            (s.read(b)?, None)
         };
-        match read {
-            Ok((0, _)) => return Err(peer_closed()),
-            Ok((n, stamp)) => {
-                got += n;
-                rx_ns = stamp.or(rx_ns);
-            }
-            Err(e) if fault::again(&e) => {
-                if stop.load(Ordering::Relaxed) {
-                    return Ok(ReadReply::Stopped);
-                }
-                if clock.now_ns() >= deadline_ns {
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!(
-                            "no TCP reply from the peer within {} s: is the agent alive and \
-                             the path open?",
-                            TCP_REPLY_TIMEOUT.as_secs()
-                        ),
-                    ));
-                }
-            }
-            Err(e) => return Err(e),
+        if n > 0 {
+            rx_ns = stamp.or(rx_ns);
         }
+        Ok(n)
+    };
+    let mut policy = ReplyRead {
+        clock,
+        stop,
+        deadline_ns,
+    };
+    match read_full(buf, read, &mut policy) {
+        Ok(()) => Ok(ReadReply::Done(rx_ns)),
+        Err(ReplyCut::Stopped) => Ok(ReadReply::Stopped),
+        Err(ReplyCut::Failed(e)) => Err(e),
     }
-    Ok(ReadReply::Done(rx_ns))
+}
+
+/// Why a TCP reply was not read whole.
+enum ReplyCut {
+    Stopped,
+    Failed(io::Error),
+}
+
+/// A closed-loop reply's policy: each read waits at most the socket's poll timeout; at each
+/// timeout the stop flag, then the deadline (on the test clock) are looked at.
+struct ReplyRead<'a> {
+    clock: &'a Clock,
+    stop: &'a AtomicBool,
+    deadline_ns: u64,
+}
+
+impl Fill for ReplyRead<'_> {
+    type Error = ReplyCut;
+
+    fn before_read(&mut self) -> Result<(), ReplyCut> {
+        Ok(())
+    }
+
+    fn failed(&mut self, e: io::Error) -> Result<(), ReplyCut> {
+        if !fault::again(&e) {
+            return Err(ReplyCut::Failed(e));
+        }
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(ReplyCut::Stopped);
+        }
+        if self.clock.now_ns() >= self.deadline_ns {
+            return Err(ReplyCut::Failed(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "no TCP reply from the peer within {} s: is the agent alive and the path \
+                     open?",
+                    TCP_REPLY_TIMEOUT.as_secs()
+                ),
+            )));
+        }
+        Ok(())
+    }
+
+    fn closed(&mut self) -> ReplyCut {
+        ReplyCut::Failed(peer_closed())
+    }
 }
 
 /// Reads replies in order: reply `k` answers message `k`. TCP may split or coalesce them, so
