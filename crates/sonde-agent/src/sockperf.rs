@@ -29,10 +29,12 @@
 //! junk; over TCP the same closes the connection, as sockperf does. A length below 14 is never
 //! looped on (a 3.7 server spins forever on a zero length).
 //!
-//! The receive loops do not allocate, lock or log: buffers are allocated once per thread or
-//! connection, the peer table once, and the one log line per TCP connection or UDP peer
-//! ("N messages received and handled", as `sockperf server` says on exit) is written when it
-//! ends.
+//! The data loops (read, frame, answer, time out) are sonde-net's
+//! ([`sonde_net::latency::sockperf_echo`]); this module makes the decisions around them
+//! (admission, limits, sessions, counting refusals and junk, logging). The receive loops do not
+//! allocate, lock or log: buffers are allocated once per thread or connection, the peer table
+//! once, and the one log line per TCP connection or UDP peer ("N messages received and
+//! handled", as `sockperf server` says on exit) is written when it ends.
 
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering;
