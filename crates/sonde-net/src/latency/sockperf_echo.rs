@@ -394,4 +394,30 @@ mod tests {
             "closed: a message of 70000 bytes, over the 65507-byte maximum"
         );
     }
+
+    #[test]
+    fn a_udp_datagram_of_one_message_is_answered_once_and_anything_else_is_not() {
+        let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let from = client.local_addr().unwrap();
+        let mut tally = Tally::default();
+        let ping = message(7, Flags::CLIENT | Flags::PONG_REQUEST, 64);
+        let mut d = ping.clone();
+        assert!(serve_datagram(&server, &mut d, from, &mut tally));
+        let mut back = [0u8; 128];
+        let n = client.recv(&mut back).unwrap();
+        let mut reply = ping.clone();
+        sockperf::make_reply(&mut reply);
+        assert_eq!(&back[..n], &reply[..]);
+        assert_eq!((tally.messages, tally.replies), (1, 1));
+        // Two messages in one datagram, or bytes after the message: dropped unanswered.
+        let mut two = [ping.clone(), ping.clone()].concat();
+        assert!(!serve_datagram(&server, &mut two, from, &mut tally));
+        let mut tail = [ping, vec![0]].concat();
+        assert!(!serve_datagram(&server, &mut tail, from, &mut tally));
+        assert_eq!((tally.messages, tally.replies), (1, 1));
+    }
 }
