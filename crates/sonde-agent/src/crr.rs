@@ -35,7 +35,6 @@
 //! the lock is held for one hash lookup.
 
 use std::collections::HashMap;
-use std::io;
 use std::net::{IpAddr, Shutdown, TcpStream};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
@@ -232,14 +231,7 @@ fn wait_for_finish(ctrl: &mut TcpStream, shared: &Shared, hard_end: Instant) -> 
         match ready {
             Ok(0) => return Err("the client closed the control connection".into()),
             Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                continue
-            }
+            Err(e) if sonde_net::fault::timed_out(&e) => continue,
             Err(e) => return Err(format!("control connection lost: {e}")),
         }
         match read_frame(ctrl, &mut body, Instant::now() + STEP) {
@@ -816,7 +808,7 @@ mod tests {
             // Closed by the agent (EOF or reset), not by this read's own timeout.
             match s.read(&mut b) {
                 Ok(0) => {}
-                Err(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionReset),
+                Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset),
                 Ok(_) => panic!("a silent stranger was answered"),
             }
             wait_for("the rejection count", || {

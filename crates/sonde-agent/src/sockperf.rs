@@ -29,18 +29,20 @@
 //! junk; over TCP the same closes the connection, as sockperf does. A length below 14 is never
 //! looped on (a 3.7 server spins forever on a zero length).
 //!
-//! The receive loops do not allocate, lock or log: buffers are allocated once per thread or
-//! connection, the peer table once, and the one log line per TCP connection or UDP peer
-//! ("N messages received and handled", as `sockperf server` says on exit) is written when it
-//! ends.
+//! The data loops (read, frame, answer, time out) are sonde-net's
+//! ([`sonde_net::latency::sockperf_echo`]); this module makes the decisions around them
+//! (admission, limits, sessions, counting refusals and junk, logging). The receive loops do not
+//! allocate, lock or log: buffers are allocated once per thread or connection, the peer table
+//! once, and the one log line per TCP connection or UDP peer ("N messages received and
+//! handled", as `sockperf server` says on exit) is written when it ends.
 
-use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use sonde_net::latency::sockperf_echo::{self, serve_datagram, Tally, TcpLimits};
 use sonde_wire::sockperf::{self, Parsed};
 
 use crate::{canonical as canonical_ip, lock, CompatListener, CompatSession, Shared};
@@ -87,7 +89,7 @@ fn admit(shared: &Shared, ip: std::net::IpAddr) -> Option<SockperfSession<'_>> {
 }
 
 /// The largest message accepted, bytes: `sockperf server`'s default maximum.
-pub(crate) const MAX_MSG: u32 = sockperf::SERVER_MAX_MSG;
+pub(crate) const MAX_MSG: u32 = sockperf_echo::MAX_MSG;
 /// A UDP peer with no message for this long has ended its session.
 pub(crate) const UDP_IDLE: Duration = Duration::from_secs(2);
 /// A TCP connection silent this long (after its first message) is closed.
@@ -97,23 +99,9 @@ const CLIENT_START_SLEEP: Duration = Duration::from_secs(2);
 /// Time over `max_duration` a sockperf session gets: the client's 2 s start-up sleep, the
 /// 450 µs its timer adds, and its last replies.
 pub(crate) const DURATION_SLACK: Duration = Duration::from_secs(5);
-/// How often blocked reads and writes look at the shutdown flag and the deadlines.
-const POLL: Duration = Duration::from_millis(200);
-/// How often the UDP thread ends idle peers.
-const SWEEP_EVERY: Duration = Duration::from_millis(250);
-/// A TCP client that takes none of its replies for this long is closed.
-const WRITE_STALL: Duration = Duration::from_secs(10);
 /// After a refusal, new UDP peers are refused without asking again for this long, so that a flood
 /// from many addresses does not take the session lock per datagram.
 const REFUSAL_HOLD: Duration = Duration::from_millis(100);
-/// TCP receive buffer: several largest messages, so that reads are large and a message never
-/// waits for room.
-const TCP_BUF: usize = 4 * 65_536;
-/// The TCP loop moves a partial message to the front of its buffer when less room than this is
-/// left after it, so that reads stay large.
-const READ_ROOM: usize = 65_536;
-/// UDP receive buffer: above the largest IPv6 UDP payload, so nothing is cut off unseen.
-const UDP_BUF: usize = 65_536;
 /// At most this many UDP peers are tracked at once, whatever `max_sessions` says.
 const MAX_UDP_PEERS: usize = 4096;
 
@@ -157,84 +145,19 @@ pub(crate) fn serve(listener: CompatListener, shared: &Arc<Shared>) {
 // ---------------------------------------------------------------------------------------------
 // TCP
 
-/// How a TCP connection ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TcpEnd {
-    /// EOF or a reset from the client: its normal way to finish.
-    PeerClosed,
-    /// EOF with part of a message buffered.
-    Truncated(usize),
-    /// A header whose length is below 14.
-    TooShort(u32),
-    /// A header whose length is above [`MAX_MSG`].
-    TooLong(u32),
-    /// No bytes within the idle limit.
-    Idle(Duration),
-    /// The session reached `max_duration` (plus slack).
-    OverDuration(Duration),
-    /// The client took no replies for [`WRITE_STALL`].
-    WriteStalled,
-    /// The agent is shutting down.
-    Shutdown,
-    /// Any other socket error.
-    Failed(io::ErrorKind),
-}
-
-impl TcpEnd {
-    /// Whether the client sent something sockperf cannot frame.
-    fn is_junk(self) -> bool {
-        matches!(
-            self,
-            Self::Truncated(_) | Self::TooShort(_) | Self::TooLong(_)
-        )
-    }
-}
-
-impl std::fmt::Display for TcpEnd {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::PeerClosed => f.write_str("closed by the client"),
-            Self::Truncated(n) => write!(
-                f,
-                "closed by the client in the middle of a message ({n} bytes of it)"
-            ),
-            Self::TooShort(n) => write!(
-                f,
-                "closed: a message length of {n}, below the 14-byte header"
-            ),
-            Self::TooLong(n) => write!(
-                f,
-                "closed: a message of {n} bytes, over the {MAX_MSG}-byte maximum"
-            ),
-            Self::Idle(d) => write!(f, "closed: no message for {} s", d.as_secs()),
-            Self::OverDuration(d) => write!(f, "closed: over --max-duration ({} s)", d.as_secs()),
-            Self::WriteStalled => write!(
-                f,
-                "closed: the client took no replies for {} s",
-                WRITE_STALL.as_secs()
-            ),
-            Self::Shutdown => f.write_str("closed: the agent is stopping"),
-            Self::Failed(kind) => write!(f, "closed: {kind}"),
-        }
-    }
-}
-
-/// What a connection or UDP peer handled.
-#[derive(Debug, Default, Clone, Copy)]
-struct Tally {
-    /// Messages counted (client flag set, not a warm-up).
-    messages: u64,
-    /// Replies sent.
-    replies: u64,
-}
-
 fn tcp_session(stream: &TcpStream, shared: &Shared, session: SockperfSession<'_>) {
     let started = Instant::now();
     let peer = stream
         .peer_addr()
         .map_or_else(|_| "?".to_owned(), |a| canonical(a).to_string());
     let mut tally = Tally::default();
-    let end = tcp_serve(stream, shared, started, &mut tally);
+    let limits = TcpLimits {
+        first_message: shared.cfg.hello_timeout.saturating_add(CLIENT_START_SLEEP),
+        idle: TCP_IDLE,
+        max_life: shared.cfg.max_duration.saturating_add(DURATION_SLACK),
+        max_duration: shared.cfg.max_duration,
+    };
+    let end = sockperf_echo::tcp_serve(stream, &limits, &shared.shutdown, started, &mut tally);
     drop(session);
     if end.is_junk() {
         shared
@@ -249,120 +172,6 @@ fn tcp_session(stream: &TcpStream, shared: &Shared, session: SockperfSession<'_>
         elapsed: started.elapsed(),
         end: end.to_string(),
     });
-}
-
-fn tcp_serve(stream: &TcpStream, shared: &Shared, started: Instant, tally: &mut Tally) -> TcpEnd {
-    // sockperf turns Nagle off in ping-pong and under-load; a reply held back by Nagle would
-    // add up to 40 ms to the client's RTT.
-    if let Err(e) = stream
-        .set_nodelay(true)
-        .and_then(|()| stream.set_read_timeout(Some(POLL)))
-        .and_then(|()| stream.set_write_timeout(Some(POLL)))
-    {
-        return TcpEnd::Failed(e.kind());
-    }
-    let max_life = shared.cfg.max_duration.saturating_add(DURATION_SLACK);
-    let first_limit = shared.cfg.hello_timeout.saturating_add(CLIENT_START_SLEEP);
-    let mut buf = vec![0u8; TCP_BUF];
-    // Unparsed bytes are buf[start..end].
-    let (mut start, mut end) = (0usize, 0usize);
-    let mut last_data = started;
-    let mut s = stream;
-    loop {
-        // Answer every whole message in the buffer.
-        loop {
-            match sockperf::parse(&buf[start..end], MAX_MSG) {
-                Parsed::Message(h) => {
-                    // Only whole messages are traffic: a byte at a time does not keep a
-                    // session alive.
-                    last_data = Instant::now();
-                    let len = h.length as usize;
-                    let msg = &mut buf[start..start + len];
-                    if h.counted_by_server() {
-                        tally.messages += 1;
-                        if h.wants_reply() {
-                            sockperf::make_reply(msg);
-                            if let Err(e) = write_reply(stream, msg, shared) {
-                                return e;
-                            }
-                            tally.replies += 1;
-                        }
-                    }
-                    start += len;
-                }
-                Parsed::Incomplete { need } => {
-                    if start > 0 && (start + need > buf.len() || buf.len() - end < READ_ROOM) {
-                        // `need` is at most MAX_MSG, well under the buffer: moving the partial
-                        // message to the front always makes room for it, and for a large read.
-                        buf.copy_within(start..end, 0);
-                        end -= start;
-                        start = 0;
-                    }
-                    break;
-                }
-                Parsed::TooShort(h) => return TcpEnd::TooShort(h.length),
-                Parsed::TooLong(h) => return TcpEnd::TooLong(h.length),
-            }
-        }
-        if start == end {
-            (start, end) = (0, 0);
-        }
-        match s.read(&mut buf[end..]) {
-            Ok(0) => {
-                return if start == end {
-                    TcpEnd::PeerClosed
-                } else {
-                    TcpEnd::Truncated(end - start)
-                };
-            }
-            Ok(n) => end += n,
-            Err(e) if is_retry(&e) => {}
-            Err(e) if is_reset(&e) => return TcpEnd::PeerClosed,
-            Err(e) => return TcpEnd::Failed(e.kind()),
-        }
-        if shared.shutdown.load(Ordering::Relaxed) {
-            return TcpEnd::Shutdown;
-        }
-        let now = Instant::now();
-        let idle_limit = if last_data == started {
-            first_limit
-        } else {
-            TCP_IDLE
-        };
-        if now.duration_since(last_data) >= idle_limit {
-            return TcpEnd::Idle(idle_limit);
-        }
-        if now.duration_since(started) >= max_life {
-            return TcpEnd::OverDuration(shared.cfg.max_duration);
-        }
-    }
-}
-
-/// Writes one reply whole. A client that stops reading holds the loop at most [`WRITE_STALL`];
-/// the shutdown flag is looked at every [`POLL`].
-fn write_reply(stream: &TcpStream, mut data: &[u8], shared: &Shared) -> Result<(), TcpEnd> {
-    let mut s = stream;
-    let mut stalled_since: Option<Instant> = None;
-    while !data.is_empty() {
-        match s.write(data) {
-            Ok(0) => return Err(TcpEnd::Failed(io::ErrorKind::WriteZero)),
-            Ok(k) => {
-                data = &data[k..];
-                stalled_since = None;
-            }
-            Err(e) if is_retry(&e) => {
-                if shared.shutdown.load(Ordering::Relaxed) {
-                    return Err(TcpEnd::Shutdown);
-                }
-                if stalled_since.get_or_insert_with(Instant::now).elapsed() >= WRITE_STALL {
-                    return Err(TcpEnd::WriteStalled);
-                }
-            }
-            Err(e) if is_reset(&e) => return Err(TcpEnd::PeerClosed),
-            Err(e) => return Err(TcpEnd::Failed(e.kind())),
-        }
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -381,12 +190,6 @@ struct UdpPeer<'a> {
 }
 
 fn udp_loop(udp: &UdpSocket, shared: &Shared) {
-    if let Err(e) = udp.set_read_timeout(Some(POLL)) {
-        shared.report(|| crate::AgentEvent::SockperfUdpNotServed {
-            why: format!("cannot set its read timeout: {e}"),
-        });
-        return;
-    }
     let capacity = usize::try_from(shared.cfg.max_sessions)
         .unwrap_or(usize::MAX)
         .min(MAX_UDP_PEERS);
@@ -395,20 +198,13 @@ fn udp_loop(udp: &UdpSocket, shared: &Shared) {
         capacity,
         refused_until: None,
         last: 0,
+        shared,
     };
-    let mut buf = vec![0u8; UDP_BUF];
-    let mut next_sweep = Instant::now() + SWEEP_EVERY;
-    while !shared.shutdown.load(Ordering::Relaxed) {
-        // An error is the shutdown poll's timeout, or an ICMP error about an earlier reply to a
-        // client that has gone: neither concerns the other peers.
-        if let Ok((n, from)) = udp.recv_from(&mut buf) {
-            table.on_datagram(udp, &mut buf[..n], from, shared);
-        }
-        let now = Instant::now();
-        if now >= next_sweep {
-            next_sweep = now + SWEEP_EVERY;
-            table.sweep(now, shared);
-        }
+    if let Err(e) = sockperf_echo::udp_serve(udp, &shared.shutdown, &mut table) {
+        shared.report(|| crate::AgentEvent::SockperfUdpNotServed {
+            why: format!("cannot set its read timeout: {e}"),
+        });
+        return;
     }
     for peer in table.peers.drain(..) {
         peer.end(shared, "the agent is stopping");
@@ -424,16 +220,12 @@ struct UdpPeers<'a> {
     refused_until: Option<Instant>,
     /// The index of the last peer served: ping-pong traffic comes from one address at a time.
     last: usize,
+    shared: &'a Shared,
 }
 
-impl<'a> UdpPeers<'a> {
-    fn on_datagram(
-        &mut self,
-        udp: &UdpSocket,
-        datagram: &mut [u8],
-        from: SocketAddr,
-        shared: &'a Shared,
-    ) {
+impl sockperf_echo::UdpPeers for UdpPeers<'_> {
+    fn on_datagram(&mut self, udp: &UdpSocket, datagram: &mut [u8], from: SocketAddr) {
+        let shared = self.shared;
         let now = Instant::now();
         // A datagram must frame before its sender costs a session.
         if !matches!(sockperf::parse(datagram, MAX_MSG), Parsed::Message(_)) {
@@ -449,7 +241,7 @@ impl<'a> UdpPeers<'a> {
         let index = match self.find(from) {
             Some(i) => i,
             None => {
-                let Some(i) = self.admit(from, now, shared) else {
+                let Some(i) = self.admit(from, now) else {
                     shared
                         .rejections
                         .sockperf_refused
@@ -478,6 +270,30 @@ impl<'a> UdpPeers<'a> {
         }
     }
 
+    /// Ends peers that have gone quiet, and stops answering those past `max_duration`.
+    fn sweep(&mut self, now: Instant) {
+        let shared = self.shared;
+        let max_life = shared.cfg.max_duration.saturating_add(DURATION_SLACK);
+        let mut i = 0;
+        while i < self.peers.len() {
+            let p = &mut self.peers[i];
+            if now.duration_since(p.last_seen) >= UDP_IDLE {
+                self.peers.swap_remove(i).end(shared, "quiet");
+                continue;
+            }
+            if p.session.is_some() && now.duration_since(p.first_seen) >= max_life {
+                p.session = None;
+                shared.report(|| crate::AgentEvent::SockperfUdpOverrun {
+                    peer: canonical(p.addr).to_string(),
+                    max_duration_s: shared.cfg.max_duration.as_secs(),
+                });
+            }
+            i += 1;
+        }
+    }
+}
+
+impl<'a> UdpPeers<'a> {
     fn find(&self, from: SocketAddr) -> Option<usize> {
         if self.peers.get(self.last).is_some_and(|p| p.addr == from) {
             return Some(self.last);
@@ -486,7 +302,8 @@ impl<'a> UdpPeers<'a> {
     }
 
     /// Starts a session for a new peer: its index, or `None` when the agent is full.
-    fn admit(&mut self, from: SocketAddr, now: Instant, shared: &'a Shared) -> Option<usize> {
+    fn admit(&mut self, from: SocketAddr, now: Instant) -> Option<usize> {
+        let shared: &'a Shared = self.shared;
         if self.refused_until.is_some_and(|t| now < t) {
             return None;
         }
@@ -509,27 +326,6 @@ impl<'a> UdpPeers<'a> {
             session: Some(session),
         });
         Some(self.peers.len() - 1)
-    }
-
-    /// Ends peers that have gone quiet, and stops answering those past `max_duration`.
-    fn sweep(&mut self, now: Instant, shared: &Shared) {
-        let max_life = shared.cfg.max_duration.saturating_add(DURATION_SLACK);
-        let mut i = 0;
-        while i < self.peers.len() {
-            let p = &mut self.peers[i];
-            if now.duration_since(p.last_seen) >= UDP_IDLE {
-                self.peers.swap_remove(i).end(shared, "quiet");
-                continue;
-            }
-            if p.session.is_some() && now.duration_since(p.first_seen) >= max_life {
-                p.session = None;
-                shared.report(|| crate::AgentEvent::SockperfUdpOverrun {
-                    peer: canonical(p.addr).to_string(),
-                    max_duration_s: shared.cfg.max_duration.as_secs(),
-                });
-            }
-            i += 1;
-        }
     }
 }
 
@@ -561,55 +357,10 @@ impl UdpPeer<'_> {
     }
 }
 
-/// Handles a datagram holding exactly one message, as real sockperf clients send them; `false`
-/// for anything else (a datagram of several messages, or with bytes after its message), which
-/// is dropped unanswered. One reply at most, never longer than its request: the UDP port cannot
-/// amplify traffic toward a spoofed source (one datagram of 105 messages got 105 replies).
-fn serve_datagram(
-    udp: &UdpSocket,
-    datagram: &mut [u8],
-    from: SocketAddr,
-    tally: &mut Tally,
-) -> bool {
-    let Parsed::Message(h) = sockperf::parse(datagram, MAX_MSG) else {
-        return false;
-    };
-    if usize::try_from(h.length).ok() != Some(datagram.len()) {
-        return false;
-    }
-    if h.counted_by_server() {
-        tally.messages += 1;
-        if h.wants_reply() {
-            sockperf::make_reply(datagram);
-            // A reply the kernel cannot queue is lost like any other datagram.
-            if udp.send_to(datagram, from).is_ok() {
-                tally.replies += 1;
-            }
-        }
-    }
-    true
-}
-
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
 /// An IPv4 client of a dual-stack listener is shown as IPv4, not `::ffff:a.b.c.d`.
 fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())
-}
-
-fn is_retry(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-    )
-}
-
-fn is_reset(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe
-    )
 }

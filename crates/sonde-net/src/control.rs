@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use sonde_wire::{ControlMsg, Preamble, PREAMBLE_LEN};
 
+use crate::deadline::{read_full, Fill};
+
 /// Why a control read failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -38,32 +40,55 @@ pub fn read_exact_by(
     buf: &mut [u8],
     deadline: Instant,
 ) -> Result<(), ControlError> {
-    let mut got = 0;
-    while got < buf.len() {
+    let stream: &TcpStream = stream;
+    let mut policy = ControlRead {
+        stream,
+        deadline,
+        left: Duration::ZERO,
+    };
+    let mut s = stream;
+    read_full(buf, |b| s.read(b), &mut policy)
+}
+
+/// A control read's policy: each read may wait only for the time left before the deadline
+/// (set as the socket's read timeout); a timeout is [`ControlError::Timeout`].
+struct ControlRead<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+    /// The time left when the last read started.
+    left: Duration,
+}
+
+impl Fill for ControlRead<'_> {
+    type Error = ControlError;
+
+    fn before_read(&mut self) -> Result<(), ControlError> {
         let now = Instant::now();
-        let Some(left) = deadline
+        let Some(left) = self
+            .deadline
             .checked_duration_since(now)
             .filter(|d| !d.is_zero())
         else {
             return Err(ControlError::Timeout(Duration::ZERO));
         };
-        stream.set_read_timeout(Some(left))?;
-        match stream.read(&mut buf[got..]) {
-            Ok(0) => return Err(ControlError::Closed),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(ControlError::Timeout(left));
-            }
-            Err(e) => return Err(e.into()),
+        self.stream.set_read_timeout(Some(left))?;
+        self.left = left;
+        Ok(())
+    }
+
+    fn failed(&mut self, e: io::Error) -> Result<(), ControlError> {
+        if e.kind() == io::ErrorKind::Interrupted {
+            Ok(())
+        } else if crate::fault::timed_out(&e) {
+            Err(ControlError::Timeout(self.left))
+        } else {
+            Err(e.into())
         }
     }
-    Ok(())
+
+    fn closed(&mut self) -> ControlError {
+        ControlError::Closed
+    }
 }
 
 /// Reads a connection's [`Preamble`] before `deadline`.
@@ -159,11 +184,9 @@ pub fn write_frame(stream: &mut TcpStream, msg: &ControlMsg) -> Result<(), Contr
 /// Whether a failed read on a socket with a read timeout only means "nothing yet": the timeout
 /// passed (`WouldBlock` on Unix, `TimedOut` on Windows) or a signal interrupted it. The loops
 /// that poll a socket between checks of a stop flag or a deadline read again on these.
+/// ([`crate::fault::again`], under the name the control loops have used.)
 pub fn read_again(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-    )
+    crate::fault::again(e)
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use sonde_engine::crr::{CrrError, CrrIntervalCounts, CrrIntervalCutter, CrrIntervals, CrrStats};
 use sonde_wire::{Channel, CrrJoin, Preamble, Token, CRR_JOIN_LEN, PREAMBLE_LEN, PROTOCOL_VERSION};
 
+use crate::deadline::{self, Fill};
 use crate::Clock;
 
 /// After a failure that says the agent is not serving (refused, closed early, anything
@@ -244,8 +245,8 @@ pub fn classify(e: &io::Error) -> CrrError {
     use io::ErrorKind as K;
     match e.kind() {
         K::ConnectionRefused => CrrError::Refused,
-        K::TimedOut | K::WouldBlock => CrrError::Timeout,
-        K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe => CrrError::Reset,
+        _ if crate::fault::timed_out(e) => CrrError::Timeout,
+        _ if crate::fault::peer_gone(e) => CrrError::Reset,
         K::AddrNotAvailable => CrrError::AddrNotAvailable,
         K::UnexpectedEof => CrrError::Closed,
         _ => CrrError::Other,
@@ -290,19 +291,34 @@ pub fn read_full(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> i
 /// `read_exact` with a deadline checked between reads, so that a peer that trickles bytes
 /// cannot hold the caller past it.
 fn read_all_by(mut r: impl Read, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        if Instant::now() >= deadline {
+    deadline::read_full(buf, |b| r.read(b), &mut ByInstant(deadline))
+}
+
+/// A CRR read's policy: the deadline is looked at between reads (each read is bounded by the
+/// socket's own timeout, whose expiry is an error like any other); a signal reads again.
+struct ByInstant(Instant);
+
+impl Fill for ByInstant {
+    type Error = io::Error;
+
+    fn before_read(&mut self) -> io::Result<()> {
+        if Instant::now() >= self.0 {
             return Err(io::ErrorKind::TimedOut.into());
         }
-        match r.read(&mut buf[got..]) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+        Ok(())
+    }
+
+    fn failed(&mut self, e: io::Error) -> io::Result<()> {
+        if e.kind() == io::ErrorKind::Interrupted {
+            Ok(())
+        } else {
+            Err(e)
         }
     }
-    Ok(())
+
+    fn closed(&mut self) -> io::Error {
+        io::ErrorKind::UnexpectedEof.into()
+    }
 }
 
 /// `write_all` with a deadline checked between writes.

@@ -54,14 +54,7 @@ pub fn accept(listener: &TcpListener) -> Accepted {
             let _ = stream.set_nonblocking(false);
             Accepted::Connection(stream)
         }
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-            ) =>
-        {
-            Accepted::Idle
-        }
+        Err(e) if crate::fault::again(&e) => Accepted::Idle,
         Err(e) if sys::out_of_descriptors(&e) => Accepted::OutOfDescriptors,
         Err(e) => Accepted::Failed(e),
     }

@@ -54,7 +54,7 @@ pub struct BusyPoll {
 pub fn busy_poll_udp(sock: &UdpSocket) -> io::Result<BusyPoll> {
     sock.set_nonblocking(true)?;
     Ok(BusyPoll {
-        so_busy_poll_us: sys::set_busy_poll(sys::udp_fd(sock), BUSY_POLL_USECS)
+        so_busy_poll_us: sys::set_busy_poll(sys::sock_ref(sock), BUSY_POLL_USECS)
             .ok()
             .map(|()| BUSY_POLL_USECS),
     })
@@ -67,7 +67,7 @@ pub fn busy_poll_udp(sock: &UdpSocket) -> io::Result<BusyPoll> {
 pub fn busy_poll_tcp(stream: &TcpStream) -> io::Result<BusyPoll> {
     stream.set_nonblocking(true)?;
     Ok(BusyPoll {
-        so_busy_poll_us: sys::set_busy_poll(sys::tcp_fd(stream), BUSY_POLL_USECS)
+        so_busy_poll_us: sys::set_busy_poll(sys::sock_ref(stream), BUSY_POLL_USECS)
             .ok()
             .map(|()| BUSY_POLL_USECS),
     })

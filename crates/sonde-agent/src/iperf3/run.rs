@@ -14,12 +14,11 @@
 //!   by the shorter time would report more than the path carried.
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sonde_engine::pace::Schedule;
 use sonde_net::bulk::{self, SendOutcome, TcpRecvOutcome, UdpFormat, UdpRecvOutcome};
 use sonde_net::control::read_exact_by;
 use sonde_net::cpu::ThreadsMeter;
@@ -27,7 +26,7 @@ use sonde_net::socket::{Applied, DataOptionError, DataOptions};
 use sonde_net::{Clock, Counters};
 use sonde_wire::iperf3::{json_len, json_prefix, stream_id, Params, Results, State, StreamResults};
 
-use super::text;
+use super::text::{self, Sample};
 use crate::Shared;
 
 /// How far past `time + omit` a test may run before the agent closes it, like iperf3's
@@ -119,12 +118,6 @@ enum Finish {
     Shutdown,
     Unexpected(u8),
     Failed(io::Error),
-}
-
-/// Per-stream byte counts at one interval boundary, for the server output.
-pub(super) struct Sample {
-    pub(super) at_ns: u64,
-    pub(super) bytes: Vec<u64>,
 }
 
 /// CPU use of the test's threads, percent of one core (iperf3's `cpu_util_*`).
@@ -364,7 +357,7 @@ impl Run<'_> {
         let clock = &self.clock;
         let result = match (&self.streams[i].sock, server_sends) {
             (Sock::Tcp(t), true) => if self.bits_per_second > 0 {
-                tcp_send_paced(
+                bulk::tcp_send_paced(
                     t,
                     self.len,
                     self.bits_per_second,
@@ -521,7 +514,7 @@ impl Run<'_> {
                         _ => return (Finish::Unexpected(b[0]), at, snaps),
                     }
                 }
-                Err(e) if sonde_net::control::read_again(&e) => {}
+                Err(e) if sonde_net::fault::again(&e) => {}
                 Err(e) => return (Finish::Failed(e), self.clock.now_ns(), snaps),
             }
         }
@@ -763,76 +756,6 @@ fn exchange(ctrl: &mut TcpStream, ours: &Results) -> Result<(), String> {
         )),
         Err(_) => Ok(()),
     }
-}
-
-/// TCP sender paced to `bits_per_second`: `len`-byte blocks, each written when the schedule
-/// says it is due (a sender that fell behind catches up back to back, as iperf3's does).
-/// Otherwise as [`bulk::tcp_send`].
-fn tcp_send_paced(
-    stream: &TcpStream,
-    len: u32,
-    bits_per_second: u64,
-    clock: &Clock,
-    until_ns: u64,
-    stop: &AtomicBool,
-    counters: &Counters,
-) -> io::Result<SendOutcome> {
-    stream.set_nonblocking(false)?;
-    stream.set_write_timeout(Some(bulk::TCP_POLL))?;
-    let schedule = Schedule::bits_per_second(bits_per_second, len);
-    let buf = vec![0u8; len as usize];
-    let mut out = SendOutcome {
-        method: "write (paced)",
-        ..SendOutcome::default()
-    };
-    let start = clock.now_ns();
-    let (mut block, mut offset) = (0u64, 0usize);
-    let (mut first_ns, mut last_ns) = (None, 0u64);
-    let mut writer = stream;
-    while !stop.load(Ordering::Relaxed) {
-        let now = clock.now_ns();
-        if now >= until_ns {
-            break;
-        }
-        if offset == 0 {
-            let due = start.saturating_add(schedule.due_ns(block));
-            if now < due {
-                thread::sleep(Duration::from_nanos((due - now).min(50_000_000)));
-                continue;
-            }
-        }
-        match writer.write(&buf[offset..]) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => {
-                first_ns.get_or_insert(now);
-                last_ns = clock.now_ns();
-                out.bytes += n as u64;
-                out.packets += 1;
-                counters.add(n as u64, 1);
-                offset += n;
-                if offset == buf.len() {
-                    offset = 0;
-                    block += 1;
-                }
-            }
-            Err(e) if sonde_net::control::read_again(&e) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::BrokenPipe
-                        | io::ErrorKind::ConnectionReset
-                        | io::ErrorKind::ConnectionAborted
-                ) && stop.load(Ordering::Relaxed) =>
-            {
-                break
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    let _ = stream.shutdown(Shutdown::Write);
-    out.retransmits = sonde_net::socket::tcp_retransmits(stream);
-    out.active_ns = last_ns.saturating_sub(first_ns.unwrap_or(last_ns));
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -7,12 +7,18 @@ use std::net::SocketAddr;
 
 use sonde_wire::iperf3::Results;
 
-use super::run::Sample;
-
 /// Per-second lines per stream only up to this many streams; above it only the sums, which
 /// keeps the text small at iperf3's 128-stream maximum.
 const MAX_STREAM_LINES: usize = 8;
 const SEPARATOR: &str = "- - - - - - - - - - - - - - - - - - - - - - - - -";
+
+/// Per-stream byte counts at one interval boundary, for the server output. It lives here, with
+/// the report that reads it, so that `run` (which takes the samples) depends on `text` and not
+/// the other way round.
+pub(super) struct Sample {
+    pub(super) at_ns: u64,
+    pub(super) bytes: Vec<u64>,
+}
 
 /// One stream as the report shows it.
 pub(super) struct StreamInfo {

@@ -6,11 +6,15 @@
 use std::io;
 use std::mem;
 use std::net::{TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::ptr;
 use std::time::Duration;
 
 use socket2::Socket;
+
+mod cmsg;
+
+use cmsg::{Cmsg, Encoder, SO_TIMESTAMPING};
 
 /// Most datagrams in one GSO send. The kernel's `UDP_MAX_SEGMENTS` was 64 from Linux 4.18 and
 /// was later raised to 128; 64 works everywhere and already amortises the system call.
@@ -31,32 +35,18 @@ pub(crate) fn send_segments(sock: &UdpSocket, buf: &[u8], segment: u16) -> io::R
         iov_base: buf.as_ptr().cast_mut().cast(),
         iov_len: buf.len(),
     };
-    // Room for one cmsghdr carrying a u16, aligned like cmsghdr (CMSG_SPACE(2) is 24 bytes on
-    // 64-bit targets, 16 on 32-bit ones).
-    let mut control = [0u64; 4];
-    // SAFETY: CMSG_SPACE is arithmetic on its argument.
-    let space = unsafe { libc::CMSG_SPACE(mem::size_of::<u16>() as u32) } as usize;
-    debug_assert!(space <= mem::size_of_val(&control));
+    // Room for one cmsghdr carrying a u16 (CMSG_SPACE(2) is 24 bytes on 64-bit targets, 16 on
+    // 32-bit ones).
+    let mut control: cmsg::Buf<4> = [0; 4];
 
     // SAFETY: msghdr is a C struct of integers and raw pointers; all zeroes is a valid value
     // (no name, no iovecs, no control data).
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-
-    // SAFETY: msg_control points at `space` zeroed, writable bytes aligned for cmsghdr, so
-    // CMSG_FIRSTHDR returns a non-null pointer to a cmsghdr inside `control`, and CMSG_DATA
-    // points at the 2 bytes reserved after it (written unaligned, as the kernel reads them).
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        debug_assert!(!cmsg.is_null());
-        (*cmsg).cmsg_level = libc::SOL_UDP;
-        (*cmsg).cmsg_type = libc::UDP_SEGMENT;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of::<u16>() as u32) as _;
-        ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), segment);
-    }
+    let mut enc = Encoder::new(&mut msg, &mut control);
+    enc.push(libc::SOL_UDP, libc::UDP_SEGMENT, segment);
+    enc.finish();
 
     // SAFETY: the descriptor belongs to `sock`, borrowed for the call; `msg` points at `iov`
     // (covering exactly `buf`) and `control`, all alive until sendmsg returns; the kernel only
@@ -139,20 +129,13 @@ impl Batch {
         }
         let hdr = &self.hdrs[i].msg_hdr;
         // SAFETY: `hdr` was filled by the last recvmmsg: its `msg_control` points at this
-        // header's part of `self.control` (alive, not borrowed mutably) and `msg_controllen`
-        // is what the kernel wrote there. CMSG_FIRSTHDR/CMSG_NXTHDR stay within that length;
-        // the data read is the c_int the kernel puts in a UDP_GRO cmsg (read unaligned).
-        unsafe {
-            let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
-            while !cmsg.is_null() {
-                if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == libc::UDP_GRO {
-                    let size = ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
-                    return usize::try_from(size).ok().filter(|&s| s > 0);
-                }
-                cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
-            }
-        }
-        None
+        // header's part of `self.control` (alive, aligned, not borrowed mutably while the
+        // iterator lives) and `msg_controllen` is what the kernel wrote there.
+        let mut found = unsafe { cmsg::Iter::new(hdr) };
+        found.find_map(|c| match c {
+            Cmsg::GroSegment(size) => Some(usize::try_from(size).ok().filter(|&s| s > 0)),
+            _ => None,
+        })?
     }
 
     /// Datagrams per call.
@@ -552,40 +535,12 @@ pub(crate) fn interface_addresses() -> io::Result<Vec<(String, std::net::IpAddr)
 // Kernel timestamps (`SO_TIMESTAMPING`) and the host's monotonic clock, for latency's inner
 // view (`--timestamps`, `--one-way`). Kept above the tests as well.
 
-/// `SO_TIMESTAMPING` (`SO_TIMESTAMPING_OLD`, whose `timespec` is the C library's) and the
-/// control message that carries its stamps. The value is 37 on the architectures that use
-/// `asm-generic/socket.h` (x86, Arm, RISC-V, s390, PowerPC, LoongArch); others get no stamps.
-#[cfg(any(
-    target_arch = "x86",
-    target_arch = "x86_64",
-    target_arch = "arm",
-    target_arch = "aarch64",
-    target_arch = "riscv64",
-    target_arch = "s390x",
-    target_arch = "powerpc",
-    target_arch = "powerpc64",
-    target_arch = "loongarch64"
-))]
-const SO_TIMESTAMPING: libc::c_int = 37;
-#[cfg(not(any(
-    target_arch = "x86",
-    target_arch = "x86_64",
-    target_arch = "arm",
-    target_arch = "aarch64",
-    target_arch = "riscv64",
-    target_arch = "s390x",
-    target_arch = "powerpc",
-    target_arch = "powerpc64",
-    target_arch = "loongarch64"
-)))]
-const SO_TIMESTAMPING: libc::c_int = -1;
 /// `SCM_TSTAMP_SND` (`linux/errqueue.h`): the stamp was taken as the packet left for the device.
 const SCM_TSTAMP_SND: u32 = 0;
 
 /// Room for the control messages of one receive: `SCM_TIMESTAMPING` (three `timespec`s) and an
-/// `IP(V6)_RECVERR` (`sock_extended_err` and an address), with their headers; `u64`s so that
-/// it is aligned for `cmsghdr`.
-type ControlBuf = [u64; 48];
+/// `IP(V6)_RECVERR` (`sock_extended_err` and an address), with their headers.
+type ControlBuf = cmsg::Buf<48>;
 
 /// `CLOCK_MONOTONIC` now, ns: the clock `std::time::Instant` reads, here with its origin (the
 /// host's boot), so that two processes on one host read the same clock.
@@ -607,7 +562,7 @@ fn timespec_ns(ts: &libc::timespec) -> Option<u64> {
     s.checked_mul(1_000_000_000)?.checked_add(ns)
 }
 
-fn set_timestamping(fd: libc::c_int, flags: libc::c_uint) -> io::Result<()> {
+fn set_timestamping(fd: BorrowedFd<'_>, flags: libc::c_uint) -> io::Result<()> {
     if SO_TIMESTAMPING < 0 {
         return Err(io::Error::from(io::ErrorKind::Unsupported));
     }
@@ -615,7 +570,7 @@ fn set_timestamping(fd: libc::c_int, flags: libc::c_uint) -> io::Result<()> {
     // `size_of::<c_uint>()` bytes from `flags`, which outlives the call.
     let rc = unsafe {
         libc::setsockopt(
-            fd,
+            fd.as_raw_fd(),
             libc::SOL_SOCKET,
             SO_TIMESTAMPING,
             ptr::addr_of!(flags).cast(),
@@ -639,7 +594,7 @@ pub(crate) fn udp_enable_timestamps(sock: &UdpSocket, tx: bool) -> io::Result<()
             | libc::SOF_TIMESTAMPING_OPT_ID
             | libc::SOF_TIMESTAMPING_OPT_TSONLY;
     }
-    set_timestamping(sock.as_raw_fd(), flags)
+    set_timestamping(sock.as_fd(), flags)
 }
 
 /// Asks the kernel for software receive timestamps on `stream` (the stamp of the last segment
@@ -653,22 +608,12 @@ pub(crate) fn tcp_enable_timestamps(stream: &TcpStream, tx: bool) -> io::Result<
             | libc::SOF_TIMESTAMPING_OPT_ID
             | libc::SOF_TIMESTAMPING_OPT_TSONLY;
     }
-    set_timestamping(stream.as_raw_fd(), flags)
+    set_timestamping(stream.as_fd(), flags)
 }
 
 /// Turns timestamps off again (best effort: the socket may be closing).
-pub(crate) fn disable_timestamps(fd: libc::c_int) {
+pub(crate) fn disable_timestamps(fd: BorrowedFd<'_>) {
     let _ = set_timestamping(fd, 0);
-}
-
-/// The raw descriptor of a UDP socket, for [`disable_timestamps`].
-pub(crate) fn udp_fd(sock: &UdpSocket) -> libc::c_int {
-    sock.as_raw_fd()
-}
-
-/// The raw descriptor of a TCP stream, for [`disable_timestamps`].
-pub(crate) fn tcp_fd(stream: &TcpStream) -> libc::c_int {
-    stream.as_raw_fd()
 }
 
 /// What one `recvmsg` found in its control messages.
@@ -683,7 +628,7 @@ struct Found {
 /// One `recvmsg` into `buf` with a control buffer; `flags` as recvmsg's. Returns the bytes
 /// received and what the control messages said.
 fn recvmsg_with_control(
-    fd: libc::c_int,
+    fd: BorrowedFd<'_>,
     buf: &mut [u8],
     flags: libc::c_int,
 ) -> io::Result<(usize, Found)> {
@@ -701,37 +646,22 @@ fn recvmsg_with_control(
     // SAFETY: the descriptor is borrowed from a live socket for the call; `msg` points at one
     // iovec covering exactly `buf` (borrowed mutably) and at `control`, both alive until the
     // call returns; the kernel writes at most their lengths and updates the lengths in `msg`.
-    let got = unsafe { libc::recvmsg(fd, &mut msg, flags) };
+    let got = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, flags) };
     let n = usize::try_from(got).map_err(|_| io::Error::last_os_error())?;
     let mut found = Found::default();
     // SAFETY: `msg` was filled by a successful recvmsg: its control pointer and (updated)
-    // length describe initialised bytes inside `control`, so CMSG_FIRSTHDR/CMSG_NXTHDR walk
-    // valid headers inside it (they return null past the end) and each CMSG_DATA has
-    // `cmsg_len - CMSG_LEN(0)` bytes, checked before every unaligned read.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            let c = &*cmsg;
-            let data = libc::CMSG_DATA(cmsg);
-            let len = (c.cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
-            if c.cmsg_level == libc::SOL_SOCKET
-                && c.cmsg_type == SO_TIMESTAMPING
-                && len >= mem::size_of::<[libc::timespec; 3]>()
-            {
-                let ts = ptr::read_unaligned(data.cast::<[libc::timespec; 3]>());
-                found.software_ns = timespec_ns(&ts[0]).filter(|&ns| ns != 0);
-            } else if ((c.cmsg_level == libc::SOL_IP && c.cmsg_type == libc::IP_RECVERR)
-                || (c.cmsg_level == libc::SOL_IPV6 && c.cmsg_type == libc::IPV6_RECVERR))
-                && len >= mem::size_of::<libc::sock_extended_err>()
-            {
-                let err = ptr::read_unaligned(data.cast::<libc::sock_extended_err>());
+    // length describe initialised bytes inside `control`, which is not written while the
+    // iterator lives.
+    for c in unsafe { cmsg::Iter::new(&msg) } {
+        match c {
+            Cmsg::Timestamping(ts) => found.software_ns = timespec_ns(&ts[0]).filter(|&ns| ns != 0),
+            Cmsg::RecvErr(err)
                 if err.ee_errno == libc::ENOMSG as u32
-                    && err.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING
-                {
-                    found.stamp_key = Some((err.ee_info, err.ee_data));
-                }
+                    && err.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING =>
+            {
+                found.stamp_key = Some((err.ee_info, err.ee_data));
             }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            _ => {}
         }
     }
     Ok((n, found))
@@ -743,7 +673,7 @@ pub(crate) fn udp_recv_stamped(
     sock: &UdpSocket,
     buf: &mut [u8],
 ) -> io::Result<(usize, Option<u64>)> {
-    recvmsg_with_control(sock.as_raw_fd(), buf, 0).map(|(n, f)| (n, f.software_ns))
+    recvmsg_with_control(sock.as_fd(), buf, 0).map(|(n, f)| (n, f.software_ns))
 }
 
 /// Reads from a TCP stream with the kernel receive timestamp of the last segment read, as
@@ -752,14 +682,14 @@ pub(crate) fn tcp_recv_stamped(
     stream: &TcpStream,
     buf: &mut [u8],
 ) -> io::Result<(usize, Option<u64>)> {
-    recvmsg_with_control(stream.as_raw_fd(), buf, 0).map(|(n, f)| (n, f.software_ns))
+    recvmsg_with_control(stream.as_fd(), buf, 0).map(|(n, f)| (n, f.software_ns))
 }
 
 /// Takes one transmit timestamp off the error queue of the socket `fd` without waiting: `(key,
 /// ns of CLOCK_REALTIME)`, the key (mod 2^32) counting a UDP socket's datagrams from 0, or a TCP
 /// socket's bytes up to the last of the write, from 0, since timestamps were enabled. `Ok(None)`
 /// when the queue is empty. Error-queue entries that are not send timestamps are skipped.
-pub(crate) fn read_tx_stamp(fd: libc::c_int) -> io::Result<Option<(u32, u64)>> {
+pub(crate) fn read_tx_stamp(fd: BorrowedFd<'_>) -> io::Result<Option<(u32, u64)>> {
     let mut scratch = [0u8; 64];
     loop {
         match recvmsg_with_control(fd, &mut scratch, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) {
@@ -997,13 +927,13 @@ pub(crate) fn set_thread_cpus(cpus: &[u32]) -> io::Result<()> {
 
 /// `SO_BUSY_POLL` (socket(7)): the kernel polls the device's queue for `usecs` in a blocking
 /// receive. Raising it above `net.core.busy_read` needs `CAP_NET_ADMIN` (`EPERM`).
-pub(crate) fn set_busy_poll(fd: libc::c_int, usecs: u32) -> io::Result<()> {
+pub(crate) fn set_busy_poll(fd: BorrowedFd<'_>, usecs: u32) -> io::Result<()> {
     let v = libc::c_int::try_from(usecs).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `fd` is an open socket owned by the caller; the option value is a c_int of the
+    // SAFETY: `fd` is an open socket borrowed for the call; the option value is a c_int of the
     // size passed.
     let r = unsafe {
         libc::setsockopt(
-            fd,
+            fd.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_BUSY_POLL,
             ptr::from_ref(&v).cast(),
@@ -1152,7 +1082,7 @@ mod tests {
         // Each TX stamp precedes its RX stamp.
         let mut keys = Vec::new();
         for _ in 0..100 {
-            match read_tx_stamp(tx.as_raw_fd()).unwrap() {
+            match read_tx_stamp(tx.as_fd()).unwrap() {
                 Some((key, ns)) => {
                     assert!(ns >= before && ns <= rx_stamps[key as usize], "{key}: {ns}");
                     keys.push(key);
@@ -1162,10 +1092,10 @@ mod tests {
             }
         }
         assert_eq!(keys, [0, 1, 2]);
-        assert_eq!(read_tx_stamp(tx.as_raw_fd()).unwrap(), None);
+        assert_eq!(read_tx_stamp(tx.as_fd()).unwrap(), None);
         // Off again: this socket asks for no stamp (another socket of the host may still
         // keep stamping on, but it is not reported here).
-        disable_timestamps(udp_fd(&rx));
+        disable_timestamps(rx.as_fd());
         tx.send(&[9; 8]).unwrap();
         assert_eq!(udp_recv_stamped(&rx, &mut buf).unwrap(), (8, None));
     }

@@ -13,6 +13,26 @@
 //! Where a facility is missing the call fails with [`std::io::ErrorKind::Unsupported`] and the
 //! classifiers say so, which sends the caller down its fallback path.
 
+/// A socket borrowed for a call: its descriptor (`BorrowedFd`) on Unix, its handle
+/// (`BorrowedSocket`) on Windows. The functions here that act on a socket's descriptor take
+/// one, never a raw descriptor, so that the socket outlives the call.
+#[cfg(unix)]
+pub(crate) type SockRef<'a> = std::os::fd::BorrowedFd<'a>;
+/// A socket borrowed for a call (see the Unix definition).
+#[cfg(windows)]
+pub(crate) type SockRef<'a> = std::os::windows::io::BorrowedSocket<'a>;
+
+/// Borrows `s`'s descriptor (handle, on Windows) for the calls that take a [`SockRef`].
+#[cfg(unix)]
+pub(crate) fn sock_ref<S: std::os::fd::AsFd>(s: &S) -> SockRef<'_> {
+    s.as_fd()
+}
+/// Borrows `s`'s descriptor (handle, on Windows) for the calls that take a [`SockRef`].
+#[cfg(windows)]
+pub(crate) fn sock_ref<S: std::os::windows::io::AsSocket>(s: &S) -> SockRef<'_> {
+    s.as_socket()
+}
+
 #[cfg(target_os = "linux")]
 // The workspace denies `unsafe_code`; this module is where sonde's FFI lives. (`expect`, as
 // for `windows.rs`: the workspace's MSRV, 1.88, has it; a module left without unsafe code

@@ -149,17 +149,7 @@ pub(crate) fn tcp_enable_timestamps(_stream: &TcpStream, _tx: bool) -> io::Resul
 }
 
 /// Nothing to turn off.
-pub(crate) fn disable_timestamps(_fd: i32) {}
-
-/// A placeholder descriptor for [`disable_timestamps`].
-pub(crate) fn udp_fd(_sock: &UdpSocket) -> i32 {
-    -1
-}
-
-/// A placeholder descriptor for [`disable_timestamps`].
-pub(crate) fn tcp_fd(_stream: &TcpStream) -> i32 {
-    -1
-}
+pub(crate) fn disable_timestamps(_fd: super::SockRef<'_>) {}
 
 /// A plain `recv`: never a timestamp.
 pub(crate) fn udp_recv_stamped(
@@ -180,7 +170,7 @@ pub(crate) fn tcp_recv_stamped(
 }
 
 /// No error queue here: never a stamp.
-pub(crate) fn read_tx_stamp(_fd: i32) -> io::Result<Option<(u32, u64)>> {
+pub(crate) fn read_tx_stamp(_fd: super::SockRef<'_>) -> io::Result<Option<(u32, u64)>> {
     Ok(None)
 }
 
@@ -273,7 +263,7 @@ pub(crate) fn set_thread_cpus(_cpus: &[u32]) -> io::Result<()> {
 }
 
 /// No `SO_BUSY_POLL` outside Linux.
-pub(crate) fn set_busy_poll(_fd: i32, _usecs: u32) -> io::Result<()> {
+pub(crate) fn set_busy_poll(_fd: super::SockRef<'_>, _usecs: u32) -> io::Result<()> {
     Err(unsupported())
 }
 

@@ -24,7 +24,8 @@ use sonde_wire::{
     PPS_HEADER_LEN, UDP_JOIN_LEN,
 };
 
-use crate::{socket, sys, Clock, Counters};
+use crate::pace::Pacing;
+use crate::{fault, socket, sys, Clock, Counters};
 
 /// How long a TCP loop's blocked `write` or `read` waits before it looks at the deadline and the
 /// stop flag again (`SO_SNDTIMEO` / `SO_RCVTIMEO`).
@@ -72,13 +73,6 @@ const BATCH_BYTES: usize = 1 << 20;
 /// the machine starved it) restarts the schedule from now instead of sending the backlog in one
 /// burst.
 const MAX_LAG_NS: u64 = 1_000_000_000;
-
-/// A paced sender sleeps when the next send is further away than this, waking this much early
-/// (Linux's default 50 µs timer slack makes sleeps overshoot) and yielding for the rest.
-const SLEEP_ABOVE_NS: u64 = 200_000;
-const WAKE_EARLY_NS: u64 = 100_000;
-/// Longest single sleep, so that a slow schedule still notices `stop`.
-const MAX_SLEEP_NS: u64 = 50_000_000;
 
 /// The header at the front of each UDP data datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -265,8 +259,8 @@ pub fn tcp_send(
                     offset = 0;
                 }
             }
-            Err(e) if is_retry(&e) => pending.add(after, 0, 0),
-            Err(e) if is_peer_gone(&e) => {
+            Err(e) if fault::again(&e) => pending.add(after, 0, 0),
+            Err(e) if fault::peer_gone(&e) => {
                 pending.add(after, 0, 0);
                 if stop.load(Ordering::Relaxed) || after >= until_ns {
                     peer_gone = true;
@@ -283,12 +277,77 @@ pub fn tcp_send(
         match stream.shutdown(Shutdown::Write) {
             Ok(()) => {}
             // The receiver already went away: its side of the test is over, nothing to tell it.
-            Err(e) if e.kind() == io::ErrorKind::NotConnected || is_peer_gone(&e) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotConnected || fault::peer_gone(&e) => {}
             Err(e) => return Err(e),
         }
     }
     out.retransmits = socket::tcp_retransmits(stream);
     out.active_ns = span.ns();
+    Ok(out)
+}
+
+/// TCP sender paced to `bits_per_second`: `len`-byte blocks, each written when the schedule
+/// says it is due (a sender that fell behind catches up back to back, as iperf3's does).
+/// Otherwise as [`tcp_send`]. (The agent's iperf3 server sends with it when the client asks
+/// for a bitrate over TCP.)
+///
+/// # Errors
+/// As [`tcp_send`].
+pub fn tcp_send_paced(
+    stream: &TcpStream,
+    len: u32,
+    bits_per_second: u64,
+    clock: &Clock,
+    until_ns: u64,
+    stop: &AtomicBool,
+    counters: &Counters,
+) -> io::Result<SendOutcome> {
+    stream.set_nonblocking(false)?;
+    stream.set_write_timeout(Some(TCP_POLL))?;
+    let schedule = Schedule::bits_per_second(bits_per_second, len);
+    let buf = vec![0u8; len as usize];
+    let mut out = SendOutcome {
+        method: "write (paced)",
+        ..SendOutcome::default()
+    };
+    let start = clock.now_ns();
+    let (mut block, mut offset) = (0u64, 0usize);
+    let (mut first_ns, mut last_ns) = (None, 0u64);
+    let mut writer = stream;
+    while !stop.load(Ordering::Relaxed) {
+        let now = clock.now_ns();
+        if now >= until_ns {
+            break;
+        }
+        if offset == 0 {
+            let due = start.saturating_add(schedule.due_ns(block));
+            if now < due {
+                Pacing::SLEEP.wait(now, due);
+                continue;
+            }
+        }
+        match writer.write(&buf[offset..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                first_ns.get_or_insert(now);
+                last_ns = clock.now_ns();
+                out.bytes += n as u64;
+                out.packets += 1;
+                counters.add(n as u64, 1);
+                offset += n;
+                if offset == buf.len() {
+                    offset = 0;
+                    block += 1;
+                }
+            }
+            Err(e) if fault::again(&e) => {}
+            Err(e) if fault::peer_gone(&e) && stop.load(Ordering::Relaxed) => break,
+            Err(e) => return Err(e),
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Write);
+    out.retransmits = socket::tcp_retransmits(stream);
+    out.active_ns = last_ns.saturating_sub(first_ns.unwrap_or(last_ns));
     Ok(out)
 }
 
@@ -330,8 +389,8 @@ pub fn tcp_recv(
                 out.reads += 1;
                 counters.add(n as u64, 1);
             }
-            Err(e) if is_retry(&e) => {}
-            Err(e) if is_peer_gone(&e) && stop.load(Ordering::Relaxed) => break,
+            Err(e) if fault::again(&e) => {}
+            Err(e) if fault::peer_gone(&e) && stop.load(Ordering::Relaxed) => break,
             Err(e) => return Err(e),
         }
     }
@@ -378,7 +437,7 @@ pub fn tcp_recv_capped(
         let allowed = bucket.available(clock.now_ns());
         if allowed < min_read {
             let wait_ns = bucket.wait_ns(min_read).max(1);
-            thread::sleep(Duration::from_nanos(wait_ns).min(TCP_POLL));
+            Pacing::SLEEP.at_most(TCP_POLL).wait(0, wait_ns);
             continue;
         }
         let len = usize::try_from(allowed).map_or(buf.len(), |a| a.min(buf.len()));
@@ -401,8 +460,8 @@ pub fn tcp_recv_capped(
                 out.reads += 1;
                 counters.add(n as u64, 1);
             }
-            Err(e) if is_retry(&e) => {}
-            Err(e) if is_peer_gone(&e) && stop.load(Ordering::Relaxed) => break,
+            Err(e) if fault::again(&e) => {}
+            Err(e) if fault::peer_gone(&e) && stop.load(Ordering::Relaxed) => break,
             Err(e) => return Err(e),
         }
     }
@@ -554,7 +613,7 @@ pub fn udp_recv(
         counters.syscall();
         let n = match received {
             Ok(n) => n,
-            Err(e) if is_retry(&e) || sys::port_unreachable(&e) => continue,
+            Err(e) if fault::again(&e) || fault::port_unreachable(&e) => continue,
             Err(e) => return Err(e),
         };
         let now = clock.now_ns();
@@ -653,12 +712,12 @@ impl SendRun<'_> {
         if e.kind() == io::ErrorKind::Interrupted {
             return Ok(());
         }
-        if is_retry(&e) || sys::no_buffer_space(&e) {
+        if fault::timed_out(&e) || fault::datagram_dropped(&e) {
             // A full queue drains at the other core's pace: give it the CPU.
             thread::yield_now();
             return Ok(());
         }
-        if sys::port_unreachable(&e) {
+        if fault::port_unreachable(&e) {
             if self.now().is_none() {
                 return Ok(());
             }
@@ -690,7 +749,7 @@ fn send_paced(
     while let Some(now) = run.now() {
         let due = base_ns.saturating_add(schedule.due_ns(seq - base_seq));
         if now < due {
-            wait(run.clock, due.min(run.until_ns));
+            Pacing::FINE.wait(run.clock.now_ns(), due.min(run.until_ns));
             continue;
         }
         if now - due > MAX_LAG_NS {
@@ -708,22 +767,6 @@ fn send_paced(
         }
     }
     Ok(())
-}
-
-/// Waits until `target_ns` or a little before it: sleeps through most of a long wait, and only
-/// yields the CPU for the last stretch. The caller loops until the time has come.
-fn wait(clock: &Clock, target_ns: u64) {
-    let now = clock.now_ns();
-    let Some(left) = target_ns.checked_sub(now).filter(|&l| l > 0) else {
-        return;
-    };
-    if left > SLEEP_ABOVE_NS {
-        thread::sleep(Duration::from_nanos(
-            (left - WAKE_EARLY_NS).min(MAX_SLEEP_NS),
-        ));
-    } else {
-        thread::yield_now();
-    }
 }
 
 /// The unlimited sender's method name when it sent offloaded batches: Linux's
@@ -887,696 +930,9 @@ impl Span {
     }
 }
 
-/// A blocked call timed out (`SO_SNDTIMEO`/`SO_RCVTIMEO`) or a signal interrupted it: look at
-/// the deadline and try again.
-fn is_retry(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-    )
-}
-
-/// The TCP peer closed or reset the connection.
-fn is_peer_gone(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::BrokenPipe
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-    )
-}
-
 fn invalid_input(what: &'static str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, what)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::{Ipv4Addr, SocketAddr};
-    use std::thread::ScopedJoinHandle;
-    use std::time::Instant;
-
-    use sonde_wire::Token;
-
-    const MS: u64 = 1_000_000;
-    const SECOND: Option<Duration> = Some(Duration::from_secs(1));
-
-    fn loopback() -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0))
-    }
-
-    /// The agent's arrangement: a listener on the shared port, a client that joined through it,
-    /// and the flow socket for that client. Returns `(listener, flow, client)`.
-    fn udp_flow_pair() -> (UdpSocket, UdpSocket, UdpSocket) {
-        let listener = socket::udp_listen(loopback()).unwrap();
-        let local = listener.local_addr().unwrap();
-        let client = socket::udp_connect(local).unwrap();
-        let flow = socket::udp_flow(local, client.local_addr().unwrap()).unwrap();
-        (listener, flow, client)
-    }
-
-    /// Lets a receiver finish: waits (at most 5 s) for it to reach its expected count, or, when
-    /// `lossy`, only until its counters stop moving for 200 ms; then sets `stop`.
-    fn finish<T>(
-        rx: &ScopedJoinHandle<'_, T>,
-        counters: &Counters,
-        stop: &AtomicBool,
-        lossy: bool,
-    ) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut last = counters.load();
-        while !rx.is_finished() && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(200));
-            let now = counters.load();
-            if lossy && now == last {
-                break;
-            }
-            last = now;
-        }
-        stop.store(true, Ordering::Relaxed);
-    }
-
-    /// A connected TCP pair on loopback: (client, accepted server end).
-    fn tcp_pair() -> (TcpStream, TcpStream) {
-        let listener = socket::tcp_listen(loopback()).unwrap();
-        let client = socket::tcp_connect(
-            listener.local_addr().unwrap(),
-            Duration::from_secs(1),
-            false,
-        )
-        .unwrap();
-        let (server, _) = listener.accept().unwrap();
-        (client, server)
-    }
-
-    #[test]
-    fn tcp_send_to_tcp_recv_delivers_every_byte_sent() {
-        let (client, server) = tcp_pair();
-        let clock = Clock::start();
-        let stop = AtomicBool::new(false);
-        let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
-
-        let (sent, received) = thread::scope(|s| {
-            let rx = s.spawn(|| {
-                tcp_recv(
-                    &server,
-                    sonde_wire::DEFAULT_TCP_READ_SIZE,
-                    &clock,
-                    &stop,
-                    &rx_counters,
-                )
-            });
-            let sent = tcp_send(&client, 128 << 10, &clock, 300 * MS, &stop, &tx_counters);
-            // The receiver ends at EOF; `stop` only bounds the test if it does not.
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while !rx.is_finished() && Instant::now() < deadline {
-                thread::sleep(Duration::from_millis(10));
-            }
-            stop.store(true, Ordering::Relaxed);
-            (sent.unwrap(), rx.join().unwrap().unwrap())
-        });
-
-        assert_eq!(sent.method, "write");
-        assert!(sent.bytes > 0);
-        assert_eq!(received.bytes, sent.bytes);
-        assert_eq!(tx_counters.load(), (sent.bytes, sent.packets));
-        assert_eq!(rx_counters.load(), (received.bytes, received.reads));
-        assert!(received.reads > 0);
-        assert!(0 < received.first_ns && received.first_ns <= received.last_ns);
-        assert!(sent.active_ns > 0);
-        if cfg!(target_os = "linux") {
-            assert!(sent.retransmits.is_some());
-        }
-        // One write call per write counted, plus the few that timed out (100 ms each, within a
-        // 300 ms run); the receiver's reads plus the one that saw the end.
-        let tx_calls = tx_counters.syscalls();
-        assert!(
-            (sent.packets..=sent.packets + 5).contains(&tx_calls),
-            "{tx_calls} calls for {} writes",
-            sent.packets
-        );
-        assert!(rx_counters.syscalls() > received.reads);
-    }
-
-    #[test]
-    fn tcp_recv_reads_no_more_than_its_read_size_at_a_time() {
-        const READ: u32 = 1000;
-        let (client, server) = tcp_pair();
-        let clock = Clock::start();
-        let stop = AtomicBool::new(false);
-        let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
-
-        let (sent, received) = thread::scope(|s| {
-            let rx = s.spawn(|| tcp_recv(&server, READ, &clock, &stop, &rx_counters));
-            // 128 KiB writes: the queue holds far more than one read's worth.
-            let sent = tcp_send(&client, 128 << 10, &clock, 100 * MS, &stop, &tx_counters);
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while !rx.is_finished() && Instant::now() < deadline {
-                thread::sleep(Duration::from_millis(10));
-            }
-            stop.store(true, Ordering::Relaxed);
-            (sent.unwrap(), rx.join().unwrap().unwrap())
-        });
-
-        assert_eq!(received.bytes, sent.bytes);
-        // Every read asked for 1,000 bytes at most, so at least bytes / 1,000 reads were made.
-        assert!(
-            received.reads >= received.bytes.div_ceil(u64::from(READ)),
-            "{} reads for {} bytes",
-            received.reads,
-            received.bytes
-        );
-    }
-
-    #[test]
-    fn capped_tcp_recv_reads_no_faster_than_its_rate_and_still_gets_every_byte() {
-        const RATE: u64 = 16_000_000; // bytes per second, far below loopback's speed
-        let (client, server) = tcp_pair();
-        let clock = Clock::start();
-        let stop = AtomicBool::new(false);
-        let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
-
-        let started = Instant::now();
-        let (sent, received, elapsed) = thread::scope(|s| {
-            let rx = s.spawn(|| {
-                tcp_recv_capped(
-                    &server,
-                    sonde_wire::DEFAULT_TCP_READ_SIZE,
-                    RATE,
-                    &clock,
-                    &stop,
-                    &rx_counters,
-                )
-            });
-            let sent = tcp_send(&client, 128 << 10, &clock, 300 * MS, &stop, &tx_counters);
-            // The receiver drains what the sender left queued at its capped rate, then sees
-            // the EOF; `stop` only bounds the test if it does not.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !rx.is_finished() && Instant::now() < deadline {
-                thread::sleep(Duration::from_millis(10));
-            }
-            stop.store(true, Ordering::Relaxed);
-            let received = rx.join().unwrap().unwrap();
-            (sent.unwrap(), received, started.elapsed())
-        });
-
-        assert!(sent.bytes > 0);
-        assert_eq!(received.bytes, sent.bytes);
-        assert_eq!(rx_counters.load(), (received.bytes, received.reads));
-        // The bucket's promise, upper bounds a slow machine cannot break: one burst (20 ms of
-        // the rate) plus the rate times the time the receiver ran, and so times its first to
-        // last byte (the receiver's figure).
-        let burst = RATE / 50;
-        let allowed = burst + (RATE as f64 * elapsed.as_secs_f64()) as u64;
-        assert!(
-            received.bytes <= allowed,
-            "{} bytes read in {elapsed:?}, more than {allowed}",
-            received.bytes
-        );
-        // The first read is owed, and every later one takes only what the rate has earned
-        // since the first byte: bytes over first to last byte (the receiver's figure) never
-        // exceed the rate.
-        let span_ns = u128::from(received.last_ns - received.first_ns);
-        let earned = u128::from(RATE) * span_ns / 1_000_000_000;
-        assert!(
-            u128::from(received.bytes) <= earned + 1,
-            "{} bytes read over {span_ns} ns, more than {earned}",
-            received.bytes
-        );
-        // No read was larger than the burst.
-        assert!(received.bytes <= received.reads * burst);
-    }
-
-    #[test]
-    fn tcp_send_fails_when_the_receiver_resets_before_the_deadline() {
-        let (client, mut server) = tcp_pair();
-        let clock = Clock::start();
-        let stop = AtomicBool::new(false);
-        let counters = Counters::default();
-        let sent = thread::scope(|s| {
-            let tx = s.spawn(|| tcp_send(&client, 64 << 10, &clock, 5_000 * MS, &stop, &counters));
-            // Closing with unread data makes the kernel answer with a reset.
-            server.set_read_timeout(SECOND).unwrap();
-            let mut buf = [0u8; 1024];
-            server.read_exact(&mut buf).unwrap();
-            drop(server);
-            tx.join().unwrap()
-        });
-        let err = sent.unwrap_err();
-        assert!(is_peer_gone(&err), "{err:?}");
-        assert!(
-            clock.now_ns() < 5_000 * MS,
-            "the reset, not the deadline, ended it"
-        );
-    }
-
-    #[test]
-    fn tcp_recv_notices_stop_without_data() {
-        let (_client, server) = tcp_pair();
-        let clock = Clock::start();
-        let stop = AtomicBool::new(false);
-        let counters = Counters::default();
-        let received = thread::scope(|s| {
-            let rx = s.spawn(|| {
-                tcp_recv(
-                    &server,
-                    sonde_wire::DEFAULT_TCP_READ_SIZE,
-                    &clock,
-                    &stop,
-                    &counters,
-                )
-            });
-            thread::sleep(Duration::from_millis(20));
-            stop.store(true, Ordering::Relaxed);
-            rx.join().unwrap().unwrap()
-        });
-        assert_eq!(received, TcpRecvOutcome::default());
-    }
-
-    #[test]
-    fn paced_udp_never_runs_ahead_of_its_schedule_and_loses_nothing_on_loopback() {
-        const SIZE: u32 = 1200;
-        const BPS: u64 = 20_000_000;
-        const UNTIL: u64 = 500 * MS;
-        let (_listener, flow, client) = udp_flow_pair();
-        let clock = Clock::start();
-        let stop = AtomicBool::new(false);
-        let expect = AtomicU64::new(u64::MAX);
-        let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
-
-        let (sent, received) = thread::scope(|s| {
-            let rx = s.spawn(|| {
-                udp_recv(
-                    &flow,
-                    SIZE,
-                    UdpFormat::Sonde,
-                    &clock,
-                    &stop,
-                    &expect,
-                    &rx_counters,
-                )
-            });
-            let sent = udp_send(
-                &client,
-                SIZE,
-                BPS,
-                UdpFormat::Sonde,
-                &clock,
-                UNTIL,
-                &stop,
-                &tx_counters,
-            )
-            .unwrap();
-            expect.store(sent.packets, Ordering::Relaxed);
-            finish(&rx, &rx_counters, &stop, false);
-            (sent, rx.join().unwrap().unwrap())
-        });
-
-        // The schedule starts inside udp_send, a little after the clock's origin, so by the
-        // deadline at most `due_by(UNTIL)` datagrams can have been due. Scheduling delays can
-        // only make it fewer; the lower bound is loose so a loaded machine does not fail it.
-        let due = Schedule::bits_per_second(BPS, SIZE).due_by(UNTIL);
-        assert!(sent.packets <= due, "{} sent, {due} due", sent.packets);
-        assert!(
-            sent.packets >= due * 8 / 10,
-            "{} sent, {due} due",
-            sent.packets
-        );
-        assert_eq!(sent.method, "send");
-        assert_eq!(sent.bytes, u64::from(SIZE) * sent.packets);
-        assert_eq!(tx_counters.load(), (sent.bytes, sent.packets));
-
-        assert_eq!(received.seq.received(), sent.packets);
-        assert_eq!(received.seq.lost(sent.packets), 0);
-        assert_eq!(received.seq.duplicated(), 0);
-        assert_eq!(received.seq.reordered(), 0);
-        assert_eq!(received.packets, sent.packets);
-        assert_eq!(received.bytes, sent.bytes);
-        assert_eq!(received.malformed, 0);
-        assert_eq!(rx_counters.load(), (received.bytes, received.packets));
-        assert!(0 < received.first_ns && received.first_ns <= received.last_ns);
-    }
-
-    /// Sends `size`-byte datagrams as fast as possible for `for_ns` through a shared-port flow
-    /// pair, the receiver told the sender's count at the end.
-    fn unlimited_run(size: u32, for_ns: u64) -> (SendOutcome, UdpRecvOutcome, Counters, Counters) {
-        unlimited_run_gso(size, for_ns, true, UdpFormat::Sonde)
-    }
-
-    /// [`unlimited_run`], GSO allowed or not, in `format`.
-    fn unlimited_run_gso(
-        size: u32,
-        for_ns: u64,
-        gso: bool,
-        format: UdpFormat,
-    ) -> (SendOutcome, UdpRecvOutcome, Counters, Counters) {
-        let (_listener, flow, client) = udp_flow_pair();
-        let clock = Clock::start();
-        let stop = AtomicBool::new(false);
-        let expect = AtomicU64::new(u64::MAX);
-        let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
-        let (sent, received) = thread::scope(|s| {
-            let rx =
-                s.spawn(|| udp_recv(&flow, size, format, &clock, &stop, &expect, &rx_counters));
-            let sent = udp_send_with(
-                &client,
-                size,
-                0,
-                format,
-                gso,
-                &clock,
-                for_ns,
-                &stop,
-                &tx_counters,
-            )
-            .unwrap();
-            expect.store(sent.packets, Ordering::Relaxed);
-            finish(&rx, &rx_counters, &stop, true);
-            (sent, rx.join().unwrap().unwrap())
-        });
-        (sent, received, tx_counters, rx_counters)
-    }
-
-    #[test]
-    fn pps_datagrams_of_14_bytes_carry_the_short_header_and_are_each_counted() {
-        let spec = |msg_size| TestSpec {
-            kind: TestKind::Pps,
-            protocol: sonde_wire::Protocol::Udp,
-            direction: sonde_wire::Direction::Forward,
-            streams: 1,
-            msg_size,
-            bitrate_per_stream: 0,
-            duration_ms: 1000,
-            interval_ms: 0,
-            read_size: 0,
-        };
-        assert_eq!(UdpFormat::sonde(&spec(14)), UdpFormat::Short);
-        assert_eq!(UdpFormat::sonde(&spec(15)), UdpFormat::Short);
-        assert_eq!(UdpFormat::sonde(&spec(16)), UdpFormat::Sonde);
-        assert_eq!(UdpFormat::Short.header_len(), 14);
-        for gso in [false, true] {
-            let (sent, received, _, _) = unlimited_run_gso(14, 20 * MS, gso, UdpFormat::Short);
-            assert!(sent.packets > 0);
-            assert!(received.packets > 0, "gso {gso}");
-            assert_eq!(received.malformed, 0, "gso {gso}");
-            assert_eq!(received.bytes, 14 * received.packets);
-            assert_eq!(received.seq.duplicated(), 0);
-            assert_eq!(
-                received.seq.received() + received.seq.lost(sent.packets),
-                sent.packets,
-                "gso {gso}"
-            );
-        }
-        // Too short for even the short header.
-        let (_listener, _flow, client) = udp_flow_pair();
-        let err = udp_send(
-            &client,
-            13,
-            0,
-            UdpFormat::Short,
-            &Clock::start(),
-            MS,
-            &AtomicBool::new(false),
-            &Counters::default(),
-        )
-        .unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
-    }
-
-    #[test]
-    fn unlimited_udp_without_gso_sends_single_datagrams_in_batches() {
-        const SIZE: u32 = 18;
-        let (sent, received, _, _) = unlimited_run_gso(SIZE, 20 * MS, false, UdpFormat::Sonde);
-        let expected = if cfg!(target_os = "linux") {
-            "sendmmsg"
-        } else {
-            "send"
-        };
-        assert_eq!(sent.method, expected);
-        assert!(sent.packets > 0);
-        assert_eq!(received.malformed, 0);
-        assert_eq!(received.bytes, u64::from(SIZE) * received.packets);
-        assert_eq!(received.seq.duplicated(), 0);
-    }
-
-    #[test]
-    fn unlimited_udp_counts_every_small_datagram_individually() {
-        const SIZE: u32 = 18;
-        let (sent, received, tx_counters, rx_counters) = unlimited_run(SIZE, 200 * MS);
-
-        if cfg!(target_os = "linux") {
-            assert!(
-                ["sendmsg+UDP_SEGMENT", "sendmmsg"].contains(&sent.method),
-                "{}",
-                sent.method
-            );
-        } else if cfg!(windows) {
-            // USO where Windows takes it, one datagram per send where it refuses (wine).
-            assert!(
-                ["send+UDP_SEND_MSG_SIZE", "send"].contains(&sent.method),
-                "{}",
-                sent.method
-            );
-        } else {
-            assert_eq!(sent.method, "send");
-        }
-        assert!(sent.packets > 0);
-        assert_eq!(sent.bytes, u64::from(SIZE) * sent.packets);
-        assert_eq!(tx_counters.load(), (sent.bytes, sent.packets));
-
-        // Loopback may drop under overload, but whatever arrived is a whole 18-byte datagram
-        // with its own sequence number (cut out of a coalesced GRO buffer or not, no shared
-        // numbers within a batch).
-        let seq = &received.seq;
-        assert!(seq.received() > 0);
-        assert_eq!(seq.duplicated(), 0);
-        assert_eq!(received.packets, seq.received());
-        assert_eq!(received.bytes, u64::from(SIZE) * received.packets);
-        assert!(seq.highest().unwrap() < sent.packets);
-        assert_eq!(seq.lost(sent.packets), sent.packets - seq.received());
-        assert_eq!(received.malformed, 0);
-        assert_eq!(rx_counters.load(), (received.bytes, received.packets));
-        // A batch is one system call of at most 64 datagrams sent; a receive takes at most 64
-        // buffers, and with GRO (16 buffers of 64 KiB) each may hold a 64-datagram GSO batch.
-        assert!(sent.packets <= 64 * tx_counters.syscalls());
-        assert!(received.packets <= 64 * 64 * rx_counters.syscalls());
-        if cfg!(target_os = "linux") {
-            assert!(tx_counters.syscalls() < sent.packets, "batched");
-        }
-    }
-
-    /// UDP GRO: GSO batches arrive coalesced (far fewer receive calls than datagrams), and the
-    /// receiver still counts every datagram by its own sequence number: a gap is one lost, a
-    /// repeated number one duplicate, the rest each received once.
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn gro_buffers_are_cut_into_datagrams_and_each_is_counted() {
-        const SIZE: usize = 18;
-        let (_listener, flow, client) = udp_flow_pair();
-        // Before anything is sent: a GSO batch is kept whole only for a socket that asked.
-        sys::enable_udp_gro(&flow).unwrap();
-        // 0..640 with 100 missing and 200 twice: 640 datagrams, 639 numbers.
-        let mut seqs: Vec<u64> = (0..640).filter(|&s| s != 100).collect();
-        seqs.insert(201, 200);
-        let mut buf = vec![0u8; seqs.len() * SIZE];
-        for (d, &seq) in buf.chunks_exact_mut(SIZE).zip(&seqs) {
-            UdpFormat::Sonde.write(seq, 1, d);
-        }
-        for batch in buf.chunks(64 * SIZE) {
-            let sent = sys::send_segments(&client, batch, SIZE as u16).unwrap();
-            assert_eq!(sent, batch.len());
-        }
-        let counters = Counters::default();
-        let out = udp_recv(
-            &flow,
-            SIZE as u32,
-            UdpFormat::Sonde,
-            &Clock::start(),
-            &AtomicBool::new(false),
-            &AtomicU64::new(639),
-            &counters,
-        )
-        .unwrap();
-        assert_eq!(out.packets, 640);
-        assert_eq!(out.bytes, 640 * SIZE as u64);
-        assert_eq!(out.malformed, 0);
-        assert_eq!(out.seq.received(), 639);
-        assert_eq!(out.seq.duplicated(), 1);
-        assert_eq!(out.seq.lost(640), 1);
-        assert!(
-            counters.syscalls() * 64 < out.packets,
-            "{} receive calls for {} datagrams: the batches were not coalesced",
-            counters.syscalls(),
-            out.packets
-        );
-    }
-
-    #[test]
-    fn udp_recv_answers_joins_ignores_acks_and_counts_junk_as_malformed() {
-        const SIZE: u32 = 16;
-        let (listener, flow, client) = udp_flow_pair();
-        let clock = Clock::start();
-        let stop = AtomicBool::new(false);
-        let expect = AtomicU64::new(2);
-        let counters = Counters::default();
-        let join = UdpJoin {
-            ack: false,
-            flow: 1,
-            token: Token(0x5eed),
-            ..UdpJoin::default()
-        };
-
-        let received = thread::scope(|s| {
-            let rx = s.spawn(|| {
-                udp_recv(
-                    &flow,
-                    SIZE,
-                    UdpFormat::Sonde,
-                    &clock,
-                    &stop,
-                    &expect,
-                    &counters,
-                )
-            });
-            client.send(&join.encode()).unwrap();
-            client.set_read_timeout(SECOND).unwrap();
-            let mut buf = [0u8; 64];
-            let n = client.recv(&mut buf).unwrap();
-            assert_eq!(
-                UdpJoin::decode(&buf[..n]),
-                Ok(UdpJoin { ack: true, ..join })
-            );
-
-            client
-                .send(&UdpJoin { ack: true, ..join }.encode())
-                .unwrap();
-            client.send(b"abc").unwrap();
-            for seq in 0..2 {
-                let mut datagram = [0u8; SIZE as usize];
-                DataHeader { seq, send_ns: 1 }.write(&mut datagram);
-                client.send(&datagram).unwrap();
-            }
-            finish(&rx, &counters, &stop, false);
-            rx.join().unwrap().unwrap()
-        });
-
-        assert_eq!(received.malformed, 1);
-        assert_eq!(received.packets, 2);
-        assert_eq!(received.bytes, 2 * u64::from(SIZE));
-        assert_eq!(received.seq.received(), 2);
-        assert_eq!(counters.load(), (2 * u64::from(SIZE), 2));
-        // Everything went to the flow socket, nothing to the listener.
-        listener.set_nonblocking(true).unwrap();
-        let err = listener.recv_from(&mut [0u8; 64]).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
-    }
-
-    #[test]
-    fn iperf3_format_numbers_from_one_and_reads_back_as_iperf3_counts() {
-        // The agent's iperf3 listener and the `iperf3://` client send and count with this; the
-        // real iperf3's receiver reports `packets` = highest seq and `errors` = gaps.
-        for seq64 in [false, true] {
-            let format = UdpFormat::Iperf3 { seq64 };
-            let (_listener, flow, client) = udp_flow_pair();
-            let clock = Clock::start();
-            let stop = AtomicBool::new(false);
-            let expect = AtomicU64::new(u64::MAX);
-            let (tx, rx_counters) = (Counters::default(), Counters::default());
-            let (sent, received) = thread::scope(|s| {
-                let rx =
-                    s.spawn(|| udp_recv(&flow, 64, format, &clock, &stop, &expect, &rx_counters));
-                let sent =
-                    udp_send(&client, 64, 2_000_000, format, &clock, 200 * MS, &stop, &tx).unwrap();
-                expect.store(sent.packets, Ordering::Relaxed);
-                finish(&rx, &rx_counters, &stop, false);
-                (sent, rx.join().unwrap().unwrap())
-            });
-            assert!(sent.packets > 10, "{sent:?}");
-            assert_eq!(received.packets, sent.packets);
-            assert_eq!(received.malformed, 0);
-            // Tracker seq = iperf3 seq - 1, so highest + 1 is iperf3's `packets`.
-            assert_eq!(received.seq.highest(), Some(sent.packets - 1));
-            assert_eq!(received.seq.lost(sent.packets), 0);
-        }
-        // What goes on the wire: seq 1 first, the clock in sec/usec.
-        let mut buf = [0u8; 16];
-        UdpFormat::Iperf3 { seq64: false }.write(0, 1_500_000_000, &mut buf);
-        assert_eq!(buf[..12], [0, 0, 0, 1, 0, 7, 0xa1, 0x20, 0, 0, 0, 1]);
-        assert_eq!(UdpFormat::Iperf3 { seq64: true }.read(&[0u8; 16]), None);
-        assert_eq!(
-            UdpFormat::Iperf3 { seq64: false }.read(&buf[..12]),
-            Some((0, 1_500_000_000))
-        );
-    }
-
-    #[test]
-    fn udp_send_rejects_datagrams_too_small_for_the_header() {
-        let (_listener, _flow, client) = udp_flow_pair();
-        let err = udp_send(
-            &client,
-            15,
-            0,
-            UdpFormat::Sonde,
-            &Clock::start(),
-            MS,
-            &AtomicBool::new(false),
-            &Counters::default(),
-        )
-        .unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
-    }
-
-    #[test]
-    fn udp_send_gives_up_on_a_peer_that_refuses() {
-        // Nothing listens on the port a flow socket was bound to and then closed, so every
-        // datagram comes back as ICMP port unreachable (loopback does not rate-limit ICMP).
-        let addr = socket::udp_listen(loopback())
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let client = socket::udp_connect(addr).unwrap();
-        let clock = Clock::start();
-        let err = udp_send(
-            &client,
-            64,
-            1_000_000,
-            UdpFormat::Sonde,
-            &clock,
-            5_000 * MS,
-            &AtomicBool::new(false),
-            &Counters::default(),
-        )
-        .unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
-        assert!(clock.now_ns() < 5_000 * MS);
-    }
-
-    #[test]
-    fn recv_slots_fit_data_joins_and_junk() {
-        assert_eq!(recv_slot(16), 64);
-        assert_eq!(recv_slot(1200), 1216);
-        assert_eq!(recv_slot(65_507), 65_536);
-        assert_eq!(recv_slot(u32::MAX), 65_536);
-    }
-
-    /// Not a test: the packet rate of the unlimited path on loopback, 18-byte datagrams for
-    /// 2 s. `cargo test --release -p sonde-net pps_on_loopback -- --ignored --nocapture`
-    #[test]
-    #[ignore = "a measurement, not a test"]
-    fn pps_on_loopback() {
-        const SIZE: u32 = 18;
-        let (sent, received, _, _) = unlimited_run(SIZE, 2_000 * MS);
-        let span = received.last_ns - received.first_ns;
-        println!(
-            "method {}: sent {} ({:.3} Mpps), received {} ({:.3} Mpps over {:.3} s), lost {}",
-            sent.method,
-            sent.packets,
-            sonde_engine::per_second(sent.packets, sent.active_ns) / 1e6,
-            received.seq.received(),
-            sonde_engine::per_second(received.packets, span) / 1e6,
-            span as f64 / 1e9,
-            received.seq.lost(sent.packets),
-        );
-    }
-}
+mod tests;
