@@ -4,8 +4,8 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::exit::EXIT_CODES;
 use crate::{
-    compare, completions, conf, crr, latency, load, man, plan, pps, quick, report, results, server,
-    throughput,
+    compare, completions, conf, crr, latency, load, man, plan, pps, quick, report, results, runner,
+    server, throughput,
 };
 
 #[derive(Debug, Parser)]
@@ -74,11 +74,11 @@ enum Command {
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Server(o) => server::run(&o),
-        Command::Latency(o) => latency::run(&o),
-        Command::Throughput(o) => throughput::run(&o),
-        Command::Pps(o) => pps::run(&o),
-        Command::Crr(o) => crr::run(&o),
-        Command::Load(o) => load::run(&o),
+        Command::Latency(o) => runner::run(&o),
+        Command::Throughput(o) => runner::run(&o),
+        Command::Pps(o) => runner::run(&o),
+        Command::Crr(o) => runner::run(&o),
+        Command::Load(o) => runner::run(&o),
         Command::Quick(o) => quick::run(&o),
         Command::Conf(o) => conf::run(&o),
         Command::Results(o) => results::run(&o),

@@ -84,24 +84,7 @@ pub(crate) struct Opt {
     save: crate::save::SaveOpt,
 }
 
-pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
-    crate::runner::run(opt)
-}
-
-impl crate::runner::Test for Opt {
-    fn save_opt(&self) -> &crate::save::SaveOpt {
-        &self.save
-    }
-    fn output(&self) -> OutputOpt {
-        self.output
-    }
-    fn expected(&self) -> Duration {
-        self.time
-    }
-    fn run_once(&self, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
-        run_once(self, saver)
-    }
-}
+crate::runner::impl_test!(expected: |o| o.time, run_once: run_once);
 
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {

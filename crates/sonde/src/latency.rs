@@ -215,24 +215,7 @@ impl Opt {
     }
 }
 
-pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
-    crate::runner::run(opt)
-}
-
-impl crate::runner::Test for Opt {
-    fn save_opt(&self) -> &crate::save::SaveOpt {
-        &self.save
-    }
-    fn output(&self) -> OutputOpt {
-        self.output
-    }
-    fn expected(&self) -> Duration {
-        Opt::expected(self)
-    }
-    fn run_once(&self, saver: &mut Saver) -> anyhow::Result<()> {
-        run_once(self, saver)
-    }
-}
+crate::runner::impl_test!(expected: Opt::expected, run_once: run_once);
 
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {

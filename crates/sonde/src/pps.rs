@@ -99,24 +99,7 @@ enum Gso {
     Off,
 }
 
-pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
-    crate::runner::run(opt)
-}
-
-impl crate::runner::Test for Opt {
-    fn save_opt(&self) -> &crate::save::SaveOpt {
-        &self.save
-    }
-    fn output(&self) -> OutputOpt {
-        self.output
-    }
-    fn expected(&self) -> Duration {
-        self.time
-    }
-    fn run_once(&self, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
-        run_once(self, saver)
-    }
-}
+crate::runner::impl_test!(expected: |o| o.time, run_once: run_once);
 
 impl Opt {
     /// The client's options: what `sonde pps` and a mesh's scheduled test run with.

@@ -23,3 +23,27 @@ pub(crate) trait Test {
 pub(crate) fn run(test: &dyn Test) -> anyhow::Result<()> {
     crate::save::repeat(test.save_opt(), test.output(), |saver| test.run_once(saver))
 }
+
+/// Implements [`Test`] for the subcommand's `Opt` in scope, whose `output: OutputOpt` and
+/// `save: SaveOpt` are flattened in: `expected` says how long one run of those options measures,
+/// `run_once` runs one.
+macro_rules! impl_test {
+    (expected: $expected:expr, run_once: $run_once:path $(,)?) => {
+        impl $crate::runner::Test for Opt {
+            fn save_opt(&self) -> &$crate::save::SaveOpt {
+                &self.save
+            }
+            fn output(&self) -> $crate::output::OutputOpt {
+                self.output
+            }
+            fn expected(&self) -> std::time::Duration {
+                let expected: fn(&Opt) -> std::time::Duration = $expected;
+                expected(self)
+            }
+            fn run_once(&self, saver: &mut $crate::save::Saver) -> anyhow::Result<()> {
+                $run_once(self, saver)
+            }
+        }
+    };
+}
+pub(crate) use impl_test;
