@@ -6,7 +6,7 @@ use clap::Args;
 use sonde_client::CrrOptions;
 use sonde_report::TestResult;
 
-use crate::output::{OutputOpt, Progress};
+use crate::output::OutputOpt;
 
 /// Connection rate: TCP connect, request, response, close, as fast as possible
 ///
@@ -98,12 +98,9 @@ fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
         timeout: opt.timeout,
         interval: opt.interval.filter(|d| !d.is_zero()),
     };
-    let interrupt = crate::interrupt::install();
-    interrupt.check()?;
-    let progress = Progress::start(&format!("crr {}", target.label), opt.time);
-    let result = sonde_client::crr_interruptible(&target, &options, interrupt.flag());
-    drop(progress);
-    let mut m = crate::save::Measured::from(TestResult::Crr(result?));
-    saver.print_and_save(opt.output, &mut m)?;
-    interrupt.check()
+    let label = format!("crr {}", target.label);
+    crate::runner::measure(saver, opt.output, &label, opt.time, |interrupt, _| {
+        let result = sonde_client::crr_interruptible(&target, &options, interrupt);
+        Ok(crate::save::Measured::from(TestResult::Crr(result?)))
+    })
 }

@@ -247,14 +247,10 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
 fn run_agent(opt: &Opt, target: &Target, saver: &mut Saver) -> anyhow::Result<()> {
     let options = opt.options(opt.protocol(Protocol::Tcp));
     let label = format!("latency {}", target.label);
-    let interrupt = crate::interrupt::install();
-    interrupt.check()?;
-    let progress = Progress::start(&label, opt.expected());
-    let result = sonde_client::latency_measured(target, &options, interrupt.flag());
-    drop(progress);
-    let mut m = Measured::from(result?);
-    saver.print_and_save(opt.output, &mut m)?;
-    interrupt.check()
+    crate::runner::measure(saver, opt.output, &label, opt.expected(), |interrupt, _| {
+        let result = sonde_client::latency_measured(target, &options, interrupt);
+        Ok(Measured::from(result?))
+    })
 }
 
 /// `--sweep`: one test per value, against a sonde agent or a sockperf server.
@@ -307,14 +303,10 @@ fn run_sockperf(opt: &Opt, target: &Target, saver: &mut Saver) -> anyhow::Result
     opt.check_sockperf()?;
     let options = opt.options(opt.protocol(Protocol::Udp));
     let label = format!("latency {}", target.label);
-    let interrupt = crate::interrupt::install();
-    interrupt.check()?;
-    let progress = Progress::start(&label, opt.expected());
-    let result = sonde_client::sockperf::latency_measured(target, &options, interrupt.flag());
-    drop(progress);
-    let mut m = Measured::from(result?);
-    saver.print_and_save(opt.output, &mut m)?;
-    interrupt.check()
+    crate::runner::measure(saver, opt.output, &label, opt.expected(), |interrupt, _| {
+        let result = sonde_client::sockperf::latency_measured(target, &options, interrupt);
+        Ok(Measured::from(result?))
+    })
 }
 
 /// `--from`: the helpers measure their RTT to the target at once.

@@ -6,7 +6,7 @@ use clap::Args;
 use sonde_client::{LatencyOptions, LoadOptions, ThroughputOptions};
 use sonde_wire::{Direction, Protocol};
 
-use crate::output::{OutputOpt, Progress};
+use crate::output::OutputOpt;
 
 /// Latency under load: RTT on the idle path, then while TCP streams fill it (bufferbloat)
 ///
@@ -78,14 +78,17 @@ crate::runner::impl_test!(expected: |o| options(o).expected(), run_once: run_onc
 fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
     let target = crate::route::agent("load", &opt.host, &opt.secret)?;
     let options = options(opt);
-    let interrupt = crate::interrupt::install();
-    interrupt.check()?;
-    let progress = Progress::start(&format!("load {}", target.label), options.expected());
-    let result = sonde_client::latency_under_load_measured(&target, &options, interrupt.flag());
-    drop(progress);
-    let mut m = crate::save::Measured::from(result?);
-    saver.print_and_save(opt.output, &mut m)?;
-    interrupt.check()
+    let label = format!("load {}", target.label);
+    crate::runner::measure(
+        saver,
+        opt.output,
+        &label,
+        options.expected(),
+        |interrupt, _| {
+            let result = sonde_client::latency_under_load_measured(&target, &options, interrupt);
+            Ok(crate::save::Measured::from(result?))
+        },
+    )
 }
 
 /// The probes, the load and the ramp the options ask for.

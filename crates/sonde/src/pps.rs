@@ -165,17 +165,20 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         saver.print(opt.output, &doc)?;
         return crate::interrupt::install().check();
     }
-    let interrupt = crate::interrupt::install();
-    interrupt.check()?;
-    let progress = Progress::start(&format!("pps {}", target.label), opt.time);
-    // Live interval lines go to the terminal above the progress bar; the table (or JSON, CSV)
-    // on stdout holds every interval once, aligned.
-    let mut live = |iv: &sonde_report::PpsInterval| {
-        progress.println(&sonde_report::render::pps_interval_line(iv));
-    };
-    let result = sonde_client::pps_live(&target, &options, interrupt.flag(), &mut live);
-    drop(progress);
-    let mut m = Measured::from(TestResult::Pps(result?));
-    saver.print_and_save(opt.output, &mut m)?;
-    interrupt.check()
+    let label = format!("pps {}", target.label);
+    crate::runner::measure(
+        saver,
+        opt.output,
+        &label,
+        opt.time,
+        |interrupt, progress| {
+            // Live interval lines go to the terminal above the progress bar; the table (or JSON,
+            // CSV) on stdout holds every interval once, aligned.
+            let mut live = |iv: &sonde_report::PpsInterval| {
+                progress.println(&sonde_report::render::pps_interval_line(iv));
+            };
+            let result = sonde_client::pps_live(&target, &options, interrupt, &mut live);
+            Ok(Measured::from(TestResult::Pps(result?)))
+        },
+    )
 }

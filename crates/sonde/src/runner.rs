@@ -1,10 +1,11 @@
 //! What every test subcommand does with its options: `--repeat` runs, each measured, printed
 //! and saved. The subcommands implement [`Test`]; `spec` names them for plans.
 
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use crate::output::OutputOpt;
-use crate::save::{SaveOpt, Saver};
+use crate::output::{OutputOpt, Progress};
+use crate::save::{Measured, SaveOpt, Saver};
 
 /// What a test subcommand's options give the runner.
 pub(crate) trait Test {
@@ -22,6 +23,27 @@ pub(crate) trait Test {
 /// A test subcommand: `--repeat` runs of the test, one saver (so one group when repeated).
 pub(crate) fn run(test: &dyn Test) -> anyhow::Result<()> {
     crate::save::repeat(test.save_opt(), test.output(), |saver| test.run_once(saver))
+}
+
+/// One run, measured, printed and saved: Ctrl-C or SIGTERM sets the flag `measure` is given
+/// (the test ends early and what it measured is printed and saved; then the error says which
+/// signal came, exit 130 or 143), and a progress bar labelled `label` runs for `expected` while
+/// it measures (`measure` may print live lines above it).
+pub(crate) fn measure(
+    saver: &mut Saver,
+    output: OutputOpt,
+    label: &str,
+    expected: Duration,
+    measure: impl FnOnce(&AtomicBool, &Progress) -> anyhow::Result<Measured>,
+) -> anyhow::Result<()> {
+    let interrupt = crate::interrupt::install();
+    interrupt.check()?;
+    let progress = Progress::start(label, expected);
+    let result = measure(interrupt.flag(), &progress);
+    drop(progress);
+    let mut m = result?;
+    saver.print_and_save(output, &mut m)?;
+    interrupt.check()
 }
 
 /// Implements [`Test`] for the subcommand's `Opt` in scope, whose `output: OutputOpt` and

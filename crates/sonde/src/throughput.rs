@@ -162,21 +162,24 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
 /// The test against a sonde agent.
 fn run_agent(opt: &Opt, target: &Target, saver: &mut Saver) -> anyhow::Result<()> {
     let options = options(opt);
-    let interrupt = crate::interrupt::install();
-    interrupt.check()?;
-    let progress = Progress::start(&format!("throughput {}", target.label), opt.time);
-    // Live interval lines go above the progress bar on a terminal, else to stdout as they
-    // come; the final table (or JSON, CSV) holds every interval once more, aligned.
-    let mut live = |iv: &sonde_report::IntervalResult| {
-        opt.output
-            .live_interval(&progress, &sonde_report::render::interval_line(iv), iv);
-    };
-    let result =
-        sonde_client::throughput_interruptible(target, &options, interrupt.flag(), &mut live);
-    drop(progress);
-    let mut m = Measured::from(TestResult::Throughput(result?));
-    saver.print_and_save(opt.output, &mut m)?;
-    interrupt.check()
+    let label = format!("throughput {}", target.label);
+    crate::runner::measure(
+        saver,
+        opt.output,
+        &label,
+        opt.time,
+        |interrupt, progress| {
+            // Live interval lines go above the progress bar on a terminal, else to stdout as they
+            // come; the final table (or JSON, CSV) holds every interval once more, aligned.
+            let mut live = |iv: &sonde_report::IntervalResult| {
+                opt.output
+                    .live_interval(progress, &sonde_report::render::interval_line(iv), iv);
+            };
+            let result =
+                sonde_client::throughput_interruptible(target, &options, interrupt, &mut live);
+            Ok(Measured::from(TestResult::Throughput(result?)))
+        },
+    )
 }
 
 /// Set by Ctrl-C (or SIGTERM) during an iperf3 test, so the client can tell the server.
