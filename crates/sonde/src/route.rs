@@ -23,9 +23,13 @@ pub(crate) enum Server {
 impl Server {
     /// What `host` names, from its scheme alone (nothing is resolved).
     pub(crate) fn of(host: &str) -> Self {
-        if sonde_client::iperf3::target(host).is_some() {
+        let scheme = |scheme: &str| {
+            host.get(..scheme.len())
+                .is_some_and(|s| s.eq_ignore_ascii_case(scheme))
+        };
+        if scheme(sonde_client::iperf3::SCHEME) {
             Self::Iperf3
-        } else if sonde_client::sockperf::parse_target(host).is_some() {
+        } else if scheme(sonde_client::sockperf::SCHEME) {
             Self::Sockperf
         } else {
             Self::Agent
