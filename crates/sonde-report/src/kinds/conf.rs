@@ -1,18 +1,12 @@
 //! `sonde conf`: both ends' configuration.
 
-use crate::model::{ConfResult, CsvRow, Labels, ResultKind};
+use crate::model::{ConfResult, CsvRow, ResultKind};
 use crate::render::{csv, table};
 
 impl ResultKind for ConfResult {
     fn test_name(&self) -> &'static str {
         "conf"
     }
-
-    fn labels(&self) -> Option<&Labels> {
-        None
-    }
-
-    fn set_labels(&mut self, _labels: Labels) {}
 
     fn table(&self, out: &mut String) {
         table::context::conf(self, out);

@@ -1,6 +1,6 @@
 //! `sonde crr`: connection rate.
 
-use crate::model::{CrrResult, CsvRow, HeadlineFigures, Labels, Meta, ResultKind, RunIndex};
+use crate::model::{CrrResult, CsvRow, HeadlineFigures, Meta, ResultKind, RunIndex};
 use crate::render::{csv, table};
 
 impl ResultKind for CrrResult {
@@ -12,27 +12,20 @@ impl ResultKind for CrrResult {
         Some(&self.meta)
     }
 
-    fn labels(&self) -> Option<&Labels> {
-        Some(&self.meta.labels)
-    }
-
-    fn set_labels(&mut self, labels: Labels) {
-        self.meta.labels = labels;
+    fn meta_mut(&mut self) -> Option<&mut Meta> {
+        Some(&mut self.meta)
     }
 
     fn index(&self) -> Option<RunIndex<'_>> {
-        Some(RunIndex {
-            time_unix_ms: self.meta.timestamp_unix_ms,
-            test: "crr",
-            protocol: self.protocol,
-            server: &self.meta.server,
-            labels: &self.meta.labels,
-            interrupted: self.meta.interrupted,
-            headline: HeadlineFigures {
+        Some(RunIndex::of(
+            &self.meta,
+            "crr",
+            self.protocol,
+            HeadlineFigures {
                 connections_per_second: self.connections_per_second,
                 ..HeadlineFigures::default()
             },
-        })
+        ))
     }
 
     fn table(&self, out: &mut String) {

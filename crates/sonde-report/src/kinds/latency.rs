@@ -1,7 +1,7 @@
 //! `sonde latency`: round-trip times.
 
 use crate::model::{
-    CsvRow, HeadlineFigures, Helpers, Labels, LatencyResult, Meta, Protocol, ResultKind, RunIndex,
+    CsvRow, HeadlineFigures, Helpers, LatencyResult, Meta, Protocol, ResultKind, RunIndex,
     ShareFigures,
 };
 use crate::render::{csv, table};
@@ -15,24 +15,17 @@ impl ResultKind for LatencyResult {
         Some(&self.meta)
     }
 
-    fn labels(&self) -> Option<&Labels> {
-        Some(&self.meta.labels)
-    }
-
-    fn set_labels(&mut self, labels: Labels) {
-        self.meta.labels = labels;
+    fn meta_mut(&mut self) -> Option<&mut Meta> {
+        Some(&mut self.meta)
     }
 
     fn index(&self) -> Option<RunIndex<'_>> {
-        Some(RunIndex {
-            time_unix_ms: self.meta.timestamp_unix_ms,
-            test: "latency",
-            protocol: self.protocol,
-            server: &self.meta.server,
-            labels: &self.meta.labels,
-            interrupted: self.meta.interrupted,
-            headline: rtt_headline(self),
-        })
+        Some(RunIndex::of(
+            &self.meta,
+            "latency",
+            self.protocol,
+            rtt_headline(self),
+        ))
     }
 
     fn helpers(&self) -> Option<(&Helpers, ShareFigures)> {

@@ -1,7 +1,7 @@
 //! `sonde pps`: packet rate.
 
 use crate::model::{
-    CsvRow, HeadlineFigures, Helpers, Labels, Meta, PpsResult, ResultKind, RunIndex, ShareFigures,
+    CsvRow, HeadlineFigures, Helpers, Meta, PpsResult, ResultKind, RunIndex, ShareFigures,
 };
 use crate::render::{csv, table};
 
@@ -14,28 +14,21 @@ impl ResultKind for PpsResult {
         Some(&self.meta)
     }
 
-    fn labels(&self) -> Option<&Labels> {
-        Some(&self.meta.labels)
-    }
-
-    fn set_labels(&mut self, labels: Labels) {
-        self.meta.labels = labels;
+    fn meta_mut(&mut self) -> Option<&mut Meta> {
+        Some(&mut self.meta)
     }
 
     fn index(&self) -> Option<RunIndex<'_>> {
-        Some(RunIndex {
-            time_unix_ms: self.meta.timestamp_unix_ms,
-            test: "pps",
-            protocol: self.protocol,
-            server: &self.meta.server,
-            labels: &self.meta.labels,
-            interrupted: self.meta.interrupted,
-            headline: HeadlineFigures {
+        Some(RunIndex::of(
+            &self.meta,
+            "pps",
+            self.protocol,
+            HeadlineFigures {
                 packets_per_second: Some(self.received_pps),
                 loss_percent: Some(self.loss_percent),
                 ..HeadlineFigures::default()
             },
-        })
+        ))
     }
 
     fn helpers(&self) -> Option<(&Helpers, ShareFigures)> {

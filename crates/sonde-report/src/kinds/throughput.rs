@@ -1,8 +1,7 @@
 //! `sonde throughput`: bulk transfer.
 
 use crate::model::{
-    CsvRow, HeadlineFigures, Helpers, Labels, Meta, ResultKind, RunIndex, ShareFigures,
-    ThroughputResult,
+    CsvRow, HeadlineFigures, Helpers, Meta, ResultKind, RunIndex, ShareFigures, ThroughputResult,
 };
 use crate::render::{csv, table};
 
@@ -15,12 +14,8 @@ impl ResultKind for ThroughputResult {
         Some(&self.meta)
     }
 
-    fn labels(&self) -> Option<&Labels> {
-        Some(&self.meta.labels)
-    }
-
-    fn set_labels(&mut self, labels: Labels) {
-        self.meta.labels = labels;
+    fn meta_mut(&mut self) -> Option<&mut Meta> {
+        Some(&mut self.meta)
     }
 
     fn has_streams(&self) -> bool {
@@ -28,19 +23,16 @@ impl ResultKind for ThroughputResult {
     }
 
     fn index(&self) -> Option<RunIndex<'_>> {
-        Some(RunIndex {
-            time_unix_ms: self.meta.timestamp_unix_ms,
-            test: "throughput",
-            protocol: self.protocol,
-            server: &self.meta.server,
-            labels: &self.meta.labels,
-            interrupted: self.meta.interrupted,
-            headline: HeadlineFigures {
+        Some(RunIndex::of(
+            &self.meta,
+            "throughput",
+            self.protocol,
+            HeadlineFigures {
                 bits_per_second: Some(self.receiver.bits_per_second),
                 loss_percent: self.loss_percent,
                 ..HeadlineFigures::default()
             },
-        })
+        ))
     }
 
     fn helpers(&self) -> Option<(&Helpers, ShareFigures)> {

@@ -1,7 +1,7 @@
 //! What a results store finds and lists a run by: [`RunIndex`], from
 //! [`ResultKind::index`](super::ResultKind::index).
 
-use super::meta::{Labels, Protocol};
+use super::meta::{Labels, Meta, Protocol};
 
 /// A run as a results store indexes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,6 +20,26 @@ pub struct RunIndex<'a> {
     pub interrupted: bool,
     /// Its headline figures.
     pub headline: HeadlineFigures,
+}
+
+impl<'a> RunIndex<'a> {
+    /// The index of the single run `meta` describes: a `test` over `protocol` with `headline`.
+    pub fn of(
+        meta: &'a Meta,
+        test: &'static str,
+        protocol: Protocol,
+        headline: HeadlineFigures,
+    ) -> Self {
+        Self {
+            time_unix_ms: meta.timestamp_unix_ms,
+            test,
+            protocol,
+            server: &meta.server,
+            labels: &meta.labels,
+            interrupted: meta.interrupted,
+            headline,
+        }
+    }
 }
 
 /// A run's headline figures, `None` where its kind has no such figure.

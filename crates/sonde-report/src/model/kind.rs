@@ -23,12 +23,24 @@ pub trait ResultKind {
         None
     }
 
-    /// `--label`: the labels the document carries; `None` for a kind that carries none (conf).
-    fn labels(&self) -> Option<&Labels>;
+    /// [`meta`](Self::meta), to change.
+    fn meta_mut(&mut self) -> Option<&mut Meta> {
+        None
+    }
+
+    /// `--label`: the labels the document carries (a single run's are its meta's); `None` for a
+    /// kind that carries none (conf).
+    fn labels(&self) -> Option<&Labels> {
+        self.meta().map(|m| &m.labels)
+    }
 
     /// Puts `labels` in the document, in each of its runs' metas too; a kind that carries none
     /// ignores them.
-    fn set_labels(&mut self, labels: Labels);
+    fn set_labels(&mut self, labels: Labels) {
+        if let Some(meta) = self.meta_mut() {
+            meta.labels = labels;
+        }
+    }
 
     /// The metas it holds itself, each with the part it belongs to (empty for a single run);
     /// not those of the results in [`parts`](Self::parts).
