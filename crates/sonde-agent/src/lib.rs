@@ -27,7 +27,7 @@ mod join;
 mod link;
 mod session;
 mod sockperf;
-/// The agent as a whole, through its sockets: bad input, limits, secrets, descriptors.
+/// The agent as a whole, through its sockets: bad input, limits, secrets, crr, descriptors.
 #[cfg(test)]
 mod tests;
 

@@ -1,6 +1,6 @@
 //! The agent as a whole, through its sockets: it never panics or stops serving on bad input,
-//! enforces its limits and its shared secret (`robustness`, `secrets`), and backs off at the
-//! descriptor limit (`descriptors`).
+//! enforces its limits and its shared secret (`robustness`, `secrets`), serves only a crr
+//! session's own connections (`crr`), and backs off at the descriptor limit (`descriptors`).
 //!
 //! Each test starts its own agent on 127.0.0.1 (port 0, so its rejection counters are its own),
 //! sends something bad, checks that the matching counter moved, and then proves the agent still
@@ -29,6 +29,7 @@ const HELLO_TIMEOUT: Duration = Duration::from_millis(300);
 /// Any wait for the agent to do something is bounded by this.
 const PATIENCE: Duration = Duration::from_secs(3);
 
+mod crr;
 mod descriptors;
 mod robustness;
 mod secrets;
