@@ -56,6 +56,15 @@ pub(crate) fn sonde_command() -> Command {
     cmd
 }
 
+/// [`sonde_command`] to spawn and watch: no input, its stdout and stderr piped to the test.
+pub(crate) fn sonde_piped() -> Command {
+    let mut cmd = sonde_command();
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    cmd
+}
+
 // ---------------------------------------------------------------------------------------------
 // One file's tests at a time
 // ---------------------------------------------------------------------------------------------

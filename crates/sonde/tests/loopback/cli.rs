@@ -21,7 +21,7 @@ use crate::common::json::{arr, f, s, u};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Command as StdCommand, Stdio};
+use std::process::Command as StdCommand;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};

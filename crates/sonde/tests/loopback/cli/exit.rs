@@ -323,12 +323,8 @@ fn udp_blocked_is_exit_3() {
 /// Runs `sonde ARGS...` with its stdout closed before it writes anything (as `| head -c 0`
 /// would); the exit code and stderr.
 fn run_with_closed_stdout(args: &[&str]) -> (Option<i32>, String) {
-    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
-        .env("SONDE_DB", common::test_db())
+    let mut child = common::sonde_piped()
         .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn sonde");
     drop(child.stdout.take());
@@ -391,12 +387,8 @@ struct ServerChild {
 
 impl ServerChild {
     fn start() -> ServerChild {
-        let mut child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
-            .env("SONDE_DB", common::test_db())
+        let mut child = common::sonde_piped()
             .args(["server", "--bind", "127.0.0.1", "--port", "0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn sonde server");
         let mut stdout = child.stdout.take().expect("piped stdout");
@@ -444,12 +436,8 @@ fn sigterm_during_a_test() -> (
     std::process::Output,
 ) {
     let mut server = ServerChild::start();
-    let client = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
-        .env("SONDE_DB", common::test_db())
+    let client = common::sonde_piped()
         .args(["throughput", &server.target, "-t", "5", "--json"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn the client");
     thread::sleep(Duration::from_millis(700));

@@ -779,7 +779,7 @@ fn ctrl_c_during_throughput_prints_and_saves_what_was_measured_and_exits_130() {
     use std::io::{BufRead, BufReader, Read};
     let agent = server(&[]);
     let (_dir, db) = temp_db();
-    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+    let mut child = crate::common::sonde_piped()
         .args([
             "throughput",
             &agent.target(),
@@ -790,9 +790,6 @@ fn ctrl_c_during_throughput_prints_and_saves_what_was_measured_and_exits_130() {
             "--json-stream",
         ])
         .args(["--db", path_str(&db)])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
     let mut out = BufReader::new(child.stdout.take().expect("stdout"));
@@ -833,12 +830,9 @@ fn sigterm_during_latency_prints_the_table_saves_it_and_exits_143() {
     let _file = crate::common::file_lock(module_path!());
     let agent = server(&[]);
     let (_dir, db) = temp_db();
-    let child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+    let child = crate::common::sonde_piped()
         .args(["latency", &agent.target(), "-t", "20", "--warmup", "0"])
         .args(["--db", path_str(&db)])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
     // Latency prints nothing while it runs; the handlers are in place long before this.
@@ -870,11 +864,8 @@ fn ctrl_c_during_pps_crr_and_load_prints_and_saves_what_was_measured() {
     let target = agent.target();
     for test in ["pps", "crr", "load"] {
         let (_dir, db) = temp_db();
-        let child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+        let child = crate::common::sonde_piped()
             .args([test, &target, "-t", "20", "--json", "--db", path_str(&db)])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn");
         // These print nothing while they run; the handlers are in place long before this.
@@ -920,11 +911,8 @@ fn wait_for_a_saved_run(db: &Path, child: &mut std::process::Child) {
 fn ctrl_c_during_quick_prints_and_saves_the_cases_so_far_and_exits_130() {
     let _file = crate::common::file_lock(module_path!());
     let (_dir, db) = temp_db();
-    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+    let mut child = crate::common::sonde_piped()
         .args(["quick", "-t", "4", "--json", "--db", path_str(&db)])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
     // The first case is saved: the second (UDP latency, 4 s) is under way; past its warm-up
@@ -966,13 +954,10 @@ fn sigterm_during_a_sweep_prints_and_saves_the_steps_so_far_and_exits_143() {
     let _file = crate::common::file_lock(module_path!());
     let agent = server(&[]);
     let (_dir, db) = temp_db();
-    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_sonde"))
+    let mut child = crate::common::sonde_piped()
         .args(["latency", &agent.target(), "-u", "-t", "4", "--warmup", "0"])
         .args(["--sweep", "msg_size=64,128,256", "--db", path_str(&db)])
         .env("TERM", "dumb")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
     // The first step is saved: the second (4 s) is under way, and has measured something in a
