@@ -40,6 +40,8 @@ pub(crate) struct Finishing {
     /// When the report is due.
     due: Instant,
     interrupted: bool,
+    /// The report has come: nothing more is due.
+    reported: bool,
     out: VecDeque<Step>,
 }
 
@@ -49,6 +51,7 @@ impl Finishing {
         Self {
             due: now + REPORT_TIMEOUT,
             interrupted: false,
+            reported: false,
             out: VecDeque::from([Step::SendFinish]),
         }
     }
@@ -75,7 +78,7 @@ impl Finishing {
     /// # Errors
     /// The report did not come in time.
     pub(crate) fn handle_timeout(&mut self, now: Instant) -> Result<(), ClientError> {
-        if now >= self.due {
+        if !self.reported && now >= self.due {
             return Err(ClientError::Control(ControlError::Timeout(REPORT_TIMEOUT)));
         }
         Ok(())
@@ -87,10 +90,13 @@ impl Finishing {
     /// The agent refused or reported an error, or sent what has no place at a test's end.
     pub(crate) fn handle(&mut self, now: Instant, msg: ControlMsg) -> Result<(), ClientError> {
         match msg {
-            ControlMsg::Report(report) => self.out.push_back(Step::Done {
-                report: Box::new(report),
-                interrupted: self.interrupted,
-            }),
+            ControlMsg::Report(report) => {
+                self.reported = true;
+                self.out.push_back(Step::Done {
+                    report: Box::new(report),
+                    interrupted: self.interrupted,
+                });
+            }
             // The agent's last intervals and senders' counts, sent before it saw `Finish`.
             ControlMsg::Interval(_) | ControlMsg::SenderDone { .. } => {
                 self.due = now + REPORT_TIMEOUT;
@@ -107,9 +113,12 @@ impl Finishing {
     /// The control connection failed, closed, or the read for the report timed out.
     ///
     /// # Errors
-    /// Always: without its report the test has failed. Past the handshake, a broken control
-    /// channel is a failed test, not a wrong peer.
+    /// Unless the agent's report has come (the agent closes after it), the test has failed.
+    /// Past the handshake, a broken control channel is a failed test, not a wrong peer.
     pub(crate) fn handle_lost(&mut self, e: ControlError) -> Result<(), ClientError> {
+        if self.reported {
+            return Ok(());
+        }
         Err(match e {
             ControlError::Wire(e) => ClientError::Protocol(format!(
                 "the peer is not a sonde agent, or a different version ({e})"
@@ -152,9 +161,10 @@ mod tests {
         std::iter::from_fn(|| f.poll()).collect()
     }
 
+    /// A report that is not the default one, so that the one handed on is seen to be it.
     fn report() -> AgentReport {
         AgentReport {
-            cpu: None,
+            overlapping_sessions: 3,
             ..AgentReport::default()
         }
     }
@@ -238,6 +248,14 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(drain(&mut f).is_empty(), "nothing more to send");
+        // After the report, the agent closing (or any deadline) is the test's ordinary end.
+        let now = Instant::now();
+        let mut f = Finishing::new(now);
+        drain(&mut f);
+        deliver(&mut f, now, &ControlMsg::Report(report())).unwrap();
+        assert!(f.handle_lost(ControlError::Closed).is_ok());
+        assert!(f.handle_timeout(now + REPORT_TIMEOUT * 2).is_ok());
+        assert!(matches!(drain(&mut f)[..], [Step::Done { .. }]));
     }
 
     #[test]
