@@ -371,11 +371,7 @@ pub fn run_as_helper(
     // The requester does not merge intervals (each counts from its own receiver's start): they
     // would only bring a long test's result closer to the control frame's 64 KiB.
     let mut result = result;
-    match &mut result {
-        TestResult::Pps(p) => p.intervals.clear(),
-        TestResult::Throughput(t) => t.intervals.clear(),
-        _ => {}
-    }
+    result.kind_mut().clear_intervals();
     let json = serde_json::to_string(&result)
         .map_err(|e| ClientError::Protocol(format!("the result did not serialize: {e}")))?;
     Ok((json, started))

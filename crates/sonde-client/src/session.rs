@@ -7,6 +7,10 @@
 //! test running beside it (`sonde load`) is not counted. TCP senders' `TCP_INFO` is read when
 //! their loop ends and, with intervals, whenever the agent's `Interval` for those streams
 //! arrives; the agent's own senders' samples come in its `Interval` and `SenderDone` messages.
+//!
+//! The control conversation's decisions are state machines without sockets, which the socket
+//! code here drives: `running` for a running throughput or pps test, `finishing` for a latency
+//! test's end (`Finish`, then the agent's report).
 
 use std::io::Write;
 use std::net::{TcpStream, UdpSocket};
@@ -30,17 +34,17 @@ use sonde_wire::{
     TuningReport, UdpJoin, PROTOCOL_VERSION, UDP_JOIN_LEN,
 };
 
-use crate::handshake::{unexpected, Handshake, Progress};
+use crate::handshake::{Handshake, Progress};
 pub(crate) use crate::run::{BulkRun, ClientChannel, ClientRole, Context, LatencyRun};
 use crate::{ClientError, LatencyOptions, Target};
 
+mod finishing;
 mod running;
 
+use finishing::{Finishing, REPORT_TIMEOUT};
 use running::{Running, Step};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long the agent has to send its report after the test.
-const REPORT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// An admitted session with its data channels open and the agent ready.
 pub(crate) struct Connected {
@@ -101,28 +105,6 @@ pub(crate) fn metered_latency<T>(
         .cost()
         .map(|cost| cost.report(Some(calls), Some(outcome.sent), Some(bytes)));
     Ok((outcome, extra, cpu))
-}
-
-fn expect_reply(
-    ctrl: &mut TcpStream,
-    body: &mut Vec<u8>,
-    timeout: Duration,
-    what: &str,
-) -> Result<ControlMsg, ClientError> {
-    match read_frame(ctrl, body, Instant::now() + timeout) {
-        Ok(ControlMsg::Refused { reason, message }) => {
-            Err(ClientError::Refused { reason, message })
-        }
-        Ok(ControlMsg::Error { message }) => Err(ClientError::Remote(message)),
-        Ok(m) => Ok(m),
-        Err(ControlError::Wire(e)) => Err(ClientError::NotAnAgent(format!(
-            "the peer is not a sonde agent, or a different version ({e})"
-        ))),
-        Err(ControlError::Closed) => Err(ClientError::NotAnAgent(format!(
-            "the peer closed the connection while {what}: not a sonde agent, or one that is shutting down"
-        ))),
-        Err(e) => Err(ClientError::Control(e)),
-    }
 }
 
 /// Writes what `handshake` has to send, then reads the agent's reply by its deadline: how the
@@ -461,22 +443,8 @@ pub(crate) fn run_latency_held(
         })
     });
     let (outcome, elapsed_ns, client_cpu) = measured?;
-    let interrupted = interrupt.load(Ordering::Relaxed);
     c.context.client_cpu = client_cpu;
-    write_frame(&mut c.ctrl, &ControlMsg::Finish)?;
-    let report = loop {
-        let reply = expect_reply(&mut c.ctrl, &mut c.body, REPORT_TIMEOUT, "finishing");
-        // Past the handshake, a broken control channel is a failed test, not a wrong peer.
-        let reply = reply.map_err(|e| match e {
-            ClientError::NotAnAgent(m) => ClientError::Protocol(m),
-            e => e,
-        });
-        match reply? {
-            ControlMsg::Report(r) => break r,
-            ControlMsg::Interval(_) | ControlMsg::SenderDone { .. } => {}
-            other => return Err(unexpected(&other, "the report")),
-        }
-    };
+    let (report, interrupted) = finish_latency(&mut c, interrupt.load(Ordering::Relaxed))?;
     Ok(LatencyRun {
         session: c.session,
         started_unix_ms: c.started_unix_ms,
@@ -487,6 +455,34 @@ pub(crate) fn run_latency_held(
         interrupted,
         tuning: tuned,
     })
+}
+
+/// A latency test's end ([`Finishing`]) over the session's control connection: `Finish`, then
+/// the agent's report, read by its deadline. The report, and whether the test was interrupted.
+fn finish_latency(
+    c: &mut Connected,
+    interrupted: bool,
+) -> Result<(AgentReport, bool), ClientError> {
+    let mut end = Finishing::new(Instant::now());
+    if interrupted {
+        end.interrupt();
+    }
+    loop {
+        match end.poll() {
+            Some(finishing::Step::SendFinish) => write_frame(&mut c.ctrl, &ControlMsg::Finish)?,
+            Some(finishing::Step::Done {
+                report,
+                interrupted,
+            }) => return Ok((*report, interrupted)),
+            None => {
+                end.handle_timeout(Instant::now())?;
+                match read_frame(&mut c.ctrl, &mut c.body, end.poll_timeout()) {
+                    Ok(msg) => end.handle(Instant::now(), msg)?,
+                    Err(e) => end.handle_lost(e)?,
+                }
+            }
+        }
+    }
 }
 
 /// How often a run looks at the caller's interrupt flag.

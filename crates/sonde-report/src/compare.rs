@@ -3,6 +3,11 @@
 //! value of a label). Pure: the runs come in, a model comes out, and [`crate::render`] turns it
 //! into a table ([`crate::render::compare_table`], [`crate::render::matrix_table`]) or JSON.
 //!
+//! Compare knows the figures ([`Figure`]: their names, units and which way is better), not the
+//! kinds: each kind says how compare reads it, in its own `kinds/<kind>.rs`
+//! ([`ResultKind::compared`](crate::ResultKind::compared): its [`Kind`], the figures it offers
+//! and its tables' columns; [`ResultKind::figure`](crate::ResultKind::figure): its value of each).
+//!
 //! A side's figure is the median of its runs' values, and the significance is the Mann-Whitney U
 //! test of side A's runs against side B's ([`sonde_engine::compare`]): at least five runs a side
 //! (`--repeat 5`), else the change is shown and marked as needing more runs. A percentile a run's
@@ -37,7 +42,7 @@ use sonde_engine::compare::{
 };
 use sonde_engine::rtt::RttRecorder;
 
-use crate::model::{Protocol, TestResult};
+use crate::model::{RttRun, TestResult};
 
 /// One run as compare and the report see it.
 #[derive(Debug, Clone)]
@@ -64,60 +69,76 @@ impl Run {
         }
     }
 
-    /// The kind of test and protocol it is, as compare groups runs: `latency tcp`.
+    /// The kind of test it is, as compare groups runs; `None` for a kind compare does not read.
     pub fn kind(&self) -> Option<Kind> {
-        Kind::of(&self.result)
+        self.result.kind().compared()
     }
 }
 
-/// The kinds of test compare reads figures from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// `sonde latency`.
-    Latency,
-    /// `sonde throughput`.
-    Throughput,
-    /// `sonde pps`.
-    Pps,
-    /// `sonde crr`.
-    Crr,
+/// A kind of test compare reads figures from, as the kind itself says
+/// ([`ResultKind::compared`](crate::ResultKind::compared), in its `kinds/<kind>.rs`): its name,
+/// the figures it offers and in which order, the columns of its matrix and case tables. Two
+/// kinds are the same when their names are; in JSON a kind is its name (`"latency"`).
+#[derive(Debug, Clone, Copy)]
+pub struct Kind {
+    /// Where its tables come among the kinds' in a matrix or a report (latency's first).
+    pub(crate) rank: u8,
+    /// The test's name: `latency`.
+    pub(crate) name: &'static str,
+    /// The heading of its case table in the HTML report.
+    pub(crate) cases_title: &'static str,
+    /// Every figure a run of it can have, in the order of compare's rows.
+    pub(crate) figures: &'static [Figure],
+    /// The columns of the matrix view (`--by`).
+    pub(crate) matrix: &'static [Figure],
+    /// The columns of the report's case table.
+    pub(crate) cases: &'static [Figure],
 }
 
 impl Kind {
-    fn of(result: &TestResult) -> Option<Self> {
-        match result {
-            TestResult::Latency(_) => Some(Self::Latency),
-            TestResult::Throughput(_) => Some(Self::Throughput),
-            TestResult::Pps(_) => Some(Self::Pps),
-            TestResult::Crr(_) => Some(Self::Crr),
-            _ => None,
-        }
-    }
-
     /// The test's name: `latency`.
     pub fn name(self) -> &'static str {
-        match self {
-            Self::Latency => "latency",
-            Self::Throughput => "throughput",
-            Self::Pps => "pps",
-            Self::Crr => "crr",
-        }
+        self.name
     }
 
-    /// The figures the matrix view shows for this kind.
-    fn matrix_figures(self) -> &'static [Figure] {
-        match self {
-            Self::Latency => &[
-                Figure::RttMean,
-                Figure::RttP50,
-                Figure::RttP99,
-                Figure::RttP9999,
-            ],
-            Self::Throughput => &[Figure::Throughput, Figure::Pps, Figure::Loss],
-            Self::Pps => &[Figure::Pps, Figure::Loss],
-            Self::Crr => &[Figure::ConnectionsPerSecond],
-        }
+    /// The heading of its case table: `Latency cases`.
+    pub fn cases_title(self) -> &'static str {
+        self.cases_title
+    }
+
+    /// Whether its figures are round-trip times (the report charts their distribution).
+    pub fn is_rtt(self) -> bool {
+        self.figures.iter().any(|f| f.is_rtt())
+    }
+
+    fn key(self) -> (u8, &'static str) {
+        (self.rank, self.name)
+    }
+}
+
+impl PartialEq for Kind {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Kind {}
+
+impl PartialOrd for Kind {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Kind {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+impl Serialize for Kind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name)
     }
 }
 
@@ -228,66 +249,23 @@ impl Serialize for Figure {
     }
 }
 
-/// A run's value of a figure: `Absent` when the run does not have the figure at all (TCP has no
-/// loss), `Unsupported` when it has it but the sample count cannot state it (`n/a`).
+/// A run's value of a figure ([`ResultKind::figure`](crate::ResultKind::figure)): `Absent`
+/// when the run does not have the figure at all (TCP has no loss), `Unsupported` when it has it
+/// but the sample count cannot state it (`n/a`).
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Value {
+pub enum Value {
+    /// The run does not have the figure.
     Absent,
+    /// The run has it, but its samples cannot state it (`n/a`).
     Unsupported,
+    /// The value, in the figure's unit.
     Known(f64),
 }
 
-fn opt(v: Option<u64>) -> Value {
-    v.map_or(Value::Unsupported, |v| Value::Known(v as f64))
-}
-
-/// The figures of a run, in table order.
-fn figures(result: &TestResult) -> Vec<(Figure, Value)> {
-    match result {
-        TestResult::Latency(l) => {
-            let r = &l.rtt_ns;
-            let loss = match l.protocol {
-                Protocol::Udp if l.sent > 0 => Value::Known(l.lost as f64 * 100.0 / l.sent as f64),
-                _ => Value::Absent,
-            };
-            vec![
-                (Figure::RttMean, Value::Known(r.mean)),
-                (Figure::RttP50, opt(r.p50)),
-                (Figure::RttP99, opt(r.p99)),
-                (Figure::RttP999, opt(r.p999)),
-                (Figure::RttP9999, opt(r.p9999)),
-                (Figure::RttMax, Value::Known(r.max as f64)),
-                (Figure::Loss, loss),
-            ]
-        }
-        TestResult::Throughput(t) => {
-            let duration_s = t.receiver.duration_ns as f64 / 1e9;
-            let pps = match t.protocol {
-                Protocol::Udp if duration_s > 0.0 => {
-                    Value::Known(t.receiver.packets as f64 / duration_s)
-                }
-                _ => Value::Absent,
-            };
-            vec![
-                (Figure::Throughput, Value::Known(t.receiver.bits_per_second)),
-                (Figure::Pps, pps),
-                (
-                    Figure::Loss,
-                    t.loss_percent.map_or(Value::Absent, Value::Known),
-                ),
-            ]
-        }
-        TestResult::Pps(p) => vec![
-            (Figure::Pps, Value::Known(p.received_pps)),
-            (Figure::Loss, Value::Known(p.loss_percent)),
-        ],
-        TestResult::Crr(c) => vec![(
-            Figure::ConnectionsPerSecond,
-            c.connections_per_second
-                .or(c.client_connections_per_second)
-                .map_or(Value::Unsupported, Value::Known),
-        )],
-        _ => Vec::new(),
+impl Value {
+    /// A count the run states (`Some`) or cannot state (`None`: `n/a`).
+    pub fn stated(v: Option<u64>) -> Self {
+        v.map_or(Self::Unsupported, |v| Self::Known(v as f64))
     }
 }
 
@@ -398,22 +376,13 @@ impl ThinReading {
 /// run has one (the percentile of them all when together they support it, else the value with
 /// the few samples beyond it), else the largest of their maxima.
 fn thin(runs: &[&Run], pct: f64) -> Option<Thin> {
-    let latencies: Vec<_> = runs
-        .iter()
-        .filter_map(|r| match &r.result {
-            TestResult::Latency(l) => Some(l),
-            _ => None,
-        })
-        .collect();
+    let latencies: Vec<RttRun<'_>> = runs.iter().filter_map(|r| r.result.kind().rtt()).collect();
     if latencies.is_empty() {
         return None;
     }
     let samples: u64 = latencies.iter().map(|l| l.samples).sum();
     // The rate of one run: samples over measured time, per run.
-    let duration_ns: u64 = latencies
-        .iter()
-        .map(|l| l.duration_ns.saturating_sub(l.warmup_ns))
-        .sum();
+    let duration_ns: u64 = latencies.iter().map(|l| l.measured_ns).sum();
     let samples_needed = sonde_engine::rtt::min_samples(pct)?;
     let max_ns = latencies.iter().map(|l| l.rtt_ns.max).max().unwrap_or(0);
     let reading = if runs.iter().all(|r| r.rtt.is_some()) {
@@ -559,12 +528,7 @@ impl Comparison {
 /// The values of `figure` over `runs`, in order.
 fn values(runs: &[&Run], figure: Figure) -> Vec<Value> {
     runs.iter()
-        .map(|r| {
-            figures(&r.result)
-                .into_iter()
-                .find(|(f, _)| *f == figure)
-                .map_or(Value::Absent, |(_, v)| v)
-        })
+        .map(|r| r.result.kind().figure(figure))
         .collect()
 }
 
@@ -593,9 +557,8 @@ pub fn compare(a: &[Run], b: &[Run], alpha: f64) -> Result<Comparison, Error> {
     let kind = common_kind(a.iter().chain(b))?.ok_or(Error::Empty("A"))?;
     let (ra, rb): (Vec<&Run>, Vec<&Run>) = (a.iter().collect(), b.iter().collect());
     // The figures in the order the first run has them; one that no run has is left out.
-    let order: Vec<Figure> = figures(&a[0].result).into_iter().map(|(f, _)| f).collect();
     let mut rows = Vec::new();
-    for figure in order {
+    for &figure in kind.figures {
         let (va, vb) = (values(&ra, figure), values(&rb, figure));
         if va.iter().chain(&vb).all(|v| *v == Value::Absent) {
             continue;
@@ -720,10 +683,7 @@ fn case_row(
         .collect();
     let samples = runs
         .iter()
-        .map(|r| match &r.result {
-            TestResult::Latency(l) => Some(l.samples),
-            _ => None,
-        })
+        .map(|r| r.result.kind().rtt().map(|rtt| rtt.samples))
         .sum::<Option<u64>>();
     CaseRow {
         name,
@@ -774,17 +734,12 @@ pub fn cases(runs: &[Run]) -> Vec<CaseTable> {
 fn tables(groups: BTreeMap<(Kind, String), Vec<&Run>>, by: Option<&str>) -> Vec<CaseTable> {
     let mut out: Vec<CaseTable> = Vec::new();
     for ((kind, name), runs) in groups {
-        let columns: Vec<Figure> = match (kind, by) {
-            (_, Some(_)) => kind.matrix_figures().to_vec(),
-            (Kind::Latency, None) => vec![
-                Figure::RttMean,
-                Figure::RttP50,
-                Figure::RttP99,
-                Figure::RttP9999,
-                Figure::RttMax,
-            ],
-            (k, None) => k.matrix_figures().to_vec(),
-        };
+        let columns = if by.is_some() {
+            kind.matrix
+        } else {
+            kind.cases
+        }
+        .to_vec();
         let labels = if by.is_some() {
             BTreeMap::new()
         } else {
@@ -830,7 +785,7 @@ fn tables(groups: BTreeMap<(Kind, String), Vec<&Run>>, by: Option<&str>) -> Vec<
 mod tests {
     use super::*;
     use crate::fixtures;
-    use crate::model::LatencyResult;
+    use crate::model::{LatencyResult, Protocol};
 
     fn latency(f: impl Fn(&mut LatencyResult)) -> TestResult {
         let TestResult::Latency(mut l) = fixtures::latency_tcp() else {

@@ -156,64 +156,25 @@ fn expand(
     result: TestResult,
     histogram: impl Fn(&str) -> Option<RttRecorder>,
 ) -> Vec<Run> {
-    let part =
-        |suffix: &str, result: TestResult, label: (&str, String), rtt: Option<RttRecorder>| {
-            let mut run = Run::new(format!("{id}#{suffix}"), result);
-            run.labels.entry(label.0.to_owned()).or_insert(label.1);
-            run.rtt = rtt;
-            run
-        };
-    match result {
-        TestResult::Quick(q) => q
-            .results
-            .into_iter()
-            .map(|c| part(&c.case.clone(), c.result, ("case", c.case), None))
-            .collect(),
-        TestResult::Sweep(s) => s
-            .steps
-            .into_iter()
-            .map(|st| {
-                let value = st.value.to_string();
-                let suffix = format!("{}={value}", s.parameter);
-                part(&suffix, st.result, (s.parameter.as_str(), value), None)
-            })
-            .collect(),
-        TestResult::Load(l) => {
-            let mut runs = vec![
-                part(
-                    "idle",
-                    TestResult::Latency(l.idle),
-                    ("phase", "idle".to_owned()),
-                    histogram(sonde_store::HISTOGRAM_IDLE_RTT),
-                ),
-                part(
-                    "loaded",
-                    TestResult::Latency(l.loaded),
-                    ("phase", "loaded".to_owned()),
-                    histogram(sonde_store::HISTOGRAM_LOADED_RTT),
-                ),
-                part(
-                    "load",
-                    TestResult::Throughput(l.load),
-                    ("phase", "load".to_owned()),
-                    None,
-                ),
-            ];
-            for r in &mut runs {
-                for (k, v) in &l.labels {
-                    r.labels.entry(k.clone()).or_insert_with(|| v.clone());
-                }
-            }
-            runs
+    let parts = result.kind().runs();
+    if parts.is_empty() {
+        let mut run = Run::new(id, result);
+        if run.result.kind().rtt().is_some() {
+            run.rtt = histogram(HISTOGRAM_RTT);
         }
-        other => {
-            let mut run = Run::new(id, other);
-            if matches!(run.result, TestResult::Latency(_)) {
-                run.rtt = histogram(HISTOGRAM_RTT);
-            }
-            vec![run]
-        }
+        return vec![run];
     }
+    parts
+        .into_iter()
+        .map(|p| {
+            let mut run = Run::new(format!("{id}#{}", p.name), p.result);
+            for (k, v) in p.labels {
+                run.labels.entry(k).or_insert(v);
+            }
+            run.rtt = p.histogram.and_then(&histogram);
+            run
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -250,6 +211,11 @@ mod tests {
         let phases: Vec<&str> = load.iter().map(|r| r.labels["phase"].as_str()).collect();
         assert_eq!(phases, ["idle", "loaded", "load"]);
         assert!(load[0].rtt.is_none() && load[1].rtt.is_some() && load[2].rtt.is_none());
+        // The idle probes' histogram, by the store's name for it too.
+        let load = expand("l.json", fixture("load_udp_bufferbloat"), |name| {
+            (name == sonde_store::HISTOGRAM_IDLE_RTT).then(|| RttRecorder::new(0))
+        });
+        assert!(load[0].rtt.is_some() && load[1].rtt.is_none() && load[2].rtt.is_none());
         let one = expand("7", fixture("latency_tcp"), |name| {
             (name == HISTOGRAM_RTT).then(|| RttRecorder::new(0))
         });

@@ -8,6 +8,10 @@ impl ResultKind for ConfResult {
         "conf"
     }
 
+    fn own_warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
     fn table(&self, out: &mut String) {
         table::context::conf(self, out);
     }
@@ -16,8 +20,9 @@ impl ResultKind for ConfResult {
         table::context::headline(self)
     }
 
+    /// Its figures are both ends' configuration.
     fn csv_columns(&self) -> &'static [&'static [&'static str]] {
-        &[]
+        &[&csv::context::CONF]
     }
 
     fn csv_rows(&self, _case: Option<&str>, rows: &mut Vec<CsvRow>) {

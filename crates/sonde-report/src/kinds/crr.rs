@@ -1,7 +1,18 @@
 //! `sonde crr`: connection rate.
 
+use crate::compare::{Figure, Kind, Value};
 use crate::model::{CrrResult, CsvRow, HeadlineFigures, Meta, ResultKind, RunIndex};
 use crate::render::{csv, table};
+
+/// How compare reads crr runs: connections per second (the agent's count, else the client's).
+const COMPARED: Kind = Kind {
+    rank: 3,
+    name: "crr",
+    cases_title: "Connection-rate cases",
+    figures: &[Figure::ConnectionsPerSecond],
+    matrix: &[Figure::ConnectionsPerSecond],
+    cases: &[Figure::ConnectionsPerSecond],
+};
 
 impl ResultKind for CrrResult {
     fn test_name(&self) -> &'static str {
@@ -26,6 +37,20 @@ impl ResultKind for CrrResult {
                 ..HeadlineFigures::default()
             },
         ))
+    }
+
+    fn compared(&self) -> Option<Kind> {
+        Some(COMPARED)
+    }
+
+    fn figure(&self, figure: Figure) -> Value {
+        match figure {
+            Figure::ConnectionsPerSecond => self
+                .connections_per_second
+                .or(self.client_connections_per_second)
+                .map_or(Value::Unsupported, Value::Known),
+            _ => Value::Absent,
+        }
     }
 
     fn table(&self, out: &mut String) {

@@ -1,10 +1,40 @@
 //! `sonde latency`: round-trip times.
 
+use crate::compare::{Figure, Kind, Value};
 use crate::model::{
-    CsvRow, HeadlineFigures, Helpers, LatencyResult, Meta, Protocol, ResultKind, RunIndex,
+    CsvRow, HeadlineFigures, Helpers, LatencyResult, Meta, Protocol, ResultKind, RttRun, RunIndex,
     ShareFigures,
 };
 use crate::render::{csv, table};
+
+/// How compare reads latency runs: their RTTs, and their loss over UDP.
+const COMPARED: Kind = Kind {
+    rank: 0,
+    name: "latency",
+    cases_title: "Latency cases",
+    figures: &[
+        Figure::RttMean,
+        Figure::RttP50,
+        Figure::RttP99,
+        Figure::RttP999,
+        Figure::RttP9999,
+        Figure::RttMax,
+        Figure::Loss,
+    ],
+    matrix: &[
+        Figure::RttMean,
+        Figure::RttP50,
+        Figure::RttP99,
+        Figure::RttP9999,
+    ],
+    cases: &[
+        Figure::RttMean,
+        Figure::RttP50,
+        Figure::RttP99,
+        Figure::RttP9999,
+        Figure::RttMax,
+    ],
+};
 
 impl ResultKind for LatencyResult {
     fn test_name(&self) -> &'static str {
@@ -30,6 +60,37 @@ impl ResultKind for LatencyResult {
 
     fn helpers(&self) -> Option<(&Helpers, ShareFigures)> {
         self.helpers.as_ref().map(|h| (h, ShareFigures::Latency))
+    }
+
+    fn compared(&self) -> Option<Kind> {
+        Some(COMPARED)
+    }
+
+    fn figure(&self, figure: Figure) -> Value {
+        let r = &self.rtt_ns;
+        match figure {
+            Figure::RttMean => Value::Known(r.mean),
+            Figure::RttP50 => Value::stated(r.p50),
+            Figure::RttP99 => Value::stated(r.p99),
+            Figure::RttP999 => Value::stated(r.p999),
+            Figure::RttP9999 => Value::stated(r.p9999),
+            Figure::RttMax => Value::Known(r.max as f64),
+            Figure::Loss => match self.protocol {
+                Protocol::Udp if self.sent > 0 => {
+                    Value::Known(self.lost as f64 * 100.0 / self.sent as f64)
+                }
+                _ => Value::Absent,
+            },
+            _ => Value::Absent,
+        }
+    }
+
+    fn rtt(&self) -> Option<RttRun<'_>> {
+        Some(RttRun {
+            rtt_ns: &self.rtt_ns,
+            samples: self.samples,
+            measured_ns: self.duration_ns.saturating_sub(self.warmup_ns),
+        })
     }
 
     fn table(&self, out: &mut String) {

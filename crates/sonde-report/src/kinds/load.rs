@@ -1,6 +1,8 @@
 //! `sonde load`: latency idle and under load.
 
-use crate::model::{CsvRow, HeadlineFigures, Labels, LoadResult, Meta, ResultKind, RunIndex};
+use crate::model::{
+    CsvRow, HeadlineFigures, Labels, LoadResult, Meta, ResultKind, RunIndex, RunPart, TestResult,
+};
 use crate::render::{csv, table};
 
 impl ResultKind for LoadResult {
@@ -24,6 +26,33 @@ impl ResultKind for LoadResult {
             ("idle".to_owned(), &self.idle.meta),
             ("loaded".to_owned(), &self.loaded.meta),
             ("load".to_owned(), &self.load.meta),
+        ]
+    }
+
+    /// Its phases, labelled `phase=idle`, `loaded` and `load`, each with the load's labels too.
+    fn runs(&self) -> Vec<RunPart> {
+        let part = |phase: &str, result: TestResult, histogram: Option<&'static str>| {
+            let mut labels = vec![("phase".to_owned(), phase.to_owned())];
+            labels.extend(self.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+            RunPart {
+                name: phase.to_owned(),
+                labels,
+                result,
+                histogram,
+            }
+        };
+        vec![
+            part(
+                "idle",
+                TestResult::Latency(self.idle.clone()),
+                Some("idle_rtt"),
+            ),
+            part(
+                "loaded",
+                TestResult::Latency(self.loaded.clone()),
+                Some("loaded_rtt"),
+            ),
+            part("load", TestResult::Throughput(self.load.clone()), None),
         ]
     }
 

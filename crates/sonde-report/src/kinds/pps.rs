@@ -1,9 +1,20 @@
 //! `sonde pps`: packet rate.
 
+use crate::compare::{Figure, Kind, Value};
 use crate::model::{
     CsvRow, HeadlineFigures, Helpers, Meta, PpsResult, ResultKind, RunIndex, ShareFigures,
 };
 use crate::render::{csv, table};
+
+/// How compare reads pps runs: packets received per second, and loss.
+const COMPARED: Kind = Kind {
+    rank: 2,
+    name: "pps",
+    cases_title: "Packet-rate cases",
+    figures: &[Figure::Pps, Figure::Loss],
+    matrix: &[Figure::Pps, Figure::Loss],
+    cases: &[Figure::Pps, Figure::Loss],
+};
 
 impl ResultKind for PpsResult {
     fn test_name(&self) -> &'static str {
@@ -33,6 +44,22 @@ impl ResultKind for PpsResult {
 
     fn helpers(&self) -> Option<(&Helpers, ShareFigures)> {
         self.helpers.as_ref().map(|h| (h, ShareFigures::Pps))
+    }
+
+    fn clear_intervals(&mut self) {
+        self.intervals.clear();
+    }
+
+    fn compared(&self) -> Option<Kind> {
+        Some(COMPARED)
+    }
+
+    fn figure(&self, figure: Figure) -> Value {
+        match figure {
+            Figure::Pps => Value::Known(self.received_pps),
+            Figure::Loss => Value::Known(self.loss_percent),
+            _ => Value::Absent,
+        }
     }
 
     fn table(&self, out: &mut String) {

@@ -1,6 +1,6 @@
 //! `sonde quick`: one result per case.
 
-use crate::model::{CsvRow, Labels, QuickResult, ResultKind, TestResult};
+use crate::model::{CsvRow, Labels, QuickResult, ResultKind, RunPart, TestResult};
 use crate::render::{csv, table};
 
 impl ResultKind for QuickResult {
@@ -20,6 +20,18 @@ impl ResultKind for QuickResult {
         self.results
             .iter()
             .map(|c| (c.case.clone(), &c.result))
+            .collect()
+    }
+
+    fn runs(&self) -> Vec<RunPart> {
+        self.results
+            .iter()
+            .map(|c| RunPart {
+                name: c.case.clone(),
+                labels: vec![("case".to_owned(), c.case.clone())],
+                result: c.result.clone(),
+                histogram: None,
+            })
             .collect()
     }
 

@@ -1,6 +1,6 @@
 //! `--sweep`: one result per step.
 
-use crate::model::{CsvRow, Labels, ResultKind, SweepResult, TestResult};
+use crate::model::{CsvRow, Labels, ResultKind, RunPart, SweepResult, TestResult};
 use crate::render::{csv, table};
 
 impl ResultKind for SweepResult {
@@ -20,6 +20,21 @@ impl ResultKind for SweepResult {
         self.steps
             .iter()
             .map(|s| (format!("{}={}", self.parameter, s.value), &s.result))
+            .collect()
+    }
+
+    fn runs(&self) -> Vec<RunPart> {
+        self.steps
+            .iter()
+            .map(|s| {
+                let value = s.value.to_string();
+                RunPart {
+                    name: format!("{}={value}", self.parameter),
+                    labels: vec![(self.parameter.clone(), value)],
+                    result: s.result.clone(),
+                    histogram: None,
+                }
+            })
             .collect()
     }
 

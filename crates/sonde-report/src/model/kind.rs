@@ -7,10 +7,41 @@ use std::collections::BTreeMap;
 use super::context::{Helpers, ShareFigures};
 use super::index::RunIndex;
 use super::meta::{Labels, Meta};
+use super::stats::RttNs;
 use super::TestResult;
+use crate::compare::{self, Figure};
 
 /// One CSV row: its cells by column name (a column it has no cell for is empty).
 pub type CsvRow = BTreeMap<&'static str, String>;
+
+/// A latency run's round trips, as compare and the HTML report read them
+/// ([`ResultKind::rtt`]).
+#[derive(Debug, Clone, Copy)]
+pub struct RttRun<'a> {
+    /// Its RTT statistics.
+    pub rtt_ns: &'a RttNs,
+    /// The samples behind them.
+    pub samples: u64,
+    /// The time they were taken over: the run's duration without its warm-up, ns.
+    pub measured_ns: u64,
+}
+
+/// One of the single runs a result is made of, as compare and the report take it apart
+/// ([`ResultKind::runs`]).
+#[derive(Debug, Clone)]
+pub struct RunPart {
+    /// Its name within the result: a quick case, a sweep step (`PARAM=VALUE`), a load phase.
+    pub name: String,
+    /// The labels it takes where it has none of its own, in order: first the one that tells it
+    /// from the others (`case=NAME`, `PARAM=VALUE`, `phase=idle`), then any the whole result
+    /// lends it.
+    pub labels: Vec<(String, String)>,
+    /// Its document.
+    pub result: TestResult,
+    /// The name sonde-store saves its RTT histogram under, for a load's latency phases
+    /// (`idle_rtt`, `loaded_rtt`).
+    pub histogram: Option<&'static str>,
+}
 
 /// One test kind's result, as the renderers, the compare and the results store see it.
 pub trait ResultKind {
@@ -56,6 +87,13 @@ pub trait ResultKind {
         Vec::new()
     }
 
+    /// The single runs it is made of, each a whole document (a quick case, a sweep step, a
+    /// load's idle and loaded probes and its load), for compare and the report; empty for a
+    /// single run.
+    fn runs(&self) -> Vec<RunPart> {
+        Vec::new()
+    }
+
     /// `--from`: its helpers' shares and which figures they have; not those of its parts.
     fn helpers(&self) -> Option<(&Helpers, ShareFigures)> {
         None
@@ -74,6 +112,34 @@ pub trait ResultKind {
     /// What a results store finds and lists it by; `None` for a document that is not one run
     /// (quick, a sweep, conf).
     fn index(&self) -> Option<RunIndex<'_>> {
+        None
+    }
+
+    /// Warnings it carries outside any meta (conf's own); a meta's are in
+    /// [`metas`](Self::metas).
+    fn own_warnings(&self) -> &[String] {
+        &[]
+    }
+
+    /// Drops its intervals, for a kind that has them (a helper's document, sent whole to its
+    /// requester, which does not merge them).
+    fn clear_intervals(&mut self) {}
+
+    /// How `sonde compare` reads this kind: its name, the figures it offers, its matrix and case
+    /// tables' columns; `None` for a kind compare does not read (quick, load, sweep, conf).
+    fn compared(&self) -> Option<compare::Kind> {
+        None
+    }
+
+    /// Its value of `figure` for `sonde compare`: [`compare::Value::Absent`] for a figure it
+    /// does not have (every figure, for a kind compare does not read).
+    fn figure(&self, _figure: Figure) -> compare::Value {
+        compare::Value::Absent
+    }
+
+    /// The round trips it measured itself, for a latency run; `None` for any other kind (and
+    /// for those that hold latency runs as parts: load, quick, a sweep).
+    fn rtt(&self) -> Option<RttRun<'_>> {
         None
     }
 

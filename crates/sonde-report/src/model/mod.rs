@@ -26,7 +26,7 @@ pub use self::conf::*;
 pub use self::context::*;
 pub use self::crr::*;
 pub use self::index::{HeadlineFigures, RunIndex};
-pub use self::kind::{CsvRow, ResultKind};
+pub use self::kind::{CsvRow, ResultKind, RttRun, RunPart};
 pub use self::latency::*;
 pub use self::load::*;
 pub use self::meta::*;

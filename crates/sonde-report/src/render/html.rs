@@ -23,7 +23,7 @@ use sonde_engine::rtt::{percentile_supported, RttRecorder};
 use super::compare::fmt_figure;
 use super::table::helpers::{self as shares, Shares};
 use super::units::{fmt_count, fmt_ns, fmt_timestamp, TimeUnit};
-use crate::compare::{cases, CaseTable, Cell, Comparison, Figure, Kind, Run, ThinReading, Verdict};
+use crate::compare::{cases, CaseTable, Cell, Comparison, Figure, Run, ThinReading, Verdict};
 use crate::model::{Helpers, Meta, TestResult};
 
 const UPLOT_JS: &str = include_str!("../../assets/uplot/uPlot.iife.min.js");
@@ -92,7 +92,7 @@ pub fn html(report: &Report<'_>) -> String {
     }
 
     // Charts.
-    let latency = tables.iter().find(|t| t.test == Kind::Latency);
+    let latency = tables.iter().find(|t| t.test.is_rtt());
     let mut data = serde_json::Map::new();
     if let Some(t) = latency {
         body.push_str("<h2>Mean and p99.99 RTT per case</h2>\n");
@@ -183,15 +183,6 @@ fn esc(s: &str) -> String {
     out
 }
 
-fn kind_title(k: Kind) -> &'static str {
-    match k {
-        Kind::Latency => "Latency cases",
-        Kind::Throughput => "Throughput cases",
-        Kind::Pps => "Packet-rate cases",
-        Kind::Crr => "Connection-rate cases",
-    }
-}
-
 fn short(f: Figure) -> &'static str {
     match f {
         Figure::RttMean => "mean",
@@ -217,7 +208,7 @@ fn rtt_unit(t: &CaseTable) -> TimeUnit {
 
 fn case_table_html(out: &mut String, t: &CaseTable) {
     let unit = rtt_unit(t);
-    let _ = writeln!(out, "<h2>{}</h2>", kind_title(t.test));
+    let _ = writeln!(out, "<h2>{}</h2>", t.test.cases_title());
     let has_samples = t.rows.iter().any(|r| r.samples.is_some());
     let _ = write!(
         out,
@@ -260,7 +251,7 @@ fn case_table_html(out: &mut String, t: &CaseTable) {
         out.push_str("</tr>\n");
     }
     out.push_str("</table>\n");
-    if t.test == Kind::Latency {
+    if t.test.is_rtt() {
         out.push_str(
             "<p class=\"note\">Each figure is the median over the case's runs. A percentile is \
              stated only with at least 10 / (1 - p) samples (p99.99 needs 100,000). Where a case \
@@ -359,7 +350,7 @@ fn distribution<'a>(runs: &[Run], case_names: impl Iterator<Item = &'a str>) -> 
     // The same grouping as the case table: by labels, or by id without labels.
     let mut groups: BTreeMap<String, Vec<&Run>> = BTreeMap::new();
     for run in runs {
-        if run.kind() != Some(Kind::Latency) {
+        if run.result.kind().rtt().is_none() {
             continue;
         }
         let name = if run.labels.is_empty() {
@@ -393,9 +384,9 @@ fn distribution<'a>(runs: &[Run], case_names: impl Iterator<Item = &'a str>) -> 
             for (x, get) in DOC_PERCENTILES {
                 let vals: Option<Vec<f64>> = runs
                     .iter()
-                    .map(|r| match &r.result {
-                        TestResult::Latency(l) => get(&l.rtt_ns).map(|v| v as f64),
-                        _ => None,
+                    .map(|r| {
+                        let rtt = r.result.kind().rtt()?;
+                        get(rtt.rtt_ns).map(|v| v as f64)
                     })
                     .collect();
                 if let Some(m) = vals.and_then(|v| sonde_engine::compare::median(&v)) {
@@ -841,9 +832,8 @@ fn warnings_html(out: &mut String, runs: &[Run]) {
             }
             texts.extend(m.warnings.iter().map(|w| (part.clone(), w.clone())));
         }
-        if let TestResult::Conf(c) = &run.result {
-            texts.extend(c.warnings.iter().map(|w| (String::new(), w.clone())));
-        }
+        let own = run.result.kind().own_warnings();
+        texts.extend(own.iter().map(|w| (String::new(), w.clone())));
         for (part, w) in texts {
             items.push(format!(
                 "<li data-warning><b>{}</b>: {}</li>",

@@ -64,7 +64,7 @@ const CONTEXT: [&str; 32] = [
 ];
 
 /// `sonde conf`: one row per end (`host`), one per interface (`interface`).
-const CONF: [&str; 40] = [
+pub(crate) const CONF: [&str; 40] = [
     "side",
     "host_name",
     "host_sonde_version",
@@ -113,9 +113,7 @@ pub(super) fn columns(result: &TestResult) -> Vec<&'static str> {
     if has_throughput(result) {
         cols.extend(TCP_INFO);
     }
-    if matches!(result, TestResult::Conf(_)) {
-        cols.extend(CONF);
-    } else if has_context(result) {
+    if has_context(result) {
         cols.extend(CONTEXT);
     }
     cols

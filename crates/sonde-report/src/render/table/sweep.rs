@@ -39,10 +39,7 @@ pub(crate) fn sweep(r: &SweepResult, out: &mut String) {
             let largest = r
                 .steps
                 .iter()
-                .filter_map(|s| match &s.result {
-                    TestResult::Latency(l) => l.rtt_ns.p50.map(to_f64),
-                    _ => None,
-                })
+                .filter_map(|s| s.result.kind().rtt()?.rtt_ns.p50.map(to_f64))
                 .fold(0.0, f64::max);
             let unit = TimeUnit::for_typical(largest);
             let mut g = Grid::new(vec![
