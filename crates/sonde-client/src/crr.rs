@@ -14,6 +14,7 @@
 //! its own current interval and adds it to the run's once its clock has passed it
 //! (`sonde_net::crr::SharedCrrIntervals`); the intervals end where the workers did.
 
+use std::convert::Infallible;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -86,15 +87,26 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Runs a connection-rate test.
-pub fn crr(target: &Target, opt: &CrrOptions) -> Result<CrrResult, ClientError> {
-    crr_interruptible(target, opt, &AtomicBool::new(false))
+impl crate::test::sealed::Sealed<Target> for CrrOptions {}
+
+/// A connection-rate test against a sonde agent. Interrupted (Ctrl-C), the workers stop after
+/// their current transaction, the agent reports, and the result covers what was counted until
+/// then, marked `interrupted`.
+impl crate::Test for CrrOptions {
+    type Output = CrrResult;
+    type Interval = Infallible;
+
+    fn run(
+        &self,
+        target: &Target,
+        controls: crate::Controls<'_, Infallible>,
+    ) -> Result<CrrResult, ClientError> {
+        let (interrupt, _, _) = controls.parts();
+        crr(target, self, interrupt)
+    }
 }
 
-/// [`crr`], ending early when `interrupt` is raised (Ctrl-C): the workers stop after their
-/// current transaction, the agent reports, and the result covers what was counted until then,
-/// marked `interrupted`.
-pub fn crr_interruptible(
+fn crr(
     target: &Target,
     opt: &CrrOptions,
     interrupt: &AtomicBool,
@@ -536,7 +548,10 @@ mod tests {
             },
         ] {
             assert!(
-                matches!(crr(&target(), &opt), Err(ClientError::Usage(_))),
+                matches!(
+                    crate::run(&target(), &opt, crate::Controls::new()),
+                    Err(ClientError::Usage(_))
+                ),
                 "{opt:?}"
             );
         }

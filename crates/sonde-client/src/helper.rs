@@ -15,6 +15,7 @@
 //! agent: the ordinary client against the target, held between the target's `Ready` and the
 //! first datagram until the common start.
 
+use std::convert::Infallible;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -30,7 +31,10 @@ use sonde_report::{
 };
 use sonde_wire::{ControlMsg, HelperTest, TestKind};
 
-use crate::{ClientError, GsoMode, LatencyOptions, PpsOptions, Target, ThroughputOptions};
+use crate::{
+    ClientError, Controls, FromHelpers, GsoMode, LatencyOptions, PpsOptions, Target, Test,
+    ThroughputOptions,
+};
 
 /// Clock exchanges per helper before the start is named.
 pub(crate) const CLOCK_EXCHANGES: u32 = 8;
@@ -329,7 +333,8 @@ pub fn run_as_helper(
                     // A helper's threads run where its own scheduler puts them.
                     cpus: Vec::new(),
                 };
-                crate::pps_held(&t, &opt, stop, &mut |_| {}, &mut hold).map(TestResult::Pps)?
+                crate::run(&t, &opt, Controls::new().interrupt(stop).hold(&mut hold))
+                    .map(TestResult::Pps)?
             }
             TestKind::Throughput => {
                 let opt = ThroughputOptions {
@@ -345,7 +350,7 @@ pub fn run_as_helper(
                     cpus: Vec::new(),
                     read_size: (spec.read_size != 0).then_some(spec.read_size),
                 };
-                crate::throughput_held(&t, &opt, stop, &mut |_| {}, &mut hold)
+                crate::run(&t, &opt, Controls::new().interrupt(stop).hold(&mut hold))
                     .map(TestResult::Throughput)?
             }
             TestKind::Latency => {
@@ -357,7 +362,7 @@ pub fn run_as_helper(
                     warmup,
                     ..LatencyOptions::default()
                 };
-                crate::latency_held(&t, &opt, stop, &mut hold)
+                crate::run(&t, &opt, Controls::new().interrupt(stop).hold(&mut hold))
                     .map(|m| TestResult::Latency(m.result))?
             }
             _ => {
@@ -471,17 +476,22 @@ fn per_window(count: u64, window_ns: u64) -> f64 {
     sonde_engine::per_second(count, window_ns)
 }
 
-/// `sonde pps TARGET --from HELPER...`: every helper sends `opt` to `target` at once; the
-/// result is what the target received from all of them together over the common window, and
-/// each helper's share.
-///
-/// # Errors
-/// A helper could not be reached, refused, or its test failed (the error names it).
-pub fn pps_from(
-    target: &str,
-    helpers: &[Target],
-    opt: &PpsOptions,
-) -> Result<PpsResult, ClientError> {
+impl crate::test::sealed::Sealed<FromHelpers> for PpsOptions {}
+
+/// `sonde pps TARGET --from HELPER...`: every helper sends these options to the target at
+/// once; the result is what the target received from all of them together over the common
+/// window, and each helper's share. Errors: a helper could not be reached, refused, or its test
+/// failed (the error names it).
+impl Test<FromHelpers> for PpsOptions {
+    type Output = PpsResult;
+    type Interval = Infallible;
+
+    fn run(&self, on: &FromHelpers, _: Controls<'_, Infallible>) -> Result<PpsResult, ClientError> {
+        pps_from(&on.target, &on.helpers, self)
+    }
+}
+
+fn pps_from(target: &str, helpers: &[Target], opt: &PpsOptions) -> Result<PpsResult, ClientError> {
     crate::check_pps(opt)?;
     let test = HelperTest {
         spec: crate::pps_spec(opt),
@@ -499,7 +509,7 @@ pub fn pps_from(
     Ok(aggregate_pps(&docs, opt.flows))
 }
 
-/// What the target received from every helper together ([`pps_from`]), from each helper's
+/// What the target received from every helper together (`pps_from`), from each helper's
 /// document and when its data started.
 fn aggregate_pps(docs: &[(HelperRun, PpsResult)], flows_per_helper: u32) -> PpsResult {
     let timed: Vec<(HelperRun, u64)> = docs
@@ -565,12 +575,25 @@ fn aggregate_pps(docs: &[(HelperRun, PpsResult)], flows_per_helper: u32) -> PpsR
     agg
 }
 
-/// `sonde throughput TARGET --from HELPER...`: every helper runs `opt` (its `-P` streams)
-/// against `target` at once; the totals are all helpers' together over the common window.
-///
-/// # Errors
-/// As [`pps_from`].
-pub fn throughput_from(
+impl crate::test::sealed::Sealed<FromHelpers> for ThroughputOptions {}
+
+/// `sonde throughput TARGET --from HELPER...`: every helper runs these options (its `-P`
+/// streams) against the target at once; the totals are all helpers' together over the common
+/// window. Errors: as for pps.
+impl Test<FromHelpers> for ThroughputOptions {
+    type Output = ThroughputResult;
+    type Interval = Infallible;
+
+    fn run(
+        &self,
+        on: &FromHelpers,
+        _: Controls<'_, Infallible>,
+    ) -> Result<ThroughputResult, ClientError> {
+        throughput_from(&on.target, &on.helpers, self)
+    }
+}
+
+fn throughput_from(
     target: &str,
     helpers: &[Target],
     opt: &ThroughputOptions,
@@ -649,13 +672,26 @@ pub fn throughput_from(
     Ok(agg)
 }
 
-/// `sonde latency TARGET --from HELPER...`: every helper measures its round-trip times to
-/// `target` at once, each while the others run. Percentiles of different paths do not add up:
-/// the top-level figures are the first helper's, and every helper's are in `helpers`.
-///
-/// # Errors
-/// As [`pps_from`].
-pub fn latency_from(
+impl crate::test::sealed::Sealed<FromHelpers> for LatencyOptions {}
+
+/// `sonde latency TARGET --from HELPER...`: every helper measures its round-trip times to the
+/// target at once, each while the others run. Percentiles of different paths do not add up:
+/// the top-level figures are the first helper's, and every helper's are in `helpers`. Errors:
+/// as for pps.
+impl Test<FromHelpers> for LatencyOptions {
+    type Output = LatencyResult;
+    type Interval = Infallible;
+
+    fn run(
+        &self,
+        on: &FromHelpers,
+        _: Controls<'_, Infallible>,
+    ) -> Result<LatencyResult, ClientError> {
+        latency_from(&on.target, &on.helpers, self)
+    }
+}
+
+fn latency_from(
     target: &str,
     helpers: &[Target],
     opt: &LatencyOptions,

@@ -46,6 +46,21 @@ pub(crate) fn measure(
     interrupt.check()
 }
 
+/// One run of the client's `test` against `target` (an agent, a foreign server or helpers),
+/// as the store keeps it: what every subcommand, `quick`, the sweeps and the mesh run a test
+/// with.
+pub(crate) fn client_run<On, T>(
+    target: &On,
+    test: &T,
+    controls: sonde_client::Controls<'_, T::Interval>,
+) -> Result<Measured, sonde_client::ClientError>
+where
+    T: sonde_client::Test<On>,
+    Measured: From<T::Output>,
+{
+    sonde_client::run(target, test, controls).map(Measured::from)
+}
+
 /// Implements [`Test`] for the subcommand's `Opt` in scope, whose `output: OutputOpt` and
 /// `save: SaveOpt` are flattened in: `expected` says how long one run of those options measures,
 /// `run_once` runs one.

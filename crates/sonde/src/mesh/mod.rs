@@ -19,7 +19,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sonde_agent::LinkTests;
-use sonde_client::{ClientError, Target};
+use sonde_client::{ClientError, Controls, Target};
 use sonde_engine::schedule::{Check, MeshScheduler};
 use sonde_wire::auth::Secret;
 use sonde_wire::Protocol;
@@ -329,7 +329,7 @@ fn probe(
     let mut backoff = Duration::from_secs(1);
     let mut was_up = None;
     while !stop.load(Ordering::Relaxed) {
-        let up = match sonde_client::latency_measured(target, &options, stop) {
+        let up = match sonde_client::run(target, &options, Controls::new().interrupt(stop)) {
             Ok(m) => {
                 let r = &m.result;
                 metrics.sent.get_or_create(&labels).inc_by(r.sent);
@@ -452,7 +452,7 @@ fn run_check(
     match check {
         Check::Throughput => {
             let Some(t) = &cfg.throughput else { return };
-            match sonde_client::throughput_interruptible(&target, &t.options, stop, &mut |_| {}) {
+            match sonde_client::run(&target, &t.options, Controls::new().interrupt(stop)) {
                 Ok(r) => {
                     let labels = PairDir {
                         source: cfg.name.clone(),
@@ -477,7 +477,7 @@ fn run_check(
         }
         Check::Pps => {
             let Some(p) = &cfg.pps else { return };
-            match sonde_client::pps_interruptible(&target, &p.options, stop) {
+            match sonde_client::run(&target, &p.options, Controls::new().interrupt(stop)) {
                 Ok(r) => {
                     let labels = Pair {
                         source: cfg.name.clone(),
@@ -692,12 +692,10 @@ mod tests {
             duration: Duration::from_secs(2),
             ..sonde_client::ThroughputOptions::default()
         };
-        let never = AtomicBool::new(false);
         // This end's own scheduled test to the client's address runs: the client's is refused
         // as busy, which the mesh takes as its turn passing.
         let own = links.start_outgoing(peer).unwrap();
-        let err = sonde_client::throughput_interruptible(&target, &options, &never, &mut |_| {})
-            .unwrap_err();
+        let err = sonde_client::run(&target, &options, Controls::new()).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -713,20 +711,13 @@ mod tests {
             duration: Duration::from_millis(300),
             ..sonde_client::LatencyOptions::default()
         };
-        sonde_client::latency_measured(&target, &probe, &never).unwrap();
+        sonde_client::run(&target, &probe, Controls::new()).unwrap();
         drop(own);
         // Served while no test of this end runs; while it is served, this end's scheduled test
         // to that address does not start.
         let client = {
             let (target, options) = (target.clone(), options.clone());
-            thread::spawn(move || {
-                sonde_client::throughput_interruptible(
-                    &target,
-                    &options,
-                    &AtomicBool::new(false),
-                    &mut |_| {},
-                )
-            })
+            thread::spawn(move || sonde_client::run(&target, &options, Controls::new()))
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while !links.serving(peer) && !client.is_finished() && Instant::now() < deadline {
