@@ -8,7 +8,7 @@ use crate::output::{OutputOpt, Progress};
 use crate::save::{Measured, SaveOpt, Saver};
 
 /// What a test subcommand's options give the runner.
-pub(crate) trait Test {
+pub(crate) trait Test: std::fmt::Debug {
     /// Where the result is saved, `--repeat` and `--pause`.
     fn save_opt(&self) -> &SaveOpt;
     /// `--json`, `--csv`, `--json-stream`.
