@@ -14,7 +14,6 @@
 //! its own current interval and adds it to the run's once its clock has passed it
 //! (`sonde_net::crr::SharedCrrIntervals`); the intervals end where the workers did.
 
-use std::convert::Infallible;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -87,24 +86,12 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-impl crate::test::sealed::Sealed<Target> for CrrOptions {}
-
-/// A connection-rate test against a sonde agent. Interrupted (Ctrl-C), the workers stop after
-/// their current transaction, the agent reports, and the result covers what was counted until
-/// then, marked `interrupted`.
-impl crate::Test for CrrOptions {
-    type Output = CrrResult;
-    type Interval = Infallible;
-
-    fn run(
-        &self,
-        target: &Target,
-        controls: crate::Controls<'_, Infallible>,
-    ) -> Result<CrrResult, ClientError> {
-        let (interrupt, _, _) = controls.parts();
-        crr(target, self, interrupt)
-    }
-}
+crate::test::impl_test!(
+    /// A connection-rate test against a sonde agent. Interrupted (Ctrl-C), the workers stop
+    /// after their current transaction, the agent reports, and the result covers what was
+    /// counted until then, marked `interrupted`.
+    CrrOptions, Target => CrrResult, crr
+);
 
 fn crr(
     target: &Target,

@@ -15,7 +15,6 @@
 //! agent: the ordinary client against the target, held between the target's `Ready` and the
 //! first datagram until the common start.
 
-use std::convert::Infallible;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -32,7 +31,7 @@ use sonde_report::{
 use sonde_wire::{ControlMsg, HelperTest, TestKind};
 
 use crate::{
-    ClientError, Controls, FromHelpers, GsoMode, LatencyOptions, PpsOptions, Target, Test,
+    ClientError, Controls, FromHelpers, GsoMode, LatencyOptions, PpsOptions, Target,
     ThroughputOptions,
 };
 
@@ -476,20 +475,14 @@ fn per_window(count: u64, window_ns: u64) -> f64 {
     sonde_engine::per_second(count, window_ns)
 }
 
-impl crate::test::sealed::Sealed<FromHelpers> for PpsOptions {}
-
-/// `sonde pps TARGET --from HELPER...`: every helper sends these options to the target at
-/// once; the result is what the target received from all of them together over the common
-/// window, and each helper's share. Errors: a helper could not be reached, refused, or its test
-/// failed (the error names it).
-impl Test<FromHelpers> for PpsOptions {
-    type Output = PpsResult;
-    type Interval = Infallible;
-
-    fn run(&self, on: &FromHelpers, _: Controls<'_, Infallible>) -> Result<PpsResult, ClientError> {
-        pps_from(&on.target, &on.helpers, self)
-    }
-}
+crate::test::impl_test!(
+    /// `sonde pps TARGET --from HELPER...`: every helper sends these options to the target at
+    /// once; the result is what the target received from all of them together over the common
+    /// window, and each helper's share. Errors: a helper could not be reached, refused, or its
+    /// test failed (the error names it).
+    PpsOptions, FromHelpers => PpsResult,
+    |on, opt, _| pps_from(&on.target, &on.helpers, opt),
+);
 
 fn pps_from(target: &str, helpers: &[Target], opt: &PpsOptions) -> Result<PpsResult, ClientError> {
     crate::check_pps(opt)?;
@@ -575,23 +568,13 @@ fn aggregate_pps(docs: &[(HelperRun, PpsResult)], flows_per_helper: u32) -> PpsR
     agg
 }
 
-impl crate::test::sealed::Sealed<FromHelpers> for ThroughputOptions {}
-
-/// `sonde throughput TARGET --from HELPER...`: every helper runs these options (its `-P`
-/// streams) against the target at once; the totals are all helpers' together over the common
-/// window. Errors: as for pps.
-impl Test<FromHelpers> for ThroughputOptions {
-    type Output = ThroughputResult;
-    type Interval = Infallible;
-
-    fn run(
-        &self,
-        on: &FromHelpers,
-        _: Controls<'_, Infallible>,
-    ) -> Result<ThroughputResult, ClientError> {
-        throughput_from(&on.target, &on.helpers, self)
-    }
-}
+crate::test::impl_test!(
+    /// `sonde throughput TARGET --from HELPER...`: every helper runs these options (its `-P`
+    /// streams) against the target at once; the totals are all helpers' together over the
+    /// common window. Errors: as for pps.
+    ThroughputOptions, FromHelpers => ThroughputResult,
+    |on, opt, _| throughput_from(&on.target, &on.helpers, opt),
+);
 
 fn throughput_from(
     target: &str,
@@ -672,24 +655,14 @@ fn throughput_from(
     Ok(agg)
 }
 
-impl crate::test::sealed::Sealed<FromHelpers> for LatencyOptions {}
-
-/// `sonde latency TARGET --from HELPER...`: every helper measures its round-trip times to the
-/// target at once, each while the others run. Percentiles of different paths do not add up:
-/// the top-level figures are the first helper's, and every helper's are in `helpers`. Errors:
-/// as for pps.
-impl Test<FromHelpers> for LatencyOptions {
-    type Output = LatencyResult;
-    type Interval = Infallible;
-
-    fn run(
-        &self,
-        on: &FromHelpers,
-        _: Controls<'_, Infallible>,
-    ) -> Result<LatencyResult, ClientError> {
-        latency_from(&on.target, &on.helpers, self)
-    }
-}
+crate::test::impl_test!(
+    /// `sonde latency TARGET --from HELPER...`: every helper measures its round-trip times to
+    /// the target at once, each while the others run. Percentiles of different paths do not
+    /// add up: the top-level figures are the first helper's, and every helper's are in
+    /// `helpers`. Errors: as for pps.
+    LatencyOptions, FromHelpers => LatencyResult,
+    |on, opt, _| latency_from(&on.target, &on.helpers, opt),
+);
 
 fn latency_from(
     target: &str,

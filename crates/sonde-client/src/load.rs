@@ -2,7 +2,6 @@
 //! first on the idle path, then while bulk TCP streams load it, so the difference is what the
 //! load's queues add to every round trip (bufferbloat).
 
-use std::convert::Infallible;
 use std::sync::atomic::AtomicBool;
 
 use sonde_report::WarningCode;
@@ -69,24 +68,12 @@ pub struct LoadMeasurement {
     pub loaded_rtt_histogram: Vec<u8>,
 }
 
-impl crate::test::sealed::Sealed<Target> for LoadOptions {}
-
-/// The idle probes, then the load and the loaded probes together, keeping the probes' RTT
-/// histograms. Interrupted (Ctrl-C), the phase running ends early and any phase after it stops
-/// as soon as it starts: each run says `interrupted`.
-impl crate::Test for LoadOptions {
-    type Output = LoadMeasurement;
-    type Interval = Infallible;
-
-    fn run(
-        &self,
-        target: &Target,
-        controls: Controls<'_, Infallible>,
-    ) -> Result<LoadMeasurement, ClientError> {
-        let (interrupt, _, _) = controls.parts();
-        latency_under_load(target, self, interrupt)
-    }
-}
+crate::test::impl_test!(
+    /// The idle probes, then the load and the loaded probes together, keeping the probes' RTT
+    /// histograms. Interrupted (Ctrl-C), the phase running ends early and any phase after it
+    /// stops as soon as it starts: each run says `interrupted`.
+    LoadOptions, Target => LoadMeasurement, latency_under_load
+);
 
 fn latency_under_load(
     target: &Target,

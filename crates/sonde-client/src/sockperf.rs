@@ -28,7 +28,6 @@
 //! println!("median RTT {:?} ns", m.result.rtt_ns.p50);
 //! ```
 
-use std::convert::Infallible;
 use std::io;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -71,31 +70,20 @@ pub fn parse_target(spec: &str) -> Option<Result<SockperfServer, ClientError>> {
     }))
 }
 
-impl crate::test::sealed::Sealed<SockperfServer> for LatencyOptions {}
-
-/// sonde's latency test against the `sockperf server` at the target: TCP or UDP per
-/// `protocol` (the server must run with `--tcp` for TCP), `msg_size` of 14 bytes or more, with
-/// the full log and kernel timestamps when asked for; the result keeps its RTT histogram.
-/// Interrupted (Ctrl-C), the loop ends as its planned end would, and the result covers what was
-/// measured until then, marked `interrupted`.
-///
-/// Errors: [`ClientError::Usage`] for a message size sockperf cannot carry, `one_way` (it needs
-/// a sonde agent) or a full log that cannot be created; [`ClientError::NoReply`] (exit code 3)
-/// when the server never answered or cannot be connected to; [`ClientError::Data`] for a
-/// failure in the middle of the run.
-impl crate::Test<SockperfServer> for LatencyOptions {
-    type Output = crate::LatencyMeasurement;
-    type Interval = Infallible;
-
-    fn run(
-        &self,
-        server: &SockperfServer,
-        controls: crate::Controls<'_, Infallible>,
-    ) -> Result<crate::LatencyMeasurement, ClientError> {
-        let (interrupt, _, _) = controls.parts();
-        latency(&server.0, self, interrupt)
-    }
-}
+crate::test::impl_test!(
+    /// sonde's latency test against the `sockperf server` at the target: TCP or UDP per
+    /// `protocol` (the server must run with `--tcp` for TCP), `msg_size` of 14 bytes or more,
+    /// with the full log and kernel timestamps when asked for; the result keeps its RTT
+    /// histogram. Interrupted (Ctrl-C), the loop ends as its planned end would, and the result
+    /// covers what was measured until then, marked `interrupted`.
+    ///
+    /// Errors: [`ClientError::Usage`] for a message size sockperf cannot carry, `one_way` (it
+    /// needs a sonde agent) or a full log that cannot be created; [`ClientError::NoReply`]
+    /// (exit code 3) when the server never answered or cannot be connected to;
+    /// [`ClientError::Data`] for a failure in the middle of the run.
+    LatencyOptions, SockperfServer => crate::LatencyMeasurement,
+    |server, opt, interrupt| latency(&server.0, opt, interrupt),
+);
 
 fn latency(
     target: &Target,

@@ -170,6 +170,35 @@ pub struct FromHelpers {
     pub helpers: Vec<Target>,
 }
 
+/// Implements [`Test`] on targets of type `$on` for `$options` whose run takes the interrupt
+/// flag alone (no live intervals, no hold): `$run(target, options, interrupt)`. The doc
+/// comments go on the impl.
+macro_rules! impl_test {
+    ($(#[$doc:meta])* $options:ty, $on:ty => $output:ty, $run:expr $(,)?) => {
+        impl $crate::test::sealed::Sealed<$on> for $options {}
+
+        $(#[$doc])*
+        impl $crate::Test<$on> for $options {
+            type Output = $output;
+            type Interval = std::convert::Infallible;
+
+            fn run(
+                &self,
+                on: &$on,
+                controls: $crate::Controls<'_, std::convert::Infallible>,
+            ) -> Result<$output, $crate::ClientError> {
+                let run: fn(
+                    &$on,
+                    &$options,
+                    &std::sync::atomic::AtomicBool,
+                ) -> Result<$output, $crate::ClientError> = $run;
+                run(on, self, controls.parts().0)
+            }
+        }
+    };
+}
+pub(crate) use impl_test;
+
 pub(crate) mod sealed {
     /// Only this crate's options implement [`super::Test`].
     pub trait Sealed<On> {}

@@ -236,17 +236,15 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
     } else {
         opt.options(opt.protocol(Protocol::Tcp))
     };
-    match (&route, &opt.sweep) {
-        (Route::Helpers(helpers), _) => run_from(opt, helpers, &options, saver),
-        (Route::Agent(target), Some(sweep)) => run_sweep(opt, target, &options, sweep, saver),
-        (Route::Sockperf(server), Some(sweep)) => run_sweep(opt, server, &options, sweep, saver),
-        (Route::Agent(target), None) => run_direct(opt, target, &options, saver),
-        (Route::Sockperf(server), None) => run_direct(opt, server, &options, saver),
-        (Route::Iperf3(_), _) => unreachable!("latency accepts no iperf3:// target"),
+    match &route {
+        Route::Helpers(helpers) => run_from(opt, helpers, &options, saver),
+        Route::Agent(target) => run_direct(opt, target, &options, saver),
+        Route::Sockperf(server) => run_direct(opt, server, &options, saver),
+        Route::Iperf3(_) => unreachable!("latency accepts no iperf3:// target"),
     }
 }
 
-/// The test against a sonde agent or a sockperf server.
+/// The test against a sonde agent or a sockperf server; with `--sweep`, one test per value.
 fn run_direct<On>(
     opt: &Opt,
     target: &On,
@@ -258,25 +256,18 @@ where
     LatencyOptions: Test<On, Interval = Infallible, Output = LatencyMeasurement>,
 {
     let label = format!("latency {}", label(target));
-    crate::runner::measure(saver, opt.output, &label, opt.expected(), |interrupt, _| {
-        let controls = Controls::new().interrupt(interrupt);
-        Ok(client_run(target, options, controls)?)
-    })
-}
-
-/// `--sweep`: one test per value, against a sonde agent or a sockperf server.
-fn run_sweep<On>(
-    opt: &Opt,
-    target: &On,
-    base: &LatencyOptions,
-    sweep: &Sweep,
-    saver: &mut Saver,
-) -> anyhow::Result<()>
-where
-    On: Direct,
-    LatencyOptions: Test<On, Interval = Infallible, Output = LatencyMeasurement>,
-{
-    let label = format!("latency {}", label(target));
+    let Some(sweep) = &opt.sweep else {
+        return crate::runner::measure(
+            saver,
+            opt.output,
+            &label,
+            opt.expected(),
+            |interrupt, _| {
+                let controls = Controls::new().interrupt(interrupt);
+                Ok(client_run(target, options, controls)?)
+            },
+        );
+    };
     let allowed = [SweepParam::MsgSize, SweepParam::Rate];
     let doc = crate::sweep::run(
         saver,
@@ -286,7 +277,7 @@ where
         &allowed,
         opt.expected(),
         |value, interrupt| {
-            let mut o = base.clone();
+            let mut o = options.clone();
             match sweep.param() {
                 SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
                 _ => o.rate = Some(value as f64),
