@@ -452,44 +452,54 @@ fn run_check(
     match check {
         Check::Throughput => {
             let Some(t) = &cfg.throughput else { return };
-            match sonde_client::run(&target, &t.options, Controls::new().interrupt(stop)) {
-                Ok(r) => {
-                    let labels = PairDir {
-                        source: cfg.name.clone(),
-                        target: peer.label.clone(),
-                        direction: if t.options.direction == sonde_wire::Direction::Reverse {
-                            Dir::reverse
-                        } else {
-                            Dir::forward
-                        },
-                    };
-                    metrics
-                        .throughput_bytes
-                        .get_or_create(&labels)
-                        .set(r.receiver.bits_per_second / 8.0);
-                    metrics
-                        .throughput_time
-                        .get_or_create(&labels)
-                        .set(unix_seconds());
-                }
-                Err(e) => check_failed("throughput", peer, &e),
-            }
+            let Some(r) = scheduled("throughput", peer, &target, &t.options, stop) else {
+                return;
+            };
+            let labels = PairDir {
+                source: cfg.name.clone(),
+                target: peer.label.clone(),
+                direction: if t.options.direction == sonde_wire::Direction::Reverse {
+                    Dir::reverse
+                } else {
+                    Dir::forward
+                },
+            };
+            metrics
+                .throughput_bytes
+                .get_or_create(&labels)
+                .set(r.receiver.bits_per_second / 8.0);
+            metrics
+                .throughput_time
+                .get_or_create(&labels)
+                .set(unix_seconds());
         }
         Check::Pps => {
             let Some(p) = &cfg.pps else { return };
-            match sonde_client::run(&target, &p.options, Controls::new().interrupt(stop)) {
-                Ok(r) => {
-                    let labels = Pair {
-                        source: cfg.name.clone(),
-                        target: peer.label.clone(),
-                    };
-                    metrics.pps.get_or_create(&labels).set(r.received_pps);
-                    metrics.pps_time.get_or_create(&labels).set(unix_seconds());
-                }
-                Err(e) => check_failed("pps", peer, &e),
-            }
+            let Some(r) = scheduled("pps", peer, &target, &p.options, stop) else {
+                return;
+            };
+            let labels = Pair {
+                source: cfg.name.clone(),
+                target: peer.label.clone(),
+            };
+            metrics.pps.get_or_create(&labels).set(r.received_pps);
+            metrics.pps_time.get_or_create(&labels).set(unix_seconds());
         }
     }
+}
+
+/// One scheduled test of `kind` through the client's one run, ended early by `stop`; `None`
+/// when it did not run to its end ([`check_failed`] says so where that is news).
+fn scheduled<T: sonde_client::Test>(
+    kind: &str,
+    peer: &Peer,
+    target: &Target,
+    options: &T,
+    stop: &AtomicBool,
+) -> Option<T::Output> {
+    sonde_client::run(target, options, Controls::new().interrupt(stop))
+        .map_err(|e| check_failed(kind, peer, &e))
+        .ok()
 }
 
 #[cfg(test)]
