@@ -18,7 +18,7 @@ use crate::{crr, latency, load, pps, throughput};
 /// The test subcommands, each registered here once: its name, its options (clap definition,
 /// parser, and the rest through [`Test`]) and what a plan's `protocol = "tcp"` / `"udp"` means
 /// for it (the flags, or why it cannot). The order is `sonde --help`'s.
-static TESTS: [Kind; 5] = [
+static TESTS: &[Kind] = &[
     // latency's default is TCP against an agent but UDP against sockperf://: say which.
     Kind::of::<latency::Opt>("latency", Ok(&["--tcp"]), Ok(&["--udp"])),
     Kind::of::<throughput::Opt>("throughput", Ok(&[]), Ok(&["--udp"])),
@@ -109,11 +109,11 @@ impl TestKind {
     }
 
     /// The names of every test, as a sentence lists them: `latency, throughput, ... or load`.
-    pub(crate) fn names(last: &str) -> String {
+    pub(crate) fn names() -> String {
         let names: Vec<&str> = Self::all().map(Self::name).collect();
         match names.split_last() {
             Some((end, [])) => (*end).to_owned(),
-            Some((end, rest)) => format!("{} {last} {end}", rest.join(", ")),
+            Some((end, rest)) => format!("{} or {end}", rest.join(", ")),
             None => String::new(),
         }
     }

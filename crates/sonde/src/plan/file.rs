@@ -353,21 +353,13 @@ impl Ctx<'_> {
     ) -> Result<(), BadValue> {
         let src = self.src;
         let test = table.get("test").ok_or_else(|| {
-            let (first, rest) = TestKind::all().map(TestKind::name).fold(
-                (None, Vec::new()),
-                |(first, mut rest), name| match first {
-                    None => (Some(name), rest),
-                    Some(_) => {
-                        rest.push(name);
-                        (first, rest)
-                    }
-                },
-            );
+            let names: Vec<&str> = TestKind::all().map(TestKind::name).collect();
+            let (first, rest) = names.split_first().unwrap_or((&"", &[]));
             src.error(
                 span.clone(),
                 format!(
                     "this [[matrix]] has no test: add test = \"{}\" (or {})",
-                    first.unwrap_or_default(),
+                    first,
                     rest.join(", ")
                 ),
             )
@@ -380,7 +372,7 @@ impl Ctx<'_> {
                 test.span(),
                 format!(
                     "unknown test \"{test_name}\" (expected {}){}",
-                    TestKind::names("or"),
+                    TestKind::names(),
                     suggest(test_name, TestKind::all().map(TestKind::name))
                 ),
             )
