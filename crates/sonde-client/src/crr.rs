@@ -86,15 +86,14 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Runs a connection-rate test.
-pub fn crr(target: &Target, opt: &CrrOptions) -> Result<CrrResult, ClientError> {
-    crr_interruptible(target, opt, &AtomicBool::new(false))
-}
+crate::test::impl_test!(
+    /// A connection-rate test against a sonde agent. Interrupted (Ctrl-C), the workers stop
+    /// after their current transaction, the agent reports, and the result covers what was
+    /// counted until then, marked `interrupted`.
+    CrrOptions, Target => CrrResult, crr
+);
 
-/// [`crr`], ending early when `interrupt` is raised (Ctrl-C): the workers stop after their
-/// current transaction, the agent reports, and the result covers what was counted until then,
-/// marked `interrupted`.
-pub fn crr_interruptible(
+fn crr(
     target: &Target,
     opt: &CrrOptions,
     interrupt: &AtomicBool,
@@ -536,7 +535,10 @@ mod tests {
             },
         ] {
             assert!(
-                matches!(crr(&target(), &opt), Err(ClientError::Usage(_))),
+                matches!(
+                    crate::run(&target(), &opt, crate::Controls::new()),
+                    Err(ClientError::Usage(_))
+                ),
                 "{opt:?}"
             );
         }

@@ -30,7 +30,10 @@ use sonde_report::{
 };
 use sonde_wire::{ControlMsg, HelperTest, TestKind};
 
-use crate::{ClientError, GsoMode, LatencyOptions, PpsOptions, Target, ThroughputOptions};
+use crate::{
+    ClientError, Controls, FromHelpers, GsoMode, LatencyOptions, PpsOptions, Target,
+    ThroughputOptions,
+};
 
 /// Clock exchanges per helper before the start is named.
 pub(crate) const CLOCK_EXCHANGES: u32 = 8;
@@ -329,7 +332,8 @@ pub fn run_as_helper(
                     // A helper's threads run where its own scheduler puts them.
                     cpus: Vec::new(),
                 };
-                crate::pps_held(&t, &opt, stop, &mut |_| {}, &mut hold).map(TestResult::Pps)?
+                crate::run(&t, &opt, Controls::new().interrupt(stop).hold(&mut hold))
+                    .map(TestResult::Pps)?
             }
             TestKind::Throughput => {
                 let opt = ThroughputOptions {
@@ -345,7 +349,7 @@ pub fn run_as_helper(
                     cpus: Vec::new(),
                     read_size: (spec.read_size != 0).then_some(spec.read_size),
                 };
-                crate::throughput_held(&t, &opt, stop, &mut |_| {}, &mut hold)
+                crate::run(&t, &opt, Controls::new().interrupt(stop).hold(&mut hold))
                     .map(TestResult::Throughput)?
             }
             TestKind::Latency => {
@@ -357,7 +361,7 @@ pub fn run_as_helper(
                     warmup,
                     ..LatencyOptions::default()
                 };
-                crate::latency_held(&t, &opt, stop, &mut hold)
+                crate::run(&t, &opt, Controls::new().interrupt(stop).hold(&mut hold))
                     .map(|m| TestResult::Latency(m.result))?
             }
             _ => {
@@ -467,17 +471,16 @@ fn per_window(count: u64, window_ns: u64) -> f64 {
     sonde_engine::per_second(count, window_ns)
 }
 
-/// `sonde pps TARGET --from HELPER...`: every helper sends `opt` to `target` at once; the
-/// result is what the target received from all of them together over the common window, and
-/// each helper's share.
-///
-/// # Errors
-/// A helper could not be reached, refused, or its test failed (the error names it).
-pub fn pps_from(
-    target: &str,
-    helpers: &[Target],
-    opt: &PpsOptions,
-) -> Result<PpsResult, ClientError> {
+crate::test::impl_test!(
+    /// `sonde pps TARGET --from HELPER...`: every helper sends these options to the target at
+    /// once; the result is what the target received from all of them together over the common
+    /// window, and each helper's share. Errors: a helper could not be reached, refused, or its
+    /// test failed (the error names it).
+    PpsOptions, FromHelpers => PpsResult,
+    |on, opt, _| pps_from(&on.target, &on.helpers, opt),
+);
+
+fn pps_from(target: &str, helpers: &[Target], opt: &PpsOptions) -> Result<PpsResult, ClientError> {
     crate::check_pps(opt)?;
     let test = HelperTest {
         spec: crate::pps_spec(opt),
@@ -495,7 +498,7 @@ pub fn pps_from(
     Ok(aggregate_pps(&docs, opt.flows))
 }
 
-/// What the target received from every helper together ([`pps_from`]), from each helper's
+/// What the target received from every helper together (`pps_from`), from each helper's
 /// document and when its data started.
 fn aggregate_pps(docs: &[(HelperRun, PpsResult)], flows_per_helper: u32) -> PpsResult {
     let timed: Vec<(HelperRun, u64)> = docs
@@ -561,12 +564,15 @@ fn aggregate_pps(docs: &[(HelperRun, PpsResult)], flows_per_helper: u32) -> PpsR
     agg
 }
 
-/// `sonde throughput TARGET --from HELPER...`: every helper runs `opt` (its `-P` streams)
-/// against `target` at once; the totals are all helpers' together over the common window.
-///
-/// # Errors
-/// As [`pps_from`].
-pub fn throughput_from(
+crate::test::impl_test!(
+    /// `sonde throughput TARGET --from HELPER...`: every helper runs these options (its `-P`
+    /// streams) against the target at once; the totals are all helpers' together over the
+    /// common window. Errors: as for pps.
+    ThroughputOptions, FromHelpers => ThroughputResult,
+    |on, opt, _| throughput_from(&on.target, &on.helpers, opt),
+);
+
+fn throughput_from(
     target: &str,
     helpers: &[Target],
     opt: &ThroughputOptions,
@@ -645,13 +651,16 @@ pub fn throughput_from(
     Ok(agg)
 }
 
-/// `sonde latency TARGET --from HELPER...`: every helper measures its round-trip times to
-/// `target` at once, each while the others run. Percentiles of different paths do not add up:
-/// the top-level figures are the first helper's, and every helper's are in `helpers`.
-///
-/// # Errors
-/// As [`pps_from`].
-pub fn latency_from(
+crate::test::impl_test!(
+    /// `sonde latency TARGET --from HELPER...`: every helper measures its round-trip times to
+    /// the target at once, each while the others run. Percentiles of different paths do not
+    /// add up: the top-level figures are the first helper's, and every helper's are in
+    /// `helpers`. Errors: as for pps.
+    LatencyOptions, FromHelpers => LatencyResult,
+    |on, opt, _| latency_from(&on.target, &on.helpers, opt),
+);
+
+fn latency_from(
     target: &str,
     helpers: &[Target],
     opt: &LatencyOptions,

@@ -57,7 +57,7 @@ use sonde_wire::iperf3::{self as wire, Cookie, Params, Results, StreamResults};
 use sonde_wire::{Direction, Protocol};
 
 use crate::results::{pct, side};
-use crate::{ClientError, Target, ThroughputOptions};
+use crate::{ClientError, Iperf3Server, Target, ThroughputOptions};
 
 mod control;
 
@@ -102,7 +102,7 @@ const MAX_SECONDS: u64 = 86_400;
 /// `Some` when `spec` names an iperf3 server, `iperf3://HOST[:PORT]` (a trailing `/` is
 /// allowed; the scheme is case-insensitive); the target resolved with iperf3's port 5201 as
 /// the default. `None` for anything else, which is a sonde agent's address.
-pub fn target(spec: &str) -> Option<Result<Target, ClientError>> {
+pub fn target(spec: &str) -> Option<Result<Iperf3Server, ClientError>> {
     let scheme = spec.get(..SCHEME.len())?;
     if !scheme.eq_ignore_ascii_case(SCHEME) {
         return None;
@@ -115,21 +115,38 @@ pub fn target(spec: &str) -> Option<Result<Target, ClientError>> {
         ))));
     }
     // The label (the result's `server`) keeps the scheme: it says what answered there.
-    Some(crate::resolve(host, DEFAULT_PORT).map(|t| Target {
-        label: format!("{SCHEME}{}", t.label),
-        ..t
+    Some(crate::resolve(host, DEFAULT_PORT).map(|t| {
+        Iperf3Server(Target {
+            label: format!("{SCHEME}{}", t.label),
+            ..t
+        })
     }))
 }
 
-/// Runs a throughput test against the real `iperf3 -s` at `target`; `on_interval` sees each
-/// `-i` interval as it is cut (counted at this host, see the module docs). Setting `interrupt`
-/// ends the test: the server is told (`CLIENT_TERMINATE`) and the result is
-/// [`ClientError::Interrupted`].
+impl crate::test::sealed::Sealed<Iperf3Server> for ThroughputOptions {}
+
+/// A throughput test against the real `iperf3 -s` at the target; live intervals are `-i`'s as
+/// they are cut (counted at this host, see the module docs). Interrupted, the server is told
+/// (`CLIENT_TERMINATE`) and the result is [`ClientError::Interrupted`].
 ///
 /// UDP `bitrate` is for all streams of one direction together, as everywhere in sonde; each
 /// iperf3 stream gets its share as `bandwidth`. `bitrate` 0 sends unlimited (no `bandwidth`
 /// key, which an iperf3 server also takes as unlimited for its own sending).
-pub fn throughput(
+impl crate::Test<Iperf3Server> for ThroughputOptions {
+    type Output = ThroughputResult;
+    type Interval = IntervalResult;
+
+    fn run(
+        &self,
+        server: &Iperf3Server,
+        controls: crate::Controls<'_, IntervalResult>,
+    ) -> Result<ThroughputResult, ClientError> {
+        let (interrupt, mut on_interval, _) = controls.parts();
+        throughput(&server.0, self, interrupt, &mut |iv| on_interval.call(iv))
+    }
+}
+
+fn throughput(
     target: &Target,
     opt: &ThroughputOptions,
     interrupt: &AtomicBool,

@@ -1,10 +1,14 @@
 //! sonde's client: runs a test against a sonde agent and returns a result document.
 //!
+//! Every test runs the same way: its options (one type per test kind, each implementing
+//! [`Test`]) and a target go to [`run`], with [`Controls`] for an interrupt flag or live
+//! intervals.
+//!
 //! ```no_run
-//! use sonde_client::{latency, resolve, LatencyOptions};
+//! use sonde_client::{resolve, run, Controls, LatencyOptions};
 //! let target = resolve("127.0.0.1", 5300).unwrap();
-//! let result = latency(&target, &LatencyOptions::default()).unwrap();
-//! println!("median RTT {:?} ns", result.rtt_ns.p50);
+//! let m = run(&target, &LatencyOptions::default(), Controls::new()).unwrap();
+//! println!("median RTT {:?} ns", m.result.rtt_ns.p50);
 //! ```
 
 mod clock;
@@ -20,10 +24,11 @@ mod rtt;
 mod run;
 mod session;
 pub mod sockperf;
+mod test;
 
+use std::convert::Infallible;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use sonde_net::control::ControlError;
@@ -31,11 +36,12 @@ use sonde_report::{IntervalResult, LatencyResult, PpsInterval, PpsResult, Throug
 use sonde_wire::{Direction, Protocol, Refusal, TestKind, TestSpec};
 
 pub use conf::conf;
-pub use crr::{crr, crr_interruptible, CrrOptions, MAX_CRR_MESSAGE};
-pub use helper::{latency_from, pps_from, run_as_helper, throughput_from};
-pub use load::{latency_under_load, latency_under_load_measured, LoadMeasurement, LoadOptions};
+pub use crr::{CrrOptions, MAX_CRR_MESSAGE};
+pub use helper::run_as_helper;
+pub use load::{LoadMeasurement, LoadOptions};
 pub use sonde_net::gso::GsoMode;
 pub use sonde_wire::Direction as StreamsDirection;
+pub use test::{run, Controls, FromHelpers, Iperf3Server, SockperfServer, Test};
 
 /// Why a test could not be run or did not finish.
 ///
@@ -334,75 +340,67 @@ pub struct LatencyMeasurement {
     pub rtt_histogram: Vec<u8>,
 }
 
-/// Runs a latency test.
-pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, ClientError> {
-    latency_measured(target, opt, &AtomicBool::new(false)).map(|m| m.result)
-}
+impl test::sealed::Sealed<Target> for LatencyOptions {}
 
-/// Runs a latency test and keeps its RTT histogram. When `interrupt` is raised during the test
-/// (Ctrl-C), the test ends early as its planned end would, and the result covers what was
-/// measured until then, marked `interrupted`.
-pub fn latency_measured(
-    target: &Target,
-    opt: &LatencyOptions,
-    interrupt: &AtomicBool,
-) -> Result<LatencyMeasurement, ClientError> {
-    latency_held(target, opt, interrupt, &mut || Ok(()))
-}
+/// A latency test against a sonde agent; the result keeps its RTT histogram.
+impl Test for LatencyOptions {
+    type Output = LatencyMeasurement;
+    type Interval = Infallible;
 
-/// [`latency_measured`], calling `hold` once the agent is ready and before the first message.
-pub(crate) fn latency_held(
-    target: &Target,
-    opt: &LatencyOptions,
-    interrupt: &AtomicBool,
-    hold: &mut dyn FnMut() -> Result<(), ClientError>,
-) -> Result<LatencyMeasurement, ClientError> {
-    if opt.msg_size == 0 {
-        return Err(ClientError::Usage(
-            "the message size must be at least 1 byte".into(),
-        ));
+    fn run(
+        &self,
+        target: &Target,
+        controls: Controls<'_, Infallible>,
+    ) -> Result<LatencyMeasurement, ClientError> {
+        let (interrupt, _, mut hold) = controls.parts();
+        let opt = self;
+        if opt.msg_size == 0 {
+            return Err(ClientError::Usage(
+                "the message size must be at least 1 byte".into(),
+            ));
+        }
+        inner::check(opt)?;
+        if opt.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+            return Err(ClientError::Usage(
+                "--rate must be a positive number of messages per second".into(),
+            ));
+        }
+        if opt.count == Some(0) {
+            return Err(ClientError::Usage("-n must be at least 1".into()));
+        }
+        check_tuning(opt)?;
+        let mut opt = opt.clone();
+        // Open loop with a count: the schedule puts exactly `count` messages after the warm-up.
+        if let (Some(n), Some(rate)) = (opt.count, opt.rate) {
+            opt.duration = Duration::from_secs_f64(n as f64 / rate);
+            opt.count = None;
+        }
+        let spec = TestSpec {
+            kind: TestKind::Latency,
+            protocol: opt.protocol,
+            direction: Direction::Forward,
+            streams: 1,
+            msg_size: opt.msg_size,
+            bitrate_per_stream: 0,
+            // A closed loop with a count has no planned end: it may run to the agent's limit.
+            duration_ms: if opt.count.is_some() {
+                0
+            } else {
+                millis(opt.warmup + opt.duration)
+            },
+            interval_ms: 0,
+            read_size: 0,
+        };
+        let run = session::run_latency_held(target, &spec, &opt, interrupt, &mut || hold.call())?;
+        let mut result = results::latency(target, &opt, &run);
+        if run.interrupted {
+            mark_interrupted(&mut result.meta);
+        }
+        Ok(LatencyMeasurement {
+            result,
+            rtt_histogram: run.outcome.rtt.serialized(),
+        })
     }
-    inner::check(opt)?;
-    if opt.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
-        return Err(ClientError::Usage(
-            "--rate must be a positive number of messages per second".into(),
-        ));
-    }
-    if opt.count == Some(0) {
-        return Err(ClientError::Usage("-n must be at least 1".into()));
-    }
-    check_tuning(opt)?;
-    let mut opt = opt.clone();
-    // Open loop with a count: the schedule puts exactly `count` messages after the warm-up.
-    if let (Some(n), Some(rate)) = (opt.count, opt.rate) {
-        opt.duration = Duration::from_secs_f64(n as f64 / rate);
-        opt.count = None;
-    }
-    let spec = TestSpec {
-        kind: TestKind::Latency,
-        protocol: opt.protocol,
-        direction: Direction::Forward,
-        streams: 1,
-        msg_size: opt.msg_size,
-        bitrate_per_stream: 0,
-        // A closed loop with a count has no planned end: it may run to the agent's limit.
-        duration_ms: if opt.count.is_some() {
-            0
-        } else {
-            millis(opt.warmup + opt.duration)
-        },
-        interval_ms: 0,
-        read_size: 0,
-    };
-    let run = session::run_latency_held(target, &spec, &opt, interrupt, hold)?;
-    let mut result = results::latency(target, &opt, &run);
-    if run.interrupted {
-        mark_interrupted(&mut result.meta);
-    }
-    Ok(LatencyMeasurement {
-        result,
-        rtt_histogram: run.outcome.rtt.serialized(),
-    })
 }
 
 /// `--busy-poll` and `--cpu`: a closed loop only (an open loop's sender thread and reader
@@ -436,110 +434,86 @@ fn check_cpus(cpus: &[u32]) -> Result<(), ClientError> {
     Ok(())
 }
 
-/// Runs a throughput test; `on_interval` sees each receiver interval as it arrives.
-pub fn throughput(
-    target: &Target,
-    opt: &ThroughputOptions,
-    on_interval: &mut dyn FnMut(&IntervalResult),
-) -> Result<ThroughputResult, ClientError> {
-    throughput_interruptible(target, opt, &AtomicBool::new(false), on_interval)
-}
+impl test::sealed::Sealed<Target> for ThroughputOptions {}
 
-/// [`throughput`], ending early when `interrupt` is raised (Ctrl-C): this host's senders stop,
-/// the agent is told to finish, and the result covers what was counted until then, marked
-/// `interrupted`.
-pub fn throughput_interruptible(
-    target: &Target,
-    opt: &ThroughputOptions,
-    interrupt: &AtomicBool,
-    on_interval: &mut dyn FnMut(&IntervalResult),
-) -> Result<ThroughputResult, ClientError> {
-    throughput_held(target, opt, interrupt, on_interval, &mut || Ok(()))
-}
+/// A throughput test against a sonde agent; live intervals are the receivers'.
+impl Test for ThroughputOptions {
+    type Output = ThroughputResult;
+    type Interval = IntervalResult;
 
-/// [`throughput_interruptible`], calling `hold` once the channels are open and before any data.
-pub(crate) fn throughput_held(
-    target: &Target,
-    opt: &ThroughputOptions,
-    interrupt: &AtomicBool,
-    on_interval: &mut dyn FnMut(&IntervalResult),
-    hold: &mut dyn FnMut() -> Result<(), ClientError>,
-) -> Result<ThroughputResult, ClientError> {
-    let spec = throughput_spec(opt)?;
-    check_cpus(&opt.cpus)?;
-    let bulk = session::Bulk {
-        gso: true,
-        cpus: &opt.cpus,
-    };
-    let run = session::run_bulk_held(target, &spec, interrupt, bulk, on_interval, hold)?;
-    let mut result = results::throughput(target, opt, &spec, &run);
-    if run.interrupted {
-        mark_interrupted(&mut result.meta);
+    fn run(
+        &self,
+        target: &Target,
+        controls: Controls<'_, IntervalResult>,
+    ) -> Result<ThroughputResult, ClientError> {
+        let (interrupt, mut on_interval, mut hold) = controls.parts();
+        let spec = throughput_spec(self)?;
+        check_cpus(&self.cpus)?;
+        let bulk = session::Bulk {
+            gso: true,
+            cpus: &self.cpus,
+        };
+        let run = session::run_bulk_held(
+            target,
+            &spec,
+            interrupt,
+            bulk,
+            &mut |iv| on_interval.call(iv),
+            &mut || hold.call(),
+        )?;
+        let mut result = results::throughput(target, self, &spec, &run);
+        if run.interrupted {
+            mark_interrupted(&mut result.meta);
+        }
+        Ok(result)
     }
-    Ok(result)
 }
 
-/// Runs a packet-rate test.
-pub fn pps(target: &Target, opt: &PpsOptions) -> Result<PpsResult, ClientError> {
-    pps_live(target, opt, &AtomicBool::new(false), &mut |_| {})
-}
+impl test::sealed::Sealed<Target> for PpsOptions {}
 
-/// [`pps`], ending early when `interrupt` is raised (Ctrl-C), as [`throughput_interruptible`].
-pub fn pps_interruptible(
-    target: &Target,
-    opt: &PpsOptions,
-    interrupt: &AtomicBool,
-) -> Result<PpsResult, ClientError> {
-    pps_live(target, opt, interrupt, &mut |_| {})
-}
+/// A packet-rate test against a sonde agent; live intervals are the receivers'.
+impl Test for PpsOptions {
+    type Output = PpsResult;
+    type Interval = PpsInterval;
 
-/// Runs a packet-rate test; `on_interval` sees each receiver interval (`-i`) as it arrives, and
-/// the test ends early when `interrupt` is raised (Ctrl-C), as [`throughput_interruptible`].
-pub fn pps_live(
-    target: &Target,
-    opt: &PpsOptions,
-    interrupt: &AtomicBool,
-    on_interval: &mut dyn FnMut(&PpsInterval),
-) -> Result<PpsResult, ClientError> {
-    pps_held(target, opt, interrupt, on_interval, &mut || Ok(()))
-}
-
-/// [`pps_live`], calling `hold` once the flows have joined and before any data.
-pub(crate) fn pps_held(
-    target: &Target,
-    opt: &PpsOptions,
-    interrupt: &AtomicBool,
-    on_interval: &mut dyn FnMut(&PpsInterval),
-    hold: &mut dyn FnMut() -> Result<(), ClientError>,
-) -> Result<PpsResult, ClientError> {
-    check_pps(opt)?;
-    check_cpus(&opt.cpus)?;
-    let spec = pps_spec(opt);
-    let gso = sonde_net::gso::choose(opt.gso, target.addr.ip());
-    let size = u64::from(opt.msg_size);
-    let mut live = |iv: &IntervalResult| {
-        on_interval(&PpsInterval {
-            start_ns: iv.start_ns,
-            end_ns: iv.end_ns,
-            received: iv.packets,
-            received_pps: sonde_engine::per_second(
-                iv.packets,
-                iv.end_ns.saturating_sub(iv.start_ns),
-            ),
-            // Every datagram counted is exactly -m bytes (the receive slot holds at least that).
-            flow_received: iv.stream_bytes.iter().map(|b| b / size).collect(),
-        });
-    };
-    let bulk = session::Bulk {
-        gso: gso.enabled,
-        cpus: &opt.cpus,
-    };
-    let run = session::run_bulk_held(target, &spec, interrupt, bulk, &mut live, hold)?;
-    let mut result = results::pps(target, opt, &gso, &run);
-    if run.interrupted {
-        mark_interrupted(&mut result.meta);
+    fn run(
+        &self,
+        target: &Target,
+        controls: Controls<'_, PpsInterval>,
+    ) -> Result<PpsResult, ClientError> {
+        let (interrupt, mut on_interval, mut hold) = controls.parts();
+        let opt = self;
+        check_pps(opt)?;
+        check_cpus(&opt.cpus)?;
+        let spec = pps_spec(opt);
+        let gso = sonde_net::gso::choose(opt.gso, target.addr.ip());
+        let size = u64::from(opt.msg_size);
+        let mut live = |iv: &IntervalResult| {
+            on_interval.call(&PpsInterval {
+                start_ns: iv.start_ns,
+                end_ns: iv.end_ns,
+                received: iv.packets,
+                received_pps: sonde_engine::per_second(
+                    iv.packets,
+                    iv.end_ns.saturating_sub(iv.start_ns),
+                ),
+                // Every datagram counted is exactly -m bytes (the receive slot holds at least that).
+                flow_received: iv.stream_bytes.iter().map(|b| b / size).collect(),
+            });
+        };
+        let bulk = session::Bulk {
+            gso: gso.enabled,
+            cpus: &opt.cpus,
+        };
+        let run = session::run_bulk_held(target, &spec, interrupt, bulk, &mut live, &mut || {
+            hold.call()
+        })?;
+        let mut result = results::pps(target, opt, &gso, &run);
+        if run.interrupted {
+            mark_interrupted(&mut result.meta);
+        }
+        Ok(result)
     }
-    Ok(result)
 }
 
 impl ThroughputOptions {

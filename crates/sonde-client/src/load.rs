@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use sonde_report::{AddedRttNs, LoadResult, Meta};
 use sonde_wire::Protocol;
 
-use crate::{ClientError, LatencyOptions, Target, ThroughputOptions};
+use crate::{ClientError, Controls, LatencyOptions, Target, ThroughputOptions};
 
 /// How long the load keeps running after the loaded probes are due to end, so that a probe run
 /// that takes a little longer than planned (handshake, the last replies) is still loaded.
@@ -68,15 +68,14 @@ pub struct LoadMeasurement {
     pub loaded_rtt_histogram: Vec<u8>,
 }
 
-/// Runs the idle probes, then the load and the loaded probes together.
-pub fn latency_under_load(target: &Target, opt: &LoadOptions) -> Result<LoadResult, ClientError> {
-    latency_under_load_measured(target, opt, &AtomicBool::new(false)).map(|m| m.result)
-}
+crate::test::impl_test!(
+    /// The idle probes, then the load and the loaded probes together, keeping the probes' RTT
+    /// histograms. Interrupted (Ctrl-C), the phase running ends early and any phase after it
+    /// stops as soon as it starts: each run says `interrupted`.
+    LoadOptions, Target => LoadMeasurement, latency_under_load
+);
 
-/// [`latency_under_load`], keeping the probes' RTT histograms. When `interrupt` is raised
-/// (Ctrl-C), the phase running ends early and any phase after it stops as soon as it starts:
-/// each run says `interrupted`.
-pub fn latency_under_load_measured(
+fn latency_under_load(
     target: &Target,
     opt: &LoadOptions,
     interrupt: &AtomicBool,
@@ -90,10 +89,11 @@ pub fn latency_under_load_measured(
         return Err(ClientError::Usage("the load is bulk TCP".into()));
     }
     let started = crate::now_unix_ms();
+    let probes = || Controls::new().interrupt(interrupt);
     let crate::LatencyMeasurement {
         result: idle,
         rtt_histogram: idle_rtt_histogram,
-    } = crate::latency_measured(target, &opt.probes, interrupt)?;
+    } = crate::run(target, &opt.probes, probes())?;
 
     let load_opt = ThroughputOptions {
         duration: opt.load_duration(),
@@ -101,10 +101,9 @@ pub fn latency_under_load_measured(
     };
     let (load, loaded, probes_late) = thread::scope(|s| {
         let load_started = Instant::now();
-        let load =
-            s.spawn(|| crate::throughput_interruptible(target, &load_opt, interrupt, &mut |_| {}));
+        let load = s.spawn(|| crate::run(target, &load_opt, Controls::new().interrupt(interrupt)));
         thread::sleep(opt.ramp);
-        let loaded = crate::latency_measured(target, &opt.probes, interrupt);
+        let loaded = crate::run(target, &opt.probes, probes());
         // The load's senders stop `load_duration` after they start (the handshake before that
         // makes it a little later still, never earlier).
         let probes_late = load_started.elapsed() > opt.load_duration();
@@ -210,13 +209,13 @@ mod tests {
         let mut opt = LoadOptions::default();
         opt.probes.count = Some(10);
         assert!(matches!(
-            latency_under_load(&target, &opt),
+            crate::run(&target, &opt, Controls::new()),
             Err(ClientError::Usage(_))
         ));
         let mut opt = LoadOptions::default();
         opt.load.protocol = Protocol::Udp;
         assert!(matches!(
-            latency_under_load(&target, &opt),
+            crate::run(&target, &opt, Controls::new()),
             Err(ClientError::Usage(_))
         ));
     }

@@ -22,10 +22,10 @@
 //! same quantity as sonde).
 //!
 //! ```no_run
-//! use sonde_client::{sockperf, LatencyOptions};
-//! let target = sockperf::parse_target("sockperf://127.0.0.1").unwrap().unwrap();
-//! let result = sockperf::latency(&target, &LatencyOptions::default()).unwrap();
-//! println!("median RTT {:?} ns", result.rtt_ns.p50);
+//! use sonde_client::{run, sockperf, Controls, LatencyOptions};
+//! let server = sockperf::parse_target("sockperf://127.0.0.1").unwrap().unwrap();
+//! let m = run(&server, &LatencyOptions::default(), Controls::new()).unwrap();
+//! println!("median RTT {:?} ns", m.result.rtt_ns.p50);
 //! ```
 
 use std::io;
@@ -40,7 +40,7 @@ use sonde_wire::sockperf::{DEFAULT_PORT, MAX_TCP_MSG, MAX_UDP_MSG, MIN_MSG, SERV
 use sonde_wire::{AgentReport, Protocol, SessionId};
 
 use crate::run::{ClientChannel, LatencyRun};
-use crate::{ClientError, LatencyOptions, Target};
+use crate::{ClientError, LatencyOptions, SockperfServer, Target};
 
 /// The scheme that names a sockperf server as the target.
 pub const SCHEME: &str = "sockperf://";
@@ -51,7 +51,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `Some` when `spec` names a sockperf server (`sockperf://HOST[:PORT]`, port 11111 by default;
 /// HOST as [`crate::resolve`] takes it), `None` when it does not start with [`SCHEME`] (a sonde
 /// agent, for [`crate::resolve`]). The target's label keeps the scheme.
-pub fn parse_target(spec: &str) -> Option<Result<Target, ClientError>> {
+pub fn parse_target(spec: &str) -> Option<Result<SockperfServer, ClientError>> {
     let scheme = spec.get(..SCHEME.len())?;
     if !scheme.eq_ignore_ascii_case(SCHEME) {
         return None;
@@ -62,29 +62,30 @@ pub fn parse_target(spec: &str) -> Option<Result<Target, ClientError>> {
             "`{spec}` names no host: write {SCHEME}HOST or {SCHEME}HOST:PORT"
         ))));
     }
-    Some(crate::resolve(rest, DEFAULT_PORT).map(|t| Target {
-        label: format!("{SCHEME}{}", t.addr),
-        ..t
+    Some(crate::resolve(rest, DEFAULT_PORT).map(|t| {
+        SockperfServer(Target {
+            label: format!("{SCHEME}{}", t.addr),
+            ..t
+        })
     }))
 }
 
-/// Runs sonde's latency test against the `sockperf server` at `target`: TCP or UDP per
-/// `opt.protocol` (the server must run with `--tcp` for TCP), `opt.msg_size` of 14 bytes or more,
-/// with the full log and kernel timestamps when `opt` asks for them.
-///
-/// # Errors
-/// [`ClientError::Usage`] for a message size sockperf cannot carry, `opt.one_way` (it needs a
-/// sonde agent) or a full log that cannot be created; [`ClientError::NoReply`]
-/// (exit code 3) when the server never answered or cannot be connected to;
-/// [`ClientError::Data`] for a failure in the middle of the run.
-pub fn latency(target: &Target, opt: &LatencyOptions) -> Result<LatencyResult, ClientError> {
-    latency_measured(target, opt, &AtomicBool::new(false)).map(|m| m.result)
-}
+crate::test::impl_test!(
+    /// sonde's latency test against the `sockperf server` at the target: TCP or UDP per
+    /// `protocol` (the server must run with `--tcp` for TCP), `msg_size` of 14 bytes or more,
+    /// with the full log and kernel timestamps when asked for; the result keeps its RTT
+    /// histogram. Interrupted (Ctrl-C), the loop ends as its planned end would, and the result
+    /// covers what was measured until then, marked `interrupted`.
+    ///
+    /// Errors: [`ClientError::Usage`] for a message size sockperf cannot carry, `one_way` (it
+    /// needs a sonde agent) or a full log that cannot be created; [`ClientError::NoReply`]
+    /// (exit code 3) when the server never answered or cannot be connected to;
+    /// [`ClientError::Data`] for a failure in the middle of the run.
+    LatencyOptions, SockperfServer => crate::LatencyMeasurement,
+    |server, opt, interrupt| latency(&server.0, opt, interrupt),
+);
 
-/// [`latency`], keeping the RTT histogram (for the results store). When `interrupt` is raised
-/// during the test (Ctrl-C), the loop ends as its planned end would, and the result covers what
-/// was measured until then, marked `interrupted`.
-pub fn latency_measured(
+fn latency(
     target: &Target,
     opt: &LatencyOptions,
     interrupt: &AtomicBool,
@@ -291,15 +292,23 @@ mod tests {
 
     #[test]
     fn the_scheme_names_a_sockperf_server() {
-        let t = parse_target("sockperf://127.0.0.1").unwrap().unwrap();
+        let t = parse_target("sockperf://127.0.0.1").unwrap().unwrap().0;
         assert_eq!(t.addr, "127.0.0.1:11111".parse().unwrap());
         assert_eq!(t.label, "sockperf://127.0.0.1:11111");
-        let t = parse_target("SOCKPERF://127.0.0.1:7000/").unwrap().unwrap();
+        let t = parse_target("SOCKPERF://127.0.0.1:7000/")
+            .unwrap()
+            .unwrap()
+            .0;
         assert_eq!(t.addr.port(), 7000);
-        let t = parse_target("sockperf://[::1]:7000").unwrap().unwrap();
+        let t = parse_target("sockperf://[::1]:7000").unwrap().unwrap().0;
         assert!(t.addr.is_ipv6());
         assert_eq!(
-            parse_target("sockperf://::1").unwrap().unwrap().addr.port(),
+            parse_target("sockperf://::1")
+                .unwrap()
+                .unwrap()
+                .0
+                .addr
+                .port(),
             11111
         );
         // Not this scheme: left to the sonde resolver.
@@ -330,7 +339,7 @@ mod tests {
                 msg_size: size,
                 ..LatencyOptions::default()
             };
-            let err = latency(&target, &opt).unwrap_err();
+            let err = crate::run(&target, &opt, crate::Controls::new()).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{err}");
             assert!(err.to_string().contains("-m must be 14 to"), "{err}");
         }
@@ -345,7 +354,7 @@ mod tests {
             one_way: true,
             ..LatencyOptions::default()
         };
-        let err = latency(&target, &one_way).unwrap_err();
+        let err = crate::run(&target, &one_way, crate::Controls::new()).unwrap_err();
         assert_eq!(err.exit_code(), 2, "{err}");
         assert!(err.to_string().contains("--one-way"), "{err}");
         let log = LatencyOptions {
@@ -353,14 +362,14 @@ mod tests {
             full_log: Some("/nonexistent-dir-of-sonde/rtt.csv".into()),
             ..LatencyOptions::default()
         };
-        let err = latency(&target, &log).unwrap_err();
+        let err = crate::run(&target, &log, crate::Controls::new()).unwrap_err();
         assert_eq!(err.exit_code(), 2, "{err}");
         assert!(err.to_string().contains("cannot create"), "{err}");
     }
 
     #[test]
     fn no_reply_is_exit_3_and_says_what_to_check() {
-        let target = parse_target("sockperf://127.0.0.1:9").unwrap().unwrap();
+        let target = parse_target("sockperf://127.0.0.1:9").unwrap().unwrap().0;
         let e = no_reply(&target, Protocol::Tcp, "within 5 s");
         assert_eq!(e.exit_code(), 3);
         assert_eq!(

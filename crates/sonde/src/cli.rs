@@ -3,10 +3,7 @@
 use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::exit::EXIT_CODES;
-use crate::{
-    compare, completions, conf, crr, latency, load, man, plan, pps, quick, report, results, runner,
-    server, throughput,
-};
+use crate::{compare, completions, conf, man, plan, quick, report, results, runner, server, spec};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -48,16 +45,9 @@ pub(crate) struct Cli {
 enum Command {
     #[command(after_help = EXIT_CODES)]
     Server(server::Opt),
-    #[command(after_help = EXIT_CODES)]
-    Latency(latency::Opt),
-    #[command(after_help = EXIT_CODES)]
-    Throughput(throughput::Opt),
-    #[command(after_help = EXIT_CODES)]
-    Pps(pps::Opt),
-    #[command(after_help = EXIT_CODES)]
-    Crr(crr::Opt),
-    #[command(after_help = EXIT_CODES)]
-    Load(load::Opt),
+    // The test subcommands (latency, throughput, pps, crr, load), as `spec` registers them.
+    #[command(flatten)]
+    Test(spec::TestCommand),
     #[command(after_help = EXIT_CODES)]
     Quick(quick::Opt),
     #[command(after_help = EXIT_CODES)]
@@ -74,11 +64,7 @@ enum Command {
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Server(o) => server::run(&o),
-        Command::Latency(o) => runner::run(&o),
-        Command::Throughput(o) => runner::run(&o),
-        Command::Pps(o) => runner::run(&o),
-        Command::Crr(o) => runner::run(&o),
-        Command::Load(o) => runner::run(&o),
+        Command::Test(t) => runner::run(t.test()),
         Command::Quick(o) => quick::run(&o),
         Command::Conf(o) => conf::run(&o),
         Command::Results(o) => results::run(&o),

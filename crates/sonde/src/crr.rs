@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use clap::Args;
 use sonde_client::CrrOptions;
-use sonde_report::TestResult;
 
 use crate::output::OutputOpt;
 
@@ -100,7 +99,7 @@ fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
     };
     let label = format!("crr {}", target.label);
     crate::runner::measure(saver, opt.output, &label, opt.time, |interrupt, _| {
-        let result = sonde_client::crr_interruptible(&target, &options, interrupt);
-        Ok(crate::save::Measured::from(TestResult::Crr(result?)))
+        let controls = sonde_client::Controls::new().interrupt(interrupt);
+        Ok(crate::runner::client_run(&target, &options, controls)?)
     })
 }

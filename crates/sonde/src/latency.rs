@@ -1,16 +1,18 @@
 //! `sonde latency`: round-trip time.
 
+use std::convert::Infallible;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use sonde_client::{LatencyOptions, Target};
+use sonde_client::{Controls, FromHelpers, LatencyMeasurement, LatencyOptions, Test};
 use sonde_engine::sweep::{Sweep, SweepParam};
 use sonde_wire::Protocol;
 
 use crate::output::{OutputOpt, Progress};
-use crate::route::{Route, Server};
-use crate::save::{Measured, Saver};
+use crate::route::{label, Direct, Route, Server};
+use crate::runner::client_run;
+use crate::save::Saver;
 
 /// Round-trip time: ping-pong (closed loop) or at a fixed rate (open loop)
 ///
@@ -227,50 +229,45 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         &opt.secret,
         opt.sweep.is_some(),
     )?;
-    match (route, &opt.sweep) {
-        (Route::Helpers { target, helpers }, _) => run_from(opt, &target, &helpers, saver),
-        (Route::Direct { server, target }, Some(sweep)) => {
-            run_sweep(opt, server, &target, sweep, saver)
-        }
-        (
-            Route::Direct {
-                server: Server::Sockperf,
-                target,
-            },
-            None,
-        ) => run_sockperf(opt, &target, saver),
-        (Route::Direct { target, .. }, None) => run_agent(opt, &target, saver),
-    }
-}
-
-/// The test against a sonde agent.
-fn run_agent(opt: &Opt, target: &Target, saver: &mut Saver) -> anyhow::Result<()> {
-    let options = opt.options(opt.protocol(Protocol::Tcp));
-    let label = format!("latency {}", target.label);
-    crate::runner::measure(saver, opt.output, &label, opt.expected(), |interrupt, _| {
-        let result = sonde_client::latency_measured(target, &options, interrupt);
-        Ok(Measured::from(result?))
-    })
-}
-
-/// `--sweep`: one test per value, against a sonde agent or a sockperf server.
-fn run_sweep(
-    opt: &Opt,
-    server: Server,
-    target: &Target,
-    sweep: &Sweep,
-    saver: &mut Saver,
-) -> anyhow::Result<()> {
-    let sockperf = server == Server::Sockperf;
-    if sockperf {
+    // sockperf's default is UDP.
+    let options = if let Route::Sockperf(_) = route {
         opt.check_sockperf()?;
-    }
-    let base = if sockperf {
         opt.options(opt.protocol(Protocol::Udp))
     } else {
         opt.options(opt.protocol(Protocol::Tcp))
     };
-    let label = format!("latency {}", target.label);
+    match &route {
+        Route::Helpers(helpers) => run_from(opt, helpers, &options, saver),
+        Route::Agent(target) => run_direct(opt, target, &options, saver),
+        Route::Sockperf(server) => run_direct(opt, server, &options, saver),
+        Route::Iperf3(_) => unreachable!("latency accepts no iperf3:// target"),
+    }
+}
+
+/// The test against a sonde agent or a sockperf server; with `--sweep`, one test per value.
+fn run_direct<On>(
+    opt: &Opt,
+    target: &On,
+    options: &LatencyOptions,
+    saver: &mut Saver,
+) -> anyhow::Result<()>
+where
+    On: Direct,
+    LatencyOptions: Test<On, Interval = Infallible, Output = LatencyMeasurement>,
+{
+    let label = format!("latency {}", label(target));
+    let Some(sweep) = &opt.sweep else {
+        return crate::runner::measure(
+            saver,
+            opt.output,
+            &label,
+            opt.expected(),
+            |interrupt, _| {
+                let controls = Controls::new().interrupt(interrupt);
+                Ok(client_run(target, options, controls)?)
+            },
+        );
+    };
     let allowed = [SweepParam::MsgSize, SweepParam::Rate];
     let doc = crate::sweep::run(
         saver,
@@ -280,42 +277,32 @@ fn run_sweep(
         &allowed,
         opt.expected(),
         |value, interrupt| {
-            let mut o = base.clone();
+            let mut o = options.clone();
             match sweep.param() {
                 SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
                 _ => o.rate = Some(value as f64),
             }
-            let result = if sockperf {
-                sonde_client::sockperf::latency_measured(target, &o, interrupt)
-            } else {
-                sonde_client::latency_measured(target, &o, interrupt)
-            };
-            result.map(Measured::from)
+            client_run(target, &o, Controls::new().interrupt(interrupt))
         },
     )?;
     saver.print(opt.output, &doc)?;
     crate::interrupt::install().check()
 }
 
-/// `sonde latency sockperf://HOST[:PORT]`: the same test against a real `sockperf server`, UDP
-/// unless --tcp (sockperf's default).
-fn run_sockperf(opt: &Opt, target: &Target, saver: &mut Saver) -> anyhow::Result<()> {
-    opt.check_sockperf()?;
-    let options = opt.options(opt.protocol(Protocol::Udp));
-    let label = format!("latency {}", target.label);
-    crate::runner::measure(saver, opt.output, &label, opt.expected(), |interrupt, _| {
-        let result = sonde_client::sockperf::latency_measured(target, &options, interrupt);
-        Ok(Measured::from(result?))
-    })
-}
-
 /// `--from`: the helpers measure their RTT to the target at once.
-fn run_from(opt: &Opt, target: &str, helpers: &[Target], saver: &mut Saver) -> anyhow::Result<()> {
-    let label = format!("latency {target} from {} helpers", helpers.len());
+fn run_from(
+    opt: &Opt,
+    helpers: &FromHelpers,
+    options: &LatencyOptions,
+    saver: &mut Saver,
+) -> anyhow::Result<()> {
+    let label = format!(
+        "latency {} from {} helpers",
+        helpers.target,
+        helpers.helpers.len()
+    );
     let progress = Progress::start(&label, opt.expected());
-    let options = opt.options(opt.protocol(Protocol::Tcp));
-    let result = sonde_client::latency_from(target, helpers, &options);
+    let result = client_run(helpers, options, Controls::new());
     drop(progress);
-    let mut m = Measured::from(sonde_report::TestResult::Latency(result?));
-    saver.print_and_save(opt.output, &mut m)
+    saver.print_and_save(opt.output, &mut result?)
 }

@@ -85,8 +85,8 @@ fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
         &label,
         options.expected(),
         |interrupt, _| {
-            let result = sonde_client::latency_under_load_measured(&target, &options, interrupt);
-            Ok(crate::save::Measured::from(result?))
+            let controls = sonde_client::Controls::new().interrupt(interrupt);
+            Ok(crate::runner::client_run(&target, &options, controls)?)
         },
     )
 }

@@ -3,13 +3,13 @@
 use std::time::Duration;
 
 use clap::Args;
-use sonde_client::{GsoMode, PpsOptions};
+use sonde_client::{Controls, GsoMode, PpsOptions};
 use sonde_engine::sweep::{Sweep, SweepParam};
-use sonde_report::TestResult;
 
 use crate::output::{OutputOpt, Progress};
 use crate::route::Route;
-use crate::save::{Measured, Saver};
+use crate::runner::client_run;
+use crate::save::Saver;
 
 /// Packet rate: small UDP datagrams as fast as possible, counted by the receiver
 ///
@@ -131,17 +131,21 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         opt.sweep.is_some(),
     )?;
     let target = match route {
-        Route::Helpers { target, helpers } => {
+        Route::Helpers(helpers) => {
             let progress = Progress::start(
-                &format!("pps {target} from {} helpers", helpers.len()),
+                &format!(
+                    "pps {} from {} helpers",
+                    helpers.target,
+                    helpers.helpers.len()
+                ),
                 opt.time,
             );
-            let result = sonde_client::pps_from(&target, &helpers, &options);
+            let result = client_run(&helpers, &options, Controls::new());
             drop(progress);
-            let mut m = Measured::from(TestResult::Pps(result?));
-            return saver.print_and_save(opt.output, &mut m);
+            return saver.print_and_save(opt.output, &mut result?);
         }
-        Route::Direct { target, .. } => target,
+        Route::Agent(target) => target,
+        Route::Iperf3(_) | Route::Sockperf(_) => unreachable!("pps accepts a sonde agent only"),
     };
     if let Some(sweep) = &opt.sweep {
         let allowed = [SweepParam::MsgSize, SweepParam::Parallel];
@@ -158,8 +162,7 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
                     SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
                     _ => o.flows = crate::sweep::as_u32(sweep.param(), value)?,
                 }
-                sonde_client::pps_interruptible(&target, &o, stop)
-                    .map(|r| Measured::from(TestResult::Pps(r)))
+                client_run(&target, &o, Controls::new().interrupt(stop))
             },
         )?;
         saver.print(opt.output, &doc)?;
@@ -177,8 +180,8 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
             let mut live = |iv: &sonde_report::PpsInterval| {
                 progress.println(&sonde_report::render::pps_interval_line(iv));
             };
-            let result = sonde_client::pps_live(&target, &options, interrupt, &mut live);
-            Ok(Measured::from(TestResult::Pps(result?)))
+            let controls = Controls::new().interrupt(interrupt).on_interval(&mut live);
+            Ok(client_run(&target, &options, controls)?)
         },
     )
 }

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use clap::Args;
 use sonde_agent::{Agent, AgentConfig};
-use sonde_client::{CrrOptions, LatencyOptions, PpsOptions, Target, ThroughputOptions};
+use sonde_client::{Controls, CrrOptions, LatencyOptions, PpsOptions, Target, ThroughputOptions};
 use sonde_report::{QuickCase, QuickResult, TestResult};
 use sonde_wire::{Direction, Protocol};
 
 use crate::output::{OutputOpt, Progress};
+use crate::runner::client_run;
 use crate::save::{Measured, Saver};
 
 /// Everything on loopback against an in-process agent (about 25 s)
@@ -83,30 +84,30 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         (
             "tcp latency",
             Box::new(|| {
-                sonde_client::latency_measured(&target, &latency(Protocol::Tcp), stop)
-                    .map(Measured::from)
+                client_run(
+                    &target,
+                    &latency(Protocol::Tcp),
+                    Controls::new().interrupt(stop),
+                )
             }),
         ),
         (
             "udp latency",
             Box::new(|| {
-                sonde_client::latency_measured(&target, &latency(Protocol::Udp), stop)
-                    .map(Measured::from)
+                client_run(
+                    &target,
+                    &latency(Protocol::Udp),
+                    Controls::new().interrupt(stop),
+                )
             }),
         ),
         (
             "tcp throughput x1",
-            Box::new(|| {
-                sonde_client::throughput_interruptible(&target, &throughput(1), stop, &mut |_| {})
-                    .map(|r| Measured::from(TestResult::Throughput(r)))
-            }),
+            Box::new(|| client_run(&target, &throughput(1), Controls::new().interrupt(stop))),
         ),
         (
             "tcp throughput x2",
-            Box::new(|| {
-                sonde_client::throughput_interruptible(&target, &throughput(2), stop, &mut |_| {})
-                    .map(|r| Measured::from(TestResult::Throughput(r)))
-            }),
+            Box::new(|| client_run(&target, &throughput(2), Controls::new().interrupt(stop))),
         ),
         (
             "udp pps",
@@ -115,8 +116,7 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
                     duration: t,
                     ..PpsOptions::default()
                 };
-                sonde_client::pps_interruptible(&target, &o, stop)
-                    .map(|r| Measured::from(TestResult::Pps(r)))
+                client_run(&target, &o, Controls::new().interrupt(stop))
             }),
         ),
         (
@@ -127,8 +127,7 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
                     duration: t,
                     ..CrrOptions::default()
                 };
-                sonde_client::crr_interruptible(&target, &o, stop)
-                    .map(|r| Measured::from(TestResult::Crr(r)))
+                client_run(&target, &o, Controls::new().interrupt(stop))
             }),
         ),
     ];

@@ -3,7 +3,7 @@
 //! `sockperf://HOST`), or helper agents that run the test against the target themselves
 //! (`--from`). Each test subcommand resolves its [`Route`] once and matches on it once.
 
-use sonde_client::Target;
+use sonde_client::{FromHelpers, Iperf3Server, SockperfServer, Target};
 
 use crate::auth::SecretOpt;
 use crate::helpers::FromOpt;
@@ -46,16 +46,18 @@ impl Server {
     }
 }
 
-/// Where one test goes.
+/// Where one test goes: one of the client's typed targets, each run with
+/// `sonde_client::run`.
 #[derive(Debug)]
 pub(crate) enum Route {
-    /// This host runs the test against `target`, of the kind `server`.
-    Direct { server: Server, target: Target },
-    /// The helpers run the test against `target` (as they reach it) all at once.
-    Helpers {
-        target: String,
-        helpers: Vec<Target>,
-    },
+    /// This host runs the test against a sonde agent.
+    Agent(Target),
+    /// This host runs the test against a real iperf3 server.
+    Iperf3(Iperf3Server),
+    /// This host runs the test against a real sockperf server.
+    Sockperf(SockperfServer),
+    /// The helpers run the test against the target (as they reach it) all at once.
+    Helpers(FromHelpers),
 }
 
 impl Route {
@@ -76,47 +78,79 @@ impl Route {
     ) -> anyhow::Result<Self> {
         let helpers = from.map(|f| f.helpers(host, secret, sweep)).transpose()?;
         if let Some(helpers) = helpers.flatten() {
-            return Ok(Self::Helpers {
+            return Ok(Self::Helpers(FromHelpers {
                 target: host.to_owned(),
                 helpers,
-            });
+            }));
         }
-        let (server, target) = direct(test, host, accepts, secret)?;
-        Ok(Self::Direct { server, target })
+        direct(test, host, accepts, secret)
     }
 }
 
 /// The sonde agent at `host`, for `sonde test`, which tests nothing else and has no `--from`.
 pub(crate) fn agent(test: &str, host: &str, secret: &SecretOpt) -> anyhow::Result<Target> {
-    direct(test, host, &[], secret).map(|(_, target)| target)
+    match Server::of(host) {
+        Server::Agent => secret.resolve(host),
+        _ => Err(cannot_test(test, host, &[])),
+    }
 }
 
 /// What answers at `host` and its address, for a subcommand that can test the servers in
 /// `accepts` besides a sonde agent.
-fn direct(
-    test: &str,
-    host: &str,
-    accepts: &[Server],
-    secret: &SecretOpt,
-) -> anyhow::Result<(Server, Target)> {
+fn direct(test: &str, host: &str, accepts: &[Server], secret: &SecretOpt) -> anyhow::Result<Route> {
     let server = Server::of(host);
-    let target = match server {
-        Server::Agent => return Ok((server, secret.resolve(host)?)),
-        _ if !accepts.contains(&server) => {
-            let can: Vec<&str> = std::iter::once(Server::Agent)
-                .chain(accepts.iter().copied())
-                .map(Server::written)
-                .collect();
-            return Err(BadValue(format!(
-                "sonde {test} cannot test {host}: its target is {}",
-                can.join(" or ")
-            ))
-            .into());
-        }
-        Server::Iperf3 => sonde_client::iperf3::target(host),
-        Server::Sockperf => sonde_client::sockperf::parse_target(host),
-    };
     // `Server::of` found the scheme, so its parser has an answer.
-    let target = target.ok_or_else(|| BadValue(format!("{host}: no target in it")))??;
-    Ok((server, target))
+    let no_target = || BadValue(format!("{host}: no target in it"));
+    match server {
+        Server::Agent => Ok(Route::Agent(secret.resolve(host)?)),
+        _ if !accepts.contains(&server) => Err(cannot_test(test, host, accepts)),
+        Server::Iperf3 => Ok(Route::Iperf3(
+            sonde_client::iperf3::target(host).ok_or_else(no_target)??,
+        )),
+        Server::Sockperf => Ok(Route::Sockperf(
+            sonde_client::sockperf::parse_target(host).ok_or_else(no_target)??,
+        )),
+    }
+}
+
+/// `sonde test` cannot test `host`, a server not in `accepts` (usage error, exit code 2).
+fn cannot_test(test: &str, host: &str, accepts: &[Server]) -> anyhow::Error {
+    let can: Vec<&str> = std::iter::once(Server::Agent)
+        .chain(accepts.iter().copied())
+        .map(Server::written)
+        .collect();
+    BadValue(format!(
+        "sonde {test} cannot test {host}: its target is {}",
+        can.join(" or ")
+    ))
+    .into()
+}
+
+/// A target this host tests itself: a sonde agent or a foreign server.
+pub(crate) trait Direct {
+    /// Its address and label.
+    fn target(&self) -> &Target;
+}
+
+impl Direct for Target {
+    fn target(&self) -> &Target {
+        self
+    }
+}
+
+impl Direct for Iperf3Server {
+    fn target(&self) -> &Target {
+        &self.0
+    }
+}
+
+impl Direct for SockperfServer {
+    fn target(&self) -> &Target {
+        &self.0
+    }
+}
+
+/// How results and progress bars name a direct target.
+pub(crate) fn label(on: &impl Direct) -> &str {
+    &on.target().label
 }

@@ -8,7 +8,7 @@ use crate::output::{OutputOpt, Progress};
 use crate::save::{Measured, SaveOpt, Saver};
 
 /// What a test subcommand's options give the runner.
-pub(crate) trait Test {
+pub(crate) trait Test: std::fmt::Debug {
     /// Where the result is saved, `--repeat` and `--pause`.
     fn save_opt(&self) -> &SaveOpt;
     /// `--json`, `--csv`, `--json-stream`.
@@ -44,6 +44,21 @@ pub(crate) fn measure(
     let mut m = result?;
     saver.print_and_save(output, &mut m)?;
     interrupt.check()
+}
+
+/// One run of the client's `test` against `target` (an agent, a foreign server or helpers),
+/// as the store keeps it: what every subcommand, `quick`, the sweeps and the mesh run a test
+/// with.
+pub(crate) fn client_run<On, T>(
+    target: &On,
+    test: &T,
+    controls: sonde_client::Controls<'_, T::Interval>,
+) -> Result<Measured, sonde_client::ClientError>
+where
+    T: sonde_client::Test<On>,
+    Measured: From<T::Output>,
+{
+    sonde_client::run(target, test, controls).map(Measured::from)
 }
 
 /// Implements [`Test`] for the subcommand's `Opt` in scope, whose `output: OutputOpt` and

@@ -79,6 +79,24 @@ impl From<TestResult> for Measured {
     }
 }
 
+/// A result document of the client's with no histogram for the store.
+macro_rules! measured_from_result {
+    ($($result:ty => $variant:ident),* $(,)?) => {$(
+        impl From<$result> for Measured {
+            fn from(result: $result) -> Self {
+                Self::from(TestResult::$variant(result))
+            }
+        }
+    )*};
+}
+
+measured_from_result!(
+    sonde_report::LatencyResult => Latency,
+    sonde_report::ThroughputResult => Throughput,
+    sonde_report::PpsResult => Pps,
+    sonde_report::CrrResult => Crr,
+);
+
 impl From<sonde_client::LatencyMeasurement> for Measured {
     fn from(m: sonde_client::LatencyMeasurement) -> Self {
         Self {

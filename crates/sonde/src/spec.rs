@@ -1,98 +1,154 @@
-//! One typed test specification, the parsed options of a test subcommand, and one way to run
-//! it. The command line builds it with clap, a plan builds it with the same clap definition
-//! from the plan's keys (`msg_size = 16384` is `--msg-size 16384`), and both run it with
-//! [`run_once`] (the subcommands themselves with `runner::run`): a case in a plan means exactly
-//! what the same flags mean.
+//! The test subcommands, registered once each in [`TESTS`], and one typed test specification,
+//! the parsed options of a test subcommand, with one way to run it. The command line builds it
+//! with clap ([`TestCommand`], the registry's subcommands), a plan builds it with the same clap
+//! definition from the plan's keys (`msg_size = 16384` is `--msg-size 16384`), and both run it
+//! with [`run_once`] (the subcommands themselves with `runner::run`): a case in a plan means
+//! exactly what the same flags mean. A new test subcommand is its module (an `Opt` that
+//! implements `runner::Test`) and one line in [`TESTS`].
 
-use clap::{Args, FromArgMatches};
+use std::any::TypeId;
 
+use clap::{ArgMatches, Args, FromArgMatches};
+
+use crate::exit::EXIT_CODES;
 use crate::runner::Test;
 use crate::save::Saver;
 use crate::{crr, latency, load, pps, throughput};
 
-/// The test subcommands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum TestKind {
-    Latency,
-    Throughput,
-    Pps,
-    Crr,
-    Load,
+/// The test subcommands, each registered here once: its name, its options (clap definition,
+/// parser, and the rest through [`Test`]) and what a plan's `protocol = "tcp"` / `"udp"` means
+/// for it (the flags, or why it cannot). The order is `sonde --help`'s.
+static TESTS: &[Kind] = &[
+    // latency's default is TCP against an agent but UDP against sockperf://: say which.
+    Kind::of::<latency::Opt>("latency", Ok(&["--tcp"]), Ok(&["--udp"])),
+    Kind::of::<throughput::Opt>("throughput", Ok(&[]), Ok(&["--udp"])),
+    Kind::of::<pps::Opt>("pps", Err("pps is UDP only"), Ok(&[])),
+    Kind::of::<crr::Opt>("crr", Ok(&[]), Err(CRR_IS_TCP)),
+    Kind::of::<load::Opt>("load", Ok(&[]), Ok(&["--udp"])),
+];
+
+const CRR_IS_TCP: &str = "crr is TCP only (a TCP connection per transaction)";
+
+/// The flags `protocol = "tcp"` or `"udp"` stands for, or why the test cannot take it.
+type ProtocolFlags = Result<&'static [&'static str], &'static str>;
+
+/// One registered test subcommand.
+struct Kind {
+    name: &'static str,
+    options: fn() -> TypeId,
+    augment: fn(clap::Command) -> clap::Command,
+    parse: fn(&ArgMatches) -> Result<TestSpec, clap::Error>,
+    tcp: ProtocolFlags,
+    udp: ProtocolFlags,
+}
+
+impl Kind {
+    /// The subcommand `name` with options `O`.
+    const fn of<O: Test + Args + FromArgMatches + 'static>(
+        name: &'static str,
+        tcp: ProtocolFlags,
+        udp: ProtocolFlags,
+    ) -> Self {
+        Self {
+            name,
+            options: TypeId::of::<O>,
+            augment: O::augment_args,
+            parse: parse_spec::<O>,
+            tcp,
+            udp,
+        }
+    }
+}
+
+fn parse_spec<O: Test + FromArgMatches + 'static>(m: &ArgMatches) -> Result<TestSpec, clap::Error> {
+    Ok(TestSpec(Box::new(O::from_arg_matches(m)?)))
+}
+
+/// A test subcommand (one of [`TESTS`]).
+#[derive(Clone, Copy)]
+pub(crate) struct TestKind(&'static Kind);
+
+impl PartialEq for TestKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for TestKind {}
+
+impl std::fmt::Debug for TestKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name)
+    }
 }
 
 impl TestKind {
-    /// Every test subcommand.
-    pub(crate) const ALL: [Self; 5] = [
-        Self::Latency,
-        Self::Throughput,
-        Self::Pps,
-        Self::Crr,
-        Self::Load,
-    ];
+    /// Every test subcommand, in `sonde --help`'s order.
+    pub(crate) fn all() -> impl Iterator<Item = Self> {
+        TESTS.iter().map(Self)
+    }
+
+    /// The subcommand whose options are `O`.
+    ///
+    /// # Panics
+    /// `O` is not registered in [`TESTS`] (a programming error).
+    pub(crate) fn of<O: 'static>() -> Self {
+        Self::all()
+            .find(|k| (k.0.options)() == TypeId::of::<O>())
+            .unwrap_or_else(|| unreachable!("{} is not in spec::TESTS", std::any::type_name::<O>()))
+    }
 
     /// The subcommand's name.
     pub(crate) fn name(self) -> &'static str {
-        match self {
-            Self::Latency => "latency",
-            Self::Throughput => "throughput",
-            Self::Pps => "pps",
-            Self::Crr => "crr",
-            Self::Load => "load",
-        }
+        self.0.name
     }
 
     /// The test named `name`.
     pub(crate) fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.name() == name)
+        Self::all().find(|k| k.name() == name)
+    }
+
+    /// The names of every test, as a sentence lists them: `latency, throughput, ... or load`.
+    pub(crate) fn names() -> String {
+        let names: Vec<&str> = Self::all().map(Self::name).collect();
+        match names.split_last() {
+            Some((end, [])) => (*end).to_owned(),
+            Some((end, rest)) => format!("{} or {end}", rest.join(", ")),
+            None => String::new(),
+        }
     }
 
     /// The subcommand's options as clap defines them (the same definition as `sonde NAME`).
     pub(crate) fn command(self) -> clap::Command {
-        let c = clap::Command::new(self.name());
-        match self {
-            Self::Latency => latency::Opt::augment_args(c),
-            Self::Throughput => throughput::Opt::augment_args(c),
-            Self::Pps => pps::Opt::augment_args(c),
-            Self::Crr => crr::Opt::augment_args(c),
-            Self::Load => load::Opt::augment_args(c),
-        }
+        (self.0.augment)(clap::Command::new(self.name()))
     }
 
     /// Parses `args` (what follows `sonde NAME` on a command line) with the subcommand's own
     /// definition.
     pub(crate) fn parse(self, args: &[String]) -> Result<TestSpec, clap::Error> {
+        (self.0.parse)(&self.matches(args)?)
+    }
+
+    /// Parses `args` with the subcommand's own definition into its options, `O`, for a caller
+    /// that knows which test it runs (a mesh's scheduled test).
+    pub(crate) fn parse_as<O: FromArgMatches>(self, args: &[String]) -> Result<O, clap::Error> {
+        O::from_arg_matches(&self.matches(args)?)
+    }
+
+    fn matches(self, args: &[String]) -> Result<ArgMatches, clap::Error> {
         let argv = std::iter::once(self.name().to_owned()).chain(args.iter().cloned());
-        let m = self.command().try_get_matches_from(argv)?;
-        Ok(match self {
-            Self::Latency => TestSpec::Latency(latency::Opt::from_arg_matches(&m)?),
-            Self::Throughput => TestSpec::Throughput(throughput::Opt::from_arg_matches(&m)?),
-            Self::Pps => TestSpec::Pps(pps::Opt::from_arg_matches(&m)?),
-            Self::Crr => TestSpec::Crr(crr::Opt::from_arg_matches(&m)?),
-            Self::Load => TestSpec::Load(load::Opt::from_arg_matches(&m)?),
-        })
+        self.command().try_get_matches_from(argv)
     }
 }
 
-/// A test, fully specified.
+/// A test, fully specified: the parsed options of a test subcommand.
 #[derive(Debug)]
-pub(crate) enum TestSpec {
-    Latency(latency::Opt),
-    Throughput(throughput::Opt),
-    Pps(pps::Opt),
-    Crr(crr::Opt),
-    Load(load::Opt),
-}
+pub(crate) struct TestSpec(Box<dyn Test>);
 
 impl TestSpec {
     /// The options, as the runner sees them.
     pub(crate) fn test(&self) -> &dyn Test {
-        match self {
-            Self::Latency(o) => o,
-            Self::Throughput(o) => o,
-            Self::Pps(o) => o,
-            Self::Crr(o) => o,
-            Self::Load(o) => o,
-        }
+        &*self.0
     }
 }
 
@@ -100,6 +156,51 @@ impl TestSpec {
 /// and each case of a plan does.
 pub(crate) fn run_once(spec: &TestSpec, saver: &mut Saver) -> anyhow::Result<()> {
     spec.test().run_once(saver)
+}
+
+/// The test subcommands on `sonde`'s command line: `sonde NAME`, each with the exit codes in
+/// its `--help`, parsed into its options.
+#[derive(Debug)]
+pub(crate) struct TestCommand(TestSpec);
+
+impl TestCommand {
+    /// The options, as the runner sees them.
+    pub(crate) fn test(&self) -> &dyn Test {
+        self.0.test()
+    }
+}
+
+impl FromArgMatches for TestCommand {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let kind = m
+            .subcommand()
+            .and_then(|(name, sub)| Some((TestKind::from_name(name)?, sub)));
+        let Some((kind, sub)) = kind else {
+            return Err(clap::Error::new(clap::error::ErrorKind::InvalidSubcommand));
+        };
+        (kind.0.parse)(sub).map(Self)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl clap::Subcommand for TestCommand {
+    fn augment_subcommands(cmd: clap::Command) -> clap::Command {
+        TestKind::all().fold(cmd, |cmd, kind| {
+            cmd.subcommand(kind.command().after_help(EXIT_CODES))
+        })
+    }
+
+    fn augment_subcommands_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_subcommands(cmd)
+    }
+
+    fn has_subcommand(name: &str) -> bool {
+        TestKind::from_name(name).is_some()
+    }
 }
 
 /// The plan key that stands for the subcommand's positional `HOST[:PORT]`.
@@ -192,17 +293,10 @@ pub(crate) fn protocol_args(kind: TestKind, value: &str) -> Result<Vec<String>, 
         "udp" => true,
         _ => return Err(format!("expected \"tcp\" or \"udp\", found {value:?}")),
     };
-    match (kind, udp) {
-        // latency's default is TCP against an agent but UDP against sockperf://: say which.
-        (TestKind::Latency, false) => Ok(vec!["--tcp".into()]),
-        (TestKind::Latency | TestKind::Throughput | TestKind::Load, true) => {
-            Ok(vec!["--udp".into()])
-        }
-        (TestKind::Throughput | TestKind::Load, false) | (TestKind::Pps, true) => Ok(Vec::new()),
-        (TestKind::Crr, false) => Ok(Vec::new()),
-        (TestKind::Pps, false) => Err("pps is UDP only".into()),
-        (TestKind::Crr, true) => Err("crr is TCP only (a TCP connection per transaction)".into()),
-    }
+    let flags = if udp { kind.0.udp } else { kind.0.tcp };
+    flags
+        .map(|f| f.iter().map(|&f| f.to_owned()).collect())
+        .map_err(str::to_owned)
 }
 
 /// A plan key's value, as a flag takes it.
@@ -281,14 +375,18 @@ mod tests {
 
     use super::*;
 
+    fn kind(name: &str) -> TestKind {
+        TestKind::from_name(name).expect("a test subcommand")
+    }
+
     /// The keys each test takes in a plan, as the book documents them (docs/plans.md). A flag
     /// added to a subcommand fails this test until it is listed here (it then works in plans
     /// with no other change) or in `NOT_IN_PLANS`; a key listed here that is no flag fails it
     /// too.
     fn documented(kind: TestKind) -> Vec<&'static str> {
         const SHARED: &[&str] = &["target", "secret_file"];
-        let own: &[&str] = match kind {
-            TestKind::Latency => &[
+        let own: &[&str] = match kind.name() {
+            "latency" => &[
                 "udp",
                 "tcp",
                 "msg_size",
@@ -304,7 +402,7 @@ mod tests {
                 "busy_poll",
                 "cpu",
             ],
-            TestKind::Throughput => &[
+            "throughput" => &[
                 "udp",
                 "parallel",
                 "reverse",
@@ -317,10 +415,10 @@ mod tests {
                 "from",
                 "cpu",
             ],
-            TestKind::Pps => &[
+            "pps" => &[
                 "msg_size", "flows", "time", "interval", "gso", "from", "cpu",
             ],
-            TestKind::Crr => &[
+            "crr" => &[
                 "workers",
                 "parallel",
                 "msg_size",
@@ -330,17 +428,18 @@ mod tests {
                 "timeout",
                 "interval",
             ],
-            TestKind::Load => &[
+            "load" => &[
                 "udp", "msg_size", "rate", "time", "warmup", "ramp", "parallel", "reverse",
                 "bidir", "length",
             ],
+            other => panic!("{other}: list its plan keys here"),
         };
         own.iter().chain(SHARED).copied().collect()
     }
 
     #[test]
     fn every_flag_is_a_plan_key_or_excluded() {
-        for kind in TestKind::ALL {
+        for kind in TestKind::all() {
             let mut keys: Vec<String> = plan_keys(kind).into_iter().map(|k| k.key).collect();
             keys.sort();
             let mut want: Vec<String> = documented(kind).iter().map(|k| (*k).to_owned()).collect();
@@ -365,7 +464,7 @@ mod tests {
         // An exclusion of a flag no test has any more is dead text.
         for (long, _) in NOT_IN_PLANS {
             assert!(
-                TestKind::ALL.into_iter().any(|k| k
+                TestKind::all().any(|k| k
                     .command()
                     .get_arguments()
                     .any(|a| a.get_long() == Some(long))),
@@ -376,7 +475,7 @@ mod tests {
 
     #[test]
     fn keys_parse_as_the_flags_do() {
-        let spec = TestKind::Latency
+        let spec = kind("latency")
             .parse(&[
                 "127.0.0.1:9".into(),
                 "--udp".into(),
@@ -387,7 +486,7 @@ mod tests {
             ])
             .expect("parses");
         assert_eq!(spec.test().expected(), Duration::from_secs(3));
-        let err = TestKind::Pps
+        let err = kind("pps")
             .parse(&["h".into(), "--flows".into(), "many".into()])
             .expect_err("not a number");
         assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
@@ -396,18 +495,16 @@ mod tests {
     #[test]
     fn protocol_maps_to_each_tests_flags() {
         assert_eq!(
-            protocol_args(TestKind::Latency, "udp").unwrap(),
+            protocol_args(kind("latency"), "udp").unwrap(),
             vec!["--udp"]
         );
         assert_eq!(
-            protocol_args(TestKind::Latency, "tcp").unwrap(),
+            protocol_args(kind("latency"), "tcp").unwrap(),
             vec!["--tcp"]
         );
-        assert!(protocol_args(TestKind::Throughput, "tcp")
-            .unwrap()
-            .is_empty());
-        assert!(protocol_args(TestKind::Pps, "tcp").is_err());
-        assert!(protocol_args(TestKind::Crr, "udp").is_err());
-        assert!(protocol_args(TestKind::Load, "sctp").is_err());
+        assert!(protocol_args(kind("throughput"), "tcp").unwrap().is_empty());
+        assert!(protocol_args(kind("pps"), "tcp").is_err());
+        assert!(protocol_args(kind("crr"), "udp").is_err());
+        assert!(protocol_args(kind("load"), "sctp").is_err());
     }
 }

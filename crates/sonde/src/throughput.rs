@@ -4,14 +4,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
-use sonde_client::{Target, ThroughputOptions};
+use sonde_client::{Controls, FromHelpers, Iperf3Server, Target, Test, ThroughputOptions};
 use sonde_engine::sweep::{Sweep, SweepParam};
-use sonde_report::TestResult;
+use sonde_report::{IntervalResult, ThroughputResult};
 use sonde_wire::{Direction, Protocol};
 
 use crate::output::{OutputOpt, Progress};
-use crate::route::{Route, Server};
-use crate::save::{Measured, Saver};
+use crate::route::{label, Direct, Route, Server};
+use crate::runner::client_run;
+use crate::save::Saver;
 
 /// Bandwidth: TCP or UDP, parallel streams, reverse or both directions
 ///
@@ -143,25 +144,24 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         &opt.secret,
         opt.sweep.is_some(),
     )?;
-    match (route, &opt.sweep) {
-        (Route::Helpers { target, helpers }, _) => run_from(opt, &target, &helpers, saver),
-        (Route::Direct { server, target }, Some(sweep)) => {
-            run_sweep(opt, server, &target, sweep, saver)
-        }
-        (
-            Route::Direct {
-                server: Server::Iperf3,
-                target,
-            },
-            None,
-        ) => run_iperf3(opt, &target, saver),
-        (Route::Direct { target, .. }, None) => run_agent(opt, &target, saver),
+    let options = options(opt);
+    match (&route, &opt.sweep) {
+        (Route::Helpers(helpers), _) => run_from(opt, helpers, &options, saver),
+        (Route::Agent(target), Some(sweep)) => run_sweep(opt, target, &options, sweep, saver),
+        (Route::Iperf3(server), Some(sweep)) => run_sweep(opt, server, &options, sweep, saver),
+        (Route::Agent(target), None) => run_agent(opt, target, &options, saver),
+        (Route::Iperf3(server), None) => run_iperf3(opt, server, &options, saver),
+        (Route::Sockperf(_), _) => unreachable!("throughput accepts no sockperf:// target"),
     }
 }
 
 /// The test against a sonde agent.
-fn run_agent(opt: &Opt, target: &Target, saver: &mut Saver) -> anyhow::Result<()> {
-    let options = options(opt);
+fn run_agent(
+    opt: &Opt,
+    target: &Target,
+    options: &ThroughputOptions,
+    saver: &mut Saver,
+) -> anyhow::Result<()> {
     let label = format!("throughput {}", target.label);
     crate::runner::measure(
         saver,
@@ -175,9 +175,8 @@ fn run_agent(opt: &Opt, target: &Target, saver: &mut Saver) -> anyhow::Result<()
                 opt.output
                     .live_interval(progress, &sonde_report::render::interval_line(iv), iv);
             };
-            let result =
-                sonde_client::throughput_interruptible(target, &options, interrupt, &mut live);
-            Ok(Measured::from(TestResult::Throughput(result?)))
+            let controls = Controls::new().interrupt(interrupt).on_interval(&mut live);
+            Ok(client_run(target, options, controls)?)
         },
     )
 }
@@ -186,13 +185,17 @@ fn run_agent(opt: &Opt, target: &Target, saver: &mut Saver) -> anyhow::Result<()
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 /// `iperf3://`: the test against a real iperf3 server.
-fn run_iperf3(opt: &Opt, target: &Target, saver: &mut Saver) -> anyhow::Result<()> {
-    let options = options(opt);
+fn run_iperf3(
+    opt: &Opt,
+    server: &Iperf3Server,
+    options: &ThroughputOptions,
+    saver: &mut Saver,
+) -> anyhow::Result<()> {
     // An iperf3 server keeps a dropped test's slot until its own timeouts: the client says
     // CLIENT_TERMINATE on Ctrl-C, as iperf3's own does, and then exits 130. If a handler is
     // already set, the default end (also 130) stands.
     let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed));
-    let progress = Progress::start(&format!("throughput {}", target.label), opt.time);
+    let progress = Progress::start(&format!("throughput {}", label(server)), opt.time);
     // Only the intervals of server-to-client streams are counted at a receiver (this one).
     let sender_counted = options.direction != Direction::Reverse;
     let mut live = |iv: &sonde_report::IntervalResult| {
@@ -204,21 +207,26 @@ fn run_iperf3(opt: &Opt, target: &Target, saver: &mut Saver) -> anyhow::Result<(
         };
         opt.output.live_interval(&progress, &line, iv);
     };
-    let result = sonde_client::iperf3::throughput(target, &options, &INTERRUPTED, &mut live);
+    let controls = Controls::new()
+        .interrupt(&INTERRUPTED)
+        .on_interval(&mut live);
+    let result = client_run(server, options, controls);
     drop(progress);
-    let mut m = Measured::from(TestResult::Throughput(result?));
-    saver.print_and_save(opt.output, &mut m)
+    saver.print_and_save(opt.output, &mut result?)
 }
 
 /// `--sweep`: one test per value, against a sonde agent or an iperf3 server.
-fn run_sweep(
+fn run_sweep<On>(
     opt: &Opt,
-    server: Server,
-    target: &Target,
+    target: &On,
+    base: &ThroughputOptions,
     sweep: &Sweep,
     saver: &mut Saver,
-) -> anyhow::Result<()> {
-    let base = options(opt);
+) -> anyhow::Result<()>
+where
+    On: Direct,
+    ThroughputOptions: Test<On, Interval = IntervalResult, Output = ThroughputResult>,
+{
     if sweep.param() == SweepParam::Bitrate && base.protocol == Protocol::Tcp {
         return Err(crate::units::BadValue(
             "a bitrate sweep is for UDP (-u): TCP sends as fast as the path allows".into(),
@@ -230,7 +238,7 @@ fn run_sweep(
         SweepParam::Parallel,
         SweepParam::Bitrate,
     ];
-    let label = format!("throughput {}", target.label);
+    let label = format!("throughput {}", label(target));
     let doc = crate::sweep::run(
         saver,
         "throughput",
@@ -245,12 +253,7 @@ fn run_sweep(
                 SweepParam::Parallel => o.parallel = crate::sweep::as_u32(sweep.param(), value)?,
                 _ => o.bitrate = value,
             }
-            let result = if server == Server::Iperf3 {
-                sonde_client::iperf3::throughput(target, &o, interrupt, &mut |_| {})
-            } else {
-                sonde_client::throughput_interruptible(target, &o, interrupt, &mut |_| {})
-            };
-            result.map(|r| Measured::from(TestResult::Throughput(r)))
+            client_run(target, &o, Controls::new().interrupt(interrupt))
         },
     )?;
     saver.print(opt.output, &doc)?;
@@ -293,11 +296,19 @@ fn options(opt: &Opt) -> ThroughputOptions {
 }
 
 /// `--from`: the helpers run the test against the target at once.
-fn run_from(opt: &Opt, target: &str, helpers: &[Target], saver: &mut Saver) -> anyhow::Result<()> {
-    let label = format!("throughput {target} from {} helpers", helpers.len());
+fn run_from(
+    opt: &Opt,
+    helpers: &FromHelpers,
+    options: &ThroughputOptions,
+    saver: &mut Saver,
+) -> anyhow::Result<()> {
+    let label = format!(
+        "throughput {} from {} helpers",
+        helpers.target,
+        helpers.helpers.len()
+    );
     let progress = Progress::start(&label, opt.time);
-    let result = sonde_client::throughput_from(target, helpers, &options(opt));
+    let result = client_run(helpers, options, Controls::new());
     drop(progress);
-    let mut m = Measured::from(TestResult::Throughput(result?));
-    saver.print_and_save(opt.output, &mut m)
+    saver.print_and_save(opt.output, &mut result?)
 }

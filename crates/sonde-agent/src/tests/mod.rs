@@ -61,13 +61,30 @@ fn latency_opts(protocol: Protocol) -> LatencyOptions {
 }
 
 /// Runs a short TCP latency test and checks it measured something: the agent still serves.
+/// A latency test through the client's one entry.
+fn latency(
+    target: &sonde_client::Target,
+    opt: &LatencyOptions,
+) -> Result<sonde_client::LatencyMeasurement, ClientError> {
+    sonde_client::run(target, opt, sonde_client::Controls::new())
+}
+
+/// A throughput test through the client's one entry.
+fn throughput(
+    target: &sonde_client::Target,
+    opt: &ThroughputOptions,
+) -> Result<<ThroughputOptions as sonde_client::Test>::Output, ClientError> {
+    sonde_client::run(target, opt, sonde_client::Controls::new())
+}
+
 fn assert_serves(h: &AgentHandle) {
     assert_serves_over(h, Protocol::Tcp);
 }
 
 fn assert_serves_over(h: &AgentHandle, protocol: Protocol) {
-    let r = sonde_client::latency(&target(h), &latency_opts(protocol))
-        .unwrap_or_else(|e| panic!("the agent no longer serves {protocol:?} latency: {e}"));
+    let r = latency(&target(h), &latency_opts(protocol))
+        .unwrap_or_else(|e| panic!("the agent no longer serves {protocol:?} latency: {e}"))
+        .result;
     assert!(r.samples > 0, "no RTT sample: {r:?}");
     assert_eq!(r.lost, 0, "lost messages on loopback: {r:?}");
 }

@@ -497,7 +497,7 @@ fn max_sessions_refuses_the_next_client_as_busy() {
     );
     let (mut raw, token) = Raw::accepted(&h, &spec);
     assert_eq!(h.sessions(), 1);
-    let err = sonde_client::latency(&target(&h), &latency_opts(Protocol::Tcp))
+    let err = latency(&target(&h), &latency_opts(Protocol::Tcp))
         .expect_err("a second session while the only one is held");
     match &err {
         ClientError::Refused { reason, message } => {
@@ -523,7 +523,7 @@ fn a_test_longer_than_max_duration_is_refused_for_limits() {
         duration: Duration::from_secs(2),
         ..latency_opts(Protocol::Tcp)
     };
-    match sonde_client::latency(&target(&h), &opts) {
+    match latency(&target(&h), &opts) {
         Err(e @ ClientError::Refused { reason, .. }) => {
             assert_eq!(reason, Refusal::Limits);
             assert_eq!(e.exit_code(), 4);
@@ -545,7 +545,7 @@ fn more_streams_than_max_streams_are_refused_for_limits() {
         duration: Duration::from_millis(300),
         ..ThroughputOptions::default()
     };
-    match sonde_client::throughput(&target(&h), &opts, &mut |_| {}) {
+    match throughput(&target(&h), &opts) {
         Err(e @ ClientError::Refused { reason, .. }) => {
             assert_eq!(reason, Refusal::Limits);
             assert_eq!(e.exit_code(), 4);
@@ -555,13 +555,12 @@ fn more_streams_than_max_streams_are_refused_for_limits() {
     }
     assert_counter(&h, "refused", |r| &r.refused, 1);
     // At the limit is fine.
-    let ok = sonde_client::throughput(
+    let ok = throughput(
         &target(&h),
         &ThroughputOptions {
             parallel: 2,
             ..opts
         },
-        &mut |_| {},
     )
     .expect("2 streams are within --max-streams 2");
     assert_eq!(ok.streams.len(), 2);
@@ -630,23 +629,23 @@ fn four_clients_at_once_all_run_and_see_each_other() {
                 s.spawn(move || -> Result<u32, ClientError> {
                     start.wait();
                     if i % 2 == 0 {
-                        let r = sonde_client::latency(
+                        let r = latency(
                             t,
                             &LatencyOptions {
                                 duration: Duration::from_millis(700),
                                 ..latency_opts(Protocol::Tcp)
                             },
-                        )?;
+                        )?
+                        .result;
                         assert!(r.samples > 0, "client {i}: {r:?}");
                         Ok(r.meta.overlapping_sessions)
                     } else {
-                        let r = sonde_client::throughput(
+                        let r = throughput(
                             t,
                             &ThroughputOptions {
                                 duration: Duration::from_millis(800),
                                 ..ThroughputOptions::default()
                             },
-                            &mut |_| {},
                         )?;
                         assert!(r.receiver.bytes > 0, "client {i}: {r:?}");
                         Ok(r.meta.overlapping_sessions)

@@ -72,7 +72,7 @@ fn with_a_secret_only_clients_that_prove_it_are_admitted() {
         (Some(secret(b"not the secret")), "does not match"),
     ] {
         let t = target(&h).with_secret(client_secret);
-        match sonde_client::latency(&t, &opts) {
+        match latency(&t, &opts) {
             Err(e @ ClientError::Refused { .. }) => {
                 assert_eq!(e.exit_code(), 4);
                 assert!(e.to_string().contains(says), "{e}");
@@ -85,11 +85,12 @@ fn with_a_secret_only_clients_that_prove_it_are_admitted() {
     // The right one: TCP and UDP tests run (UDP joins carry the session key's MAC).
     let t = target(&h).with_secret(Some(secret(SECRET)));
     for protocol in [Protocol::Tcp, Protocol::Udp] {
-        let r = sonde_client::latency(&t, &latency_opts(protocol))
-            .unwrap_or_else(|e| panic!("{protocol:?} latency with the secret: {e}"));
+        let r = latency(&t, &latency_opts(protocol))
+            .unwrap_or_else(|e| panic!("{protocol:?} latency with the secret: {e}"))
+            .result;
         assert!(r.samples > 0);
     }
-    let r = sonde_client::throughput(
+    let r = throughput(
         &t,
         &ThroughputOptions {
             protocol: Protocol::Udp,
@@ -98,7 +99,6 @@ fn with_a_secret_only_clients_that_prove_it_are_admitted() {
             duration: Duration::from_millis(300),
             ..ThroughputOptions::default()
         },
-        &mut |_| {},
     )
     .expect("UDP throughput with the secret");
     assert!(r.receiver.bytes > 0, "{r:?}");
@@ -111,7 +111,7 @@ fn an_agent_without_a_secret_admits_clients_with_or_without_one() {
     let (_raw, _, required) = raw_hello(&h, Nonce([1; 32]));
     assert!(!required);
     let t = target(&h).with_secret(Some(secret(b"whatever")));
-    assert!(sonde_client::latency(&t, &latency_opts(Protocol::Udp)).is_ok());
+    assert!(latency(&t, &latency_opts(Protocol::Udp)).is_ok());
     assert_serves(&h);
 }
 
@@ -171,7 +171,9 @@ fn a_replayed_proof_is_refused() {
 
 fn assert_serves_over_with(h: &AgentHandle, s: &Secret) {
     let t = target(h).with_secret(Some(s.clone()));
-    let r = sonde_client::latency(&t, &latency_opts(Protocol::Tcp)).expect("serves");
+    let r = latency(&t, &latency_opts(Protocol::Tcp))
+        .expect("serves")
+        .result;
     assert!(r.samples > 0);
 }
 
@@ -360,7 +362,7 @@ fn a_client_turned_away_by_a_full_listener_gets_the_refusal_line() {
     let before = count(&h, |r| &r.pending_full);
     // Several times: the refusal must win over any race with the close.
     for _ in 0..5 {
-        match sonde_client::latency(&target(&h), &latency_opts(Protocol::Tcp)) {
+        match latency(&target(&h), &latency_opts(Protocol::Tcp)) {
             Err(e @ ClientError::Refused { .. }) => {
                 assert_eq!(e.exit_code(), 4);
                 assert!(e.to_string().contains("try again"), "{e}");
@@ -464,7 +466,7 @@ fn max_bitrate_paces_what_the_agent_sends_and_refuses_udp_above_it() {
     };
     // The case: a reverse UDP test at no limit; and forward UDP above the cap.
     for opts in [udp(Direction::Reverse, 0), udp(Direction::Forward, 3 * CAP)] {
-        match sonde_client::throughput(&target(&h), &opts, &mut |_| {}) {
+        match throughput(&target(&h), &opts) {
             Err(
                 e @ ClientError::Refused {
                     reason: Refusal::Limits,
@@ -479,7 +481,7 @@ fn max_bitrate_paces_what_the_agent_sends_and_refuses_udp_above_it() {
     }
     // Within the cap, UDP runs both ways.
     for direction in [Direction::Forward, Direction::Reverse] {
-        let r = sonde_client::throughput(&target(&h), &udp(direction, CAP / 2), &mut |_| {})
+        let r = throughput(&target(&h), &udp(direction, CAP / 2))
             .unwrap_or_else(|e| panic!("UDP {direction:?} within the cap: {e}"));
         assert!(r.receiver.bytes > 0);
     }
@@ -492,7 +494,7 @@ fn max_bitrate_paces_what_the_agent_sends_and_refuses_udp_above_it() {
         duration: Duration::from_secs(1),
         ..ThroughputOptions::default()
     };
-    let outcome = sonde_client::throughput(&target(&h), &tcp, &mut |_| {});
+    let outcome = throughput(&target(&h), &tcp);
     if !sonde_net::socket::KERNEL_TCP_PACING {
         // No kernel pacing here (Windows, macOS): refused, never sent above the cap.
         match outcome {
@@ -535,7 +537,7 @@ fn max_bitrate_caps_what_the_agent_receives_over_tcp() {
     };
     let capped = agent(|c| c.max_bitrate = Some(CAP));
     for parallel in [1, 4] {
-        let r = sonde_client::throughput(&target(&capped), &forward(parallel), &mut |_| {})
+        let r = throughput(&target(&capped), &forward(parallel))
             .unwrap_or_else(|e| panic!("TCP forward -P {parallel} under a cap: {e}"));
         let span_s = r.receiver.duration_ns as f64 / 1e9;
         assert!(r.receiver.bytes > 0 && span_s > 0.0, "{:?}", r.receiver);
@@ -557,8 +559,7 @@ fn max_bitrate_caps_what_the_agent_receives_over_tcp() {
     // unread a second after the client's senders end. (A bound ten times the expected 2 s.)
     let low = agent(|c| c.max_bitrate = Some(10_000_000));
     let started = Instant::now();
-    let r = sonde_client::throughput(&target(&low), &forward(16), &mut |_| {})
-        .expect("TCP forward -P 16 under a low cap");
+    let r = throughput(&target(&low), &forward(16)).expect("TCP forward -P 16 under a low cap");
     assert!(r.receiver.bytes > 0 && r.receiver.bytes <= r.sender.bytes);
     assert!(
         started.elapsed() < Duration::from_secs(20),
@@ -567,8 +568,7 @@ fn max_bitrate_caps_what_the_agent_receives_over_tcp() {
     );
     // The same client without a cap: loopback reads at gigabits per second.
     let unlimited = agent(|_| {});
-    let r = sonde_client::throughput(&target(&unlimited), &forward(1), &mut |_| {})
-        .expect("TCP forward without a cap");
+    let r = throughput(&target(&unlimited), &forward(1)).expect("TCP forward without a cap");
     assert!(
         r.receiver.bits_per_second > 4.0 * CAP as f64,
         "without a cap the agent read only {:.1} Mbit/s",

@@ -26,14 +26,14 @@ fn only_iperf3_urls_are_iperf3_targets() {
     assert!(target("127.0.0.1").is_none());
     assert!(target("127.0.0.1:5300").is_none());
     assert!(target("sockperf://127.0.0.1").is_none());
-    let t = target("iperf3://127.0.0.1").unwrap().unwrap();
+    let t = target("iperf3://127.0.0.1").unwrap().unwrap().0;
     assert_eq!(t.addr, "127.0.0.1:5201".parse().unwrap());
     assert_eq!(t.label, "iperf3://127.0.0.1:5201");
-    let t = target("IPERF3://127.0.0.1:7000/").unwrap().unwrap();
+    let t = target("IPERF3://127.0.0.1:7000/").unwrap().unwrap().0;
     assert_eq!(t.addr.port(), 7000);
-    let t = target("iperf3://[::1]:7000").unwrap().unwrap();
+    let t = target("iperf3://[::1]:7000").unwrap().unwrap().0;
     assert!(t.addr.is_ipv6() && t.addr.port() == 7000);
-    let t = target("iperf3://::1").unwrap().unwrap();
+    let t = target("iperf3://::1").unwrap().unwrap().0;
     assert_eq!(t.addr.port(), DEFAULT_PORT);
     assert!(matches!(
         target("iperf3://"),

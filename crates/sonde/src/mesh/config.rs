@@ -9,7 +9,8 @@ use serde::Deserialize;
 use sonde_engine::schedule::{Check, CheckPlan, SchedulerConfig};
 use sonde_wire::Protocol;
 
-use crate::spec::{self, KeyValue, TestKind, TestSpec, PROTOCOL_KEY, TARGET_KEY};
+use crate::spec::{self, KeyValue, TestKind, PROTOCOL_KEY, TARGET_KEY};
+use crate::{pps, throughput};
 
 /// Default port of DNS peers (and of listed peers without one).
 pub(crate) const DEFAULT_PORT: u16 = sonde_client::DEFAULT_PORT;
@@ -208,7 +209,10 @@ const NOT_IN_MESH: &[(&str, &str)] = &[
 /// A `[throughput]` or `[pps]` table: its schedule, and the rest of its keys as the test's plan
 /// keys, parsed by the subcommand's own definition into the same specification as `sonde
 /// throughput` / `sonde pps` with those flags (and the equivalent command line).
-fn scheduled(kind: TestKind, table: &toml::Table) -> anyhow::Result<(CheckPlan, TestSpec, String)> {
+fn scheduled<O: clap::FromArgMatches + 'static>(
+    table: &toml::Table,
+) -> anyhow::Result<(CheckPlan, O, String)> {
+    let kind = TestKind::of::<O>();
     let name = kind.name();
     let schedule = |key: &str| -> anyhow::Result<Option<Value>> {
         table
@@ -270,7 +274,7 @@ fn scheduled(kind: TestKind, table: &toml::Table) -> anyhow::Result<(CheckPlan, 
         .chain(args.iter().cloned())
         .collect::<Vec<_>>()
         .join(" ");
-    let spec = kind.parse(&args).map_err(|e| {
+    let spec = kind.parse_as::<O>(&args).map_err(|e| {
         let message = e.render().to_string();
         let first = message
             .lines()
@@ -343,10 +347,7 @@ impl MeshConfig {
             .throughput
             .as_ref()
             .map(|t| -> anyhow::Result<ThroughputCheck> {
-                let (plan, spec, command) = scheduled(TestKind::Throughput, t)?;
-                let TestSpec::Throughput(opt) = spec else {
-                    unreachable!("TestKind::Throughput parses into TestSpec::Throughput")
-                };
+                let (plan, opt, command) = scheduled::<throughput::Opt>(t)?;
                 let options = opt.options();
                 options
                     .check()
@@ -362,10 +363,7 @@ impl MeshConfig {
             .pps
             .as_ref()
             .map(|p| -> anyhow::Result<PpsCheck> {
-                let (plan, spec, command) = scheduled(TestKind::Pps, p)?;
-                let TestSpec::Pps(opt) = spec else {
-                    unreachable!("TestKind::Pps parses into TestSpec::Pps")
-                };
+                let (plan, opt, command) = scheduled::<pps::Opt>(p)?;
                 let options = opt.options();
                 options
                     .check()
@@ -602,9 +600,9 @@ mod tests {
         assert!(msg.contains("[pps] time = 16s would never run"), "{msg}");
     }
 
-    fn opt(kind: TestKind, args: &[&str]) -> TestSpec {
+    fn opt<O: clap::FromArgMatches + 'static>(args: &[&str]) -> O {
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-        kind.parse(&args).unwrap()
+        TestKind::of::<O>().parse_as(&args).unwrap()
     }
 
     #[test]
@@ -617,24 +615,19 @@ mod tests {
         )
         .unwrap();
         let t = c.throughput.unwrap();
-        let TestSpec::Throughput(cli) = opt(
-            TestKind::Throughput,
-            &[
-                "198.18.0.2",
-                "-u",
-                "-P",
-                "4",
-                "-R",
-                "-b",
-                "10M",
-                "-l",
-                "1200",
-                "-t",
-                "3",
-            ],
-        ) else {
-            unreachable!()
-        };
+        let cli: throughput::Opt = opt(&[
+            "198.18.0.2",
+            "-u",
+            "-P",
+            "4",
+            "-R",
+            "-b",
+            "10M",
+            "-l",
+            "1200",
+            "-t",
+            "3",
+        ]);
         assert_eq!(format!("{:?}", t.options), format!("{:?}", cli.options()));
         // The keys took (not the defaults on both sides).
         assert_eq!(
@@ -645,12 +638,7 @@ mod tests {
         assert_eq!(t.options.duration, Duration::from_secs(3));
         assert_eq!(t.plan.duration, t.options.duration);
         let p = c.pps.unwrap();
-        let TestSpec::Pps(cli) = opt(
-            TestKind::Pps,
-            &["h", "-m", "14", "--flows", "8", "--gso", "off", "-t", "0.5"],
-        ) else {
-            unreachable!()
-        };
+        let cli: pps::Opt = opt(&["h", "-m", "14", "--flows", "8", "--gso", "off", "-t", "0.5"]);
         assert_eq!(format!("{:?}", p.options), format!("{:?}", cli.options()));
         assert_eq!((p.options.msg_size, p.options.flows), (14, 8));
         assert_eq!(p.options.gso, sonde_client::GsoMode::Off);

@@ -19,7 +19,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sonde_agent::LinkTests;
-use sonde_client::{ClientError, Target};
+use sonde_client::{ClientError, Controls, Target};
 use sonde_engine::schedule::{Check, MeshScheduler};
 use sonde_wire::auth::Secret;
 use sonde_wire::Protocol;
@@ -329,7 +329,7 @@ fn probe(
     let mut backoff = Duration::from_secs(1);
     let mut was_up = None;
     while !stop.load(Ordering::Relaxed) {
-        let up = match sonde_client::latency_measured(target, &options, stop) {
+        let up = match sonde_client::run(target, &options, Controls::new().interrupt(stop)) {
             Ok(m) => {
                 let r = &m.result;
                 metrics.sent.get_or_create(&labels).inc_by(r.sent);
@@ -452,44 +452,54 @@ fn run_check(
     match check {
         Check::Throughput => {
             let Some(t) = &cfg.throughput else { return };
-            match sonde_client::throughput_interruptible(&target, &t.options, stop, &mut |_| {}) {
-                Ok(r) => {
-                    let labels = PairDir {
-                        source: cfg.name.clone(),
-                        target: peer.label.clone(),
-                        direction: if t.options.direction == sonde_wire::Direction::Reverse {
-                            Dir::reverse
-                        } else {
-                            Dir::forward
-                        },
-                    };
-                    metrics
-                        .throughput_bytes
-                        .get_or_create(&labels)
-                        .set(r.receiver.bits_per_second / 8.0);
-                    metrics
-                        .throughput_time
-                        .get_or_create(&labels)
-                        .set(unix_seconds());
-                }
-                Err(e) => check_failed("throughput", peer, &e),
-            }
+            let Some(r) = scheduled("throughput", peer, &target, &t.options, stop) else {
+                return;
+            };
+            let labels = PairDir {
+                source: cfg.name.clone(),
+                target: peer.label.clone(),
+                direction: if t.options.direction == sonde_wire::Direction::Reverse {
+                    Dir::reverse
+                } else {
+                    Dir::forward
+                },
+            };
+            metrics
+                .throughput_bytes
+                .get_or_create(&labels)
+                .set(r.receiver.bits_per_second / 8.0);
+            metrics
+                .throughput_time
+                .get_or_create(&labels)
+                .set(unix_seconds());
         }
         Check::Pps => {
             let Some(p) = &cfg.pps else { return };
-            match sonde_client::pps_interruptible(&target, &p.options, stop) {
-                Ok(r) => {
-                    let labels = Pair {
-                        source: cfg.name.clone(),
-                        target: peer.label.clone(),
-                    };
-                    metrics.pps.get_or_create(&labels).set(r.received_pps);
-                    metrics.pps_time.get_or_create(&labels).set(unix_seconds());
-                }
-                Err(e) => check_failed("pps", peer, &e),
-            }
+            let Some(r) = scheduled("pps", peer, &target, &p.options, stop) else {
+                return;
+            };
+            let labels = Pair {
+                source: cfg.name.clone(),
+                target: peer.label.clone(),
+            };
+            metrics.pps.get_or_create(&labels).set(r.received_pps);
+            metrics.pps_time.get_or_create(&labels).set(unix_seconds());
         }
     }
+}
+
+/// One scheduled test of `kind` through the client's one run, ended early by `stop`; `None`
+/// when it did not run to its end ([`check_failed`] says so where that is news).
+fn scheduled<T: sonde_client::Test>(
+    kind: &str,
+    peer: &Peer,
+    target: &Target,
+    options: &T,
+    stop: &AtomicBool,
+) -> Option<T::Output> {
+    sonde_client::run(target, options, Controls::new().interrupt(stop))
+        .map_err(|e| check_failed(kind, peer, &e))
+        .ok()
 }
 
 #[cfg(test)]
@@ -692,12 +702,10 @@ mod tests {
             duration: Duration::from_secs(2),
             ..sonde_client::ThroughputOptions::default()
         };
-        let never = AtomicBool::new(false);
         // This end's own scheduled test to the client's address runs: the client's is refused
         // as busy, which the mesh takes as its turn passing.
         let own = links.start_outgoing(peer).unwrap();
-        let err = sonde_client::throughput_interruptible(&target, &options, &never, &mut |_| {})
-            .unwrap_err();
+        let err = sonde_client::run(&target, &options, Controls::new()).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -713,20 +721,13 @@ mod tests {
             duration: Duration::from_millis(300),
             ..sonde_client::LatencyOptions::default()
         };
-        sonde_client::latency_measured(&target, &probe, &never).unwrap();
+        sonde_client::run(&target, &probe, Controls::new()).unwrap();
         drop(own);
         // Served while no test of this end runs; while it is served, this end's scheduled test
         // to that address does not start.
         let client = {
             let (target, options) = (target.clone(), options.clone());
-            thread::spawn(move || {
-                sonde_client::throughput_interruptible(
-                    &target,
-                    &options,
-                    &AtomicBool::new(false),
-                    &mut |_| {},
-                )
-            })
+            thread::spawn(move || sonde_client::run(&target, &options, Controls::new()))
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while !links.serving(peer) && !client.is_finished() && Instant::now() < deadline {

@@ -307,7 +307,7 @@ impl Plan {
                 )
             })?,
         };
-        let all_keys: Vec<Keys> = TestKind::ALL.into_iter().map(Keys::of).collect();
+        let all_keys: Vec<Keys> = TestKind::all().map(Keys::of).collect();
         if let Some(d) = defaults {
             for (key, _) in d.iter() {
                 if !all_keys.iter().any(|k| k.knows(key)) && key != "repeat" {
@@ -353,9 +353,15 @@ impl Ctx<'_> {
     ) -> Result<(), BadValue> {
         let src = self.src;
         let test = table.get("test").ok_or_else(|| {
+            let names: Vec<&str> = TestKind::all().map(TestKind::name).collect();
+            let (first, rest) = names.split_first().unwrap_or((&"", &[]));
             src.error(
                 span.clone(),
-                "this [[matrix]] has no test: add test = \"latency\" (or throughput, pps, crr, load)",
+                format!(
+                    "this [[matrix]] has no test: add test = \"{}\" (or {})",
+                    first,
+                    rest.join(", ")
+                ),
             )
         })?;
         let test_name = test
@@ -365,9 +371,9 @@ impl Ctx<'_> {
             src.error(
                 test.span(),
                 format!(
-                    "unknown test \"{test_name}\" (expected latency, throughput, pps, crr or \
-                     load){}",
-                    suggest(test_name, TestKind::ALL.map(TestKind::name))
+                    "unknown test \"{test_name}\" (expected {}){}",
+                    TestKind::names(),
+                    suggest(test_name, TestKind::all().map(TestKind::name))
                 ),
             )
         })?;
@@ -867,7 +873,7 @@ mod tests {
     /// its list, an array of arrays an axis of lists, and its values name endpoints.
     #[test]
     fn a_repeated_flag_takes_an_array_as_its_list() {
-        let mut keys = Keys::of(TestKind::Pps);
+        let mut keys = Keys::of(TestKind::of::<crate::pps::Opt>());
         keys.keys.push(PlanKey {
             key: "from".into(),
             long: Some("from".into()),

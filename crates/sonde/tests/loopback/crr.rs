@@ -422,7 +422,11 @@ fn a_crr_test_whose_agent_stops_is_told_so() {
             duration: Duration::from_secs(20),
             ..sonde_client::CrrOptions::default()
         };
-        let _ = tx.send(sonde_client::crr(&target, &opt));
+        let _ = tx.send(sonde_client::run(
+            &target,
+            &opt,
+            sonde_client::Controls::new(),
+        ));
     });
     let deadline = Instant::now() + Duration::from_secs(10);
     while h.sessions() == 0 {

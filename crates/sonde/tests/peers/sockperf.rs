@@ -690,7 +690,9 @@ fn sonde_client_answers(addr: SocketAddr, protocol: Protocol) {
         warmup: Duration::from_millis(20),
         ..LatencyOptions::default()
     };
-    let doc = sonde_client::sockperf::latency(&target, &opt).expect("the agent answers");
+    let doc = sonde_client::run(&target, &opt, sonde_client::Controls::new())
+        .expect("the agent answers")
+        .result;
     assert_eq!(doc.samples, 200, "{doc:?}");
     assert_eq!(doc.lost, 0, "{doc:?}");
 }
@@ -703,7 +705,9 @@ fn sonde_port_answers(agent: &AgentHandle) {
         warmup: Duration::from_millis(10),
         ..LatencyOptions::default()
     };
-    let doc = sonde_client::latency(&target, &opt).expect("the sonde port answers");
+    let doc = sonde_client::run(&target, &opt, sonde_client::Controls::new())
+        .expect("the sonde port answers")
+        .result;
     assert_eq!(doc.samples, 50);
 }
 
@@ -999,7 +1003,12 @@ fn tcp_connections_beyond_max_sessions_are_refused_and_counted() {
     });
     // The sonde port refuses too (the limit is shared)...
     let target = sonde_client::resolve(&agent.local_addr().to_string(), 0).expect("target");
-    let busy = sonde_client::latency(&target, &LatencyOptions::default()).unwrap_err();
+    let busy = sonde_client::run(
+        &target,
+        &LatencyOptions::default(),
+        sonde_client::Controls::new(),
+    )
+    .unwrap_err();
     assert_eq!(busy.exit_code(), 4, "{busy}");
     // ...and a UDP peer is not answered while the agent is full.
     let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
