@@ -58,7 +58,7 @@ pub(super) trait Host {
 }
 
 /// What the conversation decided, in the order it decided it.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub(super) enum Output {
     /// Write these bytes on the control connection.
     Send(Vec<u8>),

@@ -55,21 +55,6 @@ impl Host for FakeHost {
     }
 }
 
-/// What the agent did, apart from the bytes it wrote.
-#[derive(Debug, PartialEq, Eq)]
-enum Did {
-    Deny,
-    BadHello,
-    Refused,
-    EnterGate,
-    OpenStreams,
-    AwaitStreams,
-    Run(Plan),
-    EndOmit { from_zero: bool },
-    StopStreams { drain: bool, at_ms: u128 },
-    End(Ended),
-}
-
 /// One conversation, its virtual clock and the control connection's two directions.
 struct Talk<'a> {
     start: Instant,
@@ -82,7 +67,7 @@ struct Talk<'a> {
     client_closed: bool,
     /// What the agent wrote, not yet looked at.
     wire: Vec<u8>,
-    did: VecDeque<Did>,
+    did: VecDeque<Output>,
 }
 
 impl<'a> Talk<'a> {
@@ -105,30 +90,30 @@ impl<'a> Talk<'a> {
     /// Takes what the agent decided: its bytes to `wire`, the rest to `did`.
     fn drain(&mut self) {
         while let Some(out) = self.c.poll() {
-            let did = match out {
-                Output::Send(bytes) => {
-                    self.wire.extend_from_slice(&bytes);
-                    continue;
-                }
+            match out {
+                Output::Send(bytes) => self.wire.extend_from_slice(&bytes),
                 Output::Deny => {
                     self.wire.push(b(State::AccessDenied));
-                    Did::Deny
+                    self.did.push_back(Output::Deny);
                 }
-                Output::BadHello => Did::BadHello,
-                Output::Refused => Did::Refused,
-                Output::EnterGate => Did::EnterGate,
-                Output::OpenStreams => Did::OpenStreams,
-                Output::AwaitStreams => Did::AwaitStreams,
-                Output::Run(plan) => Did::Run(plan),
-                Output::EndOmit { from_zero } => Did::EndOmit { from_zero },
-                Output::StopStreams { drain, at } => Did::StopStreams {
-                    drain,
-                    at_ms: (at - self.start).as_millis(),
-                },
-                Output::End(e) => Did::End(e),
-            };
-            self.did.push_back(did);
+                other => self.did.push_back(other),
+            }
         }
+    }
+
+    /// The running phase's end at `at_ms` (draining the receivers after TEST_END).
+    fn stop(&self, drain: bool, at_ms: u64) -> Option<Output> {
+        Some(Output::StopStreams {
+            drain,
+            at: self.start + ms(at_ms),
+        })
+    }
+
+    /// The running phase ended at `at_ms` without TEST_END: the data side stops the streams.
+    fn stops_at(&mut self, at_ms: u64) {
+        assert_eq!(self.next(), self.stop(false, at_ms));
+        self.c.streams_stopped(self.now);
+        self.drain();
     }
 
     /// Lets the agent read what it wants of what the client sent, as the socket code does.
@@ -178,14 +163,14 @@ impl<'a> Talk<'a> {
         std::mem::take(&mut self.wire)
     }
 
-    fn next(&mut self) -> Option<Did> {
+    fn next(&mut self) -> Option<Output> {
         self.did.pop_front()
     }
 
     /// How it ended; nothing is left to do.
     fn ended(&mut self) -> Ended {
         match self.next() {
-            Some(Did::End(e)) => {
+            Some(Output::End(e)) => {
                 assert!(self.c.is_over());
                 assert_eq!(self.next(), None);
                 assert_eq!(self.c.poll_timeout(), None);
@@ -221,10 +206,26 @@ impl<'a> Talk<'a> {
         let mut t = Self::new(cfg);
         assert_eq!(t.sent(), [b(State::ParamExchange)]);
         t.client(&json(params));
-        assert_eq!(t.next(), Some(Did::OpenStreams));
-        assert_eq!(t.next(), Some(Did::AwaitStreams));
+        assert_eq!(t.next(), Some(Output::OpenStreams));
+        assert_eq!(t.next(), Some(Output::AwaitStreams));
         assert_eq!(t.sent(), [b(State::CreateStreams)]);
         t
+    }
+
+    /// The streams attach now: the test runs, counted after `omit_ms`, its failsafe
+    /// `failsafe_ms` away. Returns when it started.
+    fn starts(&mut self, omit_ms: u64, failsafe_ms: u64) -> Instant {
+        self.c.streams_attached(self.now);
+        self.drain();
+        let start = self.now;
+        let plan = Plan {
+            start,
+            omit: ms(omit_ms),
+            failsafe: ms(failsafe_ms),
+        };
+        assert_eq!(self.next(), Some(Output::Run(plan)));
+        assert_eq!(self.sent(), [b(State::TestStart), b(State::TestRunning)]);
+        start
     }
 
     /// A TCP test of `params` running from now.
@@ -232,7 +233,7 @@ impl<'a> Talk<'a> {
         let mut t = Self::attaching(cfg, params);
         t.c.streams_attached(t.now);
         t.drain();
-        assert!(matches!(t.next(), Some(Did::Run(_))));
+        assert!(matches!(t.next(), Some(Output::Run(_))));
         assert_eq!(t.sent(), [b(State::TestStart), b(State::TestRunning)]);
         t
     }
@@ -240,16 +241,10 @@ impl<'a> Talk<'a> {
     /// After TEST_END at `at_ms`: the data side's results are ready, EXCHANGE_RESULTS out.
     fn exchanging(cfg: &'a AgentConfig) -> Self {
         let mut t = Self::running(cfg, TCP);
-        assert_eq!(t.next(), Some(Did::EndOmit { from_zero: true }));
+        assert_eq!(t.next(), Some(Output::EndOmit { from_zero: true }));
         t.advance(1_000);
         t.client(&[b(State::TestEnd)]);
-        assert_eq!(
-            t.next(),
-            Some(Did::StopStreams {
-                drain: true,
-                at_ms: 1_000
-            })
-        );
+        assert_eq!(t.next(), t.stop(true, 1_000));
         t.c.results_ready(t.now, &ours());
         t.drain();
         assert_eq!(t.sent(), [b(State::ExchangeResults)]);
@@ -273,38 +268,22 @@ fn a_tcp_test_goes_as_iperf3_has_it() {
     assert_eq!(t.host.tried, 1, "the options are tried on a socket first");
     // The test takes its streams before CREATE_STREAMS goes out; no deadline of the machine's
     // while the socket code waits for them.
-    assert_eq!(t.next(), Some(Did::OpenStreams));
-    assert_eq!(t.next(), Some(Did::AwaitStreams));
+    assert_eq!(t.next(), Some(Output::OpenStreams));
+    assert_eq!(t.next(), Some(Output::AwaitStreams));
     assert_eq!(t.sent(), [b(State::CreateStreams)]);
     assert_eq!((t.c.wants(), t.c.poll_timeout()), (0, None));
     assert_eq!(t.c.params().map(|p| p.parallel), Some(1));
     t.advance(50);
-    t.c.streams_attached(t.now);
-    t.drain();
-    let start = t.now;
-    assert_eq!(
-        t.next(),
-        Some(Did::Run(Plan {
-            start,
-            omit: Duration::ZERO,
-            failsafe: ms(1_000) + FAILSAFE_SLACK,
-        }))
-    );
-    assert_eq!(t.sent(), [b(State::TestStart), b(State::TestRunning)]);
-    assert_eq!(t.next(), Some(Did::EndOmit { from_zero: true }));
+    // The planned second, then FAILSAFE_SLACK.
+    let start = t.starts(0, 31_000);
+    assert_eq!(t.next(), Some(Output::EndOmit { from_zero: true }));
     assert_eq!(t.c.poll_timeout(), Some(start + ms(31_000)));
     t.advance(1_000);
     // TEST_START again is ignored, as by iperf3.
     t.client(&[b(State::TestStart)]);
     assert_eq!(t.next(), None);
     t.client(&[b(State::TestEnd)]);
-    assert_eq!(
-        t.next(),
-        Some(Did::StopStreams {
-            drain: true,
-            at_ms: 1_050
-        })
-    );
+    assert_eq!(t.next(), t.stop(true, 1_050));
     assert_eq!(t.c.wants(), 0, "nothing is read while the streams stop");
     t.advance(20);
     t.c.results_ready(t.now, &ours());
@@ -327,40 +306,23 @@ fn a_udp_test_takes_the_gate_and_counts_after_omit() {
     let _ = t.sent();
     t.client(&json(params));
     // UDP streams carry no cookie: the gate first, CREATE_STREAMS only once it is ours.
-    assert_eq!(t.next(), Some(Did::EnterGate));
+    assert_eq!(t.next(), Some(Output::EnterGate));
     assert_eq!(t.sent(), [0u8; 0]);
     t.advance(100);
     t.c.gate_entered();
     t.drain();
-    assert_eq!(t.next(), Some(Did::AwaitStreams));
+    assert_eq!(t.next(), Some(Output::AwaitStreams));
     assert_eq!(t.sent(), [b(State::CreateStreams)]);
-    t.c.streams_attached(t.now);
-    t.drain();
-    let start = t.now;
-    assert_eq!(
-        t.next(),
-        Some(Did::Run(Plan {
-            start,
-            omit: ms(2_000),
-            failsafe: ms(3_000) + FAILSAFE_SLACK,
-        }))
-    );
-    assert_eq!(t.sent(), [b(State::TestStart), b(State::TestRunning)]);
+    let start = t.starts(2_000, 33_000);
     assert_eq!(t.c.poll_timeout(), Some(start + ms(2_000)));
     t.advance(1_999);
     assert_eq!(t.next(), None);
     t.advance(1);
-    assert_eq!(t.next(), Some(Did::EndOmit { from_zero: false }));
+    assert_eq!(t.next(), Some(Output::EndOmit { from_zero: false }));
     assert_eq!(t.c.poll_timeout(), Some(start + ms(33_000)));
     t.advance(1_000);
     t.client(&[b(State::TestEnd)]);
-    assert_eq!(
-        t.next(),
-        Some(Did::StopStreams {
-            drain: true,
-            at_ms: 3_100
-        })
-    );
+    assert_eq!(t.next(), t.stop(true, 3_100));
     t.c.results_ready(t.now, &ours());
     t.drain();
     t.client(&json(RESULTS));
@@ -383,7 +345,7 @@ fn parameters_that_are_not_whole_and_valid_are_a_bad_hello_and_closed() {
         let mut t = Talk::new(&cfg);
         let _ = t.sent();
         t.client(bytes);
-        assert_eq!(t.next(), Some(Did::BadHello));
+        assert_eq!(t.next(), Some(Output::BadHello));
         let line = t.setup_ended();
         assert!(line.starts_with(why), "{line}");
         assert_eq!(t.sent(), [0u8; 0], "closed without a word, like iperf3");
@@ -401,7 +363,7 @@ fn parameters_must_come_within_the_hello_timeout() {
     t.advance(299);
     assert_eq!(t.next(), None);
     t.advance(1);
-    assert_eq!(t.next(), Some(Did::BadHello));
+    assert_eq!(t.next(), Some(Output::BadHello));
     assert_eq!(
         t.setup_ended(),
         "no parameters from the client: no message from the peer within 300ms"
@@ -418,7 +380,7 @@ fn parameters_must_come_within_the_hello_timeout() {
         } else {
             t.advance(200);
         }
-        assert_eq!(t.next(), Some(Did::BadHello));
+        assert_eq!(t.next(), Some(Output::BadHello));
         let why = if close {
             "the peer closed the control connection"
         } else {
@@ -433,7 +395,7 @@ fn parameters_must_come_within_the_hello_timeout() {
     // A client that closes before its parameters.
     let mut t = Talk::new(&cfg);
     t.client_closes();
-    assert_eq!(t.next(), Some(Did::BadHello));
+    assert_eq!(t.next(), Some(Output::BadHello));
     assert_eq!(
         t.setup_ended(),
         "no parameters from the client: the peer closed the control connection"
@@ -450,21 +412,15 @@ fn a_read_takes_no_more_than_the_step_needs() {
     bytes.push(b(State::ClientTerminate));
     let mut t = Talk::new(&cfg);
     t.client(&bytes);
-    assert_eq!(t.next(), Some(Did::OpenStreams));
-    assert_eq!(t.next(), Some(Did::AwaitStreams));
+    assert_eq!(t.next(), Some(Output::OpenStreams));
+    assert_eq!(t.next(), Some(Output::AwaitStreams));
     assert_eq!(t.socket.len(), 1);
     t.c.streams_attached(t.now);
     t.drain();
     t.deliver();
-    assert!(matches!(t.next(), Some(Did::Run(_))));
-    assert_eq!(t.next(), Some(Did::EndOmit { from_zero: true }));
-    assert_eq!(
-        t.next(),
-        Some(Did::StopStreams {
-            drain: false,
-            at_ms: 0
-        })
-    );
+    assert!(matches!(t.next(), Some(Output::Run(_))));
+    assert_eq!(t.next(), Some(Output::EndOmit { from_zero: true }));
+    assert_eq!(t.next(), t.stop(false, 0));
 }
 
 #[test]
@@ -500,7 +456,7 @@ fn limits_are_refused_with_server_error_and_the_codes_iperf3_prints() {
         let mut t = Talk::new(&cfg);
         let _ = t.sent();
         t.client(&json(params));
-        assert_eq!(t.next(), Some(Did::Refused));
+        assert_eq!(t.next(), Some(Output::Refused));
         assert_eq!(t.setup_ended(), why);
         assert_eq!(t.sent(), encode_server_error(code, os_errno));
         assert_eq!(
@@ -516,7 +472,7 @@ fn limits_are_refused_with_server_error_and_the_codes_iperf3_prints() {
     t.client(&json(
         br#"{"tcp":true,"time":1,"parallel":1,"congestion":"nosuchcc"}"#,
     ));
-    assert_eq!(t.next(), Some(Did::Refused));
+    assert_eq!(t.next(), Some(Output::Refused));
     assert_eq!(t.setup_ended(), "refused: no such algorithm");
     assert_eq!(t.sent(), encode_server_error(errno::IESETCONGESTION, 2));
 
@@ -524,7 +480,7 @@ fn limits_are_refused_with_server_error_and_the_codes_iperf3_prints() {
     let mut t = Talk::attaching(&cfg, TCP);
     t.c.refuse((errno::IESETBUF2, 0, "short buffer".into()), &t.host);
     t.drain();
-    assert_eq!(t.next(), Some(Did::Refused));
+    assert_eq!(t.next(), Some(Output::Refused));
     assert_eq!(t.setup_ended(), "refused: short buffer");
     assert_eq!(t.sent(), encode_server_error(errno::IESETBUF2, 0));
 }
@@ -537,7 +493,7 @@ fn a_setup_that_fails_while_the_agent_stops_tells_the_client_server_terminate() 
     let _ = t.sent();
     t.host.shutting_down = true;
     t.client(&json(br#"{"tcp":true,"time":1,"parallel":5}"#));
-    assert_eq!(t.next(), Some(Did::Refused));
+    assert_eq!(t.next(), Some(Output::Refused));
     assert_eq!(t.setup_ended(), "the agent is shutting down");
     let mut expect = encode_server_error(errno::IENUMSTREAMS, 0).to_vec();
     expect.push(b(State::ServerTerminate));
@@ -569,11 +525,11 @@ fn streams_that_do_not_attach_and_a_busy_gate_end_the_setup() {
     t.client(&json(
         br#"{"udp":true,"time":1,"parallel":1,"len":1200,"bandwidth":1000000}"#,
     ));
-    assert_eq!(t.next(), Some(Did::EnterGate));
+    assert_eq!(t.next(), Some(Output::EnterGate));
     t.c.gate_busy(&t.host);
     t.drain();
     // ACCESS_DENIED: "the server is busy running a test. try again later".
-    assert_eq!(t.next(), Some(Did::Deny));
+    assert_eq!(t.next(), Some(Output::Deny));
     assert_eq!(
         t.setup_ended(),
         "another test kept the UDP stream attach busy for 15s"
@@ -598,22 +554,13 @@ fn the_client_ending_the_test_early_ends_it_with_its_reason() {
     ];
     for (byte, why) in cases {
         let mut t = Talk::running(&cfg, TCP);
-        assert_eq!(t.next(), Some(Did::EndOmit { from_zero: true }));
+        assert_eq!(t.next(), Some(Output::EndOmit { from_zero: true }));
         t.advance(400);
         match byte {
             Some(byte) => t.client(&[byte]),
             None => t.client_closes(),
         }
-        assert_eq!(
-            t.next(),
-            Some(Did::StopStreams {
-                drain: false,
-                at_ms: 400
-            })
-        );
-        t.advance(5);
-        t.c.streams_stopped(t.now);
-        t.drain();
+        t.stops_at(400);
         assert_eq!(t.test_ended(), why);
         assert_eq!(t.sent(), [0u8; 0], "nothing more is said to the client");
     }
@@ -625,18 +572,10 @@ fn a_test_without_test_end_is_closed_by_the_failsafe() {
     let cfg = config(|_| {});
     let mut t = Talk::running(&cfg, TCP);
     t.advance(30_999);
-    assert_eq!(t.next(), Some(Did::EndOmit { from_zero: true }));
+    assert_eq!(t.next(), Some(Output::EndOmit { from_zero: true }));
     assert_eq!(t.next(), None);
     t.advance(1);
-    assert_eq!(
-        t.next(),
-        Some(Did::StopStreams {
-            drain: false,
-            at_ms: 31_000
-        })
-    );
-    t.c.streams_stopped(t.now);
-    t.drain();
+    t.stops_at(31_000);
     assert_eq!(
         t.test_ended(),
         "no TEST_END 30s after the planned end (failsafe)"
@@ -652,19 +591,11 @@ fn a_byte_budget_test_is_cut_at_the_maximum_duration_and_told_server_terminate()
     let mut t = Talk::running(&cfg, params);
     assert!(t.c.poll_timeout().is_some());
     t.advance(1_000);
-    assert_eq!(t.next(), Some(Did::EndOmit { from_zero: false }));
+    assert_eq!(t.next(), Some(Output::EndOmit { from_zero: false }));
     t.advance(4_999);
     assert_eq!(t.next(), None);
     t.advance(1);
-    assert_eq!(
-        t.next(),
-        Some(Did::StopStreams {
-            drain: false,
-            at_ms: 6_000
-        })
-    );
-    t.c.streams_stopped(t.now);
-    t.drain();
+    t.stops_at(6_000);
     // What the client prints as "the server has terminated"; the agent then waits for it to
     // hang up (dropping what it says) before the data sockets close.
     assert_eq!(t.sent(), [b(State::ServerTerminate)]);
@@ -685,16 +616,8 @@ fn the_agents_shutdown_ends_a_running_test_with_server_terminate() {
     t.advance(300);
     t.host.shutting_down = true;
     t.advance(1);
-    assert_eq!(t.next(), Some(Did::EndOmit { from_zero: true }));
-    assert_eq!(
-        t.next(),
-        Some(Did::StopStreams {
-            drain: false,
-            at_ms: 301
-        })
-    );
-    t.c.streams_stopped(t.now);
-    t.drain();
+    assert_eq!(t.next(), Some(Output::EndOmit { from_zero: true }));
+    t.stops_at(301);
     assert_eq!(t.sent(), [b(State::ServerTerminate)]);
     // A client that never hangs up is given TERMINATE_GRACE.
     t.advance(1_999);
@@ -780,7 +703,7 @@ fn a_failed_write_ends_the_conversation_where_it_failed() {
     // CREATE_STREAMS: the wait for the streams, queued after it, is dropped.
     let mut t = Talk::new(&cfg);
     t.client(&json(TCP));
-    assert_eq!(t.next(), Some(Did::OpenStreams));
+    assert_eq!(t.next(), Some(Output::OpenStreams));
     t.did.clear();
     t.c.handle_write_failed(t.now, &broken(), &t.host);
     t.drain();
@@ -791,15 +714,7 @@ fn a_failed_write_ends_the_conversation_where_it_failed() {
     t.c.streams_attached(t.now);
     t.c.handle_write_failed(t.now, &broken(), &t.host);
     t.drain();
-    assert_eq!(
-        t.next(),
-        Some(Did::StopStreams {
-            drain: false,
-            at_ms: 0
-        })
-    );
-    t.c.streams_stopped(t.now);
-    t.drain();
+    t.stops_at(0);
     assert_eq!(t.test_ended(), lost);
 
     // EXCHANGE_RESULTS.
@@ -824,6 +739,296 @@ fn a_failed_write_ends_the_conversation_where_it_failed() {
     t.c.refuse((errno::IESETBUF2, 0, "short buffer".into()), &t.host);
     t.c.handle_write_failed(t.now, &broken(), &t.host);
     t.drain();
-    assert_eq!(t.next(), Some(Did::Refused));
+    assert_eq!(t.next(), Some(Output::Refused));
     assert_eq!(t.setup_ended(), "refused: short buffer");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Against the client's own iperf3 conversation (`sonde_client::iperf3::control`)
+// ---------------------------------------------------------------------------------------------
+
+mod pair {
+    use sonde_client::iperf3::control::{self as client, Heard, Opening, ReadError};
+    use sonde_client::ClientError;
+    use sonde_wire::iperf3::Cookie;
+
+    use super::*;
+
+    fn cookie() -> Cookie {
+        Cookie::from_bytes(*b"abcdefghijklmnopqrstuvwxyz234567abcd\0")
+    }
+
+    /// The client's parameters as sonde's `throughput iperf3://` sends them.
+    fn params(json: &[u8]) -> Params {
+        Params::from_json(json).expect("parameters")
+    }
+
+    /// The client's side of a pair: its conversation, what the server said, and its socket.
+    struct Client {
+        c: client::Conversation,
+        heard: Vec<Result<Heard, Opening>>,
+        /// What the agent wrote that the client has not read.
+        socket: Vec<u8>,
+        closed: bool,
+    }
+
+    /// The two machines joined by an in-memory control connection (the shape of quinn-proto's
+    /// `tests/util.rs` `Pair`), one virtual clock, and a fake data side that attaches streams
+    /// at once and has its results when asked.
+    struct Pair<'a> {
+        agent: Talk<'a>,
+        client: Client,
+        params: Params,
+        /// The agent ended and closed its side.
+        agent_closed: bool,
+    }
+
+    impl<'a> Pair<'a> {
+        fn new(cfg: &'a AgentConfig, params_json: &[u8]) -> Self {
+            let agent = Talk::new(cfg);
+            let mut c =
+                client::Conversation::new(agent.now, "127.0.0.1:5201".parse().unwrap(), &cookie());
+            // The listener reads the cookie before the test's conversation starts.
+            assert_eq!(c.poll_transmit(), cookie().as_bytes());
+            Self {
+                agent,
+                client: Client {
+                    c,
+                    heard: Vec::new(),
+                    socket: Vec::new(),
+                    closed: false,
+                },
+                params: params(params_json),
+                agent_closed: false,
+            }
+        }
+
+        /// Moves bytes both ways, and lets each side act on what it heard, until nothing moves.
+        fn settle(&mut self) {
+            loop {
+                let mut moved = false;
+                // Agent → client.
+                let bytes = self.agent.sent();
+                if !bytes.is_empty() {
+                    self.client.socket.extend_from_slice(&bytes);
+                }
+                if !self.client.socket.is_empty() && self.client.c.reading() {
+                    let bytes = std::mem::take(&mut self.client.socket);
+                    self.client.c.handle_bytes(self.agent.now, &bytes);
+                    moved = true;
+                } else if self.agent_closed && !self.client.closed && self.client.c.reading() {
+                    self.client.closed = true;
+                    self.client
+                        .c
+                        .handle_read_error(self.agent.now, ReadError::Closed);
+                    moved = true;
+                }
+                // The client acts on what it heard.
+                while let Some(h) = self.client.c.poll() {
+                    moved = true;
+                    let now = self.agent.now;
+                    match &h {
+                        Ok(Heard::ParamExchange) => self.client.c.send_params(now, &self.params),
+                        Ok(Heard::CreateStreams) => self.client.c.streams_open(now),
+                        Ok(Heard::ExchangeResults) => {
+                            self.client.c.send_results(now, &ours());
+                        }
+                        _ => {}
+                    }
+                    self.client.heard.push(h);
+                }
+                // Client → agent.
+                let bytes = self.client.c.poll_transmit();
+                if !bytes.is_empty() {
+                    moved = true;
+                    self.agent.client(&bytes);
+                }
+                if !self.client.c.reading() && !self.agent.client_closed && self.client_done() {
+                    // A client done with the conversation closes the connection.
+                    moved = true;
+                    self.agent.client_closes();
+                }
+                // The fake data side.
+                while let Some(did) = self.agent.next() {
+                    let now = self.agent.now;
+                    match did {
+                        Output::EnterGate => self.agent.c.gate_entered(),
+                        Output::AwaitStreams => self.agent.c.streams_attached(now),
+                        Output::StopStreams { drain: true, .. } => {
+                            self.agent.c.results_ready(now, &ours());
+                        }
+                        Output::StopStreams { drain: false, .. } => {
+                            self.agent.c.streams_stopped(now);
+                        }
+                        Output::End(e) => {
+                            // Left for the test to look at; the agent closes its side.
+                            self.agent.did.push_front(Output::End(e));
+                            moved |= !self.agent_closed;
+                            self.agent_closed = true;
+                            break;
+                        }
+                        _ => {}
+                    }
+                    moved = true;
+                    self.agent.drain();
+                }
+                if !moved {
+                    return;
+                }
+            }
+        }
+
+        /// Whether the client's conversation is over (its last word heard).
+        fn client_done(&self) -> bool {
+            self.client
+                .heard
+                .last()
+                .is_some_and(|h| matches!(h, Err(_) | Ok(Heard::Done { .. })))
+        }
+
+        /// The clock moves on by `ms`, both sides looking at it each millisecond.
+        fn advance(&mut self, ms: u64) {
+            for _ in 0..ms {
+                self.agent.advance(1);
+                self.client.c.handle_timeout(self.agent.now);
+                self.settle();
+            }
+        }
+
+        fn agent_ended(&mut self) -> Ended {
+            self.agent.ended()
+        }
+
+        fn client_error(&mut self) -> String {
+            match self.client.heard.pop() {
+                Some(Err(e)) => match e.error() {
+                    ClientError::Remote(m)
+                    | ClientError::Iperf3Refused(m)
+                    | ClientError::Protocol(m) => m,
+                    other => other.to_string(),
+                },
+                other => panic!("the client did not fail: {other:?}"),
+            }
+        }
+    }
+
+    /// What the client heard, in short.
+    fn names(heard: &[Result<Heard, Opening>]) -> Vec<&'static str> {
+        heard
+            .iter()
+            .map(|h| match h {
+                Ok(Heard::ParamExchange) => "PARAM_EXCHANGE",
+                Ok(Heard::CreateStreams) => "CREATE_STREAMS",
+                Ok(Heard::TestRunning) => "TEST_RUNNING",
+                Ok(Heard::ExchangeResults) => "EXCHANGE_RESULTS",
+                Ok(Heard::ServerResults(_)) => "results",
+                Ok(Heard::NoAccount) => "no account",
+                Ok(Heard::Done { clean_end: true }) => "done",
+                Ok(Heard::Done { clean_end: false }) => "done, unclean",
+                Err(_) => "error",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_whole_test_with_sondes_own_client() {
+        let cfg = config(|_| {});
+        for json in [
+            TCP,
+            br#"{"udp":true,"omit":1,"time":1,"parallel":2,"reverse":true,"len":1400,"bandwidth":10000000,"udp_counters_64bit":1}"#,
+        ] {
+            let mut p = Pair::new(&cfg, json);
+            p.settle();
+            assert_eq!(
+                names(&p.client.heard),
+                ["PARAM_EXCHANGE", "CREATE_STREAMS", "TEST_RUNNING"]
+            );
+            p.advance(2_000);
+            p.client.c.end_test(p.agent.now);
+            p.settle();
+            assert_eq!(p.agent_ended(), Ended::Completed);
+            let heard = names(&p.client.heard);
+            assert_eq!(
+                heard[3..],
+                ["EXCHANGE_RESULTS", "results", "done"],
+                "a clean end: the agent closed after IPERF_DONE"
+            );
+            let theirs = p.client.heard.iter().find_map(|h| match h {
+                Ok(Heard::ServerResults(r)) => Some(r.clone()),
+                _ => None,
+            });
+            assert_eq!(theirs.as_deref(), Some(&ours()));
+        }
+    }
+
+    #[test]
+    fn a_refusal_reads_at_the_client_as_iperf3_words_it() {
+        let cfg = config(|c| c.max_streams = 4);
+        let mut p = Pair::new(&cfg, br#"{"tcp":true,"time":1,"parallel":5,"len":131072}"#);
+        p.settle();
+        assert_eq!(
+            p.agent_ended(),
+            Ended::Setup(
+                "refused: 5 streams asked, this agent allows 4 (sonde server --max-streams)".into()
+            )
+        );
+        assert_eq!(
+            p.client_error(),
+            format!(
+                "the iperf3 server at 127.0.0.1:5201 refused the test: {}",
+                sonde_wire::iperf3::error_message(errno::IENUMSTREAMS)
+            )
+        );
+    }
+
+    #[test]
+    fn ctrl_c_at_the_client_ends_the_agents_test() {
+        let cfg = config(|_| {});
+        let mut p = Pair::new(&cfg, TCP);
+        p.settle();
+        p.advance(500);
+        p.client.c.terminate();
+        p.settle();
+        assert_eq!(
+            p.agent_ended(),
+            Ended::Test("the client terminated the test".into())
+        );
+    }
+
+    #[test]
+    fn the_agents_end_of_a_test_reads_at_the_client_as_server_terminate() {
+        // The agent shutting down, and a -n test cut at the agent's maximum duration.
+        for budget in [false, true] {
+            let cfg = config(|_| {});
+            let json: &[u8] = if budget {
+                br#"{"tcp":true,"time":0,"num":10000000000,"parallel":1}"#
+            } else {
+                TCP
+            };
+            let mut p = Pair::new(&cfg, json);
+            p.settle();
+            if budget {
+                p.advance(5_000);
+            } else {
+                p.advance(500);
+                p.agent.host.shutting_down = true;
+                p.advance(1);
+            }
+            // The client answers IPERF_DONE, as iperf3 3.12 does, and hangs up: the agent
+            // does not wait out its grace.
+            assert_eq!(
+                p.client_error(),
+                "the iperf3 server was stopped during the test (SERVER_TERMINATE)"
+            );
+            let why = match p.agent_ended() {
+                Ended::Test(why) => why,
+                other => panic!("{other:?}"),
+            };
+            if budget {
+                assert!(why.starts_with("a -n/-k test cut at the agent's maximum duration, 5 s"));
+            } else {
+                assert_eq!(why, "the agent is shutting down");
+            }
+        }
+    }
 }
