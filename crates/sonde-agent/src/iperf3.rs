@@ -15,7 +15,10 @@
 //! the shared port connected to the client's socket ([`sonde_net::socket::udp_flow`]), from
 //! which the `"6789"` reply goes out; the kernel then hands that peer's datagrams to it.
 //!
-//! [`run`] runs an attached test: the data streams, the control state machine, the results.
+//! The control connection's conversation, from PARAM_EXCHANGE to the end, is a state machine
+//! without sockets ([`conversation`]); `session` drives it here until the streams are attached
+//! (the attach waits and the UDP gate are this module's), and [`run`] from there: the data
+//! streams, the results.
 
 mod conversation;
 mod run;
@@ -31,15 +34,12 @@ use std::time::{Duration, Instant};
 
 use sonde_net::control::{read_exact_by, ControlError};
 use sonde_net::socket::{DataOptionError, DataOptions};
-use sonde_wire::iperf3::{errno, Cookie, Params, Protocol, State, COOKIE_LEN, UDP_CONNECT_REPLY};
+use sonde_wire::iperf3::{errno, Cookie, Params, State, COOKIE_LEN, UDP_CONNECT_REPLY};
 
 use conversation::{Conversation, Ended, Host, Output};
 
 use crate::admission::{self, Door};
-use crate::{
-    canonical, lock, peer_of, AgentConfig, CompatListener, CompatSession, PendingGuard, Shared,
-    MAX_MSG_SIZE, MAX_UDP_PAYLOAD,
-};
+use crate::{canonical, lock, peer_of, CompatListener, CompatSession, PendingGuard, Shared};
 
 /// How long a client has to open all its data streams after CREATE_STREAMS.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -51,8 +51,6 @@ const UDP_GATE_WAIT: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(100);
 /// Bound on a blocked write to a client's control connection.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// iperf3's smallest UDP datagram (`MIN_UDP_BLOCKSIZE`: a header with a 64-bit sequence).
-const MIN_UDP_LEN: i64 = 16;
 /// `EINVAL`, sent with `SERVER_ERROR` codes that iperf3 prints with `strerror(errno)`.
 const EINVAL: i32 = 22;
 
@@ -431,155 +429,6 @@ fn read_once(
     }
 }
 
-/// Checks parameters against the agent's limits: `Err((i_errno, errno, why))` to refuse with
-/// SERVER_ERROR. The codes are the ones whose message the iperf3 client prints sensibly (the
-/// maxima it prints are its own, so the log line says the agent's).
-fn check(p: &Params, cfg: &AgentConfig) -> Result<(), Refusal> {
-    if p.protocol == Protocol::Sctp {
-        return Err((errno::IENOSCTP, 0, "SCTP is not served".into()));
-    }
-    if p.reverse && p.bidirectional {
-        return Err((
-            errno::IEREVERSEBIDIR,
-            0,
-            "reverse and bidirectional together".into(),
-        ));
-    }
-    if p.parallel < 1 || p.omit < 0 || p.time < 0 || p.bandwidth < 0 || p.len < 1 {
-        return Err((
-            errno::IEINITTEST,
-            EINVAL,
-            format!(
-                "nonsense parameters (parallel {}, omit {}, time {}, bandwidth {}, len {})",
-                p.parallel, p.omit, p.time, p.bandwidth, p.len
-            ),
-        ));
-    }
-    if p.parallel > i64::from(cfg.max_streams) {
-        return Err((
-            errno::IENUMSTREAMS,
-            0,
-            format!(
-                "{} streams asked, this agent allows {} (sonde server --max-streams)",
-                p.parallel, cfg.max_streams
-            ),
-        ));
-    }
-    let max_s = cfg.max_duration.as_secs();
-    let asked = u64::try_from(p.time.saturating_add(p.omit)).unwrap_or(u64::MAX);
-    if asked > max_s {
-        return Err((
-            errno::IEDURATION,
-            0,
-            format!("{asked} s asked (time + omit), this agent allows {max_s} s (sonde server --max-duration)"),
-        ));
-    }
-    let server_sends = p.bidirectional || p.reverse;
-    if cfg.max_bitrate.is_some()
-        && !p.udp()
-        && server_sends
-        && !sonde_net::socket::KERNEL_TCP_PACING
-    {
-        // The kernel paces the agent's TCP senders to the cap; without that they would run
-        // above it.
-        return Err((
-            errno::IETOTALRATE,
-            0,
-            "this agent caps its rate (sonde server --max-bitrate) but its platform cannot \
-             pace the TCP it would send (no SO_MAX_PACING_RATE)"
-                .to_owned(),
-        ));
-    }
-    if let Some(cap) = cfg.max_bitrate.filter(|_| p.udp()) {
-        // iperf3's -b is per stream; 0 is unlimited, above any cap.
-        let asked = u64::try_from(p.bandwidth.saturating_mul(p.parallel)).unwrap_or(u64::MAX);
-        if p.bandwidth == 0 || asked > cap {
-            return Err((
-                errno::IETOTALRATE,
-                0,
-                format!(
-                    "UDP at {} bit/s asked, this agent allows {cap} bit/s (sonde server --max-bitrate)",
-                    if p.bandwidth == 0 { "unlimited".to_owned() } else { asked.to_string() }
-                ),
-            ));
-        }
-    }
-    if p.udp() {
-        if !(MIN_UDP_LEN..=i64::from(MAX_UDP_PAYLOAD)).contains(&p.len) {
-            return Err((
-                errno::IEUDPBLOCKSIZE,
-                0,
-                format!(
-                    "UDP datagram size {} is outside {MIN_UDP_LEN}..={MAX_UDP_PAYLOAD}",
-                    p.len
-                ),
-            ));
-        }
-    } else if p.len > i64::from(MAX_MSG_SIZE) {
-        return Err((
-            errno::IEBLOCKSIZE,
-            0,
-            format!("block size {} is above {MAX_MSG_SIZE}", p.len),
-        ));
-    }
-    Ok(())
-}
-
-/// The socket options the client asked its server to use on the data streams (`-w`, `-M`,
-/// `-C`, `-S`, `--fq-rate`), which the agent honours on its end of every stream rather than
-/// measure with defaults the client did not ask for. The pacing rate is for the streams the
-/// agent sends on (see [`apply_options`]). Values no real client sends are refused with the
-/// code iperf3's server would get from the kernel for them.
-fn stream_options(p: &Params) -> Result<DataOptions, Refusal> {
-    let buffer_bytes = match p.window {
-        0 => None,
-        w => Some(
-            u32::try_from(w)
-                .ok()
-                .filter(|&w| i32::try_from(w).is_ok())
-                .ok_or_else(|| {
-                    (
-                        errno::IESETBUF,
-                        EINVAL,
-                        format!("window {w} B is no socket buffer size"),
-                    )
-                })?,
-        ),
-    };
-    let mss = match p.mss {
-        0 => None,
-        m => Some(
-            u32::try_from(m)
-                .map_err(|_| (errno::IESETMSS, EINVAL, format!("MSS {m} is negative")))?,
-        ),
-    };
-    let tos = match p.tos {
-        0 => None,
-        t => Some(
-            u8::try_from(t)
-                .map_err(|_| (errno::IEBADTOS, 0, format!("TOS {t} is outside 0..=255")))?,
-        ),
-    };
-    // bits to bytes per second, truncated as iperf3 does (a rate below 8 bit/s is no rate).
-    let max_pacing_rate_bytes_per_second = match p.fqrate {
-        r if r < 0 => {
-            return Err((
-                errno::IEINITTEST,
-                EINVAL,
-                format!("--fq-rate {r} is negative"),
-            ))
-        }
-        r => u64::try_from(r / 8).ok().filter(|&r| r > 0),
-    };
-    Ok(DataOptions {
-        buffer_bytes,
-        mss,
-        congestion: p.congestion.clone(),
-        tos,
-        max_pacing_rate_bytes_per_second,
-    })
-}
-
 /// Tries the options on a throwaway socket like the streams' (an accepted TCP socket or a UDP
 /// flow socket of the listener's family, talking to the client's address), as iperf3's server
 /// sets them on its data listener when it reads the parameters: a buffer the kernel will not
@@ -933,52 +782,6 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn client_options_become_socket_options() {
-        let p = Params {
-            window: 256 << 10,
-            mss: 1000,
-            tos: 0x10,
-            fqrate: 10_000_000,
-            congestion: Some("reno".into()),
-            ..Params::default()
-        };
-        assert_eq!(
-            stream_options(&p).unwrap(),
-            DataOptions {
-                buffer_bytes: Some(256 << 10),
-                mss: Some(1000),
-                congestion: Some("reno".into()),
-                tos: Some(0x10),
-                // --fq-rate is in bits per second, SO_MAX_PACING_RATE in bytes.
-                max_pacing_rate_bytes_per_second: Some(1_250_000),
-            }
-        );
-        // Nothing asked, nothing set; a rate below one byte per second is none, as in iperf3.
-        assert_eq!(
-            stream_options(&Params::default()).unwrap(),
-            DataOptions::default()
-        );
-        let slow = Params {
-            fqrate: 7,
-            ..Params::default()
-        };
-        assert_eq!(stream_options(&slow).unwrap(), DataOptions::default());
-    }
-
-    #[test]
-    fn impossible_option_values_are_refused_with_iperf3_codes() {
-        let code = |p: Params| stream_options(&p).map(drop).unwrap_err().0;
-        let p = Params::default;
-        for window in [-1, i64::from(i32::MAX) + 1] {
-            assert_eq!(code(Params { window, ..p() }), errno::IESETBUF);
-        }
-        assert_eq!(code(Params { mss: -1, ..p() }), errno::IESETMSS);
-        assert_eq!(code(Params { tos: 256, ..p() }), errno::IEBADTOS);
-        assert_eq!(code(Params { tos: -1, ..p() }), errno::IEBADTOS);
-        assert_eq!(code(Params { fqrate: -8, ..p() }), errno::IEINITTEST);
-    }
 
     #[test]
     fn kernel_refusals_map_to_the_codes_iperf3_prints() {

@@ -5,8 +5,9 @@
 //! ended, in iperf3's order (docs/protocols/iperf3.md §5):
 //!
 //! * `PARAM_EXCHANGE`, then the parameters (a checked length, then the JSON, §2, §6) by the
-//!   agent's hello timeout; parameters outside the agent's limits, or socket options the
-//!   kernel will not set, are refused with `SERVER_ERROR` (§12, §13).
+//!   agent's hello timeout; parameters outside the agent's limits (`check`), values no socket
+//!   option takes (`stream_options`), or options the kernel will not set (tried on a socket by
+//!   the [`Host`]) are refused with `SERVER_ERROR` (§12, §13).
 //! * A UDP test first waits for the listener's UDP attach gate (`ACCESS_DENIED` if another test
 //!   holds it too long); then `CREATE_STREAMS` and the streams (§7), which the socket code
 //!   attaches and reports ([`Conversation::streams_attached`], [`Conversation::attach_failed`]).
@@ -28,10 +29,12 @@ use std::time::{Duration, Instant};
 
 use sonde_net::control::ControlError;
 use sonde_net::socket::DataOptions;
-use sonde_wire::iperf3::{encode_server_error, json_len, json_prefix, Params, Results, State};
+use sonde_wire::iperf3::{
+    encode_server_error, errno, json_len, json_prefix, Params, Protocol, Results, State,
+};
 
-use super::{check, stream_options, Refusal, UDP_GATE_WAIT};
-use crate::AgentConfig;
+use super::{Refusal, EINVAL, UDP_GATE_WAIT};
+use crate::{AgentConfig, MAX_MSG_SIZE, MAX_UDP_PAYLOAD};
 
 /// How far past `time + omit` a test may run before the agent closes it, like iperf3's
 /// failsafe timer (which allows 40 s). A `-n`/`-k` test (time 0) gets no slack: it is cut at
@@ -42,6 +45,8 @@ pub(super) const RESULTS_TIMEOUT: Duration = Duration::from_secs(10);
 /// After SERVER_TERMINATE, how long the agent waits for the client to hang up before it
 /// closes the data sockets anyway.
 pub(super) const TERMINATE_GRACE: Duration = Duration::from_secs(2);
+/// iperf3's smallest UDP datagram (`MIN_UDP_BLOCKSIZE`: a header with a 64-bit sequence).
+const MIN_UDP_LEN: i64 = 16;
 /// Bytes read at a time while the agent waits for the client to hang up (and drops them).
 const HANG_UP_READ: usize = 64;
 
@@ -635,6 +640,155 @@ impl<'a> Conversation<'a> {
         self.deadline = None;
         self.out.push_back(Output::End(ended));
     }
+}
+
+/// Checks parameters against the agent's limits: `Err((i_errno, errno, why))` to refuse with
+/// SERVER_ERROR. The codes are the ones whose message the iperf3 client prints sensibly (the
+/// maxima it prints are its own, so the log line says the agent's).
+fn check(p: &Params, cfg: &AgentConfig) -> Result<(), Refusal> {
+    if p.protocol == Protocol::Sctp {
+        return Err((errno::IENOSCTP, 0, "SCTP is not served".into()));
+    }
+    if p.reverse && p.bidirectional {
+        return Err((
+            errno::IEREVERSEBIDIR,
+            0,
+            "reverse and bidirectional together".into(),
+        ));
+    }
+    if p.parallel < 1 || p.omit < 0 || p.time < 0 || p.bandwidth < 0 || p.len < 1 {
+        return Err((
+            errno::IEINITTEST,
+            EINVAL,
+            format!(
+                "nonsense parameters (parallel {}, omit {}, time {}, bandwidth {}, len {})",
+                p.parallel, p.omit, p.time, p.bandwidth, p.len
+            ),
+        ));
+    }
+    if p.parallel > i64::from(cfg.max_streams) {
+        return Err((
+            errno::IENUMSTREAMS,
+            0,
+            format!(
+                "{} streams asked, this agent allows {} (sonde server --max-streams)",
+                p.parallel, cfg.max_streams
+            ),
+        ));
+    }
+    let max_s = cfg.max_duration.as_secs();
+    let asked = u64::try_from(p.time.saturating_add(p.omit)).unwrap_or(u64::MAX);
+    if asked > max_s {
+        return Err((
+            errno::IEDURATION,
+            0,
+            format!("{asked} s asked (time + omit), this agent allows {max_s} s (sonde server --max-duration)"),
+        ));
+    }
+    let server_sends = p.bidirectional || p.reverse;
+    if cfg.max_bitrate.is_some()
+        && !p.udp()
+        && server_sends
+        && !sonde_net::socket::KERNEL_TCP_PACING
+    {
+        // The kernel paces the agent's TCP senders to the cap; without that they would run
+        // above it.
+        return Err((
+            errno::IETOTALRATE,
+            0,
+            "this agent caps its rate (sonde server --max-bitrate) but its platform cannot \
+             pace the TCP it would send (no SO_MAX_PACING_RATE)"
+                .to_owned(),
+        ));
+    }
+    if let Some(cap) = cfg.max_bitrate.filter(|_| p.udp()) {
+        // iperf3's -b is per stream; 0 is unlimited, above any cap.
+        let asked = u64::try_from(p.bandwidth.saturating_mul(p.parallel)).unwrap_or(u64::MAX);
+        if p.bandwidth == 0 || asked > cap {
+            return Err((
+                errno::IETOTALRATE,
+                0,
+                format!(
+                    "UDP at {} bit/s asked, this agent allows {cap} bit/s (sonde server --max-bitrate)",
+                    if p.bandwidth == 0 { "unlimited".to_owned() } else { asked.to_string() }
+                ),
+            ));
+        }
+    }
+    if p.udp() {
+        if !(MIN_UDP_LEN..=i64::from(MAX_UDP_PAYLOAD)).contains(&p.len) {
+            return Err((
+                errno::IEUDPBLOCKSIZE,
+                0,
+                format!(
+                    "UDP datagram size {} is outside {MIN_UDP_LEN}..={MAX_UDP_PAYLOAD}",
+                    p.len
+                ),
+            ));
+        }
+    } else if p.len > i64::from(MAX_MSG_SIZE) {
+        return Err((
+            errno::IEBLOCKSIZE,
+            0,
+            format!("block size {} is above {MAX_MSG_SIZE}", p.len),
+        ));
+    }
+    Ok(())
+}
+
+/// The socket options the client asked its server to use on the data streams (`-w`, `-M`,
+/// `-C`, `-S`, `--fq-rate`), which the agent honours on its end of every stream rather than
+/// measure with defaults the client did not ask for. The pacing rate is for the streams the
+/// agent sends on (see [`super::apply_options`]). Values no real client sends are refused with the
+/// code iperf3's server would get from the kernel for them.
+fn stream_options(p: &Params) -> Result<DataOptions, Refusal> {
+    let buffer_bytes = match p.window {
+        0 => None,
+        w => Some(
+            u32::try_from(w)
+                .ok()
+                .filter(|&w| i32::try_from(w).is_ok())
+                .ok_or_else(|| {
+                    (
+                        errno::IESETBUF,
+                        EINVAL,
+                        format!("window {w} B is no socket buffer size"),
+                    )
+                })?,
+        ),
+    };
+    let mss = match p.mss {
+        0 => None,
+        m => Some(
+            u32::try_from(m)
+                .map_err(|_| (errno::IESETMSS, EINVAL, format!("MSS {m} is negative")))?,
+        ),
+    };
+    let tos = match p.tos {
+        0 => None,
+        t => Some(
+            u8::try_from(t)
+                .map_err(|_| (errno::IEBADTOS, 0, format!("TOS {t} is outside 0..=255")))?,
+        ),
+    };
+    // bits to bytes per second, truncated as iperf3 does (a rate below 8 bit/s is no rate).
+    let max_pacing_rate_bytes_per_second = match p.fqrate {
+        r if r < 0 => {
+            return Err((
+                errno::IEINITTEST,
+                EINVAL,
+                format!("--fq-rate {r} is negative"),
+            ))
+        }
+        r => u64::try_from(r / 8).ok().filter(|&r| r > 0),
+    };
+    Ok(DataOptions {
+        buffer_bytes,
+        mss,
+        congestion: p.congestion.clone(),
+        tos,
+        max_pacing_rate_bytes_per_second,
+    })
 }
 
 /// `now + d`, or as far as the clock goes.

@@ -224,11 +224,12 @@ pub(super) fn run(
         }
         let (drain, end_ns, snaps) = {
             let _counted = r.cpu.track();
-            r.control(ctrl, c, host, snaps)
+            let ended = r.control(ctrl, c, host, snaps);
+            if ended.0 {
+                r.drain_receivers();
+            }
+            ended
         };
-        if drain {
-            r.drain_receivers();
-        }
         r.stop_all();
         let outcomes: Vec<Outcome> = workers
             .into_iter()

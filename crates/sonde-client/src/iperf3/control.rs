@@ -29,7 +29,7 @@ pub(super) const GREETING_TIMEOUT: Duration = Duration::from_secs(5);
 /// the server's results, `DISPLAY_RESULTS`; and a control write.
 pub(super) const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// After `TEST_END`, the server has this long to ask for results.
-pub(super) const RESULTS_TIMEOUT: Duration = Duration::from_secs(10);
+pub const RESULTS_TIMEOUT: Duration = Duration::from_secs(10);
 /// After `IPERF_DONE`, how long the server may take to close the control connection (it does
 /// at once) before this end stops waiting for it.
 pub(super) const CLOSE_WAIT: Duration = Duration::from_secs(1);

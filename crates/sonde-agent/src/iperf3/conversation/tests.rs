@@ -743,6 +743,52 @@ fn a_failed_write_ends_the_conversation_where_it_failed() {
     assert_eq!(t.setup_ended(), "refused: short buffer");
 }
 
+#[test]
+fn client_options_become_socket_options() {
+    let p = Params {
+        window: 256 << 10,
+        mss: 1000,
+        tos: 0x10,
+        fqrate: 10_000_000,
+        congestion: Some("reno".into()),
+        ..Params::default()
+    };
+    assert_eq!(
+        stream_options(&p).unwrap(),
+        DataOptions {
+            buffer_bytes: Some(256 << 10),
+            mss: Some(1000),
+            congestion: Some("reno".into()),
+            tos: Some(0x10),
+            // --fq-rate is in bits per second, SO_MAX_PACING_RATE in bytes.
+            max_pacing_rate_bytes_per_second: Some(1_250_000),
+        }
+    );
+    // Nothing asked, nothing set; a rate below one byte per second is none, as in iperf3.
+    assert_eq!(
+        stream_options(&Params::default()).unwrap(),
+        DataOptions::default()
+    );
+    let slow = Params {
+        fqrate: 7,
+        ..Params::default()
+    };
+    assert_eq!(stream_options(&slow).unwrap(), DataOptions::default());
+}
+
+#[test]
+fn impossible_option_values_are_refused_with_iperf3_codes() {
+    let code = |p: Params| stream_options(&p).map(drop).unwrap_err().0;
+    let p = Params::default;
+    for window in [-1, i64::from(i32::MAX) + 1] {
+        assert_eq!(code(Params { window, ..p() }), errno::IESETBUF);
+    }
+    assert_eq!(code(Params { mss: -1, ..p() }), errno::IESETMSS);
+    assert_eq!(code(Params { tos: 256, ..p() }), errno::IEBADTOS);
+    assert_eq!(code(Params { tos: -1, ..p() }), errno::IEBADTOS);
+    assert_eq!(code(Params { fqrate: -8, ..p() }), errno::IEINITTEST);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Against the client's own iperf3 conversation (`sonde_client::iperf3::control`)
 // ---------------------------------------------------------------------------------------------
