@@ -15,12 +15,16 @@
 //! the shared port connected to the client's socket ([`sonde_net::socket::udp_flow`]), from
 //! which the `"6789"` reply goes out; the kernel then hands that peer's datagrams to it.
 //!
-//! [`run`] runs an attached test: the data streams, the control state machine, the results.
+//! The control connection's conversation, from PARAM_EXCHANGE to the end, is a state machine
+//! without sockets ([`conversation`]); `session` drives it here until the streams are attached
+//! (the attach waits and the UDP gate are this module's), and [`run`] from there: the data
+//! streams, the results.
 
+mod conversation;
 mod run;
 mod text;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -30,16 +34,12 @@ use std::time::{Duration, Instant};
 
 use sonde_net::control::{read_exact_by, ControlError};
 use sonde_net::socket::{DataOptionError, DataOptions};
-use sonde_wire::iperf3::{
-    encode_server_error, errno, json_len, Cookie, Params, Protocol, State, COOKIE_LEN,
-    UDP_CONNECT_REPLY,
-};
+use sonde_wire::iperf3::{errno, Cookie, Params, State, COOKIE_LEN, UDP_CONNECT_REPLY};
+
+use conversation::{Conversation, Ended, Host, Output};
 
 use crate::admission::{self, Door};
-use crate::{
-    canonical, lock, peer_of, AgentConfig, CompatListener, CompatSession, PendingGuard, Shared,
-    MAX_MSG_SIZE, MAX_UDP_PAYLOAD,
-};
+use crate::{canonical, lock, peer_of, CompatListener, CompatSession, PendingGuard, Shared};
 
 /// How long a client has to open all its data streams after CREATE_STREAMS.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -51,8 +51,6 @@ const UDP_GATE_WAIT: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(100);
 /// Bound on a blocked write to a client's control connection.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// iperf3's smallest UDP datagram (`MIN_UDP_BLOCKSIZE`: a header with a 64-bit sequence).
-const MIN_UDP_LEN: i64 = 16;
 /// `EINVAL`, sent with `SERVER_ERROR` codes that iperf3 prints with `strerror(errno)`.
 const EINVAL: i32 = 22;
 
@@ -255,27 +253,21 @@ fn session(mut ctrl: TcpStream, cookie: Cookie, _admitted: &CompatSession<'_>, l
     };
     let _ = ctrl.set_nodelay(true);
     let _ = ctrl.set_write_timeout(Some(WRITE_TIMEOUT));
-    let line = match negotiate(&mut ctrl, &test, l) {
-        Ok((params, streams, congestion_used)) => {
-            let what = describe(&params);
+    let mut host = SessionHost {
+        shared,
+        peer_ip: peer.ip(),
+        local: l.local,
+    };
+    let mut c = Conversation::new(Instant::now(), &shared.cfg);
+    let line = match negotiate(&mut ctrl, &mut c, &mut host, &test, l) {
+        Ok(attached) => {
+            let what = describe(&attached.params);
             match run::run(
-                ctrl,
-                &params,
-                streams,
-                congestion_used,
-                shared,
-                peer,
-                l.local,
+                &mut ctrl, &mut c, &mut host, attached, shared, peer, l.local,
             ) {
                 Ok(summary) => format!("{what}: {summary}"),
                 Err(why) => format!("{what}: ended: {why}"),
             }
-        }
-        // Stopped while the client was still setting up: it is waiting on the control
-        // connection, and SERVER_TERMINATE is what it prints as the agent's shutdown.
-        Err(_) if shared.shutdown.load(Ordering::Relaxed) => {
-            let _ = ctrl.write_all(&[State::ServerTerminate.byte()]);
-            "ended: the agent is shutting down".to_owned()
         }
         Err(why) => format!("ended: {why}"),
     };
@@ -286,233 +278,155 @@ fn session(mut ctrl: TcpStream, cookie: Cookie, _admitted: &CompatSession<'_>, l
     });
 }
 
-/// PARAM_EXCHANGE, the parameters, the limits, CREATE_STREAMS and the streams, with the
-/// client's socket options set on them; also the congestion control the TCP streams use.
+/// The agent around one test's [`Conversation`].
+struct SessionHost<'a> {
+    shared: &'a Shared,
+    peer_ip: IpAddr,
+    local: SocketAddr,
+}
+
+impl Host for SessionHost<'_> {
+    fn shutting_down(&self) -> bool {
+        self.shared.shutdown.load(Ordering::Relaxed)
+    }
+
+    fn try_options(&mut self, p: &Params, opts: &DataOptions) -> Result<(), Refusal> {
+        try_options(opts, p, self.peer_ip, self.local)
+    }
+}
+
+/// Drives the conversation from PARAM_EXCHANGE until the test runs (`Ok`: its streams, with
+/// the client's socket options set on them) or ends (`Err`: why, for the log). The waits for
+/// the UDP attach gate and the streams are this side's.
 fn negotiate(
     ctrl: &mut TcpStream,
+    c: &mut Conversation<'_>,
+    host: &mut SessionHost<'_>,
     test: &Attach,
     l: &Listener,
-) -> Result<(Params, Vec<run::Stream>, Option<String>), String> {
+) -> Result<run::Attached, String> {
     let shared = &*l.shared;
-    let lost = |e: std::io::Error| format!("control connection lost: {e}");
-    ctrl.write_all(&[State::ParamExchange.byte()])
-        .map_err(lost)?;
-    let deadline = Instant::now() + shared.cfg.hello_timeout;
-    let params = read_params(ctrl, deadline).inspect_err(|_| {
-        shared.rejections.bad_hello.fetch_add(1, Ordering::Relaxed);
-    })?;
-    // Like iperf3's server, which sets the client's socket options up when it reads the
-    // parameters, refuse what the kernel will not do before any stream opens.
-    let opts = check(&params, &shared.cfg)
-        .and_then(|()| stream_options(&params))
-        .and_then(|opts| try_options(&opts, &params, test.peer_ip, l.local).map(|()| opts));
-    let opts = match opts {
-        Ok(opts) => opts,
-        Err(refusal) => return Err(refuse(ctrl, shared, refusal)),
+    let mut gate = None;
+    let mut attached = None;
+    let ended = 'talk: loop {
+        while let Some(out) = next_output(ctrl, c, host) {
+            let count = c
+                .params()
+                .map_or(0, |p| usize::try_from(p.streams()).unwrap_or(usize::MAX));
+            match out {
+                Output::Deny => deny(ctrl),
+                Output::BadHello => {
+                    shared.rejections.bad_hello.fetch_add(1, Ordering::Relaxed);
+                }
+                Output::Refused => {
+                    shared.rejections.refused.fetch_add(1, Ordering::Relaxed);
+                }
+                Output::EnterGate => match l.gate.enter(test.peer_ip, || gone(ctrl, shared)) {
+                    Some(entered) => {
+                        gate = Some(entered);
+                        c.gate_entered();
+                    }
+                    None => c.gate_busy(host),
+                },
+                Output::OpenStreams => {
+                    let mut st = lock(&test.state);
+                    st.expected = count;
+                    st.open = true;
+                }
+                Output::AwaitStreams => {
+                    let streams = match &gate {
+                        Some((_, arrivals)) => {
+                            attach_udp(arrivals, count, l, || gone(ctrl, shared))
+                        }
+                        None => take_tcp(test, count, || gone(ctrl, shared)),
+                    };
+                    let Some(params) = c.params().cloned() else {
+                        continue;
+                    };
+                    let applied = streams.map(|s| {
+                        let options = apply_options(&s, &params, c.options(), shared);
+                        (s, options)
+                    });
+                    match applied {
+                        Err(why) => c.attach_failed(why, host),
+                        Ok((_, Err(refusal))) => c.refuse(refusal, host),
+                        Ok((streams, Ok(congestion_used))) => {
+                            attached = Some((params, streams, congestion_used));
+                            c.streams_attached(Instant::now());
+                        }
+                    }
+                }
+                Output::Run(plan) => {
+                    if let Some((params, streams, congestion_used)) = attached.take() {
+                        return Ok(run::Attached {
+                            params,
+                            plan,
+                            streams,
+                            congestion_used,
+                        });
+                    }
+                }
+                Output::End(ended) => break 'talk ended,
+                Output::Send(_) | Output::EndOmit { .. } | Output::StopStreams { .. } => {}
+            }
+        }
+        read_once(ctrl, c, host, None);
     };
-    let count = usize::try_from(params.streams()).unwrap_or(usize::MAX);
-    if params.udp() {
-        let Some((_gate, arrivals)) = l.gate.enter(test.peer_ip, || gone(ctrl, shared)) else {
-            deny(ctrl);
-            return Err(format!(
-                "another test kept the UDP stream attach busy for {UDP_GATE_WAIT:?}"
-            ));
-        };
-        ctrl.write_all(&[State::CreateStreams.byte()])
-            .map_err(lost)?;
-        let streams = attach_udp(&arrivals, count, l, || gone(ctrl, shared))?;
-        return match apply_options(&streams, &params, &opts, shared) {
-            Ok(congestion_used) => Ok((params, streams, congestion_used)),
-            Err(refusal) => Err(refuse(ctrl, shared, refusal)),
-        };
-    }
-    {
-        let mut st = lock(&test.state);
-        st.expected = count;
-        st.open = true;
-    }
-    let created = ctrl.write_all(&[State::CreateStreams.byte()]);
-    let streams = created
-        .map_err(lost)
-        .and_then(|()| wait_for_tcp(test, count, || gone(ctrl, shared)));
-    let mut st = lock(&test.state);
-    st.open = false;
     // Streams that arrived for a test that gave up are closed here.
-    st.streams.clear();
-    drop(st);
-    let streams = streams?;
-    match apply_options(&streams, &params, &opts, shared) {
-        Ok(congestion_used) => Ok((params, streams, congestion_used)),
-        Err(refusal) => Err(refuse(ctrl, shared, refusal)),
-    }
-}
-
-/// Sends a refusal as SERVER_ERROR and counts it; returns the line for the log.
-fn refuse(ctrl: &mut TcpStream, shared: &Shared, (code, os_errno, why): Refusal) -> String {
-    shared.rejections.refused.fetch_add(1, Ordering::Relaxed);
-    let _ = ctrl.write_all(&encode_server_error(code, os_errno));
-    format!("refused: {why}")
-}
-
-/// Reads the parameter JSON: a checked length, then the body, before `deadline`.
-fn read_params(ctrl: &mut TcpStream, deadline: Instant) -> Result<Params, String> {
-    let mut prefix = [0u8; 4];
-    read_exact_by(ctrl, &mut prefix, deadline)
-        .map_err(|e| format!("no parameters from the client: {e}"))?;
-    let len = json_len(prefix).map_err(|e| format!("bad parameters: {e}"))?;
-    let mut body = vec![0u8; len];
-    read_exact_by(ctrl, &mut body, deadline)
-        .map_err(|e| format!("truncated parameters ({len} bytes announced): {e}"))?;
-    Params::from_json(&body).map_err(|e| format!("bad parameters: {e}"))
-}
-
-/// Checks parameters against the agent's limits: `Err((i_errno, errno, why))` to refuse with
-/// SERVER_ERROR. The codes are the ones whose message the iperf3 client prints sensibly (the
-/// maxima it prints are its own, so the log line says the agent's).
-fn check(p: &Params, cfg: &AgentConfig) -> Result<(), Refusal> {
-    if p.protocol == Protocol::Sctp {
-        return Err((errno::IENOSCTP, 0, "SCTP is not served".into()));
-    }
-    if p.reverse && p.bidirectional {
-        return Err((
-            errno::IEREVERSEBIDIR,
-            0,
-            "reverse and bidirectional together".into(),
-        ));
-    }
-    if p.parallel < 1 || p.omit < 0 || p.time < 0 || p.bandwidth < 0 || p.len < 1 {
-        return Err((
-            errno::IEINITTEST,
-            EINVAL,
-            format!(
-                "nonsense parameters (parallel {}, omit {}, time {}, bandwidth {}, len {})",
-                p.parallel, p.omit, p.time, p.bandwidth, p.len
-            ),
-        ));
-    }
-    if p.parallel > i64::from(cfg.max_streams) {
-        return Err((
-            errno::IENUMSTREAMS,
-            0,
-            format!(
-                "{} streams asked, this agent allows {} (sonde server --max-streams)",
-                p.parallel, cfg.max_streams
-            ),
-        ));
-    }
-    let max_s = cfg.max_duration.as_secs();
-    let asked = u64::try_from(p.time.saturating_add(p.omit)).unwrap_or(u64::MAX);
-    if asked > max_s {
-        return Err((
-            errno::IEDURATION,
-            0,
-            format!("{asked} s asked (time + omit), this agent allows {max_s} s (sonde server --max-duration)"),
-        ));
-    }
-    let server_sends = p.bidirectional || p.reverse;
-    if cfg.max_bitrate.is_some()
-        && !p.udp()
-        && server_sends
-        && !sonde_net::socket::KERNEL_TCP_PACING
-    {
-        // The kernel paces the agent's TCP senders to the cap; without that they would run
-        // above it.
-        return Err((
-            errno::IETOTALRATE,
-            0,
-            "this agent caps its rate (sonde server --max-bitrate) but its platform cannot \
-             pace the TCP it would send (no SO_MAX_PACING_RATE)"
-                .to_owned(),
-        ));
-    }
-    if let Some(cap) = cfg.max_bitrate.filter(|_| p.udp()) {
-        // iperf3's -b is per stream; 0 is unlimited, above any cap.
-        let asked = u64::try_from(p.bandwidth.saturating_mul(p.parallel)).unwrap_or(u64::MAX);
-        if p.bandwidth == 0 || asked > cap {
-            return Err((
-                errno::IETOTALRATE,
-                0,
-                format!(
-                    "UDP at {} bit/s asked, this agent allows {cap} bit/s (sonde server --max-bitrate)",
-                    if p.bandwidth == 0 { "unlimited".to_owned() } else { asked.to_string() }
-                ),
-            ));
-        }
-    }
-    if p.udp() {
-        if !(MIN_UDP_LEN..=i64::from(MAX_UDP_PAYLOAD)).contains(&p.len) {
-            return Err((
-                errno::IEUDPBLOCKSIZE,
-                0,
-                format!(
-                    "UDP datagram size {} is outside {MIN_UDP_LEN}..={MAX_UDP_PAYLOAD}",
-                    p.len
-                ),
-            ));
-        }
-    } else if p.len > i64::from(MAX_MSG_SIZE) {
-        return Err((
-            errno::IEBLOCKSIZE,
-            0,
-            format!("block size {} is above {MAX_MSG_SIZE}", p.len),
-        ));
-    }
-    Ok(())
-}
-
-/// The socket options the client asked its server to use on the data streams (`-w`, `-M`,
-/// `-C`, `-S`, `--fq-rate`), which the agent honours on its end of every stream rather than
-/// measure with defaults the client did not ask for. The pacing rate is for the streams the
-/// agent sends on (see [`apply_options`]). Values no real client sends are refused with the
-/// code iperf3's server would get from the kernel for them.
-fn stream_options(p: &Params) -> Result<DataOptions, Refusal> {
-    let buffer_bytes = match p.window {
-        0 => None,
-        w => Some(
-            u32::try_from(w)
-                .ok()
-                .filter(|&w| i32::try_from(w).is_ok())
-                .ok_or_else(|| {
-                    (
-                        errno::IESETBUF,
-                        EINVAL,
-                        format!("window {w} B is no socket buffer size"),
-                    )
-                })?,
-        ),
-    };
-    let mss = match p.mss {
-        0 => None,
-        m => Some(
-            u32::try_from(m)
-                .map_err(|_| (errno::IESETMSS, EINVAL, format!("MSS {m} is negative")))?,
-        ),
-    };
-    let tos = match p.tos {
-        0 => None,
-        t => Some(
-            u8::try_from(t)
-                .map_err(|_| (errno::IEBADTOS, 0, format!("TOS {t} is outside 0..=255")))?,
-        ),
-    };
-    // bits to bytes per second, truncated as iperf3 does (a rate below 8 bit/s is no rate).
-    let max_pacing_rate_bytes_per_second = match p.fqrate {
-        r if r < 0 => {
-            return Err((
-                errno::IEINITTEST,
-                EINVAL,
-                format!("--fq-rate {r} is negative"),
-            ))
-        }
-        r => u64::try_from(r / 8).ok().filter(|&r| r > 0),
-    };
-    Ok(DataOptions {
-        buffer_bytes,
-        mss,
-        congestion: p.congestion.clone(),
-        tos,
-        max_pacing_rate_bytes_per_second,
+    close_streams(test);
+    Err(match ended {
+        Ended::Setup(why) | Ended::Test(why) | Ended::Exchange(why) => why,
+        Ended::Completed => "ended before its test".to_owned(),
     })
+}
+
+/// The conversation's next output other than bytes to write, which it writes on the way (a
+/// failed write goes back to the conversation).
+fn next_output(ctrl: &mut TcpStream, c: &mut Conversation<'_>, host: &dyn Host) -> Option<Output> {
+    loop {
+        match c.poll()? {
+            Output::Send(bytes) => {
+                if let Err(e) = ctrl.write_all(&bytes) {
+                    c.handle_write_failed(Instant::now(), &e, host);
+                }
+            }
+            other => return Some(other),
+        }
+    }
+}
+
+/// One read of what the conversation wants, waiting at most until its timeout (or `poll`, when
+/// it looks at the agent's shutdown); the bytes, the close, the failure or the time go to the
+/// conversation.
+fn read_once(
+    ctrl: &mut TcpStream,
+    c: &mut Conversation<'_>,
+    host: &mut dyn Host,
+    poll: Option<Duration>,
+) {
+    let mut buf = [0u8; 4096];
+    let want = c.wants().min(buf.len());
+    let now = Instant::now();
+    let wait = match (
+        c.poll_timeout().map(|d| d.saturating_duration_since(now)),
+        poll,
+    ) {
+        (Some(w), Some(p)) => Some(w.min(p)),
+        (w, p) => w.or(p),
+    };
+    if want == 0 || wait.is_some_and(|w| w.is_zero()) {
+        return c.handle_timeout(now, host);
+    }
+    if let Err(e) = ctrl.set_read_timeout(wait) {
+        return c.handle_read_error(now, e, host);
+    }
+    match ctrl.read(&mut buf[..want]) {
+        Ok(0) => c.handle_closed(Instant::now(), host),
+        Ok(n) => c.handle_bytes(Instant::now(), &buf[..n], host),
+        Err(e) if sonde_net::fault::timed_out(&e) => c.handle_timeout(Instant::now(), host),
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+        Err(e) => c.handle_read_error(Instant::now(), e, host),
+    }
 }
 
 /// Tries the options on a throwaway socket like the streams' (an accepted TCP socket or a UDP
@@ -683,6 +597,25 @@ fn peer_closed(ctrl: &TcpStream) -> bool {
     closed
 }
 
+/// Waits for `count` TCP streams, in accept order; then takes no more.
+fn take_tcp(
+    test: &Attach,
+    count: usize,
+    gone: impl Fn() -> bool,
+) -> Result<Vec<run::Stream>, String> {
+    let streams = wait_for_tcp(test, count, gone);
+    close_streams(test);
+    streams
+}
+
+/// Ends a test's wait for TCP streams: later ones are refused, and those that arrived for a
+/// test that gave up are closed.
+fn close_streams(test: &Attach) {
+    let mut st = lock(&test.state);
+    st.open = false;
+    st.streams.clear();
+}
+
 /// Waits for `count` TCP streams, in accept order.
 fn wait_for_tcp(
     test: &Attach,
@@ -849,52 +782,6 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn client_options_become_socket_options() {
-        let p = Params {
-            window: 256 << 10,
-            mss: 1000,
-            tos: 0x10,
-            fqrate: 10_000_000,
-            congestion: Some("reno".into()),
-            ..Params::default()
-        };
-        assert_eq!(
-            stream_options(&p).unwrap(),
-            DataOptions {
-                buffer_bytes: Some(256 << 10),
-                mss: Some(1000),
-                congestion: Some("reno".into()),
-                tos: Some(0x10),
-                // --fq-rate is in bits per second, SO_MAX_PACING_RATE in bytes.
-                max_pacing_rate_bytes_per_second: Some(1_250_000),
-            }
-        );
-        // Nothing asked, nothing set; a rate below one byte per second is none, as in iperf3.
-        assert_eq!(
-            stream_options(&Params::default()).unwrap(),
-            DataOptions::default()
-        );
-        let slow = Params {
-            fqrate: 7,
-            ..Params::default()
-        };
-        assert_eq!(stream_options(&slow).unwrap(), DataOptions::default());
-    }
-
-    #[test]
-    fn impossible_option_values_are_refused_with_iperf3_codes() {
-        let code = |p: Params| stream_options(&p).map(drop).unwrap_err().0;
-        let p = Params::default;
-        for window in [-1, i64::from(i32::MAX) + 1] {
-            assert_eq!(code(Params { window, ..p() }), errno::IESETBUF);
-        }
-        assert_eq!(code(Params { mss: -1, ..p() }), errno::IESETMSS);
-        assert_eq!(code(Params { tos: 256, ..p() }), errno::IEBADTOS);
-        assert_eq!(code(Params { tos: -1, ..p() }), errno::IEBADTOS);
-        assert_eq!(code(Params { fqrate: -8, ..p() }), errno::IEINITTEST);
-    }
 
     #[test]
     fn kernel_refusals_map_to_the_codes_iperf3_prints() {

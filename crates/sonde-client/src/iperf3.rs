@@ -59,7 +59,7 @@ use sonde_wire::{Direction, Protocol};
 use crate::results::{pct, side};
 use crate::{ClientError, Iperf3Server, Target, ThroughputOptions};
 
-mod control;
+pub mod control;
 
 use control::{control_io, Conversation, Heard, Opening, ReadError, STEP_TIMEOUT};
 

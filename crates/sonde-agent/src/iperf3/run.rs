@@ -1,6 +1,7 @@
 //! A running iperf3 test, from TEST_START to the end (docs/protocols/iperf3.md §5, §8, §10, §11): one
-//! thread per data stream, the control connection read on this thread until the client's
-//! TEST_END, then the results exchange.
+//! thread per data stream, and on this thread the [`Conversation`] driven over the control
+//! connection until it stops the streams, then through the results exchange (or the wait for
+//! the client to hang up after SERVER_TERMINATE).
 //!
 //! The numbers follow iperf3's definitions, because the client prints them as its own:
 //! * Bytes are counted from TEST_RUNNING; the first `omit` seconds are excluded (a counter
@@ -13,32 +14,24 @@
 //!   bytes that were still in flight: those bytes took that long to arrive, and dividing them
 //!   by the shorter time would report more than the path carried.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use sonde_net::bulk::{self, SendOutcome, TcpRecvOutcome, UdpFormat, UdpRecvOutcome};
-use sonde_net::control::read_exact_by;
 use sonde_net::cpu::ThreadsMeter;
 use sonde_net::socket::{Applied, DataOptionError, DataOptions};
 use sonde_net::{Clock, Counters};
-use sonde_wire::iperf3::{json_len, json_prefix, stream_id, Params, Results, State, StreamResults};
+use sonde_wire::iperf3::{stream_id, Params, Results, StreamResults};
 
+use super::conversation::{Conversation, Ended, Host, Output, Plan};
 use super::text::{self, Sample};
+use super::{next_output, read_once};
 use crate::Shared;
 
-/// How far past `time + omit` a test may run before the agent closes it, like iperf3's
-/// failsafe timer (which allows 40 s). A `-n`/`-k` test (time 0) gets no slack: it is cut at
-/// the agent's maximum duration (after `omit`), and its client told SERVER_TERMINATE.
-const FAILSAFE_SLACK: Duration = Duration::from_secs(30);
-/// How long the client has for its results, and for IPERF_DONE after DISPLAY_RESULTS.
-const RESULTS_TIMEOUT: Duration = Duration::from_secs(10);
-/// After SERVER_TERMINATE, how long the agent waits for the client to hang up before it
-/// closes the data sockets anyway.
-const TERMINATE_GRACE: Duration = Duration::from_secs(2);
-/// How often the control loop looks at the shutdown flag and the failsafe.
+/// How often the control loop looks at the agent's shutdown flag.
 const CONTROL_POLL: Duration = Duration::from_millis(100);
 const NS_PER_S: u64 = 1_000_000_000;
 /// After TEST_END, receivers keep reading until nothing has arrived for this long...
@@ -108,18 +101,6 @@ struct Snap {
     retransmits: u64,
 }
 
-/// How the control connection ended the running phase.
-enum Finish {
-    TestEnd,
-    ClientTerminate,
-    IperfDone,
-    Closed,
-    Failsafe,
-    Shutdown,
-    Unexpected(u8),
-    Failed(io::Error),
-}
-
 /// CPU use of the test's threads, percent of one core (iperf3's `cpu_util_*`).
 #[derive(Debug, Clone, Copy, Default)]
 struct Cpu {
@@ -150,25 +131,34 @@ struct Run<'a> {
     cpu: ThreadsMeter,
 }
 
-/// Runs an attached test to its end; `Ok` carries a summary for the log line.
-/// `congestion_used` is what the TCP streams use, for the results.
+/// A test whose streams are attached, ready to run.
+pub(super) struct Attached {
+    pub(super) params: Params,
+    pub(super) plan: Plan,
+    pub(super) streams: Vec<Stream>,
+    /// The congestion control the TCP streams use, for the results.
+    pub(super) congestion_used: Option<String>,
+}
+
+/// Runs an attached test to its end, driving the conversation on `ctrl`; `Ok` carries a
+/// summary for the log line.
 pub(super) fn run(
-    mut ctrl: TcpStream,
-    p: &Params,
-    streams: Vec<Stream>,
-    congestion_used: Option<String>,
+    ctrl: &mut TcpStream,
+    c: &mut Conversation<'_>,
+    host: &mut dyn Host,
+    attached: Attached,
     shared: &Shared,
     peer: SocketAddr,
     local: SocketAddr,
 ) -> Result<String, String> {
-    let secs = |s: i64| u64::try_from(s).unwrap_or(0).saturating_mul(NS_PER_S);
-    let planned_ns = if p.time > 0 {
-        secs(p.time)
-    } else {
-        u64::try_from(shared.cfg.max_duration.as_nanos()).unwrap_or(u64::MAX)
-    };
-    let slack = u64::try_from(FAILSAFE_SLACK.as_nanos()).unwrap_or(u64::MAX);
-    let budget_test = p.time <= 0;
+    let Attached {
+        params,
+        plan,
+        streams,
+        congestion_used,
+    } = attached;
+    let p = &params;
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
     if p.nodelay {
         for s in &streams {
             if let Sock::Tcp(t) = &s.sock {
@@ -180,17 +170,15 @@ pub(super) fn run(
         p,
         streams: &streams,
         counters: streams.iter().map(|_| Counters::default()).collect(),
-        clock: Clock::start(),
+        clock: Clock::from_origin(plan.start),
         // check() bounded it to 1..=1 MiB.
         len: u32::try_from(p.len).unwrap_or(1),
         bits_per_second: u64::try_from(p.bandwidth).unwrap_or(0),
         format: UdpFormat::Iperf3 {
             seq64: p.udp_counters_64bit,
         },
-        omit_ns: secs(p.omit),
-        failsafe_ns: planned_ns
-            .saturating_add(secs(p.omit))
-            .saturating_add(if budget_test { 0 } else { slack }),
+        omit_ns: ns(plan.omit),
+        failsafe_ns: ns(plan.failsafe),
         stop_send: AtomicBool::new(false),
         stop_recv: AtomicBool::new(false),
         read_cap: shared.cfg.max_bitrate.map(|cap| {
@@ -201,11 +189,21 @@ pub(super) fn run(
         done: AtomicBool::new(false),
         cpu: ThreadsMeter::start(),
     };
-    // Back to back, as iperf3 sends them; data may flow from here on.
-    ctrl.write_all(&[State::TestStart.byte(), State::TestRunning.byte()])
-        .map_err(|e| format!("control connection lost: {e}"))?;
+    // TEST_START and TEST_RUNNING go out before any stream runs.
+    let mut snaps = None;
+    while let Some(out) = next_output(ctrl, c, host) {
+        match out {
+            Output::EndOmit { from_zero } => snaps = Some(r.end_omit(from_zero)),
+            Output::StopStreams { .. } => {
+                c.streams_stopped(Instant::now());
+                return ended(finish(ctrl, c, host), None, &[]);
+            }
+            Output::End(e) => return ended(e, None, &[]),
+            _ => {}
+        }
+    }
 
-    let (end, end_ns, snaps, outcomes, samples) = thread::scope(|s| {
+    let (drain, end_ns, snaps, outcomes, samples) = thread::scope(|s| {
         let workers: Vec<_> = (0..streams.len())
             .map(|i| {
                 let r = &r;
@@ -220,16 +218,17 @@ pub(super) fn run(
                 .name("sonde-iperf3-int".into())
                 .spawn_scoped(s, move || r.sample_intervals())
         };
-        let (end, end_ns, snaps) = if workers.iter().all(Result::is_ok) {
+        if !workers.iter().all(Result::is_ok) {
+            let e = io::Error::other("cannot start a stream thread");
+            c.handle_read_error(Instant::now(), e, host);
+        }
+        let (drain, end_ns, snaps) = {
             let _counted = r.cpu.track();
-            let ended = r.control(&mut ctrl, shared);
-            if matches!(ended.0, Finish::TestEnd) {
+            let ended = r.control(ctrl, c, host, snaps);
+            if ended.0 {
                 r.drain_receivers();
             }
             ended
-        } else {
-            let e = io::Error::other("cannot start a stream thread");
-            (Finish::Failed(e), r.clock.now_ns(), None)
         };
         r.stop_all();
         let outcomes: Vec<Outcome> = workers
@@ -243,7 +242,7 @@ pub(super) fn run(
             Ok(Ok(v)) => v,
             _ => Vec::new(),
         };
-        (end, end_ns, snaps, outcomes, samples)
+        (drain, end_ns, snaps, outcomes, samples)
     });
     let cpu = r.cpu.cost().map_or_else(Cpu::default, |c| Cpu {
         total: c.percent_of_one_core().unwrap_or(0.0),
@@ -258,38 +257,11 @@ pub(super) fn run(
             _ => None,
         })
         .collect();
-    let why = match end {
-        Finish::TestEnd => None,
-        Finish::ClientTerminate => Some("the client terminated the test".to_owned()),
-        Finish::IperfDone => Some("the client ended the test before its results".to_owned()),
-        Finish::Closed => Some("the client closed the control connection".to_owned()),
-        Finish::Failsafe if budget_test => {
-            // What the client prints: "the server has terminated".
-            if ctrl.write_all(&[State::ServerTerminate.byte()]).is_ok() {
-                await_hang_up(&mut ctrl, TERMINATE_GRACE);
-            }
-            Some(format!(
-                "a -n/-k test cut at the agent's maximum duration, {:.0} s (sonde server --max-duration)",
-                shared.cfg.max_duration.as_secs_f64()
-            ))
-        }
-        Finish::Failsafe => Some(format!(
-            "no TEST_END {FAILSAFE_SLACK:?} after the planned end (failsafe)"
-        )),
-        Finish::Shutdown => {
-            if ctrl.write_all(&[State::ServerTerminate.byte()]).is_ok() {
-                // The data sockets stay open until the client has read that and hung up:
-                // closed with its unread data they would reset, and a client that hits the
-                // reset on a stream first reports that instead of the agent's shutdown.
-                await_hang_up(&mut ctrl, TERMINATE_GRACE);
-            }
-            Some("the agent is shutting down".to_owned())
-        }
-        Finish::Unexpected(b) => Some(format!("unexpected control byte {b:#04x}")),
-        Finish::Failed(e) => Some(format!("control connection lost: {e}")),
-    };
-    if let Some(why) = why {
-        return Err(with_failures(why, &failures));
+    if !drain {
+        // Any end but TEST_END: no results; SERVER_TERMINATE first when the agent ended it
+        // (the data sockets stay open until the client has hung up).
+        c.streams_stopped(Instant::now());
+        return ended(finish(ctrl, c, host), None, &failures);
     }
     let mut results = r.results(&outcomes, snaps.as_deref(), end_ns, cpu);
     results.congestion_used = congestion_used;
@@ -321,25 +293,31 @@ pub(super) fn run(
     drop(r);
     // iperf3 closes the data sockets before it asks for results.
     drop(streams);
-    exchange(&mut ctrl, &results)?;
-    Ok(with_failures(summary, &failures))
+    c.results_ready(Instant::now(), &results);
+    ended(finish(ctrl, c, host), Some(summary), &failures)
 }
 
-/// Reads (and drops) what the client sends on `ctrl` until it closes, for at most `limit`.
-fn await_hang_up(ctrl: &mut TcpStream, limit: Duration) {
-    let end = Instant::now() + limit;
-    let mut sink = [0u8; 64];
-    while let Some(left) = end.checked_duration_since(Instant::now()) {
-        if left.is_zero() || ctrl.set_read_timeout(Some(left)).is_err() {
-            return;
-        }
-        match ctrl.read(&mut sink) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+/// Drives the conversation to its end (the results exchange, or the wait for the client to
+/// hang up after SERVER_TERMINATE).
+fn finish(ctrl: &mut TcpStream, c: &mut Conversation<'_>, host: &mut dyn Host) -> Ended {
+    loop {
+        match next_output(ctrl, c, host) {
+            Some(Output::End(ended)) => return ended,
+            Some(_) => {}
+            None => read_once(ctrl, c, host, None),
         }
     }
 }
 
+/// The log line's tail for how the conversation ended: `Ok` with the summary of a test that
+/// completed, `Err` with why it did not; the streams' failures added.
+fn ended(ended: Ended, summary: Option<String>, failures: &[String]) -> Result<String, String> {
+    match ended {
+        Ended::Completed => Ok(with_failures(summary.unwrap_or_default(), failures)),
+        Ended::Test(why) => Err(with_failures(why, failures)),
+        Ended::Setup(why) | Ended::Exchange(why) => Err(why),
+    }
+}
 fn with_failures(line: String, failures: &[String]) -> String {
     if failures.is_empty() {
         line
@@ -472,51 +450,42 @@ impl Run<'_> {
         self.done.store(true, Ordering::Relaxed);
     }
 
-    /// Reads the control connection until the test ends; takes the omit snapshot on the way.
-    /// Returns how it ended, when (ns on the test clock), and the snapshot if omit ended.
-    fn control(&self, ctrl: &mut TcpStream, shared: &Shared) -> (Finish, u64, Option<Vec<Snap>>) {
-        let mut snaps = (self.omit_ns == 0).then(|| vec![Snap::default(); self.streams.len()]);
-        if snaps.is_some() {
-            self.omit_over.store(true, Ordering::Relaxed);
-        }
-        let mut b = [0u8; 1];
+    /// Drives the conversation while the test runs, looking at the agent's shutdown every
+    /// [`CONTROL_POLL`], taking the omit snapshot when it says, until it says stop. Returns
+    /// whether to drain the receivers (after TEST_END), when the test ended (ns on the test
+    /// clock), and the snapshot if omit ended.
+    fn control(
+        &self,
+        ctrl: &mut TcpStream,
+        c: &mut Conversation<'_>,
+        host: &mut dyn Host,
+        mut snaps: Option<Vec<Snap>>,
+    ) -> (bool, u64, Option<Vec<Snap>>) {
         loop {
-            let now = self.clock.now_ns();
-            if shared.shutdown.load(Ordering::Relaxed) {
-                return (Finish::Shutdown, now, snaps);
-            }
-            if now >= self.failsafe_ns {
-                return (Finish::Failsafe, now, snaps);
-            }
-            if snaps.is_none() && now >= self.omit_ns {
-                snaps = Some(self.snapshot());
-                self.omit_over.store(true, Ordering::Relaxed);
-            }
-            let mut wait = CONTROL_POLL;
-            if snaps.is_none() {
-                wait = wait.min(Duration::from_nanos(self.omit_ns.saturating_sub(now)));
-            }
-            if let Err(e) = ctrl.set_read_timeout(Some(wait.max(Duration::from_millis(1)))) {
-                return (Finish::Failed(e), now, snaps);
-            }
-            match ctrl.read(&mut b) {
-                Ok(0) => return (Finish::Closed, self.clock.now_ns(), snaps),
-                Ok(_) => {
-                    let at = self.clock.now_ns();
-                    match State::from_byte(b[0]) {
-                        Some(State::TestEnd) => return (Finish::TestEnd, at, snaps),
-                        // The real server ignores it too.
-                        Some(State::TestStart) => {}
-                        Some(State::ClientTerminate) => {
-                            return (Finish::ClientTerminate, at, snaps)
-                        }
-                        Some(State::IperfDone) => return (Finish::IperfDone, at, snaps),
-                        _ => return (Finish::Unexpected(b[0]), at, snaps),
+            c.handle_timeout(Instant::now(), host);
+            while let Some(out) = next_output(ctrl, c, host) {
+                match out {
+                    Output::EndOmit { from_zero } => snaps = Some(self.end_omit(from_zero)),
+                    Output::StopStreams { drain, at } => {
+                        let since = at.saturating_duration_since(self.clock.origin());
+                        let end_ns = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
+                        return (drain, end_ns, snaps);
                     }
+                    _ => {}
                 }
-                Err(e) if sonde_net::fault::again(&e) => {}
-                Err(e) => return (Finish::Failed(e), self.clock.now_ns(), snaps),
             }
+            read_once(ctrl, c, host, Some(CONTROL_POLL));
+        }
+    }
+
+    /// The end of the omit period: the counts from here on are the test's (from zero without
+    /// an omit period).
+    fn end_omit(&self, from_zero: bool) -> Vec<Snap> {
+        self.omit_over.store(true, Ordering::Relaxed);
+        if from_zero {
+            vec![Snap::default(); self.streams.len()]
+        } else {
+            self.snapshot()
         }
     }
 
@@ -723,39 +692,6 @@ fn received_end_ns(outcomes: &[Outcome], end_ns: u64) -> u64 {
 
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-/// EXCHANGE_RESULTS: read the client's results, send ours and DISPLAY_RESULTS, then wait for
-/// IPERF_DONE (or the close).
-fn exchange(ctrl: &mut TcpStream, ours: &Results) -> Result<(), String> {
-    let lost = |e: io::Error| format!("control connection lost: {e}");
-    ctrl.write_all(&[State::ExchangeResults.byte()])
-        .map_err(lost)?;
-    let deadline = Instant::now() + RESULTS_TIMEOUT;
-    let mut prefix = [0u8; 4];
-    read_exact_by(ctrl, &mut prefix, deadline)
-        .map_err(|e| format!("no results from the client: {e}"))?;
-    let len = json_len(prefix).map_err(|e| format!("bad results from the client: {e}"))?;
-    let mut body = vec![0u8; len];
-    read_exact_by(ctrl, &mut body, deadline)
-        .map_err(|e| format!("truncated results from the client: {e}"))?;
-    Results::from_json(&body).map_err(|e| format!("bad results from the client: {e}"))?;
-    let json = ours.to_json();
-    let mut msg = Vec::with_capacity(json.len() + 5);
-    msg.extend_from_slice(&json_prefix(&json));
-    msg.extend_from_slice(&json);
-    msg.push(State::DisplayResults.byte());
-    ctrl.write_all(&msg).map_err(lost)?;
-    // IPERF_DONE, or the client just closes: both end the test (docs/protocols/iperf3.md §5).
-    let mut done = [0u8; 1];
-    match read_exact_by(ctrl, &mut done, Instant::now() + RESULTS_TIMEOUT) {
-        Ok(()) if done[0] == State::IperfDone.byte() => Ok(()),
-        Ok(()) => Err(format!(
-            "unexpected control byte {:#04x} after the results",
-            done[0]
-        )),
-        Err(_) => Ok(()),
-    }
 }
 
 #[cfg(test)]

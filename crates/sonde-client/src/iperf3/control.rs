@@ -6,7 +6,8 @@
 //! results, `DISPLAY_RESULTS` and `IPERF_DONE`, and the server's close; with every way a server
 //! can refuse, end or abandon a test worded as sonde prints it. `Control` in the parent module
 //! drives it over a `TcpStream` (looking at Ctrl-C every tick); the tests below drive it in
-//! memory against a scripted server, time advanced by hand.
+//! memory against a scripted server, time advanced by hand, and the agent's tests against the
+//! agent's own iperf3 server conversation (public for them, as [`crate::handshake`] is).
 
 use std::collections::VecDeque;
 use std::io;
@@ -28,7 +29,7 @@ pub(super) const GREETING_TIMEOUT: Duration = Duration::from_secs(5);
 /// the server's results, `DISPLAY_RESULTS`; and a control write.
 pub(super) const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// After `TEST_END`, the server has this long to ask for results.
-pub(super) const RESULTS_TIMEOUT: Duration = Duration::from_secs(10);
+pub const RESULTS_TIMEOUT: Duration = Duration::from_secs(10);
 /// After `IPERF_DONE`, how long the server may take to close the control connection (it does
 /// at once) before this end stops waiting for it.
 pub(super) const CLOSE_WAIT: Duration = Duration::from_secs(1);
@@ -41,7 +42,7 @@ const ANSWER_TEXT_LEN: usize = 48;
 
 /// Why a read of the control connection ended without bytes.
 #[derive(Debug)]
-pub(super) enum ReadError {
+pub enum ReadError {
     Timeout,
     Closed,
     Interrupted,
@@ -51,13 +52,13 @@ pub(super) enum ReadError {
 /// Why the conversation failed. Only its opening tells a `Gap` (refused, or closed before any
 /// answer: perhaps an iperf3 server between two tests, worth another try) from the rest.
 #[derive(Debug)]
-pub(super) enum Opening {
+pub enum Opening {
     Gap(ClientError),
     Failed(ClientError),
 }
 
 impl Opening {
-    pub(super) fn error(self) -> ClientError {
+    pub fn error(self) -> ClientError {
         match self {
             Self::Gap(e) | Self::Failed(e) => e,
         }
@@ -66,7 +67,7 @@ impl Opening {
 
 /// What the server said, in the order it may say it.
 #[derive(Debug)]
-pub(super) enum Heard {
+pub enum Heard {
     /// `PARAM_EXCHANGE`: send the parameters ([`Conversation::send_params`]).
     ParamExchange,
     /// `CREATE_STREAMS`: open the streams, then [`Conversation::streams_open`].
@@ -129,7 +130,7 @@ enum Step {
 
 /// The client's side of one iperf3 control connection (see the module's documentation).
 #[derive(Debug)]
-pub(super) struct Conversation {
+pub struct Conversation {
     peer: SocketAddr,
     step: Step,
     deadline: Option<Instant>,
@@ -148,7 +149,7 @@ pub(super) struct Conversation {
 
 impl Conversation {
     /// A conversation with the iperf3 server at `peer`, connected at `now`: the cookie first.
-    pub(super) fn new(now: Instant, peer: SocketAddr, cookie: &Cookie) -> Self {
+    pub fn new(now: Instant, peer: SocketAddr, cookie: &Cookie) -> Self {
         Self {
             peer,
             step: Step::Greeting,
@@ -177,46 +178,46 @@ impl Conversation {
     }
 
     /// The bytes to send now (empty when there are none).
-    pub(super) fn poll_transmit(&mut self) -> Vec<u8> {
+    pub fn poll_transmit(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.outbox)
     }
 
     /// What the server said next, or how the conversation failed.
-    pub(super) fn poll(&mut self) -> Option<Result<Heard, Opening>> {
+    pub fn poll(&mut self) -> Option<Result<Heard, Opening>> {
         self.heard.pop_front()
     }
 
     /// By when the server must say what is due (`None`: nothing is read now, or, while the
     /// test runs before `TEST_END`, no deadline).
-    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+    pub fn poll_timeout(&self) -> Option<Instant> {
         self.deadline
     }
 
     /// Whether the conversation reads the connection now.
-    pub(super) fn reading(&self) -> bool {
+    pub fn reading(&self) -> bool {
         !matches!(self.step, Step::Caller | Step::Over)
     }
 
     /// Whether the server has our parameters (and so understands `CLIENT_TERMINATE`).
-    pub(super) fn params_sent(&self) -> bool {
+    pub fn params_sent(&self) -> bool {
         self.params_sent
     }
 
     /// Sends the parameters (after [`Heard::ParamExchange`]).
-    pub(super) fn send_params(&mut self, now: Instant, params: &Params) {
+    pub fn send_params(&mut self, now: Instant, params: &Params) {
         self.send_json(&params.to_json());
         self.params_sent = true;
         self.expect(now, Step::Params, STEP_TIMEOUT);
     }
 
     /// The streams are open (after [`Heard::CreateStreams`]): `TEST_START` is due.
-    pub(super) fn streams_open(&mut self, now: Instant) {
+    pub fn streams_open(&mut self, now: Instant) {
         self.expect(now, Step::Starting { started: false }, STEP_TIMEOUT);
     }
 
     /// The test's duration is over: `TEST_END`, and the server has [`RESULTS_TIMEOUT`] to ask
     /// for the results.
-    pub(super) fn end_test(&mut self, now: Instant) {
+    pub fn end_test(&mut self, now: Instant) {
         if matches!(self.step, Step::Running) && self.deadline.is_none() {
             self.outbox.push(State::TestEnd.byte());
             self.deadline = Some(now + RESULTS_TIMEOUT);
@@ -225,18 +226,18 @@ impl Conversation {
 
     /// A data stream failed before `TEST_END`: the server's own account of the test, if it
     /// sends one within half a second ([`Heard::NoAccount`] if not).
-    pub(super) fn stream_failed(&mut self, now: Instant) {
+    pub fn stream_failed(&mut self, now: Instant) {
         self.expect(now, Step::Accounting, ACCOUNT_WAIT);
     }
 
     /// Sends our results (after [`Heard::ExchangeResults`]): the server's are due.
-    pub(super) fn send_results(&mut self, now: Instant, ours: &Results) {
+    pub fn send_results(&mut self, now: Instant, ours: &Results) {
         self.send_json(&ours.to_json());
         self.expect(now, Step::ServerResults, STEP_TIMEOUT);
     }
 
     /// The caller gives up (Ctrl-C): `CLIENT_TERMINATE` when the server reads state bytes.
-    pub(super) fn terminate(&mut self) {
+    pub fn terminate(&mut self) {
         self.outbox.clear();
         if self.params_sent {
             self.outbox.push(State::ClientTerminate.byte());
@@ -245,14 +246,14 @@ impl Conversation {
     }
 
     /// Bytes from the server, at `now`.
-    pub(super) fn handle_bytes(&mut self, now: Instant, bytes: &[u8]) {
+    pub fn handle_bytes(&mut self, now: Instant, bytes: &[u8]) {
         self.inbox.extend_from_slice(bytes);
         self.advance(now);
     }
 
     /// A read ended without bytes: the deadline passed, the server closed, Ctrl-C, a socket
     /// error.
-    pub(super) fn handle_read_error(&mut self, now: Instant, e: ReadError) {
+    pub fn handle_read_error(&mut self, now: Instant, e: ReadError) {
         match std::mem::replace(&mut self.step, Step::Over) {
             Step::Greeting => {
                 let e = match e {
@@ -323,7 +324,7 @@ impl Conversation {
     }
 
     /// The time is `now`: past the deadline, what was due did not come.
-    pub(super) fn handle_timeout(&mut self, now: Instant) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         if self.deadline.is_none_or(|d| now < d) {
             return;
         }
@@ -339,7 +340,7 @@ impl Conversation {
     }
 
     /// A write failed.
-    pub(super) fn handle_write_failed(&mut self, e: &io::Error) {
+    pub fn handle_write_failed(&mut self, e: &io::Error) {
         if matches!(self.step, Step::Greeting) {
             self.cookie_unwritten = Some(io::Error::new(e.kind(), e.to_string()));
             return;
