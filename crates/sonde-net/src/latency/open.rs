@@ -184,7 +184,7 @@ pub(super) fn read_replies<T: Transport>(
     r: &OpenReader<'_>,
     warmup_ns: u64,
     rec: &mut Recorder,
-) -> io::Result<(RttRecorder, T::Replies)> {
+) -> io::Result<(RttRecorder, <T::Reader as ReplyReader<T>>::Replies)> {
     let (plan, clock, progress) = (r.plan, r.clock, r.progress);
     let stamped = rec.reading_rx();
     let mut st = T::Reader::new(msg, framing, rec);

@@ -30,7 +30,6 @@ impl Transport for TcpStream {
     const NAME: &'static str = "TCP";
     const MAX_MSG: u32 = TCP_MAX_MSG;
     const SOCKPERF_MAX_MSG: u32 = sockperf::MAX_TCP_MSG;
-    type Replies = u64;
     type Closed = TcpClosed;
     type Reader = TcpReader;
     type Echo = TcpEcho;
@@ -74,17 +73,6 @@ impl Transport for TcpStream {
     fn send_message(&self, msg: &[u8]) -> io::Result<()> {
         let mut s = self;
         s.write_all(msg).map_err(tcp_write_error)
-    }
-
-    /// No sequence accounting over TCP; the messages past the last reply are the full log's
-    /// lost ones.
-    fn settle(received: u64, sent: u64, plan: &OpenLoop, rec: &mut Recorder) -> Option<SeqTracker> {
-        if rec.wants_lost() {
-            for k in received..sent {
-                rec.lost(k, plan.due(k));
-            }
-        }
-        None
     }
 }
 
@@ -416,6 +404,17 @@ impl ReplyReader<TcpStream> for TcpReader {
 
     fn end(self, _sent: u64, _plan: &OpenLoop, _rec: &mut Recorder) -> u64 {
         self.received
+    }
+
+    /// No sequence accounting over TCP; the messages past the last reply are the full log's
+    /// lost ones.
+    fn settle(received: u64, sent: u64, plan: &OpenLoop, rec: &mut Recorder) -> Option<SeqTracker> {
+        if rec.wants_lost() {
+            for k in received..sent {
+                rec.lost(k, plan.due(k));
+            }
+        }
+        None
     }
 }
 

@@ -52,13 +52,10 @@ pub(super) trait Transport: Sync + Sized {
     /// Largest message with sockperf's framing.
     const SOCKPERF_MAX_MSG: u32;
 
-    /// What an open loop's reader comes back with besides its RTTs: TCP counts the replies
-    /// (in order, none lost), UDP tracks their seqs (loss, duplicates, reordering).
-    type Replies;
     /// A closed loop's state and its waits for replies.
     type Closed: ClosedWait<Self>;
     /// An open loop's reader state: how reads become replies.
-    type Reader: ReplyReader<Self, Replies = Self::Replies>;
+    type Reader: ReplyReader<Self>;
     /// An echo's state: how what it reads goes back.
     type Echo: EchoState<Self>;
 
@@ -83,15 +80,6 @@ pub(super) trait Transport: Sync + Sized {
 
     /// The open-loop sender's send of one whole message (blocking; counted by the caller).
     fn send_message(&self, msg: &[u8]) -> io::Result<()>;
-
-    /// After an open loop: the sequence accounting for the outcome, and (for the full log) the
-    /// messages that got no reply, of the `sent` sent on `plan`.
-    fn settle(
-        replies: Self::Replies,
-        sent: u64,
-        plan: &OpenLoop,
-        rec: &mut Recorder,
-    ) -> Option<SeqTracker>;
 }
 
 /// How a wait for replies ended.
@@ -178,7 +166,8 @@ pub(super) struct Received {
 /// in order; UDP matches each datagram to its message by seq, and counts loss, duplicates and
 /// reordering.
 pub(super) trait ReplyReader<T>: Sized {
-    /// What the reader hands back besides its RTTs.
+    /// What the reader hands back besides its RTTs: TCP counts the replies (in order, none
+    /// lost), UDP tracks their seqs (loss, duplicates, reordering).
     type Replies;
 
     /// Everything the reader needs, allocated before the first read.
@@ -205,6 +194,15 @@ pub(super) trait ReplyReader<T>: Sized {
 
     /// The reader ends with `sent` messages sent: what it hands back.
     fn end(self, sent: u64, plan: &OpenLoop, rec: &mut Recorder) -> Self::Replies;
+
+    /// After the open loop: the sequence accounting for the outcome, and (for the full log)
+    /// the messages that got no reply, of the `sent` sent on `plan`.
+    fn settle(
+        replies: Self::Replies,
+        sent: u64,
+        plan: &OpenLoop,
+        rec: &mut Recorder,
+    ) -> Option<SeqTracker>;
 }
 
 /// An echo's transport-dependent steps (see [`echo`](super::echo::echo)): TCP echoes bytes
@@ -372,7 +370,7 @@ fn open<T: Transport>(
         sent.and(received)
     })?;
     let sent = progress.sent();
-    let seq = T::settle(replies, sent, &plan, rec);
+    let seq = T::Reader::settle(replies, sent, &plan, rec);
     Ok(LatencyOutcome {
         rtt,
         sent,

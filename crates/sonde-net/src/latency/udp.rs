@@ -31,7 +31,6 @@ impl Transport for UdpSocket {
     const NAME: &'static str = "UDP";
     const MAX_MSG: u32 = UDP_MAX_MSG;
     const SOCKPERF_MAX_MSG: u32 = sockperf::MAX_UDP_MSG;
-    type Replies = SeqTracker;
     type Closed = UdpClosed;
     type Reader = UdpReader;
     type Echo = UdpEcho;
@@ -70,16 +69,6 @@ impl Transport for UdpSocket {
 
     fn send_message(&self, msg: &[u8]) -> io::Result<()> {
         send_transient_ok(self, msg).map_err(udp_error)
-    }
-
-    /// The reader has already logged the lost messages as it swept.
-    fn settle(
-        tracker: SeqTracker,
-        _sent: u64,
-        _plan: &OpenLoop,
-        _rec: &mut Recorder,
-    ) -> Option<SeqTracker> {
-        Some(tracker)
     }
 }
 
@@ -468,6 +457,16 @@ impl ReplyReader<UdpSocket> for UdpReader {
     fn end(mut self, sent: u64, plan: &OpenLoop, rec: &mut Recorder) -> SeqTracker {
         self.answered.sweep(sent, true, plan, rec);
         self.tracker
+    }
+
+    /// The reader has already logged the lost messages as it swept.
+    fn settle(
+        tracker: SeqTracker,
+        _sent: u64,
+        _plan: &OpenLoop,
+        _rec: &mut Recorder,
+    ) -> Option<SeqTracker> {
+        Some(tracker)
     }
 }
 
