@@ -386,49 +386,77 @@ fn udp_closed_loop_has_no_loss_on_loopback() {
 #[test]
 fn busy_polled_loops_measure_every_message_and_echoes_end_at_the_flag() {
     let _one = one_loop_at_a_time();
+    // Both ends spin: a loaded host that holds one of them off its core costs the run what it
+    // would cost any spinning loop there (every measured message past the 200 ms, or the
+    // last UDP reply past its 1 ms drain, then counted lost as it should be). Such a run (no
+    // sample after the warm-up, a UDP reply missing) is measured again, three times at most;
+    // every check holds for the run kept.
+    let measured = |out: &LatencyOutcome| {
+        out.rtt.samples() > 0 && out.seq.as_ref().is_none_or(|q| q.received() == out.sent)
+    };
     for size in [64u32, 65_536] {
-        let (client, server) = tcp_pair();
-        crate::tune::busy_poll_tcp(&client).unwrap();
-        crate::tune::busy_poll_tcp(&server).unwrap();
+        let (out, echoed) = measure_until(measured, || {
+            let (client, server) = tcp_pair();
+            crate::tune::busy_poll_tcp(&client).unwrap();
+            crate::tune::busy_poll_tcp(&server).unwrap();
+            let stop = AtomicBool::new(false);
+            let counters = Counters::default();
+            let clock = Clock::start();
+            let out = thread::scope(|s| {
+                let echo = s.spawn(|| tcp_echo(&server, &stop, &counters));
+                let out = tcp_ping(&client, &cfg(size, 200, 20, None), &clock, &stop).unwrap();
+                stop.store(true, Ordering::Relaxed);
+                echo.join().unwrap().unwrap();
+                out
+            });
+            (out, counters.load())
+        });
+        assert_sane(&out);
+        assert_eq!(out.sent, out.rtt.samples() + out.rtt.warmup_excluded());
+        assert_eq!(echoed.0, out.sent * u64::from(size));
+    }
+    let (out, echoed) = measure_until(measured, || {
+        let (client, server) = udp_pair();
+        crate::tune::busy_poll_udp(&client).unwrap();
+        crate::tune::busy_poll_udp(&server).unwrap();
         let stop = AtomicBool::new(false);
         let counters = Counters::default();
         let clock = Clock::start();
         let out = thread::scope(|s| {
-            let echo = s.spawn(|| tcp_echo(&server, &stop, &counters));
-            let out = tcp_ping(&client, &cfg(size, 200, 20, None), &clock, &stop).unwrap();
+            let echo = s.spawn(|| udp_echo(&server, &stop, &counters));
+            let out = udp_ping(
+                &client,
+                &cfg(64, 200, 20, None),
+                &clock,
+                &AtomicBool::new(false),
+            )
+            .unwrap();
             stop.store(true, Ordering::Relaxed);
             echo.join().unwrap().unwrap();
             out
         });
-        assert_sane(&out);
-        assert_eq!(out.sent, out.rtt.samples() + out.rtt.warmup_excluded());
-        assert_eq!(counters.load().0, out.sent * u64::from(size));
-        drop(client);
-    }
-    let (client, server) = udp_pair();
-    crate::tune::busy_poll_udp(&client).unwrap();
-    crate::tune::busy_poll_udp(&server).unwrap();
-    let stop = AtomicBool::new(false);
-    let counters = Counters::default();
-    let clock = Clock::start();
-    let out = thread::scope(|s| {
-        let echo = s.spawn(|| udp_echo(&server, &stop, &counters));
-        let out = udp_ping(
-            &client,
-            &cfg(64, 200, 20, None),
-            &clock,
-            &AtomicBool::new(false),
-        )
-        .unwrap();
-        stop.store(true, Ordering::Relaxed);
-        echo.join().unwrap().unwrap();
-        out
+        (out, counters.load())
     });
     assert_sane(&out);
     let seq = out.seq.as_ref().unwrap();
     assert_eq!(seq.received(), out.sent, "{}", brief(&out));
     assert_eq!(seq.duplicated(), 0);
-    assert_eq!(counters.load(), (out.sent * 64, out.sent));
+    assert_eq!(echoed, (out.sent * 64, out.sent));
+}
+
+/// Runs `measure` until `measured` accepts its outcome, three times at most, and returns the
+/// last run: for runs a loaded host can spoil, whose checks then hold for the run kept.
+fn measure_until<T>(
+    measured: impl Fn(&LatencyOutcome) -> bool,
+    mut measure: impl FnMut() -> (LatencyOutcome, T),
+) -> (LatencyOutcome, T) {
+    for _ in 1..3 {
+        let run = measure();
+        if measured(&run.0) {
+            return run;
+        }
+    }
+    measure()
 }
 
 #[test]
@@ -1062,9 +1090,40 @@ fn the_full_log_lists_every_tcp_message() {
     }
 }
 
+/// Keeps the kernel's software receive stamping on while it lives, once it is on. Linux turns
+/// it on for the first socket that asks only a moment later, from a work queue
+/// (`net_enable_timestamp` in net/core/dev.c: a static key, host-wide), and turns it off the
+/// same way when the last one stops; on a loaded host that moment can outlast a 20 ms
+/// warm-up, and the first measured replies of a run go unstamped. While this socket asks,
+/// the loops' own sockets find it on at once. Waits (bounded) until a datagram on loopback
+/// comes back stamped.
+#[cfg(target_os = "linux")]
+fn stamping_on() -> (UdpSocket, UdpSocket) {
+    let (a, b) = udp_pair();
+    crate::sys::udp_enable_timestamps(&b, false).unwrap();
+    b.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut buf = [0u8; 8];
+    loop {
+        a.send(&[1]).unwrap();
+        if crate::sys::udp_recv_stamped(&b, &mut buf)
+            .unwrap()
+            .1
+            .is_some()
+        {
+            return (a, b);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the kernel stamped no datagram in 30 s"
+        );
+    }
+}
+
 #[test]
 #[cfg(target_os = "linux")]
 fn udp_kernel_timestamps_bracket_the_socket_rtt() {
+    let _stamping = stamping_on();
     for rate in [None, Some(3_000.0)] {
         let (log, sink, view) = logged(true);
         let counters = Counters::default();
@@ -1102,6 +1161,7 @@ fn udp_kernel_timestamps_bracket_the_socket_rtt() {
 #[test]
 #[cfg(target_os = "linux")]
 fn tcp_reads_receive_and_transmit_stamps_by_message() {
+    let _stamping = stamping_on();
     for (size, rate) in [(64, None), (3_000, None), (64, Some(2_000.0))] {
         let (log, sink, view) = logged(true);
         let out = tcp_with(&cfg(size, 300, 20, rate), view);

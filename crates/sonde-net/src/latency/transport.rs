@@ -5,12 +5,19 @@
 //! header), replies are reassembled from split and coalesced reads, nothing is lost, and a
 //! silent peer is a timeout. UDP is datagrams: a reply carries the seq of the message it
 //! answers, and may be lost (counted after a timeout), duplicated or late. Exactly that
-//! difference is behind [`Transport`]: how a message is laid out and numbered, how one is sent
-//! and one read received, how a closed loop waits for its reply and how an open loop's reader
-//! turns reads into replies. The run itself ([`ping`]: sizes, rates, timeouts, kernel stamps,
-//! the inner view) and the open loop ([`open`]: the schedule, the paced sender on its own
-//! thread, the reader on the caller's) are written once, generic over the transport, so that
-//! the hot loops stay monomorphised (no `dyn` per message).
+//! difference is behind [`Transport`] and the per-loop states it names: how a message is laid
+//! out and numbered and how one is sent; how a closed loop waits for its reply
+//! ([`ClosedWait`]: a whole reply read by size, or datagrams matched by seq until a timeout);
+//! how an open loop's reader turns reads into replies ([`ReplyReader`]); how an echo sends
+//! back what it read ([`EchoState`]); and how the kernel keys transmit stamps (the last byte
+//! of a TCP message, the datagram for UDP). Every loop is written once, generic over the
+//! transport, so that the hot loops stay monomorphised (no `dyn` per message) and make the
+//! same calls per message as before: the run ([`ping`]: sizes, rates, timeouts, kernel
+//! stamps, the inner view), the closed loop ([`closed`]), the open loop ([`open`]: the
+//! schedule, the paced sender on its own thread, the reader
+//! ([`read_replies`]) on the caller's), and the agent's echo
+//! ([`echo`](super::echo::echo)). Every reply goes through one [`Sink`]: its RTT, its transmit
+//! stamp, the inner view.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,16 +27,24 @@ use sonde_engine::rtt::RttRecorder;
 use sonde_engine::seq::SeqTracker;
 
 use super::framing::Framing;
-use super::inner::{realtime_ns, InnerView, Recorder};
-use super::open::{join, paced_sender, sender_thread, OpenLoop, OpenReader, Progress, SendTimes};
+use super::inner::{realtime_ns, InnerView, Recorder, ReplyAt, Stamps};
+use super::open::{
+    join, paced_sender, read_replies, sender_thread, OpenLoop, OpenReader, Progress, SendTimes,
+};
+use super::txstamp::{Keying, TxStamps};
 use super::{
     add_calls, check_one_way, check_rate, check_size, count_call, enable_stamps, LatencyOutcome,
     PingConfig, Timeouts,
 };
-use crate::{sys, Clock};
+use crate::{sys, Clock, Counters};
 
 /// A socket kind the latency loops run on (implemented by `TcpStream` and `UdpSocket`).
-pub(super) trait Transport: Sync {
+///
+/// Each loop's per-run state is an associated type with the loop's transport-dependent steps
+/// ([`ClosedWait`], [`ReplyReader`], [`EchoState`]); the loops themselves ([`closed`],
+/// [`read_replies`], [`echo`](super::echo::echo)) are written once
+/// over them and monomorphised per transport.
+pub(super) trait Transport: Sync + Sized {
     /// `"TCP"` or `"UDP"`, for messages.
     const NAME: &'static str;
     /// Largest message with sonde's framing.
@@ -37,9 +52,15 @@ pub(super) trait Transport: Sync {
     /// Largest message with sockperf's framing.
     const SOCKPERF_MAX_MSG: u32;
 
-    /// What an open loop's reader comes back with besides its RTTs: TCP counts the replies
-    /// (in order, none lost), UDP tracks their seqs (loss, duplicates, reordering).
-    type Replies;
+    /// A closed loop's state and its waits for replies.
+    type Closed: ClosedWait<Self>;
+    /// An open loop's reader state: how reads become replies.
+    type Reader: ReplyReader<Self>;
+    /// An echo's state: how what it reads goes back.
+    type Echo: EchoState<Self>;
+
+    /// How the kernel keys this socket's transmit stamps for `msg`-byte messages.
+    fn keying(msg: usize) -> Keying;
 
     /// Saves the socket's timeouts (restored when the guard drops) and sets the loop's: the
     /// read timeout its loops poll at, and whatever else the transport needs.
@@ -59,37 +80,216 @@ pub(super) trait Transport: Sync {
 
     /// The open-loop sender's send of one whole message (blocking; counted by the caller).
     fn send_message(&self, msg: &[u8]) -> io::Result<()>;
+}
 
-    /// One closed-loop run: one message in flight.
-    fn closed(
-        &self,
-        msg: usize,
-        framing: Framing,
-        cfg: &PingConfig,
-        clock: &Clock,
-        stop: &AtomicBool,
-        rec: &mut Recorder,
-    ) -> io::Result<LatencyOutcome>;
+/// How a wait for replies ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wait {
+    /// What was waited for arrived.
+    Answered,
+    /// The deadline passed.
+    TimedOut,
+    /// The stop flag was raised.
+    Stopped,
+}
 
-    /// An open loop's reader: receives replies until the sender has ended and every reply is
-    /// in (or the drain time has passed), `stop`, or the sender failed.
-    fn read_replies(
-        &self,
-        msg: usize,
-        framing: Framing,
-        r: &OpenReader<'_>,
-        warmup_ns: u64,
-        rec: &mut Recorder,
-    ) -> io::Result<(RttRecorder, Self::Replies)>;
+/// A closed loop's transport-dependent steps (see [`closed`]): TCP reads a whole reply or
+/// fails after [`TCP_REPLY_TIMEOUT`](super::TCP_REPLY_TIMEOUT); UDP takes whatever reply
+/// comes, matched to its message by seq, and moves on after its reply timeout.
+pub(super) trait ClosedWait<T>: Sized {
+    /// Everything the loop needs, allocated before the first send.
+    fn new(msg: usize, framing: Framing, rec: &Recorder) -> Self;
 
-    /// After an open loop: the sequence accounting for the outcome, and (for the full log) the
-    /// messages that got no reply, of the `sent` sent on `plan`.
+    /// Before message `seq` is numbered and timed (UDP re-reads its reply timeout now and
+    /// then, never between a send and its reply).
+    fn next_message(&mut self, _sock: &T, _seq: u64) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Message `seq` is about to go (after the end checks, before the wall clock is read):
+    /// UDP logs as lost the unanswered message whose slot it reuses.
+    fn before_send(&mut self, _seq: u64, _rec: &mut Recorder) {}
+
+    /// Sends message `m` (`out`; one call, counted by the caller).
+    fn send(&mut self, sock: &T, out: &[u8], m: InFlight, clock: &Clock) -> io::Result<()>;
+
+    /// Waits for message `m`'s reply, recording into `sink` what comes meanwhile.
+    fn wait(
+        &mut self,
+        sock: &T,
+        m: InFlight,
+        run: Run<'_>,
+        sink: &mut Sink<'_, '_>,
+    ) -> io::Result<Wait>;
+
+    /// After the loop (`stopped`: by the flag): the outcome's sequence accounting and reply
+    /// timeouts (UDP drains late replies first).
+    fn end(
+        self,
+        sock: &T,
+        stopped: bool,
+        run: Run<'_>,
+        sink: &mut Sink<'_, '_>,
+    ) -> io::Result<(Option<SeqTracker>, u64)>;
+}
+
+/// The closed loop's message in flight.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct InFlight {
+    pub(super) seq: u64,
+    /// When its send started, test clock.
+    pub(super) t0: u64,
+    /// `--timestamps`: the wall clock just before its send.
+    pub(super) send_real_ns: Option<u64>,
+}
+
+/// What a closed loop's wait looks at: the test clock and the stop flag.
+#[derive(Clone, Copy)]
+pub(super) struct Run<'a> {
+    pub(super) clock: &'a Clock,
+    pub(super) stop: &'a AtomicBool,
+}
+
+/// One receive of an open loop's reader.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Received {
+    /// Bytes received.
+    pub(super) n: usize,
+    /// With `--timestamps`, the kernel's receive time.
+    pub(super) rx_ns: Option<u64>,
+    /// When the receive returned, test clock.
+    pub(super) t: u64,
+}
+
+/// An open loop reader's transport-dependent steps (see
+/// [`read_replies`]): TCP reassembles the byte stream into replies
+/// in order; UDP matches each datagram to its message by seq, and counts loss, duplicates and
+/// reordering.
+pub(super) trait ReplyReader<T>: Sized {
+    /// What the reader hands back besides its RTTs: TCP counts the replies (in order, none
+    /// lost), UDP tracks their seqs (loss, duplicates, reordering).
+    type Replies;
+
+    /// Everything the reader needs, allocated before the first read.
+    fn new(msg: usize, framing: Framing, rec: &Recorder) -> Self;
+
+    /// Replies taken so far (first arrivals).
+    fn answered(&self) -> u64;
+
+    /// How long after the sender ends the reader waits for the rest (`rtt`: the RTTs so far).
+    fn drain_ns(rtt: &RttRecorder) -> u64;
+
+    /// One receive (counted by the caller): the bytes read and, when `stamped`, the kernel's
+    /// receive time. `None`: the peer closed the connection.
+    fn recv(&mut self, sock: &T, stamped: bool) -> io::Result<Option<(usize, Option<u64>)>>;
+
+    /// A receive timed out (or would block): UDP gives up on a sockperf peer that never
+    /// answered.
+    fn idle(&self, _r: &OpenReader<'_>) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// What was just received, as replies into `sink`.
+    fn take(&mut self, got: Received, r: &OpenReader<'_>, sink: &mut Sink<'_, '_>);
+
+    /// The reader ends with `sent` messages sent: what it hands back.
+    fn end(self, sent: u64, plan: &OpenLoop, rec: &mut Recorder) -> Self::Replies;
+
+    /// After the open loop: the sequence accounting for the outcome, and (for the full log)
+    /// the messages that got no reply, of the `sent` sent on `plan`.
     fn settle(
         replies: Self::Replies,
         sent: u64,
         plan: &OpenLoop,
         rec: &mut Recorder,
     ) -> Option<SeqTracker>;
+}
+
+/// An echo's transport-dependent steps (see [`echo`](super::echo::echo)): TCP echoes bytes
+/// (or, for a one-way request, whole stamped messages); UDP echoes datagrams and answers joins.
+pub(super) trait EchoState<T>: Sized {
+    /// The buffers, allocated before the first read.
+    fn new() -> Self;
+
+    /// Saves the socket's timeouts (restored when the guard drops) and sets the echo's.
+    fn timeouts(sock: &T) -> io::Result<Timeouts<'_>>;
+
+    /// One receive (counted by the caller); `None`: the peer closed the connection.
+    fn recv(&mut self, sock: &T) -> io::Result<Option<usize>>;
+
+    /// Whether a failed receive is to be retried rather than end the echo.
+    fn transient(e: &io::Error) -> bool;
+
+    /// Echoes what the last receive brought (`n` bytes); `Ok(false)` when `stop` was raised
+    /// while the peer would not take it.
+    fn back(
+        &mut self,
+        sock: &T,
+        n: usize,
+        stop: &AtomicBool,
+        counters: &Counters,
+    ) -> io::Result<bool>;
+}
+
+/// Where a loop's replies go: the RTTs, the kernel's transmit stamps kept by message, and the
+/// inner view.
+pub(super) struct Sink<'a, 'r> {
+    pub(super) rtt: RttRecorder,
+    tx: TxStamps<'a>,
+    pub(super) rec: &'r mut Recorder,
+}
+
+impl<'a, 'r> Sink<'a, 'r> {
+    pub(super) fn new<T: Transport>(
+        sock: &'a T,
+        msg: usize,
+        warmup_ns: u64,
+        rec: &'r mut Recorder,
+    ) -> Self {
+        Self {
+            rtt: RttRecorder::new(warmup_ns),
+            tx: TxStamps::new(rec.reading_tx(), sock.sock_ref(), T::keying(msg)),
+            rec,
+        }
+    }
+
+    /// The first reply to a message, as `at` says (its transmit stamp is looked up here;
+    /// `newest` is the highest seq sent).
+    pub(super) fn reply(&mut self, newest: u64, mut at: ReplyAt) {
+        self.rtt
+            .record(at.send_ns, at.receive_ns.saturating_sub(at.send_ns));
+        let s = &mut at.stamps;
+        s.tx_ns = self.tx.of(at.seq, newest, s.send_real_ns, s.rx_ns);
+        self.rec.reply(&at);
+    }
+
+    /// An open loop's reply to message `seq`, received at `t`: its RTT from the scheduled send.
+    pub(super) fn scheduled(
+        &mut self,
+        r: &OpenReader<'_>,
+        seq: u64,
+        t: u64,
+        newest: u64,
+        rx_ns: Option<u64>,
+        agent: Option<(u64, u64)>,
+    ) {
+        let send_real_ns = r.send_times.and_then(|st| st.load(seq));
+        self.reply(
+            newest,
+            ReplyAt {
+                seq,
+                send_ns: r.plan.due(seq),
+                receive_ns: t,
+                late: false,
+                stamps: Stamps {
+                    rx_ns,
+                    tx_ns: None,
+                    send_real_ns,
+                    agent,
+                },
+            },
+        );
+    }
 }
 
 /// A latency run on `sock`: closed or open loop per `cfg.rate`, with the inner view.
@@ -112,7 +312,7 @@ pub(super) fn ping<T: Transport>(
     let mut rec = Recorder::new(view, cfg.warmup_ns);
     let _stamps_off = enable_stamps(&mut rec, sock.sock_ref(), |tx| sock.enable_timestamps(tx));
     let mut out = match rate {
-        None => sock.closed(msg, framing, cfg, clock, stop, &mut rec),
+        None => closed(sock, msg, framing, cfg, clock, stop, &mut rec),
         Some(rate) => open(sock, msg, framing, rate, cfg, clock, stop, &mut rec),
     }?;
     (out.socket, out.one_way) = rec.finish();
@@ -159,7 +359,7 @@ fn open<T: Transport>(
             progress: &progress,
             send_times: send_times.as_ref(),
         };
-        let received = sock.read_replies(msg, framing, &reader, cfg.warmup_ns, rec);
+        let received = read_replies(sock, msg, framing, &reader, cfg.warmup_ns, rec);
         if received.is_err() {
             progress.abort.store(true, Ordering::Relaxed);
         }
@@ -170,13 +370,68 @@ fn open<T: Transport>(
         sent.and(received)
     })?;
     let sent = progress.sent();
-    let seq = T::settle(replies, sent, &plan, rec);
+    let seq = T::Reader::settle(replies, sent, &plan, rec);
     Ok(LatencyOutcome {
         rtt,
         sent,
         seq,
         late_sends: progress.late.load(Ordering::Relaxed),
         timeouts: 0,
+        socket: None,
+        one_way: None,
+        log: None,
+    })
+}
+
+/// The closed loop: one message in flight; its RTT from its send to its reply.
+fn closed<T: Transport>(
+    sock: &T,
+    msg: usize,
+    framing: Framing,
+    cfg: &PingConfig,
+    clock: &Clock,
+    stop: &AtomicBool,
+    rec: &mut Recorder,
+) -> io::Result<LatencyOutcome> {
+    let one_way = rec.one_way();
+    let stamped = rec.reading_rx();
+    let mut out = vec![0u8; msg];
+    T::prepare(framing, one_way, cfg.msg_size, &mut out);
+    let mut st = T::Closed::new(msg, framing, rec);
+    let mut sink = Sink::new(sock, msg, cfg.warmup_ns, rec);
+    let run = Run { clock, stop };
+    let mut sent = 0;
+    let mut measured = 0;
+    let mut stopped = false;
+    while !stop.load(Ordering::Relaxed) {
+        st.next_message(sock, sent)?;
+        T::number(framing, one_way, sent, &mut out);
+        let t0 = clock.now_ns();
+        if t0 >= cfg.until_ns || cfg.counted_out(measured) {
+            break;
+        }
+        st.before_send(sent, sink.rec);
+        let m = InFlight {
+            seq: sent,
+            t0,
+            send_real_ns: stamped.then(realtime_ns),
+        };
+        count_call();
+        st.send(sock, &out, m, clock)?;
+        sent += 1;
+        measured += u64::from(t0 >= cfg.warmup_ns);
+        if st.wait(sock, m, run, &mut sink)? == Wait::Stopped {
+            stopped = true;
+            break;
+        }
+    }
+    let (seq, timeouts) = st.end(sock, stopped, run, &mut sink)?;
+    Ok(LatencyOutcome {
+        rtt: sink.rtt,
+        sent,
+        seq,
+        late_sends: 0,
+        timeouts,
         socket: None,
         one_way: None,
         log: None,

@@ -1,33 +1,44 @@
-//! The UDP client loops: datagrams, so a reply carries the seq of the message it answers; a
-//! reply may be lost (counted after a timeout), duplicated or late.
+//! The UDP loops: datagrams, so a reply carries the seq of the message it answers; a reply
+//! may be lost (counted after a timeout), duplicated or late. The echo sends each datagram
+//! back and answers joins.
 
 use std::io;
 use std::net::UdpSocket;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use sonde_engine::rtt::RttRecorder;
 use sonde_engine::seq::{Arrival, SeqTracker};
 use sonde_wire::sockperf;
 use sonde_wire::stamps;
+use sonde_wire::{UdpJoin, UDP_JOIN_LEN};
 
 use super::framing::{udp_reply_seq, Framing};
-use super::inner::{realtime_ns, Recorder, ReplyAt, Stamps};
+use super::inner::{Recorder, ReplyAt, Stamps};
 use super::open::{OpenLoop, OpenReader};
-use super::transport::Transport;
-use super::txstamp::{Keying, TxStamps};
+use super::transport::{
+    ClosedWait, EchoState, InFlight, Received, ReplyReader, Run, Sink, Transport, Wait,
+};
+use super::txstamp::Keying;
 use super::{
-    count_call, duration_ns, ring_slot, LatencyOutcome, NoReply, PingConfig, Timeouts, SEND_RING,
+    count_call, duration_ns, host_clock_ns, ring_slot, NoReply, Timeouts, ECHO_POLL, SEND_RING,
     SOCKPERF_NO_REPLY, TIMEOUT_REFRESH, UDP_FIRST_REPLY_TIMEOUT, UDP_MAX_MSG,
     UDP_MIN_REPLY_TIMEOUT, UDP_POLL, UDP_RECV_BUF,
 };
-use crate::{fault, sys, Clock};
+use crate::{fault, sys, Clock, Counters};
 
 impl Transport for UdpSocket {
     const NAME: &'static str = "UDP";
     const MAX_MSG: u32 = UDP_MAX_MSG;
     const SOCKPERF_MAX_MSG: u32 = sockperf::MAX_UDP_MSG;
-    type Replies = SeqTracker;
+    type Closed = UdpClosed;
+    type Reader = UdpReader;
+    type Echo = UdpEcho;
+
+    /// By datagram.
+    fn keying(_msg: usize) -> Keying {
+        Keying::Datagram
+    }
 
     fn loop_timeouts(&self) -> io::Result<Timeouts<'_>> {
         let restore = Timeouts::save_udp(self)?;
@@ -59,39 +70,6 @@ impl Transport for UdpSocket {
     fn send_message(&self, msg: &[u8]) -> io::Result<()> {
         send_transient_ok(self, msg).map_err(udp_error)
     }
-
-    fn closed(
-        &self,
-        msg: usize,
-        framing: Framing,
-        cfg: &PingConfig,
-        clock: &Clock,
-        stop: &AtomicBool,
-        rec: &mut Recorder,
-    ) -> io::Result<LatencyOutcome> {
-        udp_closed(self, msg, framing, cfg, clock, stop, rec)
-    }
-
-    fn read_replies(
-        &self,
-        msg: usize,
-        framing: Framing,
-        r: &OpenReader<'_>,
-        warmup_ns: u64,
-        rec: &mut Recorder,
-    ) -> io::Result<(RttRecorder, SeqTracker)> {
-        udp_open_reader(self, msg, framing, r, warmup_ns, rec)
-    }
-
-    /// The reader has already logged the lost messages as it swept.
-    fn settle(
-        tracker: SeqTracker,
-        _sent: u64,
-        _plan: &OpenLoop,
-        _rec: &mut Recorder,
-    ) -> Option<SeqTracker> {
-        Some(tracker)
-    }
 }
 
 /// Send time of one closed-loop message, tagged with its seq so that a slot reused by a later
@@ -106,66 +84,59 @@ pub(super) struct SentAt {
     answered: bool,
 }
 
-/// How a wait for replies ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Wait {
-    /// What was waited for arrived.
-    Answered,
-    /// The deadline passed.
-    TimedOut,
-    /// The stop flag was raised.
-    Stopped,
-}
-/// Receives one datagram, with its kernel receive timestamp when `stamped`.
-pub(super) fn udp_recv(
-    sock: &UdpSocket,
-    buf: &mut [u8],
-    stamped: bool,
-) -> io::Result<(usize, Option<u64>)> {
+/// Receives one datagram (counted), with its kernel receive timestamp when `stamped`.
+fn udp_recv(sock: &UdpSocket, buf: &mut [u8], stamped: bool) -> io::Result<(usize, Option<u64>)> {
     count_call();
+    recv(sock, buf, stamped)
+}
+
+/// Receives one datagram, with its kernel receive timestamp when `stamped`.
+fn recv(sock: &UdpSocket, buf: &mut [u8], stamped: bool) -> io::Result<(usize, Option<u64>)> {
     if stamped {
         sys::udp_recv_stamped(sock, buf)
     } else {
         sock.recv(buf).map(|n| (n, None))
     }
 }
+
 /// The UDP closed loop's state: everything preallocated before the first send.
-pub(super) struct ClosedUdp<'a> {
-    sock: &'a UdpSocket,
+pub(super) struct UdpClosed {
     msg: usize,
     framing: Framing,
     one_way: bool,
     stamped: bool,
-    out: Vec<u8>,
+    log_lost: bool,
     inbuf: Vec<u8>,
     sent_at: Vec<SentAt>,
-    tx: TxStamps<'a>,
     /// Messages sent so far; the next seq.
     sent: u64,
-    rtt: RttRecorder,
-    /// Every RTT, warm-up included: the reply timeout's median. (From `rtt` alone, every reply
-    /// lost during the warm-up cost the 1 s first-reply timeout.)
+    first_send_ns: Option<u64>,
+    /// Every RTT, warm-up included: the reply timeout's median. (From the run's RTTs alone,
+    /// every reply lost during the warm-up cost the 1 s first-reply timeout.)
     all: RttRecorder,
+    reply_timeout_ns: u64,
+    timeouts: u64,
     tracker: SeqTracker,
-    rec: &'a mut Recorder,
 }
 
-impl ClosedUdp<'_> {
+impl UdpClosed {
     /// Receives replies until the reply to `want` arrives (`None`: until every message sent has
     /// been answered), the deadline passes, or `stop`. Replies to earlier messages that arrive
     /// meanwhile are recorded against their own send times.
     fn collect(
         &mut self,
-        clock: &Clock,
-        stop: &AtomicBool,
+        sock: &UdpSocket,
+        run: Run<'_>,
         deadline_ns: u64,
         want: Option<u64>,
+        sink: &mut Sink<'_, '_>,
     ) -> io::Result<Wait> {
+        let (clock, stop) = (run.clock, run.stop);
         loop {
             if want.is_none() && self.tracker.received() >= self.sent {
                 return Ok(Wait::Answered);
             }
-            match udp_recv(self.sock, &mut self.inbuf, self.stamped) {
+            match udp_recv(sock, &mut self.inbuf, self.stamped) {
                 Ok((n, rx_ns)) => {
                     let t = clock.now_ns();
                     let expected = self.sent.saturating_sub(1);
@@ -181,7 +152,7 @@ impl ClosedUdp<'_> {
                         // A seq never sent is junk, or a truncated seq widened the wrong way.
                         if seq < self.sent {
                             if self.tracker.on_packet(seq) != Arrival::Duplicate {
-                                self.answer(seq, t, rx_ns, agent);
+                                self.answer(seq, t, rx_ns, agent, sink);
                             }
                             if want == Some(seq) {
                                 return Ok(Wait::Answered);
@@ -193,7 +164,7 @@ impl ClosedUdp<'_> {
                     }
                 }
                 Err(e) if fault::again(&e) => {
-                    if stop.load(Ordering::Relaxed) {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
                         return Ok(Wait::Stopped);
                     }
                     if clock.now_ns() >= deadline_ns {
@@ -206,147 +177,157 @@ impl ClosedUdp<'_> {
     }
 
     /// The first reply to message `seq`, received at `t`.
-    fn answer(&mut self, seq: u64, t: u64, rx_ns: Option<u64>, agent: Option<(u64, u64)>) {
+    fn answer(
+        &mut self,
+        seq: u64,
+        t: u64,
+        rx_ns: Option<u64>,
+        agent: Option<(u64, u64)>,
+        sink: &mut Sink<'_, '_>,
+    ) {
         let slot = ring_slot(seq);
         let at = self.sent_at[slot];
         if at.seq != seq {
             return;
         }
         self.sent_at[slot].answered = true;
-        self.rtt.record(at.ns, t.saturating_sub(at.ns));
         self.all.record(at.ns, t.saturating_sub(at.ns));
-        let send_real_ns = (at.real_ns != 0).then_some(at.real_ns);
-        let newest = self.sent.saturating_sub(1);
-        let tx_ns = self.tx.of(seq, newest, send_real_ns, rx_ns);
-        self.rec.reply(&ReplyAt {
-            seq,
-            send_ns: at.ns,
-            receive_ns: t,
-            // Not the message in flight: the loop gave up on it and moved on.
-            late: seq + 1 < self.sent,
-            stamps: Stamps {
-                rx_ns,
-                tx_ns,
-                send_real_ns,
-                agent,
+        sink.reply(
+            self.sent.saturating_sub(1),
+            ReplyAt {
+                seq,
+                send_ns: at.ns,
+                receive_ns: t,
+                // Not the message in flight: the loop gave up on it and moved on.
+                late: seq + 1 < self.sent,
+                stamps: Stamps {
+                    rx_ns,
+                    tx_ns: None,
+                    send_real_ns: (at.real_ns != 0).then_some(at.real_ns),
+                    agent,
+                },
             },
-        });
+        );
     }
 
     /// For the full log: message `seq`'s slot is about to be reused, or the run is over; if it
     /// was never answered, it is lost.
-    fn settle(&mut self, seq: u64) {
+    fn settle(&self, seq: u64, rec: &mut Recorder) {
         let at = self.sent_at[ring_slot(seq)];
         if at.seq == seq && !at.answered {
-            self.rec.lost(seq, at.ns);
+            rec.lost(seq, at.ns);
         }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(super) fn udp_closed(
-    sock: &UdpSocket,
-    msg: usize,
-    framing: Framing,
-    cfg: &PingConfig,
-    clock: &Clock,
-    stop: &AtomicBool,
-    rec: &mut Recorder,
-) -> io::Result<LatencyOutcome> {
-    let stamped = rec.reading_rx();
-    let mut st = ClosedUdp {
-        sock,
-        msg,
-        framing,
-        one_way: rec.one_way(),
-        stamped,
-        out: vec![0u8; msg],
-        inbuf: vec![0u8; UDP_RECV_BUF],
-        sent_at: vec![
-            SentAt {
-                seq: u64::MAX,
-                ns: 0,
-                real_ns: 0,
-                answered: false,
-            };
-            SEND_RING
-        ],
-        tx: TxStamps::new(rec.reading_tx(), sys::sock_ref(sock), Keying::Datagram),
-        sent: 0,
-        rtt: RttRecorder::new(cfg.warmup_ns),
-        all: RttRecorder::new(0),
-        tracker: SeqTracker::new(),
-        rec,
-    };
-    UdpSocket::prepare(framing, st.one_way, cfg.msg_size, &mut st.out);
-    let log_lost = st.rec.wants_lost();
-    let mut timeouts = 0;
-    let mut reply_timeout_ns = udp_reply_timeout_ns(&st.all);
-    let mut stopped = false;
-    let mut measured = 0;
-    let mut first_send_ns = None;
-    while !stop.load(Ordering::Relaxed) {
-        let seq = st.sent;
+impl ClosedWait<UdpSocket> for UdpClosed {
+    fn new(msg: usize, framing: Framing, rec: &Recorder) -> Self {
+        let all = RttRecorder::new(0);
+        Self {
+            msg,
+            framing,
+            one_way: rec.one_way(),
+            stamped: rec.reading_rx(),
+            log_lost: rec.wants_lost(),
+            inbuf: vec![0u8; UDP_RECV_BUF],
+            sent_at: vec![
+                SentAt {
+                    seq: u64::MAX,
+                    ns: 0,
+                    real_ns: 0,
+                    answered: false,
+                };
+                SEND_RING
+            ],
+            sent: 0,
+            first_send_ns: None,
+            reply_timeout_ns: udp_reply_timeout_ns(&all),
+            all,
+            timeouts: 0,
+            tracker: SeqTracker::new(),
+        }
+    }
+
+    /// The reply timeout follows the median RTT: re-read every [`TIMEOUT_REFRESH`] messages
+    /// (and at every power of two before that), since a percentile query walks the histogram.
+    fn next_message(&mut self, sock: &UdpSocket, seq: u64) -> io::Result<()> {
         if seq.is_multiple_of(TIMEOUT_REFRESH) || seq.is_power_of_two() {
-            reply_timeout_ns = udp_reply_timeout_ns(&st.all);
-            sock.set_read_timeout(Some(udp_poll_for(reply_timeout_ns)))?;
+            self.reply_timeout_ns = udp_reply_timeout_ns(&self.all);
+            sock.set_read_timeout(Some(udp_poll_for(self.reply_timeout_ns)))?;
         }
-        UdpSocket::number(framing, st.one_way, seq, &mut st.out);
-        let t0 = clock.now_ns();
-        if t0 >= cfg.until_ns || cfg.counted_out(measured) {
-            break;
+        Ok(())
+    }
+
+    fn before_send(&mut self, seq: u64, rec: &mut Recorder) {
+        if self.log_lost && seq >= SEND_RING as u64 {
+            self.settle(seq - SEND_RING as u64, rec);
         }
-        if log_lost && seq >= SEND_RING as u64 {
-            st.settle(seq - SEND_RING as u64);
-        }
-        let real_ns = if stamped { realtime_ns() } else { 0 };
-        count_call();
-        send_transient_ok(sock, &st.out).map_err(udp_error)?;
-        st.sent_at[ring_slot(seq)] = SentAt {
-            seq,
-            ns: t0,
-            real_ns,
+    }
+
+    fn send(
+        &mut self,
+        sock: &UdpSocket,
+        out: &[u8],
+        m: InFlight,
+        _clock: &Clock,
+    ) -> io::Result<()> {
+        send_transient_ok(sock, out).map_err(udp_error)?;
+        self.sent_at[ring_slot(m.seq)] = SentAt {
+            seq: m.seq,
+            ns: m.t0,
+            real_ns: m.send_real_ns.unwrap_or(0),
             answered: false,
         };
-        st.sent += 1;
-        let first = *first_send_ns.get_or_insert(t0);
-        measured += u64::from(t0 >= cfg.warmup_ns);
-        match st.collect(clock, stop, t0.saturating_add(reply_timeout_ns), Some(seq))? {
-            Wait::Answered => {}
-            Wait::TimedOut => {
-                timeouts += 1;
-                if framing == Framing::Sockperf
-                    && st.tracker.received() == 0
-                    && clock.now_ns().saturating_sub(first) >= duration_ns(SOCKPERF_NO_REPLY)
-                {
-                    return Err(NoReply::TimedOut(SOCKPERF_NO_REPLY).into_io());
-                }
-            }
-            Wait::Stopped => {
-                stopped = true;
-                break;
+        self.sent = m.seq + 1;
+        self.first_send_ns.get_or_insert(m.t0);
+        Ok(())
+    }
+
+    /// Takes replies until message `seq`'s, or its reply timeout (then the loop moves on; a
+    /// sockperf peer that has answered nothing for [`SOCKPERF_NO_REPLY`] ends the run).
+    fn wait(
+        &mut self,
+        sock: &UdpSocket,
+        m: InFlight,
+        run: Run<'_>,
+        sink: &mut Sink<'_, '_>,
+    ) -> io::Result<Wait> {
+        let deadline = m.t0.saturating_add(self.reply_timeout_ns);
+        let wait = self.collect(sock, run, deadline, Some(m.seq), sink)?;
+        if wait == Wait::TimedOut {
+            self.timeouts += 1;
+            let clock = run.clock;
+            let first = self.first_send_ns.unwrap_or(m.t0);
+            if self.framing == Framing::Sockperf
+                && self.tracker.received() == 0
+                && clock.now_ns().saturating_sub(first) >= duration_ns(SOCKPERF_NO_REPLY)
+            {
+                return Err(NoReply::TimedOut(SOCKPERF_NO_REPLY).into_io());
             }
         }
+        Ok(wait)
     }
-    if !stopped {
-        let deadline = clock.now_ns().saturating_add(reply_timeout_ns);
-        st.collect(clock, stop, deadline, None)?;
-    }
-    if log_lost {
-        for seq in st.sent.saturating_sub(SEND_RING as u64)..st.sent {
-            st.settle(seq);
+
+    /// Unless stopped, drains late replies for one more reply timeout; then (full log) the
+    /// messages still unanswered are lost.
+    fn end(
+        mut self,
+        sock: &UdpSocket,
+        stopped: bool,
+        run: Run<'_>,
+        sink: &mut Sink<'_, '_>,
+    ) -> io::Result<(Option<SeqTracker>, u64)> {
+        if !stopped {
+            let deadline = run.clock.now_ns().saturating_add(self.reply_timeout_ns);
+            self.collect(sock, run, deadline, None, sink)?;
         }
+        if self.log_lost {
+            for seq in self.sent.saturating_sub(SEND_RING as u64)..self.sent {
+                self.settle(seq, sink.rec);
+            }
+        }
+        Ok((Some(self.tracker), self.timeouts))
     }
-    Ok(LatencyOutcome {
-        rtt: st.rtt,
-        sent: st.sent,
-        seq: Some(st.tracker),
-        late_sends: 0,
-        timeouts,
-        socket: None,
-        one_way: None,
-        log: None,
-    })
 }
 
 /// For the full log, in an open loop: which messages have been answered, by ring slot, and
@@ -391,93 +372,161 @@ impl Answered {
     }
 }
 
-/// Receives replies until every message sent is answered after the sender ended, the drain
-/// timeout passes, or `stop`. Only first arrivals are recorded.
-pub(super) fn udp_open_reader(
-    sock: &UdpSocket,
+/// The open loop's reader: each datagram is matched to its message by seq; only first
+/// arrivals are recorded.
+pub(super) struct UdpReader {
+    buf: Vec<u8>,
     msg: usize,
     framing: Framing,
-    r: &OpenReader<'_>,
-    warmup_ns: u64,
-    rec: &mut Recorder,
-) -> io::Result<(RttRecorder, SeqTracker)> {
-    let (plan, clock, progress) = (r.plan, r.clock, r.progress);
-    let mut rtt = RttRecorder::new(warmup_ns);
-    let mut tracker = SeqTracker::new();
-    let mut buf = vec![0u8; UDP_RECV_BUF];
-    let one_way = rec.one_way();
-    let stamped = rec.reading_rx();
-    let mut tx = TxStamps::new(rec.reading_tx(), sys::sock_ref(sock), Keying::Datagram);
-    let mut answered = Answered::new(rec.wants_lost());
-    let mut sender_done_at = None;
-    let mut drain_ns = 0;
-    loop {
-        if r.stop.load(Ordering::Relaxed) || progress.abort.load(Ordering::Relaxed) {
-            answered.sweep(progress.sent(), true, plan, rec);
-            return Ok((rtt, tracker));
+    one_way: bool,
+    tracker: SeqTracker,
+    answered: Answered,
+}
+
+impl ReplyReader<UdpSocket> for UdpReader {
+    type Replies = SeqTracker;
+
+    fn new(msg: usize, framing: Framing, rec: &Recorder) -> Self {
+        Self {
+            buf: vec![0u8; UDP_RECV_BUF],
+            msg,
+            framing,
+            one_way: rec.one_way(),
+            tracker: SeqTracker::new(),
+            answered: Answered::new(rec.wants_lost()),
         }
-        if let Some(done_at) = progress.done_at(&mut sender_done_at, clock) {
-            if drain_ns == 0 {
-                drain_ns = udp_reply_timeout_ns(&rtt);
-            }
-            if tracker.received() >= progress.sent()
-                || clock.now_ns() >= done_at.saturating_add(drain_ns)
-            {
-                answered.sweep(progress.sent(), true, plan, rec);
-                return Ok((rtt, tracker));
-            }
+    }
+
+    fn answered(&self) -> u64 {
+        self.tracker.received()
+    }
+
+    /// The reply timeout, from the RTTs when the sender ended.
+    fn drain_ns(rtt: &RttRecorder) -> u64 {
+        udp_reply_timeout_ns(rtt)
+    }
+
+    fn recv(
+        &mut self,
+        sock: &UdpSocket,
+        stamped: bool,
+    ) -> io::Result<Option<(usize, Option<u64>)>> {
+        recv(sock, &mut self.buf, stamped)
+            .map(Some)
+            .map_err(udp_error)
+    }
+
+    fn idle(&self, r: &OpenReader<'_>) -> io::Result<()> {
+        if self.framing == Framing::Sockperf
+            && self.tracker.received() == 0
+            && r.progress.sent() > 0
+            && r.clock.now_ns().saturating_sub(r.plan.start_ns) >= duration_ns(SOCKPERF_NO_REPLY)
+        {
+            return Err(NoReply::TimedOut(SOCKPERF_NO_REPLY).into_io());
         }
-        let (n, rx_ns) = match udp_recv(sock, &mut buf, stamped) {
-            Ok(got) => got,
-            Err(e) if fault::again(&e) => {
-                if framing == Framing::Sockperf
-                    && tracker.received() == 0
-                    && progress.sent() > 0
-                    && clock.now_ns().saturating_sub(plan.start_ns)
-                        >= duration_ns(SOCKPERF_NO_REPLY)
-                {
-                    return Err(NoReply::TimedOut(SOCKPERF_NO_REPLY).into_io());
-                }
-                continue;
-            }
-            Err(e) => return Err(udp_error(e)),
-        };
-        let t = clock.now_ns();
-        let expected = tracker.highest().map_or(0, |h| h.saturating_add(1));
-        let datagram = &buf[..n];
-        let Some(seq) = udp_reply_seq(framing, one_way, datagram, msg, expected) else {
-            continue;
+        Ok(())
+    }
+
+    fn take(&mut self, got: Received, r: &OpenReader<'_>, sink: &mut Sink<'_, '_>) {
+        let Received { n, rx_ns, t } = got;
+        let expected = self.tracker.highest().map_or(0, |h| h.saturating_add(1));
+        let datagram = &self.buf[..n];
+        let Some(seq) = udp_reply_seq(self.framing, self.one_way, datagram, self.msg, expected)
+        else {
+            return;
         };
         // Only a message already due can have been sent (and answered).
-        let due_by = plan.due_by(t);
+        let due_by = r.plan.due_by(t);
         if seq >= due_by {
-            continue;
+            return;
         }
-        if tracker.on_packet(seq) != Arrival::Duplicate {
-            let agent = if one_way {
+        if self.tracker.on_packet(seq) != Arrival::Duplicate {
+            let agent = if self.one_way {
                 stamps::udp_reply_stamps(datagram)
             } else {
                 None
             };
-            let due = plan.due(seq);
-            rtt.record(due, t.saturating_sub(due));
-            answered.mark(seq);
-            let send_real_ns = r.send_times.and_then(|st| st.load(seq));
-            let tx_ns = tx.of(seq, due_by - 1, send_real_ns, rx_ns);
-            rec.reply(&ReplyAt {
-                seq,
-                send_ns: due,
-                receive_ns: t,
-                late: false,
-                stamps: Stamps {
-                    rx_ns,
-                    tx_ns,
-                    send_real_ns,
-                    agent,
-                },
-            });
-            answered.sweep(progress.sent(), false, plan, rec);
+            self.answered.mark(seq);
+            sink.scheduled(r, seq, t, due_by - 1, rx_ns, agent);
+            self.answered
+                .sweep(r.progress.sent(), false, r.plan, sink.rec);
         }
+    }
+
+    /// Every message not answered by now is lost (for the full log).
+    fn end(mut self, sent: u64, plan: &OpenLoop, rec: &mut Recorder) -> SeqTracker {
+        self.answered.sweep(sent, true, plan, rec);
+        self.tracker
+    }
+
+    /// The reader has already logged the lost messages as it swept.
+    fn settle(
+        tracker: SeqTracker,
+        _sent: u64,
+        _plan: &OpenLoop,
+        _rec: &mut Recorder,
+    ) -> Option<SeqTracker> {
+        Some(tracker)
+    }
+}
+
+/// The UDP echo's state: one datagram's buffer.
+pub(super) struct UdpEcho {
+    buf: Vec<u8>,
+}
+
+impl EchoState<UdpSocket> for UdpEcho {
+    fn new() -> Self {
+        Self {
+            buf: vec![0u8; UDP_RECV_BUF],
+        }
+    }
+
+    fn timeouts(sock: &UdpSocket) -> io::Result<Timeouts<'_>> {
+        let restore = Timeouts::save_udp(sock)?;
+        sock.set_read_timeout(Some(ECHO_POLL))?;
+        Ok(restore)
+    }
+
+    fn recv(&mut self, sock: &UdpSocket) -> io::Result<Option<usize>> {
+        sock.recv(&mut self.buf).map(Some)
+    }
+
+    /// The client's port is closed (an ICMP error for an earlier echo): it may be gone or
+    /// about to rejoin; the agent's session decides, through `stop`.
+    fn transient(e: &io::Error) -> bool {
+        fault::again(e) || fault::port_unreachable(e)
+    }
+
+    fn back(
+        &mut self,
+        sock: &UdpSocket,
+        n: usize,
+        _stop: &AtomicBool,
+        counters: &Counters,
+    ) -> io::Result<bool> {
+        let buf = &mut self.buf[..n];
+        if stamps::udp_wants_stamps(buf) {
+            let t2 = host_clock_ns();
+            stamps::write_agent_stamps(buf, t2, t2);
+            stamps::write_agent_send_stamp(buf, host_clock_ns());
+        }
+        let datagram = &self.buf[..n];
+        if n == UDP_JOIN_LEN {
+            if let Ok(join) = UdpJoin::decode(datagram) {
+                // A repeated join: the client has not seen our first ack yet. A stray ack
+                // (never sent to an agent) is dropped.
+                if !join.ack {
+                    send_transient_ok(sock, &UdpJoin { ack: true, ..join }.encode())?;
+                    counters.syscall();
+                }
+                return Ok(true);
+            }
+        }
+        send_transient_ok(sock, datagram)?;
+        counters.syscall();
+        counters.add(n as u64, 1);
+        Ok(true)
     }
 }
 

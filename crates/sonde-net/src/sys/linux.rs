@@ -275,23 +275,11 @@ impl std::fmt::Debug for Batch {
 /// `tcpi_total_retrans` of `TCP_INFO`; `None` if the kernel's `tcp_info` is too short to hold
 /// it or the call fails (not a TCP socket).
 pub(crate) fn tcp_total_retrans(stream: &TcpStream) -> Option<u64> {
-    // SAFETY: tcp_info is a C struct of integers; all zeroes is a valid value.
-    let mut info: libc::tcp_info = unsafe { mem::zeroed() };
-    let mut len = mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: the descriptor belongs to `stream`, borrowed for the call; the kernel writes at
-    // most `len` bytes into `info` and the length it wrote into `len`.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            ptr::addr_of_mut!(info).cast(),
-            &mut len,
-        )
-    };
-    let needed = mem::offset_of!(libc::tcp_info, tcpi_total_retrans)
-        + mem::size_of_val(&info.tcpi_total_retrans);
-    (rc == 0 && len as usize >= needed).then(|| u64::from(info.tcpi_total_retrans))
+    const AT: usize = mem::offset_of!(libc::tcp_info, tcpi_total_retrans);
+    let mut buf = [0u8; mem::size_of::<libc::tcp_info>()];
+    let len = tcp_info_bytes(stream, &mut buf).ok()?;
+    let field = buf.get(AT..AT + 4).filter(|_| len >= AT + 4)?;
+    Some(u64::from(u32::from_ne_bytes(field.try_into().ok()?)))
 }
 
 // CPU cost, the whole of TCP_INFO, and interface facts (ethtool, getifaddrs), for issue 4. Kept
@@ -352,23 +340,7 @@ pub(crate) fn rusage(thread: bool) -> io::Result<crate::cpu::CpuSnapshot> {
 /// wrote: older kernels write a shorter `struct tcp_info`, and the caller reads only what is
 /// there.
 pub(crate) fn tcp_info_bytes(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    let mut len = libc::socklen_t::try_from(buf.len()).unwrap_or(libc::socklen_t::MAX);
-    // SAFETY: the descriptor belongs to `stream`, borrowed for the call; the kernel writes at
-    // most `len` bytes (the length of `buf`, borrowed mutably) and the length it wrote into
-    // `len`. A byte buffer needs no alignment: the kernel copies bytes.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((len as usize).min(buf.len()))
+    getsockopt(stream.as_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, buf)
 }
 
 /// ethtool commands (`linux/ethtool.h`). The legacy per-offload "get" commands are used rather
@@ -566,22 +538,7 @@ fn set_timestamping(fd: BorrowedFd<'_>, flags: libc::c_uint) -> io::Result<()> {
     if SO_TIMESTAMPING < 0 {
         return Err(io::Error::from(io::ErrorKind::Unsupported));
     }
-    // SAFETY: the descriptor is borrowed from a live socket for the call; the kernel reads
-    // `size_of::<c_uint>()` bytes from `flags`, which outlives the call.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            SO_TIMESTAMPING,
-            ptr::addr_of!(flags).cast(),
-            mem::size_of::<libc::c_uint>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    setsockopt(fd, libc::SOL_SOCKET, SO_TIMESTAMPING, flags)
 }
 
 /// Asks the kernel for software receive timestamps on `sock` and, with `tx`, software transmit
@@ -809,15 +766,18 @@ pub(crate) fn set_ipv6_tclass(sock: &Socket, tclass: u8) -> io::Result<()> {
 /// by `fq`. Rates that fit 32 bits go as the `unsigned int` every kernel takes; larger ones as
 /// the 64-bit value Linux 4.20 and later read.
 pub(crate) fn set_max_pacing_rate(sock: &Socket, bytes_per_second: u64) -> io::Result<()> {
-    let rc = match u32::try_from(bytes_per_second) {
+    let fd = sock.as_fd();
+    match u32::try_from(bytes_per_second) {
         // u32::MAX itself means "unlimited" to the kernel.
-        Ok(rate) if rate != u32::MAX => setsockopt_value(sock, libc::SO_MAX_PACING_RATE, &rate),
-        _ => setsockopt_value(sock, libc::SO_MAX_PACING_RATE, &bytes_per_second),
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+        Ok(rate) if rate != u32::MAX => {
+            setsockopt(fd, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, rate)
+        }
+        _ => setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            bytes_per_second,
+        ),
     }
 }
 
@@ -825,21 +785,12 @@ pub(crate) fn set_max_pacing_rate(sock: &Socket, bytes_per_second: u64) -> io::R
 #[cfg(test)]
 pub(crate) fn max_pacing_rate(sock: &Socket) -> io::Result<u64> {
     let mut buf = [0u8; 8];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: the descriptor is borrowed from a live socket for the call; the kernel writes at
-    // most `len` (8) bytes into `buf` and the length it wrote into `len`.
-    let rc = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_MAX_PACING_RATE,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let len = getsockopt(
+        sock.as_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_MAX_PACING_RATE,
+        &mut buf,
+    )?;
     match len {
         8 => Ok(u64::from_ne_bytes(buf)),
         // Kernels before 4.20 answer with an unsigned int.
@@ -850,42 +801,72 @@ pub(crate) fn max_pacing_rate(sock: &Socket) -> io::Result<u64> {
     }
 }
 
-/// `setsockopt(SOL_SOCKET, option)` with a plain integer value; returns the raw result.
-fn setsockopt_value<T: Copy>(sock: &Socket, option: libc::c_int, value: &T) -> libc::c_int {
+/// An option value [`setsockopt`] passes as it is: a plain integer (no padding, every byte
+/// initialised), so the kernel reads exactly `size_of::<Self>()` bytes of it.
+trait OptValue: Copy {}
+impl OptValue for libc::c_int {}
+impl OptValue for u32 {}
+impl OptValue for u64 {}
+
+/// `setsockopt(2)` with an integer value: the one place this crate makes the call on Linux
+/// (socket2 has no `SO_TIMESTAMPING`, `SO_MAX_PACING_RATE`, `UDP_GRO` or `SO_BUSY_POLL`).
+fn setsockopt<T: OptValue>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: T,
+) -> io::Result<()> {
     let len = mem::size_of::<T>() as libc::socklen_t;
-    // SAFETY: the descriptor is borrowed from a live socket for the call; the kernel reads
-    // `len` bytes from `value`, a plain integer that outlives the call.
-    unsafe {
+    // SAFETY: `fd` is borrowed from a live socket for the call; the kernel reads `len` bytes
+    // from `value`, a plain integer (`OptValue`) on this frame that outlives the call.
+    let rc = unsafe {
         libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            option,
-            ptr::from_ref(value).cast(),
+            fd.as_raw_fd(),
+            level,
+            name,
+            ptr::from_ref(&value).cast(),
             len,
         )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
+}
+
+/// `getsockopt(2)` into `buf`: how many bytes the kernel wrote (an older kernel writes a
+/// shorter struct; the caller reads only what is there). The one place this crate makes the
+/// call on Linux.
+fn getsockopt(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    let mut len = libc::socklen_t::try_from(buf.len()).unwrap_or(libc::socklen_t::MAX);
+    // SAFETY: `fd` is borrowed from a live socket for the call; the kernel writes at most
+    // `len` bytes (the length of `buf`, borrowed mutably) and the length it wrote into `len`. A
+    // byte buffer needs no alignment: the kernel copies bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((len as usize).min(buf.len()))
 }
 
 /// `UDP_GRO` (udp(7), Linux 5.0): the kernel may hand this socket several datagrams of one
 /// flow in one buffer, with their size in a cmsg ([`Batch::segment_size`]).
 pub(crate) fn enable_udp_gro(sock: &UdpSocket) -> io::Result<()> {
-    let one: libc::c_int = 1;
-    // SAFETY: the descriptor belongs to `sock`, borrowed for the call; the option value is a
-    // c_int of the size passed.
-    let r = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_GRO,
-            ptr::from_ref(&one).cast(),
-            mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    setsockopt(sock.as_fd(), libc::SOL_UDP, libc::UDP_GRO, 1 as libc::c_int)
 }
 
 /// The CPUs this thread may run on (`sched_getaffinity(2)`), in ascending order.
@@ -929,22 +910,7 @@ pub(crate) fn set_thread_cpus(cpus: &[u32]) -> io::Result<()> {
 /// receive. Raising it above `net.core.busy_read` needs `CAP_NET_ADMIN` (`EPERM`).
 pub(crate) fn set_busy_poll(fd: BorrowedFd<'_>, usecs: u32) -> io::Result<()> {
     let v = libc::c_int::try_from(usecs).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `fd` is an open socket borrowed for the call; the option value is a c_int of the
-    // size passed.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_BUSY_POLL,
-            ptr::from_ref(&v).cast(),
-            mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL, v)
 }
 
 #[cfg(test)]

@@ -10,6 +10,11 @@
 //!   neighbours: `TCP_MAXSEG`, `IP_TOS`/`IPV6_TCLASS`, `SO_MAX_PACING_RATE`);
 //! * error classification ([`gso_refused`], [`batch_unsupported`], [`no_buffer_space`]).
 //!
+//! Socket options socket2 does not offer go through one typed helper per platform: on Linux
+//! `setsockopt` (an integer value) and `getsockopt` (into a byte buffer, returning the length
+//! the kernel wrote, for `TCP_INFO`'s growing struct); on Windows `setsockopt` (a DWORD). They
+//! are the only places the calls are made.
+//!
 //! Where a facility is missing the call fails with [`std::io::ErrorKind::Unsupported`] and the
 //! classifiers say so, which sends the caller down its fallback path.
 

@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use windows_sys::Win32::Foundation::FILETIME;
 use windows_sys::Win32::Networking::WinSock::{
-    setsockopt, WSAGetLastError, IPPROTO_UDP, SOCKET, SOCKET_ERROR, UDP_SEND_MSG_SIZE, WSAEINVAL,
-    WSAENOBUFS, WSAENOPROTOOPT, WSAEOPNOTSUPP,
+    WSAGetLastError, IPPROTO_UDP, SOCKET, SOCKET_ERROR, UDP_SEND_MSG_SIZE, WSAEINVAL, WSAENOBUFS,
+    WSAENOPROTOOPT, WSAEOPNOTSUPP,
 };
 use windows_sys::Win32::System::Performance::{
     PdhAddEnglishCounterW, PdhCloseQuery, PdhCollectQueryData, PdhGetRawCounterValue,
@@ -95,31 +95,39 @@ pub(crate) fn rusage(thread: bool) -> io::Result<crate::cpu::CpuSnapshot> {
 /// with UDP send offload. Fails with [`io::ErrorKind::Unsupported`] where Windows refuses
 /// `UDP_SEND_MSG_SIZE` (see [`gso_refused`]).
 pub(crate) fn send_segments(sock: &UdpSocket, buf: &[u8], segment: u16) -> io::Result<usize> {
-    let size = u32::from(segment);
+    if let Err(e) = setsockopt(sock, IPPROTO_UDP, UDP_SEND_MSG_SIZE, u32::from(segment)) {
+        let refused = [WSAENOPROTOOPT, WSAEINVAL, WSAEOPNOTSUPP]
+            .iter()
+            .any(|&code| e.raw_os_error() == Some(code));
+        return Err(if refused {
+            io::Error::new(io::ErrorKind::Unsupported, "UDP_SEND_MSG_SIZE refused")
+        } else {
+            e
+        });
+    }
+    sock.send(buf)
+}
+
+/// `setsockopt` with a DWORD value: the one place this crate makes the call on Windows (socket2
+/// has no `UDP_SEND_MSG_SIZE`). The error carries Winsock's code.
+fn setsockopt(sock: &UdpSocket, level: i32, name: i32, value: u32) -> io::Result<()> {
     let raw = sock.as_raw_socket() as SOCKET;
     // SAFETY: `raw` is the socket `sock` owns, borrowed for the call; the option value is a
     // DWORD local that outlives it, and its length is passed.
     let rc = unsafe {
-        setsockopt(
+        windows_sys::Win32::Networking::WinSock::setsockopt(
             raw,
-            IPPROTO_UDP,
-            UDP_SEND_MSG_SIZE,
-            std::ptr::from_ref(&size).cast(),
+            level,
+            name,
+            std::ptr::from_ref(&value).cast(),
             i32::try_from(std::mem::size_of::<u32>()).unwrap_or(4),
         )
     };
     if rc == SOCKET_ERROR {
         // SAFETY: reads the calling thread's last Winsock error; no arguments.
-        let code = unsafe { WSAGetLastError() };
-        return Err(
-            if [WSAENOPROTOOPT, WSAEINVAL, WSAEOPNOTSUPP].contains(&code) {
-                io::Error::new(io::ErrorKind::Unsupported, "UDP_SEND_MSG_SIZE refused")
-            } else {
-                io::Error::from_raw_os_error(code)
-            },
-        );
+        return Err(io::Error::from_raw_os_error(unsafe { WSAGetLastError() }));
     }
-    sock.send(buf)
+    Ok(())
 }
 
 /// True for the error [`send_segments`] returns where USO is not offered.
