@@ -1,20 +1,17 @@
-//! The open loop's parts that do not depend on the transport: the schedule, the paced sender,
-//! what the sender shares with the reader, and the reader's loop.
+//! The open loop's parts that do not depend on the transport: the schedule, the paced sender
+//! and what the sender shares with the reader. The reader's loop is written over the
+//! transport, with the other loops, in `transport.rs`.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 
 use sonde_engine::pace::Schedule;
-use sonde_engine::rtt::RttRecorder;
 
-use super::framing::Framing;
-use super::inner::Recorder;
-use super::transport::{Received, ReplyReader, Sink, Transport};
-use super::{count_call, duration_ns, peer_closed, ping_syscalls, ring_slot, LATE_SEND, SEND_RING};
+use super::{duration_ns, ping_syscalls, ring_slot, LATE_SEND, SEND_RING};
 use crate::cpu::ThreadsMeter;
 use crate::pace::Pacing;
-use crate::{fault, Clock};
+use crate::Clock;
 
 /// Runs `send` on a thread an open loop starts: its CPU counted in the caller's meter (if any),
 /// its system calls returned so that the loop's thread can add them to its own count.
@@ -172,53 +169,4 @@ pub(super) fn join<T>(handle: thread::ScopedJoinHandle<'_, T>) -> T {
     handle
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-}
-
-/// An open loop's reader: receives replies until the sender has ended and every reply is in
-/// (or the transport's drain time has passed), `stop`, or the sender failed. RTTs from the
-/// scheduled send times.
-pub(super) fn read_replies<T: Transport>(
-    sock: &T,
-    msg: usize,
-    framing: Framing,
-    r: &OpenReader<'_>,
-    warmup_ns: u64,
-    rec: &mut Recorder,
-) -> io::Result<(RttRecorder, <T::Reader as ReplyReader<T>>::Replies)> {
-    let (plan, clock, progress) = (r.plan, r.clock, r.progress);
-    let stamped = rec.reading_rx();
-    let mut st = T::Reader::new(msg, framing, rec);
-    let mut sink = Sink::new(sock, msg, warmup_ns, rec);
-    let mut sender_done_at = None;
-    let mut drain_ns = None;
-    loop {
-        if r.stop.load(Ordering::Relaxed) || progress.abort.load(Ordering::Relaxed) {
-            break;
-        }
-        if let Some(done_at) = progress.done_at(&mut sender_done_at, clock) {
-            let drain = *drain_ns.get_or_insert_with(|| T::Reader::drain_ns(&sink.rtt));
-            if st.answered() >= progress.sent() || clock.now_ns() >= done_at.saturating_add(drain) {
-                break;
-            }
-        }
-        count_call();
-        let (n, rx_ns) = match st.recv(sock, stamped) {
-            Ok(Some(got)) => got,
-            Ok(None) => {
-                if progress.done.load(Ordering::Acquire) && st.answered() >= progress.sent() {
-                    break;
-                }
-                return Err(peer_closed());
-            }
-            Err(e) if fault::again(&e) => {
-                st.idle(r)?;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        let t = clock.now_ns();
-        st.take(Received { n, rx_ns, t }, r, &mut sink);
-    }
-    let replies = st.end(progress.sent(), plan, sink.rec);
-    Ok((sink.rtt, replies))
 }

@@ -28,15 +28,13 @@ use sonde_engine::seq::SeqTracker;
 
 use super::framing::Framing;
 use super::inner::{realtime_ns, InnerView, Recorder, ReplyAt, Stamps};
-use super::open::{
-    join, paced_sender, read_replies, sender_thread, OpenLoop, OpenReader, Progress, SendTimes,
-};
+use super::open::{join, paced_sender, sender_thread, OpenLoop, OpenReader, Progress, SendTimes};
 use super::txstamp::{Keying, TxStamps};
 use super::{
-    add_calls, check_one_way, check_rate, check_size, count_call, enable_stamps, LatencyOutcome,
-    PingConfig, Timeouts,
+    add_calls, check_one_way, check_rate, check_size, count_call, enable_stamps, peer_closed,
+    LatencyOutcome, PingConfig, Timeouts,
 };
-use crate::{sys, Clock, Counters};
+use crate::{fault, sys, Clock, Counters};
 
 /// A socket kind the latency loops run on (implemented by `TcpStream` and `UdpSocket`).
 ///
@@ -436,4 +434,53 @@ fn closed<T: Transport>(
         one_way: None,
         log: None,
     })
+}
+
+/// An open loop's reader: receives replies until the sender has ended and every reply is in
+/// (or the transport's drain time has passed), `stop`, or the sender failed. RTTs from the
+/// scheduled send times.
+pub(super) fn read_replies<T: Transport>(
+    sock: &T,
+    msg: usize,
+    framing: Framing,
+    r: &OpenReader<'_>,
+    warmup_ns: u64,
+    rec: &mut Recorder,
+) -> io::Result<(RttRecorder, <T::Reader as ReplyReader<T>>::Replies)> {
+    let (plan, clock, progress) = (r.plan, r.clock, r.progress);
+    let stamped = rec.reading_rx();
+    let mut st = T::Reader::new(msg, framing, rec);
+    let mut sink = Sink::new(sock, msg, warmup_ns, rec);
+    let mut sender_done_at = None;
+    let mut drain_ns = None;
+    loop {
+        if r.stop.load(Ordering::Relaxed) || progress.abort.load(Ordering::Relaxed) {
+            break;
+        }
+        if let Some(done_at) = progress.done_at(&mut sender_done_at, clock) {
+            let drain = *drain_ns.get_or_insert_with(|| T::Reader::drain_ns(&sink.rtt));
+            if st.answered() >= progress.sent() || clock.now_ns() >= done_at.saturating_add(drain) {
+                break;
+            }
+        }
+        count_call();
+        let (n, rx_ns) = match st.recv(sock, stamped) {
+            Ok(Some(got)) => got,
+            Ok(None) => {
+                if progress.done.load(Ordering::Acquire) && st.answered() >= progress.sent() {
+                    break;
+                }
+                return Err(peer_closed());
+            }
+            Err(e) if fault::again(&e) => {
+                st.idle(r)?;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let t = clock.now_ns();
+        st.take(Received { n, rx_ns, t }, r, &mut sink);
+    }
+    let replies = st.end(progress.sent(), plan, sink.rec);
+    Ok((sink.rtt, replies))
 }
