@@ -1,6 +1,7 @@
 //! What every consumer asks of a result, whatever its kind: [`ResultKind`], implemented beside
 //! each kind's document, and [`TestResult::kind`], the one dispatch over the variants. A new
-//! kind implements the trait in its own module and adds its variant and arm here.
+//! kind implements the trait in its own module (`kinds/`) and registers its document in one
+//! line of `model/mod.rs`'s `test_results!`, which declares the variant and the dispatch.
 
 use std::collections::BTreeMap;
 
@@ -163,34 +164,6 @@ pub trait ResultKind {
 }
 
 impl TestResult {
-    /// The result as its kind: the one place that matches over every variant (besides serde).
-    pub fn kind(&self) -> &dyn ResultKind {
-        match self {
-            Self::Latency(r) => r,
-            Self::Throughput(r) => r,
-            Self::Pps(r) => r,
-            Self::Crr(r) => r,
-            Self::Quick(r) => r,
-            Self::Load(r) => r,
-            Self::Sweep(r) => r,
-            Self::Conf(r) => r,
-        }
-    }
-
-    /// [`kind`](Self::kind), to change the document.
-    pub fn kind_mut(&mut self) -> &mut dyn ResultKind {
-        match self {
-            Self::Latency(r) => r,
-            Self::Throughput(r) => r,
-            Self::Pps(r) => r,
-            Self::Crr(r) => r,
-            Self::Quick(r) => r,
-            Self::Load(r) => r,
-            Self::Sweep(r) => r,
-            Self::Conf(r) => r,
-        }
-    }
-
     /// The `test` tag: `latency`, `throughput`, `pps`, `quick` or `load`.
     pub fn test_name(&self) -> &'static str {
         self.kind().test_name()

@@ -36,13 +36,42 @@ pub use self::stats::*;
 pub use self::sweep::*;
 pub use self::throughput::*;
 
-/// One run's document, tagged by `test`.
-// Variants differ in size (load holds three results); a result is built once per run and never
-// sits in a hot loop, so boxing would only add noise to every construction site.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "test", rename_all = "lowercase")]
-pub enum TestResult {
+/// Declares [`TestResult`] with one variant per kind, and its one dispatch to the kind's
+/// [`ResultKind`] ([`TestResult::kind`], [`TestResult::kind_mut`]): a kind registers here in
+/// one line.
+macro_rules! test_results {
+    ($($(#[doc = $doc:literal])* $kind:ident($document:ty),)*) => {
+        /// One run's document, tagged by `test`.
+        // Variants differ in size (load holds three results); a result is built once per run
+        // and never sits in a hot loop, so boxing would only add noise to every construction
+        // site.
+        #[allow(clippy::large_enum_variant)]
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+        #[serde(tag = "test", rename_all = "lowercase")]
+        pub enum TestResult {
+            $($(#[doc = $doc])* $kind($document),)*
+        }
+
+        impl TestResult {
+            /// The result as its kind: the one place that matches over every variant (besides
+            /// serde).
+            pub fn kind(&self) -> &dyn ResultKind {
+                match self {
+                    $(Self::$kind(r) => r,)*
+                }
+            }
+
+            /// [`kind`](Self::kind), to change the document.
+            pub fn kind_mut(&mut self) -> &mut dyn ResultKind {
+                match self {
+                    $(Self::$kind(r) => r,)*
+                }
+            }
+        }
+    };
+}
+
+test_results! {
     /// `sonde latency`.
     Latency(LatencyResult),
     /// `sonde throughput`.
