@@ -711,11 +711,11 @@ impl<'a> Test<'a> {
         let failed = |e: std::io::Error| RoleOutcome::Failed(e.to_string());
         match channel {
             DataChannel::Tcp(s) if spec.kind == TestKind::Latency => {
-                sonde_net::latency::tcp_echo(s, stop, counters)
+                sonde_net::latency::echo(s, stop, counters)
                     .map_or_else(failed, |()| RoleOutcome::Echoed)
             }
             DataChannel::Udp(s) if spec.kind == TestKind::Latency => {
-                sonde_net::latency::udp_echo(s, stop, counters)
+                sonde_net::latency::echo(s, stop, counters)
                     .map_or_else(failed, |()| RoleOutcome::Echoed)
             }
             DataChannel::Tcp(s) => match self.read_cap() {

@@ -82,12 +82,8 @@ pub(crate) fn ping(
 ) -> Result<LatencyOutcome, ClientError> {
     with_view(opt, Some(Arc::clone(cpu)), |view| {
         let run = |view: InnerView| match channel {
-            ClientChannel::Tcp(s) => {
-                latency::tcp_ping_with(s, cfg, Framing::Sonde, view, clock, stop)
-            }
-            ClientChannel::Udp(s) => {
-                latency::udp_ping_with(s, cfg, Framing::Sonde, view, clock, stop)
-            }
+            ClientChannel::Tcp(s) => latency::ping(s, cfg, Framing::Sonde, view, clock, stop),
+            ClientChannel::Udp(s) => latency::ping(s, cfg, Framing::Sonde, view, clock, stop),
         };
         if opt.one_way {
             crate::clock::with_sync(ctrl, body, clock, stop, Some(cpu), |link| {

@@ -9,7 +9,7 @@
 //! `peer: "sockperf"` and session 0.
 //!
 //! The inner view's client-side part works here as against an agent, through the same code
-//! (`inner::with_view` around [`sonde_net::latency::udp_ping_with`] and `tcp_ping_with`):
+//! (`inner::with_view` around [`sonde_net::latency::ping`]):
 //! `--full-log` (every message as the client saw it) and `--timestamps` (the kernel's stamps on
 //! the client's own socket). `--one-way` does not: a sockperf server does not stamp its replies.
 //!
@@ -163,22 +163,12 @@ fn latency(
             let outcome = crate::inner::with_view(&opt, Some(Arc::clone(meter)), |view| {
                 let clock = Clock::start();
                 let out = match &channel {
-                    ClientChannel::Tcp(s) => sonde_net::latency::tcp_ping_with(
-                        s,
-                        &cfg,
-                        Framing::Sockperf,
-                        view,
-                        &clock,
-                        &stop,
-                    ),
-                    ClientChannel::Udp(s) => sonde_net::latency::udp_ping_with(
-                        s,
-                        &cfg,
-                        Framing::Sockperf,
-                        view,
-                        &clock,
-                        &stop,
-                    ),
+                    ClientChannel::Tcp(s) => {
+                        sonde_net::latency::ping(s, &cfg, Framing::Sockperf, view, &clock, &stop)
+                    }
+                    ClientChannel::Udp(s) => {
+                        sonde_net::latency::ping(s, &cfg, Framing::Sockperf, view, &clock, &stop)
+                    }
                 };
                 elapsed_ns = clock.now_ns();
                 out.map_err(|e| run_error(target, opt.protocol, e))

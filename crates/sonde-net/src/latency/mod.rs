@@ -23,9 +23,10 @@
 //!
 //! [`Framing`] says how a message looks on the wire: sonde's (the sequence number in its first
 //! bytes; nothing at all over TCP) or sockperf's 14-byte header, so that the same loops measure
-//! against a real `sockperf server` ([`tcp_ping_framed`], [`udp_ping_framed`]).
+//! against a real `sockperf server`.
 //!
-//! [`tcp_ping_with`] and [`udp_ping_with`] add the inner view ([`InnerView`]): every sample to
+//! [`ping`] runs the client's loops on either socket ([`LatencySocket`]), [`echo`] the agent's;
+//! the inner view ([`InnerView`]) adds every sample to
 //! the full log, kernel timestamps, and the agent's stamps for one-way delay (see
 //! [`sonde_wire::stamps`]). The echoes stamp any message that asks, on [`host_clock_ns`].
 
@@ -38,7 +39,7 @@ use sonde_engine::rtt::RttRecorder;
 use sonde_engine::seq::SeqTracker;
 use sonde_wire::stamps;
 
-use crate::{fault, sys, Clock};
+use crate::{fault, sys, Clock, Counters};
 
 mod echo;
 mod framing;
@@ -50,7 +51,6 @@ mod transport;
 mod txstamp;
 mod udp;
 
-pub use echo::{tcp_echo, udp_echo};
 pub use framing::Framing;
 use inner::Recorder;
 pub use inner::{InnerView, OneWayLink, OneWayOutcome, SocketOutcome};
@@ -150,7 +150,7 @@ impl std::fmt::Display for NoReply {
 impl std::error::Error for NoReply {}
 
 impl NoReply {
-    /// The `NoReply` inside an error from [`tcp_ping_framed`] or [`udp_ping_framed`], if any.
+    /// The `NoReply` inside an error from [`ping`] with sockperf framing, if any.
     pub fn of(e: &io::Error) -> Option<NoReply> {
         e.get_ref()
             .and_then(|inner| inner.downcast_ref::<NoReply>())
@@ -214,58 +214,109 @@ pub struct LatencyOutcome {
     pub log: Option<crate::samplelog::LogSummary>,
 }
 
-/// Client side, TCP (`TCP_NODELAY` set by the caller): closed or open loop per `cfg.rate`.
-///
-/// # Errors
-/// `InvalidInput` for a message size outside 1 to [`TCP_MAX_MSG`] or a rate that is not a
-/// positive number; `TimedOut` when a closed-loop reply takes longer than [`TCP_REPLY_TIMEOUT`]
-/// or a write makes no progress for that long; `UnexpectedEof` when the peer closes early; any
-/// other socket error.
-pub fn tcp_ping(
-    stream: &TcpStream,
-    cfg: &PingConfig,
-    clock: &Clock,
-    stop: &AtomicBool,
-) -> io::Result<LatencyOutcome> {
-    tcp_ping_framed(stream, cfg, Framing::Sonde, clock, stop)
+/// A socket the latency loops run on: a `TcpStream` (`TCP_NODELAY` set by the caller) or a
+/// connected `UdpSocket`. Sealed: the loops are written for exactly these two
+/// (`transport::Transport`).
+pub trait LatencySocket: sealed::Sealed {}
+
+impl<T: sealed::Sealed> LatencySocket for T {}
+
+mod sealed {
+    use std::io;
+    use std::sync::atomic::AtomicBool;
+
+    use super::transport::Transport;
+    use super::{Framing, InnerView, LatencyOutcome, PingConfig};
+    use crate::{Clock, Counters};
+
+    /// The two sockets, and the loops monomorphised for each.
+    pub trait Sealed {
+        fn ping(
+            &self,
+            cfg: &PingConfig,
+            framing: Framing,
+            view: InnerView,
+            clock: &Clock,
+            stop: &AtomicBool,
+        ) -> io::Result<LatencyOutcome>;
+
+        fn echo(&self, stop: &AtomicBool, counters: &Counters) -> io::Result<()>;
+    }
+
+    impl<T: Transport> Sealed for T {
+        fn ping(
+            &self,
+            cfg: &PingConfig,
+            framing: Framing,
+            view: InnerView,
+            clock: &Clock,
+            stop: &AtomicBool,
+        ) -> io::Result<LatencyOutcome> {
+            super::transport::ping(self, cfg, framing, view, clock, stop)
+        }
+
+        fn echo(&self, stop: &AtomicBool, counters: &Counters) -> io::Result<()> {
+            super::echo::echo(self, stop, counters)
+        }
+    }
 }
 
-/// [`tcp_ping`] with the messages laid out as `framing` says. With [`Framing::Sockperf`] the
-/// message size is 14 to [`sockperf::MAX_TCP_MSG`](sonde_wire::sockperf::MAX_TCP_MSG) bytes (a `sockperf server` takes up to
-/// 65,507 unless started with a larger `-m`), and a closed loop fails with `InvalidData` on a
-/// reply that does not answer the message in flight.
+/// Client side: a latency run on `sock`, closed or open loop per `cfg.rate`, its messages laid
+/// out as `framing` says, with the inner view `view` ([`InnerView::default`]: none).
+///
+/// * TCP: messages of 1 to [`TCP_MAX_MSG`] bytes; with [`Framing::Sockperf`], 14 to
+///   [`sockperf::MAX_TCP_MSG`](sonde_wire::sockperf::MAX_TCP_MSG) (a `sockperf server` takes
+///   up to 65,507 unless started with a larger `-m`), and a closed loop fails with
+///   `InvalidData` on a reply that does not answer the message in flight. A message's
+///   transmit stamp is the one of its last byte.
+/// * UDP, on a connected socket: messages of 1 to [`UDP_MAX_MSG`] bytes (14 to 65,507 with
+///   sockperf's framing, where datagrams that are not sockperf replies to a message sent are
+///   ignored). A reply not back within `max(1 ms, 10 × median RTT so far)` (1 s before the
+///   first reply) is given up on (the next message goes); a late reply still counts. After
+///   `until_ns` the loop drains replies for up to that timeout. Lost replies are not errors:
+///   they are counted, and the full log has them too.
+///
+/// The inner view: every sample to `view.log`, the kernel's receive and transmit timestamps,
+/// the agent's stamps for one-way delay (sonde framing only, messages of at least
+/// [`stamps::ONE_WAY_MIN_MSG`] bytes). Kernel timestamps the socket refuses are not an error:
+/// the outcome says why they are missing.
 ///
 /// # Errors
-/// As [`tcp_ping`]; with sockperf framing, an error carrying [`NoReply`] when the peer never
-/// answered the first message.
-pub fn tcp_ping_framed(
-    stream: &TcpStream,
-    cfg: &PingConfig,
-    framing: Framing,
-    clock: &Clock,
-    stop: &AtomicBool,
-) -> io::Result<LatencyOutcome> {
-    tcp_ping_with(stream, cfg, framing, InnerView::default(), clock, stop)
-}
-
-/// [`tcp_ping_framed`] with the inner view: every sample to `view.log`, the kernel's receive
-/// and transmit timestamps (a message's transmit stamp is the one of its last byte), the agent's
-/// stamps for one-way delay (sonde framing only, messages of at least
-/// [`stamps::ONE_WAY_MIN_MSG`] bytes).
-///
-/// # Errors
-/// As [`tcp_ping_framed`]; `InvalidInput` for one-way delay with sockperf framing or a message
-/// too small for the stamps. Kernel timestamps the socket refuses are not an error: the outcome
-/// says why they are missing.
-pub fn tcp_ping_with(
-    stream: &TcpStream,
+/// `InvalidInput` for a message size out of bounds, a rate that is not a positive number, or
+/// one-way delay with sockperf framing or a message too small for the stamps. TCP: `TimedOut`
+/// when a closed-loop reply takes longer than [`TCP_REPLY_TIMEOUT`] or a write makes no
+/// progress for that long; `UnexpectedEof` when the peer closes early. UDP: `ConnectionRefused`
+/// when the peer's port is closed (ICMP port unreachable). With sockperf framing, an error
+/// carrying [`NoReply`] when the peer never answered the first message ([`SOCKPERF_NO_REPLY`]
+/// for UDP). Any other socket error.
+pub fn ping<S: LatencySocket>(
+    sock: &S,
     cfg: &PingConfig,
     framing: Framing,
     view: InnerView,
     clock: &Clock,
     stop: &AtomicBool,
 ) -> io::Result<LatencyOutcome> {
-    transport::ping(stream, cfg, framing, view, clock, stop)
+    sock.ping(cfg, framing, view, clock, stop)
+}
+
+/// Agent side: echoes until EOF or `stop`, every call counted in `counters`.
+///
+/// * TCP: every byte back. A connection whose first bytes are a one-way request
+///   ([`stamps::tcp_request_size`]) is echoed message by message instead, each reply stamped
+///   with the time the read that completed its request returned (`t2`) and the time just
+///   before it is written (`t3`), on [`host_clock_ns`].
+/// * UDP, on a connected flow socket: every datagram back; join requests are answered with
+///   acknowledgements (not counted). A datagram that asks for one-way stamps
+///   ([`stamps::udp_wants_stamps`]) goes back with the agent's receive and send times on
+///   [`host_clock_ns`].
+///
+/// # Errors
+/// A failed read or write (a reset connection included); the loop ends there. For UDP the
+/// transient ones are skipped: a timeout, a full send buffer, and `ECONNREFUSED` (an ICMP error
+/// about an earlier echo).
+pub fn echo<S: LatencySocket>(sock: &S, stop: &AtomicBool, counters: &Counters) -> io::Result<()> {
+    sock.echo(stop, counters)
 }
 
 /// With `--timestamps`, turns the kernel's stamps on for the socket `fd` through `enable`
@@ -322,59 +373,6 @@ fn check_one_way(view: &InnerView, framing: Framing, msg: usize) -> io::Result<(
         ));
     }
     Ok(())
-}
-
-/// Client side, UDP on a connected socket: closed or open loop per `cfg.rate`. A reply not back
-/// within `max(1 ms, 10 × median RTT so far)` (1 s before the first reply) is given up on (the next message goes); a late
-/// reply still counts. After `until_ns` the loop drains replies for up to that timeout.
-///
-/// # Errors
-/// `InvalidInput` for a message size outside 1 to [`UDP_MAX_MSG`] or a rate that is not a
-/// positive number; `ConnectionRefused` when the peer's port is closed (ICMP port unreachable);
-/// any other socket error. Lost replies are not errors: they are counted.
-pub fn udp_ping(
-    sock: &UdpSocket,
-    cfg: &PingConfig,
-    clock: &Clock,
-    stop: &AtomicBool,
-) -> io::Result<LatencyOutcome> {
-    udp_ping_framed(sock, cfg, Framing::Sonde, clock, stop)
-}
-
-/// [`udp_ping`] with the messages laid out as `framing` says. With [`Framing::Sockperf`] the
-/// message size is 14 to 65,507 bytes, and datagrams that are not sockperf replies to a message
-/// sent are ignored.
-///
-/// # Errors
-/// As [`udp_ping`]; with sockperf framing, an error carrying [`NoReply`] when nothing has
-/// answered [`SOCKPERF_NO_REPLY`] after the first send.
-pub fn udp_ping_framed(
-    sock: &UdpSocket,
-    cfg: &PingConfig,
-    framing: Framing,
-    clock: &Clock,
-    stop: &AtomicBool,
-) -> io::Result<LatencyOutcome> {
-    udp_ping_with(sock, cfg, framing, InnerView::default(), clock, stop)
-}
-
-/// [`udp_ping_framed`] with the inner view: every sample to `view.log` (lost ones too), the
-/// kernel's receive and transmit timestamps, the agent's stamps for one-way delay (sonde
-/// framing only, messages of at least [`stamps::ONE_WAY_MIN_MSG`] bytes).
-///
-/// # Errors
-/// As [`udp_ping_framed`]; `InvalidInput` for one-way delay with sockperf framing or a message
-/// too small for the stamps. Kernel timestamps the socket refuses are not an error: the outcome
-/// says why they are missing.
-pub fn udp_ping_with(
-    sock: &UdpSocket,
-    cfg: &PingConfig,
-    framing: Framing,
-    view: InnerView,
-    clock: &Clock,
-    stop: &AtomicBool,
-) -> io::Result<LatencyOutcome> {
-    transport::ping(sock, cfg, framing, view, clock, stop)
 }
 
 fn ring_slot(seq: u64) -> usize {

@@ -52,7 +52,7 @@ fn udp_pair() -> (UdpSocket, UdpSocket) {
     (a, b)
 }
 
-/// Runs `tcp_ping` against `tcp_echo`; returns the outcome and the echo's counters.
+/// Runs `ping` against `echo` over TCP; returns the outcome and the echo's counters.
 fn tcp_run(cfg: &PingConfig) -> (LatencyOutcome, (u64, u64)) {
     let _one = one_loop_at_a_time();
     let (client, server) = tcp_pair();
@@ -60,8 +60,15 @@ fn tcp_run(cfg: &PingConfig) -> (LatencyOutcome, (u64, u64)) {
     let counters = Counters::default();
     let clock = Clock::start();
     let out = thread::scope(|s| {
-        let echo = s.spawn(|| tcp_echo(&server, &stop, &counters));
-        let out = tcp_ping(&client, cfg, &clock, &AtomicBool::new(false));
+        let echo = s.spawn(|| echo(&server, &stop, &counters));
+        let out = ping(
+            &client,
+            cfg,
+            Framing::Sonde,
+            InnerView::default(),
+            &clock,
+            &AtomicBool::new(false),
+        );
         client.shutdown(std::net::Shutdown::Both).unwrap();
         echo.join().unwrap().unwrap();
         out
@@ -70,7 +77,7 @@ fn tcp_run(cfg: &PingConfig) -> (LatencyOutcome, (u64, u64)) {
     (out, counters.load())
 }
 
-/// Runs `udp_ping` against `echo` (a peer loop given its socket and a stop flag).
+/// Runs `ping` over UDP against a peer loop (given its socket and a stop flag).
 fn udp_run(
     cfg: &PingConfig,
     echo: impl FnOnce(&UdpSocket, &AtomicBool) + Send,
@@ -91,7 +98,15 @@ fn udp_run_counting_drops(
     let clock = Clock::start();
     let (out, took) = thread::scope(|s| {
         let peer = s.spawn(|| echo(&server, &stop));
-        let out = udp_ping(&client, cfg, &clock, &AtomicBool::new(false)).unwrap();
+        let out = ping(
+            &client,
+            cfg,
+            Framing::Sonde,
+            InnerView::default(),
+            &clock,
+            &AtomicBool::new(false),
+        )
+        .unwrap();
         let took = clock.origin().elapsed();
         stop.store(true, Ordering::Relaxed);
         peer.join().unwrap();
@@ -123,7 +138,7 @@ fn udp_drops(sock: &UdpSocket) -> u64 {
 }
 
 fn real_echo(counters: &Counters) -> impl FnOnce(&UdpSocket, &AtomicBool) + Send + '_ {
-    move |sock, stop| udp_echo(sock, stop, counters).unwrap()
+    move |sock, stop| echo(sock, stop, counters).unwrap()
 }
 
 /// A hand-written echo: `answer(i)` says how many copies the i-th request (from 0) gets.
@@ -211,7 +226,7 @@ fn an_open_loops_sender_counts_for_its_caller_and_other_runs_do_not_mix_in() {
     let clock = Clock::start();
     let meter = std::sync::Arc::new(ThreadsMeter::start());
     thread::scope(|s| {
-        let peer = s.spawn(|| udp_echo(&server, &stop, &counters).unwrap());
+        let peer = s.spawn(|| echo(&server, &stop, &counters).unwrap());
         // A closed loop on another thread meanwhile: thousands of calls, none of them ours.
         let other = s.spawn(|| {
             let before = ping_syscalls();
@@ -223,7 +238,7 @@ fn an_open_loops_sender_counts_for_its_caller_and_other_runs_do_not_mix_in() {
             cpu: Some(std::sync::Arc::clone(&meter)),
             ..InnerView::default()
         };
-        let out = udp_ping_with(
+        let out = ping(
             &client,
             &cfg(64, 300, 0, Some(2_000.0)),
             Framing::Sonde,
@@ -305,7 +320,14 @@ fn tcp_open_loop_reassembles_split_and_coalesced_replies() {
                 }
             }
         });
-        let out = tcp_ping(&client, &cfg, &clock, &AtomicBool::new(false));
+        let out = ping(
+            &client,
+            &cfg,
+            Framing::Sonde,
+            InnerView::default(),
+            &clock,
+            &AtomicBool::new(false),
+        );
         client.shutdown(std::net::Shutdown::Both).unwrap();
         out
     })
@@ -319,9 +341,11 @@ fn tcp_open_loop_reassembles_split_and_coalesced_replies() {
 fn tcp_ping_fails_when_the_peer_hangs_up() {
     let (client, server) = tcp_pair();
     drop(server);
-    let err = tcp_ping(
+    let err = ping(
         &client,
         &cfg(64, 1000, 0, None),
+        Framing::Sonde,
+        InnerView::default(),
         &Clock::start(),
         &AtomicBool::new(false),
     )
@@ -344,15 +368,39 @@ fn message_sizes_and_rates_are_checked() {
     let clock = Clock::start();
     let stop = AtomicBool::new(false);
     for size in [0, 65_537] {
-        let err = tcp_ping(&client, &cfg(size, 100, 0, None), &clock, &stop).unwrap_err();
+        let err = ping(
+            &client,
+            &cfg(size, 100, 0, None),
+            Framing::Sonde,
+            InnerView::default(),
+            &clock,
+            &stop,
+        )
+        .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     }
     for size in [0, 65_508] {
-        let err = udp_ping(&udp, &cfg(size, 100, 0, None), &clock, &stop).unwrap_err();
+        let err = ping(
+            &udp,
+            &cfg(size, 100, 0, None),
+            Framing::Sonde,
+            InnerView::default(),
+            &clock,
+            &stop,
+        )
+        .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     }
     for rate in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-        let err = udp_ping(&udp, &cfg(8, 100, 0, Some(rate)), &clock, &stop).unwrap_err();
+        let err = ping(
+            &udp,
+            &cfg(8, 100, 0, Some(rate)),
+            Framing::Sonde,
+            InnerView::default(),
+            &clock,
+            &stop,
+        )
+        .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     }
     // The checks come before anything is sent or any timeout is changed.
@@ -403,8 +451,16 @@ fn busy_polled_loops_measure_every_message_and_echoes_end_at_the_flag() {
             let counters = Counters::default();
             let clock = Clock::start();
             let out = thread::scope(|s| {
-                let echo = s.spawn(|| tcp_echo(&server, &stop, &counters));
-                let out = tcp_ping(&client, &cfg(size, 200, 20, None), &clock, &stop).unwrap();
+                let echo = s.spawn(|| echo(&server, &stop, &counters));
+                let out = ping(
+                    &client,
+                    &cfg(size, 200, 20, None),
+                    Framing::Sonde,
+                    InnerView::default(),
+                    &clock,
+                    &stop,
+                )
+                .unwrap();
                 stop.store(true, Ordering::Relaxed);
                 echo.join().unwrap().unwrap();
                 out
@@ -423,10 +479,12 @@ fn busy_polled_loops_measure_every_message_and_echoes_end_at_the_flag() {
         let counters = Counters::default();
         let clock = Clock::start();
         let out = thread::scope(|s| {
-            let echo = s.spawn(|| udp_echo(&server, &stop, &counters));
-            let out = udp_ping(
+            let echo = s.spawn(|| echo(&server, &stop, &counters));
+            let out = ping(
                 &client,
                 &cfg(64, 200, 20, None),
+                Framing::Sonde,
+                InnerView::default(),
                 &clock,
                 &AtomicBool::new(false),
             )
@@ -603,7 +661,7 @@ fn udp_echo_acks_joins_and_echoes_data() {
         ..UdpJoin::default()
     };
     thread::scope(|s| {
-        let echo = s.spawn(|| udp_echo(&server, &stop, &counters));
+        let echo = s.spawn(|| echo(&server, &stop, &counters));
         let mut buf = [0u8; 64];
         client.send(&join.encode()).unwrap();
         let n = client.recv(&mut buf).unwrap();
@@ -678,10 +736,11 @@ fn sockperf_udp_run(
     let clock = Clock::start();
     thread::scope(|s| {
         let peer = s.spawn(|| sockperf_udp_server(&server, &stop, reflect));
-        let out = udp_ping_framed(
+        let out = ping(
             &client,
             cfg,
             Framing::Sockperf,
+            InnerView::default(),
             &clock,
             &AtomicBool::new(false),
         );
@@ -724,10 +783,11 @@ fn sockperf_udp_ignores_requests_reflected_back() {
 fn sockperf_udp_gives_up_when_nothing_answers() {
     let (client, _silent) = udp_pair();
     let started = Instant::now();
-    let err = udp_ping_framed(
+    let err = ping(
         &client,
         &cfg(64, 60_000, 0, None),
         Framing::Sockperf,
+        InnerView::default(),
         &Clock::start(),
         &AtomicBool::new(false),
     )
@@ -776,10 +836,11 @@ fn sockperf_tcp_run(cfg: &PingConfig, corrupt: Option<usize>) -> (io::Result<Lat
     let clock = Clock::start();
     thread::scope(|s| {
         let peer = s.spawn(|| sockperf_tcp_server(&server, corrupt));
-        let out = tcp_ping_framed(
+        let out = ping(
             &client,
             cfg,
             Framing::Sockperf,
+            InnerView::default(),
             &clock,
             &AtomicBool::new(false),
         );
@@ -813,10 +874,11 @@ fn sockperf_tcp_reply_out_of_step_is_an_error() {
 fn sockperf_tcp_peer_closing_before_any_reply_is_no_reply() {
     let (client, server) = tcp_pair();
     drop(server);
-    let err = tcp_ping_framed(
+    let err = ping(
         &client,
         &cfg(64, 1000, 0, None),
         Framing::Sockperf,
+        InnerView::default(),
         &Clock::start(),
         &AtomicBool::new(false),
     )
@@ -832,10 +894,11 @@ fn sockperf_sizes_start_at_the_header() {
     let clock = Clock::start();
     let stop = AtomicBool::new(false);
     for size in [13, 1_048_576] {
-        let err = tcp_ping_framed(
+        let err = ping(
             &client,
             &cfg(size, 100, 0, None),
             Framing::Sockperf,
+            InnerView::default(),
             &clock,
             &stop,
         )
@@ -843,10 +906,11 @@ fn sockperf_sizes_start_at_the_header() {
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{size}");
     }
     for size in [13, 65_508] {
-        let err = udp_ping_framed(
+        let err = ping(
             &udp,
             &cfg(size, 100, 0, None),
             Framing::Sockperf,
+            InnerView::default(),
             &clock,
             &stop,
         )
@@ -999,7 +1063,7 @@ fn udp_with(
     let clock = Clock::start();
     thread::scope(|s| {
         let peer = s.spawn(|| echo(&server, &stop));
-        let out = udp_ping_with(
+        let out = ping(
             &client,
             cfg,
             Framing::Sonde,
@@ -1020,8 +1084,8 @@ fn tcp_with(cfg: &PingConfig, view: InnerView) -> LatencyOutcome {
     let counters = Counters::default();
     let clock = Clock::start();
     thread::scope(|s| {
-        let echo = s.spawn(|| tcp_echo(&server, &stop, &counters));
-        let out = tcp_ping_with(
+        let echo = s.spawn(|| echo(&server, &stop, &counters));
+        let out = ping(
             &client,
             cfg,
             Framing::Sonde,
@@ -1276,8 +1340,8 @@ fn udp_echo_stamps_one_way_requests() {
         let (client, server) = udp_pair();
         let stop = AtomicBool::new(false);
         let out = thread::scope(|s| {
-            let peer = s.spawn(|| udp_echo(&server, &stop, &counters));
-            let out = udp_ping_with(
+            let peer = s.spawn(|| echo(&server, &stop, &counters));
+            let out = ping(
                 &client,
                 &cfg(64, 300, 20, rate),
                 Framing::Sonde,
@@ -1316,8 +1380,8 @@ fn tcp_echo_stamps_one_way_requests_message_by_message() {
         let stop = AtomicBool::new(false);
         let counters = Counters::default();
         let out = thread::scope(|s| {
-            let echo = s.spawn(|| tcp_echo(&server, &stop, &counters));
-            let out = tcp_ping_with(
+            let echo = s.spawn(|| echo(&server, &stop, &counters));
+            let out = ping(
                 &client,
                 &cfg(size, 300, 20, rate),
                 Framing::Sonde,
@@ -1345,7 +1409,7 @@ fn tcp_echo_still_echoes_bytes_that_only_start_like_a_request() {
     let stop = AtomicBool::new(false);
     let counters = Counters::default();
     thread::scope(|s| {
-        let echo = s.spawn(|| tcp_echo(&server, &stop, &counters));
+        let echo = s.spawn(|| echo(&server, &stop, &counters));
         let mut c = &client;
         c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         // "S" alone waits for 8 bytes; "SNDX..." is not a request: echoed as it came.
@@ -1365,7 +1429,7 @@ fn one_way_needs_room_for_the_stamps_and_sonde_framing() {
     let (client, _server) = udp_pair();
     let (tcp, _peer) = tcp_pair();
     let stop = AtomicBool::new(false);
-    let err = udp_ping_with(
+    let err = ping(
         &client,
         &cfg(23, 100, 0, None),
         Framing::Sonde,
@@ -1376,7 +1440,7 @@ fn one_way_needs_room_for_the_stamps_and_sonde_framing() {
     .unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     assert!(err.to_string().contains("at least 24 bytes"), "{err}");
-    let err = tcp_ping_with(
+    let err = ping(
         &tcp,
         &cfg(64, 100, 0, None),
         Framing::Sockperf,
@@ -1398,7 +1462,7 @@ fn an_echo_that_does_not_stamp_is_counted() {
         let stop = AtomicBool::new(false);
         thread::scope(|s| {
             let peer = s.spawn(|| scripted_echo(|_| 1)(&server, &stop));
-            let out = udp_ping_with(
+            let out = ping(
                 &client,
                 &cfg(64, 200, 20, None),
                 Framing::Sonde,
