@@ -7,7 +7,7 @@
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 
-use sonde_wire::{Protocol, Refusal, TestKind, TestSpec};
+use sonde_wire::{Protocol, Refusal, TestSpec};
 
 use crate::{peer_of, AgentEvent, Shared};
 
@@ -27,12 +27,7 @@ pub(crate) fn describe(spec: &TestSpec) -> String {
         Protocol::Tcp => "tcp",
         Protocol::Udp => "udp",
     };
-    let kind = match spec.kind {
-        TestKind::Latency => "latency",
-        TestKind::Throughput => "throughput",
-        TestKind::Pps => "pps",
-        TestKind::Crr => "crr",
-    };
+    let kind = spec.kind.name();
     format!(
         "{proto} {kind}, {} stream(s) {:?}, {} B, {:.1} s",
         spec.streams,

@@ -57,6 +57,18 @@ pub enum TestKind {
     Crr,
 }
 
+impl TestKind {
+    /// Its name on the wire and in logs: `latency`, `throughput`, `pps`, `crr`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Latency => "latency",
+            Self::Throughput => "throughput",
+            Self::Pps => "pps",
+            Self::Crr => "crr",
+        }
+    }
+}
+
 /// Everything the agent needs to play its part in a test.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TestSpec {
@@ -615,6 +627,20 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(ControlMsg, usize)>, Error> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A kind's name is the one it has on the wire.
+    #[test]
+    fn a_kinds_name_is_its_wire_name() {
+        for kind in [
+            TestKind::Latency,
+            TestKind::Throughput,
+            TestKind::Pps,
+            TestKind::Crr,
+        ] {
+            let wire = serde_json::to_value(kind).unwrap();
+            assert_eq!(wire, kind.name(), "{kind:?}");
+        }
+    }
 
     /// A report from an agent that predates the host-wide counters decodes with them unknown,
     /// and one without them leaves them out.
