@@ -60,7 +60,7 @@ pub use inner::{InnerView, OneWayLink, OneWayOutcome, SocketOutcome};
 /// socket takes at once is counted as one), the calls of the threads a loop starts (the open
 /// loop's sender) included once the loop returns. A caller takes the difference around one run
 /// on its thread; runs on other threads at the same time do not mix in. The agent's echoes
-/// count theirs in their [`Counters`](crate::Counters).
+/// count theirs in their [`Counters`].
 pub fn ping_syscalls() -> u64 {
     PING_CALLS.with(std::cell::Cell::get)
 }
