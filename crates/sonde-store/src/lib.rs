@@ -641,17 +641,23 @@ impl Store {
         }
     }
 
-    /// (application_id, user_version, number of schema objects).
+    /// (application_id, user_version, number of schema objects), read in one read transaction:
+    /// three separate reads could straddle another opener's migration of a new database and
+    /// see its tables but not yet its application id, which reads as a foreign database.
     fn identify(&self) -> Result<(i32, u32, i64), Error> {
-        let app_id: i32 = self
-            .conn
+        let err = |e| self.err(e);
+        let tx = self.conn.unchecked_transaction().map_err(err)?;
+        let app_id: i32 = tx
             .pragma_query_value(None, "application_id", |r| r.get(0))
-            .map_err(|e| self.err(e))?;
-        let version = self.schema_version()?;
-        let objects: i64 = self
-            .conn
+            .map_err(err)?;
+        let version: u32 = tx
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(err)?;
+        let objects: i64 = tx
             .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-            .map_err(|e| self.err(e))?;
+            .map_err(err)?;
+        // Nothing was written: ending it is only letting go of the read.
+        tx.rollback().map_err(err)?;
         Ok((app_id, version, objects))
     }
 
