@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use sonde_wire::auth::{Nonce, Proof, Request, SessionKey};
 use sonde_wire::{
-    ControlMsg, HelperTest, HostInfo, Refusal, SessionId, TestKind, TestSpec, Token, Tuning,
-    PROTOCOL_VERSION,
+    AgentTag, ControlMsg, HelperTest, HostInfo, Refusal, SessionId, TestKind, TestSpec, Token,
+    Tuning, PROTOCOL_VERSION,
 };
 
 use crate::admission::Full;
@@ -72,6 +72,8 @@ pub(crate) trait Agent {
     fn admit_helper(&mut self) -> Result<(), NotAdmitted>;
     /// The agent's configuration for the interface the client reaches it by.
     fn host(&mut self) -> Option<Box<HostInfo>>;
+    /// This agent, as `Accepted` names it: its id and the address the client reached.
+    fn tag(&mut self) -> Option<AgentTag>;
 }
 
 /// What the conversation decided, in the order it decided it.
@@ -341,7 +343,12 @@ impl<'a> Conversation<'a> {
             spec: spec.clone(),
         });
         let host = agent.host();
-        self.send(ControlMsg::Accepted { token, host });
+        let tag = agent.tag();
+        self.send(ControlMsg::Accepted {
+            token,
+            host,
+            agent: tag,
+        });
         if spec.kind == TestKind::Crr {
             // Its workers connect per transaction: nothing to wait for.
             self.out.push_back(Output::Run {

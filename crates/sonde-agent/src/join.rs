@@ -27,6 +27,21 @@ pub(crate) enum BadJoin {
     Taken,
 }
 
+impl BadJoin {
+    /// How a [`sonde_wire::JoinAnswer`] names it.
+    pub(crate) fn outcome(self) -> sonde_wire::JoinOutcome {
+        use sonde_wire::JoinOutcome as O;
+        match self {
+            Self::OtherAddress => O::OtherAddress,
+            Self::OtherProtocol => O::OtherProtocol,
+            // A TCP join has no MAC; a UDP join with a bad one is not answered.
+            Self::BadMac | Self::Closed => O::Closed,
+            Self::OutOfRange => O::OutOfRange,
+            Self::Taken => O::Taken,
+        }
+    }
+}
+
 /// Whether a channel from `from`, of `protocol`, may join `slot`; a UDP join brings its
 /// datagram (`udp`), whose MAC a session with a key checks.
 pub(crate) fn check(

@@ -48,7 +48,7 @@ pub use helper::{Helper, HelperFailure, HelperJob, HelperOutcome, HelperRunner};
 pub use link::{LinkBusy, LinkTest, LinkTests};
 use sonde_net::control::{read_preamble, ControlError};
 use sonde_wire::auth::{Secret, SessionKey};
-use sonde_wire::{Channel, DataJoin, Limits, TestSpec, Token, UdpJoin, DATA_JOIN_LEN};
+use sonde_wire::{Channel, DataJoin, JoinOutcome, Limits, TestSpec, Token, UdpJoin, DATA_JOIN_LEN};
 
 /// Errors that stop the agent from starting or serving.
 #[derive(Debug, thiserror::Error)]
@@ -293,6 +293,9 @@ pub(crate) struct Shared {
     /// sockperf sessions per source address.
     pub(crate) sockperf_by_source: Mutex<HashMap<IpAddr, u32>>,
     pub(crate) next_session: AtomicU64,
+    /// This agent process, as `Accepted` and the answers to data joins name it (drawn at
+    /// random when the agent binds).
+    pub(crate) agent_id: sonde_wire::AgentId,
     pub(crate) rejections: Rejections,
     pub(crate) stats: Stats,
     /// Sessions of the compatibility listeners (iperf3, sockperf) running now; they count
@@ -554,6 +557,7 @@ impl Agent {
             compat_by_source: Mutex::new(HashMap::new()),
             sockperf_by_source: Mutex::new(HashMap::new()),
             next_session: AtomicU64::new(1),
+            agent_id: sonde_wire::AgentId(random_u64()),
             rejections: Rejections::default(),
             stats: Stats::default(),
             compat_sessions: AtomicU32::new(0),
@@ -785,27 +789,62 @@ fn join_tcp(mut stream: TcpStream, shared: &Shared, deadline: Instant) -> bool {
     let Ok(peer) = stream.peer_addr() else {
         return false;
     };
+    // A client that asked hears what became of its join, and from which agent: behind a
+    // balancer it opens the channel again when it reached another agent than its session's.
+    let answer = |stream: &mut TcpStream, outcome| {
+        let a = sonde_wire::JoinAnswer {
+            outcome,
+            agent: shared.agent_id,
+        };
+        join.answer && io::Write::write_all(stream, &a.encode()).is_ok()
+    };
     let Some(slot) = shared.slots().get(&join.token).cloned() else {
+        answer(&mut stream, JoinOutcome::NoSuchSession);
         return false;
     };
-    if join::check(&slot, peer.ip(), sonde_wire::Protocol::Tcp, None).is_err() {
+    if let Err(bad) = join::check(&slot, peer.ip(), sonde_wire::Protocol::Tcp, None) {
+        answer(&mut stream, bad.outcome());
         return false;
     }
     let _ = stream.set_read_timeout(None);
     let _ = stream.set_nodelay(slot.spec.kind == sonde_wire::TestKind::Latency);
-    deposit(&slot, join.stream, DataChannel::Tcp(stream))
+    // The answer leaves before the session can take the stream.
+    deposit(
+        &slot,
+        join.stream,
+        DataChannel::Tcp(stream),
+        |c, outcome| {
+            let DataChannel::Tcp(s) = c else { return false };
+            !join.answer || answer(s, outcome)
+        },
+    )
 }
 
-/// Hands a data channel to its session; false when the index is out of range or taken.
-fn deposit(slot: &Slot, index: u32, channel: DataChannel) -> bool {
+/// Hands a data channel to its session; false when the index is out of range or taken, or the
+/// session takes no more channels. `answer` tells the client, under the session's lock before
+/// the channel is placed, what became of it (false: it could not, and the channel is dropped).
+fn deposit(
+    slot: &Slot,
+    index: u32,
+    mut channel: DataChannel,
+    answer: impl FnOnce(&mut DataChannel, JoinOutcome) -> bool,
+) -> bool {
     let mut channels = lock(&slot.channels);
     let closed = slot.closed.load(Ordering::Relaxed);
-    let Ok(place) = join::place(&mut channels, closed, index) else {
-        return false;
-    };
-    *place = Some(channel);
-    slot.joined.notify_all();
-    true
+    match join::place(&mut channels, closed, index) {
+        Ok(place) => {
+            if !answer(&mut channel, JoinOutcome::Joined) {
+                return false;
+            }
+            *place = Some(channel);
+            slot.joined.notify_all();
+            true
+        }
+        Err(bad) => {
+            answer(&mut channel, bad.outcome());
+            false
+        }
+    }
 }
 
 pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
@@ -834,11 +873,29 @@ fn udp_join(udp: &UdpSocket, datagram: &[u8], from: SocketAddr, shared: &Shared)
     if join.ack {
         return false;
     }
+    // A join this agent cannot take because the flow reached the wrong agent (a balancer) or
+    // came from another address (a NAT) is answered, as long as the join, so the client can
+    // say why or try again from another port; any other bad join is not.
+    let elsewhere = |outcome| {
+        let e = sonde_wire::UdpElsewhere {
+            flow: join.flow,
+            token: join.token,
+            agent: shared.agent_id,
+            outcome,
+        };
+        let _ = udp.send_to(&e.encode(), from);
+    };
     let Some(slot) = shared.slots().get(&join.token).cloned() else {
+        elsewhere(JoinOutcome::NoSuchSession);
         return false;
     };
-    if join::check(&slot, from.ip(), sonde_wire::Protocol::Udp, Some(&join)).is_err() {
-        return false;
+    match join::check(&slot, from.ip(), sonde_wire::Protocol::Udp, Some(&join)) {
+        Ok(()) => {}
+        Err(join::BadJoin::OtherAddress) => {
+            elsewhere(JoinOutcome::OtherAddress);
+            return false;
+        }
+        Err(_) => return false,
     }
     let ack = UdpJoin { ack: true, ..join }.encode();
     let already = lock(&slot.channels)
@@ -855,7 +912,12 @@ fn udp_join(udp: &UdpSocket, datagram: &[u8], from: SocketAddr, shared: &Shared)
     if flow.send(&ack).is_err() {
         return false;
     }
-    deposit(&slot, u32::from(join.flow), DataChannel::Udp(flow))
+    deposit(
+        &slot,
+        u32::from(join.flow),
+        DataChannel::Udp(flow),
+        |_, _| true,
+    )
 }
 
 /// Checks a test request against the agent's limits: `Err((reason, message))` to refuse it.

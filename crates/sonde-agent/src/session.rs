@@ -223,6 +223,13 @@ impl Agent for Admit<'_, '_> {
     fn host(&mut self) -> Option<Box<sonde_wire::HostInfo>> {
         host_for(self.ctrl)
     }
+
+    fn tag(&mut self) -> Option<sonde_wire::AgentTag> {
+        Some(sonde_wire::AgentTag {
+            id: self.shared.agent_id,
+            addr: self.ctrl.local_addr().ok()?.to_string(),
+        })
+    }
 }
 
 /// Removes the session from the agent when it ends, however it ends.

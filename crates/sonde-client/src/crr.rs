@@ -185,7 +185,8 @@ fn unexpected(wanted: &str) -> ClientError {
 /// Hello, Start, Accepted, Ready.
 fn handshake(target: &Target, spec: &TestSpec) -> Result<Admitted, ClientError> {
     let mut welcomed = crate::session::hello(target)?;
-    let (token, agent_host) = welcomed.start(target, spec, sonde_wire::Tuning::default())?;
+    let (token, agent_host, _agent) =
+        welcomed.start(target, spec, sonde_wire::Tuning::default())?;
     let crate::session::Welcomed {
         mut ctrl,
         mut body,

@@ -73,6 +73,9 @@ pub enum Progress {
         token: Token,
         /// The agent's configuration (sent to admitted clients only).
         host: Option<HostInfo>,
+        /// The agent that admitted the session; `None` from an older agent, which does not
+        /// answer data joins.
+        agent: Option<sonde_wire::AgentTag>,
     },
     /// The agent is ready: the test may start.
     Ready,
@@ -270,10 +273,13 @@ impl Handshake {
                 self.agent_nonce = Some(nonce);
                 Ok(Progress::Welcomed { session, limits })
             }
-            (Due::Acceptance, ControlMsg::Accepted { token, host }) => Ok(Progress::Accepted {
-                token,
-                host: host.map(|h| *h),
-            }),
+            (Due::Acceptance, ControlMsg::Accepted { token, host, agent }) => {
+                Ok(Progress::Accepted {
+                    token,
+                    host: host.map(|h| *h),
+                    agent,
+                })
+            }
             (Due::Ready, ControlMsg::Ready) => Ok(Progress::Ready),
             (Due::Description, ControlMsg::Description { host }) => Ok(Progress::Described {
                 host: host.map(|h| *h),

@@ -61,6 +61,11 @@ pub enum ClientError {
     /// The agent never acknowledged a UDP flow: UDP to its port is blocked or lost.
     #[error("the agent at {0} did not acknowledge UDP flow {1} within 5 s: is UDP port {port} blocked by a firewall?", port = .0.port())]
     UdpBlocked(SocketAddr, u32),
+    /// The path to the agent does not carry the test as asked: a balancer that sends every
+    /// try of a data channel to another agent, a NAT that gives the channels another address,
+    /// a TCP-only forward for a UDP test.
+    #[error("{0}")]
+    Path(String),
     /// The peer broke the protocol mid-test.
     #[error("{0}")]
     Protocol(String),
@@ -127,6 +132,7 @@ impl ClientError {
         match self {
             Self::Usage(_) => 2,
             Self::Resolve(..) | Self::Connect(..) | Self::NotAnAgent(_) | Self::UdpBlocked(..) => 3,
+            Self::Path(_) => 3,
             Self::NoReply(_) => 3,
             Self::NotIperf3(_) => 3,
             Self::Refused { .. } | Self::Iperf3Refused(_) => 4,

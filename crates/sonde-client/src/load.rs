@@ -178,6 +178,7 @@ mod tests {
             labels: sonde_report::Labels::new(),
             interrupted: false,
             hosts: sonde_report::Hosts::default(),
+            agent: None,
             cpu: sonde_report::CpuCosts::default(),
         };
         discount_own_session(&mut meta);

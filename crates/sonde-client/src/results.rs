@@ -54,6 +54,7 @@ pub(crate) fn meta_for(
         interrupted: false,
         hosts: sonde_report::Hosts::default(),
         cpu: sonde_report::CpuCosts::default(),
+        agent: None,
     };
     if overlapping > 0 {
         meta.add(&Warning::OverlappingSessions {
@@ -117,8 +118,30 @@ pub(crate) fn add_context(
     if ctx.agent && ctx.server_host.is_none() {
         meta.add(&Warning::ServerConfigurationUnknown);
     }
+    add_placement(meta, &ctx.placement);
     if ctx.agent && agent_cpu.is_none() {
         meta.add(&Warning::ServerCpuUnknown);
+    }
+}
+
+/// Names the agent that served the test, and warns when the address tested balanced its
+/// channels over several agents.
+fn add_placement(meta: &mut Meta, placement: &crate::session::Placement) {
+    let Some(agent) = &placement.agent else {
+        return;
+    };
+    meta.agent = Some(sonde_report::ServedBy {
+        id: agent.id.to_string(),
+        addr: agent.addr.clone(),
+        other_agents: placement.others.iter().map(ToString::to_string).collect(),
+        reopened_channels: placement.reopened,
+    });
+    if !placement.others.is_empty() {
+        meta.add(&Warning::Balancer {
+            agents: placement.others.len() + 1,
+            reopened: placement.reopened,
+            agent: agent.addr.clone(),
+        });
     }
 }
 
@@ -929,6 +952,7 @@ mod context_tests {
                 system_context_switches: Some(1),
                 ..sonde_wire::CpuReport::default()
             }),
+            placement: crate::session::Placement::default(),
         };
         let mut m = meta(&target(), SessionId(1), 0, 0);
         add_context(&mut m, &ctx, None);

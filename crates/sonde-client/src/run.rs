@@ -32,6 +32,8 @@ pub(crate) struct Context {
     pub(crate) server_host: Option<HostInfo>,
     /// This end's CPU cost; `None` where it cannot be measured.
     pub(crate) client_cpu: Option<CpuReport>,
+    /// Which agent took the session's channels, and which others answered on the way.
+    pub(crate) placement: crate::session::Placement,
 }
 
 impl Context {

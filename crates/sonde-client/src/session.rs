@@ -13,7 +13,7 @@
 //! test's end (`Finish`, then the agent's report).
 
 use std::io::Write;
-use std::net::{TcpStream, UdpSocket};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -27,11 +27,11 @@ use sonde_net::latency::{LatencyOutcome, PingConfig};
 use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
 use sonde_report::IntervalResult;
-use sonde_wire::auth::{Nonce, SessionKey, JOIN_MAC_LEN};
+use sonde_wire::auth::{Nonce, SessionKey};
 use sonde_wire::{
-    AgentReport, Channel, ControlMsg, CpuReport, DataJoin, HelperTest, HostInfo, IntervalStats,
-    Preamble, Protocol, SessionId, StreamStats, TcpInfoStats, TestKind, TestSpec, Token, Tuning,
-    TuningReport, UdpJoin, PROTOCOL_VERSION, UDP_JOIN_LEN,
+    AgentReport, AgentTag, Channel, ControlMsg, CpuReport, HelperTest, HostInfo, IntervalStats,
+    Preamble, Protocol, SessionId, StreamStats, TcpInfoStats, TestSpec, Token, Tuning,
+    TuningReport, PROTOCOL_VERSION,
 };
 
 use crate::handshake::{Handshake, Progress};
@@ -39,12 +39,14 @@ pub(crate) use crate::run::{BulkRun, ClientChannel, ClientRole, Context, Latency
 use crate::{ClientError, LatencyOptions, Target};
 
 mod finishing;
+mod joining;
 mod running;
 
 use finishing::{Finishing, REPORT_TIMEOUT};
+pub(crate) use joining::Placement;
 use running::{Running, Step};
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// An admitted session with its data channels open and the agent ready.
 pub(crate) struct Connected {
@@ -150,10 +152,10 @@ impl Welcomed {
         _target: &Target,
         spec: &TestSpec,
         tuning: Tuning,
-    ) -> Result<(Token, Option<HostInfo>), ClientError> {
+    ) -> Result<(Token, Option<HostInfo>, Option<AgentTag>), ClientError> {
         self.handshake.start(Instant::now(), spec, tuning);
         match exchange(&mut self.ctrl, &mut self.body, &mut self.handshake)? {
-            Progress::Accepted { token, host } => Ok((token, host)),
+            Progress::Accepted { token, host, agent } => Ok((token, host, agent)),
             _ => Err(ClientError::Protocol("the handshake went astray".into())),
         }
     }
@@ -238,7 +240,8 @@ pub(crate) fn connect(
         // Open-ended (latency -n): as long as the agent allows.
         spec.duration_ms = welcomed.limits.max_duration_ms;
     }
-    let (token, server_host) = welcomed.start(target, &spec, tuning)?;
+    let (token, server_host, agent) = welcomed.start(target, &spec, tuning)?;
+    let join_deadline = Instant::now() + joining::JOIN_BUDGET;
     let key = welcomed.session_key(target);
     let Welcomed {
         mut ctrl,
@@ -247,15 +250,28 @@ pub(crate) fn connect(
         mut handshake,
         ..
     } = welcomed;
-    let context = Context {
-        agent: true,
-        server_host,
-        ..Context::this_host(target)
+    let mut placement = Placement {
+        agent,
+        ..Placement::default()
     };
     let mut channels = Vec::new();
     for i in 0..spec.channels() {
-        channels.push(open_channel(target, &spec, token, key.as_ref(), i)?);
+        channels.push(joining::open_channel(
+            target,
+            &spec,
+            token,
+            key.as_ref(),
+            i,
+            &mut placement,
+            join_deadline,
+        )?);
     }
+    let context = Context {
+        agent: true,
+        server_host,
+        placement,
+        ..Context::this_host(target)
+    };
     handshake.await_ready(Instant::now());
     match exchange(&mut ctrl, &mut body, &mut handshake)? {
         Progress::Ready => {}
@@ -270,88 +286,6 @@ pub(crate) fn connect(
         spec,
         context,
     })
-}
-
-fn open_channel(
-    target: &Target,
-    spec: &TestSpec,
-    token: Token,
-    key: Option<&SessionKey>,
-    index: u32,
-) -> Result<ClientChannel, ClientError> {
-    match spec.protocol {
-        Protocol::Tcp => {
-            let nodelay = spec.kind == TestKind::Latency;
-            let mut s = sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, nodelay)
-                .map_err(|e| ClientError::Connect(e, target.addr))?;
-            let preamble = Preamble {
-                version: PROTOCOL_VERSION,
-                channel: Channel::Data,
-            };
-            let join = DataJoin {
-                token,
-                stream: index,
-            };
-            s.write_all(&preamble.encode())
-                .and_then(|()| s.write_all(&join.encode()))
-                .map_err(|e| ClientError::Data(e, index))?;
-            Ok(ClientChannel::Tcp(s))
-        }
-        Protocol::Udp => {
-            let sock = sonde_net::socket::udp_connect(target.addr)
-                .map_err(|e| ClientError::Data(e, index))?;
-            join_udp(&sock, token, key, index)?;
-            Ok(ClientChannel::Udp(sock))
-        }
-    }
-}
-
-/// Sends join datagrams (signed with the session key when there is one) every 100 ms until the
-/// agent acknowledges (5 s at most).
-fn join_udp(
-    sock: &UdpSocket,
-    token: Token,
-    key: Option<&SessionKey>,
-    index: u32,
-) -> Result<(), ClientError> {
-    let flow =
-        u16::try_from(index).map_err(|_| ClientError::Usage("at most 65,536 UDP flows".into()))?;
-    let mut join = UdpJoin {
-        ack: false,
-        flow,
-        token,
-        mac: [0; JOIN_MAC_LEN],
-    };
-    if let Some(key) = key {
-        join.mac = key.join_mac(&join.signed());
-    }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut buf = [0u8; 64];
-    sock.set_read_timeout(Some(Duration::from_millis(100)))
-        .map_err(|e| ClientError::Data(e, index))?;
-    while Instant::now() < deadline {
-        // A refused send (ICMP unreachable from an earlier try) is retried like a loss.
-        let _ = sock.send(&join.encode());
-        let wait_until = Instant::now() + Duration::from_millis(100);
-        while Instant::now() < wait_until {
-            match sock.recv(&mut buf) {
-                Ok(n) if n == UDP_JOIN_LEN => {
-                    if UdpJoin::decode(&buf[..n])
-                        .is_ok_and(|a| a.ack && a.token == token && a.flow == flow)
-                    {
-                        let _ = sock.set_read_timeout(None);
-                        return Ok(());
-                    }
-                }
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
-    }
-    Err(ClientError::UdpBlocked(
-        sock.peer_addr().map_err(|e| ClientError::Data(e, index))?,
-        index,
-    ))
 }
 
 /// Runs a latency test on an open session.

@@ -466,6 +466,11 @@ pub enum ControlMsg {
         /// it could not be read.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         host: Option<Box<crate::HostInfo>>,
+        /// The agent that admitted the session. Its presence also says the agent answers data
+        /// joins that ask ([`crate::JoinAnswer`], [`crate::UdpElsewhere`]); `None` from an
+        /// older agent, which does not.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<crate::AgentTag>,
     },
     /// Client → agent, instead of `Start`: describe your host, run nothing (`sonde conf`).
     Describe {
@@ -732,6 +737,15 @@ mod tests {
             ControlMsg::Accepted {
                 token: Token(u64::MAX),
                 host: None,
+                agent: None,
+            },
+            ControlMsg::Accepted {
+                token: Token(7),
+                host: None,
+                agent: Some(crate::AgentTag {
+                    id: crate::AgentId(u64::MAX),
+                    addr: "[2001:db8::2]:5300".into(),
+                }),
             },
             ControlMsg::Ready,
             ControlMsg::Report(AgentReport {
@@ -928,6 +942,7 @@ mod tests {
                 kernel_release: Some("6.1.0".into()),
                 ..crate::HostInfo::default()
             })),
+            agent: None,
         };
         let mut buf = Vec::new();
         encode_frame(&accepted, &mut buf).unwrap();

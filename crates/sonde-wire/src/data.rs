@@ -106,29 +106,42 @@ impl Preamble {
 }
 
 /// Sent by a TCP data channel right after its [`Preamble`]: which session and which stream.
+///
+/// Layout: token (8), stream (4), flags (4). Flag `0x0000_0001` asks the agent for a
+/// [`crate::JoinAnswer`] (whether the session took the channel, and which agent answered); a
+/// client sets it only for an agent that named itself in `Accepted`, since an older agent
+/// ignores the flags and answers nothing. Unknown flag bits are ignored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataJoin {
     /// The session's secret token, from [`crate::ControlMsg::Accepted`].
     pub token: Token,
     /// Stream index, 0-based.
     pub stream: u32,
+    /// Answer the join with a [`crate::JoinAnswer`].
+    pub answer: bool,
 }
 
 impl DataJoin {
+    const FLAG_ANSWER: u32 = 0x0000_0001;
+
     /// Writes the join.
     pub fn encode(&self) -> [u8; DATA_JOIN_LEN] {
         let mut b = [0u8; DATA_JOIN_LEN];
         b[..8].copy_from_slice(&self.token.0.to_be_bytes());
         b[8..12].copy_from_slice(&self.stream.to_be_bytes());
+        let flags = if self.answer { Self::FLAG_ANSWER } else { 0 };
+        b[12..16].copy_from_slice(&flags.to_be_bytes());
         b
     }
 
     /// Reads a join.
     pub fn decode(b: &[u8]) -> Result<Self, Error> {
         let b = fixed::<DATA_JOIN_LEN>(b)?;
+        let flags = u32::from_be_bytes([b[12], b[13], b[14], b[15]]);
         Ok(Self {
             token: Token(be_u64(&b[..8])),
             stream: u32::from_be_bytes([b[8], b[9], b[10], b[11]]),
+            answer: flags & Self::FLAG_ANSWER != 0,
         })
     }
 }
@@ -451,7 +464,7 @@ pub fn widen_seq(low: u64, bytes: usize, expected: u64) -> u64 {
     }
 }
 
-fn fixed<const N: usize>(b: &[u8]) -> Result<&[u8; N], Error> {
+pub(crate) fn fixed<const N: usize>(b: &[u8]) -> Result<&[u8; N], Error> {
     b.get(..N)
         .and_then(|s| s.try_into().ok())
         .ok_or(Error::Truncated {
@@ -460,7 +473,7 @@ fn fixed<const N: usize>(b: &[u8]) -> Result<&[u8; N], Error> {
         })
 }
 
-fn be_u64(b: &[u8]) -> u64 {
+pub(crate) fn be_u64(b: &[u8]) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[..8]);
     u64::from_be_bytes(a)
@@ -668,8 +681,8 @@ mod tests {
         }
 
         #[test]
-        fn joins_round_trip(token in any::<u64>(), stream in any::<u32>(), flow in any::<u16>(), ack in any::<bool>(), mac in any::<[u8; JOIN_MAC_LEN]>()) {
-            let d = DataJoin { token: Token(token), stream };
+        fn joins_round_trip(token in any::<u64>(), stream in any::<u32>(), answer in any::<bool>(), flow in any::<u16>(), ack in any::<bool>(), mac in any::<[u8; JOIN_MAC_LEN]>()) {
+            let d = DataJoin { token: Token(token), stream, answer };
             prop_assert_eq!(DataJoin::decode(&d.encode()), Ok(d));
             let u = UdpJoin { ack, flow, token: Token(token), mac };
             prop_assert_eq!(UdpJoin::decode(&u.encode()), Ok(u));

@@ -20,12 +20,13 @@ use serde_json::Value;
 
 use crate::{
     decode_body, decode_frame, encode_frame, frame_len, iperf3, read_latency_seq, sockperf, stamps,
-    widen_seq, write_latency_seq, AgentReport, Channel, ControlMsg, CpuReport, CrrJoin, CrrReport,
-    DataHeader, DataJoin, Direction, Error, HostInfo, IntervalStats, Iperf3UdpHeader, Limits,
-    MinDefaultMax, NicInfo, NicOffloads, PpsHeader, Preamble, Protocol, Refusal, SessionId,
-    SocketBufferLimits, StreamStats, TcpInfoStats, TestKind, TestSpec, Token, UdpJoin,
-    CRR_JOIN_LEN, DATA_HEADER_LEN, DATA_JOIN_LEN, MAX_FRAME_LEN, PPS_HEADER_LEN, PPS_SEQ_LIMIT,
-    PREAMBLE_LEN, PROTOCOL_VERSION, UDP_JOIN_LEN,
+    widen_seq, write_latency_seq, AgentId, AgentReport, Channel, ControlMsg, CpuReport, CrrJoin,
+    CrrReport, DataHeader, DataJoin, Direction, Error, HostInfo, IntervalStats, Iperf3UdpHeader,
+    JoinAnswer, JoinOutcome, Limits, MinDefaultMax, NicInfo, NicOffloads, PpsHeader, Preamble,
+    Protocol, Refusal, SessionId, SocketBufferLimits, StreamStats, TcpInfoStats, TestKind,
+    TestSpec, Token, UdpElsewhere, UdpJoin, CRR_JOIN_LEN, DATA_HEADER_LEN, DATA_JOIN_LEN,
+    JOIN_ANSWER_LEN, MAX_FRAME_LEN, PPS_HEADER_LEN, PPS_SEQ_LIMIT, PREAMBLE_LEN, PROTOCOL_VERSION,
+    UDP_JOIN_LEN,
 };
 
 /// One fuzz target: `fuzz/fuzz_targets/{name}.rs` calls `run`.
@@ -60,6 +61,16 @@ pub const TARGETS: &[Target] = &[
         name: "data_join",
         run: data_join,
         seeds: data_join_seeds,
+    },
+    Target {
+        name: "join_answer",
+        run: join_answer,
+        seeds: join_answer_seeds,
+    },
+    Target {
+        name: "udp_elsewhere",
+        run: udp_elsewhere,
+        seeds: udp_elsewhere_seeds,
     },
     Target {
         name: "crr_join",
@@ -280,9 +291,58 @@ pub fn data_join(data: &[u8]) -> bool {
     };
     let wire = j.encode();
     assert_eq!(wire[..12], data[..12], "token and stream encode back");
-    assert_eq!(wire[12..], [0; 4], "reserved");
+    assert_eq!(
+        wire[12..],
+        [0, 0, 0, data[15] & 1],
+        "only the answer flag is kept"
+    );
     assert_eq!(DataJoin::decode(&wire), Ok(j));
     true
+}
+
+/// An agent's answer to a TCP data join: 16 bytes starting `SNDK`; it encodes back but for
+/// the reserved byte and the version, which a reader ignores.
+pub fn join_answer(data: &[u8]) -> bool {
+    let decoded = JoinAnswer::decode(data);
+    let well_formed = data.len() >= JOIN_ANSWER_LEN && data[..4] == crate::JOIN_ANSWER_MAGIC;
+    match decoded {
+        Ok(a) => {
+            assert!(well_formed, "accepted {data:02x?}");
+            let wire = a.encode();
+            assert_eq!(wire[6], data[6], "the outcome encodes back");
+            assert_eq!(wire[8..], data[8..16], "the agent encodes back");
+            assert_eq!(JoinAnswer::decode(&wire), Ok(a));
+            true
+        }
+        Err(_) => {
+            assert!(!well_formed, "refused {data:02x?}");
+            false
+        }
+    }
+}
+
+/// An agent's answer to a UDP join it cannot take: exactly 32 bytes starting `SNDN`; it
+/// encodes back but for the version and the zeros, which a reader ignores.
+pub fn udp_elsewhere(data: &[u8]) -> bool {
+    let decoded = UdpElsewhere::decode(data);
+    let well_formed = data.len() == UDP_JOIN_LEN && data[..4] == crate::UDP_ELSEWHERE_MAGIC;
+    match decoded {
+        Ok(e) => {
+            assert!(well_formed, "accepted {data:02x?}");
+            let wire = e.encode();
+            assert_eq!(
+                wire[6..25],
+                data[6..25],
+                "flow, token, agent and outcome encode back"
+            );
+            assert_eq!(UdpElsewhere::decode(&wire), Ok(e));
+            true
+        }
+        Err(_) => {
+            assert!(!well_formed, "refused {data:02x?}");
+            false
+        }
+    }
 }
 
 /// A connection-rate join: any 16 bytes; everything but unknown flag bits encodes back.
@@ -862,6 +922,10 @@ fn control_messages() -> Vec<ControlMsg> {
         ControlMsg::Accepted {
             token: Token(u64::MAX),
             host: Some(Box::new(sample_host())),
+            agent: Some(crate::AgentTag {
+                id: AgentId(0x0102_0304_0506_0708),
+                addr: "198.18.11.2:5300".into(),
+            }),
         },
         ControlMsg::Describe { proof: None },
         ControlMsg::Description {
@@ -963,9 +1027,43 @@ fn preamble_seeds() -> Vec<Vec<u8>> {
 }
 
 fn data_join_seeds() -> Vec<Vec<u8>> {
-    vec![DataJoin {
+    [false, true]
+        .map(|answer| {
+            DataJoin {
+                token: Token(0x0102_0304_0506_0708),
+                stream: 3,
+                answer,
+            }
+            .encode()
+            .to_vec()
+        })
+        .to_vec()
+}
+
+fn join_answer_seeds() -> Vec<Vec<u8>> {
+    [
+        JoinOutcome::Joined,
+        JoinOutcome::NoSuchSession,
+        JoinOutcome::OtherAddress,
+    ]
+    .into_iter()
+    .map(|outcome| {
+        JoinAnswer {
+            outcome,
+            agent: AgentId(0x0102_0304_0506_0708),
+        }
+        .encode()
+        .to_vec()
+    })
+    .collect()
+}
+
+fn udp_elsewhere_seeds() -> Vec<Vec<u8>> {
+    vec![UdpElsewhere {
+        flow: 3,
         token: Token(0x0102_0304_0506_0708),
-        stream: 3,
+        agent: AgentId(0x1112_1314_1516_1718),
+        outcome: JoinOutcome::NoSuchSession,
     }
     .encode()
     .to_vec()]

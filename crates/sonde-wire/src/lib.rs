@@ -31,6 +31,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod answers;
 pub mod auth;
 mod control;
 mod data;
@@ -44,6 +45,7 @@ pub mod iperf3;
 pub mod sockperf;
 pub mod stamps;
 
+pub use answers::*;
 pub use control::*;
 pub use data::*;
 pub use hostinfo::{HostInfo, MinDefaultMax, NicInfo, NicOffloads, SocketBufferLimits};

@@ -126,6 +126,13 @@ impl Agent for FakeAgent {
         self.hosts_described += 1;
         None
     }
+
+    fn tag(&mut self) -> Option<sonde_wire::AgentTag> {
+        Some(sonde_wire::AgentTag {
+            id: sonde_wire::AgentId(0xa9e7),
+            addr: "198.18.0.2:5300".into(),
+        })
+    }
 }
 
 /// What the agent did besides sending, in order.
@@ -504,6 +511,9 @@ fn no_entropy_closes_the_connection_without_a_welcome() {
         }
         fn host(&mut self) -> Option<Box<HostInfo>> {
             self.0.host()
+        }
+        fn tag(&mut self) -> Option<sonde_wire::AgentTag> {
+            self.0.tag()
         }
     }
     let cfg = config(|_| {});

@@ -29,6 +29,7 @@ const HELLO_TIMEOUT: Duration = Duration::from_millis(300);
 /// Any wait for the agent to do something is bounded by this.
 const PATIENCE: Duration = Duration::from_secs(3);
 
+mod balancer;
 mod crr;
 mod descriptors;
 mod robustness;
@@ -256,8 +257,15 @@ fn tcp_join(h: &AgentHandle, from: Option<SocketAddr>, token: Token, stream: u32
     let mut s: TcpStream = sock.into();
     s.write_all(&preamble(Channel::Data))
         .expect("data preamble");
-    s.write_all(&DataJoin { token, stream }.encode())
-        .expect("data join");
+    s.write_all(
+        &DataJoin {
+            token,
+            stream,
+            answer: false,
+        }
+        .encode(),
+    )
+    .expect("data join");
     s
 }
 

@@ -45,6 +45,28 @@ pub struct Meta {
     /// What the test cost each end in CPU.
     #[serde(default)]
     pub cpu: CpuCosts,
+    /// The agent process that ran the test, and whether `server` placed the test's channels on
+    /// other agents first (a load balancer). Absent for a peer that is not a sonde agent and
+    /// for an agent older than this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<ServedBy>,
+}
+
+/// Which agent served a test, as it named itself, and the other agents behind the same
+/// address.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ServedBy {
+    /// The agent process: 16 hex digits, drawn when it started.
+    pub id: String,
+    /// The address and port the agent saw the test's control connection arrive at: behind a
+    /// load balancer or a destination NAT its own address, not the one the client dialled.
+    pub addr: String,
+    /// Other agents that answered this test's data channels at `server`: it is a load
+    /// balancer, which placed those channels there first. Empty on a direct path.
+    pub other_agents: Vec<String>,
+    /// Data channels opened again from a new source port because the balancer had placed them
+    /// on another agent, until they reached this one.
+    pub reopened_channels: u32,
 }
 
 impl Meta {
@@ -137,6 +159,9 @@ pub enum WarningCode {
     /// `--busy-poll`, `--cpu`, `--read-size`: an end did not busy-poll, pin or read as asked (an
     /// agent older than the option, or the kernel refused).
     NotTuned,
+    /// The address tested balances connections over several agents: the channels were kept
+    /// on the session's agent, and the figures are that agent's alone.
+    Balancer,
     /// A code this version does not know (from a newer sonde).
     #[serde(other)]
     Other,
@@ -346,6 +371,15 @@ pub enum Warning {
     IntervalsCountedAtSender,
     /// iperf3://: the server closed instead of ending the test.
     UncleanEnd,
+    /// The address tested balanced the test's channels over several agents.
+    Balancer {
+        /// Agents seen, the session's included.
+        agents: usize,
+        /// Channels opened again until they reached the session's agent.
+        reopened: u32,
+        /// The session's agent, as it saw itself (`ServedBy::addr`).
+        agent: String,
+    },
 }
 
 impl Warning {
@@ -398,6 +432,7 @@ impl Warning {
                 WarningCode::IntervalsCountedHere
             }
             Self::UncleanEnd => WarningCode::UncleanEnd,
+            Self::Balancer { .. } => WarningCode::Balancer,
         }
     }
 }
@@ -630,6 +665,18 @@ impl std::fmt::Display for Warning {
                 "the iperf3 server closed the connection after its results instead of ending \
                  the test with DISPLAY_RESULTS",
             ),
+            Self::Balancer {
+                agents,
+                reopened,
+                agent,
+            } => write!(
+                f,
+                "the address tested is a load balancer over at least {agents} agents: it \
+                 placed {reopened} of this test's connections or flows on another agent than \
+                 the session's, and each was opened again from a new source port until it \
+                 reached the session's agent ({agent}); every figure here is that one agent's, \
+                 through the balancer"
+            ),
         }
     }
 }
@@ -798,6 +845,7 @@ mod warning_tests {
             interrupted: false,
             hosts: Hosts::default(),
             cpu: CpuCosts::default(),
+            agent: None,
         };
         let a = Warning::OverlappingSessions { sessions: 1 };
         let b = Warning::NothingReceived;

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod balancer;
 mod basic;
 mod context;
 mod helpers;

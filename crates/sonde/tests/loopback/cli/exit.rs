@@ -277,6 +277,7 @@ fn agent_without_udp() -> (SocketAddr, thread::JoinHandle<()>) {
             &ControlMsg::Accepted {
                 token: Token(42),
                 host: None,
+                agent: None,
             },
         );
         // Hold the session until the client gives up.

@@ -1,0 +1,118 @@
+//! What makes a test work through a load balancer: an agent names itself in `Accepted`, and
+//! answers a data join that reached it for a session it does not hold, or from another address
+//! than the session's control connection, so the client can open the channel again elsewhere
+//! or say why not. Two agents on loopback stand for two behind one balancer.
+
+use super::*;
+use sonde_wire::{AgentTag, JoinAnswer, JoinOutcome, UdpElsewhere, JOIN_ANSWER_LEN};
+
+/// A session on `h`: its control connection, token and the agent's tag.
+fn session(h: &AgentHandle, protocol: Protocol) -> (Raw, Token, AgentTag) {
+    let s = spec(TestKind::Throughput, protocol, Direction::Forward, 3_000);
+    match Raw::start(h, &s) {
+        (raw, ControlMsg::Accepted { token, agent, .. }) => {
+            (raw, token, agent.expect("the agent names itself"))
+        }
+        (_, other) => panic!("expected acceptance, got {other:?}"),
+    }
+}
+
+/// Joins stream `stream` of `token` at `h` from `from`, asking for an answer: the answer.
+fn answered_join(
+    h: &AgentHandle,
+    from: Option<SocketAddr>,
+    token: Token,
+    stream: u32,
+) -> JoinAnswer {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .expect("a TCP socket");
+    if let Some(from) = from {
+        sock.bind(&from.into()).expect("bind a loopback address");
+    }
+    sock.connect_timeout(&h.local_addr().into(), PATIENCE)
+        .expect("connect a data channel");
+    let mut s: TcpStream = sock.into();
+    s.write_all(&preamble(Channel::Data))
+        .expect("data preamble");
+    let join = DataJoin {
+        token,
+        stream,
+        answer: true,
+    };
+    s.write_all(&join.encode()).expect("data join");
+    s.set_read_timeout(Some(PATIENCE)).expect("a read timeout");
+    let mut b = [0u8; JOIN_ANSWER_LEN];
+    s.read_exact(&mut b).expect("an answer to the join");
+    JoinAnswer::decode(&b).expect("a join answer")
+}
+
+#[test]
+fn a_tcp_join_hears_which_agent_took_it_or_why_not() {
+    let (a, b) = (agent(|_| {}), agent(|_| {}));
+    let (_ctrl, token, tag) = session(&a, Protocol::Tcp);
+    assert_eq!(
+        tag.addr,
+        a.local_addr().to_string(),
+        "the address the client reached"
+    );
+    let (_other, _, b_tag) = session(&b, Protocol::Tcp);
+    assert_ne!(tag.id, b_tag.id, "two agents, two ids");
+
+    // The other agent behind the balancer has no such session, and says who it is.
+    let elsewhere = answered_join(&b, None, token, 0);
+    assert_eq!(elsewhere.outcome, JoinOutcome::NoSuchSession);
+    assert_eq!(elsewhere.agent, b_tag.id);
+    // From another address than the control connection's: a NAT that spreads addresses.
+    let nat = answered_join(&a, Some(SocketAddr::from(([127, 0, 0, 2], 0))), token, 0);
+    assert_eq!(nat.outcome, JoinOutcome::OtherAddress);
+    // The session's agent takes it, once.
+    let joined = answered_join(&a, None, token, 0);
+    assert_eq!(
+        (joined.outcome, joined.agent),
+        (JoinOutcome::Joined, tag.id)
+    );
+    let again = answered_join(&a, None, token, 0);
+    assert!(
+        matches!(again.outcome, JoinOutcome::Taken | JoinOutcome::Closed),
+        "{again:?}"
+    );
+}
+
+#[test]
+fn a_udp_join_for_a_session_the_agent_does_not_hold_is_answered_and_no_larger() {
+    let (a, b) = (agent(|_| {}), agent(|_| {}));
+    let (_ctrl, token, tag) = session(&a, Protocol::Udp);
+    let (_other, _, b_tag) = session(&b, Protocol::Udp);
+    let sock = UdpSocket::bind("127.0.0.1:0").expect("a UDP socket");
+    sock.set_read_timeout(Some(PATIENCE))
+        .expect("a read timeout");
+    let join = UdpJoin {
+        ack: false,
+        flow: 1,
+        token,
+        ..UdpJoin::default()
+    }
+    .encode();
+    sock.send_to(&join, b.local_addr()).expect("send a join");
+    let mut buf = [0u8; 256];
+    let (n, from) = sock
+        .recv_from(&mut buf)
+        .expect("an answer from the other agent");
+    assert_eq!(from, b.local_addr(), "from the agent's shared port");
+    assert_eq!(n, join.len(), "as long as the join, never longer");
+    let e = UdpElsewhere::decode(&buf[..n]).expect("an elsewhere answer");
+    assert_eq!(
+        (e.outcome, e.agent, e.token, e.flow),
+        (JoinOutcome::NoSuchSession, b_tag.id, token, 1)
+    );
+    // From another address than the session's control connection.
+    let nat = UdpSocket::bind("127.0.0.2:0").expect("a UDP socket on 127.0.0.2");
+    nat.set_read_timeout(Some(PATIENCE))
+        .expect("a read timeout");
+    nat.send_to(&join, a.local_addr()).expect("send a join");
+    let (n, _) = nat.recv_from(&mut buf).expect("an answer");
+    let e = UdpElsewhere::decode(&buf[..n]).expect("an elsewhere answer");
+    assert_eq!((e.outcome, e.agent), (JoinOutcome::OtherAddress, tag.id));
+    // The session's agent acknowledges the flow from the right address.
+    assert!(udp_join(&sock, a.local_addr(), token, 1, PATIENCE));
+}
