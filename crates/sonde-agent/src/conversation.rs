@@ -47,6 +47,17 @@ pub(crate) enum NotAdmitted {
     Full(Full),
     /// Mesh: this agent runs its own scheduled test to the client's address.
     LinkBusy,
+    /// The token the client asked for is a session's of this agent already.
+    TokenTaken,
+}
+
+/// What a `Start` asks besides its test.
+#[derive(Clone, Copy)]
+struct Asked {
+    /// How the agent's end waits and where it runs.
+    tuning: Tuning,
+    /// The token to run the session under, when the client asks for one.
+    token: Option<Token>,
 }
 
 /// What the conversation asks of the agent around it.
@@ -59,11 +70,16 @@ pub(crate) trait Agent {
     /// Whether the agent is shutting down.
     fn shutting_down(&self) -> bool;
     /// Admits a session for `spec` (its UDP joins signed with `key`), noting it wherever the
-    /// agent keeps its sessions: its token.
+    /// agent keeps its sessions, under `token` when the client asked for one: its token.
     ///
     /// # Errors
     /// Why it cannot be admitted.
-    fn admit(&mut self, spec: &TestSpec, key: Option<&SessionKey>) -> Result<Token, NotAdmitted>;
+    fn admit(
+        &mut self,
+        spec: &TestSpec,
+        key: Option<&SessionKey>,
+        token: Option<Token>,
+    ) -> Result<Token, NotAdmitted>;
     /// Admits a helper request as one of the agent's sessions: `Err(Gone)` without a peer
     /// address, `Err(Full(_))` without room.
     ///
@@ -268,11 +284,13 @@ impl<'a> Conversation<'a> {
                 spec,
                 proof,
                 tuning,
+                token,
             } => {
                 let Ok(key) = self.authenticate(nonces, &Request::Test(&spec), proof) else {
                     return;
                 };
-                self.start(now, session, spec, key.as_ref(), tuning, agent);
+                let asked = Asked { tuning, token };
+                self.start(now, session, spec, key.as_ref(), asked, agent);
             }
             ControlMsg::Help {
                 target,
@@ -297,9 +315,10 @@ impl<'a> Conversation<'a> {
         session: SessionId,
         spec: TestSpec,
         key: Option<&SessionKey>,
-        tuning: Tuning,
+        asked: Asked,
         agent: &mut dyn Agent,
     ) {
+        let Asked { tuning, token } = asked;
         if agent.shutting_down() {
             return self.refuse(
                 Refusal::ShuttingDown,
@@ -310,8 +329,17 @@ impl<'a> Conversation<'a> {
         if let Err((reason, message)) = validate(&spec, self.cfg) {
             return self.refuse(reason, message, false);
         }
-        let token = match agent.admit(&spec, key) {
+        let token = match agent.admit(&spec, key, token) {
             Ok(token) => token,
+            Err(NotAdmitted::TokenTaken) => {
+                return self.refuse(
+                    Refusal::TokenTaken,
+                    "a session of this agent has the token asked for: this test reached this \
+                     agent already"
+                        .into(),
+                    false,
+                );
+            }
             Err(NotAdmitted::Gone) => return self.end(false),
             Err(NotAdmitted::Full(Full::Listener)) => {
                 let m = format!(
@@ -404,7 +432,7 @@ impl<'a> Conversation<'a> {
         }
         match agent.admit_helper() {
             Ok(()) => {}
-            Err(NotAdmitted::Full(_) | NotAdmitted::LinkBusy) => {
+            Err(NotAdmitted::Full(_) | NotAdmitted::LinkBusy | NotAdmitted::TokenTaken) => {
                 let m = format!(
                     "the agent is running its maximum of sessions ({} in all, {} per source); try again \
                      shortly (sonde server --max-sessions)",

@@ -332,11 +332,25 @@ fn serve(
     let Ok(peer) = stream.peer_addr() else {
         return Served::Rejected;
     };
-    let Some(session) = shared.crr.get(join.token) else {
-        return Served::Rejected;
+    // Behind a load balancer a connection may reach an agent without its session: one that
+    // asked hears so (and from which agent) rather than a bare close.
+    let answer = |stream: &mut TcpStream, outcome| {
+        if join.answer {
+            let a = sonde_wire::JoinAnswer {
+                outcome,
+                agent: shared.agent_id,
+            };
+            let _ = std::io::Write::write_all(stream, &a.encode());
+        }
+        Served::Rejected
     };
-    if canonical(peer.ip()) != canonical(session.peer_ip)
-        || u32::from(join.worker) >= session.workers
+    let Some(session) = shared.crr.get(join.token) else {
+        return answer(&mut stream, sonde_wire::JoinOutcome::NoSuchSession);
+    };
+    if canonical(peer.ip()) != canonical(session.peer_ip) {
+        return answer(&mut stream, sonde_wire::JoinOutcome::OtherAddress);
+    }
+    if u32::from(join.worker) >= session.workers
         || !(1..=MAX_CRR_MESSAGE).contains(&join.response_size)
     {
         return Served::Rejected;

@@ -207,7 +207,7 @@ pub struct Stats {
     pub sessions: [AtomicU64; 4],
     /// sonde sessions (and connections turned away before they were one) refused, by
     /// [`sonde_wire::Refusal`]; see [`Stats::refusals_of`].
-    pub refusals: [AtomicU64; 8],
+    pub refusals: [AtomicU64; 9],
     /// Test data bytes the agent's sonde sessions sent and received (payload, both directions).
     pub served_bytes: AtomicU64,
 }
@@ -252,6 +252,7 @@ fn refusal_index(reason: sonde_wire::Refusal) -> usize {
         R::ShuttingDown => 4,
         R::Unauthenticated => 5,
         R::SourceBusy => 6,
+        R::TokenTaken => 8,
         _ => 7,
     }
 }
@@ -385,21 +386,31 @@ impl Shared {
 
     /// Admits a session if there is room (for the agent and for its source address), noting
     /// the overlap in every running session.
-    pub(crate) fn admit(&self, slot: Arc<Slot>) -> Result<Token, admission::Full> {
+    /// `asked`: the token the client asks the session to run under (another agent behind the
+    /// same balancer admitted the test under it); `Ok(None)` when a session here has it.
+    pub(crate) fn admit(
+        &self,
+        slot: Arc<Slot>,
+        asked: Option<Token>,
+    ) -> Result<Option<Token>, admission::Full> {
         let mut slots = self.slots();
         let running = self.room_for(&slots, canonical(slot.peer_ip))?;
-        let token = loop {
-            let t = Token(random_u64());
-            if !slots.contains_key(&t) {
-                break t;
-            }
+        let token = match asked {
+            Some(t) if slots.contains_key(&t) => return Ok(None),
+            Some(t) => t,
+            None => loop {
+                let t = Token(random_u64());
+                if !slots.contains_key(&t) {
+                    break t;
+                }
+            },
         };
         for other in slots.values() {
             other.overlap.fetch_max(running, Ordering::Relaxed);
         }
         slot.overlap.store(running, Ordering::Relaxed);
         slots.insert(token, slot);
-        Ok(token)
+        Ok(Some(token))
     }
 
     /// Sessions running now, of every kind; the caller holds the `slots` lock.

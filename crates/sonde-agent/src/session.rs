@@ -179,7 +179,12 @@ impl Agent for Admit<'_, '_> {
         self.shared.shutdown.load(Ordering::Relaxed)
     }
 
-    fn admit(&mut self, spec: &TestSpec, key: Option<&SessionKey>) -> Result<Token, NotAdmitted> {
+    fn admit(
+        &mut self,
+        spec: &TestSpec,
+        key: Option<&SessionKey>,
+        token: Option<Token>,
+    ) -> Result<Token, NotAdmitted> {
         let shared = self.shared;
         let Ok(peer_addr) = self.ctrl.peer_addr() else {
             return Err(NotAdmitted::Gone);
@@ -194,7 +199,10 @@ impl Agent for Admit<'_, '_> {
             overlap: std::sync::atomic::AtomicU32::new(0),
             key: key.cloned(),
         });
-        let token = shared.admit(Arc::clone(&slot)).map_err(NotAdmitted::Full)?;
+        let token = shared
+            .admit(Arc::clone(&slot), token)
+            .map_err(NotAdmitted::Full)?
+            .ok_or(NotAdmitted::TokenTaken)?;
         self.held.registered = Some(Registered { shared, token });
         // Mesh mode: one throughput or pps test on a link at a time, whichever end starts it.
         if let (Some(links), TestKind::Throughput | TestKind::Pps) =

@@ -26,12 +26,12 @@ use sonde_net::cpu::ThreadsMeter;
 use sonde_net::crr::{client_worker_with_intervals, CrrClientConfig, SharedCrrIntervals};
 use sonde_net::Clock;
 use sonde_report::{
-    CpuCost, CpuCosts, CpuScope, CrrClose, CrrErrors, CrrInterval, CrrResult, Hosts, Protocol,
-    Warning,
+    CpuCost, CpuCosts, CpuScope, CrrAgentShare, CrrClose, CrrErrors, CrrInterval, CrrResult, Hosts,
+    Protocol, Warning,
 };
 use sonde_wire::{
-    AgentReport, ControlMsg, CpuReport, CrrReport, Direction, HostInfo, SessionId, TestKind,
-    TestSpec, Token,
+    AgentReport, AgentTag, ControlMsg, CpuReport, CrrReport, Direction, HostInfo, Refusal,
+    SessionId, TestKind, TestSpec, Token,
 };
 
 use crate::{ClientError, Target};
@@ -138,8 +138,9 @@ fn crr(
         read_size: 0,
     };
     let started_unix_ms = crate::now_unix_ms();
-    let session = handshake(target, &spec)?;
-    let run = run(target, opt, session, interrupt)?;
+    let first = handshake(target, &spec, None)?;
+    let sessions = find_agents(target, &spec, first)?;
+    let run = run(target, opt, sessions, interrupt)?;
     let mut r = result(target, opt, started_unix_ms, &run);
     if run.interrupted {
         crate::mark_interrupted(&mut r.meta);
@@ -153,6 +154,8 @@ struct Admitted {
     session: SessionId,
     token: Token,
     agent_host: Option<HostInfo>,
+    /// The agent, as it named itself; `None` from an older agent.
+    agent: Option<AgentTag>,
 }
 
 fn expect_reply(
@@ -182,11 +185,15 @@ fn unexpected(wanted: &str) -> ClientError {
     ))
 }
 
-/// Hello, Start, Accepted, Ready.
-fn handshake(target: &Target, spec: &TestSpec) -> Result<Admitted, ClientError> {
+/// Hello, Start (under `token` when given), Accepted, Ready.
+fn handshake(
+    target: &Target,
+    spec: &TestSpec,
+    token: Option<Token>,
+) -> Result<Admitted, ClientError> {
     let mut welcomed = crate::session::hello(target)?;
-    let (token, agent_host, _agent) =
-        welcomed.start(target, spec, sonde_wire::Tuning::default())?;
+    let (token, agent_host, agent) =
+        welcomed.start_as(spec, sonde_wire::Tuning::default(), token)?;
     let crate::session::Welcomed {
         mut ctrl,
         mut body,
@@ -202,7 +209,53 @@ fn handshake(target: &Target, spec: &TestSpec) -> Result<Admitted, ClientError> 
         session,
         token,
         agent_host,
+        agent,
     })
+}
+
+/// How many new control connections in a row must find no new agent behind a balancer before
+/// the search ends, and how many it makes at most.
+const AGENT_SEARCH: (u32, u32) = (8, 32);
+
+/// Every agent behind the address, each running a session of the test under the first one's
+/// token: behind a load balancer each crr connection is placed on its own, and finds its
+/// session on whichever agent it reaches. Searched for only when the first agent saw the test
+/// arrive at another address than the one dialled (a balancer or a destination NAT): new
+/// control connections ask for the same token, which an agent that has it refuses
+/// (`token_taken`), until [`AGENT_SEARCH`] say nothing new.
+fn find_agents(
+    target: &Target,
+    spec: &TestSpec,
+    first: Admitted,
+) -> Result<Vec<Admitted>, ClientError> {
+    let token = first.token;
+    let behind = first
+        .agent
+        .as_ref()
+        .is_some_and(|a| a.addr.parse::<std::net::SocketAddr>().ok() != Some(target.addr));
+    let mut sessions = vec![first];
+    if !behind {
+        return Ok(sessions);
+    }
+    let (mut misses, mut tries) = (0, 0);
+    while misses < AGENT_SEARCH.0 && tries < AGENT_SEARCH.1 {
+        tries += 1;
+        match handshake(target, spec, Some(token)) {
+            // An agent that ignored the token (older than it) cannot serve this test's
+            // connections: its session ends with its connection.
+            Ok(a) if a.token != token => break,
+            Ok(a) => {
+                sessions.push(a);
+                misses = 0;
+            }
+            Err(ClientError::Refused {
+                reason: Refusal::TokenTaken,
+                ..
+            }) => misses += 1,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(sessions)
 }
 
 /// What a crr run produced.
@@ -214,32 +267,40 @@ struct Run {
     elapsed_ns: u64,
     /// With `-i`: every worker's counts, per interval, and when the last worker ended.
     intervals: Option<(CrrIntervals, u64)>,
-    report: AgentReport,
+    /// Each agent's report, the first agent's first; more than one behind a balancer.
+    reports: Vec<(Option<AgentTag>, AgentReport)>,
     cpu: Option<CpuReport>,
     /// Stopped early by the caller's interrupt flag.
     interrupted: bool,
 }
 
+/// A message, or the end, of session `.0`'s control connection.
 enum Event {
-    Control(Result<ControlMsg, ControlError>),
+    Control(usize, Result<ControlMsg, ControlError>),
 }
 
 fn run(
     target: &Target,
     opt: &CrrOptions,
-    admitted: Admitted,
+    sessions: Vec<Admitted>,
     interrupt: &AtomicBool,
 ) -> Result<Run, ClientError> {
-    let Admitted {
-        ctrl,
-        session,
-        token,
-        agent_host,
-    } = admitted;
-    let reader = ctrl
-        .try_clone()
-        .map_err(|e| ClientError::Control(e.into()))?;
-    let mut writer = ctrl;
+    let first = sessions.first().ok_or_else(|| unexpected("a session"))?;
+    let (session, token, agent_host) = (first.session, first.token, first.agent_host.clone());
+    // An agent that named itself says so when a connection reaches it without the session.
+    let answer = sessions.iter().all(|a| a.agent.is_some());
+    let mut readers = Vec::with_capacity(sessions.len());
+    let mut writers = Vec::with_capacity(sessions.len());
+    let mut agents = Vec::with_capacity(sessions.len());
+    for a in sessions {
+        readers.push(
+            a.ctrl
+                .try_clone()
+                .map_err(|e| ClientError::Control(e.into()))?,
+        );
+        writers.push(a.ctrl);
+        agents.push(a.agent);
+    }
     let hard_deadline = Instant::now()
         + opt.duration
         + opt.timeout.saturating_mul(2)
@@ -258,11 +319,15 @@ fn run(
     let reader_stop = AtomicBool::new(false);
     let outcome = thread::scope(|scope| {
         let reader_stop = &reader_stop;
-        scope.spawn(move || {
-            forward_frames(reader, hard_deadline, reader_stop, |m| {
-                tx.send(Event::Control(m)).is_ok()
+        for (i, reader) in readers.into_iter().enumerate() {
+            let tx = tx.clone();
+            scope.spawn(move || {
+                forward_frames(reader, hard_deadline, reader_stop, |m| {
+                    tx.send(Event::Control(i, m)).is_ok()
+                });
             });
-        });
+        }
+        drop(tx);
         let workers: Vec<_> = (0..opt.workers)
             .map(|w| {
                 let cfg = CrrClientConfig {
@@ -274,6 +339,7 @@ fn run(
                     rst: opt.rst,
                     until_ns,
                     timeout: opt.timeout,
+                    answer,
                 };
                 let (clock, stop, meter, shared) = (&clock, &stop, &meter, shared.as_ref());
                 scope.spawn(move || {
@@ -283,21 +349,21 @@ fn run(
                 })
             })
             .collect();
-        // While the workers run, the agent may end the test (it is shutting down).
+        // While the workers run, an agent may end the test (it is shutting down).
         let mut failure = None;
         while !workers.iter().all(thread::ScopedJoinHandle::is_finished) {
             if interrupt.load(std::sync::atomic::Ordering::Relaxed) {
-                // The workers stop after their current transaction; the agent then reports.
+                // The workers stop after their current transaction; the agents then report.
                 stop.store(true, std::sync::atomic::Ordering::Relaxed);
             }
             match rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(Event::Control(Ok(ControlMsg::Error { message }))) => {
+                Ok(Event::Control(_, Ok(ControlMsg::Error { message }))) => {
                     failure = Some(ClientError::Remote(message));
                 }
-                Ok(Event::Control(Ok(_))) => {
+                Ok(Event::Control(_, Ok(_))) => {
                     failure = Some(unexpected("nothing (the test was running)"));
                 }
-                Ok(Event::Control(Err(e))) => {
+                Ok(Event::Control(_, Err(e))) => {
                     failure = Some(match e {
                         ControlError::Closed => ClientError::Remote(
                             "the agent closed the control connection mid-test".into(),
@@ -330,16 +396,19 @@ fn run(
         let elapsed_ns = clock.now_ns();
         let result = match failure {
             Some(e) => Err(e),
-            None => {
-                finish(&mut writer, &rx).map(|report| (stats, elapsed_ns, workers_end_ns, report))
-            }
+            None => finish(&mut writers, &rx).map(|reports| {
+                let reports = agents.into_iter().zip(reports).collect();
+                (stats, elapsed_ns, workers_end_ns, reports)
+            }),
         };
-        // End the control reader (the flag: a shut socket does not wake it on Windows).
+        // End the control readers (the flag: a shut socket does not wake it on Windows).
         reader_stop.store(true, Ordering::Relaxed);
-        let _ = writer.shutdown(Shutdown::Both);
+        for w in &writers {
+            let _ = w.shutdown(Shutdown::Both);
+        }
         result
     });
-    let (stats, elapsed_ns, workers_end_ns, report) = outcome?;
+    let (stats, elapsed_ns, workers_end_ns, reports) = outcome?;
     // Each transaction makes a dozen calls (socket, options, connect, write, read, close), some
     // inside socket2 and std: not counted one by one.
     let cpu = meter.cost().map(|cost| {
@@ -356,35 +425,102 @@ fn run(
         stats,
         elapsed_ns,
         intervals: shared.map(|s| (s.into_inner(), workers_end_ns)),
-        report,
+        reports,
         cpu,
         interrupted: interrupt.load(std::sync::atomic::Ordering::Relaxed),
     })
 }
 
-/// Says `Finish` and waits for the agent's report.
-fn finish(writer: &mut TcpStream, rx: &mpsc::Receiver<Event>) -> Result<AgentReport, ClientError> {
-    write_frame(writer, &ControlMsg::Finish)?;
-    // Nothing else is due: the agent sends its report, or says why not.
-    match rx.recv_timeout(REPORT_TIMEOUT) {
-        Ok(Event::Control(Ok(ControlMsg::Report(r)))) => Ok(r),
-        Ok(Event::Control(Ok(ControlMsg::Error { message }))) => Err(ClientError::Remote(message)),
-        Ok(Event::Control(Ok(_))) => Err(unexpected("the report")),
-        Ok(Event::Control(Err(ControlError::Closed))) => Err(ClientError::Remote(
-            "the agent closed the control connection before its report".into(),
-        )),
-        Ok(Event::Control(Err(e))) => Err(ClientError::Control(e)),
-        Err(_) => Err(ClientError::Remote(format!(
-            "the agent sent no report within {} s",
-            REPORT_TIMEOUT.as_secs()
-        ))),
+/// Says `Finish` to every agent and waits for each one's report, in the sessions' order.
+fn finish(
+    writers: &mut [TcpStream],
+    rx: &mpsc::Receiver<Event>,
+) -> Result<Vec<AgentReport>, ClientError> {
+    for w in writers.iter_mut() {
+        write_frame(w, &ControlMsg::Finish)?;
     }
+    let mut reports: Vec<Option<AgentReport>> = vec![None; writers.len()];
+    let deadline = Instant::now() + REPORT_TIMEOUT;
+    // Nothing else is due: each agent sends its report, or says why not.
+    while reports.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(Event::Control(i, Ok(ControlMsg::Report(r)))) => {
+                if let Some(slot) = reports.get_mut(i) {
+                    *slot = Some(r);
+                }
+            }
+            Ok(Event::Control(_, Ok(ControlMsg::Error { message }))) => {
+                return Err(ClientError::Remote(message))
+            }
+            Ok(Event::Control(_, Ok(_))) => return Err(unexpected("the report")),
+            Ok(Event::Control(_, Err(ControlError::Closed))) => {
+                return Err(ClientError::Remote(
+                    "the agent closed the control connection before its report".into(),
+                ))
+            }
+            Ok(Event::Control(_, Err(e))) => return Err(ClientError::Control(e)),
+            Err(_) => {
+                return Err(ClientError::Remote(format!(
+                    "the agent sent no report within {} s",
+                    REPORT_TIMEOUT.as_secs()
+                )))
+            }
+        }
+    }
+    Ok(reports.into_iter().flatten().collect())
+}
+
+/// The agents' counts together: transactions and failures summed, the longest window, and the
+/// rate as the sum of each agent's rate over its own window. `None` when an agent did not
+/// count (an older one).
+fn agents_together(
+    reports: &[(Option<AgentTag>, AgentReport)],
+) -> Option<(CrrReport, Option<f64>)> {
+    let mut sum = CrrReport::default();
+    let mut rate_sum: Option<f64> = None;
+    for (_, r) in reports {
+        let c = r.crr.as_ref()?;
+        sum.transactions += c.transactions;
+        sum.failed += c.failed;
+        sum.active_ns = sum.active_ns.max(c.active_ns);
+        if let Some(r) = rate(c.transactions, c.active_ns) {
+            *rate_sum.get_or_insert(0.0) += r;
+        }
+    }
+    Some((sum, rate_sum))
+}
+
+/// Each agent's share of a test spread over several; empty for one agent.
+fn shares(reports: &[(Option<AgentTag>, AgentReport)]) -> Vec<CrrAgentShare> {
+    if reports.len() < 2 {
+        return Vec::new();
+    }
+    reports
+        .iter()
+        .map(|(tag, r)| {
+            let c = r.crr.clone().unwrap_or_default();
+            CrrAgentShare {
+                id: tag.as_ref().map(|t| t.id.to_string()).unwrap_or_default(),
+                addr: tag.as_ref().map(|t| t.addr.clone()).unwrap_or_default(),
+                transactions: c.transactions,
+                connections_per_second: rate(c.transactions, c.active_ns),
+                failed: c.failed,
+                cpu: r
+                    .cpu
+                    .as_ref()
+                    .map(|c| CpuCost::from_report(CpuScope::TestThreads, c)),
+            }
+        })
+        .collect()
 }
 
 fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) -> CrrResult {
     let stats = &run.stats;
-    let agent: Option<&CrrReport> = run.report.crr.as_ref();
-    let overlapping = run.report.overlapping_sessions;
+    let together = agents_together(&run.reports);
+    let agent: Option<&CrrReport> = together.as_ref().map(|(sum, _)| sum);
+    let first = run.reports.first().map(|(_, r)| r);
+    let overlapping = first.map_or(0, |r| r.overlapping_sessions);
     // The overlap warning comes with the meta (results::meta_for).
     let mut warnings: Vec<Warning> = Vec::new();
     let e = *stats.errors();
@@ -410,16 +546,26 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
             failed_attempts: e.total(),
         });
     }
+    if run.reports.len() > 1 {
+        warnings.push(Warning::SpreadOverAgents {
+            agents: run.reports.len(),
+        });
+    }
+    if e.other_agent > 0 {
+        warnings.push(Warning::UnfoundAgent {
+            connections: e.other_agent,
+        });
+    }
     let cpu = CpuCosts {
         client: run
             .cpu
             .as_ref()
             .map(|c| CpuCost::from_report(CpuScope::TestThreads, c)),
-        // The agent counts each exchange's CPU to its session (not its accept calls).
-        server: run
-            .report
-            .cpu
-            .as_ref()
+        // The agent counts each exchange's CPU to its session (not its accept calls); several
+        // agents' costs are each one's, in `agents`.
+        server: first
+            .filter(|_| run.reports.len() == 1)
+            .and_then(|r| r.cpu.as_ref())
             .map(|c| CpuCost::from_report(CpuScope::TestThreads, c)),
     };
     let agent_ns = agent.filter(|a| a.transactions > 0).map(|a| a.active_ns);
@@ -438,6 +584,7 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
         server: run.agent_host.clone(),
     };
     meta.cpu = cpu;
+    meta.agent = served_by(&run.reports);
     meta.add_all(&warnings);
     CrrResult {
         meta,
@@ -451,7 +598,7 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
             CrrClose::Fin
         },
         duration_ns: nanos(opt.duration),
-        connections_per_second: agent.and_then(|a| rate(a.transactions, a.active_ns)),
+        connections_per_second: together.as_ref().and_then(|(_, r)| *r),
         agent_transactions: agent.map(|a| a.transactions),
         agent_duration_ns: agent_ns,
         agent_failed: agent.map(|a| a.failed),
@@ -480,7 +627,25 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
                     })
                     .collect()
             }),
+        agents: shares(&run.reports),
     }
+}
+
+/// The first agent, with the others that served the test (behind a balancer).
+fn served_by(reports: &[(Option<AgentTag>, AgentReport)]) -> Option<sonde_report::ServedBy> {
+    let (Some(first), _) = reports.first()? else {
+        return None;
+    };
+    Some(sonde_report::ServedBy {
+        id: first.id.to_string(),
+        addr: first.addr.clone(),
+        other_agents: reports
+            .iter()
+            .skip(1)
+            .filter_map(|(t, _)| t.as_ref().map(|t| t.id.to_string()))
+            .collect(),
+        reopened_channels: 0,
+    })
 }
 
 fn errors(e: &CrrErrorCounts) -> CrrErrors {
@@ -491,6 +656,7 @@ fn errors(e: &CrrErrorCounts) -> CrrErrors {
         addr_not_available: e.addr_not_available,
         closed: e.closed,
         other: e.other,
+        other_agent: e.other_agent,
     }
 }
 
@@ -561,10 +727,62 @@ mod tests {
             stats,
             elapsed_ns: 1_000_000_000,
             intervals: None,
-            report,
+            reports: vec![(None, report)],
             cpu: None,
             interrupted: false,
         }
+    }
+
+    fn tagged(
+        id: u64,
+        addr: &str,
+        transactions: u64,
+        active_ns: u64,
+    ) -> (Option<AgentTag>, AgentReport) {
+        let tag = AgentTag {
+            id: sonde_wire::AgentId(id),
+            addr: addr.into(),
+        };
+        let report = AgentReport {
+            crr: Some(CrrReport {
+                transactions,
+                active_ns,
+                failed: 0,
+            }),
+            ..AgentReport::default()
+        };
+        (Some(tag), report)
+    }
+
+    #[test]
+    fn two_agents_behind_a_balancer_add_up_and_each_has_its_share() {
+        let mut run = run_with(stats(90), AgentReport::default());
+        run.reports = vec![
+            tagged(1, "198.18.11.2:5300", 60, 6_000_000),
+            tagged(2, "198.18.12.2:5300", 30, 5_000_000),
+        ];
+        let r = result(&target(), &CrrOptions::default(), 0, &run);
+        assert_eq!(r.agent_transactions, Some(90));
+        // Each agent's rate over its own window, summed: 10,000/s + 6,000/s.
+        assert_eq!(r.connections_per_second, Some(16_000.0));
+        assert_eq!(r.agent_duration_ns, Some(6_000_000));
+        assert_eq!(r.agents.len(), 2);
+        assert_eq!(
+            (r.agents[1].addr.as_str(), r.agents[1].transactions),
+            ("198.18.12.2:5300", 30)
+        );
+        assert_eq!(r.agents[1].connections_per_second, Some(6_000.0));
+        let agent = r.meta.agent.as_ref().expect("the first agent is named");
+        assert_eq!(agent.addr, "198.18.11.2:5300");
+        assert_eq!(agent.other_agents, ["0000000000000002"]);
+        assert_eq!(
+            r.meta.warning_codes,
+            [sonde_report::WarningCode::Balancer],
+            "{:?}",
+            r.meta.warnings
+        );
+        // No one agent's CPU stands for the server's.
+        assert!(r.meta.cpu.server.is_none());
     }
 
     #[test]

@@ -170,11 +170,24 @@ impl Handshake {
 
     /// Asks for `spec`, with the `tuning` the agent is to apply to its end.
     pub fn start(&mut self, now: Instant, spec: &TestSpec, tuning: Tuning) {
+        self.start_as(now, spec, tuning, None);
+    }
+
+    /// [`Handshake::start`] under `token`, the one another agent behind the same address gave
+    /// the test (`None`: the agent's choice).
+    pub fn start_as(
+        &mut self,
+        now: Instant,
+        spec: &TestSpec,
+        tuning: Tuning,
+        token: Option<Token>,
+    ) {
         let proof = self.proof(&Request::Test(spec));
         let start = ControlMsg::Start {
             spec: spec.clone(),
             proof,
             tuning,
+            token,
         };
         self.ask(now, start, Due::Acceptance, HANDSHAKE_TIMEOUT);
     }

@@ -153,7 +153,18 @@ impl Welcomed {
         spec: &TestSpec,
         tuning: Tuning,
     ) -> Result<(Token, Option<HostInfo>, Option<AgentTag>), ClientError> {
-        self.handshake.start(Instant::now(), spec, tuning);
+        self.start_as(spec, tuning, None)
+    }
+
+    /// [`Welcomed::start`] under `token`, another agent's for the same test (`None`: the
+    /// agent's choice).
+    pub(crate) fn start_as(
+        &mut self,
+        spec: &TestSpec,
+        tuning: Tuning,
+        token: Option<Token>,
+    ) -> Result<(Token, Option<HostInfo>, Option<AgentTag>), ClientError> {
+        self.handshake.start_as(Instant::now(), spec, tuning, token);
         match exchange(&mut self.ctrl, &mut self.body, &mut self.handshake)? {
             Progress::Accepted { token, host, agent } => Ok((token, host, agent)),
             _ => Err(ClientError::Protocol("the handshake went astray".into())),

@@ -50,6 +50,9 @@ pub enum CrrError {
     Closed,
     /// Anything else (out of file descriptors, no route, ...).
     Other,
+    /// A load balancer placed the connection on an agent without the test's session, which
+    /// said so: not a transaction of the test, and not a fault of the path.
+    OtherAgent,
 }
 
 /// Failed attempts, by kind.
@@ -67,6 +70,8 @@ pub struct CrrErrorCounts {
     pub closed: u64,
     /// [`CrrError::Other`].
     pub other: u64,
+    /// [`CrrError::OtherAgent`].
+    pub other_agent: u64,
 }
 
 impl CrrErrorCounts {
@@ -79,6 +84,7 @@ impl CrrErrorCounts {
             CrrError::AddrNotAvailable => &mut self.addr_not_available,
             CrrError::Closed => &mut self.closed,
             CrrError::Other => &mut self.other,
+            CrrError::OtherAgent => &mut self.other_agent,
         };
         *n += 1;
     }
@@ -91,6 +97,7 @@ impl CrrErrorCounts {
             + self.addr_not_available
             + self.closed
             + self.other
+            + self.other_agent
     }
 
     fn merge(&mut self, o: &Self) {
@@ -100,6 +107,7 @@ impl CrrErrorCounts {
         self.addr_not_available += o.addr_not_available;
         self.closed += o.closed;
         self.other += o.other;
+        self.other_agent += o.other_agent;
     }
 }
 

@@ -50,6 +50,9 @@ pub struct CrrClientConfig {
     pub until_ns: u64,
     /// Limit of each step: the connect, and the wait for the whole response.
     pub timeout: Duration,
+    /// Ask an agent without the session to say so ([`CrrJoin::answer`]): only for an agent
+    /// that named itself when it admitted the test.
+    pub answer: bool,
 }
 
 /// All workers' intervals of a run (`sonde crr -i`). Each worker adds to it once per interval
@@ -170,7 +173,7 @@ pub fn client_worker_with_intervals(
             CrrError::Refused | CrrError::Closed | CrrError::Other => {
                 std::thread::sleep(ERROR_BACKOFF);
             }
-            CrrError::Timeout | CrrError::Reset => {}
+            CrrError::Timeout | CrrError::Reset | CrrError::OtherAgent => {}
         }
     }
     rec.finish()
@@ -193,6 +196,7 @@ fn request_bytes(cfg: &CrrClientConfig) -> Vec<u8> {
             worker: cfg.worker,
             rst: cfg.rst,
             response_size: cfg.response_bytes,
+            answer: cfg.answer,
         }
         .encode(),
     );
@@ -227,8 +231,18 @@ fn attempt(
     rec.connected(start, clock.now_ns());
     // Each call is bounded by the socket's timeouts, the whole exchange by one more.
     let deadline = Instant::now() + cfg.timeout;
+    if let Some(first) = response.first_mut() {
+        // What an earlier answer left there must not be read as this one's.
+        *first = 0;
+    }
     let exchange = write_all_by(&sock, request, deadline)
         .and_then(|()| read_all_by(&sock, response, deadline));
+    // A response is zeros; an agent without the session answers `SNDK...` and closes, which a
+    // response of 16 bytes or more reads as cut short and a shorter one reads in part.
+    if cfg.answer && response.first() == Some(&b'S') {
+        let _ = sock.set_linger(Some(Duration::ZERO));
+        return Err(CrrError::OtherAgent);
+    }
     if let Err(e) = exchange {
         // Abandoned: a reset tells the agent this exchange did not complete.
         let _ = sock.set_linger(Some(Duration::ZERO));
@@ -413,6 +427,7 @@ mod tests {
             rst: false,
             until_ns: u64::try_from(until.as_nanos()).unwrap(),
             timeout: Duration::from_secs(2),
+            answer: false,
         }
     }
 
@@ -581,6 +596,73 @@ mod tests {
         let stats = rec.finish();
         assert_eq!((stats.connects(), stats.transactions()), (3, 0));
         assert!(!stop.load(Ordering::Relaxed));
+    }
+
+    /// Behind a balancer: every other connection reaches an agent without the session, which
+    /// answers `SNDK...` and closes. Neither a short response (read in part) nor a long one
+    /// (cut short) counts it as a transaction or a fault.
+    #[test]
+    fn a_connection_another_agent_answers_is_neither_a_transaction_nor_a_fault() {
+        for response_bytes in [1, 2_000] {
+            let (l, addr) = listener();
+            let h = thread::spawn(move || {
+                for i in 0..6 {
+                    let (mut s, _) = l.accept().unwrap();
+                    let deadline = Instant::now() + STEP;
+                    let mut pre = [0u8; PREAMBLE_LEN];
+                    read_full(&mut s, &mut pre, deadline).unwrap();
+                    let join = agent_read_join(&mut s, deadline).unwrap();
+                    assert!(join.answer);
+                    if i % 2 == 0 {
+                        let a = sonde_wire::JoinAnswer {
+                            outcome: sonde_wire::JoinOutcome::NoSuchSession,
+                            agent: sonde_wire::AgentId(9),
+                        };
+                        let _ = s.write_all(&a.encode());
+                    } else {
+                        let _ = agent_answer(&mut s, 100, join.response_size, false, deadline);
+                    }
+                }
+            });
+            let cfg = CrrClientConfig {
+                response_bytes,
+                answer: true,
+                ..config(addr, Duration::from_secs(10))
+            };
+            let stop = AtomicBool::new(false);
+            let clock = Clock::start();
+            let mut rec = Recorder::new(None);
+            let sa = SockAddr::from(addr);
+            let request = request_bytes(&cfg);
+            let mut response = vec![0u8; response_bytes as usize];
+            let mut outcomes = Vec::new();
+            for _ in 0..6 {
+                let start = clock.now_ns();
+                let r = attempt(
+                    &cfg,
+                    &sa,
+                    Domain::IPV4,
+                    &request,
+                    &mut response,
+                    &clock,
+                    &mut rec,
+                );
+                if let Err(kind) = r {
+                    rec.failed(start, clock.now_ns(), kind);
+                }
+                outcomes.push(r);
+            }
+            h.join().unwrap();
+            let stats = rec.finish();
+            assert_eq!(stats.transactions(), 3, "{response_bytes}: {outcomes:?}");
+            let e = *stats.errors();
+            assert_eq!(
+                (e.other_agent, e.total()),
+                (3, 3),
+                "{response_bytes}: {e:?}"
+            );
+            assert!(!stop.load(Ordering::Relaxed));
+        }
     }
 
     #[test]

@@ -901,6 +901,7 @@ pub(crate) fn crr_4_workers() -> TestResult {
         }),
         errors: CrrErrors::default(),
         intervals: Vec::new(),
+        agents: Vec::new(),
     })
 }
 
@@ -1015,6 +1016,7 @@ pub(crate) fn crr_ports_exhausted() -> TestResult {
                 ),
             ]
         },
+        agents: Vec::new(),
     })
 }
 

@@ -165,6 +165,10 @@ pub enum Refusal {
     /// A helper request ([`ControlMsg::Help`]) to an agent that does not help: started without
     /// `--helper`, or without a shared secret.
     NotHelper,
+    /// `Start` asked for a token a session of this agent has already: behind a load
+    /// balancer, the test's earlier connection reached this agent (the client looks for every
+    /// agent behind the address this way).
+    TokenTaken,
 }
 
 /// The agent's limits, announced in [`ControlMsg::Welcome`] so a client can explain a refusal.
@@ -457,6 +461,14 @@ pub enum ControlMsg {
         /// for how long.
         #[serde(default, skip_serializing_if = "Tuning::is_default")]
         tuning: Tuning,
+        /// Run the session under this token, the one another agent behind the same address
+        /// (a load balancer) gave this test: a crr connection the balancer places on either
+        /// agent then finds its session. `None` for a token of the agent's choosing; refused
+        /// (`bad_request`) when a session of this agent already has it. An older agent ignores
+        /// it and chooses its own, which the client sees in `Accepted`. Not covered by the
+        /// proof: a token opens nothing that another client's does not.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<Token>,
     },
     /// Agent → client: open the data channels now and present this token.
     Accepted {
@@ -725,6 +737,7 @@ mod tests {
                 spec: spec(),
                 proof: Some(Proof([4; 32])),
                 tuning: Tuning::default(),
+                token: None,
             },
             ControlMsg::Start {
                 spec: spec(),
@@ -733,6 +746,7 @@ mod tests {
                     busy_poll: true,
                     pin: true,
                 },
+                token: None,
             },
             ControlMsg::Accepted {
                 token: Token(u64::MAX),
@@ -833,6 +847,7 @@ mod tests {
                 busy_poll: true,
                 pin: true,
             },
+            token: None,
         };
         buf.clear();
         encode_frame(&asked, &mut buf).unwrap();
@@ -892,6 +907,7 @@ mod tests {
                 spec: s.clone(),
                 proof: None,
                 tuning: Tuning::default(),
+                token: None,
             },
             &mut buf,
         )

@@ -162,17 +162,26 @@ pub struct CrrJoin {
     pub rst: bool,
     /// Bytes the agent answers with.
     pub response_size: u32,
+    /// An agent without a session of this token answers with a [`crate::JoinAnswer`] (which
+    /// starts `S`, where a response is zeros) instead of closing: behind a load balancer the
+    /// client tells a connection placed on another agent from a failed one. Set only for an
+    /// agent that named itself in `Accepted`.
+    pub answer: bool,
 }
 
 impl CrrJoin {
     const FLAG_RST: u16 = 0x0001;
+    const FLAG_ANSWER: u16 = 0x0002;
 
     /// Writes the join.
     pub fn encode(&self) -> [u8; CRR_JOIN_LEN] {
         let mut b = [0u8; CRR_JOIN_LEN];
         b[..8].copy_from_slice(&self.token.0.to_be_bytes());
         b[8..10].copy_from_slice(&self.worker.to_be_bytes());
-        let flags = if self.rst { Self::FLAG_RST } else { 0 };
+        let mut flags = if self.rst { Self::FLAG_RST } else { 0 };
+        if self.answer {
+            flags |= Self::FLAG_ANSWER;
+        }
         b[10..12].copy_from_slice(&flags.to_be_bytes());
         b[12..16].copy_from_slice(&self.response_size.to_be_bytes());
         b
@@ -187,6 +196,7 @@ impl CrrJoin {
             worker: u16::from_be_bytes([b[8], b[9]]),
             rst: flags & Self::FLAG_RST != 0,
             response_size: u32::from_be_bytes([b[12], b[13], b[14], b[15]]),
+            answer: flags & Self::FLAG_ANSWER != 0,
         })
     }
 }
@@ -555,6 +565,7 @@ mod tests {
             worker: 0x0a0b,
             rst: true,
             response_size: 0x0001_0000,
+            answer: false,
         };
         assert_eq!(
             j.encode(),

@@ -353,7 +353,11 @@ pub fn crr_join(data: &[u8]) -> bool {
     };
     let wire = j.encode();
     assert_eq!(wire[..10], data[..10], "token and worker encode back");
-    assert_eq!(wire[10..12], [0, data[11] & 1], "only the rst flag is kept");
+    assert_eq!(
+        wire[10..12],
+        [0, data[11] & 3],
+        "only the rst and answer flags are kept"
+    );
     assert_eq!(wire[12..], data[12..16], "response size encodes back");
     assert_eq!(CrrJoin::decode(&wire), Ok(j));
     true
@@ -910,6 +914,7 @@ fn control_messages() -> Vec<ControlMsg> {
             spec: spec.clone(),
             proof: None,
             tuning: crate::Tuning::default(),
+            token: None,
         },
         ControlMsg::Start {
             spec,
@@ -918,6 +923,7 @@ fn control_messages() -> Vec<ControlMsg> {
                 busy_poll: true,
                 pin: false,
             },
+            token: None,
         },
         ControlMsg::Accepted {
             token: Token(u64::MAX),
@@ -1078,6 +1084,7 @@ fn crr_join_seeds() -> Vec<Vec<u8>> {
                 worker: 7,
                 rst,
                 response_size: 64,
+                answer: false,
             }
             .encode()
             .to_vec()

@@ -62,6 +62,8 @@ struct FakeAgent {
     gone: bool,
     /// The specs admitted, with the key their UDP joins are to be signed with.
     admitted: Vec<(TestSpec, Option<SessionKey>)>,
+    /// The tokens of its sessions.
+    taken: Vec<Token>,
     helpers: u32,
     hosts_described: u32,
 }
@@ -77,6 +79,7 @@ impl FakeAgent {
             link_busy: false,
             gone: false,
             admitted: Vec::new(),
+            taken: Vec::new(),
             helpers: 0,
             hosts_described: 0,
         }
@@ -98,7 +101,12 @@ impl Agent for FakeAgent {
         self.shutting_down
     }
 
-    fn admit(&mut self, spec: &TestSpec, key: Option<&SessionKey>) -> Result<Token, NotAdmitted> {
+    fn admit(
+        &mut self,
+        spec: &TestSpec,
+        key: Option<&SessionKey>,
+        token: Option<Token>,
+    ) -> Result<Token, NotAdmitted> {
         if self.gone {
             return Err(NotAdmitted::Gone);
         }
@@ -108,9 +116,14 @@ impl Agent for FakeAgent {
         if self.link_busy && matches!(spec.kind, TestKind::Throughput | TestKind::Pps) {
             return Err(NotAdmitted::LinkBusy);
         }
+        if token.is_some_and(|t| self.taken.contains(&t)) {
+            return Err(NotAdmitted::TokenTaken);
+        }
         self.room -= 1;
         self.admitted.push((spec.clone(), key.cloned()));
-        Ok(Token(0x5eed_0000 + self.admitted.len() as u64))
+        let t = token.unwrap_or(Token(0x5eed_0000 + self.admitted.len() as u64));
+        self.taken.push(t);
+        Ok(t)
     }
 
     fn admit_helper(&mut self) -> Result<(), NotAdmitted> {
@@ -463,6 +476,7 @@ fn a_first_message_other_than_hello_is_a_bad_hello() {
             spec: latency(),
             proof: None,
             tuning: Tuning::default(),
+            token: None,
         },
         ControlMsg::Ready,
         ControlMsg::Describe { proof: None },
@@ -503,8 +517,13 @@ fn no_entropy_closes_the_connection_without_a_welcome() {
         fn shutting_down(&self) -> bool {
             false
         }
-        fn admit(&mut self, s: &TestSpec, k: Option<&SessionKey>) -> Result<Token, NotAdmitted> {
-            self.0.admit(s, k)
+        fn admit(
+            &mut self,
+            s: &TestSpec,
+            k: Option<&SessionKey>,
+            t: Option<Token>,
+        ) -> Result<Token, NotAdmitted> {
+            self.0.admit(s, k, t)
         }
         fn admit_helper(&mut self) -> Result<(), NotAdmitted> {
             self.0.admit_helper()
@@ -593,6 +612,7 @@ fn a_duplicate_start_is_left_to_the_test_and_admits_nothing_more() {
         spec: latency(),
         proof: None,
         tuning: Tuning::default(),
+        token: None,
     });
     assert_eq!(pair.fake.admitted.len(), 1);
     assert_eq!(pair.sent.len(), sent);
@@ -864,6 +884,7 @@ fn a_replayed_proof_is_refused() {
         spec: latency(),
         proof,
         tuning: Tuning::default(),
+        token: None,
     });
     assert_eq!(other.refusal().0, Refusal::Unauthenticated);
 }

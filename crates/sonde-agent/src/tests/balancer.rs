@@ -116,3 +116,39 @@ fn a_udp_join_for_a_session_the_agent_does_not_hold_is_answered_and_no_larger() 
     // The session's agent acknowledges the flow from the right address.
     assert!(udp_join(&sock, a.local_addr(), token, 1, PATIENCE));
 }
+
+#[test]
+fn a_session_runs_under_the_token_asked_for_unless_this_agent_has_it() {
+    let a = agent(|_| {});
+    let s = spec(TestKind::Crr, Protocol::Tcp, Direction::Forward, 3_000);
+    let start = |token: Token| {
+        let mut raw = Raw::hello(&a);
+        raw.send(&ControlMsg::Start {
+            spec: s.clone(),
+            proof: None,
+            tuning: sonde_wire::Tuning::default(),
+            token: Some(token),
+        });
+        let reply = raw.recv();
+        (raw, reply)
+    };
+    // Another agent behind the balancer gave the test this token: this one takes it.
+    let asked = Token(0x0123_4567_89ab_cdef);
+    let (_first, reply) = start(asked);
+    assert!(
+        matches!(reply, ControlMsg::Accepted { token, .. } if token == asked),
+        "{reply:?}"
+    );
+    // The search for agents reaches this one again: it says it has the test already.
+    let (_again, reply) = start(asked);
+    assert!(
+        matches!(
+            reply,
+            ControlMsg::Refused {
+                reason: Refusal::TokenTaken,
+                ..
+            }
+        ),
+        "{reply:?}"
+    );
+}

@@ -99,6 +99,7 @@ fn only_the_sessions_own_connections_are_answered_and_counted() {
         worker: 1,
         rst: false,
         response_size: 3_000,
+        answer: false,
     };
     for _ in 0..5 {
         assert_eq!(exchange(&h, Ipv4Addr::LOCALHOST, good, 100), Some(3_000));
@@ -168,6 +169,7 @@ fn stalled_joins_hold_pending_places_not_unbounded_threads() {
         worker: 0,
         rst: false,
         response_size: 10,
+        answer: false,
     });
     let held: Vec<TcpStream> = (0..STALLED)
         .map(|_| {
@@ -200,6 +202,7 @@ fn an_exchange_cut_short_is_a_failure_of_the_session_not_a_transaction() {
         worker: 0,
         rst: false,
         response_size: 10,
+        answer: false,
     };
     // Half a request, then a close: identified, but not completed.
     let mut s = TcpStream::connect(h.local_addr()).unwrap();
@@ -233,6 +236,7 @@ fn with_rst_agreed_the_reset_after_the_response_completes_the_exchange() {
         worker: 0,
         rst: true,
         response_size: 1,
+        answer: false,
     };
     for _ in 0..3 {
         let sock = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();

@@ -221,6 +221,7 @@ impl Raw {
             spec: spec.clone(),
             proof: None,
             tuning: sonde_wire::Tuning::default(),
+            token: None,
         });
         let reply = raw.recv();
         (raw, reply)

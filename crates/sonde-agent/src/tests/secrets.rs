@@ -129,6 +129,7 @@ fn a_replayed_proof_is_refused() {
         spec: spec.clone(),
         proof: Some(proof),
         tuning: sonde_wire::Tuning::default(),
+        token: None,
     });
     assert!(matches!(
         raw.recv(),
@@ -146,6 +147,7 @@ fn a_replayed_proof_is_refused() {
         spec: spec.clone(),
         proof: Some(proof),
         tuning: sonde_wire::Tuning::default(),
+        token: None,
     });
     assert_unauthenticated(&replay.recv());
     // Nor does a proof for one request admit another (a longer test), nor `Describe`.
@@ -158,6 +160,7 @@ fn a_replayed_proof_is_refused() {
         spec: longer,
         proof: Some(s.proof(&an, &client_nonce, &Request::Test(&spec))),
         tuning: sonde_wire::Tuning::default(),
+        token: None,
     });
     assert_unauthenticated(&other.recv());
     let (mut describe, an, _) = raw_hello(&h, client_nonce);
@@ -226,6 +229,7 @@ fn a_udp_join_without_the_session_mac_is_not_acknowledged() {
         spec: spec.clone(),
         proof: Some(s.proof(&an, &cn, &Request::Test(&spec))),
         tuning: sonde_wire::Tuning::default(),
+        token: None,
     });
     let ControlMsg::Accepted { token, .. } = raw.recv() else {
         panic!("the session was not accepted");
@@ -394,6 +398,7 @@ fn one_address_cannot_take_every_session() {
             spec: long.clone(),
             proof: None,
             tuning: sonde_wire::Tuning::default(),
+            token: None,
         });
         let reply = raw.recv();
         (raw, reply)

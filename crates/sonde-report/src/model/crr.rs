@@ -3,6 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::context::CpuCost;
 use super::meta::{Meta, Protocol};
 use super::stats::RttNs;
 
@@ -33,6 +34,11 @@ pub struct CrrErrors {
     pub closed: u64,
     /// Anything else (out of file descriptors, no route...).
     pub other: u64,
+    /// Connections a load balancer placed on an agent that had no session of the test (one
+    /// the client had not found behind the address): not transactions, not faults. Absent
+    /// from older documents.
+    #[serde(default)]
+    pub other_agent: u64,
 }
 
 /// `sonde crr`: connection rate. Each transaction is a new TCP connection: connect, a request,
@@ -89,6 +95,28 @@ pub struct CrrResult {
     /// transaction, connect and failure of the client's totals.
     #[serde(default)]
     pub intervals: Vec<CrrInterval>,
+    /// Through a load balancer with several agents behind the address: each agent's share, as
+    /// it counted it (the `agent_*` figures above are their sum, the rate the sum of their
+    /// rates). Absent on a direct path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agents: Vec<CrrAgentShare>,
+}
+
+/// One agent's part of a crr test a load balancer spread over several agents.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CrrAgentShare {
+    /// The agent process (16 hex digits).
+    pub id: String,
+    /// The address the agent saw the test arrive at (its own).
+    pub addr: String,
+    /// Exchanges it completed.
+    pub transactions: u64,
+    /// Its transactions over its own window, per second; `null` without any.
+    pub connections_per_second: Option<f64>,
+    /// Connections of the test it could not complete.
+    pub failed: u64,
+    /// Its CPU cost of the test; `null` when it did not report one.
+    pub cpu: Option<CpuCost>,
 }
 
 /// One interval of a crr test, counted by the client. Each event counts in the interval it

@@ -371,6 +371,16 @@ pub enum Warning {
     IntervalsCountedAtSender,
     /// iperf3://: the server closed instead of ending the test.
     UncleanEnd,
+    /// Connections a balancer placed on an agent the client had not found.
+    UnfoundAgent {
+        /// Such connections.
+        connections: u64,
+    },
+    /// The address tested spread a crr test's connections over several agents.
+    SpreadOverAgents {
+        /// Agents that served the test.
+        agents: usize,
+    },
     /// The address tested balanced the test's channels over several agents.
     Balancer {
         /// Agents seen, the session's included.
@@ -432,7 +442,9 @@ impl Warning {
                 WarningCode::IntervalsCountedHere
             }
             Self::UncleanEnd => WarningCode::UncleanEnd,
-            Self::Balancer { .. } => WarningCode::Balancer,
+            Self::Balancer { .. } | Self::SpreadOverAgents { .. } | Self::UnfoundAgent { .. } => {
+                WarningCode::Balancer
+            }
         }
     }
 }
@@ -664,6 +676,20 @@ impl std::fmt::Display for Warning {
             Self::UncleanEnd => f.write_str(
                 "the iperf3 server closed the connection after its results instead of ending \
                  the test with DISPLAY_RESULTS",
+            ),
+            Self::UnfoundAgent { connections } => write!(
+                f,
+                "{connections} connections reached an agent behind the balancer that this test \
+                 had not found (the search ends after 8 new connections in a row find no new \
+                 agent): they are not counted as transactions (errors.other_agent), and that \
+                 agent's share is missing from the rate"
+            ),
+            Self::SpreadOverAgents { agents } => write!(
+                f,
+                "the address tested is a load balancer: it spread this test's connections over \
+                 {agents} agents, each of which ran a session of the test; the agent's figures \
+                 are their sum (the rate the sum of their rates, the CPU cost each one's in \
+                 `agents`)"
             ),
             Self::Balancer {
                 agents,

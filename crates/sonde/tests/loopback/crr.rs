@@ -343,6 +343,7 @@ fn refused_unanswered(addr: SocketAddr, token: Token) -> bool {
         worker: 0,
         rst: false,
         response_size: 1,
+        answer: false,
     };
     out.extend_from_slice(&join.encode());
     out.push(b'?');

@@ -68,6 +68,10 @@ pub(crate) fn crr(r: &CrrResult, out: &mut String) {
         "established by the client".into(),
     ]);
     g.render(out);
+    if !r.agents.is_empty() {
+        out.push('\n');
+        agents(r, out);
+    }
 
     out.push('\n');
     times(r, out);
@@ -200,6 +204,37 @@ fn times(r: &CrrResult, out: &mut String) {
 }
 
 /// The failures by kind, only those that happened.
+/// Each agent's share, when a load balancer spread the test over several.
+fn agents(r: &CrrResult, out: &mut String) {
+    line(
+        out,
+        format!(
+            "spread by a load balancer over {} agents, each counting its own:",
+            r.agents.len()
+        ),
+    );
+    let mut g = Grid::new(vec![Col::left(), Col::right(), Col::right(), Col::left()]);
+    g.row([
+        "  agent".into(),
+        "connections/s".into(),
+        "transactions".into(),
+        "CPU".into(),
+    ]);
+    for a in &r.agents {
+        g.row([
+            format!("  {}", a.addr),
+            a.connections_per_second
+                .map_or_else(|| "n/a".to_owned(), fmt_count_f64),
+            fmt_count(a.transactions),
+            a.cpu
+                .as_ref()
+                .and_then(|c| c.percent_of_one_core)
+                .map_or_else(|| "n/a".to_owned(), |p| format!("{p:.1}% of a core")),
+        ]);
+    }
+    g.render(out);
+}
+
 fn failures(r: &CrrResult, out: &mut String) {
     let e = &r.errors;
     let kinds = [
@@ -221,6 +256,11 @@ fn failures(r: &CrrResult, out: &mut String) {
             "closed by the agent before the whole response",
         ),
         ("other", e.other, "other errors"),
+        (
+            "other agent",
+            e.other_agent,
+            "placed by a load balancer on an agent without the test's session",
+        ),
     ];
     let total: u64 = kinds.iter().map(|k| k.1).sum();
     let agent = r.agent_failed.filter(|&n| n > 0);
