@@ -390,6 +390,7 @@ impl Test for LatencyOptions {
             },
             interval_ms: 0,
             read_size: 0,
+            socket: Default::default(),
         };
         let run = session::run_latency_held(target, &spec, &opt, interrupt, &mut || hold.call())?;
         let mut result = results::latency(target, &opt, &run);
@@ -559,6 +560,7 @@ pub(crate) fn pps_spec(opt: &PpsOptions) -> TestSpec {
         duration_ms: millis(opt.duration),
         interval_ms: opt.interval.map_or(0, millis),
         read_size: 0,
+        socket: Default::default(),
     }
 }
 
@@ -601,6 +603,7 @@ pub(crate) fn throughput_spec(opt: &ThroughputOptions) -> Result<TestSpec, Clien
         duration_ms: millis(opt.duration),
         interval_ms: opt.interval.map_or(0, millis),
         read_size: opt.read_size.unwrap_or(0),
+        socket: Default::default(),
     })
 }
 
@@ -616,6 +619,7 @@ pub(crate) fn latency_spec(opt: &LatencyOptions) -> TestSpec {
         duration_ms: millis(opt.warmup + opt.duration),
         interval_ms: 0,
         read_size: 0,
+        socket: Default::default(),
     }
 }
 

@@ -784,6 +784,7 @@ mod context_tests {
             duration_ms: 1_000,
             interval_ms: 0,
             read_size,
+            socket: Default::default(),
         };
         let tcp = sonde_wire::Protocol::Tcp;
         let fresh = || meta(&target, SessionId(1), 0, 0);

@@ -921,6 +921,7 @@ mod tests {
             duration_ms: 1_000,
             interval_ms: 100,
             read_size: 0,
+            socket: Default::default(),
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let control = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
