@@ -1240,6 +1240,7 @@ fn document(
         streams,
         helpers: None,
         tuning: None,
+        socket: None,
     }
 }
 

@@ -32,6 +32,9 @@ pub(crate) struct Context {
     pub(crate) server_host: Option<HostInfo>,
     /// This end's CPU cost; `None` where it cannot be measured.
     pub(crate) client_cpu: Option<CpuReport>,
+    /// The socket options asked for, and what this host's kernel made of them on its first
+    /// data stream; `None` when none were asked.
+    pub(crate) socket: Option<(sonde_wire::SocketOptions, sonde_wire::AppliedSocketOptions)>,
 }
 
 impl Context {

@@ -24,6 +24,7 @@ use sonde_engine::interval::Intervals;
 use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
 use sonde_net::cpu::ThreadsMeter;
 use sonde_net::latency::{LatencyOutcome, PingConfig};
+use sonde_net::socket::{Applied, DataOptionError, DataOptions};
 use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
 use sonde_report::IntervalResult;
@@ -232,6 +233,18 @@ pub(crate) fn connect(
     tuning: Tuning,
 ) -> Result<Connected, ClientError> {
     let started_unix_ms = crate::now_unix_ms();
+    // A value this host's kernel refuses is a usage error, found before the agent is asked.
+    let options = (!spec.socket.is_default()).then(|| DataOptions::from(&spec.socket));
+    if let Some(o) = &options {
+        let local = match target.addr {
+            std::net::SocketAddr::V4(_) => std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+            std::net::SocketAddr::V6(_) => {
+                std::net::SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
+            }
+        };
+        o.try_on(local, target.addr.ip(), spec.protocol == Protocol::Tcp)
+            .map_err(|e| socket_refused(&e))?;
+    }
     let mut welcomed = hello(target)?;
     let mut spec = spec.clone();
     if spec.duration_ms == 0 {
@@ -253,9 +266,23 @@ pub(crate) fn connect(
         ..Context::this_host(target)
     };
     let mut channels = Vec::new();
+    let mut applied: Option<sonde_wire::AppliedSocketOptions> = None;
     for i in 0..spec.channels() {
-        channels.push(open_channel(target, &spec, token, key.as_ref(), i)?);
+        let (channel, a) = open_channel(target, &spec, options.as_ref(), token, key.as_ref(), i)?;
+        channels.push(channel);
+        let a = a.map(|a| a.to_wire(&spec.socket, spec.protocol == Protocol::Tcp));
+        match (&mut applied, a) {
+            (None, a) => applied = a,
+            // The pacing rate as the first sending stream has it.
+            (Some(f), Some(a)) if spec.client_sends(i) && f.pacing_bits_per_second.is_none() => {
+                f.pacing_bits_per_second = a.pacing_bits_per_second;
+                f.note = f.note.take().or(a.note);
+            }
+            _ => {}
+        }
     }
+    let mut context = context;
+    context.socket = applied.map(|a| (spec.socket.clone(), a));
     handshake.await_ready(Instant::now());
     match exchange(&mut ctrl, &mut body, &mut handshake)? {
         Progress::Ready => {}
@@ -272,18 +299,52 @@ pub(crate) fn connect(
     })
 }
 
+/// A socket option this host's kernel refused: a usage error naming the option and the
+/// kernel's reason.
+fn socket_refused(e: &sonde_net::socket::DataOptionError) -> ClientError {
+    ClientError::Usage(format!("{}: {}", e.flag(), e.explain()))
+}
+
+/// Opens data channel `index`, with the test's socket `options` (when any) set on it: the
+/// channel, and what this host's kernel made of the options.
 fn open_channel(
     target: &Target,
     spec: &TestSpec,
+    options: Option<&DataOptions>,
     token: Token,
     key: Option<&SessionKey>,
     index: u32,
-) -> Result<ClientChannel, ClientError> {
+) -> Result<(ClientChannel, Option<Applied>), ClientError> {
+    // The pacing rate is for the streams this end sends on.
+    let options = options.map(|o| DataOptions {
+        max_pacing_rate_bytes_per_second: o
+            .max_pacing_rate_bytes_per_second
+            .filter(|_| spec.client_sends(index) && spec.kind != TestKind::Latency),
+        ..o.clone()
+    });
     match spec.protocol {
         Protocol::Tcp => {
             let nodelay = spec.kind == TestKind::Latency;
-            let mut s = sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, nodelay)
-                .map_err(|e| ClientError::Connect(e, target.addr))?;
+            let (mut s, applied) = match &options {
+                None => (
+                    sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, nodelay)
+                        .map_err(|e| ClientError::Connect(e, target.addr))?,
+                    None,
+                ),
+                Some(o) => {
+                    let o = DataOptions {
+                        nodelay: o.nodelay || nodelay,
+                        ..o.clone()
+                    };
+                    let (s, applied) =
+                        sonde_net::socket::tcp_connect_with(target.addr, CONNECT_TIMEOUT, &o)
+                            .map_err(|e| match e {
+                                DataOptionError::Socket(e) => ClientError::Connect(e, target.addr),
+                                e => socket_refused(&e),
+                            })?;
+                    (s, Some(applied))
+                }
+            };
             let preamble = Preamble {
                 version: PROTOCOL_VERSION,
                 channel: Channel::Data,
@@ -295,13 +356,16 @@ fn open_channel(
             s.write_all(&preamble.encode())
                 .and_then(|()| s.write_all(&join.encode()))
                 .map_err(|e| ClientError::Data(e, index))?;
-            Ok(ClientChannel::Tcp(s))
+            Ok((ClientChannel::Tcp(s), applied))
         }
         Protocol::Udp => {
             let sock = sonde_net::socket::udp_connect(target.addr)
                 .map_err(|e| ClientError::Data(e, index))?;
+            let applied = options
+                .map(|o| o.apply_udp(&sock).map_err(|e| socket_refused(&e)))
+                .transpose()?;
             join_udp(&sock, token, key, index)?;
-            Ok(ClientChannel::Udp(sock))
+            Ok((ClientChannel::Udp(sock), applied))
         }
     }
 }

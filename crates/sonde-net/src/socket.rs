@@ -483,7 +483,7 @@ impl DataOptions {
         if let Some(rate) = self.max_pacing_rate_bytes_per_second {
             match sys::set_max_pacing_rate(sock, rate) {
                 Ok(()) => {
-                    applied.max_pacing_rate_bytes_per_second = sys::max_pacing_rate(sock).ok()
+                    applied.max_pacing_rate_bytes_per_second = sys::max_pacing_rate(sock).ok();
                 }
                 Err(e) => applied.pacing_error = Some(e),
             }

@@ -83,6 +83,7 @@ pub(crate) fn latency_tcp() -> TestResult {
         full_log: None,
         helpers: None,
         tuning: None,
+        socket: None,
     })
 }
 
@@ -130,6 +131,7 @@ pub(crate) fn latency_udp_lossy() -> TestResult {
         full_log: None,
         helpers: None,
         tuning: None,
+        socket: None,
     })
 }
 
@@ -184,6 +186,7 @@ pub(crate) fn throughput_tcp_2_streams() -> TestResult {
         retransmits: Some(59),
         helpers: None,
         tuning: None,
+        socket: None,
     })
 }
 
@@ -229,6 +232,7 @@ pub(crate) fn throughput_udp_reverse() -> TestResult {
         retransmits: None,
         helpers: None,
         tuning: None,
+        socket: None,
     })
 }
 
@@ -290,6 +294,7 @@ pub(crate) fn throughput_bidir() -> TestResult {
         retransmits: Some(9),
         helpers: None,
         tuning: None,
+        socket: None,
     })
 }
 
@@ -336,6 +341,7 @@ pub(crate) fn pps_2_flows() -> TestResult {
         intervals: Vec::new(),
         helpers: None,
         tuning: None,
+        socket: None,
     })
 }
 

@@ -361,9 +361,9 @@ pub struct AgentReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_size: Option<u32>,
     /// What the agent's kernel made of [`TestSpec::socket`] on its end; `None` when nothing was
-    /// asked, or from an agent that predates the options.
+    /// asked, or from an agent that predates the options. (Boxed, as `tuning`.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub socket: Option<crate::AppliedSocketOptions>,
+    pub socket: Option<Box<crate::AppliedSocketOptions>>,
 }
 
 /// What a client asks of the agent's end of a latency test besides the [`TestSpec`]

@@ -65,6 +65,12 @@ pub(crate) struct Opt {
     #[arg(short = 'l', long = "length", default_value = "128K", value_name = "LEN", value_parser = crate::units::size)]
     length: u32,
     #[command(flatten)]
+    ip: crate::sockopt::IpOpt,
+    #[command(flatten)]
+    tcp_opt: crate::sockopt::TcpOpt,
+    #[command(flatten)]
+    pacing: crate::sockopt::PacingOpt,
+    #[command(flatten)]
     secret: crate::auth::SecretOpt,
     #[command(flatten)]
     output: OutputOpt,
@@ -119,6 +125,13 @@ fn options(opt: &Opt) -> LoadOptions {
             },
             msg_size: opt.length,
             interval: Some(Duration::from_secs(1)),
+            // The socket options are the load's; the probes keep the kernel's defaults.
+            socket: crate::sockopt::socket_options(
+                &opt.ip,
+                Some(&opt.tcp_opt),
+                None,
+                Some(&opt.pacing),
+            ),
             ..ThroughputOptions::default()
         },
         ramp: opt.ramp,

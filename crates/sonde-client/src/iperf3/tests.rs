@@ -18,6 +18,7 @@ fn opt(protocol: Protocol, direction: Direction) -> ThroughputOptions {
         interval: None,
         cpus: Vec::new(),
         read_size: None,
+        socket: sonde_wire::SocketOptions::default(),
     }
 }
 
