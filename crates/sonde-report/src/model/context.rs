@@ -499,3 +499,120 @@ impl EndsSocket {
 fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "unknown".into(), |v| v.to_string())
 }
+
+#[cfg(test)]
+mod socket_tests {
+    use super::*;
+    use sonde_wire::{AppliedSocketOptions, SocketOptions};
+
+    fn asked() -> SocketOptions {
+        SocketOptions {
+            window_bytes: Some(1 << 20),
+            congestion: Some("bbr".into()),
+            mss_bytes: Some(1_200),
+            no_delay: true,
+            tos: Some(0xb8),
+            ..SocketOptions::default()
+        }
+    }
+
+    /// What Linux makes of `asked()` when it grants everything.
+    fn linux() -> AppliedSocketOptions {
+        AppliedSocketOptions {
+            send_buffer_bytes: Some(2 << 20),
+            recv_buffer_bytes: Some(2 << 20),
+            congestion: Some("bbr".into()),
+            mss_bytes: Some(1_188),
+            no_delay: Some(true),
+            tos: Some(0xb8),
+            ..AppliedSocketOptions::default()
+        }
+    }
+
+    fn codes(e: &EndsSocket, tcp: bool) -> Vec<(&'static str, &'static str)> {
+        e.warnings(tcp, true)
+            .into_iter()
+            .map(|w| match w {
+                super::super::Warning::SocketOptionDiffers { side, option, .. } => (side, option),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn options_applied_as_asked_warn_of_nothing() {
+        let e = EndsSocket {
+            asked: asked(),
+            client: linux(),
+            server: Some(linux()),
+        };
+        assert!(codes(&e, true).is_empty());
+        // A platform that grants exactly the request (Windows) is as asked too.
+        let exact = AppliedSocketOptions {
+            send_buffer_bytes: Some(1 << 20),
+            recv_buffer_bytes: Some(1 << 20),
+            ..linux()
+        };
+        let e = EndsSocket {
+            server: Some(exact),
+            ..e
+        };
+        assert!(codes(&e, true).is_empty());
+    }
+
+    #[test]
+    fn each_end_that_differs_is_named_with_the_option() {
+        let capped = AppliedSocketOptions {
+            // rmem_max = 425,984: granted 851,968 for 1 MiB asked.
+            recv_buffer_bytes: Some(851_968),
+            congestion: Some("cubic".into()),
+            // The path's MTU (1,280) clamped the MSS.
+            mss_bytes: Some(1_028),
+            no_delay: Some(false),
+            tos: Some(0),
+            ..linux()
+        };
+        let e = EndsSocket {
+            asked: asked(),
+            client: linux(),
+            server: Some(capped),
+        };
+        assert_eq!(
+            codes(&e, true),
+            [
+                ("server", "-w/--window"),
+                ("server", "-C/--congestion"),
+                ("server", "-M/--set-mss"),
+                ("server", "-N/--no-delay"),
+                ("server", "-S/--tos"),
+            ]
+        );
+        // An agent that predates the options applied none of them.
+        let old = EndsSocket { server: None, ..e };
+        assert_eq!(codes(&old, true)[..], [("server", "socket options")][..]);
+    }
+
+    #[test]
+    fn tcp_keeps_its_own_ecn_bits_and_says_which_sysctl() {
+        let e = EndsSocket {
+            asked: SocketOptions {
+                tos: Some(0xb8 | 0b10),
+                ..SocketOptions::default()
+            },
+            client: AppliedSocketOptions {
+                tos: Some(0xb8),
+                tcp_ecn_sysctl: Some(2),
+                ..AppliedSocketOptions::default()
+            },
+            server: None,
+        };
+        let w = e.warnings(true, false);
+        assert_eq!(w.len(), 1);
+        let text = w[0].to_string();
+        assert!(
+            text.starts_with("--ecn ECN bits 2: the client's kernel"),
+            "{text}"
+        );
+        assert!(text.contains("net.ipv4.tcp_ecn = 2"), "{text}");
+    }
+}
