@@ -24,6 +24,11 @@ The probes' and the load's sessions overlap on the agent by design; that overlap
 as other sessions. Each phase's probes are a full latency result in --json (idle, loaded), with the \
 load's throughput result and added_rtt_ns (loaded minus idle).
 
+The socket options (-w, -C, -M, -N, -S/--dscp/--ecn, --fq-rate) are the load's: its TCP streams \
+at both ends, reported in the load's throughput result. The probes keep the kernel's defaults \
+(TCP_NODELAY on), so -C bbr against -C cubic compares what each congestion control does to the \
+same probes.
+
 Examples:
   sonde load 198.18.0.2                      TCP probes at 1,000/s, 4 streams forward
   sonde load 198.18.0.2 -u -R -P 8           UDP probes, 8 streams from the agent
