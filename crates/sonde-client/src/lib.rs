@@ -638,7 +638,9 @@ pub(crate) fn latency_spec(opt: &LatencyOptions) -> Result<TestSpec, ClientError
 /// A TCP throughput test's socket options with `-b` in them: the rate of all streams of one
 /// direction together, as for UDP, paced on each stream at its share (`SO_MAX_PACING_RATE` =
 /// rate / streams). `--fq-rate` is the per-stream rate itself; the two together are refused.
-fn throughput_socket(opt: &ThroughputOptions) -> Result<sonde_wire::SocketOptions, ClientError> {
+pub(crate) fn throughput_socket(
+    opt: &ThroughputOptions,
+) -> Result<sonde_wire::SocketOptions, ClientError> {
     let mut socket = check_socket(&opt.socket, opt.protocol, TestKind::Throughput)?;
     if opt.protocol == Protocol::Tcp && opt.bitrate > 0 {
         if socket.pacing_bits_per_second.is_some() {

@@ -301,7 +301,7 @@ pub(crate) fn connect(
 
 /// A socket option this host's kernel refused: a usage error naming the option and the
 /// kernel's reason.
-fn socket_refused(e: &sonde_net::socket::DataOptionError) -> ClientError {
+pub(crate) fn socket_refused(e: &sonde_net::socket::DataOptionError) -> ClientError {
     ClientError::Usage(format!("{}: {}", e.flag(), e.explain()))
 }
 
