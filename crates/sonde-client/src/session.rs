@@ -299,6 +299,30 @@ pub(crate) fn connect(
     })
 }
 
+/// `--dont-fragment`: a datagram of `payload` bytes must fit the path MTU the kernel knows
+/// toward the agent (the interface's, or less where a router said so); a usage error naming the
+/// MTU otherwise, before any datagram is sent. (A path MTU that shrinks during the test ends
+/// it with the send's `EMSGSIZE`, explained the same way.)
+fn fits_path_mtu(sock: &UdpSocket, payload: u32) -> Result<(), ClientError> {
+    let Ok(mtu) = sonde_net::socket::path_mtu(sock) else {
+        return Ok(());
+    };
+    let ip = match sock.peer_addr() {
+        Ok(std::net::SocketAddr::V6(p)) if p.ip().to_ipv4_mapped().is_none() => 40,
+        _ => 20,
+    };
+    let datagram = payload.saturating_add(8 + ip);
+    if datagram > mtu {
+        return Err(ClientError::Usage(format!(
+            "--dont-fragment: a {payload}-byte datagram is {datagram} B with the UDP and IP \
+             headers, above the path MTU of {mtu} B toward the agent, and may not be fragmented: \
+             send at most {} bytes (-l/-m), or leave out --dont-fragment",
+            mtu.saturating_sub(8 + ip)
+        )));
+    }
+    Ok(())
+}
+
 /// A socket option this host's kernel refused: a usage error naming the option and the
 /// kernel's reason.
 pub(crate) fn socket_refused(e: &sonde_net::socket::DataOptionError) -> ClientError {
@@ -364,6 +388,9 @@ fn open_channel(
             let applied = options
                 .map(|o| o.apply_udp(&sock).map_err(|e| socket_refused(&e)))
                 .transpose()?;
+            if spec.socket.dont_fragment {
+                fits_path_mtu(&sock, spec.msg_size)?;
+            }
             join_udp(&sock, token, key, index)?;
             Ok((ClientChannel::Udp(sock), applied))
         }

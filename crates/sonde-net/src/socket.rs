@@ -492,6 +492,13 @@ impl DataOptions {
     }
 }
 
+/// The path MTU the kernel knows for a connected UDP socket (`IP_MTU` / `IPV6_MTU`), bytes:
+/// the largest datagram, headers included, that leaves it whole under don't-fragment.
+pub fn path_mtu(sock: &UdpSocket) -> io::Result<u32> {
+    let ipv6 = tos_is_ipv6(sock.local_addr().ok(), sock.peer_addr().ok());
+    sys::path_mtu(sys::sock_ref(sock), ipv6)
+}
+
 /// Connects a TCP stream to `peer` with `opts` set before the handshake (the buffers size the
 /// window it offers, `TCP_MAXSEG` the MSS its SYN announces), within `timeout`; returns the
 /// stream and what the kernel granted, read back once connected.
