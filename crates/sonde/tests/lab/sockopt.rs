@@ -45,6 +45,13 @@ const NEEDS: &[Need] = &[
 ];
 const TIMEOUT: Duration = Duration::from_secs(60);
 
+/// One end of the link: the client `a` or the agent `b`.
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    A,
+    B,
+}
+
 /// Two namespaces joined by a veth pair; both deleted on drop.
 struct Lab {
     ns: Namespaces,
@@ -65,18 +72,26 @@ impl Lab {
         self.ns.name(0)
     }
 
+    fn ns(&self, side: Side) -> &str {
+        match side {
+            Side::A => self.a(),
+            Side::B => self.b(),
+        }
+    }
+
     fn b(&self) -> &str {
         self.ns.name(1)
     }
 
     /// A counting chain in `ns`'s input hook, one `MATCH counter` rule per matcher, in order.
-    fn count(&self, ns: &str, matchers: &[String]) {
-        self.count_at(ns, "input priority 0", matchers);
+    fn count(&self, side: Side, matchers: &[String]) {
+        self.count_at(side, "input priority 0", matchers);
     }
 
     /// [`Lab::count`] at another hook (`prerouting priority -500` sees fragments before the
     /// kernel reassembles them).
-    fn count_at(&self, ns: &str, hook: &str, matchers: &[String]) {
+    fn count_at(&self, side: Side, hook: &str, matchers: &[String]) {
+        let ns = self.ns(side);
         let nft = |args: &[&str]| check(command_in(Some(ns), tool("nft")).args(args));
         nft(&["add", "table", "inet", "sonde_sock"]);
         nft(&[
@@ -97,7 +112,8 @@ impl Lab {
     }
 
     /// The packet counts of [`Lab::count`]'s rules in `ns`, in order.
-    fn counts(&self, ns: &str) -> Vec<u64> {
+    fn counts(&self, side: Side) -> Vec<u64> {
+        let ns = self.ns(side);
         let json = check(command_in(Some(ns), tool("nft")).args([
             "-j",
             "list",
@@ -121,7 +137,8 @@ impl Lab {
     }
 
     /// Removes the counting chain of `ns` (for the next case).
-    fn reset(&self, ns: &str) {
+    fn reset(&self, side: Side) {
+        let ns = self.ns(side);
         check(command_in(Some(ns), tool("nft")).args(["flush", "ruleset"]));
     }
 }
@@ -152,8 +169,8 @@ fn dscp_ecn_and_df_mark_every_udp_datagram_both_ways() {
             format!("{flow} ip frag-off & 0x4000 != 0"),
         ]
     };
-    lab.count(lab.b(), &rules("dport"));
-    lab.count(lab.a(), &rules("sport"));
+    lab.count(Side::B, &rules("dport"));
+    lab.count(Side::A, &rules("sport"));
     let target = agent.target();
     let doc = client(
         &lab,
@@ -175,7 +192,7 @@ fn dscp_ecn_and_df_mark_every_udp_datagram_both_ways() {
             "--dont-fragment",
         ],
     );
-    for (ns, side) in [(lab.b(), "at the agent"), (lab.a(), "at the client")] {
+    for (ns, side) in [(Side::B, "at the agent"), (Side::A, "at the client")] {
         let c = lab.counts(ns);
         eprintln!("{side}: {c:?} (all, ef, ect1, DF)");
         assert_eq!(c.len(), 4, "{c:?}");
@@ -199,9 +216,9 @@ fn dscp_ecn_and_df_mark_every_udp_datagram_both_ways() {
     // Linux sets DF on a UDP datagram that fits the path MTU even without the option
     // (IP_PMTUDISC_WANT); the option's difference is the datagram that does not fit: without
     // it the kernel fragments it, with it the test is refused, naming the MTU.
-    lab.reset(lab.b());
+    lab.reset(Side::B);
     lab.count_at(
-        lab.b(),
+        Side::B,
         "prerouting priority -500",
         &[format!("ip saddr {A_ADDR} ip frag-off & 0x3fff != 0")],
     );
@@ -219,7 +236,7 @@ fn dscp_ecn_and_df_mark_every_udp_datagram_both_ways() {
             "0.5",
         ],
     );
-    let fragments = lab.counts(lab.b());
+    let fragments = lab.counts(Side::B);
     assert!(
         fragments[0] > 0,
         "1,600-byte datagrams were fragmented: {fragments:?}"
@@ -266,14 +283,14 @@ fn set_mss_is_in_the_syn_and_in_every_segment() {
             format!("{flow} tcp flags syn tcp option maxseg size 1000"),
         ]
     };
-    lab.count(lab.b(), &rules("dport"));
-    lab.count(lab.a(), &rules("sport"));
+    lab.count(Side::B, &rules("dport"));
+    lab.count(Side::A, &rules("sport"));
     let target = agent.target();
     let doc = client(
         &lab,
         &["throughput", &target, "--bidir", "-t", "1", "-M", "1000"],
     );
-    let (at_b, at_a) = (lab.counts(lab.b()), lab.counts(lab.a()));
+    let (at_b, at_a) = (lab.counts(Side::B), lab.counts(Side::A));
     eprintln!("at the agent {at_b:?}, at the client {at_a:?} (> 900, > 1052, SYN MSS 1000)");
     for (side, c) in [("to the agent", &at_b), ("to the client", &at_a)] {
         assert!(c[0] > 100, "{side}: full segments were sent: {c:?}");
@@ -286,8 +303,8 @@ fn set_mss_is_in_the_syn_and_in_every_segment() {
         let mss = u64_at(&doc, &["socket", end, "mss_bytes"]);
         assert!((900..=1000).contains(&mss), "{end}: {mss}\n{doc:#}");
     }
-    lab.reset(lab.a());
-    lab.reset(lab.b());
+    lab.reset(Side::A);
+    lab.reset(Side::B);
 }
 
 /// Issue 19: `-C reno -w 1M` as `ss` sees the test's connections at each end while it runs,
