@@ -449,7 +449,7 @@ impl DataOptions {
                 sys::set_tcp_mss(sock, mss)
                     .map_err(|source| DataOptionError::Mss { mss, source })?;
             }
-            applied.mss = sock.mss().ok();
+            applied.mss = sys::tcp_mss(sock).ok();
             if let Some(name) = &self.congestion {
                 let refused = |source| DataOptionError::Congestion {
                     name: name.clone(),
@@ -472,8 +472,7 @@ impl DataOptions {
                 sys::set_ip_tos(sock, tos)
             };
             set.map_err(|source| DataOptionError::Tos { tos, ipv6, source })?;
-            let read = if ipv6 { sock.tclass_v6() } else { sock.tos() };
-            applied.tos = read.ok().and_then(|t| u8::try_from(t).ok());
+            applied.tos = sys::tos(sock, ipv6).ok();
         }
         if self.dont_fragment && !tcp {
             sys::set_dont_fragment(sock, ipv6)

@@ -756,6 +756,17 @@ pub(crate) fn set_ip_tos(sock: &Socket, tos: u8) -> io::Result<()> {
     sock.set_tos(u32::from(tos))
 }
 
+/// `TCP_MAXSEG` as read back: on a connected socket, the MSS it sends with.
+pub(crate) fn tcp_mss(sock: &Socket) -> io::Result<u32> {
+    sock.mss()
+}
+
+/// The TOS byte as read back: `IPV6_TCLASS` with `ipv6`, else `IP_TOS`.
+pub(crate) fn tos(sock: &Socket, ipv6: bool) -> io::Result<u8> {
+    let t = if ipv6 { sock.tclass_v6()? } else { sock.tos()? };
+    u8::try_from(t).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
+}
+
 /// `IPV6_TCLASS` (ipv6(7)).
 pub(crate) fn set_ipv6_tclass(sock: &Socket, tclass: u8) -> io::Result<()> {
     sock.set_tclass_v6(u32::from(tclass))

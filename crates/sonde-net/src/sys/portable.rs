@@ -211,6 +211,16 @@ pub(crate) fn set_max_pacing_rate(
 }
 
 /// Not available portably: fails with [`io::ErrorKind::Unsupported`].
+pub(crate) fn tcp_mss(_sock: &socket2::Socket) -> io::Result<u32> {
+    Err(unsupported())
+}
+
+/// Not available portably: fails with [`io::ErrorKind::Unsupported`].
+pub(crate) fn tos(_sock: &socket2::Socket, _ipv6: bool) -> io::Result<u8> {
+    Err(unsupported())
+}
+
+/// Not available portably: fails with [`io::ErrorKind::Unsupported`].
 pub(crate) fn set_dont_fragment(_sock: &socket2::Socket, _ipv6: bool) -> io::Result<()> {
     Err(unsupported())
 }
