@@ -195,9 +195,11 @@ impl Opt {
             cpu: self.cpu,
             socket: crate::sockopt::socket_options(
                 &self.ip,
-                Some(&self.tcp_opt),
-                Some(&self.df),
-                None,
+                crate::sockopt::Taken {
+                    tcp: Some(&self.tcp_opt),
+                    df: Some(&self.df),
+                    ..crate::sockopt::Taken::default()
+                },
             ),
         }
     }

@@ -74,6 +74,8 @@ pub(crate) struct Opt {
     #[command(flatten)]
     tcp_opt: crate::sockopt::TcpOpt,
     #[command(flatten)]
+    no_delay: crate::sockopt::NoDelayOpt,
+    #[command(flatten)]
     pacing: crate::sockopt::PacingOpt,
     #[command(flatten)]
     secret: crate::auth::SecretOpt,
@@ -133,9 +135,12 @@ fn options(opt: &Opt) -> LoadOptions {
             // The socket options are the load's; the probes keep the kernel's defaults.
             socket: crate::sockopt::socket_options(
                 &opt.ip,
-                Some(&opt.tcp_opt),
-                None,
-                Some(&opt.pacing),
+                crate::sockopt::Taken {
+                    tcp: Some(&opt.tcp_opt),
+                    no_delay: Some(&opt.no_delay),
+                    df: None,
+                    pacing: Some(&opt.pacing),
+                },
             ),
             ..ThroughputOptions::default()
         },

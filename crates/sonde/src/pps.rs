@@ -119,7 +119,13 @@ impl Opt {
             },
             interval: self.interval.filter(|d| !d.is_zero()),
             cpus: self.cpu.as_ref().map(|c| c.0.clone()).unwrap_or_default(),
-            socket: crate::sockopt::socket_options(&self.ip, None, Some(&self.df), None),
+            socket: crate::sockopt::socket_options(
+                &self.ip,
+                crate::sockopt::Taken {
+                    df: Some(&self.df),
+                    ..crate::sockopt::Taken::default()
+                },
+            ),
         }
     }
 }

@@ -28,7 +28,7 @@ pub(crate) struct IpOpt {
     pub(crate) ecn: Option<u8>,
 }
 
-/// `-C`, `-M`, `-N`: TCP only.
+/// `-C`, `-M`: TCP only.
 #[derive(Debug, Clone, Default, Args)]
 pub(crate) struct TcpOpt {
     /// TCP congestion control of every data stream, both ends: TCP_CONGESTION (reno, cubic,
@@ -39,8 +39,13 @@ pub(crate) struct TcpOpt {
     /// holds both directions to it (88 to 32767; default: the path's). iperf3 -M
     #[arg(short = 'M', long = "set-mss", value_name = "BYTES")]
     pub(crate) set_mss: Option<u32>,
-    /// TCP_NODELAY on every data stream, both ends: no Nagle (latency streams always have it).
-    /// iperf3 -N, netperf -D
+}
+
+/// `-N`: the TCP tests that stream (a latency test's sockets always have `TCP_NODELAY`).
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct NoDelayOpt {
+    /// TCP_NODELAY on every data stream, both ends: each write leaves at once, without Nagle's
+    /// wait for a full segment. iperf3 -N, netperf -D
     #[arg(short = 'N', long = "no-delay")]
     pub(crate) no_delay: bool,
 }
@@ -64,13 +69,23 @@ pub(crate) struct PacingOpt {
     pub(crate) fq_rate: Option<u64>,
 }
 
-/// The socket options of a test from the groups its subcommand takes (`None`: not taken).
-pub(crate) fn socket_options(
-    ip: &IpOpt,
-    tcp: Option<&TcpOpt>,
-    df: Option<&DfOpt>,
-    pacing: Option<&PacingOpt>,
-) -> SocketOptions {
+/// The groups of socket options a subcommand takes (`None`: not taken).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Taken<'a> {
+    pub(crate) tcp: Option<&'a TcpOpt>,
+    pub(crate) no_delay: Option<&'a NoDelayOpt>,
+    pub(crate) df: Option<&'a DfOpt>,
+    pub(crate) pacing: Option<&'a PacingOpt>,
+}
+
+/// The socket options of a test from the groups its subcommand takes.
+pub(crate) fn socket_options(ip: &IpOpt, taken: Taken<'_>) -> SocketOptions {
+    let Taken {
+        tcp,
+        no_delay,
+        df,
+        pacing,
+    } = taken;
     let dscp_tos = ip.dscp.map(|d| d << 2).or(ip.tos);
     let tos = match (dscp_tos, ip.ecn) {
         (None, None) => None,
@@ -81,7 +96,7 @@ pub(crate) fn socket_options(
         window_bytes: ip.window,
         congestion: tcp.and_then(|t| t.congestion.clone()),
         mss_bytes: tcp.and_then(|t| t.set_mss),
-        no_delay: tcp.is_some_and(|t| t.no_delay),
+        no_delay: no_delay.is_some_and(|n| n.no_delay),
         pacing_bits_per_second: pacing.and_then(|p| p.fq_rate),
         tos,
         dont_fragment: df.is_some_and(|d| d.dont_fragment),
@@ -202,7 +217,7 @@ mod tests {
             dscp,
             ecn,
         };
-        let of = |ip: &IpOpt| socket_options(ip, None, None, None).tos;
+        let of = |ip: &IpOpt| socket_options(ip, Taken::default()).tos;
         assert_eq!(of(&ip(None, Some(46), None)), Some(0xb8));
         assert_eq!(
             of(&ip(None, Some(46), Some(ecn("ect0").unwrap()))),
@@ -220,11 +235,16 @@ mod tests {
         let tcp = TcpOpt {
             congestion: Some("bbr".into()),
             set_mss: Some(1_000),
-            no_delay: true,
         };
-        let with = socket_options(&IpOpt::default(), Some(&tcp), None, None);
+        let no_delay = NoDelayOpt { no_delay: true };
+        let taken = Taken {
+            tcp: Some(&tcp),
+            no_delay: Some(&no_delay),
+            ..Taken::default()
+        };
+        let with = socket_options(&IpOpt::default(), taken);
         assert_eq!(with.congestion.as_deref(), Some("bbr"));
         assert_eq!((with.mss_bytes, with.no_delay), (Some(1_000), true));
-        assert!(socket_options(&IpOpt::default(), None, None, None).is_default());
+        assert!(socket_options(&IpOpt::default(), Taken::default()).is_default());
     }
 }

@@ -407,7 +407,6 @@ mod tests {
                 "ecn",
                 "congestion",
                 "set_mss",
-                "no_delay",
                 "dont_fragment",
             ],
             "throughput" => &[

@@ -113,6 +113,8 @@ pub(crate) struct Opt {
     #[command(flatten)]
     tcp_opt: crate::sockopt::TcpOpt,
     #[command(flatten)]
+    no_delay: crate::sockopt::NoDelayOpt,
+    #[command(flatten)]
     df: crate::sockopt::DfOpt,
     #[command(flatten)]
     pacing: crate::sockopt::PacingOpt,
@@ -308,9 +310,12 @@ fn options(opt: &Opt) -> ThroughputOptions {
         read_size: opt.read_size,
         socket: crate::sockopt::socket_options(
             &opt.ip,
-            Some(&opt.tcp_opt),
-            Some(&opt.df),
-            Some(&opt.pacing),
+            crate::sockopt::Taken {
+                tcp: Some(&opt.tcp_opt),
+                no_delay: Some(&opt.no_delay),
+                df: Some(&opt.df),
+                pacing: Some(&opt.pacing),
+            },
         ),
     }
 }

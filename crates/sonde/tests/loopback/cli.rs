@@ -602,6 +602,7 @@ fn socket_options_that_cannot_apply_are_usage_errors() {
         (vec!["pps", &target, "-N"], "-N"),
         (vec!["pps", &target, "-C", "reno"], "-C"),
         (vec!["latency", &target, "--fq-rate", "1M"], "--fq-rate"),
+        (vec!["latency", &target, "-N"], "-N"),
         (
             vec!["throughput", &target, "-S", "1", "--dscp", "ef"],
             "cannot be used with",
