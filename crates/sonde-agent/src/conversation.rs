@@ -90,6 +90,15 @@ pub(crate) trait Agent {
     fn host(&mut self) -> Option<Box<HostInfo>>;
     /// This agent, as `Accepted` names it: its id and the address the client reached.
     fn tag(&mut self) -> Option<AgentTag>;
+
+    /// Tries the test's socket options ([`TestSpec::socket`]) on a throwaway socket like its
+    /// streams': `Err` names the option the kernel refuses and why.
+    ///
+    /// # Errors
+    /// The option and the kernel's reason.
+    fn try_socket(&mut self, _spec: &TestSpec) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// What the conversation decided, in the order it decided it.
@@ -328,6 +337,10 @@ impl<'a> Conversation<'a> {
         }
         if let Err((reason, message)) = validate(&spec, self.cfg) {
             return self.refuse(reason, message, false);
+        }
+        if let Err(why) = agent.try_socket(&spec) {
+            let message = format!("the agent's kernel refuses {why}");
+            return self.refuse(Refusal::BadRequest, message, false);
         }
         let token = match agent.admit(&spec, key, token) {
             Ok(token) => token,

@@ -443,7 +443,7 @@ fn try_options(
         return Ok(());
     }
     opts.try_on(local, peer, !p.udp())
-        .map(drop)
+        .and_then(|applied| opts.check_granted(&applied))
         .map_err(|e| option_refusal(&e))
 }
 
@@ -508,8 +508,10 @@ fn apply_options(
     let mut congestion_used = None;
     for (i, stream) in streams.iter().enumerate() {
         let agent_sends = !p.client_sends(i);
+        let asked = if agent_sends { opts } else { &receiving };
         let applied = stream
-            .apply(if agent_sends { opts } else { &receiving })
+            .apply(asked)
+            .and_then(|applied| asked.check_granted(&applied).map(|()| applied))
             .map_err(|e| option_refusal(&e))?;
         if let Some(e) = applied.pacing_error {
             shared.report(|| crate::AgentEvent::Iperf3Unpaced {

@@ -107,6 +107,7 @@ mod tests {
                 duration_ms: 1_000,
                 interval_ms: 0,
                 read_size: 0,
+                socket: Default::default(),
             },
             channels: Mutex::new(vec![None, None]),
             joined: Condvar::new(),

@@ -920,6 +920,16 @@ fn udp_join(udp: &UdpSocket, datagram: &[u8], from: SocketAddr, shared: &Shared)
     let Ok(flow) = sonde_net::socket::udp_flow(shared.local, from) else {
         return false;
     };
+    // The test's TOS byte and DF from the first datagram on, the acknowledgement included (the
+    // session sets them again, with the rest, and reads them back before Ready).
+    if !slot.spec.socket.is_default() {
+        let marking = sonde_net::socket::DataOptions {
+            tos: slot.spec.socket.tos,
+            dont_fragment: slot.spec.socket.dont_fragment,
+            ..sonde_net::socket::DataOptions::default()
+        };
+        let _ = marking.apply_udp(&flow);
+    }
     if flow.send(&ack).is_err() {
         return false;
     }

@@ -25,12 +25,13 @@ use sonde_engine::interval::Intervals;
 use sonde_net::bulk::{SendOutcome, TcpRecvOutcome, UdpRecvOutcome};
 use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
 use sonde_net::cpu::ThreadsMeter;
+use sonde_net::socket::DataOptions;
 use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
 use sonde_wire::auth::{Nonce, SessionKey};
 use sonde_wire::{
-    AgentReport, ControlMsg, CpuReport, IntervalStats, Preamble, Protocol, SessionId, StreamStats,
-    TcpInfoStats, TestKind, TestSpec, Token, Tuning, TuningReport,
+    AgentReport, AppliedSocketOptions, ControlMsg, CpuReport, IntervalStats, Preamble, Protocol,
+    SessionId, StreamStats, TcpInfoStats, TestKind, TestSpec, Token, Tuning, TuningReport,
 };
 
 use crate::admission::Full;
@@ -237,6 +238,19 @@ impl Agent for Admit<'_, '_> {
             id: self.shared.agent_id,
             addr: self.ctrl.local_addr().ok()?.to_string(),
         })
+    }
+
+    fn try_socket(&mut self, spec: &TestSpec) -> Result<(), String> {
+        if spec.socket.is_default() {
+            return Ok(());
+        }
+        let (Ok(local), Ok(peer)) = (self.ctrl.local_addr(), self.ctrl.peer_addr()) else {
+            return Ok(());
+        };
+        let opts = DataOptions::from(&spec.socket);
+        opts.try_on(local, peer.ip(), spec.protocol == Protocol::Tcp)
+            .map(drop)
+            .map_err(|e| format!("{}: {}", e.flag(), e.explain()))
     }
 }
 
@@ -457,6 +471,19 @@ impl<'a> Test<'a> {
             return "ended: cannot clone the control socket".into();
         };
         let this_thread = self.cpu.track();
+        let socket = match self.apply_socket() {
+            Ok(applied) => applied,
+            Err(why) => {
+                let mut ctrl = ctrl;
+                let _ = write_frame(
+                    &mut ctrl,
+                    &ControlMsg::Error {
+                        message: why.clone(),
+                    },
+                );
+                return format!("ended: {why}");
+            }
+        };
         let writer = Mutex::new(ctrl);
         let (tx, rx) = mpsc::channel::<Event>();
         let clock = Clock::start();
@@ -529,6 +556,7 @@ impl<'a> Test<'a> {
             Ok(mut report) => {
                 report.intervals = intervals_out;
                 report.overlapping_sessions = self.slot.overlap.load(Ordering::Relaxed);
+                report.socket = socket.map(Box::new);
                 // Every other thread of the session has ended: the sum is complete.
                 drop(this_thread);
                 report.cpu = self.cpu_report();
@@ -786,6 +814,45 @@ impl<'a> Test<'a> {
         }
     }
 
+    /// Sets the client's socket options ([`TestSpec::socket`]) on the agent's end of every
+    /// stream before `Ready` (the pacing rate on the streams the agent sends on only), and reads
+    /// back what the kernel made of them: `None` when nothing was asked. The admission tried
+    /// them on a throwaway socket already, so a failure here is rare: it ends the test with
+    /// the option and the kernel's reason.
+    fn apply_socket(&self) -> Result<Option<AppliedSocketOptions>, String> {
+        let asked = &self.spec.socket;
+        if asked.is_default() {
+            return Ok(None);
+        }
+        let sending = DataOptions::from(asked);
+        let receiving = DataOptions {
+            max_pacing_rate_bytes_per_second: None,
+            ..sending.clone()
+        };
+        let tcp = self.spec.protocol == Protocol::Tcp;
+        let mut first: Option<AppliedSocketOptions> = None;
+        for (i, channel) in self.channels.iter().enumerate() {
+            let sends = self.agent_sends(i);
+            let opts = if sends { &sending } else { &receiving };
+            let applied = match channel {
+                DataChannel::Tcp(s) => opts.apply_tcp(s),
+                DataChannel::Udp(s) => opts.apply_udp(s),
+            }
+            .map_err(|e| format!("{}: {}", e.flag(), e.explain()))?;
+            let wire = applied.to_wire(asked, tcp);
+            match &mut first {
+                None => first = Some(wire),
+                // The pacing rate as the first sending stream has it.
+                Some(f) if sends && f.pacing_bits_per_second.is_none() => {
+                    f.pacing_bits_per_second = wire.pacing_bits_per_second;
+                    f.note = f.note.take().or(wire.note);
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(first)
+    }
+
     /// With `max_bitrate`, paces a sending TCP stream to its share of the cap
     /// (`SO_MAX_PACING_RATE`: the kernel holds the stream to it, with fq or TCP's own pacing).
     fn pace(&self, s: &TcpStream) -> std::io::Result<()> {
@@ -795,9 +862,11 @@ impl<'a> Test<'a> {
         let senders = (0..self.channels.len())
             .filter(|&i| self.agent_sends(i))
             .count();
-        let share = cap / 8 / u64::try_from(senders.max(1)).unwrap_or(1);
+        let share = (cap / 8 / u64::try_from(senders.max(1)).unwrap_or(1)).max(1);
+        // A lower rate the client asked for (`--fq-rate`) stays.
+        let asked = DataOptions::from(&self.spec.socket).max_pacing_rate_bytes_per_second;
         let options = sonde_net::socket::DataOptions {
-            max_pacing_rate_bytes_per_second: Some(share.max(1)),
+            max_pacing_rate_bytes_per_second: Some(asked.map_or(share, |r| r.min(share))),
             ..sonde_net::socket::DataOptions::default()
         };
         options

@@ -331,6 +331,7 @@ pub fn run_as_helper(
                     interval,
                     // A helper's threads run where its own scheduler puts them.
                     cpus: Vec::new(),
+                    socket: spec.socket.clone(),
                 };
                 crate::run(&t, &opt, Controls::new().interrupt(stop).hold(&mut hold))
                     .map(TestResult::Pps)?
@@ -348,6 +349,8 @@ pub fn run_as_helper(
                     interval,
                     cpus: Vec::new(),
                     read_size: (spec.read_size != 0).then_some(spec.read_size),
+                    // TCP -b is already in it as the pacing rate.
+                    socket: spec.socket.clone(),
                 };
                 crate::run(&t, &opt, Controls::new().interrupt(stop).hold(&mut hold))
                     .map(TestResult::Throughput)?
@@ -359,6 +362,7 @@ pub fn run_as_helper(
                     msg_size: spec.msg_size,
                     duration: duration.saturating_sub(warmup),
                     warmup,
+                    socket: spec.socket.clone(),
                     ..LatencyOptions::default()
                 };
                 crate::run(&t, &opt, Controls::new().interrupt(stop).hold(&mut hold))
@@ -483,7 +487,7 @@ crate::test::impl_test!(
 fn pps_from(target: &str, helpers: &[Target], opt: &PpsOptions) -> Result<PpsResult, ClientError> {
     crate::check_pps(opt)?;
     let test = HelperTest {
-        spec: crate::pps_spec(opt),
+        spec: crate::pps_spec(opt)?,
         gso: match opt.gso {
             GsoMode::Auto => None,
             GsoMode::On => Some(true),
@@ -678,7 +682,7 @@ fn latency_from(
         ));
     }
     let test = HelperTest {
-        spec: crate::latency_spec(opt),
+        spec: crate::latency_spec(opt)?,
         gso: None,
         warmup_ms: crate::millis(opt.warmup),
     };

@@ -49,6 +49,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sonde_engine::interval::Intervals;
 use sonde_net::bulk::{self, SendOutcome, TcpRecvOutcome, UdpFormat, UdpRecvOutcome};
 use sonde_net::cpu::{CpuCost, CpuMeter, CpuScope};
+use sonde_net::socket::{Applied, DataOptionError, DataOptions};
 use sonde_net::{Clock, Counters};
 use sonde_report::{
     IntervalResult, Peer, StreamDirection, StreamResult, ThroughputResult, Warning,
@@ -201,8 +202,9 @@ fn wire_udp_header_len() -> u32 {
 
 /// The parameters a real 3.12 client would send for these options (docs/protocols/iperf3.md §6, "For our
 /// client").
-fn params(opt: &ThroughputOptions) -> Params {
+fn params(opt: &ThroughputOptions, socket: &sonde_wire::SocketOptions) -> Params {
     let udp = opt.protocol == Protocol::Udp;
+    let wide = |v: Option<u32>| v.map_or(0, i64::from);
     // iperf3's `time` is whole seconds; sonde ends the test itself at the exact -t, so this
     // only sets the server's failsafe (time + 40 s) and what its own report says.
     let secs = opt.duration.as_secs() + u64::from(opt.duration.subsec_nanos() > 0);
@@ -231,6 +233,16 @@ fn params(opt: &ThroughputOptions) -> Params {
         // takes the key.
         udp_counters_64bit: udp,
         client_version: Some(CLIENT_VERSION.into()),
+        // The socket options, in iperf3's own keys: the server sets them on its end.
+        window: wide(socket.window_bytes),
+        mss: wide(socket.mss_bytes),
+        nodelay: socket.no_delay,
+        congestion: socket.congestion.clone(),
+        tos: socket.tos.map_or(0, i64::from),
+        dont_fragment: i64::from(socket.dont_fragment),
+        fqrate: socket
+            .pacing_bits_per_second
+            .map_or(0, |r| i64::try_from(r).unwrap_or(i64::MAX)),
         ..Params::default()
     }
 }
@@ -486,19 +498,46 @@ fn open_streams(
     ctl: &Control<'_>,
     cookie: &Cookie,
     params: &Params,
-) -> Result<Vec<DataStream>, ClientError> {
+    options: Option<&DataOptions>,
+) -> Result<(Vec<DataStream>, Option<Applied>), ClientError> {
     let n = usize::try_from(params.streams()).unwrap_or(0);
     let mut streams = Vec::with_capacity(n);
+    let mut first: Option<Applied> = None;
     for i in 0..n {
         if ctl.interrupted() {
             return Err(ClientError::Interrupted);
         }
         let id = wire::stream_id(i);
+        // The pacing rate is for the streams this host sends on.
+        let options = options.map(|o| DataOptions {
+            max_pacing_rate_bytes_per_second: o
+                .max_pacing_rate_bytes_per_second
+                .filter(|_| params.client_sends(i)),
+            ..o.clone()
+        });
         let sock = if params.udp() {
-            DataSocket::Udp(udp_attach(ctl, params, i)?)
+            let sock = udp_attach(ctl, params, i)?;
+            if let Some(o) = &options {
+                let a = o
+                    .apply_udp(&sock)
+                    .map_err(|e| crate::session::socket_refused(&e))?;
+                first.get_or_insert(a);
+            }
+            DataSocket::Udp(sock)
         } else {
-            let mut s = sonde_net::socket::tcp_connect(ctl.peer, CONNECT_TIMEOUT, false)
-                .map_err(|e| ClientError::Data(e, id))?;
+            let mut s = match &options {
+                None => sonde_net::socket::tcp_connect(ctl.peer, CONNECT_TIMEOUT, false)
+                    .map_err(|e| ClientError::Data(e, id))?,
+                Some(o) => {
+                    let (s, a) = sonde_net::socket::tcp_connect_with(ctl.peer, CONNECT_TIMEOUT, o)
+                        .map_err(|e| match e {
+                            DataOptionError::Socket(e) => ClientError::Data(e, id),
+                            e => crate::session::socket_refused(&e),
+                        })?;
+                    first.get_or_insert(a);
+                    s
+                }
+            };
             s.set_write_timeout(Some(STEP_TIMEOUT))
                 .and_then(|()| s.write_all(cookie.as_bytes()))
                 .map_err(|e| ClientError::Data(e, id))?;
@@ -509,7 +548,7 @@ fn open_streams(
             client_sends: params.client_sends(i),
         });
     }
-    Ok(streams)
+    Ok((streams, first))
 }
 
 /// A UDP stream: a connected socket, `"9876"`, and the server's `"6789"` (or the legacy reply)
@@ -908,6 +947,9 @@ struct Run {
     clean_end: bool,
     /// This process's CPU over the data transfer; `None` where it cannot be measured.
     cpu: Option<CpuCost>,
+    /// The socket options asked for and what this host's kernel made of them (the iperf3
+    /// server does not say what its kernel did); `None` when none were asked.
+    socket: Option<(sonde_wire::SocketOptions, sonde_wire::AppliedSocketOptions)>,
 }
 
 fn session(
@@ -917,9 +959,28 @@ fn session(
     opt: &ThroughputOptions,
     on_interval: &mut dyn FnMut(&IntervalResult),
 ) -> Result<Run, ClientError> {
-    let params = params(opt);
+    // TCP -b is the streams' pacing, as against an agent; a value this host's kernel refuses
+    // is a usage error before the server is asked.
+    let socket = crate::throughput_socket(opt)?;
+    let options = (!socket.is_default()).then(|| DataOptions::from(&socket));
+    if let Some(o) = &options {
+        let local = SocketAddr::new(
+            match peer {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+            },
+            0,
+        );
+        o.try_on(local, peer.ip(), opt.protocol == Protocol::Tcp)
+            .map_err(|e| crate::session::socket_refused(&e))?;
+    }
+    let params = params(opt, &socket);
     ctl.send_params(&params)?;
-    let streams = open_streams(ctl, cookie, &params)?;
+    let (streams, applied) = open_streams(ctl, cookie, &params, options.as_ref())?;
+    let socket = applied.map(|a| {
+        let read_back = a.to_wire(&socket, !params.udp());
+        (socket, read_back)
+    });
     ctl.await_start()?;
     // TEST_START starts the duration; TEST_RUNNING (already read) the loops.
     let clock = Clock::start();
@@ -957,6 +1018,7 @@ fn session(
         elapsed_ns: data.elapsed_ns,
         clean_end,
         cpu,
+        socket,
     })
 }
 
@@ -1240,6 +1302,14 @@ fn document(
         streams,
         helpers: None,
         tuning: None,
+        socket: run
+            .socket
+            .clone()
+            .map(|(asked, client)| sonde_report::EndsSocket {
+                asked,
+                client,
+                server: None,
+            }),
     }
 }
 

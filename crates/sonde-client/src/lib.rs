@@ -224,6 +224,9 @@ pub struct LatencyOptions {
     pub busy_poll: bool,
     /// `--cpu N`: the loop's thread runs on CPU N only (and the agent pins its echo).
     pub cpu: Option<u32>,
+    /// `-w`, `-C`, `-M`, `-N`, `-S`/`--dscp`/`--ecn`, `--fq-rate`, `--dont-fragment`: the data
+    /// streams' socket options, set at both ends ([`sonde_wire::SocketOptions`]).
+    pub socket: sonde_wire::SocketOptions,
 }
 
 impl Default for LatencyOptions {
@@ -241,6 +244,7 @@ impl Default for LatencyOptions {
             one_way: false,
             busy_poll: false,
             cpu: None,
+            socket: sonde_wire::SocketOptions::default(),
         }
     }
 }
@@ -268,6 +272,9 @@ pub struct ThroughputOptions {
     /// `--read-size` (TCP): the most one read of each receiver asks for, bytes; `None` for the
     /// receivers' default, [`sonde_wire::DEFAULT_TCP_READ_SIZE`].
     pub read_size: Option<u32>,
+    /// `-w`, `-C`, `-M`, `-N`, `-S`/`--dscp`/`--ecn`, `--fq-rate`, `--dont-fragment`: the data
+    /// streams' socket options, set at both ends ([`sonde_wire::SocketOptions`]).
+    pub socket: sonde_wire::SocketOptions,
 }
 
 impl Default for ThroughputOptions {
@@ -282,6 +289,7 @@ impl Default for ThroughputOptions {
             interval: None,
             cpus: Vec::new(),
             read_size: None,
+            socket: sonde_wire::SocketOptions::default(),
         }
     }
 }
@@ -302,6 +310,9 @@ pub struct PpsOptions {
     /// `--cpu`: the CPUs this host's flows run on, flow `i` on `cpus[i % len]`; the agent is
     /// asked to pin its flows too. Empty: not pinned.
     pub cpus: Vec<u32>,
+    /// `-w`, `-C`, `-M`, `-N`, `-S`/`--dscp`/`--ecn`, `--fq-rate`, `--dont-fragment`: the data
+    /// streams' socket options, set at both ends ([`sonde_wire::SocketOptions`]).
+    pub socket: sonde_wire::SocketOptions,
 }
 
 impl Default for PpsOptions {
@@ -313,6 +324,7 @@ impl Default for PpsOptions {
             gso: GsoMode::Auto,
             interval: None,
             cpus: Vec::new(),
+            socket: sonde_wire::SocketOptions::default(),
         }
     }
 }
@@ -396,6 +408,7 @@ impl Test for LatencyOptions {
             },
             interval_ms: 0,
             read_size: 0,
+            socket: check_socket(&opt.socket, opt.protocol, TestKind::Latency)?,
         };
         let run = session::run_latency_held(target, &spec, &opt, interrupt, &mut || hold.call())?;
         let mut result = results::latency(target, &opt, &run);
@@ -491,7 +504,7 @@ impl Test for PpsOptions {
         let opt = self;
         check_pps(opt)?;
         check_cpus(&opt.cpus)?;
-        let spec = pps_spec(opt);
+        let spec = pps_spec(opt)?;
         let gso = sonde_net::gso::choose(opt.gso, target.addr.ip());
         let size = u64::from(opt.msg_size);
         let mut live = |iv: &IntervalResult| {
@@ -554,8 +567,8 @@ pub(crate) fn check_pps(opt: &PpsOptions) -> Result<(), ClientError> {
 }
 
 /// The agent's view of a pps test.
-pub(crate) fn pps_spec(opt: &PpsOptions) -> TestSpec {
-    TestSpec {
+pub(crate) fn pps_spec(opt: &PpsOptions) -> Result<TestSpec, ClientError> {
+    Ok(TestSpec {
         kind: TestKind::Pps,
         protocol: Protocol::Udp,
         direction: Direction::Forward,
@@ -565,7 +578,8 @@ pub(crate) fn pps_spec(opt: &PpsOptions) -> TestSpec {
         duration_ms: millis(opt.duration),
         interval_ms: opt.interval.map_or(0, millis),
         read_size: 0,
-    }
+        socket: check_socket(&opt.socket, Protocol::Udp, TestKind::Pps)?,
+    })
 }
 
 /// The agent's view of a throughput test, once the options are checked.
@@ -607,12 +621,13 @@ pub(crate) fn throughput_spec(opt: &ThroughputOptions) -> Result<TestSpec, Clien
         duration_ms: millis(opt.duration),
         interval_ms: opt.interval.map_or(0, millis),
         read_size: opt.read_size.unwrap_or(0),
+        socket: throughput_socket(opt)?,
     })
 }
 
 /// The agent's view of a closed-loop latency test for the warm-up and the duration.
-pub(crate) fn latency_spec(opt: &LatencyOptions) -> TestSpec {
-    TestSpec {
+pub(crate) fn latency_spec(opt: &LatencyOptions) -> Result<TestSpec, ClientError> {
+    Ok(TestSpec {
         kind: TestKind::Latency,
         protocol: opt.protocol,
         direction: Direction::Forward,
@@ -622,7 +637,64 @@ pub(crate) fn latency_spec(opt: &LatencyOptions) -> TestSpec {
         duration_ms: millis(opt.warmup + opt.duration),
         interval_ms: 0,
         read_size: 0,
+        socket: check_socket(&opt.socket, opt.protocol, TestKind::Latency)?,
+    })
+}
+
+/// A TCP throughput test's socket options with `-b` in them: the rate of all streams of one
+/// direction together, as for UDP, paced on each stream at its share (`SO_MAX_PACING_RATE` =
+/// rate / streams). `--fq-rate` is the per-stream rate itself; the two together are refused.
+pub(crate) fn throughput_socket(
+    opt: &ThroughputOptions,
+) -> Result<sonde_wire::SocketOptions, ClientError> {
+    let mut socket = check_socket(&opt.socket, opt.protocol, TestKind::Throughput)?;
+    if opt.protocol == Protocol::Tcp && opt.bitrate > 0 {
+        if socket.pacing_bits_per_second.is_some() {
+            return Err(ClientError::Usage(
+                "-b and --fq-rate both set the TCP streams' pacing: -b is the rate of all streams \
+                 together, --fq-rate each stream's; give one"
+                    .into(),
+            ));
+        }
+        socket.pacing_bits_per_second = Some((opt.bitrate / u64::from(opt.parallel.max(1))).max(8));
     }
+    Ok(socket)
+}
+
+/// The socket options, checked against the test: TCP's options (`-C`, `-M`, `-N`) on a UDP
+/// test and `--dont-fragment` on a TCP one are refused, as is what no kernel takes.
+pub(crate) fn check_socket(
+    socket: &sonde_wire::SocketOptions,
+    protocol: Protocol,
+    kind: TestKind,
+) -> Result<sonde_wire::SocketOptions, ClientError> {
+    let usage = |m: &str| Err(ClientError::Usage(m.into()));
+    if protocol == Protocol::Udp {
+        if socket.congestion.is_some() {
+            return usage("-C/--congestion is for TCP: UDP has no congestion control");
+        }
+        if socket.mss_bytes.is_some() {
+            return usage("-M/--set-mss is for TCP: UDP sends each datagram as it is (-l)");
+        }
+        if socket.no_delay {
+            return usage("-N/--no-delay is for TCP: UDP sends each datagram at once");
+        }
+    } else if socket.dont_fragment {
+        return usage(
+            "--dont-fragment is for UDP: TCP already sends with DF set and sizes its segments \
+             to the path MTU (path MTU discovery)",
+        );
+    }
+    if kind == TestKind::Latency && socket.pacing_bits_per_second.is_some() {
+        return usage("--fq-rate is for throughput: a latency test sends one message at a time");
+    }
+    if socket
+        .window_bytes
+        .is_some_and(|w| i32::try_from(w).is_err())
+    {
+        return usage("-w/--window is at most 2 GiB - 1 (the kernel's int)");
+    }
+    Ok(socket.clone())
 }
 
 #[cfg(test)]

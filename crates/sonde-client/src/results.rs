@@ -226,6 +226,12 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
     let full_log = crate::inner::full_log(o, &mut inner_warnings);
     meta.add_all(&inner_warnings);
     let tuning = ends_tuning(run.tuning.as_ref(), run.report.tuning.as_deref(), &mut meta);
+    let socket = ends_socket(
+        &run.context,
+        run.report.socket.as_deref(),
+        opt.protocol == sonde_wire::Protocol::Tcp,
+        &mut meta,
+    );
     LatencyResult {
         meta,
         protocol: protocol(opt.protocol),
@@ -254,6 +260,7 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
         full_log,
         helpers: None,
         tuning,
+        socket,
     }
 }
 
@@ -282,6 +289,24 @@ fn read_size(
         return None;
     }
     Some(spec.tcp_read_size())
+}
+
+/// `-w`, `-C`, `-M`, ...: the socket options as asked and as both ends' kernels applied them,
+/// with a warning for each that differs (or for an agent that did not apply them).
+fn ends_socket(
+    context: &Context,
+    server: Option<&sonde_wire::AppliedSocketOptions>,
+    tcp: bool,
+    meta: &mut Meta,
+) -> Option<sonde_report::EndsSocket> {
+    let (asked, client) = context.socket.clone()?;
+    let ends = sonde_report::EndsSocket {
+        asked,
+        client,
+        server: server.cloned(),
+    };
+    meta.add_all(&ends.warnings(tcp, context.agent));
+    Some(ends)
 }
 
 /// `--busy-poll`, `--cpu`: both ends' reports, with a warning where an end did not do what was
@@ -512,6 +537,7 @@ pub(crate) fn throughput(
     );
     add_context(&mut meta, &run.context, run.report.cpu.as_ref());
     let tuning = ends_tuning(run.tuning.as_ref(), run.report.tuning.as_deref(), &mut meta);
+    let socket = ends_socket(&run.context, run.report.socket.as_deref(), !udp, &mut meta);
     let streams: Vec<StreamResult> = views
         .iter()
         .enumerate()
@@ -597,6 +623,7 @@ pub(crate) fn throughput(
         streams,
         helpers: None,
         tuning,
+        socket,
     }
 }
 
@@ -626,6 +653,7 @@ pub(crate) fn pps(
     );
     add_context(&mut meta, &run.context, run.report.cpu.as_ref());
     let tuning = ends_tuning(run.tuning.as_ref(), run.report.tuning.as_deref(), &mut meta);
+    let socket = ends_socket(&run.context, run.report.socket.as_deref(), false, &mut meta);
     let mut flows = Vec::new();
     let mut method = "";
     let (mut sent_active, mut recv_active) = (0, 0);
@@ -678,6 +706,7 @@ pub(crate) fn pps(
         flows,
         helpers: None,
         tuning,
+        socket,
     }
 }
 
@@ -807,6 +836,7 @@ mod context_tests {
             duration_ms: 1_000,
             interval_ms: 0,
             read_size,
+            socket: Default::default(),
         };
         let tcp = sonde_wire::Protocol::Tcp;
         let fresh = || meta(&target, SessionId(1), 0, 0);
@@ -953,6 +983,7 @@ mod context_tests {
                 ..sonde_wire::CpuReport::default()
             }),
             placement: crate::session::Placement::default(),
+            socket: None,
         };
         let mut m = meta(&target(), SessionId(1), 0, 0);
         add_context(&mut m, &ctx, None);

@@ -34,6 +34,9 @@ pub(crate) struct Context {
     pub(crate) client_cpu: Option<CpuReport>,
     /// Which agent took the session's channels, and which others answered on the way.
     pub(crate) placement: crate::session::Placement,
+    /// The socket options asked for, and what this host's kernel made of them on its first
+    /// data stream; `None` when none were asked.
+    pub(crate) socket: Option<(sonde_wire::SocketOptions, sonde_wire::AppliedSocketOptions)>,
 }
 
 impl Context {

@@ -24,6 +24,7 @@ use sonde_engine::interval::Intervals;
 use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
 use sonde_net::cpu::ThreadsMeter;
 use sonde_net::latency::{LatencyOutcome, PingConfig};
+use sonde_net::socket::DataOptions;
 use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
 use sonde_report::IntervalResult;
@@ -245,6 +246,18 @@ pub(crate) fn connect(
     tuning: Tuning,
 ) -> Result<Connected, ClientError> {
     let started_unix_ms = crate::now_unix_ms();
+    // A value this host's kernel refuses is a usage error, found before the agent is asked.
+    let options = (!spec.socket.is_default()).then(|| DataOptions::from(&spec.socket));
+    if let Some(o) = &options {
+        let local = match target.addr {
+            std::net::SocketAddr::V4(_) => std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+            std::net::SocketAddr::V6(_) => {
+                std::net::SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
+            }
+        };
+        o.try_on(local, target.addr.ip(), spec.protocol == Protocol::Tcp)
+            .map_err(|e| socket_refused(&e))?;
+    }
     let mut welcomed = hello(target)?;
     let mut spec = spec.clone();
     if spec.duration_ms == 0 {
@@ -266,21 +279,35 @@ pub(crate) fn connect(
         ..Placement::default()
     };
     let mut channels = Vec::new();
+    let mut applied: Option<sonde_wire::AppliedSocketOptions> = None;
     for i in 0..spec.channels() {
-        channels.push(joining::open_channel(
+        let (channel, a) = joining::open_channel(
             target,
             &spec,
+            options.as_ref(),
             token,
             key.as_ref(),
             i,
             &mut placement,
             join_deadline,
-        )?);
+        )?;
+        channels.push(channel);
+        let a = a.map(|a| a.to_wire(&spec.socket, spec.protocol == Protocol::Tcp));
+        match (&mut applied, a) {
+            (None, a) => applied = a,
+            // The pacing rate as the first sending stream has it.
+            (Some(f), Some(a)) if spec.client_sends(i) && f.pacing_bits_per_second.is_none() => {
+                f.pacing_bits_per_second = a.pacing_bits_per_second;
+                f.note = f.note.take().or(a.note);
+            }
+            _ => {}
+        }
     }
     let context = Context {
         agent: true,
         server_host,
         placement,
+        socket: applied.map(|a| (spec.socket.clone(), a)),
         ..Context::this_host(target)
     };
     handshake.await_ready(Instant::now());
@@ -297,6 +324,36 @@ pub(crate) fn connect(
         spec,
         context,
     })
+}
+
+/// `--dont-fragment`: a datagram of `payload` bytes must fit the path MTU the kernel knows
+/// toward the agent (the interface's, or less where a router said so); a usage error naming the
+/// MTU otherwise, before any datagram is sent. (A path MTU that shrinks during the test ends
+/// it with the send's `EMSGSIZE`, explained the same way.)
+pub(crate) fn fits_path_mtu(sock: &std::net::UdpSocket, payload: u32) -> Result<(), ClientError> {
+    let Ok(mtu) = sonde_net::socket::path_mtu(sock) else {
+        return Ok(());
+    };
+    let ip = match sock.peer_addr() {
+        Ok(std::net::SocketAddr::V6(p)) if p.ip().to_ipv4_mapped().is_none() => 40,
+        _ => 20,
+    };
+    let datagram = payload.saturating_add(8 + ip);
+    if datagram > mtu {
+        return Err(ClientError::Usage(format!(
+            "--dont-fragment: a {payload}-byte datagram is {datagram} B with the UDP and IP \
+             headers, above the path MTU of {mtu} B toward the agent, and may not be fragmented: \
+             send at most {} bytes (-l/-m), or leave out --dont-fragment",
+            mtu.saturating_sub(8 + ip)
+        )));
+    }
+    Ok(())
+}
+
+/// A socket option this host's kernel refused: a usage error naming the option and the
+/// kernel's reason.
+pub(crate) fn socket_refused(e: &sonde_net::socket::DataOptionError) -> ClientError {
+    ClientError::Usage(format!("{}: {}", e.flag(), e.explain()))
 }
 
 /// Runs a latency test on an open session.
@@ -866,6 +923,7 @@ mod tests {
             duration_ms: 1_000,
             interval_ms: 100,
             read_size: 0,
+            socket: Default::default(),
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let control = TcpStream::connect(listener.local_addr().unwrap()).unwrap();

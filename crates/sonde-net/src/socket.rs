@@ -155,16 +155,17 @@ pub fn tcp_retransmits(stream: &TcpStream) -> Option<u64> {
 }
 
 /// Socket options a peer asks for on the sockets that carry its test data (iperf3's `-w`, `-M`,
-/// `-C`, `-S` and `--fq-rate`); `None` leaves the kernel's choice. [`DataOptions::apply_tcp`]
-/// and [`DataOptions::apply_udp`] set them on a stream and read back what the kernel granted;
-/// [`DataOptions::try_on`] does the same on a throwaway socket, so that a value the kernel
-/// refuses is found before any stream is opened.
+/// `-C`, `-N`, `-S`, `--fq-rate`, `--dont-fragment`); `None` leaves the kernel's choice.
+/// [`DataOptions::apply_tcp`] and [`DataOptions::apply_udp`] set them on a stream and read back
+/// what the kernel granted; [`DataOptions::try_on`] does the same on a throwaway socket, so that
+/// a value the kernel refuses is found before any stream is opened; [`tcp_connect_with`] sets
+/// them before it connects.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DataOptions {
     /// `SO_RCVBUF` and `SO_SNDBUF`, bytes (at most `i32::MAX`). Linux reports twice what was
     /// asked (the other half covers its bookkeeping) and caps the request at
-    /// `net.core.rmem_max` / `wmem_max`; a grant below the request is an error
-    /// ([`DataOptionError::BufferShort`]), as iperf3 makes it.
+    /// `net.core.rmem_max` / `wmem_max`: [`DataOptions::check_granted`] says whether the grant
+    /// is below the request.
     pub buffer_bytes: Option<u32>,
     /// `TCP_MAXSEG` (TCP only). A connected socket keeps the MSS its handshake settled (from
     /// the peer's SYN), so there this only has the kernel check the value.
@@ -176,21 +177,83 @@ pub struct DataOptions {
     pub tos: Option<u8>,
     /// `SO_MAX_PACING_RATE`, bytes per second: a cap on what the socket sends.
     pub max_pacing_rate_bytes_per_second: Option<u64>,
+    /// `TCP_NODELAY` (TCP only).
+    pub nodelay: bool,
+    /// DF on every datagram (UDP only): `IP_MTU_DISCOVER` = `IP_PMTUDISC_DO`, or
+    /// `IPV6_MTU_DISCOVER` = `IPV6_PMTUDISC_DO` and `IPV6_DONTFRAG` for IPv6 peers.
+    pub dont_fragment: bool,
 }
 
-/// What the kernel granted for [`DataOptions`].
+/// What the kernel granted for [`DataOptions`], read back with `getsockopt`.
 #[derive(Debug, Default)]
 pub struct Applied {
-    /// `SO_SNDBUF` as read back, when a buffer size was asked for.
+    /// `SO_SNDBUF` as read back (whether or not a size was asked for).
     pub send_buffer_bytes: Option<usize>,
-    /// `SO_RCVBUF` as read back, when a buffer size was asked for.
+    /// `SO_RCVBUF` as read back (whether or not a size was asked for).
     pub recv_buffer_bytes: Option<usize>,
     /// The congestion control the TCP socket uses, as read back (asked for or the system's
     /// default); `None` for UDP or where the platform does not say.
     pub congestion: Option<String>,
+    /// `TCP_MAXSEG` as read back (TCP): on a connected socket, the MSS it sends with.
+    pub mss: Option<u32>,
+    /// `TCP_NODELAY` as read back (TCP).
+    pub nodelay: Option<bool>,
+    /// The TOS byte as read back, when one was asked for.
+    pub tos: Option<u8>,
+    /// `SO_MAX_PACING_RATE` as read back, bytes per second, when one was set.
+    pub max_pacing_rate_bytes_per_second: Option<u64>,
+    /// Whether datagrams carry DF, as read back (UDP, when asked).
+    pub dont_fragment: Option<bool>,
     /// Why `SO_MAX_PACING_RATE` could not be set. Not an error: like iperf3, the stream then
     /// runs unpaced and the caller says so.
     pub pacing_error: Option<io::Error>,
+}
+
+impl Applied {
+    /// In the wire's terms ([`sonde_wire::AppliedSocketOptions`]), for the options asked in
+    /// `asked` (the others are read back only where they say something about the stream:
+    /// buffers, congestion control, MSS).
+    pub fn to_wire(
+        &self,
+        asked: &sonde_wire::SocketOptions,
+        tcp: bool,
+    ) -> sonde_wire::AppliedSocketOptions {
+        let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        sonde_wire::AppliedSocketOptions {
+            send_buffer_bytes: self.send_buffer_bytes.map(wide),
+            recv_buffer_bytes: self.recv_buffer_bytes.map(wide),
+            congestion: self.congestion.clone(),
+            mss_bytes: self.mss,
+            no_delay: self.nodelay,
+            pacing_bits_per_second: self
+                .max_pacing_rate_bytes_per_second
+                .map(|r| r.saturating_mul(8)),
+            tos: self.tos,
+            dont_fragment: self.dont_fragment,
+            tcp_ecn_sysctl: (tcp && asked.tos.is_some_and(|t| t & 0b11 != 0))
+                .then(sys::tcp_ecn_sysctl)
+                .flatten(),
+            note: self
+                .pacing_error
+                .as_ref()
+                .map(|e| format!("SO_MAX_PACING_RATE not set, the streams ran unpaced: {e}")),
+        }
+    }
+}
+
+impl From<&sonde_wire::SocketOptions> for DataOptions {
+    /// The options of a sonde test's streams (the pacing rate, bits per second, to bytes).
+    fn from(o: &sonde_wire::SocketOptions) -> Self {
+        Self {
+            buffer_bytes: o.window_bytes,
+            mss: o.mss_bytes,
+            congestion: o.congestion.clone(),
+            tos: o.tos,
+            max_pacing_rate_bytes_per_second: o.pacing_bits_per_second.map(|b| (b / 8).max(1)),
+            nodelay: o.no_delay,
+            dont_fragment: o.dont_fragment,
+        }
+    }
 }
 
 /// An option of [`DataOptions`] the kernel refused.
@@ -208,7 +271,7 @@ pub enum DataOptionError {
         /// The kernel's error.
         source: io::Error,
     },
-    /// The kernel granted less than asked.
+    /// The kernel granted less than asked ([`DataOptions::check_granted`]).
     #[error(
         "asked for {asked} B socket buffers, the kernel granted {send_bytes} B to send and \
          {recv_bytes} B to receive (net.core.wmem_max / rmem_max cap them)"
@@ -247,6 +310,17 @@ pub enum DataOptionError {
         /// The kernel's error.
         source: io::Error,
     },
+    /// `TCP_NODELAY` failed.
+    #[error("cannot set TCP_NODELAY: {0}")]
+    NoDelay(io::Error),
+    /// Don't-fragment (`IP_MTU_DISCOVER` / `IPV6_DONTFRAG`) failed.
+    #[error("cannot set don't-fragment ({}): {source}", if *.ipv6 { "IPV6_DONTFRAG" } else { "IP_MTU_DISCOVER" })]
+    DontFragment {
+        /// Whether it was the IPv6 option.
+        ipv6: bool,
+        /// The kernel's error.
+        source: io::Error,
+    },
 }
 
 impl DataOptionError {
@@ -257,8 +331,46 @@ impl DataOptionError {
             | Self::Buffer { source, .. }
             | Self::Mss { source, .. }
             | Self::Congestion { source, .. }
-            | Self::Tos { source, .. } => source.raw_os_error(),
+            | Self::Tos { source, .. }
+            | Self::NoDelay(source)
+            | Self::DontFragment { source, .. } => source.raw_os_error(),
             Self::BufferShort { .. } => None,
+        }
+    }
+
+    /// The sonde client flag this option is set by (`-w`, `-C`, ...), for messages.
+    pub fn flag(&self) -> &'static str {
+        match self {
+            Self::Socket(_) => "socket",
+            Self::Buffer { .. } | Self::BufferShort { .. } => "-w/--window",
+            Self::Mss { .. } => "-M/--set-mss",
+            Self::Congestion { .. } => "-C/--congestion",
+            Self::Tos { .. } => "-S/--tos/--dscp/--ecn",
+            Self::NoDelay(_) => "-N/--no-delay",
+            Self::DontFragment { .. } => "--dont-fragment",
+        }
+    }
+
+    /// Why, in a user's terms: the kernel's reason, with what to look at where sonde knows it
+    /// (the congestion controls this kernel has).
+    pub fn explain(&self) -> String {
+        match self {
+            Self::Congestion { name, source } if source.kind() == io::ErrorKind::NotFound => {
+                let available = sys::available_congestion().unwrap_or_default();
+                format!(
+                    "the kernel has no congestion control '{name}' (available: {available}; see \
+                     net.ipv4.tcp_available_congestion_control)"
+                )
+            }
+            Self::Congestion { name, source }
+                if source.kind() == io::ErrorKind::PermissionDenied =>
+            {
+                format!(
+                    "congestion control '{name}' is not allowed for unprivileged processes \
+                     (net.ipv4.tcp_allowed_congestion_control): {source}"
+                )
+            }
+            _ => self.to_string(),
         }
     }
 }
@@ -271,7 +383,8 @@ impl DataOptions {
         self.apply(&SockRef::from(stream), true, ipv6)
     }
 
-    /// Sets the options that apply to UDP (buffers, TOS, pacing) on a connected UDP socket.
+    /// Sets the options that apply to UDP (buffers, TOS, pacing, don't-fragment) on a
+    /// connected UDP socket.
     pub fn apply_udp(&self, sock: &UdpSocket) -> Result<Applied, DataOptionError> {
         let ipv6 = tos_is_ipv6(sock.local_addr().ok(), sock.peer_addr().ok());
         self.apply(&SockRef::from(sock), false, ipv6)
@@ -297,6 +410,27 @@ impl DataOptions {
         self.apply(&sock, tcp, ipv6)
     }
 
+    /// A grant below a requested buffer size as an error ([`DataOptionError::BufferShort`]),
+    /// as iperf3 makes it; `Ok` when nothing was asked or all of it was granted.
+    pub fn check_granted(&self, applied: &Applied) -> Result<(), DataOptionError> {
+        let Some(asked) = self.buffer_bytes else {
+            return Ok(());
+        };
+        let want = usize::try_from(asked).unwrap_or(usize::MAX);
+        let (send_bytes, recv_bytes) = (
+            applied.send_buffer_bytes.unwrap_or(0),
+            applied.recv_buffer_bytes.unwrap_or(0),
+        );
+        if send_bytes < want || recv_bytes < want {
+            return Err(DataOptionError::BufferShort {
+                asked,
+                send_bytes,
+                recv_bytes,
+            });
+        }
+        Ok(())
+    }
+
     fn apply(&self, sock: &Socket, tcp: bool, ipv6: bool) -> Result<Applied, DataOptionError> {
         let mut applied = Applied::default();
         if let Some(asked) = self.buffer_bytes {
@@ -307,23 +441,15 @@ impl DataOptions {
             let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
             sock.set_recv_buffer_size(bytes).map_err(buffer)?;
             sock.set_send_buffer_size(bytes).map_err(buffer)?;
-            let send_bytes = sock.send_buffer_size().map_err(buffer)?;
-            let recv_bytes = sock.recv_buffer_size().map_err(buffer)?;
-            if send_bytes < bytes || recv_bytes < bytes {
-                return Err(DataOptionError::BufferShort {
-                    asked,
-                    send_bytes,
-                    recv_bytes,
-                });
-            }
-            applied.send_buffer_bytes = Some(send_bytes);
-            applied.recv_buffer_bytes = Some(recv_bytes);
         }
+        applied.send_buffer_bytes = sock.send_buffer_size().ok();
+        applied.recv_buffer_bytes = sock.recv_buffer_size().ok();
         if tcp {
             if let Some(mss) = self.mss {
                 sys::set_tcp_mss(sock, mss)
                     .map_err(|source| DataOptionError::Mss { mss, source })?;
             }
+            applied.mss = sys::tcp_mss(sock).ok();
             if let Some(name) = &self.congestion {
                 let refused = |source| DataOptionError::Congestion {
                     name: name.clone(),
@@ -334,6 +460,10 @@ impl DataOptions {
             } else {
                 applied.congestion = sys::tcp_congestion(sock).ok();
             }
+            if self.nodelay {
+                sock.set_nodelay(true).map_err(DataOptionError::NoDelay)?;
+            }
+            applied.nodelay = sock.nodelay().ok();
         }
         if let Some(tos) = self.tos {
             let set = if ipv6 {
@@ -342,12 +472,49 @@ impl DataOptions {
                 sys::set_ip_tos(sock, tos)
             };
             set.map_err(|source| DataOptionError::Tos { tos, ipv6, source })?;
+            applied.tos = sys::tos(sock, ipv6).ok();
+        }
+        if self.dont_fragment && !tcp {
+            sys::set_dont_fragment(sock, ipv6)
+                .map_err(|source| DataOptionError::DontFragment { ipv6, source })?;
+            applied.dont_fragment = sys::dont_fragment(sock, ipv6).ok();
         }
         if let Some(rate) = self.max_pacing_rate_bytes_per_second {
-            applied.pacing_error = sys::set_max_pacing_rate(sock, rate).err();
+            match sys::set_max_pacing_rate(sock, rate) {
+                Ok(()) => {
+                    applied.max_pacing_rate_bytes_per_second = sys::max_pacing_rate(sock).ok();
+                }
+                Err(e) => applied.pacing_error = Some(e),
+            }
         }
         Ok(applied)
     }
+}
+
+/// The path MTU the kernel knows for a connected UDP socket (`IP_MTU` / `IPV6_MTU`), bytes:
+/// the largest datagram, headers included, that leaves it whole under don't-fragment.
+pub fn path_mtu(sock: &UdpSocket) -> io::Result<u32> {
+    let ipv6 = tos_is_ipv6(sock.local_addr().ok(), sock.peer_addr().ok());
+    sys::path_mtu(sys::sock_ref(sock), ipv6)
+}
+
+/// Connects a TCP stream to `peer` with `opts` set before the handshake (the buffers size the
+/// window it offers, `TCP_MAXSEG` the MSS its SYN announces), within `timeout`; returns the
+/// stream and what the kernel granted, read back once connected.
+pub fn tcp_connect_with(
+    peer: SocketAddr,
+    timeout: Duration,
+    opts: &DataOptions,
+) -> Result<(TcpStream, Applied), DataOptionError> {
+    let sock = Socket::new(Domain::for_address(peer), Type::STREAM, Some(Protocol::TCP))
+        .map_err(DataOptionError::Socket)?;
+    let ipv6 = tos_is_ipv6(Some(peer), Some(peer));
+    opts.apply(&sock, true, ipv6)?;
+    sock.connect_timeout(&SockAddr::from(peer), timeout)
+        .map_err(DataOptionError::Socket)?;
+    let stream = TcpStream::from(sock);
+    let applied = opts.apply_tcp(&stream)?;
+    Ok((stream, applied))
 }
 
 /// Whether a socket's TOS byte is `IPV6_TCLASS` rather than `IP_TOS`: only for an IPv6
@@ -587,8 +754,20 @@ mod tests {
             congestion: Some("reno".into()),
             tos: Some(0x10),
             max_pacing_rate_bytes_per_second: Some(1_250_000),
+            nodelay: true,
+            // UDP only: a TCP stream is left as it is.
+            dont_fragment: true,
         };
         let applied = opts.apply_tcp(&accepted).unwrap();
+        opts.check_granted(&applied).unwrap();
+        assert_eq!(applied.nodelay, Some(true));
+        assert!(sock.nodelay().unwrap());
+        assert_eq!(applied.tos, Some(0x10));
+        assert_eq!(applied.max_pacing_rate_bytes_per_second, Some(1_250_000));
+        assert_eq!(applied.dont_fragment, None);
+        // Loopback's MSS, as the handshake settled it: TCP_MAXSEG on a connected socket does
+        // not change it.
+        assert!(applied.mss.is_some_and(|m| m > 1000), "{:?}", applied.mss);
         let (send, recv) = (
             sock.send_buffer_size().unwrap(),
             sock.recv_buffer_size().unwrap(),
@@ -609,8 +788,85 @@ mod tests {
             applied.congestion.as_deref(),
             Some(sysctl("net/ipv4/tcp_congestion_control").as_str())
         );
-        assert_eq!(applied.send_buffer_bytes, None);
+        // The buffers are read back all the same: the result shows the defaults.
+        assert!(applied.send_buffer_bytes.is_some());
+        assert_eq!(applied.tos, None);
         assert_eq!(SockRef::from(&plain).tos().unwrap(), 0);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn options_set_before_connect_reach_the_handshake_and_both_ends() {
+        let listener = tcp_listen(loopback_v4()).unwrap();
+        let opts = DataOptions {
+            mss: Some(1_000),
+            nodelay: true,
+            ..DataOptions::default()
+        };
+        let (client, applied) = tcp_connect_with(
+            listener.local_addr().unwrap(),
+            Duration::from_secs(1),
+            &opts,
+        )
+        .unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        // The SYN announced the MSS: both ends send segments of at most 1,000 bytes (less the
+        // TCP options each carries, timestamps: 12 bytes).
+        let mss = applied.mss.unwrap();
+        assert!((900..=1_000).contains(&mss), "{mss}");
+        let theirs = SockRef::from(&accepted).mss().unwrap();
+        assert!((900..=1_000).contains(&theirs), "{theirs}");
+        assert!(client.nodelay().unwrap());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn dont_fragment_is_set_read_back_and_a_datagram_over_the_mtu_is_explained() {
+        let listener = udp_listen(loopback_v4()).unwrap();
+        let sock = udp_connect(listener.local_addr().unwrap()).unwrap();
+        let df = DataOptions {
+            dont_fragment: true,
+            ..DataOptions::default()
+        };
+        let applied = df.apply_udp(&sock).unwrap();
+        assert_eq!(applied.dont_fragment, Some(true));
+        // Loopback's MTU is 65,536: a datagram of 65,507 payload bytes is the most IPv4 takes
+        // at all, so look at the error path through the kernel's answer to a larger MTU probe.
+        let mtu = sys::path_mtu(sys::sock_ref(&sock), false).unwrap();
+        assert!(mtu >= 1_280, "{mtu}");
+        let e = crate::bulk::explain_too_long(
+            &sock,
+            1_472,
+            io::Error::from_raw_os_error(libc::EMSGSIZE),
+        );
+        let text = e.to_string();
+        assert!(text.contains(&format!("path MTU of {mtu} B")), "{text}");
+        assert!(
+            text.contains("1500 B") && text.contains("--dont-fragment"),
+            "{text}"
+        );
+        // Other errors pass as they are.
+        let other =
+            crate::bulk::explain_too_long(&sock, 10, io::Error::from_raw_os_error(libc::EPERM));
+        assert_eq!(other.raw_os_error(), Some(libc::EPERM));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_missing_congestion_control_is_explained_with_the_available_ones() {
+        let e = DataOptionError::Congestion {
+            name: "bbr2".into(),
+            source: io::Error::from_raw_os_error(libc::ENOENT),
+        };
+        let available = sys::available_congestion().unwrap();
+        assert_eq!(e.flag(), "-C/--congestion");
+        assert_eq!(
+            e.explain(),
+            format!(
+                "the kernel has no congestion control 'bbr2' (available: {available}; see \
+                 net.ipv4.tcp_available_congestion_control)"
+            )
+        );
     }
 
     #[cfg(target_os = "linux")]
@@ -699,7 +955,10 @@ mod tests {
             buffer_bytes: Some(asked),
             ..DataOptions::default()
         };
-        let e = short.apply_tcp(&accepted).unwrap_err();
+        // Not an error to set: the grant is read back, and a caller that wants all of it
+        // (iperf3's server) checks it.
+        let applied = short.apply_tcp(&accepted).unwrap();
+        let e = short.check_granted(&applied).unwrap_err();
         assert!(
             matches!(e, DataOptionError::BufferShort { asked: a, send_bytes, recv_bytes }
                 if a == asked && send_bytes < asked as usize && recv_bytes < asked as usize),

@@ -84,6 +84,7 @@ pub(crate) fn latency_tcp() -> TestResult {
         full_log: None,
         helpers: None,
         tuning: None,
+        socket: None,
     })
 }
 
@@ -131,6 +132,7 @@ pub(crate) fn latency_udp_lossy() -> TestResult {
         full_log: None,
         helpers: None,
         tuning: None,
+        socket: None,
     })
 }
 
@@ -185,6 +187,7 @@ pub(crate) fn throughput_tcp_2_streams() -> TestResult {
         retransmits: Some(59),
         helpers: None,
         tuning: None,
+        socket: None,
     })
 }
 
@@ -230,6 +233,7 @@ pub(crate) fn throughput_udp_reverse() -> TestResult {
         retransmits: None,
         helpers: None,
         tuning: None,
+        socket: None,
     })
 }
 
@@ -291,6 +295,7 @@ pub(crate) fn throughput_bidir() -> TestResult {
         retransmits: Some(9),
         helpers: None,
         tuning: None,
+        socket: None,
     })
 }
 
@@ -337,6 +342,7 @@ pub(crate) fn pps_2_flows() -> TestResult {
         intervals: Vec::new(),
         helpers: None,
         tuning: None,
+        socket: None,
     })
 }
 

@@ -200,6 +200,13 @@ impl Request<'_> {
                     mac.update(b"read");
                     mac.update(&s.read_size.to_be_bytes());
                 }
+                // Likewise only when set: the socket options' canonical encoding, length-prefixed.
+                if !s.socket.is_default() {
+                    let socket = s.socket.canonical();
+                    mac.update(b"sock");
+                    mac.update(&(socket.len() as u64).to_be_bytes());
+                    mac.update(&socket);
+                }
             }
             Self::Help(target, test) => {
                 mac.update(b"help");
@@ -289,6 +296,7 @@ mod tests {
             duration_ms: 10_000,
             interval_ms: 1_000,
             read_size: 0,
+            socket: crate::SocketOptions::default(),
         }
     }
 
@@ -306,18 +314,70 @@ mod tests {
         assert!(!secret.check_proof(&a, &c, &Request::Describe, &p));
         let longer = TestSpec {
             duration_ms: 300_000,
-            ..s
+            ..s.clone()
         };
         assert!(!secret.check_proof(&a, &c, &Request::Test(&longer), &p));
         // The read size is bound too, once set; a default request's proof is as before it.
-        let one_byte_reads = TestSpec { read_size: 1, ..s };
+        let one_byte_reads = TestSpec {
+            read_size: 1,
+            ..s.clone()
+        };
         assert!(!secret.check_proof(&a, &c, &Request::Test(&one_byte_reads), &p));
         let q = secret.proof(&a, &c, &Request::Test(&one_byte_reads));
         assert!(secret.check_proof(&a, &c, &Request::Test(&one_byte_reads), &q));
-        assert!(!secret.check_proof(&a, &c, &Request::Test(&TestSpec { read_size: 2, ..s }), &q));
+        let two_byte_reads = TestSpec {
+            read_size: 2,
+            ..s.clone()
+        };
+        assert!(!secret.check_proof(&a, &c, &Request::Test(&two_byte_reads), &q));
         let mut flipped = p;
         flipped.0[31] ^= 1;
         assert!(!secret.check_proof(&a, &c, &Request::Test(&s), &flipped));
+    }
+
+    #[test]
+    fn a_proof_binds_the_socket_options_and_is_unchanged_without_them() {
+        let secret = Secret::new(b"s3cret".to_vec()).unwrap();
+        let (a, c) = (Nonce([7; 32]), Nonce([9; 32]));
+        let plain = spec();
+        // The proof of a spec without socket options, as a client before them computed it
+        // (the layout above, with nothing appended): an old client's proof still checks.
+        let mut old = secret.mac();
+        old.update(PROOF_LABEL);
+        old.update(&a.0);
+        old.update(&c.0);
+        old.update(b"test");
+        old.update(&[
+            plain.kind as u8,
+            plain.protocol as u8,
+            plain.direction as u8,
+        ]);
+        old.update(&plain.streams.to_be_bytes());
+        old.update(&plain.msg_size.to_be_bytes());
+        old.update(&plain.bitrate_per_stream.to_be_bytes());
+        old.update(&plain.duration_ms.to_be_bytes());
+        old.update(&plain.interval_ms.to_be_bytes());
+        let old = Proof(old.finalize().into_bytes().into());
+        assert!(secret.check_proof(&a, &c, &Request::Test(&plain), &old));
+
+        let ef = TestSpec {
+            socket: crate::SocketOptions {
+                tos: Some(0xb8),
+                ..crate::SocketOptions::default()
+            },
+            ..plain.clone()
+        };
+        let p = secret.proof(&a, &c, &Request::Test(&ef));
+        assert!(secret.check_proof(&a, &c, &Request::Test(&ef), &p));
+        assert!(!secret.check_proof(&a, &c, &Request::Test(&plain), &p));
+        let cs1 = TestSpec {
+            socket: crate::SocketOptions {
+                tos: Some(0x20),
+                ..crate::SocketOptions::default()
+            },
+            ..plain
+        };
+        assert!(!secret.check_proof(&a, &c, &Request::Test(&cs1), &p));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::{Nonce, Proof};
 use crate::Error;
+use crate::SocketOptions;
 
 /// The largest control frame body either side accepts. A length field above it ends the
 /// connection before any allocation.
@@ -94,6 +95,11 @@ pub struct TestSpec {
     /// the client learns that from [`AgentReport::read_size`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub read_size: u32,
+    /// The socket options of every data stream, at both ends (`-w`, `-C`, `-M`, `-N`, `-S`,
+    /// `--fq-rate`, `--dont-fragment`). Absent from the JSON when nothing is asked; an agent that
+    /// predates it ignores it, and the client learns that from [`AgentReport::socket`].
+    #[serde(default, skip_serializing_if = "SocketOptions::is_default")]
+    pub socket: SocketOptions,
 }
 
 /// A TCP receiver's read size when the test does not set one: 512 KiB, four of the default
@@ -358,6 +364,10 @@ pub struct AgentReport {
     /// where the agent received no TCP stream, or from an agent older than `--read-size`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_size: Option<u32>,
+    /// What the agent's kernel made of [`TestSpec::socket`] on its end; `None` when nothing was
+    /// asked, or from an agent that predates the options. (Boxed, as `tuning`.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<Box<crate::AppliedSocketOptions>>,
 }
 
 /// What a client asks of the agent's end of a latency test besides the [`TestSpec`]
@@ -697,6 +707,7 @@ mod tests {
             duration_ms: 10_000,
             interval_ms: 1_000,
             read_size: 0,
+            socket: Default::default(),
         }
     }
 

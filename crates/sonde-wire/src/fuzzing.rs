@@ -861,6 +861,7 @@ fn control_messages() -> Vec<ControlMsg> {
         duration_ms: 10_000,
         interval_ms: 1_000,
         read_size: 65_536,
+        socket: Default::default(),
     };
     let info = TcpInfoStats {
         stream: 1,
@@ -975,6 +976,7 @@ fn control_messages() -> Vec<ControlMsg> {
                 note: None,
             })),
             read_size: Some(1),
+            socket: Default::default(),
         }),
         ControlMsg::Error {
             message: "receiver failed".into(),

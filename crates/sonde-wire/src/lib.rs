@@ -36,6 +36,7 @@ pub mod auth;
 mod control;
 mod data;
 mod hostinfo;
+mod socket;
 // The bodies of the fuzz targets in `fuzz/`, for them (feature `fuzzing`) and for this crate's
 // stable tests; not part of the API.
 #[cfg(any(test, feature = "fuzzing"))]
@@ -49,6 +50,7 @@ pub use answers::*;
 pub use control::*;
 pub use data::*;
 pub use hostinfo::{HostInfo, MinDefaultMax, NicInfo, NicOffloads, SocketBufferLimits};
+pub use socket::{AppliedSocketOptions, SocketOptions};
 
 /// Errors from decoding bytes that came from the network.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

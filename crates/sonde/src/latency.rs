@@ -152,6 +152,12 @@ pub(crate) struct Opt {
     #[arg(long, value_name = "N")]
     cpu: Option<u32>,
     #[command(flatten)]
+    ip: crate::sockopt::IpOpt,
+    #[command(flatten)]
+    tcp_opt: crate::sockopt::TcpOpt,
+    #[command(flatten)]
+    df: crate::sockopt::DfOpt,
+    #[command(flatten)]
     from: crate::helpers::FromOpt,
     #[command(flatten)]
     secret: crate::auth::SecretOpt,
@@ -187,6 +193,14 @@ impl Opt {
             one_way: self.one_way,
             busy_poll: self.busy_poll,
             cpu: self.cpu,
+            socket: crate::sockopt::socket_options(
+                &self.ip,
+                crate::sockopt::Taken {
+                    tcp: Some(&self.tcp_opt),
+                    df: Some(&self.df),
+                    ..crate::sockopt::Taken::default()
+                },
+            ),
         }
     }
 

@@ -24,6 +24,11 @@ The probes' and the load's sessions overlap on the agent by design; that overlap
 as other sessions. Each phase's probes are a full latency result in --json (idle, loaded), with the \
 load's throughput result and added_rtt_ns (loaded minus idle).
 
+The socket options (-w, -C, -M, -N, -S/--dscp/--ecn, --fq-rate) are the load's: its TCP streams \
+at both ends, reported in the load's throughput result. The probes keep the kernel's defaults \
+(TCP_NODELAY on), so -C bbr against -C cubic compares what each congestion control does to the \
+same probes.
+
 Examples:
   sonde load 198.18.0.2                      TCP probes at 1,000/s, 4 streams forward
   sonde load 198.18.0.2 -u -R -P 8           UDP probes, 8 streams from the agent
@@ -64,6 +69,14 @@ pub(crate) struct Opt {
     /// Bytes per write of the load
     #[arg(short = 'l', long = "length", default_value = "128K", value_name = "LEN", value_parser = crate::units::size)]
     length: u32,
+    #[command(flatten)]
+    ip: crate::sockopt::IpOpt,
+    #[command(flatten)]
+    tcp_opt: crate::sockopt::TcpOpt,
+    #[command(flatten)]
+    no_delay: crate::sockopt::NoDelayOpt,
+    #[command(flatten)]
+    pacing: crate::sockopt::PacingOpt,
     #[command(flatten)]
     secret: crate::auth::SecretOpt,
     #[command(flatten)]
@@ -119,6 +132,16 @@ fn options(opt: &Opt) -> LoadOptions {
             },
             msg_size: opt.length,
             interval: Some(Duration::from_secs(1)),
+            // The socket options are the load's; the probes keep the kernel's defaults.
+            socket: crate::sockopt::socket_options(
+                &opt.ip,
+                crate::sockopt::Taken {
+                    tcp: Some(&opt.tcp_opt),
+                    no_delay: Some(&opt.no_delay),
+                    df: None,
+                    pacing: Some(&opt.pacing),
+                },
+            ),
             ..ThroughputOptions::default()
         },
         ramp: opt.ramp,

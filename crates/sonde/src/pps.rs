@@ -78,6 +78,10 @@ pub(crate) struct Opt {
     #[arg(long, value_name = "LIST", value_parser = crate::units::cpu_list, conflicts_with = "from")]
     cpu: Option<crate::units::CpuList>,
     #[command(flatten)]
+    ip: crate::sockopt::IpOpt,
+    #[command(flatten)]
+    df: crate::sockopt::DfOpt,
+    #[command(flatten)]
     from: crate::helpers::FromOpt,
     #[command(flatten)]
     secret: crate::auth::SecretOpt,
@@ -115,6 +119,13 @@ impl Opt {
             },
             interval: self.interval.filter(|d| !d.is_zero()),
             cpus: self.cpu.as_ref().map(|c| c.0.clone()).unwrap_or_default(),
+            socket: crate::sockopt::socket_options(
+                &self.ip,
+                crate::sockopt::Taken {
+                    df: Some(&self.df),
+                    ..crate::sockopt::Taken::default()
+                },
+            ),
         }
     }
 }

@@ -401,6 +401,13 @@ mod tests {
                 "from",
                 "busy_poll",
                 "cpu",
+                "window",
+                "tos",
+                "dscp",
+                "ecn",
+                "congestion",
+                "set_mss",
+                "dont_fragment",
             ],
             "throughput" => &[
                 "udp",
@@ -414,9 +421,29 @@ mod tests {
                 "interval",
                 "from",
                 "cpu",
+                "window",
+                "tos",
+                "dscp",
+                "ecn",
+                "congestion",
+                "set_mss",
+                "no_delay",
+                "dont_fragment",
+                "fq_rate",
             ],
             "pps" => &[
-                "msg_size", "flows", "time", "interval", "gso", "from", "cpu",
+                "msg_size",
+                "flows",
+                "time",
+                "interval",
+                "gso",
+                "from",
+                "cpu",
+                "window",
+                "tos",
+                "dscp",
+                "ecn",
+                "dont_fragment",
             ],
             "crr" => &[
                 "workers",
@@ -429,8 +456,24 @@ mod tests {
                 "interval",
             ],
             "load" => &[
-                "udp", "msg_size", "rate", "time", "warmup", "ramp", "parallel", "reverse",
-                "bidir", "length",
+                "udp",
+                "msg_size",
+                "rate",
+                "time",
+                "warmup",
+                "ramp",
+                "parallel",
+                "reverse",
+                "bidir",
+                "length",
+                "window",
+                "tos",
+                "dscp",
+                "ecn",
+                "congestion",
+                "set_mss",
+                "no_delay",
+                "fq_rate",
             ],
             other => panic!("{other}: list its plan keys here"),
         };
@@ -490,6 +533,43 @@ mod tests {
             .parse(&["h".into(), "--flows".into(), "many".into()])
             .expect_err("not a number");
         assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+    }
+
+    /// A plan case's (and a mesh's scheduled test's) socket options: the keys are the flags,
+    /// and they reach the test's options as the flags do.
+    #[test]
+    fn socket_option_keys_reach_the_tests_options() {
+        let k = kind("throughput");
+        let keys = plan_keys(k);
+        let mut args = vec!["127.0.0.1:9".to_owned()];
+        for (key, value) in [
+            ("window", KeyValue::Text("4M".into())),
+            ("congestion", KeyValue::Text("reno".into())),
+            ("set_mss", KeyValue::Text("1200".into())),
+            ("no_delay", KeyValue::Switch(true)),
+            ("dscp", KeyValue::Text("af41".into())),
+            ("fq_rate", KeyValue::Text("100M".into())),
+        ] {
+            args.extend(key_args(k, &keys, key, &value).unwrap());
+        }
+        let opt: crate::throughput::Opt = k.parse_as(&args).unwrap();
+        let socket = opt.options().socket;
+        assert_eq!(socket.window_bytes, Some(4 << 20));
+        assert_eq!(socket.congestion.as_deref(), Some("reno"));
+        assert_eq!(socket.mss_bytes, Some(1_200));
+        assert!(socket.no_delay);
+        assert_eq!(socket.tos, Some(34 << 2));
+        assert_eq!(socket.pacing_bits_per_second, Some(100_000_000));
+        // A key the test does not take is refused, as its flag is.
+        let pps = kind("pps");
+        assert!(key_args(
+            pps,
+            &plan_keys(pps),
+            "congestion",
+            &KeyValue::Text("reno".into())
+        )
+        .unwrap_err()
+        .contains("pps has no --congestion"));
     }
 
     #[test]

@@ -79,9 +79,12 @@ pub(crate) struct Opt {
     /// Both directions at once (-P streams each way)
     #[arg(long)]
     bidir: bool,
-    /// UDP target rate for all streams of one direction together, bits/s (100M, 1G; 0 = as fast as possible)
-    #[arg(short = 'b', long = "bitrate", default_value = "1M", value_name = "RATE", value_parser = crate::units::bitrate)]
-    bitrate: u64,
+    /// Target rate of all streams of one direction together, bits/s (100M, 1G). UDP: paced by
+    /// sonde (default 1M; 0 = as fast as possible). TCP: each stream paced by its kernel at its
+    /// share, SO_MAX_PACING_RATE = RATE / -P (default: unpaced). iperf3's -b is per stream:
+    /// iperf3 -b R -P N is sonde -b R*N, or --fq-rate R
+    #[arg(short = 'b', long = "bitrate", value_name = "RATE", value_parser = crate::units::bitrate)]
+    bitrate: Option<u64>,
     /// Bytes per write (TCP: 1 to 1M, default 128K) or datagram payload (UDP: 16 to 65507,
     /// default 1400)
     #[arg(short = 'l', long = "length", value_name = "LEN", value_parser = crate::units::size)]
@@ -105,6 +108,16 @@ pub(crate) struct Opt {
     /// and ask the agent to pin its streams too (to its --cpu-list): `0-3`, `1,3` (Linux)
     #[arg(long, value_name = "LIST", value_parser = crate::units::cpu_list, conflicts_with = "from")]
     cpu: Option<crate::units::CpuList>,
+    #[command(flatten)]
+    ip: crate::sockopt::IpOpt,
+    #[command(flatten)]
+    tcp_opt: crate::sockopt::TcpOpt,
+    #[command(flatten)]
+    no_delay: crate::sockopt::NoDelayOpt,
+    #[command(flatten)]
+    df: crate::sockopt::DfOpt,
+    #[command(flatten)]
+    pacing: crate::sockopt::PacingOpt,
     #[command(flatten)]
     from: crate::helpers::FromOpt,
     #[command(flatten)]
@@ -287,11 +300,23 @@ fn options(opt: &Opt) -> ThroughputOptions {
             Protocol::Tcp => 128 * 1024,
             Protocol::Udp => 1400,
         }),
-        bitrate: opt.bitrate,
+        bitrate: opt.bitrate.unwrap_or(match protocol {
+            Protocol::Tcp => 0,
+            Protocol::Udp => 1_000_000,
+        }),
         duration: opt.time,
         interval: opt.interval.filter(|d| !d.is_zero()),
         cpus: opt.cpu.as_ref().map(|c| c.0.clone()).unwrap_or_default(),
         read_size: opt.read_size,
+        socket: crate::sockopt::socket_options(
+            &opt.ip,
+            crate::sockopt::Taken {
+                tcp: Some(&opt.tcp_opt),
+                no_delay: Some(&opt.no_delay),
+                df: Some(&opt.df),
+                pacing: Some(&opt.pacing),
+            },
+        ),
     }
 }
 

@@ -43,6 +43,7 @@ fn spec(kind: TestKind, protocol: Protocol, streams: u32, duration_ms: u64) -> T
         duration_ms,
         interval_ms: 0,
         read_size: 0,
+        socket: Default::default(),
     }
 }
 
@@ -60,6 +61,8 @@ struct FakeAgent {
     shutting_down: bool,
     link_busy: bool,
     gone: bool,
+    /// What its kernel refuses of a test's socket options (`try_socket`), when anything.
+    socket_refused: Option<String>,
     /// The specs admitted, with the key their UDP joins are to be signed with.
     admitted: Vec<(TestSpec, Option<SessionKey>)>,
     /// The tokens of its sessions.
@@ -78,6 +81,7 @@ impl FakeAgent {
             shutting_down: false,
             link_busy: false,
             gone: false,
+            socket_refused: None,
             admitted: Vec::new(),
             taken: Vec::new(),
             helpers: 0,
@@ -87,6 +91,13 @@ impl FakeAgent {
 }
 
 impl Agent for FakeAgent {
+    fn try_socket(&mut self, spec: &TestSpec) -> Result<(), String> {
+        match &self.socket_refused {
+            Some(why) if !spec.socket.is_default() => Err(why.clone()),
+            _ => Ok(()),
+        }
+    }
+
     fn nonce(&mut self) -> Option<Nonce> {
         self.nonce = self.nonce.wrapping_add(1);
         Some(Nonce([self.nonce; sonde_wire::auth::NONCE_LEN]))
@@ -743,6 +754,28 @@ fn requests_outside_the_limits_are_refused_and_counted_before_the_refusal_is_sen
         );
         assert!(pair.fake.admitted.is_empty());
     }
+}
+
+#[test]
+fn socket_options_the_agents_kernel_refuses_are_refused_naming_the_option() {
+    let cfg = config(|_| {});
+    let mut fake = FakeAgent::new();
+    fake.socket_refused = Some("-C/--congestion: the kernel has no congestion control 'x'".into());
+    let mut pair = Pair::with(&cfg, None, fake, Ok(()));
+    let mut asked = spec(TestKind::Throughput, Protocol::Tcp, 1, 1_000);
+    asked.socket.congestion = Some("x".into());
+    assert_eq!(refused_for(pair.start(&asked)), Refusal::BadRequest);
+    assert_eq!(
+        pair.refusal().1,
+        "the agent's kernel refuses -C/--congestion: the kernel has no congestion control 'x'"
+    );
+    assert!(pair.fake.admitted.is_empty(), "refused before admission");
+    // Nothing asked: nothing to refuse.
+    let mut fake = FakeAgent::new();
+    fake.socket_refused = Some("anything".into());
+    let mut pair = Pair::with(&cfg, None, fake, Ok(()));
+    let plain = spec(TestKind::Throughput, Protocol::Tcp, 1, 1_000);
+    assert!(matches!(pair.start(&plain), Ok(Progress::Accepted { .. })));
 }
 
 #[test]

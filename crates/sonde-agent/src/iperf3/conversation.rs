@@ -737,7 +737,7 @@ fn check(p: &Params, cfg: &AgentConfig) -> Result<(), Refusal> {
 }
 
 /// The socket options the client asked its server to use on the data streams (`-w`, `-M`,
-/// `-C`, `-S`, `--fq-rate`), which the agent honours on its end of every stream rather than
+/// `-C`, `-N`, `-S`, `--fq-rate`, `--dont-fragment`), which the agent honours on its end of every stream rather than
 /// measure with defaults the client did not ask for. The pacing rate is for the streams the
 /// agent sends on (see [`super::apply_options`]). Values no real client sends are refused with the
 /// code iperf3's server would get from the kernel for them.
@@ -788,6 +788,10 @@ fn stream_options(p: &Params) -> Result<DataOptions, Refusal> {
         congestion: p.congestion.clone(),
         tos,
         max_pacing_rate_bytes_per_second,
+        // `-N` on the agent's end too (it sends with `-R` and `--bidir`), and `--dont-fragment`
+        // on the agent's UDP sends.
+        nodelay: p.nodelay,
+        dont_fragment: p.dont_fragment != 0,
     })
 }
 

@@ -18,6 +18,7 @@ fn opt(protocol: Protocol, direction: Direction) -> ThroughputOptions {
         interval: None,
         cpus: Vec::new(),
         read_size: None,
+        socket: sonde_wire::SocketOptions::default(),
     }
 }
 
@@ -49,12 +50,20 @@ fn only_iperf3_urls_are_iperf3_targets() {
 fn parameters_are_what_a_real_client_sends() {
     // The key set and order of docs/protocols/iperf3.md §6 "For our client": UDP adds bandwidth (per
     // stream: sonde's -b is for all streams together) and 64-bit counters.
-    let json = params(&opt(Protocol::Udp, Direction::Reverse)).to_json();
+    let json = params(
+        &opt(Protocol::Udp, Direction::Reverse),
+        &sonde_wire::SocketOptions::default(),
+    )
+    .to_json();
     assert_eq!(
         String::from_utf8(json).unwrap(),
         r#"{"udp":true,"omit":0,"time":2,"num":0,"blockcount":0,"parallel":2,"reverse":true,"len":1400,"bandwidth":10000000,"pacing_timer":1000,"udp_counters_64bit":1,"client_version":"3.12"}"#
     );
-    let json = params(&opt(Protocol::Tcp, Direction::Bidir)).to_json();
+    let json = params(
+        &opt(Protocol::Tcp, Direction::Bidir),
+        &sonde_wire::SocketOptions::default(),
+    )
+    .to_json();
     assert_eq!(
         String::from_utf8(json).unwrap(),
         r#"{"tcp":true,"omit":0,"time":2,"num":0,"blockcount":0,"parallel":2,"bidirectional":true,"len":131072,"pacing_timer":1000,"client_version":"3.12"}"#
@@ -62,9 +71,44 @@ fn parameters_are_what_a_real_client_sends() {
     // Unlimited UDP: no bandwidth key.
     let mut o = opt(Protocol::Udp, Direction::Forward);
     o.bitrate = 0;
-    assert!(!String::from_utf8(params(&o).to_json())
-        .unwrap()
-        .contains("bandwidth"));
+    assert!(
+        !String::from_utf8(params(&o, &sonde_wire::SocketOptions::default()).to_json())
+            .unwrap()
+            .contains("bandwidth")
+    );
+    // The socket options go in iperf3's own keys (window, MSS, nodelay, TOS, congestion,
+    // fqrate; dont_fragment for UDP), as iperf3 -w -M -N -S -C --fq-rate --dont-fragment send
+    // them.
+    let socket = sonde_wire::SocketOptions {
+        window_bytes: Some(1 << 20),
+        congestion: Some("reno".into()),
+        mss_bytes: Some(1_200),
+        no_delay: true,
+        pacing_bits_per_second: Some(50_000_000),
+        tos: Some(0xb8),
+        dont_fragment: false,
+    };
+    let json =
+        String::from_utf8(params(&opt(Protocol::Tcp, Direction::Forward), &socket).to_json())
+            .unwrap();
+    for key in [
+        r#""MSS":1200"#,
+        r#""nodelay":true"#,
+        r#""window":1048576"#,
+        r#""fqrate":50000000"#,
+        r#""TOS":184"#,
+        r#""congestion":"reno""#,
+    ] {
+        assert!(json.contains(key), "{key} in {json}");
+    }
+    assert!(!json.contains("dont_fragment"), "{json}");
+    let df = sonde_wire::SocketOptions {
+        dont_fragment: true,
+        ..sonde_wire::SocketOptions::default()
+    };
+    let json =
+        String::from_utf8(params(&opt(Protocol::Udp, Direction::Forward), &df).to_json()).unwrap();
+    assert!(json.contains(r#""dont_fragment":1"#), "{json}");
 }
 
 #[test]
@@ -318,6 +362,7 @@ fn forward_udp_takes_the_receiver_from_the_servers_results() {
         elapsed_ns: 1_000_000_000,
         clean_end: true,
         cpu: None,
+        socket: None,
     };
     let o = opt(Protocol::Udp, Direction::Forward);
     let doc = document(&target_label(), &o, 1, &run);
@@ -358,6 +403,7 @@ fn reverse_udp_counts_loss_against_what_the_server_sent() {
         elapsed_ns: 1_000_000_000,
         clean_end: true,
         cpu: None,
+        socket: None,
     };
     let o = opt(Protocol::Udp, Direction::Reverse);
     let doc = document(&target_label(), &o, 1, &run);
@@ -399,6 +445,7 @@ fn tcp_bidir_warns_about_counts_an_iperf3_server_does_not_report() {
         elapsed_ns: 1_000_000_000,
         clean_end: false,
         cpu: None,
+        socket: None,
     };
     let mut o = opt(Protocol::Tcp, Direction::Bidir);
     o.parallel = 1;

@@ -23,6 +23,8 @@ use sonde_wire::{
     TestSpec, Token, UdpElsewhere, UdpJoin, JOIN_ANSWER_LEN, PROTOCOL_VERSION, UDP_JOIN_LEN,
 };
 
+use sonde_net::socket::{Applied, DataOptionError, DataOptions};
+
 use super::CONNECT_TIMEOUT;
 use crate::run::ClientChannel;
 use crate::{ClientError, Target};
@@ -90,30 +92,45 @@ fn refused(target: &Target, what: &str, outcome: JoinOutcome) -> ClientError {
     }
 }
 
-/// Opens channel `index` of an admitted session (`token`), steering it to the session's agent.
+/// What this host's kernel made of the test's socket options on a channel; `None` without any.
+type Opened = (ClientChannel, Option<Applied>);
+
+/// Opens channel `index` of an admitted session (`token`), with the test's socket `options`
+/// (when any) set on it, steering it to the session's agent: the channel, and what this host's
+/// kernel made of the options.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn open_channel(
     target: &Target,
     spec: &TestSpec,
+    options: Option<&DataOptions>,
     token: Token,
     key: Option<&SessionKey>,
     index: u32,
     placement: &mut Placement,
     deadline: Instant,
-) -> Result<ClientChannel, ClientError> {
+) -> Result<Opened, ClientError> {
+    // The pacing rate is for the streams this end sends on.
+    let options = options.map(|o| DataOptions {
+        max_pacing_rate_bytes_per_second: o
+            .max_pacing_rate_bytes_per_second
+            .filter(|_| spec.client_sends(index) && spec.kind != TestKind::Latency),
+        ..o.clone()
+    });
+    let options = options.as_ref();
     match spec.protocol {
         Protocol::Tcp => {
             let what = format!("data stream {index}");
+            let answered = placement.agent.is_some();
             for _ in 0..MAX_TRIES {
-                let stream = tcp_join(target, spec, token, index, placement.agent.is_some())?;
-                let Some(mut s) = stream else {
+                let (mut s, applied) = tcp_connect(target, spec, options)?;
+                send_join(&mut s, token, index, answered)?;
+                if !answered {
                     // An agent that does not answer: as before, the channel is taken on trust.
-                    return Ok(ClientChannel::Tcp(tcp_connected(
-                        target, spec, token, index,
-                    )?));
-                };
+                    return Ok((ClientChannel::Tcp(s), applied));
+                }
                 let answer = read_answer(&mut s, deadline, index)?;
                 match answer.outcome {
-                    JoinOutcome::Joined => return Ok(ClientChannel::Tcp(s)),
+                    JoinOutcome::Joined => return Ok((ClientChannel::Tcp(s), applied)),
                     JoinOutcome::NoSuchSession => placement.other(answer.agent),
                     other => return Err(refused(target, &what, other)),
                 }
@@ -130,8 +147,14 @@ pub(crate) fn open_channel(
             for _ in 0..MAX_TRIES {
                 let sock = sonde_net::socket::udp_connect(target.addr)
                     .map_err(|e| ClientError::Data(e, index))?;
+                let applied = options
+                    .map(|o| o.apply_udp(&sock).map_err(|e| super::socket_refused(&e)))
+                    .transpose()?;
+                if spec.socket.dont_fragment {
+                    super::fits_path_mtu(&sock, spec.msg_size)?;
+                }
                 match join_udp(&sock, token, key, flow, deadline)? {
-                    UdpJoined::Joined => return Ok(ClientChannel::Udp(sock)),
+                    UdpJoined::Joined => return Ok((ClientChannel::Udp(sock), applied)),
                     UdpJoined::Elsewhere(e) if e.outcome == JoinOutcome::NoSuchSession => {
                         placement.other(e.agent);
                     }
@@ -180,39 +203,35 @@ fn udp_silent(
     ClientError::UdpBlocked(target.addr, index)
 }
 
-/// Connects stream `index` and sends its preamble and join (asking for an answer when
-/// `answered`): the stream, to read the answer from; `None` when no answer is asked.
-fn tcp_join(
+/// A TCP connection to the agent with the test's socket options set before the handshake (the
+/// MSS goes in the SYN), and what the kernel made of them.
+fn tcp_connect(
     target: &Target,
     spec: &TestSpec,
-    token: Token,
-    index: u32,
-    answered: bool,
-) -> Result<Option<TcpStream>, ClientError> {
-    if !answered {
-        return Ok(None);
-    }
-    let mut s = tcp_connect(target, spec)?;
-    send_join(&mut s, token, index, true)?;
-    Ok(Some(s))
-}
-
-/// Stream `index`, joined without asking for an answer (an older agent).
-fn tcp_connected(
-    target: &Target,
-    spec: &TestSpec,
-    token: Token,
-    index: u32,
-) -> Result<TcpStream, ClientError> {
-    let mut s = tcp_connect(target, spec)?;
-    send_join(&mut s, token, index, false)?;
-    Ok(s)
-}
-
-fn tcp_connect(target: &Target, spec: &TestSpec) -> Result<TcpStream, ClientError> {
+    options: Option<&DataOptions>,
+) -> Result<(TcpStream, Option<Applied>), ClientError> {
     let nodelay = spec.kind == TestKind::Latency;
-    sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, nodelay)
-        .map_err(|e| ClientError::Connect(e, target.addr))
+    match options {
+        None => Ok((
+            sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, nodelay)
+                .map_err(|e| ClientError::Connect(e, target.addr))?,
+            None,
+        )),
+        Some(o) => {
+            let o = DataOptions {
+                nodelay: o.nodelay || nodelay,
+                ..o.clone()
+            };
+            let (s, applied) =
+                sonde_net::socket::tcp_connect_with(target.addr, CONNECT_TIMEOUT, &o).map_err(
+                    |e| match e {
+                        DataOptionError::Socket(e) => ClientError::Connect(e, target.addr),
+                        e => super::socket_refused(&e),
+                    },
+                )?;
+            Ok((s, Some(applied)))
+        }
+    }
 }
 
 fn send_join(s: &mut TcpStream, token: Token, index: u32, answer: bool) -> Result<(), ClientError> {

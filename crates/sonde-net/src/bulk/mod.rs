@@ -544,15 +544,39 @@ pub fn udp_send_with(
         span: Span::default(),
         refused: 0,
     };
-    if bits_per_second > 0 {
+    let sent = if bits_per_second > 0 {
         let schedule = Schedule::bits_per_second(bits_per_second, msg_size);
         run.out.method = "send";
-        send_paced(sock, size, schedule, &mut run)?;
+        send_paced(sock, size, schedule, &mut run)
     } else {
-        run.out.method = send_unlimited(sock, size, gso, &mut run)?.name();
-    }
+        send_unlimited(sock, size, gso, &mut run).map(|m| run.out.method = m.name())
+    };
+    sent.map_err(|e| explain_too_long(sock, size, e))?;
     run.out.active_ns = run.span.ns();
     Ok(run.out)
+}
+
+/// A send refused with `EMSGSIZE` (a datagram over the path MTU under `--dont-fragment`),
+/// explained with the MTU the kernel knows for the path; any other error as it is.
+pub(crate) fn explain_too_long(sock: &UdpSocket, payload: usize, e: io::Error) -> io::Error {
+    if !sys::message_too_long(&e) {
+        return e;
+    }
+    let ipv6 = matches!(sock.peer_addr(), Ok(std::net::SocketAddr::V6(p)) if p.ip().to_ipv4_mapped().is_none());
+    let (ip, what) = if ipv6 { (40, "IPv6") } else { (20, "IPv4") };
+    let mtu = match sys::path_mtu(sys::sock_ref(sock), ipv6) {
+        Ok(mtu) => format!("the path MTU of {mtu} B"),
+        Err(_) => "the path MTU".to_owned(),
+    };
+    io::Error::new(
+        e.kind(),
+        format!(
+            "a {payload}-byte datagram ({} B with the UDP and {what} headers) does not fit {mtu} \
+             and may not be fragmented (--dont-fragment; EMSGSIZE): send smaller datagrams (-l) \
+             or leave out --dont-fragment",
+            payload + 8 + ip
+        ),
+    )
 }
 
 /// Receives datagrams on a connected socket with `recvmmsg` until `stop`, or until the number of

@@ -401,6 +401,7 @@ fn pps_datagrams_of_14_bytes_carry_the_short_header_and_are_each_counted() {
         duration_ms: 1000,
         interval_ms: 0,
         read_size: 0,
+        socket: Default::default(),
     };
     assert_eq!(UdpFormat::sonde(&spec(14)), UdpFormat::Short);
     assert_eq!(UdpFormat::sonde(&spec(15)), UdpFormat::Short);

@@ -756,6 +756,17 @@ pub(crate) fn set_ip_tos(sock: &Socket, tos: u8) -> io::Result<()> {
     sock.set_tos(u32::from(tos))
 }
 
+/// `TCP_MAXSEG` as read back: on a connected socket, the MSS it sends with.
+pub(crate) fn tcp_mss(sock: &Socket) -> io::Result<u32> {
+    sock.mss()
+}
+
+/// The TOS byte as read back: `IPV6_TCLASS` with `ipv6`, else `IP_TOS`.
+pub(crate) fn tos(sock: &Socket, ipv6: bool) -> io::Result<u8> {
+    let t = if ipv6 { sock.tclass_v6()? } else { sock.tos()? };
+    u8::try_from(t).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
+}
+
 /// `IPV6_TCLASS` (ipv6(7)).
 pub(crate) fn set_ipv6_tclass(sock: &Socket, tclass: u8) -> io::Result<()> {
     sock.set_tclass_v6(u32::from(tclass))
@@ -782,7 +793,6 @@ pub(crate) fn set_max_pacing_rate(sock: &Socket, bytes_per_second: u64) -> io::R
 }
 
 /// `SO_MAX_PACING_RATE` as set (`u64::MAX` or `u32::MAX`: unlimited).
-#[cfg(test)]
 pub(crate) fn max_pacing_rate(sock: &Socket) -> io::Result<u64> {
     let mut buf = [0u8; 8];
     let len = getsockopt(
@@ -799,6 +809,88 @@ pub(crate) fn max_pacing_rate(sock: &Socket) -> io::Result<u64> {
         ]))),
         _ => Err(io::Error::from(io::ErrorKind::InvalidData)),
     }
+}
+
+/// Don't fragment (ip(7), ipv6(7)): `IP_MTU_DISCOVER` = `IP_PMTUDISC_DO` for the IPv4 packets
+/// (of an IPv4 socket, or of an IPv6 one with a v4-mapped peer), or `IPV6_MTU_DISCOVER` =
+/// `IPV6_PMTUDISC_DO` and `IPV6_DONTFRAG` for IPv6: every datagram carries DF (IPv6 never
+/// fragments in the network), and one larger than the path MTU fails with `EMSGSIZE`.
+pub(crate) fn set_dont_fragment(sock: &Socket, ipv6: bool) -> io::Result<()> {
+    let fd = sock.as_fd();
+    if ipv6 {
+        setsockopt(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )?;
+        setsockopt(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_DONTFRAG,
+            1 as libc::c_int,
+        )
+    } else {
+        setsockopt(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+    }
+}
+
+/// Whether the socket's datagrams leave with DF: its `IP_MTU_DISCOVER` (or
+/// `IPV6_MTU_DISCOVER`) reads `PMTUDISC_DO` (or `PROBE`, which sets DF too).
+pub(crate) fn dont_fragment(sock: &Socket, ipv6: bool) -> io::Result<bool> {
+    let (level, name) = if ipv6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER)
+    };
+    let mut buf = [0u8; 4];
+    getsockopt(sock.as_fd(), level, name, &mut buf)?;
+    let mode = libc::c_int::from_ne_bytes(buf);
+    Ok(if ipv6 {
+        matches!(mode, libc::IPV6_PMTUDISC_DO | libc::IPV6_PMTUDISC_PROBE)
+    } else {
+        matches!(mode, libc::IP_PMTUDISC_DO | libc::IP_PMTUDISC_PROBE)
+    })
+}
+
+/// The path MTU the kernel knows for a connected socket (`IP_MTU` / `IPV6_MTU`, ip(7)): what a
+/// datagram refused with `EMSGSIZE` under DF had to fit.
+pub(crate) fn path_mtu(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<u32> {
+    let (level, name) = if ipv6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    };
+    let mut buf = [0u8; 4];
+    getsockopt(fd, level, name, &mut buf)?;
+    Ok(u32::try_from(libc::c_int::from_ne_bytes(buf)).unwrap_or(0))
+}
+
+/// `EMSGSIZE`: a datagram larger than the socket allows (the path MTU, under DF).
+pub(crate) fn message_too_long(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EMSGSIZE)
+}
+
+/// `net.ipv4.tcp_ecn` (0, 1 or 2; it also governs IPv6 TCP): TCP sets its packets' ECN bits
+/// itself, whatever `IP_TOS` says.
+pub(crate) fn tcp_ecn_sysctl() -> Option<u8> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_ecn")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The congestion controls the kernel offers (`net.ipv4.tcp_available_congestion_control`).
+pub(crate) fn available_congestion() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .ok()
+        .map(|s| s.trim().to_owned())
 }
 
 /// An option value [`setsockopt`] passes as it is: a plain integer (no padding, every byte

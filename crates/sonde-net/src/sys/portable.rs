@@ -210,6 +210,51 @@ pub(crate) fn set_max_pacing_rate(
     Err(unsupported())
 }
 
+/// Not available portably: fails with [`io::ErrorKind::Unsupported`].
+pub(crate) fn tcp_mss(_sock: &socket2::Socket) -> io::Result<u32> {
+    Err(unsupported())
+}
+
+/// Not available portably: fails with [`io::ErrorKind::Unsupported`].
+pub(crate) fn tos(_sock: &socket2::Socket, _ipv6: bool) -> io::Result<u8> {
+    Err(unsupported())
+}
+
+/// Not available portably: fails with [`io::ErrorKind::Unsupported`].
+pub(crate) fn set_dont_fragment(_sock: &socket2::Socket, _ipv6: bool) -> io::Result<()> {
+    Err(unsupported())
+}
+
+/// Not available portably: fails with [`io::ErrorKind::Unsupported`].
+pub(crate) fn dont_fragment(_sock: &socket2::Socket, _ipv6: bool) -> io::Result<bool> {
+    Err(unsupported())
+}
+
+/// Not available portably: fails with [`io::ErrorKind::Unsupported`].
+pub(crate) fn max_pacing_rate(_sock: &socket2::Socket) -> io::Result<u64> {
+    Err(unsupported())
+}
+
+/// Not available portably: fails with [`io::ErrorKind::Unsupported`].
+pub(crate) fn path_mtu(_fd: super::SockRef<'_>, _ipv6: bool) -> io::Result<u32> {
+    Err(unsupported())
+}
+
+/// `EMSGSIZE` is Linux's answer to a datagram over the path MTU; not recognised here.
+pub(crate) fn message_too_long(_e: &io::Error) -> bool {
+    false
+}
+
+/// No `net.ipv4.tcp_ecn` here.
+pub(crate) fn tcp_ecn_sysctl() -> Option<u8> {
+    None
+}
+
+/// No list of congestion controls here.
+pub(crate) fn available_congestion() -> Option<String> {
+    None
+}
+
 /// Makes the listener non-blocking: [`accept_with_wake`] then waits in short sleeps.
 pub(crate) fn set_accept_wake(
     listener: &std::net::TcpListener,

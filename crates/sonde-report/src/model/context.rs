@@ -360,3 +360,259 @@ mod context_tests {
         assert_eq!(v["cwnd_segments"], 10);
     }
 }
+
+/// `-w`, `-C`, `-M`, `-N`, `-S`/`--dscp`/`--ecn`, `--fq-rate`, `--dont-fragment`: the socket
+/// options of the data streams as asked, and as each end's kernel applied them (read back with
+/// `getsockopt` from its first stream).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct EndsSocket {
+    /// As asked on the command line (`tos` is the whole byte: DSCP and ECN).
+    pub asked: sonde_wire::SocketOptions,
+    /// As this host's kernel applied them.
+    pub client: sonde_wire::AppliedSocketOptions,
+    /// As the agent's kernel applied them; `null` from an agent that predates the options (it
+    /// ran its end with the kernel's defaults, with a warning), or a peer that does not say (an
+    /// iperf3 server).
+    pub server: Option<sonde_wire::AppliedSocketOptions>,
+}
+
+impl EndsSocket {
+    /// A warning for each option an end's kernel applied otherwise than asked: a buffer below
+    /// the request (Linux grants twice the request and caps it at `net.core.wmem_max` /
+    /// `rmem_max`: a grant of exactly the request, as other platforms make it, or at least twice
+    /// it is as asked), an MSS above the request or well below it (the path's clamped it), another
+    /// congestion control, a TOS byte that is not the one asked (TCP keeps its own ECN bits),
+    /// `TCP_NODELAY` or DF not set, pacing not in force. `tcp` for a TCP test.
+    pub fn warnings(&self, tcp: bool, server_expected: bool) -> Vec<super::Warning> {
+        let mut out = Vec::new();
+        self.side_warnings("client", &self.client, tcp, &mut out);
+        match &self.server {
+            Some(server) => self.side_warnings("server", server, tcp, &mut out),
+            None if server_expected => out.push(super::Warning::SocketOptionDiffers {
+                side: "server",
+                option: "socket options",
+                asked: "asked of the agent".into(),
+                applied: "none of them: the agent predates them and ran with its defaults".into(),
+            }),
+            None => {}
+        }
+        out
+    }
+
+    fn side_warnings(
+        &self,
+        side: &'static str,
+        got: &sonde_wire::AppliedSocketOptions,
+        tcp: bool,
+        out: &mut Vec<super::Warning>,
+    ) {
+        let a = &self.asked;
+        let mut differs = |option: &'static str, asked: String, applied: String| {
+            out.push(super::Warning::SocketOptionDiffers {
+                side,
+                option,
+                asked,
+                applied,
+            });
+        };
+        if let Some(w) = a.window_bytes {
+            let w = u64::from(w);
+            let short = |g: Option<u64>| g.is_some_and(|g| g != w && g < w.saturating_mul(2));
+            if short(got.send_buffer_bytes) || short(got.recv_buffer_bytes) {
+                differs(
+                    "-w/--window",
+                    format!("{w} B"),
+                    format!(
+                        "SO_SNDBUF {} B, SO_RCVBUF {} B (Linux grants twice the request, capped \
+                         by net.core.wmem_max / rmem_max)",
+                        opt(got.send_buffer_bytes),
+                        opt(got.recv_buffer_bytes)
+                    ),
+                );
+            }
+        }
+        if tcp {
+            if let Some(c) = &a.congestion {
+                if got.congestion.as_deref() != Some(c.as_str()) {
+                    differs(
+                        "-C/--congestion",
+                        c.clone(),
+                        got.congestion.clone().unwrap_or_else(|| "unknown".into()),
+                    );
+                }
+            }
+            if let Some(m) = a.mss_bytes {
+                // The read-back MSS leaves out the TCP options every segment carries
+                // (timestamps: 12 bytes), so up to 40 bytes below the request is as asked.
+                if let Some(g) = got.mss_bytes.filter(|&g| g > m || g.saturating_add(40) < m) {
+                    differs(
+                        "-M/--set-mss",
+                        format!("{m} B"),
+                        format!("an MSS of {g} B (the peer's SYN or the path's MTU set it)"),
+                    );
+                }
+            }
+            if a.no_delay && got.no_delay == Some(false) {
+                differs("-N/--no-delay", "on".into(), "TCP_NODELAY off".into());
+            }
+        }
+        if let Some(t) = a.tos {
+            let ecn = t & 0b11;
+            match got.tos {
+                Some(g) if g == t => {}
+                // TCP: the kernel keeps the ECN bits to itself (net.ipv4.tcp_ecn).
+                Some(g) if tcp && g & !0b11 == t & !0b11 && ecn != 0 => differs(
+                    "--ecn",
+                    format!("ECN bits {ecn}"),
+                    format!(
+                        "TOS {g:#04x}: TCP sets the ECN bits itself (net.ipv4.tcp_ecn = {}; 1 \
+                         asks for ECN on outgoing connections, 2 only answers it)",
+                        got.tcp_ecn_sysctl
+                            .map_or_else(|| "unknown".into(), |e| e.to_string())
+                    ),
+                ),
+                g => differs(
+                    "-S/--tos",
+                    format!("{t:#04x}"),
+                    g.map_or_else(|| "none (not read back)".into(), |g| format!("{g:#04x}")),
+                ),
+            }
+        }
+        if a.dont_fragment && !tcp && got.dont_fragment != Some(true) {
+            differs(
+                "--dont-fragment",
+                "on".into(),
+                "DF not set on the datagrams".into(),
+            );
+        }
+        if let Some(note) = &got.note {
+            differs(
+                "--fq-rate",
+                a.pacing_bits_per_second
+                    .map_or_else(String::new, |r| format!("{r} bit/s")),
+                note.clone(),
+            );
+        }
+    }
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or_else(|| "unknown".into(), |v| v.to_string())
+}
+
+#[cfg(test)]
+mod socket_tests {
+    use super::*;
+    use sonde_wire::{AppliedSocketOptions, SocketOptions};
+
+    fn asked() -> SocketOptions {
+        SocketOptions {
+            window_bytes: Some(1 << 20),
+            congestion: Some("bbr".into()),
+            mss_bytes: Some(1_200),
+            no_delay: true,
+            tos: Some(0xb8),
+            ..SocketOptions::default()
+        }
+    }
+
+    /// What Linux makes of `asked()` when it grants everything.
+    fn linux() -> AppliedSocketOptions {
+        AppliedSocketOptions {
+            send_buffer_bytes: Some(2 << 20),
+            recv_buffer_bytes: Some(2 << 20),
+            congestion: Some("bbr".into()),
+            mss_bytes: Some(1_188),
+            no_delay: Some(true),
+            tos: Some(0xb8),
+            ..AppliedSocketOptions::default()
+        }
+    }
+
+    fn codes(e: &EndsSocket, tcp: bool) -> Vec<(&'static str, &'static str)> {
+        e.warnings(tcp, true)
+            .into_iter()
+            .map(|w| match w {
+                super::super::Warning::SocketOptionDiffers { side, option, .. } => (side, option),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn options_applied_as_asked_warn_of_nothing() {
+        let e = EndsSocket {
+            asked: asked(),
+            client: linux(),
+            server: Some(linux()),
+        };
+        assert!(codes(&e, true).is_empty());
+        // A platform that grants exactly the request (Windows) is as asked too.
+        let exact = AppliedSocketOptions {
+            send_buffer_bytes: Some(1 << 20),
+            recv_buffer_bytes: Some(1 << 20),
+            ..linux()
+        };
+        let e = EndsSocket {
+            server: Some(exact),
+            ..e
+        };
+        assert!(codes(&e, true).is_empty());
+    }
+
+    #[test]
+    fn each_end_that_differs_is_named_with_the_option() {
+        let capped = AppliedSocketOptions {
+            // rmem_max = 425,984: granted 851,968 for 1 MiB asked.
+            recv_buffer_bytes: Some(851_968),
+            congestion: Some("cubic".into()),
+            // The path's MTU (1,280) clamped the MSS.
+            mss_bytes: Some(1_028),
+            no_delay: Some(false),
+            tos: Some(0),
+            ..linux()
+        };
+        let e = EndsSocket {
+            asked: asked(),
+            client: linux(),
+            server: Some(capped),
+        };
+        assert_eq!(
+            codes(&e, true),
+            [
+                ("server", "-w/--window"),
+                ("server", "-C/--congestion"),
+                ("server", "-M/--set-mss"),
+                ("server", "-N/--no-delay"),
+                ("server", "-S/--tos"),
+            ]
+        );
+        // An agent that predates the options applied none of them.
+        let old = EndsSocket { server: None, ..e };
+        assert_eq!(codes(&old, true)[..], [("server", "socket options")][..]);
+    }
+
+    #[test]
+    fn tcp_keeps_its_own_ecn_bits_and_says_which_sysctl() {
+        let e = EndsSocket {
+            asked: SocketOptions {
+                tos: Some(0xb8 | 0b10),
+                ..SocketOptions::default()
+            },
+            client: AppliedSocketOptions {
+                tos: Some(0xb8),
+                tcp_ecn_sysctl: Some(2),
+                ..AppliedSocketOptions::default()
+            },
+            server: None,
+        };
+        let w = e.warnings(true, false);
+        assert_eq!(w.len(), 1);
+        let text = w[0].to_string();
+        assert!(
+            text.starts_with("--ecn ECN bits 2: the client's kernel"),
+            "{text}"
+        );
+        assert!(text.contains("net.ipv4.tcp_ecn = 2"), "{text}");
+    }
+}

@@ -78,6 +78,11 @@ pub struct LatencyResult {
     /// unless asked for. What it cost is in `cpu` (a busy-polled end burns its whole core).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tuning: Option<EndsTuning>,
+    /// `-w`, `-C`, `-M`, `-N`, `-S`/`--dscp`/`--ecn`, `--fq-rate`, `--dont-fragment`: the data
+    /// streams' socket options as asked and as each end's kernel applied them. Absent unless
+    /// asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<super::context::EndsSocket>,
 }
 
 /// `--timestamps`: the RTT at the sockets. The kernel stamps a datagram (or TCP segment) as it

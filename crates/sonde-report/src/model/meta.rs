@@ -162,6 +162,10 @@ pub enum WarningCode {
     /// The address tested balances connections over several agents: the channels were kept
     /// on the session's agent, and the figures are that agent's alone.
     Balancer,
+    /// `-w`, `-C`, `-M`, `-N`, `-S`/`--dscp`/`--ecn`, `--fq-rate`, `--dont-fragment`: an end's
+    /// kernel applied a socket option otherwise than asked (a capped buffer, a clamped MSS, TCP's
+    /// own ECN bits), or the agent did not apply them (it predates the options).
+    SocketOptionDiffers,
     /// A code this version does not know (from a newer sonde).
     #[serde(other)]
     Other,
@@ -246,6 +250,17 @@ pub enum Warning {
     NotTuned {
         /// What it did instead, and why.
         detail: String,
+    },
+    /// A socket option as an end's kernel applied it differs from what was asked.
+    SocketOptionDiffers {
+        /// `client` or `server`.
+        side: &'static str,
+        /// The option (`-w/--window`, `-M/--set-mss`, ...).
+        option: &'static str,
+        /// What was asked, as a person reads it.
+        asked: String,
+        /// What the kernel made of it, and why where known.
+        applied: String,
     },
     /// Throughput: the receivers counted nothing.
     NothingReceived,
@@ -410,6 +425,7 @@ impl Warning {
             Self::SenderLimited { .. } => WarningCode::SenderLimited,
             Self::TcpInfoUnknown => WarningCode::TcpInfoUnknown,
             Self::NotTuned { .. } => WarningCode::NotTuned,
+            Self::SocketOptionDiffers { .. } => WarningCode::SocketOptionDiffers,
             Self::NothingReceived => WarningCode::NothingReceived,
             Self::Interrupted => WarningCode::Interrupted,
             Self::PortsExhausted { .. } => WarningCode::PortsExhausted,
@@ -526,6 +542,12 @@ impl std::fmt::Display for Warning {
                  tcp_info are null for the streams it sent",
             ),
             Self::NotTuned { detail } => f.write_str(detail),
+            Self::SocketOptionDiffers {
+                side,
+                option,
+                asked,
+                applied,
+            } => write!(f, "{option} {asked}: the {side}'s kernel applied {applied}"),
             Self::NothingReceived => f.write_str("nothing was received"),
             Self::PpsLoss {
                 lost,

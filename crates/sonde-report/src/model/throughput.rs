@@ -158,4 +158,9 @@ pub struct ThroughputResult {
     /// `--cpu`: the CPUs each end's streams ran on. Absent unless asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tuning: Option<EndsTuning>,
+    /// `-w`, `-C`, `-M`, `-N`, `-S`/`--dscp`/`--ecn`, `--fq-rate`, `--dont-fragment`: the data
+    /// streams' socket options as asked and as each end's kernel applied them. Absent unless
+    /// asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<super::context::EndsSocket>,
 }

@@ -71,6 +71,67 @@ const PERCENTILES: [Percentile; 6] = [
 const RECEIVER: &str = "receiver";
 const SENDER: &str = "sender (handed to kernel)";
 
+/// `-w`, `-C`, `-M`, ...: one line per end with the options asked, as its kernel applied them
+/// (read back), `not applied` for an agent that predates them.
+fn socket_lines(s: &crate::model::EndsSocket) -> [String; 2] {
+    let end = |who: &str, got: Option<&sonde_wire::AppliedSocketOptions>| {
+        let Some(got) = got else {
+            return format!("socket options, {who}: not applied (an agent older than them)");
+        };
+        let a = &s.asked;
+        let unknown = || "?".to_owned();
+        let size = |b: Option<u64>| b.map_or_else(unknown, super::units::fmt_size);
+        let mut parts = Vec::new();
+        if a.window_bytes.is_some() {
+            parts.push(format!(
+                "SO_SNDBUF {} SO_RCVBUF {}",
+                size(got.send_buffer_bytes),
+                size(got.recv_buffer_bytes)
+            ));
+        }
+        if a.congestion.is_some() {
+            parts.push(got.congestion.clone().unwrap_or_else(unknown));
+        }
+        if a.mss_bytes.is_some() {
+            parts.push(format!(
+                "MSS {}",
+                got.mss_bytes.map_or_else(unknown, |m| format!("{m} B"))
+            ));
+        }
+        if a.no_delay {
+            parts.push(match got.no_delay {
+                Some(true) => "TCP_NODELAY".to_owned(),
+                _ => "Nagle on".to_owned(),
+            });
+        }
+        if a.tos.is_some() {
+            parts.push(got.tos.map_or_else(
+                || "TOS ?".to_owned(),
+                |t| format!("TOS {t:#04x} (DSCP {}, ECN {})", t >> 2, t & 0b11),
+            ));
+        }
+        if a.dont_fragment {
+            parts.push(match got.dont_fragment {
+                Some(true) => "DF".to_owned(),
+                _ => "no DF".to_owned(),
+            });
+        }
+        if a.pacing_bits_per_second.is_some() {
+            if let Some(r) = got.pacing_bits_per_second {
+                parts.push(format!(
+                    "paced {} per stream",
+                    super::units::fmt_rate(to_f64(r))
+                ));
+            }
+        }
+        format!("socket options, {who}: {}", parts.join(", "))
+    };
+    [
+        end("client", Some(&s.client)),
+        end("agent", s.server.as_ref()),
+    ]
+}
+
 /// `--busy-poll`, `--cpu`: how one end waited and where it ran.
 fn tuning_text(t: &sonde_wire::TuningReport) -> String {
     let wait = match (t.busy_poll, t.so_busy_poll_us) {

@@ -611,6 +611,7 @@ mod tests {
             "[peers]\nhosts = [\"x\"]\n\
              [throughput]\nevery = \"1m\"\ntime = \"3s\"\nudp = true\nparallel = 4\n\
              reverse = true\nbitrate = \"10M\"\nlength = 1200\n\
+             dscp = \"af41\"\nwindow = \"1M\"\ndont_fragment = true\n\
              [pps]\nevery = \"1m\"\ntime = \"500ms\"\nmsg_size = 14\nflows = 8\ngso = \"off\"\n",
         )
         .unwrap();
@@ -627,8 +628,17 @@ mod tests {
             "1200",
             "-t",
             "3",
+            "--dscp",
+            "af41",
+            "-w",
+            "1M",
+            "--dont-fragment",
         ]);
         assert_eq!(format!("{:?}", t.options), format!("{:?}", cli.options()));
+        // The socket options too: the mesh's scheduled test sets them at both ends.
+        assert_eq!(t.options.socket.tos, Some(34 << 2));
+        assert_eq!(t.options.socket.window_bytes, Some(1 << 20));
+        assert!(t.options.socket.dont_fragment);
         // The keys took (not the defaults on both sides).
         assert_eq!(
             (t.options.protocol, t.options.parallel, t.options.direction),

@@ -13,3 +13,4 @@ mod helpers;
 mod inner;
 mod mesh;
 mod plan;
+mod sockopt;

@@ -442,6 +442,178 @@ fn throughput_read_size_sets_how_each_receiver_reads() {
     }
 }
 
+/// `-w -C -M -N --dscp --fq-rate` (TCP) and `--dscp --ecn --dont-fragment` (UDP): set at both
+/// ends, each end's kernel read back in the result, the pacing rate on the senders only.
+#[test]
+fn socket_options_are_applied_at_both_ends_and_read_back() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let tcp = [
+        "-w",
+        "256K",
+        "-C",
+        "reno",
+        "-M",
+        "1000",
+        "-N",
+        "--dscp",
+        "ef",
+        "--fq-rate",
+        "500M",
+        "-t",
+        "0.3",
+    ];
+    for (direction, sender) in [(None, "client"), (Some("-R"), "server")] {
+        let mut args = tcp.to_vec();
+        args.extend(direction);
+        let doc = run_json("throughput", &agent, &args);
+        let what = format!("{direction:?}: {doc:#}");
+        assert_eq!(u(&doc, "/socket/asked/window_bytes"), 256 << 10, "{what}");
+        assert_eq!(u(&doc, "/socket/asked/tos"), 0xb8, "{what}");
+        for end in ["client", "server"] {
+            let at = |f: &str| format!("/socket/{end}/{f}");
+            assert_eq!(s(&doc, &at("congestion")), "reno", "{end} {what}");
+            // The client's SYN announced 1,000: both ends send at most that (less the
+            // timestamp option's 12 bytes).
+            let mss = u(&doc, &at("mss_bytes"));
+            assert!((900..=1000).contains(&mss), "{end}: MSS {mss} {what}");
+            assert_eq!(
+                doc.pointer(&at("no_delay")),
+                Some(&Value::Bool(true)),
+                "{what}"
+            );
+            assert_eq!(u(&doc, &at("tos")), 0xb8, "{end} {what}");
+            // Linux grants twice the request.
+            assert!(
+                u(&doc, &at("recv_buffer_bytes")) >= 256 << 10,
+                "{end} {what}"
+            );
+            let paced = doc.pointer(&at("pacing_bits_per_second")).unwrap();
+            if end == sender {
+                assert_eq!(paced.as_u64(), Some(500_000_000), "{end} {what}");
+            } else {
+                assert!(paced.is_null(), "{end} {what}");
+            }
+        }
+        assert!(
+            !arr(&doc, "/warning_codes")
+                .iter()
+                .any(|c| c == "socket_option_differs"),
+            "{what}"
+        );
+    }
+    // UDP: the TOS byte with ECN ECT(1), and DF, at both ends.
+    let doc = run_json(
+        "throughput",
+        &agent,
+        &[
+            "-u",
+            "-b",
+            "10M",
+            "--dscp",
+            "af41",
+            "--ecn",
+            "ect1",
+            "--dont-fragment",
+            "-t",
+            "0.3",
+            "--bidir",
+        ],
+    );
+    for end in ["client", "server"] {
+        assert_eq!(
+            u(&doc, &format!("/socket/{end}/tos")),
+            (34 << 2) | 1,
+            "{doc:#}"
+        );
+        assert_eq!(
+            doc.pointer(&format!("/socket/{end}/dont_fragment")),
+            Some(&Value::Bool(true)),
+            "{doc:#}"
+        );
+    }
+    let doc = run_json("pps", &agent, &["--dscp", "cs1", "-t", "0.2"]);
+    assert_eq!(u(&doc, "/socket/server/tos"), 0x20, "{doc:#}");
+    let doc = run_json(
+        "latency",
+        &agent,
+        &["-u", "-S", "0x20", "-t", "0.2", "--warmup", "0"],
+    );
+    assert_eq!(u(&doc, "/socket/client/tos"), 0x20, "{doc:#}");
+    // TCP -b is the total of a direction, each stream paced at its share.
+    let doc = run_json(
+        "throughput",
+        &agent,
+        &["-b", "200M", "-P", "2", "-t", "0.2"],
+    );
+    assert_eq!(
+        u(&doc, "/socket/asked/pacing_bits_per_second"),
+        100_000_000,
+        "{doc:#}"
+    );
+    // Nothing asked: no `socket`.
+    let doc = run_json("throughput", &agent, &["-t", "0.2"]);
+    assert!(doc.get("socket").is_none(), "{doc:#}");
+    // The table shows each end's kernel's values.
+    let target = agent.target();
+    let table = run(&[
+        "throughput",
+        &target,
+        "-t",
+        "0.2",
+        "-C",
+        "reno",
+        "--no-save",
+    ]);
+    assert_eq!(table.code, Some(0), "{}", table.stderr);
+    assert!(
+        table.stdout.contains("socket options, agent: reno"),
+        "{}",
+        table.stdout
+    );
+}
+
+/// A socket option no kernel or no such test takes is a usage error (exit 2) that names it.
+#[test]
+fn socket_options_that_cannot_apply_are_usage_errors() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let target = agent.target();
+    for (args, says) in [
+        (
+            vec!["throughput", &target, "-C", "nosuchcc"],
+            "no congestion control 'nosuchcc' (available: ",
+        ),
+        (
+            vec!["throughput", &target, "-u", "-C", "reno"],
+            "-C/--congestion is for TCP",
+        ),
+        (vec!["throughput", &target, "-M", "10"], "-M/--set-mss"),
+        (
+            vec!["throughput", &target, "--dont-fragment"],
+            "--dont-fragment is for UDP",
+        ),
+        (
+            vec!["throughput", &target, "-b", "1M", "--fq-rate", "1M"],
+            "give one",
+        ),
+        (vec!["throughput", &target, "--dscp", "af44"], "not a DSCP"),
+        (vec!["throughput", &target, "--ecn", "ce"], "ect0 or ect1"),
+        (vec!["pps", &target, "-N"], "-N"),
+        (vec!["pps", &target, "-C", "reno"], "-C"),
+        (vec!["latency", &target, "--fq-rate", "1M"], "--fq-rate"),
+        (vec!["latency", &target, "-N"], "-N"),
+        (
+            vec!["throughput", &target, "-S", "1", "--dscp", "ef"],
+            "cannot be used with",
+        ),
+    ] {
+        let r = run(&args);
+        assert_eq!(r.code, Some(2), "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(says), "{args:?}: {}", r.stderr);
+    }
+}
+
 /// What --busy-poll and --cpu cannot do is a usage error (exit 2) before anything is sent.
 #[test]
 fn busy_poll_and_cpu_misuse_is_exit_2() {

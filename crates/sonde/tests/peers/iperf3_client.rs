@@ -326,6 +326,36 @@ fn tcp_reverse_receives_what_the_iperf3_server_sent() {
     assert_eq!(u(&doc, "/sender/bytes"), sent, "{doc:#}\n{theirs:#}");
 }
 
+/// Issue 19: the socket options reach the iperf3 server in its own keys, and it applies them
+/// (its own document says so), while this host applies them to its end.
+#[test]
+fn socket_options_reach_the_iperf3_server() {
+    let _file = crate::common::file_lock(module_path!());
+    if !have_iperf3("socket_options_reach_the_iperf3_server") {
+        return;
+    }
+    let (doc, theirs) = run_against(
+        Iperf3Server::start(),
+        &[
+            "-t", "1", "-R", "-C", "reno", "-w", "512K", "--dscp", "af21", "-M", "1200",
+        ],
+    );
+    check_common(&doc, "tcp", "reverse", 1);
+    // The server sent (-R) with reno, as its document says, and took the TOS byte and MSS.
+    assert_eq!(theirs["end"]["sender_tcp_congestion"], "reno", "{theirs:#}");
+    assert_eq!(u(&theirs, "/start/test_start/tos"), 18 << 2, "{theirs:#}");
+    // This host's end, as its kernel applied them; the server's is not reported.
+    assert_eq!(doc["socket"]["client"]["congestion"], "reno", "{doc:#}");
+    assert_eq!(u(&doc, "/socket/client/tos"), 18 << 2, "{doc:#}");
+    assert!(doc["socket"]["server"].is_null(), "{doc:#}");
+    assert!(
+        !arr(&doc, "/warning_codes")
+            .iter()
+            .any(|c| c == "socket_option_differs"),
+        "{doc:#}"
+    );
+}
+
 #[test]
 fn tcp_bidir_reports_both_receivers() {
     let _file = crate::common::file_lock(module_path!());

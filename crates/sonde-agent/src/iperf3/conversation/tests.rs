@@ -751,6 +751,8 @@ fn client_options_become_socket_options() {
         tos: 0x10,
         fqrate: 10_000_000,
         congestion: Some("reno".into()),
+        nodelay: true,
+        dont_fragment: 1,
         ..Params::default()
     };
     assert_eq!(
@@ -762,6 +764,8 @@ fn client_options_become_socket_options() {
             tos: Some(0x10),
             // --fq-rate is in bits per second, SO_MAX_PACING_RATE in bytes.
             max_pacing_rate_bytes_per_second: Some(1_250_000),
+            nodelay: true,
+            dont_fragment: true,
         }
     );
     // Nothing asked, nothing set; a rate below one byte per second is none, as in iperf3.

@@ -1,8 +1,8 @@
 //! `sonde latency`'s table.
 
 use super::{
-    context, footer, header, helpers, inner, line, protocol_name, tuning_text, Col, Grid,
-    PERCENTILES,
+    context, footer, header, helpers, inner, line, protocol_name, socket_lines, tuning_text, Col,
+    Grid, PERCENTILES,
 };
 use crate::model::{LatencyMode, LatencyResult, Protocol};
 use crate::render::units::{
@@ -54,6 +54,9 @@ pub(crate) fn latency(r: &LatencyResult, out: &mut String) {
     }
     inner::config_rows(r, &mut kv);
     kv.render(out);
+    for l in r.socket.iter().flat_map(socket_lines) {
+        line(out, l);
+    }
 
     out.push('\n');
     if r.samples == 0 {

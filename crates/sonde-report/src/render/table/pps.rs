@@ -1,8 +1,8 @@
 //! `sonde pps`'s table.
 
 use super::{
-    context, footer, header, helpers, line, pinning_line, plural, protocol_name, stream_id, Col,
-    Grid,
+    context, footer, header, helpers, line, pinning_line, plural, protocol_name, socket_lines,
+    stream_id, Col, Grid,
 };
 use crate::model::{FlowResult, GsoMode, PpsResult};
 use crate::render::units::{
@@ -108,6 +108,9 @@ pub(crate) fn pps(r: &PpsResult, out: &mut String) {
     );
     if let Some(t) = &r.tuning {
         line(out, pinning_line(t, "flows"));
+    }
+    for l in r.socket.iter().flat_map(socket_lines) {
+        line(out, l);
     }
     out.push('\n');
     let mut g = Grid::new(vec![

@@ -2,7 +2,7 @@
 
 use super::{
     context, dir_name, direction_name, footer, header, helpers, is_bidir, line, pinning_line,
-    plural, protocol_name, stream_id, Col, Grid, RECEIVER, SENDER,
+    plural, protocol_name, socket_lines, stream_id, Col, Grid, RECEIVER, SENDER,
 };
 use crate::model::{Protocol, SideTotals, StreamDirection, StreamResult, ThroughputResult};
 use crate::render::units::{
@@ -41,6 +41,9 @@ pub(crate) fn throughput(r: &ThroughputResult, out: &mut String) {
     line(out, config);
     if let Some(t) = &r.tuning {
         line(out, pinning_line(t, "streams"));
+    }
+    for l in r.socket.iter().flat_map(socket_lines) {
+        line(out, l);
     }
     line(
         out,
