@@ -17,8 +17,9 @@ pub enum ControlError {
     /// The peer closed the connection.
     #[error("the peer closed the control connection")]
     Closed,
-    /// Nothing (or not enough) arrived in time.
-    #[error("no message from the peer within {0:?}")]
+    /// Nothing (or not enough) arrived in time: within the wait the last read had, or (zero)
+    /// by a deadline that had passed before it could wait, or a wait the reader did not time.
+    #[error("{}", timeout_text(*.0))]
     Timeout(Duration),
     /// The bytes were not a sonde control frame.
     #[error(transparent)]
@@ -88,6 +89,15 @@ impl Fill for ControlRead<'_> {
 
     fn closed(&mut self) -> ControlError {
         ControlError::Closed
+    }
+}
+
+/// A timeout's text: never "within 0ns", which names no cause.
+fn timeout_text(waited: Duration) -> String {
+    if waited.is_zero() {
+        "no message from the peer in the time allowed".into()
+    } else {
+        format!("no message from the peer within {waited:?}")
     }
 }
 
