@@ -115,9 +115,34 @@ fn latency_under_load(
         rtt_histogram: loaded_rtt_histogram,
     } = loaded?;
 
-    // Each of the two ran during the other by design: that is not someone else's session.
-    discount_own_session(&mut loaded.meta);
-    discount_own_session(&mut load.meta);
+    // Each of the two ran during the other by design: that is not someone else's session, when
+    // they ran on one agent. Behind a load balancer they may have reached two.
+    let agents = (
+        loaded.meta.agent.as_ref().map(|a| a.id.clone()),
+        load.meta.agent.as_ref().map(|a| a.id.clone()),
+    );
+    match agents {
+        (Some(probes), Some(load_agent)) if probes != load_agent => {
+            let w = sonde_report::Warning::LoadOnOtherAgent {
+                probes: loaded
+                    .meta
+                    .agent
+                    .as_ref()
+                    .map_or_else(String::new, |a| a.addr.clone()),
+                load: load
+                    .meta
+                    .agent
+                    .as_ref()
+                    .map_or_else(String::new, |a| a.addr.clone()),
+            };
+            loaded.meta.add(&w);
+            load.meta.add(&w);
+        }
+        _ => {
+            discount_own_session(&mut loaded.meta);
+            discount_own_session(&mut load.meta);
+        }
+    }
     if probes_late {
         loaded.meta.add(&sonde_report::Warning::LoadEndedEarly);
     }

@@ -386,6 +386,13 @@ pub enum Warning {
     IntervalsCountedAtSender,
     /// iperf3://: the server closed instead of ending the test.
     UncleanEnd,
+    /// load: a balancer placed the probes and the load on different agents.
+    LoadOnOtherAgent {
+        /// The probes' agent, as it saw itself.
+        probes: String,
+        /// The load's agent.
+        load: String,
+    },
     /// Connections a balancer placed on an agent the client had not found.
     UnfoundAgent {
         /// Such connections.
@@ -458,9 +465,10 @@ impl Warning {
                 WarningCode::IntervalsCountedHere
             }
             Self::UncleanEnd => WarningCode::UncleanEnd,
-            Self::Balancer { .. } | Self::SpreadOverAgents { .. } | Self::UnfoundAgent { .. } => {
-                WarningCode::Balancer
-            }
+            Self::Balancer { .. }
+            | Self::SpreadOverAgents { .. }
+            | Self::UnfoundAgent { .. }
+            | Self::LoadOnOtherAgent { .. } => WarningCode::Balancer,
         }
     }
 }
@@ -698,6 +706,13 @@ impl std::fmt::Display for Warning {
             Self::UncleanEnd => f.write_str(
                 "the iperf3 server closed the connection after its results instead of ending \
                  the test with DISPLAY_RESULTS",
+            ),
+            Self::LoadOnOtherAgent { probes, load } => write!(
+                f,
+                "a load balancer placed the probes on the agent at {probes} and the load on the \
+                 one at {load}: the load filled the path from this host through the balancer, \
+                 and the added RTT is what that shared part of the path added, not what the \
+                 probes' agent's own link would"
             ),
             Self::UnfoundAgent { connections } => write!(
                 f,

@@ -252,6 +252,9 @@ fn run_cases(lab: &Lab, cases: &[Case]) -> (BTreeSet<String>, u64) {
             "{what}: {} is {counted}\n{doc:#}",
             case.counts_path()
         );
+        if case.sessions.len() > 1 {
+            check_load_agents(&what, &doc);
+        }
         for part in case.sessions {
             let session = if part.is_empty() {
                 &doc
@@ -282,9 +285,13 @@ fn check_session(what: &str, doc: &Value) -> String {
         let warned = doc["warning_codes"]
             .as_array()
             .is_some_and(|c| c.iter().any(|c| c == "balancer"));
+        let other_agent_load = doc["warnings"].as_array().is_some_and(|w| {
+            w.iter()
+                .any(|w| w.as_str().is_some_and(|w| w.contains("placed the probes")))
+        });
         assert_eq!(
             warned,
-            others > 0,
+            others > 0 || other_agent_load,
             "{what}: a balancer warning iff other agents answered\n{doc:#}"
         );
         if doc["test"] == "crr" {
@@ -300,6 +307,22 @@ fn check_session(what: &str, doc: &Value) -> String {
         }
         addr.to_owned()
     }
+}
+
+/// `sonde load` behind a balancer: when the probes and the load reached different agents, the
+/// loaded probes say so (their added RTT is the shared part of the path's), and the two are not
+/// taken for each other's overlapping session.
+fn check_load_agents(what: &str, doc: &Value) {
+    let id = |part: &str| at(doc, &[part, "agent", "id"]).clone();
+    let apart = id("loaded") != id("load");
+    let said = doc["loaded"]["warnings"].as_array().is_some_and(|w| {
+        w.iter()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("placed the probes")))
+    });
+    assert_eq!(
+        said, apart,
+        "{what}: the load on another agent is said\n{doc:#}"
+    );
 }
 
 /// A crr test behind a balancer runs a session on every agent it found: each agent's share
