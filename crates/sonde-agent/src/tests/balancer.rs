@@ -152,3 +152,84 @@ fn a_session_runs_under_the_token_asked_for_unless_this_agent_has_it() {
         "{reply:?}"
     );
 }
+
+/// A TCP balancer in front of the agents: connection `n` goes to `route(n)`, from the source
+/// address it names (any when `None`), with a thread per direction per connection.
+fn balancer(
+    route: impl Fn(usize) -> (SocketAddr, Option<SocketAddr>) + Send + 'static,
+) -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let addr = listener.local_addr().expect("its address");
+    thread::spawn(move || {
+        for (n, client) in listener.incoming().enumerate() {
+            let Ok(client) = client else { return };
+            let (to, from) = route(n);
+            let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                .expect("a TCP socket");
+            if let Some(from) = from {
+                sock.bind(&from.into()).expect("bind a loopback address");
+            }
+            if sock.connect(&to.into()).is_err() {
+                return;
+            }
+            let server: TcpStream = sock.into();
+            for (mut from, mut into) in [
+                (
+                    client.try_clone().expect("clone"),
+                    server.try_clone().expect("clone"),
+                ),
+                (server, client),
+            ] {
+                thread::spawn(move || {
+                    let _ = io::copy(&mut from, &mut into);
+                    let _ = into.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_balancer_that_never_places_a_channel_on_the_sessions_agent_is_named() {
+    let (a, b) = (agent(|_| {}), agent(|_| {}));
+    let (first, rest) = (a.local_addr(), b.local_addr());
+    let front = balancer(move |n| (if n == 0 { first } else { rest }, None));
+    let target = sonde_client::resolve(&front.to_string(), 0).expect("a literal address");
+    let opt = ThroughputOptions {
+        duration: Duration::from_millis(300),
+        ..ThroughputOptions::default()
+    };
+    let err = throughput(&target, &opt).expect_err("no channel can reach the session");
+    assert!(matches!(err, ClientError::Path(_)), "{err:?}");
+    assert_eq!(err.exit_code(), 3);
+    let text = err.to_string();
+    assert!(
+        text.contains("32 times in a row") && text.contains("at least 2 agents"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_nat_that_gives_the_channels_another_address_is_named() {
+    let a = agent(|_| {});
+    let to = a.local_addr();
+    // The control connection leaves from 127.0.0.1, every other from 127.0.0.2.
+    let front = balancer(move |n| {
+        let from = (n > 0).then(|| SocketAddr::from(([127, 0, 0, 2], 0)));
+        (to, from)
+    });
+    let target = sonde_client::resolve(&front.to_string(), 0).expect("a literal address");
+    let opt = ThroughputOptions {
+        duration: Duration::from_millis(300),
+        ..ThroughputOptions::default()
+    };
+    let err = throughput(&target, &opt).expect_err("the agent takes no channel from elsewhere");
+    assert!(matches!(err, ClientError::Path(_)), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("another address than the control connection"),
+        "{text}"
+    );
+    assert!(text.contains("NAT"), "{text}");
+}

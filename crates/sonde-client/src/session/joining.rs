@@ -121,7 +121,9 @@ pub(crate) fn open_channel(
         Protocol::Tcp => {
             let what = format!("data stream {index}");
             let answered = placement.agent.is_some();
-            for _ in 0..MAX_TRIES {
+            let mut tries = 0;
+            while tries < MAX_TRIES {
+                tries += 1;
                 let (mut s, applied) = tcp_connect(target, spec, options)?;
                 send_join(&mut s, token, index, answered)?;
                 if !answered {
@@ -138,13 +140,15 @@ pub(crate) fn open_channel(
                     break;
                 }
             }
-            Err(placement.gave_up(target, &what, placement.reopened))
+            Err(placement.gave_up(target, &what, tries))
         }
         Protocol::Udp => {
             let flow = u16::try_from(index)
                 .map_err(|_| ClientError::Usage("at most 65,536 UDP flows".into()))?;
             let what = format!("UDP flow {index}");
-            for _ in 0..MAX_TRIES {
+            let mut tries = 0;
+            while tries < MAX_TRIES {
+                tries += 1;
                 let sock = sonde_net::socket::udp_connect(target.addr)
                     .map_err(|e| ClientError::Data(e, index))?;
                 let applied = options
@@ -167,7 +171,7 @@ pub(crate) fn open_channel(
                     break;
                 }
             }
-            Err(placement.gave_up(target, &what, placement.reopened))
+            Err(placement.gave_up(target, &what, tries))
         }
     }
 }
