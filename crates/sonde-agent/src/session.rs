@@ -14,7 +14,7 @@
 //!   even when the agent receives nothing, in reverse) and once when their loop ends
 //!   (`SenderDone`). A message that would pass the frame limit goes without them.
 
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -651,6 +651,7 @@ impl<'a> Test<'a> {
                         jitter_ns: Some(o.jitter.jitter_ns()),
                         retransmits: None,
                         tcp_info: None,
+                        peer: None,
                     });
                 }
                 Some(RoleOutcome::Echoed) => {
@@ -666,6 +667,23 @@ impl<'a> Test<'a> {
             }
         }
         report.tuning = self.tuning_report().map(Box::new);
+        // Where each stream came from, as this end saw it (a NAT in the path shows).
+        for stats in report
+            .received
+            .iter_mut()
+            .chain(&mut report.sent)
+            .chain(&mut report.echoed)
+        {
+            stats.peer = usize::try_from(stats.stream)
+                .ok()
+                .and_then(|i| self.channels.get(i))
+                .and_then(|channel| match channel {
+                    DataChannel::Tcp(s) => s.peer_addr().ok(),
+                    DataChannel::Udp(s) => s.peer_addr().ok(),
+                })
+                // A v4-mapped peer of a dual-stack socket is an IPv4 client.
+                .map(|a| SocketAddr::new(a.ip().to_canonical(), a.port()));
+        }
         Ok(report)
     }
 

@@ -273,6 +273,7 @@ fn run(
                     rst: opt.rst,
                     until_ns,
                     timeout: opt.timeout,
+                    bind: target.source.bind.clone(),
                 };
                 let (clock, stop, meter, shared) = (&clock, &stop, &meter, shared.as_ref());
                 scope.spawn(move || {
@@ -502,6 +503,7 @@ mod tests {
             addr: "127.0.0.1:9".parse().unwrap(),
             label: "127.0.0.1:9".into(),
             secret: None,
+            source: crate::Source::default(),
         }
     }
 

@@ -179,6 +179,7 @@ mod tests {
             interrupted: false,
             hosts: sonde_report::Hosts::default(),
             cpu: sonde_report::CpuCosts::default(),
+            sources: Vec::new(),
         };
         discount_own_session(&mut meta);
         assert_eq!(meta.overlapping_sessions, 0);
@@ -205,6 +206,7 @@ mod tests {
             addr: "127.0.0.1:9".parse().unwrap(),
             label: "x".into(),
             secret: None,
+            source: crate::Source::default(),
         };
         let mut opt = LoadOptions::default();
         opt.probes.count = Some(10);

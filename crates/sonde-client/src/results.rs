@@ -54,6 +54,7 @@ pub(crate) fn meta_for(
         interrupted: false,
         hosts: sonde_report::Hosts::default(),
         cpu: sonde_report::CpuCosts::default(),
+        sources: Vec::new(),
     };
     if overlapping > 0 {
         meta.add(&Warning::OverlappingSessions {
@@ -61,6 +62,43 @@ pub(crate) fn meta_for(
         });
     }
     meta
+}
+
+/// Puts each data stream's source in `meta`, as this host opened it (`sources`, in channel
+/// order) and as the agent saw it (`report`'s streams), with a warning for each that the agent
+/// saw from elsewhere (a source NAT or a proxy in the path).
+pub(crate) fn add_sources(
+    meta: &mut Meta,
+    sources: &[Option<std::net::SocketAddr>],
+    report: &sonde_wire::AgentReport,
+) {
+    let canonical =
+        |a: std::net::SocketAddr| std::net::SocketAddr::new(a.ip().to_canonical(), a.port());
+    for (i, client) in sources.iter().enumerate() {
+        let stream = u32::try_from(i).unwrap_or(u32::MAX);
+        let client = client.map(canonical);
+        let seen = report
+            .received
+            .iter()
+            .chain(&report.sent)
+            .chain(&report.echoed)
+            .find(|s| s.stream == stream)
+            .and_then(|s| s.peer);
+        if let (Some(c), Some(s)) = (client, seen) {
+            if c != s {
+                meta.add(&Warning::SourceTranslated {
+                    stream,
+                    client: c.to_string(),
+                    seen: s.to_string(),
+                });
+            }
+        }
+        meta.sources.push(sonde_report::StreamSource {
+            stream,
+            client: client.map(|a| a.to_string()),
+            seen_by_server: seen.map(|a| a.to_string()),
+        });
+    }
 }
 
 /// Puts both ends' configuration and CPU cost in `meta`, with a warning for what a sonde agent
@@ -156,6 +194,7 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
         run.report.overlapping_sessions,
     );
     add_context(&mut meta, &run.context, run.report.cpu.as_ref());
+    add_sources(&mut meta, &run.context.sources, &run.report);
     let udp = opt.protocol == sonde_wire::Protocol::Udp;
     let (lost, duplicated, reordered) = o.seq.as_ref().map_or((0, 0, 0), |t| {
         (
@@ -373,6 +412,7 @@ fn stream_views(spec: &TestSpec, run: &BulkRun) -> Vec<StreamView> {
                     jitter_ns: Some(o.jitter.jitter_ns()),
                     retransmits: None,
                     tcp_info: None,
+                    peer: None,
                 },
                 _ => StreamStats::default(),
             };
@@ -488,6 +528,7 @@ pub(crate) fn throughput(
         run.report.overlapping_sessions,
     );
     add_context(&mut meta, &run.context, run.report.cpu.as_ref());
+    add_sources(&mut meta, &run.context.sources, &run.report);
     let tuning = ends_tuning(run.tuning.as_ref(), run.report.tuning.as_deref(), &mut meta);
     let streams: Vec<StreamResult> = views
         .iter()
@@ -602,6 +643,7 @@ pub(crate) fn pps(
         run.report.overlapping_sessions,
     );
     add_context(&mut meta, &run.context, run.report.cpu.as_ref());
+    add_sources(&mut meta, &run.context.sources, &run.report);
     let tuning = ends_tuning(run.tuning.as_ref(), run.report.tuning.as_deref(), &mut meta);
     let mut flows = Vec::new();
     let mut method = "";
@@ -718,6 +760,59 @@ fn pps_gso(choice: &sonde_net::gso::GsoChoice, method: &str) -> PpsGso {
 mod context_tests {
     use super::*;
 
+    #[test]
+    fn a_stream_the_agent_saw_from_elsewhere_is_a_source_nat_warning() {
+        let mut meta = meta_for(
+            &Target {
+                addr: "198.18.1.2:5300".parse().unwrap(),
+                label: "198.18.1.2:5300".into(),
+                secret: None,
+                source: crate::Source::default(),
+            },
+            sonde_report::Peer::Sonde,
+            SessionId(1),
+            0,
+            0,
+        );
+        let sources = [
+            Some("198.18.1.2:5001".parse().unwrap()),
+            // A v4-mapped address is the same IPv4 source.
+            Some("[::ffff:198.18.1.2]:5002".parse().unwrap()),
+            Some("198.18.1.2:5003".parse().unwrap()),
+        ];
+        let stream = |stream, peer: &str| StreamStats {
+            stream,
+            peer: Some(peer.parse().unwrap()),
+            ..StreamStats::default()
+        };
+        let report = sonde_wire::AgentReport {
+            received: vec![stream(0, "198.18.0.1:40000")],
+            sent: vec![stream(1, "198.18.1.2:5002")],
+            ..sonde_wire::AgentReport::default()
+        };
+        add_sources(&mut meta, &sources, &report);
+        assert_eq!(
+            meta.warning_codes,
+            [sonde_report::WarningCode::SourceTranslated]
+        );
+        assert!(
+            meta.warnings[0].starts_with("the agent saw 198.18.0.1:40000 for 198.18.1.2:5001"),
+            "{}",
+            meta.warnings[0]
+        );
+        let seen: Vec<Option<&str>> = meta
+            .sources
+            .iter()
+            .map(|s| s.seen_by_server.as_deref())
+            .collect();
+        // Stream 2: an older agent, or one that did not say.
+        assert_eq!(
+            seen,
+            [Some("198.18.0.1:40000"), Some("198.18.1.2:5002"), None]
+        );
+        assert_eq!(meta.sources[1].client.as_deref(), Some("198.18.1.2:5002"));
+    }
+
     /// An agent older than `--busy-poll` ignores the request and reports no tuning: the result
     /// says so with a coded warning instead of passing its blocking echo off as busy-polled;
     /// an agent that could not pin says why; a run that asked nothing has no `tuning`.
@@ -727,6 +822,7 @@ mod context_tests {
             addr: "127.0.0.1:5300".parse().unwrap(),
             label: "127.0.0.1:5300".into(),
             secret: None,
+            source: crate::Source::default(),
         };
         let client = TuningReport {
             busy_poll: true,
@@ -773,6 +869,7 @@ mod context_tests {
             addr: "127.0.0.1:5300".parse().unwrap(),
             label: "127.0.0.1:5300".into(),
             secret: None,
+            source: crate::Source::default(),
         };
         let spec = |protocol, read_size| TestSpec {
             kind: sonde_wire::TestKind::Throughput,
@@ -865,6 +962,7 @@ mod context_tests {
             addr: "127.0.0.1:5300".parse().unwrap(),
             label: "127.0.0.1:5300".into(),
             secret: None,
+            source: crate::Source::default(),
         }
     }
 
@@ -920,6 +1018,7 @@ mod context_tests {
                 ..sonde_wire::HostInfo::default()
             }),
             server_host: None,
+            sources: Vec::new(),
             client_cpu: Some(sonde_wire::CpuReport {
                 wall_ns: 1_000,
                 user_ns: 500,

@@ -32,6 +32,8 @@ pub(crate) struct Context {
     pub(crate) server_host: Option<HostInfo>,
     /// This end's CPU cost; `None` where it cannot be measured.
     pub(crate) client_cpu: Option<CpuReport>,
+    /// The local address and port of each data channel, in channel order.
+    pub(crate) sources: Vec<Option<std::net::SocketAddr>>,
 }
 
 impl Context {

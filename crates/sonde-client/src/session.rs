@@ -44,8 +44,6 @@ mod running;
 use finishing::{Finishing, REPORT_TIMEOUT};
 use running::{Running, Step};
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// An admitted session with its data channels open and the agent ready.
 pub(crate) struct Connected {
     ctrl: TcpStream,
@@ -195,8 +193,7 @@ fn fresh_nonce() -> Result<Nonce, ClientError> {
 
 /// Connects and says hello.
 pub(crate) fn hello(target: &Target) -> Result<Welcomed, ClientError> {
-    let mut ctrl = sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, true)
-        .map_err(|e| ClientError::Connect(e, target.addr))?;
+    let mut ctrl = target.source.tcp(target.addr, 0, true)?;
     let mut body = Vec::new();
     let preamble = Preamble {
         version: PROTOCOL_VERSION,
@@ -247,15 +244,22 @@ pub(crate) fn connect(
         mut handshake,
         ..
     } = welcomed;
-    let context = Context {
-        agent: true,
-        server_host,
-        ..Context::this_host(target)
-    };
     let mut channels = Vec::new();
     for i in 0..spec.channels() {
         channels.push(open_channel(target, &spec, token, key.as_ref(), i)?);
     }
+    let context = Context {
+        agent: true,
+        server_host,
+        sources: channels
+            .iter()
+            .map(|c| match c {
+                ClientChannel::Tcp(s) => s.local_addr().ok(),
+                ClientChannel::Udp(s) => s.local_addr().ok(),
+            })
+            .collect(),
+        ..Context::this_host(target)
+    };
     handshake.await_ready(Instant::now());
     match exchange(&mut ctrl, &mut body, &mut handshake)? {
         Progress::Ready => {}
@@ -279,11 +283,11 @@ fn open_channel(
     key: Option<&SessionKey>,
     index: u32,
 ) -> Result<ClientChannel, ClientError> {
+    let port = target.source.port(index, spec.channels())?;
     match spec.protocol {
         Protocol::Tcp => {
             let nodelay = spec.kind == TestKind::Latency;
-            let mut s = sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, nodelay)
-                .map_err(|e| ClientError::Connect(e, target.addr))?;
+            let mut s = target.source.tcp(target.addr, port, nodelay)?;
             let preamble = Preamble {
                 version: PROTOCOL_VERSION,
                 channel: Channel::Data,
@@ -298,8 +302,7 @@ fn open_channel(
             Ok(ClientChannel::Tcp(s))
         }
         Protocol::Udp => {
-            let sock = sonde_net::socket::udp_connect(target.addr)
-                .map_err(|e| ClientError::Data(e, index))?;
+            let sock = target.source.udp(target.addr, port, index)?;
             join_udp(&sock, token, key, index)?;
             Ok(ClientChannel::Udp(sock))
         }

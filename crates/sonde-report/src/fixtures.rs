@@ -21,6 +21,7 @@ fn meta(session: u64) -> Meta {
         interrupted: false,
         hosts: Hosts::default(),
         cpu: CpuCosts::default(),
+        sources: Vec::new(),
     }
 }
 

@@ -209,6 +209,11 @@ pub struct StreamStats {
     /// TCP sender: the connection's `TCP_INFO` when the sender's loop ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_info: Option<TcpInfoStats>,
+    /// The address and port the stream's packets came from, as the agent saw them (its
+    /// peer's address), so that a NAT between the ends is visible. Absent from the client's
+    /// own counts and from an agent older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 /// Bytes and datagrams per stream in one interval, counted by the receiver.

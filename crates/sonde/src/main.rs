@@ -25,6 +25,7 @@ mod runner;
 mod save;
 mod select;
 mod server;
+mod source;
 mod spec;
 mod sweep;
 mod throughput;

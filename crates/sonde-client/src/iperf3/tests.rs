@@ -300,6 +300,7 @@ fn target_label() -> Target {
         addr: "127.0.0.1:5201".parse().unwrap(),
         label: "127.0.0.1:5201".into(),
         secret: None,
+        source: crate::Source::default(),
     }
 }
 

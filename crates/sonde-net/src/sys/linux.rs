@@ -728,6 +728,12 @@ pub(crate) fn set_tcp_mss(sock: &Socket, mss: u32) -> io::Result<()> {
 /// asked for: for any other, a root process's `TCP_CONGESTION` makes the kernel load a module
 /// `tcp_<name>`, and the name comes from a client. Anything else fails with `ENOENT`, as an
 /// unknown algorithm does.
+/// `SO_BINDTODEVICE`: the socket sends and receives only through interface `device` (`-B
+/// ADDR%DEV`, `--bind-dev`). Unprivileged since Linux 5.7 for a socket not yet bound elsewhere.
+pub(crate) fn bind_device(sock: &Socket, device: &str) -> io::Result<()> {
+    sock.bind_device(Some(device.as_bytes()))
+}
+
 pub(crate) fn set_tcp_congestion(sock: &Socket, name: &str) -> io::Result<()> {
     let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
         .unwrap_or_default();

@@ -182,6 +182,15 @@ pub(crate) fn set_tcp_mss(_sock: &socket2::Socket, _mss: u32) -> io::Result<()> 
     Err(unsupported())
 }
 
+/// `SO_BINDTODEVICE` is Linux's: elsewhere this fails with a "not supported on this platform"
+/// error ([`io::ErrorKind::Unsupported`]).
+pub(crate) fn bind_device(_sock: &socket2::Socket, _device: &str) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "binding a socket to a device (SO_BINDTODEVICE) is not supported on this platform",
+    ))
+}
+
 /// Not available portably: fails with [`io::ErrorKind::Unsupported`].
 pub(crate) fn set_tcp_congestion(_sock: &socket2::Socket, _name: &str) -> io::Result<()> {
     Err(unsupported())
