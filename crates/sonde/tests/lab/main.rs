@@ -12,3 +12,4 @@ mod helpers;
 mod inner;
 mod mesh;
 mod plan;
+mod source;
