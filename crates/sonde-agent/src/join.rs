@@ -92,6 +92,7 @@ mod tests {
                 duration_ms: 1_000,
                 interval_ms: 0,
                 read_size: 0,
+                omit_ms: 0,
             },
             channels: Mutex::new(vec![None, None]),
             joined: Condvar::new(),

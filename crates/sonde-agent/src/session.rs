@@ -447,7 +447,9 @@ impl<'a> Test<'a> {
         let clock = Clock::start();
         let duration = Duration::from_millis(self.spec.duration_ms);
         let until_ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
-        let hard_deadline = Instant::now() + duration + OVERRUN;
+        // `-O`: the senders send the omit period on top of the duration.
+        let omit = Duration::from_millis(self.spec.omit_ms);
+        let hard_deadline = Instant::now() + omit + duration + OVERRUN;
         let mut intervals_out: Vec<IntervalStats> = Vec::new();
         let reader_stop = AtomicBool::new(false);
 
@@ -636,6 +638,7 @@ impl<'a> Test<'a> {
                         bytes: o.bytes,
                         packets: o.reads,
                         active_ns: o.last_ns.saturating_sub(o.first_ns),
+                        omitted_bytes: o.omitted_bytes,
                         ..StreamStats::default()
                     });
                 }
@@ -652,6 +655,7 @@ impl<'a> Test<'a> {
                         retransmits: None,
                         tcp_info: None,
                         peer: None,
+                        omitted_bytes: 0,
                     });
                 }
                 Some(RoleOutcome::Echoed) => {
@@ -722,7 +726,9 @@ impl<'a> Test<'a> {
             let Some(go) = self.wait_for_go(stop) else {
                 return RoleOutcome::Sent(SendOutcome::default(), None);
             };
-            return self.send(i, channel, clock, go.saturating_add(duration_ns));
+            // `-O`: the senders send the omit period first, then the test's duration.
+            let omit_until = go.saturating_add(omit_ns(&self.spec));
+            return self.send(i, channel, clock, omit_until, duration_ns);
         }
         let counters = &self.counters[i];
         let spec = &self.spec;
@@ -736,13 +742,23 @@ impl<'a> Test<'a> {
                 sonde_net::latency::echo(s, stop, counters)
                     .map_or_else(failed, |()| RoleOutcome::Echoed)
             }
+            // `-O`: the receiver's first `omit_ms` on the session's clock, the one its
+            // intervals are cut on.
             DataChannel::Tcp(s) => match self.read_cap() {
-                None => sonde_net::bulk::tcp_recv(s, spec.tcp_read_size(), clock, stop, counters),
+                None => sonde_net::bulk::tcp_recv(
+                    s,
+                    spec.tcp_read_size(),
+                    clock,
+                    omit_ns(spec),
+                    stop,
+                    counters,
+                ),
                 Some(cap) => sonde_net::bulk::tcp_recv_capped(
                     s,
                     spec.tcp_read_size(),
                     cap,
                     clock,
+                    omit_ns(spec),
                     stop,
                     counters,
                 ),
@@ -761,7 +777,17 @@ impl<'a> Test<'a> {
         }
     }
 
-    fn send(&self, i: usize, channel: &DataChannel, clock: &Clock, until_ns: u64) -> RoleOutcome {
+    /// Sends from now until `duration_ns` after `omit_until_ns` on `clock`, what goes before
+    /// that omitted from the counts (`-O`, TCP).
+    fn send(
+        &self,
+        i: usize,
+        channel: &DataChannel,
+        clock: &Clock,
+        omit_until_ns: u64,
+        duration_ns: u64,
+    ) -> RoleOutcome {
+        let until_ns = omit_until_ns.saturating_add(duration_ns);
         let (stop, counters, spec) = (&self.stops[i], &self.counters[i], &self.spec);
         let failed = |e: std::io::Error| RoleOutcome::Failed(e.to_string());
         match channel {
@@ -769,11 +795,19 @@ impl<'a> Test<'a> {
                 if let Err(e) = self.pace(s) {
                     return failed(e);
                 }
-                sonde_net::bulk::tcp_send(s, spec.msg_size, clock, until_ns, stop, counters)
-                    .map_or_else(failed, |o| {
-                        let info = TcpInfoSample::read(s).ok().map(|t| t.stats(index_u32(i)));
-                        RoleOutcome::Sent(o, info.map(Box::new))
-                    })
+                sonde_net::bulk::tcp_send(
+                    s,
+                    spec.msg_size,
+                    clock,
+                    until_ns,
+                    omit_until_ns,
+                    stop,
+                    counters,
+                )
+                .map_or_else(failed, |o| {
+                    let info = TcpInfoSample::read(s).ok().map(|t| t.stats(index_u32(i)));
+                    RoleOutcome::Sent(o, info.map(Box::new))
+                })
             }
             DataChannel::Udp(s) => sonde_net::bulk::udp_send(
                 s,
@@ -921,6 +955,11 @@ fn write_shrinking(w: &mut TcpStream, mut msg: ControlMsg) -> Result<(), Control
         }
         r => r,
     }
+}
+
+/// `-O`: the omit period, ns (0 for none).
+fn omit_ns(spec: &TestSpec) -> u64 {
+    spec.omit_ms.saturating_mul(1_000_000)
 }
 
 fn index_u32(i: usize) -> u32 {

@@ -136,6 +136,7 @@ fn crr(
             .max(1),
         interval_ms: 0,
         read_size: 0,
+        omit_ms: 0,
     };
     let started_unix_ms = crate::now_unix_ms();
     let session = handshake(target, &spec)?;

@@ -348,6 +348,7 @@ pub fn run_as_helper(
                     interval,
                     cpus: Vec::new(),
                     read_size: (spec.read_size != 0).then_some(spec.read_size),
+                    omit: (spec.omit_ms > 0).then(|| Duration::from_millis(spec.omit_ms)),
                 };
                 crate::run(&t, &opt, Controls::new().interrupt(stop).hold(&mut hold))
                     .map(TestResult::Throughput)?

@@ -676,12 +676,18 @@ fn run_loop(
     let (stop, expect, counters) = (&shared.stops[i], &shared.expect[i], &shared.counters[i]);
     match (&stream.sock, stream.client_sends) {
         (DataSocket::Tcp(s), true) => {
-            bulk::tcp_send(s, cfg.msg_size, clock, cfg.until_ns, stop, counters).map(Outcome::Sent)
+            bulk::tcp_send(s, cfg.msg_size, clock, cfg.until_ns, 0, stop, counters)
+                .map(Outcome::Sent)
         }
-        (DataSocket::Tcp(s), false) => {
-            bulk::tcp_recv(s, sonde_wire::DEFAULT_TCP_READ_SIZE, clock, stop, counters)
-                .map(Outcome::TcpReceived)
-        }
+        (DataSocket::Tcp(s), false) => bulk::tcp_recv(
+            s,
+            sonde_wire::DEFAULT_TCP_READ_SIZE,
+            clock,
+            0,
+            stop,
+            counters,
+        )
+        .map(Outcome::TcpReceived),
         (DataSocket::Udp(s), true) => bulk::udp_send(
             s,
             cfg.msg_size,
@@ -851,6 +857,7 @@ impl EventLoop<'_> {
                 active_ns: end,
                 retransmits: None,
                 method: "",
+                omitted_bytes: 0,
             })
         } else {
             Outcome::TcpReceived(TcpRecvOutcome {
@@ -858,6 +865,7 @@ impl EventLoop<'_> {
                 reads: packets,
                 first_ns: 0,
                 last_ns: end,
+                omitted_bytes: 0,
             })
         }
     }
@@ -1240,6 +1248,8 @@ fn document(
         streams,
         helpers: None,
         tuning: None,
+        omit_ns: None,
+        omitted_bytes: None,
     }
 }
 

@@ -399,6 +399,7 @@ fn stream_views(spec: &TestSpec, run: &BulkRun) -> Vec<StreamView> {
                     bytes: o.bytes,
                     packets: o.reads,
                     active_ns: o.last_ns.saturating_sub(o.first_ns),
+                    omitted_bytes: o.omitted_bytes,
                     ..StreamStats::default()
                 },
                 Some(ClientRole::UdpReceived(o)) => StreamStats {
@@ -413,6 +414,7 @@ fn stream_views(spec: &TestSpec, run: &BulkRun) -> Vec<StreamView> {
                     retransmits: None,
                     tcp_info: None,
                     peer: None,
+                    omitted_bytes: 0,
                 },
                 _ => StreamStats::default(),
             };
@@ -441,6 +443,7 @@ pub(crate) fn interval(iv: &IntervalStats, channels: usize) -> IntervalResult {
         packets: iv.packets.iter().sum(),
         stream_bytes,
         tcp_info: Vec::new(),
+        omitted: false,
     }
 }
 
@@ -589,6 +592,22 @@ pub(crate) fn throughput(
         .iter()
         .any(|s| s.direction == StreamDirection::ClientToServer);
     let read_size_bytes = read_size(spec, agent_received, run.report.read_size, &mut meta);
+    let omit_ns = opt.omit.map(nanos).filter(|&ns| ns > 0);
+    if omit_ns.is_some() && run.context.agent && agent_ignored_omit(spec, &views) {
+        meta.add(&Warning::NotTuned {
+            detail: "-O: the agent did not omit the first seconds on its end (it predates -O): \
+                     its streams' figures include them"
+                .into(),
+        });
+    }
+    let mut intervals = with_tcp_info(merged_intervals(run, views.len()), run);
+    if let Some(omit_ns) = omit_ns {
+        // The receivers count from the omit time on the clock the intervals are cut on: the
+        // intervals that end by then are the omit period's.
+        for iv in &mut intervals {
+            iv.omitted = iv.end_ns <= omit_ns;
+        }
+    }
     ThroughputResult {
         meta,
         protocol: protocol(opt.protocol),
@@ -598,9 +617,11 @@ pub(crate) fn throughput(
         read_size_bytes,
         target_bits_per_second: (udp && opt.bitrate > 0).then_some(opt.bitrate),
         duration_ns: nanos(opt.duration),
+        omit_ns,
+        omitted_bytes: omit_ns.map(|_| views.iter().map(|v| v.receiver.omitted_bytes).sum()),
         receiver,
         sender,
-        intervals: with_tcp_info(merged_intervals(run, views.len()), run),
+        intervals,
         intervals_counted_at: sonde_report::CountedAt::Receiver,
         lost,
         loss_percent: lost.map(|l| pct(l, sent_packets)),
@@ -616,6 +637,19 @@ pub(crate) fn throughput(
         helpers: None,
         tuning,
     }
+}
+
+/// Whether the agent's end of any stream counted data of the `-O` period as counted (an agent
+/// that predates `omit_ms` ignores it): a stream that carried data and omitted none.
+fn agent_ignored_omit(spec: &TestSpec, views: &[StreamView]) -> bool {
+    views.iter().enumerate().any(|(i, v)| {
+        let agent_end = if spec.client_sends(u32::try_from(i).unwrap_or(u32::MAX)) {
+            &v.receiver
+        } else {
+            &v.sender
+        };
+        agent_end.bytes > 0 && agent_end.omitted_bytes == 0
+    })
 }
 
 /// A per-stream count summed over the streams; `None` when any stream cannot say.
@@ -881,6 +915,7 @@ mod context_tests {
             duration_ms: 1_000,
             interval_ms: 0,
             read_size,
+            omit_ms: 0,
         };
         let tcp = sonde_wire::Protocol::Tcp;
         let fresh = || meta(&target, SessionId(1), 0, 0);

@@ -521,7 +521,10 @@ pub(crate) fn run_bulk_held(
     let counted = meter.track();
     let n = c.channels.len();
     let clock = Clock::start();
-    let until_ns = spec.duration_ms.saturating_mul(1_000_000);
+    let until_ns = spec
+        .duration_ms
+        .saturating_add(spec.omit_ms)
+        .saturating_mul(1_000_000);
     let stops: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(false)).collect();
     let expect: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(u64::MAX)).collect();
     let counters: Vec<Counters> = (0..n).map(|_| Counters::default()).collect();
@@ -531,7 +534,7 @@ pub(crate) fn run_bulk_held(
         .map_err(|e| ClientError::Control(e.into()))?;
     let writer = Mutex::new(c.ctrl);
     let hard_deadline = Instant::now()
-        + Duration::from_millis(spec.duration_ms)
+        + Duration::from_millis(spec.duration_ms.saturating_add(spec.omit_ms))
         + REPORT_TIMEOUT
         + Duration::from_secs(60);
     let (tx, rx) = mpsc::channel::<Event>();
@@ -658,6 +661,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// `-O`: the omit period, ns (0 for none).
+fn omit_ns(spec: &TestSpec) -> u64 {
+    spec.omit_ms.saturating_mul(1_000_000)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn role(
     spec: &TestSpec,
@@ -672,13 +680,27 @@ fn role(
 ) -> Result<ClientRole, std::io::Error> {
     use sonde_net::bulk;
     match (channel, sends) {
-        (ClientChannel::Tcp(s), true) => {
-            bulk::tcp_send(s, spec.msg_size, clock, until_ns, stop, counters).map(ClientRole::Sent)
-        }
-        (ClientChannel::Tcp(s), false) => {
-            bulk::tcp_recv(s, spec.tcp_read_size(), clock, stop, counters)
-                .map(ClientRole::TcpReceived)
-        }
+        // `-O`: the first `omit_ms` of this run's clock (the one the client's intervals are cut
+        // on) are sent and received but not counted; the senders send the duration after them.
+        (ClientChannel::Tcp(s), true) => bulk::tcp_send(
+            s,
+            spec.msg_size,
+            clock,
+            until_ns,
+            omit_ns(spec),
+            stop,
+            counters,
+        )
+        .map(ClientRole::Sent),
+        (ClientChannel::Tcp(s), false) => bulk::tcp_recv(
+            s,
+            spec.tcp_read_size(),
+            clock,
+            omit_ns(spec),
+            stop,
+            counters,
+        )
+        .map(ClientRole::TcpReceived),
         (ClientChannel::Udp(s), true) => bulk::udp_send_with(
             s,
             spec.msg_size,
@@ -831,6 +853,14 @@ impl Loop<'_> {
     }
 
     /// An interval of the agent's: completed with this host's TCP senders' `TCP_INFO`, shown.
+    /// A receiver interval as the live callback sees it, marked omitted when it is part of the
+    /// `-O` period (as the result marks it).
+    fn live(&self, iv: &IntervalStats) -> IntervalResult {
+        let mut out = crate::results::interval(iv, self.n);
+        out.omitted = iv.end_ns <= omit_ns(self.spec);
+        out
+    }
+
     fn on_interval(&mut self, mut iv: IntervalStats, on_interval: &mut dyn FnMut(&IntervalResult)) {
         // This host's TCP senders are the other end of the streams the agent counts here:
         // sampled now, on the agent's grid.
@@ -849,7 +879,7 @@ impl Loop<'_> {
         }
         // An agent that only sends (reverse) sends intervals with only its TCP_INFO.
         if !iv.streams.is_empty() {
-            on_interval(&crate::results::interval(&iv, self.n));
+            on_interval(&self.live(&iv));
         }
     }
 
@@ -878,7 +908,7 @@ impl Loop<'_> {
             cutter.poll(now, &sample)
         };
         if let Some(iv) = iv {
-            on_interval(&crate::results::interval(&iv, self.n));
+            on_interval(&self.live(&iv));
             self.client_intervals.push(iv);
         }
     }
@@ -924,6 +954,7 @@ mod tests {
             duration_ms: 1_000,
             interval_ms: 100,
             read_size: 0,
+            omit_ms: 0,
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let control = TcpStream::connect(listener.local_addr().unwrap()).unwrap();

@@ -44,6 +44,7 @@ fn interval(start_s: u64, stream_bytes: Vec<u64>, packets: u64) -> IntervalResul
         packets,
         stream_bytes,
         tcp_info: Vec::new(),
+        omitted: false,
     }
 }
 
@@ -185,6 +186,8 @@ pub(crate) fn throughput_tcp_2_streams() -> TestResult {
         retransmits: Some(59),
         helpers: None,
         tuning: None,
+        omit_ns: None,
+        omitted_bytes: None,
     })
 }
 
@@ -230,6 +233,8 @@ pub(crate) fn throughput_udp_reverse() -> TestResult {
         retransmits: None,
         helpers: None,
         tuning: None,
+        omit_ns: None,
+        omitted_bytes: None,
     })
 }
 
@@ -291,6 +296,8 @@ pub(crate) fn throughput_bidir() -> TestResult {
         retransmits: Some(9),
         helpers: None,
         tuning: None,
+        omit_ns: None,
+        omitted_bytes: None,
     })
 }
 

@@ -200,6 +200,10 @@ impl Request<'_> {
                     mac.update(b"read");
                     mac.update(&s.read_size.to_be_bytes());
                 }
+                if s.omit_ms != 0 {
+                    mac.update(b"omit");
+                    mac.update(&s.omit_ms.to_be_bytes());
+                }
             }
             Self::Help(target, test) => {
                 mac.update(b"help");
@@ -289,6 +293,7 @@ mod tests {
             duration_ms: 10_000,
             interval_ms: 1_000,
             read_size: 0,
+            omit_ms: 0,
         }
     }
 
@@ -315,6 +320,19 @@ mod tests {
         let q = secret.proof(&a, &c, &Request::Test(&one_byte_reads));
         assert!(secret.check_proof(&a, &c, &Request::Test(&one_byte_reads), &q));
         assert!(!secret.check_proof(&a, &c, &Request::Test(&TestSpec { read_size: 2, ..s }), &q));
+        // -O is covered too, and only when set.
+        let omitting = TestSpec {
+            omit_ms: 2_000,
+            ..s
+        };
+        let q = secret.proof(&a, &c, &Request::Test(&omitting));
+        assert!(secret.check_proof(&a, &c, &Request::Test(&omitting), &q));
+        let other = TestSpec {
+            omit_ms: 3_000,
+            ..s
+        };
+        assert!(!secret.check_proof(&a, &c, &Request::Test(&other), &q));
+        assert!(!secret.check_proof(&a, &c, &Request::Test(&s), &q));
         let mut flipped = p;
         flipped.0[31] ^= 1;
         assert!(!secret.check_proof(&a, &c, &Request::Test(&s), &flipped));

@@ -94,6 +94,11 @@ pub struct TestSpec {
     /// the client learns that from [`AgentReport::read_size`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub read_size: u32,
+    /// Throughput (`-O`): the first milliseconds, on each receiver's clock, whose bytes are
+    /// received but not counted in its totals (the intervals cover them, marked omitted by the
+    /// client); the senders send for `omit_ms + duration_ms`. Absent from the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub omit_ms: u64,
 }
 
 /// A TCP receiver's read size when the test does not set one: 512 KiB, four of the default
@@ -106,6 +111,10 @@ pub const DEFAULT_TCP_READ_SIZE: u32 = 512 << 10;
 pub const MAX_TCP_READ_SIZE: u32 = 16 << 20;
 
 fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 
@@ -214,6 +223,10 @@ pub struct StreamStats {
     /// own counts and from an agent older than the field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<std::net::SocketAddr>,
+    /// `-O`: payload bytes of the omit period, not in `bytes` (the receiver's before its omit
+    /// time, the sender's before its own). Absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub omitted_bytes: u64,
 }
 
 /// Bytes and datagrams per stream in one interval, counted by the receiver.
@@ -685,6 +698,7 @@ mod tests {
             duration_ms: 10_000,
             interval_ms: 1_000,
             read_size: 0,
+            omit_ms: 0,
         }
     }
 

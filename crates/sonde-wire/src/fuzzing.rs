@@ -797,6 +797,7 @@ fn control_messages() -> Vec<ControlMsg> {
         duration_ms: 10_000,
         interval_ms: 1_000,
         read_size: 65_536,
+        omit_ms: 0,
     };
     let info = TcpInfoStats {
         stream: 1,

@@ -416,6 +416,7 @@ mod tests {
                 "length",
                 "read_size",
                 "time",
+                "omit",
                 "interval",
                 "from",
                 "cpu",

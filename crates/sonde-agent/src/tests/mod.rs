@@ -186,6 +186,7 @@ fn spec(kind: TestKind, protocol: Protocol, direction: Direction, duration_ms: u
         duration_ms,
         interval_ms: 0,
         read_size: 0,
+        omit_ms: 0,
     }
 }
 

@@ -18,6 +18,7 @@ fn opt(protocol: Protocol, direction: Direction) -> ThroughputOptions {
         interval: None,
         cpus: Vec::new(),
         read_size: None,
+        omit: None,
     }
 }
 
@@ -229,6 +230,7 @@ fn sent(bytes: u64, packets: u64) -> SendOutcome {
         active_ns: 1_000_000_000,
         retransmits: Some(3),
         method: "write",
+        omitted_bytes: 0,
     }
 }
 
@@ -264,6 +266,7 @@ fn our_results_describe_each_stream_as_iperf3_does() {
             reads: 1,
             first_ns: 1,
             last_ns: 2,
+            omitted_bytes: 0,
         })],
         intervals: Vec::new(),
         elapsed_ns: 1,
@@ -388,6 +391,7 @@ fn tcp_bidir_warns_about_counts_an_iperf3_server_does_not_report() {
                     reads: 3,
                     first_ns: 10,
                     last_ns: 1_000_000_010,
+                    omitted_bytes: 0,
                 }),
                 theirs: StreamResults {
                     retransmits: 7,

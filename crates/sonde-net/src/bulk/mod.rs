@@ -159,6 +159,9 @@ pub struct SendOutcome {
     pub retransmits: Option<u64>,
     /// How the data was sent, for the report (`"write"`, `"sendmsg+UDP_SEGMENT"`, `"sendmmsg"`...).
     pub method: &'static str,
+    /// `-O` (TCP): bytes written before the omit time, not in `bytes` (nor their writes in
+    /// `packets`, nor their time in `active_ns`).
+    pub omitted_bytes: u64,
 }
 
 impl SendOutcome {
@@ -170,6 +173,7 @@ impl SendOutcome {
             packets: self.packets,
             active_ns: self.active_ns,
             retransmits: self.retransmits,
+            omitted_bytes: self.omitted_bytes,
             ..sonde_wire::StreamStats::default()
         }
     }
@@ -186,6 +190,9 @@ pub struct TcpRecvOutcome {
     pub first_ns: u64,
     /// Last byte, ns on the test clock.
     pub last_ns: u64,
+    /// `-O`: bytes read before the omit time, not in `bytes` (nor their reads in `reads`, nor
+    /// their time in `first_ns`..`last_ns`).
+    pub omitted_bytes: u64,
 }
 
 /// What a UDP receiver received.
@@ -214,11 +221,16 @@ pub struct UdpRecvOutcome {
 /// Sets the stream blocking with a [`TCP_POLL`] write timeout. A reset or closed peer
 /// (`EPIPE`, `ECONNRESET`) ends the loop: after the deadline or once `stop` is set that is the
 /// normal end of a test and the outcome is returned; before it, the error is.
+///
+/// `omit_until_ns` (`-O`; 0 for none): what is written before that time on `clock` goes into
+/// `omitted_bytes` rather than the outcome's counts, whose time starts at the first write after
+/// it. The per-stream `counters` (the intervals) count every byte.
 pub fn tcp_send(
     stream: &TcpStream,
     msg_size: u32,
     clock: &Clock,
     until_ns: u64,
+    omit_until_ns: u64,
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<SendOutcome> {
@@ -249,6 +261,14 @@ pub fn tcp_send(
         let after = clock.now_ns();
         match written {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) if now < omit_until_ns => {
+                out.omitted_bytes += n as u64;
+                pending.add(after, n as u64, 1);
+                offset += n;
+                if offset == buf.len() {
+                    offset = 0;
+                }
+            }
             Ok(n) => {
                 span.mark(now, after);
                 out.bytes += n as u64;
@@ -362,10 +382,15 @@ pub fn tcp_send_paced(
 ///
 /// Sets the stream blocking with a [`TCP_POLL`] read timeout. A reset is returned as an error
 /// unless `stop` is already set.
+///
+/// `omit_until_ns` (`-O`; 0 for none): bytes read before that time on `clock` go into
+/// `omitted_bytes` rather than the outcome's counts; the per-stream `counters` (the intervals)
+/// count every byte.
 pub fn tcp_recv(
     stream: &TcpStream,
     read_size: u32,
     clock: &Clock,
+    omit_until_ns: u64,
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<TcpRecvOutcome> {
@@ -381,13 +406,17 @@ pub fn tcp_recv(
             Ok(0) => break,
             Ok(n) => {
                 let now = clock.now_ns();
+                counters.add(n as u64, 1);
+                if now < omit_until_ns {
+                    out.omitted_bytes += n as u64;
+                    continue;
+                }
                 if out.reads == 0 {
                     out.first_ns = now;
                 }
                 out.last_ns = now;
                 out.bytes += n as u64;
                 out.reads += 1;
-                counters.add(n as u64, 1);
             }
             Err(e) if fault::again(&e) => {}
             Err(e) if fault::peer_gone(&e) && stop.load(Ordering::Relaxed) => break,
@@ -415,6 +444,7 @@ pub fn tcp_recv_capped(
     read_size: u32,
     bytes_per_second: u64,
     clock: &Clock,
+    omit_until_ns: u64,
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<TcpRecvOutcome> {
@@ -447,18 +477,24 @@ pub fn tcp_recv_capped(
             Ok(0) => break,
             Ok(n) => {
                 let now = clock.now_ns();
-                if out.reads == 0 {
-                    out.first_ns = now;
+                if out.reads == 0 && out.omitted_bytes == 0 {
                     // The bucket filled while it waited for the first byte: the rate counts
                     // from here, as the receiver's figure does (first to last byte), and the
                     // first read is owed like any other.
                     bucket.empty(now);
                 }
                 bucket.take(n as u64);
+                counters.add(n as u64, 1);
+                if now < omit_until_ns {
+                    out.omitted_bytes += n as u64;
+                    continue;
+                }
+                if out.reads == 0 {
+                    out.first_ns = now;
+                }
                 out.last_ns = now;
                 out.bytes += n as u64;
                 out.reads += 1;
-                counters.add(n as u64, 1);
             }
             Err(e) if fault::again(&e) => {}
             Err(e) if fault::peer_gone(&e) && stop.load(Ordering::Relaxed) => break,

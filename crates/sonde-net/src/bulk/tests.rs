@@ -51,6 +51,61 @@ fn tcp_pair() -> (TcpStream, TcpStream) {
     (client, server)
 }
 
+/// `-O`: what crosses before the omit time is counted apart at both ends, what follows in the
+/// totals, and the per-stream counters (the intervals) see every byte.
+#[test]
+fn an_omit_period_is_counted_apart_at_both_ends() {
+    let (client, server) = tcp_pair();
+    let clock = Clock::start();
+    let stop = AtomicBool::new(false);
+    let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
+    let omit = 100 * MS;
+    let (sent, received) = thread::scope(|s| {
+        let rx = s.spawn(|| {
+            tcp_recv(
+                &server,
+                sonde_wire::DEFAULT_TCP_READ_SIZE,
+                &clock,
+                omit,
+                &stop,
+                &rx_counters,
+            )
+        });
+        let sent = tcp_send(
+            &client,
+            128 << 10,
+            &clock,
+            300 * MS,
+            omit,
+            &stop,
+            &tx_counters,
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !rx.is_finished() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, Ordering::Relaxed);
+        (sent.unwrap(), rx.join().unwrap().unwrap())
+    });
+    assert!(sent.omitted_bytes > 0 && sent.bytes > 0, "{sent:?}");
+    assert!(
+        received.omitted_bytes > 0 && received.bytes > 0,
+        "{received:?}"
+    );
+    // Every byte arrived, on one side of the cut or the other.
+    assert_eq!(
+        received.bytes + received.omitted_bytes,
+        sent.bytes + sent.omitted_bytes
+    );
+    assert_eq!(tx_counters.load().0, sent.bytes + sent.omitted_bytes);
+    assert_eq!(
+        rx_counters.load().0,
+        received.bytes + received.omitted_bytes
+    );
+    // The counted window starts at the omit time.
+    assert!(received.first_ns >= omit, "{received:?}");
+}
+
 #[test]
 fn tcp_send_to_tcp_recv_delivers_every_byte_sent() {
     let (client, server) = tcp_pair();
@@ -64,11 +119,12 @@ fn tcp_send_to_tcp_recv_delivers_every_byte_sent() {
                 &server,
                 sonde_wire::DEFAULT_TCP_READ_SIZE,
                 &clock,
+                0,
                 &stop,
                 &rx_counters,
             )
         });
-        let sent = tcp_send(&client, 128 << 10, &clock, 300 * MS, &stop, &tx_counters);
+        let sent = tcp_send(&client, 128 << 10, &clock, 300 * MS, 0, &stop, &tx_counters);
         // The receiver ends at EOF; `stop` only bounds the test if it does not.
         let deadline = Instant::now() + Duration::from_secs(5);
         while !rx.is_finished() && Instant::now() < deadline {
@@ -113,6 +169,7 @@ fn paced_tcp_sends_its_blocks_on_schedule_and_never_ahead_of_it() {
                 &server,
                 sonde_wire::DEFAULT_TCP_READ_SIZE,
                 &clock,
+                0,
                 &stop,
                 &rx_counters,
             )
@@ -160,9 +217,9 @@ fn tcp_recv_reads_no_more_than_its_read_size_at_a_time() {
     let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
 
     let (sent, received) = thread::scope(|s| {
-        let rx = s.spawn(|| tcp_recv(&server, READ, &clock, &stop, &rx_counters));
+        let rx = s.spawn(|| tcp_recv(&server, READ, &clock, 0, &stop, &rx_counters));
         // 128 KiB writes: the queue holds far more than one read's worth.
-        let sent = tcp_send(&client, 128 << 10, &clock, 100 * MS, &stop, &tx_counters);
+        let sent = tcp_send(&client, 128 << 10, &clock, 100 * MS, 0, &stop, &tx_counters);
         let deadline = Instant::now() + Duration::from_secs(5);
         while !rx.is_finished() && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(10));
@@ -197,11 +254,12 @@ fn capped_tcp_recv_reads_no_faster_than_its_rate_and_still_gets_every_byte() {
                 sonde_wire::DEFAULT_TCP_READ_SIZE,
                 RATE,
                 &clock,
+                0,
                 &stop,
                 &rx_counters,
             )
         });
-        let sent = tcp_send(&client, 128 << 10, &clock, 300 * MS, &stop, &tx_counters);
+        let sent = tcp_send(&client, 128 << 10, &clock, 300 * MS, 0, &stop, &tx_counters);
         // The receiver drains what the sender left queued at its capped rate, then sees
         // the EOF; `stop` only bounds the test if it does not.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -247,7 +305,7 @@ fn tcp_send_fails_when_the_receiver_resets_before_the_deadline() {
     let stop = AtomicBool::new(false);
     let counters = Counters::default();
     let sent = thread::scope(|s| {
-        let tx = s.spawn(|| tcp_send(&client, 64 << 10, &clock, 5_000 * MS, &stop, &counters));
+        let tx = s.spawn(|| tcp_send(&client, 64 << 10, &clock, 5_000 * MS, 0, &stop, &counters));
         // Closing with unread data makes the kernel answer with a reset.
         server.set_read_timeout(SECOND).unwrap();
         let mut buf = [0u8; 1024];
@@ -275,6 +333,7 @@ fn tcp_recv_notices_stop_without_data() {
                 &server,
                 sonde_wire::DEFAULT_TCP_READ_SIZE,
                 &clock,
+                0,
                 &stop,
                 &counters,
             )
@@ -401,6 +460,7 @@ fn pps_datagrams_of_14_bytes_carry_the_short_header_and_are_each_counted() {
         duration_ms: 1000,
         interval_ms: 0,
         read_size: 0,
+        omit_ms: 0,
     };
     assert_eq!(UdpFormat::sonde(&spec(14)), UdpFormat::Short);
     assert_eq!(UdpFormat::sonde(&spec(15)), UdpFormat::Short);

@@ -101,6 +101,10 @@ pub struct IntervalResult {
     /// (empty for UDP, or where the sender could not read it).
     #[serde(default)]
     pub tcp_info: Vec<StreamTcpInfo>,
+    /// `-O`: the interval is part of the omit period; its bytes are not in the totals (iperf3
+    /// marks such intervals "(omitted)"). Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub omitted: bool,
 }
 
 /// `sonde throughput`: bulk transfer, counted at the receiver.
@@ -127,6 +131,16 @@ pub struct ThroughputResult {
     pub target_bits_per_second: Option<u64>,
     /// Requested duration, ns.
     pub duration_ns: u64,
+    /// `-O`: the omit period, ns: sent and received before the counted window, on each
+    /// receiver's clock. The totals and rates below cover the window after it (their time is
+    /// the counted window's); the intervals of the period are marked `omitted`. Absent without
+    /// `-O`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omit_ns: Option<u64>,
+    /// `-O`: payload bytes the receivers got during the omit period, not in `receiver`. Absent
+    /// without `-O`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omitted_bytes: Option<u64>,
     /// Totals counted at the receiver(s): the figure to quote.
     pub receiver: SideTotals,
     /// Totals at the sender(s): what was handed to the kernel.

@@ -8,6 +8,9 @@
 //!   says so (`source_translated`, "the agent saw 198.18.1.254:... for 198.18.0.3:40001").
 //! - `-6` against an IPv4-only target, and `-B` with an address a does not have, fail with a
 //!   message that says why.
+//! - `-O 1 -i 0.5 -t 2` (TCP, forward and reverse): the two intervals of the first second, and
+//!   only they, are marked omitted; the receivers' totals leave out exactly the bytes the result
+//!   says were omitted, and every byte of every interval is in one or the other.
 //!
 //! Needs root, `ip`, `nft` and `sysctl`; without them the test prints `SKIP ...` and passes, unless
 //! `SONDE_TEST_REQUIRE_ALL=1` (CI). Traffic stays inside the namespaces, addressed from
@@ -359,4 +362,62 @@ fn bind_and_cport_are_what_the_agent_and_nftables_see_and_a_snat_is_named() {
         e.contains("cannot bind the source address 198.18.0.9"),
         "{e}"
     );
+}
+
+/// `-O`: the omit period's intervals, and only they, are marked; the totals leave them out.
+#[test]
+fn omit_excludes_exactly_the_first_intervals() {
+    let test = "omit_excludes_exactly_the_first_intervals";
+    let needs = [
+        Need::Root,
+        Need::Netns,
+        Need::Cmd("ip"),
+        Need::Cmd("sysctl"),
+    ];
+    if !require_or_skip(test, &needs) {
+        return;
+    }
+    let lab = SourceLab::new();
+    let agent = Agent::start_in(Some(lab.b()), B_ADDR, &[]);
+    let target = agent.target();
+    for reverse in [false, true] {
+        let mut args = vec!["throughput", &target, "-t", "2", "-O", "1", "-i", "0.5"];
+        if reverse {
+            args.push("-R");
+        }
+        let doc = run_json_in(Some(lab.a()), &args, TIMEOUT);
+        assert_eq!(doc["omit_ns"], 1_000_000_000_u64, "{doc}");
+        let intervals = doc["intervals"].as_array().expect("intervals");
+        let omitted: Vec<bool> = intervals
+            .iter()
+            .map(|iv| iv["omitted"].as_bool().unwrap_or(false))
+            .collect();
+        // 0-0.5 and 0.5-1 are the omit period's; 1-1.5, 1.5-2, 2-2.5, 2.5-3 and the tail are
+        // counted.
+        assert!(omitted.len() >= 6, "reverse {reverse}: {omitted:?}");
+        assert_eq!(omitted[..2], [true, true], "reverse {reverse}");
+        assert!(
+            omitted[2..].iter().all(|o| !o),
+            "reverse {reverse}: {omitted:?}"
+        );
+        for iv in &intervals[..2] {
+            assert!(iv["end_ns"].as_u64().unwrap() <= 1_000_000_000, "{iv}");
+        }
+        let all: u64 = intervals
+            .iter()
+            .map(|iv| iv["bytes"].as_u64().unwrap())
+            .sum();
+        let omitted_bytes = doc["omitted_bytes"].as_u64().expect("omitted_bytes");
+        let counted = doc["receiver"]["bytes"].as_u64().unwrap();
+        assert!(omitted_bytes > 0 && counted > 0, "{doc}");
+        // The intervals count every byte the receiver read; the totals and the omitted bytes
+        // split them.
+        assert_eq!(counted + omitted_bytes, all, "reverse {reverse}");
+        // The sender's totals leave its own omit period out too.
+        let sent = doc["sender"]["bytes"].as_u64().unwrap();
+        assert!(
+            sent <= counted + omitted_bytes,
+            "sent {sent}, received {counted}"
+        );
+    }
 }
