@@ -93,6 +93,7 @@ mod tests {
                 interval_ms: 0,
                 read_size: 0,
                 omit_ms: 0,
+                skip_rx_copy: false,
             },
             channels: Mutex::new(vec![None, None]),
             joined: Condvar::new(),

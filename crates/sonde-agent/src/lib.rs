@@ -899,6 +899,17 @@ pub(crate) fn validate(
     if spec.omit_ms > 0 && (spec.kind != TestKind::Throughput || spec.protocol != Protocol::Tcp) {
         return bad("-O (omit) applies to TCP throughput tests".into());
     }
+    if spec.skip_rx_copy {
+        if spec.kind != TestKind::Throughput || spec.protocol != Protocol::Tcp {
+            return bad("--skip-rx-copy applies to TCP throughput tests".into());
+        }
+        if !sonde_net::bulk::SKIP_RX_COPY {
+            return bad(
+                "--skip-rx-copy (MSG_TRUNC receives) is not supported on this agent's platform"
+                    .into(),
+            );
+        }
+    }
     if spec.interval_ms != 0 && spec.interval_ms < 100 {
         return bad("the report interval must be at least 0.1 s".into());
     }

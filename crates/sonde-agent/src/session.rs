@@ -633,6 +633,7 @@ impl<'a> Test<'a> {
                 Some(RoleOutcome::Sent(o, _)) => report.sent.push(sent_stats(i, &o, None)),
                 Some(RoleOutcome::TcpReceived(o)) => {
                     report.read_size = Some(self.spec.tcp_read_size());
+                    report.skip_rx_copy = Some(self.spec.skip_rx_copy);
                     report.received.push(StreamStats {
                         stream,
                         bytes: o.bytes,
@@ -750,6 +751,7 @@ impl<'a> Test<'a> {
                     spec.tcp_read_size(),
                     clock,
                     omit_ns(spec),
+                    spec.skip_rx_copy,
                     stop,
                     counters,
                 ),
@@ -759,6 +761,7 @@ impl<'a> Test<'a> {
                     cap,
                     clock,
                     omit_ns(spec),
+                    spec.skip_rx_copy,
                     stop,
                     counters,
                 ),

@@ -137,6 +137,7 @@ fn crr(
         interval_ms: 0,
         read_size: 0,
         omit_ms: 0,
+        skip_rx_copy: false,
     };
     let started_unix_ms = crate::now_unix_ms();
     let session = handshake(target, &spec)?;

@@ -349,6 +349,7 @@ pub fn run_as_helper(
                     cpus: Vec::new(),
                     read_size: (spec.read_size != 0).then_some(spec.read_size),
                     omit: (spec.omit_ms > 0).then(|| Duration::from_millis(spec.omit_ms)),
+                    skip_rx_copy: spec.skip_rx_copy,
                 };
                 crate::run(&t, &opt, Controls::new().interrupt(stop).hold(&mut hold))
                     .map(TestResult::Throughput)?

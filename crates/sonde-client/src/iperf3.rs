@@ -684,6 +684,7 @@ fn run_loop(
             sonde_wire::DEFAULT_TCP_READ_SIZE,
             clock,
             0,
+            false,
             stop,
             counters,
         )
@@ -1250,6 +1251,7 @@ fn document(
         tuning: None,
         omit_ns: None,
         omitted_bytes: None,
+        skip_rx_copy: false,
     }
 }
 

@@ -424,6 +424,9 @@ pub struct ThroughputOptions {
     /// totals (its intervals are reported, marked omitted); the senders send it on top of
     /// `duration`. `None` for none.
     pub omit: Option<Duration>,
+    /// `--skip-rx-copy` (TCP): both ends' receivers discard what they read without copying it
+    /// (`MSG_TRUNC`, Linux), which lowers the CPU cost they report.
+    pub skip_rx_copy: bool,
 }
 
 impl Default for ThroughputOptions {
@@ -439,6 +442,7 @@ impl Default for ThroughputOptions {
             cpus: Vec::new(),
             read_size: None,
             omit: None,
+            skip_rx_copy: false,
         }
     }
 }
@@ -554,6 +558,7 @@ impl Test for LatencyOptions {
             interval_ms: 0,
             read_size: 0,
             omit_ms: 0,
+            skip_rx_copy: false,
         };
         let run = session::run_latency_held(target, &spec, &opt, interrupt, &mut || hold.call())?;
         let mut result = results::latency(target, &opt, &run);
@@ -724,6 +729,7 @@ pub(crate) fn pps_spec(opt: &PpsOptions) -> TestSpec {
         interval_ms: opt.interval.map_or(0, millis),
         read_size: 0,
         omit_ms: 0,
+        skip_rx_copy: false,
     }
 }
 
@@ -745,6 +751,22 @@ pub(crate) fn throughput_spec(opt: &ThroughputOptions) -> Result<TestSpec, Clien
              accounting has no omit cut yet"
                 .into(),
         ));
+    }
+    if opt.skip_rx_copy {
+        if opt.protocol == Protocol::Udp {
+            return Err(ClientError::Usage(
+                "--skip-rx-copy is for TCP here: a UDP receiver reads each datagram's header \
+                 for its sequence number"
+                    .into(),
+            ));
+        }
+        if opt.direction != Direction::Forward && !sonde_net::bulk::SKIP_RX_COPY {
+            return Err(ClientError::Usage(
+                "--skip-rx-copy (MSG_TRUNC receives) is not supported on this platform: with \
+                 -R or --bidir this host receives"
+                    .into(),
+            ));
+        }
     }
     if let Some(size) = opt.read_size {
         if opt.protocol == Protocol::Udp {
@@ -774,6 +796,7 @@ pub(crate) fn throughput_spec(opt: &ThroughputOptions) -> Result<TestSpec, Clien
         interval_ms: opt.interval.map_or(0, millis),
         read_size: opt.read_size.unwrap_or(0),
         omit_ms: opt.omit.map_or(0, millis),
+        skip_rx_copy: opt.skip_rx_copy,
     })
 }
 
@@ -790,6 +813,7 @@ pub(crate) fn latency_spec(opt: &LatencyOptions) -> TestSpec {
         interval_ms: 0,
         read_size: 0,
         omit_ms: 0,
+        skip_rx_copy: false,
     }
 }
 

@@ -592,6 +592,13 @@ pub(crate) fn throughput(
         .iter()
         .any(|s| s.direction == StreamDirection::ClientToServer);
     let read_size_bytes = read_size(spec, agent_received, run.report.read_size, &mut meta);
+    if spec.skip_rx_copy && agent_received && run.report.skip_rx_copy != Some(true) {
+        meta.add(&Warning::NotTuned {
+            detail: "--skip-rx-copy: the agent did not say it received without a copy (it \
+                     predates the option): its receivers copied, and its CPU cost includes that"
+                .into(),
+        });
+    }
     let omit_ns = opt.omit.map(nanos).filter(|&ns| ns > 0);
     if omit_ns.is_some() && run.context.agent && agent_ignored_omit(spec, &views) {
         meta.add(&Warning::NotTuned {
@@ -617,6 +624,7 @@ pub(crate) fn throughput(
         read_size_bytes,
         target_bits_per_second: (udp && opt.bitrate > 0).then_some(opt.bitrate),
         duration_ns: nanos(opt.duration),
+        skip_rx_copy: spec.skip_rx_copy,
         omit_ns,
         omitted_bytes: omit_ns.map(|_| views.iter().map(|v| v.receiver.omitted_bytes).sum()),
         receiver,
@@ -916,6 +924,7 @@ mod context_tests {
             interval_ms: 0,
             read_size,
             omit_ms: 0,
+            skip_rx_copy: false,
         };
         let tcp = sonde_wire::Protocol::Tcp;
         let fresh = || meta(&target, SessionId(1), 0, 0);

@@ -697,6 +697,7 @@ fn role(
             spec.tcp_read_size(),
             clock,
             omit_ns(spec),
+            spec.skip_rx_copy,
             stop,
             counters,
         )
@@ -955,6 +956,7 @@ mod tests {
             interval_ms: 100,
             read_size: 0,
             omit_ms: 0,
+            skip_rx_copy: false,
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let control = TcpStream::connect(listener.local_addr().unwrap()).unwrap();

@@ -188,6 +188,7 @@ pub(crate) fn throughput_tcp_2_streams() -> TestResult {
         tuning: None,
         omit_ns: None,
         omitted_bytes: None,
+        skip_rx_copy: false,
     })
 }
 
@@ -235,6 +236,7 @@ pub(crate) fn throughput_udp_reverse() -> TestResult {
         tuning: None,
         omit_ns: None,
         omitted_bytes: None,
+        skip_rx_copy: false,
     })
 }
 
@@ -298,6 +300,7 @@ pub(crate) fn throughput_bidir() -> TestResult {
         tuning: None,
         omit_ns: None,
         omitted_bytes: None,
+        skip_rx_copy: false,
     })
 }
 

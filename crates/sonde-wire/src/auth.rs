@@ -204,6 +204,9 @@ impl Request<'_> {
                     mac.update(b"omit");
                     mac.update(&s.omit_ms.to_be_bytes());
                 }
+                if s.skip_rx_copy {
+                    mac.update(b"trunc");
+                }
             }
             Self::Help(target, test) => {
                 mac.update(b"help");
@@ -294,6 +297,7 @@ mod tests {
             interval_ms: 1_000,
             read_size: 0,
             omit_ms: 0,
+            skip_rx_copy: false,
         }
     }
 
@@ -333,6 +337,11 @@ mod tests {
         };
         assert!(!secret.check_proof(&a, &c, &Request::Test(&other), &q));
         assert!(!secret.check_proof(&a, &c, &Request::Test(&s), &q));
+        let trunc = TestSpec {
+            skip_rx_copy: true,
+            ..s
+        };
+        assert!(!secret.check_proof(&a, &c, &Request::Test(&trunc), &q));
         let mut flipped = p;
         flipped.0[31] ^= 1;
         assert!(!secret.check_proof(&a, &c, &Request::Test(&s), &flipped));

@@ -99,6 +99,11 @@ pub struct TestSpec {
     /// client); the senders send for `omit_ms + duration_ms`. Absent from the JSON when 0.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub omit_ms: u64,
+    /// TCP throughput (`--skip-rx-copy`): both ends' receivers discard what they read without
+    /// copying it to user space (`MSG_TRUNC`), which changes the CPU cost they report. Absent
+    /// from the JSON when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_rx_copy: bool,
 }
 
 /// A TCP receiver's read size when the test does not set one: 512 KiB, four of the default
@@ -372,6 +377,10 @@ pub struct AgentReport {
     /// where the agent received no TCP stream, or from an agent older than `--read-size`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_size: Option<u32>,
+    /// `--skip-rx-copy`: whether the agent's TCP receivers discarded without a copy; `None`
+    /// where it received no TCP stream, or from an agent older than the option.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_rx_copy: Option<bool>,
 }
 
 /// What a client asks of the agent's end of a latency test besides the [`TestSpec`]
@@ -699,6 +708,7 @@ mod tests {
             interval_ms: 1_000,
             read_size: 0,
             omit_ms: 0,
+            skip_rx_copy: false,
         }
     }
 

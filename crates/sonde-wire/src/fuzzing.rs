@@ -798,6 +798,7 @@ fn control_messages() -> Vec<ControlMsg> {
         interval_ms: 1_000,
         read_size: 65_536,
         omit_ms: 0,
+        skip_rx_copy: false,
     };
     let info = TcpInfoStats {
         stream: 1,
@@ -906,6 +907,7 @@ fn control_messages() -> Vec<ControlMsg> {
                 note: None,
             })),
             read_size: Some(1),
+            skip_rx_copy: Some(true),
         }),
         ControlMsg::Error {
             message: "receiver failed".into(),

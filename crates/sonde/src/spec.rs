@@ -417,6 +417,7 @@ mod tests {
                 "read_size",
                 "time",
                 "omit",
+                "skip_rx_copy",
                 "interval",
                 "from",
                 "cpu",

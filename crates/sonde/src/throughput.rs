@@ -100,6 +100,11 @@ pub(crate) struct Opt {
     /// intervals are shown marked (omitted). Sent on top of -t. Default: 0
     #[arg(short = 'O', long = "omit", value_name = "SECS", value_parser = crate::units::seconds)]
     omit: Option<Duration>,
+    /// TCP: the receivers at both ends discard what they read without copying it to this
+    /// process (MSG_TRUNC, Linux; iperf3 --skip-rx-copy), so the CPU cost reported leaves
+    /// the copy out. Default: off (the data is copied, as an application would)
+    #[arg(long = "skip-rx-copy")]
+    skip_rx_copy: bool,
     /// Report every SECS seconds (counted at the receiver)
     #[arg(short = 'i', long = "interval", value_name = "SECS", value_parser = crate::units::seconds)]
     interval: Option<Duration>,
@@ -142,6 +147,14 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         return Err(crate::units::BadValue(
             "-O is for a test this host runs against a sonde agent (not iperf3:// targets, \
              nor --from helpers, yet)"
+                .into(),
+        )
+        .into());
+    }
+    if opt.skip_rx_copy && iperf3 {
+        return Err(crate::units::BadValue(
+            "--skip-rx-copy sets how a sonde agent receives; iperf3's server cannot be asked \
+             (run it with its own --skip-rx-copy)"
                 .into(),
         )
         .into());
@@ -318,6 +331,7 @@ fn options(opt: &Opt) -> ThroughputOptions {
         cpus: opt.cpu.as_ref().map(|c| c.0.clone()).unwrap_or_default(),
         read_size: opt.read_size,
         omit: opt.omit.filter(|d| !d.is_zero()),
+        skip_rx_copy: opt.skip_rx_copy,
     }
 }
 

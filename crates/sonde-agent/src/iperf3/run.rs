@@ -361,10 +361,17 @@ impl Run<'_> {
             // the read size sets how TCP segments the stream (it acknowledges when a read
             // drains the queue), so the client drives the same workload against either server.
             (Sock::Tcp(t), false) => match self.read_cap {
-                None => bulk::tcp_recv(t, self.len, clock, 0, &self.stop_recv, counters),
-                Some(cap) => {
-                    bulk::tcp_recv_capped(t, self.len, cap, clock, 0, &self.stop_recv, counters)
-                }
+                None => bulk::tcp_recv(t, self.len, clock, 0, false, &self.stop_recv, counters),
+                Some(cap) => bulk::tcp_recv_capped(
+                    t,
+                    self.len,
+                    cap,
+                    clock,
+                    0,
+                    false,
+                    &self.stop_recv,
+                    counters,
+                ),
             }
             .map(Outcome::TcpReceived),
             (Sock::Udp(u), true) => bulk::udp_send(

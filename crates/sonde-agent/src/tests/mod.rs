@@ -187,6 +187,7 @@ fn spec(kind: TestKind, protocol: Protocol, direction: Direction, duration_ms: u
         interval_ms: 0,
         read_size: 0,
         omit_ms: 0,
+        skip_rx_copy: false,
     }
 }
 

@@ -19,6 +19,7 @@ fn opt(protocol: Protocol, direction: Direction) -> ThroughputOptions {
         cpus: Vec::new(),
         read_size: None,
         omit: None,
+        skip_rx_copy: false,
     }
 }
 

@@ -146,6 +146,10 @@ impl UdpFormat {
     }
 }
 
+/// Whether this platform's TCP receivers can discard without a copy (`--skip-rx-copy`,
+/// `MSG_TRUNC`): Linux only.
+pub const SKIP_RX_COPY: bool = cfg!(target_os = "linux");
+
 /// What a sender sent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SendOutcome {
@@ -386,11 +390,16 @@ pub fn tcp_send_paced(
 /// `omit_until_ns` (`-O`; 0 for none): bytes read before that time on `clock` go into
 /// `omitted_bytes` rather than the outcome's counts; the per-stream `counters` (the intervals)
 /// count every byte.
+///
+/// `discard` (`--skip-rx-copy`): each read discards what it takes without copying it to user
+/// space (`MSG_TRUNC`, Linux; elsewhere the first read fails with `Unsupported`): the same
+/// one system call per read, without the copy's CPU cost.
 pub fn tcp_recv(
     stream: &TcpStream,
     read_size: u32,
     clock: &Clock,
     omit_until_ns: u64,
+    discard: bool,
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<TcpRecvOutcome> {
@@ -400,7 +409,11 @@ pub fn tcp_recv(
     let mut out = TcpRecvOutcome::default();
     let mut reader = stream;
     while !stop.load(Ordering::Relaxed) {
-        let read = reader.read(&mut buf);
+        let read = if discard {
+            sys::tcp_recv_discard(stream, &mut buf)
+        } else {
+            reader.read(&mut buf)
+        };
         counters.syscall();
         match read {
             Ok(0) => break,
@@ -439,12 +452,14 @@ pub fn tcp_recv(
 /// most [`TCP_POLL`]), so `stop` is noticed as in [`tcp_recv`]; the
 /// counters move with every read, so interval reports keep their timing. [`tcp_recv`] is the
 /// unlimited loop, without the clock read per read this one needs.
+#[allow(clippy::too_many_arguments)]
 pub fn tcp_recv_capped(
     stream: &TcpStream,
     read_size: u32,
     bytes_per_second: u64,
     clock: &Clock,
     omit_until_ns: u64,
+    discard: bool,
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<TcpRecvOutcome> {
@@ -471,7 +486,11 @@ pub fn tcp_recv_capped(
             continue;
         }
         let len = usize::try_from(allowed).map_or(buf.len(), |a| a.min(buf.len()));
-        let read = reader.read(&mut buf[..len]);
+        let read = if discard {
+            sys::tcp_recv_discard(stream, &mut buf[..len])
+        } else {
+            reader.read(&mut buf[..len])
+        };
         counters.syscall();
         match read {
             Ok(0) => break,

@@ -67,6 +67,7 @@ fn an_omit_period_is_counted_apart_at_both_ends() {
                 sonde_wire::DEFAULT_TCP_READ_SIZE,
                 &clock,
                 omit,
+                false,
                 &stop,
                 &rx_counters,
             )
@@ -106,6 +107,46 @@ fn an_omit_period_is_counted_apart_at_both_ends() {
     assert!(received.first_ns >= omit, "{received:?}");
 }
 
+/// `--skip-rx-copy`: a receiver that discards in the kernel counts every byte sent, with one
+/// system call per read as before.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_receiver_that_discards_counts_every_byte() {
+    let (client, server) = tcp_pair();
+    let clock = Clock::start();
+    let stop = AtomicBool::new(false);
+    let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
+    let (sent, received) = thread::scope(|s| {
+        let rx = s.spawn(|| {
+            tcp_recv(
+                &server,
+                sonde_wire::DEFAULT_TCP_READ_SIZE,
+                &clock,
+                0,
+                true,
+                &stop,
+                &rx_counters,
+            )
+        });
+        let sent = tcp_send(&client, 128 << 10, &clock, 200 * MS, 0, &stop, &tx_counters);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !rx.is_finished() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, Ordering::Relaxed);
+        (sent.unwrap(), rx.join().unwrap().unwrap())
+    });
+    assert!(sent.bytes > 0);
+    assert_eq!(received.bytes, sent.bytes);
+    // One call per read that returned data, and the one that saw the end.
+    let calls = rx_counters.syscalls();
+    assert!(
+        (received.reads..=received.reads + 5).contains(&calls),
+        "{calls} calls for {} reads",
+        received.reads
+    );
+}
+
 #[test]
 fn tcp_send_to_tcp_recv_delivers_every_byte_sent() {
     let (client, server) = tcp_pair();
@@ -120,6 +161,7 @@ fn tcp_send_to_tcp_recv_delivers_every_byte_sent() {
                 sonde_wire::DEFAULT_TCP_READ_SIZE,
                 &clock,
                 0,
+                false,
                 &stop,
                 &rx_counters,
             )
@@ -170,6 +212,7 @@ fn paced_tcp_sends_its_blocks_on_schedule_and_never_ahead_of_it() {
                 sonde_wire::DEFAULT_TCP_READ_SIZE,
                 &clock,
                 0,
+                false,
                 &stop,
                 &rx_counters,
             )
@@ -217,7 +260,7 @@ fn tcp_recv_reads_no_more_than_its_read_size_at_a_time() {
     let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
 
     let (sent, received) = thread::scope(|s| {
-        let rx = s.spawn(|| tcp_recv(&server, READ, &clock, 0, &stop, &rx_counters));
+        let rx = s.spawn(|| tcp_recv(&server, READ, &clock, 0, false, &stop, &rx_counters));
         // 128 KiB writes: the queue holds far more than one read's worth.
         let sent = tcp_send(&client, 128 << 10, &clock, 100 * MS, 0, &stop, &tx_counters);
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -255,6 +298,7 @@ fn capped_tcp_recv_reads_no_faster_than_its_rate_and_still_gets_every_byte() {
                 RATE,
                 &clock,
                 0,
+                false,
                 &stop,
                 &rx_counters,
             )
@@ -334,6 +378,7 @@ fn tcp_recv_notices_stop_without_data() {
                 sonde_wire::DEFAULT_TCP_READ_SIZE,
                 &clock,
                 0,
+                false,
                 &stop,
                 &counters,
             )
@@ -461,6 +506,7 @@ fn pps_datagrams_of_14_bytes_carry_the_short_header_and_are_each_counted() {
         interval_ms: 0,
         read_size: 0,
         omit_ms: 0,
+        skip_rx_copy: false,
     };
     assert_eq!(UdpFormat::sonde(&spec(14)), UdpFormat::Short);
     assert_eq!(UdpFormat::sonde(&spec(15)), UdpFormat::Short);

@@ -137,6 +137,10 @@ pub struct ThroughputResult {
     /// `-O`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub omit_ns: Option<u64>,
+    /// `--skip-rx-copy` (TCP): the receivers discarded what they read without copying it to
+    /// user space (`MSG_TRUNC`), so their CPU cost leaves the copy out. Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_rx_copy: bool,
     /// `-O`: payload bytes the receivers got during the omit period, not in `receiver`. Absent
     /// without `-O`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

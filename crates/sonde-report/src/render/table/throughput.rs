@@ -31,6 +31,9 @@ pub(crate) fn throughput(r: &ThroughputResult, out: &mut String) {
             None => config.push_str(", no rate limit"),
         }
     }
+    if r.skip_rx_copy {
+        config.push_str(", received without a copy (--skip-rx-copy)");
+    }
     if let Some(omit) = r.omit_ns {
         config.push_str(&format!(", the first {} omitted (-O)", fmt_secs(omit)));
     }
