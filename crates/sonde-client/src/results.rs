@@ -802,6 +802,51 @@ fn pps_gso(choice: &sonde_net::gso::GsoChoice, method: &str) -> PpsGso {
 mod context_tests {
     use super::*;
 
+    /// `-O` against an agent that predates it: its end of a stream carried data and omitted
+    /// none.
+    #[test]
+    fn an_agent_that_did_not_omit_is_found_out() {
+        let spec = TestSpec {
+            kind: sonde_wire::TestKind::Throughput,
+            protocol: sonde_wire::Protocol::Tcp,
+            direction: Direction::Bidir,
+            streams: 1,
+            msg_size: 1,
+            bitrate_per_stream: 0,
+            duration_ms: 1_000,
+            interval_ms: 0,
+            read_size: 0,
+            omit_ms: 1_000,
+            skip_rx_copy: false,
+        };
+        let stats = |bytes, omitted_bytes| StreamStats {
+            bytes,
+            omitted_bytes,
+            ..StreamStats::default()
+        };
+        // Stream 0: the client sends, the agent receives; stream 1: the agent sends.
+        let view = |agent_rx: StreamStats, agent_tx: StreamStats| {
+            vec![
+                StreamView {
+                    receiver: agent_rx,
+                    sender: stats(10, 5),
+                },
+                StreamView {
+                    receiver: stats(10, 5),
+                    sender: agent_tx,
+                },
+            ]
+        };
+        assert!(!agent_ignored_omit(
+            &spec,
+            &view(stats(10, 5), stats(10, 5))
+        ));
+        assert!(agent_ignored_omit(&spec, &view(stats(10, 0), stats(10, 5))));
+        assert!(agent_ignored_omit(&spec, &view(stats(10, 5), stats(10, 0))));
+        // A stream that carried nothing says nothing either way.
+        assert!(!agent_ignored_omit(&spec, &view(stats(0, 0), stats(10, 5))));
+    }
+
     #[test]
     fn a_stream_the_agent_saw_from_elsewhere_is_a_source_nat_warning() {
         let mut meta = meta_for(
