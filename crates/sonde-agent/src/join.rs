@@ -94,6 +94,8 @@ mod tests {
                 read_size: 0,
                 omit_ms: 0,
                 skip_rx_copy: false,
+                bytes: 0,
+                blocks: 0,
             },
             channels: Mutex::new(vec![None, None]),
             joined: Condvar::new(),

@@ -899,6 +899,20 @@ pub(crate) fn validate(
     if spec.omit_ms > 0 && (spec.kind != TestKind::Throughput || spec.protocol != Protocol::Tcp) {
         return bad("-O (omit) applies to TCP throughput tests".into());
     }
+    if spec.bytes > 0 || spec.blocks > 0 {
+        if spec.kind != TestKind::Throughput || spec.protocol != Protocol::Tcp {
+            return bad("-n and -k apply to TCP throughput tests".into());
+        }
+        if spec.bytes > 0 && spec.blocks > 0 {
+            return bad("-n and -k cannot be combined".into());
+        }
+        if spec.direction == sonde_wire::Direction::Bidir {
+            return bad("-n and -k are for one direction, not --bidir".into());
+        }
+        if spec.omit_ms > 0 {
+            return bad("-n and -k cannot be combined with -O".into());
+        }
+    }
     if spec.skip_rx_copy {
         if spec.kind != TestKind::Throughput || spec.protocol != Protocol::Tcp {
             return bad("--skip-rx-copy applies to TCP throughput tests".into());

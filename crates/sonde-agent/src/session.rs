@@ -804,6 +804,7 @@ impl<'a> Test<'a> {
                     clock,
                     until_ns,
                     omit_until_ns,
+                    spec.send_limit(index_u32(i)),
                     stop,
                     counters,
                 )

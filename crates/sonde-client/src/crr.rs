@@ -138,6 +138,8 @@ fn crr(
         read_size: 0,
         omit_ms: 0,
         skip_rx_copy: false,
+        bytes: 0,
+        blocks: 0,
     };
     let started_unix_ms = crate::now_unix_ms();
     let session = handshake(target, &spec)?;

@@ -675,10 +675,17 @@ fn run_loop(
 ) -> io::Result<Outcome> {
     let (stop, expect, counters) = (&shared.stops[i], &shared.expect[i], &shared.counters[i]);
     match (&stream.sock, stream.client_sends) {
-        (DataSocket::Tcp(s), true) => {
-            bulk::tcp_send(s, cfg.msg_size, clock, cfg.until_ns, 0, stop, counters)
-                .map(Outcome::Sent)
-        }
+        (DataSocket::Tcp(s), true) => bulk::tcp_send(
+            s,
+            cfg.msg_size,
+            clock,
+            cfg.until_ns,
+            0,
+            u64::MAX,
+            stop,
+            counters,
+        )
+        .map(Outcome::Sent),
         (DataSocket::Tcp(s), false) => bulk::tcp_recv(
             s,
             sonde_wire::DEFAULT_TCP_READ_SIZE,
@@ -1252,6 +1259,8 @@ fn document(
         omit_ns: None,
         omitted_bytes: None,
         skip_rx_copy: false,
+        bytes_to_send: None,
+        blocks_to_send: None,
     }
 }
 

@@ -427,6 +427,11 @@ pub struct ThroughputOptions {
     /// `--skip-rx-copy` (TCP): both ends' receivers discard what they read without copying it
     /// (`MSG_TRUNC`, Linux), which lowers the CPU cost they report.
     pub skip_rx_copy: bool,
+    /// `-n` (TCP): the senders stop after this many payload bytes in all (each stream its
+    /// share) instead of after `duration`, and the test ends when the receivers have them.
+    pub bytes: Option<u64>,
+    /// `-k` (TCP): the senders stop after this many `msg_size` writes in all.
+    pub blocks: Option<u64>,
 }
 
 impl Default for ThroughputOptions {
@@ -443,6 +448,8 @@ impl Default for ThroughputOptions {
             read_size: None,
             omit: None,
             skip_rx_copy: false,
+            bytes: None,
+            blocks: None,
         }
     }
 }
@@ -559,6 +566,8 @@ impl Test for LatencyOptions {
             read_size: 0,
             omit_ms: 0,
             skip_rx_copy: false,
+            bytes: 0,
+            blocks: 0,
         };
         let run = session::run_latency_held(target, &spec, &opt, interrupt, &mut || hold.call())?;
         let mut result = results::latency(target, &opt, &run);
@@ -730,6 +739,8 @@ pub(crate) fn pps_spec(opt: &PpsOptions) -> TestSpec {
         read_size: 0,
         omit_ms: 0,
         skip_rx_copy: false,
+        bytes: 0,
+        blocks: 0,
     }
 }
 
@@ -751,6 +762,31 @@ pub(crate) fn throughput_spec(opt: &ThroughputOptions) -> Result<TestSpec, Clien
              accounting has no omit cut yet"
                 .into(),
         ));
+    }
+    if opt.bytes.is_some() || opt.blocks.is_some() {
+        if opt.protocol == Protocol::Udp {
+            return Err(ClientError::Usage(
+                "-n and -k are for TCP here: a UDP test is timed (-t)".into(),
+            ));
+        }
+        if opt.direction == Direction::Bidir {
+            return Err(ClientError::Usage(
+                "-n and -k are for one direction: not with --bidir".into(),
+            ));
+        }
+        if opt.bytes.is_some() && opt.blocks.is_some() {
+            return Err(ClientError::Usage("-n and -k cannot be combined".into()));
+        }
+        if opt.bytes == Some(0) || opt.blocks == Some(0) {
+            return Err(ClientError::Usage("-n and -k must be above zero".into()));
+        }
+        if opt.omit.is_some_and(|o| !o.is_zero()) {
+            return Err(ClientError::Usage(
+                "-O cannot be combined with -n or -k (yet): which bytes a count includes would \
+                 be a guess"
+                    .into(),
+            ));
+        }
     }
     if opt.skip_rx_copy {
         if opt.protocol == Protocol::Udp {
@@ -792,11 +828,19 @@ pub(crate) fn throughput_spec(opt: &ThroughputOptions) -> Result<TestSpec, Clien
         } else {
             0
         },
-        duration_ms: millis(opt.duration),
+        // Open-ended with -n or -k: as long as the agent allows (its --max-duration), filled in
+        // when the agent says its limits.
+        duration_ms: if opt.bytes.is_some() || opt.blocks.is_some() {
+            0
+        } else {
+            millis(opt.duration)
+        },
         interval_ms: opt.interval.map_or(0, millis),
         read_size: opt.read_size.unwrap_or(0),
         omit_ms: opt.omit.map_or(0, millis),
         skip_rx_copy: opt.skip_rx_copy,
+        bytes: opt.bytes.unwrap_or(0),
+        blocks: opt.blocks.unwrap_or(0),
     })
 }
 
@@ -814,6 +858,8 @@ pub(crate) fn latency_spec(opt: &LatencyOptions) -> TestSpec {
         read_size: 0,
         omit_ms: 0,
         skip_rx_copy: false,
+        bytes: 0,
+        blocks: 0,
     }
 }
 

@@ -623,8 +623,14 @@ pub(crate) fn throughput(
         msg_size_bytes: opt.msg_size,
         read_size_bytes,
         target_bits_per_second: (udp && opt.bitrate > 0).then_some(opt.bitrate),
-        duration_ns: nanos(opt.duration),
+        duration_ns: if opt.bytes.is_some() || opt.blocks.is_some() {
+            0
+        } else {
+            nanos(opt.duration)
+        },
         skip_rx_copy: spec.skip_rx_copy,
+        bytes_to_send: opt.bytes,
+        blocks_to_send: opt.blocks,
         omit_ns,
         omitted_bytes: omit_ns.map(|_| views.iter().map(|v| v.receiver.omitted_bytes).sum()),
         receiver,
@@ -818,6 +824,8 @@ mod context_tests {
             read_size: 0,
             omit_ms: 1_000,
             skip_rx_copy: false,
+            bytes: 0,
+            blocks: 0,
         };
         let stats = |bytes, omitted_bytes| StreamStats {
             bytes,
@@ -970,6 +978,8 @@ mod context_tests {
             read_size,
             omit_ms: 0,
             skip_rx_copy: false,
+            bytes: 0,
+            blocks: 0,
         };
         let tcp = sonde_wire::Protocol::Tcp;
         let fresh = || meta(&target, SessionId(1), 0, 0);

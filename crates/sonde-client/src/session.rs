@@ -516,6 +516,9 @@ pub(crate) fn run_bulk_held(
         pin: !bulk.cpus.is_empty(),
     };
     let mut c = connect(target, spec, tuning)?;
+    // As asked for, with an open-ended test's (`-n`, `-k`) cap filled in by `connect`.
+    let asked = c.spec.clone();
+    let spec = &asked;
     hold()?;
     let meter = ThreadsMeter::start();
     let counted = meter.track();
@@ -569,7 +572,15 @@ pub(crate) fn run_bulk_held(
                     .transpose()
                     .and_then(|_pinned| {
                         role(
-                            spec, channel, sends, bulk.gso, &clock, until_ns, stop, expect,
+                            spec,
+                            channel,
+                            sends,
+                            bulk.gso,
+                            &clock,
+                            until_ns,
+                            spec.send_limit(index_u32(i)),
+                            stop,
+                            expect,
                             counters,
                         )
                     });
@@ -674,6 +685,7 @@ fn role(
     gso: bool,
     clock: &Clock,
     until_ns: u64,
+    limit: u64,
     stop: &AtomicBool,
     expect: &AtomicU64,
     counters: &Counters,
@@ -688,6 +700,7 @@ fn role(
             clock,
             until_ns,
             omit_ns(spec),
+            limit,
             stop,
             counters,
         )
@@ -957,6 +970,8 @@ mod tests {
             read_size: 0,
             omit_ms: 0,
             skip_rx_copy: false,
+            bytes: 0,
+            blocks: 0,
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let control = TcpStream::connect(listener.local_addr().unwrap()).unwrap();

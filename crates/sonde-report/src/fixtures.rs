@@ -189,6 +189,8 @@ pub(crate) fn throughput_tcp_2_streams() -> TestResult {
         omit_ns: None,
         omitted_bytes: None,
         skip_rx_copy: false,
+        bytes_to_send: None,
+        blocks_to_send: None,
     })
 }
 
@@ -237,6 +239,8 @@ pub(crate) fn throughput_udp_reverse() -> TestResult {
         omit_ns: None,
         omitted_bytes: None,
         skip_rx_copy: false,
+        bytes_to_send: None,
+        blocks_to_send: None,
     })
 }
 
@@ -301,6 +305,8 @@ pub(crate) fn throughput_bidir() -> TestResult {
         omit_ns: None,
         omitted_bytes: None,
         skip_rx_copy: false,
+        bytes_to_send: None,
+        blocks_to_send: None,
     })
 }
 

@@ -207,6 +207,14 @@ impl Request<'_> {
                 if s.skip_rx_copy {
                     mac.update(b"trunc");
                 }
+                if s.bytes != 0 {
+                    mac.update(b"bytes");
+                    mac.update(&s.bytes.to_be_bytes());
+                }
+                if s.blocks != 0 {
+                    mac.update(b"blocks");
+                    mac.update(&s.blocks.to_be_bytes());
+                }
             }
             Self::Help(target, test) => {
                 mac.update(b"help");
@@ -298,6 +306,8 @@ mod tests {
             read_size: 0,
             omit_ms: 0,
             skip_rx_copy: false,
+            bytes: 0,
+            blocks: 0,
         }
     }
 

@@ -104,6 +104,15 @@ pub struct TestSpec {
     /// from the JSON when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub skip_rx_copy: bool,
+    /// TCP throughput (`-n`): the senders stop after this many payload bytes in all (stream `i`
+    /// its share, [`TestSpec::send_limit`]) instead of at `duration_ms`, which is then only the
+    /// cap. Absent from the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub bytes: u64,
+    /// TCP throughput (`-k`): the senders stop after this many `msg_size` writes in all. Absent
+    /// from the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub blocks: u64,
 }
 
 /// A TCP receiver's read size when the test does not set one: 512 KiB, four of the default
@@ -131,6 +140,23 @@ impl TestSpec {
             DEFAULT_TCP_READ_SIZE
         } else {
             self.read_size.min(MAX_TCP_READ_SIZE)
+        }
+    }
+
+    /// `-n`/`-k`: the payload bytes the sender of stream `index` stops after (its share of the
+    /// total, the first streams one byte or block more where it does not divide), or
+    /// `u64::MAX` when the test is timed.
+    pub fn send_limit(&self, index: u32) -> u64 {
+        let streams = u64::from(self.streams.max(1));
+        let share = |total: u64| {
+            total / streams + u64::from(u64::from(index % self.streams.max(1)) < total % streams)
+        };
+        if self.bytes > 0 {
+            share(self.bytes)
+        } else if self.blocks > 0 {
+            share(self.blocks).saturating_mul(u64::from(self.msg_size))
+        } else {
+            u64::MAX
         }
     }
 
@@ -653,6 +679,36 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(ControlMsg, usize)>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_byte_or_block_count_is_shared_among_the_streams() {
+        let spec = TestSpec {
+            kind: TestKind::Throughput,
+            protocol: Protocol::Tcp,
+            direction: Direction::Forward,
+            streams: 3,
+            msg_size: 1000,
+            bitrate_per_stream: 0,
+            duration_ms: 0,
+            interval_ms: 0,
+            read_size: 0,
+            omit_ms: 0,
+            skip_rx_copy: false,
+            bytes: 10,
+            blocks: 0,
+        };
+        let shares: Vec<u64> = (0..3).map(|i| spec.send_limit(i)).collect();
+        assert_eq!(shares, [4, 3, 3]);
+        let blocks = TestSpec {
+            bytes: 0,
+            blocks: 5,
+            ..spec
+        };
+        let shares: Vec<u64> = (0..3).map(|i| blocks.send_limit(i)).collect();
+        assert_eq!(shares, [2_000, 2_000, 1_000]);
+        let timed = TestSpec { bytes: 0, ..spec };
+        assert_eq!(timed.send_limit(0), u64::MAX);
+    }
     use proptest::prelude::*;
 
     /// A kind's name is the one it has on the wire.
@@ -709,6 +765,8 @@ mod tests {
             read_size: 0,
             omit_ms: 0,
             skip_rx_copy: false,
+            bytes: 0,
+            blocks: 0,
         }
     }
 

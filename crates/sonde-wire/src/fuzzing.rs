@@ -799,6 +799,8 @@ fn control_messages() -> Vec<ControlMsg> {
         read_size: 65_536,
         omit_ms: 0,
         skip_rx_copy: false,
+        bytes: 0,
+        blocks: 0,
     };
     let info = TcpInfoStats {
         stream: 1,

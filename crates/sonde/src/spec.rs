@@ -418,6 +418,8 @@ mod tests {
                 "time",
                 "omit",
                 "skip_rx_copy",
+                "bytes",
+                "blockcount",
                 "interval",
                 "from",
                 "cpu",

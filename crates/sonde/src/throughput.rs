@@ -49,6 +49,7 @@ Examples:
   sonde throughput 198.18.0.2 -P 4 -R            4 streams, the agent sends
   sonde throughput 198.18.0.2 --bidir -i 1       both directions, 1 s intervals
   sonde throughput 198.18.0.2 -O 2 -i 1         slow start left out: 2 s sent first, not counted
+  sonde throughput 198.18.0.2 -n 1G -P 4         1 GiB in all, then the test ends
   sonde throughput 198.18.0.2 -u -b 1G -l 1400   UDP at 1 Gbit/s (all streams together)
   sonde throughput iperf3://198.18.0.2 -P 4      against `iperf3 -s` on port 5201
   sonde throughput iperf3://198.18.0.2:5202 -u -b 100M -R
@@ -95,6 +96,20 @@ pub(crate) struct Opt {
     /// How long to send, seconds
     #[arg(short = 't', long = "time", default_value = "10", value_name = "SECS", value_parser = crate::units::seconds)]
     time: Duration,
+    /// Send this many bytes in all (iperf3 -n; TCP, one direction), each stream its share,
+    /// instead of for -t: the test ends when the receivers have them (within the agent's
+    /// --max-duration). 10M, 1G. Default: timed by -t
+    #[arg(short = 'n', long = "bytes", value_name = "SIZE", value_parser = crate::units::byte_count, conflicts_with_all = ["time", "blockcount"])]
+    bytes: Option<u64>,
+    /// Send this many -l writes in all (iperf3 -k; TCP, one direction), instead of for -t.
+    /// Default: timed by -t
+    #[arg(
+        short = 'k',
+        long = "blockcount",
+        value_name = "N",
+        conflicts_with = "time"
+    )]
+    blockcount: Option<u64>,
     /// Omit the first SECS seconds (iperf3 -O; TCP against a sonde agent): sent and received
     /// but not counted, so slow start and filling buffers stay out of the figures; their -i
     /// intervals are shown marked (omitted). Sent on top of -t. Default: 0
@@ -130,6 +145,7 @@ pub(crate) struct Opt {
     save: crate::save::SaveOpt,
 }
 
+// With -n or -k the length is not known in advance: the progress bar shows -t's default.
 crate::runner::impl_test!(expected: |o| o.time + o.omit.unwrap_or_default(), run_once: run_once);
 
 /// One run (of --repeat), printed and saved.
@@ -147,6 +163,14 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         return Err(crate::units::BadValue(
             "-O is for a test this host runs against a sonde agent (not iperf3:// targets, \
              nor --from helpers, yet)"
+                .into(),
+        )
+        .into());
+    }
+    if (opt.bytes.is_some() || opt.blockcount.is_some()) && (iperf3 || !opt.from.is_empty()) {
+        return Err(crate::units::BadValue(
+            "-n and -k are for a test this host runs against a sonde agent (not iperf3:// \
+             targets, nor --from helpers, yet)"
                 .into(),
         )
         .into());
@@ -332,6 +356,8 @@ fn options(opt: &Opt) -> ThroughputOptions {
         read_size: opt.read_size,
         omit: opt.omit.filter(|d| !d.is_zero()),
         skip_rx_copy: opt.skip_rx_copy,
+        bytes: opt.bytes,
+        blocks: opt.blockcount,
     }
 }
 

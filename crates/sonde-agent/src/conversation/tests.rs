@@ -45,6 +45,8 @@ fn spec(kind: TestKind, protocol: Protocol, streams: u32, duration_ms: u64) -> T
         read_size: 0,
         omit_ms: 0,
         skip_rx_copy: false,
+        bytes: 0,
+        blocks: 0,
     }
 }
 

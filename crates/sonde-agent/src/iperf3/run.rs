@@ -352,6 +352,7 @@ impl Run<'_> {
                     clock,
                     self.failsafe_ns,
                     0,
+                    u64::MAX,
                     &self.stop_send,
                     counters,
                 )

@@ -188,6 +188,8 @@ fn spec(kind: TestKind, protocol: Protocol, direction: Direction, duration_ms: u
         read_size: 0,
         omit_ms: 0,
         skip_rx_copy: false,
+        bytes: 0,
+        blocks: 0,
     }
 }
 

@@ -20,6 +20,8 @@ fn opt(protocol: Protocol, direction: Direction) -> ThroughputOptions {
         read_size: None,
         omit: None,
         skip_rx_copy: false,
+        bytes: None,
+        blocks: None,
     }
 }
 

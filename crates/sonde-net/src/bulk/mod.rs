@@ -229,12 +229,17 @@ pub struct UdpRecvOutcome {
 /// `omit_until_ns` (`-O`; 0 for none): what is written before that time on `clock` goes into
 /// `omitted_bytes` rather than the outcome's counts, whose time starts at the first write after
 /// it. The per-stream `counters` (the intervals) count every byte.
+///
+/// `max_bytes` (`-n`, `-k`; `u64::MAX` for none): the loop also ends once it has written that
+/// many bytes, omitted ones included, the last write cut to fit.
+#[allow(clippy::too_many_arguments)]
 pub fn tcp_send(
     stream: &TcpStream,
     msg_size: u32,
     clock: &Clock,
     until_ns: u64,
     omit_until_ns: u64,
+    max_bytes: u64,
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<SendOutcome> {
@@ -260,12 +265,16 @@ pub fn tcp_send(
     // measurable share of it.
     let mut pending = Pending::new(counters);
     let mut now = clock.now_ns();
-    while !stop.load(Ordering::Relaxed) && now < until_ns {
-        let written = writer.write(&buf[offset..]);
+    // What is left to write under `max_bytes`.
+    let mut left = max_bytes;
+    while !stop.load(Ordering::Relaxed) && now < until_ns && left > 0 {
+        let end = usize::try_from(left).map_or(buf.len(), |l| buf.len().min(offset + l));
+        let written = writer.write(&buf[offset..end]);
         let after = clock.now_ns();
         match written {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) if now < omit_until_ns => {
+                left -= n as u64;
                 out.omitted_bytes += n as u64;
                 pending.add(after, n as u64, 1);
                 offset += n;
@@ -274,6 +283,7 @@ pub fn tcp_send(
                 }
             }
             Ok(n) => {
+                left -= n as u64;
                 span.mark(now, after);
                 out.bytes += n as u64;
                 out.packets += 1;

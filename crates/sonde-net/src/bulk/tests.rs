@@ -78,6 +78,7 @@ fn an_omit_period_is_counted_apart_at_both_ends() {
             &clock,
             300 * MS,
             omit,
+            u64::MAX,
             &stop,
             &tx_counters,
         );
@@ -128,7 +129,16 @@ fn a_receiver_that_discards_counts_every_byte() {
                 &rx_counters,
             )
         });
-        let sent = tcp_send(&client, 128 << 10, &clock, 200 * MS, 0, &stop, &tx_counters);
+        let sent = tcp_send(
+            &client,
+            128 << 10,
+            &clock,
+            200 * MS,
+            0,
+            u64::MAX,
+            &stop,
+            &tx_counters,
+        );
         let deadline = Instant::now() + Duration::from_secs(5);
         while !rx.is_finished() && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(10));
@@ -145,6 +155,48 @@ fn a_receiver_that_discards_counts_every_byte() {
         "{calls} calls for {} reads",
         received.reads
     );
+}
+
+/// `-n`/`-k`: the sender stops at its byte count, the last write cut to fit, and the receiver
+/// reads exactly that many before the end of the stream.
+#[test]
+fn a_sender_with_a_byte_count_stops_there() {
+    let (client, server) = tcp_pair();
+    let clock = Clock::start();
+    let stop = AtomicBool::new(false);
+    let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
+    let limit = 1_000_003;
+    let (sent, received) = thread::scope(|s| {
+        let rx = s.spawn(|| {
+            tcp_recv(
+                &server,
+                sonde_wire::DEFAULT_TCP_READ_SIZE,
+                &clock,
+                0,
+                false,
+                &stop,
+                &rx_counters,
+            )
+        });
+        let sent = tcp_send(
+            &client,
+            64 << 10,
+            &clock,
+            5_000 * MS,
+            0,
+            limit,
+            &stop,
+            &tx_counters,
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !rx.is_finished() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, Ordering::Relaxed);
+        (sent.unwrap(), rx.join().unwrap().unwrap())
+    });
+    assert_eq!(sent.bytes, limit);
+    assert_eq!(received.bytes, limit);
 }
 
 #[test]
@@ -166,7 +218,16 @@ fn tcp_send_to_tcp_recv_delivers_every_byte_sent() {
                 &rx_counters,
             )
         });
-        let sent = tcp_send(&client, 128 << 10, &clock, 300 * MS, 0, &stop, &tx_counters);
+        let sent = tcp_send(
+            &client,
+            128 << 10,
+            &clock,
+            300 * MS,
+            0,
+            u64::MAX,
+            &stop,
+            &tx_counters,
+        );
         // The receiver ends at EOF; `stop` only bounds the test if it does not.
         let deadline = Instant::now() + Duration::from_secs(5);
         while !rx.is_finished() && Instant::now() < deadline {
@@ -262,7 +323,16 @@ fn tcp_recv_reads_no_more_than_its_read_size_at_a_time() {
     let (sent, received) = thread::scope(|s| {
         let rx = s.spawn(|| tcp_recv(&server, READ, &clock, 0, false, &stop, &rx_counters));
         // 128 KiB writes: the queue holds far more than one read's worth.
-        let sent = tcp_send(&client, 128 << 10, &clock, 100 * MS, 0, &stop, &tx_counters);
+        let sent = tcp_send(
+            &client,
+            128 << 10,
+            &clock,
+            100 * MS,
+            0,
+            u64::MAX,
+            &stop,
+            &tx_counters,
+        );
         let deadline = Instant::now() + Duration::from_secs(5);
         while !rx.is_finished() && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(10));
@@ -303,7 +373,16 @@ fn capped_tcp_recv_reads_no_faster_than_its_rate_and_still_gets_every_byte() {
                 &rx_counters,
             )
         });
-        let sent = tcp_send(&client, 128 << 10, &clock, 300 * MS, 0, &stop, &tx_counters);
+        let sent = tcp_send(
+            &client,
+            128 << 10,
+            &clock,
+            300 * MS,
+            0,
+            u64::MAX,
+            &stop,
+            &tx_counters,
+        );
         // The receiver drains what the sender left queued at its capped rate, then sees
         // the EOF; `stop` only bounds the test if it does not.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -349,7 +428,18 @@ fn tcp_send_fails_when_the_receiver_resets_before_the_deadline() {
     let stop = AtomicBool::new(false);
     let counters = Counters::default();
     let sent = thread::scope(|s| {
-        let tx = s.spawn(|| tcp_send(&client, 64 << 10, &clock, 5_000 * MS, 0, &stop, &counters));
+        let tx = s.spawn(|| {
+            tcp_send(
+                &client,
+                64 << 10,
+                &clock,
+                5_000 * MS,
+                0,
+                u64::MAX,
+                &stop,
+                &counters,
+            )
+        });
         // Closing with unread data makes the kernel answer with a reset.
         server.set_read_timeout(SECOND).unwrap();
         let mut buf = [0u8; 1024];
@@ -507,6 +597,8 @@ fn pps_datagrams_of_14_bytes_carry_the_short_header_and_are_each_counted() {
         read_size: 0,
         omit_ms: 0,
         skip_rx_copy: false,
+        bytes: 0,
+        blocks: 0,
     };
     assert_eq!(UdpFormat::sonde(&spec(14)), UdpFormat::Short);
     assert_eq!(UdpFormat::sonde(&spec(15)), UdpFormat::Short);

@@ -129,8 +129,15 @@ pub struct ThroughputResult {
     pub read_size_bytes: Option<u32>,
     /// UDP: target rate, all streams of one direction together; `null` for TCP or unlimited.
     pub target_bits_per_second: Option<u64>,
-    /// Requested duration, ns.
+    /// Requested duration, ns; 0 for a test that sent a byte or block count (`-n`, `-k`).
     pub duration_ns: u64,
+    /// `-n`: the payload bytes the senders sent in all, then stopped. Absent for a timed test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_to_send: Option<u64>,
+    /// `-k`: the writes of `msg_size_bytes` the senders made in all, then stopped. Absent for a
+    /// timed test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks_to_send: Option<u64>,
     /// `-O`: the omit period, ns: sent and received before the counted window, on each
     /// receiver's clock. The totals and rates below cover the window after it (their time is
     /// the counted window's); the intervals of the period are marked `omitted`. Absent without

@@ -8,6 +8,8 @@
 //!   says so (`source_translated`, "the agent saw 198.18.1.254:... for 198.18.0.3:40001").
 //! - `-6` against an IPv4-only target, and `-B` with an address a does not have, fail with a
 //!   message that says why.
+//! - `-n 10M -P 3` and `-k 100 -l 64K -R`: the receivers counted exactly that many bytes, in
+//!   all and over the streams, and the senders sent exactly that many.
 //! - `-O 1 -i 0.5 -t 2` (TCP, forward and reverse): the two intervals of the first second, and
 //!   only they, are marked omitted; the receivers' totals leave out exactly the bytes the result
 //!   says were omitted, and every byte of every interval is in one or the other.
@@ -419,5 +421,40 @@ fn omit_excludes_exactly_the_first_intervals() {
             sent <= counted + omitted_bytes,
             "sent {sent}, received {counted}"
         );
+    }
+}
+
+/// `-n` and `-k`: the test ends when the receivers have exactly the count.
+#[test]
+fn byte_and_block_counts_end_at_what_the_receivers_counted() {
+    let test = "byte_and_block_counts_end_at_what_the_receivers_counted";
+    let needs = [
+        Need::Root,
+        Need::Netns,
+        Need::Cmd("ip"),
+        Need::Cmd("sysctl"),
+    ];
+    if !require_or_skip(test, &needs) {
+        return;
+    }
+    let lab = SourceLab::new();
+    let agent = Agent::start_in(Some(lab.b()), B_ADDR, &[]);
+    let target = agent.target();
+    for (args, expected) in [
+        (vec!["-n", "10M", "-P", "3"], 10 << 20),
+        (vec!["-k", "100", "-l", "64K", "-R"], 100 * (64 << 10)),
+    ] {
+        let mut all = vec!["throughput", target.as_str()];
+        all.extend(&args);
+        let doc = run_json_in(Some(lab.a()), &all, TIMEOUT);
+        assert_eq!(doc["receiver"]["bytes"], expected, "{args:?}: {doc}");
+        assert_eq!(doc["sender"]["bytes"], expected, "{args:?}");
+        assert_eq!(doc["duration_ns"], 0, "{args:?}");
+        let streams = doc["streams"].as_array().expect("streams");
+        let per_stream: u64 = streams
+            .iter()
+            .map(|s| s["receiver"]["bytes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(per_stream, expected, "{args:?}");
     }
 }
