@@ -965,12 +965,47 @@ pub(crate) fn validate(
     if spec.duration_ms == 0 {
         return bad("the test duration must be above zero".into());
     }
-    if spec.duration_ms > max_ms {
+    if spec.duration_ms.saturating_add(spec.omit_ms) > max_ms {
         return limit(format!(
-            "{:.1} s asked, this agent allows {:.1} s (sonde server --max-duration)",
-            spec.duration_ms as f64 / 1e3,
+            "{:.1} s asked{}, this agent allows {:.1} s (sonde server --max-duration)",
+            spec.duration_ms.saturating_add(spec.omit_ms) as f64 / 1e3,
+            if spec.omit_ms > 0 {
+                " (-O included)"
+            } else {
+                ""
+            },
             max_ms as f64 / 1e3
         ));
+    }
+    // `-O` counts a TCP receiver's bytes from the omit time; a UDP receiver's sequence
+    // accounting has no such cut (yet), so an omit period there is refused, not ignored.
+    if spec.omit_ms > 0 && (spec.kind != TestKind::Throughput || spec.protocol != Protocol::Tcp) {
+        return bad("-O (omit) applies to TCP throughput tests".into());
+    }
+    if spec.bytes > 0 || spec.blocks > 0 {
+        if spec.kind != TestKind::Throughput || spec.protocol != Protocol::Tcp {
+            return bad("-n and -k apply to TCP throughput tests".into());
+        }
+        if spec.bytes > 0 && spec.blocks > 0 {
+            return bad("-n and -k cannot be combined".into());
+        }
+        if spec.direction == sonde_wire::Direction::Bidir {
+            return bad("-n and -k are for one direction, not --bidir".into());
+        }
+        if spec.omit_ms > 0 {
+            return bad("-n and -k cannot be combined with -O".into());
+        }
+    }
+    if spec.skip_rx_copy {
+        if spec.kind != TestKind::Throughput || spec.protocol != Protocol::Tcp {
+            return bad("--skip-rx-copy applies to TCP throughput tests".into());
+        }
+        if !sonde_net::bulk::SKIP_RX_COPY {
+            return bad(
+                "--skip-rx-copy (MSG_TRUNC receives) is not supported on this agent's platform"
+                    .into(),
+            );
+        }
     }
     if spec.interval_ms != 0 && spec.interval_ms < 100 {
         return bad("the report interval must be at least 0.1 s".into());

@@ -14,7 +14,7 @@
 //!   even when the agent receives nothing, in reverse) and once when their loop ends
 //!   (`SenderDone`). A message that would pass the frame limit goes without them.
 
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -489,7 +489,9 @@ impl<'a> Test<'a> {
         let clock = Clock::start();
         let duration = Duration::from_millis(self.spec.duration_ms);
         let until_ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
-        let hard_deadline = Instant::now() + duration + OVERRUN;
+        // `-O`: the senders send the omit period on top of the duration.
+        let omit = Duration::from_millis(self.spec.omit_ms);
+        let hard_deadline = Instant::now() + omit + duration + OVERRUN;
         let mut intervals_out: Vec<IntervalStats> = Vec::new();
         let reader_stop = AtomicBool::new(false);
 
@@ -674,11 +676,13 @@ impl<'a> Test<'a> {
                 Some(RoleOutcome::Sent(o, _)) => report.sent.push(sent_stats(i, &o, None)),
                 Some(RoleOutcome::TcpReceived(o)) => {
                     report.read_size = Some(self.spec.tcp_read_size());
+                    report.skip_rx_copy = Some(self.spec.skip_rx_copy);
                     report.received.push(StreamStats {
                         stream,
                         bytes: o.bytes,
                         packets: o.reads,
                         active_ns: o.last_ns.saturating_sub(o.first_ns),
+                        omitted_bytes: o.omitted_bytes,
                         ..StreamStats::default()
                     });
                 }
@@ -694,6 +698,8 @@ impl<'a> Test<'a> {
                         jitter_ns: Some(o.jitter.jitter_ns()),
                         retransmits: None,
                         tcp_info: None,
+                        peer: None,
+                        omitted_bytes: 0,
                     });
                 }
                 Some(RoleOutcome::Echoed) => {
@@ -709,6 +715,23 @@ impl<'a> Test<'a> {
             }
         }
         report.tuning = self.tuning_report().map(Box::new);
+        // Where each stream came from, as this end saw it (a NAT in the path shows).
+        for stats in report
+            .received
+            .iter_mut()
+            .chain(&mut report.sent)
+            .chain(&mut report.echoed)
+        {
+            stats.peer = usize::try_from(stats.stream)
+                .ok()
+                .and_then(|i| self.channels.get(i))
+                .and_then(|channel| match channel {
+                    DataChannel::Tcp(s) => s.peer_addr().ok(),
+                    DataChannel::Udp(s) => s.peer_addr().ok(),
+                })
+                // A v4-mapped peer of a dual-stack socket is an IPv4 client.
+                .map(|a| SocketAddr::new(a.ip().to_canonical(), a.port()));
+        }
         Ok(report)
     }
 
@@ -747,7 +770,9 @@ impl<'a> Test<'a> {
             let Some(go) = self.wait_for_go(stop) else {
                 return RoleOutcome::Sent(SendOutcome::default(), None);
             };
-            return self.send(i, channel, clock, go.saturating_add(duration_ns));
+            // `-O`: the senders send the omit period first, then the test's duration.
+            let omit_until = go.saturating_add(omit_ns(&self.spec));
+            return self.send(i, channel, clock, omit_until, duration_ns);
         }
         let counters = &self.counters[i];
         let spec = &self.spec;
@@ -761,13 +786,25 @@ impl<'a> Test<'a> {
                 sonde_net::latency::echo(s, stop, counters)
                     .map_or_else(failed, |()| RoleOutcome::Echoed)
             }
+            // `-O`: the receiver's first `omit_ms` on the session's clock, the one its
+            // intervals are cut on.
             DataChannel::Tcp(s) => match self.read_cap() {
-                None => sonde_net::bulk::tcp_recv(s, spec.tcp_read_size(), clock, stop, counters),
+                None => sonde_net::bulk::tcp_recv(
+                    s,
+                    spec.tcp_read_size(),
+                    clock,
+                    omit_ns(spec),
+                    spec.skip_rx_copy,
+                    stop,
+                    counters,
+                ),
                 Some(cap) => sonde_net::bulk::tcp_recv_capped(
                     s,
                     spec.tcp_read_size(),
                     cap,
                     clock,
+                    omit_ns(spec),
+                    spec.skip_rx_copy,
                     stop,
                     counters,
                 ),
@@ -786,7 +823,17 @@ impl<'a> Test<'a> {
         }
     }
 
-    fn send(&self, i: usize, channel: &DataChannel, clock: &Clock, until_ns: u64) -> RoleOutcome {
+    /// Sends from now until `duration_ns` after `omit_until_ns` on `clock`, what goes before
+    /// that omitted from the counts (`-O`, TCP).
+    fn send(
+        &self,
+        i: usize,
+        channel: &DataChannel,
+        clock: &Clock,
+        omit_until_ns: u64,
+        duration_ns: u64,
+    ) -> RoleOutcome {
+        let until_ns = omit_until_ns.saturating_add(duration_ns);
         let (stop, counters, spec) = (&self.stops[i], &self.counters[i], &self.spec);
         let failed = |e: std::io::Error| RoleOutcome::Failed(e.to_string());
         match channel {
@@ -794,11 +841,20 @@ impl<'a> Test<'a> {
                 if let Err(e) = self.pace(s) {
                     return failed(e);
                 }
-                sonde_net::bulk::tcp_send(s, spec.msg_size, clock, until_ns, stop, counters)
-                    .map_or_else(failed, |o| {
-                        let info = TcpInfoSample::read(s).ok().map(|t| t.stats(index_u32(i)));
-                        RoleOutcome::Sent(o, info.map(Box::new))
-                    })
+                sonde_net::bulk::tcp_send(
+                    s,
+                    spec.msg_size,
+                    clock,
+                    until_ns,
+                    omit_until_ns,
+                    spec.send_limit(index_u32(i)),
+                    stop,
+                    counters,
+                )
+                .map_or_else(failed, |o| {
+                    let info = TcpInfoSample::read(s).ok().map(|t| t.stats(index_u32(i)));
+                    RoleOutcome::Sent(o, info.map(Box::new))
+                })
             }
             DataChannel::Udp(s) => sonde_net::bulk::udp_send(
                 s,
@@ -987,6 +1043,11 @@ fn write_shrinking(w: &mut TcpStream, mut msg: ControlMsg) -> Result<(), Control
         }
         r => r,
     }
+}
+
+/// `-O`: the omit period, ns (0 for none).
+fn omit_ns(spec: &TestSpec) -> u64 {
+    spec.omit_ms.saturating_mul(1_000_000)
 }
 
 fn index_u32(i: usize) -> u32 {

@@ -137,6 +137,10 @@ fn crr(
         interval_ms: 0,
         read_size: 0,
         socket: Default::default(),
+        omit_ms: 0,
+        skip_rx_copy: false,
+        bytes: 0,
+        blocks: 0,
     };
     let started_unix_ms = crate::now_unix_ms();
     let first = handshake(target, &spec, None)?;
@@ -341,6 +345,7 @@ fn run(
                     until_ns,
                     timeout: opt.timeout,
                     answer,
+                    bind: target.source.bind.clone(),
                 };
                 let (clock, stop, meter, shared) = (&clock, &stop, &meter, shared.as_ref());
                 scope.spawn(move || {
@@ -670,6 +675,7 @@ mod tests {
             addr: "127.0.0.1:9".parse().unwrap(),
             label: "127.0.0.1:9".into(),
             secret: None,
+            source: crate::Source::default(),
         }
     }
 

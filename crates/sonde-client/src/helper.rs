@@ -351,6 +351,10 @@ pub fn run_as_helper(
                     read_size: (spec.read_size != 0).then_some(spec.read_size),
                     // TCP -b is already in it as the pacing rate.
                     socket: spec.socket.clone(),
+                    omit: (spec.omit_ms > 0).then(|| Duration::from_millis(spec.omit_ms)),
+                    skip_rx_copy: spec.skip_rx_copy,
+                    bytes: (spec.bytes > 0).then_some(spec.bytes),
+                    blocks: (spec.blocks > 0).then_some(spec.blocks),
                 };
                 crate::run(&t, &opt, Controls::new().interrupt(stop).hold(&mut hold))
                     .map(TestResult::Throughput)?

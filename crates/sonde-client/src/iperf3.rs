@@ -714,13 +714,27 @@ fn run_loop(
 ) -> io::Result<Outcome> {
     let (stop, expect, counters) = (&shared.stops[i], &shared.expect[i], &shared.counters[i]);
     match (&stream.sock, stream.client_sends) {
-        (DataSocket::Tcp(s), true) => {
-            bulk::tcp_send(s, cfg.msg_size, clock, cfg.until_ns, stop, counters).map(Outcome::Sent)
-        }
-        (DataSocket::Tcp(s), false) => {
-            bulk::tcp_recv(s, sonde_wire::DEFAULT_TCP_READ_SIZE, clock, stop, counters)
-                .map(Outcome::TcpReceived)
-        }
+        (DataSocket::Tcp(s), true) => bulk::tcp_send(
+            s,
+            cfg.msg_size,
+            clock,
+            cfg.until_ns,
+            0,
+            u64::MAX,
+            stop,
+            counters,
+        )
+        .map(Outcome::Sent),
+        (DataSocket::Tcp(s), false) => bulk::tcp_recv(
+            s,
+            sonde_wire::DEFAULT_TCP_READ_SIZE,
+            clock,
+            0,
+            false,
+            stop,
+            counters,
+        )
+        .map(Outcome::TcpReceived),
         (DataSocket::Udp(s), true) => bulk::udp_send(
             s,
             cfg.msg_size,
@@ -890,6 +904,7 @@ impl EventLoop<'_> {
                 active_ns: end,
                 retransmits: None,
                 method: "",
+                omitted_bytes: 0,
             })
         } else {
             Outcome::TcpReceived(TcpRecvOutcome {
@@ -897,6 +912,7 @@ impl EventLoop<'_> {
                 reads: packets,
                 first_ns: 0,
                 last_ns: end,
+                omitted_bytes: 0,
             })
         }
     }
@@ -1310,6 +1326,11 @@ fn document(
                 client,
                 server: None,
             }),
+        omit_ns: None,
+        omitted_bytes: None,
+        skip_rx_copy: false,
+        bytes_to_send: None,
+        blocks_to_send: None,
     }
 }
 

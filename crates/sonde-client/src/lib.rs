@@ -40,6 +40,7 @@ pub use crr::{CrrOptions, MAX_CRR_MESSAGE};
 pub use helper::run_as_helper;
 pub use load::{LoadMeasurement, LoadOptions};
 pub use sonde_net::gso::GsoMode;
+pub use sonde_net::socket::Bind;
 pub use sonde_wire::Direction as StreamsDirection;
 pub use test::{run, Controls, FromHelpers, Iperf3Server, SockperfServer, Test};
 
@@ -89,6 +90,10 @@ pub enum ClientError {
     /// The options make no sense.
     #[error("{0}")]
     Usage(String),
+    /// The source asked for (`-B`, `--bind-dev`, `--cport`) cannot be used here: the address is
+    /// not this host's, the port is taken, or there is no such device.
+    #[error("{0} (-B, --bind-dev, --cport)")]
+    Source(io::Error),
     /// A peer that is not a sonde agent (a real `sockperf server`) never answered.
     #[error("{0}")]
     NoReply(String),
@@ -130,7 +135,7 @@ impl ClientError {
     /// The process exit code for this error (documented in `sonde --help`, the README and docs/exit-codes.md).
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Usage(_) => 2,
+            Self::Usage(_) | Self::Source(_) => 2,
             Self::Resolve(..) | Self::Connect(..) | Self::NotAnAgent(_) | Self::UdpBlocked(..) => 3,
             Self::Path(_) => 3,
             Self::NoReply(_) => 3,
@@ -143,6 +148,9 @@ impl ClientError {
         }
     }
 }
+
+/// How long a connection to the agent may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The agent's port, TCP and UDP, where a target names none (and `sonde server`'s default).
 pub const DEFAULT_PORT: u16 = 5300;
@@ -157,6 +165,9 @@ pub struct Target {
     /// The secret the agent requires (`--secret-file`, `SONDE_SECRET`); `None` for an agent
     /// without one. Not used by `sockperf://` and `iperf3://` targets.
     pub secret: Option<sonde_wire::auth::Secret>,
+    /// Where this host's sockets of the test come from (`-B`, `--bind-dev`, `--cport`): the
+    /// kernel's choice by default.
+    pub source: Source,
 }
 
 impl Target {
@@ -165,10 +176,142 @@ impl Target {
     pub fn with_secret(self, secret: Option<sonde_wire::auth::Secret>) -> Self {
         Self { secret, ..self }
     }
+
+    /// The same target, reached from `source`.
+    #[must_use]
+    pub fn with_source(self, source: Source) -> Self {
+        Self { source, ..self }
+    }
+}
+
+/// An address family (`-4`, `-6`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// IPv4 only.
+    V4,
+    /// IPv6 only.
+    V6,
+}
+
+impl Family {
+    /// Whether `addr` is of this family.
+    pub fn has(self, addr: &SocketAddr) -> bool {
+        matches!(
+            (self, addr),
+            (Self::V4, SocketAddr::V4(_)) | (Self::V6, SocketAddr::V6(_))
+        )
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::V4 => "IPv4",
+            Self::V6 => "IPv6",
+        }
+    }
+}
+
+/// `--cport`: the source ports of a test's data channels, `first..=last`; channel `i` takes
+/// `first + i`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    /// The first port (channel 0's).
+    pub first: u16,
+    /// The last port, `first` for a single one.
+    pub last: u16,
+}
+
+impl PortRange {
+    /// How many ports the range holds.
+    pub fn len(self) -> u32 {
+        u32::from(self.last.saturating_sub(self.first)) + 1
+    }
+
+    /// Whether it holds no port (never, for a range made by the parser: `last >= first`).
+    pub fn is_empty(self) -> bool {
+        self.last < self.first
+    }
+}
+
+/// Where this host's sockets of a test come from: the source address and device of every
+/// socket (control and data), and `--cport`, the source port of each data channel.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Source {
+    /// `-B ADDR[%DEV]`, `--bind-dev DEV`.
+    pub bind: sonde_net::socket::Bind,
+    /// `--cport PORT[-PORT]`: data channel `i` from the `i`-th port; `None` for ephemeral
+    /// ports. The control connection always takes an ephemeral one.
+    pub ports: Option<PortRange>,
+}
+
+impl Source {
+    /// The source port of data channel `channel` (0: an ephemeral one).
+    ///
+    /// # Errors
+    /// The range holds fewer ports than the test's channels (a usage error).
+    pub fn port(&self, channel: u32, channels: u32) -> Result<u16, ClientError> {
+        let Some(range) = self.ports else {
+            return Ok(0);
+        };
+        if channels > range.len() {
+            return Err(ClientError::Usage(format!(
+                "--cport {}: {} port{} for {channels} data streams (a stream each: give a \
+                 range of {channels}, PORT-PORT)",
+                if range.first == range.last {
+                    range.first.to_string()
+                } else {
+                    format!("{}-{}", range.first, range.last)
+                },
+                range.len(),
+                if range.len() == 1 { "" } else { "s" },
+            )));
+        }
+        // `channel < channels <= len`, so the sum stays within the range.
+        Ok(range
+            .first
+            .saturating_add(u16::try_from(channel).unwrap_or(u16::MAX)))
+    }
+
+    /// A TCP connection to `peer` from this source (the control connection with `port` 0).
+    pub(crate) fn tcp(
+        &self,
+        peer: SocketAddr,
+        port: u16,
+        nodelay: bool,
+    ) -> Result<std::net::TcpStream, ClientError> {
+        sonde_net::socket::tcp_connect_from(peer, &self.bind, port, CONNECT_TIMEOUT, nodelay)
+            .map_err(|e| match e {
+                sonde_net::socket::ConnectError::Source(e) => ClientError::Source(e),
+                e => ClientError::Connect(e.into_io(), peer),
+            })
+    }
+
+    /// A UDP socket connected to `peer` from this source; data channel `index`'s errors.
+    pub(crate) fn udp(
+        &self,
+        peer: SocketAddr,
+        port: u16,
+        index: u32,
+    ) -> Result<std::net::UdpSocket, ClientError> {
+        sonde_net::socket::udp_connect_from(peer, &self.bind, port).map_err(|e| match e {
+            sonde_net::socket::ConnectError::Source(e) => ClientError::Source(e),
+            e => ClientError::Data(e.into_io(), index),
+        })
+    }
 }
 
 /// Resolves `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address.
 pub fn resolve(spec: &str, default_port: u16) -> Result<Target, ClientError> {
+    resolve_in(spec, default_port, None)
+}
+
+/// Resolves `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address to an address of
+/// `family` when one is given (`-4`, `-6`): a host with none of that family is an error that
+/// says so.
+pub fn resolve_in(
+    spec: &str,
+    default_port: u16,
+    family: Option<Family>,
+) -> Result<Target, ClientError> {
     let with_port = if spec.parse::<std::net::Ipv6Addr>().is_ok() {
         format!("[{spec}]:{default_port}")
     } else if spec.rsplit_once(':').is_some_and(|(h, p)| {
@@ -178,20 +321,35 @@ pub fn resolve(spec: &str, default_port: u16) -> Result<Target, ClientError> {
     } else {
         format!("{spec}:{default_port}")
     };
-    let addr = with_port
+    let mut addrs = with_port
         .to_socket_addrs()
         .map_err(|e| ClientError::Resolve(spec.to_owned(), e))?
-        .next()
-        .ok_or_else(|| {
-            ClientError::Resolve(
-                spec.to_owned(),
-                io::Error::new(io::ErrorKind::NotFound, "no address"),
-            )
-        })?;
+        .peekable();
+    if addrs.peek().is_none() {
+        return Err(ClientError::Resolve(
+            spec.to_owned(),
+            io::Error::new(io::ErrorKind::NotFound, "no address"),
+        ));
+    }
+    let addr = match family {
+        None => addrs.next(),
+        Some(f) => addrs.find(|a| f.has(a)),
+    }
+    .ok_or_else(|| {
+        let f = family.map_or("", Family::name);
+        ClientError::Resolve(
+            spec.to_owned(),
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("it has no {f} address (asked for with -4/-6, or by -B's family)"),
+            ),
+        )
+    })?;
     Ok(Target {
         addr,
         label: addr.to_string(),
         secret: None,
+        source: Source::default(),
     })
 }
 
@@ -275,6 +433,18 @@ pub struct ThroughputOptions {
     /// `-w`, `-C`, `-M`, `-N`, `-S`/`--dscp`/`--ecn`, `--fq-rate`, `--dont-fragment`: the data
     /// streams' socket options, set at both ends ([`sonde_wire::SocketOptions`]).
     pub socket: sonde_wire::SocketOptions,
+    /// `-O` (TCP): the first part of the test, sent and received but not counted in the
+    /// totals (its intervals are reported, marked omitted); the senders send it on top of
+    /// `duration`. `None` for none.
+    pub omit: Option<Duration>,
+    /// `--skip-rx-copy` (TCP): both ends' receivers discard what they read without copying it
+    /// (`MSG_TRUNC`, Linux), which lowers the CPU cost they report.
+    pub skip_rx_copy: bool,
+    /// `-n` (TCP): the senders stop after this many payload bytes in all (each stream its
+    /// share) instead of after `duration`, and the test ends when the receivers have them.
+    pub bytes: Option<u64>,
+    /// `-k` (TCP): the senders stop after this many `msg_size` writes in all.
+    pub blocks: Option<u64>,
 }
 
 impl Default for ThroughputOptions {
@@ -290,6 +460,10 @@ impl Default for ThroughputOptions {
             cpus: Vec::new(),
             read_size: None,
             socket: sonde_wire::SocketOptions::default(),
+            omit: None,
+            skip_rx_copy: false,
+            bytes: None,
+            blocks: None,
         }
     }
 }
@@ -409,6 +583,10 @@ impl Test for LatencyOptions {
             interval_ms: 0,
             read_size: 0,
             socket: check_socket(&opt.socket, opt.protocol, TestKind::Latency)?,
+            omit_ms: 0,
+            skip_rx_copy: false,
+            bytes: 0,
+            blocks: 0,
         };
         let run = session::run_latency_held(target, &spec, &opt, interrupt, &mut || hold.call())?;
         let mut result = results::latency(target, &opt, &run);
@@ -579,6 +757,10 @@ pub(crate) fn pps_spec(opt: &PpsOptions) -> Result<TestSpec, ClientError> {
         interval_ms: opt.interval.map_or(0, millis),
         read_size: 0,
         socket: check_socket(&opt.socket, Protocol::Udp, TestKind::Pps)?,
+        omit_ms: 0,
+        skip_rx_copy: false,
+        bytes: 0,
+        blocks: 0,
     })
 }
 
@@ -593,6 +775,54 @@ pub(crate) fn throughput_spec(opt: &ThroughputOptions) -> Result<TestSpec, Clien
             sonde_wire::DATA_HEADER_LEN,
             sonde_wire::DATA_HEADER_LEN
         )));
+    }
+    if opt.omit.is_some_and(|o| !o.is_zero()) && opt.protocol == Protocol::Udp {
+        return Err(ClientError::Usage(
+            "-O (omit) is for TCP throughput here: a UDP receiver's loss and sequence \
+             accounting has no omit cut yet"
+                .into(),
+        ));
+    }
+    if opt.bytes.is_some() || opt.blocks.is_some() {
+        if opt.protocol == Protocol::Udp {
+            return Err(ClientError::Usage(
+                "-n and -k are for TCP here: a UDP test is timed (-t)".into(),
+            ));
+        }
+        if opt.direction == Direction::Bidir {
+            return Err(ClientError::Usage(
+                "-n and -k are for one direction: not with --bidir".into(),
+            ));
+        }
+        if opt.bytes.is_some() && opt.blocks.is_some() {
+            return Err(ClientError::Usage("-n and -k cannot be combined".into()));
+        }
+        if opt.bytes == Some(0) || opt.blocks == Some(0) {
+            return Err(ClientError::Usage("-n and -k must be above zero".into()));
+        }
+        if opt.omit.is_some_and(|o| !o.is_zero()) {
+            return Err(ClientError::Usage(
+                "-O cannot be combined with -n or -k (yet): which bytes a count includes would \
+                 be a guess"
+                    .into(),
+            ));
+        }
+    }
+    if opt.skip_rx_copy {
+        if opt.protocol == Protocol::Udp {
+            return Err(ClientError::Usage(
+                "--skip-rx-copy is for TCP here: a UDP receiver reads each datagram's header \
+                 for its sequence number"
+                    .into(),
+            ));
+        }
+        if opt.direction != Direction::Forward && !sonde_net::bulk::SKIP_RX_COPY {
+            return Err(ClientError::Usage(
+                "--skip-rx-copy (MSG_TRUNC receives) is not supported on this platform: with \
+                 -R or --bidir this host receives"
+                    .into(),
+            ));
+        }
     }
     if let Some(size) = opt.read_size {
         if opt.protocol == Protocol::Udp {
@@ -618,10 +848,20 @@ pub(crate) fn throughput_spec(opt: &ThroughputOptions) -> Result<TestSpec, Clien
         } else {
             0
         },
-        duration_ms: millis(opt.duration),
+        // Open-ended with -n or -k: as long as the agent allows (its --max-duration), filled in
+        // when the agent says its limits.
+        duration_ms: if opt.bytes.is_some() || opt.blocks.is_some() {
+            0
+        } else {
+            millis(opt.duration)
+        },
         interval_ms: opt.interval.map_or(0, millis),
         read_size: opt.read_size.unwrap_or(0),
         socket: throughput_socket(opt)?,
+        omit_ms: opt.omit.map_or(0, millis),
+        skip_rx_copy: opt.skip_rx_copy,
+        bytes: opt.bytes.unwrap_or(0),
+        blocks: opt.blocks.unwrap_or(0),
     })
 }
 
@@ -638,6 +878,10 @@ pub(crate) fn latency_spec(opt: &LatencyOptions) -> Result<TestSpec, ClientError
         interval_ms: 0,
         read_size: 0,
         socket: check_socket(&opt.socket, opt.protocol, TestKind::Latency)?,
+        omit_ms: 0,
+        skip_rx_copy: false,
+        bytes: 0,
+        blocks: 0,
     })
 }
 

@@ -205,6 +205,7 @@ mod tests {
             hosts: sonde_report::Hosts::default(),
             agent: None,
             cpu: sonde_report::CpuCosts::default(),
+            sources: Vec::new(),
         };
         discount_own_session(&mut meta);
         assert_eq!(meta.overlapping_sessions, 0);
@@ -231,6 +232,7 @@ mod tests {
             addr: "127.0.0.1:9".parse().unwrap(),
             label: "x".into(),
             secret: None,
+            source: crate::Source::default(),
         };
         let mut opt = LoadOptions::default();
         opt.probes.count = Some(10);

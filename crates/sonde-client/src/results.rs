@@ -55,6 +55,7 @@ pub(crate) fn meta_for(
         hosts: sonde_report::Hosts::default(),
         cpu: sonde_report::CpuCosts::default(),
         agent: None,
+        sources: Vec::new(),
     };
     if overlapping > 0 {
         meta.add(&Warning::OverlappingSessions {
@@ -62,6 +63,43 @@ pub(crate) fn meta_for(
         });
     }
     meta
+}
+
+/// Puts each data stream's source in `meta`, as this host opened it (`sources`, in channel
+/// order) and as the agent saw it (`report`'s streams), with a warning for each that the agent
+/// saw from elsewhere (a source NAT or a proxy in the path).
+pub(crate) fn add_sources(
+    meta: &mut Meta,
+    sources: &[Option<std::net::SocketAddr>],
+    report: &sonde_wire::AgentReport,
+) {
+    let canonical =
+        |a: std::net::SocketAddr| std::net::SocketAddr::new(a.ip().to_canonical(), a.port());
+    for (i, client) in sources.iter().enumerate() {
+        let stream = u32::try_from(i).unwrap_or(u32::MAX);
+        let client = client.map(canonical);
+        let seen = report
+            .received
+            .iter()
+            .chain(&report.sent)
+            .chain(&report.echoed)
+            .find(|s| s.stream == stream)
+            .and_then(|s| s.peer);
+        if let (Some(c), Some(s)) = (client, seen) {
+            if c != s {
+                meta.add(&Warning::SourceTranslated {
+                    stream,
+                    client: c.to_string(),
+                    seen: s.to_string(),
+                });
+            }
+        }
+        meta.sources.push(sonde_report::StreamSource {
+            stream,
+            client: client.map(|a| a.to_string()),
+            seen_by_server: seen.map(|a| a.to_string()),
+        });
+    }
 }
 
 /// Puts both ends' configuration and CPU cost in `meta`, with a warning for what a sonde agent
@@ -179,6 +217,7 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
         run.report.overlapping_sessions,
     );
     add_context(&mut meta, &run.context, run.report.cpu.as_ref());
+    add_sources(&mut meta, &run.context.sources, &run.report);
     let udp = opt.protocol == sonde_wire::Protocol::Udp;
     let (lost, duplicated, reordered) = o.seq.as_ref().map_or((0, 0, 0), |t| {
         (
@@ -408,6 +447,7 @@ fn stream_views(spec: &TestSpec, run: &BulkRun) -> Vec<StreamView> {
                     bytes: o.bytes,
                     packets: o.reads,
                     active_ns: o.last_ns.saturating_sub(o.first_ns),
+                    omitted_bytes: o.omitted_bytes,
                     ..StreamStats::default()
                 },
                 Some(ClientRole::UdpReceived(o)) => StreamStats {
@@ -421,6 +461,8 @@ fn stream_views(spec: &TestSpec, run: &BulkRun) -> Vec<StreamView> {
                     jitter_ns: Some(o.jitter.jitter_ns()),
                     retransmits: None,
                     tcp_info: None,
+                    peer: None,
+                    omitted_bytes: 0,
                 },
                 _ => StreamStats::default(),
             };
@@ -449,6 +491,7 @@ pub(crate) fn interval(iv: &IntervalStats, channels: usize) -> IntervalResult {
         packets: iv.packets.iter().sum(),
         stream_bytes,
         tcp_info: Vec::new(),
+        omitted: false,
     }
 }
 
@@ -536,6 +579,7 @@ pub(crate) fn throughput(
         run.report.overlapping_sessions,
     );
     add_context(&mut meta, &run.context, run.report.cpu.as_ref());
+    add_sources(&mut meta, &run.context.sources, &run.report);
     let tuning = ends_tuning(run.tuning.as_ref(), run.report.tuning.as_deref(), &mut meta);
     let socket = ends_socket(&run.context, run.report.socket.as_deref(), !udp, &mut meta);
     let streams: Vec<StreamResult> = views
@@ -597,6 +641,29 @@ pub(crate) fn throughput(
         .iter()
         .any(|s| s.direction == StreamDirection::ClientToServer);
     let read_size_bytes = read_size(spec, agent_received, run.report.read_size, &mut meta);
+    if spec.skip_rx_copy && agent_received && run.report.skip_rx_copy != Some(true) {
+        meta.add(&Warning::NotTuned {
+            detail: "--skip-rx-copy: the agent did not say it received without a copy (it \
+                     predates the option): its receivers copied, and its CPU cost includes that"
+                .into(),
+        });
+    }
+    let omit_ns = opt.omit.map(nanos).filter(|&ns| ns > 0);
+    if omit_ns.is_some() && run.context.agent && agent_ignored_omit(spec, &views) {
+        meta.add(&Warning::NotTuned {
+            detail: "-O: the agent did not omit the first seconds on its end (it predates -O): \
+                     its streams' figures include them"
+                .into(),
+        });
+    }
+    let mut intervals = with_tcp_info(merged_intervals(run, views.len()), run);
+    if let Some(omit_ns) = omit_ns {
+        // The receivers count from the omit time on the clock the intervals are cut on: the
+        // intervals that end by then are the omit period's.
+        for iv in &mut intervals {
+            iv.omitted = iv.end_ns <= omit_ns;
+        }
+    }
     ThroughputResult {
         meta,
         protocol: protocol(opt.protocol),
@@ -605,10 +672,19 @@ pub(crate) fn throughput(
         msg_size_bytes: opt.msg_size,
         read_size_bytes,
         target_bits_per_second: (udp && opt.bitrate > 0).then_some(opt.bitrate),
-        duration_ns: nanos(opt.duration),
+        duration_ns: if opt.bytes.is_some() || opt.blocks.is_some() {
+            0
+        } else {
+            nanos(opt.duration)
+        },
+        skip_rx_copy: spec.skip_rx_copy,
+        bytes_to_send: opt.bytes,
+        blocks_to_send: opt.blocks,
+        omit_ns,
+        omitted_bytes: omit_ns.map(|_| views.iter().map(|v| v.receiver.omitted_bytes).sum()),
         receiver,
         sender,
-        intervals: with_tcp_info(merged_intervals(run, views.len()), run),
+        intervals,
         intervals_counted_at: sonde_report::CountedAt::Receiver,
         lost,
         loss_percent: lost.map(|l| pct(l, sent_packets)),
@@ -625,6 +701,19 @@ pub(crate) fn throughput(
         tuning,
         socket,
     }
+}
+
+/// Whether the agent's end of any stream counted data of the `-O` period as counted (an agent
+/// that predates `omit_ms` ignores it): a stream that carried data and omitted none.
+fn agent_ignored_omit(spec: &TestSpec, views: &[StreamView]) -> bool {
+    views.iter().enumerate().any(|(i, v)| {
+        let agent_end = if spec.client_sends(u32::try_from(i).unwrap_or(u32::MAX)) {
+            &v.receiver
+        } else {
+            &v.sender
+        };
+        agent_end.bytes > 0 && agent_end.omitted_bytes == 0
+    })
 }
 
 /// A per-stream count summed over the streams; `None` when any stream cannot say.
@@ -652,6 +741,7 @@ pub(crate) fn pps(
         run.report.overlapping_sessions,
     );
     add_context(&mut meta, &run.context, run.report.cpu.as_ref());
+    add_sources(&mut meta, &run.context.sources, &run.report);
     let tuning = ends_tuning(run.tuning.as_ref(), run.report.tuning.as_deref(), &mut meta);
     let socket = ends_socket(&run.context, run.report.socket.as_deref(), false, &mut meta);
     let mut flows = Vec::new();
@@ -770,6 +860,107 @@ fn pps_gso(choice: &sonde_net::gso::GsoChoice, method: &str) -> PpsGso {
 mod context_tests {
     use super::*;
 
+    /// `-O` against an agent that predates it: its end of a stream carried data and omitted
+    /// none.
+    #[test]
+    fn an_agent_that_did_not_omit_is_found_out() {
+        let spec = TestSpec {
+            kind: sonde_wire::TestKind::Throughput,
+            protocol: sonde_wire::Protocol::Tcp,
+            direction: Direction::Bidir,
+            streams: 1,
+            msg_size: 1,
+            bitrate_per_stream: 0,
+            duration_ms: 1_000,
+            interval_ms: 0,
+            read_size: 0,
+            socket: Default::default(),
+            omit_ms: 1_000,
+            skip_rx_copy: false,
+            bytes: 0,
+            blocks: 0,
+        };
+        let stats = |bytes, omitted_bytes| StreamStats {
+            bytes,
+            omitted_bytes,
+            ..StreamStats::default()
+        };
+        // Stream 0: the client sends, the agent receives; stream 1: the agent sends.
+        let view = |agent_rx: StreamStats, agent_tx: StreamStats| {
+            vec![
+                StreamView {
+                    receiver: agent_rx,
+                    sender: stats(10, 5),
+                },
+                StreamView {
+                    receiver: stats(10, 5),
+                    sender: agent_tx,
+                },
+            ]
+        };
+        assert!(!agent_ignored_omit(
+            &spec,
+            &view(stats(10, 5), stats(10, 5))
+        ));
+        assert!(agent_ignored_omit(&spec, &view(stats(10, 0), stats(10, 5))));
+        assert!(agent_ignored_omit(&spec, &view(stats(10, 5), stats(10, 0))));
+        // A stream that carried nothing says nothing either way.
+        assert!(!agent_ignored_omit(&spec, &view(stats(0, 0), stats(10, 5))));
+    }
+
+    #[test]
+    fn a_stream_the_agent_saw_from_elsewhere_is_a_source_nat_warning() {
+        let mut meta = meta_for(
+            &Target {
+                addr: "198.18.1.2:5300".parse().unwrap(),
+                label: "198.18.1.2:5300".into(),
+                secret: None,
+                source: crate::Source::default(),
+            },
+            sonde_report::Peer::Sonde,
+            SessionId(1),
+            0,
+            0,
+        );
+        let sources = [
+            Some("198.18.1.2:5001".parse().unwrap()),
+            // A v4-mapped address is the same IPv4 source.
+            Some("[::ffff:198.18.1.2]:5002".parse().unwrap()),
+            Some("198.18.1.2:5003".parse().unwrap()),
+        ];
+        let stream = |stream, peer: &str| StreamStats {
+            stream,
+            peer: Some(peer.parse().unwrap()),
+            ..StreamStats::default()
+        };
+        let report = sonde_wire::AgentReport {
+            received: vec![stream(0, "198.18.0.1:40000")],
+            sent: vec![stream(1, "198.18.1.2:5002")],
+            ..sonde_wire::AgentReport::default()
+        };
+        add_sources(&mut meta, &sources, &report);
+        assert_eq!(
+            meta.warning_codes,
+            [sonde_report::WarningCode::SourceTranslated]
+        );
+        assert!(
+            meta.warnings[0].starts_with("the agent saw 198.18.0.1:40000 for 198.18.1.2:5001"),
+            "{}",
+            meta.warnings[0]
+        );
+        let seen: Vec<Option<&str>> = meta
+            .sources
+            .iter()
+            .map(|s| s.seen_by_server.as_deref())
+            .collect();
+        // Stream 2: an older agent, or one that did not say.
+        assert_eq!(
+            seen,
+            [Some("198.18.0.1:40000"), Some("198.18.1.2:5002"), None]
+        );
+        assert_eq!(meta.sources[1].client.as_deref(), Some("198.18.1.2:5002"));
+    }
+
     /// An agent older than `--busy-poll` ignores the request and reports no tuning: the result
     /// says so with a coded warning instead of passing its blocking echo off as busy-polled;
     /// an agent that could not pin says why; a run that asked nothing has no `tuning`.
@@ -779,6 +970,7 @@ mod context_tests {
             addr: "127.0.0.1:5300".parse().unwrap(),
             label: "127.0.0.1:5300".into(),
             secret: None,
+            source: crate::Source::default(),
         };
         let client = TuningReport {
             busy_poll: true,
@@ -825,6 +1017,7 @@ mod context_tests {
             addr: "127.0.0.1:5300".parse().unwrap(),
             label: "127.0.0.1:5300".into(),
             secret: None,
+            source: crate::Source::default(),
         };
         let spec = |protocol, read_size| TestSpec {
             kind: sonde_wire::TestKind::Throughput,
@@ -837,6 +1030,10 @@ mod context_tests {
             interval_ms: 0,
             read_size,
             socket: Default::default(),
+            omit_ms: 0,
+            skip_rx_copy: false,
+            bytes: 0,
+            blocks: 0,
         };
         let tcp = sonde_wire::Protocol::Tcp;
         let fresh = || meta(&target, SessionId(1), 0, 0);
@@ -918,6 +1115,7 @@ mod context_tests {
             addr: "127.0.0.1:5300".parse().unwrap(),
             label: "127.0.0.1:5300".into(),
             secret: None,
+            source: crate::Source::default(),
         }
     }
 
@@ -973,6 +1171,7 @@ mod context_tests {
                 ..sonde_wire::HostInfo::default()
             }),
             server_host: None,
+            sources: Vec::new(),
             client_cpu: Some(sonde_wire::CpuReport {
                 wall_ns: 1_000,
                 user_ns: 500,

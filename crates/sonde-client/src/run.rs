@@ -37,6 +37,8 @@ pub(crate) struct Context {
     /// The socket options asked for, and what this host's kernel made of them on its first
     /// data stream; `None` when none were asked.
     pub(crate) socket: Option<(sonde_wire::SocketOptions, sonde_wire::AppliedSocketOptions)>,
+    /// The local address and port of each data channel, in channel order.
+    pub(crate) sources: Vec<Option<std::net::SocketAddr>>,
 }
 
 impl Context {

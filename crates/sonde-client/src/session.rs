@@ -209,8 +209,7 @@ fn fresh_nonce() -> Result<Nonce, ClientError> {
 
 /// Connects and says hello.
 pub(crate) fn hello(target: &Target) -> Result<Welcomed, ClientError> {
-    let mut ctrl = sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, true)
-        .map_err(|e| ClientError::Connect(e, target.addr))?;
+    let mut ctrl = target.source.tcp(target.addr, 0, true)?;
     let mut body = Vec::new();
     let preamble = Preamble {
         version: PROTOCOL_VERSION,
@@ -308,6 +307,13 @@ pub(crate) fn connect(
         server_host,
         placement,
         socket: applied.map(|a| (spec.socket.clone(), a)),
+        sources: channels
+            .iter()
+            .map(|c| match c {
+                ClientChannel::Tcp(s) => s.local_addr().ok(),
+                ClientChannel::Udp(s) => s.local_addr().ok(),
+            })
+            .collect(),
         ..Context::this_host(target)
     };
     handshake.await_ready(Instant::now());
@@ -515,12 +521,18 @@ pub(crate) fn run_bulk_held(
         pin: !bulk.cpus.is_empty(),
     };
     let mut c = connect(target, spec, tuning)?;
+    // As asked for, with an open-ended test's (`-n`, `-k`) cap filled in by `connect`.
+    let asked = c.spec.clone();
+    let spec = &asked;
     hold()?;
     let meter = ThreadsMeter::start();
     let counted = meter.track();
     let n = c.channels.len();
     let clock = Clock::start();
-    let until_ns = spec.duration_ms.saturating_mul(1_000_000);
+    let until_ns = spec
+        .duration_ms
+        .saturating_add(spec.omit_ms)
+        .saturating_mul(1_000_000);
     let stops: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(false)).collect();
     let expect: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(u64::MAX)).collect();
     let counters: Vec<Counters> = (0..n).map(|_| Counters::default()).collect();
@@ -530,7 +542,7 @@ pub(crate) fn run_bulk_held(
         .map_err(|e| ClientError::Control(e.into()))?;
     let writer = Mutex::new(c.ctrl);
     let hard_deadline = Instant::now()
-        + Duration::from_millis(spec.duration_ms)
+        + Duration::from_millis(spec.duration_ms.saturating_add(spec.omit_ms))
         + REPORT_TIMEOUT
         + Duration::from_secs(60);
     let (tx, rx) = mpsc::channel::<Event>();
@@ -565,7 +577,15 @@ pub(crate) fn run_bulk_held(
                     .transpose()
                     .and_then(|_pinned| {
                         role(
-                            spec, channel, sends, bulk.gso, &clock, until_ns, stop, expect,
+                            spec,
+                            channel,
+                            sends,
+                            bulk.gso,
+                            &clock,
+                            until_ns,
+                            spec.send_limit(index_u32(i)),
+                            stop,
+                            expect,
                             counters,
                         )
                     });
@@ -657,6 +677,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// `-O`: the omit period, ns (0 for none).
+fn omit_ns(spec: &TestSpec) -> u64 {
+    spec.omit_ms.saturating_mul(1_000_000)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn role(
     spec: &TestSpec,
@@ -665,19 +690,36 @@ fn role(
     gso: bool,
     clock: &Clock,
     until_ns: u64,
+    limit: u64,
     stop: &AtomicBool,
     expect: &AtomicU64,
     counters: &Counters,
 ) -> Result<ClientRole, std::io::Error> {
     use sonde_net::bulk;
     match (channel, sends) {
-        (ClientChannel::Tcp(s), true) => {
-            bulk::tcp_send(s, spec.msg_size, clock, until_ns, stop, counters).map(ClientRole::Sent)
-        }
-        (ClientChannel::Tcp(s), false) => {
-            bulk::tcp_recv(s, spec.tcp_read_size(), clock, stop, counters)
-                .map(ClientRole::TcpReceived)
-        }
+        // `-O`: the first `omit_ms` of this run's clock (the one the client's intervals are cut
+        // on) are sent and received but not counted; the senders send the duration after them.
+        (ClientChannel::Tcp(s), true) => bulk::tcp_send(
+            s,
+            spec.msg_size,
+            clock,
+            until_ns,
+            omit_ns(spec),
+            limit,
+            stop,
+            counters,
+        )
+        .map(ClientRole::Sent),
+        (ClientChannel::Tcp(s), false) => bulk::tcp_recv(
+            s,
+            spec.tcp_read_size(),
+            clock,
+            omit_ns(spec),
+            spec.skip_rx_copy,
+            stop,
+            counters,
+        )
+        .map(ClientRole::TcpReceived),
         (ClientChannel::Udp(s), true) => bulk::udp_send_with(
             s,
             spec.msg_size,
@@ -830,6 +872,14 @@ impl Loop<'_> {
     }
 
     /// An interval of the agent's: completed with this host's TCP senders' `TCP_INFO`, shown.
+    /// A receiver interval as the live callback sees it, marked omitted when it is part of the
+    /// `-O` period (as the result marks it).
+    fn live(&self, iv: &IntervalStats) -> IntervalResult {
+        let mut out = crate::results::interval(iv, self.n);
+        out.omitted = iv.end_ns <= omit_ns(self.spec);
+        out
+    }
+
     fn on_interval(&mut self, mut iv: IntervalStats, on_interval: &mut dyn FnMut(&IntervalResult)) {
         // This host's TCP senders are the other end of the streams the agent counts here:
         // sampled now, on the agent's grid.
@@ -848,7 +898,7 @@ impl Loop<'_> {
         }
         // An agent that only sends (reverse) sends intervals with only its TCP_INFO.
         if !iv.streams.is_empty() {
-            on_interval(&crate::results::interval(&iv, self.n));
+            on_interval(&self.live(&iv));
         }
     }
 
@@ -877,7 +927,7 @@ impl Loop<'_> {
             cutter.poll(now, &sample)
         };
         if let Some(iv) = iv {
-            on_interval(&crate::results::interval(&iv, self.n));
+            on_interval(&self.live(&iv));
             self.client_intervals.push(iv);
         }
     }
@@ -924,6 +974,10 @@ mod tests {
             interval_ms: 100,
             read_size: 0,
             socket: Default::default(),
+            omit_ms: 0,
+            skip_rx_copy: false,
+            bytes: 0,
+            blocks: 0,
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let control = TcpStream::connect(listener.local_addr().unwrap()).unwrap();

@@ -53,6 +53,9 @@ pub struct CrrClientConfig {
     /// Ask an agent without the session to say so ([`CrrJoin::answer`]): only for an agent
     /// that named itself when it admitted the test.
     pub answer: bool,
+    /// The source address and device of every connection (`-B`, `--bind-dev`); the port is
+    /// always an ephemeral one (a connection per transaction leaves each in TIME_WAIT).
+    pub bind: crate::socket::Bind,
 }
 
 /// All workers' intervals of a run (`sonde crr -i`). Each worker adds to it once per interval
@@ -223,7 +226,11 @@ fn attempt(
         // A request or response larger than one segment must not wait for an ACK (Nagle).
         sock.set_nodelay(true)?;
         sock.set_read_timeout(Some(cfg.timeout))?;
-        sock.set_write_timeout(Some(cfg.timeout))
+        sock.set_write_timeout(Some(cfg.timeout))?;
+        if !cfg.bind.is_default() {
+            cfg.bind.apply(&sock, cfg.agent, 0)?;
+        }
+        Ok(())
     };
     setup().map_err(|e| classify(&e))?;
     sock.connect_timeout(addr, cfg.timeout)
@@ -428,6 +435,7 @@ mod tests {
             until_ns: u64::try_from(until.as_nanos()).unwrap(),
             timeout: Duration::from_secs(2),
             answer: false,
+            bind: crate::socket::Bind::default(),
         }
     }
 
@@ -675,6 +683,7 @@ mod tests {
         });
         let cfg = CrrClientConfig {
             timeout: Duration::from_millis(100),
+            bind: crate::socket::Bind::default(),
             ..config(addr, Duration::from_millis(50))
         };
         let stats = client_worker(&cfg, &Clock::start(), &AtomicBool::new(false));
@@ -699,6 +708,7 @@ mod tests {
         let cfg = CrrClientConfig {
             response_bytes: 50,
             timeout: Duration::from_millis(300),
+            bind: crate::socket::Bind::default(),
             ..config(addr, Duration::from_millis(50))
         };
         let stats = client_worker(&cfg, &Clock::start(), &AtomicBool::new(false));

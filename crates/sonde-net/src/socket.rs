@@ -126,24 +126,136 @@ fn share_udp_port(sock: &Socket) -> io::Result<()> {
     }
 }
 
+/// Where a client socket comes from (`-B ADDR[%DEV]`, `--bind-dev DEV`): its source address
+/// and the device it is bound to, both the kernel's choice when `None`. The source port is
+/// given per socket (`--cport`), since each stream of a test takes its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Bind {
+    /// The source address (`-B`); `None` for the route's.
+    pub ip: Option<IpAddr>,
+    /// `SO_BINDTODEVICE` (`%DEV`, `--bind-dev`; Linux only); `None` for the route's device.
+    pub device: Option<String>,
+}
+
+impl Bind {
+    /// Nothing asked: the kernel picks the address, the device and the port.
+    pub fn is_default(&self) -> bool {
+        self.ip.is_none() && self.device.is_none()
+    }
+
+    /// Binds `sock` (of `peer`'s family) to this source and `port` (0: an ephemeral one).
+    /// Nothing is bound when nothing is asked, so the default path is the kernel's as before.
+    pub(crate) fn apply(&self, sock: &Socket, peer: SocketAddr, port: u16) -> io::Result<()> {
+        if let Some(device) = &self.device {
+            sys::bind_device(sock, device).map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot bind to device {device:?}: {e}"))
+            })?;
+        }
+        if self.ip.is_none() && port == 0 {
+            return Ok(());
+        }
+        let ip = match (self.ip, peer) {
+            (Some(IpAddr::V4(ip)), SocketAddr::V6(p)) if p.ip().to_ipv4_mapped().is_none() => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("source address {ip} is IPv4 and the peer {peer} is IPv6"),
+                ))
+            }
+            (Some(IpAddr::V6(ip)), SocketAddr::V4(_)) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("source address {ip} is IPv6 and the peer {peer} is IPv4"),
+                ))
+            }
+            (Some(ip), _) => ip,
+            (None, SocketAddr::V4(_)) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            (None, SocketAddr::V6(_)) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        };
+        // A fixed source port of an earlier run may still be in TIME_WAIT here.
+        if port != 0 {
+            sock.set_reuse_address(true)?;
+        }
+        let local = SocketAddr::new(ip, port);
+        sock.bind(&local.into()).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot bind the source address {local}: {e}"),
+            )
+        })
+    }
+}
+
+/// Why a client socket from a [`Bind`] could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The source could not be used: the address is not this host's, the port is taken, the
+    /// device does not exist or the platform cannot bind to one. The message names which.
+    #[error("{0}")]
+    Source(io::Error),
+    /// The socket or the connection failed.
+    #[error("{0}")]
+    Connect(io::Error),
+}
+
+impl ConnectError {
+    /// The error, whichever step it came from.
+    pub fn into_io(self) -> io::Error {
+        match self {
+            Self::Source(e) | Self::Connect(e) => e,
+        }
+    }
+}
+
 /// A client UDP socket: ephemeral port, connected to `peer`, large buffers.
 pub fn udp_connect(peer: SocketAddr) -> io::Result<UdpSocket> {
+    udp_connect_from(peer, &Bind::default(), 0).map_err(ConnectError::into_io)
+}
+
+/// A client UDP socket from `bind` and source port `port` (0: ephemeral), connected to `peer`,
+/// large buffers.
+pub fn udp_connect_from(
+    peer: SocketAddr,
+    bind: &Bind,
+    port: u16,
+) -> Result<UdpSocket, ConnectError> {
     let local = match peer {
         SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
         SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
     };
-    let sock = udp_socket(local)?;
-    sock.bind(&local.into())?;
-    sock.connect(&peer.into())?;
+    let sock = udp_socket(local).map_err(ConnectError::Connect)?;
+    bind.apply(&sock, peer, port)
+        .map_err(ConnectError::Source)?;
+    if bind.ip.is_none() && port == 0 {
+        // The address and port are the kernel's (as before, when nothing is asked).
+        sock.bind(&local.into()).map_err(ConnectError::Connect)?;
+    }
+    sock.connect(&peer.into()).map_err(ConnectError::Connect)?;
     Ok(sock.into())
 }
 
 /// A client TCP connection with a connect timeout; `nodelay` sets `TCP_NODELAY`.
 pub fn tcp_connect(peer: SocketAddr, timeout: Duration, nodelay: bool) -> io::Result<TcpStream> {
-    let sock = Socket::new(Domain::for_address(peer), Type::STREAM, Some(Protocol::TCP))?;
-    sock.connect_timeout(&SockAddr::from(peer), timeout)?;
+    tcp_connect_from(peer, &Bind::default(), 0, timeout, nodelay).map_err(ConnectError::into_io)
+}
+
+/// A client TCP connection from `bind` and source port `port` (0: ephemeral), with a connect
+/// timeout; `nodelay` sets `TCP_NODELAY`.
+pub fn tcp_connect_from(
+    peer: SocketAddr,
+    bind: &Bind,
+    port: u16,
+    timeout: Duration,
+    nodelay: bool,
+) -> Result<TcpStream, ConnectError> {
+    let sock = Socket::new(Domain::for_address(peer), Type::STREAM, Some(Protocol::TCP))
+        .map_err(ConnectError::Connect)?;
+    bind.apply(&sock, peer, port)
+        .map_err(ConnectError::Source)?;
+    sock.connect_timeout(&SockAddr::from(peer), timeout)
+        .map_err(ConnectError::Connect)?;
     if nodelay {
-        sock.set_nodelay(true)?;
+        sock.set_nodelay(true).map_err(ConnectError::Connect)?;
     }
     Ok(sock.into())
 }
@@ -506,7 +618,22 @@ pub fn tcp_connect_with(
     timeout: Duration,
     opts: &DataOptions,
 ) -> Result<(TcpStream, Applied), DataOptionError> {
+    tcp_connect_from_with(peer, &Bind::default(), 0, timeout, opts)
+}
+
+/// [`tcp_connect_with`] from `bind` and source port `port` (0: ephemeral), as
+/// [`tcp_connect_from`] binds; a source that cannot be used is a [`DataOptionError::Socket`]
+/// naming it.
+pub fn tcp_connect_from_with(
+    peer: SocketAddr,
+    bind: &Bind,
+    port: u16,
+    timeout: Duration,
+    opts: &DataOptions,
+) -> Result<(TcpStream, Applied), DataOptionError> {
     let sock = Socket::new(Domain::for_address(peer), Type::STREAM, Some(Protocol::TCP))
+        .map_err(DataOptionError::Socket)?;
+    bind.apply(&sock, peer, port)
         .map_err(DataOptionError::Socket)?;
     let ipv6 = tos_is_ipv6(Some(peer), Some(peer));
     opts.apply(&sock, true, ipv6)?;
@@ -651,6 +778,64 @@ mod tests {
         let flow = udp_flow(local, v4).unwrap();
         assert_eq!(flow.peer_addr().unwrap(), from);
         assert_flow_takes_over(&listener, &flow, &client);
+    }
+
+    /// A free TCP and UDP port on 127.0.0.2 (`-B`'s address in these tests).
+    fn free_port() -> u16 {
+        let l = TcpListener::bind("127.0.0.2:0").unwrap();
+        l.local_addr().unwrap().port()
+    }
+
+    #[test]
+    fn a_bound_source_is_what_the_peer_sees() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let bind = Bind {
+            ip: Some("127.0.0.2".parse().unwrap()),
+            device: None,
+        };
+        let port = free_port();
+        let _c = tcp_connect_from(
+            listener.local_addr().unwrap(),
+            &bind,
+            port,
+            SECOND.unwrap(),
+            true,
+        )
+        .unwrap();
+        let (_s, peer) = listener.accept().unwrap();
+        assert_eq!(peer, SocketAddr::from(([127, 0, 0, 2], port)));
+
+        let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = free_port();
+        let c = udp_connect_from(server.local_addr().unwrap(), &bind, port).unwrap();
+        c.send(b"x").unwrap();
+        server.set_read_timeout(SECOND).unwrap();
+        let (_, from) = server.recv_from(&mut [0u8; 8]).unwrap();
+        assert_eq!(from, SocketAddr::from(([127, 0, 0, 2], port)));
+    }
+
+    #[test]
+    fn a_source_that_cannot_be_used_is_a_source_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let peer = listener.local_addr().unwrap();
+        // An address of the other family, and one this host does not have (TEST-NET-1).
+        for ip in ["::1", "192.0.2.1"] {
+            let bind = Bind {
+                ip: Some(ip.parse().unwrap()),
+                device: None,
+            };
+            let e = tcp_connect_from(peer, &bind, 0, SECOND.unwrap(), false).unwrap_err();
+            assert!(matches!(e, ConnectError::Source(_)), "{ip}: {e:?}");
+            let e = udp_connect_from(peer, &bind, 0).unwrap_err();
+            assert!(matches!(e, ConnectError::Source(_)), "{ip}: {e:?}");
+        }
+        // A device that does not exist (or, off Linux, no device binding at all).
+        let bind = Bind {
+            ip: None,
+            device: Some("no-such-dev0".into()),
+        };
+        let e = tcp_connect_from(peer, &bind, 0, SECOND.unwrap(), false).unwrap_err();
+        assert!(matches!(e, ConnectError::Source(_)), "{e:?}");
     }
 
     #[test]

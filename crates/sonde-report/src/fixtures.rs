@@ -22,6 +22,7 @@ fn meta(session: u64) -> Meta {
         hosts: Hosts::default(),
         cpu: CpuCosts::default(),
         agent: None,
+        sources: Vec::new(),
     }
 }
 
@@ -44,6 +45,7 @@ fn interval(start_s: u64, stream_bytes: Vec<u64>, packets: u64) -> IntervalResul
         packets,
         stream_bytes,
         tcp_info: Vec::new(),
+        omitted: false,
     }
 }
 
@@ -188,6 +190,11 @@ pub(crate) fn throughput_tcp_2_streams() -> TestResult {
         helpers: None,
         tuning: None,
         socket: None,
+        omit_ns: None,
+        omitted_bytes: None,
+        skip_rx_copy: false,
+        bytes_to_send: None,
+        blocks_to_send: None,
     })
 }
 
@@ -234,6 +241,11 @@ pub(crate) fn throughput_udp_reverse() -> TestResult {
         helpers: None,
         tuning: None,
         socket: None,
+        omit_ns: None,
+        omitted_bytes: None,
+        skip_rx_copy: false,
+        bytes_to_send: None,
+        blocks_to_send: None,
     })
 }
 
@@ -296,6 +308,11 @@ pub(crate) fn throughput_bidir() -> TestResult {
         helpers: None,
         tuning: None,
         socket: None,
+        omit_ns: None,
+        omitted_bytes: None,
+        skip_rx_copy: false,
+        bytes_to_send: None,
+        blocks_to_send: None,
     })
 }
 

@@ -207,6 +207,21 @@ impl Request<'_> {
                     mac.update(&(socket.len() as u64).to_be_bytes());
                     mac.update(&socket);
                 }
+                if s.omit_ms != 0 {
+                    mac.update(b"omit");
+                    mac.update(&s.omit_ms.to_be_bytes());
+                }
+                if s.skip_rx_copy {
+                    mac.update(b"trunc");
+                }
+                if s.bytes != 0 {
+                    mac.update(b"bytes");
+                    mac.update(&s.bytes.to_be_bytes());
+                }
+                if s.blocks != 0 {
+                    mac.update(b"blocks");
+                    mac.update(&s.blocks.to_be_bytes());
+                }
             }
             Self::Help(target, test) => {
                 mac.update(b"help");
@@ -297,6 +312,10 @@ mod tests {
             interval_ms: 1_000,
             read_size: 0,
             socket: crate::SocketOptions::default(),
+            omit_ms: 0,
+            skip_rx_copy: false,
+            bytes: 0,
+            blocks: 0,
         }
     }
 
@@ -330,6 +349,24 @@ mod tests {
             ..s.clone()
         };
         assert!(!secret.check_proof(&a, &c, &Request::Test(&two_byte_reads), &q));
+        // -O is covered too, and only when set.
+        let omitting = TestSpec {
+            omit_ms: 2_000,
+            ..s.clone()
+        };
+        let q = secret.proof(&a, &c, &Request::Test(&omitting));
+        assert!(secret.check_proof(&a, &c, &Request::Test(&omitting), &q));
+        let other = TestSpec {
+            omit_ms: 3_000,
+            ..s.clone()
+        };
+        assert!(!secret.check_proof(&a, &c, &Request::Test(&other), &q));
+        assert!(!secret.check_proof(&a, &c, &Request::Test(&s), &q));
+        let trunc = TestSpec {
+            skip_rx_copy: true,
+            ..s.clone()
+        };
+        assert!(!secret.check_proof(&a, &c, &Request::Test(&trunc), &q));
         let mut flipped = p;
         flipped.0[31] ^= 1;
         assert!(!secret.check_proof(&a, &c, &Request::Test(&s), &flipped));

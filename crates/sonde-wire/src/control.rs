@@ -100,6 +100,25 @@ pub struct TestSpec {
     /// predates it ignores it, and the client learns that from [`AgentReport::socket`].
     #[serde(default, skip_serializing_if = "SocketOptions::is_default")]
     pub socket: SocketOptions,
+    /// Throughput (`-O`): the first milliseconds, on each receiver's clock, whose bytes are
+    /// received but not counted in its totals (the intervals cover them, marked omitted by the
+    /// client); the senders send for `omit_ms + duration_ms`. Absent from the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub omit_ms: u64,
+    /// TCP throughput (`--skip-rx-copy`): both ends' receivers discard what they read without
+    /// copying it to user space (`MSG_TRUNC`), which changes the CPU cost they report. Absent
+    /// from the JSON when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_rx_copy: bool,
+    /// TCP throughput (`-n`): the senders stop after this many payload bytes in all (stream `i`
+    /// its share, [`TestSpec::send_limit`]) instead of at `duration_ms`, which is then only the
+    /// cap. Absent from the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub bytes: u64,
+    /// TCP throughput (`-k`): the senders stop after this many `msg_size` writes in all. Absent
+    /// from the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub blocks: u64,
 }
 
 /// A TCP receiver's read size when the test does not set one: 512 KiB, four of the default
@@ -115,6 +134,10 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
 impl TestSpec {
     /// What a TCP receiver of this test asks for in one read: the default for 0, at most
     /// [`MAX_TCP_READ_SIZE`].
@@ -123,6 +146,23 @@ impl TestSpec {
             DEFAULT_TCP_READ_SIZE
         } else {
             self.read_size.min(MAX_TCP_READ_SIZE)
+        }
+    }
+
+    /// `-n`/`-k`: the payload bytes the sender of stream `index` stops after (its share of the
+    /// total, the first streams one byte or block more where it does not divide), or
+    /// `u64::MAX` when the test is timed.
+    pub fn send_limit(&self, index: u32) -> u64 {
+        let streams = u64::from(self.streams.max(1));
+        let share = |total: u64| {
+            total / streams + u64::from(u64::from(index % self.streams.max(1)) < total % streams)
+        };
+        if self.bytes > 0 {
+            share(self.bytes)
+        } else if self.blocks > 0 {
+            share(self.blocks).saturating_mul(u64::from(self.msg_size))
+        } else {
+            u64::MAX
         }
     }
 
@@ -219,6 +259,15 @@ pub struct StreamStats {
     /// TCP sender: the connection's `TCP_INFO` when the sender's loop ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_info: Option<TcpInfoStats>,
+    /// The address and port the stream's packets came from, as the agent saw them (its
+    /// peer's address), so that a NAT between the ends is visible. Absent from the client's
+    /// own counts and from an agent older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<std::net::SocketAddr>,
+    /// `-O`: payload bytes of the omit period, not in `bytes` (the receiver's before its omit
+    /// time, the sender's before its own). Absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub omitted_bytes: u64,
 }
 
 /// Bytes and datagrams per stream in one interval, counted by the receiver.
@@ -368,6 +417,10 @@ pub struct AgentReport {
     /// asked, or from an agent that predates the options. (Boxed, as `tuning`.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<Box<crate::AppliedSocketOptions>>,
+    /// `--skip-rx-copy`: whether the agent's TCP receivers discarded without a copy; `None`
+    /// where it received no TCP stream, or from an agent older than the option.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_rx_copy: Option<bool>,
 }
 
 /// What a client asks of the agent's end of a latency test besides the [`TestSpec`]
@@ -653,6 +706,37 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(ControlMsg, usize)>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_byte_or_block_count_is_shared_among_the_streams() {
+        let spec = TestSpec {
+            kind: TestKind::Throughput,
+            protocol: Protocol::Tcp,
+            direction: Direction::Forward,
+            streams: 3,
+            msg_size: 1000,
+            bitrate_per_stream: 0,
+            duration_ms: 0,
+            interval_ms: 0,
+            read_size: 0,
+            socket: Default::default(),
+            omit_ms: 0,
+            skip_rx_copy: false,
+            bytes: 10,
+            blocks: 0,
+        };
+        let shares: Vec<u64> = (0..3).map(|i| spec.send_limit(i)).collect();
+        assert_eq!(shares, [4, 3, 3]);
+        let blocks = TestSpec {
+            bytes: 0,
+            blocks: 5,
+            ..spec.clone()
+        };
+        let shares: Vec<u64> = (0..3).map(|i| blocks.send_limit(i)).collect();
+        assert_eq!(shares, [2_000, 2_000, 1_000]);
+        let timed = TestSpec { bytes: 0, ..spec };
+        assert_eq!(timed.send_limit(0), u64::MAX);
+    }
     use proptest::prelude::*;
 
     /// A kind's name is the one it has on the wire.
@@ -708,6 +792,10 @@ mod tests {
             interval_ms: 1_000,
             read_size: 0,
             socket: Default::default(),
+            omit_ms: 0,
+            skip_rx_copy: false,
+            bytes: 0,
+            blocks: 0,
         }
     }
 

@@ -862,6 +862,10 @@ fn control_messages() -> Vec<ControlMsg> {
         interval_ms: 1_000,
         read_size: 65_536,
         socket: Default::default(),
+        omit_ms: 0,
+        skip_rx_copy: false,
+        bytes: 0,
+        blocks: 0,
     };
     let info = TcpInfoStats {
         stream: 1,
@@ -977,6 +981,7 @@ fn control_messages() -> Vec<ControlMsg> {
             })),
             read_size: Some(1),
             socket: Default::default(),
+            skip_rx_copy: Some(true),
         }),
         ControlMsg::Error {
             message: "receiver failed".into(),

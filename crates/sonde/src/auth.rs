@@ -29,6 +29,21 @@ impl SecretOpt {
         let secret = load(self.secret_file.as_deref())?;
         Ok(sonde_client::resolve(host, sonde_client::DEFAULT_PORT)?.with_secret(secret))
     }
+
+    /// Resolves a sonde agent's `HOST[:PORT]` in `source`'s family, with the secret to prove
+    /// to it, reached from `source`.
+    pub(crate) fn resolve_from(
+        &self,
+        host: &str,
+        source: &crate::source::Source,
+    ) -> anyhow::Result<Target> {
+        let secret = load(self.secret_file.as_deref())?;
+        Ok(
+            sonde_client::resolve_in(host, sonde_client::DEFAULT_PORT, source.family)?
+                .with_secret(secret)
+                .with_source(source.client.clone()),
+        )
+    }
 }
 
 /// The secret from `file`, else from `SONDE_SECRET`; `None` when neither is given.

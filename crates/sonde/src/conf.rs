@@ -44,7 +44,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     let target = opt
         .host
         .as_deref()
-        .map(|h| crate::route::agent("conf", h, &opt.secret))
+        .map(|h| crate::route::agent("conf", h, &opt.secret, &crate::source::Source::default()))
         .transpose()?;
     let result = sonde_client::conf(target.as_ref())?;
     print(&opt.output.render(&TestResult::Conf(result)))

@@ -78,6 +78,8 @@ pub(crate) struct Opt {
     #[command(flatten)]
     secret: crate::auth::SecretOpt,
     #[command(flatten)]
+    source: crate::source::SourceOpt,
+    #[command(flatten)]
     output: OutputOpt,
     #[command(flatten)]
     save: crate::save::SaveOpt,
@@ -87,7 +89,7 @@ crate::runner::impl_test!(expected: |o| o.time, run_once: run_once);
 
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
-    let target = crate::route::agent("crr", &opt.host, &opt.secret)?;
+    let target = crate::route::agent("crr", &opt.host, &opt.secret, &opt.source.source(None)?)?;
     let options = CrrOptions {
         workers: opt.workers,
         request_bytes: opt.msg_size,

@@ -18,6 +18,11 @@ pub(crate) struct FromOpt {
 }
 
 impl FromOpt {
+    /// Whether no `--from` was given.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.from.is_empty()
+    }
+
     /// The helpers, resolved with the secret to prove to them; `None` without `--from`.
     pub(crate) fn helpers(
         &self,

@@ -162,6 +162,10 @@ pub(crate) struct Opt {
     #[command(flatten)]
     secret: crate::auth::SecretOpt,
     #[command(flatten)]
+    source: crate::source::SourceOpt,
+    #[command(flatten)]
+    cport: crate::source::CportOpt,
+    #[command(flatten)]
     output: OutputOpt,
     #[command(flatten)]
     save: crate::save::SaveOpt,
@@ -241,6 +245,7 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         &[Server::Sockperf],
         Some(&opt.from),
         &opt.secret,
+        &opt.source.source(opt.cport.get())?,
         opt.sweep.is_some(),
     )?;
     // sockperf's default is UDP.

@@ -80,6 +80,8 @@ pub(crate) struct Opt {
     #[command(flatten)]
     secret: crate::auth::SecretOpt,
     #[command(flatten)]
+    source: crate::source::SourceOpt,
+    #[command(flatten)]
     output: OutputOpt,
     #[command(flatten)]
     save: crate::save::SaveOpt,
@@ -89,7 +91,7 @@ crate::runner::impl_test!(expected: |o| options(o).expected(), run_once: run_onc
 
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
-    let target = crate::route::agent("load", &opt.host, &opt.secret)?;
+    let target = crate::route::agent("load", &opt.host, &opt.secret, &opt.source.source(None)?)?;
     let options = options(opt);
     let label = format!("load {}", target.label);
     crate::runner::measure(

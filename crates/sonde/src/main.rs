@@ -26,6 +26,7 @@ mod save;
 mod select;
 mod server;
 mod sockopt;
+mod source;
 mod spec;
 mod sweep;
 mod throughput;

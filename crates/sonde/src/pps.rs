@@ -86,6 +86,10 @@ pub(crate) struct Opt {
     #[command(flatten)]
     secret: crate::auth::SecretOpt,
     #[command(flatten)]
+    source: crate::source::SourceOpt,
+    #[command(flatten)]
+    cport: crate::source::CportOpt,
+    #[command(flatten)]
     output: OutputOpt,
     #[command(flatten)]
     save: crate::save::SaveOpt,
@@ -106,6 +110,12 @@ enum Gso {
 crate::runner::impl_test!(expected: |o| o.time, run_once: run_once);
 
 impl Opt {
+    /// Where this host's sockets come from (`-B`, `--bind-dev`, `--cport`, `-4`, `-6`): what a
+    /// mesh's scheduled test runs with too.
+    pub(crate) fn source(&self) -> Result<crate::source::Source, crate::units::BadValue> {
+        self.source.source(self.cport.get())
+    }
+
     /// The client's options: what `sonde pps` and a mesh's scheduled test run with.
     pub(crate) fn options(&self) -> PpsOptions {
         PpsOptions {
@@ -139,6 +149,7 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         &[],
         Some(&opt.from),
         &opt.secret,
+        &opt.source.source(opt.cport.get())?,
         opt.sweep.is_some(),
     )?;
     let target = match route {

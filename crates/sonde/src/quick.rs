@@ -55,6 +55,7 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         addr,
         label: addr.to_string(),
         secret: None,
+        source: sonde_client::Source::default(),
     };
     let started = sonde_client::now_unix_ms();
     let t = opt.time;

@@ -7,6 +7,7 @@ use sonde_client::{FromHelpers, Iperf3Server, SockperfServer, Target};
 
 use crate::auth::SecretOpt;
 use crate::helpers::FromOpt;
+use crate::source::Source;
 use crate::units::BadValue;
 
 /// What answers at the target.
@@ -74,36 +75,62 @@ impl Route {
         accepts: &[Server],
         from: Option<&FromOpt>,
         secret: &SecretOpt,
+        source: &Source,
         sweep: bool,
     ) -> anyhow::Result<Self> {
         let helpers = from.map(|f| f.helpers(host, secret, sweep)).transpose()?;
         if let Some(helpers) = helpers.flatten() {
+            if !source.is_default() {
+                return Err(BadValue(
+                    "-B, --bind-dev, --cport, -4 and -6 choose where this host's sockets come \
+                     from; with --from the helpers open them"
+                        .into(),
+                )
+                .into());
+            }
             return Ok(Self::Helpers(FromHelpers {
                 target: host.to_owned(),
                 helpers,
             }));
         }
-        direct(test, host, accepts, secret)
+        direct(test, host, accepts, secret, source)
     }
 }
 
-/// The sonde agent at `host`, for `sonde test`, which tests nothing else and has no `--from`.
-pub(crate) fn agent(test: &str, host: &str, secret: &SecretOpt) -> anyhow::Result<Target> {
+/// The sonde agent at `host`, for `sonde test`, which tests nothing else and has no `--from`,
+/// reached from `source`.
+pub(crate) fn agent(
+    test: &str,
+    host: &str,
+    secret: &SecretOpt,
+    source: &Source,
+) -> anyhow::Result<Target> {
     match Server::of(host) {
-        Server::Agent => secret.resolve(host),
+        Server::Agent => secret.resolve_from(host, source),
         _ => Err(cannot_test(test, host, &[])),
     }
 }
 
 /// What answers at `host` and its address, for a subcommand that can test the servers in
 /// `accepts` besides a sonde agent.
-fn direct(test: &str, host: &str, accepts: &[Server], secret: &SecretOpt) -> anyhow::Result<Route> {
+fn direct(
+    test: &str,
+    host: &str,
+    accepts: &[Server],
+    secret: &SecretOpt,
+    source: &Source,
+) -> anyhow::Result<Route> {
     let server = Server::of(host);
     // `Server::of` found the scheme, so its parser has an answer.
     let no_target = || BadValue(format!("{host}: no target in it"));
     match server {
-        Server::Agent => Ok(Route::Agent(secret.resolve(host)?)),
+        Server::Agent => Ok(Route::Agent(secret.resolve_from(host, source)?)),
         _ if !accepts.contains(&server) => Err(cannot_test(test, host, accepts)),
+        _ if !source.is_default() => Err(BadValue(format!(
+            "-B, --bind-dev, --cport, -4 and -6 apply to tests against a sonde agent; \
+             {host} is not one"
+        ))
+        .into()),
         Server::Iperf3 => Ok(Route::Iperf3(
             sonde_client::iperf3::target(host).ok_or_else(no_target)??,
         )),

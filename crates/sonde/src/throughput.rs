@@ -48,6 +48,8 @@ Examples:
   sonde throughput 198.18.0.2                    TCP, one stream, 10 s
   sonde throughput 198.18.0.2 -P 4 -R            4 streams, the agent sends
   sonde throughput 198.18.0.2 --bidir -i 1       both directions, 1 s intervals
+  sonde throughput 198.18.0.2 -O 2 -i 1         slow start left out: 2 s sent first, not counted
+  sonde throughput 198.18.0.2 -n 1G -P 4         1 GiB in all, then the test ends
   sonde throughput 198.18.0.2 -u -b 1G -l 1400   UDP at 1 Gbit/s (all streams together)
   sonde throughput iperf3://198.18.0.2 -P 4      against `iperf3 -s` on port 5201
   sonde throughput iperf3://198.18.0.2:5202 -u -b 100M -R
@@ -97,6 +99,30 @@ pub(crate) struct Opt {
     /// How long to send, seconds
     #[arg(short = 't', long = "time", default_value = "10", value_name = "SECS", value_parser = crate::units::seconds)]
     time: Duration,
+    /// Send this many bytes in all (iperf3 -n; TCP, one direction), each stream its share,
+    /// instead of for -t: the test ends when the receivers have them (within the agent's
+    /// --max-duration). 10M, 1G. Default: timed by -t
+    #[arg(short = 'n', long = "bytes", value_name = "SIZE", value_parser = crate::units::byte_count, conflicts_with_all = ["time", "blockcount"])]
+    bytes: Option<u64>,
+    /// Send this many -l writes in all (iperf3 -k; TCP, one direction), instead of for -t.
+    /// Default: timed by -t
+    #[arg(
+        short = 'k',
+        long = "blockcount",
+        value_name = "N",
+        conflicts_with = "time"
+    )]
+    blockcount: Option<u64>,
+    /// Omit the first SECS seconds (iperf3 -O; TCP against a sonde agent): sent and received
+    /// but not counted, so slow start and filling buffers stay out of the figures; their -i
+    /// intervals are shown marked (omitted). Sent on top of -t. Default: 0
+    #[arg(short = 'O', long = "omit", value_name = "SECS", value_parser = crate::units::seconds)]
+    omit: Option<Duration>,
+    /// TCP: the receivers at both ends discard what they read without copying it to this
+    /// process (MSG_TRUNC, Linux; iperf3 --skip-rx-copy), so the CPU cost reported leaves
+    /// the copy out. Default: off (the data is copied, as an application would)
+    #[arg(long = "skip-rx-copy")]
+    skip_rx_copy: bool,
     /// Report every SECS seconds (counted at the receiver)
     #[arg(short = 'i', long = "interval", value_name = "SECS", value_parser = crate::units::seconds)]
     interval: Option<Duration>,
@@ -123,12 +149,17 @@ pub(crate) struct Opt {
     #[command(flatten)]
     secret: crate::auth::SecretOpt,
     #[command(flatten)]
+    source: crate::source::SourceOpt,
+    #[command(flatten)]
+    cport: crate::source::CportOpt,
+    #[command(flatten)]
     output: OutputOpt,
     #[command(flatten)]
     save: crate::save::SaveOpt,
 }
 
-crate::runner::impl_test!(expected: |o| o.time, run_once: run_once);
+// With -n or -k the length is not known in advance: the progress bar shows -t's default.
+crate::runner::impl_test!(expected: |o| o.time + o.omit.unwrap_or_default(), run_once: run_once);
 
 /// One run (of --repeat), printed and saved.
 fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
@@ -137,6 +168,30 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         return Err(crate::units::BadValue(
             "--cpu pins the streams of a test against a sonde agent, which pins its own too; \
              an iperf3 server cannot be asked to"
+                .into(),
+        )
+        .into());
+    }
+    if opt.omit.is_some_and(|o| !o.is_zero()) && (iperf3 || !opt.from.is_empty()) {
+        return Err(crate::units::BadValue(
+            "-O is for a test this host runs against a sonde agent (not iperf3:// targets, \
+             nor --from helpers, yet)"
+                .into(),
+        )
+        .into());
+    }
+    if (opt.bytes.is_some() || opt.blockcount.is_some()) && (iperf3 || !opt.from.is_empty()) {
+        return Err(crate::units::BadValue(
+            "-n and -k are for a test this host runs against a sonde agent (not iperf3:// \
+             targets, nor --from helpers, yet)"
+                .into(),
+        )
+        .into());
+    }
+    if opt.skip_rx_copy && iperf3 {
+        return Err(crate::units::BadValue(
+            "--skip-rx-copy sets how a sonde agent receives; iperf3's server cannot be asked \
+             (run it with its own --skip-rx-copy)"
                 .into(),
         )
         .into());
@@ -155,6 +210,7 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         &[Server::Iperf3],
         Some(&opt.from),
         &opt.secret,
+        &opt.source.source(opt.cport.get())?,
         opt.sweep.is_some(),
     )?;
     let options = options(opt);
@@ -274,6 +330,12 @@ where
 }
 
 impl Opt {
+    /// Where this host's sockets come from (`-B`, `--bind-dev`, `--cport`, `-4`, `-6`): what a
+    /// mesh's scheduled test runs with too.
+    pub(crate) fn source(&self) -> Result<crate::source::Source, crate::units::BadValue> {
+        self.source.source(self.cport.get())
+    }
+
     /// The client's options: what `sonde throughput` and a mesh's scheduled test run with.
     pub(crate) fn options(&self) -> ThroughputOptions {
         options(self)
@@ -317,6 +379,10 @@ fn options(opt: &Opt) -> ThroughputOptions {
                 pacing: Some(&opt.pacing),
             },
         ),
+        omit: opt.omit.filter(|d| !d.is_zero()),
+        skip_rx_copy: opt.skip_rx_copy,
+        bytes: opt.bytes,
+        blocks: opt.blockcount,
     }
 }
 

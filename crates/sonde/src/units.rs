@@ -47,6 +47,29 @@ pub(crate) fn size(s: &str) -> Result<u32, String> {
     Ok(v as u32)
 }
 
+/// Byte counts with binary suffixes, as iperf3's `-n`: `10G` = 10,737,418,240 (`T` too).
+pub(crate) fn byte_count(s: &str) -> Result<u64, String> {
+    let (n, suffix) = split_suffix(s.trim());
+    let mult: f64 = match suffix {
+        None | Some('B') => 1.0,
+        Some('K') => 1024.0,
+        Some('M') => 1024.0 * 1024.0,
+        Some('G') => 1024.0 * 1024.0 * 1024.0,
+        Some('T') => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        Some(c) => {
+            return Err(format!(
+                "`{s}`: unknown size suffix `{c}` (use K, M, G or T)"
+            ))
+        }
+    };
+    let v = number(n, "byte count")? * mult;
+    // Below 2^53, where an f64 still holds every whole number.
+    if v.fract() != 0.0 || v >= 9_007_199_254_740_992.0 {
+        return Err(format!("`{s}` is not a whole number of bytes below 8 PiB"));
+    }
+    Ok(v as u64)
+}
+
 /// Rates in bits per second with decimal suffixes, as iperf3's `-b`: `100M` = 100,000,000.
 pub(crate) fn bitrate(s: &str) -> Result<u64, String> {
     let (n, suffix) = split_suffix(s.trim());

@@ -44,6 +44,10 @@ fn spec(kind: TestKind, protocol: Protocol, streams: u32, duration_ms: u64) -> T
         interval_ms: 0,
         read_size: 0,
         socket: Default::default(),
+        omit_ms: 0,
+        skip_rx_copy: false,
+        bytes: 0,
+        blocks: 0,
     }
 }
 

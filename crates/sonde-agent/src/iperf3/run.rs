@@ -345,11 +345,14 @@ impl Run<'_> {
                     counters,
                 )
             } else {
+                // iperf3's -O is the server's omit snapshot (its conversation), not the loop's.
                 bulk::tcp_send(
                     t,
                     self.len,
                     clock,
                     self.failsafe_ns,
+                    0,
+                    u64::MAX,
                     &self.stop_send,
                     counters,
                 )
@@ -359,10 +362,17 @@ impl Run<'_> {
             // the read size sets how TCP segments the stream (it acknowledges when a read
             // drains the queue), so the client drives the same workload against either server.
             (Sock::Tcp(t), false) => match self.read_cap {
-                None => bulk::tcp_recv(t, self.len, clock, &self.stop_recv, counters),
-                Some(cap) => {
-                    bulk::tcp_recv_capped(t, self.len, cap, clock, &self.stop_recv, counters)
-                }
+                None => bulk::tcp_recv(t, self.len, clock, 0, false, &self.stop_recv, counters),
+                Some(cap) => bulk::tcp_recv_capped(
+                    t,
+                    self.len,
+                    cap,
+                    clock,
+                    0,
+                    false,
+                    &self.stop_recv,
+                    counters,
+                ),
             }
             .map(Outcome::TcpReceived),
             (Sock::Udp(u), true) => bulk::udp_send(

@@ -188,6 +188,10 @@ fn spec(kind: TestKind, protocol: Protocol, direction: Direction, duration_ms: u
         interval_ms: 0,
         read_size: 0,
         socket: Default::default(),
+        omit_ms: 0,
+        skip_rx_copy: false,
+        bytes: 0,
+        blocks: 0,
     }
 }
 

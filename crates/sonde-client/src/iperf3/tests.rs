@@ -19,6 +19,10 @@ fn opt(protocol: Protocol, direction: Direction) -> ThroughputOptions {
         cpus: Vec::new(),
         read_size: None,
         socket: sonde_wire::SocketOptions::default(),
+        omit: None,
+        skip_rx_copy: false,
+        bytes: None,
+        blocks: None,
     }
 }
 
@@ -273,6 +277,7 @@ fn sent(bytes: u64, packets: u64) -> SendOutcome {
         active_ns: 1_000_000_000,
         retransmits: Some(3),
         method: "write",
+        omitted_bytes: 0,
     }
 }
 
@@ -308,6 +313,7 @@ fn our_results_describe_each_stream_as_iperf3_does() {
             reads: 1,
             first_ns: 1,
             last_ns: 2,
+            omitted_bytes: 0,
         })],
         intervals: Vec::new(),
         elapsed_ns: 1,
@@ -344,6 +350,7 @@ fn target_label() -> Target {
         addr: "127.0.0.1:5201".parse().unwrap(),
         label: "127.0.0.1:5201".into(),
         secret: None,
+        source: crate::Source::default(),
     }
 }
 
@@ -433,6 +440,7 @@ fn tcp_bidir_warns_about_counts_an_iperf3_server_does_not_report() {
                     reads: 3,
                     first_ns: 10,
                     last_ns: 1_000_000_010,
+                    omitted_bytes: 0,
                 }),
                 theirs: StreamResults {
                     retransmits: 7,

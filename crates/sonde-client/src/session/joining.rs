@@ -74,6 +74,17 @@ impl Placement {
     }
 }
 
+/// A channel whose source port is fixed (`--cport`) reached another agent: every try of it
+/// would be placed the same way.
+fn fixed_port(target: &Target, what: &str, port: u16) -> ClientError {
+    ClientError::Path(format!(
+        "{addr} placed {what} on another agent than the session's, and --cport fixes its source \
+         port ({port}), so the balancer would place every try of it the same way: leave out \
+         --cport to test through a load balancer",
+        addr = target.addr
+    ))
+}
+
 /// A channel's join failed in a way that names the path, not the agent.
 fn refused(target: &Target, what: &str, outcome: JoinOutcome) -> ClientError {
     match outcome {
@@ -117,6 +128,8 @@ pub(crate) fn open_channel(
         ..o.clone()
     });
     let options = options.as_ref();
+    // `--cport`: this channel's source port, the same on every try (0: a new one each time).
+    let port = target.source.port(index, spec.channels())?;
     match spec.protocol {
         Protocol::Tcp => {
             let what = format!("data stream {index}");
@@ -124,7 +137,7 @@ pub(crate) fn open_channel(
             let mut tries = 0;
             while tries < MAX_TRIES {
                 tries += 1;
-                let (mut s, applied) = tcp_connect(target, spec, options)?;
+                let (mut s, applied) = tcp_connect(target, spec, options, port)?;
                 send_join(&mut s, token, index, answered)?;
                 if !answered {
                     // An agent that does not answer: as before, the channel is taken on trust.
@@ -135,6 +148,9 @@ pub(crate) fn open_channel(
                     JoinOutcome::Joined => return Ok((ClientChannel::Tcp(s), applied)),
                     JoinOutcome::NoSuchSession => placement.other(answer.agent),
                     other => return Err(refused(target, &what, other)),
+                }
+                if port != 0 {
+                    return Err(fixed_port(target, &what, port));
                 }
                 if Instant::now() >= deadline {
                     break;
@@ -149,8 +165,7 @@ pub(crate) fn open_channel(
             let mut tries = 0;
             while tries < MAX_TRIES {
                 tries += 1;
-                let sock = sonde_net::socket::udp_connect(target.addr)
-                    .map_err(|e| ClientError::Data(e, index))?;
+                let sock = target.source.udp(target.addr, port, index)?;
                 let applied = options
                     .map(|o| o.apply_udp(&sock).map_err(|e| super::socket_refused(&e)))
                     .transpose()?;
@@ -161,6 +176,9 @@ pub(crate) fn open_channel(
                     UdpJoined::Joined => return Ok((ClientChannel::Udp(sock), applied)),
                     UdpJoined::Elsewhere(e) if e.outcome == JoinOutcome::NoSuchSession => {
                         placement.other(e.agent);
+                        if port != 0 {
+                            return Err(fixed_port(target, &what, port));
+                        }
                     }
                     UdpJoined::Elsewhere(e) => return Err(refused(target, &what, e.outcome)),
                     UdpJoined::Silent(refused_by_host) => {
@@ -213,26 +231,27 @@ fn tcp_connect(
     target: &Target,
     spec: &TestSpec,
     options: Option<&DataOptions>,
+    port: u16,
 ) -> Result<(TcpStream, Option<Applied>), ClientError> {
     let nodelay = spec.kind == TestKind::Latency;
     match options {
-        None => Ok((
-            sonde_net::socket::tcp_connect(target.addr, CONNECT_TIMEOUT, nodelay)
-                .map_err(|e| ClientError::Connect(e, target.addr))?,
-            None,
-        )),
+        None => Ok((target.source.tcp(target.addr, port, nodelay)?, None)),
         Some(o) => {
             let o = DataOptions {
                 nodelay: o.nodelay || nodelay,
                 ..o.clone()
             };
-            let (s, applied) =
-                sonde_net::socket::tcp_connect_with(target.addr, CONNECT_TIMEOUT, &o).map_err(
-                    |e| match e {
-                        DataOptionError::Socket(e) => ClientError::Connect(e, target.addr),
-                        e => super::socket_refused(&e),
-                    },
-                )?;
+            let (s, applied) = sonde_net::socket::tcp_connect_from_with(
+                target.addr,
+                &target.source.bind,
+                port,
+                CONNECT_TIMEOUT,
+                &o,
+            )
+            .map_err(|e| match e {
+                DataOptionError::Socket(e) => ClientError::Connect(e, target.addr),
+                e => super::socket_refused(&e),
+            })?;
             Ok((s, Some(applied)))
         }
     }

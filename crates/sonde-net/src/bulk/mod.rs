@@ -146,6 +146,10 @@ impl UdpFormat {
     }
 }
 
+/// Whether this platform's TCP receivers can discard without a copy (`--skip-rx-copy`,
+/// `MSG_TRUNC`): Linux only.
+pub const SKIP_RX_COPY: bool = cfg!(target_os = "linux");
+
 /// What a sender sent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SendOutcome {
@@ -159,6 +163,9 @@ pub struct SendOutcome {
     pub retransmits: Option<u64>,
     /// How the data was sent, for the report (`"write"`, `"sendmsg+UDP_SEGMENT"`, `"sendmmsg"`...).
     pub method: &'static str,
+    /// `-O` (TCP): bytes written before the omit time, not in `bytes` (nor their writes in
+    /// `packets`, nor their time in `active_ns`).
+    pub omitted_bytes: u64,
 }
 
 impl SendOutcome {
@@ -170,6 +177,7 @@ impl SendOutcome {
             packets: self.packets,
             active_ns: self.active_ns,
             retransmits: self.retransmits,
+            omitted_bytes: self.omitted_bytes,
             ..sonde_wire::StreamStats::default()
         }
     }
@@ -186,6 +194,9 @@ pub struct TcpRecvOutcome {
     pub first_ns: u64,
     /// Last byte, ns on the test clock.
     pub last_ns: u64,
+    /// `-O`: bytes read before the omit time, not in `bytes` (nor their reads in `reads`, nor
+    /// their time in `first_ns`..`last_ns`).
+    pub omitted_bytes: u64,
 }
 
 /// What a UDP receiver received.
@@ -214,11 +225,21 @@ pub struct UdpRecvOutcome {
 /// Sets the stream blocking with a [`TCP_POLL`] write timeout. A reset or closed peer
 /// (`EPIPE`, `ECONNRESET`) ends the loop: after the deadline or once `stop` is set that is the
 /// normal end of a test and the outcome is returned; before it, the error is.
+///
+/// `omit_until_ns` (`-O`; 0 for none): what is written before that time on `clock` goes into
+/// `omitted_bytes` rather than the outcome's counts, whose time starts at the first write after
+/// it. The per-stream `counters` (the intervals) count every byte.
+///
+/// `max_bytes` (`-n`, `-k`; `u64::MAX` for none): the loop also ends once it has written that
+/// many bytes, omitted ones included, the last write cut to fit.
+#[allow(clippy::too_many_arguments)]
 pub fn tcp_send(
     stream: &TcpStream,
     msg_size: u32,
     clock: &Clock,
     until_ns: u64,
+    omit_until_ns: u64,
+    max_bytes: u64,
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<SendOutcome> {
@@ -244,12 +265,25 @@ pub fn tcp_send(
     // measurable share of it.
     let mut pending = Pending::new(counters);
     let mut now = clock.now_ns();
-    while !stop.load(Ordering::Relaxed) && now < until_ns {
-        let written = writer.write(&buf[offset..]);
+    // What is left to write under `max_bytes`.
+    let mut left = max_bytes;
+    while !stop.load(Ordering::Relaxed) && now < until_ns && left > 0 {
+        let end = usize::try_from(left).map_or(buf.len(), |l| buf.len().min(offset + l));
+        let written = writer.write(&buf[offset..end]);
         let after = clock.now_ns();
         match written {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) if now < omit_until_ns => {
+                left -= n as u64;
+                out.omitted_bytes += n as u64;
+                pending.add(after, n as u64, 1);
+                offset += n;
+                if offset == buf.len() {
+                    offset = 0;
+                }
+            }
             Ok(n) => {
+                left -= n as u64;
                 span.mark(now, after);
                 out.bytes += n as u64;
                 out.packets += 1;
@@ -362,10 +396,20 @@ pub fn tcp_send_paced(
 ///
 /// Sets the stream blocking with a [`TCP_POLL`] read timeout. A reset is returned as an error
 /// unless `stop` is already set.
+///
+/// `omit_until_ns` (`-O`; 0 for none): bytes read before that time on `clock` go into
+/// `omitted_bytes` rather than the outcome's counts; the per-stream `counters` (the intervals)
+/// count every byte.
+///
+/// `discard` (`--skip-rx-copy`): each read discards what it takes without copying it to user
+/// space (`MSG_TRUNC`, Linux; elsewhere the first read fails with `Unsupported`): the same
+/// one system call per read, without the copy's CPU cost.
 pub fn tcp_recv(
     stream: &TcpStream,
     read_size: u32,
     clock: &Clock,
+    omit_until_ns: u64,
+    discard: bool,
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<TcpRecvOutcome> {
@@ -375,19 +419,27 @@ pub fn tcp_recv(
     let mut out = TcpRecvOutcome::default();
     let mut reader = stream;
     while !stop.load(Ordering::Relaxed) {
-        let read = reader.read(&mut buf);
+        let read = if discard {
+            sys::tcp_recv_discard(stream, &mut buf)
+        } else {
+            reader.read(&mut buf)
+        };
         counters.syscall();
         match read {
             Ok(0) => break,
             Ok(n) => {
                 let now = clock.now_ns();
+                counters.add(n as u64, 1);
+                if now < omit_until_ns {
+                    out.omitted_bytes += n as u64;
+                    continue;
+                }
                 if out.reads == 0 {
                     out.first_ns = now;
                 }
                 out.last_ns = now;
                 out.bytes += n as u64;
                 out.reads += 1;
-                counters.add(n as u64, 1);
             }
             Err(e) if fault::again(&e) => {}
             Err(e) if fault::peer_gone(&e) && stop.load(Ordering::Relaxed) => break,
@@ -410,11 +462,14 @@ pub fn tcp_recv(
 /// most [`TCP_POLL`]), so `stop` is noticed as in [`tcp_recv`]; the
 /// counters move with every read, so interval reports keep their timing. [`tcp_recv`] is the
 /// unlimited loop, without the clock read per read this one needs.
+#[allow(clippy::too_many_arguments)]
 pub fn tcp_recv_capped(
     stream: &TcpStream,
     read_size: u32,
     bytes_per_second: u64,
     clock: &Clock,
+    omit_until_ns: u64,
+    discard: bool,
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<TcpRecvOutcome> {
@@ -441,24 +496,34 @@ pub fn tcp_recv_capped(
             continue;
         }
         let len = usize::try_from(allowed).map_or(buf.len(), |a| a.min(buf.len()));
-        let read = reader.read(&mut buf[..len]);
+        let read = if discard {
+            sys::tcp_recv_discard(stream, &mut buf[..len])
+        } else {
+            reader.read(&mut buf[..len])
+        };
         counters.syscall();
         match read {
             Ok(0) => break,
             Ok(n) => {
                 let now = clock.now_ns();
-                if out.reads == 0 {
-                    out.first_ns = now;
+                if out.reads == 0 && out.omitted_bytes == 0 {
                     // The bucket filled while it waited for the first byte: the rate counts
                     // from here, as the receiver's figure does (first to last byte), and the
                     // first read is owed like any other.
                     bucket.empty(now);
                 }
                 bucket.take(n as u64);
+                counters.add(n as u64, 1);
+                if now < omit_until_ns {
+                    out.omitted_bytes += n as u64;
+                    continue;
+                }
+                if out.reads == 0 {
+                    out.first_ns = now;
+                }
                 out.last_ns = now;
                 out.bytes += n as u64;
                 out.reads += 1;
-                counters.add(n as u64, 1);
             }
             Err(e) if fault::again(&e) => {}
             Err(e) if fault::peer_gone(&e) && stop.load(Ordering::Relaxed) => break,

@@ -51,6 +51,154 @@ fn tcp_pair() -> (TcpStream, TcpStream) {
     (client, server)
 }
 
+/// `-O`: what crosses before the omit time is counted apart at both ends, what follows in the
+/// totals, and the per-stream counters (the intervals) see every byte.
+#[test]
+fn an_omit_period_is_counted_apart_at_both_ends() {
+    let (client, server) = tcp_pair();
+    let clock = Clock::start();
+    let stop = AtomicBool::new(false);
+    let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
+    let omit = 100 * MS;
+    let (sent, received) = thread::scope(|s| {
+        let rx = s.spawn(|| {
+            tcp_recv(
+                &server,
+                sonde_wire::DEFAULT_TCP_READ_SIZE,
+                &clock,
+                omit,
+                false,
+                &stop,
+                &rx_counters,
+            )
+        });
+        let sent = tcp_send(
+            &client,
+            128 << 10,
+            &clock,
+            300 * MS,
+            omit,
+            u64::MAX,
+            &stop,
+            &tx_counters,
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !rx.is_finished() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, Ordering::Relaxed);
+        (sent.unwrap(), rx.join().unwrap().unwrap())
+    });
+    assert!(sent.omitted_bytes > 0 && sent.bytes > 0, "{sent:?}");
+    assert!(
+        received.omitted_bytes > 0 && received.bytes > 0,
+        "{received:?}"
+    );
+    // Every byte arrived, on one side of the cut or the other.
+    assert_eq!(
+        received.bytes + received.omitted_bytes,
+        sent.bytes + sent.omitted_bytes
+    );
+    assert_eq!(tx_counters.load().0, sent.bytes + sent.omitted_bytes);
+    assert_eq!(
+        rx_counters.load().0,
+        received.bytes + received.omitted_bytes
+    );
+    // The counted window starts at the omit time.
+    assert!(received.first_ns >= omit, "{received:?}");
+}
+
+/// `--skip-rx-copy`: a receiver that discards in the kernel counts every byte sent, with one
+/// system call per read as before.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_receiver_that_discards_counts_every_byte() {
+    let (client, server) = tcp_pair();
+    let clock = Clock::start();
+    let stop = AtomicBool::new(false);
+    let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
+    let (sent, received) = thread::scope(|s| {
+        let rx = s.spawn(|| {
+            tcp_recv(
+                &server,
+                sonde_wire::DEFAULT_TCP_READ_SIZE,
+                &clock,
+                0,
+                true,
+                &stop,
+                &rx_counters,
+            )
+        });
+        let sent = tcp_send(
+            &client,
+            128 << 10,
+            &clock,
+            200 * MS,
+            0,
+            u64::MAX,
+            &stop,
+            &tx_counters,
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !rx.is_finished() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, Ordering::Relaxed);
+        (sent.unwrap(), rx.join().unwrap().unwrap())
+    });
+    assert!(sent.bytes > 0);
+    assert_eq!(received.bytes, sent.bytes);
+    // One call per read that returned data, and the one that saw the end.
+    let calls = rx_counters.syscalls();
+    assert!(
+        (received.reads..=received.reads + 5).contains(&calls),
+        "{calls} calls for {} reads",
+        received.reads
+    );
+}
+
+/// `-n`/`-k`: the sender stops at its byte count, the last write cut to fit, and the receiver
+/// reads exactly that many before the end of the stream.
+#[test]
+fn a_sender_with_a_byte_count_stops_there() {
+    let (client, server) = tcp_pair();
+    let clock = Clock::start();
+    let stop = AtomicBool::new(false);
+    let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
+    let limit = 1_000_003;
+    let (sent, received) = thread::scope(|s| {
+        let rx = s.spawn(|| {
+            tcp_recv(
+                &server,
+                sonde_wire::DEFAULT_TCP_READ_SIZE,
+                &clock,
+                0,
+                false,
+                &stop,
+                &rx_counters,
+            )
+        });
+        let sent = tcp_send(
+            &client,
+            64 << 10,
+            &clock,
+            5_000 * MS,
+            0,
+            limit,
+            &stop,
+            &tx_counters,
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !rx.is_finished() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, Ordering::Relaxed);
+        (sent.unwrap(), rx.join().unwrap().unwrap())
+    });
+    assert_eq!(sent.bytes, limit);
+    assert_eq!(received.bytes, limit);
+}
+
 #[test]
 fn tcp_send_to_tcp_recv_delivers_every_byte_sent() {
     let (client, server) = tcp_pair();
@@ -64,11 +212,22 @@ fn tcp_send_to_tcp_recv_delivers_every_byte_sent() {
                 &server,
                 sonde_wire::DEFAULT_TCP_READ_SIZE,
                 &clock,
+                0,
+                false,
                 &stop,
                 &rx_counters,
             )
         });
-        let sent = tcp_send(&client, 128 << 10, &clock, 300 * MS, &stop, &tx_counters);
+        let sent = tcp_send(
+            &client,
+            128 << 10,
+            &clock,
+            300 * MS,
+            0,
+            u64::MAX,
+            &stop,
+            &tx_counters,
+        );
         // The receiver ends at EOF; `stop` only bounds the test if it does not.
         let deadline = Instant::now() + Duration::from_secs(5);
         while !rx.is_finished() && Instant::now() < deadline {
@@ -113,6 +272,8 @@ fn paced_tcp_sends_its_blocks_on_schedule_and_never_ahead_of_it() {
                 &server,
                 sonde_wire::DEFAULT_TCP_READ_SIZE,
                 &clock,
+                0,
+                false,
                 &stop,
                 &rx_counters,
             )
@@ -160,9 +321,18 @@ fn tcp_recv_reads_no_more_than_its_read_size_at_a_time() {
     let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
 
     let (sent, received) = thread::scope(|s| {
-        let rx = s.spawn(|| tcp_recv(&server, READ, &clock, &stop, &rx_counters));
+        let rx = s.spawn(|| tcp_recv(&server, READ, &clock, 0, false, &stop, &rx_counters));
         // 128 KiB writes: the queue holds far more than one read's worth.
-        let sent = tcp_send(&client, 128 << 10, &clock, 100 * MS, &stop, &tx_counters);
+        let sent = tcp_send(
+            &client,
+            128 << 10,
+            &clock,
+            100 * MS,
+            0,
+            u64::MAX,
+            &stop,
+            &tx_counters,
+        );
         let deadline = Instant::now() + Duration::from_secs(5);
         while !rx.is_finished() && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(10));
@@ -197,11 +367,22 @@ fn capped_tcp_recv_reads_no_faster_than_its_rate_and_still_gets_every_byte() {
                 sonde_wire::DEFAULT_TCP_READ_SIZE,
                 RATE,
                 &clock,
+                0,
+                false,
                 &stop,
                 &rx_counters,
             )
         });
-        let sent = tcp_send(&client, 128 << 10, &clock, 300 * MS, &stop, &tx_counters);
+        let sent = tcp_send(
+            &client,
+            128 << 10,
+            &clock,
+            300 * MS,
+            0,
+            u64::MAX,
+            &stop,
+            &tx_counters,
+        );
         // The receiver drains what the sender left queued at its capped rate, then sees
         // the EOF; `stop` only bounds the test if it does not.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -247,7 +428,18 @@ fn tcp_send_fails_when_the_receiver_resets_before_the_deadline() {
     let stop = AtomicBool::new(false);
     let counters = Counters::default();
     let sent = thread::scope(|s| {
-        let tx = s.spawn(|| tcp_send(&client, 64 << 10, &clock, 5_000 * MS, &stop, &counters));
+        let tx = s.spawn(|| {
+            tcp_send(
+                &client,
+                64 << 10,
+                &clock,
+                5_000 * MS,
+                0,
+                u64::MAX,
+                &stop,
+                &counters,
+            )
+        });
         // Closing with unread data makes the kernel answer with a reset.
         server.set_read_timeout(SECOND).unwrap();
         let mut buf = [0u8; 1024];
@@ -275,6 +467,8 @@ fn tcp_recv_notices_stop_without_data() {
                 &server,
                 sonde_wire::DEFAULT_TCP_READ_SIZE,
                 &clock,
+                0,
+                false,
                 &stop,
                 &counters,
             )
@@ -402,6 +596,10 @@ fn pps_datagrams_of_14_bytes_carry_the_short_header_and_are_each_counted() {
         interval_ms: 0,
         read_size: 0,
         socket: Default::default(),
+        omit_ms: 0,
+        skip_rx_copy: false,
+        bytes: 0,
+        blocks: 0,
     };
     assert_eq!(UdpFormat::sonde(&spec(14)), UdpFormat::Short);
     assert_eq!(UdpFormat::sonde(&spec(15)), UdpFormat::Short);

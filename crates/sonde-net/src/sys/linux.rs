@@ -728,6 +728,30 @@ pub(crate) fn set_tcp_mss(sock: &Socket, mss: u32) -> io::Result<()> {
 /// asked for: for any other, a root process's `TCP_CONGESTION` makes the kernel load a module
 /// `tcp_<name>`, and the name comes from a client. Anything else fails with `ENOENT`, as an
 /// unknown algorithm does.
+/// One TCP read that discards up to `buf.len()` bytes without copying them (`recv` with
+/// `MSG_TRUNC`, tcp(7): "the received data is discarded"), for `--skip-rx-copy`: the receiver
+/// counts what arrived and the kernel spares the copy to user space. `buf` is never written;
+/// it is the call's bound. Returns the bytes discarded (0 at the end of the stream).
+pub(crate) fn tcp_recv_discard(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: the descriptor is open for the duration of the borrow of `stream`, and `buf` is a
+    // valid writable region of `buf.len()` bytes (which MSG_TRUNC leaves untouched for TCP).
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_TRUNC,
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// `SO_BINDTODEVICE`: the socket sends and receives only through interface `device` (`-B
+/// ADDR%DEV`, `--bind-dev`). Unprivileged since Linux 5.7 for a socket not yet bound elsewhere.
+pub(crate) fn bind_device(sock: &Socket, device: &str) -> io::Result<()> {
+    sock.bind_device(Some(device.as_bytes()))
+}
+
 pub(crate) fn set_tcp_congestion(sock: &Socket, name: &str) -> io::Result<()> {
     let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
         .unwrap_or_default();

@@ -182,6 +182,27 @@ pub(crate) fn set_tcp_mss(_sock: &socket2::Socket, _mss: u32) -> io::Result<()> 
     Err(unsupported())
 }
 
+/// `recv` with `MSG_TRUNC` discarding TCP data is Linux's: elsewhere this fails with a "not
+/// supported on this platform" error ([`io::ErrorKind::Unsupported`]).
+pub(crate) fn tcp_recv_discard(
+    _stream: &std::net::TcpStream,
+    _buf: &mut [u8],
+) -> io::Result<usize> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "receiving without a copy (MSG_TRUNC, --skip-rx-copy) is not supported on this platform",
+    ))
+}
+
+/// `SO_BINDTODEVICE` is Linux's: elsewhere this fails with a "not supported on this platform"
+/// error ([`io::ErrorKind::Unsupported`]).
+pub(crate) fn bind_device(_sock: &socket2::Socket, _device: &str) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "binding a socket to a device (SO_BINDTODEVICE) is not supported on this platform",
+    ))
+}
+
 /// Not available portably: fails with [`io::ErrorKind::Unsupported`].
 pub(crate) fn set_tcp_congestion(_sock: &socket2::Socket, _name: &str) -> io::Result<()> {
     Err(unsupported())

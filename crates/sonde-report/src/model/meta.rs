@@ -50,6 +50,23 @@ pub struct Meta {
     /// for an agent older than this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<ServedBy>,
+    /// Each data stream's source address and port: as this host opened it and as the agent
+    /// saw it (they differ behind a NAT). Absent for tests without data streams (crr), against
+    /// servers that are not sonde agents, and in results older than the field.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<StreamSource>,
+}
+
+/// Where one data stream came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StreamSource {
+    /// The stream's index (a throughput stream, a pps flow; 0 for latency).
+    pub stream: u32,
+    /// Its local address and port at this host (`-B`, `--cport`, or the kernel's choice).
+    pub client: Option<String>,
+    /// Its source address and port as the agent saw them; `null` from an agent that does not
+    /// report it (older than the field).
+    pub seen_by_server: Option<String>,
 }
 
 /// Which agent served a test, as it named itself, and the other agents behind the same
@@ -166,6 +183,9 @@ pub enum WarningCode {
     /// kernel applied a socket option otherwise than asked (a capped buffer, a clamped MSS, TCP's
     /// own ECN bits), or the agent did not apply them (it predates the options).
     SocketOptionDiffers,
+    /// The agent saw a stream come from another address or port than this host sent it from:
+    /// a source NAT (or a proxy) is in the path.
+    SourceTranslated,
     /// A code this version does not know (from a newer sonde).
     #[serde(other)]
     Other,
@@ -412,6 +432,15 @@ pub enum Warning {
         /// The session's agent, as it saw itself (`ServedBy::addr`).
         agent: String,
     },
+    /// The agent saw a stream's packets come from `seen`, sent from `client`.
+    SourceTranslated {
+        /// The stream.
+        stream: u32,
+        /// Where this host sent it from.
+        client: String,
+        /// Where the agent saw it come from.
+        seen: String,
+    },
 }
 
 impl Warning {
@@ -465,6 +494,7 @@ impl Warning {
                 WarningCode::IntervalsCountedHere
             }
             Self::UncleanEnd => WarningCode::UncleanEnd,
+            Self::SourceTranslated { .. } => WarningCode::SourceTranslated,
             Self::Balancer { .. }
             | Self::SpreadOverAgents { .. }
             | Self::UnfoundAgent { .. }
@@ -680,6 +710,15 @@ impl std::fmt::Display for Warning {
                 "--one-way: the clock estimate is uncertain by ± {uncertainty_ns} ns, more than \
                  a median one-way delay: the split between the two directions is not resolved \
                  here (their sum, the RTT less the agent's hold, is)"
+            ),
+            Self::SourceTranslated {
+                stream,
+                client,
+                seen,
+            } => write!(
+                f,
+                "the agent saw {seen} for {client} (stream {stream}): a source NAT or a proxy \
+                 is in the path, and what the agent applies to its end goes to {seen}"
             ),
             Self::Iperf3ReadsUncounted => f.write_str(
                 "the iperf3 server does not report its read calls: receiver `packets` of \
@@ -909,6 +948,7 @@ mod warning_tests {
             hosts: Hosts::default(),
             cpu: CpuCosts::default(),
             agent: None,
+            sources: Vec::new(),
         };
         let a = Warning::OverlappingSessions { sessions: 1 };
         let b = Warning::NothingReceived;

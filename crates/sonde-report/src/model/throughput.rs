@@ -101,6 +101,10 @@ pub struct IntervalResult {
     /// (empty for UDP, or where the sender could not read it).
     #[serde(default)]
     pub tcp_info: Vec<StreamTcpInfo>,
+    /// `-O`: the interval is part of the omit period; its bytes are not in the totals (iperf3
+    /// marks such intervals "(omitted)"). Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub omitted: bool,
 }
 
 /// `sonde throughput`: bulk transfer, counted at the receiver.
@@ -125,8 +129,29 @@ pub struct ThroughputResult {
     pub read_size_bytes: Option<u32>,
     /// UDP: target rate, all streams of one direction together; `null` for TCP or unlimited.
     pub target_bits_per_second: Option<u64>,
-    /// Requested duration, ns.
+    /// Requested duration, ns; 0 for a test that sent a byte or block count (`-n`, `-k`).
     pub duration_ns: u64,
+    /// `-n`: the payload bytes the senders sent in all, then stopped. Absent for a timed test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_to_send: Option<u64>,
+    /// `-k`: the writes of `msg_size_bytes` the senders made in all, then stopped. Absent for a
+    /// timed test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks_to_send: Option<u64>,
+    /// `-O`: the omit period, ns: sent and received before the counted window, on each
+    /// receiver's clock. The totals and rates below cover the window after it (their time is
+    /// the counted window's); the intervals of the period are marked `omitted`. Absent without
+    /// `-O`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omit_ns: Option<u64>,
+    /// `--skip-rx-copy` (TCP): the receivers discarded what they read without copying it to
+    /// user space (`MSG_TRUNC`), so their CPU cost leaves the copy out. Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_rx_copy: bool,
+    /// `-O`: payload bytes the receivers got during the omit period, not in `receiver`. Absent
+    /// without `-O`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omitted_bytes: Option<u64>,
     /// Totals counted at the receiver(s): the figure to quote.
     pub receiver: SideTotals,
     /// Totals at the sender(s): what was handed to the kernel.

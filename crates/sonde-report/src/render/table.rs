@@ -374,11 +374,12 @@ pub fn interval_line(iv: &crate::model::IntervalResult) -> String {
     let bytes = Unit::for_largest(&BYTES, to_f64(iv.bytes));
     let rate = Unit::for_largest(&RATE, iv.bits_per_second);
     format!(
-        "[SUM]  {:.2}-{:.2} sec  {:>12}  {:>14}  (counted at the receiver)",
+        "[SUM]  {:.2}-{:.2} sec  {:>12}  {:>14}  (counted at the receiver){}",
         ns_to_s(iv.start_ns),
         ns_to_s(iv.end_ns),
         bytes.fmt(to_f64(iv.bytes)),
-        rate.fmt(iv.bits_per_second)
+        rate.fmt(iv.bits_per_second),
+        if iv.omitted { "  (omitted)" } else { "" }
     )
 }
 
@@ -411,11 +412,18 @@ mod tests {
             packets: 0,
             stream_bytes: vec![11_955_000],
             tcp_info: Vec::new(),
+            omitted: false,
         };
         assert_eq!(
             interval_line(&iv),
             "[SUM]  1.00-2.00 sec     11.40 MiB    95.64 Mbit/s  (counted at the receiver)"
         );
+        // `-O`: an interval of the omit period says so, as iperf3's do.
+        let omitted = crate::model::IntervalResult {
+            omitted: true,
+            ..iv
+        };
+        assert!(interval_line(&omitted).ends_with("(counted at the receiver)  (omitted)"));
     }
     use crate::fixtures;
 

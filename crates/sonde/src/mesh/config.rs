@@ -50,6 +50,8 @@ pub(crate) struct MeshConfig {
 pub(crate) struct ThroughputCheck {
     pub(crate) plan: CheckPlan,
     pub(crate) options: sonde_client::ThroughputOptions,
+    /// Where this agent's sockets of the test come from (`-B`, `--bind-dev`, `--cport`).
+    pub(crate) source: sonde_client::Source,
     /// The equivalent command line (`sonde throughput PEER ...`).
     pub(crate) command: String,
 }
@@ -58,6 +60,8 @@ pub(crate) struct ThroughputCheck {
 pub(crate) struct PpsCheck {
     pub(crate) plan: CheckPlan,
     pub(crate) options: sonde_client::PpsOptions,
+    /// Where this agent's sockets of the test come from (`-B`, `--bind-dev`, `--cport`).
+    pub(crate) source: sonde_client::Source,
     /// The equivalent command line (`sonde pps PEER ...`).
     pub(crate) command: String,
 }
@@ -173,6 +177,23 @@ fn plan(
         jitter,
         duration,
     })
+}
+
+/// The source of a scheduled test's sockets: `-B`, `--bind-dev` and `--cport` apply; `-4` and
+/// `-6` do not, since the mesh resolves its peers once for every test.
+fn scheduled_source(
+    source: Result<crate::source::Source, crate::units::BadValue>,
+    kind: &str,
+    command: &str,
+) -> anyhow::Result<sonde_client::Source> {
+    let source = source.map_err(|e| anyhow::anyhow!("[{kind}]: {e} (as `{command}`)"))?;
+    match source.family {
+        Some(_) if source.client.bind.ip.is_none() => Err(anyhow::anyhow!(
+            "[{kind}]: -4 and -6 do not apply to a mesh's tests: its peers are resolved once \
+             for all of them (name them by address) (as `{command}`)"
+        )),
+        _ => Ok(source.client),
+    }
 }
 
 /// The keys of `[throughput]` and `[pps]` that schedule the test rather than set it (`time`
@@ -349,12 +370,14 @@ impl MeshConfig {
             .map(|t| -> anyhow::Result<ThroughputCheck> {
                 let (plan, opt, command) = scheduled::<throughput::Opt>(t)?;
                 let options = opt.options();
+                let source = scheduled_source(opt.source(), "throughput", &command)?;
                 options
                     .check()
                     .map_err(|e| anyhow::anyhow!("[throughput]: {e} (as `{command}`)"))?;
                 Ok(ThroughputCheck {
                     plan,
                     options,
+                    source,
                     command,
                 })
             })
@@ -365,12 +388,14 @@ impl MeshConfig {
             .map(|p| -> anyhow::Result<PpsCheck> {
                 let (plan, opt, command) = scheduled::<pps::Opt>(p)?;
                 let options = opt.options();
+                let source = scheduled_source(opt.source(), "pps", &command)?;
                 options
                     .check()
                     .map_err(|e| anyhow::anyhow!("[pps]: {e} (as `{command}`)"))?;
                 Ok(PpsCheck {
                     plan,
                     options,
+                    source,
                     command,
                 })
             })

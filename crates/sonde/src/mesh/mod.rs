@@ -213,6 +213,7 @@ fn start_prober(
                 addr: peer.addr,
                 label: peer.label.clone(),
                 secret: None,
+                source: sonde_client::Source::default(),
             }
             .with_secret(secret.cloned());
             thread::Builder::new()
@@ -447,11 +448,13 @@ fn run_check(
         addr: peer.addr,
         label: peer.label.clone(),
         secret: None,
+        source: sonde_client::Source::default(),
     }
     .with_secret(secret.cloned());
     match check {
         Check::Throughput => {
             let Some(t) = &cfg.throughput else { return };
+            let target = target.clone().with_source(t.source.clone());
             let Some(r) = scheduled("throughput", peer, &target, &t.options, stop) else {
                 return;
             };
@@ -475,6 +478,7 @@ fn run_check(
         }
         Check::Pps => {
             let Some(p) = &cfg.pps else { return };
+            let target = target.clone().with_source(p.source.clone());
             let Some(r) = scheduled("pps", peer, &target, &p.options, stop) else {
                 return;
             };
@@ -696,6 +700,7 @@ mod tests {
             addr: agent.local_addr(),
             label: "agent".into(),
             secret: None,
+            source: sonde_client::Source::default(),
         };
         let peer = IpAddr::V4(Ipv4Addr::LOCALHOST);
         let options = sonde_client::ThroughputOptions {

@@ -945,6 +945,35 @@ mod tests {
         assert_eq!(p.cases[3].name(), "pps");
     }
 
+    /// `-B`, `--bind-dev`, `--cport`, `-4`/`-6` are plan keys like any flag, and a value the
+    /// flag refuses is the plan's error.
+    #[test]
+    fn source_keys_are_the_source_flags() {
+        let p = parse(&format!(
+            "{HEAD}[[matrix]]\ntest = \"throughput\"\ntarget = \"b\"\nparallel = 2\n\
+             bind = \"198.18.0.1%veth0\"\ncport = \"5001-5002\"\nipv4 = true\n\
+             [[matrix]]\ntest = \"crr\"\ntarget = \"b\"\nbind_dev = \"veth0\"\n"
+        ));
+        let lines: Vec<String> = p.cases.iter().map(Case::command_line).collect();
+        assert_eq!(
+            lines,
+            [
+                "sonde throughput 198.18.0.2 --parallel 2 --bind 198.18.0.1%veth0 --cport \
+                 5001-5002 --ipv4",
+                "sonde crr 198.18.0.2 --bind-dev veth0",
+            ]
+        );
+        let e = err(&format!(
+            "{HEAD}[[matrix]]\ntest = \"pps\"\ntarget = \"b\"\ncport = \"9-1\"\n"
+        ));
+        assert!(e.contains("the range ends before it starts"), "{e}");
+        // crr opens a connection per transaction: it has no --cport.
+        let e = err(&format!(
+            "{HEAD}[[matrix]]\ntest = \"crr\"\ntarget = \"b\"\ncport = 5001\n"
+        ));
+        assert!(e.contains("cport"), "{e}");
+    }
+
     /// Every error names the file, line and column, and says what was expected.
     #[test]
     fn a_plan_that_cannot_be_read_says_which_and_why() {

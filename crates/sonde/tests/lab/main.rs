@@ -14,3 +14,4 @@ mod inner;
 mod mesh;
 mod plan;
 mod sockopt;
+mod source;

@@ -338,6 +338,31 @@ fn tcp_reverse_has_the_agents_tcp_info_per_interval() {
     check_tcp_info_per_stream_and_interval(&doc, 1);
 }
 
+/// `--skip-rx-copy`: each end's receivers discard in the kernel with the same system calls per
+/// message as a copying read (one call per read, several messages per read), and the result says
+/// both ends did.
+#[test]
+#[cfg(target_os = "linux")]
+fn skip_rx_copy_keeps_one_syscall_per_read_at_both_ends() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server();
+    let target = agent.target();
+    for reverse in [false, true] {
+        let mut args = vec!["throughput", &target, "-t", "1", "--skip-rx-copy"];
+        if reverse {
+            args.push("-R");
+        }
+        let doc = run_json(&args);
+        assert_eq!(doc["skip_rx_copy"], true, "{doc:#}");
+        if reverse {
+            check_cpu(&doc, Some((0.24, 8.0)), Some((0.9, 1.2)));
+        } else {
+            check_cpu(&doc, Some((0.9, 1.2)), Some((0.24, 8.0)));
+        }
+        assert!(arr(&doc, "/warnings").is_empty(), "{doc:#}");
+    }
+}
+
 #[test]
 fn tcp_bidir_has_every_streams_tcp_info_from_whichever_end_sent_it() {
     let _file = crate::common::file_lock(module_path!());

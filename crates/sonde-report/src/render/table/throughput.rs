@@ -31,6 +31,12 @@ pub(crate) fn throughput(r: &ThroughputResult, out: &mut String) {
             None => config.push_str(", no rate limit"),
         }
     }
+    if r.skip_rx_copy {
+        config.push_str(", received without a copy (--skip-rx-copy)");
+    }
+    if let Some(omit) = r.omit_ns {
+        config.push_str(&format!(", the first {} omitted (-O)", fmt_secs(omit)));
+    }
     // The default (512 KiB) goes unsaid; a size asked for is part of what was measured.
     if let Some(read) = r
         .read_size_bytes
@@ -122,7 +128,11 @@ pub(crate) fn throughput(r: &ThroughputResult, out: &mut String) {
                 }
                 row.extend([
                     span.clone(),
-                    "sec".into(),
+                    if iv.omitted {
+                        "sec (omitted)".into()
+                    } else {
+                        "sec".into()
+                    },
                     bytes_unit.fmt(to_f64(bytes)),
                     rate_unit.fmt(bps),
                 ]);
