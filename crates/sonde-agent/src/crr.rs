@@ -336,11 +336,7 @@ fn serve(
     // asked hears so (and from which agent) rather than a bare close.
     let answer = |stream: &mut TcpStream, outcome| {
         if join.answer {
-            let a = sonde_wire::JoinAnswer {
-                outcome,
-                agent: shared.agent_id,
-            };
-            let _ = std::io::Write::write_all(stream, &a.encode());
+            shared.answer_join(stream, outcome);
         }
         Served::Rejected
     };

@@ -311,6 +311,16 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Tells a data or crr connection that asked what became of its join, naming this agent
+    /// (a [`sonde_wire::JoinAnswer`]): false when it could not be written.
+    pub(crate) fn answer_join(&self, stream: &mut TcpStream, outcome: JoinOutcome) -> bool {
+        let a = sonde_wire::JoinAnswer {
+            outcome,
+            agent: self.agent_id,
+        };
+        io::Write::write_all(stream, &a.encode()).is_ok()
+    }
+
     pub(crate) fn slots(&self) -> MutexGuard<'_, HashMap<Token, Arc<Slot>>> {
         lock(&self.slots)
     }
@@ -802,13 +812,8 @@ fn join_tcp(mut stream: TcpStream, shared: &Shared, deadline: Instant) -> bool {
     };
     // A client that asked hears what became of its join, and from which agent: behind a
     // balancer it opens the channel again when it reached another agent than its session's.
-    let answer = |stream: &mut TcpStream, outcome| {
-        let a = sonde_wire::JoinAnswer {
-            outcome,
-            agent: shared.agent_id,
-        };
-        join.answer && io::Write::write_all(stream, &a.encode()).is_ok()
-    };
+    let answer =
+        |stream: &mut TcpStream, outcome| join.answer && shared.answer_join(stream, outcome);
     let Some(slot) = shared.slots().get(&join.token).cloned() else {
         answer(&mut stream, JoinOutcome::NoSuchSession);
         return false;

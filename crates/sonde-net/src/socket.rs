@@ -375,6 +375,10 @@ pub enum DataOptionError {
     /// No socket to try the options on ([`DataOptions::try_on`]).
     #[error("cannot open a socket to try the options on: {0}")]
     Socket(io::Error),
+    /// The source asked for (`-B`, `--bind-dev`, `--cport`) cannot be used
+    /// ([`tcp_connect_from_with`]), as [`ConnectError::Source`].
+    #[error("{0}")]
+    Source(io::Error),
     /// `SO_RCVBUF` / `SO_SNDBUF` failed.
     #[error("cannot set the socket buffers to {asked} B: {source}")]
     Buffer {
@@ -440,6 +444,7 @@ impl DataOptionError {
     pub fn os_error(&self) -> Option<i32> {
         match self {
             Self::Socket(source)
+            | Self::Source(source)
             | Self::Buffer { source, .. }
             | Self::Mss { source, .. }
             | Self::Congestion { source, .. }
@@ -454,6 +459,7 @@ impl DataOptionError {
     pub fn flag(&self) -> &'static str {
         match self {
             Self::Socket(_) => "socket",
+            Self::Source(_) => "-B/--bind-dev/--cport",
             Self::Buffer { .. } | Self::BufferShort { .. } => "-w/--window",
             Self::Mss { .. } => "-M/--set-mss",
             Self::Congestion { .. } => "-C/--congestion",
@@ -622,8 +628,7 @@ pub fn tcp_connect_with(
 }
 
 /// [`tcp_connect_with`] from `bind` and source port `port` (0: ephemeral), as
-/// [`tcp_connect_from`] binds; a source that cannot be used is a [`DataOptionError::Socket`]
-/// naming it.
+/// [`tcp_connect_from`] binds; a source that cannot be used is a [`DataOptionError::Source`].
 pub fn tcp_connect_from_with(
     peer: SocketAddr,
     bind: &Bind,
@@ -634,7 +639,7 @@ pub fn tcp_connect_from_with(
     let sock = Socket::new(Domain::for_address(peer), Type::STREAM, Some(Protocol::TCP))
         .map_err(DataOptionError::Socket)?;
     bind.apply(&sock, peer, port)
-        .map_err(DataOptionError::Socket)?;
+        .map_err(DataOptionError::Source)?;
     let ipv6 = tos_is_ipv6(Some(peer), Some(peer));
     opts.apply(&sock, true, ipv6)?;
     sock.connect_timeout(&SockAddr::from(peer), timeout)

@@ -172,7 +172,7 @@ pub(crate) fn open_channel(
                 if spec.socket.dont_fragment {
                     super::fits_path_mtu(&sock, spec.msg_size)?;
                 }
-                match join_udp(&sock, token, key, flow, deadline)? {
+                match join_udp(&sock, token, key, flow)? {
                     UdpJoined::Joined => return Ok((ClientChannel::Udp(sock), applied)),
                     UdpJoined::Elsewhere(e) if e.outcome == JoinOutcome::NoSuchSession => {
                         placement.other(e.agent);
@@ -250,6 +250,7 @@ fn tcp_connect(
             )
             .map_err(|e| match e {
                 DataOptionError::Socket(e) => ClientError::Connect(e, target.addr),
+                DataOptionError::Source(e) => ClientError::Source(e),
                 e => super::socket_refused(&e),
             })?;
             Ok((s, Some(applied)))
@@ -310,7 +311,6 @@ fn join_udp(
     token: Token,
     key: Option<&SessionKey>,
     flow: u16,
-    deadline: Instant,
 ) -> Result<UdpJoined, ClientError> {
     let index = u32::from(flow);
     let mut join = UdpJoin {
@@ -324,7 +324,6 @@ fn join_udp(
     }
     // Silence is judged over its own span; the budget ends the steering, not a first join.
     let until = Instant::now() + UDP_SILENCE;
-    let _ = deadline;
     let mut buf = [0u8; 64];
     let mut unreachable = false;
     sock.set_read_timeout(Some(UDP_RETRY))
