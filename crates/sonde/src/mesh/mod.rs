@@ -79,23 +79,55 @@ fn system_resolver(name: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
     Ok((name, port).to_socket_addrs()?.collect())
 }
 
+/// The peer file as last read: its lines, and what said it was current.
+struct PeerFile {
+    modified: SystemTime,
+    len: u64,
+    /// When it was read: a write in the same timestamp tick as the read is not seen in `modified`.
+    read_at: SystemTime,
+    lines: Vec<String>,
+}
+
+impl PeerFile {
+    /// A file's timestamp moves in ticks of the kernel's clock (milliseconds), and a rewrite
+    /// (`echo ... > peers`) truncates before it writes: a read between the two sees an empty
+    /// file whose timestamp the write may not change. As git does for its index ("racily
+    /// clean" entries), a file read less than [`PeerFile::RACY`] after its timestamp is read
+    /// again at the next refresh, whatever its timestamp and size say.
+    const RACY: Duration = Duration::from_secs(2);
+
+    fn may_have_changed(&self, (modified, len): (SystemTime, u64)) -> bool {
+        modified != self.modified
+            || len != self.len
+            || self
+                .read_at
+                .duration_since(self.modified)
+                .map_or(true, |d| d < Self::RACY)
+    }
+}
+
 /// The peers of every source, de-duplicated by address, without this agent; `[peers] dns`
 /// through `resolve`.
 fn current_peers(
     cfg: &MeshConfig,
-    last_file: &mut Option<(SystemTime, Vec<String>)>,
+    last_file: &mut Option<PeerFile>,
     last_dns: &mut Vec<SocketAddr>,
     resolve: &Resolver<'_>,
 ) -> Vec<Peer> {
     let mut listed: Vec<String> = cfg.hosts.clone();
     if let Some(path) = &cfg.file {
-        // Re-read only when it changed (or could not be read before).
-        let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-        let fresh = match (modified, last_file.as_ref()) {
-            (Some(m), Some((seen, _))) => m != *seen,
+        // Re-read only when it changed (or could not be read before, or may have changed
+        // without a new timestamp: see `PeerFile::may_have_changed`).
+        let meta = std::fs::metadata(path).ok();
+        let stamp = meta
+            .as_ref()
+            .and_then(|m| Some((m.modified().ok()?, m.len())));
+        let fresh = match (stamp, last_file.as_ref()) {
+            (Some(stamp), Some(seen)) => seen.may_have_changed(stamp),
             _ => true,
         };
         if fresh {
+            let read_at = SystemTime::now();
             match std::fs::read_to_string(path) {
                 Ok(text) => {
                     let lines = text
@@ -104,7 +136,12 @@ fn current_peers(
                         .filter(|l| !l.is_empty())
                         .map(str::to_owned)
                         .collect();
-                    *last_file = modified.map(|m| (m, lines));
+                    *last_file = stamp.map(|(modified, len)| PeerFile {
+                        modified,
+                        len,
+                        read_at,
+                        lines,
+                    });
                 }
                 Err(e) => log(format_args!(
                     "cannot read the peer file {}: {e}",
@@ -112,8 +149,8 @@ fn current_peers(
                 )),
             }
         }
-        if let Some((_, lines)) = last_file.as_ref() {
-            listed.extend(lines.iter().cloned());
+        if let Some(seen) = last_file.as_ref() {
+            listed.extend(seen.lines.iter().cloned());
         }
     }
     let mut peers: BTreeMap<SocketAddr, String> = BTreeMap::new();
@@ -576,6 +613,50 @@ mod tests {
             .collect();
         assert!(found.contains(&"127.0.0.1:7009".to_owned()), "{found:?}");
         assert!(!found.contains(&"127.0.0.1:7003".to_owned()), "{found:?}");
+    }
+
+    /// A peer file rewritten in place within one tick of the file system's clock keeps its
+    /// timestamp and, here, its size: a refresh that read it in between (an empty file, between
+    /// the truncation and the write) must still read it again (a mesh lab run once saw no peer
+    /// for 30 s this way).
+    #[test]
+    fn a_peer_file_rewritten_within_one_timestamp_tick_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("peers.txt");
+        let c = config(
+            &format!("name = \"me\"\n[peers]\nfile = \"{}\"\n", file.display()),
+            7000,
+        );
+        let tick = SystemTime::now();
+        let write = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            std::fs::File::options()
+                .write(true)
+                .open(&file)
+                .unwrap()
+                .set_modified(tick)
+                .unwrap();
+        };
+        let mut state = None;
+        let mut read = || {
+            labels(&current_peers(
+                &c,
+                &mut state,
+                &mut Vec::new(),
+                &system_resolver,
+            ))
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+        };
+        write("127.0.0.1:7001\n");
+        assert_eq!(read(), ["127.0.0.1:7001"]);
+        write("127.0.0.1:7002\n");
+        assert_eq!(read(), ["127.0.0.1:7002"]);
+        write("");
+        assert!(read().is_empty());
+        write("127.0.0.1:7003\n");
+        assert_eq!(read(), ["127.0.0.1:7003"]);
     }
 
     /// `[peers] dns` looked up again at each refresh, with a record set that changes between
