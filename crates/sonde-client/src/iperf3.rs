@@ -49,7 +49,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sonde_engine::interval::Intervals;
 use sonde_net::bulk::{self, SendOutcome, TcpRecvOutcome, UdpFormat, UdpRecvOutcome};
 use sonde_net::cpu::{CpuCost, CpuMeter, CpuScope};
-use sonde_net::socket::{Applied, DataOptionError, DataOptions};
+use sonde_net::socket::{Applied, ConnectError, DataOptionError, DataOptions};
 use sonde_net::{Clock, Counters};
 use sonde_report::{
     IntervalResult, Peer, StreamDirection, StreamResult, ThroughputResult, Warning,
@@ -58,7 +58,7 @@ use sonde_wire::iperf3::{self as wire, Cookie, Params, Results, StreamResults};
 use sonde_wire::{Direction, Protocol};
 
 use crate::results::{pct, side};
-use crate::{ClientError, Iperf3Server, Target, ThroughputOptions};
+use crate::{ClientError, Family, Iperf3Server, Source, Target, ThroughputOptions};
 
 pub mod control;
 
@@ -104,6 +104,11 @@ const MAX_SECONDS: u64 = 86_400;
 /// allowed; the scheme is case-insensitive); the target resolved with iperf3's port 5201 as
 /// the default. `None` for anything else, which is a sonde agent's address.
 pub fn target(spec: &str) -> Option<Result<Iperf3Server, ClientError>> {
+    target_in(spec, None)
+}
+
+/// [`target`], resolved to an address of `family` when one is given (`-4`, `-6`).
+pub fn target_in(spec: &str, family: Option<Family>) -> Option<Result<Iperf3Server, ClientError>> {
     let scheme = spec.get(..SCHEME.len())?;
     if !scheme.eq_ignore_ascii_case(SCHEME) {
         return None;
@@ -116,7 +121,7 @@ pub fn target(spec: &str) -> Option<Result<Iperf3Server, ClientError>> {
         ))));
     }
     // The label (the result's `server`) keeps the scheme: it says what answered there.
-    Some(crate::resolve(host, DEFAULT_PORT).map(|t| {
+    Some(crate::resolve_in(host, DEFAULT_PORT, family).map(|t| {
         Iperf3Server(Target {
             label: format!("{SCHEME}{}", t.label),
             ..t
@@ -156,7 +161,7 @@ fn throughput(
     check(opt)?;
     let started_unix_ms = crate::now_unix_ms();
     let cookie = fresh_cookie();
-    let mut ctl = Control::open(target.addr, interrupt, &cookie)?;
+    let mut ctl = Control::open(target.addr, &target.source, interrupt, &cookie)?;
     let run = session(&mut ctl, &cookie, target.addr, opt, on_interval);
     if matches!(run, Err(ClientError::Interrupted)) && ctl.talk.params_sent() {
         // Best effort: the server drops the test and prints "the client has terminated".
@@ -275,6 +280,8 @@ fn nanos(d: Duration) -> u64 {
 struct Control<'a> {
     stream: TcpStream,
     peer: SocketAddr,
+    /// `-B`, `--bind-dev`, `--cport`: where this host's sockets come from.
+    source: &'a Source,
     interrupt: &'a AtomicBool,
     talk: Conversation,
 }
@@ -284,16 +291,18 @@ impl<'a> Control<'a> {
     /// [`RELISTEN_PAUSES_MS`] while the server looks like an iperf3 server between two tests.
     fn open(
         peer: SocketAddr,
+        source: &'a Source,
         interrupt: &'a AtomicBool,
         cookie: &Cookie,
     ) -> Result<Self, ClientError> {
         let mut pauses = RELISTEN_PAUSES_MS.iter();
         loop {
-            let attempt =
-                Self::connect(peer, interrupt, cookie).and_then(|mut ctl| match ctl.next()? {
+            let attempt = Self::connect(peer, source, interrupt, cookie).and_then(|mut ctl| {
+                match ctl.next()? {
                     Heard::ParamExchange => Ok(ctl),
                     other => Err(Opening::Failed(astray(&other))),
-                });
+                }
+            });
             match attempt {
                 Ok(ctl) => return Ok(ctl),
                 Err(Opening::Gap(e)) => match pauses.next() {
@@ -309,11 +318,18 @@ impl<'a> Control<'a> {
 
     fn connect(
         peer: SocketAddr,
+        source: &'a Source,
         interrupt: &'a AtomicBool,
         cookie: &Cookie,
     ) -> Result<Self, Opening> {
-        let stream =
-            sonde_net::socket::tcp_connect(peer, CONNECT_TIMEOUT, true).map_err(|e| {
+        // The control connection from the source address, on an ephemeral port (`--cport` is
+        // the data streams').
+        let stream = sonde_net::socket::tcp_connect_from(peer, &source.bind, 0, CONNECT_TIMEOUT, true)
+            .map_err(|e| {
+                let e = match e {
+                    ConnectError::Source(e) => return Opening::Failed(ClientError::Source(e)),
+                    e => e.into_io(),
+                };
                 let refused = e.kind() == io::ErrorKind::ConnectionRefused;
                 let e = ClientError::NotIperf3(format!(
                     "cannot connect to {peer}: {e} (is `iperf3 -s` running there, and TCP port {} open?)",
@@ -331,6 +347,7 @@ impl<'a> Control<'a> {
         Ok(Self {
             stream,
             peer,
+            source,
             interrupt,
             talk: Conversation::new(Instant::now(), peer, cookie),
         })
@@ -479,6 +496,16 @@ enum DataSocket {
     Udp(UdpSocket),
 }
 
+impl DataSocket {
+    /// Where the stream comes from at this host.
+    fn local_addr(&self) -> Option<SocketAddr> {
+        match self {
+            DataSocket::Tcp(s) => s.local_addr().ok(),
+            DataSocket::Udp(s) => s.local_addr().ok(),
+        }
+    }
+}
+
 /// One data stream, in the order opened (index 0 is iperf3's stream 1).
 struct DataStream {
     sock: DataSocket,
@@ -516,7 +543,8 @@ fn open_streams(
             ..o.clone()
         });
         let sock = if params.udp() {
-            let sock = udp_attach(ctl, params, i)?;
+            let port = ctl.source.port(index_u32(i), index_u32(n))?;
+            let sock = udp_attach(ctl, params, i, port)?;
             if let Some(o) = &options {
                 let a = o
                     .apply_udp(&sock)
@@ -525,15 +553,32 @@ fn open_streams(
             }
             DataSocket::Udp(sock)
         } else {
+            let port = ctl.source.port(index_u32(i), index_u32(n))?;
             let mut s = match &options {
-                None => sonde_net::socket::tcp_connect(ctl.peer, CONNECT_TIMEOUT, false)
-                    .map_err(|e| ClientError::Data(e, id))?,
+                None => sonde_net::socket::tcp_connect_from(
+                    ctl.peer,
+                    &ctl.source.bind,
+                    port,
+                    CONNECT_TIMEOUT,
+                    false,
+                )
+                .map_err(|e| match e {
+                    ConnectError::Source(e) => ClientError::Source(e),
+                    e => ClientError::Data(e.into_io(), id),
+                })?,
                 Some(o) => {
-                    let (s, a) = sonde_net::socket::tcp_connect_with(ctl.peer, CONNECT_TIMEOUT, o)
-                        .map_err(|e| match e {
-                            DataOptionError::Socket(e) => ClientError::Data(e, id),
-                            e => crate::session::socket_refused(&e),
-                        })?;
+                    let (s, a) = sonde_net::socket::tcp_connect_from_with(
+                        ctl.peer,
+                        &ctl.source.bind,
+                        port,
+                        CONNECT_TIMEOUT,
+                        o,
+                    )
+                    .map_err(|e| match e {
+                        DataOptionError::Socket(e) => ClientError::Data(e, id),
+                        DataOptionError::Source(e) => ClientError::Source(e),
+                        e => crate::session::socket_refused(&e),
+                    })?;
                     first.get_or_insert(a);
                     s
                 }
@@ -554,9 +599,14 @@ fn open_streams(
 /// A UDP stream: a connected socket, `"9876"`, and the server's `"6789"` (or the legacy reply)
 /// within [`UDP_CONNECT_TIMEOUT`]. Sent once: a second connect datagram would reach the socket
 /// the server opens for the next stream.
-fn udp_attach(ctl: &Control<'_>, params: &Params, index: usize) -> Result<UdpSocket, ClientError> {
+fn udp_attach(
+    ctl: &Control<'_>,
+    params: &Params,
+    index: usize,
+    port: u16,
+) -> Result<UdpSocket, ClientError> {
     let id = wire::stream_id(index);
-    let sock = sonde_net::socket::udp_connect(ctl.peer).map_err(|e| ClientError::Data(e, id))?;
+    let sock = ctl.source.udp(ctl.peer, port, id)?;
     sock.send(&wire::UDP_CONNECT_MSG)
         .map_err(|e| ClientError::Data(e, id))?;
     sock.set_read_timeout(Some(TICK))
@@ -966,6 +1016,8 @@ struct Run {
     /// The socket options asked for and what this host's kernel made of them (the iperf3
     /// server does not say what its kernel did); `None` when none were asked.
     socket: Option<(sonde_wire::SocketOptions, sonde_wire::AppliedSocketOptions)>,
+    /// Each stream's source at this host, in stream order.
+    sources: Vec<Option<SocketAddr>>,
 }
 
 fn session(
@@ -993,6 +1045,7 @@ fn session(
     let params = params(opt, &socket);
     ctl.send_params(&params)?;
     let (streams, applied) = open_streams(ctl, cookie, &params, options.as_ref())?;
+    let sources = streams.iter().map(|s| s.sock.local_addr()).collect();
     let socket = applied.map(|a| {
         let read_back = a.to_wire(&socket, !params.udp());
         (socket, read_back)
@@ -1035,6 +1088,7 @@ fn session(
         clean_end,
         cpu,
         socket,
+        sources,
     })
 }
 
@@ -1280,6 +1334,17 @@ fn document(
         }),
         server: None,
     };
+    // As opened here: an iperf3 server does not say where it saw them from.
+    meta.sources = run
+        .sources
+        .iter()
+        .enumerate()
+        .map(|(i, a)| sonde_report::StreamSource {
+            stream: index_u32(i),
+            client: a.map(|a| a.to_string()),
+            seen_by_server: None,
+        })
+        .collect();
     meta.add_all(&warnings);
     ThroughputResult {
         meta,

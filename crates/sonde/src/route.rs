@@ -126,14 +126,18 @@ fn direct(
     match server {
         Server::Agent => Ok(Route::Agent(secret.resolve_from(host, source)?)),
         _ if !accepts.contains(&server) => Err(cannot_test(test, host, accepts)),
+        Server::Iperf3 => {
+            let server =
+                sonde_client::iperf3::target_in(host, source.family).ok_or_else(no_target)??;
+            Ok(Route::Iperf3(sonde_client::Iperf3Server(
+                server.0.with_source(source.client.clone()),
+            )))
+        }
         _ if !source.is_default() => Err(BadValue(format!(
-            "-B, --bind-dev, --cport, -4 and -6 apply to tests against a sonde agent; \
-             {host} is not one"
+            "-B, --bind-dev, --cport, -4 and -6 apply to tests against a sonde agent or an \
+             iperf3 server; {host} is not one"
         ))
         .into()),
-        Server::Iperf3 => Ok(Route::Iperf3(
-            sonde_client::iperf3::target(host).ok_or_else(no_target)??,
-        )),
         Server::Sockperf => Ok(Route::Sockperf(
             sonde_client::sockperf::parse_target(host).ok_or_else(no_target)??,
         )),

@@ -171,7 +171,7 @@ fn a_server_between_two_tests_is_tried_again() {
     });
     let interrupt = AtomicBool::new(false);
     let cookie = fresh_cookie();
-    let opened = Control::open(addr, &interrupt, &cookie);
+    let opened = Control::open(addr, &Source::default(), &interrupt, &cookie);
     assert!(opened.is_ok(), "{:?}", opened.err());
     let (seen, _conn) = server.join().unwrap();
     assert_eq!(
@@ -190,7 +190,7 @@ fn a_busy_server_is_not_tried_again() {
         listener
     });
     let interrupt = AtomicBool::new(false);
-    let r = Control::open(addr, &interrupt, &fresh_cookie());
+    let r = Control::open(addr, &Source::default(), &interrupt, &fresh_cookie());
     assert!(
         matches!(r, Err(ClientError::Iperf3Refused(_))),
         "{:?}",
@@ -228,7 +228,7 @@ fn a_test_ends_once_the_server_has_closed_the_connection() {
         }
     });
     let interrupt = AtomicBool::new(false);
-    let mut ctl = Control::connect(addr, &interrupt, &fresh_cookie()).unwrap();
+    let mut ctl = Control::connect(addr, &Source::default(), &interrupt, &fresh_cookie()).unwrap();
     // Past the results: `DISPLAY_RESULTS` is due (nothing was sent, not even the cookie).
     ctl.talk = Conversation::awaiting_display(Instant::now(), addr);
     assert!(ctl.finish().unwrap(), "DISPLAY_RESULTS came");

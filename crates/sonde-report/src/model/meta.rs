@@ -51,8 +51,9 @@ pub struct Meta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<ServedBy>,
     /// Each data stream's source address and port: as this host opened it and as the agent
-    /// saw it (they differ behind a NAT). Absent for tests without data streams (crr), against
-    /// servers that are not sonde agents, and in results older than the field.
+    /// saw it (they differ behind a NAT; an iperf3 server does not say, so `seen_by_server` is
+    /// `null` there). Absent for tests without data streams (crr), against sockperf servers,
+    /// and in results older than the field.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<StreamSource>,
 }

@@ -356,6 +356,70 @@ fn socket_options_reach_the_iperf3_server() {
     );
 }
 
+/// Two consecutive ports free for both TCP and UDP on 127.0.0.3 a moment ago.
+fn free_port_pair() -> u16 {
+    for _ in 0..100 {
+        let first = free_port();
+        let Some(second) = first.checked_add(1) else {
+            continue;
+        };
+        let free = |p: u16| {
+            std::net::TcpListener::bind(("127.0.0.3", p)).is_ok()
+                && std::net::UdpSocket::bind(("127.0.0.3", p)).is_ok()
+        };
+        if free(first) && free(second) {
+            return first;
+        }
+    }
+    panic!("no two consecutive free ports on 127.0.0.3");
+}
+
+/// `-B` and `--cport` against a real iperf3 server: its own document sees the control
+/// connection from the `-B` address and each stream from its `--cport` port, and sonde's
+/// `sources` say the same.
+#[test]
+fn bind_and_cport_are_where_the_iperf3_server_sees_the_streams_from() {
+    let _file = crate::common::file_lock(module_path!());
+    if !have_iperf3("bind_and_cport_are_where_the_iperf3_server_sees_the_streams_from") {
+        return;
+    }
+    for udp in [false, true] {
+        let first = free_port_pair();
+        let cport = format!("{first}-{}", first + 1);
+        let mut args = vec!["-t", "0.5", "-P", "2", "-B", "127.0.0.3", "--cport", &cport];
+        if udp {
+            args.extend(["-u", "-b", "10M"]);
+        }
+        let (doc, theirs) = run_against(Iperf3Server::start(), &args);
+        check_common(&doc, if udp { "udp" } else { "tcp" }, "forward", 2);
+        assert_eq!(
+            theirs["start"]["accepted_connection"]["host"], "127.0.0.3",
+            "{theirs:#}"
+        );
+        let mut seen: Vec<String> = arr(&theirs, "/start/connected")
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}:{}",
+                    c["remote_host"].as_str().unwrap_or("?"),
+                    u(c, "/remote_port")
+                )
+            })
+            .collect();
+        seen.sort();
+        let want = vec![
+            format!("127.0.0.3:{first}"),
+            format!("127.0.0.3:{}", first + 1),
+        ];
+        assert_eq!(seen, want, "udp {udp}: the server's view\n{theirs:#}");
+        let ours: Vec<String> = arr(&doc, "/sources")
+            .iter()
+            .map(|s| s["client"].as_str().unwrap_or("?").to_owned())
+            .collect();
+        assert_eq!(ours, want, "udp {udp}: sonde's view\n{doc:#}");
+    }
+}
+
 #[test]
 fn tcp_bidir_reports_both_receivers() {
     let _file = crate::common::file_lock(module_path!());
