@@ -788,28 +788,16 @@ impl<'a> Test<'a> {
             }
             // `-O`: the receiver's first `omit_ms` on the session's clock, the one its
             // intervals are cut on.
-            DataChannel::Tcp(s) => match self.read_cap() {
-                None => sonde_net::bulk::tcp_recv(
-                    s,
-                    spec.tcp_read_size(),
-                    clock,
-                    omit_ns(spec),
-                    spec.skip_rx_copy,
-                    stop,
-                    counters,
-                ),
-                Some(cap) => sonde_net::bulk::tcp_recv_capped(
-                    s,
-                    spec.tcp_read_size(),
-                    cap,
-                    clock,
-                    omit_ns(spec),
-                    spec.skip_rx_copy,
-                    stop,
-                    counters,
-                ),
+            DataChannel::Tcp(s) => {
+                let opts = sonde_net::bulk::TcpRecvOptions {
+                    read_size: spec.tcp_read_size(),
+                    omit_until_ns: omit_ns(spec),
+                    discard: spec.skip_rx_copy,
+                    max_bytes_per_second: self.read_cap(),
+                };
+                sonde_net::bulk::tcp_recv(s, &opts, clock, stop, counters)
+                    .map_or_else(failed, RoleOutcome::TcpReceived)
             }
-            .map_or_else(failed, RoleOutcome::TcpReceived),
             DataChannel::Udp(s) => sonde_net::bulk::udp_recv(
                 s,
                 spec.msg_size,
@@ -841,20 +829,18 @@ impl<'a> Test<'a> {
                 if let Err(e) = self.pace(s) {
                     return failed(e);
                 }
-                sonde_net::bulk::tcp_send(
-                    s,
-                    spec.msg_size,
-                    clock,
-                    until_ns,
+                let opts = sonde_net::bulk::TcpSendOptions {
                     omit_until_ns,
-                    spec.send_limit(index_u32(i)),
-                    stop,
-                    counters,
+                    max_bytes: spec.send_limit(index_u32(i)),
+                    ..sonde_net::bulk::TcpSendOptions::until(spec.msg_size, until_ns)
+                };
+                sonde_net::bulk::tcp_send(s, &opts, clock, stop, counters).map_or_else(
+                    failed,
+                    |o| {
+                        let info = TcpInfoSample::read(s).ok().map(|t| t.stats(index_u32(i)));
+                        RoleOutcome::Sent(o, info.map(Box::new))
+                    },
                 )
-                .map_or_else(failed, |o| {
-                    let info = TcpInfoSample::read(s).ok().map(|t| t.stats(index_u32(i)));
-                    RoleOutcome::Sent(o, info.map(Box::new))
-                })
             }
             DataChannel::Udp(s) => sonde_net::bulk::udp_send(
                 s,

@@ -764,27 +764,14 @@ fn run_loop(
 ) -> io::Result<Outcome> {
     let (stop, expect, counters) = (&shared.stops[i], &shared.expect[i], &shared.counters[i]);
     match (&stream.sock, stream.client_sends) {
-        (DataSocket::Tcp(s), true) => bulk::tcp_send(
-            s,
-            cfg.msg_size,
-            clock,
-            cfg.until_ns,
-            0,
-            u64::MAX,
-            stop,
-            counters,
-        )
-        .map(Outcome::Sent),
-        (DataSocket::Tcp(s), false) => bulk::tcp_recv(
-            s,
-            sonde_wire::DEFAULT_TCP_READ_SIZE,
-            clock,
-            0,
-            false,
-            stop,
-            counters,
-        )
-        .map(Outcome::TcpReceived),
+        (DataSocket::Tcp(s), true) => {
+            let opts = bulk::TcpSendOptions::until(cfg.msg_size, cfg.until_ns);
+            bulk::tcp_send(s, &opts, clock, stop, counters).map(Outcome::Sent)
+        }
+        (DataSocket::Tcp(s), false) => {
+            bulk::tcp_recv(s, &bulk::TcpRecvOptions::default(), clock, stop, counters)
+                .map(Outcome::TcpReceived)
+        }
         (DataSocket::Udp(s), true) => bulk::udp_send(
             s,
             cfg.msg_size,

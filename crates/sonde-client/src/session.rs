@@ -699,27 +699,23 @@ fn role(
     match (channel, sends) {
         // `-O`: the first `omit_ms` of this run's clock (the one the client's intervals are cut
         // on) are sent and received but not counted; the senders send the duration after them.
-        (ClientChannel::Tcp(s), true) => bulk::tcp_send(
-            s,
-            spec.msg_size,
-            clock,
-            until_ns,
-            omit_ns(spec),
-            limit,
-            stop,
-            counters,
-        )
-        .map(ClientRole::Sent),
-        (ClientChannel::Tcp(s), false) => bulk::tcp_recv(
-            s,
-            spec.tcp_read_size(),
-            clock,
-            omit_ns(spec),
-            spec.skip_rx_copy,
-            stop,
-            counters,
-        )
-        .map(ClientRole::TcpReceived),
+        (ClientChannel::Tcp(s), true) => {
+            let opts = bulk::TcpSendOptions {
+                omit_until_ns: omit_ns(spec),
+                max_bytes: limit,
+                ..bulk::TcpSendOptions::until(spec.msg_size, until_ns)
+            };
+            bulk::tcp_send(s, &opts, clock, stop, counters).map(ClientRole::Sent)
+        }
+        (ClientChannel::Tcp(s), false) => {
+            let opts = bulk::TcpRecvOptions {
+                read_size: spec.tcp_read_size(),
+                omit_until_ns: omit_ns(spec),
+                discard: spec.skip_rx_copy,
+                max_bytes_per_second: None,
+            };
+            bulk::tcp_recv(s, &opts, clock, stop, counters).map(ClientRole::TcpReceived)
+        }
         (ClientChannel::Udp(s), true) => bulk::udp_send_with(
             s,
             spec.msg_size,

@@ -346,35 +346,21 @@ impl Run<'_> {
                 )
             } else {
                 // iperf3's -O is the server's omit snapshot (its conversation), not the loop's.
-                bulk::tcp_send(
-                    t,
-                    self.len,
-                    clock,
-                    self.failsafe_ns,
-                    0,
-                    u64::MAX,
-                    &self.stop_send,
-                    counters,
-                )
+                let opts = bulk::TcpSendOptions::until(self.len, self.failsafe_ns);
+                bulk::tcp_send(t, &opts, clock, &self.stop_send, counters)
             }
             .map(Outcome::Sent),
             // `-l` bytes per read, as iperf3's server reads its block size: with a small `-l`
             // the read size sets how TCP segments the stream (it acknowledges when a read
             // drains the queue), so the client drives the same workload against either server.
-            (Sock::Tcp(t), false) => match self.read_cap {
-                None => bulk::tcp_recv(t, self.len, clock, 0, false, &self.stop_recv, counters),
-                Some(cap) => bulk::tcp_recv_capped(
-                    t,
-                    self.len,
-                    cap,
-                    clock,
-                    0,
-                    false,
-                    &self.stop_recv,
-                    counters,
-                ),
+            (Sock::Tcp(t), false) => {
+                let opts = bulk::TcpRecvOptions {
+                    read_size: self.len,
+                    max_bytes_per_second: self.read_cap,
+                    ..bulk::TcpRecvOptions::default()
+                };
+                bulk::tcp_recv(t, &opts, clock, &self.stop_recv, counters).map(Outcome::TcpReceived)
             }
-            .map(Outcome::TcpReceived),
             (Sock::Udp(u), true) => bulk::udp_send(
                 u,
                 self.len,

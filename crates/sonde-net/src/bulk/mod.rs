@@ -218,31 +218,54 @@ pub struct UdpRecvOutcome {
     pub jitter: Jitter,
 }
 
-/// Writes `msg_size`-byte messages from a static buffer until `until_ns` on `clock` or `stop`,
-/// then shuts down the write side so the receiver sees the end. Reads `TCP_INFO` retransmits at
-/// the end.
+/// How a TCP sender ([`tcp_send`]) sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpSendOptions {
+    /// Bytes per write (at least 1): `-l`.
+    pub msg_size: u32,
+    /// The loop ends at this time on the loop's clock, ns.
+    pub until_ns: u64,
+    /// `-O` (0 for none): what is written before this time on the clock goes into
+    /// [`SendOutcome::omitted_bytes`] rather than the outcome's counts, whose time starts at the
+    /// first write after it. The per-stream counters (the intervals) count every byte.
+    pub omit_until_ns: u64,
+    /// `-n`, `-k` (`u64::MAX` for none): the loop also ends once it has written this many
+    /// bytes, omitted ones included, the last write cut to fit.
+    pub max_bytes: u64,
+}
+
+impl TcpSendOptions {
+    /// `msg_size`-byte writes until `until_ns`, nothing omitted, no byte limit.
+    pub fn until(msg_size: u32, until_ns: u64) -> Self {
+        Self {
+            msg_size,
+            until_ns,
+            omit_until_ns: 0,
+            max_bytes: u64::MAX,
+        }
+    }
+}
+
+/// Writes [`TcpSendOptions::msg_size`]-byte messages from a static buffer until
+/// [`TcpSendOptions::until_ns`] on `clock`, the byte limit, or `stop`, then shuts down the write
+/// side so the receiver sees the end. Reads `TCP_INFO` retransmits at the end.
 ///
 /// Sets the stream blocking with a [`TCP_POLL`] write timeout. A reset or closed peer
 /// (`EPIPE`, `ECONNRESET`) ends the loop: after the deadline or once `stop` is set that is the
 /// normal end of a test and the outcome is returned; before it, the error is.
-///
-/// `omit_until_ns` (`-O`; 0 for none): what is written before that time on `clock` goes into
-/// `omitted_bytes` rather than the outcome's counts, whose time starts at the first write after
-/// it. The per-stream `counters` (the intervals) count every byte.
-///
-/// `max_bytes` (`-n`, `-k`; `u64::MAX` for none): the loop also ends once it has written that
-/// many bytes, omitted ones included, the last write cut to fit.
-#[allow(clippy::too_many_arguments)]
 pub fn tcp_send(
     stream: &TcpStream,
-    msg_size: u32,
+    opts: &TcpSendOptions,
     clock: &Clock,
-    until_ns: u64,
-    omit_until_ns: u64,
-    max_bytes: u64,
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<SendOutcome> {
+    let TcpSendOptions {
+        msg_size,
+        until_ns,
+        omit_until_ns,
+        max_bytes,
+    } = *opts;
     if msg_size == 0 {
         return Err(invalid_input("a TCP message must be at least 1 byte"));
     }
@@ -385,9 +408,39 @@ pub fn tcp_send_paced(
     Ok(out)
 }
 
-/// Reads until the peer closes (EOF) or `stop`, counting bytes, at most `read_size` bytes per
-/// read (1 to [`sonde_wire::MAX_TCP_READ_SIZE`]; the test's `--read-size`, 512 KiB by
-/// default). Uses a short read timeout so `stop` is noticed within 100 ms.
+/// How a TCP receiver ([`tcp_recv`]) reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpRecvOptions {
+    /// At most this many bytes per read, 1 to [`sonde_wire::MAX_TCP_READ_SIZE`]: the test's
+    /// `--read-size` (by default [`sonde_wire::DEFAULT_TCP_READ_SIZE`]).
+    pub read_size: u32,
+    /// `-O` (0 for none): bytes read before this time on the clock go into
+    /// [`TcpRecvOutcome::omitted_bytes`] rather than the outcome's counts; the per-stream
+    /// counters (the intervals) count every byte.
+    pub omit_until_ns: u64,
+    /// `--skip-rx-copy`: each read discards what it takes without copying it to user space
+    /// (`MSG_TRUNC`, Linux; elsewhere the first read fails with `Unsupported`): the same one
+    /// system call per read, without the copy's CPU cost.
+    pub discard: bool,
+    /// The agent's `--max-bitrate`: read no faster than this many bytes per second (see
+    /// [`tcp_recv`]); `None` reads as fast as data comes.
+    pub max_bytes_per_second: Option<u64>,
+}
+
+impl Default for TcpRecvOptions {
+    fn default() -> Self {
+        Self {
+            read_size: sonde_wire::DEFAULT_TCP_READ_SIZE,
+            omit_until_ns: 0,
+            discard: false,
+            max_bytes_per_second: None,
+        }
+    }
+}
+
+/// Reads until the peer closes (EOF) or `stop`, counting bytes, at most
+/// [`TcpRecvOptions::read_size`] bytes per read. Uses a short read timeout so `stop` is noticed
+/// within 100 ms.
 ///
 /// The read size is part of what is measured: a receiver that drains its queue at every read
 /// has TCP acknowledge at once, so a sender of small writes (Nagle's algorithm) sends many small
@@ -397,22 +450,33 @@ pub fn tcp_send_paced(
 /// Sets the stream blocking with a [`TCP_POLL`] read timeout. A reset is returned as an error
 /// unless `stop` is already set.
 ///
-/// `omit_until_ns` (`-O`; 0 for none): bytes read before that time on `clock` go into
-/// `omitted_bytes` rather than the outcome's counts; the per-stream `counters` (the intervals)
-/// count every byte.
-///
-/// `discard` (`--skip-rx-copy`): each read discards what it takes without copying it to user
-/// space (`MSG_TRUNC`, Linux; elsewhere the first read fails with `Unsupported`): the same
-/// one system call per read, without the copy's CPU cost.
+/// With [`TcpRecvOptions::max_bytes_per_second`] the reads are capped: each read asks for at
+/// most what a [`TokenBucket`] (20 ms of the rate, 16 KiB to 512 KiB of burst) holds, and waits
+/// for the bucket when it is short. Data the receiver does not read stays in the kernel's queue,
+/// so TCP flow control slows the peer's sender to the cap. The bucket is emptied when the first
+/// data arrives and that read is owed: by the start of any later read the loop has read at most
+/// the rate times the time since the first byte came, so bytes over first-to-last byte never
+/// exceed the rate. The capped loop sets `SO_RCVBUF` to 200 ms of the rate (64 KiB to 4 MiB), so
+/// that little waits unread in the kernel; its waits are short sleeps (at most [`TCP_POLL`]), so
+/// `stop` is noticed as in the uncapped loop, and the counters move with every read, so interval
+/// reports keep their timing. The uncapped loop does without the clock read per read the capped
+/// one needs.
 pub fn tcp_recv(
     stream: &TcpStream,
-    read_size: u32,
+    opts: &TcpRecvOptions,
     clock: &Clock,
-    omit_until_ns: u64,
-    discard: bool,
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<TcpRecvOutcome> {
+    if let Some(cap) = opts.max_bytes_per_second {
+        return tcp_recv_capped(stream, opts, cap, clock, stop, counters);
+    }
+    let TcpRecvOptions {
+        read_size,
+        omit_until_ns,
+        discard,
+        ..
+    } = *opts;
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(TCP_POLL))?;
     let mut buf = read_buffer(read_size);
@@ -449,30 +513,21 @@ pub fn tcp_recv(
     Ok(out)
 }
 
-/// [`tcp_recv`] that reads no faster than `bytes_per_second` (the agent's `--max-bitrate`):
-/// each read asks for at most what a [`TokenBucket`] (20 ms of the rate, 16 KiB to 512 KiB of
-/// burst) holds, and at most `read_size`, and waits for the bucket when it is short. Data the
-/// receiver does not read stays in the kernel's queue, so TCP flow control slows the peer's
-/// sender to the cap. The bucket is emptied when the first data arrives and that read is owed:
-/// by the start of any later read the loop has read at most the rate times the time since the
-/// first byte came, so bytes over first-to-last byte never exceed the rate.
-///
-/// Sets `SO_RCVBUF` to 200 ms of the rate (64 KiB to 4 MiB), so that little waits unread in the
-/// kernel. Waits are short sleeps (at
-/// most [`TCP_POLL`]), so `stop` is noticed as in [`tcp_recv`]; the
-/// counters move with every read, so interval reports keep their timing. [`tcp_recv`] is the
-/// unlimited loop, without the clock read per read this one needs.
-#[allow(clippy::too_many_arguments)]
-pub fn tcp_recv_capped(
+/// [`tcp_recv`] with its reads capped at `bytes_per_second`.
+fn tcp_recv_capped(
     stream: &TcpStream,
-    read_size: u32,
+    opts: &TcpRecvOptions,
     bytes_per_second: u64,
     clock: &Clock,
-    omit_until_ns: u64,
-    discard: bool,
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<TcpRecvOutcome> {
+    let TcpRecvOptions {
+        read_size,
+        omit_until_ns,
+        discard,
+        ..
+    } = *opts;
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(TCP_POLL))?;
     let burst = (u128::from(bytes_per_second) * u128::from(CAPPED_BURST_NS) / 1_000_000_000)

@@ -51,44 +51,75 @@ fn tcp_pair() -> (TcpStream, TcpStream) {
     (client, server)
 }
 
+/// What one transfer over a loopback TCP pair did: both loops' outcomes and counters.
+struct Transfer {
+    sent: SendOutcome,
+    received: TcpRecvOutcome,
+    tx: Counters,
+    rx: Counters,
+    /// From the start of the transfer until the receiver ended.
+    elapsed: Duration,
+}
+
+/// A sender loop on the client end of a pair, as [`tcp_transfer`] runs it.
+type Sender<'a> =
+    Box<dyn FnOnce(&TcpStream, &Clock, &AtomicBool, &Counters) -> io::Result<SendOutcome> + 'a>;
+
+/// [`tcp_send`] with `opts`, for [`tcp_transfer`].
+fn sender(opts: TcpSendOptions) -> Sender<'static> {
+    Box::new(move |stream, clock, stop, counters| tcp_send(stream, &opts, clock, stop, counters))
+}
+
+/// Runs `send` on the client end of a loopback TCP pair and [`tcp_recv`] with `recv` on the
+/// accepted end, on one clock, until the receiver sees the end of the stream; `stop` only ends
+/// the receiver if it has not in 10 s after the sender returned. Panics if either loop fails.
+fn tcp_transfer(recv: &TcpRecvOptions, send: Sender<'_>) -> Transfer {
+    let (client, server) = tcp_pair();
+    let clock = Clock::start();
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = (Counters::default(), Counters::default());
+    let started = Instant::now();
+    let (sent, received, elapsed) = thread::scope(|s| {
+        let receiver = s.spawn(|| tcp_recv(&server, recv, &clock, &stop, &rx));
+        let sent = send(&client, &clock, &stop, &tx);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !receiver.is_finished() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, Ordering::Relaxed);
+        let received = receiver.join().unwrap().unwrap();
+        (sent.unwrap(), received, started.elapsed())
+    });
+    Transfer {
+        sent,
+        received,
+        tx,
+        rx,
+        elapsed,
+    }
+}
+
 /// `-O`: what crosses before the omit time is counted apart at both ends, what follows in the
 /// totals, and the per-stream counters (the intervals) see every byte.
 #[test]
 fn an_omit_period_is_counted_apart_at_both_ends() {
-    let (client, server) = tcp_pair();
-    let clock = Clock::start();
-    let stop = AtomicBool::new(false);
-    let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
     let omit = 100 * MS;
-    let (sent, received) = thread::scope(|s| {
-        let rx = s.spawn(|| {
-            tcp_recv(
-                &server,
-                sonde_wire::DEFAULT_TCP_READ_SIZE,
-                &clock,
-                omit,
-                false,
-                &stop,
-                &rx_counters,
-            )
-        });
-        let sent = tcp_send(
-            &client,
-            128 << 10,
-            &clock,
-            300 * MS,
-            omit,
-            u64::MAX,
-            &stop,
-            &tx_counters,
-        );
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !rx.is_finished() && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(10));
-        }
-        stop.store(true, Ordering::Relaxed);
-        (sent.unwrap(), rx.join().unwrap().unwrap())
-    });
+    let Transfer {
+        sent,
+        received,
+        tx,
+        rx,
+        ..
+    } = tcp_transfer(
+        &TcpRecvOptions {
+            omit_until_ns: omit,
+            ..TcpRecvOptions::default()
+        },
+        sender(TcpSendOptions {
+            omit_until_ns: omit,
+            ..TcpSendOptions::until(128 << 10, 300 * MS)
+        }),
+    );
     assert!(sent.omitted_bytes > 0 && sent.bytes > 0, "{sent:?}");
     assert!(
         received.omitted_bytes > 0 && received.bytes > 0,
@@ -99,11 +130,8 @@ fn an_omit_period_is_counted_apart_at_both_ends() {
         received.bytes + received.omitted_bytes,
         sent.bytes + sent.omitted_bytes
     );
-    assert_eq!(tx_counters.load().0, sent.bytes + sent.omitted_bytes);
-    assert_eq!(
-        rx_counters.load().0,
-        received.bytes + received.omitted_bytes
-    );
+    assert_eq!(tx.load().0, sent.bytes + sent.omitted_bytes);
+    assert_eq!(rx.load().0, received.bytes + received.omitted_bytes);
     // The counted window starts at the omit time.
     assert!(received.first_ns >= omit, "{received:?}");
 }
@@ -113,43 +141,19 @@ fn an_omit_period_is_counted_apart_at_both_ends() {
 #[test]
 #[cfg(target_os = "linux")]
 fn a_receiver_that_discards_counts_every_byte() {
-    let (client, server) = tcp_pair();
-    let clock = Clock::start();
-    let stop = AtomicBool::new(false);
-    let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
-    let (sent, received) = thread::scope(|s| {
-        let rx = s.spawn(|| {
-            tcp_recv(
-                &server,
-                sonde_wire::DEFAULT_TCP_READ_SIZE,
-                &clock,
-                0,
-                true,
-                &stop,
-                &rx_counters,
-            )
-        });
-        let sent = tcp_send(
-            &client,
-            128 << 10,
-            &clock,
-            200 * MS,
-            0,
-            u64::MAX,
-            &stop,
-            &tx_counters,
-        );
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !rx.is_finished() && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(10));
-        }
-        stop.store(true, Ordering::Relaxed);
-        (sent.unwrap(), rx.join().unwrap().unwrap())
-    });
+    let Transfer {
+        sent, received, rx, ..
+    } = tcp_transfer(
+        &TcpRecvOptions {
+            discard: true,
+            ..TcpRecvOptions::default()
+        },
+        sender(TcpSendOptions::until(128 << 10, 200 * MS)),
+    );
     assert!(sent.bytes > 0);
     assert_eq!(received.bytes, sent.bytes);
     // One call per read that returned data, and the one that saw the end.
-    let calls = rx_counters.syscalls();
+    let calls = rx.syscalls();
     assert!(
         (received.reads..=received.reads + 5).contains(&calls),
         "{calls} calls for {} reads",
@@ -161,87 +165,35 @@ fn a_receiver_that_discards_counts_every_byte() {
 /// reads exactly that many before the end of the stream.
 #[test]
 fn a_sender_with_a_byte_count_stops_there() {
-    let (client, server) = tcp_pair();
-    let clock = Clock::start();
-    let stop = AtomicBool::new(false);
-    let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
     let limit = 1_000_003;
-    let (sent, received) = thread::scope(|s| {
-        let rx = s.spawn(|| {
-            tcp_recv(
-                &server,
-                sonde_wire::DEFAULT_TCP_READ_SIZE,
-                &clock,
-                0,
-                false,
-                &stop,
-                &rx_counters,
-            )
-        });
-        let sent = tcp_send(
-            &client,
-            64 << 10,
-            &clock,
-            5_000 * MS,
-            0,
-            limit,
-            &stop,
-            &tx_counters,
-        );
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !rx.is_finished() && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(10));
-        }
-        stop.store(true, Ordering::Relaxed);
-        (sent.unwrap(), rx.join().unwrap().unwrap())
-    });
+    let Transfer { sent, received, .. } = tcp_transfer(
+        &TcpRecvOptions::default(),
+        sender(TcpSendOptions {
+            max_bytes: limit,
+            ..TcpSendOptions::until(64 << 10, 5_000 * MS)
+        }),
+    );
     assert_eq!(sent.bytes, limit);
     assert_eq!(received.bytes, limit);
 }
 
 #[test]
 fn tcp_send_to_tcp_recv_delivers_every_byte_sent() {
-    let (client, server) = tcp_pair();
-    let clock = Clock::start();
-    let stop = AtomicBool::new(false);
-    let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
-
-    let (sent, received) = thread::scope(|s| {
-        let rx = s.spawn(|| {
-            tcp_recv(
-                &server,
-                sonde_wire::DEFAULT_TCP_READ_SIZE,
-                &clock,
-                0,
-                false,
-                &stop,
-                &rx_counters,
-            )
-        });
-        let sent = tcp_send(
-            &client,
-            128 << 10,
-            &clock,
-            300 * MS,
-            0,
-            u64::MAX,
-            &stop,
-            &tx_counters,
-        );
-        // The receiver ends at EOF; `stop` only bounds the test if it does not.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !rx.is_finished() && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(10));
-        }
-        stop.store(true, Ordering::Relaxed);
-        (sent.unwrap(), rx.join().unwrap().unwrap())
-    });
-
+    let Transfer {
+        sent,
+        received,
+        tx,
+        rx,
+        ..
+    } = tcp_transfer(
+        &TcpRecvOptions::default(),
+        sender(TcpSendOptions::until(128 << 10, 300 * MS)),
+    );
     assert_eq!(sent.method, "write");
     assert!(sent.bytes > 0);
     assert_eq!(received.bytes, sent.bytes);
-    assert_eq!(tx_counters.load(), (sent.bytes, sent.packets));
-    assert_eq!(rx_counters.load(), (received.bytes, received.reads));
+    assert_eq!(tx.load(), (sent.bytes, sent.packets));
+    assert_eq!(rx.load(), (received.bytes, received.reads));
     assert!(received.reads > 0);
     assert!(0 < received.first_ns && received.first_ns <= received.last_ns);
     assert!(sent.active_ns > 0);
@@ -250,50 +202,26 @@ fn tcp_send_to_tcp_recv_delivers_every_byte_sent() {
     }
     // One write call per write counted, plus the few that timed out (100 ms each, within a
     // 300 ms run); the receiver's reads plus the one that saw the end.
-    let tx_calls = tx_counters.syscalls();
+    let tx_calls = tx.syscalls();
     assert!(
         (sent.packets..=sent.packets + 5).contains(&tx_calls),
         "{tx_calls} calls for {} writes",
         sent.packets
     );
-    assert!(rx_counters.syscalls() > received.reads);
+    assert!(rx.syscalls() > received.reads);
 }
 
 #[test]
 fn paced_tcp_sends_its_blocks_on_schedule_and_never_ahead_of_it() {
-    let (client, server) = tcp_pair();
-    let clock = Clock::start();
-    let stop = AtomicBool::new(false);
-    let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
     // 1,000-byte blocks at 800 kbit/s: one block every 10 ms, 30 in a 300 ms run.
-    let (sent, received) = thread::scope(|s| {
-        let rx = s.spawn(|| {
-            tcp_recv(
-                &server,
-                sonde_wire::DEFAULT_TCP_READ_SIZE,
-                &clock,
-                0,
-                false,
-                &stop,
-                &rx_counters,
-            )
-        });
-        let sent = tcp_send_paced(
-            &client,
-            1000,
-            800_000,
-            &clock,
-            300 * MS,
-            &stop,
-            &tx_counters,
-        );
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !rx.is_finished() && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(10));
-        }
-        stop.store(true, Ordering::Relaxed);
-        (sent.unwrap(), rx.join().unwrap().unwrap())
-    });
+    let Transfer {
+        sent, received, tx, ..
+    } = tcp_transfer(
+        &TcpRecvOptions::default(),
+        Box::new(|stream, clock, stop, counters| {
+            tcp_send_paced(stream, 1000, 800_000, clock, 300 * MS, stop, counters)
+        }),
+    );
     assert_eq!(sent.method, "write (paced)");
     assert_eq!(received.bytes, sent.bytes);
     // Block k is due at k × 10 ms: at most 30 fit before the end, and a sender that is not
@@ -309,38 +237,20 @@ fn paced_tcp_sends_its_blocks_on_schedule_and_never_ahead_of_it() {
         sent.bytes
     );
     assert_eq!(sent.bytes % 1000, 0, "blocks are written whole");
-    assert_eq!(tx_counters.load(), (sent.bytes, sent.packets));
+    assert_eq!(tx.load(), (sent.bytes, sent.packets));
 }
 
 #[test]
 fn tcp_recv_reads_no_more_than_its_read_size_at_a_time() {
     const READ: u32 = 1000;
-    let (client, server) = tcp_pair();
-    let clock = Clock::start();
-    let stop = AtomicBool::new(false);
-    let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
-
-    let (sent, received) = thread::scope(|s| {
-        let rx = s.spawn(|| tcp_recv(&server, READ, &clock, 0, false, &stop, &rx_counters));
-        // 128 KiB writes: the queue holds far more than one read's worth.
-        let sent = tcp_send(
-            &client,
-            128 << 10,
-            &clock,
-            100 * MS,
-            0,
-            u64::MAX,
-            &stop,
-            &tx_counters,
-        );
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !rx.is_finished() && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(10));
-        }
-        stop.store(true, Ordering::Relaxed);
-        (sent.unwrap(), rx.join().unwrap().unwrap())
-    });
-
+    // 128 KiB writes: the queue holds far more than one read's worth.
+    let Transfer { sent, received, .. } = tcp_transfer(
+        &TcpRecvOptions {
+            read_size: READ,
+            ..TcpRecvOptions::default()
+        },
+        sender(TcpSendOptions::until(128 << 10, 100 * MS)),
+    );
     assert_eq!(received.bytes, sent.bytes);
     // Every read asked for 1,000 bytes at most, so at least bytes / 1,000 reads were made.
     assert!(
@@ -354,49 +264,23 @@ fn tcp_recv_reads_no_more_than_its_read_size_at_a_time() {
 #[test]
 fn capped_tcp_recv_reads_no_faster_than_its_rate_and_still_gets_every_byte() {
     const RATE: u64 = 16_000_000; // bytes per second, far below loopback's speed
-    let (client, server) = tcp_pair();
-    let clock = Clock::start();
-    let stop = AtomicBool::new(false);
-    let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
-
-    let started = Instant::now();
-    let (sent, received, elapsed) = thread::scope(|s| {
-        let rx = s.spawn(|| {
-            tcp_recv_capped(
-                &server,
-                sonde_wire::DEFAULT_TCP_READ_SIZE,
-                RATE,
-                &clock,
-                0,
-                false,
-                &stop,
-                &rx_counters,
-            )
-        });
-        let sent = tcp_send(
-            &client,
-            128 << 10,
-            &clock,
-            300 * MS,
-            0,
-            u64::MAX,
-            &stop,
-            &tx_counters,
-        );
-        // The receiver drains what the sender left queued at its capped rate, then sees
-        // the EOF; `stop` only bounds the test if it does not.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !rx.is_finished() && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(10));
-        }
-        stop.store(true, Ordering::Relaxed);
-        let received = rx.join().unwrap().unwrap();
-        (sent.unwrap(), received, started.elapsed())
-    });
-
+                                  // The receiver drains what the sender left queued at its capped rate, then sees the EOF.
+    let Transfer {
+        sent,
+        received,
+        rx,
+        elapsed,
+        ..
+    } = tcp_transfer(
+        &TcpRecvOptions {
+            max_bytes_per_second: Some(RATE),
+            ..TcpRecvOptions::default()
+        },
+        sender(TcpSendOptions::until(128 << 10, 300 * MS)),
+    );
     assert!(sent.bytes > 0);
     assert_eq!(received.bytes, sent.bytes);
-    assert_eq!(rx_counters.load(), (received.bytes, received.reads));
+    assert_eq!(rx.load(), (received.bytes, received.reads));
     // The bucket's promise, upper bounds a slow machine cannot break: one burst (20 ms of
     // the rate) plus the rate times the time the receiver ran, and so times its first to
     // last byte (the receiver's figure).
@@ -431,11 +315,8 @@ fn tcp_send_fails_when_the_receiver_resets_before_the_deadline() {
         let tx = s.spawn(|| {
             tcp_send(
                 &client,
-                64 << 10,
+                &TcpSendOptions::until(64 << 10, 5_000 * MS),
                 &clock,
-                5_000 * MS,
-                0,
-                u64::MAX,
                 &stop,
                 &counters,
             )
@@ -465,10 +346,8 @@ fn tcp_recv_notices_stop_without_data() {
         let rx = s.spawn(|| {
             tcp_recv(
                 &server,
-                sonde_wire::DEFAULT_TCP_READ_SIZE,
+                &TcpRecvOptions::default(),
                 &clock,
-                0,
-                false,
                 &stop,
                 &counters,
             )
