@@ -193,6 +193,17 @@ fn check(opt: &ThroughputOptions) -> Result<(), ClientError> {
             }
         )));
     }
+    // What a test against an agent refuses (-n/-k with UDP or --bidir, -O with UDP, ...), an
+    // iperf3 server is not asked either.
+    crate::throughput_spec(opt)?;
+    if opt
+        .omit
+        .is_some_and(|o| o.subsec_nanos() != 0 || o.as_secs() > MAX_SECONDS)
+    {
+        return Err(ClientError::Usage(format!(
+            "-O: an iperf3 server takes the omit period in whole seconds, at most {MAX_SECONDS}"
+        )));
+    }
     if opt.duration.is_zero() || opt.duration > Duration::from_secs(MAX_SECONDS) {
         return Err(ClientError::Usage(format!(
             "-t: an iperf3 test runs for more than 0 and at most {MAX_SECONDS} seconds"
@@ -213,6 +224,7 @@ fn params(opt: &ThroughputOptions, socket: &sonde_wire::SocketOptions) -> Params
     // iperf3's `time` is whole seconds; sonde ends the test itself at the exact -t, so this
     // only sets the server's failsafe (time + 40 s) and what its own report says.
     let secs = opt.duration.as_secs() + u64::from(opt.duration.subsec_nanos() > 0);
+    let counted = opt.bytes.is_some() || opt.blocks.is_some();
     let per_stream = if udp && opt.bitrate > 0 {
         (opt.bitrate / u64::from(opt.parallel)).max(1)
     } else {
@@ -224,10 +236,21 @@ fn params(opt: &ThroughputOptions, socket: &sonde_wire::SocketOptions) -> Params
         } else {
             wire::Protocol::Tcp
         },
-        omit: 0,
-        time: i64::try_from(secs).unwrap_or(i64::MAX),
-        num: 0,
-        blockcount: 0,
+        omit: opt
+            .omit
+            .map_or(0, |o| i64::try_from(o.as_secs()).unwrap_or(i64::MAX)),
+        // With -n or -k iperf3's own client sends `"time":0`: the count ends the test.
+        time: if counted {
+            0
+        } else {
+            i64::try_from(secs).unwrap_or(i64::MAX)
+        },
+        num: opt
+            .bytes
+            .map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX)),
+        blockcount: opt
+            .blocks
+            .map_or(0, |k| i64::try_from(k).unwrap_or(i64::MAX)),
         parallel: i64::from(opt.parallel),
         reverse: opt.direction == Direction::Reverse,
         bidirectional: opt.direction == Direction::Bidir,
@@ -683,6 +706,9 @@ fn run_streams(
     on_interval: &mut dyn FnMut(&IntervalResult),
 ) -> Result<DataRun, ClientError> {
     let n = streams.len();
+    // As against an agent: -n/-k's share per sending stream, and -O on top of -t.
+    let spec = crate::throughput_spec(opt)?;
+    let omit_ns = opt.omit.map_or(0, nanos);
     let shared = Shared {
         stops: (0..n).map(|_| AtomicBool::new(false)).collect(),
         expect: (0..n).map(|_| AtomicU64::new(u64::MAX)).collect(),
@@ -694,7 +720,14 @@ fn run_streams(
         format: UdpFormat::Iperf3 {
             seq64: params.udp_counters_64bit,
         },
-        until_ns: nanos(opt.duration),
+        // Counted (-n, -k): open-ended, up to iperf3's longest test.
+        until_ns: if spec.bytes > 0 || spec.blocks > 0 {
+            MAX_SECONDS.saturating_mul(1_000_000_000)
+        } else {
+            omit_ns.saturating_add(nanos(opt.duration))
+        },
+        omit_until_ns: omit_ns,
+        send_limits: (0..n).map(|i| spec.send_limit(index_u32(i))).collect(),
     };
     let (tx, rx) = mpsc::channel::<(usize, io::Result<Outcome>)>();
     thread::scope(|scope| {
@@ -712,6 +745,15 @@ fn run_streams(
             shared: &shared,
             clock,
             until_ns: cfg.until_ns,
+            count: if spec.bytes > 0 {
+                Some(spec.bytes)
+            } else if spec.blocks > 0 {
+                Some(spec.blocks.saturating_mul(u64::from(spec.msg_size)))
+            } else {
+                None
+            },
+            omit_ns,
+            written_at: None,
             udp: params.udp(),
             outcomes: (0..n).map(|_| None).collect(),
             intervals: opt
@@ -753,6 +795,10 @@ struct LoopConfig {
     bits_per_second: u64,
     format: UdpFormat,
     until_ns: u64,
+    /// `-O` (TCP): what moves before this time on the clock is counted apart (0: nothing).
+    omit_until_ns: u64,
+    /// `-n`, `-k` (TCP): each stream's sender stops after this many bytes (`u64::MAX`: timed).
+    send_limits: Vec<u64>,
 }
 
 fn run_loop(
@@ -765,12 +811,19 @@ fn run_loop(
     let (stop, expect, counters) = (&shared.stops[i], &shared.expect[i], &shared.counters[i]);
     match (&stream.sock, stream.client_sends) {
         (DataSocket::Tcp(s), true) => {
-            let opts = bulk::TcpSendOptions::until(cfg.msg_size, cfg.until_ns);
+            let opts = bulk::TcpSendOptions {
+                omit_until_ns: cfg.omit_until_ns,
+                max_bytes: cfg.send_limits[i],
+                ..bulk::TcpSendOptions::until(cfg.msg_size, cfg.until_ns)
+            };
             bulk::tcp_send(s, &opts, clock, stop, counters).map(Outcome::Sent)
         }
         (DataSocket::Tcp(s), false) => {
-            bulk::tcp_recv(s, &bulk::TcpRecvOptions::default(), clock, stop, counters)
-                .map(Outcome::TcpReceived)
+            let opts = bulk::TcpRecvOptions {
+                omit_until_ns: cfg.omit_until_ns,
+                ..bulk::TcpRecvOptions::default()
+            };
+            bulk::tcp_recv(s, &opts, clock, stop, counters).map(Outcome::TcpReceived)
         }
         (DataSocket::Udp(s), true) => bulk::udp_send(
             s,
@@ -795,6 +848,13 @@ struct EventLoop<'a> {
     shared: &'a Shared,
     clock: &'a Clock,
     until_ns: u64,
+    /// `-n`, `-k`: the payload bytes that end the test, sent by this host's streams or, in
+    /// reverse mode, received by them (iperf3's own client ends so too).
+    count: Option<u64>,
+    /// `-O`: intervals that end by this time are the omit period's (0: none).
+    omit_ns: u64,
+    /// `-n`, `-k` when this host sends: when its last sender returned.
+    written_at: Option<Instant>,
     udp: bool,
     outcomes: Vec<Option<Outcome>>,
     intervals: Option<Intervals>,
@@ -832,7 +892,7 @@ impl EventLoop<'_> {
             }
             self.poll_intervals(false, on_interval);
             let now_ns = self.clock.now_ns();
-            if self.end_ns.is_none() && now_ns >= self.until_ns {
+            if self.end_ns.is_none() && (now_ns >= self.until_ns || self.counted_out()) {
                 // `TEST_END`; the server has RESULTS_TIMEOUT to ask for the results.
                 ctl.talk.end_test(Instant::now());
                 self.end_ns = Some(now_ns);
@@ -891,6 +951,42 @@ impl EventLoop<'_> {
         }
         self.poll_intervals(true, on_interval);
         Ok(())
+    }
+
+    /// `-n`, `-k`: this host's receivers have the count or, when it sends, every sender has
+    /// written its share and the server's host has acknowledged all of it (within
+    /// [`DRAIN_LIMIT`]): the server stops reading at `TEST_END`, so ending when the last write
+    /// returned would leave what was still in flight uncounted at the server (a 24 MiB `-n`
+    /// over loopback lost 4 MiB so).
+    fn counted_out(&mut self) -> bool {
+        let Some(count) = self.count else {
+            return false;
+        };
+        if !self.streams.iter().any(|s| s.client_sends) {
+            let received: u64 = self.receiver_counts().iter().map(|&(bytes, _)| bytes).sum();
+            return received >= count;
+        }
+        let mut sending = self
+            .streams
+            .iter()
+            .zip(&self.outcomes)
+            .filter(|(s, _)| s.client_sends);
+        if !sending.all(|(_, o)| o.is_some()) {
+            return false;
+        }
+        let since = *self.written_at.get_or_insert_with(Instant::now);
+        let in_flight = |s: &DataStream| match &s.sock {
+            DataSocket::Tcp(t) => sonde_net::tcpinfo::TcpInfoSample::read(t).is_ok_and(|i| {
+                i.unacked_segments.unwrap_or(0) > 0 || i.notsent_bytes.unwrap_or(0) > 0
+            }),
+            DataSocket::Udp(_) => false,
+        };
+        since.elapsed() >= DRAIN_LIMIT
+            || !self
+                .streams
+                .iter()
+                .filter(|s| s.client_sends)
+                .any(in_flight)
     }
 
     fn receiver_counts(&self) -> Vec<(u64, u64)> {
@@ -970,7 +1066,8 @@ impl EventLoop<'_> {
         };
         // The drain after the test can leave an empty last interval: nothing to report.
         if let Some(iv) = iv.filter(|iv| !(last && iv.bytes.iter().all(|&b| b == 0))) {
-            let iv = crate::results::interval(&iv, self.streams.len());
+            let mut iv = crate::results::interval(&iv, self.streams.len());
+            iv.omitted = self.omit_ns > 0 && iv.end_ns <= self.omit_ns;
             on_interval(&iv);
             self.cut.push(iv);
         }
@@ -1296,6 +1393,20 @@ fn document(
     if !run.clean_end {
         warnings.push(Warning::UncleanEnd);
     }
+    // -O: the bytes this host's receivers got in the omit period; an iperf3 server does not
+    // report its own, so with streams it received the figure is unknown.
+    let omit_ns = opt.omit.map(nanos).filter(|&ns| ns > 0);
+    let omitted_bytes = omit_ns
+        .filter(|_| run.streams.iter().all(|s| !s.client_sends))
+        .map(|_| {
+            run.streams
+                .iter()
+                .map(|s| match &s.ours {
+                    Outcome::TcpReceived(o) => o.omitted_bytes,
+                    _ => 0,
+                })
+                .sum()
+        });
     let mut meta = crate::results::meta_for(
         target,
         Peer::Iperf3,
@@ -1348,7 +1459,11 @@ fn document(
             .then_some(sonde_wire::DEFAULT_TCP_READ_SIZE),
         msg_size_bytes: opt.msg_size,
         target_bits_per_second: (udp && opt.bitrate > 0).then_some(opt.bitrate),
-        duration_ns: nanos(opt.duration),
+        duration_ns: if opt.bytes.is_some() || opt.blocks.is_some() {
+            0
+        } else {
+            nanos(opt.duration)
+        },
         receiver,
         sender,
         intervals: run.intervals.clone(),
@@ -1378,11 +1493,11 @@ fn document(
                 client,
                 server: None,
             }),
-        omit_ns: None,
-        omitted_bytes: None,
+        omit_ns,
+        omitted_bytes,
         skip_rx_copy: false,
-        bytes_to_send: None,
-        blocks_to_send: None,
+        bytes_to_send: opt.bytes,
+        blocks_to_send: opt.blocks,
     }
 }
 

@@ -101,7 +101,8 @@ pub(crate) struct Opt {
     time: Duration,
     /// Send this many bytes in all (iperf3 -n; TCP, one direction), each stream its share,
     /// instead of for -t: the test ends when the receivers have them (within the agent's
-    /// --max-duration). 10M, 1G. Default: timed by -t
+    /// --max-duration; against iperf3://, when this host has sent them or, with -R, received
+    /// them, as iperf3's client). 10M, 1G. Default: timed by -t
     #[arg(short = 'n', long = "bytes", value_name = "SIZE", value_parser = crate::units::byte_count, conflicts_with_all = ["time", "blockcount"])]
     bytes: Option<u64>,
     /// Send this many -l writes in all (iperf3 -k; TCP, one direction), instead of for -t.
@@ -113,8 +114,8 @@ pub(crate) struct Opt {
         conflicts_with = "time"
     )]
     blockcount: Option<u64>,
-    /// Omit the first SECS seconds (iperf3 -O; TCP against a sonde agent): sent and received
-    /// but not counted, so slow start and filling buffers stay out of the figures; their -i
+    /// Omit the first SECS seconds (iperf3 -O; TCP; whole seconds against iperf3://): sent and
+    /// received but not counted, so slow start and filling buffers stay out of the figures; their -i
     /// intervals are shown marked (omitted). Sent on top of -t. Default: 0
     #[arg(short = 'O', long = "omit", value_name = "SECS", value_parser = crate::units::seconds)]
     omit: Option<Duration>,
@@ -172,18 +173,19 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         )
         .into());
     }
-    if opt.omit.is_some_and(|o| !o.is_zero()) && (iperf3 || !opt.from.is_empty()) {
+    if opt.omit.is_some_and(|o| !o.is_zero()) && !opt.from.is_empty() {
         return Err(crate::units::BadValue(
-            "-O is for a test this host runs against a sonde agent (not iperf3:// targets, \
-             nor --from helpers, yet)"
+            "-O is for a test this host runs (against a sonde agent or an iperf3:// server), \
+             not with --from helpers yet"
                 .into(),
         )
         .into());
     }
-    if (opt.bytes.is_some() || opt.blockcount.is_some()) && (iperf3 || !opt.from.is_empty()) {
+    if (opt.bytes.is_some() || opt.blockcount.is_some()) && !opt.from.is_empty() {
         return Err(crate::units::BadValue(
-            "-n and -k are for a test this host runs against a sonde agent (not iperf3:// \
-             targets, nor --from helpers, yet)"
+            "-n and -k are for a test this host runs (against a sonde agent or an iperf3:// \
+             server): with --from each helper would end at its own time, and no common window \
+             would hold every helper's count"
                 .into(),
         )
         .into());

@@ -3,6 +3,15 @@ use super::*;
 use sonde_engine::seq::SeqTracker;
 use sonde_wire::iperf3::State;
 
+/// The kernel's choice of source address and ports.
+static NO_SOURCE: Source = Source {
+    bind: sonde_net::socket::Bind {
+        ip: None,
+        device: None,
+    },
+    ports: None,
+};
+
 fn opt(protocol: Protocol, direction: Direction) -> ThroughputOptions {
     ThroughputOptions {
         protocol,
@@ -171,7 +180,7 @@ fn a_server_between_two_tests_is_tried_again() {
     });
     let interrupt = AtomicBool::new(false);
     let cookie = fresh_cookie();
-    let opened = Control::open(addr, &Source::default(), &interrupt, &cookie);
+    let opened = Control::open(addr, &NO_SOURCE, &interrupt, &cookie);
     assert!(opened.is_ok(), "{:?}", opened.err());
     let (seen, _conn) = server.join().unwrap();
     assert_eq!(
@@ -190,7 +199,7 @@ fn a_busy_server_is_not_tried_again() {
         listener
     });
     let interrupt = AtomicBool::new(false);
-    let r = Control::open(addr, &Source::default(), &interrupt, &fresh_cookie());
+    let r = Control::open(addr, &NO_SOURCE, &interrupt, &fresh_cookie());
     assert!(
         matches!(r, Err(ClientError::Iperf3Refused(_))),
         "{:?}",
@@ -228,7 +237,7 @@ fn a_test_ends_once_the_server_has_closed_the_connection() {
         }
     });
     let interrupt = AtomicBool::new(false);
-    let mut ctl = Control::connect(addr, &Source::default(), &interrupt, &fresh_cookie()).unwrap();
+    let mut ctl = Control::connect(addr, &NO_SOURCE, &interrupt, &fresh_cookie()).unwrap();
     // Past the results: `DISPLAY_RESULTS` is due (nothing was sent, not even the cookie).
     ctl.talk = Conversation::awaiting_display(Instant::now(), addr);
     assert!(ctl.finish().unwrap(), "DISPLAY_RESULTS came");
@@ -370,6 +379,7 @@ fn forward_udp_takes_the_receiver_from_the_servers_results() {
         clean_end: true,
         cpu: None,
         socket: None,
+        sources: Vec::new(),
     };
     let o = opt(Protocol::Udp, Direction::Forward);
     let doc = document(&target_label(), &o, 1, &run);
@@ -411,6 +421,7 @@ fn reverse_udp_counts_loss_against_what_the_server_sent() {
         clean_end: true,
         cpu: None,
         socket: None,
+        sources: Vec::new(),
     };
     let o = opt(Protocol::Udp, Direction::Reverse);
     let doc = document(&target_label(), &o, 1, &run);
@@ -454,6 +465,7 @@ fn tcp_bidir_warns_about_counts_an_iperf3_server_does_not_report() {
         clean_end: false,
         cpu: None,
         socket: None,
+        sources: Vec::new(),
     };
     let mut o = opt(Protocol::Tcp, Direction::Bidir);
     o.parallel = 1;

@@ -149,7 +149,8 @@ pub struct ThroughputResult {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub skip_rx_copy: bool,
     /// `-O`: payload bytes the receivers got during the omit period, not in `receiver`. Absent
-    /// without `-O`.
+    /// without `-O`, and against an iperf3 server when it received any stream (it does not
+    /// report its omitted bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub omitted_bytes: Option<u64>,
     /// Totals counted at the receiver(s): the figure to quote.

@@ -356,6 +356,104 @@ fn socket_options_reach_the_iperf3_server() {
     );
 }
 
+/// `-n` and `-k` against a real iperf3 server: this host sends exactly the count and the
+/// server's own document received exactly it; with `-R` the test ends once this host has
+/// received the count (as iperf3's client ends it), and the server was told the count.
+#[test]
+fn byte_and_block_counts_end_the_test_at_the_count() {
+    let _file = crate::common::file_lock(module_path!());
+    if !have_iperf3("byte_and_block_counts_end_the_test_at_the_count") {
+        return;
+    }
+    // -n 24M over 2 streams, and -k 300 writes of 64 KiB.
+    for (args, streams, total) in [
+        (vec!["-n", "24M", "-P", "2"], 2, 24u64 << 20),
+        (vec!["-k", "300", "-l", "64K"], 1, 300 << 16),
+    ] {
+        let (doc, theirs) = run_against(Iperf3Server::start(), &args);
+        check_common(&doc, "tcp", "forward", streams);
+        assert_eq!(
+            u(&doc, "/sender/bytes"),
+            total,
+            "{args:?}: sonde sent\n{doc:#}"
+        );
+        assert_eq!(
+            u(&theirs, "/end/sum_received/bytes"),
+            total,
+            "{args:?}: the server received\n{theirs:#}"
+        );
+        assert_eq!(u(&doc, "/receiver/bytes"), total, "{args:?}\n{doc:#}");
+        assert_eq!(u(&doc, "/duration_ns"), 0, "{doc:#}");
+    }
+    let (doc, theirs) = run_against(Iperf3Server::start(), &["-n", "24M", "-R"]);
+    check_common(&doc, "tcp", "reverse", 1);
+    assert_eq!(
+        u(&theirs, "/start/test_start/bytes"),
+        24 << 20,
+        "{theirs:#}"
+    );
+    assert!(
+        u(&doc, "/receiver/bytes") >= 24 << 20,
+        "the test ended before the count arrived:\n{doc:#}"
+    );
+    assert_eq!(u(&doc, "/bytes_to_send"), 24 << 20, "{doc:#}");
+}
+
+/// `-O 1` against a real iperf3 server: the server was asked to omit 1 s (its document says
+/// so and marks its first second's intervals omitted); sonde's own intervals of that second are
+/// marked omitted, its counts leave them out, and with `-R` it reports what its receivers got in
+/// the omit period. A fraction of a second is refused: iperf3 takes whole seconds.
+#[test]
+fn omit_asks_the_iperf3_server_to_leave_out_the_first_seconds() {
+    let _file = crate::common::file_lock(module_path!());
+    if !have_iperf3("omit_asks_the_iperf3_server_to_leave_out_the_first_seconds") {
+        return;
+    }
+    for reverse in [false, true] {
+        let mut args = vec!["-O", "1", "-t", "1", "-i", "0.5"];
+        if reverse {
+            args.push("-R");
+        }
+        let (doc, theirs) = run_against(Iperf3Server::start(), &args);
+        check_common(&doc, "tcp", if reverse { "reverse" } else { "forward" }, 1);
+        assert_eq!(u(&theirs, "/start/test_start/omit"), 1, "{theirs:#}");
+        assert!(
+            arr(&theirs, "/intervals")
+                .iter()
+                .any(|iv| iv["sum"]["omitted"] == true),
+            "the server marked no interval omitted:\n{theirs:#}"
+        );
+        assert_eq!(u(&doc, "/omit_ns"), 1_000_000_000, "{doc:#}");
+        let intervals = arr(&doc, "/intervals");
+        for iv in intervals.iter() {
+            let omitted = iv["omitted"] == true;
+            assert_eq!(
+                omitted,
+                u(iv, "/end_ns") <= 1_000_000_000,
+                "reverse {reverse}: {iv:#}"
+            );
+        }
+        assert!(intervals.iter().any(|iv| iv["omitted"] == true), "{doc:#}");
+        assert!(intervals.iter().any(|iv| iv["omitted"] != true), "{doc:#}");
+        if reverse {
+            // This host received: it knows what the omit period brought, and left it out.
+            let omitted = u(&doc, "/omitted_bytes");
+            assert!(omitted > 0, "{doc:#}");
+            let counted: u64 = intervals
+                .iter()
+                .filter(|iv| iv["omitted"] != true)
+                .map(|iv| u(iv, "/bytes"))
+                .sum();
+            assert!(counted <= u(&doc, "/receiver/bytes") + omitted, "{doc:#}");
+        } else {
+            assert!(doc["omitted_bytes"].is_null(), "{doc:#}");
+        }
+    }
+    let out = sonde(&["throughput", "iperf3://127.0.0.1:9", "-O", "0.5"]);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("whole seconds"), "{}", out.stderr);
+}
+
 /// Two consecutive ports free for both TCP and UDP on 127.0.0.3 a moment ago.
 fn free_port_pair() -> u16 {
     for _ in 0..100 {
