@@ -786,12 +786,22 @@ impl<'a> Test<'a> {
                 sonde_net::latency::echo(s, stop, counters)
                     .map_or_else(failed, |()| RoleOutcome::Echoed)
             }
-            // `-O`: the receiver's first `omit_ms` on the session's clock, the one its
-            // intervals are cut on.
+            // `-O`: the receiver's first `omit_ms` from the client's `Go`, as the senders'. The
+            // client starts sending just before it says `Go`, but not always just after `Ready`
+            // (a helper holds there for the common start): counted from `Ready`, the omit period
+            // could be over before the first byte. Reading starts at `Go`, which leaves what came
+            // before it queued in the socket, not lost (TCP only).
             DataChannel::Tcp(s) => {
+                let omit_until_ns = if spec.omit_ms == 0 {
+                    0
+                } else {
+                    // Stopped before `Go`: nothing to omit, and the read below ends at once.
+                    self.wait_for_go(stop)
+                        .map_or(0, |go| go.saturating_add(omit_ns(spec)))
+                };
                 let opts = sonde_net::bulk::TcpRecvOptions {
                     read_size: spec.tcp_read_size(),
-                    omit_until_ns: omit_ns(spec),
+                    omit_until_ns,
                     discard: spec.skip_rx_copy,
                     max_bytes_per_second: self.read_cap(),
                 };

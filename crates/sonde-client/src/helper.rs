@@ -635,6 +635,7 @@ fn throughput_from(
     let sum = |f: fn(&ThroughputResult) -> Option<u64>| -> Option<u64> {
         docs.iter().map(|(_, d)| f(d)).sum()
     };
+    agg.omitted_bytes = sum(|d| d.omitted_bytes);
     agg.lost = sum(|d| d.lost);
     agg.duplicated = sum(|d| d.duplicated);
     agg.reordered = sum(|d| d.reordered);

@@ -173,14 +173,6 @@ fn run_once(opt: &Opt, saver: &mut Saver) -> anyhow::Result<()> {
         )
         .into());
     }
-    if opt.omit.is_some_and(|o| !o.is_zero()) && !opt.from.is_empty() {
-        return Err(crate::units::BadValue(
-            "-O is for a test this host runs (against a sonde agent or an iperf3:// server), \
-             not with --from helpers yet"
-                .into(),
-        )
-        .into());
-    }
     if (opt.bytes.is_some() || opt.blockcount.is_some()) && !opt.from.is_empty() {
         return Err(crate::units::BadValue(
             "-n and -k are for a test this host runs (against a sonde agent or an iperf3:// \

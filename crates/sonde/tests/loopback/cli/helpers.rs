@@ -177,6 +177,25 @@ fn throughput_and_latency_from_two_helpers() {
         "-P 2 per helper"
     );
 
+    // -O: every helper leaves its first 0.3 s out; the totals are the shares' counted windows.
+    let doc = run_from(
+        &["throughput", &t, "-O", "0.3", "-t", "0.5"],
+        &helpers,
+        secrets.right(),
+    );
+    assert_eq!(u64_at(&doc, &["omit_ns"]), 300_000_000);
+    assert!(u64_at(&doc, &["omitted_bytes"]) > 0, "{doc:#}");
+    // The target omitted from the helpers' start, not from before their hold for it.
+    assert!(
+        !doc["warnings"].to_string().contains("did not omit"),
+        "{doc:#}"
+    );
+    let received: u64 = self::shares(&doc)
+        .iter()
+        .map(|s| u64_at(s, &["received"]))
+        .sum();
+    assert_eq!(received, u64_at(&doc, &["receiver", "bytes"]));
+
     let doc = run_from(
         &["latency", &t, "-t", "0.5", "--warmup", "0.1"],
         &helpers,
