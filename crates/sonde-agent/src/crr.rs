@@ -38,13 +38,14 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Shutdown, TcpStream};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use sonde_net::control::{read_frame, write_frame};
 use sonde_net::cpu::{CpuScope, CpuSnapshot, ThreadsMeter};
 use sonde_net::crr::{agent_answer, agent_prepare, agent_read_join, peek_preamble, read_full};
+use sonde_net::socket::DataOptions;
 use sonde_net::Clock;
 use sonde_wire::{
     AgentReport, Channel, ControlMsg, CpuReport, CrrReport, Preamble, SessionId, Token,
@@ -91,6 +92,11 @@ pub(crate) struct Session {
     bytes: AtomicU64,
     /// CPU of this session's exchanges and its control thread.
     cpu: ThreadsMeter,
+    /// `-w`, `-C`, `-M`, `-S`, `--dscp`: set on every connection of the session once it is
+    /// identified, as asked (`None`: none asked).
+    socket: Option<(DataOptions, sonde_wire::SocketOptions)>,
+    /// What the kernel granted on the session's first connection (read back there once).
+    applied: OnceLock<sonde_wire::AppliedSocketOptions>,
 }
 
 impl Session {
@@ -173,6 +179,9 @@ pub(crate) fn run_session(
         last_ns: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         cpu: ThreadsMeter::start(),
+        socket: (!spec.socket.is_default())
+            .then(|| (DataOptions::from(&spec.socket), spec.socket.clone())),
+        applied: OnceLock::new(),
     });
     {
         let mut sessions = lock(&shared.crr.sessions);
@@ -262,6 +271,7 @@ fn finish(ctrl: &mut TcpStream, state: &Session, slot: &Slot) -> String {
         overlapping_sessions: slot.overlap.load(Ordering::Relaxed),
         crr: Some(crr),
         cpu: state.cpu_report(),
+        socket: state.applied.get().cloned().map(Box::new),
         ..AgentReport::default()
     };
     if write_frame(ctrl, &ControlMsg::Report(report)).is_err() {
@@ -353,6 +363,16 @@ fn serve(
     }
     identified();
     let counted = session.cpu.track_from(cpu_start);
+    if let Some((options, asked)) = &session.socket {
+        // On the accepted connection: the MSS bounds what this end sends, the buffers and the
+        // TOS byte its responses. Checked at the session's start, so a refusal is not expected;
+        // should one come, the exchange goes on without the option, and the read-back shows it.
+        if let Ok(applied) = options.apply_tcp(&stream) {
+            if session.applied.get().is_none() {
+                let _ = session.applied.set(applied.to_wire(asked, true));
+            }
+        }
+    }
     session.active.fetch_add(1, Ordering::AcqRel);
     session
         .first_ns

@@ -23,7 +23,10 @@ use std::time::{Duration, Instant};
 use sonde_engine::crr::{rate, CrrErrorCounts, CrrIntervals, CrrStats};
 use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
 use sonde_net::cpu::ThreadsMeter;
-use sonde_net::crr::{client_worker_with_intervals, CrrClientConfig, SharedCrrIntervals};
+use sonde_net::crr::{
+    client_worker_with_intervals, CrrClientConfig, CrrSocket, SharedCrrIntervals,
+};
+use sonde_net::socket::DataOptions;
 use sonde_net::Clock;
 use sonde_report::{
     CpuCost, CpuCosts, CpuScope, CrrAgentShare, CrrClose, CrrErrors, CrrInterval, CrrResult, Hosts,
@@ -64,6 +67,8 @@ pub struct CrrOptions {
     pub timeout: Duration,
     /// Interval length; `None` (or zero) for none.
     pub interval: Option<Duration>,
+    /// `-w`, `-C`, `-M`, `-S`, `--dscp`, `--ecn`: set on every connection at both ends.
+    pub socket: sonde_wire::SocketOptions,
 }
 
 impl Default for CrrOptions {
@@ -78,6 +83,7 @@ impl Default for CrrOptions {
             rst: false,
             timeout: Duration::from_secs(5),
             interval: None,
+            socket: sonde_wire::SocketOptions::default(),
         }
     }
 }
@@ -136,16 +142,26 @@ fn crr(
             .max(1),
         interval_ms: 0,
         read_size: 0,
-        socket: Default::default(),
+        socket: crate::check_socket(&opt.socket, sonde_wire::Protocol::Tcp, TestKind::Crr)?,
         omit_ms: 0,
         skip_rx_copy: false,
         bytes: 0,
         blocks: 0,
     };
+    if !spec.socket.is_default() {
+        // What this host's kernel refuses is a usage error before the agent is asked.
+        DataOptions::from(&spec.socket)
+            .try_on(
+                crate::session::unspecified_like(target.addr),
+                target.addr.ip(),
+                true,
+            )
+            .map_err(|e| crate::session::socket_refused(&e))?;
+    }
     let started_unix_ms = crate::now_unix_ms();
     let first = handshake(target, &spec, None)?;
     let sessions = find_agents(target, &spec, first)?;
-    let run = run(target, opt, sessions, interrupt)?;
+    let run = run(target, opt, &spec.socket, sessions, interrupt)?;
     let mut r = result(target, opt, started_unix_ms, &run);
     if run.interrupted {
         crate::mark_interrupted(&mut r.meta);
@@ -277,6 +293,9 @@ struct Run {
     cpu: Option<CpuReport>,
     /// Stopped early by the caller's interrupt flag.
     interrupted: bool,
+    /// The socket options as asked and as this host's kernel granted them on the first
+    /// connection; `None` when none were asked.
+    socket: Option<(sonde_wire::SocketOptions, sonde_wire::AppliedSocketOptions)>,
 }
 
 /// A message, or the end, of session `.0`'s control connection.
@@ -287,6 +306,7 @@ enum Event {
 fn run(
     target: &Target,
     opt: &CrrOptions,
+    socket: &sonde_wire::SocketOptions,
     sessions: Vec<Admitted>,
     interrupt: &AtomicBool,
 ) -> Result<Run, ClientError> {
@@ -317,6 +337,12 @@ fn run(
         .interval
         .filter(|d| !d.is_zero())
         .map(|iv| SharedCrrIntervals::new(CrrIntervals::new(nanos(iv), until_ns)));
+    // Every worker's connections take the options; the first to connect reads back what the
+    // kernel granted.
+    let crr_socket = (!socket.is_default()).then(|| CrrSocket {
+        options: DataOptions::from(socket),
+        ..CrrSocket::default()
+    });
     let clock = Clock::start();
     let stop = AtomicBool::new(false);
     let meter = ThreadsMeter::start();
@@ -346,6 +372,7 @@ fn run(
                     timeout: opt.timeout,
                     answer,
                     bind: target.source.bind.clone(),
+                    socket: crr_socket.clone(),
                 };
                 let (clock, stop, meter, shared) = (&clock, &stop, &meter, shared.as_ref());
                 scope.spawn(move || {
@@ -434,6 +461,14 @@ fn run(
         reports,
         cpu,
         interrupted: interrupt.load(std::sync::atomic::Ordering::Relaxed),
+        socket: crr_socket.map(|s| {
+            let granted = s
+                .first
+                .get()
+                .map(|a| a.to_wire(socket, true))
+                .unwrap_or_default();
+            (socket.clone(), granted)
+        }),
     })
 }
 
@@ -592,7 +627,19 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
     meta.cpu = cpu;
     meta.agent = served_by(&run.reports);
     meta.add_all(&warnings);
+    // As asked and as each end's kernel granted on its first connection (the first agent's,
+    // behind a balancer).
+    let socket = run.socket.clone().map(|(asked, client)| {
+        let ends = sonde_report::EndsSocket {
+            asked,
+            client,
+            server: first.and_then(|r| r.socket.as_deref().cloned()),
+        };
+        meta.add_all(&ends.warnings(true, true));
+        ends
+    });
     CrrResult {
+        socket,
         meta,
         protocol: Protocol::Tcp,
         workers: opt.workers,
@@ -737,6 +784,7 @@ mod tests {
             reports: vec![(None, report)],
             cpu: None,
             interrupted: false,
+            socket: None,
         }
     }
 

@@ -1116,15 +1116,12 @@ fn session(
     let socket = crate::throughput_socket(opt)?;
     let options = (!socket.is_default()).then(|| DataOptions::from(&socket));
     if let Some(o) = &options {
-        let local = SocketAddr::new(
-            match peer {
-                SocketAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
-                SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
-            },
-            0,
-        );
-        o.try_on(local, peer.ip(), opt.protocol == Protocol::Tcp)
-            .map_err(|e| crate::session::socket_refused(&e))?;
+        o.try_on(
+            crate::session::unspecified_like(peer),
+            peer.ip(),
+            opt.protocol == Protocol::Tcp,
+        )
+        .map_err(|e| crate::session::socket_refused(&e))?;
     }
     let params = params(opt, &socket);
     ctl.send_params(&params)?;

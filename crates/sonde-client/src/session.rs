@@ -248,14 +248,12 @@ pub(crate) fn connect(
     // A value this host's kernel refuses is a usage error, found before the agent is asked.
     let options = (!spec.socket.is_default()).then(|| DataOptions::from(&spec.socket));
     if let Some(o) = &options {
-        let local = match target.addr {
-            std::net::SocketAddr::V4(_) => std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
-            std::net::SocketAddr::V6(_) => {
-                std::net::SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
-            }
-        };
-        o.try_on(local, target.addr.ip(), spec.protocol == Protocol::Tcp)
-            .map_err(|e| socket_refused(&e))?;
+        o.try_on(
+            unspecified_like(target.addr),
+            target.addr.ip(),
+            spec.protocol == Protocol::Tcp,
+        )
+        .map_err(|e| socket_refused(&e))?;
     }
     let mut welcomed = hello(target)?;
     let mut spec = spec.clone();
@@ -358,6 +356,17 @@ pub(crate) fn fits_path_mtu(sock: &std::net::UdpSocket, payload: u32) -> Result<
 
 /// A socket option this host's kernel refused: a usage error naming the option and the
 /// kernel's reason.
+/// The unspecified address of `peer`'s family, port 0: where a socket that talks to `peer`
+/// would be bound before the kernel picks.
+pub(crate) fn unspecified_like(peer: std::net::SocketAddr) -> std::net::SocketAddr {
+    match peer {
+        std::net::SocketAddr::V4(_) => std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+        std::net::SocketAddr::V6(_) => {
+            std::net::SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
+        }
+    }
+}
+
 pub(crate) fn socket_refused(e: &sonde_net::socket::DataOptionError) -> ClientError {
     ClientError::Usage(format!("{}: {}", e.flag(), e.explain()))
 }

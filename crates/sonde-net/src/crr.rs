@@ -16,7 +16,7 @@
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -56,6 +56,19 @@ pub struct CrrClientConfig {
     /// The source address and device of every connection (`-B`, `--bind-dev`); the port is
     /// always an ephemeral one (a connection per transaction leaves each in TIME_WAIT).
     pub bind: crate::socket::Bind,
+    /// `-w`, `-C`, `-M`, `-S`, `--dscp`: set on every connection before it connects; `None`
+    /// for none.
+    pub socket: Option<CrrSocket>,
+}
+
+/// The socket options of a crr test's connections, and what the kernel granted.
+#[derive(Debug, Clone, Default)]
+pub struct CrrSocket {
+    /// Set on every connection before its connect.
+    pub options: crate::socket::DataOptions,
+    /// What the kernel granted on the first connection that connected, read back there once
+    /// (not per connection: the getsockopt calls would be part of every transaction).
+    pub first: Arc<OnceLock<crate::socket::Applied>>,
 }
 
 /// All workers' intervals of a run (`sonde crr -i`). Each worker adds to it once per interval
@@ -233,8 +246,25 @@ fn attempt(
         Ok(())
     };
     setup().map_err(|e| classify(&e))?;
-    sock.connect_timeout(addr, cfg.timeout)
-        .map_err(|e| classify(&e))?;
+    if let Some(s) = &cfg.socket {
+        // The client checked them on a socket of its own first: a refusal here is not the
+        // path's, and is counted as an other failure.
+        let applied = s
+            .options
+            .apply_tcp_to(&sock, cfg.agent)
+            .map_err(|_| CrrError::Other)?;
+        sock.connect_timeout(addr, cfg.timeout)
+            .map_err(|e| classify(&e))?;
+        if s.first.get().is_none() {
+            // Read back on the connection (an MSS settles at the handshake); the same setting
+            // again is harmless.
+            let connected = s.options.apply_tcp_to(&sock, cfg.agent).unwrap_or(applied);
+            let _ = s.first.set(connected);
+        }
+    } else {
+        sock.connect_timeout(addr, cfg.timeout)
+            .map_err(|e| classify(&e))?;
+    }
     rec.connected(start, clock.now_ns());
     // Each call is bounded by the socket's timeouts, the whole exchange by one more.
     let deadline = Instant::now() + cfg.timeout;
@@ -436,6 +466,7 @@ mod tests {
             timeout: Duration::from_secs(2),
             answer: false,
             bind: crate::socket::Bind::default(),
+            socket: None,
         }
     }
 

@@ -549,6 +549,17 @@ impl DataOptions {
         Ok(())
     }
 
+    /// Sets them on `sock`, a TCP socket that connects (or connected) to `peer`, and reads back
+    /// what the kernel granted: before the connect, the buffers size the window the SYN offers
+    /// and `TCP_MAXSEG` the MSS it announces.
+    pub(crate) fn apply_tcp_to(
+        &self,
+        sock: &Socket,
+        peer: SocketAddr,
+    ) -> Result<Applied, DataOptionError> {
+        self.apply(sock, true, tos_is_ipv6(Some(peer), Some(peer)))
+    }
+
     fn apply(&self, sock: &Socket, tcp: bool, ipv6: bool) -> Result<Applied, DataOptionError> {
         let mut applied = Applied::default();
         if let Some(asked) = self.buffer_bytes {

@@ -925,6 +925,7 @@ pub(crate) fn crr_4_workers() -> TestResult {
         errors: CrrErrors::default(),
         intervals: Vec::new(),
         agents: Vec::new(),
+        socket: None,
     })
 }
 
@@ -1040,6 +1041,7 @@ pub(crate) fn crr_ports_exhausted() -> TestResult {
             ]
         },
         agents: Vec::new(),
+        socket: None,
     })
 }
 

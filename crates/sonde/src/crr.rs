@@ -76,6 +76,10 @@ pub(crate) struct Opt {
     #[arg(short = 'i', long = "interval", value_name = "SECS", value_parser = crate::units::seconds)]
     interval: Option<Duration>,
     #[command(flatten)]
+    ip: crate::sockopt::IpOpt,
+    #[command(flatten)]
+    tcp_opt: crate::sockopt::TcpOpt,
+    #[command(flatten)]
     secret: crate::auth::SecretOpt,
     #[command(flatten)]
     source: crate::source::SourceOpt,
@@ -98,6 +102,15 @@ fn run_once(opt: &Opt, saver: &mut crate::save::Saver) -> anyhow::Result<()> {
         rst: opt.rst,
         timeout: opt.timeout,
         interval: opt.interval.filter(|d| !d.is_zero()),
+        // On every connection at both ends; TCP_NODELAY is always on (a response larger than
+        // a segment must not wait for an acknowledgement).
+        socket: crate::sockopt::socket_options(
+            &opt.ip,
+            crate::sockopt::Taken {
+                tcp: Some(&opt.tcp_opt),
+                ..crate::sockopt::Taken::default()
+            },
+        ),
     };
     let label = format!("crr {}", target.label);
     crate::runner::measure(saver, opt.output, &label, opt.time, |interrupt, _| {

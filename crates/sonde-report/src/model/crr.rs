@@ -100,6 +100,11 @@ pub struct CrrResult {
     /// rates). Absent on a direct path.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agents: Vec<CrrAgentShare>,
+    /// `-w`, `-C`, `-M`, `-S`/`--dscp`/`--ecn`: set on every connection at both ends, as asked
+    /// and as each end's kernel granted them on its first connection (the first agent's,
+    /// behind a balancer). Absent unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<super::context::EndsSocket>,
 }
 
 /// One agent's part of a crr test a load balancer spread over several agents.

@@ -401,3 +401,105 @@ fn congestion_and_window_are_what_ss_sees_at_each_end() {
         "{doc:#}"
     );
 }
+
+/// Issue 19: crr's connections take the options at both ends: every full segment of the
+/// requests and responses carries DSCP EF and none is above `-M 1000`, every connection's SYN
+/// announces 1,000 (as many SYNs as the result's connects), and both ends report reno and the
+/// TOS byte they sent with.
+#[test]
+fn crr_connections_carry_the_options_at_both_ends() {
+    let _file = crate::common::file_lock(module_path!());
+    let test = "crr_connections_carry_the_options_at_both_ends";
+    if !require_or_skip(test, NEEDS) {
+        return;
+    }
+    let lab = Lab::new();
+    let agent = Agent::start_in(Some(lab.b()), B_ADDR, &[]);
+    let port = agent.port();
+    // The crr connections are the ones whose SYN announces 1,000: conntrack marks them, at b as
+    // the SYN comes in and at a as it leaves, so the control connection on the same port is
+    // left out. Counted: their packets that carry data (or a SYN: longer than the 52 bytes of
+    // a bare acknowledgement), those with DSCP EF, and those longer than a 1,000-byte MSS
+    // allows (20 of IPv4, 32 of TCP with timestamps).
+    let syn = format!("tcp dport {port} tcp flags syn tcp option maxseg size 1000");
+    let mark = format!("{syn} ct mark set 0x1");
+    let nft = |ns: &str, args: &[&str]| check(command_in(Some(ns), tool("nft")).args(args));
+    let rules = |dir: &str| {
+        // The agent's SYN-ACK goes out before it sets the options on the accepted connection.
+        let flow = format!("tcp {dir} {port} ct mark 0x1 tcp flags & syn != syn");
+        vec![
+            format!("{flow} ip length > 52"),
+            format!("{flow} ip length > 52 ip dscp ef"),
+            format!("{flow} ip length > 1052"),
+        ]
+    };
+    let mut at_b = vec![mark.clone()];
+    at_b.extend(rules("dport"));
+    lab.count(Side::B, &at_b);
+    nft(lab.a(), &["add", "table", "inet", "sonde_sock"]);
+    nft(
+        lab.a(),
+        &[
+            "add",
+            "chain",
+            "inet",
+            "sonde_sock",
+            "syn_out",
+            "{ type filter hook output priority 0; policy accept; }",
+        ],
+    );
+    let mut add = vec!["add", "rule", "inet", "sonde_sock", "syn_out"];
+    add.extend(mark.split_whitespace());
+    nft(lab.a(), &add);
+    lab.count(Side::A, &rules("sport"));
+    let target = agent.target();
+    let doc = client(
+        &lab,
+        &[
+            "crr",
+            &target,
+            "-t",
+            "1",
+            "-m",
+            "3000",
+            "--response-size",
+            "4000",
+            "--dscp",
+            "ef",
+            "-M",
+            "1000",
+            "-C",
+            "reno",
+        ],
+    );
+    let (at_b, at_a) = (lab.counts(Side::B), lab.counts(Side::A));
+    eprintln!(
+        "at the agent {at_b:?} (SYN MSS 1000, longer than 52, of them EF, above the MSS), at the client {at_a:?}"
+    );
+    let transactions = u64_at(&doc, &["transactions"]);
+    assert!(transactions > 10, "{doc:#}");
+    assert_eq!(
+        at_b[0],
+        u64_at(&doc, &["connects"]),
+        "a SYN per connection: {at_b:?}"
+    );
+    // Requests of 3,000 bytes are four segments at least, responses of 4,000 five.
+    for (side, c, per) in [("requests", &at_b[1..], 4), ("responses", &at_a[..], 5)] {
+        assert!(
+            c[0] >= per * transactions,
+            "{side}: {c:?}, {transactions} transactions"
+        );
+        assert_eq!(c[1], c[0], "{side}: DSCP EF on every segment: {c:?}");
+        assert_eq!(c[2], 0, "{side}: none above the MSS: {c:?}");
+    }
+    for end in ["client", "server"] {
+        assert_eq!(u64_at(&doc, &["socket", end, "tos"]), 46 << 2, "{doc:#}");
+        assert_eq!(
+            at(&doc, &["socket", end, "congestion"]),
+            &Value::String("reno".into()),
+            "{doc:#}"
+        );
+        let mss = u64_at(&doc, &["socket", end, "mss_bytes"]);
+        assert!((900..=1000).contains(&mss), "{end}: {mss}\n{doc:#}");
+    }
+}
