@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 use sonde_net::control::{read_frame, write_frame};
 use sonde_net::cpu::{CpuScope, CpuSnapshot, ThreadsMeter};
 use sonde_net::crr::{agent_answer, agent_prepare, agent_read_join, peek_preamble, read_full};
+use sonde_net::hostinfo::InterfaceSnapshot;
 use sonde_net::socket::DataOptions;
 use sonde_net::Clock;
 use sonde_wire::{
@@ -197,10 +198,12 @@ pub(crate) fn run_session(
     } else {
         let planned = Duration::from_millis(spec.duration_ms);
         let counted = state.cpu.track();
+        // The interface toward the client, counted from here to the report.
+        let interface = InterfaceSnapshot::toward(slot.peer_ip);
         let waited = wait_for_finish(&mut ctrl, shared, Instant::now() + planned + OVERRUN);
         drop(counted);
         match waited {
-            Ok(()) => finish(&mut ctrl, &state, slot),
+            Ok(()) => finish(&mut ctrl, &state, slot, interface.as_ref()),
             Err(why) => {
                 let _ = write_frame(
                     &mut ctrl,
@@ -257,7 +260,12 @@ fn wait_for_finish(ctrl: &mut TcpStream, shared: &Shared, hard_end: Instant) -> 
 }
 
 /// After `Finish`: lets the exchanges in progress end, then sends the report.
-fn finish(ctrl: &mut TcpStream, state: &Session, slot: &Slot) -> String {
+fn finish(
+    ctrl: &mut TcpStream,
+    state: &Session,
+    slot: &Slot,
+    interface: Option<&InterfaceSnapshot>,
+) -> String {
     let drain_end = Instant::now() + DRAIN;
     while state.active.load(Ordering::Acquire) > 0 && Instant::now() < drain_end {
         thread::sleep(Duration::from_millis(1));
@@ -272,6 +280,7 @@ fn finish(ctrl: &mut TcpStream, state: &Session, slot: &Slot) -> String {
         crr: Some(crr),
         cpu: state.cpu_report(),
         socket: state.applied.get().cloned().map(Box::new),
+        interface: interface.and_then(InterfaceSnapshot::delta).map(Box::new),
         ..AgentReport::default()
     };
     if write_frame(ctrl, &ControlMsg::Report(report)).is_err() {

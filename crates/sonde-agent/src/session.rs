@@ -25,6 +25,7 @@ use sonde_engine::interval::Intervals;
 use sonde_net::bulk::{SendOutcome, TcpRecvOutcome, UdpRecvOutcome};
 use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
 use sonde_net::cpu::ThreadsMeter;
+use sonde_net::hostinfo::InterfaceSnapshot;
 use sonde_net::socket::DataOptions;
 use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
@@ -484,6 +485,11 @@ impl<'a> Test<'a> {
                 return format!("ended: {why}");
             }
         };
+        // The interface toward the client, counted from here to the report.
+        let interface = ctrl
+            .peer_addr()
+            .ok()
+            .and_then(|p| InterfaceSnapshot::toward(p.ip()));
         let writer = Mutex::new(ctrl);
         let (tx, rx) = mpsc::channel::<Event>();
         let clock = Clock::start();
@@ -559,6 +565,10 @@ impl<'a> Test<'a> {
                 report.intervals = intervals_out;
                 report.overlapping_sessions = self.slot.overlap.load(Ordering::Relaxed);
                 report.socket = socket.map(Box::new);
+                report.interface = interface
+                    .as_ref()
+                    .and_then(InterfaceSnapshot::delta)
+                    .map(Box::new);
                 // Every other thread of the session has ended: the sum is complete.
                 drop(this_thread);
                 report.cpu = self.cpu_report();

@@ -26,6 +26,7 @@ use sonde_net::cpu::ThreadsMeter;
 use sonde_net::crr::{
     client_worker_with_intervals, CrrClientConfig, CrrSocket, SharedCrrIntervals,
 };
+use sonde_net::hostinfo::InterfaceSnapshot;
 use sonde_net::socket::DataOptions;
 use sonde_net::Clock;
 use sonde_report::{
@@ -296,6 +297,8 @@ struct Run {
     /// The socket options as asked and as this host's kernel granted them on the first
     /// connection; `None` when none were asked.
     socket: Option<(sonde_wire::SocketOptions, sonde_wire::AppliedSocketOptions)>,
+    /// What this host's interface toward the agent counted over the run.
+    interface: Option<sonde_wire::InterfaceDelta>,
 }
 
 /// A message, or the end, of session `.0`'s control connection.
@@ -343,6 +346,7 @@ fn run(
         options: DataOptions::from(socket),
         ..CrrSocket::default()
     });
+    let interface = InterfaceSnapshot::toward(target.addr.ip());
     let clock = Clock::start();
     let stop = AtomicBool::new(false);
     let meter = ThreadsMeter::start();
@@ -461,6 +465,7 @@ fn run(
         reports,
         cpu,
         interrupted: interrupt.load(std::sync::atomic::Ordering::Relaxed),
+        interface: interface.as_ref().and_then(InterfaceSnapshot::delta),
         socket: crr_socket.map(|s| {
             let granted = s
                 .first
@@ -627,6 +632,13 @@ fn result(target: &Target, opt: &CrrOptions, started_unix_ms: u64, run: &Run) ->
     meta.cpu = cpu;
     meta.agent = served_by(&run.reports);
     meta.add_all(&warnings);
+    // The first agent's interface, as its socket options: behind a balancer the others' are
+    // each one's.
+    crate::results::add_interfaces(
+        &mut meta,
+        run.interface.as_ref(),
+        first.and_then(|r| r.interface.as_deref()),
+    );
     // As asked and as each end's kernel granted on its first connection (the first agent's,
     // behind a balancer).
     let socket = run.socket.clone().map(|(asked, client)| {
@@ -784,6 +796,7 @@ mod tests {
             reports: vec![(None, report)],
             cpu: None,
             interrupted: false,
+            interface: None,
             socket: None,
         }
     }

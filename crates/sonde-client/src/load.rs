@@ -206,6 +206,7 @@ mod tests {
             agent: None,
             cpu: sonde_report::CpuCosts::default(),
             sources: Vec::new(),
+            interfaces: None,
         };
         discount_own_session(&mut meta);
         assert_eq!(meta.overlapping_sessions, 0);

@@ -56,6 +56,7 @@ pub(crate) fn meta_for(
         cpu: sonde_report::CpuCosts::default(),
         agent: None,
         sources: Vec::new(),
+        interfaces: None,
     };
     if overlapping > 0 {
         meta.add(&Warning::OverlappingSessions {
@@ -100,6 +101,32 @@ pub(crate) fn add_sources(
             seen_by_server: seen.map(|a| a.to_string()),
         });
     }
+}
+
+/// Puts what each end's interface counted in `meta`, with a warning for an interface that
+/// dropped packets or counted errors meanwhile.
+pub(crate) fn add_interfaces(
+    meta: &mut Meta,
+    client: Option<&sonde_wire::InterfaceDelta>,
+    server: Option<&sonde_wire::InterfaceDelta>,
+) {
+    if client.is_none() && server.is_none() {
+        return;
+    }
+    for (end, delta) in [("this host's", client), ("the agent's", server)] {
+        if let Some(d) =
+            delta.filter(|d| d.rx_dropped + d.tx_dropped + d.rx_errors + d.tx_errors > 0)
+        {
+            meta.add(&Warning::InterfaceDrops {
+                end,
+                delta: d.clone(),
+            });
+        }
+    }
+    meta.interfaces = Some(sonde_report::EndsInterfaces {
+        client: client.cloned(),
+        server: server.cloned(),
+    });
 }
 
 /// Puts both ends' configuration and CPU cost in `meta`, with a warning for what a sonde agent
@@ -218,6 +245,11 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
     );
     add_context(&mut meta, &run.context, run.report.cpu.as_ref());
     add_sources(&mut meta, &run.context.sources, &run.report);
+    add_interfaces(
+        &mut meta,
+        run.context.interface.as_ref(),
+        run.report.interface.as_deref(),
+    );
     let udp = opt.protocol == sonde_wire::Protocol::Udp;
     let (lost, duplicated, reordered) = o.seq.as_ref().map_or((0, 0, 0), |t| {
         (
@@ -580,6 +612,11 @@ pub(crate) fn throughput(
     );
     add_context(&mut meta, &run.context, run.report.cpu.as_ref());
     add_sources(&mut meta, &run.context.sources, &run.report);
+    add_interfaces(
+        &mut meta,
+        run.context.interface.as_ref(),
+        run.report.interface.as_deref(),
+    );
     let tuning = ends_tuning(run.tuning.as_ref(), run.report.tuning.as_deref(), &mut meta);
     let socket = ends_socket(&run.context, run.report.socket.as_deref(), !udp, &mut meta);
     let streams: Vec<StreamResult> = views
@@ -742,6 +779,11 @@ pub(crate) fn pps(
     );
     add_context(&mut meta, &run.context, run.report.cpu.as_ref());
     add_sources(&mut meta, &run.context.sources, &run.report);
+    add_interfaces(
+        &mut meta,
+        run.context.interface.as_ref(),
+        run.report.interface.as_deref(),
+    );
     let tuning = ends_tuning(run.tuning.as_ref(), run.report.tuning.as_deref(), &mut meta);
     let socket = ends_socket(&run.context, run.report.socket.as_deref(), false, &mut meta);
     let mut flows = Vec::new();
@@ -1172,6 +1214,7 @@ mod context_tests {
             }),
             server_host: None,
             sources: Vec::new(),
+            interface: None,
             client_cpu: Some(sonde_wire::CpuReport {
                 wall_ns: 1_000,
                 user_ns: 500,

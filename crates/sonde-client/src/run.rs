@@ -39,6 +39,9 @@ pub(crate) struct Context {
     pub(crate) socket: Option<(sonde_wire::SocketOptions, sonde_wire::AppliedSocketOptions)>,
     /// The local address and port of each data channel, in channel order.
     pub(crate) sources: Vec<Option<std::net::SocketAddr>>,
+    /// What this host's interface toward the agent counted over the test; `None` where it
+    /// cannot be read.
+    pub(crate) interface: Option<sonde_wire::InterfaceDelta>,
 }
 
 impl Context {

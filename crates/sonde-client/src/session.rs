@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use sonde_engine::interval::Intervals;
 use sonde_net::control::{forward_frames, read_frame, write_frame, ControlError};
 use sonde_net::cpu::ThreadsMeter;
+use sonde_net::hostinfo::InterfaceSnapshot;
 use sonde_net::latency::{LatencyOutcome, PingConfig};
 use sonde_net::socket::DataOptions;
 use sonde_net::tcpinfo::TcpInfoSample;
@@ -408,6 +409,7 @@ pub(crate) fn run_latency_held(
     };
     let mut c = connect(target, spec, tuning)?;
     hold()?;
+    let interface = InterfaceSnapshot::toward(target.addr.ip());
     let mut tuned = (!tuning.is_default()).then(TuningReport::default);
     if let Some(t) = tuned.as_mut().filter(|_| opt.busy_poll) {
         let busy = match &c.channels[0] {
@@ -462,6 +464,7 @@ pub(crate) fn run_latency_held(
     let (outcome, elapsed_ns, client_cpu) = measured?;
     c.context.client_cpu = client_cpu;
     let (report, interrupted) = finish_latency(&mut c, interrupt.load(Ordering::Relaxed))?;
+    c.context.interface = interface.as_ref().and_then(InterfaceSnapshot::delta);
     Ok(LatencyRun {
         session: c.session,
         started_unix_ms: c.started_unix_ms,
@@ -534,6 +537,7 @@ pub(crate) fn run_bulk_held(
     let asked = c.spec.clone();
     let spec = &asked;
     hold()?;
+    let interface = InterfaceSnapshot::toward(target.addr.ip());
     let meter = ThreadsMeter::start();
     let counted = meter.track();
     let n = c.channels.len();
@@ -656,6 +660,7 @@ pub(crate) fn run_bulk_held(
     // The other threads of the run have ended: the sum is complete.
     drop(counted);
     c.context.client_cpu = cpu_report(&meter, spec, &counters, true);
+    c.context.interface = interface.as_ref().and_then(InterfaceSnapshot::delta);
     Ok(BulkRun {
         session: c.session,
         started_unix_ms: c.started_unix_ms,

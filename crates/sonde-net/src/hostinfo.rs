@@ -21,8 +21,9 @@ use std::fs;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
-use sonde_wire::{HostInfo, MinDefaultMax, NicInfo, SocketBufferLimits};
+use sonde_wire::{HostInfo, InterfaceDelta, MinDefaultMax, NicInfo, SocketBufferLimits};
 
 use crate::sys;
 
@@ -141,6 +142,68 @@ pub fn interface_for_peer(peer: IpAddr) -> io::Result<Option<String>> {
         .into_iter()
         .find(|(_, addr)| *addr == local)
         .map(|(name, _)| name))
+}
+
+/// The counters of `/sys/class/net/IF/statistics` an [`InterfaceDelta`] holds, in its order.
+const INTERFACE_COUNTERS: [&str; 8] = [
+    "rx_packets",
+    "tx_packets",
+    "rx_bytes",
+    "tx_bytes",
+    "rx_dropped",
+    "tx_dropped",
+    "rx_errors",
+    "tx_errors",
+];
+
+/// An interface's counters at one moment, for [`InterfaceSnapshot::delta`] at the test's end.
+#[derive(Debug, Clone)]
+pub struct InterfaceSnapshot {
+    name: String,
+    at: Instant,
+    counts: [u64; 8],
+}
+
+impl InterfaceSnapshot {
+    /// The interface a test with `peer` goes by ([`interface_for_peer`]), read now; `None`
+    /// where that cannot be known or its counters read (a platform without sysfs).
+    pub fn toward(peer: IpAddr) -> Option<Self> {
+        Self::of(&interface_for_peer(peer).ok()??)
+    }
+
+    /// The counters of interface `name`, read now (eight small sysfs reads: not for a hot
+    /// path).
+    pub fn of(name: &str) -> Option<Self> {
+        let mut counts = [0; 8];
+        for (count, file) in counts.iter_mut().zip(INTERFACE_COUNTERS) {
+            *count = read_number(Path::new(SYS_NET).join(name).join("statistics").join(file))?;
+        }
+        Some(Self {
+            name: name.to_owned(),
+            at: Instant::now(),
+            counts,
+        })
+    }
+
+    /// What the interface counted since this reading; `None` once it cannot be read (it went
+    /// away). A counter that went back (the driver reset it) counts 0.
+    pub fn delta(&self) -> Option<InterfaceDelta> {
+        let now = Self::of(&self.name)?;
+        let d = |i: usize| now.counts[i].saturating_sub(self.counts[i]);
+        Some(InterfaceDelta {
+            name: self.name.clone(),
+            duration_ns: u64::try_from(now.at.duration_since(self.at).as_nanos())
+                .unwrap_or(u64::MAX),
+            rx_packets: d(0),
+            tx_packets: d(1),
+            rx_bytes: d(2),
+            tx_bytes: d(3),
+            rx_dropped: d(4),
+            tx_dropped: d(5),
+            rx_errors: d(6),
+            tx_errors: d(7),
+        })
+    }
 }
 
 /// What kind of device a network interface is, as far as sending packets through it goes.
@@ -497,6 +560,27 @@ mod tests {
         assert_eq!(parse_speed("4294967295"), None);
         assert_eq!(parse_speed("0"), None);
         assert_eq!(parse_speed(""), None);
+    }
+
+    #[test]
+    fn the_loopback_interface_counts_the_datagrams_sent_over_it() {
+        let Some(before) = InterfaceSnapshot::toward(Ipv4Addr::LOCALHOST.into()) else {
+            // No sysfs here (not Linux): nothing to count.
+            assert!(!Path::new(SYS_NET).exists());
+            return;
+        };
+        let rx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let tx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        for _ in 0..100 {
+            tx.send(&[0; 100]).unwrap();
+        }
+        let d = before.delta().unwrap();
+        assert_eq!(d.name, "lo");
+        // Other traffic on lo only adds; on lo every packet sent is received.
+        assert!(d.tx_packets >= 100 && d.rx_packets >= 100, "{d:?}");
+        // 100 bytes of payload, 8 of UDP, 20 of IPv4 (lo counts no link-layer header).
+        assert!(d.rx_bytes >= 100 * 128, "{d:?}");
     }
 
     #[test]

@@ -23,6 +23,7 @@ fn meta(session: u64) -> Meta {
         cpu: CpuCosts::default(),
         agent: None,
         sources: Vec::new(),
+        interfaces: None,
     }
 }
 

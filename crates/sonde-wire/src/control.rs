@@ -421,6 +421,10 @@ pub struct AgentReport {
     /// where it received no TCP stream, or from an agent older than the option.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_rx_copy: Option<bool>,
+    /// What the interface toward the client counted over the session; `None` where the agent
+    /// cannot read it (not Linux, no route) or predates the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<Box<crate::InterfaceDelta>>,
 }
 
 /// What a client asks of the agent's end of a latency test besides the [`TestSpec`]

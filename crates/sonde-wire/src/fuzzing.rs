@@ -982,6 +982,18 @@ fn control_messages() -> Vec<ControlMsg> {
             read_size: Some(1),
             socket: Default::default(),
             skip_rx_copy: Some(true),
+            interface: Some(Box::new(crate::InterfaceDelta {
+                name: "eth0".into(),
+                duration_ns: 1,
+                rx_packets: 2,
+                tx_packets: 3,
+                rx_bytes: 4,
+                tx_bytes: 5,
+                rx_dropped: 6,
+                tx_dropped: 7,
+                rx_errors: 8,
+                tx_errors: 9,
+            })),
         }),
         ControlMsg::Error {
             message: "receiver failed".into(),

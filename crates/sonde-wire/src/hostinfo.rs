@@ -233,3 +233,34 @@ mod tests {
         assert!(serde_json::from_str::<HostInfo>("7").is_err());
     }
 }
+
+/// What one network interface counted while a test ran, at one end: the differences of the
+/// kernel's counters (`/sys/class/net/IF/statistics` on Linux) between the test's start and
+/// its end. They count the whole interface, the test's packets and any other traffic it
+/// carried meanwhile; what the interface dropped never reached a socket, so a receiver's count
+/// cannot show it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct InterfaceDelta {
+    /// The interface (`eth0`, `lo`), the one the route to the other end takes.
+    pub name: String,
+    /// Between the two readings, ns.
+    pub duration_ns: u64,
+    /// Packets received (`rx_packets`).
+    pub rx_packets: u64,
+    /// Packets sent (`tx_packets`).
+    pub tx_packets: u64,
+    /// Bytes received, link-layer headers included (`rx_bytes`).
+    pub rx_bytes: u64,
+    /// Bytes sent (`tx_bytes`).
+    pub tx_bytes: u64,
+    /// Received packets the kernel dropped before any socket saw them (`rx_dropped`: no
+    /// buffer, a full backlog, ...).
+    pub rx_dropped: u64,
+    /// Packets dropped on the way out (`tx_dropped`).
+    pub tx_dropped: u64,
+    /// Receive errors the driver reported (`rx_errors`: CRC, frame, FIFO overruns, missed).
+    pub rx_errors: u64,
+    /// Transmit errors (`tx_errors`).
+    pub tx_errors: u64,
+}

@@ -49,7 +49,9 @@ pub mod stamps;
 pub use answers::*;
 pub use control::*;
 pub use data::*;
-pub use hostinfo::{HostInfo, MinDefaultMax, NicInfo, NicOffloads, SocketBufferLimits};
+pub use hostinfo::{
+    HostInfo, InterfaceDelta, MinDefaultMax, NicInfo, NicOffloads, SocketBufferLimits,
+};
 pub use socket::{AppliedSocketOptions, SocketOptions};
 
 /// Errors from decoding bytes that came from the network.

@@ -361,6 +361,18 @@ mod context_tests {
     }
 }
 
+/// What the interface each end sent and received by counted over the test (the kernel's
+/// counters of the whole interface: this test's packets and any other traffic). What an
+/// interface dropped never reached a socket, so no receiver count shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct EndsInterfaces {
+    /// This host's interface toward the agent; `null` where it cannot be read (not Linux).
+    pub client: Option<sonde_wire::InterfaceDelta>,
+    /// The agent's interface toward this host; `null` where it cannot read it, from an agent
+    /// older than the field, and from peers that are not sonde agents.
+    pub server: Option<sonde_wire::InterfaceDelta>,
+}
+
 /// `-w`, `-C`, `-M`, `-N`, `-S`/`--dscp`/`--ecn`, `--fq-rate`, `--dont-fragment`: the socket
 /// options of the data streams as asked, and as each end's kernel applied them (read back with
 /// `getsockopt` from its first stream).

@@ -56,6 +56,11 @@ pub struct Meta {
     /// and in results older than the field.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<StreamSource>,
+    /// What the interface at each end counted over the test: packets, bytes, drops and errors
+    /// each way. Absent where neither end could read its interface, and in results older than
+    /// the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interfaces: Option<super::context::EndsInterfaces>,
 }
 
 /// Where one data stream came from.
@@ -187,6 +192,9 @@ pub enum WarningCode {
     /// The agent saw a stream come from another address or port than this host sent it from:
     /// a source NAT (or a proxy) is in the path.
     SourceTranslated,
+    /// The interface at one end dropped packets (or counted errors) during the test: packets
+    /// lost there never reached a socket, so the receivers' counts do not show them.
+    InterfaceDrops,
     /// A code this version does not know (from a newer sonde).
     #[serde(other)]
     Other,
@@ -442,6 +450,13 @@ pub enum Warning {
         /// Where the agent saw it come from.
         seen: String,
     },
+    /// An interface dropped packets or counted errors during the test.
+    InterfaceDrops {
+        /// "this host's" or "the agent's".
+        end: &'static str,
+        /// The interface counted.
+        delta: sonde_wire::InterfaceDelta,
+    },
 }
 
 impl Warning {
@@ -496,6 +511,7 @@ impl Warning {
             }
             Self::UncleanEnd => WarningCode::UncleanEnd,
             Self::SourceTranslated { .. } => WarningCode::SourceTranslated,
+            Self::InterfaceDrops { .. } => WarningCode::InterfaceDrops,
             Self::Balancer { .. }
             | Self::SpreadOverAgents { .. }
             | Self::UnfoundAgent { .. }
@@ -720,6 +736,14 @@ impl std::fmt::Display for Warning {
                 f,
                 "the agent saw {seen} for {client} (stream {stream}): a source NAT or a proxy \
                  is in the path, and what the agent applies to its end goes to {seen}"
+            ),
+            Self::InterfaceDrops { end, delta } => write!(
+                f,
+                "{end} interface {} dropped {} received and {} outgoing packets and counted {} \
+                 receive and {} transmit errors during the test: packets lost at the interface \
+                 never reached a socket, so the receivers' counts do not show them (a full ring \
+                 or backlog, a driver or instance limit)",
+                delta.name, delta.rx_dropped, delta.tx_dropped, delta.rx_errors, delta.tx_errors
             ),
             Self::Iperf3ReadsUncounted => f.write_str(
                 "the iperf3 server does not report its read calls: receiver `packets` of \
@@ -950,6 +974,7 @@ mod warning_tests {
             cpu: CpuCosts::default(),
             agent: None,
             sources: Vec::new(),
+            interfaces: None,
         };
         let a = Warning::OverlappingSessions { sessions: 1 };
         let b = Warning::NothingReceived;

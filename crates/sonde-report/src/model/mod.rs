@@ -6,7 +6,9 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-pub use sonde_wire::{HostInfo, MinDefaultMax, NicInfo, NicOffloads, SocketBufferLimits};
+pub use sonde_wire::{
+    HostInfo, InterfaceDelta, MinDefaultMax, NicInfo, NicOffloads, SocketBufferLimits,
+};
 
 mod conf;
 mod context;

@@ -1145,6 +1145,22 @@ fn pps_gso_auto_counts_packets_the_interface_counts() {
             run.rx_packets,
             run.tcp_segments
         );
+        // Issue 20: the agent read the same counter over its session (from its Ready to its
+        // report, inside the run this test counted around) and reports it: every datagram
+        // that reached its socket, at most what the whole run brought.
+        let agent_if = at(doc, &["interfaces", "server"]);
+        assert_eq!(at(agent_if, &["name"]), VETH_B, "{agent_if:#}");
+        let agent_rx = u64_at(agent_if, &["rx_packets"]);
+        assert!(
+            (data..=run.rx_packets).contains(&agent_rx),
+            "--gso {gso}: the agent's interface counted {agent_rx} packets; {data} datagrams \
+             reached its socket and the veth counted {} over the whole run",
+            run.rx_packets
+        );
+        // And this host's veth sent at least every datagram.
+        let client_if = at(doc, &["interfaces", "client"]);
+        assert_eq!(at(client_if, &["name"]), VETH_A, "{client_if:#}");
+        assert!(u64_at(client_if, &["tx_packets"]) >= data, "{client_if:#}");
     }
     let run = pps_gso_case(&lab, &agent, "on", PPS_SIZE, &[]);
     eprintln!(

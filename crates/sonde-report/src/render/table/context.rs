@@ -60,6 +60,32 @@ pub(super) fn blocks(out: &mut String, meta: &Meta) {
         out.push('\n');
         cpu_block(out, cpu.client.as_ref(), cpu.server.as_ref(), server);
     }
+    if let Some(ifs) = &meta.interfaces {
+        out.push('\n');
+        let mut g = Grid::new(vec![Col::left(), Col::left()]);
+        for (end, d) in [("client", &ifs.client), (server, &ifs.server)] {
+            if let Some(d) = d {
+                g.row([end.into(), interface_line(d)]);
+            }
+        }
+        g.render(out);
+    }
+}
+
+/// What one end's interface counted over the test, as `sar -n DEV` would show it.
+fn interface_line(d: &sonde_wire::InterfaceDelta) -> String {
+    format!(
+        "{}: received {} packets ({}), sent {} ({}); dropped {} in, {} out; errors {} in, {} out",
+        d.name,
+        fmt_count(d.rx_packets),
+        fmt_bytes(d.rx_bytes),
+        fmt_count(d.tx_packets),
+        fmt_bytes(d.tx_bytes),
+        fmt_count(d.rx_dropped),
+        fmt_count(d.tx_dropped),
+        fmt_count(d.rx_errors),
+        fmt_count(d.tx_errors),
+    )
 }
 
 /// How the table names the far end: a sonde agent, or some other server.

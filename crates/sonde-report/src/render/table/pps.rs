@@ -166,6 +166,18 @@ pub(crate) fn pps(r: &PpsResult, out: &mut String) {
         fmt_count_f64(r.received_pps),
         "pps  counted by the receiving agent: the figure to quote".into(),
     ]);
+    if let Some(d) = r.meta.interfaces.as_ref().and_then(|i| i.server.as_ref()) {
+        // What `sar -n DEV` would have read at the receiver: the whole interface.
+        kv.row([
+            "interface".into(),
+            fmt_count(d.rx_packets),
+            format!(
+                "packets the agent's {} received (all its traffic; {} dropped)",
+                d.name,
+                fmt_count(d.rx_dropped)
+            ),
+        ]);
+    }
     kv.render(out);
     helpers::section(r.helpers.as_ref(), helpers::Shares::Pps, out);
     pps_intervals(r, out);
