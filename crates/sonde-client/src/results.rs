@@ -114,9 +114,18 @@ pub(crate) fn add_interfaces(
         return;
     }
     for (end, delta) in [("this host's", client), ("the agent's", server)] {
-        if let Some(d) =
-            delta.filter(|d| d.rx_dropped + d.tx_dropped + d.rx_errors + d.tx_errors > 0)
-        {
+        let Some(d) = delta else { continue };
+        for (name, &count) in &d.driver {
+            if let Some(limit) = sonde_report::cloud_limit(name).filter(|_| count > 0) {
+                meta.add(&Warning::CloudLimitExceeded {
+                    end,
+                    interface: d.name.clone(),
+                    count,
+                    limit,
+                });
+            }
+        }
+        if d.rx_dropped + d.tx_dropped + d.rx_errors + d.tx_errors > 0 {
             meta.add(&Warning::InterfaceDrops {
                 end,
                 delta: d.clone(),
@@ -904,6 +913,53 @@ mod context_tests {
 
     /// `-O` against an agent that predates it: its end of a stream carried data and omitted
     /// none.
+    /// A cloud limit's statistic that rose is named with its meaning; one that did not, or an
+    /// unknown statistic, says nothing; interface drops are their own warning.
+    #[test]
+    fn a_cloud_limit_that_rose_and_interface_drops_are_warned() {
+        let delta = |driver: &[(&str, u64)], rx_dropped| sonde_wire::InterfaceDelta {
+            name: "eth0".into(),
+            rx_dropped,
+            driver: driver.iter().map(|&(n, v)| (n.to_owned(), v)).collect(),
+            ..sonde_wire::InterfaceDelta::default()
+        };
+        let mut meta = meta_for(
+            &crate::resolve("127.0.0.1", 5300).unwrap(),
+            sonde_report::Peer::Sonde,
+            sonde_wire::SessionId(1),
+            0,
+            0,
+        );
+        let quiet = delta(
+            &[("bw_in_allowance_exceeded", 0), ("rx_queue_0_drops", 9)],
+            0,
+        );
+        let loud = delta(&[("pps_allowance_exceeded", 1_234), ("tx_timeout", 1)], 3);
+        add_interfaces(&mut meta, Some(&quiet), Some(&loud));
+        assert_eq!(
+            meta.warning_codes,
+            [
+                sonde_report::WarningCode::CloudLimitExceeded,
+                sonde_report::WarningCode::InterfaceDrops
+            ]
+        );
+        assert!(
+            meta.warnings[0].starts_with(
+                "the agent's interface eth0: pps_allowance_exceeded rose by 1234 during the test \
+                 (AWS ENA: packets queued or dropped"
+            ),
+            "{}",
+            meta.warnings[0]
+        );
+        assert!(
+            meta.warnings[1].contains("dropped 3 received"),
+            "{}",
+            meta.warnings[1]
+        );
+        let ifs = meta.interfaces.unwrap();
+        assert_eq!(ifs.client.unwrap().driver["rx_queue_0_drops"], 9);
+    }
+
     #[test]
     fn an_agent_that_did_not_omit_is_found_out() {
         let spec = TestSpec {

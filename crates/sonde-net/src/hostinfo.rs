@@ -162,6 +162,8 @@ pub struct InterfaceSnapshot {
     name: String,
     at: Instant,
     counts: [u64; 8],
+    /// `ethtool -S`; empty where the driver has none or they cannot be read.
+    driver: Vec<(String, u64)>,
 }
 
 impl InterfaceSnapshot {
@@ -182,6 +184,7 @@ impl InterfaceSnapshot {
             name: name.to_owned(),
             at: Instant::now(),
             counts,
+            driver: sys::driver_stats(name).unwrap_or_default(),
         })
     }
 
@@ -202,6 +205,18 @@ impl InterfaceSnapshot {
             tx_dropped: d(5),
             rx_errors: d(6),
             tx_errors: d(7),
+            // By name: a statistic the driver did not have at the start is left out.
+            driver: {
+                let before: std::collections::HashMap<&str, u64> =
+                    self.driver.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+                now.driver
+                    .iter()
+                    .filter_map(|(name, after)| {
+                        let before = before.get(name.as_str())?;
+                        Some((name.clone(), after.saturating_sub(*before)))
+                    })
+                    .collect()
+            },
         })
     }
 }

@@ -993,6 +993,7 @@ fn control_messages() -> Vec<ControlMsg> {
                 tx_dropped: 7,
                 rx_errors: 8,
                 tx_errors: 9,
+                driver: [("pps_allowance_exceeded".to_owned(), 10)].into(),
             })),
         }),
         ControlMsg::Error {

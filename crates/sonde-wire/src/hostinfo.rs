@@ -263,4 +263,10 @@ pub struct InterfaceDelta {
     pub rx_errors: u64,
     /// Transmit errors (`tx_errors`).
     pub tx_errors: u64,
+    /// The driver's own statistics (what `ethtool -S` prints), each as its value at the end
+    /// less its value at the start, every one the driver has (a gauge among them, such as
+    /// veth's `peer_ifindex`, differs by 0). Empty where the driver has none or they cannot be
+    /// read (`lo`, not Linux).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub driver: std::collections::BTreeMap<String, u64>,
 }

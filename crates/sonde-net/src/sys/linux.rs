@@ -353,6 +353,14 @@ const ETHTOOL_GTSO: u32 = 0x0000_001e;
 const ETHTOOL_GGSO: u32 = 0x0000_0023;
 const ETHTOOL_GFLAGS: u32 = 0x0000_0025;
 const ETHTOOL_GGRO: u32 = 0x0000_002b;
+const ETHTOOL_GSTRINGS: u32 = 0x0000_001b;
+const ETHTOOL_GSTATS: u32 = 0x0000_001d;
+/// The string set of `ETHTOOL_GSTATS`'s names (`enum ethtool_stringset`).
+const ETH_SS_STATS: u32 = 1;
+/// The length of one name in `ETHTOOL_GSTRINGS`' answer, NUL padded.
+const ETH_GSTRING_LEN: usize = 32;
+/// The most driver statistics read: a large NIC has a few thousand (per-queue counters).
+const MAX_DRIVER_STATS: u32 = 16_384;
 /// The LRO bit of `ETHTOOL_GFLAGS` (`ETH_FLAG_LRO`).
 const ETH_FLAG_LRO: u32 = 1 << 15;
 
@@ -459,6 +467,70 @@ pub(crate) fn nic_driver(interface: &str) -> Option<String> {
     let name = info.driver.split(|&b| b == 0).next().unwrap_or_default();
     let name = String::from_utf8_lossy(name).trim().to_owned();
     (!name.is_empty()).then_some(name)
+}
+
+/// The driver's own statistics of `interface`, what `ethtool -S` prints: each name with its
+/// value (`ETHTOOL_GDRVINFO` for the count, `ETHTOOL_GSTRINGS` for the names, `ETHTOOL_GSTATS`
+/// for the values). Empty for a driver without any; an error where the interface has no
+/// ethtool support (`lo`).
+pub(crate) fn driver_stats(interface: &str) -> io::Result<Vec<(String, u64)>> {
+    let sock = ioctl_socket()?;
+    // SAFETY: EthtoolDrvinfo is a C struct of integers and byte arrays; all zeroes is valid.
+    let mut info: EthtoolDrvinfo = unsafe { mem::zeroed() };
+    info.cmd = ETHTOOL_GDRVINFO;
+    // SAFETY: ETHTOOL_GDRVINFO takes a `struct ethtool_drvinfo`, which `info` is, all 196 bytes.
+    unsafe { ethtool(&sock, interface, ptr::addr_of_mut!(info).cast())? };
+    let n = info.n_stats;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if n > MAX_DRIVER_STATS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the driver counts {n} statistics, more than {MAX_DRIVER_STATS}"),
+        ));
+    }
+    // The kernel answers with as many as the driver counts when asked, which a reconfiguration
+    // between these calls could raise (ethtool(8) makes the same calls): both buffers hold
+    // twice the count read, and an answer longer than that is refused.
+    let room = n.saturating_mul(2);
+    let slots = usize::try_from(room).unwrap_or(usize::MAX);
+    // `struct ethtool_gstrings`: cmd, string_set, len, then `len` names of ETH_GSTRING_LEN bytes;
+    // held in u32 words for the header's alignment.
+    let mut strings = vec![0u32; 3 + slots * ETH_GSTRING_LEN / 4];
+    strings[..3].copy_from_slice(&[ETHTOOL_GSTRINGS, ETH_SS_STATS, n]);
+    // SAFETY: `strings` is a writable `struct ethtool_gstrings` with room for `room` names,
+    // twice what the driver counted just before.
+    unsafe { ethtool(&sock, interface, strings.as_mut_ptr().cast())? };
+    let names = strings[2];
+    // `struct ethtool_stats`: cmd, n_stats, then `n_stats` u64 values; the header is one u64.
+    let mut stats = vec![0u64; 1 + slots];
+    let mut header = [0u8; 8];
+    header[..4].copy_from_slice(&ETHTOOL_GSTATS.to_ne_bytes());
+    header[4..].copy_from_slice(&n.to_ne_bytes());
+    stats[0] = u64::from_ne_bytes(header);
+    // SAFETY: `stats` is a writable `struct ethtool_stats` with room for `room` values.
+    unsafe { ethtool(&sock, interface, stats.as_mut_ptr().cast())? };
+    let values = {
+        let h = stats[0].to_ne_bytes();
+        u32::from_ne_bytes([h[4], h[5], h[6], h[7]])
+    };
+    if names > room || values > room || names != values {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the driver's statistics changed while read ({n}, then {names} names and {values} values)"),
+        ));
+    }
+    let bytes: Vec<u8> = strings[3..].iter().flat_map(|w| w.to_ne_bytes()).collect();
+    Ok(bytes
+        .chunks(ETH_GSTRING_LEN)
+        .zip(&stats[1..])
+        .take(usize::try_from(names).unwrap_or(0))
+        .map(|(name, &value)| {
+            let name = name.split(|&b| b == 0).next().unwrap_or_default();
+            (String::from_utf8_lossy(name).into_owned(), value)
+        })
+        .collect())
 }
 
 /// Every IPv4 and IPv6 address of every interface, with the interface's name (`getifaddrs`).

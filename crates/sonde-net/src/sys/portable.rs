@@ -124,6 +124,11 @@ pub(crate) fn nic_driver(_interface: &str) -> Option<String> {
 }
 
 /// Not available portably.
+pub(crate) fn driver_stats(_interface: &str) -> io::Result<Vec<(String, u64)>> {
+    Err(unsupported())
+}
+
+/// Not available portably.
 pub(crate) fn interface_addresses() -> io::Result<Vec<(String, std::net::IpAddr)>> {
     Err(unsupported())
 }

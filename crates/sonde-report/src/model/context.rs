@@ -361,6 +361,59 @@ mod context_tests {
     }
 }
 
+/// A driver statistic that counts packets a cloud provider's limit held back, and what it
+/// means. Recognised by name in an interface's `driver` statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CloudLimit {
+    /// The statistic, as `ethtool -S` names it.
+    pub name: &'static str,
+    /// The provider and driver that count it.
+    pub driver: &'static str,
+    /// What a rise means.
+    pub meaning: &'static str,
+}
+
+/// The cloud limits sonde recognises. AWS's Elastic Network Adapter (`ena`) counts five, its
+/// "ENI" statistics (`ena_ethtool.c` in the driver's source; AWS's "Monitor network performance
+/// for ENA settings on your EC2 instance").
+pub const CLOUD_LIMITS: &[CloudLimit] = &[
+    CloudLimit {
+        name: "bw_in_allowance_exceeded",
+        driver: "AWS ENA",
+        meaning: "packets queued or dropped because the inbound bandwidth exceeded the \
+                  instance's allowance",
+    },
+    CloudLimit {
+        name: "bw_out_allowance_exceeded",
+        driver: "AWS ENA",
+        meaning: "packets queued or dropped because the outbound bandwidth exceeded the \
+                  instance's allowance",
+    },
+    CloudLimit {
+        name: "pps_allowance_exceeded",
+        driver: "AWS ENA",
+        meaning: "packets queued or dropped because the packets per second, both ways \
+                  together, exceeded the instance's allowance",
+    },
+    CloudLimit {
+        name: "conntrack_allowance_exceeded",
+        driver: "AWS ENA",
+        meaning: "packets dropped because the instance tracked as many connections as it \
+                  may: new connections could not be made",
+    },
+    CloudLimit {
+        name: "linklocal_allowance_exceeded",
+        driver: "AWS ENA",
+        meaning: "packets dropped because the traffic to the instance's local services (DNS, \
+                  the metadata service, time) exceeded their packets-per-second allowance",
+    },
+];
+
+/// The cloud limit `name` counts, if sonde knows it.
+pub fn cloud_limit(name: &str) -> Option<&'static CloudLimit> {
+    CLOUD_LIMITS.iter().find(|l| l.name == name)
+}
+
 /// What the interface each end sent and received by counted over the test (the kernel's
 /// counters of the whole interface: this test's packets and any other traffic). What an
 /// interface dropped never reached a socket, so no receiver count shows it.

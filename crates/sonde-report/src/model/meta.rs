@@ -195,6 +195,9 @@ pub enum WarningCode {
     /// The interface at one end dropped packets (or counted errors) during the test: packets
     /// lost there never reached a socket, so the receivers' counts do not show them.
     InterfaceDrops,
+    /// A driver statistic that counts a cloud provider's limit rose during the test (AWS ENA's
+    /// `pps_allowance_exceeded`, ...): the instance held packets back, not the path.
+    CloudLimitExceeded,
     /// A code this version does not know (from a newer sonde).
     #[serde(other)]
     Other,
@@ -450,6 +453,17 @@ pub enum Warning {
         /// Where the agent saw it come from.
         seen: String,
     },
+    /// A cloud limit's driver statistic rose during the test.
+    CloudLimitExceeded {
+        /// "this host's" or "the agent's".
+        end: &'static str,
+        /// The interface.
+        interface: String,
+        /// By how much it rose.
+        count: u64,
+        /// The limit.
+        limit: &'static super::context::CloudLimit,
+    },
     /// An interface dropped packets or counted errors during the test.
     InterfaceDrops {
         /// "this host's" or "the agent's".
@@ -512,6 +526,7 @@ impl Warning {
             Self::UncleanEnd => WarningCode::UncleanEnd,
             Self::SourceTranslated { .. } => WarningCode::SourceTranslated,
             Self::InterfaceDrops { .. } => WarningCode::InterfaceDrops,
+            Self::CloudLimitExceeded { .. } => WarningCode::CloudLimitExceeded,
             Self::Balancer { .. }
             | Self::SpreadOverAgents { .. }
             | Self::UnfoundAgent { .. }
@@ -736,6 +751,17 @@ impl std::fmt::Display for Warning {
                 f,
                 "the agent saw {seen} for {client} (stream {stream}): a source NAT or a proxy \
                  is in the path, and what the agent applies to its end goes to {seen}"
+            ),
+            Self::CloudLimitExceeded {
+                end,
+                interface,
+                count,
+                limit,
+            } => write!(
+                f,
+                "{end} interface {interface}: {} rose by {count} during the test ({}: {}): the \
+                 limit is the instance's, not the path's",
+                limit.name, limit.driver, limit.meaning
             ),
             Self::InterfaceDrops { end, delta } => write!(
                 f,

@@ -1157,6 +1157,17 @@ fn pps_gso_auto_counts_packets_the_interface_counts() {
              reached its socket and the veth counted {} over the whole run",
             run.rx_packets
         );
+        // The driver's own statistics, read with ETHTOOL_GSTATS as `ethtool -S` reads them:
+        // veth has `peer_ifindex` first and per-queue XDP counters (drivers/net/veth.c,
+        // `ethtool_stats_keys` and `veth_rq_stats_desc`); the peer's index does not change.
+        let driver = at(agent_if, &["driver"]);
+        assert_eq!(u64_at(driver, &["peer_ifindex"]), 0, "{agent_if:#}");
+        assert!(
+            driver
+                .as_object()
+                .is_some_and(|d| d.keys().any(|k| k.starts_with("rx_queue_0_"))),
+            "{agent_if:#}"
+        );
         // And this host's veth sent at least every datagram.
         let client_if = at(doc, &["interfaces", "client"]);
         assert_eq!(at(client_if, &["name"]), VETH_A, "{client_if:#}");
