@@ -186,6 +186,13 @@ pub enum WarningCode {
     /// The agent saw a stream come from another address or port than this host sent it from:
     /// a source NAT (or a proxy) is in the path.
     SourceTranslated,
+    /// `sonde mtu`: the path carries smaller packets than the local interface sends (a tunnel,
+    /// an overlay, a clamp): the MTU to set.
+    PathMtuBelowInterface,
+    /// `sonde mtu`: larger packets vanish without a router saying so (a PMTU black hole).
+    PathMtuBlackHole,
+    /// `sonde mtu`: the search ran out of time or probes, or was stopped, before its end.
+    MtuSearchIncomplete,
     /// A code this version does not know (from a newer sonde).
     #[serde(other)]
     Other,
@@ -441,6 +448,32 @@ pub enum Warning {
         /// Where the agent saw it come from.
         seen: String,
     },
+    /// `sonde mtu`: the path MTU is below the local interface's.
+    PathMtuBelowInterface {
+        /// The path MTU found, bytes.
+        path: u32,
+        /// The local interface's MTU, bytes.
+        interface: u32,
+        /// How it was learnt: `198.18.0.2 said so`, `by silence: no router said so`.
+        how: String,
+        /// The TCP MSS that fits it, bytes (less 40 for IPv4's and TCP's headers, 60 for
+        /// IPv6's).
+        mss: u32,
+    },
+    /// `sonde mtu`: probes above `above` bytes went unanswered and no router said why.
+    PathMtuBlackHole {
+        /// The largest size that crossed, bytes.
+        crossed: u32,
+        /// The smallest that did not, bytes.
+        above: u32,
+    },
+    /// `sonde mtu`: the search stopped before its end.
+    MtuSearchIncomplete {
+        /// Why: its time, its probe count, an interrupt.
+        why: String,
+        /// The size range still open, bytes.
+        between: (u32, u32),
+    },
 }
 
 impl Warning {
@@ -495,6 +528,9 @@ impl Warning {
             }
             Self::UncleanEnd => WarningCode::UncleanEnd,
             Self::SourceTranslated { .. } => WarningCode::SourceTranslated,
+            Self::PathMtuBelowInterface { .. } => WarningCode::PathMtuBelowInterface,
+            Self::PathMtuBlackHole { .. } => WarningCode::PathMtuBlackHole,
+            Self::MtuSearchIncomplete { .. } => WarningCode::MtuSearchIncomplete,
             Self::Balancer { .. }
             | Self::SpreadOverAgents { .. }
             | Self::UnfoundAgent { .. }
@@ -719,6 +755,33 @@ impl std::fmt::Display for Warning {
                 f,
                 "the agent saw {seen} for {client} (stream {stream}): a source NAT or a proxy \
                  is in the path, and what the agent applies to its end goes to {seen}"
+            ),
+            Self::PathMtuBelowInterface {
+                path,
+                interface,
+                how,
+                mss,
+            } => write!(
+                f,
+                "the path carries IP packets of at most {path} B, less than this host's \
+                 interface MTU of {interface} B ({how}): a tunnel, an overlay or a clamp is in \
+                 the path; packets between {} and {interface} B need fragmenting or PMTU \
+                 discovery, so set the MTU of the interface (or the overlay) to {path}, or \
+                 clamp TCP's MSS to {mss}",
+                path + 1,
+            ),
+            Self::PathMtuBlackHole { crossed, above } => write!(
+                f,
+                "packets of {above} B and more vanished without any router saying they were too \
+                 big (no ICMP fragmentation needed / packet too big came back), while {crossed} \
+                 B crossed: a PMTU black hole; TCP without MSS clamping or PLPMTUD \
+                 (net.ipv4.tcp_mtu_probing) stalls on it"
+            ),
+            Self::MtuSearchIncomplete { why, between } => write!(
+                f,
+                "the search stopped before its end ({why}): the path MTU lies between {} and {} \
+                 B, and path_mtu_bytes is the lower bound",
+                between.0, between.1
             ),
             Self::Iperf3ReadsUncounted => f.write_str(
                 "the iperf3 server does not report its read calls: receiver `packets` of \

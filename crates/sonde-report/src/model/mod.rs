@@ -16,6 +16,7 @@ mod kind;
 mod latency;
 mod load;
 mod meta;
+mod mtu;
 mod pps;
 mod quick;
 mod stats;
@@ -30,6 +31,7 @@ pub use self::kind::{CsvRow, ResultKind, RttRun, RunPart};
 pub use self::latency::*;
 pub use self::load::*;
 pub use self::meta::*;
+pub use self::mtu::*;
 pub use self::pps::*;
 pub use self::quick::*;
 pub use self::stats::*;
@@ -88,4 +90,6 @@ test_results! {
     Sweep(SweepResult),
     /// `sonde conf`: both ends' configuration, side by side.
     Conf(ConfResult),
+    /// `sonde mtu`: the path MTU by DF probes, and the TCP MSS at each end.
+    Mtu(MtuResult),
 }
