@@ -467,6 +467,15 @@ pub enum Warning {
         /// The smallest that did not, bytes.
         above: u32,
     },
+    /// `sonde mtu`: the TCP exchange did not come back in time.
+    TcpStalledOnPath {
+        /// Bytes sent each way.
+        bytes: u64,
+        /// Its timeout, s.
+        within_s: u64,
+        /// This host's MSS, bytes, where known.
+        mss: Option<u32>,
+    },
     /// `sonde mtu`: the search stopped before its end.
     MtuSearchIncomplete {
         /// Why: its time, its probe count, an interrupt.
@@ -529,7 +538,9 @@ impl Warning {
             Self::UncleanEnd => WarningCode::UncleanEnd,
             Self::SourceTranslated { .. } => WarningCode::SourceTranslated,
             Self::PathMtuBelowInterface { .. } => WarningCode::PathMtuBelowInterface,
-            Self::PathMtuBlackHole { .. } => WarningCode::PathMtuBlackHole,
+            Self::PathMtuBlackHole { .. } | Self::TcpStalledOnPath { .. } => {
+                WarningCode::PathMtuBlackHole
+            }
             Self::MtuSearchIncomplete { .. } => WarningCode::MtuSearchIncomplete,
             Self::Balancer { .. }
             | Self::SpreadOverAgents { .. }
@@ -776,6 +787,17 @@ impl std::fmt::Display for Warning {
                  big (no ICMP fragmentation needed / packet too big came back), while {crossed} \
                  B crossed: a PMTU black hole; TCP without MSS clamping or PLPMTUD \
                  (net.ipv4.tcp_mtu_probing) stalls on it"
+            ),
+            Self::TcpStalledOnPath {
+                bytes,
+                within_s,
+                mss,
+            } => write!(
+                f,
+                "{bytes} B sent to the agent's TCP echo did not all come back within {within_s} \
+                 s{}: full-size TCP segments are lost on the path without a router saying so \
+                 (a black hole for TCP); clamp the MSS on the path, or lower the MTU",
+                mss.map_or_else(String::new, |m| format!(" (MSS {m} B)"))
             ),
             Self::MtuSearchIncomplete { why, between } => write!(
                 f,
