@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use sonde_net::cpu::ThreadsMeter;
 use sonde_net::mtu::{self as probe, Fate, SearchConfig};
-use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_report::{
     MtuBound, MtuProbe, MtuProbeFate, MtuResult, MtuTcp, Warning,
 };
@@ -206,7 +205,9 @@ fn mtu(target: &Target, opt: &MtuOptions, interrupt: &AtomicBool) -> Result<MtuR
         }
     }
     if let (Some(path), Some(iface)) = (largest, interface) {
-        if path < iface && complete {
+        // Below the interface, bounded by the path (not by the largest UDP datagram, which is
+        // the ceiling on an interface of 64 KiB).
+        if path < iface && complete && bound != MtuBound::Ceiling {
             let routers: std::collections::BTreeSet<String> = probes
                 .iter()
                 .filter_map(|p| p.reported_by.clone())
@@ -306,9 +307,7 @@ fn tcp_mss(target: &Target, meta: &mut sonde_report::Meta) -> Result<MtuTcp, Cli
         return Err(ClientError::Protocol("a TCP session without its stream".into()));
     };
     let completed = exchange(stream).map_err(|e| ClientError::Data(e, 0))?;
-    let client_end = TcpInfoSample::read(stream)
-        .ok()
-        .and_then(|t| t.stats(0).mss);
+    let client_end = sonde_net::socket::tcp_mss(stream).ok();
     let (report, _) = session::finish_latency(&mut c, false)?;
     let agent_at_connect = report.socket.as_ref().and_then(|s| s.mss_bytes);
     let agent_end = report
