@@ -20,9 +20,7 @@ use std::time::{Duration, Instant};
 
 use sonde_net::cpu::ThreadsMeter;
 use sonde_net::mtu::{self as probe, Fate, SearchConfig};
-use sonde_report::{
-    MtuBound, MtuProbe, MtuProbeFate, MtuResult, MtuTcp, Warning,
-};
+use sonde_report::{MtuBound, MtuProbe, MtuProbeFate, MtuResult, MtuTcp, Warning};
 use sonde_wire::{Direction, Protocol, SocketOptions, TestKind, TestSpec, Tuning};
 
 use crate::session::{self, ClientChannel};
@@ -71,7 +69,11 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn mtu(target: &Target, opt: &MtuOptions, interrupt: &AtomicBool) -> Result<MtuResult, ClientError> {
+fn mtu(
+    target: &Target,
+    opt: &MtuOptions,
+    interrupt: &AtomicBool,
+) -> Result<MtuResult, ClientError> {
     if opt.tries == 0 || opt.max_probes == 0 || opt.max_probes > MAX_MTU_PROBES {
         return Err(ClientError::Usage(format!(
             "sonde mtu: --tries must be at least 1 and --max-probes 1 to {MAX_MTU_PROBES}"
@@ -109,7 +111,9 @@ fn mtu(target: &Target, opt: &MtuOptions, interrupt: &AtomicBool) -> Result<MtuR
     };
     let mut c = session::connect(target, &spec, Tuning::default())?;
     let ClientChannel::Udp(sock) = &c.channels[0] else {
-        return Err(ClientError::Protocol("a UDP session without its flow".into()));
+        return Err(ClientError::Protocol(
+            "a UDP session without its flow".into(),
+        ));
     };
     probe::prepare(sock).map_err(|e| ClientError::Data(e, 0))?;
     let interface = c
@@ -139,8 +143,14 @@ fn mtu(target: &Target, opt: &MtuOptions, interrupt: &AtomicBool) -> Result<MtuR
     let kernel_pmtu = probe::kernel_path_mtu(sock).ok();
     drop(counted);
     let sent = found.probes.len() as u64;
-    let bytes: u64 = found.probes.iter().map(|p| u64::from(p.ip_bytes.saturating_sub(overhead))).sum();
-    c.context.client_cpu = meter.cost().map(|cost| cost.report(None, Some(sent), Some(bytes)));
+    let bytes: u64 = found
+        .probes
+        .iter()
+        .map(|p| u64::from(p.ip_bytes.saturating_sub(overhead)))
+        .sum();
+    c.context.client_cpu = meter
+        .cost()
+        .map(|cost| cost.report(None, Some(sent), Some(bytes)));
     let (report, _) = session::finish_latency(&mut c, found.stopped)?;
 
     let mut meta = crate::results::meta_for(
@@ -304,7 +314,9 @@ fn tcp_mss(target: &Target, meta: &mut sonde_report::Meta) -> Result<MtuTcp, Cli
     let mut c = session::connect(target, &spec, Tuning::default())?;
     let client_at_connect = c.context.socket.as_ref().and_then(|(_, a)| a.mss_bytes);
     let ClientChannel::Tcp(stream) = &c.channels[0] else {
-        return Err(ClientError::Protocol("a TCP session without its stream".into()));
+        return Err(ClientError::Protocol(
+            "a TCP session without its stream".into(),
+        ));
     };
     let completed = exchange(stream).map_err(|e| ClientError::Data(e, 0))?;
     let client_end = sonde_net::socket::tcp_mss(stream).ok();

@@ -118,7 +118,8 @@ impl MtuSearch {
     #[must_use]
     pub fn done(&self) -> bool {
         self.pending.is_none()
-            && (self.hi <= self.lo.saturating_add(1) || (self.floor_checked && self.lo < self.floor))
+            && (self.hi <= self.lo.saturating_add(1)
+                || (self.floor_checked && self.lo < self.floor))
     }
 
     /// What became of a probe of `size` (the one [`next_size`](Self::next_size) gave; an
@@ -207,7 +208,14 @@ mod tests {
         while let Some(size) = s.next_size() {
             sent.push(size);
             assert!(sent.len() < 200, "the search does not end: {sent:?}");
-            s.record(size, if size <= mtu { ProbeFate::Echoed } else { above });
+            s.record(
+                size,
+                if size <= mtu {
+                    ProbeFate::Echoed
+                } else {
+                    above
+                },
+            );
         }
         sent
     }
@@ -279,7 +287,7 @@ mod tests {
             assert!(sent.len() < 100);
             let fate = match size {
                 ..=1_400 => ProbeFate::Echoed,
-                ..=1_500 => ProbeFate::TooBig(Some(1_400)),
+                1_401..=1_500 => ProbeFate::TooBig(Some(1_400)),
                 _ => ProbeFate::TooBig(Some(1_500)),
             };
             s.record(size, fate);

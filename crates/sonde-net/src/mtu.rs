@@ -124,7 +124,11 @@ pub fn kernel_path_mtu(sock: &UdpSocket) -> io::Result<u32> {
 ///
 /// # Errors
 /// A socket error other than those a probe's fate explains (the agent's port closed, ...).
-pub fn search(sock: &UdpSocket, cfg: &SearchConfig, stop: &AtomicBool) -> io::Result<SearchOutcome> {
+pub fn search(
+    sock: &UdpSocket,
+    cfg: &SearchConfig,
+    stop: &AtomicBool,
+) -> io::Result<SearchOutcome> {
     let started = Instant::now();
     let deadline = started + cfg.budget;
     let mut search = MtuSearch::new(cfg.floor, cfg.ceiling, cfg.tries);
@@ -143,34 +147,35 @@ pub fn search(sock: &UdpSocket, cfg: &SearchConfig, stop: &AtomicBool) -> io::Re
     // Each probe's size by its sequence number, for late echoes and quoted ICMP errors.
     let mut sizes: Vec<u32> = Vec::new();
     let mut longest_rtt: Option<Duration> = None;
-    let drain_errors = |sizes: &[u32], search: &mut MtuSearch, probes: &mut Vec<Probe>, current: u64| {
-        let mut hit = false;
-        sys::udp_take_too_big(sock, |mtu, by, quoted| {
-            // The ICMP quotes the refused datagram: its payload starts with the probe's number.
-            let seq = quoted
-                .get(..8)
-                .and_then(|b| b.try_into().ok())
-                .map_or(current, u64::from_be_bytes);
-            let Some(&size) = usize::try_from(seq).ok().and_then(|i| sizes.get(i)) else {
-                return;
-            };
-            let mtu = (mtu > 0 && mtu < size).then_some(mtu);
-            search.record(size, ProbeFate::TooBig(mtu));
-            probes.push(Probe {
-                ip_bytes: size,
-                fate: if by.is_some() {
-                    Fate::RouterTooBig
-                } else {
-                    Fate::LocalTooBig
-                },
-                rtt_ns: None,
-                reported_mtu: mtu,
-                reported_by: by,
-            });
-            hit |= seq == current;
-        })
-        .map(|_| hit)
-    };
+    let drain_errors =
+        |sizes: &[u32], search: &mut MtuSearch, probes: &mut Vec<Probe>, current: u64| {
+            let mut hit = false;
+            sys::udp_take_too_big(sock, |mtu, by, quoted| {
+                // The ICMP quotes the refused datagram: its payload starts with the probe's number.
+                let seq = quoted
+                    .get(..8)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(current, u64::from_be_bytes);
+                let Some(&size) = usize::try_from(seq).ok().and_then(|i| sizes.get(i)) else {
+                    return;
+                };
+                let mtu = (mtu > 0 && mtu < size).then_some(mtu);
+                search.record(size, ProbeFate::TooBig(mtu));
+                probes.push(Probe {
+                    ip_bytes: size,
+                    fate: if by.is_some() {
+                        Fate::RouterTooBig
+                    } else {
+                        Fate::LocalTooBig
+                    },
+                    rtt_ns: None,
+                    reported_mtu: mtu,
+                    reported_by: by,
+                });
+                hit |= seq == current;
+            })
+            .map(|_| hit)
+        };
     while let Some(size) = search.next_size() {
         if stop.load(Ordering::Relaxed) {
             out.stopped = true;

@@ -915,7 +915,12 @@ pub(crate) fn set_mtu_probing(sock: &UdpSocket, ipv6: bool) -> io::Result<()> {
             libc::IPV6_MTU_DISCOVER,
             libc::IPV6_PMTUDISC_PROBE,
         )?;
-        setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_DONTFRAG, 1 as libc::c_int)?;
+        setsockopt(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_DONTFRAG,
+            1 as libc::c_int,
+        )?;
         setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVERR, 1 as libc::c_int)
     } else {
         setsockopt(

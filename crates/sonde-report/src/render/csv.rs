@@ -10,8 +10,8 @@ pub(crate) mod inner;
 use std::borrow::Cow;
 
 use crate::model::{
-    CrrResult, LatencyMode, LatencyResult, LoadResult, Meta, MtuResult, PpsResult, Protocol, QuickResult,
-    StreamDirection, SweepResult, TestResult, ThroughputResult,
+    CrrResult, LatencyMode, LatencyResult, LoadResult, Meta, MtuResult, PpsResult, Protocol,
+    QuickResult, StreamDirection, SweepResult, TestResult, ThroughputResult,
 };
 
 /// Columns every row starts with (quick puts `case` before them).
@@ -430,7 +430,8 @@ pub(crate) fn mtu_rows(r: &MtuResult, case: Option<&str>, rows: &mut Vec<Row>) {
         ("kernel_path_mtu_bytes", o(r.kernel_path_mtu_bytes)),
         (
             "agent_dont_fragment",
-            r.agent_dont_fragment.map_or_else(String::new, |b| b.to_string()),
+            r.agent_dont_fragment
+                .map_or_else(String::new, |b| b.to_string()),
         ),
         ("complete", r.complete.to_string()),
         (
@@ -443,7 +444,9 @@ pub(crate) fn mtu_rows(r: &MtuResult, case: Option<&str>, rows: &mut Vec<Row>) {
         ),
         (
             "tcp_completed",
-            r.tcp.as_ref().map_or_else(String::new, |t| t.completed.to_string()),
+            r.tcp
+                .as_ref()
+                .map_or_else(String::new, |t| t.completed.to_string()),
         ),
     ]);
     row.insert("warnings", warnings(&r.meta));

@@ -488,7 +488,13 @@ mod tests {
         for (name, r) in fixtures::all() {
             let t = table(&r);
             assert!(t.ends_with('\n') && !t.ends_with("\n\n"), "{name}");
-            if !["latency_with_warnings", "crr_ports_exhausted", "mtu_router_said"].contains(&name) {
+            if ![
+                "latency_with_warnings",
+                "crr_ports_exhausted",
+                "mtu_router_said",
+            ]
+            .contains(&name)
+            {
                 assert!(
                     !t.contains("warning") && !t.contains("overlapping"),
                     "{name}"

@@ -72,8 +72,14 @@ impl MtuLab {
         }
         netns::ip(lab.a(), &["route", "add", "198.18.1.0/24", "via", RA_ADDR]);
         netns::ip(lab.b(), &["route", "add", "198.18.0.0/24", "via", RB_ADDR]);
-        netns::ip(lab.a(), &["-6", "route", "add", "2001:2:0:2::/64", "via", RA6_ADDR]);
-        netns::ip(lab.b(), &["-6", "route", "add", "2001:2:0:1::/64", "via", RB6_ADDR]);
+        netns::ip(
+            lab.a(),
+            &["-6", "route", "add", "2001:2:0:2::/64", "via", RA6_ADDR],
+        );
+        netns::ip(
+            lab.b(),
+            &["-6", "route", "add", "2001:2:0:1::/64", "via", RB6_ADDR],
+        );
         for knob in ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"] {
             check(command_in(Some(lab.r()), "sysctl").args(["-w", knob]));
         }
@@ -105,10 +111,14 @@ impl MtuLab {
 
     /// ICMP messages the black hole dropped.
     fn dropped(&self) -> u64 {
-        let json = check(
-            command_in(Some(self.r()), tool("nft"))
-                .args(["-j", "list", "chain", "inet", "sonde_lab", "out"]),
-        );
+        let json = check(command_in(Some(self.r()), tool("nft")).args([
+            "-j",
+            "list",
+            "chain",
+            "inet",
+            "sonde_lab",
+            "out",
+        ]));
         let doc: Value = serde_json::from_str(&json).expect("nft -j");
         doc["nftables"]
             .as_array()
@@ -128,7 +138,10 @@ impl MtuLab {
     fn mtu(&self, target: &str) -> Value {
         let doc = run_json_in(Some(self.a()), &["mtu", target, "--no-save"], TIMEOUT);
         if let Err(errors) = sonde_report::validate(&doc) {
-            panic!("the document breaks the schema:\n{}\n{doc:#}", errors.join("\n"));
+            panic!(
+                "the document breaks the schema:\n{}\n{doc:#}",
+                errors.join("\n")
+            );
         }
         doc
     }
@@ -168,7 +181,11 @@ fn check_narrow(doc: &Value, ip_header: u64) {
     assert_eq!(doc["ip_header_bytes"].as_u64(), Some(ip_header), "{doc:#}");
     assert_eq!(doc["interface_mtu_bytes"], 1_500, "{doc:#}");
     assert_eq!(doc["ceiling_bytes"], 1_500, "{doc:#}");
-    assert_eq!(doc["smallest_refused_bytes"].as_u64().map(|b| b > NARROW), Some(true), "{doc:#}");
+    assert_eq!(
+        doc["smallest_refused_bytes"].as_u64().map(|b| b > NARROW),
+        Some(true),
+        "{doc:#}"
+    );
     assert_eq!(doc["complete"], true, "{doc:#}");
     assert_eq!(doc["agent_dont_fragment"], true, "{doc:#}");
     // Every probe at or below 1,400 that got an answer was echoed; none above was.
@@ -184,8 +201,14 @@ fn check_narrow(doc: &Value, ip_header: u64) {
     let tcp = &doc["tcp"];
     assert_eq!(tcp["completed"], true, "{doc:#}");
     let fits = NARROW - ip_header - 20;
-    for key in ["client_mss_bytes", "agent_mss_bytes", "agent_mss_at_connect_bytes"] {
-        let mss = tcp[key].as_u64().unwrap_or_else(|| panic!("{key}: {doc:#}"));
+    for key in [
+        "client_mss_bytes",
+        "agent_mss_bytes",
+        "agent_mss_at_connect_bytes",
+    ] {
+        let mss = tcp[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{key}: {doc:#}"));
         assert!(mss <= fits && mss >= fits - 40, "{key} {mss}: {doc:#}");
     }
 }
@@ -216,7 +239,11 @@ fn mtu_finds_a_routers_1400_byte_link_as_it_reports_it_and_by_silence() {
         );
     }
     // a's kernel learnt it too.
-    assert_eq!(doc["kernel_path_mtu_bytes"].as_u64(), Some(NARROW), "{doc:#}");
+    assert_eq!(
+        doc["kernel_path_mtu_bytes"].as_u64(),
+        Some(NARROW),
+        "{doc:#}"
+    );
     assert!(!codes(&doc).contains(&"path_mtu_black_hole"), "{doc:#}");
     drop(agent);
 
@@ -251,7 +278,7 @@ fn mtu_finds_a_routers_1400_byte_link_as_it_reports_it_and_by_silence() {
         .iter()
         .filter(|p| p["fate"] == "silent")
         .count() as u64;
-    assert!(silent > 0 && silent % tries == 0, "{doc:#}");
+    assert!(silent > 0 && silent.is_multiple_of(tries), "{doc:#}");
     assert!(codes(&doc).contains(&"path_mtu_black_hole"), "{doc:#}");
     let warning = doc["warnings"]
         .as_array()

@@ -26,7 +26,10 @@ fn sonde(args: &[&str]) -> (Option<i32>, String, String) {
 
 fn valid(doc: &Value) {
     if let Err(errors) = sonde_report::validate(doc) {
-        panic!("the document breaks the schema:\n{}\n{doc:#}", errors.join("\n"));
+        panic!(
+            "the document breaks the schema:\n{}\n{doc:#}",
+            errors.join("\n")
+        );
     }
     serde_json::from_value::<sonde_report::TestResult>(doc.clone())
         .unwrap_or_else(|e| panic!("not a TestResult: {e}\n{doc:#}"));
@@ -75,13 +78,17 @@ fn mtu_on_loopback_stops_at_the_largest_udp_datagram() {
         "agent_mss_at_connect_bytes",
         "agent_mss_bytes",
     ] {
-        let mss = tcp[key].as_u64().unwrap_or_else(|| panic!("{key}: {doc:#}"));
+        let mss = tcp[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{key}: {doc:#}"));
         assert!((536..=65_495).contains(&mss), "{key} {mss}: {doc:#}");
     }
     // Nothing to warn about: the path carries what the interface sends, up to UDP's limit.
     let codes = doc["warning_codes"].as_array().unwrap();
     assert!(
-        !codes.iter().any(|c| c.as_str().is_some_and(|c| c.contains("mtu"))),
+        !codes
+            .iter()
+            .any(|c| c.as_str().is_some_and(|c| c.contains("mtu"))),
         "{doc:#}"
     );
 }

@@ -107,9 +107,9 @@ fn offender(c: &libc::cmsghdr) -> Option<std::net::IpAddr> {
         }
     }
     match data::<WithV4>(c) {
-        Some(WithV4(_, a)) if libc::c_int::from(a.sin_family) == libc::AF_INET => Some(
-            std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)).into(),
-        ),
+        Some(WithV4(_, a)) if libc::c_int::from(a.sin_family) == libc::AF_INET => {
+            Some(std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)).into())
+        }
         _ => None,
     }
 }

@@ -55,7 +55,10 @@ pub(crate) fn mtu(r: &MtuResult, out: &mut String) {
             if routers.is_empty() {
                 format!("{b} B and more refused by this host's kernel")
             } else {
-                format!("{b} B and more too big: a router said so ({})", routers.join(", "))
+                format!(
+                    "{b} B and more too big: a router said so ({})",
+                    routers.join(", ")
+                )
             }
         }
         (MtuBound::Silence, Some(b)) => format!(
@@ -67,7 +70,10 @@ pub(crate) fn mtu(r: &MtuResult, out: &mut String) {
     g.row([
         "interface MTU".into(),
         opt(r.interface_mtu_bytes),
-        format!("this host's interface toward the agent (search ceiling {} B)", r.ceiling_bytes),
+        format!(
+            "this host's interface toward the agent (search ceiling {} B)",
+            r.ceiling_bytes
+        ),
     ]);
     g.row([
         "kernel PMTU".into(),
@@ -176,6 +182,9 @@ pub(crate) fn headline(r: &MtuResult) -> (String, String) {
     };
     (
         figure,
-        format!("IPv{} path MTU, {how}, {} probes", r.ip_version, r.probes_sent),
+        format!(
+            "IPv{} path MTU, {how}, {} probes",
+            r.ip_version, r.probes_sent
+        ),
     )
 }
