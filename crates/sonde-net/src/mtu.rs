@@ -219,10 +219,10 @@ pub fn search(
             return Err(e);
         }
         let until = (sent_at + timeout).min(deadline.max(sent_at + MIN_PROBE_TIMEOUT));
-        let fate = loop {
+        let waited = loop {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                break None;
+                break Waited::TimedOut;
             }
             sock.set_read_timeout(Some(left))?;
             match sock.recv(&mut inbuf) {
@@ -244,13 +244,7 @@ pub fn search(
                     if got == seq {
                         let rtt = sent_at.elapsed();
                         longest_rtt = Some(longest_rtt.map_or(rtt, |l| l.max(rtt)));
-                        break Some(Probe {
-                            ip_bytes: size,
-                            fate: Fate::Echoed,
-                            rtt_ns: Some(duration_ns(rtt)),
-                            reported_mtu: None,
-                            reported_by: None,
-                        });
+                        break Waited::Echoed(duration_ns(rtt));
                     }
                     // A late echo of an earlier probe: that size crossed after all.
                     search.record(got_size, ProbeFate::Echoed);
@@ -259,13 +253,7 @@ pub fn search(
                 Err(e) if sys::message_too_long(&e) => {
                     // A router's ICMP for a probe (this one, or a late one for an earlier).
                     if drain_errors(&sizes, &mut search, &mut out.probes, seq)? {
-                        break Some(Probe {
-                            ip_bytes: 0,
-                            fate: Fate::RouterTooBig,
-                            rtt_ns: None,
-                            reported_mtu: None,
-                            reported_by: None,
-                        });
+                        break Waited::Refused;
                     }
                 }
                 Err(e) if fault::port_unreachable(&e) => {
@@ -278,17 +266,20 @@ pub fn search(
                 Err(e) => return Err(e),
             }
         };
-        match fate {
+        match waited {
             // Recorded (and pushed) as the error queue was drained.
-            Some(Probe {
-                fate: Fate::RouterTooBig,
-                ..
-            }) => {}
-            Some(p) => {
+            Waited::Refused => {}
+            Waited::Echoed(rtt_ns) => {
                 search.record(size, ProbeFate::Echoed);
-                out.probes.push(p);
+                out.probes.push(Probe {
+                    ip_bytes: size,
+                    fate: Fate::Echoed,
+                    rtt_ns: Some(rtt_ns),
+                    reported_mtu: None,
+                    reported_by: None,
+                });
             }
-            None => {
+            Waited::TimedOut => {
                 // An ICMP may be queued without having woken the receive.
                 if !drain_errors(&sizes, &mut search, &mut out.probes, seq)? {
                     search.record(size, ProbeFate::Silent);
@@ -300,6 +291,16 @@ pub fn search(
     out.search = search;
     out.elapsed_ns = duration_ns(started.elapsed());
     Ok(out)
+}
+
+/// How the wait for a probe's echo ended.
+enum Waited {
+    /// Its echo came, after this many ns.
+    Echoed(u64),
+    /// A refusal of it was read from the error queue (and recorded there).
+    Refused,
+    /// Its timeout passed.
+    TimedOut,
 }
 
 fn silent(size: u32) -> Probe {

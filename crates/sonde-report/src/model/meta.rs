@@ -785,8 +785,9 @@ impl std::fmt::Display for Warning {
                 f,
                 "packets of {above} B and more vanished without any router saying they were too \
                  big (no ICMP fragmentation needed / packet too big came back), while {crossed} \
-                 B crossed: a PMTU black hole; TCP without MSS clamping or PLPMTUD \
-                 (net.ipv4.tcp_mtu_probing) stalls on it"
+                 B crossed: a PMTU black hole; TCP stalls on it unless its MSS fits (clamped \
+                 on the path, or announced smaller by the far end) or PLPMTUD is on \
+                 (net.ipv4.tcp_mtu_probing)"
             ),
             Self::TcpStalledOnPath {
                 bytes,
