@@ -240,7 +240,16 @@ fn mtu(
     }
     let agent_df = report.socket.as_ref().and_then(|s| s.dont_fragment);
     let tcp = if opt.tcp && !found.stopped && !interrupt.load(Ordering::Relaxed) {
-        Some(tcp_mss(target, &mut meta)?)
+        // The probes' answer stands without it: a failure here is a warning, not the run's.
+        match tcp_mss(target, &mut meta) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                meta.add(&Warning::TcpMssUnknown {
+                    reason: format!("{e:#}"),
+                });
+                None
+            }
+        }
     } else {
         None
     };

@@ -193,6 +193,8 @@ pub enum WarningCode {
     PathMtuBlackHole,
     /// `sonde mtu`: the search ran out of time or probes, or was stopped, before its end.
     MtuSearchIncomplete,
+    /// `sonde mtu`: the TCP connection that reads each end's MSS failed.
+    TcpMssUnknown,
     /// A code this version does not know (from a newer sonde).
     #[serde(other)]
     Other,
@@ -476,6 +478,11 @@ pub enum Warning {
         /// This host's MSS, bytes, where known.
         mss: Option<u32>,
     },
+    /// `sonde mtu`: the TCP connection that reads each end's MSS failed.
+    TcpMssUnknown {
+        /// Why, as the client's error says it.
+        reason: String,
+    },
     /// `sonde mtu`: the search stopped before its end.
     MtuSearchIncomplete {
         /// Why: its time, its probe count, an interrupt.
@@ -542,6 +549,7 @@ impl Warning {
                 WarningCode::PathMtuBlackHole
             }
             Self::MtuSearchIncomplete { .. } => WarningCode::MtuSearchIncomplete,
+            Self::TcpMssUnknown { .. } => WarningCode::TcpMssUnknown,
             Self::Balancer { .. }
             | Self::SpreadOverAgents { .. }
             | Self::UnfoundAgent { .. }
@@ -799,6 +807,11 @@ impl std::fmt::Display for Warning {
                  s{}: full-size TCP segments are lost on the path without a router saying so \
                  (a black hole for TCP); clamp the MSS on the path, or lower the MTU",
                 mss.map_or_else(String::new, |m| format!(" (MSS {m} B)"))
+            ),
+            Self::TcpMssUnknown { reason } => write!(
+                f,
+                "the TCP connection to the agent that reads each end's MSS failed ({reason}): \
+                 tcp is null; the path MTU above stands"
             ),
             Self::MtuSearchIncomplete { why, between } => write!(
                 f,
