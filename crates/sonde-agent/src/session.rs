@@ -714,10 +714,16 @@ impl<'a> Test<'a> {
                 }
                 Some(RoleOutcome::Echoed) => {
                     let (bytes, packets) = self.counters[i].load();
+                    // A TCP echo's TCP_INFO as it ended: the MSS it settled on (`sonde mtu`).
+                    let tcp_info = match &self.channels[i] {
+                        DataChannel::Tcp(s) => TcpInfoSample::read(s).ok().map(|t| t.stats(stream)),
+                        DataChannel::Udp(_) => None,
+                    };
                     report.echoed.push(StreamStats {
                         stream,
                         bytes,
                         packets,
+                        tcp_info,
                         ..StreamStats::default()
                     });
                 }

@@ -479,7 +479,7 @@ pub(crate) fn run_latency_held(
 
 /// A latency test's end ([`Finishing`]) over the session's control connection: `Finish`, then
 /// the agent's report, read by its deadline. The report, and whether the test was interrupted.
-fn finish_latency(
+pub(crate) fn finish_latency(
     c: &mut Connected,
     interrupted: bool,
 ) -> Result<(AgentReport, bool), ClientError> {

@@ -17,6 +17,8 @@
 //! * [`compare`]: whether two sets of runs differ (Mann-Whitney U), and what a thin percentile
 //!   can honestly be read as.
 //! * [`crr`]: connection-rate counts and connect/transaction times per worker, merged at the end.
+//! * [`mtu`]: the path MTU search of `sonde mtu` (which size to probe next, and what an echo,
+//!   a router's "fragmentation needed" or silence says).
 //! * [`sweep`]: sweep specs (`msg_size=1:64K:*2`) expanded into the values to run.
 //! * [`schedule`]: when a mesh agent runs its short throughput and pps tests to each peer
 //!   (jitter, one test per pair at a time, a cap on each link's share of time under test).
@@ -47,6 +49,7 @@ pub mod crr;
 pub mod histogram;
 pub mod interval;
 pub mod jitter;
+pub mod mtu;
 pub mod offset;
 pub mod oneway;
 pub mod pace;

@@ -9,6 +9,8 @@
 //! * [`crr`]: connection rate: the client's connect-request-response-close loop and the agent's
 //!   side of one exchange.
 //! * [`latency`]: ping-pong (closed loop), open loop at a fixed rate, and the agent's echoes.
+//! * [`mtu`]: `sonde mtu`'s probe loop: DF datagrams of the sizes the search asks for, and
+//!   what became of each (echoed, a router's "too big" with the MTU it named, silence).
 //! * [`cpu`]: CPU time and context switches of the process or a thread (`getrusage`).
 //! * [`tcpinfo`]: a TCP connection's `TCP_INFO` (smoothed RTT, cwnd, retransmits, pacing).
 //! * [`hostinfo`]: this host's configuration (CPU, memory, OS, NICs, TCP and buffer settings).
@@ -30,6 +32,7 @@ pub mod fault;
 pub mod gso;
 pub mod hostinfo;
 pub mod latency;
+pub mod mtu;
 mod pace;
 pub mod samplelog;
 pub mod socket;

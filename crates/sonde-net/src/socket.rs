@@ -627,6 +627,14 @@ pub fn path_mtu(sock: &UdpSocket) -> io::Result<u32> {
     sys::path_mtu(sys::sock_ref(sock), ipv6)
 }
 
+/// `TCP_MAXSEG` of a connected stream: the MSS it sends with now, bytes (`sonde mtu`).
+///
+/// # Errors
+/// Not available on this platform, or the stream is closed.
+pub fn tcp_mss(stream: &std::net::TcpStream) -> io::Result<u32> {
+    sys::tcp_mss(&socket2::SockRef::from(stream))
+}
+
 /// Connects a TCP stream to `peer` with `opts` set before the handshake (the buffers size the
 /// window it offers, `TCP_MAXSEG` the MSS its SYN announces), within `timeout`; returns the
 /// stream and what the kernel granted, read back once connected.

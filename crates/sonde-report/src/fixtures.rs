@@ -1069,7 +1069,61 @@ pub(crate) fn all() -> Vec<(&'static str, TestResult)> {
         ("pps_from_helpers", pps_from_helpers()),
         ("throughput_from_helpers", throughput_from_helpers()),
         ("latency_from_helpers", latency_from_helpers()),
+        ("mtu_router_said", mtu_router_said()),
     ]
+}
+
+/// `sonde mtu 198.18.1.2` through a router whose link toward the agent has an MTU of 1,400: it
+/// names that MTU in its ICMP, and TCP's MSS shrinks to match once data crosses.
+pub(crate) fn mtu_router_said() -> TestResult {
+    let mut m = meta(52);
+    m.server = "198.18.1.2:5300".to_owned();
+    m.add(&crate::model::Warning::PathMtuBelowInterface {
+        path: 1_400,
+        interface: 1_500,
+        how: "198.18.0.2 said so".to_owned(),
+        mss: 1_360,
+    });
+    let probe = |ip_bytes, fate, rtt_ns, reported: Option<(u32, &str)>| crate::model::MtuProbe {
+        ip_bytes,
+        fate,
+        rtt_ns,
+        reported_mtu_bytes: reported.map(|r| r.0),
+        reported_by: reported.map(|r| r.1.to_owned()),
+    };
+    use crate::model::MtuProbeFate as F;
+    TestResult::Mtu(crate::model::MtuResult {
+        meta: m,
+        ip_version: 4,
+        path_mtu_bytes: Some(1_400),
+        udp_payload_bytes: Some(1_372),
+        ip_header_bytes: 20,
+        udp_header_bytes: 8,
+        interface_mtu_bytes: Some(1_500),
+        ceiling_bytes: 1_500,
+        upper_bound: crate::model::MtuBound::Reported,
+        smallest_refused_bytes: Some(1_401),
+        tries: 3,
+        probe_timeout_ns: 1_000_000_000,
+        search_ns: 1_532_117,
+        probes_sent: 3,
+        probes: vec![
+            probe(68, F::Echoed, Some(112_305), None),
+            probe(1_500, F::RouterTooBig, None, Some((1_400, "198.18.0.2"))),
+            probe(1_400, F::Echoed, Some(98_771), None),
+        ],
+        kernel_path_mtu_bytes: Some(1_400),
+        agent_dont_fragment: Some(true),
+        complete: true,
+        tcp: Some(crate::model::MtuTcp {
+            client_mss_at_connect_bytes: Some(1_448),
+            client_mss_bytes: Some(1_348),
+            agent_mss_at_connect_bytes: Some(1_348),
+            agent_mss_bytes: Some(1_348),
+            exchanged_bytes: 65_536,
+            completed: true,
+        }),
+    })
 }
 
 /// `sonde pps B --from A1 --from A2 -m 14 --flows 1 --gso off -t 2`: two helpers' shares,

@@ -185,7 +185,7 @@ mod validate_tests {
         assert_eq!(
             validate(&doc),
             Err(vec![
-                "/test: must be one of latency, throughput, pps, crr, quick, load, sweep, conf, got \"nope\"".to_owned()
+                "/test: must be one of latency, throughput, pps, crr, quick, load, sweep, conf, mtu, got \"nope\"".to_owned()
             ])
         );
         doc.as_object_mut().expect("an object").remove("test");

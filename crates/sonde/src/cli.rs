@@ -18,6 +18,7 @@ sonde pps HOST            small-packet rate counted at the receiver\n  \
 sonde crr HOST            TCP connections per second: connect, request, response, close\n  \
 sonde load HOST           RTT idle and while TCP streams fill the path (bufferbloat)\n  \
 sonde conf HOST           both ends' configuration side by side (CPU, kernel, NIC, TCP)\n  \
+sonde mtu HOST            path MTU by DF probes both ways, and each end's TCP MSS\n  \
 sonde compare A B         stored runs against each other, with significance (Mann-Whitney U)\n  \
 sonde report -o FILE      stored runs as one HTML file with tables and charts\n  \
 sonde plan run PLAN.toml  a matrix of cases from a file, one at a time, into one table\n\n\
@@ -45,7 +46,7 @@ pub(crate) struct Cli {
 enum Command {
     #[command(after_help = EXIT_CODES)]
     Server(server::Opt),
-    // The test subcommands (latency, throughput, pps, crr, load), as `spec` registers them.
+    // The test subcommands (latency, throughput, pps, crr, load, mtu), as `spec` registers them.
     #[command(flatten)]
     Test(spec::TestCommand),
     #[command(after_help = EXIT_CODES)]

@@ -14,6 +14,7 @@ mod latency;
 mod load;
 mod man;
 mod mesh;
+mod mtu;
 mod output;
 mod plan;
 mod pps;

@@ -46,7 +46,7 @@ A plan file (TOML):
   warmup = 1
 
   [[matrix]]                      # cases: the cross product of the arrays (axes)
-  test     = \"latency\"            # latency, throughput, pps, crr or load
+  test     = \"latency\"            # latency, throughput, pps, crr, load or mtu
   target   = [\"b-private\", \"b-public\", \"c-private\"]
   protocol = [\"tcp\", \"udp\"]
   msg_size = \"16K\"

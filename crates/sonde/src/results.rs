@@ -121,7 +121,7 @@ struct DbOpt {
 /// Which runs: every filter given must hold.
 #[derive(Debug, Args)]
 struct FilterOpt {
-    /// Only runs of this test (latency, throughput, pps, crr, load)
+    /// Only runs of this test (latency, throughput, pps, crr, load, mtu)
     #[arg(long, value_name = "TEST")]
     test: Option<String>,
     /// Only runs with this label (repeatable: all must match)

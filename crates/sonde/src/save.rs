@@ -95,6 +95,7 @@ measured_from_result!(
     sonde_report::ThroughputResult => Throughput,
     sonde_report::PpsResult => Pps,
     sonde_report::CrrResult => Crr,
+    sonde_report::MtuResult => Mtu,
 );
 
 impl From<sonde_client::LatencyMeasurement> for Measured {

@@ -13,7 +13,7 @@ use clap::{ArgMatches, Args, FromArgMatches};
 use crate::exit::EXIT_CODES;
 use crate::runner::Test;
 use crate::save::Saver;
-use crate::{crr, latency, load, pps, throughput};
+use crate::{crr, latency, load, mtu, pps, throughput};
 
 /// The test subcommands, each registered here once: its name, its options (clap definition,
 /// parser, and the rest through [`Test`]) and what a plan's `protocol = "tcp"` / `"udp"` means
@@ -25,8 +25,10 @@ static TESTS: &[Kind] = &[
     Kind::of::<pps::Opt>("pps", Err("pps is UDP only"), Ok(&[])),
     Kind::of::<crr::Opt>("crr", Ok(&[]), Err(CRR_IS_TCP)),
     Kind::of::<load::Opt>("load", Ok(&[]), Ok(&["--udp"])),
+    Kind::of::<mtu::Opt>("mtu", Err(MTU_IS_UDP), Ok(&[])),
 ];
 
+const MTU_IS_UDP: &str = "mtu probes with UDP (and reads TCP's MSS after)";
 const CRR_IS_TCP: &str = "crr is TCP only (a TCP connection per transaction)";
 
 /// The flags `protocol = "tcp"` or `"udp"` stands for, or why the test cannot take it.
@@ -497,6 +499,16 @@ mod tests {
                 "set_mss",
                 "no_delay",
                 "fq_rate",
+                "bind",
+                "bind_dev",
+                "ipv4",
+                "ipv6",
+            ],
+            "mtu" => &[
+                "time",
+                "tries",
+                "max_probes",
+                "no_tcp",
                 "bind",
                 "bind_dev",
                 "ipv4",

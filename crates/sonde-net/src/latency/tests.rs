@@ -1528,3 +1528,18 @@ fn each_transport_lays_out_and_numbers_its_messages_as_its_framing_says() {
     assert!(stamps::udp_wants_stamps(&d));
     assert_eq!(stamps::udp_seq(&d), 9);
 }
+
+/// Under DF (`--dont-fragment`, `sonde mtu`), a router's "too big" about an echo, or the
+/// agent's kernel refusing one for the path MTU it knows, costs that echo only: the echo loop
+/// goes on (the client reads the probe as not crossing).
+#[cfg(target_os = "linux")]
+#[test]
+fn the_udp_echo_outlives_a_too_big_error() {
+    use super::transport::EchoState;
+    let too_big = io::Error::from_raw_os_error(libc::EMSGSIZE);
+    assert!(<udp::UdpEcho as EchoState<std::net::UdpSocket>>::transient(
+        &too_big
+    ));
+    let other = io::Error::from_raw_os_error(libc::EBADF);
+    assert!(!<udp::UdpEcho as EchoState<std::net::UdpSocket>>::transient(&other));
+}

@@ -493,9 +493,11 @@ impl EchoState<UdpSocket> for UdpEcho {
     }
 
     /// The client's port is closed (an ICMP error for an earlier echo): it may be gone or
-    /// about to rejoin; the agent's session decides, through `stop`.
+    /// about to rejoin; the agent's session decides, through `stop`. Or, under DF
+    /// (`--dont-fragment`, `sonde mtu`), a router said an earlier echo was too big: that echo
+    /// is lost, as it would be without the ICMP.
     fn transient(e: &io::Error) -> bool {
-        fault::again(e) || fault::port_unreachable(e)
+        fault::again(e) || fault::port_unreachable(e) || sys::message_too_long(e)
     }
 
     fn back(
@@ -523,9 +525,14 @@ impl EchoState<UdpSocket> for UdpEcho {
                 return Ok(true);
             }
         }
-        send_transient_ok(sock, datagram)?;
+        match send_transient_ok(sock, datagram) {
+            Ok(()) => counters.add(n as u64, 1),
+            // Under DF, larger than the path MTU this host knows toward the client: the echo
+            // does not cross, and the client reads that as it would a router's refusal.
+            Err(e) if sys::message_too_long(&e) => {}
+            Err(e) => return Err(e),
+        }
         counters.syscall();
-        counters.add(n as u64, 1);
         Ok(true)
     }
 }

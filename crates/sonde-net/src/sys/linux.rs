@@ -684,7 +684,7 @@ fn recvmsg_with_control(
     for c in unsafe { cmsg::Iter::new(&msg) } {
         match c {
             Cmsg::Timestamping(ts) => found.software_ns = timespec_ns(&ts[0]).filter(|&ns| ns != 0),
-            Cmsg::RecvErr(err)
+            Cmsg::RecvErr(err, _)
                 if err.ee_errno == libc::ENOMSG as u32
                     && err.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING =>
             {
@@ -970,6 +970,109 @@ pub(crate) fn path_mtu(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<u32> {
 /// `EMSGSIZE`: a datagram larger than the socket allows (the path MTU, under DF).
 pub(crate) fn message_too_long(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::EMSGSIZE)
+}
+
+/// `sonde mtu`'s probes (ip(7), ipv6(7)): DF on every datagram without the kernel's cached path
+/// MTU standing in the way (`IP_PMTUDISC_PROBE`: a probe larger than a path MTU learnt earlier
+/// is sent anyway, so each search measures the path afresh; only the interface's MTU limits
+/// it), and ICMP errors queued with their details (`IP_RECVERR`), so a router's "fragmentation
+/// needed" names its MTU and itself. IPv6 never fragments in the network: `IPV6_DONTFRAG`
+/// keeps this host from fragmenting too.
+pub(crate) fn set_mtu_probing(sock: &UdpSocket, ipv6: bool) -> io::Result<()> {
+    let fd = sock.as_fd();
+    if ipv6 {
+        setsockopt(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_PROBE,
+        )?;
+        setsockopt(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_DONTFRAG,
+            1 as libc::c_int,
+        )?;
+        setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVERR, 1 as libc::c_int)
+    } else {
+        setsockopt(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_PROBE,
+        )?;
+        setsockopt(fd, libc::IPPROTO_IP, libc::IP_RECVERR, 1 as libc::c_int)
+    }
+}
+
+/// ICMP "fragmentation needed" (type 3 code 4) and ICMPv6 "packet too big" (type 2).
+const ICMP_DEST_UNREACH: u8 = 3;
+const ICMP_FRAG_NEEDED: u8 = 4;
+const ICMPV6_PKT_TOOBIG: u8 = 2;
+
+/// Takes the "too big" entries off a UDP socket's error queue (`MSG_ERRQUEUE`, without
+/// blocking), calling `f(mtu, by, payload)` for each: the MTU named, the router that named it
+/// (`None` for this host's own refusal), and the first bytes of the refused datagram's payload
+/// as the ICMP quoted it (empty when it quoted none). Other entries are dropped. Returns how many
+/// were found.
+pub(crate) fn udp_take_too_big(
+    sock: &UdpSocket,
+    mut f: impl FnMut(u32, Option<std::net::IpAddr>, &[u8]),
+) -> io::Result<usize> {
+    let mut found = 0;
+    let mut quoted = [0u8; 64];
+    // Bounded: the queue holds at most a socket buffer of entries; 64 is plenty for one probe.
+    for _ in 0..64 {
+        let mut iov = libc::iovec {
+            iov_base: quoted.as_mut_ptr().cast(),
+            iov_len: quoted.len(),
+        };
+        let mut control: ControlBuf = [0; 48];
+        // SAFETY: msghdr is a C struct of integers and raw pointers; all zeroes is valid.
+        let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = mem::size_of_val(&control) as _;
+        // SAFETY: the descriptor is borrowed from a live socket for the call; `msg` points at
+        // one iovec covering exactly `quoted` and at `control`, both alive until the call
+        // returns; the kernel writes at most their lengths and updates the lengths in `msg`.
+        let got = unsafe {
+            libc::recvmsg(
+                sock.as_raw_fd(),
+                &mut msg,
+                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+            )
+        };
+        let Ok(n) = usize::try_from(got) else {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock {
+                Ok(found)
+            } else {
+                Err(e)
+            };
+        };
+        // SAFETY: `msg` was filled by a successful recvmsg: its control pointer and length
+        // describe initialised bytes inside `control`, not written while the iterator lives.
+        for c in unsafe { cmsg::Iter::new(&msg) } {
+            let Cmsg::RecvErr(err, by) = c else { continue };
+            let too_big = err.ee_errno == libc::EMSGSIZE as u32
+                && match err.ee_origin {
+                    libc::SO_EE_ORIGIN_ICMP => {
+                        err.ee_type == ICMP_DEST_UNREACH && err.ee_code == ICMP_FRAG_NEEDED
+                    }
+                    libc::SO_EE_ORIGIN_ICMP6 => err.ee_type == ICMPV6_PKT_TOOBIG,
+                    libc::SO_EE_ORIGIN_LOCAL => true,
+                    _ => false,
+                };
+            if too_big {
+                found += 1;
+                let by = by.filter(|_| err.ee_origin != libc::SO_EE_ORIGIN_LOCAL);
+                f(err.ee_info, by, &quoted[..n.min(quoted.len())]);
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// `net.ipv4.tcp_ecn` (0, 1 or 2; it also governs IPv6 TCP): TCP sets its packets' ECN bits

@@ -266,6 +266,20 @@ pub(crate) fn path_mtu(_fd: super::SockRef<'_>, _ipv6: bool) -> io::Result<u32> 
     Err(unsupported())
 }
 
+/// `sonde mtu`'s probe options (`IP_PMTUDISC_PROBE`, `IP_RECVERR`) are Linux's: fails with
+/// [`io::ErrorKind::Unsupported`].
+pub(crate) fn set_mtu_probing(_sock: &std::net::UdpSocket, _ipv6: bool) -> io::Result<()> {
+    Err(unsupported())
+}
+
+/// No error queue here: nothing found.
+pub(crate) fn udp_take_too_big(
+    _sock: &std::net::UdpSocket,
+    _f: impl FnMut(u32, Option<std::net::IpAddr>, &[u8]),
+) -> io::Result<usize> {
+    Ok(0)
+}
+
 /// `EMSGSIZE` is Linux's answer to a datagram over the path MTU; not recognised here.
 pub(crate) fn message_too_long(_e: &io::Error) -> bool {
     false

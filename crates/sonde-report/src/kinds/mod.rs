@@ -9,6 +9,7 @@ mod conf;
 mod crr;
 mod latency;
 mod load;
+mod mtu;
 mod pps;
 mod quick;
 mod sweep;

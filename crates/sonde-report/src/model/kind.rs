@@ -187,7 +187,7 @@ mod tests {
             assert_eq!(doc["test"], r.test_name(), "{name}");
             let one_run = matches!(
                 r.test_name(),
-                "latency" | "throughput" | "pps" | "crr" | "load"
+                "latency" | "throughput" | "pps" | "crr" | "load" | "mtu"
             );
             let index = r.kind().index();
             assert_eq!(index.is_some(), one_run, "{name}");

@@ -198,6 +198,15 @@ pub enum WarningCode {
     /// A driver statistic that counts a cloud provider's limit rose during the test (AWS ENA's
     /// `pps_allowance_exceeded`, ...): the instance held packets back, not the path.
     CloudLimitExceeded,
+    /// `sonde mtu`: the path carries smaller packets than the local interface sends (a tunnel,
+    /// an overlay, a clamp): the MTU to set.
+    PathMtuBelowInterface,
+    /// `sonde mtu`: larger packets vanish without a router saying so (a PMTU black hole).
+    PathMtuBlackHole,
+    /// `sonde mtu`: the search ran out of time or probes, or was stopped, before its end.
+    MtuSearchIncomplete,
+    /// `sonde mtu`: the TCP connection that reads each end's MSS failed.
+    TcpMssUnknown,
     /// A code this version does not know (from a newer sonde).
     #[serde(other)]
     Other,
@@ -471,6 +480,46 @@ pub enum Warning {
         /// The interface counted.
         delta: sonde_wire::InterfaceDelta,
     },
+    /// `sonde mtu`: the path MTU is below the local interface's.
+    PathMtuBelowInterface {
+        /// The path MTU found, bytes.
+        path: u32,
+        /// The local interface's MTU, bytes.
+        interface: u32,
+        /// How it was learnt: `198.18.0.2 said so`, `by silence: no router said so`.
+        how: String,
+        /// The TCP MSS that fits it, bytes (less 40 for IPv4's and TCP's headers, 60 for
+        /// IPv6's).
+        mss: u32,
+    },
+    /// `sonde mtu`: probes above `above` bytes went unanswered and no router said why.
+    PathMtuBlackHole {
+        /// The largest size that crossed, bytes.
+        crossed: u32,
+        /// The smallest that did not, bytes.
+        above: u32,
+    },
+    /// `sonde mtu`: the TCP exchange did not come back in time.
+    TcpStalledOnPath {
+        /// Bytes sent each way.
+        bytes: u64,
+        /// Its timeout, s.
+        within_s: u64,
+        /// This host's MSS, bytes, where known.
+        mss: Option<u32>,
+    },
+    /// `sonde mtu`: the TCP connection that reads each end's MSS failed.
+    TcpMssUnknown {
+        /// Why, as the client's error says it.
+        reason: String,
+    },
+    /// `sonde mtu`: the search stopped before its end.
+    MtuSearchIncomplete {
+        /// Why: its time, its probe count, an interrupt.
+        why: String,
+        /// The size range still open, bytes.
+        between: (u32, u32),
+    },
 }
 
 impl Warning {
@@ -527,6 +576,12 @@ impl Warning {
             Self::SourceTranslated { .. } => WarningCode::SourceTranslated,
             Self::InterfaceDrops { .. } => WarningCode::InterfaceDrops,
             Self::CloudLimitExceeded { .. } => WarningCode::CloudLimitExceeded,
+            Self::PathMtuBelowInterface { .. } => WarningCode::PathMtuBelowInterface,
+            Self::PathMtuBlackHole { .. } | Self::TcpStalledOnPath { .. } => {
+                WarningCode::PathMtuBlackHole
+            }
+            Self::MtuSearchIncomplete { .. } => WarningCode::MtuSearchIncomplete,
+            Self::TcpMssUnknown { .. } => WarningCode::TcpMssUnknown,
             Self::Balancer { .. }
             | Self::SpreadOverAgents { .. }
             | Self::UnfoundAgent { .. }
@@ -770,6 +825,50 @@ impl std::fmt::Display for Warning {
                  never reached a socket, so the receivers' counts do not show them (a full ring \
                  or backlog, a driver or instance limit)",
                 delta.name, delta.rx_dropped, delta.tx_dropped, delta.rx_errors, delta.tx_errors
+            ),
+            Self::PathMtuBelowInterface {
+                path,
+                interface,
+                how,
+                mss,
+            } => write!(
+                f,
+                "the path carries IP packets of at most {path} B, less than this host's \
+                 interface MTU of {interface} B ({how}): a tunnel, an overlay or a clamp is in \
+                 the path; packets between {} and {interface} B need fragmenting or PMTU \
+                 discovery, so set the MTU of the interface (or the overlay) to {path}, or \
+                 clamp TCP's MSS to {mss}",
+                path + 1,
+            ),
+            Self::PathMtuBlackHole { crossed, above } => write!(
+                f,
+                "packets of {above} B and more vanished without any router saying they were too \
+                 big (no ICMP fragmentation needed / packet too big came back), while {crossed} \
+                 B crossed: a PMTU black hole; TCP stalls on it unless its MSS fits (clamped \
+                 on the path, or announced smaller by the far end) or PLPMTUD is on \
+                 (net.ipv4.tcp_mtu_probing)"
+            ),
+            Self::TcpStalledOnPath {
+                bytes,
+                within_s,
+                mss,
+            } => write!(
+                f,
+                "{bytes} B sent to the agent's TCP echo did not all come back within {within_s} \
+                 s{}: full-size TCP segments are lost on the path without a router saying so \
+                 (a black hole for TCP); clamp the MSS on the path, or lower the MTU",
+                mss.map_or_else(String::new, |m| format!(" (MSS {m} B)"))
+            ),
+            Self::TcpMssUnknown { reason } => write!(
+                f,
+                "the TCP connection to the agent that reads each end's MSS failed ({reason}): \
+                 tcp is null; the path MTU above stands"
+            ),
+            Self::MtuSearchIncomplete { why, between } => write!(
+                f,
+                "the search stopped before its end ({why}): the path MTU lies between {} and {} \
+                 B, and path_mtu_bytes is the lower bound",
+                between.0, between.1
             ),
             Self::Iperf3ReadsUncounted => f.write_str(
                 "the iperf3 server does not report its read calls: receiver `packets` of \

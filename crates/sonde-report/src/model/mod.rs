@@ -18,6 +18,7 @@ mod kind;
 mod latency;
 mod load;
 mod meta;
+mod mtu;
 mod pps;
 mod quick;
 mod stats;
@@ -32,6 +33,7 @@ pub use self::kind::{CsvRow, ResultKind, RttRun, RunPart};
 pub use self::latency::*;
 pub use self::load::*;
 pub use self::meta::*;
+pub use self::mtu::*;
 pub use self::pps::*;
 pub use self::quick::*;
 pub use self::stats::*;
@@ -90,4 +92,6 @@ test_results! {
     Sweep(SweepResult),
     /// `sonde conf`: both ends' configuration, side by side.
     Conf(ConfResult),
+    /// `sonde mtu`: the path MTU by DF probes, and the TCP MSS at each end.
+    Mtu(MtuResult),
 }

@@ -10,8 +10,8 @@ pub(crate) mod inner;
 use std::borrow::Cow;
 
 use crate::model::{
-    CrrResult, LatencyMode, LatencyResult, LoadResult, Meta, PpsResult, Protocol, QuickResult,
-    StreamDirection, SweepResult, TestResult, ThroughputResult,
+    CrrResult, LatencyMode, LatencyResult, LoadResult, Meta, MtuResult, PpsResult, Protocol,
+    QuickResult, StreamDirection, SweepResult, TestResult, ThroughputResult,
 };
 
 /// Columns every row starts with (quick puts `case` before them).
@@ -390,6 +390,68 @@ pub(crate) fn crr_rows(r: &CrrResult, case: Option<&str>, rows: &mut Vec<Row>) {
     row.extend(context::summary_cells(&r.meta));
     rows.push(row);
     rows.extend(crr::interval_rows(&base(&r.meta), r));
+}
+
+/// The columns of a `sonde mtu` run, after the common head.
+pub(crate) const MTU_COLUMNS: [&str; 16] = [
+    "ip_version",
+    "path_mtu_bytes",
+    "udp_payload_bytes",
+    "ip_header_bytes",
+    "interface_mtu_bytes",
+    "ceiling_bytes",
+    "upper_bound",
+    "smallest_refused_bytes",
+    "probes_sent",
+    "search_ns",
+    "kernel_path_mtu_bytes",
+    "agent_dont_fragment",
+    "complete",
+    "client_mss_bytes",
+    "agent_mss_bytes",
+    "tcp_completed",
+];
+
+/// A `sonde mtu` run's row: its summary (the probes are in the JSON).
+pub(crate) fn mtu_rows(r: &MtuResult, case: Option<&str>, rows: &mut Vec<Row>) {
+    let o = |v: Option<u32>| opt(v.map(u64::from));
+    let mut row = base_row("mtu", case, &r.meta);
+    row.extend([
+        ("ip_version", r.ip_version.to_string()),
+        ("path_mtu_bytes", o(r.path_mtu_bytes)),
+        ("udp_payload_bytes", o(r.udp_payload_bytes)),
+        ("ip_header_bytes", r.ip_header_bytes.to_string()),
+        ("interface_mtu_bytes", o(r.interface_mtu_bytes)),
+        ("ceiling_bytes", r.ceiling_bytes.to_string()),
+        ("upper_bound", enum_name(&r.upper_bound)),
+        ("smallest_refused_bytes", o(r.smallest_refused_bytes)),
+        ("probes_sent", r.probes_sent.to_string()),
+        ("search_ns", r.search_ns.to_string()),
+        ("kernel_path_mtu_bytes", o(r.kernel_path_mtu_bytes)),
+        (
+            "agent_dont_fragment",
+            r.agent_dont_fragment
+                .map_or_else(String::new, |b| b.to_string()),
+        ),
+        ("complete", r.complete.to_string()),
+        (
+            "client_mss_bytes",
+            o(r.tcp.as_ref().and_then(|t| t.client_mss_bytes)),
+        ),
+        (
+            "agent_mss_bytes",
+            o(r.tcp.as_ref().and_then(|t| t.agent_mss_bytes)),
+        ),
+        (
+            "tcp_completed",
+            r.tcp
+                .as_ref()
+                .map_or_else(String::new, |t| t.completed.to_string()),
+        ),
+    ]);
+    row.insert("warnings", warnings(&r.meta));
+    row.extend(context::summary_cells(&r.meta));
+    rows.push(row);
 }
 
 /// A pps run's rows: the summary, then its flows and intervals.

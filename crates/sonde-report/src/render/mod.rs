@@ -90,5 +90,6 @@ mod tests {
         pps_from_helpers,
         throughput_from_helpers,
         latency_from_helpers,
+        mtu_router_said,
     );
 }

@@ -6,6 +6,7 @@ pub(super) mod helpers;
 mod inner;
 pub(crate) mod latency;
 pub(crate) mod load;
+pub(crate) mod mtu;
 pub(crate) mod pps;
 pub(crate) mod quick;
 pub(crate) mod sweep;
@@ -487,7 +488,13 @@ mod tests {
         for (name, r) in fixtures::all() {
             let t = table(&r);
             assert!(t.ends_with('\n') && !t.ends_with("\n\n"), "{name}");
-            if !["latency_with_warnings", "crr_ports_exhausted"].contains(&name) {
+            if ![
+                "latency_with_warnings",
+                "crr_ports_exhausted",
+                "mtu_router_said",
+            ]
+            .contains(&name)
+            {
                 assert!(
                     !t.contains("warning") && !t.contains("overlapping"),
                     "{name}"

@@ -1027,12 +1027,12 @@ mod tests {
             (
                 format!("{HEAD}[[matrix]]\ntarget = \"b\"\n"),
                 "p.toml:4:1: this [[matrix]] has no test: add test = \"latency\" (or \
-                 throughput, pps, crr, load)",
+                 throughput, pps, crr, load, mtu)",
             ),
             (
                 format!("{HEAD}[[matrix]]\ntest = \"latenci\"\n"),
-                "p.toml:5:8: unknown test \"latenci\" (expected latency, throughput, pps, crr \
-                 or load); did you mean \"latency\"?",
+                "p.toml:5:8: unknown test \"latenci\" (expected latency, throughput, pps, crr, \
+                 load or mtu); did you mean \"latency\"?",
             ),
             (
                 format!("{HEAD}{m}msg-size = 10\n"),

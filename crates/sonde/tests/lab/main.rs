@@ -12,6 +12,7 @@ mod context;
 mod helpers;
 mod inner;
 mod mesh;
+mod mtu;
 mod plan;
 mod sockopt;
 mod source;

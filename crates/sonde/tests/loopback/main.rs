@@ -12,4 +12,5 @@ mod cli;
 mod context;
 mod crr;
 mod inner;
+mod mtu;
 mod server_faults;

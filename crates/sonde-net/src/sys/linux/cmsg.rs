@@ -47,8 +47,9 @@ pub(super) enum Cmsg {
     GroSegment(libc::c_int),
     /// `SOL_SOCKET`/`SCM_TIMESTAMPING`: software, (deprecated), hardware stamps.
     Timestamping([libc::timespec; 3]),
-    /// `SOL_IP`/`IP_RECVERR` or `SOL_IPV6`/`IPV6_RECVERR`: an error-queue entry.
-    RecvErr(libc::sock_extended_err),
+    /// `SOL_IP`/`IP_RECVERR` or `SOL_IPV6`/`IPV6_RECVERR`: an error-queue entry, and the
+    /// address that sent it (`SO_EE_OFFENDER`: the router of an ICMP error) when there is one.
+    RecvErr(libc::sock_extended_err, Option<std::net::IpAddr>),
     /// Anything else, or a known kind too short for its data.
     Other,
 }
@@ -66,7 +67,8 @@ impl Cmsg {
         } else if (level == libc::SOL_IP && kind == libc::IP_RECVERR)
             || (level == libc::SOL_IPV6 && kind == libc::IPV6_RECVERR)
         {
-            data::<libc::sock_extended_err>(c).map_or(Cmsg::Other, Cmsg::RecvErr)
+            data::<libc::sock_extended_err>(c)
+                .map_or(Cmsg::Other, |e| Cmsg::RecvErr(e, offender(c)))
         } else {
             Cmsg::Other
         }
@@ -88,6 +90,28 @@ fn data<T: Copy>(c: &libc::cmsghdr) -> Option<T> {
     // (checked above). T is a plain C value (`Copy`, every bit pattern valid for the types
     // used here), read unaligned.
     Some(unsafe { ptr::read_unaligned(libc::CMSG_DATA(c).cast::<T>()) })
+}
+
+/// `SO_EE_OFFENDER`: the address after an error-queue entry's `sock_extended_err`, as a
+/// `sockaddr_in` or `sockaddr_in6` (family `AF_UNSPEC` when there is none).
+fn offender(c: &libc::cmsghdr) -> Option<std::net::IpAddr> {
+    #[derive(Clone, Copy)]
+    #[repr(C)]
+    struct WithV4(libc::sock_extended_err, libc::sockaddr_in);
+    #[derive(Clone, Copy)]
+    #[repr(C)]
+    struct WithV6(libc::sock_extended_err, libc::sockaddr_in6);
+    if let Some(WithV6(_, a)) = data::<WithV6>(c) {
+        if libc::c_int::from(a.sin6_family) == libc::AF_INET6 {
+            return Some(std::net::Ipv6Addr::from(a.sin6_addr.s6_addr).into());
+        }
+    }
+    match data::<WithV4>(c) {
+        Some(WithV4(_, a)) if libc::c_int::from(a.sin_family) == libc::AF_INET => {
+            Some(std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)).into())
+        }
+        _ => None,
+    }
 }
 
 /// The control messages a `recvmsg`/`recvmmsg` left in a `msghdr`, parsed.
