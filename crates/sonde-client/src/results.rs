@@ -1334,6 +1334,7 @@ mod context_tests {
             system_interrupts: Some(10),
             system_context_switches: Some(20),
             system_syscalls: Some(30),
+            system_softirq_ns: None,
             ..sonde_wire::CpuReport::default()
         };
         let ctx = Context {

@@ -113,6 +113,9 @@ pub struct SystemActivity {
     pub context_switches: Option<u64>,
     /// System calls (Windows: `\System\System Calls/sec`; `None` on Linux).
     pub syscalls: Option<u64>,
+    /// Time in software interrupts, every CPU together, ns (Linux: `/proc/stat` `cpu`'s
+    /// `softirq`, in clock ticks; `None` elsewhere).
+    pub softirq_ns: Option<u64>,
 }
 
 impl SystemActivity {
@@ -127,6 +130,7 @@ impl SystemActivity {
             interrupts: since(self.interrupts, earlier.interrupts),
             context_switches: since(self.context_switches, earlier.context_switches),
             syscalls: since(self.syscalls, earlier.syscalls),
+            softirq_ns: since(self.softirq_ns, earlier.softirq_ns),
         }
     }
 }
@@ -252,6 +256,7 @@ impl CpuCost {
             system_interrupts: self.system.interrupts,
             system_context_switches: self.system.context_switches,
             system_syscalls: self.system.syscalls,
+            system_softirq_ns: self.system.softirq_ns,
         }
     }
 }

@@ -808,6 +808,7 @@ pub(crate) fn throughput_tcp_context() -> TestResult {
                 system_interrupts: Some(wall_ns / 500_000),
                 system_context_switches: Some(wall_ns / 100_000),
                 system_syscalls: None,
+                system_softirq_ns: None,
             },
         )
     };

@@ -383,6 +383,11 @@ pub struct CpuReport {
     /// Linux keeps no such count); `None` where not counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_syscalls: Option<u64>,
+    /// Time every CPU of the host spent in software interrupts over `wall_ns`, ns (Linux:
+    /// `/proc/stat`'s `softirq`, where the network receive path runs outside any process);
+    /// `None` where not counted (other platforms, agents older than the field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_softirq_ns: Option<u64>,
 }
 
 /// The agent's account of a finished session.

@@ -972,6 +972,7 @@ fn control_messages() -> Vec<ControlMsg> {
                 system_interrupts: Some(8),
                 system_context_switches: Some(9),
                 system_syscalls: None,
+                system_softirq_ns: Some(11),
             }),
             tuning: Some(Box::new(crate::TuningReport {
                 busy_poll: true,

@@ -303,11 +303,26 @@ fn proc_stat_activity(stat: &str) -> crate::cpu::SystemActivity {
             (words.next() == Some(key)).then(|| words.next()?.parse().ok())?
         })
     };
+    // The `cpu` line: user nice system idle iowait irq softirq ..., in clock ticks.
+    let softirq_ticks: Option<u64> = stat.lines().find_map(|line| {
+        let mut words = line.split_ascii_whitespace();
+        (words.next() == Some("cpu")).then(|| words.nth(6)?.parse().ok())?
+    });
     crate::cpu::SystemActivity {
         interrupts: first("intr"),
         context_switches: first("ctxt"),
         syscalls: None,
+        softirq_ns: softirq_ticks
+            .zip(clock_ticks_per_second())
+            .map(|(t, hz)| t.saturating_mul(1_000_000_000) / hz),
     }
+}
+
+/// `sysconf(_SC_CLK_TCK)`: the unit of `/proc/stat`'s times (USER_HZ, 100 almost everywhere).
+fn clock_ticks_per_second() -> Option<u64> {
+    // SAFETY: sysconf takes a name and returns a value; it touches no memory of ours.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(hz).ok().filter(|&hz| hz > 0)
 }
 
 /// `getrusage` for the whole process, or with `thread` for the calling thread only
@@ -1394,12 +1409,15 @@ mod tests {
 
     #[test]
     fn system_activity_reads_intr_and_ctxt_of_proc_stat() {
-        let stat = "cpu  10 0 20 300 0 0 0 0 0 0\n\
-                    cpu0 10 0 20 300 0 0 0 0 0 0\n\
+        // softirq is the `cpu` line's seventh number: 250 ticks, 2.5 s at USER_HZ 100.
+        let stat = "cpu  10 0 20 300 0 7 250 0 0 0\n\
+                    cpu0 10 0 20 300 0 7 250 0 0 0\n\
                     intr 123456 0 9 0 0\n\
                     ctxt 7890\n\
                     btime 1700000000\n";
         let activity = proc_stat_activity(stat);
+        let hz = clock_ticks_per_second().unwrap();
+        assert_eq!(activity.softirq_ns, Some(250 * 1_000_000_000 / hz));
         assert_eq!(activity.interrupts, Some(123_456));
         assert_eq!(activity.context_switches, Some(7_890));
         assert_eq!(

@@ -219,6 +219,8 @@ pub(crate) fn system_activity() -> crate::cpu::SystemActivity {
         interrupts: values[0],
         context_switches: values[1],
         syscalls: values[2],
+        // Windows's equivalent is DPC time (`\Processor(_Total)\% DPC Time`): not read yet.
+        softirq_ns: None,
     }
 }
 

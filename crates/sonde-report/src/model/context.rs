@@ -100,6 +100,12 @@ pub struct CpuCost {
     /// host-wide count of system calls (it would take tracing); `null` too under wine.
     #[serde(default)]
     pub system_syscalls_per_second: Option<f64>,
+    /// The whole host's time in software interrupts over `wall_ns`, as a percentage of one
+    /// core (Linux `/proc/stat` `softirq`): where the kernel's network receive path runs,
+    /// outside any process, so neither end's process CPU shows it. System-wide; `null` where
+    /// not counted. Absent from older documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_softirq_percent: Option<f64>,
 }
 
 /// A TCP connection's state as its sender's kernel saw it (`TCP_INFO`, `tcp(7)`). Each figure
@@ -248,6 +254,10 @@ impl CpuCost {
             system_interrupts_per_second: per_second(r.system_interrupts),
             system_context_switches_per_second: per_second(r.system_context_switches),
             system_syscalls_per_second: per_second(r.system_syscalls),
+            system_softirq_percent: r
+                .system_softirq_ns
+                .filter(|_| r.wall_ns > 0)
+                .map(|ns| ns as f64 * 100.0 / r.wall_ns as f64),
         }
     }
 }
@@ -294,6 +304,7 @@ mod context_tests {
             system_interrupts: Some(9_000),
             system_context_switches: Some(30_000),
             system_syscalls: None,
+            system_softirq_ns: None,
         };
         let c = CpuCost::from_report(CpuScope::TestThreads, &raw);
         // Over 2 s of wall time.

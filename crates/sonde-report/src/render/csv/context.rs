@@ -27,7 +27,7 @@ const TCP_INFO: [&str; 15] = [
 ];
 
 /// Each end's context on a summary row.
-const CONTEXT: [&str; 32] = [
+const CONTEXT: [&str; 34] = [
     "client_host_name",
     "client_kernel_release",
     "client_cpu_wall_ns",
@@ -61,6 +61,9 @@ const CONTEXT: [&str; 32] = [
     "server_system_interrupts_per_second",
     "server_system_context_switches_per_second",
     "server_system_syscalls_per_second",
+    // After latte's, for the same reason.
+    "client_system_softirq_percent",
+    "server_system_softirq_percent",
 ];
 
 /// `sonde conf`: one row per end (`host`), one per interface (`interface`).
@@ -166,6 +169,12 @@ pub(super) fn summary_cells(meta: &Meta) -> Vec<(&'static str, String)> {
         (&CONTEXT[27..32], meta.cpu.server.as_ref()),
     ] {
         cells.extend(side.iter().copied().zip(cpu_rates(cost)));
+    }
+    for (name, cost) in [
+        (CONTEXT[32], meta.cpu.client.as_ref()),
+        (CONTEXT[33], meta.cpu.server.as_ref()),
+    ] {
+        cells.push((name, opt_f64(cost.and_then(|c| c.system_softirq_percent))));
     }
     cells
 }

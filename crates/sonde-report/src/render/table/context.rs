@@ -210,6 +210,15 @@ fn cpu_block(out: &mut String, client: Option<&CpuCost>, server: Option<&CpuCost
     row("host syscalls per second", &|c| {
         c.system_syscalls_per_second.map(per_second)
     });
+    // Newer than the rest: shown only where an end measured it.
+    if [client, server]
+        .iter()
+        .any(|c| c.is_some_and(|c| c.system_softirq_percent.is_some()))
+    {
+        row("host softirq, of one core", &|c| {
+            c.system_softirq_percent.map(|p| format!("{p:.2}%"))
+        });
+    }
     g.render(out);
 }
 
