@@ -700,6 +700,7 @@ impl<'a> Test<'a> {
                         tcp_info: None,
                         peer: None,
                         omitted_bytes: 0,
+                        zerocopy: None,
                     });
                 }
                 Some(RoleOutcome::Echoed) => {
@@ -832,6 +833,7 @@ impl<'a> Test<'a> {
                 let opts = sonde_net::bulk::TcpSendOptions {
                     omit_until_ns,
                     max_bytes: spec.send_limit(index_u32(i)),
+                    zerocopy: spec.socket.zerocopy,
                     ..sonde_net::bulk::TcpSendOptions::until(spec.msg_size, until_ns)
                 };
                 sonde_net::bulk::tcp_send(s, &opts, clock, stop, counters).map_or_else(
@@ -867,8 +869,11 @@ impl<'a> Test<'a> {
             return Ok(None);
         }
         let sending = DataOptions::from(asked);
+        // Pacing and zero-copy sends are a sender's: a receiving stream is not asked for them
+        // (an agent whose platform has no SO_ZEROCOPY still receives a -Z test).
         let receiving = DataOptions {
             max_pacing_rate_bytes_per_second: None,
+            zerocopy: false,
             ..sending.clone()
         };
         let tcp = self.spec.protocol == Protocol::Tcp;
@@ -884,10 +889,13 @@ impl<'a> Test<'a> {
             let wire = applied.to_wire(asked, tcp);
             match &mut first {
                 None => first = Some(wire),
-                // The pacing rate as the first sending stream has it.
-                Some(f) if sends && f.pacing_bits_per_second.is_none() => {
-                    f.pacing_bits_per_second = wire.pacing_bits_per_second;
-                    f.note = f.note.take().or(wire.note);
+                // The pacing rate and zero-copy as the first sending stream has them.
+                Some(f) if sends => {
+                    if f.pacing_bits_per_second.is_none() {
+                        f.pacing_bits_per_second = wire.pacing_bits_per_second;
+                        f.note = f.note.take().or(wire.note);
+                    }
+                    f.zerocopy = f.zerocopy.or(wire.zerocopy);
                 }
                 Some(_) => {}
             }

@@ -240,6 +240,9 @@ fn params(opt: &ThroughputOptions, socket: &sonde_wire::SocketOptions) -> Params
         congestion: socket.congestion.clone(),
         tos: socket.tos.map_or(0, i64::from),
         dont_fragment: i64::from(socket.dont_fragment),
+        // -Z: iperf3's server then sends with sendfile (-R, --bidir); this client sends with
+        // MSG_ZEROCOPY.
+        zerocopy: i64::from(socket.zerocopy),
         fqrate: socket
             .pacing_bits_per_second
             .map_or(0, |r| i64::try_from(r).unwrap_or(i64::MAX)),
@@ -508,11 +511,12 @@ fn open_streams(
             return Err(ClientError::Interrupted);
         }
         let id = wire::stream_id(i);
-        // The pacing rate is for the streams this host sends on.
+        // The pacing rate and zero-copy sends are for the streams this host sends on.
         let options = options.map(|o| DataOptions {
             max_pacing_rate_bytes_per_second: o
                 .max_pacing_rate_bytes_per_second
                 .filter(|_| params.client_sends(i)),
+            zerocopy: o.zerocopy && params.client_sends(i),
             ..o.clone()
         });
         let sock = if params.udp() {
@@ -645,6 +649,7 @@ fn run_streams(
             seq64: params.udp_counters_64bit,
         },
         until_ns: nanos(opt.duration),
+        zerocopy: params.zerocopy != 0,
     };
     let (tx, rx) = mpsc::channel::<(usize, io::Result<Outcome>)>();
     thread::scope(|scope| {
@@ -703,6 +708,8 @@ struct LoopConfig {
     bits_per_second: u64,
     format: UdpFormat,
     until_ns: u64,
+    /// `-Z`: the TCP senders send with `MSG_ZEROCOPY`.
+    zerocopy: bool,
 }
 
 fn run_loop(
@@ -715,7 +722,10 @@ fn run_loop(
     let (stop, expect, counters) = (&shared.stops[i], &shared.expect[i], &shared.counters[i]);
     match (&stream.sock, stream.client_sends) {
         (DataSocket::Tcp(s), true) => {
-            let opts = bulk::TcpSendOptions::until(cfg.msg_size, cfg.until_ns);
+            let opts = bulk::TcpSendOptions {
+                zerocopy: cfg.zerocopy,
+                ..bulk::TcpSendOptions::until(cfg.msg_size, cfg.until_ns)
+            };
             bulk::tcp_send(s, &opts, clock, stop, counters).map(Outcome::Sent)
         }
         (DataSocket::Tcp(s), false) => {
@@ -892,6 +902,7 @@ impl EventLoop<'_> {
                 retransmits: None,
                 method: "",
                 omitted_bytes: 0,
+                zerocopy: None,
             })
         } else {
             Outcome::TcpReceived(TcpRecvOutcome {
@@ -1268,6 +1279,21 @@ fn document(
         server: None,
     };
     meta.add_all(&warnings);
+    // -Z: this host's sends only; the iperf3 server sends with sendfile and does not say.
+    let zerocopy = run
+        .socket
+        .as_ref()
+        .is_some_and(|(asked, _)| asked.zerocopy && !udp)
+        .then(|| sonde_report::EndsZerocopy {
+            client: crate::results::sum_zerocopy(run.streams.iter().map(|s| match &s.ours {
+                Outcome::Sent(o) => o.zerocopy,
+                _ => None,
+            })),
+            server: None,
+        });
+    if let Some(z) = &zerocopy {
+        crate::results::zerocopy_warnings(z, &mut meta);
+    }
     ThroughputResult {
         meta,
         protocol: if udp {
@@ -1316,6 +1342,7 @@ fn document(
         omit_ns: None,
         omitted_bytes: None,
         skip_rx_copy: false,
+        zerocopy,
         bytes_to_send: None,
         blocks_to_send: None,
     }

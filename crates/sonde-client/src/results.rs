@@ -404,6 +404,33 @@ fn totals<'a>(sides: impl Iterator<Item = &'a SideTotals>) -> SideTotals {
     side(bytes, packets, active)
 }
 
+/// `-Z`: the zero-copy counts of one end's sending streams together; `None` when none said.
+pub(crate) fn sum_zerocopy(
+    streams: impl IntoIterator<Item = Option<sonde_wire::ZerocopyStats>>,
+) -> Option<sonde_wire::ZerocopyStats> {
+    streams
+        .into_iter()
+        .flatten()
+        .fold(None, |sum: Option<sonde_wire::ZerocopyStats>, z| {
+            let mut sum = sum.unwrap_or_default();
+            sum.add(&z);
+            Some(sum)
+        })
+}
+
+/// `-Z`: a warning for each end whose kernel copied zero-copy sends after all.
+pub(crate) fn zerocopy_warnings(z: &sonde_report::EndsZerocopy, meta: &mut Meta) {
+    for (side, stats) in [("client", z.client), ("server", z.server)] {
+        if let Some(s) = stats.filter(|s| s.copied > 0) {
+            meta.add(&Warning::ZerocopyCopied {
+                side,
+                copied: s.copied,
+                completed: s.completed,
+            });
+        }
+    }
+}
+
 fn stats_for(list: &[StreamStats], i: u32) -> Option<&StreamStats> {
     list.iter().find(|s| s.stream == i)
 }
@@ -463,6 +490,7 @@ fn stream_views(spec: &TestSpec, run: &BulkRun) -> Vec<StreamView> {
                     tcp_info: None,
                     peer: None,
                     omitted_bytes: 0,
+                    zerocopy: None,
                 },
                 _ => StreamStats::default(),
             };
@@ -640,6 +668,34 @@ pub(crate) fn throughput(
     let agent_received = streams
         .iter()
         .any(|s| s.direction == StreamDirection::ClientToServer);
+    let zerocopy = (spec.socket.zerocopy && !udp).then(|| {
+        let end = |dir: StreamDirection| {
+            sum_zerocopy(
+                streams
+                    .iter()
+                    .zip(&views)
+                    .filter(|(s, _)| s.direction == dir)
+                    .map(|(_, v)| v.sender.zerocopy),
+            )
+        };
+        sonde_report::EndsZerocopy {
+            client: end(StreamDirection::ClientToServer),
+            server: end(StreamDirection::ServerToClient),
+        }
+    });
+    if let Some(z) = &zerocopy {
+        zerocopy_warnings(z, &mut meta);
+        let agent_sent = streams
+            .iter()
+            .any(|s| s.direction == StreamDirection::ServerToClient);
+        if agent_sent && z.server.is_none() {
+            meta.add(&Warning::NotTuned {
+                detail: "-Z: the agent did not say how its zero-copy sends went (it predates \
+                         -Z): it sent with write, and its CPU cost includes the copy"
+                    .into(),
+            });
+        }
+    }
     let read_size_bytes = read_size(spec, agent_received, run.report.read_size, &mut meta);
     if spec.skip_rx_copy && agent_received && run.report.skip_rx_copy != Some(true) {
         meta.add(&Warning::NotTuned {
@@ -678,6 +734,7 @@ pub(crate) fn throughput(
             nanos(opt.duration)
         },
         skip_rx_copy: spec.skip_rx_copy,
+        zerocopy,
         bytes_to_send: opt.bytes,
         blocks_to_send: opt.blocks,
         omit_ns,

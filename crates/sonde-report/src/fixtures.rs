@@ -193,6 +193,7 @@ pub(crate) fn throughput_tcp_2_streams() -> TestResult {
         omit_ns: None,
         omitted_bytes: None,
         skip_rx_copy: false,
+        zerocopy: None,
         bytes_to_send: None,
         blocks_to_send: None,
     })
@@ -244,6 +245,7 @@ pub(crate) fn throughput_udp_reverse() -> TestResult {
         omit_ns: None,
         omitted_bytes: None,
         skip_rx_copy: false,
+        zerocopy: None,
         bytes_to_send: None,
         blocks_to_send: None,
     })
@@ -311,6 +313,7 @@ pub(crate) fn throughput_bidir() -> TestResult {
         omit_ns: None,
         omitted_bytes: None,
         skip_rx_copy: false,
+        zerocopy: None,
         bytes_to_send: None,
         blocks_to_send: None,
     })

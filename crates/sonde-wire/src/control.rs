@@ -268,6 +268,10 @@ pub struct StreamStats {
     /// time, the sender's before its own). Absent when 0.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub omitted_bytes: u64,
+    /// TCP sender with `-Z`: what its `MSG_ZEROCOPY` sends came to. Absent without `-Z`, and
+    /// from an agent older than the option.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zerocopy: Option<crate::ZerocopyStats>,
 }
 
 /// Bytes and datagrams per stream in one interval, counted by the receiver.

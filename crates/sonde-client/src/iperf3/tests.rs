@@ -91,6 +91,7 @@ fn parameters_are_what_a_real_client_sends() {
         pacing_bits_per_second: Some(50_000_000),
         tos: Some(0xb8),
         dont_fragment: false,
+        zerocopy: true,
     };
     let json =
         String::from_utf8(params(&opt(Protocol::Tcp, Direction::Forward), &socket).to_json())
@@ -102,6 +103,7 @@ fn parameters_are_what_a_real_client_sends() {
         r#""fqrate":50000000"#,
         r#""TOS":184"#,
         r#""congestion":"reno""#,
+        r#""zerocopy":1"#,
     ] {
         assert!(json.contains(key), "{key} in {json}");
     }
@@ -278,6 +280,7 @@ fn sent(bytes: u64, packets: u64) -> SendOutcome {
         retransmits: Some(3),
         method: "write",
         omitted_bytes: 0,
+        zerocopy: None,
     }
 }
 

@@ -27,6 +27,8 @@ use sonde_wire::{
 use crate::pace::Pacing;
 use crate::{fault, socket, sys, Clock, Counters};
 
+mod zerocopy;
+
 /// How long a TCP loop's blocked `write` or `read` waits before it looks at the deadline and the
 /// stop flag again (`SO_SNDTIMEO` / `SO_RCVTIMEO`).
 pub const TCP_POLL: Duration = Duration::from_millis(100);
@@ -150,6 +152,14 @@ impl UdpFormat {
 /// `MSG_TRUNC`): Linux only.
 pub const SKIP_RX_COPY: bool = cfg!(target_os = "linux");
 
+/// Whether this platform's TCP senders can send without a copy (`-Z`, `MSG_ZEROCOPY`): Linux
+/// only.
+pub const ZEROCOPY: bool = cfg!(target_os = "linux");
+
+/// How long a zero-copy sender waits at its end for the kernel's last completions (the data
+/// still unacknowledged), so that its counts cover every send.
+const ZEROCOPY_DRAIN: Duration = Duration::from_millis(500);
+
 /// What a sender sent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SendOutcome {
@@ -166,6 +176,8 @@ pub struct SendOutcome {
     /// `-O` (TCP): bytes written before the omit time, not in `bytes` (nor their writes in
     /// `packets`, nor their time in `active_ns`).
     pub omitted_bytes: u64,
+    /// `-Z` (TCP): what the `MSG_ZEROCOPY` sends came to, from the kernel's completions.
+    pub zerocopy: Option<sonde_wire::ZerocopyStats>,
 }
 
 impl SendOutcome {
@@ -178,6 +190,7 @@ impl SendOutcome {
             active_ns: self.active_ns,
             retransmits: self.retransmits,
             omitted_bytes: self.omitted_bytes,
+            zerocopy: self.zerocopy,
             ..sonde_wire::StreamStats::default()
         }
     }
@@ -232,6 +245,11 @@ pub struct TcpSendOptions {
     /// `-n`, `-k` (`u64::MAX` for none): the loop also ends once it has written this many
     /// bytes, omitted ones included, the last write cut to fit.
     pub max_bytes: u64,
+    /// `-Z` (Linux): send with `MSG_ZEROCOPY` from a ring of message buffers, each written
+    /// again only once the kernel has completed every send from it; the outcome's
+    /// [`SendOutcome::zerocopy`] says how many sends the kernel copied after all. Elsewhere the
+    /// loop fails with `Unsupported` before it sends.
+    pub zerocopy: bool,
 }
 
 impl TcpSendOptions {
@@ -242,6 +260,7 @@ impl TcpSendOptions {
             until_ns,
             omit_until_ns: 0,
             max_bytes: u64::MAX,
+            zerocopy: false,
         }
     }
 }
@@ -265,15 +284,31 @@ pub fn tcp_send(
         until_ns,
         omit_until_ns,
         max_bytes,
+        zerocopy,
     } = *opts;
     if msg_size == 0 {
         return Err(invalid_input("a TCP message must be at least 1 byte"));
     }
     stream.set_nonblocking(false)?;
     stream.set_write_timeout(Some(TCP_POLL))?;
-    let buf = vec![0u8; msg_size as usize];
+    let msg_len = msg_size as usize;
+    let mut zc = if zerocopy {
+        Some(zerocopy::ZerocopySender::new(stream, msg_len, counters)?)
+    } else {
+        None
+    };
+    // The zero-copy sender sends from its own ring of buffers.
+    let buf = if zc.is_some() {
+        Vec::new()
+    } else {
+        vec![0u8; msg_len]
+    };
     let mut out = SendOutcome {
-        method: "write",
+        method: if zc.is_some() {
+            "send+MSG_ZEROCOPY"
+        } else {
+            "write"
+        },
         ..SendOutcome::default()
     };
     let mut span = Span::default();
@@ -291,8 +326,11 @@ pub fn tcp_send(
     // What is left to write under `max_bytes`.
     let mut left = max_bytes;
     while !stop.load(Ordering::Relaxed) && now < until_ns && left > 0 {
-        let end = usize::try_from(left).map_or(buf.len(), |l| buf.len().min(offset + l));
-        let written = writer.write(&buf[offset..end]);
+        let end = usize::try_from(left).map_or(msg_len, |l| msg_len.min(offset + l));
+        let written = match zc.as_mut() {
+            None => writer.write(&buf[offset..end]),
+            Some(zc) => zc.write(offset, end, TCP_POLL),
+        };
         let after = clock.now_ns();
         match written {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -301,7 +339,7 @@ pub fn tcp_send(
                 out.omitted_bytes += n as u64;
                 pending.add(after, n as u64, 1);
                 offset += n;
-                if offset == buf.len() {
+                if offset == msg_len {
                     offset = 0;
                 }
             }
@@ -312,7 +350,7 @@ pub fn tcp_send(
                 out.packets += 1;
                 pending.add(after, n as u64, 1);
                 offset += n;
-                if offset == buf.len() {
+                if offset == msg_len {
                     offset = 0;
                 }
             }
@@ -338,6 +376,7 @@ pub fn tcp_send(
             Err(e) => return Err(e),
         }
     }
+    out.zerocopy = zc.map(|zc| zc.finish(ZEROCOPY_DRAIN));
     out.retransmits = socket::tcp_retransmits(stream);
     out.active_ns = span.ns();
     Ok(out)

@@ -211,6 +211,40 @@ fn tcp_send_to_tcp_recv_delivers_every_byte_sent() {
     assert!(rx.syscalls() > received.reads);
 }
 
+/// `-Z`: a zero-copy sender delivers every byte, and the kernel completes every send it made;
+/// on loopback it says it copied each one (the receiving socket cannot take the sender's
+/// pages), which is what the result must then report.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_zero_copy_sender_delivers_every_byte_and_accounts_for_every_send() {
+    // Small messages too: the ring is 256 buffers, far fewer than the sends.
+    for msg_size in [128 << 10, 1000] {
+        let Transfer {
+            sent, received, tx, ..
+        } = tcp_transfer(
+            &TcpRecvOptions::default(),
+            sender(TcpSendOptions {
+                zerocopy: true,
+                ..TcpSendOptions::until(msg_size, 200 * MS)
+            }),
+        );
+        assert_eq!(sent.method, "send+MSG_ZEROCOPY");
+        assert!(sent.bytes > 0);
+        assert_eq!(received.bytes, sent.bytes);
+        assert_eq!(tx.load(), (sent.bytes, sent.packets));
+        let zc = sent.zerocopy.expect("zero-copy counts");
+        // One numbered send per write call that moved data, each completed once.
+        assert_eq!(zc.sends, sent.packets, "{zc:?}");
+        assert_eq!(zc.completed, zc.sends, "{zc:?}");
+        assert_eq!(
+            zc.copied, zc.completed,
+            "loopback copies every send: {zc:?}"
+        );
+        // The reads of the error queue count as system calls too.
+        assert!(tx.syscalls() > sent.packets);
+    }
+}
+
 #[test]
 fn paced_tcp_sends_its_blocks_on_schedule_and_never_ahead_of_it() {
     // 1,000-byte blocks at 800 kbit/s: one block every 10 ms, 30 in a 300 ms run.

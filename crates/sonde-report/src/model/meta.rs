@@ -186,6 +186,9 @@ pub enum WarningCode {
     /// The agent saw a stream come from another address or port than this host sent it from:
     /// a source NAT (or a proxy) is in the path.
     SourceTranslated,
+    /// `-Z`: an end's kernel copied some or all of its zero-copy sends after all (loopback,
+    /// veth, a device without scatter-gather): its CPU cost includes the copy.
+    ZerocopyCopied,
     /// A code this version does not know (from a newer sonde).
     #[serde(other)]
     Other,
@@ -432,6 +435,15 @@ pub enum Warning {
         /// The session's agent, as it saw itself (`ServedBy::addr`).
         agent: String,
     },
+    /// `-Z`: an end's kernel copied zero-copy sends after all.
+    ZerocopyCopied {
+        /// `client` or `server`.
+        side: &'static str,
+        /// Sends the kernel copied (`SO_EE_CODE_ZEROCOPY_COPIED`).
+        copied: u64,
+        /// Sends whose completion the end read.
+        completed: u64,
+    },
     /// The agent saw a stream's packets come from `seen`, sent from `client`.
     SourceTranslated {
         /// The stream.
@@ -495,6 +507,7 @@ impl Warning {
             }
             Self::UncleanEnd => WarningCode::UncleanEnd,
             Self::SourceTranslated { .. } => WarningCode::SourceTranslated,
+            Self::ZerocopyCopied { .. } => WarningCode::ZerocopyCopied,
             Self::Balancer { .. }
             | Self::SpreadOverAgents { .. }
             | Self::UnfoundAgent { .. }
@@ -719,6 +732,16 @@ impl std::fmt::Display for Warning {
                 f,
                 "the agent saw {seen} for {client} (stream {stream}): a source NAT or a proxy \
                  is in the path, and what the agent applies to its end goes to {seen}"
+            ),
+            Self::ZerocopyCopied {
+                side,
+                copied,
+                completed,
+            } => write!(
+                f,
+                "-Z: the {side}'s kernel copied {copied} of {completed} zero-copy sends after all \
+                 (it does on loopback and veth, and for a device without scatter-gather): those \
+                 sends were not zero-copy, and the {side}'s CPU cost includes the copy"
             ),
             Self::Iperf3ReadsUncounted => f.write_str(
                 "the iperf3 server does not report its read calls: receiver `packets` of \

@@ -107,6 +107,16 @@ pub struct IntervalResult {
     pub omitted: bool,
 }
 
+/// `-Z`: each end's zero-copy sends, all its sending streams together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct EndsZerocopy {
+    /// This host's senders; `null` where it did not send.
+    pub client: Option<sonde_wire::ZerocopyStats>,
+    /// The agent's senders; `null` where it did not send, or did not say (an agent that
+    /// predates `-Z`, with a warning; an iperf3 server, which sends with `sendfile`).
+    pub server: Option<sonde_wire::ZerocopyStats>,
+}
+
 /// `sonde throughput`: bulk transfer, counted at the receiver.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ThroughputResult {
@@ -148,6 +158,10 @@ pub struct ThroughputResult {
     /// user space (`MSG_TRUNC`), so their CPU cost leaves the copy out. Absent when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub skip_rx_copy: bool,
+    /// `-Z` (TCP): what each end's `MSG_ZEROCOPY` sends came to, from its kernel's
+    /// completions: how many sends the kernel copied after all. Absent without `-Z`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zerocopy: Option<EndsZerocopy>,
     /// `-O`: payload bytes the receivers got during the omit period, not in `receiver`. Absent
     /// without `-O`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

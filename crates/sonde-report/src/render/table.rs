@@ -116,6 +116,17 @@ fn socket_lines(s: &crate::model::EndsSocket) -> [String; 2] {
                 _ => "no DF".to_owned(),
             });
         }
+        if a.zerocopy {
+            // Read back on the streams an end sends on; an end that only receives has none.
+            parts.push(
+                match got.zerocopy {
+                    Some(true) => "SO_ZEROCOPY",
+                    Some(false) => "no SO_ZEROCOPY",
+                    None => "SO_ZEROCOPY - (does not send)",
+                }
+                .to_owned(),
+            );
+        }
         if a.pacing_bits_per_second.is_some() {
             if let Some(r) = got.pacing_bits_per_second {
                 parts.push(format!(

@@ -363,6 +363,52 @@ fn skip_rx_copy_keeps_one_syscall_per_read_at_both_ends() {
     }
 }
 
+/// `-Z`: the sending end (this host, then the agent with `-R`) sends with `MSG_ZEROCOPY`, the
+/// result accounts for its sends from the kernel's completions, and, since loopback copies every
+/// one, says so in a typed warning instead of claiming zero copy.
+#[test]
+#[cfg(target_os = "linux")]
+fn zerocopy_accounts_for_each_senders_sends_and_owns_up_to_loopbacks_copies() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server();
+    let target = agent.target();
+    for reverse in [false, true] {
+        let mut args = vec!["throughput", &target, "-t", "0.5", "-Z"];
+        if reverse {
+            args.push("-R");
+        }
+        let doc = run_json(&args);
+        let (sender, other) = if reverse {
+            ("server", "client")
+        } else {
+            ("client", "server")
+        };
+        assert_eq!(doc["socket"]["asked"]["zerocopy"], true, "{doc:#}");
+        assert_eq!(doc["socket"][sender]["zerocopy"], true, "{doc:#}");
+        let z = &doc["zerocopy"][sender];
+        let count = |k: &str| z[k].as_u64().unwrap_or_else(|| panic!("{k}: {doc:#}"));
+        // One numbered send per write call of the stream's sender.
+        assert_eq!(
+            count("sends"),
+            doc["sender"]["packets"].as_u64().unwrap(),
+            "{doc:#}"
+        );
+        assert!(
+            count("completed") > 0 && count("completed") <= count("sends"),
+            "{doc:#}"
+        );
+        assert_eq!(count("copied"), count("completed"), "{doc:#}");
+        assert!(doc["zerocopy"][other].is_null(), "{doc:#}");
+        assert!(
+            arr(&doc, "/warning_codes")
+                .iter()
+                .any(|c| c == "zerocopy_copied"),
+            "{doc:#}"
+        );
+        assert_eq!(doc["receiver"]["bytes"], doc["sender"]["bytes"], "{doc:#}");
+    }
+}
+
 #[test]
 fn tcp_bidir_has_every_streams_tcp_info_from_whichever_end_sent_it() {
     let _file = crate::common::file_lock(module_path!());
