@@ -701,6 +701,7 @@ impl<'a> Test<'a> {
                         peer: None,
                         omitted_bytes: 0,
                         zerocopy: None,
+                        ecn: o.ecn,
                     });
                 }
                 Some(RoleOutcome::Echoed) => {
@@ -799,10 +800,12 @@ impl<'a> Test<'a> {
                 sonde_net::bulk::tcp_recv(s, &opts, clock, stop, counters)
                     .map_or_else(failed, RoleOutcome::TcpReceived)
             }
-            DataChannel::Udp(s) => sonde_net::bulk::udp_recv(
+            // `--ecn`: the receiver counts the marks its datagrams arrive with.
+            DataChannel::Udp(s) => sonde_net::bulk::udp_recv_with(
                 s,
                 spec.msg_size,
                 sonde_net::bulk::UdpFormat::sonde(spec),
+                spec.socket.ecn_asked(),
                 clock,
                 stop,
                 &self.expect[i],

@@ -1343,6 +1343,8 @@ fn document(
         omitted_bytes: None,
         skip_rx_copy: false,
         zerocopy,
+        // An iperf3 server does not report the marks its datagrams arrived with.
+        ecn: None,
         bytes_to_send: None,
         blocks_to_send: None,
     }

@@ -418,6 +418,46 @@ pub(crate) fn sum_zerocopy(
         })
 }
 
+/// `--ecn`: the marks counted by one direction's receivers together; `None` when none said.
+fn sum_ecn(
+    streams: impl IntoIterator<Item = Option<sonde_wire::EcnCounts>>,
+) -> Option<sonde_wire::EcnCounts> {
+    streams
+        .into_iter()
+        .flatten()
+        .fold(None, |sum: Option<sonde_wire::EcnCounts>, c| {
+            let mut sum = sum.unwrap_or_default();
+            sum.add(&c);
+            Some(sum)
+        })
+}
+
+/// `--ecn`: warnings for a direction whose datagrams arrived CE (congestion signalled) or
+/// Not-ECT (the marking bleached on the way).
+fn ecn_warnings(e: &sonde_report::EcnByDirection, meta: &mut Meta) {
+    for (direction, counts) in [
+        ("client → server", e.client_to_server),
+        ("server → client", e.server_to_client),
+    ] {
+        let Some(c) = counts else { continue };
+        let received = c.not_ect + c.ect0 + c.ect1 + c.ce;
+        if c.ce > 0 {
+            meta.add(&Warning::EcnCongestion {
+                direction,
+                ce: c.ce,
+                received,
+            });
+        }
+        if c.not_ect > 0 {
+            meta.add(&Warning::EcnBleached {
+                direction,
+                not_ect: c.not_ect,
+                received,
+            });
+        }
+    }
+}
+
 /// `-Z`: a warning for each end whose kernel copied zero-copy sends after all.
 pub(crate) fn zerocopy_warnings(z: &sonde_report::EndsZerocopy, meta: &mut Meta) {
     for (side, stats) in [("client", z.client), ("server", z.server)] {
@@ -491,6 +531,7 @@ fn stream_views(spec: &TestSpec, run: &BulkRun) -> Vec<StreamView> {
                     peer: None,
                     omitted_bytes: 0,
                     zerocopy: None,
+                    ecn: o.ecn,
                 },
                 _ => StreamStats::default(),
             };
@@ -668,6 +709,24 @@ pub(crate) fn throughput(
     let agent_received = streams
         .iter()
         .any(|s| s.direction == StreamDirection::ClientToServer);
+    let ecn = (udp && spec.socket.ecn_asked()).then(|| {
+        let dir = |d: StreamDirection| {
+            sum_ecn(
+                streams
+                    .iter()
+                    .zip(&views)
+                    .filter(|(s, _)| s.direction == d)
+                    .map(|(_, v)| v.receiver.ecn),
+            )
+        };
+        sonde_report::EcnByDirection {
+            client_to_server: dir(StreamDirection::ClientToServer),
+            server_to_client: dir(StreamDirection::ServerToClient),
+        }
+    });
+    if let Some(e) = &ecn {
+        ecn_warnings(e, &mut meta);
+    }
     let zerocopy = (spec.socket.zerocopy && !udp).then(|| {
         let end = |dir: StreamDirection| {
             sum_zerocopy(
@@ -735,6 +794,7 @@ pub(crate) fn throughput(
         },
         skip_rx_copy: spec.skip_rx_copy,
         zerocopy,
+        ecn,
         bytes_to_send: opt.bytes,
         blocks_to_send: opt.blocks,
         omit_ns,
@@ -831,6 +891,19 @@ pub(crate) fn pps(
             percent: pct(lost, sent),
         });
     }
+    // `--ecn`: every pps flow is client → agent, counted by the agent's receivers.
+    let ecn = run
+        .context
+        .socket
+        .as_ref()
+        .is_some_and(|(asked, _)| asked.ecn_asked())
+        .then(|| sonde_report::EcnByDirection {
+            client_to_server: sum_ecn(run.report.received.iter().map(|r| r.ecn)),
+            server_to_client: None,
+        });
+    if let Some(e) = &ecn {
+        ecn_warnings(e, &mut meta);
+    }
     PpsResult {
         meta,
         protocol: Protocol::Udp,
@@ -854,6 +927,7 @@ pub(crate) fn pps(
         helpers: None,
         tuning,
         socket,
+        ecn,
     }
 }
 

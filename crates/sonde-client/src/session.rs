@@ -732,10 +732,12 @@ fn role(
             counters,
         )
         .map(ClientRole::Sent),
-        (ClientChannel::Udp(s), false) => bulk::udp_recv(
+        // `--ecn`: the receiver counts the marks its datagrams arrive with.
+        (ClientChannel::Udp(s), false) => bulk::udp_recv_with(
             s,
             spec.msg_size,
             bulk::UdpFormat::sonde(spec),
+            spec.socket.ecn_asked(),
             clock,
             stop,
             expect,

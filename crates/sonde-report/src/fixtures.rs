@@ -194,6 +194,7 @@ pub(crate) fn throughput_tcp_2_streams() -> TestResult {
         omitted_bytes: None,
         skip_rx_copy: false,
         zerocopy: None,
+        ecn: None,
         bytes_to_send: None,
         blocks_to_send: None,
     })
@@ -246,6 +247,7 @@ pub(crate) fn throughput_udp_reverse() -> TestResult {
         omitted_bytes: None,
         skip_rx_copy: false,
         zerocopy: None,
+        ecn: None,
         bytes_to_send: None,
         blocks_to_send: None,
     })
@@ -314,6 +316,7 @@ pub(crate) fn throughput_bidir() -> TestResult {
         omitted_bytes: None,
         skip_rx_copy: false,
         zerocopy: None,
+        ecn: None,
         bytes_to_send: None,
         blocks_to_send: None,
     })
@@ -363,6 +366,7 @@ pub(crate) fn pps_2_flows() -> TestResult {
         helpers: None,
         tuning: None,
         socket: None,
+        ecn: None,
     })
 }
 

@@ -272,6 +272,11 @@ pub struct StreamStats {
     /// from an agent older than the option.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zerocopy: Option<crate::ZerocopyStats>,
+    /// UDP receiver with `--ecn`: the ECN marks its datagrams arrived with. Absent without
+    /// `--ecn`, where the receiver's platform cannot read them, and from an agent older than the
+    /// field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecn: Option<crate::EcnCounts>,
 }
 
 /// Bytes and datagrams per stream in one interval, counted by the receiver.

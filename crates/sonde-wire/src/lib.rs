@@ -50,7 +50,7 @@ pub use answers::*;
 pub use control::*;
 pub use data::*;
 pub use hostinfo::{HostInfo, MinDefaultMax, NicInfo, NicOffloads, SocketBufferLimits};
-pub use socket::{AppliedSocketOptions, SocketOptions, ZerocopyStats};
+pub use socket::{AppliedSocketOptions, EcnCounts, SocketOptions, ZerocopyStats};
 
 /// Errors from decoding bytes that came from the network.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

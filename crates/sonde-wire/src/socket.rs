@@ -46,6 +46,44 @@ pub struct SocketOptions {
     pub zerocopy: bool,
 }
 
+/// What a UDP receiver with `--ecn` found in the ECN field (RFC 3168) of the datagrams it
+/// received, read from each datagram's `IP_TOS` / `IPV6_TCLASS` control message: `ce` marks are
+/// congestion a router signalled; `not_ect` datagrams lost the sender's ECT marking on the way
+/// (bleached).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct EcnCounts {
+    /// Datagrams that arrived Not-ECT (`00`).
+    pub not_ect: u64,
+    /// Datagrams that arrived ECT(1) (`01`).
+    pub ect1: u64,
+    /// Datagrams that arrived ECT(0) (`10`).
+    pub ect0: u64,
+    /// Datagrams that arrived CE (`11`): congestion experienced.
+    pub ce: u64,
+}
+
+impl EcnCounts {
+    /// Counts `n` datagrams that arrived with TOS byte `tos`.
+    #[inline]
+    pub fn count(&mut self, tos: u8, n: u64) {
+        match tos & 0b11 {
+            0b00 => self.not_ect += n,
+            0b01 => self.ect1 += n,
+            0b10 => self.ect0 += n,
+            _ => self.ce += n,
+        }
+    }
+
+    /// Adds another stream's counts.
+    pub fn add(&mut self, other: &Self) {
+        self.not_ect += other.not_ect;
+        self.ect1 += other.ect1;
+        self.ect0 += other.ect0;
+        self.ce += other.ce;
+    }
+}
+
 /// What a TCP sender's `MSG_ZEROCOPY` sends (`-Z`) came to, from the kernel's completion
 /// notifications (`SO_EE_ORIGIN_ZEROCOPY` on the error queue). A send the kernel completed
 /// without `SO_EE_CODE_ZEROCOPY_COPIED` went out from the sender's pages; one with it was
@@ -79,6 +117,12 @@ impl SocketOptions {
     /// Whether nothing is asked (the field is then absent from the JSON).
     pub fn is_default(&self) -> bool {
         *self == Self::default()
+    }
+
+    /// `--ecn`: whether the TOS byte asks for an ECT marking (its low two bits set), which a UDP
+    /// receiver then counts as it arrives.
+    pub fn ecn_asked(&self) -> bool {
+        self.tos.is_some_and(|t| t & 0b11 != 0)
     }
 
     /// The fixed binary encoding the proof of a [`crate::auth::Request::Test`] covers: one tag

@@ -269,6 +269,7 @@ fn udp_received(seqs: &[u64], bytes_each: u64) -> UdpRecvOutcome {
         malformed: 0,
         seq,
         jitter: sonde_engine::jitter::Jitter::default(),
+        ecn: None,
     }
 }
 

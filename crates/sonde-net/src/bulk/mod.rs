@@ -229,6 +229,9 @@ pub struct UdpRecvOutcome {
     pub seq: SeqTracker,
     /// RFC 3550 jitter.
     pub jitter: Jitter,
+    /// `--ecn` ([`udp_recv_with`]): the ECN marks of the data datagrams, where the platform
+    /// reads them.
+    pub ecn: Option<sonde_wire::EcnCounts>,
 }
 
 /// How a TCP sender ([`tcp_send`]) sends.
@@ -770,13 +773,34 @@ pub fn udp_recv(
     expect: &AtomicU64,
     counters: &Counters,
 ) -> io::Result<UdpRecvOutcome> {
+    udp_recv_with(sock, msg_size, format, false, clock, stop, expect, counters)
+}
+
+/// [`udp_recv`] that, with `ecn` (`--ecn`), also counts the ECN field each data datagram arrived
+/// with ([`UdpRecvOutcome::ecn`]): the socket gets `IP_RECVTOS` / `IPV6_RECVTCLASS` and each
+/// `recvmmsg` slot a control buffer, read once per buffer (a GRO buffer's datagrams share one
+/// TOS byte). Where the platform cannot read them (not Linux) the outcome's `ecn` is `None`.
+/// Without `ecn` the loop is [`udp_recv`]'s, without the control messages' cost.
+#[allow(clippy::too_many_arguments)]
+pub fn udp_recv_with(
+    sock: &UdpSocket,
+    msg_size: u32,
+    format: UdpFormat,
+    ecn: bool,
+    clock: &Clock,
+    stop: &AtomicBool,
+    expect: &AtomicU64,
+    counters: &Counters,
+) -> io::Result<UdpRecvOutcome> {
     sock.set_nonblocking(false)?;
     sock.set_read_timeout(Some(UDP_RECV_POLL))?;
     let gro = sys::enable_udp_gro(sock).is_ok();
+    let ecn = ecn && sys::enable_recv_tos(sock).is_ok();
     // A coalesced buffer holds up to 64 KiB of datagrams.
     let slot = if gro { GRO_SLOT } else { recv_slot(msg_size) };
     let capacity = (BATCH_BYTES / slot).clamp(1, BATCH);
-    let mut batch = if gro {
+    // Control buffers carry the GRO segment size and the TOS byte.
+    let mut batch = if gro || ecn {
         sys::Batch::with_segments(capacity)
     } else {
         sys::Batch::new(capacity)
@@ -790,6 +814,7 @@ pub fn udp_recv(
         malformed: 0,
         seq: SeqTracker::new(),
         jitter: Jitter::default(),
+        ecn: ecn.then(sonde_wire::EcnCounts::default),
     };
     while !stop.load(Ordering::Relaxed) && out.seq.received() < expect.load(Ordering::Relaxed) {
         let received = batch.recv(sock, &mut buf, slot);
@@ -801,38 +826,40 @@ pub fn udp_recv(
         };
         let now = clock.now_ns();
         let (mut bytes, mut packets) = (0u64, 0u64);
-        let datagrams = buf
-            .chunks_exact(slot)
-            .take(n)
-            .enumerate()
-            .flat_map(|(i, b)| {
-                // With GRO a buffer holds `segment` -byte datagrams (the last may be shorter);
-                // each is counted and its sequence number checked on its own.
-                let len = batch.datagram_len(i).min(slot);
-                let segment = batch.segment_size(i).unwrap_or(len).max(1);
-                b[..len].chunks(segment)
-            });
-        for datagram in datagrams {
-            let sonde = matches!(format, UdpFormat::Sonde | UdpFormat::Short);
-            if sonde && datagram.len() == UDP_JOIN_LEN {
-                if let Ok(join) = UdpJoin::decode(datagram) {
-                    if !join.ack {
-                        // Best effort: a lost acknowledgement makes the client send another
-                        // join. On a connected socket the reply goes to the joining peer.
-                        let _ = sock.send(&UdpJoin { ack: true, ..join }.encode());
-                        counters.syscall();
+        for (i, b) in buf.chunks_exact(slot).take(n).enumerate() {
+            // With GRO a buffer holds `segment` -byte datagrams (the last may be shorter);
+            // each is counted and its sequence number checked on its own.
+            let len = batch.datagram_len(i).min(slot);
+            let segment = batch.segment_size(i).unwrap_or(len).max(1);
+            let before = packets;
+            for datagram in b[..len].chunks(segment) {
+                let sonde = matches!(format, UdpFormat::Sonde | UdpFormat::Short);
+                if sonde && datagram.len() == UDP_JOIN_LEN {
+                    if let Ok(join) = UdpJoin::decode(datagram) {
+                        if !join.ack {
+                            // Best effort: a lost acknowledgement makes the client send another
+                            // join. On a connected socket the reply goes to the joining peer.
+                            let _ = sock.send(&UdpJoin { ack: true, ..join }.encode());
+                            counters.syscall();
+                        }
+                        continue;
                     }
+                }
+                let Some((seq, send_ns)) = format.read(datagram) else {
+                    out.malformed += 1;
                     continue;
+                };
+                out.seq.on_packet(seq);
+                out.jitter.on_packet(send_ns, now);
+                bytes += datagram.len() as u64;
+                packets += 1;
+            }
+            if let Some(counts) = out.ecn.as_mut() {
+                // Data datagrams only, as `packets` counts them.
+                if let Some(tos) = batch.tos(i) {
+                    counts.count(tos, packets - before);
                 }
             }
-            let Some((seq, send_ns)) = format.read(datagram) else {
-                out.malformed += 1;
-                continue;
-            };
-            out.seq.on_packet(seq);
-            out.jitter.on_packet(send_ns, now);
-            bytes += datagram.len() as u64;
-            packets += 1;
         }
         if packets > 0 {
             if out.packets == 0 {

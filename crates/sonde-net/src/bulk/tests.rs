@@ -547,6 +547,70 @@ fn pps_datagrams_of_14_bytes_carry_the_short_header_and_are_each_counted() {
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
 }
 
+/// `--ecn`: a receiver that counts marks counts every data datagram by the ECN field it arrived
+/// with, GRO-coalesced buffers included (loopback keeps the sender's ECT(1)); one that does not
+/// count says nothing.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_ecn_receiver_counts_every_datagram_by_its_mark() {
+    for (ecn, gso) in [(true, true), (true, false), (false, true)] {
+        let (_listener, flow, client) = udp_flow_pair();
+        crate::socket::DataOptions {
+            tos: Some(0b01),
+            ..crate::socket::DataOptions::default()
+        }
+        .apply_udp(&client)
+        .unwrap();
+        let clock = Clock::start();
+        let stop = AtomicBool::new(false);
+        let expect = AtomicU64::new(u64::MAX);
+        let (tx, rx) = (Counters::default(), Counters::default());
+        let (sent, received) = thread::scope(|s| {
+            let r = s.spawn(|| {
+                udp_recv_with(
+                    &flow,
+                    100,
+                    UdpFormat::Sonde,
+                    ecn,
+                    &clock,
+                    &stop,
+                    &expect,
+                    &rx,
+                )
+            });
+            let sent = udp_send_with(
+                &client,
+                100,
+                0,
+                UdpFormat::Sonde,
+                gso,
+                &clock,
+                20 * MS,
+                &stop,
+                &tx,
+            )
+            .unwrap();
+            expect.store(sent.packets, Ordering::Relaxed);
+            finish(&r, &rx, &stop, true);
+            (sent, r.join().unwrap().unwrap())
+        });
+        assert!(sent.packets > 0 && received.packets > 0);
+        if ecn {
+            let c = received.ecn.expect("counted");
+            assert_eq!(
+                c,
+                sonde_wire::EcnCounts {
+                    ect1: received.packets,
+                    ..sonde_wire::EcnCounts::default()
+                },
+                "gso {gso}"
+            );
+        } else {
+            assert_eq!(received.ecn, None);
+        }
+    }
+}
+
 #[test]
 fn unlimited_udp_without_gso_sends_single_datagrams_in_batches() {
     const SIZE: u32 = 18;

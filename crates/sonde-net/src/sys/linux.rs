@@ -94,7 +94,7 @@ pub(crate) struct Batch {
 }
 
 /// `u64`s of control buffer per header: room for one `UDP_GRO` cmsg (`CMSG_SPACE(4)`, 24
-/// bytes) and a spare.
+/// bytes), one `IP_TOS` or `IPV6_TCLASS` cmsg (24 bytes) and a spare.
 const CONTROL_WORDS: usize = 8;
 
 impl Batch {
@@ -136,6 +136,22 @@ impl Batch {
             Cmsg::GroSegment(size) => Some(usize::try_from(size).ok().filter(|&s| s > 0)),
             _ => None,
         })?
+    }
+
+    /// The TOS byte (or IPv6 traffic class) buffer `i` of the last [`Batch::recv`] arrived
+    /// with, on a socket with [`enable_recv_tos`] and a [`Batch::with_segments`] batch (every
+    /// datagram of a coalesced buffer has the same: GRO merges only equal ones).
+    pub(crate) fn tos(&self, i: usize) -> Option<u8> {
+        if self.control.is_empty() {
+            return None;
+        }
+        let hdr = &self.hdrs[i].msg_hdr;
+        // SAFETY: as in `segment_size`.
+        let mut found = unsafe { cmsg::Iter::new(hdr) };
+        found.find_map(|c| match c {
+            Cmsg::Tos(tos) => Some(tos),
+            _ => None,
+        })
     }
 
     /// Datagrams per call.
@@ -1094,6 +1110,29 @@ fn getsockopt(
         return Err(io::Error::last_os_error());
     }
     Ok((len as usize).min(buf.len()))
+}
+
+/// `IP_RECVTOS` (ip(7)) and, on an IPv6 socket, `IPV6_RECVTCLASS` (ipv6(7)): each datagram
+/// comes with the TOS byte or traffic class it arrived with, ECN bits included (`--ecn`: the
+/// receiver counts CE and bleached marks). On an IPv6 socket both are asked: it may receive
+/// IPv4 (v4-mapped) datagrams too.
+pub(crate) fn enable_recv_tos(sock: &UdpSocket) -> io::Result<()> {
+    let v4 = setsockopt(
+        sock.as_fd(),
+        libc::IPPROTO_IP,
+        libc::IP_RECVTOS,
+        1 as libc::c_int,
+    );
+    if sock.local_addr()?.is_ipv6() {
+        setsockopt(
+            sock.as_fd(),
+            libc::IPPROTO_IPV6,
+            libc::IPV6_RECVTCLASS,
+            1 as libc::c_int,
+        )
+    } else {
+        v4
+    }
 }
 
 /// `UDP_GRO` (udp(7), Linux 5.0): the kernel may hand this socket several datagrams of one

@@ -63,6 +63,11 @@ impl Batch {
         None
     }
 
+    /// Never read here (no [`enable_recv_tos`]).
+    pub(crate) fn tos(&self, _i: usize) -> Option<u8> {
+        None
+    }
+
     /// Always 1.
     pub(crate) fn capacity(&self) -> usize {
         1
@@ -384,4 +389,13 @@ pub(crate) fn wait_error_queue(
     _timeout: std::time::Duration,
 ) -> io::Result<bool> {
     Err(zerocopy_unsupported())
+}
+
+/// The TOS byte of received datagrams (`IP_RECVTOS`) is read on Linux only: elsewhere this fails
+/// with a "not supported on this platform" error and `--ecn`'s receivers do not count marks.
+pub(crate) fn enable_recv_tos(_sock: &UdpSocket) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "reading received datagrams' ECN bits (IP_RECVTOS) is not supported on this platform",
+    ))
 }

@@ -186,6 +186,10 @@ pub enum WarningCode {
     /// The agent saw a stream come from another address or port than this host sent it from:
     /// a source NAT (or a proxy) is in the path.
     SourceTranslated,
+    /// `--ecn`: datagrams arrived marked CE: a router on the path signalled congestion.
+    EcnCongestion,
+    /// `--ecn`: datagrams sent ECT arrived Not-ECT: the path bleaches the ECN field.
+    EcnBleached,
     /// `-Z`: an end's kernel copied some or all of its zero-copy sends after all (loopback,
     /// veth, a device without scatter-gather): its CPU cost includes the copy.
     ZerocopyCopied,
@@ -435,6 +439,24 @@ pub enum Warning {
         /// The session's agent, as it saw itself (`ServedBy::addr`).
         agent: String,
     },
+    /// `--ecn`: datagrams of a direction arrived marked CE.
+    EcnCongestion {
+        /// `client → server` or `server → client`.
+        direction: &'static str,
+        /// Datagrams marked CE.
+        ce: u64,
+        /// Datagrams counted.
+        received: u64,
+    },
+    /// `--ecn`: datagrams of a direction sent ECT arrived Not-ECT.
+    EcnBleached {
+        /// `client → server` or `server → client`.
+        direction: &'static str,
+        /// Datagrams that arrived Not-ECT.
+        not_ect: u64,
+        /// Datagrams counted.
+        received: u64,
+    },
     /// `-Z`: an end's kernel copied zero-copy sends after all.
     ZerocopyCopied {
         /// `client` or `server`.
@@ -508,6 +530,8 @@ impl Warning {
             Self::UncleanEnd => WarningCode::UncleanEnd,
             Self::SourceTranslated { .. } => WarningCode::SourceTranslated,
             Self::ZerocopyCopied { .. } => WarningCode::ZerocopyCopied,
+            Self::EcnCongestion { .. } => WarningCode::EcnCongestion,
+            Self::EcnBleached { .. } => WarningCode::EcnBleached,
             Self::Balancer { .. }
             | Self::SpreadOverAgents { .. }
             | Self::UnfoundAgent { .. }
@@ -732,6 +756,25 @@ impl std::fmt::Display for Warning {
                 f,
                 "the agent saw {seen} for {client} (stream {stream}): a source NAT or a proxy \
                  is in the path, and what the agent applies to its end goes to {seen}"
+            ),
+            Self::EcnCongestion {
+                direction,
+                ce,
+                received,
+            } => write!(
+                f,
+                "--ecn: {ce} of {received} datagrams {direction} arrived marked CE: a router on \
+                 the path signalled congestion (an ECN-capable transport would have slowed down)"
+            ),
+            Self::EcnBleached {
+                direction,
+                not_ect,
+                received,
+            } => write!(
+                f,
+                "--ecn: {not_ect} of {received} datagrams {direction} were sent ECT and arrived \
+                 Not-ECT: the path clears the ECN field (bleaching), so congestion cannot be \
+                 signalled on it"
             ),
             Self::ZerocopyCopied {
                 side,

@@ -107,6 +107,18 @@ pub struct IntervalResult {
     pub omitted: bool,
 }
 
+/// `--ecn` (UDP): the ECN marks the datagrams arrived with (RFC 3168), counted by each
+/// direction's receivers from each datagram's `IP_TOS` / `IPV6_TCLASS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct EcnByDirection {
+    /// Client → server, counted by the agent's receivers; `null` where none ran, or they did not
+    /// say (an agent older than the field, or whose platform cannot read the marks).
+    pub client_to_server: Option<sonde_wire::EcnCounts>,
+    /// Server → client, counted by this host's receivers; `null` where none ran, or this
+    /// platform cannot read the marks (not Linux).
+    pub server_to_client: Option<sonde_wire::EcnCounts>,
+}
+
 /// `-Z`: each end's zero-copy sends, all its sending streams together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EndsZerocopy {
@@ -162,6 +174,10 @@ pub struct ThroughputResult {
     /// completions: how many sends the kernel copied after all. Absent without `-Z`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zerocopy: Option<EndsZerocopy>,
+    /// `--ecn` (UDP): the ECN marks the datagrams arrived with, per direction. Absent without
+    /// `--ecn` and for TCP (a TCP socket does not see the marks of what it receives).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecn: Option<EcnByDirection>,
     /// `-O`: payload bytes the receivers got during the omit period, not in `receiver`. Absent
     /// without `-O`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -71,6 +71,26 @@ const PERCENTILES: [Percentile; 6] = [
 const RECEIVER: &str = "receiver";
 const SENDER: &str = "sender (handed to kernel)";
 
+/// `--ecn`: per direction that counted, the marks its datagrams arrived with.
+fn ecn_lines(e: &crate::model::EcnByDirection) -> Vec<String> {
+    [
+        ("client → server", e.client_to_server),
+        ("server → client", e.server_to_client),
+    ]
+    .into_iter()
+    .filter_map(|(dir, c)| {
+        let c = c?;
+        Some(format!(
+            "ECN arrived {dir}: {} CE, {} ECT(0), {} ECT(1), {} Not-ECT",
+            super::units::fmt_count(c.ce),
+            super::units::fmt_count(c.ect0),
+            super::units::fmt_count(c.ect1),
+            super::units::fmt_count(c.not_ect)
+        ))
+    })
+    .collect()
+}
+
 /// `-w`, `-C`, `-M`, ...: one line per end with the options asked, as its kernel applied them
 /// (read back), `not applied` for an agent that predates them.
 fn socket_lines(s: &crate::model::EndsSocket) -> [String; 2] {

@@ -17,6 +17,9 @@
 //!   connections with `reno` and the socket buffers (`skmem` `rb`, `tb`) the result reports for
 //!   that end.
 //!
+//! - `--ecn` with nftables marking CE (`ip ecn set ce`) on the agent's ingress and clearing
+//!   the field (`ip ecn set not-ect`) on the client's: each receiver's counts match nftables'.
+//!
 //! Needs root, `ip`, `nft` and `ss`; without them the test prints `SKIP ...` and passes, unless
 //! `SONDE_TEST_REQUIRE_ALL=1` (CI). Traffic stays inside the namespaces, addressed from
 //! 198.18.0.0/15; they are deleted when the lab drops, also when the test panics. About 10 s.
@@ -260,6 +263,136 @@ fn dscp_ecn_and_df_mark_every_udp_datagram_both_ways() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("above the path MTU of 1500 B"), "{stderr}");
     assert!(stderr.contains("send at most 1472 bytes"), "{stderr}");
+}
+
+/// A mangling chain in `side`'s namespace, before the input hook's counters (prerouting,
+/// mangle priority), one `MATCH counter` rule per entry: what it rewrites the receiver reads.
+fn mangle(lab: &Lab, side: Side, rules: &[String]) {
+    let ns = lab.ns(side);
+    let nft = |args: &[&str]| check(command_in(Some(ns), tool("nft")).args(args));
+    nft(&["add", "table", "inet", "sonde_mangle"]);
+    nft(&[
+        "add",
+        "chain",
+        "inet",
+        "sonde_mangle",
+        "pre",
+        "{ type filter hook prerouting priority -150; policy accept; }",
+    ]);
+    for r in rules {
+        let mut args = vec!["add", "rule", "inet", "sonde_mangle", "pre"];
+        args.extend(r.split_whitespace());
+        args.push("counter");
+        nft(&args);
+        eprintln!("lab: {ns}: {r} counter");
+    }
+}
+
+/// The packet counts of [`mangle`]'s rules, in order.
+fn mangled(lab: &Lab, side: Side) -> Vec<u64> {
+    let json = check(command_in(Some(lab.ns(side)), tool("nft")).args([
+        "-j",
+        "list",
+        "chain",
+        "inet",
+        "sonde_mangle",
+        "pre",
+    ]));
+    let doc: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("nft -j: {e}\n{json}"));
+    doc["nftables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|item| item.get("rule")?.get("expr")?.as_array())
+        .filter_map(|expr| {
+            expr.iter()
+                .find_map(|e| e.get("counter")?.get("packets")?.as_u64())
+        })
+        .collect()
+}
+
+/// Issue 19: `--ecn` receivers count the marks their datagrams arrive with. nftables at the
+/// agent's ingress sets CE on every third data datagram of the client's (a router signalling
+/// congestion, `ip ecn set ce`): the agent's count of CE is nftables' count of what it marked,
+/// the rest arrive ECT(0) as sent, and the result warns that congestion was signalled. Then
+/// nftables at the client's ingress clears the field of the agent's datagrams (`-R`; `ip ecn
+/// set not-ect`, a path that bleaches): the client counts every one Not-ECT and warns.
+#[test]
+fn ecn_marks_are_counted_where_they_arrive_ce_and_bleached() {
+    let _file = crate::common::file_lock(module_path!());
+    let test = "ecn_marks_are_counted_where_they_arrive_ce_and_bleached";
+    if !require_or_skip(test, NEEDS) {
+        return;
+    }
+    let lab = Lab::new();
+    let agent = Agent::start_in(Some(lab.b()), B_ADDR, &[]);
+    let port = agent.port();
+    let target = agent.target();
+    // Data datagrams only (-l 1200); the joins are short.
+    mangle(
+        &lab,
+        Side::B,
+        &[format!(
+            "ip saddr {A_ADDR} udp dport {port} meta length > 1000 numgen inc mod 3 == 0 ip ecn set ce"
+        )],
+    );
+    let args = |reverse: bool| {
+        let mut a = vec![
+            "throughput",
+            target.as_str(),
+            "-u",
+            "-b",
+            "20M",
+            "-l",
+            "1200",
+            "-t",
+            "1",
+            "--ecn",
+            "ect0",
+        ];
+        if reverse {
+            a.push("-R");
+        }
+        a
+    };
+    let doc = client(&lab, &args(false));
+    let marked = mangled(&lab, Side::B)[0];
+    eprintln!(
+        "nftables marked {marked} datagrams CE; sonde: {}",
+        doc["ecn"]
+    );
+    let counts = &doc["ecn"]["client_to_server"];
+    let received = u64_at(&doc, &["receiver", "packets"]);
+    assert!(marked > 100, "{marked}");
+    assert_eq!(u64_at(counts, &["ce"]), marked, "{doc:#}");
+    assert_eq!(u64_at(counts, &["ect0"]) + marked, received, "{doc:#}");
+    assert_eq!(u64_at(counts, &["not_ect"]), 0, "{doc:#}");
+    assert!(doc["ecn"]["server_to_client"].is_null(), "{doc:#}");
+    let codes = doc["warning_codes"].as_array().cloned().unwrap_or_default();
+    assert!(codes.iter().any(|c| c == "ecn_congestion"), "{doc:#}");
+    assert!(!codes.iter().any(|c| c == "ecn_bleached"), "{doc:#}");
+
+    mangle(
+        &lab,
+        Side::A,
+        &[format!(
+            "ip saddr {B_ADDR} udp sport {port} meta length > 1000 ip ecn set not-ect"
+        )],
+    );
+    let doc = client(&lab, &args(true));
+    let bleached = mangled(&lab, Side::A)[0];
+    let counts = &doc["ecn"]["server_to_client"];
+    let received = u64_at(&doc, &["receiver", "packets"]);
+    assert!(bleached > 100, "{bleached}");
+    assert_eq!(u64_at(counts, &["not_ect"]), received, "{doc:#}");
+    assert_eq!(u64_at(counts, &["not_ect"]), bleached, "{doc:#}");
+    assert_eq!(
+        u64_at(counts, &["ect0"]) + u64_at(counts, &["ce"]),
+        0,
+        "{doc:#}"
+    );
+    let codes = doc["warning_codes"].as_array().cloned().unwrap_or_default();
+    assert!(codes.iter().any(|c| c == "ecn_bleached"), "{doc:#}");
 }
 
 /// Issue 19: `-M 1000` is in the client's SYN and holds every segment, both ways, to 1,000

@@ -49,6 +49,9 @@ pub(super) enum Cmsg {
     Timestamping([libc::timespec; 3]),
     /// `SOL_IP`/`IP_RECVERR` or `SOL_IPV6`/`IPV6_RECVERR`: an error-queue entry.
     RecvErr(libc::sock_extended_err),
+    /// `SOL_IP`/`IP_TOS` (a byte) or `SOL_IPV6`/`IPV6_TCLASS` (an int): the TOS byte or traffic
+    /// class a datagram arrived with (`IP_RECVTOS`, `IPV6_RECVTCLASS`).
+    Tos(u8),
     /// Anything else, or a known kind too short for its data.
     Other,
 }
@@ -67,6 +70,11 @@ impl Cmsg {
             || (level == libc::SOL_IPV6 && kind == libc::IPV6_RECVERR)
         {
             data::<libc::sock_extended_err>(c).map_or(Cmsg::Other, Cmsg::RecvErr)
+        } else if level == libc::SOL_IP && kind == libc::IP_TOS {
+            data::<u8>(c).map_or(Cmsg::Other, Cmsg::Tos)
+        } else if level == libc::SOL_IPV6 && kind == libc::IPV6_TCLASS {
+            // The traffic class is the low byte of the int.
+            data::<libc::c_int>(c).map_or(Cmsg::Other, |t| Cmsg::Tos((t & 0xff) as u8))
         } else {
             Cmsg::Other
         }

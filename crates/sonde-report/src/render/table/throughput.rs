@@ -57,6 +57,9 @@ pub(crate) fn throughput(r: &ThroughputResult, out: &mut String) {
     if let Some(z) = &r.zerocopy {
         line(out, zerocopy_line(z));
     }
+    for l in r.ecn.iter().flat_map(super::ecn_lines) {
+        line(out, l);
+    }
     line(
         out,
         "units: bytes binary (1 MiB = 2^20 B), rates SI (1 Mbit/s = 10^6 bit/s)",
