@@ -404,32 +404,31 @@ fn totals<'a>(sides: impl Iterator<Item = &'a SideTotals>) -> SideTotals {
     side(bytes, packets, active)
 }
 
+/// Per-stream counts (`-Z`'s zero-copy sends, `--ecn`'s marks) of one end or direction added
+/// together; `None` when no stream said.
+fn sum_some<T: Default>(
+    streams: impl IntoIterator<Item = Option<T>>,
+    add: fn(&mut T, &T),
+) -> Option<T> {
+    streams.into_iter().flatten().fold(None, |sum, c| {
+        let mut sum = sum.unwrap_or_default();
+        add(&mut sum, &c);
+        Some(sum)
+    })
+}
+
 /// `-Z`: the zero-copy counts of one end's sending streams together; `None` when none said.
 pub(crate) fn sum_zerocopy(
     streams: impl IntoIterator<Item = Option<sonde_wire::ZerocopyStats>>,
 ) -> Option<sonde_wire::ZerocopyStats> {
-    streams
-        .into_iter()
-        .flatten()
-        .fold(None, |sum: Option<sonde_wire::ZerocopyStats>, z| {
-            let mut sum = sum.unwrap_or_default();
-            sum.add(&z);
-            Some(sum)
-        })
+    sum_some(streams, sonde_wire::ZerocopyStats::add)
 }
 
 /// `--ecn`: the marks counted by one direction's receivers together; `None` when none said.
 fn sum_ecn(
     streams: impl IntoIterator<Item = Option<sonde_wire::EcnCounts>>,
 ) -> Option<sonde_wire::EcnCounts> {
-    streams
-        .into_iter()
-        .flatten()
-        .fold(None, |sum: Option<sonde_wire::EcnCounts>, c| {
-            let mut sum = sum.unwrap_or_default();
-            sum.add(&c);
-            Some(sum)
-        })
+    sum_some(streams, sonde_wire::EcnCounts::add)
 }
 
 /// `--ecn`: warnings for a direction whose datagrams arrived CE (congestion signalled) or
@@ -709,16 +708,16 @@ pub(crate) fn throughput(
     let agent_received = streams
         .iter()
         .any(|s| s.direction == StreamDirection::ClientToServer);
+    // The views of the streams of one direction.
+    let of = |d: StreamDirection| {
+        streams
+            .iter()
+            .zip(&views)
+            .filter(move |(s, _)| s.direction == d)
+            .map(|(_, v)| v)
+    };
     let ecn = (udp && spec.socket.ecn_asked()).then(|| {
-        let dir = |d: StreamDirection| {
-            sum_ecn(
-                streams
-                    .iter()
-                    .zip(&views)
-                    .filter(|(s, _)| s.direction == d)
-                    .map(|(_, v)| v.receiver.ecn),
-            )
-        };
+        let dir = |d| sum_ecn(of(d).map(|v| v.receiver.ecn));
         sonde_report::EcnByDirection {
             client_to_server: dir(StreamDirection::ClientToServer),
             server_to_client: dir(StreamDirection::ServerToClient),
@@ -728,15 +727,7 @@ pub(crate) fn throughput(
         ecn_warnings(e, &mut meta);
     }
     let zerocopy = (spec.socket.zerocopy && !udp).then(|| {
-        let end = |dir: StreamDirection| {
-            sum_zerocopy(
-                streams
-                    .iter()
-                    .zip(&views)
-                    .filter(|(s, _)| s.direction == dir)
-                    .map(|(_, v)| v.sender.zerocopy),
-            )
-        };
+        let end = |d| sum_zerocopy(of(d).map(|v| v.sender.zerocopy));
         sonde_report::EndsZerocopy {
             client: end(StreamDirection::ClientToServer),
             server: end(StreamDirection::ServerToClient),

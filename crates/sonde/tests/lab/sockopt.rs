@@ -94,19 +94,25 @@ impl Lab {
     /// [`Lab::count`] at another hook (`prerouting priority -500` sees fragments before the
     /// kernel reassembles them).
     fn count_at(&self, side: Side, hook: &str, matchers: &[String]) {
+        self.chain(side, ("sonde_sock", "input"), hook, matchers);
+    }
+
+    /// A chain `table`/`chain` at `hook` in `side`'s namespace, one `RULE counter` rule per
+    /// entry, in order (a rule may rewrite, `ip ecn set ce`, as well as match).
+    fn chain(&self, side: Side, (table, chain): (&str, &str), hook: &str, rules: &[String]) {
         let ns = self.ns(side);
         let nft = |args: &[&str]| check(command_in(Some(ns), tool("nft")).args(args));
-        nft(&["add", "table", "inet", "sonde_sock"]);
+        nft(&["add", "table", "inet", table]);
         nft(&[
             "add",
             "chain",
             "inet",
-            "sonde_sock",
-            "input",
+            table,
+            chain,
             &format!("{{ type filter hook {hook}; policy accept; }}"),
         ]);
-        for m in matchers {
-            let mut args = vec!["add", "rule", "inet", "sonde_sock", "input"];
+        for m in rules {
+            let mut args = vec!["add", "rule", "inet", table, chain];
             args.extend(m.split_whitespace());
             args.push("counter");
             nft(&args);
@@ -116,15 +122,15 @@ impl Lab {
 
     /// The packet counts of [`Lab::count`]'s rules in `ns`, in order.
     fn counts(&self, side: Side) -> Vec<u64> {
+        self.chain_counts(side, ("sonde_sock", "input"))
+    }
+
+    /// The packet counts of [`Lab::chain`]'s rules, in order.
+    fn chain_counts(&self, side: Side, (table, chain): (&str, &str)) -> Vec<u64> {
         let ns = self.ns(side);
-        let json = check(command_in(Some(ns), tool("nft")).args([
-            "-j",
-            "list",
-            "chain",
-            "inet",
-            "sonde_sock",
-            "input",
-        ]));
+        let json = check(
+            command_in(Some(ns), tool("nft")).args(["-j", "list", "chain", "inet", table, chain]),
+        );
         let doc: Value =
             serde_json::from_str(&json).unwrap_or_else(|e| panic!("nft -j: {e}\n{json}"));
         doc["nftables"]
@@ -265,50 +271,16 @@ fn dscp_ecn_and_df_mark_every_udp_datagram_both_ways() {
     assert!(stderr.contains("send at most 1472 bytes"), "{stderr}");
 }
 
-/// A mangling chain in `side`'s namespace, before the input hook's counters (prerouting,
-/// mangle priority), one `MATCH counter` rule per entry: what it rewrites the receiver reads.
+/// The mangling chain: at prerouting, mangle priority, before the input hook's counters; what
+/// it rewrites the receiver reads.
+const MANGLE: (&str, &str) = ("sonde_mangle", "pre");
+
 fn mangle(lab: &Lab, side: Side, rules: &[String]) {
-    let ns = lab.ns(side);
-    let nft = |args: &[&str]| check(command_in(Some(ns), tool("nft")).args(args));
-    nft(&["add", "table", "inet", "sonde_mangle"]);
-    nft(&[
-        "add",
-        "chain",
-        "inet",
-        "sonde_mangle",
-        "pre",
-        "{ type filter hook prerouting priority -150; policy accept; }",
-    ]);
-    for r in rules {
-        let mut args = vec!["add", "rule", "inet", "sonde_mangle", "pre"];
-        args.extend(r.split_whitespace());
-        args.push("counter");
-        nft(&args);
-        eprintln!("lab: {ns}: {r} counter");
-    }
+    lab.chain(side, MANGLE, "prerouting priority -150", rules);
 }
 
-/// The packet counts of [`mangle`]'s rules, in order.
 fn mangled(lab: &Lab, side: Side) -> Vec<u64> {
-    let json = check(command_in(Some(lab.ns(side)), tool("nft")).args([
-        "-j",
-        "list",
-        "chain",
-        "inet",
-        "sonde_mangle",
-        "pre",
-    ]));
-    let doc: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("nft -j: {e}\n{json}"));
-    doc["nftables"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|item| item.get("rule")?.get("expr")?.as_array())
-        .filter_map(|expr| {
-            expr.iter()
-                .find_map(|e| e.get("counter")?.get("packets")?.as_u64())
-        })
-        .collect()
+    lab.chain_counts(side, MANGLE)
 }
 
 /// Issue 19: `--ecn` receivers count the marks their datagrams arrive with. nftables at the
