@@ -726,6 +726,27 @@ pub(crate) fn throughput(
     if let Some(e) = &ecn {
         ecn_warnings(e, &mut meta);
     }
+    // TCP: a receiving socket does not see the ECN field; the sender's TCP_INFO counts the
+    // segments its peer echoed as CE-marked.
+    if !udp && spec.socket.ecn_asked() {
+        for (d, direction) in [
+            (StreamDirection::ClientToServer, "client → server"),
+            (StreamDirection::ServerToClient, "server → client"),
+        ] {
+            let delivered_ce: u64 = streams
+                .iter()
+                .filter(|s| s.direction == d)
+                .filter_map(|s| s.tcp_info.as_ref()?.delivered_ce_segments)
+                .map(u64::from)
+                .sum();
+            if delivered_ce > 0 {
+                meta.add(&Warning::TcpEcnCongestion {
+                    direction,
+                    delivered_ce,
+                });
+            }
+        }
+    }
     let zerocopy = (spec.socket.zerocopy && !udp).then(|| {
         let end = |d| sum_zerocopy(of(d).map(|v| v.sender.zerocopy));
         sonde_report::EndsZerocopy {

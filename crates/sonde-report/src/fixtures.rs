@@ -754,6 +754,7 @@ fn tcp_info(srtt_us: u64, cwnd: u32, retr: u64) -> TcpInfo {
         busy_ns: Some(2_990_000_000),
         rwnd_limited_ns: Some(0),
         sndbuf_limited_ns: Some(1_250_000_000),
+        delivered_ce_segments: None,
     }
 }
 

@@ -448,6 +448,14 @@ pub enum Warning {
         /// Datagrams counted.
         received: u64,
     },
+    /// TCP with `--ecn` (ECN negotiated): a direction's senders were told of CE-marked segments
+    /// (`tcpi_delivered_ce`).
+    TcpEcnCongestion {
+        /// `client → server` or `server → client`.
+        direction: &'static str,
+        /// Segments acknowledged as CE-marked, all streams of the direction.
+        delivered_ce: u64,
+    },
     /// `--ecn`: datagrams of a direction sent ECT arrived Not-ECT.
     EcnBleached {
         /// `client → server` or `server → client`.
@@ -530,7 +538,9 @@ impl Warning {
             Self::UncleanEnd => WarningCode::UncleanEnd,
             Self::SourceTranslated { .. } => WarningCode::SourceTranslated,
             Self::ZerocopyCopied { .. } => WarningCode::ZerocopyCopied,
-            Self::EcnCongestion { .. } => WarningCode::EcnCongestion,
+            Self::EcnCongestion { .. } | Self::TcpEcnCongestion { .. } => {
+                WarningCode::EcnCongestion
+            }
             Self::EcnBleached { .. } => WarningCode::EcnBleached,
             Self::Balancer { .. }
             | Self::SpreadOverAgents { .. }
@@ -765,6 +775,15 @@ impl std::fmt::Display for Warning {
                 f,
                 "--ecn: {ce} of {received} datagrams {direction} arrived marked CE: a router on \
                  the path signalled congestion (an ECN-capable transport would have slowed down)"
+            ),
+            Self::TcpEcnCongestion {
+                direction,
+                delivered_ce,
+            } => write!(
+                f,
+                "--ecn: the {direction} senders' TCP_INFO counts {delivered_ce} segments \
+                 delivered CE-marked (tcpi_delivered_ce): a router on the path signalled \
+                 congestion, and TCP slowed down for it"
             ),
             Self::EcnBleached {
                 direction,

@@ -367,6 +367,47 @@ fn ecn_marks_are_counted_where_they_arrive_ce_and_bleached() {
     assert!(codes.iter().any(|c| c == "ecn_bleached"), "{doc:#}");
 }
 
+/// Issue 19: TCP with `--ecn` cannot count marks at the receiver (a TCP socket does not see the
+/// field), so the sender's `tcpi_delivered_ce` stands for it. The client's namespace asks for
+/// ECN on its connections (`net.ipv4.tcp_ecn = 1`; the agent's answers, the default 2) and
+/// nftables at the agent's ingress sets CE on every tenth data segment: the client's sender
+/// reports segments delivered CE, and the result warns that congestion was signalled.
+#[test]
+fn tcp_senders_report_segments_delivered_ce() {
+    let _file = crate::common::file_lock(module_path!());
+    let test = "tcp_senders_report_segments_delivered_ce";
+    if !require_or_skip(test, NEEDS) {
+        return;
+    }
+    let lab = Lab::new();
+    check(command_in(Some(lab.a()), tool("sysctl")).args(["-w", "net.ipv4.tcp_ecn=1"]));
+    let agent = Agent::start_in(Some(lab.b()), B_ADDR, &[]);
+    let port = agent.port();
+    let target = agent.target();
+    mangle(
+        &lab,
+        Side::B,
+        &[format!(
+            "ip saddr {A_ADDR} tcp dport {port} meta length > 1000 numgen inc mod 10 == 0 ip ecn set ce"
+        )],
+    );
+    let doc = client(&lab, &["throughput", &target, "-t", "1", "--ecn", "ect0"]);
+    let marked = mangled(&lab, Side::B)[0];
+    let ce = doc["streams"][0]["tcp_info"]["delivered_ce_segments"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no delivered_ce_segments: {doc:#}"));
+    eprintln!("nftables marked {marked} segments CE; the sender's tcpi_delivered_ce: {ce}");
+    assert!(marked > 0, "{marked}");
+    // The receiver echoes ECE until the sender's CWR, and every segment acknowledged with ECE
+    // counts: the figure is congestion signalled, not a count of the marked segments (in the
+    // run here 12,594 marked, 64,754 counted).
+    assert!(ce > 0, "{doc:#}");
+    let codes = doc["warning_codes"].as_array().cloned().unwrap_or_default();
+    assert!(codes.iter().any(|c| c == "ecn_congestion"), "{doc:#}");
+    // A TCP test has no receiver-side counts.
+    assert!(doc.get("ecn").is_none(), "{doc:#}");
+}
+
 /// Issue 19: `-M 1000` is in the client's SYN and holds every segment, both ways, to 1,000
 /// payload bytes; each end's reported MSS is what its kernel sends with.
 #[test]
