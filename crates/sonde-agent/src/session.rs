@@ -710,6 +710,8 @@ impl<'a> Test<'a> {
                         tcp_info: None,
                         peer: None,
                         omitted_bytes: 0,
+                        zerocopy: None,
+                        ecn: o.ecn,
                     });
                 }
                 Some(RoleOutcome::Echoed) => {
@@ -824,10 +826,12 @@ impl<'a> Test<'a> {
                 sonde_net::bulk::tcp_recv(s, &opts, clock, stop, counters)
                     .map_or_else(failed, RoleOutcome::TcpReceived)
             }
-            DataChannel::Udp(s) => sonde_net::bulk::udp_recv(
+            // `--ecn`: the receiver counts the marks its datagrams arrive with.
+            DataChannel::Udp(s) => sonde_net::bulk::udp_recv_with(
                 s,
                 spec.msg_size,
                 sonde_net::bulk::UdpFormat::sonde(spec),
+                spec.socket.ecn_asked(),
                 clock,
                 stop,
                 &self.expect[i],
@@ -858,6 +862,7 @@ impl<'a> Test<'a> {
                 let opts = sonde_net::bulk::TcpSendOptions {
                     omit_until_ns,
                     max_bytes: spec.send_limit(index_u32(i)),
+                    zerocopy: spec.socket.zerocopy,
                     ..sonde_net::bulk::TcpSendOptions::until(spec.msg_size, until_ns)
                 };
                 sonde_net::bulk::tcp_send(s, &opts, clock, stop, counters).map_or_else(
@@ -893,8 +898,11 @@ impl<'a> Test<'a> {
             return Ok(None);
         }
         let sending = DataOptions::from(asked);
+        // Pacing and zero-copy sends are a sender's: a receiving stream is not asked for them
+        // (an agent whose platform has no SO_ZEROCOPY still receives a -Z test).
         let receiving = DataOptions {
             max_pacing_rate_bytes_per_second: None,
+            zerocopy: false,
             ..sending.clone()
         };
         let tcp = self.spec.protocol == Protocol::Tcp;
@@ -910,10 +918,13 @@ impl<'a> Test<'a> {
             let wire = applied.to_wire(asked, tcp);
             match &mut first {
                 None => first = Some(wire),
-                // The pacing rate as the first sending stream has it.
-                Some(f) if sends && f.pacing_bits_per_second.is_none() => {
-                    f.pacing_bits_per_second = wire.pacing_bits_per_second;
-                    f.note = f.note.take().or(wire.note);
+                // The pacing rate and zero-copy as the first sending stream has them.
+                Some(f) if sends => {
+                    if f.pacing_bits_per_second.is_none() {
+                        f.pacing_bits_per_second = wire.pacing_bits_per_second;
+                        f.note = f.note.take().or(wire.note);
+                    }
+                    f.zerocopy = f.zerocopy.or(wire.zerocopy);
                 }
                 Some(_) => {}
             }

@@ -268,6 +268,9 @@ fn params(opt: &ThroughputOptions, socket: &sonde_wire::SocketOptions) -> Params
         congestion: socket.congestion.clone(),
         tos: socket.tos.map_or(0, i64::from),
         dont_fragment: i64::from(socket.dont_fragment),
+        // -Z: iperf3's server then sends with sendfile (-R, --bidir); this client sends with
+        // MSG_ZEROCOPY.
+        zerocopy: i64::from(socket.zerocopy),
         fqrate: socket
             .pacing_bits_per_second
             .map_or(0, |r| i64::try_from(r).unwrap_or(i64::MAX)),
@@ -558,11 +561,12 @@ fn open_streams(
             return Err(ClientError::Interrupted);
         }
         let id = wire::stream_id(i);
-        // The pacing rate is for the streams this host sends on.
+        // The pacing rate and zero-copy sends are for the streams this host sends on.
         let options = options.map(|o| DataOptions {
             max_pacing_rate_bytes_per_second: o
                 .max_pacing_rate_bytes_per_second
                 .filter(|_| params.client_sends(i)),
+            zerocopy: o.zerocopy && params.client_sends(i),
             ..o.clone()
         });
         let sock = if params.udp() {
@@ -728,6 +732,7 @@ fn run_streams(
         },
         omit_until_ns: omit_ns,
         send_limits: (0..n).map(|i| spec.send_limit(index_u32(i))).collect(),
+        zerocopy: params.zerocopy != 0,
     };
     let (tx, rx) = mpsc::channel::<(usize, io::Result<Outcome>)>();
     thread::scope(|scope| {
@@ -799,6 +804,8 @@ struct LoopConfig {
     omit_until_ns: u64,
     /// `-n`, `-k` (TCP): each stream's sender stops after this many bytes (`u64::MAX`: timed).
     send_limits: Vec<u64>,
+    /// `-Z`: the TCP senders send with `MSG_ZEROCOPY`.
+    zerocopy: bool,
 }
 
 fn run_loop(
@@ -814,6 +821,7 @@ fn run_loop(
             let opts = bulk::TcpSendOptions {
                 omit_until_ns: cfg.omit_until_ns,
                 max_bytes: cfg.send_limits[i],
+                zerocopy: cfg.zerocopy,
                 ..bulk::TcpSendOptions::until(cfg.msg_size, cfg.until_ns)
             };
             bulk::tcp_send(s, &opts, clock, stop, counters).map(Outcome::Sent)
@@ -1038,6 +1046,7 @@ impl EventLoop<'_> {
                 retransmits: None,
                 method: "",
                 omitted_bytes: 0,
+                zerocopy: None,
             })
         } else {
             Outcome::TcpReceived(TcpRecvOutcome {
@@ -1441,6 +1450,21 @@ fn document(
         })
         .collect();
     meta.add_all(&warnings);
+    // -Z: this host's sends only; the iperf3 server sends with sendfile and does not say.
+    let zerocopy = run
+        .socket
+        .as_ref()
+        .is_some_and(|(asked, _)| asked.zerocopy && !udp)
+        .then(|| sonde_report::EndsZerocopy {
+            client: crate::results::sum_zerocopy(run.streams.iter().map(|s| match &s.ours {
+                Outcome::Sent(o) => o.zerocopy,
+                _ => None,
+            })),
+            server: None,
+        });
+    if let Some(z) = &zerocopy {
+        crate::results::zerocopy_warnings(z, &mut meta);
+    }
     ThroughputResult {
         meta,
         protocol: if udp {
@@ -1493,6 +1517,9 @@ fn document(
         omit_ns,
         omitted_bytes,
         skip_rx_copy: false,
+        zerocopy,
+        // An iperf3 server does not report the marks its datagrams arrived with.
+        ecn: None,
         bytes_to_send: opt.bytes,
         blocks_to_send: opt.blocks,
     }

@@ -925,10 +925,23 @@ pub(crate) fn check_socket(
         if socket.no_delay {
             return usage("-N/--no-delay is for TCP: UDP sends each datagram at once");
         }
+        if socket.zerocopy {
+            return usage(
+                "-Z/--zerocopy is for TCP: sonde's UDP senders send batches from one buffer (GSO)",
+            );
+        }
     } else if socket.dont_fragment {
         return usage(
             "--dont-fragment is for UDP: TCP already sends with DF set and sizes its segments \
              to the path MTU (path MTU discovery)",
+        );
+    }
+    if socket.zerocopy && kind != TestKind::Throughput {
+        return usage("-Z/--zerocopy is for throughput: only its TCP senders send in bulk");
+    }
+    if socket.zerocopy && !sonde_net::bulk::ZEROCOPY {
+        return usage(
+            "-Z/--zerocopy (MSG_ZEROCOPY) is not supported on this platform: it is Linux's",
         );
     }
     if kind == TestKind::Latency && socket.pacing_bits_per_second.is_some() {

@@ -445,6 +445,72 @@ fn totals<'a>(sides: impl Iterator<Item = &'a SideTotals>) -> SideTotals {
     side(bytes, packets, active)
 }
 
+/// Per-stream counts (`-Z`'s zero-copy sends, `--ecn`'s marks) of one end or direction added
+/// together; `None` when no stream said.
+fn sum_some<T: Default>(
+    streams: impl IntoIterator<Item = Option<T>>,
+    add: fn(&mut T, &T),
+) -> Option<T> {
+    streams.into_iter().flatten().fold(None, |sum, c| {
+        let mut sum = sum.unwrap_or_default();
+        add(&mut sum, &c);
+        Some(sum)
+    })
+}
+
+/// `-Z`: the zero-copy counts of one end's sending streams together; `None` when none said.
+pub(crate) fn sum_zerocopy(
+    streams: impl IntoIterator<Item = Option<sonde_wire::ZerocopyStats>>,
+) -> Option<sonde_wire::ZerocopyStats> {
+    sum_some(streams, sonde_wire::ZerocopyStats::add)
+}
+
+/// `--ecn`: the marks counted by one direction's receivers together; `None` when none said.
+fn sum_ecn(
+    streams: impl IntoIterator<Item = Option<sonde_wire::EcnCounts>>,
+) -> Option<sonde_wire::EcnCounts> {
+    sum_some(streams, sonde_wire::EcnCounts::add)
+}
+
+/// `--ecn`: warnings for a direction whose datagrams arrived CE (congestion signalled) or
+/// Not-ECT (the marking bleached on the way).
+fn ecn_warnings(e: &sonde_report::EcnByDirection, meta: &mut Meta) {
+    for (direction, counts) in [
+        ("client → server", e.client_to_server),
+        ("server → client", e.server_to_client),
+    ] {
+        let Some(c) = counts else { continue };
+        let received = c.not_ect + c.ect0 + c.ect1 + c.ce;
+        if c.ce > 0 {
+            meta.add(&Warning::EcnCongestion {
+                direction,
+                ce: c.ce,
+                received,
+            });
+        }
+        if c.not_ect > 0 {
+            meta.add(&Warning::EcnBleached {
+                direction,
+                not_ect: c.not_ect,
+                received,
+            });
+        }
+    }
+}
+
+/// `-Z`: a warning for each end whose kernel copied zero-copy sends after all.
+pub(crate) fn zerocopy_warnings(z: &sonde_report::EndsZerocopy, meta: &mut Meta) {
+    for (side, stats) in [("client", z.client), ("server", z.server)] {
+        if let Some(s) = stats.filter(|s| s.copied > 0) {
+            meta.add(&Warning::ZerocopyCopied {
+                side,
+                copied: s.copied,
+                completed: s.completed,
+            });
+        }
+    }
+}
+
 fn stats_for(list: &[StreamStats], i: u32) -> Option<&StreamStats> {
     list.iter().find(|s| s.stream == i)
 }
@@ -504,6 +570,8 @@ fn stream_views(spec: &TestSpec, run: &BulkRun) -> Vec<StreamView> {
                     tcp_info: None,
                     peer: None,
                     omitted_bytes: 0,
+                    zerocopy: None,
+                    ecn: o.ecn,
                 },
                 _ => StreamStats::default(),
             };
@@ -686,6 +754,65 @@ pub(crate) fn throughput(
     let agent_received = streams
         .iter()
         .any(|s| s.direction == StreamDirection::ClientToServer);
+    // The views of the streams of one direction.
+    let of = |d: StreamDirection| {
+        streams
+            .iter()
+            .zip(&views)
+            .filter(move |(s, _)| s.direction == d)
+            .map(|(_, v)| v)
+    };
+    let ecn = (udp && spec.socket.ecn_asked()).then(|| {
+        let dir = |d| sum_ecn(of(d).map(|v| v.receiver.ecn));
+        sonde_report::EcnByDirection {
+            client_to_server: dir(StreamDirection::ClientToServer),
+            server_to_client: dir(StreamDirection::ServerToClient),
+        }
+    });
+    if let Some(e) = &ecn {
+        ecn_warnings(e, &mut meta);
+    }
+    // TCP: a receiving socket does not see the ECN field; the sender's TCP_INFO counts the
+    // segments its peer echoed as CE-marked.
+    if !udp && spec.socket.ecn_asked() {
+        for (d, direction) in [
+            (StreamDirection::ClientToServer, "client → server"),
+            (StreamDirection::ServerToClient, "server → client"),
+        ] {
+            let delivered_ce: u64 = streams
+                .iter()
+                .filter(|s| s.direction == d)
+                .filter_map(|s| s.tcp_info.as_ref()?.delivered_ce_segments)
+                .map(u64::from)
+                .sum();
+            if delivered_ce > 0 {
+                meta.add(&Warning::TcpEcnCongestion {
+                    direction,
+                    delivered_ce,
+                });
+            }
+        }
+    }
+    let zerocopy = (spec.socket.zerocopy && !udp).then(|| {
+        let end = |d| sum_zerocopy(of(d).map(|v| v.sender.zerocopy));
+        sonde_report::EndsZerocopy {
+            client: end(StreamDirection::ClientToServer),
+            server: end(StreamDirection::ServerToClient),
+        }
+    });
+    if let Some(z) = &zerocopy {
+        zerocopy_warnings(z, &mut meta);
+        let agent_sent = streams
+            .iter()
+            .any(|s| s.direction == StreamDirection::ServerToClient);
+        if agent_sent && z.server.is_none() {
+            meta.add(&Warning::NotTuned {
+                detail: "-Z: the agent did not say how its zero-copy sends went (it predates \
+                         -Z): it sent with write, and its CPU cost includes the copy"
+                    .into(),
+            });
+        }
+    }
     let read_size_bytes = read_size(spec, agent_received, run.report.read_size, &mut meta);
     if spec.skip_rx_copy && agent_received && run.report.skip_rx_copy != Some(true) {
         meta.add(&Warning::NotTuned {
@@ -724,6 +851,8 @@ pub(crate) fn throughput(
             nanos(opt.duration)
         },
         skip_rx_copy: spec.skip_rx_copy,
+        zerocopy,
+        ecn,
         bytes_to_send: opt.bytes,
         blocks_to_send: opt.blocks,
         omit_ns,
@@ -825,6 +954,19 @@ pub(crate) fn pps(
             percent: pct(lost, sent),
         });
     }
+    // `--ecn`: every pps flow is client → agent, counted by the agent's receivers.
+    let ecn = run
+        .context
+        .socket
+        .as_ref()
+        .is_some_and(|(asked, _)| asked.ecn_asked())
+        .then(|| sonde_report::EcnByDirection {
+            client_to_server: sum_ecn(run.report.received.iter().map(|r| r.ecn)),
+            server_to_client: None,
+        });
+    if let Some(e) = &ecn {
+        ecn_warnings(e, &mut meta);
+    }
     PpsResult {
         meta,
         protocol: Protocol::Udp,
@@ -848,6 +990,7 @@ pub(crate) fn pps(
         helpers: None,
         tuning,
         socket,
+        ecn,
     }
 }
 

@@ -293,10 +293,13 @@ pub(crate) fn connect(
         let a = a.map(|a| a.to_wire(&spec.socket, spec.protocol == Protocol::Tcp));
         match (&mut applied, a) {
             (None, a) => applied = a,
-            // The pacing rate as the first sending stream has it.
-            (Some(f), Some(a)) if spec.client_sends(i) && f.pacing_bits_per_second.is_none() => {
-                f.pacing_bits_per_second = a.pacing_bits_per_second;
-                f.note = f.note.take().or(a.note);
+            // The pacing rate and zero-copy as the first sending stream has them.
+            (Some(f), Some(a)) if spec.client_sends(i) => {
+                if f.pacing_bits_per_second.is_none() {
+                    f.pacing_bits_per_second = a.pacing_bits_per_second;
+                    f.note = f.note.take().or(a.note);
+                }
+                f.zerocopy = f.zerocopy.or(a.zerocopy);
             }
             _ => {}
         }
@@ -717,6 +720,7 @@ fn role(
             let opts = bulk::TcpSendOptions {
                 omit_until_ns: omit_ns(spec),
                 max_bytes: limit,
+                zerocopy: spec.socket.zerocopy,
                 ..bulk::TcpSendOptions::until(spec.msg_size, until_ns)
             };
             bulk::tcp_send(s, &opts, clock, stop, counters).map(ClientRole::Sent)
@@ -742,10 +746,12 @@ fn role(
             counters,
         )
         .map(ClientRole::Sent),
-        (ClientChannel::Udp(s), false) => bulk::udp_recv(
+        // `--ecn`: the receiver counts the marks its datagrams arrive with.
+        (ClientChannel::Udp(s), false) => bulk::udp_recv_with(
             s,
             spec.msg_size,
             bulk::UdpFormat::sonde(spec),
+            spec.socket.ecn_asked(),
             clock,
             stop,
             expect,

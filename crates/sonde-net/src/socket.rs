@@ -294,6 +294,9 @@ pub struct DataOptions {
     /// DF on every datagram (UDP only): `IP_MTU_DISCOVER` = `IP_PMTUDISC_DO`, or
     /// `IPV6_MTU_DISCOVER` = `IPV6_PMTUDISC_DO` and `IPV6_DONTFRAG` for IPv6 peers.
     pub dont_fragment: bool,
+    /// `SO_ZEROCOPY` (TCP only, Linux), so that the senders' `MSG_ZEROCOPY` sends (`-Z`) are
+    /// taken as such ([`crate::bulk::TcpSendOptions::zerocopy`]).
+    pub zerocopy: bool,
 }
 
 /// What the kernel granted for [`DataOptions`], read back with `getsockopt`.
@@ -316,6 +319,8 @@ pub struct Applied {
     pub max_pacing_rate_bytes_per_second: Option<u64>,
     /// Whether datagrams carry DF, as read back (UDP, when asked).
     pub dont_fragment: Option<bool>,
+    /// Whether `SO_ZEROCOPY` is set, as read back (TCP, when asked).
+    pub zerocopy: Option<bool>,
     /// Why `SO_MAX_PACING_RATE` could not be set. Not an error: like iperf3, the stream then
     /// runs unpaced and the caller says so.
     pub pacing_error: Option<io::Error>,
@@ -342,6 +347,7 @@ impl Applied {
                 .map(|r| r.saturating_mul(8)),
             tos: self.tos,
             dont_fragment: self.dont_fragment,
+            zerocopy: self.zerocopy,
             tcp_ecn_sysctl: (tcp && asked.tos.is_some_and(|t| t & 0b11 != 0))
                 .then(sys::tcp_ecn_sysctl)
                 .flatten(),
@@ -364,6 +370,7 @@ impl From<&sonde_wire::SocketOptions> for DataOptions {
             max_pacing_rate_bytes_per_second: o.pacing_bits_per_second.map(|b| (b / 8).max(1)),
             nodelay: o.no_delay,
             dont_fragment: o.dont_fragment,
+            zerocopy: o.zerocopy,
         }
     }
 }
@@ -437,6 +444,9 @@ pub enum DataOptionError {
         /// The kernel's error.
         source: io::Error,
     },
+    /// `SO_ZEROCOPY` failed (a kernel before 4.14, or not Linux).
+    #[error("cannot set SO_ZEROCOPY: {0}")]
+    Zerocopy(io::Error),
 }
 
 impl DataOptionError {
@@ -450,6 +460,7 @@ impl DataOptionError {
             | Self::Congestion { source, .. }
             | Self::Tos { source, .. }
             | Self::NoDelay(source)
+            | Self::Zerocopy(source)
             | Self::DontFragment { source, .. } => source.raw_os_error(),
             Self::BufferShort { .. } => None,
         }
@@ -466,6 +477,7 @@ impl DataOptionError {
             Self::Tos { .. } => "-S/--tos/--dscp/--ecn",
             Self::NoDelay(_) => "-N/--no-delay",
             Self::DontFragment { .. } => "--dont-fragment",
+            Self::Zerocopy(_) => "-Z/--zerocopy",
         }
     }
 
@@ -593,6 +605,10 @@ impl DataOptions {
                 sock.set_nodelay(true).map_err(DataOptionError::NoDelay)?;
             }
             applied.nodelay = sock.nodelay().ok();
+            if self.zerocopy {
+                sys::set_zerocopy(sock).map_err(DataOptionError::Zerocopy)?;
+                applied.zerocopy = sys::zerocopy(sock).ok();
+            }
         }
         if let Some(tos) = self.tos {
             let set = if ipv6 {
@@ -966,8 +982,10 @@ mod tests {
             nodelay: true,
             // UDP only: a TCP stream is left as it is.
             dont_fragment: true,
+            zerocopy: true,
         };
         let applied = opts.apply_tcp(&accepted).unwrap();
+        assert_eq!(applied.zerocopy, Some(true));
         opts.check_granted(&applied).unwrap();
         assert_eq!(applied.nodelay, Some(true));
         assert!(sock.nodelay().unwrap());

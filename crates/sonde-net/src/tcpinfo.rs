@@ -60,6 +60,7 @@ mod off {
     pub(super) const RWND_LIMITED: usize = 176;
     pub(super) const SNDBUF_LIMITED: usize = 184;
     pub(super) const DELIVERED: usize = 192;
+    pub(super) const DELIVERED_CE: usize = 196;
     pub(super) const BYTES_SENT: usize = 200;
     pub(super) const BYTES_RETRANS: usize = 208;
     pub(super) const DSACK_DUPS: usize = 216;
@@ -140,6 +141,8 @@ pub struct TcpInfoSample {
     pub segs_in: Option<u32>,
     /// Segments delivered, retransmissions included (`tcpi_delivered`, Linux 4.18).
     pub delivered_segments: Option<u32>,
+    /// Of those, the ones the peer said arrived CE-marked (`tcpi_delivered_ce`, Linux 4.18).
+    pub delivered_ce_segments: Option<u32>,
     /// Bytes written by the application and not yet sent (`tcpi_notsent_bytes`, Linux 4.6).
     pub notsent_bytes: Option<u32>,
     /// Receive-buffer space the receiver is tuned for (`tcpi_rcv_space`).
@@ -185,6 +188,7 @@ impl TcpInfoSample {
             busy_ns: self.busy_ns,
             rwnd_limited_ns: self.rwnd_limited_ns,
             sndbuf_limited_ns: self.sndbuf_limited_ns,
+            delivered_ce: self.delivered_ce_segments,
         }
     }
 
@@ -227,6 +231,7 @@ impl TcpInfoSample {
             segs_out: r.u32(off::SEGS_OUT),
             segs_in: r.u32(off::SEGS_IN),
             delivered_segments: r.u32(off::DELIVERED),
+            delivered_ce_segments: r.u32(off::DELIVERED_CE),
             notsent_bytes: r.u32(off::NOTSENT_BYTES),
             rcv_space_bytes: r.u32(off::RCV_SPACE),
             busy_ns: us64(off::BUSY_TIME),
@@ -420,6 +425,7 @@ mod tests {
             (off::RWND_LIMITED, offset_of!(T, tcpi_rwnd_limited)),
             (off::SNDBUF_LIMITED, offset_of!(T, tcpi_sndbuf_limited)),
             (off::DELIVERED, offset_of!(T, tcpi_delivered)),
+            (off::DELIVERED_CE, offset_of!(T, tcpi_delivered_ce)),
             (off::BYTES_SENT, offset_of!(T, tcpi_bytes_sent)),
             (off::BYTES_RETRANS, offset_of!(T, tcpi_bytes_retrans)),
             (off::DSACK_DUPS, offset_of!(T, tcpi_dsack_dups)),

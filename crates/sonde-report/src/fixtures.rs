@@ -194,6 +194,8 @@ pub(crate) fn throughput_tcp_2_streams() -> TestResult {
         omit_ns: None,
         omitted_bytes: None,
         skip_rx_copy: false,
+        zerocopy: None,
+        ecn: None,
         bytes_to_send: None,
         blocks_to_send: None,
     })
@@ -245,6 +247,8 @@ pub(crate) fn throughput_udp_reverse() -> TestResult {
         omit_ns: None,
         omitted_bytes: None,
         skip_rx_copy: false,
+        zerocopy: None,
+        ecn: None,
         bytes_to_send: None,
         blocks_to_send: None,
     })
@@ -312,6 +316,8 @@ pub(crate) fn throughput_bidir() -> TestResult {
         omit_ns: None,
         omitted_bytes: None,
         skip_rx_copy: false,
+        zerocopy: None,
+        ecn: None,
         bytes_to_send: None,
         blocks_to_send: None,
     })
@@ -361,6 +367,7 @@ pub(crate) fn pps_2_flows() -> TestResult {
         helpers: None,
         tuning: None,
         socket: None,
+        ecn: None,
     })
 }
 
@@ -748,6 +755,7 @@ fn tcp_info(srtt_us: u64, cwnd: u32, retr: u64) -> TcpInfo {
         busy_ns: Some(2_990_000_000),
         rwnd_limited_ns: Some(0),
         sndbuf_limited_ns: Some(1_250_000_000),
+        delivered_ce_segments: None,
     }
 }
 

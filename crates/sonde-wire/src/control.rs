@@ -268,6 +268,15 @@ pub struct StreamStats {
     /// time, the sender's before its own). Absent when 0.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub omitted_bytes: u64,
+    /// TCP sender with `-Z`: what its `MSG_ZEROCOPY` sends came to. Absent without `-Z`, and
+    /// from an agent older than the option.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zerocopy: Option<crate::ZerocopyStats>,
+    /// UDP receiver with `--ecn`: the ECN marks its datagrams arrived with. Absent without
+    /// `--ecn`, where the receiver's platform cannot read them, and from an agent older than the
+    /// field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecn: Option<crate::EcnCounts>,
 }
 
 /// Bytes and datagrams per stream in one interval, counted by the receiver.
@@ -343,6 +352,10 @@ pub struct TcpInfoStats {
     /// Of that, limited by the send buffer (`tcpi_sndbuf_limited`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sndbuf_limited_ns: Option<u64>,
+    /// Segments the peer acknowledged as having arrived CE-marked (`tcpi_delivered_ce`, Linux
+    /// 4.18): congestion routers signalled to an ECN connection. Absent from older senders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_ce: Option<u32>,
 }
 
 /// What one side's share of a session cost in CPU: the threads that ran it (`getrusage`
@@ -1102,6 +1115,7 @@ mod tests {
             busy_ns: Some(999_999_999_999_000),
             rwnd_limited_ns: Some(999_999_999_999_000),
             sndbuf_limited_ns: Some(999_999_999_999_000),
+            delivered_ce: Some(99_999_999),
         };
         let iv = IntervalStats {
             start_ns: 299_000_000_000,

@@ -52,7 +52,7 @@ pub use data::*;
 pub use hostinfo::{
     HostInfo, InterfaceDelta, MinDefaultMax, NicInfo, NicOffloads, SocketBufferLimits,
 };
-pub use socket::{AppliedSocketOptions, SocketOptions};
+pub use socket::{AppliedSocketOptions, EcnCounts, SocketOptions, ZerocopyStats};
 
 /// Errors from decoding bytes that came from the network.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

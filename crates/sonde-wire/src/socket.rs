@@ -39,6 +39,74 @@ pub struct SocketOptions {
     /// `IPV6_DONTFRAG`), and one larger than the path MTU fails instead of being fragmented.
     #[serde(default, skip_serializing_if = "is_false")]
     pub dont_fragment: bool,
+    /// `-Z`: TCP senders send with `MSG_ZEROCOPY` (`SO_ZEROCOPY` set on the stream): the kernel
+    /// sends from the sender's pages instead of copying them, and says afterwards whether it
+    /// had to copy after all ([`ZerocopyStats`]).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub zerocopy: bool,
+}
+
+/// What a UDP receiver with `--ecn` found in the ECN field (RFC 3168) of the datagrams it
+/// received, read from each datagram's `IP_TOS` / `IPV6_TCLASS` control message: `ce` marks are
+/// congestion a router signalled; `not_ect` datagrams lost the sender's ECT marking on the way
+/// (bleached).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct EcnCounts {
+    /// Datagrams that arrived Not-ECT (`00`).
+    pub not_ect: u64,
+    /// Datagrams that arrived ECT(1) (`01`).
+    pub ect1: u64,
+    /// Datagrams that arrived ECT(0) (`10`).
+    pub ect0: u64,
+    /// Datagrams that arrived CE (`11`): congestion experienced.
+    pub ce: u64,
+}
+
+impl EcnCounts {
+    /// Counts `n` datagrams that arrived with TOS byte `tos`.
+    #[inline]
+    pub fn count(&mut self, tos: u8, n: u64) {
+        match tos & 0b11 {
+            0b00 => self.not_ect += n,
+            0b01 => self.ect1 += n,
+            0b10 => self.ect0 += n,
+            _ => self.ce += n,
+        }
+    }
+
+    /// Adds another stream's counts.
+    pub fn add(&mut self, other: &Self) {
+        self.not_ect += other.not_ect;
+        self.ect1 += other.ect1;
+        self.ect0 += other.ect0;
+        self.ce += other.ce;
+    }
+}
+
+/// What a TCP sender's `MSG_ZEROCOPY` sends (`-Z`) came to, from the kernel's completion
+/// notifications (`SO_EE_ORIGIN_ZEROCOPY` on the error queue). A send the kernel completed
+/// without `SO_EE_CODE_ZEROCOPY_COPIED` went out from the sender's pages; one with it was
+/// copied after all (loopback, veth and any device without scatter-gather copy every one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ZerocopyStats {
+    /// Send calls made with `MSG_ZEROCOPY` that moved data.
+    pub sends: u64,
+    /// Of those, the ones whose completion the sender read before it ended (the rest were
+    /// still held by the kernel).
+    pub completed: u64,
+    /// Of the completed, the ones the kernel copied after all (`SO_EE_CODE_ZEROCOPY_COPIED`).
+    pub copied: u64,
+}
+
+impl ZerocopyStats {
+    /// Adds another stream's counts.
+    pub fn add(&mut self, other: &Self) {
+        self.sends += other.sends;
+        self.completed += other.completed;
+        self.copied += other.copied;
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -49,6 +117,12 @@ impl SocketOptions {
     /// Whether nothing is asked (the field is then absent from the JSON).
     pub fn is_default(&self) -> bool {
         *self == Self::default()
+    }
+
+    /// `--ecn`: whether the TOS byte asks for an ECT marking (its low two bits set), which a UDP
+    /// receiver then counts as it arrives.
+    pub fn ecn_asked(&self) -> bool {
+        self.tos.is_some_and(|t| t & 0b11 != 0)
     }
 
     /// The fixed binary encoding the proof of a [`crate::auth::Request::Test`] covers: one tag
@@ -82,6 +156,9 @@ impl SocketOptions {
         }
         if self.dont_fragment {
             out.push(b'D');
+        }
+        if self.zerocopy {
+            out.push(b'Z');
         }
         out
     }
@@ -117,6 +194,9 @@ pub struct AppliedSocketOptions {
     /// Whether UDP datagrams leave with DF set, as read back.
     #[serde(default)]
     pub dont_fragment: Option<bool>,
+    /// `-Z`: whether `SO_ZEROCOPY` is set on the streams, as read back (TCP, when asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zerocopy: Option<bool>,
     /// TCP with `--ecn`: this host's `net.ipv4.tcp_ecn` (0 off, 1 asked on outgoing
     /// connections, 2 only when the peer asks), which decides TCP's ECN bits instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -149,6 +229,7 @@ mod tests {
             pacing_bits_per_second: Some(100_000_000),
             tos: Some(0xb8 | 1),
             dont_fragment: true,
+            zerocopy: true,
         };
         let json = serde_json::to_string(&o).unwrap();
         assert_eq!(serde_json::from_str::<SocketOptions>(&json).unwrap(), o);
@@ -194,6 +275,10 @@ mod tests {
             },
             SocketOptions {
                 dont_fragment: true,
+                ..base.clone()
+            },
+            SocketOptions {
+                zerocopy: true,
                 ..base.clone()
             },
         ];

@@ -142,6 +142,7 @@ fn options(opt: &Opt) -> LoadOptions {
                     no_delay: Some(&opt.no_delay),
                     df: None,
                     pacing: Some(&opt.pacing),
+                    zerocopy: None,
                 },
             ),
             ..ThroughputOptions::default()

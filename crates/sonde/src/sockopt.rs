@@ -1,5 +1,5 @@
 //! The socket options users bring from iperf3 and netperf (`-w`, `-C`, `-M`, `-N`, `-S`,
-//! `--dscp`, `--ecn`, `--fq-rate`, `--dont-fragment`), in groups a subcommand flattens where
+//! `--dscp`, `--ecn`, `--fq-rate`, `--dont-fragment`, `-Z`), in groups a subcommand flattens where
 //! they mean something: a subcommand that does not take a group refuses its flags.
 
 use clap::Args;
@@ -69,6 +69,17 @@ pub(crate) struct PacingOpt {
     pub(crate) fq_rate: Option<u64>,
 }
 
+/// `-Z`: TCP throughput.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct ZerocopyOpt {
+    /// TCP: the senders at both ends send with MSG_ZEROCOPY (SO_ZEROCOPY; Linux), so the kernel
+    /// sends from sonde's pages instead of copying them; the result says per end how many sends
+    /// the kernel copied after all (loopback and veth copy every one). Changes the sender's CPU
+    /// cost. iperf3 -Z/--zerocopy. Default: off (write, which copies)
+    #[arg(short = 'Z', long = "zerocopy")]
+    pub(crate) zerocopy: bool,
+}
+
 /// The groups of socket options a subcommand takes (`None`: not taken).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Taken<'a> {
@@ -76,6 +87,7 @@ pub(crate) struct Taken<'a> {
     pub(crate) no_delay: Option<&'a NoDelayOpt>,
     pub(crate) df: Option<&'a DfOpt>,
     pub(crate) pacing: Option<&'a PacingOpt>,
+    pub(crate) zerocopy: Option<&'a ZerocopyOpt>,
 }
 
 /// The socket options of a test from the groups its subcommand takes.
@@ -85,6 +97,7 @@ pub(crate) fn socket_options(ip: &IpOpt, taken: Taken<'_>) -> SocketOptions {
         no_delay,
         df,
         pacing,
+        zerocopy,
     } = taken;
     let dscp_tos = ip.dscp.map(|d| d << 2).or(ip.tos);
     let tos = match (dscp_tos, ip.ecn) {
@@ -100,6 +113,7 @@ pub(crate) fn socket_options(ip: &IpOpt, taken: Taken<'_>) -> SocketOptions {
         pacing_bits_per_second: pacing.and_then(|p| p.fq_rate),
         tos,
         dont_fragment: df.is_some_and(|d| d.dont_fragment),
+        zerocopy: zerocopy.is_some_and(|z| z.zerocopy),
     }
 }
 

@@ -441,6 +441,7 @@ mod tests {
                 "no_delay",
                 "dont_fragment",
                 "fq_rate",
+                "zerocopy",
                 "bind",
                 "bind_dev",
                 "cport",

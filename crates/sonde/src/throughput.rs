@@ -146,6 +146,8 @@ pub(crate) struct Opt {
     #[command(flatten)]
     pacing: crate::sockopt::PacingOpt,
     #[command(flatten)]
+    zerocopy: crate::sockopt::ZerocopyOpt,
+    #[command(flatten)]
     from: crate::helpers::FromOpt,
     #[command(flatten)]
     secret: crate::auth::SecretOpt,
@@ -371,6 +373,7 @@ fn options(opt: &Opt) -> ThroughputOptions {
                 no_delay: Some(&opt.no_delay),
                 df: Some(&opt.df),
                 pacing: Some(&opt.pacing),
+                zerocopy: Some(&opt.zerocopy),
             },
         ),
         omit: opt.omit.filter(|d| !d.is_zero()),

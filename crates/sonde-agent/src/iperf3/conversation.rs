@@ -792,6 +792,9 @@ fn stream_options(p: &Params) -> Result<DataOptions, Refusal> {
         // on the agent's UDP sends.
         nodelay: p.nodelay,
         dont_fragment: p.dont_fragment != 0,
+        // iperf3's `zerocopy` (-Z) asks its own sender for sendfile; this server's senders
+        // write as they do without it.
+        zerocopy: false,
     })
 }
 

@@ -100,6 +100,7 @@ fn parameters_are_what_a_real_client_sends() {
         pacing_bits_per_second: Some(50_000_000),
         tos: Some(0xb8),
         dont_fragment: false,
+        zerocopy: true,
     };
     let json =
         String::from_utf8(params(&opt(Protocol::Tcp, Direction::Forward), &socket).to_json())
@@ -111,6 +112,7 @@ fn parameters_are_what_a_real_client_sends() {
         r#""fqrate":50000000"#,
         r#""TOS":184"#,
         r#""congestion":"reno""#,
+        r#""zerocopy":1"#,
     ] {
         assert!(json.contains(key), "{key} in {json}");
     }
@@ -276,6 +278,7 @@ fn udp_received(seqs: &[u64], bytes_each: u64) -> UdpRecvOutcome {
         malformed: 0,
         seq,
         jitter: sonde_engine::jitter::Jitter::default(),
+        ecn: None,
     }
 }
 
@@ -287,6 +290,7 @@ fn sent(bytes: u64, packets: u64) -> SendOutcome {
         retransmits: Some(3),
         method: "write",
         omitted_bytes: 0,
+        zerocopy: None,
     }
 }
 

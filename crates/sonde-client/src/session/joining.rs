@@ -120,11 +120,12 @@ pub(crate) fn open_channel(
     placement: &mut Placement,
     deadline: Instant,
 ) -> Result<Opened, ClientError> {
-    // The pacing rate is for the streams this end sends on.
+    // The pacing rate and zero-copy sends are for the streams this end sends on.
     let options = options.map(|o| DataOptions {
         max_pacing_rate_bytes_per_second: o
             .max_pacing_rate_bytes_per_second
             .filter(|_| spec.client_sends(index) && spec.kind != TestKind::Latency),
+        zerocopy: o.zerocopy && spec.client_sends(index),
         ..o.clone()
     });
     let options = options.as_ref();

@@ -27,6 +27,8 @@ use sonde_wire::{
 use crate::pace::Pacing;
 use crate::{fault, socket, sys, Clock, Counters};
 
+mod zerocopy;
+
 /// How long a TCP loop's blocked `write` or `read` waits before it looks at the deadline and the
 /// stop flag again (`SO_SNDTIMEO` / `SO_RCVTIMEO`).
 pub const TCP_POLL: Duration = Duration::from_millis(100);
@@ -150,6 +152,14 @@ impl UdpFormat {
 /// `MSG_TRUNC`): Linux only.
 pub const SKIP_RX_COPY: bool = cfg!(target_os = "linux");
 
+/// Whether this platform's TCP senders can send without a copy (`-Z`, `MSG_ZEROCOPY`): Linux
+/// only.
+pub const ZEROCOPY: bool = cfg!(target_os = "linux");
+
+/// How long a zero-copy sender waits at its end for the kernel's last completions (the data
+/// still unacknowledged), so that its counts cover every send.
+const ZEROCOPY_DRAIN: Duration = Duration::from_millis(500);
+
 /// What a sender sent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SendOutcome {
@@ -166,6 +176,8 @@ pub struct SendOutcome {
     /// `-O` (TCP): bytes written before the omit time, not in `bytes` (nor their writes in
     /// `packets`, nor their time in `active_ns`).
     pub omitted_bytes: u64,
+    /// `-Z` (TCP): what the `MSG_ZEROCOPY` sends came to, from the kernel's completions.
+    pub zerocopy: Option<sonde_wire::ZerocopyStats>,
 }
 
 impl SendOutcome {
@@ -178,6 +190,7 @@ impl SendOutcome {
             active_ns: self.active_ns,
             retransmits: self.retransmits,
             omitted_bytes: self.omitted_bytes,
+            zerocopy: self.zerocopy,
             ..sonde_wire::StreamStats::default()
         }
     }
@@ -216,6 +229,9 @@ pub struct UdpRecvOutcome {
     pub seq: SeqTracker,
     /// RFC 3550 jitter.
     pub jitter: Jitter,
+    /// `--ecn` ([`udp_recv_with`]): the ECN marks of the data datagrams, where the platform
+    /// reads them.
+    pub ecn: Option<sonde_wire::EcnCounts>,
 }
 
 /// How a TCP sender ([`tcp_send`]) sends.
@@ -232,6 +248,11 @@ pub struct TcpSendOptions {
     /// `-n`, `-k` (`u64::MAX` for none): the loop also ends once it has written this many
     /// bytes, omitted ones included, the last write cut to fit.
     pub max_bytes: u64,
+    /// `-Z` (Linux): send with `MSG_ZEROCOPY` from a ring of message buffers, each written
+    /// again only once the kernel has completed every send from it; the outcome's
+    /// [`SendOutcome::zerocopy`] says how many sends the kernel copied after all. Elsewhere the
+    /// loop fails with `Unsupported` before it sends.
+    pub zerocopy: bool,
 }
 
 impl TcpSendOptions {
@@ -242,6 +263,7 @@ impl TcpSendOptions {
             until_ns,
             omit_until_ns: 0,
             max_bytes: u64::MAX,
+            zerocopy: false,
         }
     }
 }
@@ -265,15 +287,31 @@ pub fn tcp_send(
         until_ns,
         omit_until_ns,
         max_bytes,
+        zerocopy,
     } = *opts;
     if msg_size == 0 {
         return Err(invalid_input("a TCP message must be at least 1 byte"));
     }
     stream.set_nonblocking(false)?;
     stream.set_write_timeout(Some(TCP_POLL))?;
-    let buf = vec![0u8; msg_size as usize];
+    let msg_len = msg_size as usize;
+    let mut zc = if zerocopy {
+        Some(zerocopy::ZerocopySender::new(stream, msg_len, counters)?)
+    } else {
+        None
+    };
+    // The zero-copy sender sends from its own ring of buffers.
+    let buf = if zc.is_some() {
+        Vec::new()
+    } else {
+        vec![0u8; msg_len]
+    };
     let mut out = SendOutcome {
-        method: "write",
+        method: if zc.is_some() {
+            "send+MSG_ZEROCOPY"
+        } else {
+            "write"
+        },
         ..SendOutcome::default()
     };
     let mut span = Span::default();
@@ -291,8 +329,11 @@ pub fn tcp_send(
     // What is left to write under `max_bytes`.
     let mut left = max_bytes;
     while !stop.load(Ordering::Relaxed) && now < until_ns && left > 0 {
-        let end = usize::try_from(left).map_or(buf.len(), |l| buf.len().min(offset + l));
-        let written = writer.write(&buf[offset..end]);
+        let end = usize::try_from(left).map_or(msg_len, |l| msg_len.min(offset + l));
+        let written = match zc.as_mut() {
+            None => writer.write(&buf[offset..end]),
+            Some(zc) => zc.write(offset, end, TCP_POLL),
+        };
         let after = clock.now_ns();
         match written {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -301,7 +342,7 @@ pub fn tcp_send(
                 out.omitted_bytes += n as u64;
                 pending.add(after, n as u64, 1);
                 offset += n;
-                if offset == buf.len() {
+                if offset == msg_len {
                     offset = 0;
                 }
             }
@@ -312,7 +353,7 @@ pub fn tcp_send(
                 out.packets += 1;
                 pending.add(after, n as u64, 1);
                 offset += n;
-                if offset == buf.len() {
+                if offset == msg_len {
                     offset = 0;
                 }
             }
@@ -338,6 +379,7 @@ pub fn tcp_send(
             Err(e) => return Err(e),
         }
     }
+    out.zerocopy = zc.map(|zc| zc.finish(ZEROCOPY_DRAIN));
     out.retransmits = socket::tcp_retransmits(stream);
     out.active_ns = span.ns();
     Ok(out)
@@ -731,13 +773,34 @@ pub fn udp_recv(
     expect: &AtomicU64,
     counters: &Counters,
 ) -> io::Result<UdpRecvOutcome> {
+    udp_recv_with(sock, msg_size, format, false, clock, stop, expect, counters)
+}
+
+/// [`udp_recv`] that, with `ecn` (`--ecn`), also counts the ECN field each data datagram arrived
+/// with ([`UdpRecvOutcome::ecn`]): the socket gets `IP_RECVTOS` / `IPV6_RECVTCLASS` and each
+/// `recvmmsg` slot a control buffer, read once per buffer (a GRO buffer's datagrams share one
+/// TOS byte). Where the platform cannot read them (not Linux) the outcome's `ecn` is `None`.
+/// Without `ecn` the loop is [`udp_recv`]'s, without the control messages' cost.
+#[allow(clippy::too_many_arguments)]
+pub fn udp_recv_with(
+    sock: &UdpSocket,
+    msg_size: u32,
+    format: UdpFormat,
+    ecn: bool,
+    clock: &Clock,
+    stop: &AtomicBool,
+    expect: &AtomicU64,
+    counters: &Counters,
+) -> io::Result<UdpRecvOutcome> {
     sock.set_nonblocking(false)?;
     sock.set_read_timeout(Some(UDP_RECV_POLL))?;
     let gro = sys::enable_udp_gro(sock).is_ok();
+    let ecn = ecn && sys::enable_recv_tos(sock).is_ok();
     // A coalesced buffer holds up to 64 KiB of datagrams.
     let slot = if gro { GRO_SLOT } else { recv_slot(msg_size) };
     let capacity = (BATCH_BYTES / slot).clamp(1, BATCH);
-    let mut batch = if gro {
+    // Control buffers carry the GRO segment size and the TOS byte.
+    let mut batch = if gro || ecn {
         sys::Batch::with_segments(capacity)
     } else {
         sys::Batch::new(capacity)
@@ -751,6 +814,7 @@ pub fn udp_recv(
         malformed: 0,
         seq: SeqTracker::new(),
         jitter: Jitter::default(),
+        ecn: ecn.then(sonde_wire::EcnCounts::default),
     };
     while !stop.load(Ordering::Relaxed) && out.seq.received() < expect.load(Ordering::Relaxed) {
         let received = batch.recv(sock, &mut buf, slot);
@@ -762,38 +826,40 @@ pub fn udp_recv(
         };
         let now = clock.now_ns();
         let (mut bytes, mut packets) = (0u64, 0u64);
-        let datagrams = buf
-            .chunks_exact(slot)
-            .take(n)
-            .enumerate()
-            .flat_map(|(i, b)| {
-                // With GRO a buffer holds `segment` -byte datagrams (the last may be shorter);
-                // each is counted and its sequence number checked on its own.
-                let len = batch.datagram_len(i).min(slot);
-                let segment = batch.segment_size(i).unwrap_or(len).max(1);
-                b[..len].chunks(segment)
-            });
-        for datagram in datagrams {
-            let sonde = matches!(format, UdpFormat::Sonde | UdpFormat::Short);
-            if sonde && datagram.len() == UDP_JOIN_LEN {
-                if let Ok(join) = UdpJoin::decode(datagram) {
-                    if !join.ack {
-                        // Best effort: a lost acknowledgement makes the client send another
-                        // join. On a connected socket the reply goes to the joining peer.
-                        let _ = sock.send(&UdpJoin { ack: true, ..join }.encode());
-                        counters.syscall();
+        for (i, b) in buf.chunks_exact(slot).take(n).enumerate() {
+            // With GRO a buffer holds `segment` -byte datagrams (the last may be shorter);
+            // each is counted and its sequence number checked on its own.
+            let len = batch.datagram_len(i).min(slot);
+            let segment = batch.segment_size(i).unwrap_or(len).max(1);
+            let before = packets;
+            for datagram in b[..len].chunks(segment) {
+                let sonde = matches!(format, UdpFormat::Sonde | UdpFormat::Short);
+                if sonde && datagram.len() == UDP_JOIN_LEN {
+                    if let Ok(join) = UdpJoin::decode(datagram) {
+                        if !join.ack {
+                            // Best effort: a lost acknowledgement makes the client send another
+                            // join. On a connected socket the reply goes to the joining peer.
+                            let _ = sock.send(&UdpJoin { ack: true, ..join }.encode());
+                            counters.syscall();
+                        }
+                        continue;
                     }
+                }
+                let Some((seq, send_ns)) = format.read(datagram) else {
+                    out.malformed += 1;
                     continue;
+                };
+                out.seq.on_packet(seq);
+                out.jitter.on_packet(send_ns, now);
+                bytes += datagram.len() as u64;
+                packets += 1;
+            }
+            if let Some(counts) = out.ecn.as_mut() {
+                // Data datagrams only, as `packets` counts them.
+                if let Some(tos) = batch.tos(i) {
+                    counts.count(tos, packets - before);
                 }
             }
-            let Some((seq, send_ns)) = format.read(datagram) else {
-                out.malformed += 1;
-                continue;
-            };
-            out.seq.on_packet(seq);
-            out.jitter.on_packet(send_ns, now);
-            bytes += datagram.len() as u64;
-            packets += 1;
         }
         if packets > 0 {
             if out.packets == 0 {

@@ -211,6 +211,40 @@ fn tcp_send_to_tcp_recv_delivers_every_byte_sent() {
     assert!(rx.syscalls() > received.reads);
 }
 
+/// `-Z`: a zero-copy sender delivers every byte, and the kernel completes every send it made;
+/// on loopback it says it copied each one (the receiving socket cannot take the sender's
+/// pages), which is what the result must then report.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_zero_copy_sender_delivers_every_byte_and_accounts_for_every_send() {
+    // Small messages too: the ring is 256 buffers, far fewer than the sends.
+    for msg_size in [128 << 10, 1000] {
+        let Transfer {
+            sent, received, tx, ..
+        } = tcp_transfer(
+            &TcpRecvOptions::default(),
+            sender(TcpSendOptions {
+                zerocopy: true,
+                ..TcpSendOptions::until(msg_size, 200 * MS)
+            }),
+        );
+        assert_eq!(sent.method, "send+MSG_ZEROCOPY");
+        assert!(sent.bytes > 0);
+        assert_eq!(received.bytes, sent.bytes);
+        assert_eq!(tx.load(), (sent.bytes, sent.packets));
+        let zc = sent.zerocopy.expect("zero-copy counts");
+        // One numbered send per write call that moved data, each completed once.
+        assert_eq!(zc.sends, sent.packets, "{zc:?}");
+        assert_eq!(zc.completed, zc.sends, "{zc:?}");
+        assert_eq!(
+            zc.copied, zc.completed,
+            "loopback copies every send: {zc:?}"
+        );
+        // The reads of the error queue count as system calls too.
+        assert!(tx.syscalls() > sent.packets);
+    }
+}
+
 #[test]
 fn paced_tcp_sends_its_blocks_on_schedule_and_never_ahead_of_it() {
     // 1,000-byte blocks at 800 kbit/s: one block every 10 ms, 30 in a 300 ms run.
@@ -511,6 +545,70 @@ fn pps_datagrams_of_14_bytes_carry_the_short_header_and_are_each_counted() {
     )
     .unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+}
+
+/// `--ecn`: a receiver that counts marks counts every data datagram by the ECN field it arrived
+/// with, GRO-coalesced buffers included (loopback keeps the sender's ECT(1)); one that does not
+/// count says nothing.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_ecn_receiver_counts_every_datagram_by_its_mark() {
+    for (ecn, gso) in [(true, true), (true, false), (false, true)] {
+        let (_listener, flow, client) = udp_flow_pair();
+        crate::socket::DataOptions {
+            tos: Some(0b01),
+            ..crate::socket::DataOptions::default()
+        }
+        .apply_udp(&client)
+        .unwrap();
+        let clock = Clock::start();
+        let stop = AtomicBool::new(false);
+        let expect = AtomicU64::new(u64::MAX);
+        let (tx, rx) = (Counters::default(), Counters::default());
+        let (sent, received) = thread::scope(|s| {
+            let r = s.spawn(|| {
+                udp_recv_with(
+                    &flow,
+                    100,
+                    UdpFormat::Sonde,
+                    ecn,
+                    &clock,
+                    &stop,
+                    &expect,
+                    &rx,
+                )
+            });
+            let sent = udp_send_with(
+                &client,
+                100,
+                0,
+                UdpFormat::Sonde,
+                gso,
+                &clock,
+                20 * MS,
+                &stop,
+                &tx,
+            )
+            .unwrap();
+            expect.store(sent.packets, Ordering::Relaxed);
+            finish(&r, &rx, &stop, true);
+            (sent, r.join().unwrap().unwrap())
+        });
+        assert!(sent.packets > 0 && received.packets > 0);
+        if ecn {
+            let c = received.ecn.expect("counted");
+            assert_eq!(
+                c,
+                sonde_wire::EcnCounts {
+                    ect1: received.packets,
+                    ..sonde_wire::EcnCounts::default()
+                },
+                "gso {gso}"
+            );
+        } else {
+            assert_eq!(received.ecn, None);
+        }
+    }
 }
 
 #[test]

@@ -94,7 +94,7 @@ pub(crate) struct Batch {
 }
 
 /// `u64`s of control buffer per header: room for one `UDP_GRO` cmsg (`CMSG_SPACE(4)`, 24
-/// bytes) and a spare.
+/// bytes), one `IP_TOS` or `IPV6_TCLASS` cmsg (24 bytes) and a spare.
 const CONTROL_WORDS: usize = 8;
 
 impl Batch {
@@ -136,6 +136,22 @@ impl Batch {
             Cmsg::GroSegment(size) => Some(usize::try_from(size).ok().filter(|&s| s > 0)),
             _ => None,
         })?
+    }
+
+    /// The TOS byte (or IPv6 traffic class) buffer `i` of the last [`Batch::recv`] arrived
+    /// with, on a socket with [`enable_recv_tos`] and a [`Batch::with_segments`] batch (every
+    /// datagram of a coalesced buffer has the same: GRO merges only equal ones).
+    pub(crate) fn tos(&self, i: usize) -> Option<u8> {
+        if self.control.is_empty() {
+            return None;
+        }
+        let hdr = &self.hdrs[i].msg_hdr;
+        // SAFETY: as in `segment_size`.
+        let mut found = unsafe { cmsg::Iter::new(hdr) };
+        found.find_map(|c| match c {
+            Cmsg::Tos(tos) => Some(tos),
+            _ => None,
+        })
     }
 
     /// Datagrams per call.
@@ -667,6 +683,8 @@ struct Found {
     software_ns: Option<u64>,
     /// An `IP(V6)_RECVERR` of timestamping origin: `(ee_info, ee_data)`.
     stamp_key: Option<(u32, u32)>,
+    /// An `IP(V6)_RECVERR` of zero-copy origin: the range of send calls it completes.
+    zerocopy: Option<ZerocopyDone>,
 }
 
 /// One `recvmsg` into `buf` with a control buffer; `flags` as recvmsg's. Returns the bytes
@@ -705,6 +723,15 @@ fn recvmsg_with_control(
             {
                 found.stamp_key = Some((err.ee_info, err.ee_data));
             }
+            Cmsg::RecvErr(err, _)
+                if err.ee_errno == 0 && err.ee_origin == SO_EE_ORIGIN_ZEROCOPY =>
+            {
+                found.zerocopy = Some(ZerocopyDone {
+                    first: err.ee_info,
+                    last: err.ee_data,
+                    copied: err.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0,
+                });
+            }
             _ => {}
         }
     }
@@ -742,12 +769,120 @@ pub(crate) fn read_tx_stamp(fd: BorrowedFd<'_>) -> io::Result<Option<(u32, u64)>
                 Found {
                     software_ns: Some(ns),
                     stamp_key: Some((SCM_TSTAMP_SND, key)),
+                    ..
                 },
             )) => return Ok(Some((key, ns))),
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `SO_ZEROCOPY` (`asm-generic/socket.h`: 60 on every architecture Linux Rust targets but
+/// SPARC's, 0x3e).
+#[cfg(not(target_arch = "sparc64"))]
+const SO_ZEROCOPY: libc::c_int = 60;
+#[cfg(target_arch = "sparc64")]
+const SO_ZEROCOPY: libc::c_int = 0x3e;
+/// The error-queue origin of zero-copy completions (`linux/errqueue.h`).
+const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
+/// A zero-copy completion's code when the kernel copied the data after all.
+const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
+
+/// `SO_ZEROCOPY` (Linux 4.14; msg_zerocopy.rst): lets sends with `MSG_ZEROCOPY` send from the
+/// caller's pages. Without it the kernel ignores the flag (and sends no completions).
+pub(crate) fn set_zerocopy(sock: &Socket) -> io::Result<()> {
+    setsockopt(
+        sock.as_fd(),
+        libc::SOL_SOCKET,
+        SO_ZEROCOPY,
+        1 as libc::c_int,
+    )
+}
+
+/// Whether `SO_ZEROCOPY` is set, as read back.
+pub(crate) fn zerocopy(sock: &Socket) -> io::Result<bool> {
+    let mut buf = [0u8; 4];
+    getsockopt(sock.as_fd(), libc::SOL_SOCKET, SO_ZEROCOPY, &mut buf)?;
+    Ok(libc::c_int::from_ne_bytes(buf) != 0)
+}
+
+/// One zero-copy completion: send calls `first..=last` (numbered from 0 per socket, mod 2^32)
+/// are done with their pages; `copied` when the kernel copied them after all
+/// (`SO_EE_CODE_ZEROCOPY_COPIED`: loopback, veth, a device without scatter-gather).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ZerocopyDone {
+    pub(crate) first: u32,
+    pub(crate) last: u32,
+    pub(crate) copied: bool,
+}
+
+/// One TCP `send` with `MSG_ZEROCOPY` (and `MSG_NOSIGNAL`, as std's `write`): the kernel holds
+/// `buf`'s pages until the completion for this call comes (see [`read_zerocopy_done`]). Blocks
+/// for at most the socket's send timeout.
+pub(crate) fn send_zerocopy(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: the descriptor is borrowed from `stream` for the call; `buf` is a readable region
+    // of `buf.len()` bytes. The kernel pins its pages for the send beyond the call: the caller
+    // does not write them until the completion for this call has been read.
+    let n = unsafe {
+        libc::send(
+            stream.as_raw_fd(),
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_ZEROCOPY | libc::MSG_NOSIGNAL,
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// Takes one zero-copy completion off the error queue of `stream` without waiting; `Ok(None)`
+/// when the queue holds none. Other error-queue entries are skipped.
+pub(crate) fn read_zerocopy_done(stream: &TcpStream) -> io::Result<Option<ZerocopyDone>> {
+    let mut scratch = [0u8; 0];
+    loop {
+        match recvmsg_with_control(
+            stream.as_fd(),
+            &mut scratch,
+            libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+        ) {
+            Ok((
+                _,
+                Found {
+                    zerocopy: Some(done),
+                    ..
+                },
+            )) => return Ok(Some(done)),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Waits at most `timeout` for `stream`'s error queue (or a socket error) to be readable:
+/// `poll(2)` with no events asked reports `POLLERR`.
+pub(crate) fn wait_error_queue(stream: &TcpStream, timeout: Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: 0,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one pollfd on this frame, for a descriptor borrowed from `stream` for the call.
+    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    match rc {
+        0 => Ok(false),
+        1.. => Ok(pfd.revents & libc::POLLERR != 0),
+        _ => {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            }
         }
     }
 }
@@ -1167,6 +1302,29 @@ fn getsockopt(
         return Err(io::Error::last_os_error());
     }
     Ok((len as usize).min(buf.len()))
+}
+
+/// `IP_RECVTOS` (ip(7)) and, on an IPv6 socket, `IPV6_RECVTCLASS` (ipv6(7)): each datagram
+/// comes with the TOS byte or traffic class it arrived with, ECN bits included (`--ecn`: the
+/// receiver counts CE and bleached marks). On an IPv6 socket both are asked: it may receive
+/// IPv4 (v4-mapped) datagrams too.
+pub(crate) fn enable_recv_tos(sock: &UdpSocket) -> io::Result<()> {
+    let v4 = setsockopt(
+        sock.as_fd(),
+        libc::IPPROTO_IP,
+        libc::IP_RECVTOS,
+        1 as libc::c_int,
+    );
+    if sock.local_addr()?.is_ipv6() {
+        setsockopt(
+            sock.as_fd(),
+            libc::IPPROTO_IPV6,
+            libc::IPV6_RECVTCLASS,
+            1 as libc::c_int,
+        )
+    } else {
+        v4
+    }
 }
 
 /// `UDP_GRO` (udp(7), Linux 5.0): the kernel may hand this socket several datagrams of one

@@ -63,6 +63,11 @@ impl Batch {
         None
     }
 
+    /// Never read here (no [`enable_recv_tos`]).
+    pub(crate) fn tos(&self, _i: usize) -> Option<u8> {
+        None
+    }
+
     /// Always 1.
     pub(crate) fn capacity(&self) -> usize {
         1
@@ -355,4 +360,61 @@ pub(crate) fn set_busy_poll(_fd: super::SockRef<'_>, _usecs: u32) -> io::Result<
 /// No `UDP_GRO` outside Linux.
 pub(crate) fn enable_udp_gro(_sock: &UdpSocket) -> io::Result<()> {
     Err(unsupported())
+}
+
+/// The zero-copy sends of `-Z` (`SO_ZEROCOPY`, `MSG_ZEROCOPY`) are Linux's.
+fn zerocopy_unsupported() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        "zero-copy sends (SO_ZEROCOPY, MSG_ZEROCOPY, -Z/--zerocopy) are not supported on this \
+         platform",
+    )
+}
+
+/// `SO_ZEROCOPY` is Linux's: elsewhere this fails with a "not supported on this platform"
+/// error.
+pub(crate) fn set_zerocopy(_sock: &socket2::Socket) -> io::Result<()> {
+    Err(zerocopy_unsupported())
+}
+
+/// See [`set_zerocopy`].
+pub(crate) fn zerocopy(_sock: &socket2::Socket) -> io::Result<bool> {
+    Err(zerocopy_unsupported())
+}
+
+/// A zero-copy completion (never produced here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ZerocopyDone {
+    pub(crate) first: u32,
+    pub(crate) last: u32,
+    pub(crate) copied: bool,
+}
+
+/// See [`set_zerocopy`].
+pub(crate) fn send_zerocopy(_stream: &std::net::TcpStream, _buf: &[u8]) -> io::Result<usize> {
+    Err(zerocopy_unsupported())
+}
+
+/// See [`set_zerocopy`].
+pub(crate) fn read_zerocopy_done(
+    _stream: &std::net::TcpStream,
+) -> io::Result<Option<ZerocopyDone>> {
+    Err(zerocopy_unsupported())
+}
+
+/// See [`set_zerocopy`].
+pub(crate) fn wait_error_queue(
+    _stream: &std::net::TcpStream,
+    _timeout: std::time::Duration,
+) -> io::Result<bool> {
+    Err(zerocopy_unsupported())
+}
+
+/// The TOS byte of received datagrams (`IP_RECVTOS`) is read on Linux only: elsewhere this fails
+/// with a "not supported on this platform" error and `--ecn`'s receivers do not count marks.
+pub(crate) fn enable_recv_tos(_sock: &UdpSocket) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "reading received datagrams' ECN bits (IP_RECVTOS) is not supported on this platform",
+    ))
 }

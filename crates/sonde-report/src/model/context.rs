@@ -143,6 +143,11 @@ pub struct TcpInfo {
     pub rwnd_limited_ns: Option<u64>,
     /// Of that, time limited by the sender's buffer (`tcpi_sndbuf_limited`), ns.
     pub sndbuf_limited_ns: Option<u64>,
+    /// Segments the receiver acknowledged as having arrived CE-marked (`tcpi_delivered_ce`):
+    /// congestion routers signalled to the connection (TCP with ECN negotiated,
+    /// `net.ipv4.tcp_ecn`). Absent where the sender's kernel did not say (before 4.18).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_ce_segments: Option<u32>,
 }
 
 /// One stream's [`TcpInfo`] at the end of an interval.
@@ -282,6 +287,7 @@ impl From<&sonde_wire::TcpInfoStats> for TcpInfo {
             busy_ns: t.busy_ns,
             rwnd_limited_ns: t.rwnd_limited_ns,
             sndbuf_limited_ns: t.sndbuf_limited_ns,
+            delivered_ce_segments: t.delivered_ce,
         }
     }
 }

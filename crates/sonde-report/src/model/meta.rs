@@ -207,6 +207,13 @@ pub enum WarningCode {
     MtuSearchIncomplete,
     /// `sonde mtu`: the TCP connection that reads each end's MSS failed.
     TcpMssUnknown,
+    /// `--ecn`: datagrams arrived marked CE: a router on the path signalled congestion.
+    EcnCongestion,
+    /// `--ecn`: datagrams sent ECT arrived Not-ECT: the path bleaches the ECN field.
+    EcnBleached,
+    /// `-Z`: an end's kernel copied some or all of its zero-copy sends after all (loopback,
+    /// veth, a device without scatter-gather): its CPU cost includes the copy.
+    ZerocopyCopied,
     /// A code this version does not know (from a newer sonde).
     #[serde(other)]
     Other,
@@ -453,6 +460,41 @@ pub enum Warning {
         /// The session's agent, as it saw itself (`ServedBy::addr`).
         agent: String,
     },
+    /// `--ecn`: datagrams of a direction arrived marked CE.
+    EcnCongestion {
+        /// `client → server` or `server → client`.
+        direction: &'static str,
+        /// Datagrams marked CE.
+        ce: u64,
+        /// Datagrams counted.
+        received: u64,
+    },
+    /// TCP with `--ecn` (ECN negotiated): a direction's senders were told of CE-marked segments
+    /// (`tcpi_delivered_ce`).
+    TcpEcnCongestion {
+        /// `client → server` or `server → client`.
+        direction: &'static str,
+        /// Segments acknowledged as CE-marked, all streams of the direction.
+        delivered_ce: u64,
+    },
+    /// `--ecn`: datagrams of a direction sent ECT arrived Not-ECT.
+    EcnBleached {
+        /// `client → server` or `server → client`.
+        direction: &'static str,
+        /// Datagrams that arrived Not-ECT.
+        not_ect: u64,
+        /// Datagrams counted.
+        received: u64,
+    },
+    /// `-Z`: an end's kernel copied zero-copy sends after all.
+    ZerocopyCopied {
+        /// `client` or `server`.
+        side: &'static str,
+        /// Sends the kernel copied (`SO_EE_CODE_ZEROCOPY_COPIED`).
+        copied: u64,
+        /// Sends whose completion the end read.
+        completed: u64,
+    },
     /// The agent saw a stream's packets come from `seen`, sent from `client`.
     SourceTranslated {
         /// The stream.
@@ -582,6 +624,11 @@ impl Warning {
             }
             Self::MtuSearchIncomplete { .. } => WarningCode::MtuSearchIncomplete,
             Self::TcpMssUnknown { .. } => WarningCode::TcpMssUnknown,
+            Self::ZerocopyCopied { .. } => WarningCode::ZerocopyCopied,
+            Self::EcnCongestion { .. } | Self::TcpEcnCongestion { .. } => {
+                WarningCode::EcnCongestion
+            }
+            Self::EcnBleached { .. } => WarningCode::EcnBleached,
             Self::Balancer { .. }
             | Self::SpreadOverAgents { .. }
             | Self::UnfoundAgent { .. }
@@ -869,6 +916,44 @@ impl std::fmt::Display for Warning {
                 "the search stopped before its end ({why}): the path MTU lies between {} and {} \
                  B, and path_mtu_bytes is the lower bound",
                 between.0, between.1
+            ),
+            Self::EcnCongestion {
+                direction,
+                ce,
+                received,
+            } => write!(
+                f,
+                "--ecn: {ce} of {received} datagrams {direction} arrived marked CE: a router on \
+                 the path signalled congestion (an ECN-capable transport would have slowed down)"
+            ),
+            Self::TcpEcnCongestion {
+                direction,
+                delivered_ce,
+            } => write!(
+                f,
+                "--ecn: the {direction} senders' TCP_INFO counts {delivered_ce} segments \
+                 delivered CE-marked (tcpi_delivered_ce): a router on the path signalled \
+                 congestion, and TCP slowed down for it"
+            ),
+            Self::EcnBleached {
+                direction,
+                not_ect,
+                received,
+            } => write!(
+                f,
+                "--ecn: {not_ect} of {received} datagrams {direction} were sent ECT and arrived \
+                 Not-ECT: the path clears the ECN field (bleaching), so congestion cannot be \
+                 signalled on it"
+            ),
+            Self::ZerocopyCopied {
+                side,
+                copied,
+                completed,
+            } => write!(
+                f,
+                "-Z: the {side}'s kernel copied {copied} of {completed} zero-copy sends after all \
+                 (it does on loopback and veth, and for a device without scatter-gather): those \
+                 sends were not zero-copy, and the {side}'s CPU cost includes the copy"
             ),
             Self::Iperf3ReadsUncounted => f.write_str(
                 "the iperf3 server does not report its read calls: receiver `packets` of \

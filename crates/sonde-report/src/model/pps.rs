@@ -132,4 +132,8 @@ pub struct PpsResult {
     /// asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<super::context::EndsSocket>,
+    /// `--ecn`: the ECN marks the datagrams arrived with, counted by the agent's receivers.
+    /// Absent without `--ecn`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecn: Option<super::throughput::EcnByDirection>,
 }

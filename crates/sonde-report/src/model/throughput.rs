@@ -107,6 +107,28 @@ pub struct IntervalResult {
     pub omitted: bool,
 }
 
+/// `--ecn` (UDP): the ECN marks the datagrams arrived with (RFC 3168), counted by each
+/// direction's receivers from each datagram's `IP_TOS` / `IPV6_TCLASS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct EcnByDirection {
+    /// Client → server, counted by the agent's receivers; `null` where none ran, or they did not
+    /// say (an agent older than the field, or whose platform cannot read the marks).
+    pub client_to_server: Option<sonde_wire::EcnCounts>,
+    /// Server → client, counted by this host's receivers; `null` where none ran, or this
+    /// platform cannot read the marks (not Linux).
+    pub server_to_client: Option<sonde_wire::EcnCounts>,
+}
+
+/// `-Z`: each end's zero-copy sends, all its sending streams together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct EndsZerocopy {
+    /// This host's senders; `null` where it did not send.
+    pub client: Option<sonde_wire::ZerocopyStats>,
+    /// The agent's senders; `null` where it did not send, or did not say (an agent that
+    /// predates `-Z`, with a warning; an iperf3 server, which sends with `sendfile`).
+    pub server: Option<sonde_wire::ZerocopyStats>,
+}
+
 /// `sonde throughput`: bulk transfer, counted at the receiver.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ThroughputResult {
@@ -148,6 +170,14 @@ pub struct ThroughputResult {
     /// user space (`MSG_TRUNC`), so their CPU cost leaves the copy out. Absent when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub skip_rx_copy: bool,
+    /// `-Z` (TCP): what each end's `MSG_ZEROCOPY` sends came to, from its kernel's
+    /// completions: how many sends the kernel copied after all. Absent without `-Z`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zerocopy: Option<EndsZerocopy>,
+    /// `--ecn` (UDP): the ECN marks the datagrams arrived with, per direction. Absent without
+    /// `--ecn` and for TCP (a TCP socket does not see the marks of what it receives).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecn: Option<EcnByDirection>,
     /// `-O`: payload bytes the receivers got during the omit period, not in `receiver`. Absent
     /// without `-O`, and against an iperf3 server when it received any stream (it does not
     /// report its omitted bytes).

@@ -72,6 +72,26 @@ const PERCENTILES: [Percentile; 6] = [
 const RECEIVER: &str = "receiver";
 const SENDER: &str = "sender (handed to kernel)";
 
+/// `--ecn`: per direction that counted, the marks its datagrams arrived with.
+fn ecn_lines(e: &crate::model::EcnByDirection) -> Vec<String> {
+    [
+        ("client → server", e.client_to_server),
+        ("server → client", e.server_to_client),
+    ]
+    .into_iter()
+    .filter_map(|(dir, c)| {
+        let c = c?;
+        Some(format!(
+            "ECN arrived {dir}: {} CE, {} ECT(0), {} ECT(1), {} Not-ECT",
+            super::units::fmt_count(c.ce),
+            super::units::fmt_count(c.ect0),
+            super::units::fmt_count(c.ect1),
+            super::units::fmt_count(c.not_ect)
+        ))
+    })
+    .collect()
+}
+
 /// `-w`, `-C`, `-M`, ...: one line per end with the options asked, as its kernel applied them
 /// (read back), `not applied` for an agent that predates them.
 fn socket_lines(s: &crate::model::EndsSocket) -> [String; 2] {
@@ -116,6 +136,17 @@ fn socket_lines(s: &crate::model::EndsSocket) -> [String; 2] {
                 Some(true) => "DF".to_owned(),
                 _ => "no DF".to_owned(),
             });
+        }
+        if a.zerocopy {
+            // Read back on the streams an end sends on; an end that only receives has none.
+            parts.push(
+                match got.zerocopy {
+                    Some(true) => "SO_ZEROCOPY",
+                    Some(false) => "no SO_ZEROCOPY",
+                    None => "SO_ZEROCOPY - (does not send)",
+                }
+                .to_owned(),
+            );
         }
         if a.pacing_bits_per_second.is_some() {
             if let Some(r) = got.pacing_bits_per_second {

@@ -17,6 +17,9 @@
 //!   connections with `reno` and the socket buffers (`skmem` `rb`, `tb`) the result reports for
 //!   that end.
 //!
+//! - `--ecn` with nftables marking CE (`ip ecn set ce`) on the agent's ingress and clearing
+//!   the field (`ip ecn set not-ect`) on the client's: each receiver's counts match nftables'.
+//!
 //! Needs root, `ip`, `nft` and `ss`; without them the test prints `SKIP ...` and passes, unless
 //! `SONDE_TEST_REQUIRE_ALL=1` (CI). Traffic stays inside the namespaces, addressed from
 //! 198.18.0.0/15; they are deleted when the lab drops, also when the test panics. About 10 s.
@@ -91,19 +94,25 @@ impl Lab {
     /// [`Lab::count`] at another hook (`prerouting priority -500` sees fragments before the
     /// kernel reassembles them).
     fn count_at(&self, side: Side, hook: &str, matchers: &[String]) {
+        self.chain(side, ("sonde_sock", "input"), hook, matchers);
+    }
+
+    /// A chain `table`/`chain` at `hook` in `side`'s namespace, one `RULE counter` rule per
+    /// entry, in order (a rule may rewrite, `ip ecn set ce`, as well as match).
+    fn chain(&self, side: Side, (table, chain): (&str, &str), hook: &str, rules: &[String]) {
         let ns = self.ns(side);
         let nft = |args: &[&str]| check(command_in(Some(ns), tool("nft")).args(args));
-        nft(&["add", "table", "inet", "sonde_sock"]);
+        nft(&["add", "table", "inet", table]);
         nft(&[
             "add",
             "chain",
             "inet",
-            "sonde_sock",
-            "input",
+            table,
+            chain,
             &format!("{{ type filter hook {hook}; policy accept; }}"),
         ]);
-        for m in matchers {
-            let mut args = vec!["add", "rule", "inet", "sonde_sock", "input"];
+        for m in rules {
+            let mut args = vec!["add", "rule", "inet", table, chain];
             args.extend(m.split_whitespace());
             args.push("counter");
             nft(&args);
@@ -113,15 +122,15 @@ impl Lab {
 
     /// The packet counts of [`Lab::count`]'s rules in `ns`, in order.
     fn counts(&self, side: Side) -> Vec<u64> {
+        self.chain_counts(side, ("sonde_sock", "input"))
+    }
+
+    /// The packet counts of [`Lab::chain`]'s rules, in order.
+    fn chain_counts(&self, side: Side, (table, chain): (&str, &str)) -> Vec<u64> {
         let ns = self.ns(side);
-        let json = check(command_in(Some(ns), tool("nft")).args([
-            "-j",
-            "list",
-            "chain",
-            "inet",
-            "sonde_sock",
-            "input",
-        ]));
+        let json = check(
+            command_in(Some(ns), tool("nft")).args(["-j", "list", "chain", "inet", table, chain]),
+        );
         let doc: Value =
             serde_json::from_str(&json).unwrap_or_else(|e| panic!("nft -j: {e}\n{json}"));
         doc["nftables"]
@@ -260,6 +269,143 @@ fn dscp_ecn_and_df_mark_every_udp_datagram_both_ways() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("above the path MTU of 1500 B"), "{stderr}");
     assert!(stderr.contains("send at most 1472 bytes"), "{stderr}");
+}
+
+/// The mangling chain: at prerouting, mangle priority, before the input hook's counters; what
+/// it rewrites the receiver reads.
+const MANGLE: (&str, &str) = ("sonde_mangle", "pre");
+
+fn mangle(lab: &Lab, side: Side, rules: &[String]) {
+    lab.chain(side, MANGLE, "prerouting priority -150", rules);
+}
+
+fn mangled(lab: &Lab, side: Side) -> Vec<u64> {
+    lab.chain_counts(side, MANGLE)
+}
+
+/// Issue 19: `--ecn` receivers count the marks their datagrams arrive with. nftables at the
+/// agent's ingress sets CE on every third data datagram of the client's (a router signalling
+/// congestion, `ip ecn set ce`): the agent's count of CE is nftables' count of what it marked,
+/// the rest arrive ECT(0) as sent, and the result warns that congestion was signalled. Then
+/// nftables at the client's ingress clears the field of the agent's datagrams (`-R`; `ip ecn
+/// set not-ect`, a path that bleaches): the client counts every one Not-ECT and warns.
+#[test]
+fn ecn_marks_are_counted_where_they_arrive_ce_and_bleached() {
+    let _file = crate::common::file_lock(module_path!());
+    let test = "ecn_marks_are_counted_where_they_arrive_ce_and_bleached";
+    if !require_or_skip(test, NEEDS) {
+        return;
+    }
+    let lab = Lab::new();
+    let agent = Agent::start_in(Some(lab.b()), B_ADDR, &[]);
+    let port = agent.port();
+    let target = agent.target();
+    // Data datagrams only (-l 1200); the joins are short.
+    mangle(
+        &lab,
+        Side::B,
+        &[format!(
+            "ip saddr {A_ADDR} udp dport {port} meta length > 1000 numgen inc mod 3 == 0 ip ecn set ce"
+        )],
+    );
+    let args = |reverse: bool| {
+        let mut a = vec![
+            "throughput",
+            target.as_str(),
+            "-u",
+            "-b",
+            "20M",
+            "-l",
+            "1200",
+            "-t",
+            "1",
+            "--ecn",
+            "ect0",
+        ];
+        if reverse {
+            a.push("-R");
+        }
+        a
+    };
+    let doc = client(&lab, &args(false));
+    let marked = mangled(&lab, Side::B)[0];
+    eprintln!(
+        "nftables marked {marked} datagrams CE; sonde: {}",
+        doc["ecn"]
+    );
+    let counts = &doc["ecn"]["client_to_server"];
+    let received = u64_at(&doc, &["receiver", "packets"]);
+    assert!(marked > 100, "{marked}");
+    assert_eq!(u64_at(counts, &["ce"]), marked, "{doc:#}");
+    assert_eq!(u64_at(counts, &["ect0"]) + marked, received, "{doc:#}");
+    assert_eq!(u64_at(counts, &["not_ect"]), 0, "{doc:#}");
+    assert!(doc["ecn"]["server_to_client"].is_null(), "{doc:#}");
+    let codes = doc["warning_codes"].as_array().cloned().unwrap_or_default();
+    assert!(codes.iter().any(|c| c == "ecn_congestion"), "{doc:#}");
+    assert!(!codes.iter().any(|c| c == "ecn_bleached"), "{doc:#}");
+
+    mangle(
+        &lab,
+        Side::A,
+        &[format!(
+            "ip saddr {B_ADDR} udp sport {port} meta length > 1000 ip ecn set not-ect"
+        )],
+    );
+    let doc = client(&lab, &args(true));
+    let bleached = mangled(&lab, Side::A)[0];
+    let counts = &doc["ecn"]["server_to_client"];
+    let received = u64_at(&doc, &["receiver", "packets"]);
+    assert!(bleached > 100, "{bleached}");
+    assert_eq!(u64_at(counts, &["not_ect"]), received, "{doc:#}");
+    assert_eq!(u64_at(counts, &["not_ect"]), bleached, "{doc:#}");
+    assert_eq!(
+        u64_at(counts, &["ect0"]) + u64_at(counts, &["ce"]),
+        0,
+        "{doc:#}"
+    );
+    let codes = doc["warning_codes"].as_array().cloned().unwrap_or_default();
+    assert!(codes.iter().any(|c| c == "ecn_bleached"), "{doc:#}");
+}
+
+/// Issue 19: TCP with `--ecn` cannot count marks at the receiver (a TCP socket does not see the
+/// field), so the sender's `tcpi_delivered_ce` stands for it. The client's namespace asks for
+/// ECN on its connections (`net.ipv4.tcp_ecn = 1`; the agent's answers, the default 2) and
+/// nftables at the agent's ingress sets CE on every tenth data segment: the client's sender
+/// reports segments delivered CE, and the result warns that congestion was signalled.
+#[test]
+fn tcp_senders_report_segments_delivered_ce() {
+    let _file = crate::common::file_lock(module_path!());
+    let test = "tcp_senders_report_segments_delivered_ce";
+    if !require_or_skip(test, NEEDS) {
+        return;
+    }
+    let lab = Lab::new();
+    check(command_in(Some(lab.a()), tool("sysctl")).args(["-w", "net.ipv4.tcp_ecn=1"]));
+    let agent = Agent::start_in(Some(lab.b()), B_ADDR, &[]);
+    let port = agent.port();
+    let target = agent.target();
+    mangle(
+        &lab,
+        Side::B,
+        &[format!(
+            "ip saddr {A_ADDR} tcp dport {port} meta length > 1000 numgen inc mod 10 == 0 ip ecn set ce"
+        )],
+    );
+    let doc = client(&lab, &["throughput", &target, "-t", "1", "--ecn", "ect0"]);
+    let marked = mangled(&lab, Side::B)[0];
+    let ce = doc["streams"][0]["tcp_info"]["delivered_ce_segments"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no delivered_ce_segments: {doc:#}"));
+    eprintln!("nftables marked {marked} segments CE; the sender's tcpi_delivered_ce: {ce}");
+    assert!(marked > 0, "{marked}");
+    // The receiver echoes ECE until the sender's CWR, and every segment acknowledged with ECE
+    // counts: the figure is congestion signalled, not a count of the marked segments (in the
+    // run here 12,594 marked, 64,754 counted).
+    assert!(ce > 0, "{doc:#}");
+    let codes = doc["warning_codes"].as_array().cloned().unwrap_or_default();
+    assert!(codes.iter().any(|c| c == "ecn_congestion"), "{doc:#}");
+    // A TCP test has no receiver-side counts.
+    assert!(doc.get("ecn").is_none(), "{doc:#}");
 }
 
 /// Issue 19: `-M 1000` is in the client's SYN and holds every segment, both ways, to 1,000

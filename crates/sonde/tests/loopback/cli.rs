@@ -604,6 +604,13 @@ fn socket_options_that_cannot_apply_are_usage_errors() {
         (vec!["latency", &target, "--fq-rate", "1M"], "--fq-rate"),
         (vec!["latency", &target, "-N"], "-N"),
         (
+            vec!["throughput", &target, "-u", "-Z"],
+            "-Z/--zerocopy is for TCP",
+        ),
+        (vec!["pps", &target, "-Z"], "-Z"),
+        (vec!["latency", &target, "--zerocopy"], "--zerocopy"),
+        (vec!["crr", &target, "-Z"], "-Z"),
+        (
             vec!["throughput", &target, "-S", "1", "--dscp", "ef"],
             "cannot be used with",
         ),

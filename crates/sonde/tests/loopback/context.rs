@@ -363,6 +363,102 @@ fn skip_rx_copy_keeps_one_syscall_per_read_at_both_ends() {
     }
 }
 
+/// `-Z`: the sending end (this host, then the agent with `-R`) sends with `MSG_ZEROCOPY`, the
+/// result accounts for its sends from the kernel's completions, and, since loopback copies every
+/// one, says so in a typed warning instead of claiming zero copy.
+#[test]
+#[cfg(target_os = "linux")]
+fn zerocopy_accounts_for_each_senders_sends_and_owns_up_to_loopbacks_copies() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server();
+    let target = agent.target();
+    for reverse in [false, true] {
+        let mut args = vec!["throughput", &target, "-t", "0.5", "-Z"];
+        if reverse {
+            args.push("-R");
+        }
+        let doc = run_json(&args);
+        let (sender, other) = if reverse {
+            ("server", "client")
+        } else {
+            ("client", "server")
+        };
+        assert_eq!(doc["socket"]["asked"]["zerocopy"], true, "{doc:#}");
+        assert_eq!(doc["socket"][sender]["zerocopy"], true, "{doc:#}");
+        let z = &doc["zerocopy"][sender];
+        let count = |k: &str| z[k].as_u64().unwrap_or_else(|| panic!("{k}: {doc:#}"));
+        // One numbered send per write call of the stream's sender.
+        assert_eq!(
+            count("sends"),
+            doc["sender"]["packets"].as_u64().unwrap(),
+            "{doc:#}"
+        );
+        assert!(
+            count("completed") > 0 && count("completed") <= count("sends"),
+            "{doc:#}"
+        );
+        assert_eq!(count("copied"), count("completed"), "{doc:#}");
+        assert!(doc["zerocopy"][other].is_null(), "{doc:#}");
+        assert!(
+            arr(&doc, "/warning_codes")
+                .iter()
+                .any(|c| c == "zerocopy_copied"),
+            "{doc:#}"
+        );
+        assert_eq!(doc["receiver"]["bytes"], doc["sender"]["bytes"], "{doc:#}");
+    }
+}
+
+/// `--ecn`: each direction's UDP receivers count the marks their datagrams arrive with;
+/// loopback keeps the sender's ECT, so every data datagram is counted ECT as sent, with no
+/// warning. pps counts at the agent.
+#[test]
+#[cfg(target_os = "linux")]
+fn ecn_receivers_count_each_directions_marks() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server();
+    let target = agent.target();
+    let doc = run_json(&[
+        "throughput",
+        &target,
+        "-u",
+        "--bidir",
+        "-b",
+        "10M",
+        "-t",
+        "0.5",
+        "--ecn",
+        "ect1",
+    ]);
+    for dir in ["client_to_server", "server_to_client"] {
+        let c = &doc["ecn"][dir];
+        let received: u64 = arr(&doc, "/streams")
+            .iter()
+            .filter(|s| s["direction"] == dir)
+            .map(|s| s["receiver"]["packets"].as_u64().unwrap())
+            .sum();
+        assert!(received > 0, "{doc:#}");
+        assert_eq!(c["ect1"].as_u64(), Some(received), "{dir}: {doc:#}");
+        assert_eq!(c["ce"], 0, "{doc:#}");
+        assert_eq!(c["not_ect"], 0, "{doc:#}");
+    }
+    assert!(
+        !arr(&doc, "/warning_codes")
+            .iter()
+            .any(|c| c == "ecn_congestion" || c == "ecn_bleached"),
+        "{doc:#}"
+    );
+    let doc = run_json(&["pps", &target, "-t", "0.5", "--ecn", "ect0"]);
+    assert_eq!(
+        doc["ecn"]["client_to_server"]["ect0"].as_u64(),
+        doc["received"].as_u64(),
+        "{doc:#}"
+    );
+    // Without --ecn nothing is read or said.
+    let doc = run_json(&["throughput", &target, "-u", "-b", "10M", "-t", "0.3"]);
+    assert!(doc.get("ecn").is_none(), "{doc:#}");
+}
+
 #[test]
 fn tcp_bidir_has_every_streams_tcp_info_from_whichever_end_sent_it() {
     let _file = crate::common::file_lock(module_path!());

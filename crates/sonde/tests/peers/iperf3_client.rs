@@ -518,6 +518,41 @@ fn bind_and_cport_are_where_the_iperf3_server_sees_the_streams_from() {
     }
 }
 
+/// `-Z` against an iperf3 server: this host sends with `MSG_ZEROCOPY` and accounts for each send
+/// (loopback copies every one: a warning, not a claim); the server (asked with iperf3's
+/// `zerocopy` key, which 3.12 takes) still receives every byte, and reports nothing of its own.
+#[test]
+#[cfg(target_os = "linux")]
+fn zerocopy_sends_reach_the_iperf3_server_whole() {
+    let _file = crate::common::file_lock(module_path!());
+    if !have_iperf3("zerocopy_sends_reach_the_iperf3_server_whole") {
+        return;
+    }
+    let (doc, theirs) = run_against(Iperf3Server::start(), &["-t", "1", "-Z"]);
+    check_common(&doc, "tcp", "forward", 1);
+    assert_eq!(
+        u(&doc, "/receiver/bytes"),
+        u(&theirs, "/end/sum_received/bytes")
+    );
+    assert_eq!(
+        u(&doc, "/zerocopy/client/sends"),
+        u(&doc, "/sender/packets"),
+        "{doc:#}"
+    );
+    assert_eq!(
+        u(&doc, "/zerocopy/client/copied"),
+        u(&doc, "/zerocopy/client/completed"),
+        "{doc:#}"
+    );
+    assert!(doc["zerocopy"]["server"].is_null(), "{doc:#}");
+    assert!(
+        arr(&doc, "/warning_codes")
+            .iter()
+            .any(|c| c == "zerocopy_copied"),
+        "{doc:#}"
+    );
+}
+
 #[test]
 fn tcp_bidir_reports_both_receivers() {
     let _file = crate::common::file_lock(module_path!());

@@ -766,6 +766,7 @@ fn client_options_become_socket_options() {
             max_pacing_rate_bytes_per_second: Some(1_250_000),
             nodelay: true,
             dont_fragment: true,
+            zerocopy: false,
         }
     );
     // Nothing asked, nothing set; a rate below one byte per second is none, as in iperf3.

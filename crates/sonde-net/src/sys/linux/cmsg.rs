@@ -50,6 +50,9 @@ pub(super) enum Cmsg {
     /// `SOL_IP`/`IP_RECVERR` or `SOL_IPV6`/`IPV6_RECVERR`: an error-queue entry, and the
     /// address that sent it (`SO_EE_OFFENDER`: the router of an ICMP error) when there is one.
     RecvErr(libc::sock_extended_err, Option<std::net::IpAddr>),
+    /// `SOL_IP`/`IP_TOS` (a byte) or `SOL_IPV6`/`IPV6_TCLASS` (an int): the TOS byte or traffic
+    /// class a datagram arrived with (`IP_RECVTOS`, `IPV6_RECVTCLASS`).
+    Tos(u8),
     /// Anything else, or a known kind too short for its data.
     Other,
 }
@@ -69,6 +72,11 @@ impl Cmsg {
         {
             data::<libc::sock_extended_err>(c)
                 .map_or(Cmsg::Other, |e| Cmsg::RecvErr(e, offender(c)))
+        } else if level == libc::SOL_IP && kind == libc::IP_TOS {
+            data::<u8>(c).map_or(Cmsg::Other, Cmsg::Tos)
+        } else if level == libc::SOL_IPV6 && kind == libc::IPV6_TCLASS {
+            // The traffic class is the low byte of the int.
+            data::<libc::c_int>(c).map_or(Cmsg::Other, |t| Cmsg::Tos((t & 0xff) as u8))
         } else {
             Cmsg::Other
         }

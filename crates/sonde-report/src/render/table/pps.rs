@@ -112,6 +112,9 @@ pub(crate) fn pps(r: &PpsResult, out: &mut String) {
     for l in r.socket.iter().flat_map(socket_lines) {
         line(out, l);
     }
+    for l in r.ecn.iter().flat_map(super::ecn_lines) {
+        line(out, l);
+    }
     out.push('\n');
     let mut g = Grid::new(vec![
         Col::left(),

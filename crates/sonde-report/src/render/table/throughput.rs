@@ -34,6 +34,9 @@ pub(crate) fn throughput(r: &ThroughputResult, out: &mut String) {
     if r.skip_rx_copy {
         config.push_str(", received without a copy (--skip-rx-copy)");
     }
+    if r.zerocopy.is_some() {
+        config.push_str(", sent with MSG_ZEROCOPY (-Z)");
+    }
     if let Some(omit) = r.omit_ns {
         config.push_str(&format!(", the first {} omitted (-O)", fmt_secs(omit)));
     }
@@ -49,6 +52,12 @@ pub(crate) fn throughput(r: &ThroughputResult, out: &mut String) {
         line(out, pinning_line(t, "streams"));
     }
     for l in r.socket.iter().flat_map(socket_lines) {
+        line(out, l);
+    }
+    if let Some(z) = &r.zerocopy {
+        line(out, zerocopy_line(z));
+    }
+    for l in r.ecn.iter().flat_map(super::ecn_lines) {
         line(out, l);
     }
     line(
@@ -418,4 +427,30 @@ pub(crate) fn headline(t: &ThroughputResult) -> (String, String) {
         details.push_str(&format!(", jitter {}", fmt_ns_auto(to_f64(j))));
     }
     (headline, details)
+}
+
+/// `-Z`: per sending end, how many of its sends the kernel really sent without a copy.
+fn zerocopy_line(z: &crate::model::EndsZerocopy) -> String {
+    let end = |who: &str, s: Option<&sonde_wire::ZerocopyStats>| match s {
+        None => format!("{who} -"),
+        Some(s) => format!(
+            "{who} {} of {} sends without a copy ({} copied by the kernel{})",
+            fmt_count(s.completed - s.copied),
+            fmt_count(s.sends),
+            fmt_count(s.copied),
+            if s.completed < s.sends {
+                format!(
+                    ", {} not completed by the end",
+                    fmt_count(s.sends - s.completed)
+                )
+            } else {
+                String::new()
+            }
+        ),
+    };
+    format!(
+        "zero copy (-Z): {}; {}",
+        end("client", z.client.as_ref()),
+        end("server", z.server.as_ref())
+    )
 }
