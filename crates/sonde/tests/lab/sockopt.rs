@@ -569,7 +569,6 @@ fn crr_connections_carry_the_options_at_both_ends() {
     // allows (20 of IPv4, 32 of TCP with timestamps).
     let syn = format!("tcp dport {port} tcp flags syn tcp option maxseg size 1000");
     let mark = format!("{syn} ct mark set 0x1");
-    let nft = |ns: &str, args: &[&str]| check(command_in(Some(ns), tool("nft")).args(args));
     let rules = |dir: &str| {
         // The agent's SYN-ACK goes out before it sets the options on the accepted connection.
         let flow = format!("tcp {dir} {port} ct mark 0x1 tcp flags & syn != syn");
@@ -582,21 +581,12 @@ fn crr_connections_carry_the_options_at_both_ends() {
     let mut at_b = vec![mark.clone()];
     at_b.extend(rules("dport"));
     lab.count(Side::B, &at_b);
-    nft(lab.a(), &["add", "table", "inet", "sonde_sock"]);
-    nft(
-        lab.a(),
-        &[
-            "add",
-            "chain",
-            "inet",
-            "sonde_sock",
-            "syn_out",
-            "{ type filter hook output priority 0; policy accept; }",
-        ],
+    lab.chain(
+        Side::A,
+        ("sonde_sock", "syn_out"),
+        "output priority 0",
+        &[mark],
     );
-    let mut add = vec!["add", "rule", "inet", "sonde_sock", "syn_out"];
-    add.extend(mark.split_whitespace());
-    nft(lab.a(), &add);
     lab.count(Side::A, &rules("sport"));
     let target = agent.target();
     let doc = client(
