@@ -154,8 +154,10 @@ fn one_way_delay_finds_the_shaped_direction_and_the_sockets_see_less_than_the_ap
         "offset {offset} ± {offset_bound}: {summary}"
     );
     assert!(offset_bound <= u, "{summary}");
-    // The clean control channel keeps the bound far below the asymmetry.
-    assert!(u < 1_000_000.0, "{summary}");
+    // The clean control channel keeps the bound far below the asymmetry it must resolve (a
+    // quarter of it at most: on a busy host a stalled clock exchange widens the bound to about
+    // a millisecond, which the 7 ms split still clears).
+    assert!(u < (forward - back) / 4.0, "{summary}");
     // The return path is a bare veth (tens of µs, whatever the host adds); the forward delay is
     // the rest of the round trip, not half of it.
     assert!(back >= -u && back < 1_000_000.0, "{summary}");
