@@ -376,10 +376,14 @@ fn serve(
         // On the accepted connection: the MSS bounds what this end sends, the buffers and the
         // TOS byte its responses. Checked at the session's start, so a refusal is not expected;
         // should one come, the exchange goes on without the option, and the read-back shows it.
-        if let Ok(applied) = options.apply_tcp(&stream) {
-            if session.applied.get().is_none() {
+        if session.applied.get().is_none() {
+            // Read back on the first connection only: the getsockopt calls, and the sysctl
+            // `to_wire` reads, are not part of every exchange.
+            if let Ok(applied) = options.apply_tcp(&stream) {
                 let _ = session.applied.set(applied.to_wire(asked, true));
             }
+        } else {
+            let _ = options.set_tcp(&stream);
         }
     }
     session.active.fetch_add(1, Ordering::AcqRel);

@@ -249,17 +249,17 @@ fn attempt(
     if let Some(s) = &cfg.socket {
         // The client checked them on a socket of its own first: a refusal here is not the
         // path's, and is counted as an other failure.
-        let applied = s
-            .options
-            .apply_tcp_to(&sock, cfg.agent)
+        s.options
+            .set_tcp_to(&sock, cfg.agent)
             .map_err(|_| CrrError::Other)?;
         sock.connect_timeout(addr, cfg.timeout)
             .map_err(|e| classify(&e))?;
         if s.first.get().is_none() {
-            // Read back on the connection (an MSS settles at the handshake); the same setting
+            // Read back once, on the connection (an MSS settles at the handshake); setting them
             // again is harmless.
-            let connected = s.options.apply_tcp_to(&sock, cfg.agent).unwrap_or(applied);
-            let _ = s.first.set(connected);
+            if let Ok(connected) = s.options.apply_tcp_to(&sock, cfg.agent) {
+                let _ = s.first.set(connected);
+            }
         }
     } else {
         sock.connect_timeout(addr, cfg.timeout)

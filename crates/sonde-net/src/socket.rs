@@ -572,7 +572,41 @@ impl DataOptions {
         self.apply(sock, true, tos_is_ipv6(Some(peer), Some(peer)))
     }
 
+    /// [`DataOptions::apply_tcp_to`] without reading anything back: for a connection of many
+    /// (crr), whose first one was read back.
+    pub(crate) fn set_tcp_to(
+        &self,
+        sock: &Socket,
+        peer: SocketAddr,
+    ) -> Result<(), DataOptionError> {
+        self.set(sock, true, tos_is_ipv6(Some(peer), Some(peer)), false)
+            .map(drop)
+    }
+
+    /// [`DataOptions::apply_tcp`] without reading anything back: for a connection of many (an
+    /// agent's crr connections), whose first one was read back.
+    ///
+    /// # Errors
+    /// What the kernel refused, as [`DataOptions::apply_tcp`].
+    pub fn set_tcp(&self, stream: &TcpStream) -> Result<(), DataOptionError> {
+        let ipv6 = tos_is_ipv6(stream.local_addr().ok(), stream.peer_addr().ok());
+        self.set(&SockRef::from(stream), true, ipv6, false)
+            .map(drop)
+    }
+
     fn apply(&self, sock: &Socket, tcp: bool, ipv6: bool) -> Result<Applied, DataOptionError> {
+        self.set(sock, tcp, ipv6, true)
+    }
+
+    /// Sets the options on `sock`; with `read_back`, reads back what the kernel granted (a
+    /// `getsockopt` for each), else the [`Applied`] is empty but for a pacing refusal.
+    fn set(
+        &self,
+        sock: &Socket,
+        tcp: bool,
+        ipv6: bool,
+        read_back: bool,
+    ) -> Result<Applied, DataOptionError> {
         let mut applied = Applied::default();
         if let Some(asked) = self.buffer_bytes {
             let buffer = |source| DataOptionError::Buffer { asked, source };
@@ -583,31 +617,43 @@ impl DataOptions {
             sock.set_recv_buffer_size(bytes).map_err(buffer)?;
             sock.set_send_buffer_size(bytes).map_err(buffer)?;
         }
-        applied.send_buffer_bytes = sock.send_buffer_size().ok();
-        applied.recv_buffer_bytes = sock.recv_buffer_size().ok();
+        if read_back {
+            applied.send_buffer_bytes = sock.send_buffer_size().ok();
+        }
+        if read_back {
+            applied.recv_buffer_bytes = sock.recv_buffer_size().ok();
+        }
         if tcp {
             if let Some(mss) = self.mss {
                 sys::set_tcp_mss(sock, mss)
                     .map_err(|source| DataOptionError::Mss { mss, source })?;
             }
-            applied.mss = sys::tcp_mss(sock).ok();
+            if read_back {
+                applied.mss = sys::tcp_mss(sock).ok();
+            }
             if let Some(name) = &self.congestion {
                 let refused = |source| DataOptionError::Congestion {
                     name: name.clone(),
                     source,
                 };
                 sys::set_tcp_congestion(sock, name).map_err(refused)?;
-                applied.congestion = Some(sys::tcp_congestion(sock).map_err(refused)?);
-            } else {
+                if read_back {
+                    applied.congestion = Some(sys::tcp_congestion(sock).map_err(refused)?);
+                }
+            } else if read_back {
                 applied.congestion = sys::tcp_congestion(sock).ok();
             }
             if self.nodelay {
                 sock.set_nodelay(true).map_err(DataOptionError::NoDelay)?;
             }
-            applied.nodelay = sock.nodelay().ok();
+            if read_back {
+                applied.nodelay = sock.nodelay().ok();
+            }
             if self.zerocopy {
                 sys::set_zerocopy(sock).map_err(DataOptionError::Zerocopy)?;
-                applied.zerocopy = sys::zerocopy(sock).ok();
+                if read_back {
+                    applied.zerocopy = sys::zerocopy(sock).ok();
+                }
             }
         }
         if let Some(tos) = self.tos {
@@ -617,17 +663,23 @@ impl DataOptions {
                 sys::set_ip_tos(sock, tos)
             };
             set.map_err(|source| DataOptionError::Tos { tos, ipv6, source })?;
-            applied.tos = sys::tos(sock, ipv6).ok();
+            if read_back {
+                applied.tos = sys::tos(sock, ipv6).ok();
+            }
         }
         if self.dont_fragment && !tcp {
             sys::set_dont_fragment(sock, ipv6)
                 .map_err(|source| DataOptionError::DontFragment { ipv6, source })?;
-            applied.dont_fragment = sys::dont_fragment(sock, ipv6).ok();
+            if read_back {
+                applied.dont_fragment = sys::dont_fragment(sock, ipv6).ok();
+            }
         }
         if let Some(rate) = self.max_pacing_rate_bytes_per_second {
             match sys::set_max_pacing_rate(sock, rate) {
                 Ok(()) => {
-                    applied.max_pacing_rate_bytes_per_second = sys::max_pacing_rate(sock).ok();
+                    if read_back {
+                        applied.max_pacing_rate_bytes_per_second = sys::max_pacing_rate(sock).ok();
+                    }
                 }
                 Err(e) => applied.pacing_error = Some(e),
             }
