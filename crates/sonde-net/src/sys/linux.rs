@@ -685,6 +685,9 @@ struct Found {
     stamp_key: Option<(u32, u32)>,
     /// An `IP(V6)_RECVERR` of zero-copy origin: the range of send calls it completes.
     zerocopy: Option<ZerocopyDone>,
+    /// An `IP(V6)_RECVERR` saying a datagram was too big: the MTU named (`ee_info`) and the
+    /// router that named it (none for this host's own refusal).
+    too_big: Option<(u32, Option<std::net::IpAddr>)>,
 }
 
 /// One `recvmsg` into `buf` with a control buffer; `flags` as recvmsg's. Returns the bytes
@@ -731,6 +734,20 @@ fn recvmsg_with_control(
                     last: err.ee_data,
                     copied: err.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0,
                 });
+            }
+            Cmsg::RecvErr(err, by)
+                if err.ee_errno == libc::EMSGSIZE as u32
+                    && match err.ee_origin {
+                        libc::SO_EE_ORIGIN_ICMP => {
+                            err.ee_type == ICMP_DEST_UNREACH && err.ee_code == ICMP_FRAG_NEEDED
+                        }
+                        libc::SO_EE_ORIGIN_ICMP6 => err.ee_type == ICMPV6_PKT_TOOBIG,
+                        libc::SO_EE_ORIGIN_LOCAL => true,
+                        _ => false,
+                    } =>
+            {
+                let by = by.filter(|_| err.ee_origin != libc::SO_EE_ORIGIN_LOCAL);
+                found.too_big = Some((err.ee_info, by));
             }
             _ => {}
         }
@@ -1173,53 +1190,15 @@ pub(crate) fn udp_take_too_big(
     let mut quoted = [0u8; 64];
     // Bounded: the queue holds at most a socket buffer of entries; 64 is plenty for one probe.
     for _ in 0..64 {
-        let mut iov = libc::iovec {
-            iov_base: quoted.as_mut_ptr().cast(),
-            iov_len: quoted.len(),
+        let flags = libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT;
+        let (n, got) = match recvmsg_with_control(sock.as_fd(), &mut quoted, flags) {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(found),
+            Err(e) => return Err(e),
         };
-        let mut control: ControlBuf = [0; 48];
-        // SAFETY: msghdr is a C struct of integers and raw pointers; all zeroes is valid.
-        let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = mem::size_of_val(&control) as _;
-        // SAFETY: the descriptor is borrowed from a live socket for the call; `msg` points at
-        // one iovec covering exactly `quoted` and at `control`, both alive until the call
-        // returns; the kernel writes at most their lengths and updates the lengths in `msg`.
-        let got = unsafe {
-            libc::recvmsg(
-                sock.as_raw_fd(),
-                &mut msg,
-                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
-            )
-        };
-        let Ok(n) = usize::try_from(got) else {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::WouldBlock {
-                Ok(found)
-            } else {
-                Err(e)
-            };
-        };
-        // SAFETY: `msg` was filled by a successful recvmsg: its control pointer and length
-        // describe initialised bytes inside `control`, not written while the iterator lives.
-        for c in unsafe { cmsg::Iter::new(&msg) } {
-            let Cmsg::RecvErr(err, by) = c else { continue };
-            let too_big = err.ee_errno == libc::EMSGSIZE as u32
-                && match err.ee_origin {
-                    libc::SO_EE_ORIGIN_ICMP => {
-                        err.ee_type == ICMP_DEST_UNREACH && err.ee_code == ICMP_FRAG_NEEDED
-                    }
-                    libc::SO_EE_ORIGIN_ICMP6 => err.ee_type == ICMPV6_PKT_TOOBIG,
-                    libc::SO_EE_ORIGIN_LOCAL => true,
-                    _ => false,
-                };
-            if too_big {
-                found += 1;
-                let by = by.filter(|_| err.ee_origin != libc::SO_EE_ORIGIN_LOCAL);
-                f(err.ee_info, by, &quoted[..n.min(quoted.len())]);
-            }
+        if let Some((mtu, by)) = got.too_big {
+            found += 1;
+            f(mtu, by, &quoted[..n.min(quoted.len())]);
         }
     }
     Ok(found)
