@@ -982,10 +982,10 @@ pub(crate) fn validate(
             max_ms as f64 / 1e3
         ));
     }
-    // `-O` counts a TCP receiver's bytes from the omit time; a UDP receiver's sequence
-    // accounting has no such cut (yet), so an omit period there is refused, not ignored.
-    if spec.omit_ms > 0 && (spec.kind != TestKind::Throughput || spec.protocol != Protocol::Tcp) {
-        return bad("-O (omit) applies to TCP throughput tests".into());
+    // `-O` counts a TCP receiver's bytes from the omit time, and cuts a UDP receiver's
+    // sequence numbers there; a latency or crr test has no omit period.
+    if spec.omit_ms > 0 && !matches!(spec.kind, TestKind::Throughput | TestKind::Pps) {
+        return bad("-O (omit) applies to throughput and pps tests".into());
     }
     if spec.bytes > 0 || spec.blocks > 0 {
         if spec.kind != TestKind::Throughput || spec.protocol != Protocol::Tcp {

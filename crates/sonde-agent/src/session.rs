@@ -702,14 +702,15 @@ impl<'a> Test<'a> {
                         bytes: o.bytes,
                         packets: o.seq.received(),
                         active_ns: o.last_ns.saturating_sub(o.first_ns),
-                        lost: client_sent[i].map(|sent| o.seq.lost(sent)),
+                        lost: client_sent[i].map(|sent| o.lost(sent)),
                         duplicated: Some(o.seq.duplicated()),
                         reordered: Some(o.seq.reordered()),
                         jitter_ns: Some(o.jitter.jitter_ns()),
                         retransmits: None,
                         tcp_info: None,
                         peer: None,
-                        omitted_bytes: 0,
+                        omitted_bytes: o.omitted_bytes(),
+                        omitted_packets: o.omitted_packets(),
                         zerocopy: None,
                         ecn: o.ecn,
                     });
@@ -827,17 +828,21 @@ impl<'a> Test<'a> {
                     .map_or_else(failed, RoleOutcome::TcpReceived)
             }
             // `--ecn`: the receiver counts the marks its datagrams arrive with.
-            DataChannel::Udp(s) => sonde_net::bulk::udp_recv_with(
-                s,
-                spec.msg_size,
-                sonde_net::bulk::UdpFormat::sonde(spec),
-                spec.socket.ecn_asked(),
-                clock,
-                stop,
-                &self.expect[i],
-                counters,
-            )
-            .map_or_else(failed, |o| RoleOutcome::UdpReceived(Box::new(o))),
+            // `-O`: the omit period starts at the client's `Go`, which the loop learns when it
+            // comes (datagrams may arrive before it, and a UDP receiver cannot wait to read).
+            DataChannel::Udp(s) => {
+                let opts = sonde_net::bulk::UdpRecvOptions {
+                    msg_size: spec.msg_size,
+                    format: sonde_net::bulk::UdpFormat::sonde(spec),
+                    ecn: spec.socket.ecn_asked(),
+                    omit: (spec.omit_ms > 0).then_some(sonde_net::bulk::UdpOmit {
+                        from_ns: &self.go_at_ns,
+                        omit_ns: omit_ns(spec),
+                    }),
+                };
+                sonde_net::bulk::udp_recv_with(s, &opts, clock, stop, &self.expect[i], counters)
+                    .map_or_else(failed, |o| RoleOutcome::UdpReceived(Box::new(o)))
+            }
         }
     }
 
@@ -873,17 +878,18 @@ impl<'a> Test<'a> {
                     },
                 )
             }
-            DataChannel::Udp(s) => sonde_net::bulk::udp_send(
-                s,
-                spec.msg_size,
-                spec.bitrate_per_stream,
-                sonde_net::bulk::UdpFormat::sonde(spec),
-                clock,
-                until_ns,
-                stop,
-                counters,
-            )
-            .map_or_else(failed, |o| RoleOutcome::Sent(o, None)),
+            DataChannel::Udp(s) => {
+                let opts = sonde_net::bulk::UdpSendOptions {
+                    msg_size: spec.msg_size,
+                    bits_per_second: spec.bitrate_per_stream,
+                    format: sonde_net::bulk::UdpFormat::sonde(spec),
+                    gso: true,
+                    until_ns,
+                    omit_until_ns,
+                };
+                sonde_net::bulk::udp_send_with(s, &opts, clock, stop, counters)
+                    .map_or_else(failed, |o| RoleOutcome::Sent(o, None))
+            }
         }
     }
 

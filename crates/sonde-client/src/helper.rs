@@ -329,6 +329,7 @@ pub fn run_as_helper(
                         Some(false) => GsoMode::Off,
                     },
                     interval,
+                    omit: (spec.omit_ms > 0).then(|| Duration::from_millis(spec.omit_ms)),
                     // A helper's threads run where its own scheduler puts them.
                     cpus: Vec::new(),
                     socket: spec.socket.clone(),
@@ -542,6 +543,7 @@ fn aggregate_pps(docs: &[(HelperRun, PpsResult)], flows_per_helper: u32) -> PpsR
     agg.sent = sent;
     agg.received = received;
     agg.lost = lost;
+    agg.omitted_received = docs.iter().map(|(_, d)| d.omitted_received).sum();
     agg.loss_percent = percent(lost, sent);
     agg.sent_pps = per_window(sent, sent_window);
     agg.received_pps = per_window(received, section.window_ns);

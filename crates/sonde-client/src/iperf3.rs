@@ -196,6 +196,14 @@ fn check(opt: &ThroughputOptions) -> Result<(), ClientError> {
     // What a test against an agent refuses (-n/-k with UDP or --bidir, -O with UDP, ...), an
     // iperf3 server is not asked either.
     crate::throughput_spec(opt)?;
+    if opt.protocol == Protocol::Udp && opt.omit.is_some_and(|o| !o.is_zero()) {
+        return Err(ClientError::Usage(
+            "-O with -u against an iperf3 server: not supported (an iperf3 receiver restarts \
+             its UDP counts at the end of the omit period, not at a sequence number, so the \
+             loss it reports would mix the two periods); against a sonde agent it is"
+                .into(),
+        ));
+    }
     if opt
         .omit
         .is_some_and(|o| o.subsec_nanos() != 0 || o.as_secs() > MAX_SECONDS)
@@ -1046,6 +1054,7 @@ impl EventLoop<'_> {
                 retransmits: None,
                 method: "",
                 omitted_bytes: 0,
+                omitted_packets: 0,
                 zerocopy: None,
             })
         } else {

@@ -483,6 +483,9 @@ pub struct PpsOptions {
     pub gso: GsoMode,
     /// Receiver intervals (`-i`); `None` for none.
     pub interval: Option<Duration>,
+    /// `-O`: sent first, before `duration`, and left out of the totals (the agent's receivers
+    /// cut it off by sequence number; its intervals are reported, marked omitted).
+    pub omit: Option<Duration>,
     /// `--cpu`: the CPUs this host's flows run on, flow `i` on `cpus[i % len]`; the agent is
     /// asked to pin its flows too. Empty: not pinned.
     pub cpus: Vec<u32>,
@@ -499,6 +502,7 @@ impl Default for PpsOptions {
             duration: Duration::from_secs(10),
             gso: GsoMode::Auto,
             interval: None,
+            omit: None,
             cpus: Vec::new(),
             socket: sonde_wire::SocketOptions::default(),
         }
@@ -687,6 +691,8 @@ impl Test for PpsOptions {
         let spec = pps_spec(opt)?;
         let gso = sonde_net::gso::choose(opt.gso, target.addr.ip());
         let size = u64::from(opt.msg_size);
+        // `-O`: the intervals that end by then are the omit period's (0: none).
+        let omit_ns = spec.omit_ms.saturating_mul(1_000_000);
         let mut live = |iv: &IntervalResult| {
             on_interval.call(&PpsInterval {
                 start_ns: iv.start_ns,
@@ -698,6 +704,7 @@ impl Test for PpsOptions {
                 ),
                 // Every datagram counted is exactly -m bytes (the receive slot holds at least that).
                 flow_received: iv.stream_bytes.iter().map(|b| b / size).collect(),
+                omitted: omit_ns > 0 && iv.end_ns <= omit_ns,
             });
         };
         let bulk = session::Bulk {
@@ -759,7 +766,7 @@ pub(crate) fn pps_spec(opt: &PpsOptions) -> Result<TestSpec, ClientError> {
         interval_ms: opt.interval.map_or(0, millis),
         read_size: 0,
         socket: check_socket(&opt.socket, Protocol::Udp, TestKind::Pps)?,
-        omit_ms: 0,
+        omit_ms: opt.omit.map_or(0, millis),
         skip_rx_copy: false,
         bytes: 0,
         blocks: 0,
@@ -777,13 +784,6 @@ pub(crate) fn throughput_spec(opt: &ThroughputOptions) -> Result<TestSpec, Clien
             sonde_wire::DATA_HEADER_LEN,
             sonde_wire::DATA_HEADER_LEN
         )));
-    }
-    if opt.omit.is_some_and(|o| !o.is_zero()) && opt.protocol == Protocol::Udp {
-        return Err(ClientError::Usage(
-            "-O (omit) is for TCP throughput here: a UDP receiver's loss and sequence \
-             accounting has no omit cut yet"
-                .into(),
-        ));
     }
     if opt.bytes.is_some() || opt.blocks.is_some() {
         if opt.protocol == Protocol::Udp {

@@ -521,6 +521,18 @@ struct StreamView {
     sender: StreamStats,
 }
 
+impl StreamView {
+    /// UDP: the datagrams the test's loss is counted over. With `-O`, the sender's datagrams
+    /// after the sequence numbers the receiver cut off as the omit period's (the receiver's
+    /// cut, not the sender's clock, decides which are the test's); without, all it sent.
+    fn measured_sent(&self) -> u64 {
+        self.sender
+            .packets
+            .saturating_add(self.sender.omitted_packets)
+            .saturating_sub(self.receiver.omitted_packets)
+    }
+}
+
 fn stream_views(spec: &TestSpec, run: &BulkRun) -> Vec<StreamView> {
     (0..spec.channels())
         .map(|i| {
@@ -562,14 +574,15 @@ fn stream_views(spec: &TestSpec, run: &BulkRun) -> Vec<StreamView> {
                     bytes: o.bytes,
                     packets: o.seq.received(),
                     active_ns: o.last_ns.saturating_sub(o.first_ns),
-                    lost: Some(o.seq.lost(sender.packets)),
+                    lost: Some(o.lost(sender.packets.saturating_add(sender.omitted_packets))),
                     duplicated: Some(o.seq.duplicated()),
                     reordered: Some(o.seq.reordered()),
                     jitter_ns: Some(o.jitter.jitter_ns()),
                     retransmits: None,
                     tcp_info: None,
                     peer: None,
-                    omitted_bytes: 0,
+                    omitted_bytes: o.omitted_bytes(),
+                    omitted_packets: o.omitted_packets(),
                     zerocopy: None,
                     ecn: o.ecn,
                 },
@@ -711,7 +724,7 @@ pub(crate) fn throughput(
                 receiver: side(v.receiver.bytes, v.receiver.packets, v.receiver.active_ns),
                 sender: side(v.sender.bytes, v.sender.packets, v.sender.active_ns),
                 lost: v.receiver.lost,
-                loss_percent: v.receiver.lost.map(|l| pct(l, v.sender.packets)),
+                loss_percent: v.receiver.lost.map(|l| pct(l, v.measured_sent())),
                 duplicated: v.receiver.duplicated,
                 reordered: v.receiver.reordered,
                 jitter_ns: v.receiver.jitter_ns,
@@ -723,7 +736,7 @@ pub(crate) fn throughput(
     let (receiver, sender) = stream_totals(&streams);
     let sum = |f: fn(&StreamResult) -> Option<u64>| sum_streams(&streams, f);
     let lost = if udp { sum(|s| s.lost) } else { None };
-    let sent_packets: u64 = streams.iter().map(|s| s.sender.packets).sum();
+    let sent_packets: u64 = views.iter().map(StreamView::measured_sent).sum();
     if let Some(l) = lost.filter(|&l| l > 0) {
         meta.add(&Warning::LostDatagrams {
             lost: l,
@@ -927,21 +940,29 @@ pub(crate) fn pps(
     let mut flows = Vec::new();
     let mut method = "";
     let (mut sent_active, mut recv_active) = (0, 0);
+    // What the senders sent over their own time (after their omit time, with `-O`).
+    let mut sender_packets = 0;
     for (i, role) in run.roles.iter().enumerate() {
         let ClientRole::Sent(o) = role else { continue };
         let flow = u32::try_from(i).unwrap_or(u32::MAX);
         method = o.method;
         sent_active = sent_active.max(o.active_ns);
+        sender_packets += o.packets;
         let r = stats_for(&run.report.received, flow);
         let received = r.map_or(0, |r| r.packets);
         recv_active = recv_active.max(r.map_or(0, |r| r.active_ns));
+        // `-O`: the flow's test datagrams are the ones after the agent's omit cut.
+        let sent = o
+            .packets
+            .saturating_add(o.omitted_packets)
+            .saturating_sub(r.map_or(0, |r| r.omitted_packets));
         flows.push(FlowResult {
             flow,
-            sent: o.packets,
+            sent,
             received,
             lost: r
                 .and_then(|r| r.lost)
-                .unwrap_or(o.packets.saturating_sub(received)),
+                .unwrap_or(sent.saturating_sub(received)),
         });
     }
     let sent: u64 = flows.iter().map(|f| f.sent).sum();
@@ -967,24 +988,39 @@ pub(crate) fn pps(
     if let Some(e) = &ecn {
         ecn_warnings(e, &mut meta);
     }
+    let omit_ns = opt.omit.map(nanos).filter(|&ns| ns > 0);
     PpsResult {
         meta,
         protocol: Protocol::Udp,
         msg_size_bytes: opt.msg_size,
         duration_ns: nanos(opt.duration),
+        omit_ns,
+        omitted_received: omit_ns.map(|_| {
+            // Every datagram counted is exactly -m bytes.
+            let size = u64::from(opt.msg_size.max(1));
+            run.report
+                .received
+                .iter()
+                .map(|r| r.omitted_bytes / size)
+                .sum()
+        }),
         send_method: method.into(),
         gso: pps_gso(gso, method),
         intervals: run
             .report
             .intervals
             .iter()
-            .map(|iv| pps_interval(iv, flows.len()))
+            .map(|iv| {
+                let mut iv = pps_interval(iv, flows.len());
+                iv.omitted = omit_ns.is_some_and(|o| iv.end_ns <= o);
+                iv
+            })
             .collect(),
         sent,
         received,
         lost,
         loss_percent: pct(lost, sent),
-        sent_pps: per_second(sent, sent_active),
+        sent_pps: per_second(sender_packets, sent_active),
         received_pps: per_second(received, recv_active),
         flows,
         helpers: None,
@@ -1013,6 +1049,7 @@ pub(crate) fn pps_interval(iv: &IntervalStats, flows: usize) -> PpsInterval {
         received,
         received_pps: per_second(received, iv.end_ns.saturating_sub(iv.start_ns)),
         flow_received,
+        omitted: false,
     }
 }
 

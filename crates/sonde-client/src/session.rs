@@ -734,30 +734,33 @@ fn role(
             };
             bulk::tcp_recv(s, &opts, clock, stop, counters).map(ClientRole::TcpReceived)
         }
-        (ClientChannel::Udp(s), true) => bulk::udp_send_with(
-            s,
-            spec.msg_size,
-            spec.bitrate_per_stream,
-            bulk::UdpFormat::sonde(spec),
-            gso,
-            clock,
-            until_ns,
-            stop,
-            counters,
-        )
-        .map(ClientRole::Sent),
-        // `--ecn`: the receiver counts the marks its datagrams arrive with.
-        (ClientChannel::Udp(s), false) => bulk::udp_recv_with(
-            s,
-            spec.msg_size,
-            bulk::UdpFormat::sonde(spec),
-            spec.socket.ecn_asked(),
-            clock,
-            stop,
-            expect,
-            counters,
-        )
-        .map(|o| ClientRole::UdpReceived(Box::new(o))),
+        (ClientChannel::Udp(s), true) => {
+            let opts = bulk::UdpSendOptions {
+                msg_size: spec.msg_size,
+                bits_per_second: spec.bitrate_per_stream,
+                format: bulk::UdpFormat::sonde(spec),
+                gso,
+                until_ns,
+                omit_until_ns: omit_ns(spec),
+            };
+            bulk::udp_send_with(s, &opts, clock, stop, counters).map(ClientRole::Sent)
+        }
+        // `--ecn`: the receiver counts the marks its datagrams arrive with. `-O`: the run's
+        // clock starts at 0, so the omit period is known from the first datagram on.
+        (ClientChannel::Udp(s), false) => {
+            static RUN_START: AtomicU64 = AtomicU64::new(0);
+            let opts = bulk::UdpRecvOptions {
+                msg_size: spec.msg_size,
+                format: bulk::UdpFormat::sonde(spec),
+                ecn: spec.socket.ecn_asked(),
+                omit: (spec.omit_ms > 0).then_some(bulk::UdpOmit {
+                    from_ns: &RUN_START,
+                    omit_ns: omit_ns(spec),
+                }),
+            };
+            bulk::udp_recv_with(s, &opts, clock, stop, expect, counters)
+                .map(|o| ClientRole::UdpReceived(Box::new(o)))
+        }
     }
 }
 

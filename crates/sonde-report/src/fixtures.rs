@@ -346,6 +346,8 @@ pub(crate) fn pps_2_flows() -> TestResult {
         protocol: Protocol::Udp,
         msg_size_bytes: 18,
         duration_ns: 10 * SEC,
+        omit_ns: None,
+        omitted_received: None,
         send_method: "sendmsg+UDP_SEGMENT".to_owned(),
         gso: PpsGso {
             mode: GsoMode::Auto,
@@ -402,6 +404,7 @@ pub(crate) fn pps_intervals() -> TestResult {
                 received,
                 received_pps: received as f64 * 1e9 / (end_ns - start_ns) as f64,
                 flow_received: flows.to_vec(),
+                omitted: false,
             }
         })
         .collect();

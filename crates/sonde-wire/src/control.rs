@@ -268,6 +268,13 @@ pub struct StreamStats {
     /// time, the sender's before its own). Absent when 0.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub omitted_bytes: u64,
+    /// `-O`, UDP: the omit period's datagrams, not in `packets`. At a sender, the datagrams it
+    /// sent before its omit time (sequence numbers `0..omitted_packets`, `packets` after them);
+    /// at a receiver, the sequence numbers it cut off as the omit period's (the highest it had
+    /// seen at its omit time, + 1), whose late arrivals are counted in neither `packets` nor
+    /// `lost`. Absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub omitted_packets: u64,
     /// TCP sender with `-Z`: what its `MSG_ZEROCOPY` sends came to. Absent without `-Z`, and
     /// from an agent older than the option.
     #[serde(default, skip_serializing_if = "Option::is_none")]

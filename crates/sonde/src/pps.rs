@@ -43,6 +43,7 @@ Examples:
   sonde pps 198.18.0.2 --flows 4        four flows (four source ports: RSS spreads them)
   sonde pps 198.18.0.2 --gso off        one datagram per packet, whatever the route
   sonde pps 198.18.0.2 -t 30 -i 1       received datagrams per second, every second
+  sonde pps 198.18.0.2 -O 2 -i 1        the first 2 s sent but not counted (warm-up)
   sonde pps 198.18.0.2 --sweep msg_size=18:1472:*2
                                         where the packet rate turns into a bandwidth limit
   sonde pps B --from A1 --from A2 --from A3 --flows 64 -m 14 --secret-file s
@@ -67,6 +68,12 @@ pub(crate) struct Opt {
     /// `sar -n DEV SECS`)
     #[arg(short = 'i', long = "interval", value_name = "SECS", value_parser = crate::units::seconds)]
     interval: Option<Duration>,
+    /// Omit the first SECS seconds (iperf3 -O): sent and received but not counted, so a NIC's
+    /// or a cloud's warm-up (ARP, flow setup, a burst allowance being spent) stays out of the
+    /// figures; the agent cuts them off by sequence number, so loss stays exact, and their -i
+    /// intervals are shown marked (omitted). Sent on top of -t. Default: 0
+    #[arg(short = 'O', long = "omit", value_name = "SECS", value_parser = crate::units::seconds)]
+    omit: Option<Duration>,
     /// UDP GSO batches: auto (only where the route leaves by a physical device), on, or off
     #[arg(long, value_enum, default_value_t = Gso::Auto, value_name = "WHEN")]
     gso: Gso,
@@ -107,7 +114,7 @@ enum Gso {
     Off,
 }
 
-crate::runner::impl_test!(expected: |o| o.time, run_once: run_once);
+crate::runner::impl_test!(expected: |o| o.time + o.omit.unwrap_or_default(), run_once: run_once);
 
 impl Opt {
     /// Where this host's sockets come from (`-B`, `--bind-dev`, `--cport`, `-4`, `-6`): what a
@@ -128,6 +135,7 @@ impl Opt {
                 Gso::Off => GsoMode::Off,
             },
             interval: self.interval.filter(|d| !d.is_zero()),
+            omit: self.omit.filter(|d| !d.is_zero()),
             cpus: self.cpu.as_ref().map(|c| c.0.clone()).unwrap_or_default(),
             socket: crate::sockopt::socket_options(
                 &self.ip,

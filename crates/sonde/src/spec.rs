@@ -452,6 +452,7 @@ mod tests {
                 "msg_size",
                 "flows",
                 "time",
+                "omit",
                 "interval",
                 "gso",
                 "from",

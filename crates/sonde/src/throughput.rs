@@ -114,8 +114,9 @@ pub(crate) struct Opt {
         conflicts_with = "time"
     )]
     blockcount: Option<u64>,
-    /// Omit the first SECS seconds (iperf3 -O; TCP; whole seconds against iperf3://): sent and
-    /// received but not counted, so slow start and filling buffers stay out of the figures; their -i
+    /// Omit the first SECS seconds (iperf3 -O; whole seconds and TCP only against iperf3://):
+    /// sent and received but not counted, so slow start and filling buffers stay out of the
+    /// figures; a UDP receiver cuts them off by sequence number, so loss stays exact. Their -i
     /// intervals are shown marked (omitted). Sent on top of -t. Default: 0
     #[arg(short = 'O', long = "omit", value_name = "SECS", value_parser = crate::units::seconds)]
     omit: Option<Duration>,

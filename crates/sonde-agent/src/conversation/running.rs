@@ -145,10 +145,12 @@ impl Running {
                     else {
                         continue;
                     };
-                    self.client_sent[i] = Some(s.packets);
+                    // `-O`: the omit period's datagrams are sent too, before the test's.
+                    let sent = s.packets.saturating_add(s.omitted_packets);
+                    self.client_sent[i] = Some(sent);
                     self.out.push_back(Action::Expect {
                         stream: i,
-                        packets: s.packets,
+                        packets: sent,
                     });
                 }
                 self.grace_until = Some(now + UDP_GRACE);

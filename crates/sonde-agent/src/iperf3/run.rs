@@ -705,6 +705,7 @@ mod tests {
             seq: sonde_engine::seq::SeqTracker::new(),
             jitter: sonde_engine::jitter::Jitter::default(),
             ecn: None,
+            omitted: None,
         };
         // iperf3 seqs 1..=10 with 4 and 7 lost during omit (tracker seq = iperf3 seq - 1).
         for s in (0..10).filter(|s| ![3, 6].contains(s)) {

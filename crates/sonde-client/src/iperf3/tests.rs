@@ -279,6 +279,7 @@ fn udp_received(seqs: &[u64], bytes_each: u64) -> UdpRecvOutcome {
         seq,
         jitter: sonde_engine::jitter::Jitter::default(),
         ecn: None,
+        omitted: None,
     }
 }
 
@@ -290,6 +291,7 @@ fn sent(bytes: u64, packets: u64) -> SendOutcome {
         retransmits: Some(3),
         method: "write",
         omitted_bytes: 0,
+        omitted_packets: 0,
         zerocopy: None,
     }
 }

@@ -173,9 +173,12 @@ pub struct SendOutcome {
     pub retransmits: Option<u64>,
     /// How the data was sent, for the report (`"write"`, `"sendmsg+UDP_SEGMENT"`, `"sendmmsg"`...).
     pub method: &'static str,
-    /// `-O` (TCP): bytes written before the omit time, not in `bytes` (nor their writes in
-    /// `packets`, nor their time in `active_ns`).
+    /// `-O`: bytes written before the omit time, not in `bytes` (nor their writes or datagrams
+    /// in `packets`, nor their time in `active_ns`).
     pub omitted_bytes: u64,
+    /// `-O` (UDP): datagrams sent before the omit time, not in `packets`. With `packets`, the
+    /// count of sequence numbers the sender used.
+    pub omitted_packets: u64,
     /// `-Z` (TCP): what the `MSG_ZEROCOPY` sends came to, from the kernel's completions.
     pub zerocopy: Option<sonde_wire::ZerocopyStats>,
 }
@@ -190,6 +193,7 @@ impl SendOutcome {
             active_ns: self.active_ns,
             retransmits: self.retransmits,
             omitted_bytes: self.omitted_bytes,
+            omitted_packets: self.omitted_packets,
             zerocopy: self.zerocopy,
             ..sonde_wire::StreamStats::default()
         }
@@ -232,6 +236,118 @@ pub struct UdpRecvOutcome {
     /// `--ecn` ([`udp_recv_with`]): the ECN marks of the data datagrams, where the platform
     /// reads them.
     pub ecn: Option<sonde_wire::EcnCounts>,
+    /// `-O` ([`UdpRecvOptions::omit`]): the omit period's datagrams, counted apart; `None`
+    /// without an omit period.
+    pub omitted: Option<UdpOmitted>,
+}
+
+/// A UDP receiver's omit period (`-O`), cut by sequence number: at the first datagram that
+/// arrives after the omit time, every sequence number up to the highest seen so far belongs to
+/// the omit period, and every one above it to the test. The datagrams of the omit period that
+/// arrive late are counted here, not in the test's counts, so the test's loss is exact: of the
+/// sequence numbers from [`UdpOmitted::seqs`] to the sender's last, the ones that never arrived.
+#[derive(Debug, Clone)]
+pub struct UdpOmitted {
+    /// Sequence numbers `0..seqs` are the omit period's (the highest seen before the cut + 1).
+    pub seqs: u64,
+    /// Payload bytes of the omit period's datagrams (duplicates included).
+    pub bytes: u64,
+    /// The omit period's sequence accounting.
+    pub seq: SeqTracker,
+}
+
+impl UdpRecvOutcome {
+    /// The test's lost datagrams given the sender's count of every datagram it sent (omitted
+    /// ones included): the sequence numbers after the omit period's that never arrived.
+    pub fn lost(&self, sent_total: u64) -> u64 {
+        let omitted = self.omitted.as_ref().map_or(0, |o| o.seqs);
+        self.seq.lost(sent_total.saturating_sub(omitted))
+    }
+
+    /// `-O`: the omit period's sequence numbers, 0 without one.
+    pub fn omitted_packets(&self) -> u64 {
+        self.omitted.as_ref().map_or(0, |o| o.seqs)
+    }
+
+    /// `-O`: the omit period's payload bytes received, 0 without one.
+    pub fn omitted_bytes(&self) -> u64 {
+        self.omitted.as_ref().map_or(0, |o| o.bytes)
+    }
+
+    /// Unique datagrams received, the omit period's included.
+    fn received_total(&self) -> u64 {
+        let omitted = self.omitted.as_ref().map_or(0, |o| o.seq.received());
+        self.seq.received().saturating_add(omitted)
+    }
+
+    /// Moves what was received so far into the omit period: the cut.
+    fn cut(&mut self) {
+        let seqs = self.seq.highest().map_or(0, |h| h.saturating_add(1));
+        self.omitted = Some(UdpOmitted {
+            seqs,
+            bytes: self.bytes,
+            seq: std::mem::take(&mut self.seq),
+        });
+        self.bytes = 0;
+        self.packets = 0;
+        self.first_ns = 0;
+        self.last_ns = 0;
+        self.jitter = Jitter::default();
+        if let Some(ecn) = self.ecn.as_mut() {
+            *ecn = sonde_wire::EcnCounts::default();
+        }
+    }
+}
+
+/// `-O` at a UDP receiver: the omit period ends `omit_ns` after `from_ns` on the loop's clock.
+/// The start is read at every batch, so that a receiver whose loop starts before it is known
+/// (the agent's, before the client's `Go`) learns it there: `u64::MAX` until then, when every
+/// datagram is the omit period's.
+#[derive(Debug, Clone, Copy)]
+pub struct UdpOmit<'a> {
+    /// The start of the test on the loop's clock, ns; `u64::MAX` while unknown.
+    pub from_ns: &'a AtomicU64,
+    /// The omit period, ns.
+    pub omit_ns: u64,
+}
+
+impl UdpOmit<'_> {
+    fn until_ns(&self) -> u64 {
+        self.from_ns
+            .load(Ordering::Relaxed)
+            .saturating_add(self.omit_ns)
+    }
+}
+
+/// How a UDP sender ([`udp_send_with`]) sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpSendOptions {
+    /// Datagram payload, bytes (at least the format's header).
+    pub msg_size: u32,
+    /// Paced at this rate, bits per second of payload; 0: as fast as the kernel takes them.
+    pub bits_per_second: u64,
+    /// The header each datagram carries.
+    pub format: UdpFormat,
+    /// Unlimited senders may send GSO batches (see [`crate::gso::choose`]).
+    pub gso: bool,
+    /// The loop ends at this time on the loop's clock, ns.
+    pub until_ns: u64,
+    /// `-O` (0 for none): datagrams sent before this time go into
+    /// [`SendOutcome::omitted_packets`] and `omitted_bytes`, not the outcome's counts.
+    pub omit_until_ns: u64,
+}
+
+/// How a UDP receiver ([`udp_recv_with`]) receives.
+#[derive(Debug, Clone, Copy)]
+pub struct UdpRecvOptions<'a> {
+    /// The sender's datagram payload, bytes.
+    pub msg_size: u32,
+    /// The header each datagram carries.
+    pub format: UdpFormat,
+    /// `--ecn`: count the ECN field each data datagram arrives with.
+    pub ecn: bool,
+    /// `-O`: the omit period, counted apart ([`UdpRecvOutcome::omitted`]).
+    pub omit: Option<UdpOmit<'a>>,
 }
 
 /// How a TCP sender ([`tcp_send`]) sends.
@@ -660,36 +776,30 @@ pub fn udp_send(
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<SendOutcome> {
-    udp_send_with(
-        sock,
+    let opts = UdpSendOptions {
         msg_size,
         bits_per_second,
         format,
-        true,
-        clock,
+        gso: true,
         until_ns,
-        stop,
-        counters,
-    )
+        omit_until_ns: 0,
+    };
+    udp_send_with(sock, &opts, clock, stop, counters)
 }
 
-/// [`udp_send`], with GSO batches allowed only when `gso` (see [`crate::gso::choose`]). Without
-/// GSO the unlimited sender sends `sendmmsg` batches of single datagrams: each one its own packet
-/// from the socket on.
-#[allow(clippy::too_many_arguments)]
+/// [`udp_send`] with every option: GSO batches allowed only when [`UdpSendOptions::gso`] (see
+/// [`crate::gso::choose`]; without it the unlimited sender sends `sendmmsg` batches of single
+/// datagrams, each its own packet from the socket on), and an omit period
+/// ([`UdpSendOptions::omit_until_ns`]) whose datagrams are counted apart.
 pub fn udp_send_with(
     sock: &UdpSocket,
-    msg_size: u32,
-    bits_per_second: u64,
-    format: UdpFormat,
-    gso: bool,
+    opts: &UdpSendOptions,
     clock: &Clock,
-    until_ns: u64,
     stop: &AtomicBool,
     counters: &Counters,
 ) -> io::Result<SendOutcome> {
-    let size = msg_size as usize;
-    if size < format.header_len() {
+    let size = opts.msg_size as usize;
+    if size < opts.format.header_len() {
         return Err(invalid_input(
             "a UDP data datagram must be at least as long as its header (16 bytes, pps 14; iperf3: 12, or 16 with 64-bit counters)",
         ));
@@ -697,21 +807,22 @@ pub fn udp_send_with(
     sock.set_nonblocking(false)?;
     sock.set_write_timeout(Some(UDP_RECV_POLL))?;
     let mut run = SendRun {
-        format,
+        format: opts.format,
         clock,
-        until_ns,
+        until_ns: opts.until_ns,
+        omit_until_ns: opts.omit_until_ns,
         stop,
         counters,
         out: SendOutcome::default(),
         span: Span::default(),
         refused: 0,
     };
-    let sent = if bits_per_second > 0 {
-        let schedule = Schedule::bits_per_second(bits_per_second, msg_size);
+    let sent = if opts.bits_per_second > 0 {
+        let schedule = Schedule::bits_per_second(opts.bits_per_second, opts.msg_size);
         run.out.method = "send";
         send_paced(sock, size, schedule, &mut run)
     } else {
-        send_unlimited(sock, size, gso, &mut run).map(|m| run.out.method = m.name())
+        send_unlimited(sock, size, opts.gso, &mut run).map(|m| run.out.method = m.name())
     };
     sent.map_err(|e| explain_too_long(sock, size, e))?;
     run.out.active_ns = run.span.ns();
@@ -773,25 +884,41 @@ pub fn udp_recv(
     expect: &AtomicU64,
     counters: &Counters,
 ) -> io::Result<UdpRecvOutcome> {
-    udp_recv_with(sock, msg_size, format, false, clock, stop, expect, counters)
+    let opts = UdpRecvOptions {
+        msg_size,
+        format,
+        ecn: false,
+        omit: None,
+    };
+    udp_recv_with(sock, &opts, clock, stop, expect, counters)
 }
 
-/// [`udp_recv`] that, with `ecn` (`--ecn`), also counts the ECN field each data datagram arrived
-/// with ([`UdpRecvOutcome::ecn`]): the socket gets `IP_RECVTOS` / `IPV6_RECVTCLASS` and each
-/// `recvmmsg` slot a control buffer, read once per buffer (a GRO buffer's datagrams share one
-/// TOS byte). Where the platform cannot read them (not Linux) the outcome's `ecn` is `None`.
+/// [`udp_recv`] with every option.
+///
+/// With [`UdpRecvOptions::ecn`] (`--ecn`) it also counts the ECN field each data datagram
+/// arrived with ([`UdpRecvOutcome::ecn`]): the socket gets `IP_RECVTOS` / `IPV6_RECVTCLASS` and
+/// each `recvmmsg` slot a control buffer, read once per buffer (a GRO buffer's datagrams share
+/// one TOS byte). Where the platform cannot read them (not Linux) the outcome's `ecn` is `None`.
 /// Without `ecn` the loop is [`udp_recv`]'s, without the control messages' cost.
-#[allow(clippy::too_many_arguments)]
+///
+/// With [`UdpRecvOptions::omit`] (`-O`) it cuts the omit period off by sequence number at the
+/// first batch received after the omit time ([`UdpOmitted`]); `expect` still counts every
+/// unique datagram, the omit period's included. The [`Counters`] (the intervals) count every
+/// datagram.
 pub fn udp_recv_with(
     sock: &UdpSocket,
-    msg_size: u32,
-    format: UdpFormat,
-    ecn: bool,
+    opts: &UdpRecvOptions<'_>,
     clock: &Clock,
     stop: &AtomicBool,
     expect: &AtomicU64,
     counters: &Counters,
 ) -> io::Result<UdpRecvOutcome> {
+    let UdpRecvOptions {
+        msg_size,
+        format,
+        ecn,
+        omit,
+    } = *opts;
     sock.set_nonblocking(false)?;
     sock.set_read_timeout(Some(UDP_RECV_POLL))?;
     let gro = sys::enable_udp_gro(sock).is_ok();
@@ -815,8 +942,11 @@ pub fn udp_recv_with(
         seq: SeqTracker::new(),
         jitter: Jitter::default(),
         ecn: ecn.then(sonde_wire::EcnCounts::default),
+        omitted: None,
     };
-    while !stop.load(Ordering::Relaxed) && out.seq.received() < expect.load(Ordering::Relaxed) {
+    // Until the cut, everything received is the omit period's (moved there by the cut).
+    let mut cut_pending = omit.is_some();
+    while !stop.load(Ordering::Relaxed) && out.received_total() < expect.load(Ordering::Relaxed) {
         let received = batch.recv(sock, &mut buf, slot);
         counters.syscall();
         let n = match received {
@@ -825,7 +955,13 @@ pub fn udp_recv_with(
             Err(e) => return Err(e),
         };
         let now = clock.now_ns();
+        if cut_pending && omit.is_some_and(|o| now >= o.until_ns()) {
+            out.cut();
+            cut_pending = false;
+        }
         let (mut bytes, mut packets) = (0u64, 0u64);
+        // Every data datagram, the omit period's late ones included, for the intervals.
+        let (mut all_bytes, mut all_packets) = (0u64, 0u64);
         for (i, b) in buf.chunks_exact(slot).take(n).enumerate() {
             // With GRO a buffer holds `segment` -byte datagrams (the last may be shorter);
             // each is counted and its sequence number checked on its own.
@@ -849,6 +985,14 @@ pub fn udp_recv_with(
                     out.malformed += 1;
                     continue;
                 };
+                all_bytes += datagram.len() as u64;
+                all_packets += 1;
+                if let Some(o) = out.omitted.as_mut().filter(|o| seq < o.seqs) {
+                    // A late datagram of the omit period.
+                    o.seq.on_packet(seq);
+                    o.bytes += datagram.len() as u64;
+                    continue;
+                }
                 out.seq.on_packet(seq);
                 out.jitter.on_packet(send_ns, now);
                 bytes += datagram.len() as u64;
@@ -868,8 +1012,14 @@ pub fn udp_recv_with(
             out.last_ns = now;
             out.bytes += bytes;
             out.packets += packets;
-            counters.add(bytes, packets);
         }
+        if all_packets > 0 {
+            counters.add(all_bytes, all_packets);
+        }
+    }
+    if cut_pending {
+        // No datagram arrived after the omit time: all of it was the omit period.
+        out.cut();
     }
     Ok(out)
 }
@@ -888,6 +1038,7 @@ struct SendRun<'a> {
     format: UdpFormat,
     clock: &'a Clock,
     until_ns: u64,
+    omit_until_ns: u64,
     stop: &'a AtomicBool,
     counters: &'a Counters,
     out: SendOutcome,
@@ -910,10 +1061,15 @@ impl SendRun<'_> {
     #[inline]
     fn sent(&mut self, started_ns: u64, bytes: usize, packets: usize) {
         let (bytes, packets) = (bytes as u64, packets as u64);
+        self.counters.add(bytes, packets);
+        if started_ns < self.omit_until_ns {
+            self.out.omitted_bytes += bytes;
+            self.out.omitted_packets += packets;
+            return;
+        }
         self.span.mark(started_ns, self.clock.now_ns());
         self.out.bytes += bytes;
         self.out.packets += packets;
-        self.counters.add(bytes, packets);
     }
 
     /// A failed send: `Ok` to try again (the loop checks the deadline first), `Err` to end the

@@ -136,6 +136,124 @@ fn an_omit_period_is_counted_apart_at_both_ends() {
     assert!(received.first_ns >= omit, "{received:?}");
 }
 
+/// `-O` over UDP: the sender counts what it sent before its omit time apart, the receiver cuts
+/// the omit period off by sequence number, and nothing is lost or counted twice between them.
+#[test]
+fn a_udp_omit_period_is_cut_by_sequence_number_at_both_ends() {
+    const SIZE: u32 = 1000;
+    let omit = 100 * MS;
+    let (_listener, flow, client) = udp_flow_pair();
+    let clock = Clock::start();
+    let stop = AtomicBool::new(false);
+    let expect = AtomicU64::new(u64::MAX);
+    let from = AtomicU64::new(0);
+    let (tx, rx) = (Counters::default(), Counters::default());
+    let (sent, received) = thread::scope(|s| {
+        let r = s.spawn(|| {
+            let opts = UdpRecvOptions {
+                msg_size: SIZE,
+                format: UdpFormat::Sonde,
+                ecn: false,
+                omit: Some(UdpOmit {
+                    from_ns: &from,
+                    omit_ns: omit,
+                }),
+            };
+            udp_recv_with(&flow, &opts, &clock, &stop, &expect, &rx)
+        });
+        // Paced: loopback keeps up, so every datagram arrives.
+        let opts = UdpSendOptions {
+            msg_size: SIZE,
+            bits_per_second: 20_000_000,
+            format: UdpFormat::Sonde,
+            gso: false,
+            until_ns: 300 * MS,
+            omit_until_ns: omit,
+        };
+        let sent = udp_send_with(&client, &opts, &clock, &stop, &tx).unwrap();
+        expect.store(sent.packets + sent.omitted_packets, Ordering::Relaxed);
+        finish(&r, &rx, &stop, false);
+        (sent, r.join().unwrap().unwrap())
+    });
+    assert!(sent.omitted_packets > 0 && sent.packets > 0, "{sent:?}");
+    assert_eq!(sent.omitted_bytes, sent.omitted_packets * u64::from(SIZE));
+    let total = sent.packets + sent.omitted_packets;
+    let omitted = received.omitted.as_ref().expect("cut");
+    // The cut is where the receiver's clock crossed the omit time: close to the sender's.
+    assert!(omitted.seqs > 0 && omitted.seqs < total, "{omitted:?}");
+    assert_eq!(omitted.seq.received(), omitted.seqs);
+    assert_eq!(received.seq.received() + omitted.seqs, total);
+    assert_eq!(received.lost(total), 0);
+    assert_eq!(received.packets, total - omitted.seqs);
+    assert_eq!(received.bytes + omitted.bytes, total * u64::from(SIZE));
+    assert!(received.first_ns >= omit, "{received:?}");
+    // The intervals see every datagram.
+    assert_eq!(rx.load(), (total * u64::from(SIZE), total));
+    assert_eq!(tx.load(), (total * u64::from(SIZE), total));
+}
+
+/// The cut is by sequence number: a datagram of the omit period that arrives after the cut is
+/// the omit period's (a duplicate of it too), and the test's loss counts only the sequence
+/// numbers after the cut. Also: a receiver that starts before the test's start is known (the
+/// agent's, before `Go`) omits everything until it is.
+#[test]
+fn late_datagrams_of_the_omit_period_stay_out_of_the_test_counts() {
+    let (_listener, flow, client) = udp_flow_pair();
+    let clock = Clock::start();
+    let stop = AtomicBool::new(false);
+    let expect = AtomicU64::new(u64::MAX);
+    let from = AtomicU64::new(u64::MAX);
+    let rx = Counters::default();
+    let send = |seq: u64| {
+        let mut buf = [0u8; 100];
+        UdpFormat::Sonde.write(seq, clock.now_ns(), &mut buf);
+        client.send(&buf).unwrap();
+    };
+    // Lets the receiver take each datagram in a batch of its own.
+    let settle = |n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while rx.load().1 < n && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let received = thread::scope(|s| {
+        let r = s.spawn(|| {
+            let opts = UdpRecvOptions {
+                msg_size: 100,
+                format: UdpFormat::Sonde,
+                ecn: false,
+                omit: Some(UdpOmit {
+                    from_ns: &from,
+                    omit_ns: 0,
+                }),
+            };
+            udp_recv_with(&flow, &opts, &clock, &stop, &expect, &rx)
+        });
+        // Before the start is known: the omit period's, seqs 0 to 4.
+        for (n, seq) in (0..5).enumerate() {
+            send(seq);
+            settle(n as u64 + 1);
+        }
+        from.store(0, Ordering::Relaxed);
+        // After it: 7 cuts at 5; 2 is a late duplicate of the omit period, 6, 8, 9 the test's; 5 lost.
+        for (n, seq) in [7, 2, 6, 8, 9].into_iter().enumerate() {
+            send(seq);
+            settle(n as u64 + 6);
+        }
+        stop.store(true, Ordering::Relaxed);
+        r.join().unwrap().unwrap()
+    });
+    let omitted = received.omitted.as_ref().expect("cut");
+    assert_eq!(omitted.seqs, 5);
+    assert_eq!((omitted.seq.received(), omitted.seq.duplicated()), (5, 1));
+    assert_eq!(omitted.bytes, 600);
+    assert_eq!((received.packets, received.seq.received()), (4, 4));
+    assert_eq!(received.bytes, 400);
+    assert_eq!(received.seq.reordered(), 1);
+    assert_eq!(received.lost(10), 1);
+    assert_eq!(rx.load(), (1000, 10));
+}
+
 /// `--skip-rx-copy`: a receiver that discards in the kernel counts every byte sent, with one
 /// system call per read as before.
 #[test]
@@ -477,18 +595,15 @@ fn unlimited_run_gso(
     let (tx_counters, rx_counters) = (Counters::default(), Counters::default());
     let (sent, received) = thread::scope(|s| {
         let rx = s.spawn(|| udp_recv(&flow, size, format, &clock, &stop, &expect, &rx_counters));
-        let sent = udp_send_with(
-            &client,
-            size,
-            0,
+        let opts = UdpSendOptions {
+            msg_size: size,
+            bits_per_second: 0,
             format,
             gso,
-            &clock,
-            for_ns,
-            &stop,
-            &tx_counters,
-        )
-        .unwrap();
+            until_ns: for_ns,
+            omit_until_ns: 0,
+        };
+        let sent = udp_send_with(&client, &opts, &clock, &stop, &tx_counters).unwrap();
         expect.store(sent.packets, Ordering::Relaxed);
         finish(&rx, &rx_counters, &stop, true);
         (sent, rx.join().unwrap().unwrap())
@@ -567,29 +682,23 @@ fn an_ecn_receiver_counts_every_datagram_by_its_mark() {
         let (tx, rx) = (Counters::default(), Counters::default());
         let (sent, received) = thread::scope(|s| {
             let r = s.spawn(|| {
-                udp_recv_with(
-                    &flow,
-                    100,
-                    UdpFormat::Sonde,
+                let opts = UdpRecvOptions {
+                    msg_size: 100,
+                    format: UdpFormat::Sonde,
                     ecn,
-                    &clock,
-                    &stop,
-                    &expect,
-                    &rx,
-                )
+                    omit: None,
+                };
+                udp_recv_with(&flow, &opts, &clock, &stop, &expect, &rx)
             });
-            let sent = udp_send_with(
-                &client,
-                100,
-                0,
-                UdpFormat::Sonde,
+            let opts = UdpSendOptions {
+                msg_size: 100,
+                bits_per_second: 0,
+                format: UdpFormat::Sonde,
                 gso,
-                &clock,
-                20 * MS,
-                &stop,
-                &tx,
-            )
-            .unwrap();
+                until_ns: 20 * MS,
+                omit_until_ns: 0,
+            };
+            let sent = udp_send_with(&client, &opts, &clock, &stop, &tx).unwrap();
             expect.store(sent.packets, Ordering::Relaxed);
             finish(&r, &rx, &stop, true);
             (sent, r.join().unwrap().unwrap())

@@ -84,6 +84,10 @@ pub struct PpsInterval {
     pub received_pps: f64,
     /// Per flow: datagrams received, in the order of `flows`.
     pub flow_received: Vec<u64>,
+    /// `-O`: the interval is part of the omit period; its datagrams are not in the totals.
+    /// Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub omitted: bool,
 }
 
 /// `sonde pps`: small UDP datagrams as fast as possible, counted by the receiving agent.
@@ -103,7 +107,18 @@ pub struct PpsResult {
     pub send_method: String,
     /// UDP GSO: asked, used, and why.
     pub gso: PpsGso,
-    /// Datagrams sent, all flows.
+    /// `-O`: the omit period, ns: sent and received before the counted window. The agent's
+    /// receivers cut it off by sequence number at their omit time (every datagram numbered up
+    /// to the highest they had seen then is the omit period's, even if it arrives later), so
+    /// `sent`, `received` and `lost` are the datagrams after the cut; the intervals of the
+    /// period are marked `omitted`. Absent without `-O`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omit_ns: Option<u64>,
+    /// `-O`: datagrams the receivers got during the omit period, not in `received`. Absent
+    /// without `-O`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omitted_received: Option<u64>,
+    /// Datagrams sent, all flows (with `-O`, the ones after the receivers' cut).
     pub sent: u64,
     /// Unique datagrams received, all flows.
     pub received: u64,

@@ -427,6 +427,7 @@ mod tests {
             received: 1_234_567,
             received_pps: 1_234_567.0,
             flow_received: vec![1_234_567],
+            omitted: false,
         };
         assert_eq!(
             pps_interval_line(&iv),

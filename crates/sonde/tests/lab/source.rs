@@ -367,6 +367,8 @@ fn bind_and_cport_are_what_the_agent_and_nftables_see_and_a_snat_is_named() {
 }
 
 /// `-O`: the omit period's intervals, and only they, are marked; the totals leave them out.
+/// TCP and UDP (where the receiver cuts the period off by sequence number), both directions,
+/// and pps.
 #[test]
 fn omit_excludes_exactly_the_first_intervals() {
     let test = "omit_excludes_exactly_the_first_intervals";
@@ -382,8 +384,17 @@ fn omit_excludes_exactly_the_first_intervals() {
     let lab = SourceLab::new();
     let agent = Agent::start_in(Some(lab.b()), B_ADDR, &[]);
     let target = agent.target();
-    for reverse in [false, true] {
+    // Paced UDP, so the veth and the receivers keep up: the datagrams are all 1,200 bytes.
+    let udp = ["-u", "-b", "50M", "-l", "1200"];
+    for (extra, reverse) in [
+        (&[][..], false),
+        (&[][..], true),
+        (&udp[..], false),
+        (&udp[..], true),
+    ] {
+        let case = format!("{extra:?} reverse {reverse}");
         let mut args = vec!["throughput", &target, "-t", "2", "-O", "1", "-i", "0.5"];
+        args.extend(extra);
         if reverse {
             args.push("-R");
         }
@@ -396,32 +407,68 @@ fn omit_excludes_exactly_the_first_intervals() {
             .collect();
         // 0-0.5 and 0.5-1 are the omit period's; 1-1.5, 1.5-2, 2-2.5, 2.5-3 and the tail are
         // counted.
-        assert!(omitted.len() >= 6, "reverse {reverse}: {omitted:?}");
-        assert_eq!(omitted[..2], [true, true], "reverse {reverse}");
-        assert!(
-            omitted[2..].iter().all(|o| !o),
-            "reverse {reverse}: {omitted:?}"
-        );
+        assert!(omitted.len() >= 6, "{case}: {omitted:?}");
+        assert_eq!(omitted[..2], [true, true], "{case}");
+        assert!(omitted[2..].iter().all(|o| !o), "{case}: {omitted:?}");
         for iv in &intervals[..2] {
             assert!(iv["end_ns"].as_u64().unwrap() <= 1_000_000_000, "{iv}");
         }
-        let all: u64 = intervals
-            .iter()
-            .map(|iv| iv["bytes"].as_u64().unwrap())
-            .sum();
+        let sum = |key: &str| -> u64 { intervals.iter().map(|iv| iv[key].as_u64().unwrap()).sum() };
+        let all = sum("bytes");
         let omitted_bytes = doc["omitted_bytes"].as_u64().expect("omitted_bytes");
         let counted = doc["receiver"]["bytes"].as_u64().unwrap();
-        assert!(omitted_bytes > 0 && counted > 0, "{doc}");
+        assert!(omitted_bytes > 0 && counted > 0, "{case}: {doc}");
         // The intervals count every byte the receiver read; the totals and the omitted bytes
         // split them.
-        assert_eq!(counted + omitted_bytes, all, "reverse {reverse}");
+        assert_eq!(counted + omitted_bytes, all, "{case}");
         // The sender's totals leave its own omit period out too.
         let sent = doc["sender"]["bytes"].as_u64().unwrap();
-        assert!(
-            sent <= counted + omitted_bytes,
-            "sent {sent}, received {counted}"
-        );
+        if extra.is_empty() {
+            assert!(
+                sent <= counted + omitted_bytes,
+                "sent {sent}, received {counted}"
+            );
+        } else {
+            // Every datagram is 1,200 bytes, on either side of the cut.
+            assert_eq!(all, sum("packets") * 1200, "{case}");
+            assert_eq!(counted % 1200, 0, "{case}");
+            // 1 s of 50 Mbit/s is about 5,200 datagrams: the sender's count and the
+            // receiver's cut split the same sequence numbers, so the test's loss is that of
+            // the counted window, not a second's worth either way.
+            let lost = doc["lost"].as_u64().expect("lost");
+            let sent_packets = doc["sender"]["packets"].as_u64().unwrap();
+            assert!(
+                lost * 100 <= sent_packets,
+                "{case}: {lost} of {sent_packets} lost: {doc}"
+            );
+        }
     }
+
+    // pps: the agent's receivers cut the omit period off; sent, received and lost are the
+    // counted window's.
+    let doc = run_json_in(
+        Some(lab.a()),
+        &[
+            "pps", &target, "-t", "2", "-O", "1", "-i", "0.5", "-m", "64",
+        ],
+        TIMEOUT,
+    );
+    assert_eq!(doc["omit_ns"], 1_000_000_000_u64, "{doc}");
+    let intervals = doc["intervals"].as_array().expect("intervals");
+    assert!(intervals.len() >= 6, "{doc}");
+    for (n, iv) in intervals.iter().enumerate() {
+        assert_eq!(iv["omitted"].as_bool().unwrap_or(false), n < 2, "{iv}");
+    }
+    let all: u64 = intervals
+        .iter()
+        .map(|iv| iv["received"].as_u64().unwrap())
+        .sum();
+    let omitted_received = doc["omitted_received"].as_u64().expect("omitted_received");
+    let received = doc["received"].as_u64().unwrap();
+    assert!(omitted_received > 0 && received > 0, "{doc}");
+    assert_eq!(received + omitted_received, all, "{doc}");
+    let (sent, lost) = (doc["sent"].as_u64().unwrap(), doc["lost"].as_u64().unwrap());
+    assert_eq!(sent, received + lost, "{doc}");
 }
 
 /// `-n` and `-k`: the test ends when the receivers have exactly the count.

@@ -37,12 +37,14 @@ fn pps_intervals(r: &PpsResult, out: &mut String) {
         }
         let span = format!("{:.2}-{:.2}", ns_to_s(iv.start_ns), ns_to_s(iv.end_ns));
         let secs = iv.end_ns.saturating_sub(iv.start_ns);
+        // `-O`: an interval of the omit period says so, as iperf3's do.
+        let unit = if iv.omitted { "sec (omitted)" } else { "sec" };
         if many {
             for (f, received) in r.flows.iter().zip(&iv.flow_received) {
                 g.row([
                     stream_id(f.flow),
                     span.clone(),
-                    "sec".into(),
+                    unit.into(),
                     fmt_count(*received),
                     fmt_count_f64(sonde_engine::per_second(*received, secs)),
                 ]);
@@ -56,7 +58,7 @@ fn pps_intervals(r: &PpsResult, out: &mut String) {
         g.row([
             id,
             span,
-            "sec".into(),
+            unit.into(),
             fmt_count(iv.received),
             fmt_count_f64(iv.received_pps),
         ]);
@@ -67,11 +69,12 @@ fn pps_intervals(r: &PpsResult, out: &mut String) {
 /// A live `-i` line of a pps test, for a terminal (the table holds all intervals in a block).
 pub fn pps_interval_line(iv: &crate::model::PpsInterval) -> String {
     format!(
-        "[SUM]  {:.2}-{:.2} sec  {:>12} datagrams  {:>12} pps  (counted at the receiver)",
+        "[SUM]  {:.2}-{:.2} sec  {:>12} datagrams  {:>12} pps  (counted at the receiver){}",
         ns_to_s(iv.start_ns),
         ns_to_s(iv.end_ns),
         fmt_count(iv.received),
-        fmt_count_f64(iv.received_pps)
+        fmt_count_f64(iv.received_pps),
+        if iv.omitted { "  (omitted)" } else { "" }
     )
 }
 
@@ -85,10 +88,16 @@ fn gso_mode(mode: GsoMode) -> &'static str {
 
 pub(crate) fn pps(r: &PpsResult, out: &mut String) {
     header(out, "pps", &r.meta);
+    let omit = r.omit_ns.map_or(String::new(), |o| {
+        let received = r.omitted_received.map_or(String::new(), |n| {
+            format!(", {} datagrams received in it", fmt_count(n))
+        });
+        format!(", the first {} omitted (-O{received})", fmt_secs(o))
+    });
     line(
         out,
         format!(
-            "{}, {} datagrams, {} requested, {} flow{}, sent with {}",
+            "{}, {} datagrams, {} requested, {} flow{}, sent with {}{omit}",
             protocol_name(r.protocol),
             fmt_size(u64::from(r.msg_size_bytes)),
             fmt_secs(r.duration_ns),
