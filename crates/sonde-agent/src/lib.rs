@@ -988,8 +988,8 @@ pub(crate) fn validate(
         return bad("-O (omit) applies to throughput and pps tests".into());
     }
     if spec.bytes > 0 || spec.blocks > 0 {
-        if spec.kind != TestKind::Throughput || spec.protocol != Protocol::Tcp {
-            return bad("-n and -k apply to TCP throughput tests".into());
+        if spec.kind != TestKind::Throughput {
+            return bad("-n and -k apply to throughput tests".into());
         }
         if spec.bytes > 0 && spec.blocks > 0 {
             return bad("-n and -k cannot be combined".into());

@@ -886,6 +886,7 @@ impl<'a> Test<'a> {
                     gso: true,
                     until_ns,
                     omit_until_ns,
+                    max_bytes: spec.send_limit(index_u32(i)),
                 };
                 sonde_net::bulk::udp_send_with(s, &opts, clock, stop, counters)
                     .map_or_else(failed, |o| RoleOutcome::Sent(o, None))

@@ -196,6 +196,14 @@ fn check(opt: &ThroughputOptions) -> Result<(), ClientError> {
     // What a test against an agent refuses (-n/-k with UDP or --bidir, -O with UDP, ...), an
     // iperf3 server is not asked either.
     crate::throughput_spec(opt)?;
+    if opt.protocol == Protocol::Udp && (opt.bytes.is_some() || opt.blocks.is_some()) {
+        return Err(ClientError::Usage(
+            "-n and -k with -u against an iperf3 server: not supported (sonde's iperf3 client \
+             ends a counted test when the server's host acknowledged every byte, which UDP has \
+             no way to say); against a sonde agent they work"
+                .into(),
+        ));
+    }
     if opt.protocol == Protocol::Udp && opt.omit.is_some_and(|o| !o.is_zero()) {
         return Err(ClientError::Usage(
             "-O with -u against an iperf3 server: not supported (an iperf3 receiver restarts \

@@ -786,11 +786,6 @@ pub(crate) fn throughput_spec(opt: &ThroughputOptions) -> Result<TestSpec, Clien
         )));
     }
     if opt.bytes.is_some() || opt.blocks.is_some() {
-        if opt.protocol == Protocol::Udp {
-            return Err(ClientError::Usage(
-                "-n and -k are for TCP here: a UDP test is timed (-t)".into(),
-            ));
-        }
         if opt.direction == Direction::Bidir {
             return Err(ClientError::Usage(
                 "-n and -k are for one direction: not with --bidir".into(),

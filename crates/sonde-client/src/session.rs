@@ -742,6 +742,7 @@ fn role(
                 gso,
                 until_ns,
                 omit_until_ns: omit_ns(spec),
+                max_bytes: limit,
             };
             bulk::udp_send_with(s, &opts, clock, stop, counters).map(ClientRole::Sent)
         }

@@ -99,14 +99,16 @@ pub(crate) struct Opt {
     /// How long to send, seconds
     #[arg(short = 't', long = "time", default_value = "10", value_name = "SECS", value_parser = crate::units::seconds)]
     time: Duration,
-    /// Send this many bytes in all (iperf3 -n; TCP, one direction), each stream its share,
-    /// instead of for -t: the test ends when the receivers have them (within the agent's
-    /// --max-duration; against iperf3://, when this host has sent them or, with -R, received
-    /// them, as iperf3's client). 10M, 1G. Default: timed by -t
+    /// Send this many bytes in all (iperf3 -n; one direction), each stream its share, instead
+    /// of for -t: the test ends when the receivers have them (UDP: whole -l datagrams, the
+    /// last past the count where it does not divide; the receivers end when they have every
+    /// datagram or a moment after the last was sent), within the agent's --max-duration.
+    /// Against iperf3:// (TCP only), when this host has sent them or, with -R, received them,
+    /// as iperf3's client. 10M, 1G. Default: timed by -t
     #[arg(short = 'n', long = "bytes", value_name = "SIZE", value_parser = crate::units::byte_count, conflicts_with_all = ["time", "blockcount"])]
     bytes: Option<u64>,
-    /// Send this many -l writes in all (iperf3 -k; TCP, one direction), instead of for -t.
-    /// Default: timed by -t
+    /// Send this many -l writes (UDP: datagrams) in all (iperf3 -k; one direction), instead
+    /// of for -t. Default: timed by -t
     #[arg(
         short = 'k',
         long = "blockcount",

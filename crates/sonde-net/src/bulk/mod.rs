@@ -335,6 +335,9 @@ pub struct UdpSendOptions {
     /// `-O` (0 for none): datagrams sent before this time go into
     /// [`SendOutcome::omitted_packets`] and `omitted_bytes`, not the outcome's counts.
     pub omit_until_ns: u64,
+    /// `-n`, `-k` (`u64::MAX` for none): the loop also ends once it has sent this many payload
+    /// bytes, in whole datagrams (the last one may take it past: a datagram is not cut).
+    pub max_bytes: u64,
 }
 
 /// How a UDP receiver ([`udp_recv_with`]) receives.
@@ -783,6 +786,7 @@ pub fn udp_send(
         gso: true,
         until_ns,
         omit_until_ns: 0,
+        max_bytes: u64::MAX,
     };
     udp_send_with(sock, &opts, clock, stop, counters)
 }
@@ -811,6 +815,7 @@ pub fn udp_send_with(
         clock,
         until_ns: opts.until_ns,
         omit_until_ns: opts.omit_until_ns,
+        left: opts.max_bytes.div_ceil(u64::from(opts.msg_size)),
         stop,
         counters,
         out: SendOutcome::default(),
@@ -1039,6 +1044,8 @@ struct SendRun<'a> {
     clock: &'a Clock,
     until_ns: u64,
     omit_until_ns: u64,
+    /// Datagrams still to send (`-n`, `-k`; about `u64::MAX / msg_size` when timed).
+    left: u64,
     stop: &'a AtomicBool,
     counters: &'a Counters,
     out: SendOutcome,
@@ -1050,7 +1057,7 @@ impl SendRun<'_> {
     /// The time now, or `None` once the loop must end.
     #[inline]
     fn now(&self) -> Option<u64> {
-        if self.stop.load(Ordering::Relaxed) {
+        if self.left == 0 || self.stop.load(Ordering::Relaxed) {
             return None;
         }
         let now = self.clock.now_ns();
@@ -1061,6 +1068,7 @@ impl SendRun<'_> {
     #[inline]
     fn sent(&mut self, started_ns: u64, bytes: usize, packets: usize) {
         let (bytes, packets) = (bytes as u64, packets as u64);
+        self.left = self.left.saturating_sub(packets);
         self.counters.add(bytes, packets);
         if started_ns < self.omit_until_ns {
             self.out.omitted_bytes += bytes;
@@ -1191,7 +1199,8 @@ fn send_unlimited(
             SendMethod::Gso => per_gso,
             SendMethod::Mmsg => per_batch.min(batch.capacity()),
             SendMethod::Plain => 1,
-        };
+        }
+        .min(usize::try_from(run.left).unwrap_or(usize::MAX));
         for (i, datagram) in buf.chunks_exact_mut(size).take(count).enumerate() {
             run.format.write(seq + i as u64, now, datagram);
         }

@@ -169,6 +169,7 @@ fn a_udp_omit_period_is_cut_by_sequence_number_at_both_ends() {
             gso: false,
             until_ns: 300 * MS,
             omit_until_ns: omit,
+            max_bytes: u64::MAX,
         };
         let sent = udp_send_with(&client, &opts, &clock, &stop, &tx).unwrap();
         expect.store(sent.packets + sent.omitted_packets, Ordering::Relaxed);
@@ -190,6 +191,41 @@ fn a_udp_omit_period_is_cut_by_sequence_number_at_both_ends() {
     // The intervals see every datagram.
     assert_eq!(rx.load(), (total * u64::from(SIZE), total));
     assert_eq!(tx.load(), (total * u64::from(SIZE), total));
+}
+
+/// `-n`/`-k` over UDP: the sender stops after the datagrams that hold the byte count (whole
+/// datagrams, the last one past it where it does not divide), whatever the method.
+#[test]
+fn a_udp_sender_with_a_byte_count_sends_whole_datagrams_up_to_it() {
+    for (max_bytes, rate, datagrams) in [(10_000, 0, 10), (10_500, 0, 11), (5_000, 8_000_000, 5)] {
+        let (_listener, flow, client) = udp_flow_pair();
+        let clock = Clock::start();
+        let stop = AtomicBool::new(false);
+        let expect = AtomicU64::new(u64::MAX);
+        let (tx, rx) = (Counters::default(), Counters::default());
+        let (sent, received) = thread::scope(|s| {
+            let r =
+                s.spawn(|| udp_recv(&flow, 1000, UdpFormat::Sonde, &clock, &stop, &expect, &rx));
+            let opts = UdpSendOptions {
+                msg_size: 1000,
+                bits_per_second: rate,
+                format: UdpFormat::Sonde,
+                gso: true,
+                until_ns: 5_000 * MS,
+                omit_until_ns: 0,
+                max_bytes,
+            };
+            let sent = udp_send_with(&client, &opts, &clock, &stop, &tx).unwrap();
+            expect.store(sent.packets, Ordering::Relaxed);
+            finish(&r, &rx, &stop, false);
+            (sent, r.join().unwrap().unwrap())
+        });
+        assert_eq!(sent.packets, datagrams, "{max_bytes}: {sent:?}");
+        assert_eq!(sent.bytes, datagrams * 1000);
+        // Ended by the count, long before the deadline.
+        assert!(clock.now_ns() < 4_000 * MS);
+        assert_eq!(received.seq.received(), datagrams);
+    }
 }
 
 /// The cut is by sequence number: a datagram of the omit period that arrives after the cut is
@@ -602,6 +638,7 @@ fn unlimited_run_gso(
             gso,
             until_ns: for_ns,
             omit_until_ns: 0,
+            max_bytes: u64::MAX,
         };
         let sent = udp_send_with(&client, &opts, &clock, &stop, &tx_counters).unwrap();
         expect.store(sent.packets, Ordering::Relaxed);
@@ -697,6 +734,7 @@ fn an_ecn_receiver_counts_every_datagram_by_its_mark() {
                 gso,
                 until_ns: 20 * MS,
                 omit_until_ns: 0,
+                max_bytes: u64::MAX,
             };
             let sent = udp_send_with(&client, &opts, &clock, &stop, &tx).unwrap();
             expect.store(sent.packets, Ordering::Relaxed);

@@ -504,4 +504,23 @@ fn byte_and_block_counts_end_at_what_the_receivers_counted() {
             .sum();
         assert_eq!(per_stream, expected, "{args:?}");
     }
+    // UDP: whole datagrams, each stream's share rounded up to one (1 MiB over 2 streams of
+    // 1,000-byte datagrams: 525 each); what did not arrive is counted lost, to the datagram.
+    for (args, size, expected) in [
+        (
+            vec!["-n", "1M", "-P", "2", "-l", "1000"],
+            1000,
+            2 * 525 * 1000,
+        ),
+        (vec!["-k", "500", "-l", "1200", "-R"], 1200, 500 * 1200),
+    ] {
+        let mut all = vec!["throughput", target.as_str(), "-u", "-b", "50M"];
+        all.extend(&args);
+        let doc = run_json_in(Some(lab.a()), &all, TIMEOUT);
+        assert_eq!(doc["sender"]["bytes"], expected, "{args:?}: {doc}");
+        let received = doc["receiver"]["bytes"].as_u64().unwrap();
+        let lost = doc["lost"].as_u64().expect("lost");
+        assert_eq!(received + lost * size, expected, "{args:?}: {doc}");
+        assert_eq!(doc["duration_ns"], 0, "{args:?}");
+    }
 }

@@ -14,16 +14,21 @@ pub(crate) fn throughput(r: &ThroughputResult, out: &mut String) {
     header(out, "throughput", &r.meta);
     let udp = r.protocol == Protocol::Udp;
     let bidir = is_bidir(r);
+    let unit = if udp { "datagrams" } else { "writes" };
+    // `-n`, `-k`: a counted test, not a timed one.
+    let requested = match (r.bytes_to_send, r.blocks_to_send) {
+        (Some(b), _) => format!("{} to send (-n)", fmt_size(b)),
+        (None, Some(k)) => format!("{} {unit} to send (-k)", fmt_count(k)),
+        (None, None) => format!("{} requested", fmt_secs(r.duration_ns)),
+    };
     let mut config = format!(
-        "{} {}, {} stream{}{}, {} {}, {} requested",
+        "{} {}, {} stream{}{}, {} {unit}, {requested}",
         protocol_name(r.protocol),
         direction_name(&r.direction),
         r.parallel,
         plural(u64::from(r.parallel)),
         if bidir { " each way" } else { "" },
         fmt_size(u64::from(r.msg_size_bytes)),
-        if udp { "datagrams" } else { "writes" },
-        fmt_secs(r.duration_ns),
     );
     if udp {
         match r.target_bits_per_second {
