@@ -79,8 +79,9 @@ pub(crate) fn ping(
     clock: &Clock,
     stop: &AtomicBool,
     cpu: &Arc<ThreadsMeter>,
+    intervals: Option<latency::IntervalView>,
 ) -> Result<LatencyOutcome, ClientError> {
-    with_view(opt, Some(Arc::clone(cpu)), |view| {
+    with_view(opt, Some(Arc::clone(cpu)), intervals, |view| {
         let run = |view: InnerView| match channel {
             ClientChannel::Tcp(s) => latency::ping(s, cfg, Framing::Sonde, view, clock, stop),
             ClientChannel::Udp(s) => latency::ping(s, cfg, Framing::Sonde, view, clock, stop),
@@ -108,6 +109,7 @@ pub(crate) fn ping(
 pub(crate) fn with_view(
     opt: &LatencyOptions,
     cpu: Option<Arc<ThreadsMeter>>,
+    intervals: Option<latency::IntervalView>,
     run: impl FnOnce(InnerView) -> Result<LatencyOutcome, ClientError>,
 ) -> Result<LatencyOutcome, ClientError> {
     let log = match &opt.full_log {
@@ -121,6 +123,7 @@ pub(crate) fn with_view(
         timestamps: opt.timestamps,
         one_way: None,
         cpu,
+        intervals,
     });
     // The loop has dropped its sender: the writer drains what is queued and stops.
     let summary = log.map(|log| {

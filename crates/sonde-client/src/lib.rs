@@ -27,7 +27,6 @@ mod session;
 pub mod sockperf;
 mod test;
 
-use std::convert::Infallible;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
@@ -387,6 +386,8 @@ pub struct LatencyOptions {
     /// `-w`, `-C`, `-M`, `-N`, `-S`/`--dscp`/`--ecn`, `--fq-rate`, `--dont-fragment`: the data
     /// streams' socket options, set at both ends ([`sonde_wire::SocketOptions`]).
     pub socket: sonde_wire::SocketOptions,
+    /// `-i`: the RTTs of each interval this long, live and in the result; `None` for none.
+    pub interval: Option<Duration>,
 }
 
 impl Default for LatencyOptions {
@@ -405,6 +406,7 @@ impl Default for LatencyOptions {
             busy_poll: false,
             cpu: None,
             socket: sonde_wire::SocketOptions::default(),
+            interval: None,
         }
     }
 }
@@ -543,14 +545,14 @@ impl test::sealed::Sealed<Target> for LatencyOptions {}
 /// A latency test against a sonde agent; the result keeps its RTT histogram.
 impl Test for LatencyOptions {
     type Output = LatencyMeasurement;
-    type Interval = Infallible;
+    type Interval = sonde_report::LatencyInterval;
 
     fn run(
         &self,
         target: &Target,
-        controls: Controls<'_, Infallible>,
+        controls: Controls<'_, sonde_report::LatencyInterval>,
     ) -> Result<LatencyMeasurement, ClientError> {
-        let (interrupt, _, mut hold) = controls.parts();
+        let (interrupt, mut on_interval, mut hold) = controls.parts();
         let opt = self;
         if opt.msg_size == 0 {
             return Err(ClientError::Usage(
@@ -565,6 +567,13 @@ impl Test for LatencyOptions {
         }
         if opt.count == Some(0) {
             return Err(ClientError::Usage("-n must be at least 1".into()));
+        }
+        if opt.interval.is_some_and(|i| i < Duration::from_millis(10)) {
+            return Err(ClientError::Usage(
+                "-i: intervals of at least 0.01 s (each one's percentiles need replies to \
+                 stand on)"
+                    .into(),
+            ));
         }
         check_tuning(opt)?;
         let mut opt = opt.clone();
@@ -594,7 +603,14 @@ impl Test for LatencyOptions {
             bytes: 0,
             blocks: 0,
         };
-        let run = session::run_latency_held(target, &spec, &opt, interrupt, &mut || hold.call())?;
+        let run = session::run_latency_held(
+            target,
+            &spec,
+            &opt,
+            interrupt,
+            &mut |iv| on_interval.call(iv),
+            &mut || hold.call(),
+        )?;
         let mut result = results::latency(target, &opt, &run);
         if run.interrupted {
             mark_interrupted(&mut result.meta);

@@ -341,6 +341,7 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
         helpers: None,
         tuning,
         socket,
+        intervals: run.intervals.clone(),
     }
 }
 

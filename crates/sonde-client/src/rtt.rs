@@ -32,3 +32,15 @@ pub(crate) fn rtt_ns_if_any(r: &sonde_engine::rtt::RttRecorder) -> Option<RttNs>
     let s = r.summary();
     (s.samples > 0).then(|| rtt_ns(&s))
 }
+
+/// `-i`: one interval of the loop's, in the document's form (`rtt_ns` null without replies).
+pub(crate) fn latency_interval(
+    iv: &sonde_net::latency::RttInterval,
+) -> sonde_report::LatencyInterval {
+    sonde_report::LatencyInterval {
+        start_ns: iv.start_ns,
+        end_ns: iv.end_ns,
+        samples: iv.rtt.samples,
+        rtt_ns: (iv.rtt.samples > 0).then(|| rtt_ns(&iv.rtt)),
+    }
+}

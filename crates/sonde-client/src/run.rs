@@ -70,6 +70,8 @@ pub(crate) struct LatencyRun {
     pub(crate) interrupted: bool,
     /// `--busy-poll`, `--cpu`: how this end ran (`None` when neither was asked).
     pub(crate) tuning: Option<TuningReport>,
+    /// `-i`: the intervals, in order (empty without).
+    pub(crate) intervals: Vec<sonde_report::LatencyInterval>,
 }
 
 /// One client data channel's outcome.

@@ -28,7 +28,7 @@ use sonde_net::latency::{LatencyOutcome, PingConfig};
 use sonde_net::socket::DataOptions;
 use sonde_net::tcpinfo::TcpInfoSample;
 use sonde_net::{Clock, Counters};
-use sonde_report::IntervalResult;
+use sonde_report::{IntervalResult, LatencyInterval};
 use sonde_wire::auth::{Nonce, SessionKey};
 use sonde_wire::{
     AgentReport, AgentTag, Channel, ControlMsg, CpuReport, HelperTest, HostInfo, IntervalStats,
@@ -397,13 +397,18 @@ pub(crate) fn stopped_by<T>(interrupt: &AtomicBool, stop: &AtomicBool, f: impl F
     })
 }
 
+/// `-i`: intervals that may wait for the caller's callback (a slow terminal) before the loop's
+/// `try_send` drops them: minutes of 10 ms intervals.
+const INTERVAL_QUEUE: usize = 16_384;
+
 /// `hold` is called once the agent is ready and before the first message (a helper waits there
-/// for its common start).
+/// for its common start). `-i`: each interval goes to `on_interval` as it ends.
 pub(crate) fn run_latency_held(
     target: &Target,
     spec: &TestSpec,
     opt: &LatencyOptions,
     interrupt: &AtomicBool,
+    on_interval: &mut dyn FnMut(&LatencyInterval),
     hold: &mut dyn FnMut() -> Result<(), ClientError>,
 ) -> Result<LatencyRun, ClientError> {
     let tuning = Tuning {
@@ -440,28 +445,61 @@ pub(crate) fn run_latency_held(
         count: opt.count,
     };
     let stop = AtomicBool::new(false);
+    let mut intervals = Vec::new();
     let measured = stopped_by(interrupt, &stop, || {
         metered_latency(spec.msg_size, |meter| {
-            // Pinned for the loop only (checked by `check_tuning`); the thread's CPUs come
-            // back when the guard drops.
-            let _pinned = opt
-                .cpu
-                .map(sonde_net::tune::pin_current_thread)
-                .transpose()
-                .map_err(|e| ClientError::Usage(format!("--cpu: {e}")))?;
             let clock = Clock::start();
-            // The ping loop, with the inner view (log, timestamps, one-way clock sync) when asked.
-            let outcome = crate::inner::ping(
-                &mut c.ctrl,
-                &mut c.body,
-                &c.channels[0],
-                &cfg,
-                opt,
-                &clock,
-                &stop,
-                meter,
-            )?;
-            Ok((outcome, clock.now_ns()))
+            // The ping loop, with the inner view (log, timestamps, one-way clock sync) when
+            // asked; pinned for the loop only (checked by `check_tuning`): the thread's CPUs
+            // come back when the guard drops.
+            let mut ping = |ivs: Option<sonde_net::latency::IntervalView>| {
+                let _pinned = opt
+                    .cpu
+                    .map(sonde_net::tune::pin_current_thread)
+                    .transpose()
+                    .map_err(|e| ClientError::Usage(format!("--cpu: {e}")))?;
+                let outcome = crate::inner::ping(
+                    &mut c.ctrl,
+                    &mut c.body,
+                    &c.channels[0],
+                    &cfg,
+                    opt,
+                    &clock,
+                    &stop,
+                    meter,
+                    ivs,
+                )?;
+                Ok((outcome, clock.now_ns()))
+            };
+            let Some(every) = opt.interval else {
+                return ping(None);
+            };
+            // `-i`: the loop runs on a thread of its own, counted as this one, and this thread
+            // hands its intervals on as they come.
+            let (tx, rx) = std::sync::mpsc::sync_channel(INTERVAL_QUEUE);
+            let view = sonde_net::latency::IntervalView {
+                every_ns: u64::try_from(every.as_nanos()).unwrap_or(u64::MAX),
+                out: tx,
+            };
+            thread::scope(|s| {
+                let looping = s.spawn(|| {
+                    let _counted = meter.track();
+                    let before = sonde_net::latency::ping_syscalls();
+                    let r = ping(Some(view));
+                    (r, sonde_net::latency::ping_syscalls().wrapping_sub(before))
+                });
+                // Ends when the loop has dropped its sender, after its last interval.
+                for iv in rx {
+                    let iv = crate::rtt::latency_interval(&iv);
+                    on_interval(&iv);
+                    intervals.push(iv);
+                }
+                let (r, calls) = looping
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                sonde_net::latency::credit_ping_syscalls(calls);
+                r
+            })
         })
     });
     let (outcome, elapsed_ns, client_cpu) = measured?;
@@ -477,6 +515,7 @@ pub(crate) fn run_latency_held(
         context: c.context,
         interrupted,
         tuning: tuned,
+        intervals,
     })
 }
 

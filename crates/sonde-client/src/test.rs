@@ -172,20 +172,24 @@ pub struct FromHelpers {
 
 /// Implements [`Test`] on targets of type `$on` for `$options` whose run takes the interrupt
 /// flag alone (no live intervals, no hold): `$run(target, options, interrupt)`. The doc
-/// comments go on the impl.
+/// comments go on the impl. The interval type is `Infallible` unless given (`interval: T`, for
+/// options whose other targets have intervals: this target gives none).
 macro_rules! impl_test {
     ($(#[$doc:meta])* $options:ty, $on:ty => $output:ty, $run:expr $(,)?) => {
+        $crate::test::impl_test!($(#[$doc])* $options, $on => $output, interval: std::convert::Infallible, $run);
+    };
+    ($(#[$doc:meta])* $options:ty, $on:ty => $output:ty, interval: $iv:ty, $run:expr $(,)?) => {
         impl $crate::test::sealed::Sealed<$on> for $options {}
 
         $(#[$doc])*
         impl $crate::Test<$on> for $options {
             type Output = $output;
-            type Interval = std::convert::Infallible;
+            type Interval = $iv;
 
             fn run(
                 &self,
                 on: &$on,
-                controls: $crate::Controls<'_, std::convert::Infallible>,
+                controls: $crate::Controls<'_, $iv>,
             ) -> Result<$output, $crate::ClientError> {
                 let run: fn(
                     &$on,

@@ -144,6 +144,13 @@ impl RttRecorder {
         r
     }
 
+    /// Forgets every sample (and the warm-up count), keeping the histogram's memory: the next
+    /// interval of a run that reports intervals starts from here.
+    pub fn reset(&mut self) {
+        self.hist.reset();
+        self.warmup_excluded = 0;
+    }
+
     /// Samples recorded so far.
     pub fn samples(&self) -> u64 {
         self.hist.len()

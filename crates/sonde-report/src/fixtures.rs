@@ -88,6 +88,7 @@ pub(crate) fn latency_tcp() -> TestResult {
         helpers: None,
         tuning: None,
         socket: None,
+        intervals: Vec::new(),
     })
 }
 
@@ -136,6 +137,7 @@ pub(crate) fn latency_udp_lossy() -> TestResult {
         helpers: None,
         tuning: None,
         socket: None,
+        intervals: Vec::new(),
     })
 }
 

@@ -1,12 +1,12 @@
 //! `sonde latency`: round-trip time.
 
-use std::convert::Infallible;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
 use sonde_client::{Controls, FromHelpers, LatencyMeasurement, LatencyOptions, Test};
 use sonde_engine::sweep::{Sweep, SweepParam};
+use sonde_report::LatencyInterval;
 use sonde_wire::Protocol;
 
 use crate::output::{OutputOpt, Progress};
@@ -83,6 +83,7 @@ Examples:
   sonde latency 198.18.0.2 -u -m 1472      UDP, 1472-byte datagrams
   sonde latency 198.18.0.2 -u --rate 10K   open loop, 10,000 messages per second
   sonde latency 198.18.0.2 -n 100000       100,000 messages after the warm-up
+  sonde latency 198.18.0.2 -t 60 -i 1      RTT percentiles every second: when it got worse
   sonde latency sockperf://198.18.0.2      UDP against `sockperf server` on port 11111
   sonde latency sockperf://198.18.0.2:11112 --tcp -m 14
                                            TCP against `sockperf server --tcp -p 11112`
@@ -122,6 +123,12 @@ pub(crate) struct Opt {
     /// Warm-up before the measured time, seconds; its samples are left out
     #[arg(long, default_value = "1", value_name = "SECS", value_parser = crate::units::seconds)]
     warmup: Duration,
+    /// Report the RTTs of every SECS seconds after the warm-up (replies counted in the interval
+    /// they arrived in): a line each as it ends (count, min, p50, p99, max; a percentile the
+    /// interval's replies cannot support is n/a), `interval` events with --json-stream, and
+    /// `intervals` in the result. At least 0.01. Default: none
+    #[arg(short = 'i', long = "interval", value_name = "SECS", value_parser = crate::units::seconds, conflicts_with = "from")]
+    interval: Option<Duration>,
     /// Open loop: send this many messages per second on a fixed schedule (e.g. 1000, 10K)
     #[arg(long, value_name = "MSG_PER_SEC", value_parser = crate::units::per_second)]
     rate: Option<f64>,
@@ -197,6 +204,7 @@ impl Opt {
             one_way: self.one_way,
             busy_poll: self.busy_poll,
             cpu: self.cpu,
+            interval: self.interval.filter(|d| !d.is_zero()),
             socket: crate::sockopt::socket_options(
                 &self.ip,
                 crate::sockopt::Taken {
@@ -272,7 +280,7 @@ fn run_direct<On>(
 ) -> anyhow::Result<()>
 where
     On: Direct,
-    LatencyOptions: Test<On, Interval = Infallible, Output = LatencyMeasurement>,
+    LatencyOptions: Test<On, Interval = LatencyInterval, Output = LatencyMeasurement>,
 {
     let label = format!("latency {}", label(target));
     let Some(sweep) = &opt.sweep else {
@@ -281,8 +289,15 @@ where
             opt.output,
             &label,
             opt.expected(),
-            |interrupt, _| {
-                let controls = Controls::new().interrupt(interrupt);
+            |interrupt, progress| {
+                // `-i`: a line per interval as it ends (above the progress bar, or on stdout
+                // for a pipe), an `interval` event with --json-stream; the document holds them
+                // all.
+                let mut live = |iv: &LatencyInterval| {
+                    let line = sonde_report::render::latency_interval_line(iv);
+                    opt.output.live_interval(progress, &line, iv);
+                };
+                let controls = Controls::new().interrupt(interrupt).on_interval(&mut live);
                 Ok(client_run(target, options, controls)?)
             },
         );

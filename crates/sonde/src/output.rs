@@ -60,7 +60,7 @@ impl OutputOpt {
         self,
         progress: &Progress,
         line: &str,
-        interval: &sonde_report::IntervalResult,
+        interval: &impl serde::Serialize,
     ) {
         // A closed stdout is not an error here either: the final print will say nothing.
         if self.json_stream {

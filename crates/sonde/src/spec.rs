@@ -395,6 +395,7 @@ mod tests {
                 "time",
                 "count",
                 "warmup",
+                "interval",
                 "rate",
                 "full_log",
                 "histogram",

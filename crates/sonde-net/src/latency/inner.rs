@@ -8,9 +8,14 @@
 //!   delays with the clock models a clock-sync thread sends in ([`OneWayLink`]); the best probe
 //!   exchange of each second goes back to that thread.
 //!
-//! The loops call [`Recorder::reply`] and [`Recorder::lost`] for every message. Nothing here
-//! allocates, locks or blocks: histograms and the model list are allocated up front, channels
-//! are bounded and used with `try_send`/`try_recv`.
+//! * `-i`: the RTTs of each interval ([`IntervalView`]), summarised at its end and sent to the
+//!   caller.
+//!
+//! The loops call [`Recorder::reply`] and [`Recorder::lost`] for every message, and
+//! [`Recorder::tick`] when they wake without one. Nothing here locks or blocks, and nothing
+//! allocates per message: histograms and the model list are allocated up front, channels are
+//! bounded and used with `try_send`/`try_recv`; an interval's summary (a few dozen bytes) is
+//! allocated once per interval.
 
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
@@ -39,6 +44,67 @@ pub struct InnerView {
     /// The caller's CPU meter: threads the loop starts (the open loop's sender) count their
     /// CPU here. The calling thread, which runs the rest of the loop, is the caller's to count.
     pub cpu: Option<Arc<ThreadsMeter>>,
+    /// `-i`: the RTTs of each interval.
+    pub intervals: Option<IntervalView>,
+}
+
+/// `-i`: the run's RTTs cut into intervals of `every_ns` on the test clock, from the end of the
+/// warm-up on; the last runs from the last boundary before the run's planned end to the moment
+/// the loop stopped (the replies to the last messages come in after the planned end, and a
+/// sliver of an interval holding them would say nothing). A reply belongs to the interval it
+/// arrived in; replies to messages sent during
+/// the warm-up are left out, as from the run's histogram, so the intervals' samples add up to
+/// the run's. Each interval's summary is sent (`try_send`: a caller that does not keep up loses
+/// intervals, counted in nothing but their absence) when a reply or a wake-up of the loop finds
+/// it over; the last, partial one when the run ends.
+#[derive(Debug)]
+pub struct IntervalView {
+    /// The interval, ns (above 0).
+    pub every_ns: u64,
+    /// Where the summaries go.
+    pub out: SyncSender<RttInterval>,
+}
+
+/// One interval's RTTs.
+#[derive(Debug, Clone)]
+pub struct RttInterval {
+    /// Start, ns on the test clock.
+    pub start_ns: u64,
+    /// End, ns on the test clock (the run's end for the last one).
+    pub end_ns: u64,
+    /// The replies that arrived in it: their RTT summary.
+    pub rtt: sonde_engine::rtt::RttSummary,
+}
+
+struct Intervals {
+    view: IntervalView,
+    start_ns: u64,
+    /// The run's planned end: no interval ends at or after it but the last.
+    until_ns: u64,
+    rtt: RttRecorder,
+}
+
+impl Intervals {
+    /// Sends every interval that ended by `now_ns`, empty ones included.
+    fn tick(&mut self, now_ns: u64) {
+        let every = self.view.every_ns.max(1);
+        while now_ns >= self.start_ns.saturating_add(every)
+            && self.start_ns.saturating_add(every) < self.until_ns
+        {
+            let end_ns = self.start_ns.saturating_add(every);
+            self.send(end_ns);
+            self.start_ns = end_ns;
+        }
+    }
+
+    fn send(&mut self, end_ns: u64) {
+        let _ = self.view.out.try_send(RttInterval {
+            start_ns: self.start_ns,
+            end_ns,
+            rtt: self.rtt.summary(),
+        });
+        self.rtt.reset();
+    }
 }
 
 /// The latency loop's end of the clock synchronisation (`--one-way`).
@@ -144,11 +210,12 @@ pub(crate) struct Recorder {
     socket: Option<SocketOutcome>,
     one_way: Option<OneWayState>,
     cpu: Option<Arc<ThreadsMeter>>,
+    intervals: Option<Intervals>,
 }
 
 impl Recorder {
-    /// Allocates everything the view needs.
-    pub(crate) fn new(view: InnerView, warmup_ns: u64) -> Self {
+    /// Allocates everything the view needs, for a run planned to end at `until_ns`.
+    pub(crate) fn new(view: InnerView, warmup_ns: u64, until_ns: u64) -> Self {
         let socket = view.timestamps.then(|| SocketOutcome {
             rx: Err("not enabled".into()),
             tx: Err("not enabled".into()),
@@ -173,12 +240,19 @@ impl Recorder {
             link,
             best: None,
         });
+        let intervals = view.intervals.map(|view| Intervals {
+            view,
+            start_ns: warmup_ns,
+            until_ns,
+            rtt: RttRecorder::new(0),
+        });
         Self {
             warmup_ns,
             log: view.log,
             socket,
             one_way,
             cpu: view.cpu,
+            intervals,
         }
     }
 
@@ -215,10 +289,24 @@ impl Recorder {
         self.one_way.is_some()
     }
 
+    /// `-i`: sends the intervals that are over by now on `clock` (which is read only when
+    /// intervals are asked for). The loops call it when they wake, reply or not.
+    pub(crate) fn tick(&mut self, clock: &crate::Clock) {
+        if let Some(iv) = &mut self.intervals {
+            iv.tick(clock.now_ns());
+        }
+    }
+
     /// One reply (the first arrival of its message).
     pub(crate) fn reply(&mut self, r: &ReplyAt) {
         let warmup = r.send_ns < self.warmup_ns;
         let rtt = r.receive_ns.saturating_sub(r.send_ns);
+        if let Some(iv) = &mut self.intervals {
+            iv.tick(r.receive_ns);
+            if !warmup {
+                iv.rtt.record(r.send_ns, rtt);
+            }
+        }
         let socket_rtt = match (r.stamps.rx_ns, r.stamps.tx_ns) {
             (Some(rx), Some(tx)) => rx.checked_sub(tx),
             _ => None,
@@ -287,9 +375,16 @@ impl Recorder {
         self.log.is_some()
     }
 
-    /// Ends the run: the log's sender goes (so the writer can finish), the best probe of the
-    /// last window goes to the clock sync.
-    pub(crate) fn finish(self) -> (Option<SocketOutcome>, Option<OneWayOutcome>) {
+    /// Ends the run at `end_ns` on the test clock: the last interval goes (`-i`), the log's
+    /// sender goes (so the writer can finish), the best probe of the last window goes to the
+    /// clock sync.
+    pub(crate) fn finish(self, end_ns: u64) -> (Option<SocketOutcome>, Option<OneWayOutcome>) {
+        if let Some(mut iv) = self.intervals {
+            iv.tick(end_ns);
+            if end_ns > iv.start_ns {
+                iv.send(end_ns);
+            }
+        }
         drop(self.log);
         let one_way = self.one_way.map(|mut ow| {
             ow.offer_best();

@@ -53,7 +53,7 @@ mod udp;
 
 pub use framing::Framing;
 use inner::Recorder;
-pub use inner::{InnerView, OneWayLink, OneWayOutcome, SocketOutcome};
+pub use inner::{InnerView, IntervalView, OneWayLink, OneWayOutcome, RttInterval, SocketOutcome};
 
 /// Data-path system calls the client's ping loops run on the calling thread have made (sends,
 /// receives, reads of the transmit-timestamp queue; a `write_all` of a message larger than the
@@ -77,6 +77,13 @@ fn count_call() {
 
 fn add_calls(n: u64) {
     PING_CALLS.with(|c| c.set(c.get().wrapping_add(n)));
+}
+
+/// Adds `n` calls to this thread's [`ping_syscalls`]: a caller that ran a loop on a thread of
+/// its own (to read its `-i` intervals meanwhile) credits that thread's calls to the thread
+/// that counts the run.
+pub fn credit_ping_syscalls(n: u64) {
+    add_calls(n);
 }
 
 /// This host's monotonic clock, ns (`CLOCK_MONOTONIC` on Linux: since boot, the same in every

@@ -264,6 +264,70 @@ fn an_open_loops_sender_counts_for_its_caller_and_other_runs_do_not_mix_in() {
     assert!(meter.cost().unwrap().usage.total() > Duration::ZERO);
 }
 
+/// `-i`: the intervals tile the run from the end of the warm-up to its end, and their samples
+/// are the run's, in the closed loop and the open one.
+#[test]
+fn intervals_tile_the_run_after_warm_up_and_hold_every_sample() {
+    for rate in [None, Some(2_000.0)] {
+        let _one = one_loop_at_a_time();
+        let (client, server) = tcp_pair();
+        let stop = AtomicBool::new(false);
+        let counters = Counters::default();
+        let clock = Clock::start();
+        let (tx, rx) = std::sync::mpsc::sync_channel(64);
+        let view = InnerView {
+            intervals: Some(super::IntervalView {
+                every_ns: 100 * MS,
+                out: tx,
+            }),
+            ..InnerView::default()
+        };
+        let out = thread::scope(|s| {
+            let echo = s.spawn(|| echo(&server, &stop, &counters));
+            let out = ping(
+                &client,
+                &cfg(64, 650, 120, rate),
+                Framing::Sonde,
+                view,
+                &clock,
+                &AtomicBool::new(false),
+            );
+            client.shutdown(std::net::Shutdown::Both).unwrap();
+            echo.join().unwrap().unwrap();
+            out
+        })
+        .unwrap();
+        let intervals: Vec<super::RttInterval> = rx.try_iter().collect();
+        // 120 to 220, ..., 520 to 620, then 620 to the end (the planned 650, or a little
+        // after for the last replies: no sliver of an interval after 650).
+        assert_eq!(intervals.len(), 6, "{rate:?}: {intervals:?}");
+        assert_eq!(intervals[0].start_ns, 120 * MS, "{rate:?}");
+        for pair in intervals.windows(2) {
+            assert_eq!(pair[0].end_ns, pair[1].start_ns, "{rate:?}");
+        }
+        for iv in &intervals[..intervals.len() - 1] {
+            assert_eq!(iv.end_ns - iv.start_ns, 100 * MS, "{rate:?}");
+        }
+        let last = intervals.last().unwrap();
+        // The last one ends with the run, when its loop stopped, close to 650 ms.
+        assert!(
+            last.end_ns > last.start_ns && last.end_ns > 600 * MS,
+            "{last:?}"
+        );
+        let samples: u64 = intervals.iter().map(|iv| iv.rtt.samples).sum();
+        assert_eq!(samples, out.rtt.samples(), "{rate:?}");
+        assert!(out.rtt.samples() > 0 && out.rtt.warmup_excluded() > 0);
+        // Each interval's RTTs lie within the run's.
+        let all = out.rtt.summary();
+        for iv in intervals.iter().filter(|iv| iv.rtt.samples > 0) {
+            assert!(
+                iv.rtt.min_ns >= all.min_ns && iv.rtt.max_ns <= all.max_ns,
+                "{iv:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn closed_loops_stop_at_the_count_after_warm_up() {
     let counted = PingConfig {
@@ -1295,6 +1359,7 @@ fn one_way_view(
         log: None,
         timestamps: false,
         cpu: None,
+        intervals: None,
         one_way: Some(OneWayLink {
             models,
             probes,

@@ -307,13 +307,13 @@ pub(super) fn ping<T: Transport>(
     let rate = check_rate(cfg.rate)?;
     check_one_way(&view, framing, msg)?;
     let _restore = sock.loop_timeouts()?;
-    let mut rec = Recorder::new(view, cfg.warmup_ns);
+    let mut rec = Recorder::new(view, cfg.warmup_ns, cfg.until_ns);
     let _stamps_off = enable_stamps(&mut rec, sock.sock_ref(), |tx| sock.enable_timestamps(tx));
     let mut out = match rate {
         None => closed(sock, msg, framing, cfg, clock, stop, &mut rec),
         Some(rate) => open(sock, msg, framing, rate, cfg, clock, stop, &mut rec),
     }?;
-    (out.socket, out.one_way) = rec.finish();
+    (out.socket, out.one_way) = rec.finish(clock.now_ns());
     Ok(out)
 }
 
@@ -422,6 +422,7 @@ fn closed<T: Transport>(
             stopped = true;
             break;
         }
+        sink.rec.tick(clock);
     }
     let (seq, timeouts) = st.end(sock, stopped, run, &mut sink)?;
     Ok(LatencyOutcome {
@@ -474,6 +475,7 @@ pub(super) fn read_replies<T: Transport>(
             }
             Err(e) if fault::again(&e) => {
                 st.idle(r)?;
+                sink.rec.tick(clock);
                 continue;
             }
             Err(e) => return Err(e),

@@ -83,6 +83,25 @@ pub struct LatencyResult {
     /// asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<super::context::EndsSocket>,
+    /// `-i`: the RTTs of each interval, from the end of the warm-up to the end of the run. A
+    /// reply counts in the interval it arrived in; the intervals' samples add up to `samples`.
+    /// Empty (absent) without `-i`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intervals: Vec<LatencyInterval>,
+}
+
+/// One interval of a latency test (`-i`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LatencyInterval {
+    /// Start, ns since the test started (the first starts at the end of the warm-up).
+    pub start_ns: u64,
+    /// End, ns since the test started.
+    pub end_ns: u64,
+    /// Replies that arrived in it.
+    pub samples: u64,
+    /// Their round-trip times, each percentile `null` where `samples` cannot support it (p99
+    /// needs 1,000, as for the whole run). `null` when no reply arrived.
+    pub rtt_ns: Option<RttNs>,
 }
 
 /// `--timestamps`: the RTT at the sockets. The kernel stamps a datagram (or TCP segment) as it

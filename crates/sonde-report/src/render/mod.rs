@@ -18,7 +18,7 @@ mod units;
 pub use self::compare::{compare_json, compare_table, matrix_json, matrix_table};
 pub use self::csv::{csv, csv_columns, csv_header, csv_rows};
 pub use self::html::{html, Report};
-pub use self::table::{interval_line, pps_interval_line, table};
+pub use self::table::{interval_line, latency_interval_line, pps_interval_line, table};
 use crate::model::TestResult;
 
 /// The document as pretty JSON (two-space indent, fields in model order), with a trailing

@@ -12,6 +12,7 @@ pub(crate) mod quick;
 pub(crate) mod sweep;
 pub(crate) mod throughput;
 
+pub use self::latency::latency_interval_line;
 pub use self::pps::pps_interval_line;
 
 use std::borrow::Cow;

@@ -4,10 +4,80 @@ use super::{
     context, footer, header, helpers, inner, line, protocol_name, socket_lines, tuning_text, Col,
     Grid, PERCENTILES,
 };
-use crate::model::{LatencyMode, LatencyResult, Protocol};
+use crate::model::{LatencyInterval, LatencyMode, LatencyResult, Protocol};
 use crate::render::units::{
-    fmt_count, fmt_count_f64, fmt_ns, fmt_ratio, fmt_secs, fmt_size, ns_number, to_f64, TimeUnit,
+    fmt_count, fmt_count_f64, fmt_ns, fmt_ns_auto, fmt_ratio, fmt_secs, fmt_size, ns_number,
+    ns_to_s, to_f64, TimeUnit,
 };
+
+/// A live `-i` line of a latency test: the interval, its replies and their RTTs (a percentile
+/// its replies cannot support is n/a).
+pub fn latency_interval_line(iv: &LatencyInterval) -> String {
+    let span = format!("{:.2}-{:.2} sec", ns_to_s(iv.start_ns), ns_to_s(iv.end_ns));
+    let Some(rtt) = &iv.rtt_ns else {
+        return format!("{span}  no replies");
+    };
+    let opt = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |ns| fmt_ns_auto(to_f64(ns)));
+    format!(
+        "{span}  {:>9} RTTs  min {}  p50 {}  p99 {}  max {}",
+        fmt_count(iv.samples),
+        fmt_ns_auto(to_f64(rtt.min)),
+        opt(rtt.p50),
+        opt(rtt.p99),
+        fmt_ns_auto(to_f64(rtt.max)),
+    )
+}
+
+/// `-i`: the intervals' RTTs in one block, in the unit of the run's median.
+fn intervals(r: &LatencyResult, unit: TimeUnit, out: &mut String) {
+    if r.intervals.is_empty() {
+        return;
+    }
+    out.push('\n');
+    line(out, "Intervals: RTT of the replies that arrived in each");
+    let mut g = Grid::new(vec![
+        Col::left().indent(2),
+        Col::left().gap(1),
+        Col::right(),
+        Col::right(),
+        Col::right(),
+        Col::right(),
+        Col::right(),
+        Col::right(),
+    ]);
+    let u = unit.suffix();
+    g.row([
+        "Interval".into(),
+        String::new(),
+        "RTTs".into(),
+        format!("min {u}"),
+        format!("p50 {u}"),
+        format!("p90 {u}"),
+        format!("p99 {u}"),
+        format!("max {u}"),
+    ]);
+    for iv in &r.intervals {
+        let span = format!("{:.2}-{:.2}", ns_to_s(iv.start_ns), ns_to_s(iv.end_ns));
+        let mut row = vec![span, "sec".into(), fmt_count(iv.samples)];
+        match &iv.rtt_ns {
+            Some(rtt) => {
+                let n = |v: Option<u64>| {
+                    v.map_or_else(|| "n/a".into(), |ns| ns_number(to_f64(ns), unit))
+                };
+                row.extend([
+                    n(Some(rtt.min)),
+                    n(rtt.p50),
+                    n(rtt.p90),
+                    n(rtt.p99),
+                    n(Some(rtt.max)),
+                ]);
+            }
+            None => row.extend(std::iter::repeat_n("-".to_owned(), 5)),
+        }
+        g.row(row);
+    }
+    g.render(out);
+}
 
 pub(crate) fn latency(r: &LatencyResult, out: &mut String) {
     header(out, "latency", &r.meta);
@@ -92,6 +162,7 @@ pub(crate) fn latency(r: &LatencyResult, out: &mut String) {
         }
         stat(&mut g, "max", to_f64(rtt.max));
         g.render(out);
+        intervals(r, unit, out);
     }
     inner::sections(r, out);
 

@@ -764,6 +764,56 @@ fn json_stream_writes_each_interval_then_the_document() {
     }
 }
 
+/// `sonde latency -i`: each interval's RTTs as it ends, the same in the end document, where
+/// they tile the run from the end of the warm-up and hold every sample.
+#[test]
+fn latency_intervals_stream_live_and_add_up_to_the_run() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let (first, running, rest) = first_line_while_running(&[
+        "latency",
+        &agent.target(),
+        "-t",
+        "3",
+        "--warmup",
+        "0.5",
+        "-i",
+        "0.5",
+        "--json-stream",
+    ]);
+    assert!(running, "the first event came only when the test had ended");
+    let events: Vec<Value> = std::iter::once(first.as_str())
+        .chain(rest.lines())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect();
+    let (end, live) = events.split_last().expect("events");
+    assert_eq!(end["event"], "end");
+    super::assert_valid(&end["data"]);
+    let doc = &end["data"];
+    let intervals = doc["intervals"].as_array().expect("intervals");
+    // 0.5 to 1, ..., 3 to 3.5 (the planned end, and the last replies just after it).
+    assert_eq!(intervals.len(), 6, "{doc:#}");
+    assert_eq!(live.len(), intervals.len());
+    for (ev, iv) in live.iter().zip(intervals) {
+        assert_eq!(ev["event"], "interval");
+        assert_eq!(&ev["data"], iv);
+    }
+    assert_eq!(intervals[0]["start_ns"], doc["warmup_ns"]);
+    for pair in intervals.windows(2) {
+        assert_eq!(pair[0]["end_ns"], pair[1]["start_ns"]);
+    }
+    let samples: u64 = intervals
+        .iter()
+        .map(|iv| iv["samples"].as_u64().unwrap())
+        .sum();
+    assert_eq!(samples, doc["samples"].as_u64().unwrap());
+    for iv in intervals {
+        let rtt = &iv["rtt_ns"];
+        assert!(rtt["min"].as_u64().unwrap() >= doc["rtt_ns"]["min"].as_u64().unwrap());
+        assert!(rtt["max"].as_u64().unwrap() <= doc["rtt_ns"]["max"].as_u64().unwrap());
+    }
+}
+
 /// Sends `signal` to a child process.
 fn signal(child: &std::process::Child, signal: &str) {
     let status = StdCommand::new("kill")
