@@ -143,7 +143,8 @@
   }
 
   function width(el) {
-    return Math.max(480, Math.min(1200, Math.floor(el.clientWidth || 960)));
+    // Not below 720 px: a narrower window (or the paper) scales the drawing down instead.
+    return Math.max(720, Math.min(1200, Math.floor(el.clientWidth || 960)));
   }
 
   // Legend items flowed into lines: returns [svg, height].
@@ -199,7 +200,7 @@
     });
     groupW = Math.min(groupW, W * 0.28);
     seriesW = Math.min(seriesW, W * 0.12);
-    valueW = Math.min(valueW, W * 0.3);
+    valueW = Math.min(valueW, W * 0.36);
     var left = groupW + 12 + (seriesW ? seriesW + 10 : 0);
     var plotL = left + 4, plotR = W - valueW - 16;
     var s = scale(lo, hi, plotL, plotR, true);
@@ -417,11 +418,15 @@
   }
 
   // ---- sortable tables ----------------------------------------------------------------------
-  // A cell's number: 1,234.5; ~12.3 (8 beyond); max 15.6; +613.44 µs. None: text order.
+  // A cell's number, in base units where the cell states its unit (the helpers' shares do:
+  // 900 MiB < 1.6 GiB): 1,234.5; ~12.3 (8 beyond); max 15.6; +613.44 µs. None: text order.
+  var UNITS = { "ns": 1e-9, "µs": 1e-6, "ms": 1e-3, "s": 1, "B": 1, "KiB": 1024, "MiB": 1048576,
+    "GiB": 1073741824, "TiB": 1099511627776, "bit/s": 1, "Kbit/s": 1e3, "Mbit/s": 1e6,
+    "Gbit/s": 1e9, "Tbit/s": 1e12 };
   function sortValue(td) {
     var t = td.textContent.trim().replace(/,/g, "").replace(/^(max |~)/, "");
-    var m = /^[+-]?\d+(\.\d+)?/.exec(t);
-    return m ? Number(m[0]) : null;
+    var m = /^([+-]?\d+(?:\.\d+)?)\s*([A-Za-zµ\/]+)?/.exec(t);
+    return m ? Number(m[1]) * (UNITS[m[2]] || 1) : null;
   }
   function sortable(table) {
     var body = table.tBodies[0];

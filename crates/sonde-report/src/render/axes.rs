@@ -114,13 +114,32 @@ impl Axes {
         if layout.x.is_none() {
             x = free.pop();
         }
-        let panels = free;
-        let keys = panels
+        let mut panels = free;
+        let keys: Vec<String> = panels
             .iter()
             .chain(x.iter())
             .chain(series.iter())
             .cloned()
             .collect();
+        // Chosen automatically, the layout must group something: cases that are not a matrix
+        // (no category holds two of them) are each a category of their own.
+        let grouped = {
+            let mut seen: Vec<Vec<Option<&String>>> = Vec::new();
+            labelled.iter().any(|r| {
+                let at: Vec<Option<&String>> = panels
+                    .iter()
+                    .chain(x.iter())
+                    .map(|k| r.labels.get(k))
+                    .collect();
+                let twice = seen.contains(&at);
+                seen.push(at);
+                twice
+            })
+        };
+        if layout.x.is_none() && layout.series.is_none() && series.is_some() && !grouped {
+            (x, series) = (None, None);
+            panels.clear();
+        }
         Self {
             keys,
             x,
@@ -305,6 +324,22 @@ mod tests {
         }];
         let a = Axes::of(&plain, &[], Layout::default());
         assert_eq!(a, Axes::default());
+        // Two keys, but not a matrix (path=private; path=public zone=other): no category would
+        // hold two cases, so each case is its own, named by both keys.
+        let mut rows = vec![
+            row(&[("path", "private")]),
+            row(&[("path", "public"), ("zone", "other")]),
+        ];
+        let a = Axes::of(&rows, &[], Layout::default());
+        assert_eq!((a.x.as_deref(), a.series.as_deref()), (None, None));
+        assert_eq!(a.name(&rows[1]), "zone=other path=public");
+        // With a third case that pairs with one of them, it is a matrix again.
+        rows.push(row(&[("path", "private"), ("zone", "other")]));
+        let a = Axes::of(&rows, &[], Layout::default());
+        assert_eq!(
+            (a.x.as_deref(), a.series.as_deref()),
+            (Some("zone"), Some("path"))
+        );
         assert_eq!(a.name(&plain[0]), "run 1");
     }
 }

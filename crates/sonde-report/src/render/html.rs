@@ -830,14 +830,14 @@ fn helpers_html(out: &mut String, runs: &[Run]) {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(&shares::summary(h)));
         let _ = write!(
             out,
-            "<table data-table=\"helpers\" data-run=\"{}\">\n<tr>",
+            "<table data-table=\"helpers\" data-run=\"{}\" class=\"sortable\">\n<thead><tr>",
             esc(&run.id)
         );
         for (i, title) in shares::header(kind).iter().enumerate() {
             let class = if i == 0 { " class=\"l\"" } else { "" };
             let _ = write!(out, "<th{class}>{}</th>", esc(title));
         }
-        out.push_str("</tr>\n");
+        out.push_str("</tr></thead>\n<tbody>\n");
         for s in &h.shares {
             let _ = write!(out, "<tr data-helper=\"{}\">", esc(&s.helper));
             for (i, cell) in shares::share_row(s, kind).iter().enumerate() {
@@ -846,7 +846,7 @@ fn helpers_html(out: &mut String, runs: &[Run]) {
             }
             out.push_str("</tr>\n");
         }
-        out.push_str("</table>\n");
+        out.push_str("</tbody>\n</table>\n");
         if kind == Shares::Latency {
             let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(shares::LATENCY_NOTE));
         }
@@ -1098,9 +1098,7 @@ mod tests {
         // The row of a helper in run `run`'s share table.
         let row = |run: &str, helper: &str| -> &str {
             let table = page
-                .find(&format!(
-                    "<table data-table=\"helpers\" data-run=\"{run}\">"
-                ))
+                .find(&format!("<table data-table=\"helpers\" data-run=\"{run}\""))
                 .unwrap_or_else(|| panic!("no share table of run {run}"));
             let rest = &page[table..];
             let rest = &rest[..rest.find("</table>").expect("the table ends")];

@@ -225,14 +225,12 @@ fn a_report_of_from_runs_shows_each_helpers_share_in_chromium() {
     // Each run's share table, one row per helper, as the browser has it.
     for run in ["6", "7", "8"] {
         let start = dom
-            .find(&format!(
-                "<table data-table=\"helpers\" data-run=\"{run}\">"
-            ))
+            .find(&format!("<table data-table=\"helpers\" data-run=\"{run}\""))
             .unwrap_or_else(|| panic!("no share table of run {run} in the page"));
         let table = &dom[start..start + dom[start..].find("</table>").expect("table end")];
         for helper in ["198.18.2.2:5300", "198.18.3.2:5300"] {
             assert!(
-                table.contains(&format!("<tr data-helper=\"{helper}\">")),
+                table.contains(&format!("<tr data-helper=\"{helper}\"")),
                 "run {run}: no row of {helper}: {table}"
             );
         }
@@ -719,6 +717,24 @@ const RUN_EXPORTS: &str = r#"<script>
 })();
 </script>"#;
 
+/// Appended to a test's copy of a page: clicks the latency table's `mean (µs)` header three
+/// times as a user would, and writes the first row's case after each click into the probe
+/// element (`data-sorted`, `|`-separated: ascending, descending, as it was).
+const SORT_BY_MEAN: &str = r#"<script>
+(function () {
+  var root = document.getElementById("sonde-probe");
+  if (!root) { root = document.createElement("div"); root.id = "sonde-probe"; document.body.appendChild(root); }
+  var table = document.querySelector('table[data-table="cases-latency"]');
+  var th = Array.prototype.filter.call(table.tHead.rows[0].cells, function (c) { return c.textContent === "mean (µs)"; })[0];
+  var first = [];
+  for (var i = 0; i < 3; i++) {
+    th.click();
+    first.push(table.tBodies[0].rows[0].cells[0].textContent + " " + (th.getAttribute("aria-sort") || "none"));
+  }
+  root.setAttribute("data-sorted", first.join("|"));
+})();
+</script>"#;
+
 /// `page` with `scripts` appended before `</body>`, written to `dir/name`.
 fn with_scripts(dir: &Path, name: &str, page: &str, scripts: &[&str]) -> PathBuf {
     let end = page.rfind("</body>").expect("the page ends its body");
@@ -923,7 +939,7 @@ fn the_seed_plan_report_groups_by_the_axes_and_exports_in_chromium() {
         dir.path(),
         "seed-probe.html",
         &page,
-        &[MEASURE_LABELS, RUN_EXPORTS],
+        &[MEASURE_LABELS, RUN_EXPORTS, SORT_BY_MEAN],
     );
     let dom = chromium(&probe, &["--dump-dom", "--window-size=1200,900"]);
     assert_eq!(
@@ -933,6 +949,13 @@ fn the_seed_plan_report_groups_by_the_axes_and_exports_in_chromium() {
         probe_attr(&dom, "data-error-messages")
     );
     assert_labels_apart(&dom, 15);
+    // Sorted by the mean: UDP to b-private is the lowest, TCP to b-elb the highest; a third
+    // click puts the plan's order back.
+    assert_eq!(
+        probe_attr(&dom, "data-sorted"),
+        "target=b-private protocol=udp ascending|target=b-elb protocol=tcp descending|\
+         target=b-private protocol=tcp none"
+    );
     assert_eq!(probe_attr(&dom, "data-export-svg"), "ok,ok");
     let pngs: Vec<&str> = probe_attr(&dom, "data-export-png").split(',').collect();
     assert_eq!(pngs.len(), 2, "{pngs:?}");
