@@ -983,8 +983,8 @@ fn the_seed_plan_report_groups_by_the_axes_and_exports_in_chromium() {
     assert!(!bars.contains("n/a"), "the chart at rest says n/a");
 }
 
-/// 50 cases: 25 targets with long names by TCP and UDP, and 50 unlabelled runs (each its own
-/// case, its own category). Headless chromium at 1,200 px wide: no two labels of a chart
+/// 50 cases: 25 targets with long names by TCP and UDP in two zones (a panel each), and 50
+/// unlabelled runs (each its own case, its own category). Headless chromium at 1,200 px wide: no two labels of a chart
 /// intersect, none sticks out of its drawing.
 #[test]
 fn fifty_cases_have_no_label_over_another_at_1200_px() {
@@ -997,16 +997,20 @@ fn fifty_cases_have_no_label_over_another_at_1200_px() {
     }
     let mut labelled = Vec::new();
     for t in 0..25u64 {
+        let zone = ["b", "c"][t as usize % 2];
         let target = format!(
-            "zone-{}-{}-endpoint-{t:02}",
-            ["b", "c"][t as usize % 2],
+            "zone-{zone}-{}-endpoint-{t:02}",
             ["private", "public", "load-balancer"][t as usize % 3]
         );
         for (p, protocol) in ["tcp", "udp"].iter().enumerate() {
             let id = (t * 2 + p as u64 + 1).to_string();
             labelled.push(synthetic_run(
                 &id,
-                &[("target", target.as_str()), ("protocol", protocol)],
+                &[
+                    ("target", target.as_str()),
+                    ("protocol", protocol),
+                    ("zone", zone),
+                ],
                 40.0 + 37.0 * t as f64,
                 2_000,
                 t * 2 + p as u64,
@@ -1051,6 +1055,10 @@ fn fifty_cases_have_no_label_over_another_at_1200_px() {
         // A label per category (25 targets + 50 protocol labels, or 50 run names), the axes'
         // ticks and the legends besides.
         assert_labels_apart(&dom, 50);
+        if name == "fifty-labelled" {
+            assert!(page.contains("\"title\":\"zone=b\""), "no panel for zone b");
+            assert!(page.contains("\"title\":\"zone=c\""), "no panel for zone c");
+        }
         let png = artifact_dir().join(format!("report-{name}.png"));
         chromium(
             &probe,
