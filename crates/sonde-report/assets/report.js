@@ -354,9 +354,11 @@
   // The table as CSV (RFC 4180): the header row and every row as shown, in the shown order.
   function cells(table) {
     return Array.prototype.map.call(table.querySelectorAll("tr"), function (tr) {
-      return Array.prototype.map.call(tr.children, function (c) { return (c.getAttribute("data-text") || c.textContent).trim(); });
+      return Array.prototype.map.call(tr.children, function (c) { return plain(c.textContent.trim()); });
     });
   }
+  // A number with thousands separators (120,000) without them, for a spreadsheet.
+  function plain(v) { return /^[+-]?\d{1,3}(,\d{3})+(\.\d+)?$/.test(v) ? v.replace(/,/g, "") : v; }
   function csv(table) {
     return cells(table).map(function (r) {
       return r.map(function (v) { return /[",\n\r]/.test(v) ? '"' + v.replace(/"/g, '""') + '"' : v; }).join(",");

@@ -681,8 +681,8 @@ const MEASURE_LABELS: &str = r#"<script>
 /// Appended to a test's copy of a page: runs each chart's SVG and PNG export and each table's
 /// CSV export as the buttons do, and writes what came out into the probe element:
 /// `data-export-svg` (per chart: `ok` when the text parses as an SVG document), `data-export-png`
-/// (per chart: type, bytes, first four bytes in hex), `data-export-csv` (per table: rows, then
-/// the header line).
+/// (per chart: type, bytes, first four bytes in hex), `data-export-csv` (per table: rows, the
+/// header line and the first row).
 const RUN_EXPORTS: &str = r#"<script>
 (function () {
   var root = document.getElementById("sonde-probe"), r = window.sondeReport;
@@ -703,7 +703,7 @@ const RUN_EXPORTS: &str = r#"<script>
   }).join(","));
   root.setAttribute("data-export-csv", Array.prototype.map.call(document.querySelectorAll("table[data-table]"), function (t) {
     var lines = r.csv(t).split("\r\n");
-    return (lines.length - 2) + " rows: " + lines[0];
+    return (lines.length - 2) + " rows: " + lines[0] + " / " + lines[1];
   }).join(" | "));
   Promise.all(charts.map(function (c) {
     return r.png(c).then(function (b) {
@@ -966,7 +966,8 @@ fn the_seed_plan_report_groups_by_the_axes_and_exports_in_chromium() {
     }
     assert_eq!(
         probe_attr(&dom, "data-export-csv"),
-        "10 rows: case,runs,mean (µs),p50 (µs),p99 (µs),p99.99 (µs),max (µs),samples"
+        "10 rows: case,runs,mean (µs),p50 (µs),p99 (µs),p99.99 (µs),max (µs),samples / \
+         target=b-private protocol=tcp,1,102.73,99.84,113.98,389.63,1175.55,120000"
     );
     // The grouping as the chart draws it: the targets as groups, the protocols as series.
     let bars = &dom[dom.find("data-chart=\"latency-bars\"").unwrap()..];
