@@ -607,6 +607,7 @@ fn summary(
             generated_unix_ms: sonde_client::now_unix_ms(),
             runs: &report_runs,
             comparison: None,
+            layout: sonde_report::render::Layout::default(),
         });
         std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
         eprintln!(

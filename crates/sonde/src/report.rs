@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::Args;
 use sonde_report::compare::{compare, Run};
-use sonde_report::render::{html, Report};
+use sonde_report::render::{html, label_keys, Layout, Report};
 
 use crate::select;
 use crate::units::BadValue;
@@ -20,7 +20,11 @@ use crate::units::BadValue;
 #[derive(Debug, Args)]
 #[command(after_long_help = "\
 A case is the runs that share their labels (--label when they ran); a run without labels is a \
-case of its own. The file holds its scripts (uPlot, MIT), styles and data: it opens from a file, \
+case of its own. The labels that tell the cases apart are the chart's axes (a plan's axes are \
+labels on its runs): by default the one with the fewest values (at most 10) makes the series, \
+the bars side by side in one colour each (protocol: TCP beside UDP), the one with the most \
+values the category axis (target), and any others one panel per value (zone); --x and \
+--series choose instead. The file holds its script (the charts are SVG drawn in the page), styles and data: it opens from a file, \
 offline, and requests nothing from any network. Percentiles follow sonde's rule (p99.99 needs \
 100,000 samples): where a case has fewer, the table shows what its samples do show, marked \
 (the maximum, or a value with the few samples beyond it), never a p99.99.
@@ -33,6 +37,7 @@ Examples:
   sonde report -o report.html
   sonde report label:zone=a label:zone=b -o zones.html --title \"zone a against zone b\"
   sonde report group:7 --db results.db -o run7.html
+  sonde report group:7 --x zone --series protocol -o by-zone.html
 
 Exit codes:
     0  the report was written
@@ -51,6 +56,15 @@ pub(crate) struct Opt {
     /// Significance level of the compare view's U test
     #[arg(long, value_name = "P", default_value_t = sonde_engine::compare::DEFAULT_ALPHA)]
     alpha: f64,
+    /// The label key whose values label the bar chart's groups (e.g. target; no iperf3 or
+    /// netperf equivalent) [default: the key with the most values]
+    #[arg(long = "x", value_name = "KEY")]
+    x: Option<String>,
+    /// The label key whose values are the bars side by side in each group, one colour each
+    /// (e.g. protocol; no iperf3 or netperf equivalent) [default: the key with the fewest
+    /// values, at most 10]
+    #[arg(long, value_name = "KEY")]
+    series: Option<String>,
     /// The results database [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db]
     #[arg(long, value_name = "PATH")]
     db: Option<PathBuf>,
@@ -94,12 +108,35 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
             runs.push(run);
         }
     }
+    let keys = label_keys(&runs);
+    for (flag, key) in [("--x", &opt.x), ("--series", &opt.series)] {
+        if let Some(key) = key {
+            if !keys.contains(key) {
+                return Err(BadValue(format!(
+                    "{flag} {key:?}: no selected run has that label; their labels are: {}",
+                    if keys.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        keys.join(", ")
+                    }
+                ))
+                .into());
+            }
+        }
+    }
+    if opt.x.is_some() && opt.x == opt.series {
+        return Err(BadValue("--x and --series name the same label".into()).into());
+    }
     let generated_unix_ms = sonde_client::now_unix_ms();
     let page = html(&Report {
         title: &opt.title,
         generated_unix_ms,
         runs: &runs,
         comparison: comparison.as_ref(),
+        layout: Layout {
+            x: opt.x.as_deref(),
+            series: opt.series.as_deref(),
+        },
     });
     std::fs::write(&opt.output, page)
         .with_context(|| format!("writing {}", opt.output.display()))?;

@@ -1,14 +1,17 @@
-//! `sonde report`: one self-contained HTML file. The styles, the charting library (uPlot, MIT,
-//! `assets/uplot/`), the script that draws the charts (`assets/report.js`) and the data are all
-//! inline, so the file opens offline and requests nothing from any network.
+//! `sonde report`: one self-contained HTML file. The styles, the script that draws the charts
+//! as SVG (`assets/report.js`, no library) and the data are all inline, so the file opens
+//! offline and requests nothing from any network.
 //!
-//! What it shows: the case tables (one row per case: its labels, mean, p50, p99, p99.99, max and
-//! samples; throughput, pps and crr cases in tables of their own), a bar chart of the mean and
-//! p99.99 of each latency case side by side, the RTT distribution of each case as a percentile
-//! plot (from the stored histograms when there are any, else from the documents' percentiles),
-//! throughput over time per run (each stream and the total, from the intervals), each helper's
-//! share of a `--from` run (the text table's columns), the compare view when two selections are
-//! given, both ends' host configuration, and every warning.
+//! What it shows: the case tables (one row per case, named by the labels that tell the cases
+//! apart, with its mean, p50, p99, p99.99, max and samples; throughput, pps and crr cases in
+//! tables of their own; units in the headers; sortable), a bar chart of the mean and p99.99 of
+//! each latency case laid out by the labels ([`Axes`]: a category axis, series side by side,
+//! panels), the RTT distribution of each case as a percentile plot (from the stored histograms
+//! when there are any, else from the documents' percentiles), throughput over time per run
+//! (each stream and the total, from the intervals), each helper's share of a `--from` run (the
+//! text table's columns), the compare view when two selections are given, both ends' host
+//! configuration, and every warning. Each chart downloads as PNG or SVG and each table as CSV,
+//! made in the page; a print stylesheet lays it out for paper.
 //!
 //! The first inline script records any script error, failed resource or `console.error` in the
 //! page's `data-errors` attribute; the drawing script sets `data-ready="1"` when every chart is
@@ -20,14 +23,15 @@ use std::fmt::Write as _;
 use serde_json::{json, Value};
 use sonde_engine::rtt::{percentile_supported, RttRecorder};
 
+use super::axes::{Axes, Layout};
 use super::compare::fmt_figure;
 use super::table::helpers::{self as shares, Shares};
-use super::units::{fmt_count, fmt_ns, fmt_timestamp, TimeUnit};
+use super::units::{
+    fmt_count, fmt_count_f64, fmt_ns, fmt_timestamp, ns_number, TimeUnit, Unit, RATE,
+};
 use crate::compare::{cases, CaseTable, Cell, Comparison, Figure, Run, ThinReading, Verdict};
 use crate::model::{Helpers, Meta, TestResult};
 
-const UPLOT_JS: &str = include_str!("../../assets/uplot/uPlot.iife.min.js");
-const UPLOT_CSS: &str = include_str!("../../assets/uplot/uPlot.min.css");
 const REPORT_JS: &str = include_str!("../../assets/report.js");
 const REPORT_CSS: &str = include_str!("../../assets/report.css");
 
@@ -67,6 +71,9 @@ pub struct Report<'a> {
     pub runs: &'a [Run],
     /// The compare view, when two selections were given.
     pub comparison: Option<&'a Comparison>,
+    /// Which label keys the latency chart puts on its category axis and as its series
+    /// (automatic where `None`).
+    pub layout: Layout<'a>,
 }
 
 /// The report as one HTML document.
@@ -86,15 +93,19 @@ pub fn html(report: &Report<'_>) -> String {
         body.push_str("<p>No runs were selected.</p>\n");
     }
 
-    // The cases.
-    for t in &tables {
-        case_table_html(&mut body, t);
+    // The cases, each table in the order of its axes.
+    let axes: Vec<Axes> = tables
+        .iter()
+        .map(|t| Axes::of(&t.rows, report.runs, report.layout))
+        .collect();
+    for (t, a) in tables.iter().zip(&axes) {
+        case_table_html(&mut body, t, a);
     }
 
     // Charts.
-    let latency = tables.iter().find(|t| t.test.is_rtt());
+    let latency = tables.iter().zip(&axes).find(|(t, _)| t.test.is_rtt());
     let mut data = serde_json::Map::new();
-    if let Some(t) = latency {
+    if let Some((t, axes)) = latency {
         body.push_str("<h2>Mean and p99.99 RTT per case</h2>\n");
         body.push_str(
             "<p class=\"note\">Each case's mean and p99.99 side by side. Where a run's samples \
@@ -102,8 +113,11 @@ pub fn html(report: &Report<'_>) -> String {
              instead: the largest sample, a value resting on fewer than ten samples beyond it, or \
              the p99.99 of the case's runs pooled; never one run's p99.99.</p>\n",
         );
-        body.push_str("<div class=\"chart\" data-chart=\"latency-bars\"></div>\n");
-        data.insert("latency_bars".into(), latency_bars(t));
+        body.push_str(
+            "<div class=\"chart\" data-chart=\"latency-bars\" \
+             data-title=\"Mean and p99.99 RTT per case\"></div>\n",
+        );
+        data.insert("latency_bars".into(), latency_bars(t, axes));
         body.push_str("<h2>RTT distribution</h2>\n");
         body.push_str(
             "<p class=\"note\">The RTT at each percentile, both axes on a log scale, cases \
@@ -111,10 +125,18 @@ pub fn html(report: &Report<'_>) -> String {
              Cases whose runs were stored with their histograms are drawn from them; the \
              others from the percentiles their documents state (the dots).</p>\n",
         );
-        body.push_str("<div class=\"chart\" data-chart=\"rtt-distribution\"></div>\n");
+        body.push_str(
+            "<div class=\"chart\" data-chart=\"rtt-distribution\" \
+             data-title=\"RTT distribution\"></div>\n",
+        );
         data.insert(
             "distribution".into(),
-            distribution(report.runs, t.rows.iter().map(|r| r.name.as_str())),
+            distribution(
+                report.runs,
+                axes.sort(&t.rows)
+                    .into_iter()
+                    .map(|r| (r.name.as_str(), axes.name(r))),
+            ),
         );
     }
     let throughput = throughput_series(report.runs);
@@ -127,8 +149,9 @@ pub fn html(report: &Report<'_>) -> String {
         for (i, (title, _)) in throughput.iter().enumerate() {
             let _ = writeln!(
                 body,
-                "<h3>{}</h3>\n<div class=\"chart\" data-chart=\"throughput\" data-index=\"{i}\"></div>",
-                esc(title)
+                "<h3>{t}</h3>\n<div class=\"chart\" data-chart=\"throughput\" data-index=\"{i}\" \
+                 data-title=\"Throughput, {t}\"></div>",
+                t = esc(title)
             );
         }
     }
@@ -147,21 +170,17 @@ pub fn html(report: &Report<'_>) -> String {
     // `<` only ever occurs inside JSON strings, where \u003c means the same; so the data
     // cannot close its script element.
     let data = Value::Object(data).to_string().replace('<', "\\u003c");
-    let mut out = String::with_capacity(body.len() + UPLOT_JS.len() + data.len() + 4096);
+    let mut out = String::with_capacity(body.len() + REPORT_JS.len() + data.len() + 4096);
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     let _ = writeln!(out, "<title>{}</title>", esc(report.title));
     let _ = writeln!(out, "<script>{ERROR_TRAP_JS}</script>");
-    let _ = writeln!(
-        out,
-        "<style>{UPLOT_CSS}</style>\n<style>{REPORT_CSS}</style>"
-    );
+    let _ = writeln!(out, "<style>{REPORT_CSS}</style>");
     out.push_str("</head>\n<body>\n");
     out.push_str(&body);
     let _ = writeln!(
         out,
         "<script type=\"application/json\" id=\"sonde-data\">{data}</script>"
     );
-    let _ = writeln!(out, "<script>{UPLOT_JS}</script>");
     let _ = writeln!(out, "<script>{REPORT_JS}</script>");
     out.push_str("</body>\n</html>\n");
     out
@@ -206,40 +225,107 @@ fn rtt_unit(t: &CaseTable) -> TimeUnit {
     TimeUnit::for_typical(smallest)
 }
 
-fn case_table_html(out: &mut String, t: &CaseTable) {
+/// The unit a column of a case table states its figures in (said in its header, so that the
+/// cells are numbers a spreadsheet reads).
+#[derive(Debug, Clone, Copy)]
+enum ColumnUnit {
+    Time(TimeUnit),
+    Rate(Unit),
+    PerSecond,
+    Percent,
+}
+
+impl ColumnUnit {
+    fn of(t: &CaseTable, i: usize, f: Figure, time: TimeUnit) -> Self {
+        match f {
+            _ if f.is_rtt() => Self::Time(time),
+            Figure::Throughput => {
+                let largest = t
+                    .rows
+                    .iter()
+                    .filter_map(|r| r.cells.get(i)?.value)
+                    .fold(0.0, f64::max);
+                Self::Rate(Unit::for_largest(&RATE, largest))
+            }
+            Figure::Loss => Self::Percent,
+            _ => Self::PerSecond,
+        }
+    }
+
+    /// The header: `mean (µs)`, `throughput (Mbit/s)`, `loss (%)`, `packets/s`.
+    fn header(self, f: Figure) -> String {
+        match self {
+            Self::Time(u) => format!("{} ({})", short(f), u.suffix()),
+            Self::Rate(u) => format!("{} ({})", short(f), u.name()),
+            Self::Percent => format!("{} (%)", short(f)),
+            Self::PerSecond => short(f).to_owned(),
+        }
+    }
+
+    fn number(self, f: Figure, v: f64) -> String {
+        match self {
+            Self::Time(u) => ns_number(v, u),
+            Self::Rate(u) => u.number(v),
+            Self::Percent => fmt_figure(f, v, TimeUnit::Micros)
+                .trim_end_matches('%')
+                .to_owned(),
+            Self::PerSecond => fmt_count_f64(v),
+        }
+    }
+}
+
+fn case_table_html(out: &mut String, t: &CaseTable, axes: &Axes) {
     let unit = rtt_unit(t);
     let _ = writeln!(out, "<h2>{}</h2>", t.test.cases_title());
+    if !axes.shared.is_empty() {
+        let shared: Vec<String> = axes
+            .shared
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">Every case: {}.</p>",
+            esc(&shared.join(" "))
+        );
+    }
     let has_samples = t.rows.iter().any(|r| r.samples.is_some());
+    let units: Vec<ColumnUnit> = t
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(i, &f)| ColumnUnit::of(t, i, f, unit))
+        .collect();
     let _ = write!(
         out,
-        "<table data-table=\"cases-{}\">\n<tr><th class=\"l\">case</th><th class=\"l\">labels</th><th>runs</th>",
+        "<table data-table=\"cases-{}\" class=\"sortable\">\n<thead><tr><th class=\"l\">case</th><th>runs</th>",
         t.test.name()
     );
-    for f in &t.columns {
-        let _ = write!(out, "<th>{}</th>", esc(short(*f)));
+    for (f, u) in t.columns.iter().zip(&units) {
+        let _ = write!(out, "<th>{}</th>", esc(&u.header(*f)));
     }
     if has_samples {
         out.push_str("<th>samples</th>");
     }
-    out.push_str("</tr>\n");
-    for r in &t.rows {
+    out.push_str("</tr></thead>\n<tbody>\n");
+    for r in axes.sort(&t.rows) {
         let labels = r
             .labels
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
-            .join(", ");
+            .join(" ");
         let _ = write!(
             out,
-            "<tr data-case=\"{}\"><td class=\"l\">{}</td><td class=\"l\">{}</td><td title=\"{}\">{}</td>",
+            "<tr data-case=\"{}\"><td class=\"l\" title=\"{}\">{}</td><td title=\"runs {}\">{}</td>",
             esc(&r.name),
-            esc(&r.name),
-            esc(&labels),
+            esc(if labels.is_empty() { &r.name } else { &labels }),
+            esc(&axes.name(r)),
             esc(&r.runs.join(", ")),
             r.runs.len()
         );
-        for (cell, &f) in r.cells.iter().zip(&t.columns) {
-            out.push_str(&cell_html(cell, f, unit));
+        for ((cell, &f), u) in r.cells.iter().zip(&t.columns).zip(&units) {
+            out.push_str(&cell_html(cell, f, *u));
         }
         if has_samples {
             let _ = write!(
@@ -250,7 +336,7 @@ fn case_table_html(out: &mut String, t: &CaseTable) {
         }
         out.push_str("</tr>\n");
     }
-    out.push_str("</table>\n");
+    out.push_str("</tbody>\n</table>\n");
     if t.test.is_rtt() {
         out.push_str(
             "<p class=\"note\">Each figure is the median over the case's runs. A percentile is \
@@ -263,9 +349,13 @@ fn case_table_html(out: &mut String, t: &CaseTable) {
     }
 }
 
-fn cell_html(cell: &Cell, f: Figure, unit: TimeUnit) -> String {
+fn cell_html(cell: &Cell, f: Figure, column: ColumnUnit) -> String {
+    let unit = match column {
+        ColumnUnit::Time(u) => u,
+        _ => TimeUnit::Micros,
+    };
     match (cell.value, cell.thin) {
-        (Some(v), _) => format!("<td>{}</td>", esc(&fmt_figure(f, v, unit))),
+        (Some(v), _) => format!("<td>{}</td>", esc(&column.number(f, v))),
         (None, Some(t)) => {
             let needed = t.run_needed_ns.map_or_else(String::new, |ns| {
                 format!(
@@ -280,12 +370,14 @@ fn cell_html(cell: &Cell, f: Figure, unit: TimeUnit) -> String {
                 fmt_count(t.samples)
             );
             let text = match t.reading {
-                ThinReading::Max { value_ns } => format!("max {}", fmt_ns(value_ns as f64, unit)),
+                ThinReading::Max { value_ns } => {
+                    format!("max {}", ns_number(value_ns as f64, unit))
+                }
                 ThinReading::Thin { value_ns, beyond } => {
-                    format!("~{} ({beyond} beyond)", fmt_ns(value_ns as f64, unit))
+                    format!("~{} ({beyond} beyond)", ns_number(value_ns as f64, unit))
                 }
                 ThinReading::Pooled { value_ns, runs } => {
-                    format!("{} ({runs} runs pooled)", fmt_ns(value_ns as f64, unit))
+                    format!("{} ({runs} runs pooled)", ns_number(value_ns as f64, unit))
                 }
             };
             format!(
@@ -303,32 +395,81 @@ fn to_us(ns: f64) -> f64 {
     ns / 1e3
 }
 
-fn latency_bars(t: &CaseTable) -> Value {
+/// The bar chart's data, laid out by the axes: panels, each a list of groups (the category
+/// axis's values), each with one bar per case (the series' values). RTTs in µs.
+fn latency_bars(t: &CaseTable, axes: &Axes) -> Value {
     let col = |f: Figure| t.columns.iter().position(|c| *c == f);
     let (mean, p9999) = (col(Figure::RttMean), col(Figure::RttP9999));
     let cell =
         |r: &crate::compare::CaseRow, i: Option<usize>| i.and_then(|i| r.cells.get(i).copied());
-    let names: Vec<&str> = t.rows.iter().map(|r| r.name.as_str()).collect();
-    let means: Vec<Option<f64>> = t
-        .rows
-        .iter()
-        .map(|r| cell(r, mean).and_then(|c| c.value).map(to_us))
-        .collect();
-    let p: Vec<Option<f64>> = t
-        .rows
-        .iter()
-        .map(|r| cell(r, p9999).and_then(|c| c.value).map(to_us))
-        .collect();
-    let substitute: Vec<Option<f64>> = t
-        .rows
-        .iter()
-        .map(|r| {
-            cell(r, p9999)
+    // (panel, its groups: (category, its bars)).
+    type Groups = Vec<(String, Vec<Value>)>;
+    let mut panels: Vec<(String, Groups)> = Vec::new();
+    for r in axes.sort(&t.rows) {
+        let panel: Vec<String> = axes
+            .panels
+            .iter()
+            .map(|k| format!("{k}={}", Axes::value(r, k)))
+            .collect();
+        let panel = panel.join(" ");
+        let group = axes
+            .x
+            .as_deref()
+            .map_or_else(|| axes.name(r), |k| Axes::value(r, k));
+        let series = axes.series.as_deref().map(|k| Axes::value(r, k));
+        let bar = json!({
+            "case": axes.name(r),
+            "series": series,
+            "mean_us": cell(r, mean).and_then(|c| c.value).map(to_us),
+            "p9999_us": cell(r, p9999).and_then(|c| c.value).map(to_us),
+            "substitute_us": cell(r, p9999)
                 .and_then(|c| c.thin)
-                .map(|t| to_us(t.reading.value_ns() as f64))
+                .map(|t| to_us(t.reading.value_ns() as f64)),
+            // What the stand-in is, as the table says it.
+            "substitute": cell(r, p9999).and_then(|c| c.thin).map(|t| match t.reading {
+                ThinReading::Max { .. } => "max".to_owned(),
+                ThinReading::Thin { beyond, .. } => format!("{beyond} beyond"),
+                ThinReading::Pooled { runs, .. } => format!("{runs} runs pooled"),
+            }),
+        });
+        if panels.last().is_none_or(|(p, _)| *p != panel) {
+            panels.push((panel, Vec::new()));
+        }
+        let groups = &mut panels.last_mut().expect("pushed above").1;
+        match groups.last_mut() {
+            Some((g, bars)) if *g == group => bars.push(bar),
+            _ => groups.push((group, vec![bar])),
+        }
+    }
+    let series_values: Vec<String> = match axes.series.as_deref() {
+        Some(k) => {
+            let mut v: Vec<String> = Vec::new();
+            for r in axes.sort(&t.rows) {
+                let value = Axes::value(r, k);
+                if !v.contains(&value) {
+                    v.push(value);
+                }
+            }
+            v
+        }
+        None => Vec::new(),
+    };
+    let panels: Vec<Value> = panels
+        .into_iter()
+        .map(|(title, groups)| {
+            let groups: Vec<Value> = groups
+                .into_iter()
+                .map(|(label, bars)| json!({ "label": label, "bars": bars }))
+                .collect();
+            json!({ "title": title, "groups": groups })
         })
         .collect();
-    json!({ "cases": names, "mean_us": means, "p9999_us": p, "substitute_us": substitute })
+    json!({
+        "x": axes.x,
+        "series": axes.series,
+        "series_values": series_values,
+        "panels": panels,
+    })
 }
 
 /// The percentile plot's x values: 1 / (1 - p), a tenth of a decade apart, plus p50 (x = 2).
@@ -346,7 +487,8 @@ fn pct_of(x: f64) -> f64 {
 }
 
 /// The RTT distribution of each latency case, on one grid.
-fn distribution<'a>(runs: &[Run], case_names: impl Iterator<Item = &'a str>) -> Value {
+/// `cases`: each case's name in the case table (its labels joined) and the name it is shown by.
+fn distribution<'a>(runs: &[Run], cases: impl Iterator<Item = (&'a str, String)>) -> Value {
     // The same grouping as the case table: by labels, or by id without labels.
     let mut groups: BTreeMap<String, Vec<&Run>> = BTreeMap::new();
     for run in runs {
@@ -366,8 +508,8 @@ fn distribution<'a>(runs: &[Run], case_names: impl Iterator<Item = &'a str>) -> 
     }
     // Per case: a pooled histogram when every run has one, else the documents' percentiles.
     let mut curves: Vec<(String, Curve)> = Vec::new();
-    for name in case_names {
-        let Some(runs) = groups.get(name) else {
+    for (key, name) in cases {
+        let Some(runs) = groups.get(key) else {
             continue;
         };
         if runs.iter().all(|r| r.rtt.is_some()) {
@@ -377,7 +519,7 @@ fn distribution<'a>(runs: &[Run], case_names: impl Iterator<Item = &'a str>) -> 
                     pooled.merge(h);
                 }
             }
-            curves.push((name.to_owned(), Curve::Pooled(pooled)));
+            curves.push((name, Curve::Pooled(pooled)));
         } else {
             // The median over the runs of each percentile every run states.
             let mut points = Vec::new();
@@ -393,7 +535,7 @@ fn distribution<'a>(runs: &[Run], case_names: impl Iterator<Item = &'a str>) -> 
                     points.push((x, to_us(m)));
                 }
             }
-            curves.push((name.to_owned(), Curve::Stated(points)));
+            curves.push((name, Curve::Stated(points)));
         }
     }
     let decades = curves
@@ -688,14 +830,14 @@ fn helpers_html(out: &mut String, runs: &[Run]) {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(&shares::summary(h)));
         let _ = write!(
             out,
-            "<table data-table=\"helpers\" data-run=\"{}\">\n<tr>",
+            "<table data-table=\"helpers\" data-run=\"{}\" class=\"sortable\">\n<thead><tr>",
             esc(&run.id)
         );
         for (i, title) in shares::header(kind).iter().enumerate() {
             let class = if i == 0 { " class=\"l\"" } else { "" };
             let _ = write!(out, "<th{class}>{}</th>", esc(title));
         }
-        out.push_str("</tr>\n");
+        out.push_str("</tr></thead>\n<tbody>\n");
         for s in &h.shares {
             let _ = write!(out, "<tr data-helper=\"{}\">", esc(&s.helper));
             for (i, cell) in shares::share_row(s, kind).iter().enumerate() {
@@ -704,7 +846,7 @@ fn helpers_html(out: &mut String, runs: &[Run]) {
             }
             out.push_str("</tr>\n");
         }
-        out.push_str("</table>\n");
+        out.push_str("</tbody>\n</table>\n");
         if kind == Shares::Latency {
             let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(shares::LATENCY_NOTE));
         }
@@ -887,9 +1029,10 @@ mod tests {
             generated_unix_ms: 1_714_564_800_000,
             runs: &runs,
             comparison: Some(&c),
+            layout: Layout::default(),
         });
         // No resource from anywhere: no src or href attribute, no CSS url(), no @import, no
-        // fetch. (uPlot's banner comment names its home page; it loads nothing.)
+        // fetch, no address at all.
         for pat in [
             "src=",
             "href=",
@@ -897,6 +1040,8 @@ mod tests {
             "@import",
             "fetch(",
             "XMLHttpRequest",
+            "http://",
+            "https://",
         ] {
             assert!(!page.contains(pat), "{pat}");
         }
@@ -922,7 +1067,15 @@ mod tests {
         let start = page.find("id=\"sonde-data\">").unwrap() + "id=\"sonde-data\">".len();
         let end = start + page[start..].find("</script>").unwrap();
         let data: Value = serde_json::from_str(&page[start..end]).unwrap();
-        assert_eq!(data["latency_bars"]["cases"].as_array().unwrap().len(), 3);
+        // One bar per latency case: path private and public, and run 4 (no labels).
+        let bars: Vec<&Value> = data["latency_bars"]["panels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| p["groups"].as_array().unwrap())
+            .flat_map(|g| g["bars"].as_array().unwrap())
+            .collect();
+        assert_eq!(bars.len(), 3);
         assert_eq!(data["distribution"]["series"].as_array().unwrap().len(), 3);
     }
 
@@ -939,14 +1092,13 @@ mod tests {
             generated_unix_ms: 1_714_564_800_000,
             runs: &from,
             comparison: None,
+            layout: Layout::default(),
         });
         assert!(page.contains("<h2>Shares of the helpers (--from)</h2>"));
         // The row of a helper in run `run`'s share table.
         let row = |run: &str, helper: &str| -> &str {
             let table = page
-                .find(&format!(
-                    "<table data-table=\"helpers\" data-run=\"{run}\">"
-                ))
+                .find(&format!("<table data-table=\"helpers\" data-run=\"{run}\""))
                 .unwrap_or_else(|| panic!("no share table of run {run}"));
             let rest = &page[table..];
             let rest = &rest[..rest.find("</table>").expect("the table ends")];
@@ -989,6 +1141,7 @@ mod tests {
             generated_unix_ms: 1_714_564_800_000,
             runs: &runs(),
             comparison: None,
+            layout: Layout::default(),
         });
         assert!(!plain.contains("data-table=\"helpers\""));
     }
@@ -998,7 +1151,9 @@ mod tests {
         let runs = runs();
         let d = distribution(
             &runs,
-            ["path=private", "path=public zone=other"].into_iter(),
+            ["path=private", "path=public zone=other"]
+                .into_iter()
+                .map(|n| (n, n.to_owned())),
         );
         let x: Vec<f64> = serde_json::from_value(d["x"].clone()).unwrap();
         let private: Vec<Option<f64>> =

@@ -9,12 +9,14 @@
 //! - [`html`]: `sonde report`, one self-contained HTML file with tables and charts.
 //! - [`compare_table`], [`matrix_table`] (and their JSON): `sonde compare` and its `--by` view.
 
+mod axes;
 mod compare;
 pub(crate) mod csv;
 mod html;
 pub(crate) mod table;
 mod units;
 
+pub use self::axes::{label_keys, Layout};
 pub use self::compare::{compare_json, compare_table, matrix_json, matrix_table};
 pub use self::csv::{csv, csv_columns, csv_header, csv_rows};
 pub use self::html::{html, Report};

@@ -51,6 +51,20 @@ impl Unit {
         pick
     }
 
+    /// Its name: `Gbit/s`.
+    pub(super) fn name(self) -> &'static str {
+        self.name
+    }
+
+    /// `v` in this unit, the number alone (the unit in a column's header): `9.419`.
+    pub(super) fn number(self, v: f64) -> String {
+        if !v.is_finite() {
+            return "n/a".to_owned();
+        }
+        let decimals = self.decimals;
+        format!("{:.decimals$}", v / self.size)
+    }
+
     /// `v` in this unit: `9.419 Gbit/s`; `n/a` when `v` is not finite.
     pub(super) fn fmt(self, v: f64) -> String {
         if !v.is_finite() {

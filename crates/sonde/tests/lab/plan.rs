@@ -107,8 +107,8 @@ fn report_mean(html: &str, case: &str) -> f64 {
         .lines()
         .find(|l| l.starts_with(&format!("<tr data-case=\"{case}\">")))
         .unwrap_or_else(|| panic!("no row for {case} in the report"));
-    // case, labels, runs, then the figures: the mean first.
-    let mean = row.split("<td").nth(4).expect("a mean cell");
+    // case, runs, then the figures: the mean first.
+    let mean = row.split("<td").nth(3).expect("a mean cell");
     let text: String = mean
         .split('>')
         .nth(1)

@@ -1,7 +1,9 @@
 //! `sonde report` in a real browser: Debian's `chromium`, headless, opens a generated report from
-//! a file and the test reads the DOM it ends with: every chart drawn (uPlot's canvas in each
-//! chart's slot), every case row, no script error or console error, no resource from a network.
-//! A screenshot and the page are kept as artifacts (`$SONDE_ARTIFACT_DIR`, else Cargo's target/tmp).
+//! a file and the test reads the DOM it ends with: every chart drawn (an SVG in each chart's
+//! slot), every case row, no script error or console error, no resource from a network. Scripts
+//! the tests append to their copy of a page measure the chart labels' boxes and run the exports,
+//! and write what they found into the DOM. A screenshot and the page are kept as artifacts
+//! (`$SONDE_ARTIFACT_DIR`, else Cargo's target/tmp).
 
 use crate::common;
 
@@ -12,8 +14,8 @@ use std::time::Duration;
 use common::{require_or_skip, run_with_timeout, Need};
 use sonde_engine::rtt::RttRecorder;
 use sonde_report::compare::{compare, Run};
-use sonde_report::render::{html, Report};
-use sonde_report::TestResult;
+use sonde_report::render::{html, Layout, Report};
+use sonde_report::{Protocol, TestResult};
 
 /// One of sonde-report's fixture documents, from its JSON snapshot (kept equal to the model by
 /// sonde-report's snapshot tests).
@@ -39,7 +41,7 @@ fn artifact_dir() -> PathBuf {
 }
 
 /// Headless chromium on `page` with a fresh profile and nothing that phones home; `extra` picks
-/// the output (`--dump-dom`, `--screenshot=...`). Returns stdout.
+/// the output (`--dump-dom`, `--screenshot=...`, `--print-to-pdf=...`). Returns stdout.
 fn chromium(page: &Path, extra: &[&str]) -> String {
     let profile = tempfile::tempdir().expect("profile dir");
     let mut cmd = Command::new("chromium");
@@ -77,7 +79,7 @@ fn root_attr<'a>(dom: &'a str, name: &str) -> Option<&'a str> {
     Some(&tag[from..from + tag[from..].find('"')?])
 }
 
-/// Checks a report in the browser: `charts` chart slots each with uPlot's canvas, each of
+/// Checks a report in the browser: `charts` chart slots each with its SVG drawing, each of
 /// `rows` as a table row, no error. Keeps a screenshot under `shot`.
 pub(crate) fn check_in_browser(page: &Path, charts: usize, rows: &[&str], shot: &str) -> String {
     let html = std::fs::read_to_string(page).expect("report");
@@ -85,9 +87,11 @@ pub(crate) fn check_in_browser(page: &Path, charts: usize, rows: &[&str], shot: 
     for pat in ["src=", "href=", "url(", "@import", "http://", "fetch("] {
         assert!(!html.contains(pat), "the report contains {pat:?}");
     }
-    // https only in uPlot's banner comment, which loads nothing.
-    assert!(html.matches("https://").count() <= 1);
+    assert!(!html.contains("https://"), "the report contains https://");
 
+    // The page beside its screenshot, kept before anything can fail.
+    let png = artifact_dir().join(shot);
+    let _ = std::fs::copy(page, png.with_extension("html"));
     let dom = chromium(page, &["--dump-dom"]);
     assert_eq!(
         root_attr(&dom, "data-errors"),
@@ -101,17 +105,21 @@ pub(crate) fn check_in_browser(page: &Path, charts: usize, rows: &[&str], shot: 
         Some(charts.to_string().as_str())
     );
     assert_eq!(dom.matches("data-chart=\"").count(), charts);
-    // uPlot puts one canvas into each chart's slot.
-    assert_eq!(dom.matches("<canvas").count(), charts, "canvases");
+    // One SVG drawing in each chart's slot, with its export buttons after it; and after each
+    // table (the page before its data and scripts, which spell the same tags).
+    let body = &dom[..dom.find("id=\"sonde-data\"").expect("the page's data")];
+    assert_eq!(body.matches("<svg ").count(), charts, "drawings");
+    assert_eq!(
+        body.matches("<div class=\"tools\">").count(),
+        charts + body.matches("<table data-table=").count(),
+        "export buttons"
+    );
     for row in rows {
         assert!(
-            dom.contains(&format!("<tr data-case=\"{row}\">")),
+            dom.contains(&format!("<tr data-case=\"{row}\"")),
             "no row for case {row}"
         );
     }
-    // The page too, beside its screenshot.
-    let png = artifact_dir().join(shot);
-    let _ = std::fs::copy(page, png.with_extension("html"));
     let _ = std::fs::remove_file(&png);
     chromium(
         page,
@@ -166,6 +174,7 @@ fn report_opens_in_chromium_with_every_chart_and_no_error() {
         generated_unix_ms: 1_714_564_800_000,
         runs: &runs,
         comparison: Some(&c),
+        layout: Layout::default(),
     });
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("report.html");
@@ -206,6 +215,7 @@ fn a_report_of_from_runs_shows_each_helpers_share_in_chromium() {
         generated_unix_ms: 1_714_564_800_000,
         runs: &runs,
         comparison: None,
+        layout: Layout::default(),
     });
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("report-from.html");
@@ -215,14 +225,12 @@ fn a_report_of_from_runs_shows_each_helpers_share_in_chromium() {
     // Each run's share table, one row per helper, as the browser has it.
     for run in ["6", "7", "8"] {
         let start = dom
-            .find(&format!(
-                "<table data-table=\"helpers\" data-run=\"{run}\">"
-            ))
+            .find(&format!("<table data-table=\"helpers\" data-run=\"{run}\""))
             .unwrap_or_else(|| panic!("no share table of run {run} in the page"));
         let table = &dom[start..start + dom[start..].find("</table>").expect("table end")];
         for helper in ["198.18.2.2:5300", "198.18.3.2:5300"] {
             assert!(
-                table.contains(&format!("<tr data-helper=\"{helper}\">")),
+                table.contains(&format!("<tr data-helper=\"{helper}\"")),
                 "run {run}: no row of {helper}: {table}"
             );
         }
@@ -479,6 +487,44 @@ fn matrix_and_report_from_the_database() {
     );
     let page = std::fs::read_to_string(&two).unwrap();
     assert!(page.contains("<title>small against large</title>"));
+    // --x names a label the runs have; another is a usage error that lists the ones there are.
+    let out = sonde(
+        &db,
+        &[
+            "report",
+            "--db",
+            dbs,
+            "--x",
+            "zone",
+            "-o",
+            all.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("--x \"zone\": no selected run has that label; their labels are: msg"),
+        "{}",
+        out.stderr
+    );
+    let by = dir.path().join("by.html");
+    sonde_ok(
+        &db,
+        &[
+            "report",
+            "--db",
+            dbs,
+            "--x",
+            "msg",
+            "-o",
+            by.to_str().unwrap(),
+        ],
+    );
+    let by_page = std::fs::read_to_string(&by).unwrap();
+    assert!(
+        by_page.contains("\"x\":\"msg\""),
+        "the bars' category axis is msg"
+    );
     assert!(page.contains("<table data-table=\"compare\">"));
     if !require_or_skip(
         "matrix_and_report_from_the_database (browser part)",
@@ -589,4 +635,502 @@ fn a_path_shaped_slower_is_significantly_slower() {
     ]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("RTT mean"), "{stderr}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The report people read: a plan's axes on the chart, labels that never overlap, charts and
+// tables that leave the page, the print.
+// ---------------------------------------------------------------------------------------------
+
+/// Appended to a test's copy of a page, after the report's own script: every text box of every
+/// chart, as laid out. Writes into the probe element (see [`probe_attr`]) how many labels there
+/// are (`data-labels`), how many pairs of one chart intersect or stick out of their drawing
+/// (`data-label-clashes`) and the first few of them (`data-label-clash-examples`).
+const MEASURE_LABELS: &str = r#"<script>
+(function () {
+  var root = document.getElementById("sonde-probe"), boxes = [], bad = [];
+  if (!root) { root = document.createElement("div"); root.id = "sonde-probe"; document.body.appendChild(root); }
+  ["data-errors", "data-error-messages", "data-ready"].forEach(function (a) {
+    root.setAttribute(a, document.documentElement.getAttribute(a) || "");
+  });
+  document.querySelectorAll(".chart svg").forEach(function (svg, chart) {
+    var outer = svg.getBoundingClientRect();
+    svg.querySelectorAll("text").forEach(function (t) {
+      var b = t.getBoundingClientRect();
+      if (b.width === 0 || b.height === 0) return;
+      var name = t.lastChild ? t.lastChild.textContent : "";
+      if (b.left < outer.left - 0.5 || b.right > outer.right + 0.5 || b.top < outer.top - 0.5 || b.bottom > outer.bottom + 0.5)
+        bad.push("'" + name + "' sticks out of chart " + chart);
+      boxes.push({ chart: chart, b: b, name: name });
+    });
+  });
+  for (var i = 0; i < boxes.length; i++) {
+    for (var j = i + 1; j < boxes.length; j++) {
+      var a = boxes[i], c = boxes[j];
+      if (a.chart !== c.chart) continue;
+      if (a.b.left < c.b.right - 0.5 && c.b.left < a.b.right - 0.5 && a.b.top < c.b.bottom - 0.5 && c.b.top < a.b.bottom - 0.5)
+        bad.push("'" + a.name + "' over '" + c.name + "'");
+    }
+  }
+  root.setAttribute("data-labels", String(boxes.length));
+  root.setAttribute("data-label-clashes", String(bad.length));
+  root.setAttribute("data-label-clash-examples", bad.slice(0, 6).join(" | "));
+})();
+</script>"#;
+
+/// Appended to a test's copy of a page: runs each chart's SVG and PNG export and each table's
+/// CSV export as the buttons do, and writes what came out into the probe element:
+/// `data-export-svg` (per chart: `ok` when the text parses as an SVG document), `data-export-png`
+/// (per chart: type, bytes, first four bytes in hex), `data-export-csv` (per table: rows, the
+/// header line and the first row).
+const RUN_EXPORTS: &str = r#"<script>
+(function () {
+  var root = document.getElementById("sonde-probe"), r = window.sondeReport;
+  if (!root) { root = document.createElement("div"); root.id = "sonde-probe"; document.body.appendChild(root); }
+  var errors = function () {
+    ["data-errors", "data-error-messages"].forEach(function (a) {
+      root.setAttribute(a, document.documentElement.getAttribute(a) || "");
+    });
+  };
+  errors();
+  var charts = Array.prototype.slice.call(document.querySelectorAll("[data-chart]"));
+  root.setAttribute("data-export-svg", charts.map(function (c) {
+    var text = r.svg(c);
+    var doc = new DOMParser().parseFromString(text, "image/svg+xml");
+    var ok = !doc.querySelector("parsererror") && doc.documentElement.localName === "svg" &&
+      doc.documentElement.namespaceURI.indexOf("2000/svg") > 0 && doc.querySelectorAll("text").length > 0;
+    return ok ? "ok" : "bad";
+  }).join(","));
+  root.setAttribute("data-export-csv", Array.prototype.map.call(document.querySelectorAll("table[data-table]"), function (t) {
+    var lines = r.csv(t).split("\r\n");
+    return (lines.length - 2) + " rows: " + lines[0] + " / " + lines[1];
+  }).join(" | "));
+  Promise.all(charts.map(function (c) {
+    return r.png(c).then(function (b) {
+      return b.arrayBuffer().then(function (a) {
+        var head = Array.prototype.map.call(new Uint8Array(a).slice(0, 4), function (x) { return ("0" + x.toString(16)).slice(-2); }).join("");
+        return b.type + " " + a.byteLength + " " + head;
+      });
+    });
+  })).then(function (list) { root.setAttribute("data-export-png", list.join(",")); errors(); },
+    function (e) { root.setAttribute("data-export-png", "error: " + e); errors(); });
+})();
+</script>"#;
+
+/// Appended to a test's copy of a page: clicks the latency table's `mean (µs)` header three
+/// times as a user would, and writes the first row's case after each click into the probe
+/// element (`data-sorted`, `|`-separated: ascending, descending, as it was).
+const SORT_BY_MEAN: &str = r#"<script>
+(function () {
+  var root = document.getElementById("sonde-probe");
+  if (!root) { root = document.createElement("div"); root.id = "sonde-probe"; document.body.appendChild(root); }
+  var table = document.querySelector('table[data-table="cases-latency"]');
+  var th = Array.prototype.filter.call(table.tHead.rows[0].cells, function (c) { return c.textContent === "mean (µs)"; })[0];
+  var first = [];
+  for (var i = 0; i < 3; i++) {
+    th.click();
+    first.push(table.tBodies[0].rows[0].cells[0].textContent + " " + (th.getAttribute("aria-sort") || "none"));
+  }
+  root.setAttribute("data-sorted", first.join("|"));
+})();
+</script>"#;
+
+/// `page` with `scripts` appended before `</body>`, written to `dir/name`.
+fn with_scripts(dir: &Path, name: &str, page: &str, scripts: &[&str]) -> PathBuf {
+    let end = page.rfind("</body>").expect("the page ends its body");
+    let mut out = page[..end].to_owned();
+    for s in scripts {
+        out.push_str(s);
+        out.push('\n');
+    }
+    out.push_str(&page[end..]);
+    let path = dir.join(name);
+    std::fs::write(&path, out).unwrap();
+    path
+}
+
+/// A latency run of `samples` RTTs around `base_us` with a tail (1 in 100 up to 3x, 1 in 5,000
+/// up to 12x), its histogram kept as the store keeps it, its document's figures from it.
+fn synthetic_run(id: &str, labels: &[(&str, &str)], base_us: f64, samples: u64, seed: u64) -> Run {
+    let mut h = RttRecorder::new(0);
+    let mut x = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    let mut next = || {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    };
+    for _ in 0..samples {
+        let (u, v, w) = (next(), next(), next());
+        let tail = if v < 0.000_2 {
+            12.0 * w
+        } else if v < 0.01 {
+            3.0 * w
+        } else {
+            0.0
+        };
+        h.record(0, (base_us * 1e3 * (1.0 + 0.2 * u * u + tail)) as u64);
+    }
+    let mut result = fixture("latency_tcp");
+    let TestResult::Latency(l) = &mut result else {
+        unreachable!("latency_tcp is a latency document")
+    };
+    let s = h.summary();
+    let at = |p: f64| {
+        sonde_engine::rtt::percentile_supported(p, h.samples())
+            .then(|| h.value_at(p))
+            .flatten()
+    };
+    l.samples = s.samples;
+    l.sent = s.samples;
+    l.rtt_ns.min = s.min_ns;
+    l.rtt_ns.max = s.max_ns;
+    l.rtt_ns.mean = s.mean_ns;
+    l.rtt_ns.stddev = s.stddev_ns;
+    l.rtt_ns.p50 = at(50.0);
+    l.rtt_ns.p90 = at(90.0);
+    l.rtt_ns.p99 = at(99.0);
+    l.rtt_ns.p999 = at(99.9);
+    l.rtt_ns.p9999 = at(99.99);
+    l.rtt_ns.p99999 = at(99.999);
+    let labels: std::collections::BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    if labels.get("protocol").map(String::as_str) == Some("udp") {
+        l.protocol = Protocol::Udp;
+    }
+    l.meta.labels = labels.clone();
+    let mut run = Run::new(id, result);
+    run.labels = labels;
+    run.rtt = Some(h);
+    run
+}
+
+/// Seed 000's matrix as a plan runs it: targets in two zones (b, c), each by its private and
+/// public address and through a load balancer (elb), TCP and UDP; ten cases ran (c-elb's two
+/// failed). Labelled as `sonde plan run` labels its runs: the axes, `case`, `plan`, `plan_run`,
+/// `plan_case`. TCP runs hold 120,000 samples (p99.99 supported), UDP runs 40,000 (its stand-in).
+pub(crate) fn seed_runs() -> Vec<Run> {
+    let targets = [
+        ("b-private", 95.0),
+        ("b-public", 610.0),
+        ("b-elb", 1_240.0),
+        ("c-private", 480.0),
+        ("c-public", 1_050.0),
+    ];
+    let mut runs = Vec::new();
+    let mut index = 0;
+    for (target, base) in targets {
+        for (protocol, factor, samples) in [("tcp", 1.0, 120_000), ("udp", 0.86, 40_000)] {
+            index += 1;
+            let case = format!("target={target} protocol={protocol}");
+            let plan_case = index.to_string();
+            runs.push(synthetic_run(
+                &(index + 30).to_string(),
+                &[
+                    ("target", target),
+                    ("protocol", protocol),
+                    ("case", &case),
+                    ("plan", "seed-000"),
+                    ("plan_run", "7"),
+                    ("plan_case", &plan_case),
+                ],
+                base * factor,
+                samples,
+                index,
+            ));
+        }
+    }
+    runs
+}
+
+/// The attribute `name` of the probe element the test scripts add at the end of the page (the
+/// end: a dumped DOM is kept from its tail when long), with the page's error count and
+/// messages copied into it; or a panic naming it.
+fn probe_attr<'a>(dom: &'a str, name: &str) -> &'a str {
+    let find = || {
+        let start = dom.rfind("<div id=\"sonde-probe\"")?;
+        let tag = &dom[start..start + dom[start..].find('>')?];
+        let key = format!(" {name}=\"");
+        let from = tag.find(&key)? + key.len();
+        Some(&tag[from..from + tag[from..].find('"')?])
+    };
+    find().unwrap_or_else(|| panic!("no {name} on the probe element"))
+}
+
+/// Asserts that `dom` (a page with [`MEASURE_LABELS`] run at some width) has at least `least`
+/// chart labels and none over another.
+fn assert_labels_apart(dom: &str, least: usize) {
+    let labels: usize = probe_attr(dom, "data-labels").parse().unwrap();
+    assert!(
+        labels >= least,
+        "{labels} labels in the charts' DOM, expected {least} or more"
+    );
+    assert_eq!(
+        probe_attr(dom, "data-label-clashes"),
+        "0",
+        "labels over each other: {}",
+        probe_attr(dom, "data-label-clash-examples")
+    );
+}
+
+#[test]
+fn the_seed_plan_report_groups_by_the_axes_and_exports_in_chromium() {
+    let _file = crate::common::file_lock(module_path!());
+    if !require_or_skip(
+        "the_seed_plan_report_groups_by_the_axes_and_exports_in_chromium",
+        &[Need::Cmd("chromium")],
+    ) {
+        return;
+    }
+    let runs = seed_runs();
+    let page = html(&Report {
+        title: "plan seed-000 run 7",
+        generated_unix_ms: 1_714_564_800_000,
+        runs: &runs,
+        comparison: None,
+        layout: Layout::default(),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("seed.html");
+    std::fs::write(&plain, &page).unwrap();
+    // Bars and distribution; a row per case. The screenshot is the README's (docs/report.png).
+    let dom = check_in_browser(&plain, 2, &["case=target=b-elb protocol=tcp plan=seed-000 plan_case=5 plan_run=7 protocol=tcp target=b-elb"], "report-seed.png");
+    // One case column, named by the axes; the rows in the plan's order, TCP beside UDP.
+    let rows: Vec<&str> = dom
+        .split("<tr data-case=")
+        .skip(1)
+        .map(|r| {
+            let cell = &r[r.find("<td class=\"l\"").unwrap()..];
+            &cell[cell.find('>').unwrap() + 1..cell.find("</td>").unwrap()]
+        })
+        .collect();
+    assert_eq!(
+        rows[..4],
+        [
+            "target=b-private protocol=tcp",
+            "target=b-private protocol=udp",
+            "target=b-public protocol=tcp",
+            "target=b-public protocol=udp",
+        ],
+        "{rows:?}"
+    );
+    assert_eq!(rows.len(), 10);
+    assert!(dom.contains("<p class=\"note\">Every case: plan=seed-000 plan_run=7.</p>"));
+    let header = &dom[dom.find("<thead>").unwrap()..dom.find("</thead>").unwrap()];
+    for th in [
+        "case",
+        "runs",
+        "mean (µs)",
+        "p99.99 (µs)",
+        "max (µs)",
+        "samples",
+    ] {
+        assert!(header.contains(&format!(">{th}</th>")), "no {th}: {header}");
+    }
+    // UDP's 40,000 samples cannot support p99.99: the table shows its stand-in, never a number
+    // posing as it.
+    assert!(dom.contains("<td class=\"thin\""), "no stand-in");
+
+    // In the browser at 1,200 px: the chart's labels (one per target, one per protocol in each
+    // group) apart; every export made in the page.
+    let probe = with_scripts(
+        dir.path(),
+        "seed-probe.html",
+        &page,
+        &[MEASURE_LABELS, RUN_EXPORTS, SORT_BY_MEAN],
+    );
+    let dom = chromium(&probe, &["--dump-dom", "--window-size=1200,900"]);
+    assert_eq!(
+        probe_attr(&dom, "data-errors"),
+        "0",
+        "{:?}",
+        probe_attr(&dom, "data-error-messages")
+    );
+    assert_labels_apart(&dom, 15);
+    // Sorted by the mean: UDP to b-private is the lowest, TCP to b-elb the highest; a third
+    // click puts the plan's order back.
+    assert_eq!(
+        probe_attr(&dom, "data-sorted"),
+        "target=b-private protocol=udp ascending|target=b-elb protocol=tcp descending|\
+         target=b-private protocol=tcp none"
+    );
+    assert_eq!(probe_attr(&dom, "data-export-svg"), "ok,ok");
+    let pngs: Vec<&str> = probe_attr(&dom, "data-export-png").split(',').collect();
+    assert_eq!(pngs.len(), 2, "{pngs:?}");
+    for png in pngs {
+        let f: Vec<&str> = png.split(' ').collect();
+        assert_eq!((f[0], f[2]), ("image/png", "89504e47"), "{png}");
+        assert!(f[1].parse::<usize>().unwrap() > 5_000, "{png}");
+    }
+    assert_eq!(
+        probe_attr(&dom, "data-export-csv"),
+        "10 rows: case,runs,mean (µs),p50 (µs),p99 (µs),p99.99 (µs),max (µs),samples / \
+         target=b-private protocol=tcp,1,102.73,99.84,113.98,389.63,1175.55,120000"
+    );
+    // The grouping as the chart draws it: the targets as groups, the protocols as series.
+    let bars = &dom[dom.find("data-chart=\"latency-bars\"").unwrap()..];
+    let bars = &bars[..bars.find("</svg>").unwrap()];
+    for label in [
+        "protocol=tcp",
+        "protocol=udp",
+        ">b-private<",
+        ">c-public<",
+        "Figure 1. Mean and p99.99 RTT per case",
+    ] {
+        assert!(bars.contains(label), "the bar chart has no {label}");
+    }
+    assert!(!bars.contains("n/a"), "the chart at rest says n/a");
+}
+
+/// 50 cases: 25 targets with long names by TCP and UDP in two zones (a panel each), and 50
+/// unlabelled runs (each its own case, its own category). Headless chromium at 1,200 px wide: no two labels of a chart
+/// intersect, none sticks out of its drawing.
+#[test]
+fn fifty_cases_have_no_label_over_another_at_1200_px() {
+    let _file = crate::common::file_lock(module_path!());
+    if !require_or_skip(
+        "fifty_cases_have_no_label_over_another_at_1200_px",
+        &[Need::Cmd("chromium")],
+    ) {
+        return;
+    }
+    let mut labelled = Vec::new();
+    for t in 0..25u64 {
+        let zone = ["b", "c"][t as usize % 2];
+        let target = format!(
+            "zone-{zone}-{}-endpoint-{t:02}",
+            ["private", "public", "load-balancer"][t as usize % 3]
+        );
+        for (p, protocol) in ["tcp", "udp"].iter().enumerate() {
+            let id = (t * 2 + p as u64 + 1).to_string();
+            labelled.push(synthetic_run(
+                &id,
+                &[
+                    ("target", target.as_str()),
+                    ("protocol", protocol),
+                    ("zone", zone),
+                ],
+                40.0 + 37.0 * t as f64,
+                2_000,
+                t * 2 + p as u64,
+            ));
+        }
+    }
+    let unlabelled: Vec<Run> = (0..50u64)
+        .map(|i| {
+            synthetic_run(
+                &(100 + i).to_string(),
+                &[],
+                30.0 + 11.0 * i as f64,
+                2_000,
+                i,
+            )
+        })
+        .collect();
+    // The pages are kept beside their screenshots.
+    let dir = artifact_dir();
+    for (name, runs) in [("fifty-labelled", labelled), ("fifty-runs", unlabelled)] {
+        let page = html(&Report {
+            title: name,
+            generated_unix_ms: 1_714_564_800_000,
+            runs: &runs,
+            comparison: None,
+            layout: Layout::default(),
+        });
+        let probe = with_scripts(
+            &dir,
+            &format!("report-{name}.html"),
+            &page,
+            &[MEASURE_LABELS],
+        );
+        let dom = chromium(&probe, &["--dump-dom", "--window-size=1200,900"]);
+        assert_eq!(
+            probe_attr(&dom, "data-errors"),
+            "0",
+            "{name}: {:?}",
+            probe_attr(&dom, "data-error-messages")
+        );
+        assert_eq!(page.matches("<tr data-case=").count(), 50, "{name}");
+        // A label per category (25 targets + 50 protocol labels, or 50 run names), the axes'
+        // ticks and the legends besides.
+        assert_labels_apart(&dom, 50);
+        if name == "fifty-labelled" {
+            assert!(page.contains("\"title\":\"zone=b\""), "no panel for zone b");
+            assert!(page.contains("\"title\":\"zone=c\""), "no panel for zone c");
+        }
+        let png = artifact_dir().join(format!("report-{name}.png"));
+        chromium(
+            &probe,
+            &[
+                &format!("--screenshot={}", png.display()),
+                "--window-size=1200,3000",
+            ],
+        );
+    }
+}
+
+/// The report printed to PDF by headless chromium holds every chart: `pdftotext` finds each
+/// chart's figure title, which is drawn inside the chart (the page's headings say it otherwise).
+#[test]
+fn the_report_prints_to_pdf_with_every_chart() {
+    let _file = crate::common::file_lock(module_path!());
+    if !require_or_skip(
+        "the_report_prints_to_pdf_with_every_chart",
+        &[Need::Cmd("chromium"), Need::Cmd("pdftotext")],
+    ) {
+        return;
+    }
+    let mut runs = seed_runs();
+    runs.push(Run::new("4", fixture("throughput_tcp_2_streams")));
+    runs.push(Run::new("5", fixture("throughput_tcp_context")));
+    let page = html(&Report {
+        title: "sonde report (print test)",
+        generated_unix_ms: 1_714_564_800_000,
+        runs: &runs,
+        comparison: None,
+        layout: Layout::default(),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("print.html");
+    std::fs::write(&path, &page).unwrap();
+    let pdf = artifact_dir().join("report-print.pdf");
+    let _ = std::fs::remove_file(&pdf);
+    chromium(
+        &path,
+        &[
+            &format!("--print-to-pdf={}", pdf.display()),
+            "--no-pdf-header-footer",
+        ],
+    );
+    let mut cmd = Command::new("pdftotext");
+    cmd.args(["-layout"]).arg(&pdf).arg("-");
+    let out = run_with_timeout(&mut cmd, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.status.success(), "pdftotext failed: {}", out.stderr);
+    let text = out.stdout;
+    // Bars, distribution, the two throughput runs.
+    let titles = [
+        "Figure 1. Mean and p99.99 RTT per case".to_owned(),
+        "Figure 2. RTT distribution".to_owned(),
+        "Figure 3. Throughput, run 4".to_owned(),
+        "Figure 4. Throughput, run 5".to_owned(),
+    ];
+    for t in &titles {
+        assert!(
+            text.contains(t.as_str()),
+            "the PDF ({}) has no {t:?}",
+            pdf.display()
+        );
+    }
+    assert!(!text.contains("Figure 5."));
+    // The charts' own labels, and no buttons.
+    for t in [
+        "target=b-elb",
+        "percentile (log scale of 1 / (1 - p))",
+        "time (s, interval end)",
+    ] {
+        assert!(text.contains(t), "the PDF has no {t:?}");
+    }
+    assert!(!text.contains("copy PNG"), "the buttons are printed");
 }
