@@ -542,9 +542,11 @@ impl<'a> Test<'a> {
                 let this = &self;
                 let writer = &writer;
                 let receivers = receivers.clone();
+                // `-i`: the interface's counters per interval, from this reading on.
+                let iface = interface.as_ref().map(InterfaceSnapshot::counters_only);
                 scope.spawn(move || {
                     let _counted = this.cpu.track();
-                    this.report_intervals(&receivers, &tcp_senders, &clock, writer)
+                    this.report_intervals(&receivers, &tcp_senders, &clock, writer, iface)
                 })
             });
             if write_frame(&mut lock(&writer), &ControlMsg::Ready).is_err() {
@@ -994,14 +996,16 @@ impl<'a> Test<'a> {
             .collect()
     }
 
-    /// Sends the receiving streams' counts, and the TCP senders' `TCP_INFO`, every interval;
-    /// returns the receivers' intervals (without `TCP_INFO`: the client has it already).
+    /// Sends the receiving streams' counts, the TCP senders' `TCP_INFO` and what the interface
+    /// `iface` counted, every interval; returns the receivers' intervals (without `TCP_INFO`:
+    /// the client has it already).
     fn report_intervals(
         &self,
         receivers: &[usize],
         tcp_senders: &[usize],
         clock: &Clock,
         writer: &Mutex<TcpStream>,
+        mut iface: Option<InterfaceSnapshot>,
     ) -> Vec<IntervalStats> {
         let interval_ns = self.spec.interval_ms.saturating_mul(1_000_000);
         let streams = receivers.iter().map(|&i| index_u32(i)).collect();
@@ -1018,6 +1022,10 @@ impl<'a> Test<'a> {
                 continue;
             }
             if let Some(mut iv) = cutter.poll(clock.now_ns(), &sample()) {
+                iv.interface = iface
+                    .as_mut()
+                    .and_then(InterfaceSnapshot::interval)
+                    .map(Box::new);
                 iv.tcp_info = self.tcp_info_of(tcp_senders);
                 let _ = write_shrinking(&mut lock(writer), ControlMsg::Interval(iv.clone()));
                 iv.tcp_info.clear();
@@ -1032,13 +1040,21 @@ impl<'a> Test<'a> {
         let counts = sample();
         if now >= cutter.next_boundary_ns() {
             if let Some(mut iv) = cutter.poll(now, &counts) {
+                iv.interface = iface
+                    .as_mut()
+                    .and_then(InterfaceSnapshot::interval)
+                    .map(Box::new);
                 iv.tcp_info = self.tcp_info_of(tcp_senders);
                 let _ = write_shrinking(&mut lock(writer), ControlMsg::Interval(iv.clone()));
                 iv.tcp_info.clear();
                 out.push(iv);
             }
         }
-        if let Some(iv) = cutter.finish(now, &counts) {
+        if let Some(mut iv) = cutter.finish(now, &counts) {
+            iv.interface = iface
+                .as_mut()
+                .and_then(InterfaceSnapshot::interval)
+                .map(Box::new);
             out.push(iv);
         }
         if receivers.is_empty() {

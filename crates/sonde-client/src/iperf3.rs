@@ -1092,7 +1092,11 @@ impl EventLoop<'_> {
         };
         // The drain after the test can leave an empty last interval: nothing to report.
         if let Some(iv) = iv.filter(|iv| !(last && iv.bytes.iter().all(|&b| b == 0))) {
-            let mut iv = crate::results::interval(&iv, self.streams.len());
+            let mut iv = crate::results::interval(
+                &iv,
+                self.streams.len(),
+                crate::results::CountedBy::Client,
+            );
             iv.omitted = self.omit_ns > 0 && iv.end_ns <= self.omit_ns;
             on_interval(&iv);
             self.cut.push(iv);

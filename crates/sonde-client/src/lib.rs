@@ -721,6 +721,7 @@ impl Test for PpsOptions {
                 // Every datagram counted is exactly -m bytes (the receive slot holds at least that).
                 flow_received: iv.stream_bytes.iter().map(|b| b / size).collect(),
                 omitted: omit_ns > 0 && iv.end_ns <= omit_ns,
+                interface: iv.interfaces.as_ref().and_then(|i| i.server.clone()),
             });
         };
         let bulk = session::Bulk {

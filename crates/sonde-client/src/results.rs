@@ -594,8 +594,16 @@ fn stream_views(spec: &TestSpec, run: &BulkRun) -> Vec<StreamView> {
         .collect()
 }
 
-/// Converts one receiver interval to the document's form, with a byte count per stream.
-pub(crate) fn interval(iv: &IntervalStats, channels: usize) -> IntervalResult {
+/// Which end counted an interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CountedBy {
+    Agent,
+    Client,
+}
+
+/// Converts one receiver interval to the document's form, with a byte count per stream and
+/// the interface counts of the end that cut it (`by`).
+pub(crate) fn interval(iv: &IntervalStats, channels: usize, by: CountedBy) -> IntervalResult {
     let mut stream_bytes = vec![0; channels];
     for (s, b) in iv.streams.iter().zip(&iv.bytes) {
         if let Some(slot) = usize::try_from(*s)
@@ -615,6 +623,19 @@ pub(crate) fn interval(iv: &IntervalStats, channels: usize) -> IntervalResult {
         stream_bytes,
         tcp_info: Vec::new(),
         omitted: false,
+        interfaces: iv.interface.as_deref().map(|d| {
+            let d = Some(d.clone());
+            match by {
+                CountedBy::Agent => sonde_report::EndsInterfaces {
+                    client: None,
+                    server: d,
+                },
+                CountedBy::Client => sonde_report::EndsInterfaces {
+                    client: d,
+                    server: None,
+                },
+            }
+        }),
     }
 }
 
@@ -655,8 +676,12 @@ fn merge_intervals(
 ) -> Vec<IntervalResult> {
     let mut all: Vec<IntervalResult> = agent
         .iter()
-        .chain(client)
-        .map(|iv| interval(iv, channels))
+        .map(|iv| interval(iv, channels, CountedBy::Agent))
+        .chain(
+            client
+                .iter()
+                .map(|iv| interval(iv, channels, CountedBy::Client)),
+        )
         .collect();
     all.sort_by_key(|iv| iv.start_ns);
     let mut merged: Vec<IntervalResult> = Vec::with_capacity(all.len());
@@ -665,6 +690,15 @@ fn merge_intervals(
             Some(m) if m.start_ns == iv.start_ns => {
                 m.bytes += iv.bytes;
                 m.packets += iv.packets;
+                // `--bidir`: each end's interface, from the interval it cut.
+                if let Some(theirs) = iv.interfaces {
+                    let ours = m.interfaces.get_or_insert(sonde_report::EndsInterfaces {
+                        client: None,
+                        server: None,
+                    });
+                    ours.client = ours.client.take().or(theirs.client);
+                    ours.server = ours.server.take().or(theirs.server);
+                }
                 for (d, s) in m.stream_bytes.iter_mut().zip(&iv.stream_bytes) {
                     *d += s;
                 }
@@ -1051,6 +1085,7 @@ pub(crate) fn pps_interval(iv: &IntervalStats, flows: usize) -> PpsInterval {
         received_pps: per_second(received, iv.end_ns.saturating_sub(iv.start_ns)),
         flow_received,
         omitted: false,
+        interface: iv.interface.as_deref().cloned(),
     }
 }
 
@@ -1351,6 +1386,7 @@ mod context_tests {
             bytes: vec![bytes],
             packets: vec![0],
             tcp_info: Vec::new(),
+            interface: None,
         }
     }
 

@@ -676,6 +676,8 @@ pub(crate) fn run_bulk_held(
                 )
             }),
             client_intervals: Vec::new(),
+            // `-i`: this host's interface per interval it cuts, from this reading on.
+            interval_iface: interface.as_ref().map(InterfaceSnapshot::counters_only),
             channels: &c.channels,
             interval_tcp_info: Vec::new(),
             client_tcp_info: vec![None; n],
@@ -817,6 +819,7 @@ struct Loop<'a> {
     report: Option<AgentReport>,
     intervals: Option<Intervals>,
     client_intervals: Vec<IntervalStats>,
+    interval_iface: Option<InterfaceSnapshot>,
     channels: &'a [ClientChannel],
     interval_tcp_info: Vec<(u64, Vec<TcpInfoStats>)>,
     client_tcp_info: Vec<Option<TcpInfoStats>>,
@@ -933,8 +936,8 @@ impl Loop<'_> {
     /// An interval of the agent's: completed with this host's TCP senders' `TCP_INFO`, shown.
     /// A receiver interval as the live callback sees it, marked omitted when it is part of the
     /// `-O` period (as the result marks it).
-    fn live(&self, iv: &IntervalStats) -> IntervalResult {
-        let mut out = crate::results::interval(iv, self.n);
+    fn live(&self, iv: &IntervalStats, by: crate::results::CountedBy) -> IntervalResult {
+        let mut out = crate::results::interval(iv, self.n, by);
         out.omitted = iv.end_ns <= omit_ns(self.spec);
         out
     }
@@ -957,7 +960,7 @@ impl Loop<'_> {
         }
         // An agent that only sends (reverse) sends intervals with only its TCP_INFO.
         if !iv.streams.is_empty() {
-            on_interval(&self.live(&iv));
+            on_interval(&self.live(&iv, crate::results::CountedBy::Agent));
         }
     }
 
@@ -985,8 +988,13 @@ impl Loop<'_> {
         } else {
             cutter.poll(now, &sample)
         };
-        if let Some(iv) = iv {
-            on_interval(&self.live(&iv));
+        if let Some(mut iv) = iv {
+            iv.interface = self
+                .interval_iface
+                .as_mut()
+                .and_then(InterfaceSnapshot::interval)
+                .map(Box::new);
+            on_interval(&self.live(&iv, crate::results::CountedBy::Client));
             self.client_intervals.push(iv);
         }
     }
@@ -1059,6 +1067,7 @@ mod tests {
             agent_sent: Vec::new(),
             report: None,
             intervals: Some(Intervals::new(100_000_000, vec![0])),
+            interval_iface: None,
             client_intervals: Vec::new(),
             channels: &[],
             interval_tcp_info: Vec::new(),

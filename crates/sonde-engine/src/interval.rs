@@ -93,6 +93,7 @@ impl Intervals {
             packets,
             // The sender's TCP_INFO is added by whoever has the sockets (sonde-agent, -client).
             tcp_info: Vec::new(),
+            interface: None,
         };
         self.start_ns = end_ns;
         stats
@@ -122,6 +123,7 @@ mod tests {
                 bytes: vec![1_000, 20],
                 packets: vec![10, 2],
                 tcp_info: Vec::new(),
+                interface: None,
             }
         );
         assert_eq!(iv.next_boundary_ns(), 2 * S);

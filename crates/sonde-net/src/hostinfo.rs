@@ -188,14 +188,53 @@ impl InterfaceSnapshot {
         })
     }
 
+    /// `-i`: what the interface counted since this reading, without the driver's statistics
+    /// (an `ioctl` per interval is not worth it: they are in the test's total), and this
+    /// reading moved to now, so that the next call gives the next interval's. `None` once the
+    /// interface cannot be read.
+    pub fn interval(&mut self) -> Option<InterfaceDelta> {
+        let mut counts = [0; 8];
+        for (count, file) in counts.iter_mut().zip(INTERFACE_COUNTERS) {
+            *count = read_number(
+                Path::new(SYS_NET)
+                    .join(&self.name)
+                    .join("statistics")
+                    .join(file),
+            )?;
+        }
+        let now = Self {
+            name: self.name.clone(),
+            at: Instant::now(),
+            counts,
+            driver: Vec::new(),
+        };
+        let delta = Self::between(self, &now);
+        self.at = now.at;
+        self.counts = now.counts;
+        Some(delta)
+    }
+
+    /// [`InterfaceSnapshot::delta`], and [`InterfaceSnapshot::interval`]'s readings without
+    /// the driver's.
+    pub fn counters_only(&self) -> Self {
+        Self {
+            driver: Vec::new(),
+            ..self.clone()
+        }
+    }
+
     /// What the interface counted since this reading; `None` once it cannot be read (it went
     /// away). A counter that went back (the driver reset it) counts 0.
     pub fn delta(&self) -> Option<InterfaceDelta> {
-        let now = Self::of(&self.name)?;
-        let d = |i: usize| now.counts[i].saturating_sub(self.counts[i]);
-        Some(InterfaceDelta {
-            name: self.name.clone(),
-            duration_ns: u64::try_from(now.at.duration_since(self.at).as_nanos())
+        Some(Self::between(self, &Self::of(&self.name)?))
+    }
+
+    fn between(before: &Self, now: &Self) -> InterfaceDelta {
+        let this = before;
+        let d = |i: usize| now.counts[i].saturating_sub(this.counts[i]);
+        InterfaceDelta {
+            name: this.name.clone(),
+            duration_ns: u64::try_from(now.at.duration_since(this.at).as_nanos())
                 .unwrap_or(u64::MAX),
             rx_packets: d(0),
             tx_packets: d(1),
@@ -208,7 +247,7 @@ impl InterfaceSnapshot {
             // By name: a statistic the driver did not have at the start is left out.
             driver: {
                 let before: std::collections::HashMap<&str, u64> =
-                    self.driver.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+                    this.driver.iter().map(|(n, v)| (n.as_str(), *v)).collect();
                 now.driver
                     .iter()
                     .filter_map(|(name, after)| {
@@ -217,7 +256,7 @@ impl InterfaceSnapshot {
                     })
                     .collect()
             },
-        })
+        }
     }
 }
 

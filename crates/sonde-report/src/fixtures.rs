@@ -47,6 +47,7 @@ fn interval(start_s: u64, stream_bytes: Vec<u64>, packets: u64) -> IntervalResul
         stream_bytes,
         tcp_info: Vec::new(),
         omitted: false,
+        interfaces: None,
     }
 }
 
@@ -407,6 +408,7 @@ pub(crate) fn pps_intervals() -> TestResult {
                 received_pps: received as f64 * 1e9 / (end_ns - start_ns) as f64,
                 flow_received: flows.to_vec(),
                 omitted: false,
+                interface: None,
             }
         })
         .collect();

@@ -304,6 +304,12 @@ pub struct IntervalStats {
     /// sends and does not receive (reverse): an older client shows them as empty intervals.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tcp_info: Vec<TcpInfoStats>,
+    /// What the interface toward the other end counted in the interval at the side that cut
+    /// it (`sar -n DEV` at the receiver): its packets, bytes, drops and errors each way, without
+    /// the driver's statistics (those are in the report's total). Absent where the interface
+    /// cannot be read, and from a peer older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<Box<crate::InterfaceDelta>>,
 }
 
 /// One TCP connection's `TCP_INFO` at one moment, as the sending side read it (`tcp(7)`). Every
@@ -1131,6 +1137,7 @@ mod tests {
             bytes: vec![99_999_999_999; 128],
             packets: vec![9_999_999_999; 128],
             tcp_info: vec![big; 128],
+            interface: None,
         };
         let mut buf = Vec::new();
         encode_frame(&ControlMsg::Interval(iv), &mut buf).unwrap();

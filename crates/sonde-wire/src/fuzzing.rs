@@ -891,6 +891,7 @@ fn control_messages() -> Vec<ControlMsg> {
         bytes: vec![10, 20],
         packets: vec![1, 2],
         tcp_info: vec![info],
+        interface: None,
     };
     vec![
         ControlMsg::Hello {

@@ -88,6 +88,11 @@ pub struct PpsInterval {
     /// Absent when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub omitted: bool,
+    /// What the receiving agent's interface toward the client counted in the interval (`sar -n
+    /// DEV` of it: all its traffic, not only the test's datagrams), without the driver's
+    /// statistics. Absent where not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<sonde_wire::InterfaceDelta>,
 }
 
 /// `sonde pps`: small UDP datagrams as fast as possible, counted by the receiving agent.

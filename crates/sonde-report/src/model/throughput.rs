@@ -105,6 +105,13 @@ pub struct IntervalResult {
     /// marks such intervals "(omitted)"). Absent when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub omitted: bool,
+    /// What the interface toward the other end counted in the interval (`sar -n DEV` of it) at
+    /// the end that counted the interval, the receiver: `server` for the agent's receivers,
+    /// `client` for this host's (`-R`; both with `--bidir`). Without the driver's statistics
+    /// (those are in `interfaces`, over the test). Absent where not read (an older agent, no
+    /// sysfs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interfaces: Option<super::context::EndsInterfaces>,
 }
 
 /// `--ecn` (UDP): the ECN marks the datagrams arrived with (RFC 3168), counted by each

@@ -429,6 +429,7 @@ mod tests {
             received_pps: 1_234_567.0,
             flow_received: vec![1_234_567],
             omitted: false,
+            interface: None,
         };
         assert_eq!(
             pps_interval_line(&iv),
@@ -447,6 +448,7 @@ mod tests {
             stream_bytes: vec![11_955_000],
             tcp_info: Vec::new(),
             omitted: false,
+            interfaces: None,
         };
         assert_eq!(
             interval_line(&iv),

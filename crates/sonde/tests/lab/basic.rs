@@ -1128,6 +1128,24 @@ fn pps_gso_auto_counts_packets_the_interface_counts() {
                 in_intervals, run.received,
                 "the intervals hold every datagram"
             );
+            // Issue 20, per interval: the agent's veth under each interval (sar -n DEV at the
+            // receiver). Each datagram is its own packet here, so over the intervals the veth
+            // counted at least every datagram the socket got (and those it dropped), at most
+            // what the whole run brought.
+            let nic: u64 = intervals
+                .iter()
+                .map(|iv| {
+                    assert_eq!(at(iv, &["interface", "name"]), VETH_B, "{iv:#}");
+                    u64_at(iv, &["interface", "rx_packets"])
+                })
+                .sum();
+            assert!(
+                (run.received + run.overflows..=run.rx_packets).contains(&nic),
+                "the intervals' veth counted {nic} packets; {} datagrams reached the socket, \
+                 the veth counted {} over the run",
+                run.received + run.overflows,
+                run.rx_packets
+            );
         }
         assert!(run.received > 0, "--gso {gso}: nothing received");
         let data = run.received + run.overflows;

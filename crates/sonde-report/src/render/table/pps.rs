@@ -17,20 +17,28 @@ fn pps_intervals(r: &PpsResult, out: &mut String) {
     out.push('\n');
     line(out, "Intervals, counted at the receiver");
     let many = r.flows.len() > 1;
-    let mut g = Grid::new(vec![
+    // The agent's interface per interval, where read: what `sar -n DEV` would show beside it.
+    let nic = r.intervals.iter().any(|iv| iv.interface.is_some());
+    let mut cols = vec![
         Col::left(),
         Col::right(),
         Col::left().gap(1),
         Col::right(),
         Col::right(),
-    ]);
-    g.row([
+    ];
+    let mut head = vec![
         "[ ID]".into(),
         "Interval".into(),
         String::new(),
         "Received".into(),
         "Received/s".into(),
-    ]);
+    ];
+    if nic {
+        cols.push(Col::right());
+        head.push("Interface rx pkts".into());
+    }
+    let mut g = Grid::new(cols);
+    g.row(head);
     for (n, iv) in r.intervals.iter().enumerate() {
         if many && n > 0 {
             g.blank();
@@ -41,13 +49,17 @@ fn pps_intervals(r: &PpsResult, out: &mut String) {
         let unit = if iv.omitted { "sec (omitted)" } else { "sec" };
         if many {
             for (f, received) in r.flows.iter().zip(&iv.flow_received) {
-                g.row([
+                let mut row = vec![
                     stream_id(f.flow),
                     span.clone(),
                     unit.into(),
                     fmt_count(*received),
                     fmt_count_f64(sonde_engine::per_second(*received, secs)),
-                ]);
+                ];
+                if nic {
+                    row.push(String::new());
+                }
+                g.row(row);
             }
         }
         let id = if many {
@@ -55,13 +67,21 @@ fn pps_intervals(r: &PpsResult, out: &mut String) {
         } else {
             stream_id(r.flows.first().map_or(0, |f| f.flow))
         };
-        g.row([
+        let mut row = vec![
             id,
             span,
             unit.into(),
             fmt_count(iv.received),
             fmt_count_f64(iv.received_pps),
-        ]);
+        ];
+        if nic {
+            row.push(
+                iv.interface
+                    .as_ref()
+                    .map_or_else(|| "n/a".into(), |i| fmt_count(i.rx_packets)),
+            );
+        }
+        g.row(row);
     }
     g.render(out);
 }
