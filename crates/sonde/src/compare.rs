@@ -91,6 +91,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         Format::Table
     });
     let mut db = None;
+    let db_flag = opt.db.as_deref().map(sonde_store::Location::from);
     if let Some(label) = &opt.by {
         if opt.sides.len() > 1 {
             return Err(BadValue(format!(
@@ -103,7 +104,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
             Some(s) => select::parse(s)?,
             None => select::Selection::Store(sonde_store::Filter::default()),
         };
-        let runs = select::load(&[selection], &mut db, opt.db.as_deref())?
+        let runs = select::load(&[selection], &mut db, db_flag.as_ref())?
             .into_iter()
             .flatten()
             .collect::<Vec<_>>();
@@ -123,7 +124,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         .into());
     };
     let selections = [select::parse(a)?, select::parse(b)?];
-    let sides = select::load(&selections, &mut db, opt.db.as_deref())?;
+    let sides = select::load(&selections, &mut db, db_flag.as_ref())?;
     for (name, runs) in [a, b].iter().zip(&sides) {
         if runs.is_empty() {
             anyhow::bail!("selection {name:?} matches no run");

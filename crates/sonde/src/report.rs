@@ -69,7 +69,8 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
             .collect::<Result<Vec<_>, _>>()?
     };
     let mut db = None;
-    let sides = select::load(&selections, &mut db, opt.db.as_deref())?;
+    let db_flag = opt.db.as_deref().map(sonde_store::Location::from);
+    let sides = select::load(&selections, &mut db, db_flag.as_ref())?;
     let comparison = match (opt.selections.as_slice(), sides.as_slice()) {
         ([a, b], [ra, rb]) => {
             if ra.is_empty() || rb.is_empty() {
