@@ -70,8 +70,9 @@ pub(crate) struct Opt {
     /// One JSON document on stdout
     #[arg(short = 'J', long)]
     json: bool,
-    /// The results database [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db]
-    #[arg(long, value_name = "PATH")]
+    /// The results database: a file, or a PostgreSQL URL (postgres://...)
+    /// [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db]
+    #[arg(long, value_name = "PATH|URL")]
     db: Option<PathBuf>,
 }
 

@@ -51,8 +51,9 @@ pub(crate) struct Opt {
     /// Significance level of the compare view's U test
     #[arg(long, value_name = "P", default_value_t = sonde_engine::compare::DEFAULT_ALPHA)]
     alpha: f64,
-    /// The results database [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db]
-    #[arg(long, value_name = "PATH")]
+    /// The results database: a file, or a PostgreSQL URL (postgres://...)
+    /// [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db]
+    #[arg(long, value_name = "PATH|URL")]
     db: Option<PathBuf>,
 }
 
