@@ -446,3 +446,78 @@ fn the_server_stopped_mid_command_loses_nothing_and_a_push_completes_the_group()
         );
     }
 }
+
+#[test]
+fn a_plan_run_saves_into_postgres_or_into_the_local_file_when_it_is_unreachable() {
+    let _file = crate::common::file_lock(module_path!());
+    let Some(db) = PgTestDb::create("plan_run") else {
+        return;
+    };
+    let agent = server(&[]);
+    let data = tempfile::tempdir().expect("tempdir");
+    let plan = data.path().join("two.toml");
+    std::fs::write(
+        &plan,
+        format!(
+            "[endpoints]\nup = \"{}\"\nclosed = \"127.0.0.1:{}\"\n\n[[matrix]]\ntest = \"latency\"\n\
+             target = [\"closed\", \"up\"]\ntime = 0.3\nwarmup = 0\n",
+            agent.target(),
+            closed_port()
+        ),
+    )
+    .expect("write the plan");
+    let plan = plan.to_str().expect("utf-8");
+    let check = |at: Location, want_marked: bool| {
+        let store = Store::open_existing(at).expect("open");
+        let runs = store.runs(&Filter::default()).expect("runs");
+        assert_eq!(runs.len(), 1, "the case that ran");
+        assert!(runs.iter().all(|r| r.to_push == want_marked));
+        let g = runs[0].group.expect("the plan run");
+        let group = store.group(g).expect("group").expect("exists");
+        assert_eq!(group.kind, "plan");
+        assert!(group.plan.is_some(), "it keeps its plan");
+        assert_eq!(
+            store.failures(g).expect("failures").len(),
+            1,
+            "the closed case"
+        );
+        group.uuid
+    };
+
+    // Into the server: one case ran, one failed (exit 1, as into a file).
+    let out = sonde_in(data.path(), &["plan", "run", plan, "--db", db.url()], None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    check(db.location(), false);
+
+    // The server unreachable: the same exit code, one line, the plan run in the local file.
+    let nowhere = format!("postgres://postgres@127.0.0.1:{}/x", closed_port());
+    let out = sonde_in(data.path(), &["plan", "run", plan, "--db", &nowhere], None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.matches("marked to push").count(), 1, "{stderr}");
+    let local = local_file(data.path());
+    let uuid = check(Location::File(local.clone()), true);
+
+    // Pushed: the second plan run on the server, with its failure, once.
+    for _ in 0..2 {
+        let out = sonde_in(data.path(), &["results", "push", "--to", db.url()], None);
+        ok(&out);
+    }
+    let store = Store::open_existing(db.location()).expect("open");
+    let runs = store.runs(&Filter::default()).expect("runs");
+    assert_eq!(runs.len(), 2, "one run of each plan run");
+    let pushed = runs
+        .iter()
+        .filter_map(|r| r.group)
+        .find(|g| store.group(*g).expect("group").expect("exists").uuid == uuid)
+        .expect("the pushed plan run");
+    assert_eq!(store.failures(pushed).expect("failures").len(), 1);
+    assert!(Store::open_existing(&local)
+        .expect("open")
+        .runs(&Filter {
+            to_push: true,
+            ..Filter::default()
+        })
+        .expect("runs")
+        .is_empty());
+}
