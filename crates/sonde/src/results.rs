@@ -90,7 +90,7 @@ enum Action {
 
 #[derive(Debug, Args)]
 struct PushOpt {
-    /// The PostgreSQL database to copy to: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE
+    /// The PostgreSQL database to copy to: `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`
     /// [default: $SONDE_DB, when it is such a URL]
     #[arg(long, value_name = "URL")]
     to: Option<PgUrl>,

@@ -26,7 +26,7 @@ pub(crate) const DB_ENV: &str = "SONDE_DB";
 #[command(next_help_heading = "Saving results")]
 pub(crate) struct SaveOpt {
     /// The results database: a file, or a PostgreSQL database a team shares
-    /// (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE; when it cannot be reached the result
+    /// (`postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`; when it cannot be reached the result
     /// is saved in the default file, marked for `sonde results push`) [default: $SONDE_DB, else
     /// $XDG_DATA_HOME/sonde/results.db, i.e. ~/.local/share/sonde/results.db]
     #[arg(long, value_name = "PATH|URL")]
