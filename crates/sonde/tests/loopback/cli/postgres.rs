@@ -488,6 +488,26 @@ fn a_plan_run_saves_into_postgres_or_into_the_local_file_when_it_is_unreachable(
     let out = sonde_in(data.path(), &["plan", "run", plan, "--db", db.url()], None);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     check(db.location(), false);
+    // Resumed from the server: only the failed case again (it fails again: exit 1), with the
+    // plan the server kept.
+    let g = Store::open_existing(db.location())
+        .expect("open")
+        .runs(&Filter::default())
+        .expect("runs")[0]
+        .group
+        .expect("the plan run");
+    let out = sonde_in(
+        data.path(),
+        &["plan", "run", "--resume", &g.to_string(), "--db", db.url()],
+        None,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("1 of 2 runs to make (resumed)"), "{stderr}");
+    let store = Store::open_existing(db.location()).expect("open");
+    assert_eq!(store.runs(&Filter::default()).expect("runs").len(), 1);
+    assert_eq!(store.failures(g).expect("failures").len(), 2, "tried twice");
+    drop(store);
 
     // The server unreachable: the same exit code, one line, the plan run in the local file.
     let nowhere = format!("postgres://postgres@127.0.0.1:{}/x", closed_port());
