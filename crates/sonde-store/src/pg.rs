@@ -451,7 +451,7 @@ impl Postgres {
         }
         .map_err(err)?;
         let labels = client
-            .prepare("SELECT key, value FROM failure_labels WHERE failure_id = $1 ORDER BY key")
+            .prepare("SELECT key, value FROM failure_labels WHERE failure_id = $1 ORDER BY key COLLATE \"C\"")
             .map_err(err)?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
@@ -499,6 +499,25 @@ impl Postgres {
             .borrow_mut()
             .query(&sql, &refs)
             .map_err(|e| self.err(&e))?;
+        // Every listed run's labels in one round trip (not one query per run: the server may
+        // be across a WAN).
+        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        let mut labels: std::collections::HashMap<i64, Vec<Label>> =
+            std::collections::HashMap::new();
+        for l in self
+            .client
+            .borrow_mut()
+            .query(
+                "SELECT run_id, key, value FROM labels WHERE run_id = ANY($1) ORDER BY run_id, key COLLATE \"C\"",
+                &[&ids],
+            )
+            .map_err(|e| self.err(&e))?
+        {
+            labels.entry(l.get(0)).or_default().push(Label {
+                key: l.get(1),
+                value: l.get(2),
+            });
+        }
         let mut runs = Vec::with_capacity(rows.len());
         for r in rows {
             let id = RunId(r.get(0));
@@ -512,7 +531,7 @@ impl Postgres {
                 group: r.get::<_, Option<i64>>(6).map(GroupId),
                 interrupted: r.get(7),
                 to_push: r.get(8),
-                labels: self.labels(id)?,
+                labels: labels.remove(&id.0).unwrap_or_default(),
                 headline: Headline {
                     rtt_mean_ns: r.get(9),
                     rtt_p50_ns: r.get::<_, Option<i64>>(10).map(to_u64),
@@ -533,7 +552,7 @@ impl Postgres {
             .client
             .borrow_mut()
             .query(
-                "SELECT key, value FROM labels WHERE run_id = $1 ORDER BY key",
+                "SELECT key, value FROM labels WHERE run_id = $1 ORDER BY key COLLATE \"C\"",
                 &[&id.0],
             )
             .map_err(|e| self.err(&e))?;
@@ -560,7 +579,7 @@ impl Postgres {
             .client
             .borrow_mut()
             .query(
-                "SELECT name, encoding, data FROM histograms WHERE run_id = $1 ORDER BY name",
+                "SELECT name, encoding, data FROM histograms WHERE run_id = $1 ORDER BY name COLLATE \"C\"",
                 &[&id.0],
             )
             .map_err(|e| self.err(&e))?;

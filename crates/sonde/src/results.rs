@@ -223,6 +223,17 @@ fn open(db: &DbOpt) -> anyhow::Result<Option<Store>> {
             eprintln!("sonde: no results saved yet in {at}");
             Ok(None)
         }
+        Err(e @ sonde_store::Error::Unreachable { .. }) => {
+            let hint = match crate::save::local_path() {
+                Ok(local) => format!(
+                    " (runs saved while it is unreachable wait in {0}: `sonde results --db {0}` \
+                     lists them)",
+                    local.display()
+                ),
+                Err(_) => String::new(),
+            };
+            Err(anyhow::anyhow!("{e}{hint}"))
+        }
         Err(e) => Err(e.into()),
     }
 }

@@ -85,20 +85,10 @@ pub(crate) fn falls_back(e: &sonde_store::Error) -> bool {
 }
 
 /// Opens the local file in place of `remote`, saying so on stderr in one line: why, where the
-/// results go, and how they get to `remote` later.
-pub(crate) fn open_fallback(
-    remote: &Location,
-    why: &sonde_store::Error,
-) -> Result<Store, sonde_store::Error> {
-    let local = match local_path() {
-        Ok(p) => p,
-        Err(e) => {
-            warn_not_saved(&format!("{why}; and {e:#}"));
-            return Err(sonde_store::Error::Missing {
-                location: remote.to_string(),
-            });
-        }
-    };
+/// results go, and how they get to `remote` later. An error says why the local file could not
+/// be opened either (the caller says the rest).
+pub(crate) fn open_fallback(remote: &Location, why: &sonde_store::Error) -> anyhow::Result<Store> {
+    let local = local_path()?;
     let store = Store::open(&local)?;
     eprintln!(
         "sonde: warning: {why}; saved in {} instead, marked to push: `sonde results push` sends \
@@ -351,8 +341,8 @@ impl Saver {
                 Err(e) if matches!(location, Location::Postgres(_)) && falls_back(&e) => {
                     match open_fallback(&location, &e) {
                         Ok(local) => self.fallback = Some(local),
-                        Err(e) => {
-                            warn_not_saved(&e.to_string());
+                        Err(local) => {
+                            warn_not_saved(&format!("{e}; nor in the local file: {local:#}"));
                             self.location = None;
                             return None;
                         }
