@@ -282,9 +282,12 @@ impl Postgres {
         {
             tx.batch_execute(sql).map_err(err)?;
         }
-        let target = i32::try_from(SCHEMA_VERSION).unwrap_or(i32::MAX);
-        tx.execute("UPDATE sonde_schema SET version = $1", &[&target])
-            .map_err(err)?;
+        if version < SCHEMA_VERSION {
+            let target = i32::try_from(SCHEMA_VERSION).unwrap_or(i32::MAX);
+            tx.execute("UPDATE sonde_schema SET version = $1", &[&target])
+                .map_err(err)?;
+        }
+        // Nothing written when the schema was current: a reader with SELECT only opens it.
         tx.commit().map_err(err)
     }
 

@@ -84,6 +84,12 @@ impl PgTestDb {
         Location::Postgres(PgUrl(self.url.clone()))
     }
 
+    /// The server's URL as `SONDE_TEST_POSTGRES` gives it (its own database, a user that may
+    /// create databases and roles).
+    pub fn admin_url(&self) -> &str {
+        &self.admin
+    }
+
     /// The database's name on the server.
     pub fn name(&self) -> &str {
         &self.name

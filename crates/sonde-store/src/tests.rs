@@ -935,3 +935,42 @@ fn locations_are_files_or_postgres_urls() {
         "postgres://u:***@h/db?password=***&sslmode=disable"
     );
 }
+
+#[test]
+fn postgres_a_reader_with_select_only_reads_and_its_write_is_refused() {
+    let Some(db) = testing::PgTestDb::create("select_only") else {
+        return;
+    };
+    let mut store = Store::open(db.location()).expect("create");
+    store.insert(&run(1, "pps", &[], "{}")).expect("insert");
+    drop(store);
+    let role = format!("sonde_ro_{}", std::process::id());
+    let mut admin = postgres::Client::connect(db.url(), postgres::NoTls).expect("connect");
+    admin
+        .batch_execute(&format!(
+            "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN;
+             GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role};"
+        ))
+        .expect("a role that may only read");
+    let (scheme, rest) = db.url().split_once("://").expect("a URL");
+    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let reader = Location::new(format!("{scheme}://{role}@{host}"));
+    let outcome = std::panic::catch_unwind(|| {
+        let mut store = Store::open(reader.clone()).expect("opens: the schema is current");
+        assert_eq!(store.runs(&Filter::default()).expect("reads").len(), 1);
+        let e = store
+            .insert(&run(2, "pps", &[], "{}"))
+            .expect_err("may not write");
+        assert!(matches!(e, Error::Refused { .. }), "{e:?}");
+        assert!(e.to_string().contains("42501"), "the SQLSTATE: {e}");
+    });
+    drop(admin);
+    let admin_url = db.admin_url().to_owned();
+    drop(db);
+    if let Ok(mut c) = postgres::Client::connect(&admin_url, postgres::NoTls) {
+        let _ = c.batch_execute(&format!("DROP ROLE IF EXISTS {role}"));
+    }
+    if let Err(p) = outcome {
+        std::panic::resume_unwind(p);
+    }
+}
