@@ -895,6 +895,19 @@ impl Store {
 
     /// The runs that match with their documents, newest first.
     pub fn documents(&self, filter: &Filter) -> Result<Vec<StoredRun>, Error> {
+        if let Db::Postgres(db) = &self.db {
+            // One round trip for all the documents: the server may be across a WAN.
+            let runs = db.runs(filter)?;
+            let ids: Vec<RunId> = runs.iter().map(|r| r.id).collect();
+            let mut documents = db.documents(&ids)?;
+            return Ok(runs
+                .into_iter()
+                .map(|summary| StoredRun {
+                    document: documents.remove(&summary.id.0).unwrap_or_default(),
+                    summary,
+                })
+                .collect());
+        }
         self.runs(filter)?
             .into_iter()
             .map(|summary| {

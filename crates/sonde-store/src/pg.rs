@@ -550,6 +550,20 @@ impl Postgres {
         Ok(runs)
     }
 
+    /// The documents of these runs in one round trip, by id.
+    pub(crate) fn documents(
+        &self,
+        ids: &[RunId],
+    ) -> Result<std::collections::HashMap<i64, String>, Error> {
+        let ids: Vec<i64> = ids.iter().map(|i| i.0).collect();
+        let rows = self
+            .client
+            .borrow_mut()
+            .query("SELECT id, document FROM runs WHERE id = ANY($1)", &[&ids])
+            .map_err(|e| self.err(&e))?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
     pub(crate) fn labels(&self, id: RunId) -> Result<Vec<Label>, Error> {
         let rows = self
             .client
