@@ -341,7 +341,7 @@ fn summary_json(r: &RunSummary) -> Value {
     .unwrap_or(Value::Null)
 }
 
-const LIST_CSV_COLUMNS: [&str; 16] = [
+const LIST_CSV_COLUMNS: [&str; 18] = [
     "id",
     "time_unix_ms",
     "test",
@@ -358,6 +358,8 @@ const LIST_CSV_COLUMNS: [&str; 16] = [
     "packets_per_second",
     "connections_per_second",
     "loss_percent",
+    "uuid",
+    "to_push",
 ];
 
 fn list_csv(runs: &[RunSummary]) -> String {
