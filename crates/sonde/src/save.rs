@@ -403,6 +403,7 @@ impl Saver {
     }
 }
 
+/// Saves a run into `store` under `uuid`, in `group`, marked `to_push` or not.
 fn insert(
     store: &mut Store,
     m: &Measured,
@@ -411,31 +412,29 @@ fn insert(
     uuid: Uuid,
     to_push: bool,
 ) -> Result<RunId, sonde_store::Error> {
-    {
-        let document = sonde_report::render::json(&m.result);
-        let labels: Vec<Label> = indexed
-            .labels
-            .iter()
-            .map(|(key, value)| Label {
-                key: key.clone(),
-                value: value.clone(),
-            })
-            .collect();
-        store.insert(&NewRun {
-            time_unix_ms: indexed.time_unix_ms,
-            test: indexed.test,
-            protocol: indexed.protocol,
-            server: Some(indexed.server),
-            labels: &labels,
-            group,
-            interrupted: indexed.interrupted,
-            headline: indexed.headline,
-            document: &document,
-            histograms: &m.histograms,
-            uuid: Some(uuid),
-            to_push,
+    let document = sonde_report::render::json(&m.result);
+    let labels: Vec<Label> = indexed
+        .labels
+        .iter()
+        .map(|(key, value)| Label {
+            key: key.clone(),
+            value: value.clone(),
         })
-    }
+        .collect();
+    store.insert(&NewRun {
+        time_unix_ms: indexed.time_unix_ms,
+        test: indexed.test,
+        protocol: indexed.protocol,
+        server: Some(indexed.server),
+        labels: &labels,
+        group,
+        interrupted: indexed.interrupted,
+        headline: indexed.headline,
+        document: &document,
+        histograms: &m.histograms,
+        uuid: Some(uuid),
+        to_push,
+    })
 }
 
 /// Runs `once` `--repeat` times, `--pause` apart, with one saver (so one group), then says
