@@ -34,14 +34,14 @@ impl PgTestDb {
     pub fn create(test: &str) -> Option<Self> {
         let Some(admin) = std::env::var(POSTGRES_ENV).ok().filter(|u| !u.is_empty()) else {
             let why = format!(
-                "skipped {test}: no PostgreSQL server ({POSTGRES_ENV} unset; `.ci/postgres start` \
-                 starts one and prints the URL to set it to)"
+                "no PostgreSQL server ({POSTGRES_ENV} unset; `.ci/postgres start` starts one and \
+                 prints the URL to set it to)"
             );
             assert!(
                 std::env::var("SONDE_TEST_REQUIRE_ALL").as_deref() != Ok("1"),
-                "{why}, and SONDE_TEST_REQUIRE_ALL=1"
+                "{test}: {why}; this prerequisite is required in CI (SONDE_TEST_REQUIRE_ALL=1)"
             );
-            eprintln!("{why}");
+            eprintln!("SKIP {test}: {why}");
             return None;
         };
         let tag: String = test
