@@ -1,17 +1,25 @@
-//! sonde's results database: every test's result, kept in one SQLite file so that runs can be
-//! listed, compared and drawn later.
+//! sonde's results database: every test's result, kept in one SQLite file, or in a
+//! PostgreSQL database a team shares, so that runs can be listed, compared and drawn later.
 //!
 //! What a run keeps: the whole result document exactly as `--json` printed it; indexed columns
 //! to find it by (time, test, protocol, server, labels, group) and its headline figures; and for
 //! a latency run the full HDR histogram of its round-trip times in hdrhistogram's compact V2
 //! serialized form, so that a distribution can be drawn and repetitions merged exactly.
 //!
-//! No rendering and no sockets: the caller hands in the document as text and the figures it
-//! wants indexed, and gets them back. The file is SQLite's own format (`rusqlite` with its
-//! bundled SQLite), written in WAL mode with a busy timeout so that two sonde processes saving
-//! at the same moment both land. The schema is versioned (`PRAGMA user_version`, migrated
-//! forward on open) and marked as sonde's (`PRAGMA application_id`): a file that is not sonde's
-//! database, or is corrupt, is reported with its path and never written.
+//! No rendering: the caller hands in the document as text and the figures it wants indexed,
+//! and gets them back. Two backends behind one [`Store`], chosen by the [`Location`]:
+//!
+//! - a file: SQLite's own format (`rusqlite` with its bundled SQLite), written in WAL mode with
+//!   a busy timeout so that two sonde processes saving at the same moment both land; the schema
+//!   is versioned (`PRAGMA user_version`, migrated forward on open) and marked as sonde's
+//!   (`PRAGMA application_id`): a file that is not sonde's database, or is corrupt, is reported
+//!   with its path and never written;
+//! - `postgres://...`: the same tables on a PostgreSQL server (the `postgres` crate), the same
+//!   schema versions (kept in `sonde_schema`), every connection bounded in time.
+//!
+//! Every run, group and failure has a UUID made when it is first saved: [`Store::push`] copies
+//! runs from one store to another idempotently by it, so a laptop that was offline pushes later
+//! and nothing is stored twice.
 //!
 //! ```
 //! use sonde_store::{Filter, Headline, Label, NewRun, Store};
@@ -35,17 +43,24 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::ffi::OsString;
 use std::fmt;
-use std::fs;
-use std::io::{self, Read};
+use std::io;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::Duration;
 
-use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtension};
+pub use uuid::Uuid;
+
+mod pg;
+mod sqlite;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use pg::{CONNECT_TIMEOUT, STATEMENT_TIMEOUT};
 
 /// The schema version this sonde writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Marks the file as sonde's (`PRAGMA application_id`): "SNDE".
 pub const APPLICATION_ID: i32 = 0x534E_4445;
@@ -57,80 +72,6 @@ pub const HISTOGRAM_IDLE_RTT: &str = "idle_rtt";
 /// `sonde load`: the round-trip times while the load ran.
 pub const HISTOGRAM_LOADED_RTT: &str = "loaded_rtt";
 
-/// How long a writer waits for another process's write to finish before giving up. Saving a run
-/// takes milliseconds; this only has to outlast another sonde's save.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The first 16 bytes of every SQLite 3 database file.
-const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
-
-/// The migrations, in order: entry `n` takes the schema from version `n` to `n + 1`. Never edit
-/// one that has been released; add the next.
-const MIGRATIONS: &[&str] = &[
-    // 1: runs, their labels and histograms.
-    "CREATE TABLE runs (
-        id INTEGER PRIMARY KEY,
-        time_unix_ms INTEGER NOT NULL,
-        test TEXT NOT NULL,
-        protocol TEXT,
-        server TEXT,
-        rtt_mean_ns REAL,
-        rtt_p50_ns INTEGER,
-        rtt_p99_ns INTEGER,
-        rtt_p9999_ns INTEGER,
-        bits_per_second REAL,
-        packets_per_second REAL,
-        connections_per_second REAL,
-        loss_percent REAL,
-        document TEXT NOT NULL
-    );
-    CREATE INDEX runs_time ON runs (time_unix_ms);
-    CREATE INDEX runs_test ON runs (test, time_unix_ms);
-    CREATE TABLE labels (
-        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-        key TEXT NOT NULL,
-        value TEXT NOT NULL,
-        PRIMARY KEY (run_id, key)
-    ) WITHOUT ROWID;
-    CREATE INDEX labels_key_value ON labels (key, value);
-    CREATE TABLE histograms (
-        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-        name TEXT NOT NULL,
-        encoding TEXT NOT NULL,
-        data BLOB NOT NULL,
-        PRIMARY KEY (run_id, name)
-    ) WITHOUT ROWID;",
-    // 2: groups (`--repeat`, the cases of `quick`, the steps of a sweep) and interrupted runs.
-    "CREATE TABLE groups (
-        id INTEGER PRIMARY KEY,
-        created_unix_ms INTEGER NOT NULL,
-        kind TEXT NOT NULL
-    );
-    ALTER TABLE runs ADD COLUMN group_id INTEGER REFERENCES groups (id);
-    ALTER TABLE runs ADD COLUMN interrupted INTEGER NOT NULL DEFAULT 0;
-    CREATE INDEX runs_group ON runs (group_id);",
-    // 3: the cases of a group that did not run (a plan's unreachable or refusing endpoint).
-    "CREATE TABLE failures (
-        id INTEGER PRIMARY KEY,
-        group_id INTEGER NOT NULL REFERENCES groups (id),
-        time_unix_ms INTEGER NOT NULL,
-        test TEXT NOT NULL,
-        reason TEXT NOT NULL,
-        exit_code INTEGER NOT NULL
-    );
-    CREATE INDEX failures_group ON failures (group_id);
-    CREATE TABLE failure_labels (
-        failure_id INTEGER NOT NULL REFERENCES failures (id) ON DELETE CASCADE,
-        key TEXT NOT NULL,
-        value TEXT NOT NULL,
-        PRIMARY KEY (failure_id, key)
-    ) WITHOUT ROWID;",
-    // 4: a plan run keeps its plan (the file as given and its text), so `--resume` needs no
-    // file and refuses one that changed.
-    "ALTER TABLE groups ADD COLUMN plan_file TEXT;
-    ALTER TABLE groups ADD COLUMN plan_text TEXT;",
-];
-
 /// What went wrong, with the database's path where there is one.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -141,11 +82,12 @@ pub enum Error {
         /// The file.
         path: PathBuf,
     },
-    /// An SQLite database of another program.
-    #[error("{}: an SQLite database that is not sonde's; left untouched, choose another path with --db or SONDE_DB", .path.display())]
+    /// A database of another program (an SQLite file, or a PostgreSQL database holding
+    /// tables named as sonde's).
+    #[error("{location}: a database that is not sonde's; left untouched, choose another with --db or SONDE_DB")]
     Foreign {
-        /// The file.
-        path: PathBuf,
+        /// The file, or the URL (its password hidden).
+        location: String,
     },
     /// The database is damaged. It is left untouched.
     #[error("{}: the database is corrupt ({source}); left untouched, move it away to start a new one", .path.display())]
@@ -156,20 +98,20 @@ pub enum Error {
         source: rusqlite::Error,
     },
     /// Written by a newer sonde, whose schema this one does not know.
-    #[error("{}: written by a newer sonde (schema version {found}; this one knows up to {known})", .path.display())]
+    #[error("{location}: written by a newer sonde (schema version {found}; this one knows up to {known})")]
     TooNew {
-        /// The file.
-        path: PathBuf,
+        /// The file, or the URL (its password hidden).
+        location: String,
         /// Its schema version.
         found: u32,
         /// The newest this build knows.
         known: u32,
     },
     /// No database at the path (a reader does not create one).
-    #[error("{}: no results stored yet (no database there)", .path.display())]
+    #[error("{location}: no results stored yet (no sonde database there)")]
     Missing {
-        /// The path.
-        path: PathBuf,
+        /// The file, or the URL (its password hidden).
+        location: String,
     },
     /// The database, or its directory, cannot be written.
     #[error("{}: the database cannot be written: read-only file or directory? ({source})", .path.display())]
@@ -219,6 +161,57 @@ pub enum Error {
         /// What SQLite said.
         source: rusqlite::Error,
     },
+    /// The PostgreSQL server could not be reached, or the connection broke (no answer from the
+    /// server: refused, timed out, reset).
+    #[error("{url}: the PostgreSQL server cannot be reached: {message}")]
+    Unreachable {
+        /// The URL, its password hidden.
+        url: String,
+        /// What the driver said.
+        message: String,
+    },
+    /// The PostgreSQL server refused the write (no privilege, or a read-only server).
+    #[error("{url}: the PostgreSQL server refused: {message}")]
+    Refused {
+        /// The URL, its password hidden.
+        url: String,
+        /// What the server said, with its SQLSTATE.
+        message: String,
+    },
+    /// Any other PostgreSQL failure.
+    #[error("{url}: {message}")]
+    Postgres {
+        /// The URL, its password hidden.
+        url: String,
+        /// What the server said, with its SQLSTATE.
+        message: String,
+    },
+    /// A `postgres://` URL that does not parse.
+    #[error("{url}: not a PostgreSQL URL the driver reads: {message}")]
+    BadUrl {
+        /// The URL, its password hidden.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// A stored UUID that does not parse (written by something else than sonde).
+    #[error("{location}: a stored UUID {text:?} does not parse: {message}")]
+    BadUuid {
+        /// The database.
+        location: String,
+        /// The text stored.
+        text: String,
+        /// Why.
+        message: String,
+    },
+    /// A run refers to a group the database does not hold.
+    #[error("{location}: group {group} is referred to by a run but missing")]
+    MissingGroup {
+        /// The database.
+        location: String,
+        /// The group.
+        group: GroupId,
+    },
     /// A label that is not `KEY=VALUE`.
     #[error("label {0:?}: expected KEY=VALUE, KEY made of letters, digits, '_', '-' and '.'")]
     BadLabel(String),
@@ -237,26 +230,8 @@ pub enum Error {
     },
 }
 
-impl Error {
-    /// Maps an SQLite error to the kind a user can act on.
-    fn sqlite(path: &Path, source: rusqlite::Error) -> Self {
-        let path = path.to_owned();
-        match source.sqlite_error_code() {
-            Some(ErrorCode::ReadOnly | ErrorCode::CannotOpen | ErrorCode::PermissionDenied) => {
-                Self::ReadOnly { path, source }
-            }
-            Some(ErrorCode::DiskFull) => Self::Full { path, source },
-            Some(ErrorCode::NotADatabase) => Self::NotADatabase { path },
-            Some(ErrorCode::DatabaseCorrupt) => Self::Corrupt { path, source },
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-                Self::Busy { path, source }
-            }
-            _ => Self::Sqlite { path, source },
-        }
-    }
-}
-
-/// A stored run's id (SQLite's rowid: never reused while a newer run exists).
+/// A stored run's id in one database (SQLite's rowid, PostgreSQL's identity column): a run
+/// pushed to another database gets another id there; its [`Uuid`] stays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RunId(pub i64);
 
@@ -417,6 +392,20 @@ impl Histogram {
         }
     }
 
+    /// A histogram as a backend read it.
+    fn from_stored(run: RunId, name: String, encoding: &str, data: Vec<u8>) -> Result<Self, Error> {
+        let encoding = HistogramEncoding::parse(encoding).ok_or_else(|| Error::Histogram {
+            run,
+            name: name.clone(),
+            message: format!("unknown encoding {encoding:?}"),
+        })?;
+        Ok(Self {
+            name,
+            encoding,
+            data,
+        })
+    }
+
     /// Decodes the histogram (either encoding).
     pub fn decode(&self) -> Result<hdrhistogram::Histogram<u64>, String> {
         hdrhistogram::serialization::Deserializer::new()
@@ -448,13 +437,22 @@ pub struct NewRun<'a> {
     pub document: &'a str,
     /// Its histograms (names distinct).
     pub histograms: &'a [Histogram],
+    /// Its identity in every database it is saved or pushed to; `None`: a new one is made. A
+    /// caller that may save the same run twice (once into PostgreSQL, whose answer was lost,
+    /// then into the local file) gives the same UUID to both.
+    pub uuid: Option<Uuid>,
+    /// Saved here in place of the shared database it was meant for: `sonde results push`
+    /// sends it.
+    pub to_push: bool,
 }
 
 /// A stored run as listed: everything but the document and histograms.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSummary {
-    /// Its id.
+    /// Its id in this database.
     pub id: RunId,
+    /// Its identity in every database.
+    pub uuid: Uuid,
     /// When the test started, ms since the Unix epoch.
     pub time_unix_ms: u64,
     /// The test.
@@ -469,6 +467,8 @@ pub struct RunSummary {
     pub group: Option<GroupId>,
     /// Stopped before its time.
     pub interrupted: bool,
+    /// Waiting here to be pushed to the shared database it was meant for.
+    pub to_push: bool,
     /// Headline figures.
     pub headline: Headline,
 }
@@ -485,8 +485,11 @@ pub struct StoredRun {
 /// A group as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Group {
-    /// Its id.
+    /// Its id in this database.
     pub id: GroupId,
+    /// Its identity in every database (a group pushed, or continued in the local file when
+    /// the shared database went away, is the same group).
+    pub uuid: Uuid,
     /// When it was made, ms since the Unix epoch.
     pub created_unix_ms: u64,
     /// What made it: `repeat`, `quick`, `sweep`, `plan`.
@@ -537,177 +540,278 @@ pub struct Filter {
     pub group: Option<GroupId>,
     /// Only the newest N of those that match.
     pub last: Option<u64>,
+    /// Only runs marked to push (saved here when the shared database was unreachable).
+    pub to_push: bool,
 }
 
-/// The results database.
-#[derive(Debug)]
-pub struct Store {
-    conn: Connection,
-    path: PathBuf,
+/// Where a results database is: a file, or a PostgreSQL URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// An SQLite file.
+    File(PathBuf),
+    /// A PostgreSQL database.
+    Postgres(PgUrl),
+}
+
+impl Location {
+    /// `postgres://...` or `postgresql://...` is a PostgreSQL database; anything else a file.
+    pub fn new(s: impl Into<OsString>) -> Self {
+        let s: OsString = s.into();
+        match s.to_str() {
+            Some(u) if PgUrl::is_url(u) => Self::Postgres(PgUrl(u.to_owned())),
+            _ => Self::File(s.into()),
+        }
+    }
+
+    /// The file, when it is one.
+    pub fn file(&self) -> Option<&Path> {
+        match self {
+            Self::File(p) => Some(p),
+            Self::Postgres(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for Location {
+    /// The path, or the URL with its password hidden.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::File(p) => p.display().fmt(f),
+            Self::Postgres(u) => u.fmt(f),
+        }
+    }
+}
+
+impl From<&Path> for Location {
+    fn from(p: &Path) -> Self {
+        Self::new(p.as_os_str())
+    }
+}
+
+impl From<&PathBuf> for Location {
+    fn from(p: &PathBuf) -> Self {
+        Self::new(p.as_os_str())
+    }
+}
+
+impl From<PathBuf> for Location {
+    fn from(p: PathBuf) -> Self {
+        Self::new(p)
+    }
+}
+
+impl From<&Location> for Location {
+    fn from(l: &Location) -> Self {
+        l.clone()
+    }
+}
+
+/// A PostgreSQL URL (`postgres://user:password@host:port/database?options`, libpq's syntax).
+/// Shown with its password hidden; the whole URL only goes to the driver.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PgUrl(String);
+
+impl PgUrl {
+    fn is_url(s: &str) -> bool {
+        s.starts_with("postgres://") || s.starts_with("postgresql://")
+    }
+
+    /// The URL with its password, for the driver.
+    fn full(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for PgUrl {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if Self::is_url(s) {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(format!(
+                "{s:?}: expected a PostgreSQL URL, postgres://USER@HOST[:PORT]/DATABASE"
+            ))
+        }
+    }
+}
+
+impl fmt::Display for PgUrl {
+    /// The URL with the password (in the authority or as `password=`) replaced by `***`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.0;
+        let scheme_end = s.find("://").map_or(0, |i| i + 3);
+        let rest = &s[scheme_end..];
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(authority_end);
+        let authority = match authority.rsplit_once('@') {
+            Some((userinfo, host)) => match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***@{host}"),
+                None => authority.to_owned(),
+            },
+            None => authority.to_owned(),
+        };
+        let tail = match tail.split_once('?') {
+            Some((path, query)) => {
+                let query: Vec<String> = query
+                    .split('&')
+                    .map(|kv| match kv.split_once('=') {
+                        Some(("password", _)) => "password=***".to_owned(),
+                        _ => kv.to_owned(),
+                    })
+                    .collect();
+                format!("{path}?{}", query.join("&"))
+            }
+            None => tail.to_owned(),
+        };
+        write!(f, "{}{authority}{tail}", &s[..scheme_end])
+    }
+}
+
+impl fmt::Debug for PgUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PgUrl({self})")
+    }
 }
 
 /// The default database path: `$XDG_DATA_HOME/sonde/results.db` on Linux
 /// (`~/.local/share/sonde/results.db`), the platform's data directory elsewhere. `None` when
-/// the platform has no such directory (no home).
+/// the platform has no such directory (no home). It is also where a run meant for an
+/// unreachable PostgreSQL database is kept until it is pushed.
 pub fn default_path() -> Option<PathBuf> {
     dirs::data_dir().map(|d| d.join("sonde").join("results.db"))
 }
 
-impl Store {
-    /// Opens the database at `path` for reading and writing, creating it (and its directory)
-    /// when there is none, and migrating an older schema forward. A file that is not sonde's
-    /// database is reported and left untouched.
-    pub fn open(path: &Path) -> Result<Self, Error> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            fs::create_dir_all(dir).map_err(|source| Error::CreateDir {
-                path: dir.to_owned(),
-                source,
-            })?;
+/// What an insert did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inserted {
+    /// A new run, with its id.
+    New(RunId),
+    /// A run with this UUID was already there (this id): nothing was written.
+    AlreadyThere(RunId),
+}
+
+impl Inserted {
+    /// The run's id, new or not.
+    pub fn id(self) -> RunId {
+        match self {
+            Self::New(id) | Self::AlreadyThere(id) => id,
         }
-        Self::open_at(path)
+    }
+}
+
+/// One run (or failure) handled by [`Store::push`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Pushed<'a> {
+    /// A run: copied, or found there already.
+    Run {
+        /// The run as stored here.
+        run: &'a RunSummary,
+        /// What the destination did.
+        inserted: Inserted,
+    },
+    /// A failure of a plan run: copied (true) or found there already.
+    Failure {
+        /// The failure.
+        failure: &'a Failure,
+        /// Copied now.
+        copied: bool,
+    },
+}
+
+/// What [`Store::push`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PushCount {
+    /// Runs copied.
+    pub copied: usize,
+    /// Runs that were there already (pushed before, or by a push interrupted after it landed).
+    pub already_there: usize,
+    /// Failures of plan runs copied.
+    pub failures_copied: usize,
+    /// Stopped by the caller before the end.
+    pub stopped: bool,
+}
+
+/// The results database: an SQLite file or a PostgreSQL database, the same operations on both.
+#[derive(Debug)]
+pub struct Store {
+    db: Db,
+    location: Location,
+}
+
+#[derive(Debug)]
+enum Db {
+    Sqlite(sqlite::Sqlite),
+    Postgres(pg::Postgres),
+}
+
+/// Calls the same method on either backend.
+macro_rules! each {
+    ($self:expr, $db:ident => $e:expr) => {
+        match &$self.db {
+            Db::Sqlite($db) => $e,
+            Db::Postgres($db) => $e,
+        }
+    };
+    (mut $self:expr, $db:ident => $e:expr) => {
+        match &mut $self.db {
+            Db::Sqlite($db) => $e,
+            Db::Postgres($db) => $e,
+        }
+    };
+}
+
+impl Store {
+    /// Opens the database for reading and writing: a file is created (with its directory) when
+    /// there is none, a PostgreSQL database gets sonde's tables when it has none; an older
+    /// schema is migrated forward. A database that is not sonde's is reported and left
+    /// untouched.
+    pub fn open(at: impl Into<Location>) -> Result<Self, Error> {
+        let location = at.into();
+        let db = match &location {
+            Location::File(p) => Db::Sqlite(sqlite::Sqlite::open(p)?),
+            Location::Postgres(u) => Db::Postgres(pg::Postgres::open(u, true)?),
+        };
+        Ok(Self { db, location })
     }
 
     /// Opens an existing database; [`Error::Missing`] when there is none (a reader does not
-    /// create one).
-    pub fn open_existing(path: &Path) -> Result<Self, Error> {
-        if !path.exists() {
-            return Err(Error::Missing {
-                path: path.to_owned(),
-            });
-        }
-        Self::open_at(path)
-    }
-
-    fn open_at(path: &Path) -> Result<Self, Error> {
-        check_header(path)?;
-        let err = |e| Error::sqlite(path, e);
-        let conn = Connection::open(path).map_err(err)?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(err)?;
-        let mut store = Self {
-            conn,
-            path: path.to_owned(),
+    /// create one, nor sonde's tables in an empty PostgreSQL database).
+    pub fn open_existing(at: impl Into<Location>) -> Result<Self, Error> {
+        let location = at.into();
+        let db = match &location {
+            Location::File(p) => Db::Sqlite(sqlite::Sqlite::open_existing(p)?),
+            Location::Postgres(u) => Db::Postgres(pg::Postgres::open(u, false)?),
         };
-        store.prepare()?;
-        Ok(store)
+        Ok(Self { db, location })
     }
 
     /// Where the database is.
-    pub fn path(&self) -> &Path {
-        &self.path
+    pub fn location(&self) -> &Location {
+        &self.location
+    }
+
+    /// The file, for an SQLite database.
+    pub fn path(&self) -> Option<&Path> {
+        match &self.db {
+            Db::Sqlite(s) => Some(s.path()),
+            Db::Postgres(_) => None,
+        }
     }
 
     /// The schema version of the open database.
     pub fn schema_version(&self) -> Result<u32, Error> {
-        self.conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(|e| self.err(e))
-    }
-
-    fn err(&self, e: rusqlite::Error) -> Error {
-        Error::sqlite(&self.path, e)
-    }
-
-    /// Checks whose file it is, turns on WAL and foreign keys, and migrates.
-    fn prepare(&mut self) -> Result<(), Error> {
-        let (app_id, version, objects) = self.identify()?;
-        if app_id != APPLICATION_ID && (app_id != 0 || objects != 0) {
-            return Err(Error::Foreign {
-                path: self.path.clone(),
-            });
-        }
-        if version > SCHEMA_VERSION {
-            return Err(Error::TooNew {
-                path: self.path.clone(),
-                found: version,
-                known: SCHEMA_VERSION,
-            });
-        }
-        self.conn
-            .pragma_update(None, "foreign_keys", true)
-            .map_err(|e| self.err(e))?;
-        if version < SCHEMA_VERSION {
-            self.migrate(SCHEMA_VERSION)?;
-        }
-        // WAL lets readers and one writer work at once, and a second writer waits (busy
-        // timeout) instead of failing. A read-only database keeps whatever mode it has: it can
-        // still be read, and a write says why it failed.
-        match self
-            .conn
-            .pragma_update_and_check(None, "journal_mode", "wal", |r| r.get::<_, String>(0))
-            .map_err(|e| self.err(e))
-        {
-            Ok(_) | Err(Error::ReadOnly { .. }) => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// (application_id, user_version, number of schema objects), read in one read transaction:
-    /// three separate reads could straddle another opener's migration of a new database and
-    /// see its tables but not yet its application id, which reads as a foreign database.
-    fn identify(&self) -> Result<(i32, u32, i64), Error> {
-        let err = |e| self.err(e);
-        let tx = self.conn.unchecked_transaction().map_err(err)?;
-        let app_id: i32 = tx
-            .pragma_query_value(None, "application_id", |r| r.get(0))
-            .map_err(err)?;
-        let version: u32 = tx
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(err)?;
-        let objects: i64 = tx
-            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-            .map_err(err)?;
-        // Nothing was written: ending it is only letting go of the read.
-        tx.rollback().map_err(err)?;
-        Ok((app_id, version, objects))
-    }
-
-    /// Applies the migrations up to `target`, in one transaction that first takes the write
-    /// lock, so that two processes opening a new database at once migrate it once.
-    fn migrate(&mut self, target: u32) -> Result<(), Error> {
-        let path = self.path.clone();
-        let err = |e| Error::sqlite(&path, e);
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(err)?;
-        // Read again under the lock: another process may have migrated meanwhile.
-        let app_id: i32 = tx
-            .pragma_query_value(None, "application_id", |r| r.get(0))
-            .map_err(err)?;
-        let version: u32 = tx
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(err)?;
-        if app_id != APPLICATION_ID {
-            let objects: i64 = tx
-                .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-                .map_err(err)?;
-            if app_id != 0 || objects != 0 {
-                return Err(Error::Foreign { path });
-            }
-            tx.pragma_update(None, "application_id", APPLICATION_ID)
-                .map_err(err)?;
-        }
-        for (n, sql) in MIGRATIONS.iter().enumerate().take(target as usize) {
-            if n as u32 >= version {
-                tx.execute_batch(sql).map_err(err)?;
-            }
-        }
-        if target > version {
-            tx.pragma_update(None, "user_version", target)
-                .map_err(err)?;
-        }
-        tx.commit().map_err(err)
+        each!(self, db => db.schema_version())
     }
 
     /// Starts a group (`kind`: `repeat`, `quick`, `sweep`) made at `created_unix_ms`.
     pub fn new_group(&mut self, kind: &str, created_unix_ms: u64) -> Result<GroupId, Error> {
-        self.conn
-            .execute(
-                "INSERT INTO groups (created_unix_ms, kind) VALUES (?1, ?2)",
-                params![to_i64(created_unix_ms), kind],
-            )
-            .map_err(|e| self.err(e))?;
-        Ok(GroupId(self.conn.last_insert_rowid()))
+        self.insert_group(&Group {
+            id: GroupId(0),
+            uuid: Uuid::new_v4(),
+            created_unix_ms,
+            kind: kind.to_owned(),
+            plan: None,
+        })
     }
 
     /// Starts a plan run (a group of kind `plan`) made at `created_unix_ms`, keeping its plan.
@@ -716,266 +820,64 @@ impl Store {
         plan: &GroupPlan,
         created_unix_ms: u64,
     ) -> Result<GroupId, Error> {
-        self.conn
-            .execute(
-                "INSERT INTO groups (created_unix_ms, kind, plan_file, plan_text)
-                 VALUES (?1, 'plan', ?2, ?3)",
-                params![to_i64(created_unix_ms), plan.file, plan.text],
-            )
-            .map_err(|e| self.err(e))?;
-        Ok(GroupId(self.conn.last_insert_rowid()))
+        self.insert_group(&Group {
+            id: GroupId(0),
+            uuid: Uuid::new_v4(),
+            created_unix_ms,
+            kind: "plan".to_owned(),
+            plan: Some(plan.clone()),
+        })
+    }
+
+    /// Stores a group under its UUID (its `id` is ignored), or finds the one stored under it:
+    /// the same group in another database (a push, or a group continued in the local file when
+    /// the shared database went away).
+    pub fn insert_group(&mut self, group: &Group) -> Result<GroupId, Error> {
+        each!(mut self, db => db.insert_group(group))
     }
 
     /// The group, if it exists.
     pub fn group(&self, id: GroupId) -> Result<Option<Group>, Error> {
-        self.conn
-            .query_row(
-                "SELECT id, created_unix_ms, kind, plan_file, plan_text FROM groups WHERE id = ?1",
-                [id.0],
-                |r| {
-                    let file: Option<String> = r.get(3)?;
-                    let text: Option<String> = r.get(4)?;
-                    Ok(Group {
-                        id: GroupId(r.get(0)?),
-                        created_unix_ms: to_u64(r.get(1)?),
-                        kind: r.get(2)?,
-                        plan: file.zip(text).map(|(file, text)| GroupPlan { file, text }),
-                    })
-                },
-            )
-            .optional()
-            .map_err(|e| self.err(e))
+        each!(self, db => db.group(id))
     }
 
-    /// Saves a run with its labels and histograms, all or nothing.
+    /// Saves a run with its labels and histograms, all or nothing; a run whose UUID is already
+    /// stored is left as it is (nothing written, its id returned).
     pub fn insert(&mut self, run: &NewRun<'_>) -> Result<RunId, Error> {
+        self.insert_run(run).map(Inserted::id)
+    }
+
+    /// [`Store::insert`], saying whether the run was new.
+    pub fn insert_run(&mut self, run: &NewRun<'_>) -> Result<Inserted, Error> {
         for (i, l) in run.labels.iter().enumerate() {
             if run.labels[..i].iter().any(|o| o.key == l.key) {
                 return Err(Error::DuplicateLabel(l.key.clone()));
             }
         }
-        let path = self.path.clone();
-        let err = |e| Error::sqlite(&path, e);
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(err)?;
-        let h = &run.headline;
-        tx.execute(
-            "INSERT INTO runs (time_unix_ms, test, protocol, server, group_id, interrupted,
-                rtt_mean_ns, rtt_p50_ns, rtt_p99_ns, rtt_p9999_ns, bits_per_second,
-                packets_per_second, connections_per_second, loss_percent, document)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-            params![
-                to_i64(run.time_unix_ms),
-                run.test,
-                run.protocol,
-                run.server,
-                run.group.map(|g| g.0),
-                run.interrupted,
-                h.rtt_mean_ns,
-                h.rtt_p50_ns.map(to_i64),
-                h.rtt_p99_ns.map(to_i64),
-                h.rtt_p9999_ns.map(to_i64),
-                h.bits_per_second,
-                h.packets_per_second,
-                h.connections_per_second,
-                h.loss_percent,
-                run.document,
-            ],
-        )
-        .map_err(err)?;
-        let id = tx.last_insert_rowid();
-        for l in run.labels {
-            tx.execute(
-                "INSERT INTO labels (run_id, key, value) VALUES (?1, ?2, ?3)",
-                params![id, l.key, l.value],
-            )
-            .map_err(err)?;
-        }
-        for hist in run.histograms {
-            tx.execute(
-                "INSERT INTO histograms (run_id, name, encoding, data) VALUES (?1, ?2, ?3, ?4)",
-                params![id, hist.name, hist.encoding.as_str(), hist.data],
-            )
-            .map_err(err)?;
-        }
-        tx.commit().map_err(err)?;
-        Ok(RunId(id))
+        let uuid = run.uuid.unwrap_or_else(Uuid::new_v4);
+        each!(mut self, db => db.insert(run, uuid))
     }
 
-    /// Records a case that ran no test, with its labels.
-    pub fn insert_failure(&mut self, failure: &Failure) -> Result<(), Error> {
-        let path = self.path.clone();
-        let err = |e| Error::sqlite(&path, e);
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(err)?;
-        tx.execute(
-            "INSERT INTO failures (group_id, time_unix_ms, test, reason, exit_code)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![
-                failure.group.0,
-                to_i64(failure.time_unix_ms),
-                failure.test,
-                failure.reason,
-                failure.exit_code
-            ],
-        )
-        .map_err(err)?;
-        let id = tx.last_insert_rowid();
-        for l in &failure.labels {
-            tx.execute(
-                "INSERT INTO failure_labels (failure_id, key, value) VALUES (?1, ?2, ?3)",
-                params![id, l.key, l.value],
-            )
-            .map_err(err)?;
-        }
-        tx.commit().map_err(err)
+    /// Records a case that ran no test, with its labels; `to_push`: saved here in place of
+    /// the shared database it was meant for.
+    pub fn insert_failure(&mut self, failure: &Failure, to_push: bool) -> Result<(), Error> {
+        each!(mut self, db => db.insert_failure(failure, Uuid::new_v4(), to_push)).map(|_| ())
     }
 
     /// The failures recorded in a group, oldest first.
     pub fn failures(&self, group: GroupId) -> Result<Vec<Failure>, Error> {
-        let err = |e| self.err(e);
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT id, time_unix_ms, test, reason, exit_code FROM failures
-                 WHERE group_id = ?1 ORDER BY id",
-            )
-            .map_err(err)?;
-        let rows = stmt
-            .query_map([group.0], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    to_u64(r.get(1)?),
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, u8>(4)?,
-                ))
-            })
-            .map_err(err)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(err)?;
-        let mut labels = self
-            .conn
-            .prepare("SELECT key, value FROM failure_labels WHERE failure_id = ?1 ORDER BY key")
-            .map_err(err)?;
-        let mut out = Vec::with_capacity(rows.len());
-        for (id, time_unix_ms, test, reason, exit_code) in rows {
-            let labels = labels
-                .query_map([id], |r| {
-                    Ok(Label {
-                        key: r.get(0)?,
-                        value: r.get(1)?,
-                    })
-                })
-                .map_err(err)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(err)?;
-            out.push(Failure {
-                group,
-                time_unix_ms,
-                test,
-                labels,
-                reason,
-                exit_code,
-            });
-        }
-        Ok(out)
+        let f = each!(self, db => db.failures(Some(group)))?;
+        Ok(f.into_iter().map(|(_, f)| f).collect())
     }
 
     /// The runs that match, newest first (by start time, then id).
     pub fn runs(&self, filter: &Filter) -> Result<Vec<RunSummary>, Error> {
-        let mut sql = String::from(
-            "SELECT id, time_unix_ms, test, protocol, server, group_id, interrupted,
-                rtt_mean_ns, rtt_p50_ns, rtt_p99_ns, rtt_p9999_ns, bits_per_second,
-                packets_per_second, connections_per_second, loss_percent
-             FROM runs WHERE 1",
-        );
-        let mut args: Vec<rusqlite::types::Value> = Vec::new();
-        if !filter.ids.is_empty() {
-            sql.push_str(" AND id IN (");
-            for (i, id) in filter.ids.iter().enumerate() {
-                sql.push_str(if i == 0 { "?" } else { ", ?" });
-                args.push(id.0.into());
-            }
-            sql.push(')');
-        }
-        if let Some(test) = &filter.test {
-            sql.push_str(" AND test = ?");
-            args.push(test.clone().into());
-        }
-        for l in &filter.labels {
-            sql.push_str(
-                " AND EXISTS (SELECT 1 FROM labels WHERE run_id = runs.id AND key = ? AND value = ?)",
-            );
-            args.push(l.key.clone().into());
-            args.push(l.value.clone().into());
-        }
-        if let Some(since) = filter.since_unix_ms {
-            sql.push_str(" AND time_unix_ms >= ?");
-            args.push(to_i64(since).into());
-        }
-        if let Some(g) = filter.group {
-            sql.push_str(" AND group_id = ?");
-            args.push(g.0.into());
-        }
-        sql.push_str(" ORDER BY time_unix_ms DESC, id DESC");
-        if let Some(n) = filter.last {
-            sql.push_str(" LIMIT ?");
-            args.push(to_i64(n).into());
-        }
-        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(params_from_iter(args), |r| {
-                Ok(RunSummary {
-                    id: RunId(r.get(0)?),
-                    time_unix_ms: to_u64(r.get(1)?),
-                    test: r.get(2)?,
-                    protocol: r.get(3)?,
-                    server: r.get(4)?,
-                    group: r.get::<_, Option<i64>>(5)?.map(GroupId),
-                    interrupted: r.get(6)?,
-                    labels: Vec::new(),
-                    headline: Headline {
-                        rtt_mean_ns: r.get(7)?,
-                        rtt_p50_ns: r.get::<_, Option<i64>>(8)?.map(to_u64),
-                        rtt_p99_ns: r.get::<_, Option<i64>>(9)?.map(to_u64),
-                        rtt_p9999_ns: r.get::<_, Option<i64>>(10)?.map(to_u64),
-                        bits_per_second: r.get(11)?,
-                        packets_per_second: r.get(12)?,
-                        connections_per_second: r.get(13)?,
-                        loss_percent: r.get(14)?,
-                    },
-                })
-            })
-            .map_err(|e| self.err(e))?;
-        let mut runs = rows
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.err(e))?;
-        for run in &mut runs {
-            run.labels = self.labels(run.id)?;
-        }
-        Ok(runs)
+        each!(self, db => db.runs(filter))
     }
 
     /// A run's labels, sorted by key.
     pub fn labels(&self, id: RunId) -> Result<Vec<Label>, Error> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT key, value FROM labels WHERE run_id = ?1 ORDER BY key")
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([id.0], |r| {
-                Ok(Label {
-                    key: r.get(0)?,
-                    value: r.get(1)?,
-                })
-            })
-            .map_err(|e| self.err(e))?;
-        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+        each!(self, db => db.labels(id))
     }
 
     /// One run with its document; `None` when there is no such run.
@@ -993,6 +895,19 @@ impl Store {
 
     /// The runs that match with their documents, newest first.
     pub fn documents(&self, filter: &Filter) -> Result<Vec<StoredRun>, Error> {
+        if let Db::Postgres(db) = &self.db {
+            // One round trip for all the documents: the server may be across a WAN.
+            let runs = db.runs(filter)?;
+            let ids: Vec<RunId> = runs.iter().map(|r| r.id).collect();
+            let mut documents = db.documents(&ids)?;
+            return Ok(runs
+                .into_iter()
+                .map(|summary| StoredRun {
+                    document: documents.remove(&summary.id.0).unwrap_or_default(),
+                    summary,
+                })
+                .collect());
+        }
         self.runs(filter)?
             .into_iter()
             .map(|summary| {
@@ -1004,46 +919,12 @@ impl Store {
 
     /// A run's document, exactly as `--json` printed it.
     pub fn document(&self, id: RunId) -> Result<Option<String>, Error> {
-        self.conn
-            .query_row("SELECT document FROM runs WHERE id = ?1", [id.0], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(|e| self.err(e))
+        each!(self, db => db.document(id))
     }
 
     /// A run's histograms, by name.
     pub fn histograms(&self, id: RunId) -> Result<Vec<Histogram>, Error> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT name, encoding, data FROM histograms WHERE run_id = ?1 ORDER BY name",
-            )
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([id.0], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, Vec<u8>>(2)?,
-                ))
-            })
-            .map_err(|e| self.err(e))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (name, encoding, data) = row.map_err(|e| self.err(e))?;
-            let encoding = HistogramEncoding::parse(&encoding).ok_or_else(|| Error::Histogram {
-                run: id,
-                name: name.clone(),
-                message: format!("unknown encoding {encoding:?}"),
-            })?;
-            out.push(Histogram {
-                name,
-                encoding,
-                data,
-            });
-        }
-        Ok(out)
+        each!(self, db => db.histograms(id))
     }
 
     /// One histogram of a run, decoded; `None` when the run has none by that name.
@@ -1063,64 +944,186 @@ impl Store {
     }
 
     /// Deletes runs (their labels and histograms with them); returns the ids that existed.
-    /// A group left without runs (and without recorded failures) goes too.
+    /// A group these runs leave without runs (and without recorded failures) goes too.
     pub fn delete(&mut self, ids: &[RunId]) -> Result<Vec<RunId>, Error> {
-        let path = self.path.clone();
-        let err = |e| Error::sqlite(&path, e);
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(err)?;
-        let mut deleted = Vec::new();
-        for id in ids {
-            if tx
-                .execute("DELETE FROM runs WHERE id = ?1", [id.0])
-                .map_err(err)?
-                > 0
-            {
-                deleted.push(*id);
+        each!(mut self, db => db.delete(ids))
+    }
+
+    /// Copies the runs that match `filter` into `to`, oldest first, each with its labels,
+    /// histograms (the same bytes) and group (found there by its UUID, or made), in its own
+    /// transaction; then, when `filter.to_push`, the failures marked to push. A run already
+    /// there (by UUID) is not written again, so a push interrupted at any point and repeated
+    /// stores each run once. Each run pushed loses its "to push" mark here. `each` hears of
+    /// every run and failure and may stop the push (`ControlFlow::Break`).
+    pub fn push(
+        &mut self,
+        to: &mut Store,
+        filter: &Filter,
+        mut each: impl FnMut(Pushed<'_>) -> ControlFlow<()>,
+    ) -> Result<PushCount, Error> {
+        let mut count = PushCount::default();
+        let mut runs = self.runs(filter)?;
+        runs.reverse();
+        let mut groups: Vec<(GroupId, GroupId)> = Vec::new();
+        for run in &runs {
+            let group = match run.group {
+                Some(g) => Some(self.group_there(g, to, &mut groups)?),
+                None => None,
+            };
+            let document = self.document(run.id)?.unwrap_or_default();
+            let histograms = self.histograms(run.id)?;
+            let inserted = to.insert_run(&NewRun {
+                time_unix_ms: run.time_unix_ms,
+                test: &run.test,
+                protocol: run.protocol.as_deref(),
+                server: run.server.as_deref(),
+                labels: &run.labels,
+                group,
+                interrupted: run.interrupted,
+                headline: run.headline,
+                document: &document,
+                histograms: &histograms,
+                uuid: Some(run.uuid),
+                to_push: false,
+            })?;
+            match inserted {
+                Inserted::New(_) => count.copied += 1,
+                Inserted::AlreadyThere(_) => count.already_there += 1,
+            }
+            if run.to_push {
+                each!(mut self, db => db.clear_mark(Some(run.id), None))?;
+            }
+            if each(Pushed::Run { run, inserted }).is_break() {
+                count.stopped = true;
+                return Ok(count);
             }
         }
-        tx.execute(
-            "DELETE FROM groups WHERE NOT EXISTS (SELECT 1 FROM runs WHERE group_id = groups.id)
-                AND NOT EXISTS (SELECT 1 FROM failures WHERE group_id = groups.id)",
-            [],
-        )
-        .map_err(err)?;
-        tx.commit().map_err(err)?;
-        Ok(deleted)
+        if filter.to_push {
+            let failures = each!(self, db => db.failures(None))?;
+            for (uuid, failure) in &failures {
+                let group = self.group_there(failure.group, to, &mut groups)?;
+                let copied = each!(mut to, db => db.insert_failure(
+                    &Failure { group, ..failure.clone() },
+                    *uuid,
+                    false,
+                ))?;
+                if copied {
+                    count.failures_copied += 1;
+                }
+                each!(mut self, db => db.clear_mark(None, Some(*uuid)))?;
+                if each(Pushed::Failure { failure, copied }).is_break() {
+                    count.stopped = true;
+                    return Ok(count);
+                }
+            }
+        }
+        Ok(count)
+    }
+
+    /// The id in `to` of this store's group `g` (made there under its UUID when missing).
+    fn group_there(
+        &self,
+        g: GroupId,
+        to: &mut Store,
+        known: &mut Vec<(GroupId, GroupId)>,
+    ) -> Result<GroupId, Error> {
+        if let Some((_, there)) = known.iter().find(|(here, _)| *here == g) {
+            return Ok(*there);
+        }
+        let group = self.group(g)?.ok_or_else(|| Error::MissingGroup {
+            location: self.location.to_string(),
+            group: g,
+        })?;
+        let there = to.insert_group(&group)?;
+        known.push((g, there));
+        Ok(there)
+    }
+
+    /// The SQLite backend, for tests that look inside.
+    #[cfg(test)]
+    fn sqlite(&self) -> Option<&sqlite::Sqlite> {
+        match &self.db {
+            Db::Sqlite(s) => Some(s),
+            Db::Postgres(_) => None,
+        }
+    }
+
+    /// The PostgreSQL backend, for tests that look inside.
+    #[cfg(test)]
+    fn postgres(&self) -> Option<&pg::Postgres> {
+        match &self.db {
+            Db::Sqlite(_) => None,
+            Db::Postgres(p) => Some(p),
+        }
     }
 }
 
-/// A file that exists, is not empty and does not start with SQLite's header is not ours: say so
-/// before SQLite gets a chance to touch it.
-fn check_header(path: &Path) -> Result<(), Error> {
-    let mut file = match fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        // Unreadable: let SQLite open it and say why.
-        Err(_) => return Ok(()),
+/// The columns every run listing reads, in this order.
+const SUMMARY_COLUMNS: &str = "id, uuid, time_unix_ms, test, protocol, server, group_id, \
+    interrupted, to_push, rtt_mean_ns, rtt_p50_ns, rtt_p99_ns, rtt_p9999_ns, bits_per_second, \
+    packets_per_second, connections_per_second, loss_percent";
+
+/// A query argument, bound by either backend.
+enum Arg {
+    Int(i64),
+    Text(String),
+}
+
+/// A filter as SQL: `WHERE ... ORDER BY ... LIMIT ...` with its arguments numbered in the
+/// backend's style (`?1` for SQLite, `$1` for PostgreSQL).
+struct Where {
+    sql: String,
+    args: Vec<Arg>,
+}
+
+fn where_clause(filter: &Filter, mark: char) -> Where {
+    use std::fmt::Write as _;
+    let mut w = Where {
+        sql: String::from("WHERE TRUE"),
+        args: Vec::new(),
     };
-    if file.metadata().is_ok_and(|m| m.is_dir()) {
-        return Err(Error::NotADatabase {
-            path: path.to_owned(),
-        });
+    let arg = |w: &mut Where, a: Arg| -> String {
+        w.args.push(a);
+        format!("{mark}{}", w.args.len())
+    };
+    if !filter.ids.is_empty() {
+        let mut list = Vec::new();
+        for id in &filter.ids {
+            list.push(arg(&mut w, Arg::Int(id.0)));
+        }
+        let _ = write!(w.sql, " AND id IN ({})", list.join(", "));
     }
-    let mut head = Vec::with_capacity(SQLITE_HEADER.len());
-    (&mut file)
-        .take(SQLITE_HEADER.len() as u64)
-        .read_to_end(&mut head)
-        .map_err(|source| Error::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-    if head.is_empty() || head == SQLITE_HEADER {
-        Ok(())
-    } else {
-        Err(Error::NotADatabase {
-            path: path.to_owned(),
-        })
+    if let Some(test) = &filter.test {
+        let p = arg(&mut w, Arg::Text(test.clone()));
+        let _ = write!(w.sql, " AND test = {p}");
     }
+    // Each label is a lookup in the labels table's (key, value) index, which yields the runs
+    // that carry it: never a scan of every run.
+    for l in &filter.labels {
+        let k = arg(&mut w, Arg::Text(l.key.clone()));
+        let v = arg(&mut w, Arg::Text(l.value.clone()));
+        let _ = write!(
+            w.sql,
+            " AND id IN (SELECT run_id FROM labels WHERE key = {k} AND value = {v})"
+        );
+    }
+    if let Some(since) = filter.since_unix_ms {
+        let p = arg(&mut w, Arg::Int(to_i64(since)));
+        let _ = write!(w.sql, " AND time_unix_ms >= {p}");
+    }
+    if let Some(g) = filter.group {
+        let p = arg(&mut w, Arg::Int(g.0));
+        let _ = write!(w.sql, " AND group_id = {p}");
+    }
+    if filter.to_push {
+        w.sql.push_str(" AND to_push");
+    }
+    w.sql.push_str(" ORDER BY time_unix_ms DESC, id DESC");
+    if let Some(n) = filter.last {
+        let p = arg(&mut w, Arg::Int(to_i64(n)));
+        let _ = write!(w.sql, " LIMIT {p}");
+    }
+    w
 }
 
 fn to_i64(v: u64) -> i64 {

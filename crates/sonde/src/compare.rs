@@ -70,8 +70,9 @@ pub(crate) struct Opt {
     /// One JSON document on stdout
     #[arg(short = 'J', long)]
     json: bool,
-    /// The results database [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db]
-    #[arg(long, value_name = "PATH")]
+    /// The results database: a file, or a PostgreSQL URL (postgres://...)
+    /// [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db]
+    #[arg(long, value_name = "PATH|URL")]
     db: Option<PathBuf>,
 }
 
@@ -91,6 +92,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         Format::Table
     });
     let mut db = None;
+    let db_flag = opt.db.as_deref().map(sonde_store::Location::from);
     if let Some(label) = &opt.by {
         if opt.sides.len() > 1 {
             return Err(BadValue(format!(
@@ -103,7 +105,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
             Some(s) => select::parse(s)?,
             None => select::Selection::Store(sonde_store::Filter::default()),
         };
-        let runs = select::load(&[selection], &mut db, opt.db.as_deref())?
+        let runs = select::load(&[selection], &mut db, db_flag.as_ref())?
             .into_iter()
             .flatten()
             .collect::<Vec<_>>();
@@ -123,7 +125,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         .into());
     };
     let selections = [select::parse(a)?, select::parse(b)?];
-    let sides = select::load(&selections, &mut db, opt.db.as_deref())?;
+    let sides = select::load(&selections, &mut db, db_flag.as_ref())?;
     for (name, runs) in [a, b].iter().zip(&sides) {
         if runs.is_empty() {
             anyhow::bail!("selection {name:?} matches no run");

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
 use sonde_report::Labels;
-use sonde_store::{Failure, Filter, GroupId, GroupPlan, Label, Store};
+use sonde_store::{Failure, Filter, GroupId, GroupPlan, Label, Location, Store};
 
 use crate::output::print;
 use crate::save::Saver;
@@ -151,8 +151,10 @@ struct RunOpt {
     /// The matrix and the failures as one JSON document on stdout
     #[arg(short = 'J', long)]
     json: bool,
-    /// The results database [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db]
-    #[arg(long, value_name = "PATH")]
+    /// The results database: a file or a PostgreSQL URL (postgres://...; when it cannot be
+    /// reached, a new plan run runs into the default file, marked for `sonde results push`)
+    /// [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db]
+    #[arg(long, value_name = "PATH|URL")]
     db: Option<PathBuf>,
 }
 
@@ -308,9 +310,25 @@ fn run_plan(opt: &RunOpt) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let db = crate::save::db_path(opt.db.as_deref())?;
-    let mut store = Store::open(&db)
-        .with_context(|| format!("opening the results database {}", db.display()))?;
+    let db = crate::save::db_location(opt.db.as_deref())?;
+    // A new plan run whose PostgreSQL database cannot be reached runs into the local file, every
+    // run and failure marked to push; a resumed one needs the database that holds its runs.
+    let (mut store, db, to_push) = match Store::open(&db) {
+        Ok(store) => (store, db, false),
+        Err(e)
+            if matches!(db, Location::Postgres(_))
+                && opt.resume.is_none()
+                && crate::save::falls_back(&e) =>
+        {
+            let local = crate::save::open_fallback(&db, &e)
+                .with_context(|| format!("opening the results database {db}"))?;
+            let at = Location::File(crate::save::local_path()?);
+            (local, at, true)
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("opening the results database {db}")))
+        }
+    };
     let (plan, group, missing) = match (opt.resume, fresh) {
         (None, Some((plan, source))) => {
             let g = store.new_plan_group(&source, sonde_client::now_unix_ms())?;
@@ -325,6 +343,9 @@ fn run_plan(opt: &RunOpt) -> anyhow::Result<()> {
         }
         (None, None) => unreachable!("clap requires PLAN.toml without --resume"),
     };
+    let record = store
+        .group(group)?
+        .ok_or_else(|| anyhow::anyhow!("plan run {group} is missing from {db}"))?;
     let slots = schedule(&plan.cases, &missing, opt.order);
     let total = plan.cases.iter().map(|c| c.repeat).sum::<u32>();
     eprintln!(
@@ -374,7 +395,7 @@ fn run_plan(opt: &RunOpt) -> anyhow::Result<()> {
             duration_text(eta)
         ));
         let labels = case_labels(&plan, case, group);
-        let mut saver = Saver::plan_case(db.clone(), group, labels.clone());
+        let mut saver = Saver::plan_case(db.clone(), record.clone(), labels.clone(), to_push)?;
         let result = spec::run_once(&case.spec, &mut saver);
         measured_so_far += case.expected();
         match result {
@@ -401,7 +422,7 @@ fn run_plan(opt: &RunOpt) -> anyhow::Result<()> {
                     reason,
                     exit_code: crate::exit::exit_code(&e),
                 };
-                if let Err(e) = store.insert_failure(&failure) {
+                if let Err(e) = store.insert_failure(&failure, to_push) {
                     eprintln!("sonde: warning: the failure was not saved: {e}");
                 }
                 failures.push(failure);
@@ -429,7 +450,7 @@ fn resumed_plan(
     store: &Store,
     g: GroupId,
     given: Option<&Path>,
-    db: &Path,
+    db: &Location,
 ) -> anyhow::Result<Plan> {
     let id = g.0;
     let grp = match store.group(g)? {
@@ -441,13 +462,7 @@ fn resumed_plan(
             ))
             .into())
         }
-        None => {
-            return Err(BadValue(format!(
-                "--resume {id}: no plan run {id} in {}",
-                db.display()
-            ))
-            .into())
-        }
+        None => return Err(BadValue(format!("--resume {id}: no plan run {id} in {db}")).into()),
     };
     let plan = match (grp.plan, given) {
         (Some(stored), None) => Plan::parse_file(&stored.file, &stored.text)?,
@@ -522,7 +537,7 @@ fn missing_runs(store: &Store, g: GroupId, plan: &Plan) -> anyhow::Result<Vec<u3
 fn summary(
     opt: &RunOpt,
     plan: &Plan,
-    db: &Path,
+    db: &Location,
     group: GroupId,
     failures: &[Failure],
     interrupted: bool,
@@ -532,12 +547,24 @@ fn summary(
         ..Filter::default()
     });
     let mut store = None;
-    let runs: Vec<sonde_report::compare::Run> =
-        crate::select::load(&[selection], &mut store, Some(db))?
-            .into_iter()
-            .flatten()
-            .filter(|r| !is_interrupted(&r.result))
-            .collect();
+    let loaded = match crate::select::load(&[selection], &mut store, Some(db)) {
+        Ok(loaded) => loaded,
+        // The shared database went away during the run: its runs are saved (there or in the
+        // local file, to push); only the matrix, which reads them back, cannot be drawn now.
+        Err(e) if matches!(db, Location::Postgres(_)) => {
+            eprintln!(
+                "sonde plan: warning: no matrix: {e:#}; `sonde compare group:{group}` draws it \
+                 once the database is back and `sonde results push` has sent what waits locally"
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let runs: Vec<sonde_report::compare::Run> = loaded
+        .into_iter()
+        .flatten()
+        .filter(|r| !is_interrupted(&r.result))
+        .collect();
     let tables = sonde_report::compare::matrix(&runs, CASE_LABEL)?;
     if opt.json {
         let matrix: serde_json::Value =

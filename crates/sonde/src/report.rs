@@ -65,8 +65,9 @@ pub(crate) struct Opt {
     /// values, at most 10]
     #[arg(long, value_name = "KEY")]
     series: Option<String>,
-    /// The results database [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db]
-    #[arg(long, value_name = "PATH")]
+    /// The results database: a file, or a PostgreSQL URL (postgres://...)
+    /// [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db]
+    #[arg(long, value_name = "PATH|URL")]
     db: Option<PathBuf>,
 }
 
@@ -83,7 +84,8 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
             .collect::<Result<Vec<_>, _>>()?
     };
     let mut db = None;
-    let sides = select::load(&selections, &mut db, opt.db.as_deref())?;
+    let db_flag = opt.db.as_deref().map(sonde_store::Location::from);
+    let sides = select::load(&selections, &mut db, db_flag.as_ref())?;
     let comparison = match (opt.selections.as_slice(), sides.as_slice()) {
         ([a, b], [ra, rb]) => {
             if ra.is_empty() || rb.is_empty() {

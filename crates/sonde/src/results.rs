@@ -1,6 +1,8 @@
-//! `sonde results`: the saved runs, listed, shown again, exported and removed.
+//! `sonde results`: the saved runs, listed, shown again, exported, removed, and pushed to a
+//! PostgreSQL database a team shares.
 
 use std::fmt::Write as _;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -8,7 +10,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 use sonde_report::export::Format;
 use sonde_report::TestResult;
-use sonde_store::{Filter, GroupId, Label, RunId, RunSummary, Store};
+use sonde_store::{Filter, GroupId, Label, Location, PgUrl, Pushed, RunId, RunSummary, Store};
 
 use crate::output::{print, OutputOpt};
 
@@ -21,8 +23,9 @@ use crate::output::{print, OutputOpt};
 #[command(
     args_conflicts_with_subcommands = true,
     after_long_help = "\
-Where the database is: --db PATH, else $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db
-(~/.local/share/sonde/results.db).
+Where the database is: --db PATH|URL, else $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db
+(~/.local/share/sonde/results.db). A URL postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE is a
+PostgreSQL database a team shares: every command reads and writes it as it does the file.
 
 Examples:
   sonde results                                   every run, newest first
@@ -37,6 +40,10 @@ Examples:
   sonde results export --label zone=other --json > runs.json
                                                   the documents, as one JSON array
   sonde results rm 41 42                          remove two runs
+  sonde results push                              send the runs saved locally while the
+                                                  PostgreSQL database in $SONDE_DB was unreachable
+  sonde results push --to postgres://sonde@db.example/results --all
+                                                  copy every local run to the team's database
 
 Exit codes:
     0  done
@@ -68,6 +75,46 @@ enum Action {
     Export(ExportOpt),
     /// Remove saved runs by id
     Rm(RmOpt),
+    /// Copy local runs to a PostgreSQL database: those marked to push, all, or a selection
+    ///
+    /// A run saved while its PostgreSQL database could not be reached is in the local file,
+    /// marked to push: `sonde results push` sends those (and the failed cases of plan runs
+    /// saved with them) to --to, else to $SONDE_DB. --all copies every local run; SELECTIONs
+    /// copy the runs they pick, as `sonde compare` takes them. Each run goes with its labels,
+    /// histograms and group, in a transaction of its own, under its UUID: a run already there
+    /// is not copied again, so a push that was interrupted (or is repeated) stores nothing
+    /// twice. On error, run it again.
+    #[command(after_long_help = crate::select::SELECTION_HELP)]
+    Push(PushOpt),
+}
+
+#[derive(Debug, Args)]
+struct PushOpt {
+    /// The PostgreSQL database to copy to: `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`
+    /// [default: $SONDE_DB, when it is such a URL]
+    #[arg(long, value_name = "URL")]
+    to: Option<PgUrl>,
+    /// Copy every local run, not only those marked to push
+    #[arg(long, conflicts_with = "selections")]
+    all: bool,
+    /// Copy the runs these select (as `sonde compare` takes them), not only those marked to push
+    #[arg(value_name = "SELECTION", value_parser = parse_selection)]
+    selections: Vec<Filter>,
+    /// The local file to copy from [default: $SONDE_DB when it is a file, else
+    /// $XDG_DATA_HOME/sonde/results.db, where runs wait when the database is unreachable]
+    #[arg(long, value_name = "PATH")]
+    db: Option<PathBuf>,
+}
+
+fn parse_selection(s: &str) -> Result<Filter, String> {
+    match crate::select::parse(s) {
+        Ok(crate::select::Selection::Store(f)) => Ok(f),
+        Ok(crate::select::Selection::File(p)) => Err(format!(
+            "{}: a file is not a stored run; push copies runs of the local database",
+            p.display()
+        )),
+        Err(e) => Err(e.0),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -113,8 +160,9 @@ struct RmOpt {
 
 #[derive(Debug, Args)]
 struct DbOpt {
-    /// The results database [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db]
-    #[arg(long, value_name = "PATH")]
+    /// The results database: a file, or a PostgreSQL URL (postgres://...)
+    /// [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db]
+    #[arg(long, value_name = "PATH|URL")]
     db: Option<PathBuf>,
 }
 
@@ -162,17 +210,29 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         Some(Action::Show(o)) => show(o),
         Some(Action::Export(o)) => export(o),
         Some(Action::Rm(o)) => rm(o),
+        Some(Action::Push(o)) => push(o),
     }
 }
 
 /// Opens the database for reading: `None` (with a note on stderr) when there is none yet.
 fn open(db: &DbOpt) -> anyhow::Result<Option<Store>> {
-    let path = crate::save::db_path(db.db.as_deref())?;
-    match Store::open_existing(&path) {
+    let at = crate::save::db_location(db.db.as_deref())?;
+    match Store::open_existing(&at) {
         Ok(s) => Ok(Some(s)),
         Err(sonde_store::Error::Missing { .. }) => {
-            eprintln!("sonde: no results saved yet in {}", path.display());
+            eprintln!("sonde: no results saved yet in {at}");
             Ok(None)
+        }
+        Err(e @ sonde_store::Error::Unreachable { .. }) => {
+            let hint = match crate::save::local_path() {
+                Ok(local) => format!(
+                    " (runs saved while it is unreachable wait in {0}: `sonde results --db {0}` \
+                     lists them)",
+                    local.display()
+                ),
+                Err(_) => String::new(),
+            };
+            Err(anyhow::anyhow!("{e}{hint}"))
         }
         Err(e) => Err(e.into()),
     }
@@ -233,6 +293,7 @@ fn labels_text(labels: &[Label], sep: &str) -> String {
 #[derive(serde::Serialize)]
 struct Listed<'a> {
     id: i64,
+    uuid: String,
     time_unix_ms: u64,
     test: &'a str,
     protocol: Option<&'a str>,
@@ -240,6 +301,7 @@ struct Listed<'a> {
     labels: sonde_report::Labels,
     group: Option<i64>,
     interrupted: bool,
+    to_push: bool,
     rtt_mean_ns: Option<f64>,
     rtt_p50_ns: Option<u64>,
     rtt_p99_ns: Option<u64>,
@@ -254,6 +316,7 @@ fn summary_json(r: &RunSummary) -> Value {
     let h = &r.headline;
     serde_json::to_value(Listed {
         id: r.id.0,
+        uuid: r.uuid.to_string(),
         time_unix_ms: r.time_unix_ms,
         test: &r.test,
         protocol: r.protocol.as_deref(),
@@ -265,6 +328,7 @@ fn summary_json(r: &RunSummary) -> Value {
             .collect(),
         group: r.group.map(|g| g.0),
         interrupted: r.interrupted,
+        to_push: r.to_push,
         rtt_mean_ns: h.rtt_mean_ns,
         rtt_p50_ns: h.rtt_p50_ns,
         rtt_p99_ns: h.rtt_p99_ns,
@@ -277,7 +341,7 @@ fn summary_json(r: &RunSummary) -> Value {
     .unwrap_or(Value::Null)
 }
 
-const LIST_CSV_COLUMNS: [&str; 16] = [
+const LIST_CSV_COLUMNS: [&str; 18] = [
     "id",
     "time_unix_ms",
     "test",
@@ -294,6 +358,8 @@ const LIST_CSV_COLUMNS: [&str; 16] = [
     "packets_per_second",
     "connections_per_second",
     "loss_percent",
+    "uuid",
+    "to_push",
 ];
 
 fn list_csv(runs: &[RunSummary]) -> String {
@@ -405,6 +471,9 @@ fn headline(r: &RunSummary) -> String {
     if r.interrupted {
         parts.push("interrupted".into());
     }
+    if r.to_push {
+        parts.push("to push".into());
+    }
     parts.join(", ")
 }
 
@@ -487,6 +556,99 @@ fn rm(o: &RmOpt) -> anyhow::Result<()> {
         Some(missing) => Err(no_such_run(missing.0)),
         None => Ok(()),
     }
+}
+
+/// `sonde results push`: copies local runs to a PostgreSQL database, one transaction each,
+/// idempotent by UUID.
+fn push(o: &PushOpt) -> anyhow::Result<()> {
+    let env = std::env::var_os(crate::save::DB_ENV)
+        .filter(|v| !v.is_empty())
+        .map(Location::new);
+    let remote = match (&o.to, &env) {
+        (Some(url), _) => Location::Postgres(url.clone()),
+        (None, Some(at @ Location::Postgres(_))) => at.clone(),
+        (None, _) => {
+            return Err(crate::units::BadValue(format!(
+                "where to? give --to postgres://USER@HOST/DATABASE, or set {} to such a URL",
+                crate::save::DB_ENV
+            ))
+            .into())
+        }
+    };
+    let local = match (&o.db, &env) {
+        (Some(p), _) => match Location::from(p) {
+            Location::File(p) => p,
+            Location::Postgres(_) => {
+                return Err(crate::units::BadValue(
+                    "--db: push copies from a local file, not from a PostgreSQL database".into(),
+                )
+                .into())
+            }
+        },
+        (None, Some(Location::File(p))) => p.clone(),
+        (None, _) => crate::save::local_path()?,
+    };
+    let mut from = match Store::open_existing(&local) {
+        Ok(s) => s,
+        Err(sonde_store::Error::Missing { .. }) => {
+            eprintln!(
+                "sonde: nothing to push: no results saved in {}",
+                local.display()
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let filters = if o.all {
+        vec![Filter::default()]
+    } else if o.selections.is_empty() {
+        vec![Filter {
+            to_push: true,
+            ..Filter::default()
+        }]
+    } else {
+        o.selections.clone()
+    };
+    let mut to = Store::open(&remote)?;
+    let (mut copied, mut there, mut failures) = (0, 0, 0);
+    for filter in &filters {
+        let result = from.push(&mut to, filter, |p| {
+            if let Pushed::Run { run, inserted } = p {
+                let what = match inserted {
+                    sonde_store::Inserted::New(_) => "copied",
+                    sonde_store::Inserted::AlreadyThere(_) => "already there",
+                };
+                eprintln!(
+                    "sonde: run {} ({}): {what} as run {}",
+                    run.id,
+                    run.test,
+                    inserted.id()
+                );
+            }
+            ControlFlow::Continue(())
+        });
+        match result {
+            Ok(count) => {
+                copied += count.copied;
+                there += count.already_there;
+                failures += count.failures_copied;
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "pushing to {remote} ({copied} runs copied before this): run `sonde results \
+                     push` again, runs already there are not copied twice"
+                )))
+            }
+        }
+    }
+    let failures = if failures > 0 {
+        format!(", {failures} failed cases of plan runs")
+    } else {
+        String::new()
+    };
+    print(&format!(
+        "pushed {copied} runs to {remote} ({there} already there{failures})\n"
+    ))
 }
 
 /// `--since`: a time ago (`30m`, `12h`, `7d`, `2w`, `90s`) or a UTC date (`2026-11-25`) or time

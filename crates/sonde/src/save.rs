@@ -3,14 +3,18 @@
 //! becomes a stored run.
 //!
 //! A result that cannot be saved is still printed: saving warns on stderr (with the path and
-//! why) and never changes the exit code.
+//! why) and never changes the exit code. A result meant for a PostgreSQL database that cannot
+//! be reached (or refuses the write) is saved in the local file instead, marked to push, and
+//! `sonde results push` sends it later: nothing is lost.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
 use sonde_report::{Labels, TestResult};
-use sonde_store::{GroupId, Headline, Histogram, Label, NewRun, RunId, Store};
+use sonde_store::{
+    Group, GroupId, Headline, Histogram, Label, Location, NewRun, RunId, Store, Uuid,
+};
 
 use crate::output::{print, OutputOpt};
 
@@ -21,9 +25,11 @@ pub(crate) const DB_ENV: &str = "SONDE_DB";
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Saving results")]
 pub(crate) struct SaveOpt {
-    /// The results database [default: $SONDE_DB, else $XDG_DATA_HOME/sonde/results.db, i.e.
-    /// ~/.local/share/sonde/results.db]
-    #[arg(long, value_name = "PATH")]
+    /// The results database: a file, or a PostgreSQL database a team shares
+    /// (`postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`; when it cannot be reached the result
+    /// is saved in the default file, marked for `sonde results push`) [default: $SONDE_DB, else
+    /// $XDG_DATA_HOME/sonde/results.db, i.e. ~/.local/share/sonde/results.db]
+    #[arg(long, value_name = "PATH|URL")]
     db: Option<PathBuf>,
     /// Do not save this result (it is still printed)
     #[arg(long)]
@@ -48,20 +54,48 @@ fn parse_label(s: &str) -> Result<Label, String> {
     s.parse::<Label>().map_err(|e| e.to_string())
 }
 
-/// The database path: `--db`, else `$SONDE_DB`, else the platform's data directory.
-pub(crate) fn db_path(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
+/// The database: `--db`, else `$SONDE_DB`, else the file in the platform's data directory. A
+/// `postgres://` or `postgresql://` URL is a PostgreSQL database, anything else a file.
+pub(crate) fn db_location(flag: Option<&Path>) -> anyhow::Result<Location> {
     if let Some(p) = flag {
-        return Ok(p.to_owned());
+        return Ok(Location::from(p));
     }
     if let Some(p) = std::env::var_os(DB_ENV).filter(|p| !p.is_empty()) {
-        return Ok(p.into());
+        return Ok(Location::new(p));
     }
+    local_path().map(Location::File)
+}
+
+/// The local file: where results are saved when no database is chosen, and where a result
+/// meant for an unreachable PostgreSQL database waits to be pushed.
+pub(crate) fn local_path() -> anyhow::Result<PathBuf> {
     sonde_store::default_path().ok_or_else(|| {
         anyhow::anyhow!(
             "no data directory for the results database (no home directory?): give --db PATH \
              or set {DB_ENV}"
         )
     })
+}
+
+/// Whether a failure to open or write a PostgreSQL database is one the local file stands in
+/// for: every failure of the server (unreachable, refused, any error it answered); not a URL
+/// that does not parse, which will never work.
+pub(crate) fn falls_back(e: &sonde_store::Error) -> bool {
+    !matches!(e, sonde_store::Error::BadUrl { .. })
+}
+
+/// Opens the local file in place of `remote`, saying so on stderr in one line: why, where the
+/// results go, and how they get to `remote` later. An error says why the local file could not
+/// be opened either (the caller says the rest).
+pub(crate) fn open_fallback(remote: &Location, why: &sonde_store::Error) -> anyhow::Result<Store> {
+    let local = local_path()?;
+    let store = Store::open(&local)?;
+    eprintln!(
+        "sonde: warning: {why}; saved in {} instead, marked to push: `sonde results push` sends \
+         it to {remote}",
+        local.display()
+    );
+    Ok(store)
 }
 
 /// A test's result and the RTT histograms behind it: what is printed and what is saved.
@@ -131,11 +165,20 @@ fn histogram(name: &str, data: Vec<u8>) -> Histogram {
 /// group when asked, and warns (once for a database that cannot be opened) instead of failing.
 pub(crate) struct Saver {
     /// `None` with `--no-save`, or when the path could not be found (already warned).
-    path: Option<PathBuf>,
+    location: Option<Location>,
     labels: Labels,
     store: Option<Store>,
+    /// Saving into the local file in place of an unreachable PostgreSQL database: every run
+    /// from now on goes there, marked to push.
+    fallback: Option<Store>,
     group_kind: Option<&'static str>,
-    group: Option<GroupId>,
+    /// The group the runs go in (made at the first save, or given): its UUID makes it the same
+    /// group in the local file when the runs have to go there.
+    group: Option<Group>,
+    /// Its id where the first run was saved.
+    group_id: Option<GroupId>,
+    /// Its id in the local file, once runs went there.
+    fallback_group: Option<GroupId>,
     /// Documents printed so far (the CSV header goes out once).
     printed: usize,
     /// A plan's case: nothing printed (the plan prints its matrix at the end).
@@ -155,10 +198,10 @@ impl Saver {
                 .into());
             }
         }
-        let path = if opt.no_save {
+        let location = if opt.no_save {
             None
         } else {
-            match db_path(opt.db.as_deref()) {
+            match db_location(opt.db.as_deref()) {
                 Ok(p) => Some(p),
                 Err(e) => {
                     warn_not_saved(&format!("{e:#}"));
@@ -167,28 +210,46 @@ impl Saver {
             }
         };
         Ok(Self {
-            path,
+            location,
             labels,
             store: None,
+            fallback: None,
             group_kind: None,
             group: None,
+            group_id: None,
+            fallback_group: None,
             printed: 0,
             quiet: false,
         })
     }
 
-    /// The saver of one case of a plan run: saves into `path`, in the plan run's group, with
-    /// the case's labels, and prints nothing.
-    pub(crate) fn plan_case(path: PathBuf, group: GroupId, labels: Labels) -> Self {
-        Self {
-            path: Some(path),
+    /// The saver of one case of a plan run: saves into `location`, in the plan run's group
+    /// (`group`, stored there as `group_id`), with the case's labels, and prints nothing.
+    /// `location` is the local file itself when the plan run stands in for an unreachable
+    /// PostgreSQL database (`to_push`): its runs are marked to push.
+    pub(crate) fn plan_case(
+        location: Location,
+        group: Group,
+        labels: Labels,
+        to_push: bool,
+    ) -> anyhow::Result<Self> {
+        let mut saver = Self {
+            location: Some(location.clone()),
             labels,
             store: None,
+            fallback: None,
             group_kind: Some("plan"),
+            group_id: Some(group.id),
             group: Some(group),
+            fallback_group: None,
             printed: 0,
             quiet: true,
+        };
+        if to_push {
+            saver.fallback = Some(Store::open(location)?);
+            saver.fallback_group = saver.group_id;
         }
+        Ok(saver)
     }
 
     /// `--label` as given.
@@ -242,64 +303,138 @@ impl Saver {
         Ok(())
     }
 
-    /// The group the runs were saved in, once one was.
-    pub(crate) fn group(&self) -> Option<GroupId> {
-        self.group
+    /// The group the runs were saved in, once one was, and where: `None` the database chosen;
+    /// the local file's path when some went there in its place.
+    pub(crate) fn group(&self) -> Option<(GroupId, Option<PathBuf>)> {
+        match (self.group_id, self.fallback_group) {
+            (Some(g), _) => Some((g, None)),
+            (None, Some(g)) => Some((
+                g,
+                self.fallback
+                    .as_ref()
+                    .and_then(|s| s.path().map(Path::to_owned)),
+            )),
+            (None, None) => None,
+        }
     }
 
     /// Saves one run (not `quick` or a sweep as a whole: their parts are saved one by one);
     /// warns on stderr when it cannot.
     pub(crate) fn save(&mut self, m: &Measured) -> Option<RunId> {
-        let path = self.path.clone()?;
-        match self.try_save(&path, m) {
-            Ok(id) => id,
+        let location = self.location.clone()?;
+        let indexed = Indexed::of(&m.result)?;
+        if let (Some(kind), None) = (self.group_kind, &self.group) {
+            self.group = Some(Group {
+                id: GroupId(0),
+                uuid: Uuid::new_v4(),
+                created_unix_ms: indexed.time_unix_ms,
+                kind: kind.to_owned(),
+                plan: None,
+            });
+        }
+        // One UUID for both tries: a save PostgreSQL committed but whose answer was lost, then
+        // saved in the local file, is one run when it is pushed.
+        let uuid = Uuid::new_v4();
+        if self.fallback.is_none() {
+            match self.try_save(&location, m, &indexed, uuid) {
+                Ok(id) => return Some(id),
+                Err(e) if matches!(location, Location::Postgres(_)) && falls_back(&e) => {
+                    match open_fallback(&location, &e) {
+                        Ok(local) => self.fallback = Some(local),
+                        Err(local) => {
+                            warn_not_saved(&format!("{e}; nor in the local file: {local:#}"));
+                            self.location = None;
+                            return None;
+                        }
+                    }
+                }
+                Err(e) => {
+                    warn_not_saved(&e.to_string());
+                    // A database that does not open will not open for the next run either.
+                    if self.store.is_none() {
+                        self.location = None;
+                    }
+                    return None;
+                }
+            }
+        }
+        match self.try_fallback(m, &indexed, uuid) {
+            Ok(id) => Some(id),
             Err(e) => {
                 warn_not_saved(&e.to_string());
-                // A database that does not open will not open for the next run either.
-                if self.store.is_none() {
-                    self.path = None;
-                }
                 None
             }
         }
     }
 
-    fn try_save(&mut self, path: &Path, m: &Measured) -> Result<Option<RunId>, sonde_store::Error> {
-        let Some(indexed) = Indexed::of(&m.result) else {
-            return Ok(None);
-        };
+    fn try_save(
+        &mut self,
+        location: &Location,
+        m: &Measured,
+        indexed: &Indexed<'_>,
+        uuid: Uuid,
+    ) -> Result<RunId, sonde_store::Error> {
         if self.store.is_none() {
-            self.store = Some(Store::open(path)?);
+            self.store = Some(Store::open(location)?);
         }
         let Some(store) = self.store.as_mut() else {
-            return Ok(None);
+            unreachable!("opened above")
         };
-        if let (Some(kind), None) = (self.group_kind, self.group) {
-            self.group = Some(store.new_group(kind, indexed.time_unix_ms)?);
+        if let (Some(group), None) = (&self.group, self.group_id) {
+            self.group_id = Some(store.insert_group(group)?);
         }
-        let document = sonde_report::render::json(&m.result);
-        let labels: Vec<Label> = indexed
-            .labels
-            .iter()
-            .map(|(key, value)| Label {
-                key: key.clone(),
-                value: value.clone(),
-            })
-            .collect();
-        let id = store.insert(&NewRun {
-            time_unix_ms: indexed.time_unix_ms,
-            test: indexed.test,
-            protocol: indexed.protocol,
-            server: Some(indexed.server),
-            labels: &labels,
-            group: self.group,
-            interrupted: indexed.interrupted,
-            headline: indexed.headline,
-            document: &document,
-            histograms: &m.histograms,
-        })?;
-        Ok(Some(id))
+        insert(store, m, indexed, self.group_id, uuid, false)
     }
+
+    /// Saves into the local file, marked to push, in the same group (by UUID).
+    fn try_fallback(
+        &mut self,
+        m: &Measured,
+        indexed: &Indexed<'_>,
+        uuid: Uuid,
+    ) -> Result<RunId, sonde_store::Error> {
+        let Some(store) = self.fallback.as_mut() else {
+            unreachable!("opened by the caller")
+        };
+        if let (Some(group), None) = (&self.group, self.fallback_group) {
+            self.fallback_group = Some(store.insert_group(group)?);
+        }
+        insert(store, m, indexed, self.fallback_group, uuid, true)
+    }
+}
+
+/// Saves a run into `store` under `uuid`, in `group`, marked `to_push` or not.
+fn insert(
+    store: &mut Store,
+    m: &Measured,
+    indexed: &Indexed<'_>,
+    group: Option<GroupId>,
+    uuid: Uuid,
+    to_push: bool,
+) -> Result<RunId, sonde_store::Error> {
+    let document = sonde_report::render::json(&m.result);
+    let labels: Vec<Label> = indexed
+        .labels
+        .iter()
+        .map(|(key, value)| Label {
+            key: key.clone(),
+            value: value.clone(),
+        })
+        .collect();
+    store.insert(&NewRun {
+        time_unix_ms: indexed.time_unix_ms,
+        test: indexed.test,
+        protocol: indexed.protocol,
+        server: Some(indexed.server),
+        labels: &labels,
+        group,
+        interrupted: indexed.interrupted,
+        headline: indexed.headline,
+        document: &document,
+        histograms: &m.histograms,
+        uuid: Some(uuid),
+        to_push,
+    })
 }
 
 /// Runs `once` `--repeat` times, `--pause` apart, with one saver (so one group), then says
@@ -324,9 +459,16 @@ pub(crate) fn repeat(
     }
     if opt.repeat > 1 {
         let note = match saver.group() {
-            Some(g) => format!(
+            Some((g, None)) => format!(
                 "{} runs saved as group {g}: `sonde results --group {g}` lists them",
                 opt.repeat
+            ),
+            Some((g, Some(local))) => format!(
+                "{} runs saved as group {g} in {}, to push: `sonde results --db {} --group {g}` \
+                 lists them",
+                opt.repeat,
+                local.display(),
+                local.display()
             ),
             None => format!("{} runs, not saved", opt.repeat),
         };

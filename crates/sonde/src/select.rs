@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use sonde_engine::rtt::RttRecorder;
 use sonde_report::compare::Run;
 use sonde_report::TestResult;
-use sonde_store::{Filter, GroupId, Label, RunId, Store, HISTOGRAM_RTT};
+use sonde_store::{Filter, GroupId, Label, Location, RunId, Store, HISTOGRAM_RTT};
 
 use crate::units::BadValue;
 
@@ -88,7 +88,7 @@ pub(crate) fn parse(s: &str) -> Result<Selection, BadValue> {
 pub(crate) fn load(
     selections: &[Selection],
     db: &mut Option<Store>,
-    db_flag: Option<&Path>,
+    db_flag: Option<&Location>,
 ) -> anyhow::Result<Vec<Vec<Run>>> {
     selections
         .iter()
@@ -96,10 +96,14 @@ pub(crate) fn load(
             Selection::File(path) => from_file(path),
             Selection::Store(filter) => {
                 if db.is_none() {
-                    let path = crate::save::db_path(db_flag)?;
-                    *db = Some(Store::open_existing(&path).with_context(|| {
-                        format!("reading the results database {}", path.display())
-                    })?);
+                    let at = match db_flag {
+                        Some(at) => at.clone(),
+                        None => crate::save::db_location(None)?,
+                    };
+                    *db = Some(
+                        Store::open_existing(&at)
+                            .with_context(|| format!("reading the results database {at}"))?,
+                    );
                 }
                 let store = db.as_ref().expect("opened above");
                 from_store(store, filter)
@@ -119,7 +123,7 @@ fn from_file(path: &Path) -> anyhow::Result<Vec<Run>> {
 fn from_store(store: &Store, filter: &Filter) -> anyhow::Result<Vec<Run>> {
     let mut stored = store
         .documents(filter)
-        .with_context(|| format!("reading {}", store.path().display()))?;
+        .with_context(|| format!("reading {}", store.location()))?;
     stored.reverse(); // oldest first
     let mut runs = Vec::new();
     for s in stored {

@@ -16,3 +16,4 @@ mod mtu;
 mod plan;
 mod sockopt;
 mod source;
+mod store;

@@ -12,6 +12,8 @@ mod exit;
 mod helpers;
 /// `sonde plan`: check, run, failures, resume.
 mod plan;
+/// `--db postgres://...`: a shared database, and nothing lost when it is unreachable.
+mod postgres;
 /// The results store: saving, `--label`, `--repeat`, `sonde results`.
 mod store;
 

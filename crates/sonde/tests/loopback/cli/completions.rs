@@ -219,7 +219,7 @@ fn man_dir_writes_a_page_per_subcommand() {
         .collect();
     expected.insert("sonde.1".to_owned());
     // Nested subcommands have pages of their own.
-    for sub in ["show", "export", "rm"] {
+    for sub in ["show", "export", "rm", "push"] {
         expected.insert(format!("sonde-results-{sub}.1"));
     }
     for sub in ["check", "run"] {

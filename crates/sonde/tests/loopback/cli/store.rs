@@ -551,6 +551,16 @@ fn results_lists_filters_shows_exports_and_removes() {
         (csv[0]["id"].as_str(), csv[0]["labels"].as_str()),
         ("1", "path=a")
     );
+    // Its identity in every database, and whether it waits to be pushed.
+    let listed: Value =
+        serde_json::from_str(&results(&db, &["--json", "--test", "latency"])).expect("json");
+    assert_eq!(
+        Some(csv[0]["uuid"].as_str()),
+        listed[0]["uuid"].as_str(),
+        "the same UUID in the CSV and the JSON"
+    );
+    assert_eq!(csv[0]["uuid"].len(), 36);
+    assert_eq!(csv[0]["to_push"], "false");
 
     // show: the JSON byte for byte, the table and CSV as the renderers make them from it.
     assert_eq!(results(&db, &["show", "1", "--json"]), latency_json);
