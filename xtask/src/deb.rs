@@ -26,6 +26,14 @@ pub(crate) fn file_name(version: &str) -> String {
 
 /// The `.deb` of `entries`, as bytes.
 pub(crate) fn build(entries: &[Entry], version: &str, mtime: u64) -> Result<Vec<u8>> {
+    let mut entries = entries.to_vec();
+    entries.push(Entry {
+        path: CHANGELOG_PATH.into(),
+        mode: 0o644,
+        data: layout::gzip(changelog(version, mtime).as_bytes()),
+        kind: Kind::Plain,
+    });
+    let entries = &entries[..];
     let mut data = Tarball::new(mtime);
     for dir in layout::directories(entries) {
         data.dir(&format!(".{dir}/"))?;
@@ -67,6 +75,44 @@ pub(crate) fn build(entries: &[Entry], version: &str, mtime: u64) -> Result<Vec<
         deb.append(&header, &bytes[..])?;
     }
     Ok(deb.into_inner()?)
+}
+
+/// Debian policy (12.7) wants a changelog in every package that is not Debian-native.
+pub(crate) const CHANGELOG_PATH: &str = "/usr/share/doc/sonde/changelog.Debian.gz";
+
+/// One entry, for this packaging of `version` (deb-changelog(5)), dated `mtime`.
+fn changelog(version: &str, mtime: u64) -> String {
+    format!(
+        "sonde ({version}-{REVISION}) unstable; urgency=medium\n\n  \
+         * Packaged by `cargo xtask dist` from sonde {version}.\n\n \
+         -- the sonde developers <sonde@example.invalid>  {}\n",
+        rfc2822(mtime)
+    )
+}
+
+/// `Sat, 28 Nov 2026 02:00:46 +0000`: seconds since the epoch as deb-changelog(5) dates them.
+fn rfc2822(secs: u64) -> String {
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let days = secs / 86_400;
+    let (h, m, s) = (secs % 86_400 / 3600, secs % 3600 / 60, secs % 60);
+    // Days to a civil date (Howard Hinnant's days_from_civil, inverted), from 1970-01-01.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{}, {day:02} {} {year} {h:02}:{m:02}:{s:02} +0000",
+        DAYS[(days % 7) as usize],
+        MONTHS[(month - 1) as usize]
+    )
 }
 
 /// The control file (deb-control(5)). A static binary: no `Depends`.
@@ -278,6 +324,15 @@ mod tests {
             .position(|f| f.0 == "./etc/sonde/sonde.env")
             .unwrap();
         assert!(etc < env);
+    }
+
+    #[test]
+    fn changelog_dates_are_rfc_2822() {
+        assert_eq!(rfc2822(0), "Thu, 01 Jan 1970 00:00:00 +0000");
+        assert_eq!(rfc2822(1_795_831_246), "Sat, 28 Nov 2026 02:00:46 +0000");
+        assert_eq!(rfc2822(951_782_400), "Tue, 29 Feb 2000 00:00:00 +0000");
+        let data = unpack(&built()[2].1);
+        assert!(data.iter().any(|f| f.0 == format!(".{CHANGELOG_PATH}")));
     }
 
     #[test]

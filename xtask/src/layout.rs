@@ -18,8 +18,7 @@ pub(crate) const UNIT_PATH: &str = "/usr/lib/systemd/system/sonde.service";
 pub(crate) const ENV_PATH: &str = "/etc/sonde/sonde.env";
 pub(crate) const COPYRIGHT_PATH: &str = "/usr/share/doc/sonde/copyright";
 
-const SUMMARY: &str =
-    "network performance measurement: latency, throughput, packet and connection rates";
+const SUMMARY: &str = "network latency, throughput, packet and connection rate measurement";
 const DESCRIPTION: &str = "\
 sonde measures a network path between two hosts: round-trip latency as HDR
 histograms (closed- and open-loop), TCP and UDP throughput, UDP packet rate,
@@ -134,7 +133,7 @@ pub(crate) fn entries(generated: &Generated, licences: &Licences, format: Format
     all.push(file(
         COPYRIGHT_PATH,
         0o644,
-        copyright(licences).into_bytes(),
+        copyright(licences, format).into_bytes(),
         Kind::Licence,
     ));
     all
@@ -163,9 +162,10 @@ pub(crate) fn gzip(data: &[u8]) -> Vec<u8> {
 }
 
 /// `/usr/share/doc/sonde/copyright` in Debian's machine-readable format (DEP-5): sonde's licence
-/// and that of uPlot, which the binary embeds, with the texts in full (the .rpm and the tarball
-/// go to systems without Debian's /usr/share/common-licenses).
-pub(crate) fn copyright(licences: &Licences) -> String {
+/// and that of uPlot, which the binary embeds, with the texts in full; the .deb points to
+/// Debian's own copy of the Apache licence instead, as Debian policy asks (12.5), while the
+/// .rpm and the tarball go to systems without /usr/share/common-licenses.
+pub(crate) fn copyright(licences: &Licences, format: Format) -> String {
     let mut out = String::from(
         "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\
          Upstream-Name: sonde\n\
@@ -181,9 +181,16 @@ pub(crate) fn copyright(licences: &Licences) -> String {
          Copyright: 2022 Leon Sorokin\n\
          License: uPlot-MIT\n",
     );
+    let apache = match format {
+        Format::Deb => "Apache License, Version 2.0\n\n\
+                        On Debian systems, the full text of the Apache License, Version 2.0 is in\n\
+                        /usr/share/common-licenses/Apache-2.0.\n"
+            .to_owned(),
+        Format::Rpm | Format::Tarball => licences.apache.clone(),
+    };
     for (name, text) in [
         ("MIT", &licences.mit),
-        ("Apache-2.0", &licences.apache),
+        ("Apache-2.0", &apache),
         ("uPlot-MIT", &licences.uplot),
     ] {
         out.push_str("\nLicense: ");
@@ -306,7 +313,12 @@ pub(crate) mod tests {
 
     #[test]
     fn copyright_is_dep5_with_the_texts_in_full() {
-        let text = copyright(&licences());
+        let text = copyright(&licences(), Format::Rpm);
+        let deb = copyright(&licences(), Format::Deb);
+        assert!(deb.contains(
+            "\nLicense: Apache-2.0\n Apache License, Version 2.0\n .\n On Debian systems"
+        ));
+        assert!(deb.contains("/usr/share/common-licenses/Apache-2.0"));
         assert!(text.starts_with(
             "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"
         ));
