@@ -54,6 +54,11 @@ fn udp_pair() -> (UdpSocket, UdpSocket) {
 
 /// Runs `ping` against `echo` over TCP; returns the outcome and the echo's counters.
 fn tcp_run(cfg: &PingConfig) -> (LatencyOutcome, (u64, u64)) {
+    tcp_run_with(cfg, InnerView::default())
+}
+
+/// [`tcp_run`] with an inner view.
+fn tcp_run_with(cfg: &PingConfig, view: InnerView) -> (LatencyOutcome, (u64, u64)) {
     let _one = one_loop_at_a_time();
     let (client, server) = tcp_pair();
     let stop = AtomicBool::new(false);
@@ -65,7 +70,7 @@ fn tcp_run(cfg: &PingConfig) -> (LatencyOutcome, (u64, u64)) {
             &client,
             cfg,
             Framing::Sonde,
-            InnerView::default(),
+            view,
             &clock,
             &AtomicBool::new(false),
         );
@@ -269,11 +274,6 @@ fn an_open_loops_sender_counts_for_its_caller_and_other_runs_do_not_mix_in() {
 #[test]
 fn intervals_tile_the_run_after_warm_up_and_hold_every_sample() {
     for rate in [None, Some(2_000.0)] {
-        let _one = one_loop_at_a_time();
-        let (client, server) = tcp_pair();
-        let stop = AtomicBool::new(false);
-        let counters = Counters::default();
-        let clock = Clock::start();
         let (tx, rx) = std::sync::mpsc::sync_channel(64);
         let view = InnerView {
             intervals: Some(super::IntervalView {
@@ -282,21 +282,7 @@ fn intervals_tile_the_run_after_warm_up_and_hold_every_sample() {
             }),
             ..InnerView::default()
         };
-        let out = thread::scope(|s| {
-            let echo = s.spawn(|| echo(&server, &stop, &counters));
-            let out = ping(
-                &client,
-                &cfg(64, 650, 120, rate),
-                Framing::Sonde,
-                view,
-                &clock,
-                &AtomicBool::new(false),
-            );
-            client.shutdown(std::net::Shutdown::Both).unwrap();
-            echo.join().unwrap().unwrap();
-            out
-        })
-        .unwrap();
+        let (out, _) = tcp_run_with(&cfg(64, 650, 120, rate), view);
         let intervals: Vec<super::RttInterval> = rx.try_iter().collect();
         // 120 to 220, ..., 520 to 620, then 620 to the end (the planned 650, or a little
         // after for the last replies: no sliver of an interval after 650).
