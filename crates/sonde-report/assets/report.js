@@ -256,10 +256,11 @@
 
   // ---- lines: the distribution and throughput over time ------------------------------------
   // spec: x (values), series [{name, key, y, color, width, points}], xlog, ylog, yzero, xfmt,
-  // yfmt, xlabel, ylabel, height, tip(name, x, y); optional: gaps (a null breaks a line rather
-  // than joining its neighbours; a point with no neighbour gets a dot), band {name, lo, hi,
-  // color} (shaded between lo and hi, broken where either is null), ydomain [lo, hi] (values the
-  // y axis covers whatever the data: one scale for charts meant to be read side by side).
+  // yfmt, xlabel, ylabel, height, tip(name, x, y); optional: xzero (the x axis from 0), gaps (a
+  // null breaks a line rather than joining its neighbours; a point with no neighbour gets a
+  // dot), band {name, lo, hi, color} (shaded between lo and hi, broken where either is null),
+  // ydomain [lo, hi] (values the y axis covers whatever the data: one scale for charts meant to
+  // be read side by side).
   function lineChart(el, spec) {
     var W = width(el);
     var head = heading(el, W);
@@ -272,6 +273,7 @@
     if (!isFinite(xmin)) { xmin = 1; xmax = 10; }
     if (!isFinite(ymin)) { ymin = 1; ymax = 10; }
     if (spec.yzero) ymin = 0;
+    if (spec.xzero) xmin = 0;
     var plotT = head[1] + 6, plotB = plotT + (spec.height || 320);
     var ys = scale(ymin, spec.yzero ? ymax * 1.05 : ymax, plotB, plotT, spec.ylog);
     var yt = fitTicks(ys, spec.yfmt, false);
@@ -313,7 +315,7 @@
         d += (d && !broken ? "L" : "M") + num(px) + " " + num(py);
         broken = false;
         var alone = spec.gaps && !drawable(xs[i - 1], s.y[i - 1]) && !drawable(xs[i + 1], s.y[i + 1]);
-        if (s.points || alone) dots += '<circle cx="' + num(px) + '" cy="' + num(py) + '" r="' + (s.points ? 3 : 2) + '" fill="' + s.color + '"/>';
+        if (s.points || alone) dots += '<circle cx="' + num(px) + '" cy="' + num(py) + '" r="' + (s.points ? 3 : 2.5) + '" fill="' + s.color + '"/>';
         if (hover) tips += '<circle cx="' + num(px) + '" cy="' + num(py) + '" r="5" fill="transparent"><title>' + esc(spec.tip(s.name, x, v)) + "</title></circle>";
       });
       out += '<g' + (s.key ? ' data-series="' + esc(s.key) + '"' : "") + '><title>' + esc(s.name) + '</title><path d="' + d + '" fill="none" stroke="' + s.color + '" stroke-width="' + (s.width || 1.5) + '"/>' + dots + tips + "</g>";
@@ -362,7 +364,7 @@
         { name: "p99", key: "p99", y: c.p99_us, color: palette[1], width: 2 },
       ],
       band: { name: "min to max", lo: c.min_us, hi: c.max_us, color: "#e6e6e6" },
-      ydomain: domain, gaps: true, ylog: true, height: 240,
+      ydomain: domain, gaps: true, ylog: true, xzero: true, height: 240,
       xfmt: function (v) { return String(Number(v.toPrecision(6))) + " s"; },
       yfmt: usTick,
       xlabel: "time since the test started (s, interval end)", ylabel: "RTT (log scale)",

@@ -7,7 +7,9 @@
 //! tables of their own; units in the headers; sortable), a bar chart of the mean and p99.99 of
 //! each latency case laid out by the labels ([`Axes`]: a category axis, series side by side,
 //! panels), the RTT distribution of each case as a percentile plot (from the stored histograms
-//! when there are any, else from the documents' percentiles), throughput over time per run
+//! when there are any, else from the documents' percentiles), RTT over time per latency run
+//! made with `-i` (each interval's p50 and p99 over its min-to-max band, a gap where the
+//! interval cannot support a percentile), throughput over time per run
 //! (each stream and the total, from the intervals), each helper's share of a `--from` run (the
 //! text table's columns), the compare view when two selections are given, both ends' host
 //! configuration, and every warning. Each chart downloads as PNG or SVG and each table as CSV,
