@@ -1197,7 +1197,12 @@ fn rtt_over_time_draws_each_interval_in_chromium() {
     let column = |p: &str| -> Vec<serde_json::Value> {
         intervals
             .iter()
-            .map(|i| i["rtt_ns"].get(p).cloned().unwrap_or(serde_json::Value::Null))
+            .map(|i| {
+                i["rtt_ns"]
+                    .get(p)
+                    .cloned()
+                    .unwrap_or(serde_json::Value::Null)
+            })
             .collect()
     };
     let (p50, p99) = (column("p50"), column("p99"));
@@ -1220,7 +1225,12 @@ fn rtt_over_time_draws_each_interval_in_chromium() {
         return;
     }
     // Bars, distribution, RTT over time.
-    check_in_browser(&all, 3, &["loop=timed", "loop=plain"], "report-rtt-time.png");
+    check_in_browser(
+        &all,
+        3,
+        &["loop=timed", "loop=plain"],
+        "report-rtt-time.png",
+    );
     let probe = with_scripts(
         dir.path(),
         "over-time-probe.html",
@@ -1252,7 +1262,10 @@ fn rtt_over_time_draws_each_interval_in_chromium() {
         expected_line(&p99),
         "p99 per interval: {p99:?}"
     );
-    assert!(svg.contains("<g data-band=\"min to max\">"), "no min-max band");
+    assert!(
+        svg.contains("<g data-band=\"min to max\">"),
+        "no min-max band"
+    );
 
     // Built: p99 stated in intervals 1 and 4 only (2 has 300 replies, 3 none), p50 in all
     // but 3. Two runs side by side share the RTT axis.
@@ -1308,7 +1321,11 @@ fn rtt_over_time_draws_each_interval_in_chromium() {
     assert_eq!(points_and_pieces(series_path(svg, "p99")), (2, 2));
     let p99 = &svg[svg.find("<g data-series=\"p99\">").unwrap()..];
     let p99 = &p99[..p99.find("</g>").unwrap()];
-    assert_eq!(p99.matches("r=\"2.5\"").count(), 2, "a dot for each lone p99");
+    assert_eq!(
+        p99.matches("r=\"2.5\"").count(),
+        2,
+        "a dot for each lone p99"
+    );
     assert_eq!(
         points_and_pieces(series_path(rtt_time_svg(&dom, 1), "p99")),
         (6, 1)
