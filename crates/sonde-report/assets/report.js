@@ -260,7 +260,8 @@
   // null breaks a line rather than joining its neighbours; a point with no neighbour gets a
   // dot), band {name, lo, hi, color} (shaded between lo and hi, broken where either is null),
   // ydomain [lo, hi] (values the y axis covers whatever the data: one scale for charts meant to
-  // be read side by side).
+  // be read side by side), strokes {name, x, lo, hi, color} (a vertical stroke from lo to hi at
+  // each x, none where either is null).
   function lineChart(el, spec) {
     var W = width(el);
     var head = heading(el, W);
@@ -268,6 +269,7 @@
     xs.forEach(function (v) { if (v != null && (!spec.xlog || v > 0)) { xmin = Math.min(xmin, v); xmax = Math.max(xmax, v); } });
     var ysets = spec.series.map(function (s) { return s.y; });
     if (spec.band) ysets.push(spec.band.lo, spec.band.hi);
+    if (spec.strokes) ysets.push(spec.strokes.lo, spec.strokes.hi);
     if (spec.ydomain) ysets.push(spec.ydomain);
     ysets.forEach(function (set) { set.forEach(function (v) { if (v != null && (!spec.ylog || v > 0)) { ymin = Math.min(ymin, v); ymax = Math.max(ymax, v); } }); });
     if (!isFinite(xmin)) { xmin = 1; xmax = 10; }
@@ -306,6 +308,17 @@
       flush();
       out += '<g data-band="' + esc(b.name) + '"><title>' + esc(b.name) + "</title>" + polys + "</g>";
     }
+    if (spec.strokes) {
+      var k = spec.strokes, sd = "";
+      k.x.forEach(function (x, i) {
+        if (!drawable(x, k.lo[i]) || !drawable(x, k.hi[i])) return;
+        var px = num(xsc.pos(x)), top = ys.pos(k.hi[i]), bottom = ys.pos(k.lo[i]);
+        // At least a pixel tall, so that a bin whose samples are all alike still shows.
+        if (bottom - top < 1) { top -= 0.5; bottom += 0.5; }
+        sd += "M" + px + " " + num(bottom) + "L" + px + " " + num(top);
+      });
+      out += '<g data-strokes="' + esc(k.name) + '"><title>' + esc(k.name) + '</title><path d="' + sd + '" fill="none" stroke="' + k.color + '" stroke-width="1"/></g>';
+    }
     spec.series.forEach(function (s) {
       var d = "", dots = "", tips = "", broken = true;
       s.y.forEach(function (v, i) {
@@ -324,6 +337,7 @@
       return { label: s.name, swatch: function (x, y) { return line(x, y, x + 12, y, s.color, 3) + (s.points ? '<circle cx="' + (x + 6) + '" cy="' + y + '" r="3" fill="' + s.color + '"/>' : ""); } };
     });
     if (spec.band) items.push({ label: spec.band.name, swatch: function (x, y) { return rect(x, y - 6, 12, 12, { fill: spec.band.color }); } });
+    if (spec.strokes) items.push({ label: spec.strokes.name, swatch: function (x, y) { return line(x + 2, y - 6, x + 2, y + 6, spec.strokes.color) + line(x + 6, y - 3, x + 6, y + 5, spec.strokes.color) + line(x + 10, y - 6, x + 10, y + 2, spec.strokes.color); } });
     var lg = legend(items, 0, plotB + 52, W);
     out += lg[0];
     var H = plotB + 52 + lg[1] + 4;
@@ -363,14 +377,15 @@
         { name: "p50", key: "p50", y: c.p50_us, color: palette[0], width: 2 },
         { name: "p99", key: "p99", y: c.p99_us, color: palette[1], width: 2 },
       ],
-      band: { name: "min to max", lo: c.min_us, hi: c.max_us, color: "#e6e6e6" },
+      band: { name: "interval min to max", lo: c.min_us, hi: c.max_us, color: "#e6e6e6" },
+      strokes: c.log ? { name: "every sample, binned (" + us(c.log.bin_s * 1e6) + " bins): min to max", x: c.log.x_s, lo: c.log.min_us, hi: c.log.max_us, color: "#8a8a8a" } : null,
       ydomain: domain, gaps: true, ylog: true, xzero: true, height: 240,
       xfmt: function (v) { return String(Number(v.toPrecision(6))) + " s"; },
       yfmt: usTick,
-      xlabel: "time since the test started (s, interval end)", ylabel: "RTT (log scale)",
+      xlabel: "time since the test started (s, interval middle)", ylabel: "RTT (log scale)",
       tip: function (name, x, y) {
         var i = c.x_s.indexOf(x);
-        return name + " of the interval ending at " + x.toFixed(2) + " s: " + us(y) + (i >= 0 ? " (" + c.samples[i] + " samples)" : "");
+        return name + " of the interval around " + x.toFixed(3) + " s: " + us(y) + (i >= 0 ? " (" + c.samples[i] + " samples)" : "");
       },
     });
   }
@@ -379,6 +394,10 @@
     charts.forEach(function (c) {
       c.min_us.forEach(function (v) { if (v != null && v > 0) lo = Math.min(lo, v); });
       c.max_us.forEach(function (v) { if (v != null && v > 0) hi = Math.max(hi, v); });
+      if (c.log) {
+        c.log.min_us.forEach(function (v) { if (v != null && v > 0) lo = Math.min(lo, v); });
+        c.log.max_us.forEach(function (v) { if (v != null && v > 0) hi = Math.max(hi, v); });
+      }
     });
     return isFinite(lo) ? [lo, hi] : [];
   }

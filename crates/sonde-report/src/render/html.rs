@@ -144,7 +144,7 @@ pub fn html(report: &Report<'_>) -> String {
         rtt_over_time_html(&mut body, &over_time);
         data.insert(
             "rtt_time".into(),
-            Value::Array(over_time.charts.into_iter().map(|(_, v)| v).collect()),
+            Value::Array(over_time.charts.into_iter().map(|(_, v, _)| v).collect()),
         );
     }
     let throughput = throughput_series(report.runs);
@@ -626,7 +626,8 @@ const MAX_RTT_TIME_CHARTS: usize = 24;
 /// The latency runs' intervals (`-i`): one chart's title and data per run that has them, and
 /// the names of the runs that have none.
 struct RttOverTime {
-    charts: Vec<(String, Value)>,
+    /// Title, data, and what the chart draws of the run's full log (if it kept one).
+    charts: Vec<(String, Value, Option<String>)>,
     /// Runs (or parts) with intervals beyond [`MAX_RTT_TIME_CHARTS`].
     left_out: usize,
     without: Vec<String>,
@@ -689,18 +690,59 @@ fn rtt_over_time(runs: &[Run]) -> RttOverTime {
                     .map(|i| i.rtt_ns.as_ref().and_then(get).map(|v| to_us(v as f64)))
                     .collect()
             };
-            let data = json!({
-                "x_s": l.intervals.iter().map(|i| i.end_ns as f64 / 1e9).collect::<Vec<_>>(),
+            let mut data = json!({
+                // Each interval at its middle, where its full log's samples lie too.
+                "x_s": l.intervals.iter().map(|i| (i.start_ns + i.end_ns) as f64 / 2e9).collect::<Vec<_>>(),
                 "samples": l.intervals.iter().map(|i| i.samples).collect::<Vec<_>>(),
                 "p50_us": each(|r| r.p50),
                 "p99_us": each(|r| r.p99),
                 "min_us": each(|r| Some(r.min)),
                 "max_us": each(|r| Some(r.max)),
             });
-            out.charts.push((title, data));
+            // The full log belongs to the run's own document, not to a part of it.
+            let log = l.full_log.as_ref().filter(|_| part.is_empty()).and_then(|f| {
+                let note = match run.full_log.as_ref()? {
+                    Ok(bins) => {
+                        data["log"] = log_data(bins);
+                        format!(
+                            "Every one of the {} replies in the full log {} (the grey strokes),                              binned by arrival into bins of {}: each stroke spans the smallest                              to the largest RTT that arrived in its bin.{}",
+                            fmt_count(bins.samples()),
+                            f.path,
+                            fmt_ns(bins.bin_ns as f64, TimeUnit::for_typical(bins.bin_ns as f64)),
+                            if f.dropped > 0 {
+                                format!(
+                                    " The log misses {} samples its writer could not keep up                                      with.",
+                                    fmt_count(f.dropped)
+                                )
+                            } else {
+                                String::new()
+                            }
+                        )
+                    }
+                    Err(e) => format!(
+                        "The run kept a full log, {}, but it could not be read ({e}): only                          its intervals are drawn.",
+                        f.path
+                    ),
+                };
+                Some(note)
+            });
+            out.charts.push((title, data, log));
         }
     }
     out
+}
+
+/// A full log's bins for the chart: each non-empty bin's middle (s), smallest and largest RTT
+/// (µs) and count; `null` where no reply arrived.
+fn log_data(bins: &crate::samples::SampleBins) -> Value {
+    let mid = |i: usize| (bins.start_ns as f64 + (i as f64 + 0.5) * bins.bin_ns as f64) / 1e9;
+    json!({
+        "bin_s": bins.bin_ns as f64 / 1e9,
+        "x_s": (0..bins.bins.len()).map(mid).collect::<Vec<_>>(),
+        "min_us": bins.bins.iter().map(|b| b.map(|b| to_us(b.min_ns as f64))).collect::<Vec<_>>(),
+        "max_us": bins.bins.iter().map(|b| b.map(|b| to_us(b.max_ns as f64))).collect::<Vec<_>>(),
+        "samples": bins.bins.iter().map(|b| b.map_or(0, |b| b.samples)).collect::<Vec<_>>(),
+    })
 }
 
 fn rtt_over_time_html(out: &mut String, t: &RttOverTime) {
@@ -711,7 +753,7 @@ fn rtt_over_time_html(out: &mut String, t: &RttOverTime) {
     if !t.charts.is_empty() {
         out.push_str(
             "<p class=\"note\">Each run's p50 and p99 per interval (<code>-i</code>), drawn at \
-             the interval's end, over the band from its smallest to its largest RTT. The RTT \
+             the interval's middle, over the band from its smallest to its largest RTT. The RTT \
              axis is a log scale, the same for every run here: an interval's p99 or max can be \
              a hundred times its p50, which on a linear scale would flatten the p50 to the \
              floor. A line breaks (it never drops to zero) where an interval had no reply or too \
@@ -719,10 +761,14 @@ fn rtt_over_time_html(out: &mut String, t: &RttOverTime) {
              with no neighbour).</p>\n",
         );
     }
-    for (i, (title, _)) in t.charts.iter().enumerate() {
+    for (i, (title, _, log)) in t.charts.iter().enumerate() {
+        let _ = writeln!(out, "<h3>{}</h3>", esc(title));
+        if let Some(log) = log {
+            let _ = writeln!(out, "<p class=\"note\" data-full-log>{}</p>", esc(log));
+        }
         let _ = writeln!(
             out,
-            "<h3>{t}</h3>\n<div class=\"chart\" data-chart=\"rtt-time\" data-index=\"{i}\" \
+            "<div class=\"chart\" data-chart=\"rtt-time\" data-index=\"{i}\" \
              data-title=\"RTT over time, {t}\"></div>",
             t = esc(title)
         );
@@ -1355,10 +1401,11 @@ mod tests {
         let t = rtt_over_time(&runs);
         assert_eq!(t.charts.len(), 1);
         assert_eq!(t.without, ["run 8"]);
-        let (title, d) = &t.charts[0];
+        let (title, d, log) = &t.charts[0];
+        assert_eq!(*log, None);
         assert_eq!(title, "run 7: TCP closed loop, 64 B, intervals of 0.5 s");
         let col = |k: &str| -> Vec<Option<f64>> { serde_json::from_value(d[k].clone()).unwrap() };
-        assert_eq!(col("x_s"), [Some(0.5), Some(1.0), Some(1.5), Some(2.0)]);
+        assert_eq!(col("x_s"), [Some(0.25), Some(0.75), Some(1.25), Some(1.75)]);
         // null, never 0, where the interval cannot support p99 or had no reply.
         assert_eq!(col("p99_us"), [Some(60.0), None, None, Some(61.0)]);
         assert_eq!(col("p50_us"), [Some(40.0), Some(40.0), None, Some(40.0)]);

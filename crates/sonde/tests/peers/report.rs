@@ -1190,7 +1190,19 @@ fn rtt_over_time_draws_each_interval_in_chromium() {
     let db = dir.path().join("results.db");
     let dbs = db.to_str().unwrap();
     let agent = common::Agent::start("127.0.0.1");
-    let timed = latency_run(&db, &agent, &["-i", "0.25", "--label", "loop=timed"]);
+    let log = dir.path().join("timed.csv");
+    let timed = latency_run(
+        &db,
+        &agent,
+        &[
+            "-i",
+            "0.25",
+            "--label",
+            "loop=timed",
+            "--full-log",
+            log.to_str().unwrap(),
+        ],
+    );
     latency_run(&db, &agent, &["--label", "loop=plain"]);
     let intervals = timed["intervals"].as_array().expect("intervals").clone();
     assert!(intervals.len() >= 3, "{intervals:?}");
@@ -1218,6 +1230,31 @@ fn rtt_over_time_draws_each_interval_in_chromium() {
         page.contains("No RTT over time for run 2 (loop=plain): it recorded no intervals."),
         "the run without intervals is not named"
     );
+    // The full log, binned: every sample the writer kept is in a bin.
+    let start = page.find("id=\"sonde-data\">").unwrap() + "id=\"sonde-data\">".len();
+    let data: serde_json::Value =
+        serde_json::from_str(&page[start..start + page[start..].find("</script>").unwrap()])
+            .unwrap();
+    let bins = &data["rtt_time"][0]["log"];
+    let binned: u64 = bins["samples"]
+        .as_array()
+        .expect("the full log's bins")
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        binned + timed["full_log"]["dropped"].as_u64().unwrap(),
+        timed["samples"].as_u64().unwrap(),
+        "binned from {}",
+        log.display()
+    );
+    let filled = bins["min_us"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| !v.is_null())
+        .count();
+    assert!(page.contains("<p class=\"note\" data-full-log>Every one of the "));
     if !require_or_skip(
         "rtt_over_time_draws_each_interval_in_chromium (browser part)",
         &[Need::Cmd("chromium")],
@@ -1263,9 +1300,16 @@ fn rtt_over_time_draws_each_interval_in_chromium() {
         "p99 per interval: {p99:?}"
     );
     assert!(
-        svg.contains("<g data-band=\"min to max\">"),
+        svg.contains("<g data-band=\"interval min to max\">"),
         "no min-max band"
     );
+    // A stroke per bin that holds a sample.
+    let strokes = &svg[svg
+        .find("<g data-strokes=")
+        .expect("the full log's strokes")..];
+    let d = &strokes[strokes.find(" d=\"").unwrap() + 4..];
+    let d = &d[..d.find('"').unwrap()];
+    assert_eq!(points_and_pieces(d), (2 * filled, filled));
 
     // Built: p99 stated in intervals 1 and 4 only (2 has 300 replies, 3 none), p50 in all
     // but 3. Two runs side by side share the RTT axis.
