@@ -1085,6 +1085,20 @@ fn the_report_prints_to_pdf_with_every_chart() {
     let mut runs = seed_runs();
     runs.push(Run::new("4", fixture("throughput_tcp_2_streams")));
     runs.push(Run::new("5", fixture("throughput_tcp_context")));
+    // A latency run with intervals: RTT over time.
+    let mut timed = fixture("latency_tcp");
+    let TestResult::Latency(l) = &mut timed else {
+        unreachable!("latency_tcp is a latency document")
+    };
+    l.intervals = (0..4u64)
+        .map(|k| sonde_report::LatencyInterval {
+            start_ns: 500_000_000 * k,
+            end_ns: 500_000_000 * (k + 1),
+            samples: 5_000,
+            rtt_ns: Some(l.rtt_ns.clone()),
+        })
+        .collect();
+    runs.push(Run::new("6", timed));
     let page = html(&Report {
         title: "sonde report (print test)",
         generated_unix_ms: 1_714_564_800_000,
@@ -1109,12 +1123,13 @@ fn the_report_prints_to_pdf_with_every_chart() {
     let out = run_with_timeout(&mut cmd, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
     assert!(out.status.success(), "pdftotext failed: {}", out.stderr);
     let text = out.stdout;
-    // Bars, distribution, the two throughput runs.
+    // Bars, distribution, RTT over time, the two throughput runs.
     let titles = [
         "Figure 1. Mean and p99.99 RTT per case".to_owned(),
         "Figure 2. RTT distribution".to_owned(),
-        "Figure 3. Throughput, run 4".to_owned(),
-        "Figure 4. Throughput, run 5".to_owned(),
+        "Figure 3. RTT over time, run 6".to_owned(),
+        "Figure 4. Throughput, run 4".to_owned(),
+        "Figure 5. Throughput, run 5".to_owned(),
     ];
     for t in &titles {
         assert!(
@@ -1123,12 +1138,13 @@ fn the_report_prints_to_pdf_with_every_chart() {
             pdf.display()
         );
     }
-    assert!(!text.contains("Figure 5."));
+    assert!(!text.contains("Figure 6."));
     // The charts' own labels, and no buttons.
     for t in [
         "target=b-elb",
         "percentile (log scale of 1 / (1 - p))",
         "time (s, interval end)",
+        "time since the test started (s, interval middle)",
     ] {
         assert!(text.contains(t), "the PDF has no {t:?}");
     }
