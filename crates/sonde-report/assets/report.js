@@ -256,7 +256,8 @@
 
   // ---- lines: the distribution and throughput over time ------------------------------------
   // spec: x (values), series [{name, key, y, color, width, points}], xlog, ylog, yzero, xfmt,
-  // yfmt, xlabel, ylabel, height, tip(name, x, y); optional: xzero (the x axis from 0), gaps (a
+  // yfmt, xlabel, ylabel, height, tip(name, x, y); optional: xzero (the x axis from 0), xextra
+  // (more x values the axis covers), gaps (a
   // null breaks a line rather than joining its neighbours; a point with no neighbour gets a
   // dot), band {name, lo, hi, color} (shaded between lo and hi, broken where either is null),
   // ydomain [lo, hi] (values the y axis covers whatever the data: one scale for charts meant to
@@ -266,7 +267,8 @@
     var W = width(el);
     var head = heading(el, W);
     var xs = spec.x, xmin = Infinity, xmax = -Infinity, ymin = Infinity, ymax = -Infinity;
-    xs.forEach(function (v) { if (v != null && (!spec.xlog || v > 0)) { xmin = Math.min(xmin, v); xmax = Math.max(xmax, v); } });
+    var xsets = [xs].concat(spec.strokes ? [spec.strokes.x] : [], spec.xextra ? [spec.xextra] : []);
+    xsets.forEach(function (set) { set.forEach(function (v) { if (v != null && (!spec.xlog || v > 0)) { xmin = Math.min(xmin, v); xmax = Math.max(xmax, v); } }); });
     var ysets = spec.series.map(function (s) { return s.y; });
     if (spec.band) ysets.push(spec.band.lo, spec.band.hi);
     if (spec.strokes) ysets.push(spec.strokes.lo, spec.strokes.hi);
@@ -379,7 +381,7 @@
       ],
       band: { name: "interval min to max", lo: c.min_us, hi: c.max_us, color: "#e6e6e6" },
       strokes: c.log ? { name: "every sample, binned (" + us(c.log.bin_s * 1e6) + " bins): min to max", x: c.log.x_s, lo: c.log.min_us, hi: c.log.max_us, color: "#8a8a8a" } : null,
-      ydomain: domain, gaps: true, ylog: true, xzero: true, height: 240,
+      ydomain: domain, gaps: true, ylog: true, xzero: true, xextra: [c.end_s], height: 240,
       xfmt: function (v) { return String(Number(v.toPrecision(6))) + " s"; },
       yfmt: usTick,
       xlabel: "time since the test started (s, interval middle)", ylabel: "RTT (log scale)",

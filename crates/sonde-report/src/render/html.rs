@@ -693,6 +693,8 @@ fn rtt_over_time(runs: &[Run]) -> RttOverTime {
             let mut data = json!({
                 // Each interval at its middle, where its full log's samples lie too.
                 "x_s": l.intervals.iter().map(|i| (i.start_ns + i.end_ns) as f64 / 2e9).collect::<Vec<_>>(),
+                // Where the last interval ends: the x axis covers the whole run.
+                "end_s": l.intervals.last().map_or(0.0, |i| i.end_ns as f64 / 1e9),
                 "samples": l.intervals.iter().map(|i| i.samples).collect::<Vec<_>>(),
                 "p50_us": each(|r| r.p50),
                 "p99_us": each(|r| r.p99),
