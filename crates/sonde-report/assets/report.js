@@ -255,17 +255,29 @@
   }
 
   // ---- lines: the distribution and throughput over time ------------------------------------
-  // spec: x (values), series [{name, y, color, width, points}], xlog, ylog, yzero, xfmt, yfmt,
-  // xlabel, ylabel, height, tip(name, x, y).
+  // spec: x (values), series [{name, key, y, color, width, points}], xlog, ylog, yzero, xfmt,
+  // yfmt, xlabel, ylabel, height, tip(name, x, y); optional: xzero (the x axis from 0), xextra
+  // (more x values the axis covers), gaps (a
+  // null breaks a line rather than joining its neighbours; a point with no neighbour gets a
+  // dot), band {name, lo, hi, color} (shaded between lo and hi, broken where either is null),
+  // ydomain [lo, hi] (values the y axis covers whatever the data: one scale for charts meant to
+  // be read side by side), strokes {name, x, lo, hi, color} (a vertical stroke from lo to hi at
+  // each x, none where either is null).
   function lineChart(el, spec) {
     var W = width(el);
     var head = heading(el, W);
     var xs = spec.x, xmin = Infinity, xmax = -Infinity, ymin = Infinity, ymax = -Infinity;
-    xs.forEach(function (v) { if (v != null && (!spec.xlog || v > 0)) { xmin = Math.min(xmin, v); xmax = Math.max(xmax, v); } });
-    spec.series.forEach(function (s) { s.y.forEach(function (v) { if (v != null && (!spec.ylog || v > 0)) { ymin = Math.min(ymin, v); ymax = Math.max(ymax, v); } }); });
+    var xsets = [xs].concat(spec.strokes ? [spec.strokes.x] : [], spec.xextra ? [spec.xextra] : []);
+    xsets.forEach(function (set) { set.forEach(function (v) { if (v != null && (!spec.xlog || v > 0)) { xmin = Math.min(xmin, v); xmax = Math.max(xmax, v); } }); });
+    var ysets = spec.series.map(function (s) { return s.y; });
+    if (spec.band) ysets.push(spec.band.lo, spec.band.hi);
+    if (spec.strokes) ysets.push(spec.strokes.lo, spec.strokes.hi);
+    if (spec.ydomain) ysets.push(spec.ydomain);
+    ysets.forEach(function (set) { set.forEach(function (v) { if (v != null && (!spec.ylog || v > 0)) { ymin = Math.min(ymin, v); ymax = Math.max(ymax, v); } }); });
     if (!isFinite(xmin)) { xmin = 1; xmax = 10; }
     if (!isFinite(ymin)) { ymin = 1; ymax = 10; }
     if (spec.yzero) ymin = 0;
+    if (spec.xzero) xmin = 0;
     var plotT = head[1] + 6, plotB = plotT + (spec.height || 320);
     var ys = scale(ymin, spec.yzero ? ymax * 1.05 : ymax, plotB, plotT, spec.ylog);
     var yt = fitTicks(ys, spec.yfmt, false);
@@ -282,21 +294,53 @@
     var total = 0;
     spec.series.forEach(function (s) { total += s.y.length; });
     var hover = total <= 4000;
+    var drawable = function (x, v) { return v != null && x != null && (!spec.ylog || v > 0) && (!spec.xlog || x > 0); };
+    if (spec.band) {
+      // One polygon per stretch where both edges are known: along hi, back along lo.
+      var b = spec.band, polys = "", upper = [], lower = [];
+      var flush = function () {
+        if (upper.length) polys += '<polygon points="' + upper.concat(lower.reverse()).join(" ") + '" fill="' + b.color + '" stroke="' + b.color + '" stroke-width="1"/>';
+        upper = []; lower = [];
+      };
+      xs.forEach(function (x, i) {
+        if (!drawable(x, b.lo[i]) || !drawable(x, b.hi[i])) { flush(); return; }
+        upper.push(num(xsc.pos(x)) + "," + num(ys.pos(b.hi[i])));
+        lower.push(num(xsc.pos(x)) + "," + num(ys.pos(b.lo[i])));
+      });
+      flush();
+      out += '<g data-band="' + esc(b.name) + '"><title>' + esc(b.name) + "</title>" + polys + "</g>";
+    }
+    if (spec.strokes) {
+      var k = spec.strokes, sd = "";
+      k.x.forEach(function (x, i) {
+        if (!drawable(x, k.lo[i]) || !drawable(x, k.hi[i])) return;
+        var px = num(xsc.pos(x)), top = ys.pos(k.hi[i]), bottom = ys.pos(k.lo[i]);
+        // At least a pixel tall, so that a bin whose samples are all alike still shows.
+        if (bottom - top < 1) { top -= 0.5; bottom += 0.5; }
+        sd += "M" + px + " " + num(bottom) + "L" + px + " " + num(top);
+      });
+      out += '<g data-strokes="' + esc(k.name) + '"><title>' + esc(k.name) + '</title><path d="' + sd + '" fill="none" stroke="' + k.color + '" stroke-width="1"/></g>';
+    }
     spec.series.forEach(function (s) {
-      var d = "", dots = "", tips = "";
+      var d = "", dots = "", tips = "", broken = true;
       s.y.forEach(function (v, i) {
         var x = xs[i];
-        if (v == null || x == null || (spec.ylog && v <= 0) || (spec.xlog && x <= 0)) return;
+        if (!drawable(x, v)) { if (spec.gaps) broken = true; return; }
         var px = xsc.pos(x), py = ys.pos(v);
-        d += (d ? "L" : "M") + num(px) + " " + num(py);
-        if (s.points) dots += '<circle cx="' + num(px) + '" cy="' + num(py) + '" r="3" fill="' + s.color + '"/>';
+        d += (d && !broken ? "L" : "M") + num(px) + " " + num(py);
+        broken = false;
+        var alone = spec.gaps && !drawable(xs[i - 1], s.y[i - 1]) && !drawable(xs[i + 1], s.y[i + 1]);
+        if (s.points || alone) dots += '<circle cx="' + num(px) + '" cy="' + num(py) + '" r="' + (s.points ? 3 : 2.5) + '" fill="' + s.color + '"/>';
         if (hover) tips += '<circle cx="' + num(px) + '" cy="' + num(py) + '" r="5" fill="transparent"><title>' + esc(spec.tip(s.name, x, v)) + "</title></circle>";
       });
-      out += '<g><title>' + esc(s.name) + '</title><path d="' + d + '" fill="none" stroke="' + s.color + '" stroke-width="' + (s.width || 1.5) + '"/>' + dots + tips + "</g>";
+      out += '<g' + (s.key ? ' data-series="' + esc(s.key) + '"' : "") + '><title>' + esc(s.name) + '</title><path d="' + d + '" fill="none" stroke="' + s.color + '" stroke-width="' + (s.width || 1.5) + '"/>' + dots + tips + "</g>";
     });
-    var lg = legend(spec.series.map(function (s) {
+    var items = spec.series.map(function (s) {
       return { label: s.name, swatch: function (x, y) { return line(x, y, x + 12, y, s.color, 3) + (s.points ? '<circle cx="' + (x + 6) + '" cy="' + y + '" r="3" fill="' + s.color + '"/>' : ""); } };
-    }), 0, plotB + 52, W);
+    });
+    if (spec.band) items.push({ label: spec.band.name, swatch: function (x, y) { return rect(x, y - 6, 12, 12, { fill: spec.band.color }); } });
+    if (spec.strokes) items.push({ label: spec.strokes.name, swatch: function (x, y) { return line(x + 2, y - 6, x + 2, y + 6, spec.strokes.color) + line(x + 6, y - 3, x + 6, y + 5, spec.strokes.color) + line(x + 10, y - 6, x + 10, y + 2, spec.strokes.color); } });
+    var lg = legend(items, 0, plotB + 52, W);
     out += lg[0];
     var H = plotB + 52 + lg[1] + 4;
     el.innerHTML = svgOpen(W, H, head[2]) + out + "</svg>";
@@ -323,6 +367,41 @@
       xlabel: "time (s, interval end)", ylabel: "Mbit/s",
       tip: function (name, x, y) { return name + " at " + x.toFixed(2) + " s: " + y.toFixed(2) + " Mbit/s"; },
     });
+  }
+
+  // RTT over time, one run: p50 and p99 of each interval over its min-to-max band, on the RTT
+  // axis every such chart shares (`domain`: the smallest and largest RTT of them all), so that
+  // the runs compare by eye. Log scale: an interval's p99 or max can be a hundred times its p50.
+  function rttTimeChart(el, c, domain) {
+    lineChart(el, {
+      x: c.x_s,
+      series: [
+        { name: "p50", key: "p50", y: c.p50_us, color: palette[0], width: 2 },
+        { name: "p99", key: "p99", y: c.p99_us, color: palette[1], width: 2 },
+      ],
+      band: { name: "interval min to max", lo: c.min_us, hi: c.max_us, color: "#e6e6e6" },
+      strokes: c.log ? { name: "every sample, binned (" + us(c.log.bin_s * 1e6) + " bins): min to max", x: c.log.x_s, lo: c.log.min_us, hi: c.log.max_us, color: "#8a8a8a" } : null,
+      ydomain: domain, gaps: true, ylog: true, xzero: true, xextra: [c.end_s], height: 240,
+      xfmt: function (v) { return String(Number(v.toPrecision(6))) + " s"; },
+      yfmt: usTick,
+      xlabel: "time since the test started (s, interval middle)", ylabel: "RTT (log scale)",
+      tip: function (name, x, y) {
+        var i = c.x_s.indexOf(x);
+        return name + " of the interval around " + x.toFixed(3) + " s: " + us(y) + (i >= 0 ? " (" + c.samples[i] + " samples)" : "");
+      },
+    });
+  }
+  function rttTimeDomain(charts) {
+    var lo = Infinity, hi = -Infinity;
+    charts.forEach(function (c) {
+      c.min_us.forEach(function (v) { if (v != null && v > 0) lo = Math.min(lo, v); });
+      c.max_us.forEach(function (v) { if (v != null && v > 0) hi = Math.max(hi, v); });
+      if (c.log) {
+        c.log.min_us.forEach(function (v) { if (v != null && v > 0) lo = Math.min(lo, v); });
+        c.log.max_us.forEach(function (v) { if (v != null && v > 0) hi = Math.max(hi, v); });
+      }
+    });
+    return isFinite(lo) ? [lo, hi] : [];
   }
 
   // ---- export -------------------------------------------------------------------------------
@@ -461,11 +540,13 @@
 
   // ---- draw ---------------------------------------------------------------------------------
   var drawn = 0;
+  var rttDomain = rttTimeDomain(data.rtt_time || []);
   document.querySelectorAll("[data-chart]").forEach(function (el) {
     var kind = el.getAttribute("data-chart");
     if (kind === "latency-bars") barsChart(el, data.latency_bars);
     else if (kind === "rtt-distribution") distributionChart(el, data.distribution);
     else if (kind === "throughput") throughputChart(el, data.throughput[Number(el.getAttribute("data-index"))]);
+    else if (kind === "rtt-time") rttTimeChart(el, data.rtt_time[Number(el.getAttribute("data-index"))], rttDomain);
     else throw new Error("unknown chart " + kind);
     chartTools(el);
     drawn += 1;

@@ -55,6 +55,9 @@ pub struct Run {
     pub result: TestResult,
     /// For a latency run, its RTT histogram when it was stored (not in the JSON document).
     pub rtt: Option<RttRecorder>,
+    /// For a latency run with intervals and `--full-log`, its log's samples binned over time
+    /// (`Err`: why the file could not be read), as the caller read them.
+    pub full_log: Option<Result<crate::samples::SampleBins, String>>,
 }
 
 impl Run {
@@ -66,6 +69,7 @@ impl Run {
             labels,
             result,
             rtt: None,
+            full_log: None,
         }
     }
 

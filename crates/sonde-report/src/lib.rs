@@ -55,6 +55,7 @@ pub mod json_schema;
 mod kinds;
 pub mod model;
 pub mod render;
+pub mod samples;
 
 #[cfg(test)]
 mod fixtures;

@@ -110,6 +110,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
             runs.push(run);
         }
     }
+    read_full_logs(&mut runs);
     let keys = label_keys(&runs);
     for (flag, key) in [("--x", &opt.x), ("--series", &opt.series)] {
         if let Some(key) = key {
@@ -149,4 +150,30 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         opt.output.display()
     );
     Ok(())
+}
+
+/// Each latency run that kept a full log (`--full-log`) and has intervals (`-i`): its samples
+/// binned over the intervals' span, for the RTT over time chart; or why the file could not be
+/// read (moved, deleted, another host's path). A relative path is read from where `sonde report`
+/// runs, as the run recorded it.
+fn read_full_logs(runs: &mut [Run]) {
+    use std::io::BufRead as _;
+    for run in runs {
+        let sonde_report::TestResult::Latency(l) = &run.result else {
+            continue;
+        };
+        let (Some(log), Some(first), Some(last)) =
+            (&l.full_log, l.intervals.first(), l.intervals.last())
+        else {
+            continue;
+        };
+        let mut bins = sonde_report::samples::SampleBins::new(first.start_ns, last.end_ns);
+        let read = std::fs::File::open(&log.path).and_then(|file| {
+            for line in std::io::BufReader::new(file).lines() {
+                bins.line(&line?);
+            }
+            Ok(())
+        });
+        run.full_log = Some(read.map(|()| bins).map_err(|e| e.to_string()));
+    }
 }

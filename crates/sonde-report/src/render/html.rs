@@ -7,7 +7,9 @@
 //! tables of their own; units in the headers; sortable), a bar chart of the mean and p99.99 of
 //! each latency case laid out by the labels ([`Axes`]: a category axis, series side by side,
 //! panels), the RTT distribution of each case as a percentile plot (from the stored histograms
-//! when there are any, else from the documents' percentiles), throughput over time per run
+//! when there are any, else from the documents' percentiles), RTT over time per latency run
+//! made with `-i` (each interval's p50 and p99 over its min-to-max band, a gap where the
+//! interval cannot support a percentile), throughput over time per run
 //! (each stream and the total, from the intervals), each helper's share of a `--from` run (the
 //! text table's columns), the compare view when two selections are given, both ends' host
 //! configuration, and every warning. Each chart downloads as PNG or SVG and each table as CSV,
@@ -137,6 +139,12 @@ pub fn html(report: &Report<'_>) -> String {
                     .into_iter()
                     .map(|r| (r.name.as_str(), axes.name(r))),
             ),
+        );
+        let over_time = rtt_over_time(report.runs);
+        rtt_over_time_html(&mut body, &over_time);
+        data.insert(
+            "rtt_time".into(),
+            Value::Array(over_time.charts.into_iter().map(|(_, v, _)| v).collect()),
         );
     }
     let throughput = throughput_series(report.runs);
@@ -611,6 +619,181 @@ const DOC_PERCENTILES: [(f64, RttGet); 6] = [
     (10_000.0, |r| r.p9999),
     (100_000.0, |r| r.p99999),
 ];
+
+/// The most latency runs drawn over time (one chart each).
+const MAX_RTT_TIME_CHARTS: usize = 24;
+
+/// The latency runs' intervals (`-i`): one chart's title and data per run that has them, and
+/// the names of the runs that have none.
+struct RttOverTime {
+    /// Title, data, and what the chart draws of the run's full log (if it kept one).
+    charts: Vec<(String, Value, Option<String>)>,
+    /// Runs (or parts) with intervals beyond [`MAX_RTT_TIME_CHARTS`].
+    left_out: usize,
+    without: Vec<String>,
+}
+
+/// Every latency document a result holds (a quick run's cases, a sweep's steps, load's
+/// phases), with the part it belongs to.
+fn latency_parts(result: &TestResult) -> Vec<(String, &crate::model::LatencyResult)> {
+    let mut all = Vec::new();
+    if let TestResult::Latency(l) = result {
+        all.push((String::new(), l));
+    }
+    for (part, r) in result.kind().parts() {
+        all.extend(
+            latency_parts(r)
+                .into_iter()
+                .map(|(p, l)| (join_part(&part, &p), l)),
+        );
+    }
+    all
+}
+
+fn rtt_over_time(runs: &[Run]) -> RttOverTime {
+    let mut out = RttOverTime {
+        charts: Vec::new(),
+        left_out: 0,
+        without: Vec::new(),
+    };
+    for run in runs {
+        for (part, l) in latency_parts(&run.result) {
+            let mut name = join_part(&format!("run {}", run.id), &part);
+            if !run.labels.is_empty() {
+                let labels: Vec<String> =
+                    run.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let _ = write!(name, " ({})", labels.join(" "));
+            }
+            if l.intervals.is_empty() {
+                out.without.push(name);
+                continue;
+            }
+            if out.charts.len() >= MAX_RTT_TIME_CHARTS {
+                out.left_out += 1;
+                continue;
+            }
+            let first = &l.intervals[0];
+            let title = format!(
+                "{name}: {} {}, {} B, intervals of {} s",
+                protocol(&l.protocol),
+                match l.mode {
+                    crate::model::LatencyMode::ClosedLoop => "closed loop",
+                    crate::model::LatencyMode::OpenLoop => "open loop",
+                },
+                l.msg_size_bytes,
+                // As given to -i: 0.5, 1, 2.
+                (first.end_ns.saturating_sub(first.start_ns) as f64 / 1e6).round() / 1e3
+            );
+            let each = |get: fn(&crate::model::RttNs) -> Option<u64>| -> Vec<Option<f64>> {
+                l.intervals
+                    .iter()
+                    .map(|i| i.rtt_ns.as_ref().and_then(get).map(|v| to_us(v as f64)))
+                    .collect()
+            };
+            let mut data = json!({
+                // Each interval at its middle, where its full log's samples lie too.
+                "x_s": l.intervals.iter().map(|i| (i.start_ns + i.end_ns) as f64 / 2e9).collect::<Vec<_>>(),
+                // Where the last interval ends: the x axis covers the whole run.
+                "end_s": l.intervals.last().map_or(0.0, |i| i.end_ns as f64 / 1e9),
+                "samples": l.intervals.iter().map(|i| i.samples).collect::<Vec<_>>(),
+                "p50_us": each(|r| r.p50),
+                "p99_us": each(|r| r.p99),
+                "min_us": each(|r| Some(r.min)),
+                "max_us": each(|r| Some(r.max)),
+            });
+            // The full log belongs to the run's own document, not to a part of it.
+            let log = l.full_log.as_ref().filter(|_| part.is_empty()).and_then(|f| {
+                let note = match run.full_log.as_ref()? {
+                    Ok(bins) => {
+                        data["log"] = log_data(bins);
+                        format!(
+                            "Every one of the {} replies in the full log {} (the grey strokes),                              binned by arrival into bins of {}: each stroke spans the smallest                              to the largest RTT that arrived in its bin.{}",
+                            fmt_count(bins.samples()),
+                            f.path,
+                            fmt_ns(bins.bin_ns as f64, TimeUnit::for_typical(bins.bin_ns as f64)),
+                            if f.dropped > 0 {
+                                format!(
+                                    " The log misses {} samples its writer could not keep up                                      with.",
+                                    fmt_count(f.dropped)
+                                )
+                            } else {
+                                String::new()
+                            }
+                        )
+                    }
+                    Err(e) => format!(
+                        "The run kept a full log, {}, but it could not be read ({e}): only                          its intervals are drawn.",
+                        f.path
+                    ),
+                };
+                Some(note)
+            });
+            out.charts.push((title, data, log));
+        }
+    }
+    out
+}
+
+/// A full log's bins for the chart: each non-empty bin's middle (s), smallest and largest RTT
+/// (µs) and count; `null` where no reply arrived.
+fn log_data(bins: &crate::samples::SampleBins) -> Value {
+    let mid = |i: usize| (bins.start_ns as f64 + (i as f64 + 0.5) * bins.bin_ns as f64) / 1e9;
+    json!({
+        "bin_s": bins.bin_ns as f64 / 1e9,
+        "x_s": (0..bins.bins.len()).map(mid).collect::<Vec<_>>(),
+        "min_us": bins.bins.iter().map(|b| b.map(|b| to_us(b.min_ns as f64))).collect::<Vec<_>>(),
+        "max_us": bins.bins.iter().map(|b| b.map(|b| to_us(b.max_ns as f64))).collect::<Vec<_>>(),
+        "samples": bins.bins.iter().map(|b| b.map_or(0, |b| b.samples)).collect::<Vec<_>>(),
+    })
+}
+
+fn rtt_over_time_html(out: &mut String, t: &RttOverTime) {
+    if t.charts.is_empty() && t.without.is_empty() {
+        return;
+    }
+    out.push_str("<h2>RTT over time</h2>\n");
+    if !t.charts.is_empty() {
+        out.push_str(
+            "<p class=\"note\">Each run's p50 and p99 per interval (<code>-i</code>), drawn at \
+             the interval's middle, over the band from its smallest to its largest RTT. The RTT \
+             axis is a log scale, the same for every run here: an interval's p99 or max can be \
+             a hundred times its p50, which on a linear scale would flatten the p50 to the \
+             floor. A line breaks (it never drops to zero) where an interval had no reply or too \
+             few to support the percentile: p50 needs 20 samples, p99 1,000 (a dot is a value \
+             with no neighbour).</p>\n",
+        );
+    }
+    for (i, (title, _, log)) in t.charts.iter().enumerate() {
+        let _ = writeln!(out, "<h3>{}</h3>", esc(title));
+        if let Some(log) = log {
+            let _ = writeln!(out, "<p class=\"note\" data-full-log>{}</p>", esc(log));
+        }
+        let _ = writeln!(
+            out,
+            "<div class=\"chart\" data-chart=\"rtt-time\" data-index=\"{i}\" \
+             data-title=\"RTT over time, {t}\"></div>",
+            t = esc(title)
+        );
+    }
+    if t.left_out > 0 {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">{} more runs have intervals; the first {MAX_RTT_TIME_CHARTS} are \
+             drawn (select fewer runs to see the others).</p>",
+            t.left_out
+        );
+    }
+    if !t.without.is_empty() {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\" data-no-intervals>No RTT over time for {}: {} recorded no \
+             intervals. <code>sonde latency -i 1</code> records the RTTs of each second (any \
+             interval in seconds, 0.01 or more).</p>",
+            esc(&t.without.join(", ")),
+            if t.without.len() == 1 { "it" } else { "they" }
+        );
+    }
+}
 
 /// Each throughput run's intervals: a title and the chart's data.
 fn throughput_series(runs: &[Run]) -> Vec<(String, Value)> {
@@ -1176,5 +1359,77 @@ mod tests {
         assert_eq!(public[at(2.0)], Some(12_410.879));
         assert_eq!(public[at(1_000.0)], Some(15_597.567));
         assert_eq!(public.iter().flatten().count(), 4); // p50, p90, p99, p99.9
+    }
+
+    /// A run whose intervals are full, short of p99, and empty, beside a run without any.
+    fn with_intervals() -> Vec<Run> {
+        use crate::model::{LatencyInterval, RttNs};
+        let TestResult::Latency(mut l) = fixtures::latency_tcp() else {
+            unreachable!("latency_tcp is a latency result")
+        };
+        let rtt = |p99: Option<u64>| RttNs {
+            min: 30_000,
+            mean: 40_000.0,
+            stddev: 1_000.0,
+            p50: Some(40_000),
+            p90: Some(45_000),
+            p99,
+            p999: None,
+            p9999: None,
+            p99999: None,
+            max: 90_000,
+        };
+        let at = |k: u64, samples: u64, rtt_ns: Option<RttNs>| LatencyInterval {
+            start_ns: 500_000_000 * k,
+            end_ns: 500_000_000 * (k + 1),
+            samples,
+            rtt_ns,
+        };
+        l.intervals = vec![
+            at(0, 5_000, Some(rtt(Some(60_000)))),
+            at(1, 300, Some(rtt(None))),
+            at(2, 0, None),
+            at(3, 5_000, Some(rtt(Some(61_000)))),
+        ];
+        vec![
+            Run::new("7", TestResult::Latency(l)),
+            Run::new("8", fixtures::latency_tcp()),
+        ]
+    }
+
+    #[test]
+    fn rtt_over_time_has_a_gap_where_an_interval_cannot_say() {
+        let runs = with_intervals();
+        let t = rtt_over_time(&runs);
+        assert_eq!(t.charts.len(), 1);
+        assert_eq!(t.without, ["run 8"]);
+        let (title, d, log) = &t.charts[0];
+        assert_eq!(*log, None);
+        assert_eq!(title, "run 7: TCP closed loop, 64 B, intervals of 0.5 s");
+        let col = |k: &str| -> Vec<Option<f64>> { serde_json::from_value(d[k].clone()).unwrap() };
+        assert_eq!(col("x_s"), [Some(0.25), Some(0.75), Some(1.25), Some(1.75)]);
+        // null, never 0, where the interval cannot support p99 or had no reply.
+        assert_eq!(col("p99_us"), [Some(60.0), None, None, Some(61.0)]);
+        assert_eq!(col("p50_us"), [Some(40.0), Some(40.0), None, Some(40.0)]);
+        assert_eq!(col("max_us"), [Some(90.0), Some(90.0), None, Some(90.0)]);
+        let page = html(&Report {
+            title: "over time",
+            generated_unix_ms: 1_714_564_800_000,
+            runs: &runs,
+            comparison: None,
+            layout: Layout::default(),
+        });
+        assert_eq!(page.matches("data-chart=\"rtt-time\"").count(), 1);
+        assert!(page.contains("No RTT over time for run 8: it recorded no intervals."));
+        // Without intervals anywhere: the section says how to get the chart, and draws none.
+        let plain = html(&Report {
+            title: "plain",
+            generated_unix_ms: 1_714_564_800_000,
+            runs: &runs[1..],
+            comparison: None,
+            layout: Layout::default(),
+        });
+        assert!(!plain.contains("data-chart=\"rtt-time\""));
+        assert!(plain.contains("<code>sonde latency -i 1</code>"));
     }
 }

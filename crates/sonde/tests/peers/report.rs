@@ -1085,6 +1085,20 @@ fn the_report_prints_to_pdf_with_every_chart() {
     let mut runs = seed_runs();
     runs.push(Run::new("4", fixture("throughput_tcp_2_streams")));
     runs.push(Run::new("5", fixture("throughput_tcp_context")));
+    // A latency run with intervals: RTT over time.
+    let mut timed = fixture("latency_tcp");
+    let TestResult::Latency(l) = &mut timed else {
+        unreachable!("latency_tcp is a latency document")
+    };
+    l.intervals = (0..4u64)
+        .map(|k| sonde_report::LatencyInterval {
+            start_ns: 500_000_000 * k,
+            end_ns: 500_000_000 * (k + 1),
+            samples: 5_000,
+            rtt_ns: Some(l.rtt_ns.clone()),
+        })
+        .collect();
+    runs.push(Run::new("6", timed));
     let page = html(&Report {
         title: "sonde report (print test)",
         generated_unix_ms: 1_714_564_800_000,
@@ -1109,12 +1123,13 @@ fn the_report_prints_to_pdf_with_every_chart() {
     let out = run_with_timeout(&mut cmd, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
     assert!(out.status.success(), "pdftotext failed: {}", out.stderr);
     let text = out.stdout;
-    // Bars, distribution, the two throughput runs.
+    // Bars, distribution, RTT over time, the two throughput runs.
     let titles = [
         "Figure 1. Mean and p99.99 RTT per case".to_owned(),
         "Figure 2. RTT distribution".to_owned(),
-        "Figure 3. Throughput, run 4".to_owned(),
-        "Figure 4. Throughput, run 5".to_owned(),
+        "Figure 3. RTT over time, run 6".to_owned(),
+        "Figure 4. Throughput, run 4".to_owned(),
+        "Figure 5. Throughput, run 5".to_owned(),
     ];
     for t in &titles {
         assert!(
@@ -1123,14 +1138,264 @@ fn the_report_prints_to_pdf_with_every_chart() {
             pdf.display()
         );
     }
-    assert!(!text.contains("Figure 5."));
+    assert!(!text.contains("Figure 6."));
     // The charts' own labels, and no buttons.
     for t in [
         "target=b-elb",
         "percentile (log scale of 1 / (1 - p))",
         "time (s, interval end)",
+        "time since the test started (s, interval middle)",
     ] {
         assert!(text.contains(t), "the PDF has no {t:?}");
     }
     assert!(!text.contains("copy PNG"), "the buttons are printed");
+}
+
+// ---------------------------------------------------------------------------------------------
+// RTT over time: the latency runs' intervals (`-i`).
+// ---------------------------------------------------------------------------------------------
+
+/// The `d` of series `key`'s line in `svg` (a chart's drawing as the browser left it).
+fn series_path<'a>(svg: &'a str, key: &str) -> &'a str {
+    let g = svg
+        .find(&format!("<g data-series=\"{key}\">"))
+        .unwrap_or_else(|| panic!("no {key} line in {svg}"));
+    let rest = &svg[g..];
+    let d = rest.find(" d=\"").expect("the line's path") + 4;
+    &rest[d..d + rest[d..].find('"').expect("the path ends")]
+}
+
+/// A path's points (each an `M` or an `L`) and its pieces (each an `M`: a gap before each
+/// piece after the first).
+fn points_and_pieces(d: &str) -> (usize, usize) {
+    let moves = d.matches('M').count();
+    (moves + d.matches('L').count(), moves)
+}
+
+/// Points and pieces a line through `values` has, breaking at each null.
+fn expected_line(values: &[serde_json::Value]) -> (usize, usize) {
+    let points = values.iter().filter(|v| !v.is_null()).count();
+    let pieces = values
+        .iter()
+        .enumerate()
+        .filter(|(i, v)| !v.is_null() && (*i == 0 || values[i - 1].is_null()))
+        .count();
+    (points, pieces)
+}
+
+/// The drawing of the chart slot `data-chart="rtt-time"` number `n` in a dumped page.
+fn rtt_time_svg(dom: &str, n: usize) -> &str {
+    let at = dom
+        .match_indices("data-chart=\"rtt-time\"")
+        .nth(n)
+        .unwrap_or_else(|| panic!("no RTT-over-time chart {n}"))
+        .0;
+    let rest = &dom[at..];
+    &rest[..rest.find("</svg>").expect("the chart's drawing")]
+}
+
+/// Two closed-loop runs against an agent on loopback, stored: one with `-i 0.25`, one without.
+/// `sonde report` draws RTT over time for the first only (and says how to get it for the
+/// second); in chromium, its p50 and p99 lines have one point per interval whose document
+/// states the percentile and a gap at each null, and the chart exports as SVG. Then a run
+/// built here with an interval short of p99 and one with no reply: its lines break there.
+#[test]
+fn rtt_over_time_draws_each_interval_in_chromium() {
+    let _file = crate::common::file_lock(module_path!());
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("results.db");
+    let dbs = db.to_str().unwrap();
+    let agent = common::Agent::start("127.0.0.1");
+    let log = dir.path().join("timed.csv");
+    let timed = latency_run(
+        &db,
+        &agent,
+        &[
+            "-i",
+            "0.25",
+            "--label",
+            "loop=timed",
+            "--full-log",
+            log.to_str().unwrap(),
+        ],
+    );
+    latency_run(&db, &agent, &["--label", "loop=plain"]);
+    let intervals = timed["intervals"].as_array().expect("intervals").clone();
+    assert!(intervals.len() >= 3, "{intervals:?}");
+    let column = |p: &str| -> Vec<serde_json::Value> {
+        intervals
+            .iter()
+            .map(|i| {
+                i["rtt_ns"]
+                    .get(p)
+                    .cloned()
+                    .unwrap_or(serde_json::Value::Null)
+            })
+            .collect()
+    };
+    let (p50, p99) = (column("p50"), column("p99"));
+    let all = dir.path().join("over-time.html");
+    sonde_ok(&db, &["report", "--db", dbs, "-o", all.to_str().unwrap()]);
+    let page = std::fs::read_to_string(&all).unwrap();
+    assert_eq!(page.matches("data-chart=\"rtt-time\"").count(), 1);
+    assert!(
+        page.contains("<h3>run 1 (loop=timed): TCP closed loop, 64 B, intervals of 0.25 s</h3>"),
+        "no chart heading for the run with intervals"
+    );
+    assert!(
+        page.contains("No RTT over time for run 2 (loop=plain): it recorded no intervals."),
+        "the run without intervals is not named"
+    );
+    // The full log, binned: every sample the writer kept is in a bin.
+    let start = page.find("id=\"sonde-data\">").unwrap() + "id=\"sonde-data\">".len();
+    let data: serde_json::Value =
+        serde_json::from_str(&page[start..start + page[start..].find("</script>").unwrap()])
+            .unwrap();
+    let bins = &data["rtt_time"][0]["log"];
+    let binned: u64 = bins["samples"]
+        .as_array()
+        .expect("the full log's bins")
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        binned + timed["full_log"]["dropped"].as_u64().unwrap(),
+        timed["samples"].as_u64().unwrap(),
+        "binned from {}",
+        log.display()
+    );
+    let filled = bins["min_us"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| !v.is_null())
+        .count();
+    assert!(page.contains("<p class=\"note\" data-full-log>Every one of the "));
+    if !require_or_skip(
+        "rtt_over_time_draws_each_interval_in_chromium (browser part)",
+        &[Need::Cmd("chromium")],
+    ) {
+        return;
+    }
+    // Bars, distribution, RTT over time.
+    check_in_browser(
+        &all,
+        3,
+        &["loop=timed", "loop=plain"],
+        "report-rtt-time.png",
+    );
+    let probe = with_scripts(
+        dir.path(),
+        "over-time-probe.html",
+        &page,
+        &[MEASURE_LABELS, RUN_EXPORTS],
+    );
+    let dom = chromium(&probe, &["--dump-dom", "--window-size=1200,900"]);
+    assert_eq!(
+        probe_attr(&dom, "data-errors"),
+        "0",
+        "{:?}",
+        probe_attr(&dom, "data-error-messages")
+    );
+    assert_eq!(probe_attr(&dom, "data-export-svg"), "ok,ok,ok");
+    // Its labels (title, ticks, axis names, legend) apart, as in every chart.
+    assert_labels_apart(&dom, 20);
+    let svg = rtt_time_svg(&dom, 0);
+    assert!(
+        svg.contains("Figure 3. RTT over time, run 1 (loop=timed)"),
+        "{svg}"
+    );
+    assert_eq!(
+        points_and_pieces(series_path(svg, "p50")),
+        expected_line(&p50),
+        "p50 per interval: {p50:?}"
+    );
+    assert_eq!(
+        points_and_pieces(series_path(svg, "p99")),
+        expected_line(&p99),
+        "p99 per interval: {p99:?}"
+    );
+    assert!(
+        svg.contains("<g data-band=\"interval min to max\">"),
+        "no min-max band"
+    );
+    // A stroke per bin that holds a sample.
+    let strokes = &svg[svg
+        .find("<g data-strokes=")
+        .expect("the full log's strokes")..];
+    let d = &strokes[strokes.find(" d=\"").unwrap() + 4..];
+    let d = &d[..d.find('"').unwrap()];
+    assert_eq!(points_and_pieces(d), (2 * filled, filled));
+
+    // Built: p99 stated in intervals 1 and 4 only (2 has 300 replies, 3 none), p50 in all
+    // but 3. Two runs side by side share the RTT axis.
+    let mut result = fixture("latency_tcp");
+    let TestResult::Latency(l) = &mut result else {
+        unreachable!("latency_tcp is a latency document")
+    };
+    let rtt = |p50: u64, p99: Option<u64>| sonde_report::RttNs {
+        min: p50 - 10_000,
+        mean: p50 as f64,
+        stddev: 1_000.0,
+        p50: Some(p50),
+        p90: None,
+        p99,
+        p999: None,
+        p9999: None,
+        p99999: None,
+        max: p50 * 3,
+    };
+    let at = |k: u64, samples: u64, rtt_ns| sonde_report::LatencyInterval {
+        start_ns: 500_000_000 * k,
+        end_ns: 500_000_000 * (k + 1),
+        samples,
+        rtt_ns,
+    };
+    l.intervals = vec![
+        at(0, 5_000, Some(rtt(40_000, Some(60_000)))),
+        at(1, 300, Some(rtt(41_000, None))),
+        at(2, 0, None),
+        at(3, 5_000, Some(rtt(39_000, Some(70_000)))),
+    ];
+    let mut steady = result.clone();
+    let TestResult::Latency(s) = &mut steady else {
+        unreachable!("a latency document")
+    };
+    s.intervals = (0..6)
+        .map(|k| at(k, 5_000, Some(rtt(400_000, Some(900_000)))))
+        .collect();
+    let runs = vec![Run::new("11", result), Run::new("12", steady)];
+    let page = html(&Report {
+        title: "RTT over time (gaps)",
+        generated_unix_ms: 1_714_564_800_000,
+        runs: &runs,
+        comparison: None,
+        layout: Layout::default(),
+    });
+    let gaps = dir.path().join("gaps.html");
+    std::fs::write(&gaps, &page).unwrap();
+    let dom = check_in_browser(&gaps, 4, &["run 11", "run 12"], "report-rtt-gaps.png");
+    let svg = rtt_time_svg(&dom, 0);
+    // p50: two points, a gap, one point; p99: two lone points (each with its dot).
+    assert_eq!(points_and_pieces(series_path(svg, "p50")), (3, 2));
+    assert_eq!(points_and_pieces(series_path(svg, "p99")), (2, 2));
+    let p99 = &svg[svg.find("<g data-series=\"p99\">").unwrap()..];
+    let p99 = &p99[..p99.find("</g>").unwrap()];
+    assert_eq!(
+        p99.matches("r=\"2.5\"").count(),
+        2,
+        "a dot for each lone p99"
+    );
+    assert_eq!(
+        points_and_pieces(series_path(rtt_time_svg(&dom, 1), "p99")),
+        (6, 1)
+    );
+    // One RTT axis for both: the same tick labels (the slower run's 1.2 ms max on each).
+    let ticks = |svg: &str| -> Vec<String> {
+        svg.split("text-anchor=\"end\"")
+            .skip(1)
+            .map(|t| t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()].to_owned())
+            .collect()
+    };
+    assert_eq!(ticks(rtt_time_svg(&dom, 0)), ticks(rtt_time_svg(&dom, 1)));
 }
