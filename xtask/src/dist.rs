@@ -24,7 +24,6 @@ pub(crate) fn run() -> Result<()> {
     let licences = Licences {
         mit: read(&root.join("LICENSE-MIT"))?,
         apache: read(&root.join("LICENSE-APACHE"))?,
-        uplot: read(&root.join("crates/sonde-report/assets/uplot/LICENSE"))?,
     };
     let version = env!("CARGO_PKG_VERSION");
     let mtime = source_date(&root);

@@ -81,8 +81,6 @@ pub(crate) struct Generated {
 pub(crate) struct Licences {
     pub(crate) mit: String,
     pub(crate) apache: String,
-    /// uPlot's (MIT), which the binary embeds in `sonde report`'s HTML.
-    pub(crate) uplot: String,
 }
 
 /// Where zsh looks for completion functions: Debian's zsh has `vendor-completions` in its
@@ -161,8 +159,8 @@ pub(crate) fn gzip(data: &[u8]) -> Vec<u8> {
     out.finish().expect("writing to a Vec cannot fail")
 }
 
-/// `/usr/share/doc/sonde/copyright` in Debian's machine-readable format (DEP-5): sonde's licence
-/// and that of uPlot, which the binary embeds, with the texts in full; the .deb points to
+/// `/usr/share/doc/sonde/copyright` in Debian's machine-readable format (DEP-5): sonde's licence,
+/// with the texts in full (`sonde report`'s HTML embeds only sonde's own script and styles); the .deb points to
 /// Debian's own copy of the Apache licence instead, as Debian policy asks (12.5), while the
 /// .rpm and the tarball go to systems without /usr/share/common-licenses.
 pub(crate) fn copyright(licences: &Licences, format: Format) -> String {
@@ -175,11 +173,7 @@ pub(crate) fn copyright(licences: &Licences, format: Format) -> String {
          \n\
          Files: *\n\
          Copyright: 2026 the sonde developers\n\
-         License: MIT or Apache-2.0\n\
-         \n\
-         Files: crates/sonde-report/assets/uplot/*\n\
-         Copyright: 2022 Leon Sorokin\n\
-         License: uPlot-MIT\n",
+         License: MIT or Apache-2.0\n",
     );
     let apache = match format {
         Format::Deb => "Apache License, Version 2.0\n\n\
@@ -188,11 +182,7 @@ pub(crate) fn copyright(licences: &Licences, format: Format) -> String {
             .to_owned(),
         Format::Rpm | Format::Tarball => licences.apache.clone(),
     };
-    for (name, text) in [
-        ("MIT", &licences.mit),
-        ("Apache-2.0", &apache),
-        ("uPlot-MIT", &licences.uplot),
-    ] {
+    for (name, text) in [("MIT", &licences.mit), ("Apache-2.0", &apache)] {
         out.push_str("\nLicense: ");
         out.push_str(name);
         out.push('\n');
@@ -239,7 +229,6 @@ pub(crate) mod tests {
         Licences {
             mit: "MIT License\n\nPermission is hereby granted\n".into(),
             apache: "Apache License\n".into(),
-            uplot: "The MIT License (MIT)\n".into(),
         }
     }
 
@@ -324,7 +313,8 @@ pub(crate) mod tests {
         ));
         assert!(text.contains("\nLicense: MIT\n MIT License\n .\n Permission is hereby granted\n"));
         assert!(text.contains("\nLicense: Apache-2.0\n Apache License\n"));
-        assert!(text.contains("\nLicense: uPlot-MIT\n The MIT License (MIT)\n"));
+        // sonde's own licences only: the report embeds no third-party script.
+        assert_eq!(text.matches("\nLicense: ").count(), 3, "{text}");
         // Every continuation line starts with a space: no line of a licence reads as a field.
         let body = text.split("\nLicense: MIT\n").nth(1).unwrap();
         assert!(body
