@@ -739,11 +739,26 @@ fn interval_lines_reach_a_pipe_as_they_are_counted() {
     assert!(rest.contains("sonde 0.1.0 throughput:"), "{rest}");
 }
 
+/// Runs `sonde ARGS` (with `--json-stream`): its first event must come while it runs; the
+/// `end` event (its document valid against the schema) and the events before it.
+fn json_stream(args: &[&str]) -> (Value, Vec<Value>) {
+    let (first, running, rest) = first_line_while_running(args);
+    assert!(running, "the first event came only when the test had ended");
+    let mut events: Vec<Value> = std::iter::once(first.as_str())
+        .chain(rest.lines())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect();
+    let end = events.pop().expect("events");
+    assert_eq!(end["event"], "end");
+    super::assert_valid(&end["data"]);
+    (end, events)
+}
+
 #[test]
 fn json_stream_writes_each_interval_then_the_document() {
     let _file = crate::common::file_lock(module_path!());
     let agent = server(&[]);
-    let (first, running, rest) = first_line_while_running(&[
+    let (end, intervals) = json_stream(&[
         "throughput",
         &agent.target(),
         "-t",
@@ -752,15 +767,7 @@ fn json_stream_writes_each_interval_then_the_document() {
         "0.5",
         "--json-stream",
     ]);
-    assert!(running, "the first event came only when the test had ended");
-    let events: Vec<Value> = std::iter::once(first.as_str())
-        .chain(rest.lines())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
-        .collect();
-    let (end, intervals) = events.split_last().expect("events");
-    assert_eq!(end["event"], "end");
-    super::assert_valid(&end["data"]);
-    assert!(intervals.len() >= 4, "{events:?}");
+    assert!(intervals.len() >= 4, "{intervals:?}");
     for (i, ev) in intervals.iter().enumerate() {
         assert_eq!(ev["event"], "interval");
         // The receiver's counts as they came; the senders' TCP_INFO samples join the
@@ -780,7 +787,7 @@ fn json_stream_writes_each_interval_then_the_document() {
 fn latency_intervals_stream_live_and_add_up_to_the_run() {
     let _file = crate::common::file_lock(module_path!());
     let agent = server(&[]);
-    let (first, running, rest) = first_line_while_running(&[
+    let (end, live) = json_stream(&[
         "latency",
         &agent.target(),
         "-t",
@@ -791,14 +798,6 @@ fn latency_intervals_stream_live_and_add_up_to_the_run() {
         "0.5",
         "--json-stream",
     ]);
-    assert!(running, "the first event came only when the test had ended");
-    let events: Vec<Value> = std::iter::once(first.as_str())
-        .chain(rest.lines())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
-        .collect();
-    let (end, live) = events.split_last().expect("events");
-    assert_eq!(end["event"], "end");
-    super::assert_valid(&end["data"]);
     let doc = &end["data"];
     let intervals = doc["intervals"].as_array().expect("intervals");
     // 0.5 to 1, ..., 3 to 3.5 (the planned end, and the last replies just after it).
