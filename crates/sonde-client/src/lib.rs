@@ -707,8 +707,6 @@ impl Test for PpsOptions {
         let spec = pps_spec(opt)?;
         let gso = sonde_net::gso::choose(opt.gso, target.addr.ip());
         let size = u64::from(opt.msg_size);
-        // `-O`: the intervals that end by then are the omit period's (0: none).
-        let omit_ns = spec.omit_ms.saturating_mul(1_000_000);
         let mut live = |iv: &IntervalResult| {
             on_interval.call(&PpsInterval {
                 start_ns: iv.start_ns,
@@ -720,7 +718,8 @@ impl Test for PpsOptions {
                 ),
                 // Every datagram counted is exactly -m bytes (the receive slot holds at least that).
                 flow_received: iv.stream_bytes.iter().map(|b| b / size).collect(),
-                omitted: omit_ns > 0 && iv.end_ns <= omit_ns,
+                // Marked by the session, as the result marks it.
+                omitted: iv.omitted,
                 interface: iv.interfaces.as_ref().and_then(|i| i.server.clone()),
             });
         };

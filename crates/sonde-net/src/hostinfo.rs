@@ -176,10 +176,7 @@ impl InterfaceSnapshot {
     /// The counters of interface `name`, read now (eight small sysfs reads: not for a hot
     /// path).
     pub fn of(name: &str) -> Option<Self> {
-        let mut counts = [0; 8];
-        for (count, file) in counts.iter_mut().zip(INTERFACE_COUNTERS) {
-            *count = read_number(Path::new(SYS_NET).join(name).join("statistics").join(file))?;
-        }
+        let counts = read_counts(name)?;
         Some(Self {
             name: name.to_owned(),
             at: Instant::now(),
@@ -193,15 +190,7 @@ impl InterfaceSnapshot {
     /// reading moved to now, so that the next call gives the next interval's. `None` once the
     /// interface cannot be read.
     pub fn interval(&mut self) -> Option<InterfaceDelta> {
-        let mut counts = [0; 8];
-        for (count, file) in counts.iter_mut().zip(INTERFACE_COUNTERS) {
-            *count = read_number(
-                Path::new(SYS_NET)
-                    .join(&self.name)
-                    .join("statistics")
-                    .join(file),
-            )?;
-        }
+        let counts = read_counts(&self.name)?;
         let now = Self {
             name: self.name.clone(),
             at: Instant::now(),
@@ -258,6 +247,15 @@ impl InterfaceSnapshot {
             },
         }
     }
+}
+
+/// The [`INTERFACE_COUNTERS`] of interface `name`, in that order (eight small sysfs reads).
+fn read_counts(name: &str) -> Option<[u64; 8]> {
+    let mut counts = [0; 8];
+    for (count, file) in counts.iter_mut().zip(INTERFACE_COUNTERS) {
+        *count = read_number(Path::new(SYS_NET).join(name).join("statistics").join(file))?;
+    }
+    Some(counts)
 }
 
 /// What kind of device a network interface is, as far as sending packets through it goes.
