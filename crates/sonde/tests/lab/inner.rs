@@ -101,63 +101,87 @@ fn one_way_delay_finds_the_shaped_direction_and_the_sockets_see_less_than_the_ap
     }
     let lab = Lab::new();
     let agent = Agent::start_in(Some(lab.b()), B_ADDR, &["-q"]);
-    let log = TempFile::new("inner-lab");
-    let log_path = log.path().to_owned();
-    let doc = run_json_in(
-        Some(lab.a()),
-        &[
-            "latency",
-            &agent.target(),
-            "-u",
-            "-m",
-            MSG,
-            "-t",
-            "3",
-            "--warmup",
-            "1",
-            "--one-way",
-            "--timestamps",
-            "--full-log",
-            &log_path,
-        ],
-        Duration::from_secs(60),
-    );
-    if let Err(errors) = sonde_report::validate(&doc) {
-        panic!(
-            "the document breaks the schema:\n{}\n{doc:#}",
-            errors.join("\n")
+    // The bound's tightness (below) depends on the host: a clock exchange stalled by another
+    // process widens it. Up to 3 runs are made for it, and only for it: every run must keep
+    // its offset within its stated bound, and the run kept must pass every check below.
+    let mut attempt = 0;
+    let (log, doc) = loop {
+        attempt += 1;
+        let log = TempFile::new("inner-lab");
+        let log_path = log.path().to_owned();
+        let doc = run_json_in(
+            Some(lab.a()),
+            &[
+                "latency",
+                &agent.target(),
+                "-u",
+                "-m",
+                MSG,
+                "-t",
+                "3",
+                "--warmup",
+                "1",
+                "--one-way",
+                "--timestamps",
+                "--full-log",
+                &log_path,
+            ],
+            Duration::from_secs(60),
         );
-    }
+        if let Err(errors) = sonde_report::validate(&doc) {
+            panic!(
+                "the document breaks the schema:\n{}\n{doc:#}",
+                errors.join("\n")
+            );
+        }
+        let ow = &doc["one_way"];
+        let rtt_p50 = num(&doc, "/rtt_ns/p50");
+        let forward = num(ow, "/forward_ns/p50");
+        let back = num(ow, "/return_ns/p50");
+        let hold = num(ow, "/agent_hold_ns/p50");
+        let u = num(ow, "/uncertainty_ns");
+        let best = num(ow, "/clock/best_round_trip_ns");
+        let summary = format!(
+            "RTT p50 {rtt_p50} ns, forward p50 {forward} ns, return p50 {back} ns, hold {hold} ns, \
+             ± {u} ns, best exchange {best} ns"
+        );
+        // The shaper holds each request about 7.2 ms: the RTT shows it.
+        assert!(
+            (6_000_000.0..8_000_000.0).contains(&rtt_p50),
+            "{summary}\n{doc:#}"
+        );
+        // One clock in both namespaces: the true offset is 0, so each converted delay is off by
+        // exactly the estimated offset; it must be within the stated bound, however asymmetric the
+        // probes' path.
+        let offset = num(ow, "/clock/offset_ns");
+        let offset_bound = num(ow, "/clock/offset_uncertainty_ns");
+        assert!(
+            offset.abs() <= offset_bound,
+            "offset {offset} ± {offset_bound}: {summary}"
+        );
+        assert!(offset_bound <= u, "{summary}");
+        // The clean control channel keeps the bound far below the asymmetry it must resolve (a
+        // quarter of it at most: on a busy host a stalled clock exchange widens the bound to about
+        // a millisecond, which the 7 ms split still clears).
+        if u >= (forward - back) / 4.0 && attempt < 3 {
+            eprintln!(
+                "attempt {attempt}: the bound is wide on this host, measuring again: {summary}"
+            );
+            continue;
+        }
+        assert!(u < (forward - back) / 4.0, "{summary}");
+        break (log, doc);
+    };
     let ow = &doc["one_way"];
     let rtt_p50 = num(&doc, "/rtt_ns/p50");
     let forward = num(ow, "/forward_ns/p50");
     let back = num(ow, "/return_ns/p50");
     let hold = num(ow, "/agent_hold_ns/p50");
     let u = num(ow, "/uncertainty_ns");
-    let best = num(ow, "/clock/best_round_trip_ns");
     let summary = format!(
         "RTT p50 {rtt_p50} ns, forward p50 {forward} ns, return p50 {back} ns, hold {hold} ns, \
-         ± {u} ns, best exchange {best} ns"
+         ± {u} ns"
     );
-    // The shaper holds each request about 7.2 ms: the RTT shows it.
-    assert!(
-        (6_000_000.0..8_000_000.0).contains(&rtt_p50),
-        "{summary}\n{doc:#}"
-    );
-    // One clock in both namespaces: the true offset is 0, so each converted delay is off by
-    // exactly the estimated offset; it must be within the stated bound, however asymmetric the
-    // probes' path.
-    let offset = num(ow, "/clock/offset_ns");
-    let offset_bound = num(ow, "/clock/offset_uncertainty_ns");
-    assert!(
-        offset.abs() <= offset_bound,
-        "offset {offset} ± {offset_bound}: {summary}"
-    );
-    assert!(offset_bound <= u, "{summary}");
-    // The clean control channel keeps the bound far below the asymmetry it must resolve (a
-    // quarter of it at most: on a busy host a stalled clock exchange widens the bound to about
-    // a millisecond, which the 7 ms split still clears).
-    assert!(u < (forward - back) / 4.0, "{summary}");
     // The return path is a bare veth (tens of µs, whatever the host adds); the forward delay is
     // the rest of the round trip, not half of it.
     assert!(back >= -u && back < 1_000_000.0, "{summary}");
