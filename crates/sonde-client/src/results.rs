@@ -115,15 +115,20 @@ pub(crate) fn add_interfaces(
     }
     for (end, delta) in [("this host's", client), ("the agent's", server)] {
         let Some(d) = delta else { continue };
-        for (name, &count) in &d.driver {
-            if let Some(limit) = sonde_report::cloud_limit(name).filter(|_| count > 0) {
-                meta.add(&Warning::CloudLimitExceeded {
+        for signal in sonde_report::driver_signals(d.driver_name.as_deref(), &d.driver) {
+            let interface = d.name.clone();
+            meta.add(&match signal.limit.kind {
+                sonde_report::SignalKind::Allowance => Warning::CloudLimitExceeded {
                     end,
-                    interface: d.name.clone(),
-                    count,
-                    limit,
-                });
-            }
+                    interface,
+                    signal,
+                },
+                sonde_report::SignalKind::Dropped => Warning::DriverDrops {
+                    end,
+                    interface,
+                    signal,
+                },
+            });
         }
         if d.rx_dropped + d.tx_dropped + d.rx_errors + d.tx_errors > 0 {
             meta.add(&Warning::InterfaceDrops {

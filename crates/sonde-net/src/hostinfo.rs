@@ -164,6 +164,8 @@ pub struct InterfaceSnapshot {
     counts: [u64; 8],
     /// `ethtool -S`; empty where the driver has none or they cannot be read.
     driver: Vec<(String, u64)>,
+    /// The driver's name (`ETHTOOL_GDRVINFO`), read with its statistics.
+    driver_name: Option<String>,
 }
 
 impl InterfaceSnapshot {
@@ -182,6 +184,7 @@ impl InterfaceSnapshot {
             at: Instant::now(),
             counts,
             driver: sys::driver_stats(name).unwrap_or_default(),
+            driver_name: sys::nic_driver(name),
         })
     }
 
@@ -196,6 +199,7 @@ impl InterfaceSnapshot {
             at: Instant::now(),
             counts,
             driver: Vec::new(),
+            driver_name: self.driver_name.clone(),
         };
         let delta = Self::between(self, &now);
         self.at = now.at;
@@ -223,6 +227,7 @@ impl InterfaceSnapshot {
         let d = |i: usize| now.counts[i].saturating_sub(this.counts[i]);
         InterfaceDelta {
             name: this.name.clone(),
+            driver_name: this.driver_name.clone(),
             duration_ns: u64::try_from(now.at.duration_since(this.at).as_nanos())
                 .unwrap_or(u64::MAX),
             rx_packets: d(0),

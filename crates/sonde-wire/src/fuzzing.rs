@@ -986,6 +986,7 @@ fn control_messages() -> Vec<ControlMsg> {
             skip_rx_copy: Some(true),
             interface: Some(Box::new(crate::InterfaceDelta {
                 name: "eth0".into(),
+                driver_name: Some("ena".into()),
                 duration_ns: 1,
                 rx_packets: 2,
                 tx_packets: 3,

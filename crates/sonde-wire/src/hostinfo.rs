@@ -244,6 +244,11 @@ mod tests {
 pub struct InterfaceDelta {
     /// The interface (`eth0`, `lo`), the one the route to the other end takes.
     pub name: String,
+    /// Its kernel driver as ethtool names it (`ena`, `gve`, `mana`, `hv_netvsc`, `virtio_net`,
+    /// `veth`): which of the `driver` statistics mean a cloud limit or a drop depends on it.
+    /// Absent where there is none (`lo`) and from an agent older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_name: Option<String>,
     /// Between the two readings, ns.
     pub duration_ns: u64,
     /// Packets received (`rx_packets`).

@@ -378,57 +378,284 @@ mod context_tests {
     }
 }
 
-/// A driver statistic that counts packets a cloud provider's limit held back, and what it
-/// means. Recognised by name in an interface's `driver` statistics.
+/// What a driver statistic that rose says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalKind {
+    /// The provider's limit on the instance held packets back (`cloud_limit_exceeded`).
+    Allowance,
+    /// The virtual NIC or its driver dropped or held back packets that the kernel's interface
+    /// counters may not show (`driver_drops`).
+    Dropped,
+}
+
+/// A driver statistic sonde recognises by name in an interface's `driver` statistics, and
+/// what it means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CloudLimit {
-    /// The statistic, as `ethtool -S` names it.
+    /// The statistic as `ethtool -S` names it, the first of `names`; `{q}` stands for a queue
+    /// number.
     pub name: &'static str,
-    /// The provider and driver that count it.
+    /// Every form the drivers' versions give it: a name without `{q}` is the driver's total,
+    /// one with `{q}` a per-queue count (summed over the queues when there is no total).
+    pub names: &'static [&'static str],
+    /// The kernel drivers that count it, as `ETHTOOL_GDRVINFO` names them.
+    pub drivers: &'static [&'static str],
+    /// The provider and driver, for people.
     pub driver: &'static str,
+    /// Which warning a rise raises.
+    pub kind: SignalKind,
     /// What a rise means.
     pub meaning: &'static str,
 }
 
-/// The cloud limits sonde recognises. AWS's Elastic Network Adapter (`ena`) counts five, its
-/// "ENI" statistics (`ena_ethtool.c` in the driver's source; AWS's "Monitor network performance
-/// for ENA settings on your EC2 instance").
+impl CloudLimit {
+    const fn new(
+        names: &'static [&'static str],
+        drivers: &'static [&'static str],
+        driver: &'static str,
+        kind: SignalKind,
+        meaning: &'static str,
+    ) -> Self {
+        Self {
+            name: names[0],
+            names,
+            drivers,
+            driver,
+            kind,
+            meaning,
+        }
+    }
+}
+
+const ENA: &[&str] = &["ena"];
+const AWS: &str = "AWS ENA";
+const GVE: &[&str] = &["gve"];
+const GOOGLE: &str = "Google gVNIC (gve)";
+const MANA: &[&str] = &["mana"];
+const AZURE_MANA: &str = "Azure MANA";
+const NETVSC: &[&str] = &["hv_netvsc"];
+const AZURE_NETVSC: &str = "Azure/Hyper-V netvsc";
+const VIRTIO: &[&str] = &["virtio_net"];
+const VIRTIO_NET: &str = "virtio-net";
+
+/// The driver statistics sonde recognises, from each driver's source (the `ethtool -S` names
+/// its `get_strings` writes):
+/// - AWS ENA (`drivers/net/ethernet/amazon/ena/ena_ethtool.c`, AWS's "Monitor network
+///   performance for ENA settings on your EC2 instance"): the five allowance counters, the only
+///   provider limits a guest can read by name.
+/// - Google gVNIC (`drivers/net/ethernet/google/gve/gve_ethtool.c`): the per-queue counts the
+///   virtual NIC reports (`rx_queue_drop_cnt[q]`, `rx_no_buffers_posted[q]`,
+///   `rx_drops_packet_over_mru[q]`). Google publishes no per-VM allowance counter.
+/// - Azure MANA (`drivers/net/ethernet/microsoft/mana/mana_ethtool.c`): the hardware counters
+///   of discards (`hc_rx_discards_no_wqe`, `hc_rx_pkt_drop_phy`, `hc_tx_pkt_drop_phy`). Azure
+///   publishes no per-VM allowance counter.
+/// - Azure/Hyper-V netvsc (`drivers/net/hyperv/netvsc_drv.c`): sends held back because the ring
+///   to the host was full (`tx_no_space`), receive buffers it could not allocate
+///   (`rx_no_memory`).
+/// - virtio-net (`drivers/net/virtio_net.c`): the device's rate-limit drops where the device
+///   reports statistics (`VIRTIO_NET_F_DEVICE_STATS`, `rx{q}_hw_ratelimit_packets`, as
+///   Alibaba Cloud's does), and the driver's own receive drops (`rx_queue_{q}_drops` before
+///   Linux 6.10, `rx{q}_drops` since).
 pub const CLOUD_LIMITS: &[CloudLimit] = &[
-    CloudLimit {
-        name: "bw_in_allowance_exceeded",
-        driver: "AWS ENA",
-        meaning: "packets queued or dropped because the inbound bandwidth exceeded the \
-                  instance's allowance",
-    },
-    CloudLimit {
-        name: "bw_out_allowance_exceeded",
-        driver: "AWS ENA",
-        meaning: "packets queued or dropped because the outbound bandwidth exceeded the \
-                  instance's allowance",
-    },
-    CloudLimit {
-        name: "pps_allowance_exceeded",
-        driver: "AWS ENA",
-        meaning: "packets queued or dropped because the packets per second, both ways \
-                  together, exceeded the instance's allowance",
-    },
-    CloudLimit {
-        name: "conntrack_allowance_exceeded",
-        driver: "AWS ENA",
-        meaning: "packets dropped because the instance tracked as many connections as it \
-                  may: new connections could not be made",
-    },
-    CloudLimit {
-        name: "linklocal_allowance_exceeded",
-        driver: "AWS ENA",
-        meaning: "packets dropped because the traffic to the instance's local services (DNS, \
-                  the metadata service, time) exceeded their packets-per-second allowance",
-    },
+    CloudLimit::new(
+        &["bw_in_allowance_exceeded"],
+        ENA,
+        AWS,
+        SignalKind::Allowance,
+        "packets queued or dropped because the inbound bandwidth exceeded the instance's \
+         allowance",
+    ),
+    CloudLimit::new(
+        &["bw_out_allowance_exceeded"],
+        ENA,
+        AWS,
+        SignalKind::Allowance,
+        "packets queued or dropped because the outbound bandwidth exceeded the instance's \
+         allowance",
+    ),
+    CloudLimit::new(
+        &["pps_allowance_exceeded"],
+        ENA,
+        AWS,
+        SignalKind::Allowance,
+        "packets queued or dropped because the packets per second, both ways together, \
+         exceeded the instance's allowance",
+    ),
+    CloudLimit::new(
+        &["conntrack_allowance_exceeded"],
+        ENA,
+        AWS,
+        SignalKind::Allowance,
+        "packets dropped because the instance tracked as many connections as it may: new \
+         connections could not be made",
+    ),
+    CloudLimit::new(
+        &["linklocal_allowance_exceeded"],
+        ENA,
+        AWS,
+        SignalKind::Allowance,
+        "packets dropped because the traffic to the instance's local services (DNS, the \
+         metadata service, time) exceeded their packets-per-second allowance",
+    ),
+    CloudLimit::new(
+        &["rx_queue_drop_cnt[{q}]"],
+        GVE,
+        GOOGLE,
+        SignalKind::Dropped,
+        "packets the virtual NIC dropped at a receive queue (its own count): the guest did not \
+         take them in time",
+    ),
+    CloudLimit::new(
+        &["rx_no_buffers_posted[{q}]"],
+        GVE,
+        GOOGLE,
+        SignalKind::Dropped,
+        "packets the virtual NIC dropped because the driver had no receive buffer posted: the \
+         guest's receive path fell behind",
+    ),
+    CloudLimit::new(
+        &["rx_drops_packet_over_mru[{q}]"],
+        GVE,
+        GOOGLE,
+        SignalKind::Dropped,
+        "packets the virtual NIC dropped as larger than the interface's MRU",
+    ),
+    CloudLimit::new(
+        &["hc_rx_discards_no_wqe"],
+        MANA,
+        AZURE_MANA,
+        SignalKind::Dropped,
+        "packets the NIC discarded because no receive buffer was posted: the guest's receive \
+         path fell behind",
+    ),
+    CloudLimit::new(
+        &["hc_rx_pkt_drop_phy"],
+        MANA,
+        AZURE_MANA,
+        SignalKind::Dropped,
+        "received packets the NIC dropped at its physical port",
+    ),
+    CloudLimit::new(
+        &["hc_tx_pkt_drop_phy"],
+        MANA,
+        AZURE_MANA,
+        SignalKind::Dropped,
+        "outgoing packets the NIC dropped at its physical port",
+    ),
+    CloudLimit::new(
+        &["tx_no_space"],
+        NETVSC,
+        AZURE_NETVSC,
+        SignalKind::Dropped,
+        "sends held back because the ring to the Hyper-V host was full: the host did not take \
+         packets as fast as the guest sent them",
+    ),
+    CloudLimit::new(
+        &["rx_no_memory"],
+        NETVSC,
+        AZURE_NETVSC,
+        SignalKind::Dropped,
+        "received packets dropped because the driver could not allocate a buffer for them",
+    ),
+    CloudLimit::new(
+        &[
+            "rx_hw_ratelimit_packets",
+            "rx{q}_hw_ratelimit_packets",
+            "rx_queue_hw_{q}_ratelimit_packets",
+        ],
+        VIRTIO,
+        VIRTIO_NET,
+        SignalKind::Allowance,
+        "received packets the virtual device dropped because they exceeded its rate limit (the \
+         provider's limit on the instance)",
+    ),
+    CloudLimit::new(
+        &[
+            "tx_hw_ratelimit_packets",
+            "tx{q}_hw_ratelimit_packets",
+            "tx_queue_hw_{q}_ratelimit_packets",
+        ],
+        VIRTIO,
+        VIRTIO_NET,
+        SignalKind::Allowance,
+        "outgoing packets the virtual device dropped because they exceeded its rate limit (the \
+         provider's limit on the instance)",
+    ),
+    CloudLimit::new(
+        &["rx_drops", "rx{q}_drops", "rx_queue_{q}_drops"],
+        VIRTIO,
+        VIRTIO_NET,
+        SignalKind::Dropped,
+        "received packets the driver dropped (no buffer, a bad length, an XDP program's verdict)",
+    ),
 ];
 
-/// The cloud limit `name` counts, if sonde knows it.
+/// Whether `stat` is `pattern` with `{q}` as a queue number (one or more digits).
+fn matches_queue(pattern: &str, stat: &str) -> bool {
+    match pattern.split_once("{q}") {
+        None => pattern == stat,
+        Some((before, after)) => stat
+            .strip_prefix(before)
+            .and_then(|rest| rest.strip_suffix(after))
+            .is_some_and(|q| !q.is_empty() && q.bytes().all(|b| b.is_ascii_digit())),
+    }
+}
+
+/// The cloud limit `name` counts, if sonde knows it (AWS ENA's names, which no other driver
+/// uses).
 pub fn cloud_limit(name: &str) -> Option<&'static CloudLimit> {
-    CLOUD_LIMITS.iter().find(|l| l.name == name)
+    CLOUD_LIMITS
+        .iter()
+        .find(|l| l.drivers == ENA && l.names.iter().any(|p| matches_queue(p, name)))
+}
+
+/// What a recognised statistic did over a test: the sum of its counts (the driver's total
+/// where it has one, else over its queues), and over how many statistics (queues) it was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DriverSignal {
+    /// The statistic.
+    pub limit: &'static CloudLimit,
+    /// By how much it rose.
+    pub count: u64,
+    /// How many of the driver's statistics it summed (1 for a total, the queues otherwise).
+    pub queues: usize,
+}
+
+/// The recognised statistics of `driver_name`'s `stats` that rose. Without a driver name (an
+/// agent older than the field), only AWS ENA's names, which no other driver uses.
+pub fn driver_signals(
+    driver_name: Option<&str>,
+    stats: &std::collections::BTreeMap<String, u64>,
+) -> Vec<DriverSignal> {
+    let applies = |l: &CloudLimit| match driver_name {
+        Some(d) => l.drivers.contains(&d),
+        None => l.drivers == ENA,
+    };
+    let mut out = Vec::new();
+    for limit in CLOUD_LIMITS.iter().filter(|l| applies(l)) {
+        let (totals, queues): (Vec<&str>, Vec<&str>) =
+            limit.names.iter().partition(|p| !p.contains("{q}"));
+        let total = stats
+            .iter()
+            .find(|(name, _)| totals.contains(&name.as_str()))
+            .map(|(_, &v)| (v, 1));
+        let (count, n) = total.unwrap_or_else(|| {
+            stats
+                .iter()
+                .filter(|(name, _)| queues.iter().any(|p| matches_queue(p, name)))
+                .fold((0u64, 0usize), |(sum, n), (_, &v)| {
+                    (sum.saturating_add(v), n + 1)
+                })
+        });
+        if count > 0 {
+            out.push(DriverSignal {
+                limit,
+                count,
+                queues: n,
+            });
+        }
+    }
+    out
 }
 
 /// What the interface each end sent and received by counted over the test (the kernel's
@@ -696,5 +923,256 @@ mod socket_tests {
             "{text}"
         );
         assert!(text.contains("net.ipv4.tcp_ecn = 2"), "{text}");
+    }
+}
+
+/// The recognition of each driver's statistics, against the names its `get_strings` writes
+/// (what `ethtool -S` prints), taken from the driver's source in Linux as named on each case.
+#[cfg(test)]
+mod driver_signal_tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// `names` with a value each (0 unless given in `rose`).
+    fn stats(names: &[&str], rose: &[(&str, u64)]) -> BTreeMap<String, u64> {
+        let mut out: BTreeMap<String, u64> = names.iter().map(|n| ((*n).to_owned(), 0)).collect();
+        for &(n, v) in rose {
+            assert!(out.contains_key(n), "{n} is not among the driver's names");
+            out.insert(n.to_owned(), v);
+        }
+        out
+    }
+
+    /// (statistic, count, queues) of what was recognised.
+    fn seen(driver: Option<&str>, s: &BTreeMap<String, u64>) -> Vec<(&'static str, u64, usize)> {
+        driver_signals(driver, s)
+            .into_iter()
+            .map(|d| (d.limit.name, d.count, d.queues))
+            .collect()
+    }
+
+    /// `gve_gstrings_main_stats`, `gve_gstrings_rx_stats` and `gve_gstrings_tx_stats` for
+    /// `queues` queues, as `gve_get_strings` formats them.
+    fn gve_names(queues: u32) -> Vec<String> {
+        let mut names: Vec<String> = [
+            "rx_packets",
+            "tx_packets",
+            "rx_bytes",
+            "tx_bytes",
+            "rx_dropped",
+            "tx_dropped",
+            "tx_timeouts",
+            "rx_skb_alloc_fail",
+            "rx_buf_alloc_fail",
+            "rx_desc_err_dropped_pkt",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        for q in 0..queues {
+            for s in [
+                "rx_posted_desc",
+                "rx_dropped_pkt",
+                "rx_queue_drop_cnt",
+                "rx_no_buffers_posted",
+                "rx_drops_packet_over_mru",
+                "rx_drops_invalid_checksum",
+            ] {
+                names.push(format!("{s}[{q}]"));
+            }
+            for s in [
+                "tx_posted_desc",
+                "tx_wake",
+                "tx_stop",
+                "tx_dma_mapping_error",
+            ] {
+                names.push(format!("{s}[{q}]"));
+            }
+        }
+        names
+    }
+
+    /// Google gVNIC: drivers/net/ethernet/google/gve/gve_ethtool.c. The NIC's per-queue drops
+    /// are summed over the queues; the driver's own `rx_dropped` and `rx_dropped_pkt[q]` are
+    /// not signals (the interface counters carry them).
+    #[test]
+    fn gve_queue_drops_are_summed_over_queues() {
+        let names = gve_names(2);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let s = stats(
+            &names,
+            &[
+                ("rx_queue_drop_cnt[0]", 5),
+                ("rx_queue_drop_cnt[1]", 7),
+                ("rx_no_buffers_posted[1]", 3),
+                ("rx_dropped", 100),
+                ("rx_dropped_pkt[0]", 100),
+                ("tx_stop[1]", 4),
+            ],
+        );
+        assert_eq!(
+            seen(Some("gve"), &s),
+            [
+                ("rx_queue_drop_cnt[{q}]", 12, 2),
+                ("rx_no_buffers_posted[{q}]", 3, 2)
+            ]
+        );
+        // The same names from another driver, or from an agent that did not say which, are
+        // not gVNIC's.
+        assert_eq!(seen(Some("veth"), &s), []);
+        assert_eq!(seen(None, &s), []);
+    }
+
+    /// Azure MANA: drivers/net/ethernet/microsoft/mana/mana_ethtool.c (`mana_eth_stats`,
+    /// `mana_hc_stats`, `mana_phy_stats`, the per-queue `rx_%d_packets`...).
+    #[test]
+    fn mana_hardware_discards() {
+        let s = stats(
+            &[
+                "stop_queue",
+                "wake_queue",
+                "tx_cq_err",
+                "hc_rx_discards_no_wqe",
+                "hc_rx_err_vport_disabled",
+                "hc_rx_bytes",
+                "hc_rx_ucast_pkts",
+                "hc_rx_pkt_drop_phy",
+                "hc_tx_pkt_drop_phy",
+                "rx_0_packets",
+                "rx_0_xdp_drop",
+                "tx_0_packets",
+            ],
+            &[
+                ("hc_rx_discards_no_wqe", 9),
+                ("stop_queue", 2),
+                ("rx_0_xdp_drop", 1),
+            ],
+        );
+        assert_eq!(seen(Some("mana"), &s), [("hc_rx_discards_no_wqe", 9, 1)]);
+    }
+
+    /// Azure/Hyper-V netvsc: drivers/net/hyperv/netvsc_drv.c (`netvsc_stats`, `pcpu_stats`).
+    #[test]
+    fn netvsc_ring_full() {
+        let s = stats(
+            &[
+                "tx_scattered",
+                "tx_no_memory",
+                "tx_no_space",
+                "tx_too_big",
+                "tx_busy",
+                "tx_send_full",
+                "rx_comp_busy",
+                "rx_no_memory",
+                "stop_queue",
+                "wake_queue",
+                "cpu0_rx_packets",
+            ],
+            &[
+                ("tx_no_space", 4),
+                ("tx_send_full", 8),
+                ("cpu0_rx_packets", 70),
+            ],
+        );
+        assert_eq!(seen(Some("hv_netvsc"), &s), [("tx_no_space", 4, 1)]);
+    }
+
+    /// virtio-net: drivers/net/virtio_net.c. Before Linux 6.10 `virtnet_get_strings` wrote
+    /// `rx_queue_%u_%s`; since, `rx%u_%s` with totals `rx_%s`, and the device's statistics
+    /// `rx%u_hw_%s` where it reports them (`VIRTIO_NET_F_DEVICE_STATS`).
+    #[test]
+    fn virtio_old_and_new_names() {
+        let old = stats(
+            &[
+                "rx_queue_0_packets",
+                "rx_queue_0_drops",
+                "rx_queue_0_xdp_drops",
+                "rx_queue_1_drops",
+                "tx_queue_0_kicks",
+                "tx_queue_0_tx_timeouts",
+            ],
+            &[
+                ("rx_queue_0_drops", 2),
+                ("rx_queue_1_drops", 1),
+                ("rx_queue_0_xdp_drops", 50),
+            ],
+        );
+        assert_eq!(seen(Some("virtio_net"), &old), [("rx_drops", 3, 2)]);
+        // The totals, where the driver writes them, are taken over the queues (no double
+        // count); the device's rate-limit drops are the provider's limit.
+        let new = stats(
+            &[
+                "rx_drops",
+                "rx0_drops",
+                "rx1_drops",
+                "rx0_hw_drops",
+                "rx0_hw_ratelimit_packets",
+                "rx1_hw_ratelimit_packets",
+                "tx0_hw_ratelimit_packets",
+                "tx0_timeouts",
+            ],
+            &[
+                ("rx_drops", 3),
+                ("rx0_drops", 1),
+                ("rx1_drops", 2),
+                ("rx0_hw_drops", 40),
+                ("rx0_hw_ratelimit_packets", 10),
+                ("rx1_hw_ratelimit_packets", 5),
+            ],
+        );
+        let got = driver_signals(Some("virtio_net"), &new);
+        let kinds: Vec<_> = got
+            .iter()
+            .map(|d| (d.limit.name, d.count, d.limit.kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("rx_hw_ratelimit_packets", 15, SignalKind::Allowance),
+                ("rx_drops", 3, SignalKind::Dropped)
+            ]
+        );
+        assert_eq!(got[1].queues, 1, "the total, not the queues");
+    }
+
+    /// AWS ENA: drivers/net/ethernet/amazon/ena/ena_ethtool.c (`ena_stats_eni_strings`), and
+    /// an agent that did not send the driver's name still has them recognised.
+    #[test]
+    fn ena_allowances_with_or_without_the_driver_name() {
+        let s = stats(
+            &[
+                "tx_timeout",
+                "bw_in_allowance_exceeded",
+                "bw_out_allowance_exceeded",
+                "pps_allowance_exceeded",
+                "conntrack_allowance_exceeded",
+                "linklocal_allowance_exceeded",
+                "queue_0_tx_cnt",
+                "queue_0_rx_drops",
+            ],
+            &[
+                ("pps_allowance_exceeded", 1_200_000),
+                ("queue_0_rx_drops", 3),
+            ],
+        );
+        let want = [("pps_allowance_exceeded", 1_200_000, 1)];
+        assert_eq!(seen(Some("ena"), &s), want);
+        assert_eq!(seen(None, &s), want);
+        assert!(cloud_limit("bw_in_allowance_exceeded").is_some());
+        assert!(cloud_limit("tx_no_space").is_none());
+    }
+
+    #[test]
+    fn a_queue_number_is_digits_only() {
+        assert!(matches_queue("rx{q}_drops", "rx12_drops"));
+        assert!(!matches_queue("rx{q}_drops", "rx_drops"));
+        assert!(!matches_queue("rx{q}_drops", "rx0_hw_drops"));
+        assert!(matches_queue(
+            "rx_queue_drop_cnt[{q}]",
+            "rx_queue_drop_cnt[3]"
+        ));
+        assert!(!matches_queue(
+            "rx_queue_drop_cnt[{q}]",
+            "rx_queue_drop_cnt[]"
+        ));
     }
 }

@@ -196,8 +196,14 @@ pub enum WarningCode {
     /// lost there never reached a socket, so the receivers' counts do not show them.
     InterfaceDrops,
     /// A driver statistic that counts a cloud provider's limit rose during the test (AWS ENA's
-    /// `pps_allowance_exceeded`, ...): the instance held packets back, not the path.
+    /// `pps_allowance_exceeded`, virtio-net's `rx0_hw_ratelimit_packets`, ...): the instance
+    /// held packets back, not the path.
     CloudLimitExceeded,
+    /// A driver statistic that counts packets the virtual NIC or its driver dropped or held
+    /// back rose during the test (gVNIC's `rx_no_buffers_posted[q]`, MANA's
+    /// `hc_rx_discards_no_wqe`, netvsc's `tx_no_space`, ...): the host's own receive or send
+    /// path fell behind, which the interface's counters may not show.
+    DriverDrops,
     /// `sonde mtu`: the path carries smaller packets than the local interface sends (a tunnel,
     /// an overlay, a clamp): the MTU to set.
     PathMtuBelowInterface,
@@ -510,10 +516,17 @@ pub enum Warning {
         end: &'static str,
         /// The interface.
         interface: String,
-        /// By how much it rose.
-        count: u64,
-        /// The limit.
-        limit: &'static super::context::CloudLimit,
+        /// The statistic, by how much it rose, over how many queues.
+        signal: super::context::DriverSignal,
+    },
+    /// A driver's count of packets it or the virtual NIC dropped rose during the test.
+    DriverDrops {
+        /// "this host's" or "the agent's".
+        end: &'static str,
+        /// The interface.
+        interface: String,
+        /// The statistic, by how much it rose, over how many queues.
+        signal: super::context::DriverSignal,
     },
     /// An interface dropped packets or counted errors during the test.
     InterfaceDrops {
@@ -618,6 +631,7 @@ impl Warning {
             Self::SourceTranslated { .. } => WarningCode::SourceTranslated,
             Self::InterfaceDrops { .. } => WarningCode::InterfaceDrops,
             Self::CloudLimitExceeded { .. } => WarningCode::CloudLimitExceeded,
+            Self::DriverDrops { .. } => WarningCode::DriverDrops,
             Self::PathMtuBelowInterface { .. } => WarningCode::PathMtuBelowInterface,
             Self::PathMtuBlackHole { .. } | Self::TcpStalledOnPath { .. } => {
                 WarningCode::PathMtuBlackHole
@@ -857,13 +871,28 @@ impl std::fmt::Display for Warning {
             Self::CloudLimitExceeded {
                 end,
                 interface,
-                count,
-                limit,
+                signal,
             } => write!(
                 f,
-                "{end} interface {interface}: {} rose by {count} during the test ({}: {}): the \
+                "{end} interface {interface}: {} rose by {} during the test ({}: {}): the \
                  limit is the instance's, not the path's",
-                limit.name, limit.driver, limit.meaning
+                signal_name(signal),
+                signal.count,
+                signal.limit.driver,
+                signal.limit.meaning
+            ),
+            Self::DriverDrops {
+                end,
+                interface,
+                signal,
+            } => write!(
+                f,
+                "{end} interface {interface}: {} rose by {} during the test ({}: {}): packets \
+                 lost there may not show in the interface's counters or the receivers' counts",
+                signal_name(signal),
+                signal.count,
+                signal.limit.driver,
+                signal.limit.meaning
             ),
             Self::InterfaceDrops { end, delta } => write!(
                 f,
@@ -1043,6 +1072,21 @@ pub enum Protocol {
 
 /// `--label KEY=VALUE` pairs, by key.
 pub type Labels = BTreeMap<String, String>;
+
+/// A recognised statistic as a warning names it: `rx_no_buffers_posted[q] (4 queues)` for one
+/// summed over queues.
+fn signal_name(signal: &super::context::DriverSignal) -> String {
+    if signal.limit.name.contains("{q}") || signal.queues > 1 {
+        format!(
+            "{} (summed over {} queue{})",
+            signal.limit.name,
+            signal.queues,
+            if signal.queues == 1 { "" } else { "s" }
+        )
+    } else {
+        signal.limit.name.to_owned()
+    }
+}
 
 #[cfg(test)]
 mod warning_tests {

@@ -1180,6 +1180,8 @@ fn pps_gso_auto_counts_packets_the_interface_counts() {
         // `ethtool_stats_keys` and `veth_rq_stats_desc`); the peer's index does not change.
         let driver = at(agent_if, &["driver"]);
         assert_eq!(u64_at(driver, &["peer_ifindex"]), 0, "{agent_if:#}");
+        // Which driver counted them (ETHTOOL_GDRVINFO), what the names are read against.
+        assert_eq!(at(agent_if, &["driver_name"]), "veth", "{agent_if:#}");
         assert!(
             driver
                 .as_object()
