@@ -26,7 +26,7 @@ const HEAD: [&str; 8] = [
     "labels",
 ];
 
-pub(crate) const LATENCY: [&str; 25] = [
+pub(crate) const LATENCY: [&str; 27] = [
     "protocol",
     "mode",
     "rate_per_second",
@@ -34,6 +34,8 @@ pub(crate) const LATENCY: [&str; 25] = [
     "duration_ns",
     "warmup_ns",
     "warmup_samples",
+    "interval_start_ns",
+    "interval_end_ns",
     "sent",
     "samples",
     "rtt_min_ns",
@@ -54,7 +56,7 @@ pub(crate) const LATENCY: [&str; 25] = [
     "late_sends",
 ];
 
-pub(crate) const THROUGHPUT: [&str; 25] = [
+pub(crate) const THROUGHPUT: [&str; 26] = [
     "protocol",
     "direction",
     "parallel",
@@ -66,6 +68,7 @@ pub(crate) const THROUGHPUT: [&str; 25] = [
     "stream_direction",
     "interval_start_ns",
     "interval_end_ns",
+    "omitted",
     "receiver_bytes",
     "receiver_bits_per_second",
     "receiver_packets",
@@ -82,7 +85,7 @@ pub(crate) const THROUGHPUT: [&str; 25] = [
     "retransmits",
 ];
 
-pub(crate) const PPS: [&str; 17] = [
+pub(crate) const PPS: [&str; 18] = [
     "protocol",
     "msg_size_bytes",
     "duration_ns",
@@ -94,6 +97,7 @@ pub(crate) const PPS: [&str; 17] = [
     "flow",
     "interval_start_ns",
     "interval_end_ns",
+    "omitted",
     "sent",
     "received",
     "lost",
@@ -108,20 +112,21 @@ pub(crate) const PPS: [&str; 17] = [
 ///   `overlapping_sessions`, `labels` (`KEY=VALUE` pairs by key, joined with `;`); last
 ///   `warnings` (joined with `; `);
 /// - latency: `protocol`, `mode`, `rate_per_second`, `msg_size_bytes`, `duration_ns`,
-///   `warmup_ns`, `warmup_samples`, `sent`, `samples`, `rtt_{min,mean,stddev}_ns`,
-///   `rtt_p{50,90,99,999,9999,99999}_ns`, `rtt_max_ns`, `lost`, `lost_outbound`, `lost_return`,
-///   `duplicated`, `reordered`, `late_sends`; then (latency and latency sweeps) the inner
+///   `warmup_ns`, `warmup_samples`, `interval_start_ns`, `interval_end_ns` (`-i`: an `interval`
+///   row per interval with its `samples` and RTT columns), `sent`, `samples`,
+///   `rtt_{min,mean,stddev}_ns`, `rtt_p{50,90,99,999,9999,99999}_ns`, `rtt_max_ns`, `lost`,
+///   `lost_outbound`, `lost_return`, `duplicated`, `reordered`, `late_sends`; then (latency and latency sweeps) the inner
 ///   view's `full_log_written`, `full_log_dropped`, `one_way_uncertainty_ns`, `clock_offset_ns`,
 ///   `clock_offset_uncertainty_ns`, `clock_drift_ppm`, `socket_rx_stamped`,
 ///   `socket_tx_stamped`, `histogram_le_ns`, `histogram_count`;
 /// - throughput: `protocol`, `direction`, `parallel`, `msg_size_bytes`, `read_size_bytes`,
 ///   `target_bits_per_second`, `duration_ns`, `stream`, `stream_direction`, `interval_start_ns`,
-///   `interval_end_ns`, `receiver_{bytes,bits_per_second,packets,duration_ns}`,
+///   `interval_end_ns`, `omitted` (an interval of the `-O` period), `receiver_{bytes,bits_per_second,packets,duration_ns}`,
 ///   `sender_{bytes,bits_per_second,packets,duration_ns}`, `lost`, `loss_percent`, `jitter_ns`,
 ///   `duplicated`, `reordered`, `retransmits`;
 /// - pps: `protocol`, `msg_size_bytes`, `duration_ns`, `send_method`, `gso_mode`, `gso_used`,
 ///   `gso_interface`, `gso_reason` (the reason's code), `flow`, `interval_start_ns`,
-///   `interval_end_ns` (`-i`: an `interval` row per interval with the flows' sum, and an
+///   `interval_end_ns`, `omitted` (`-i`: an `interval` row per interval with the flows' sum, and an
 ///   `interval_flow` row per flow with its `received`), `sent`, `received`, `lost`,
 ///   `loss_percent`, `sent_pps`, `received_pps`;
 /// - crr: `protocol`, `workers`, `request_bytes`, `response_bytes`, `close`, `duration_ns`,
@@ -258,7 +263,6 @@ fn warnings(meta: &Meta) -> String {
 pub(crate) fn latency_rows(r: &LatencyResult, case: Option<&str>, rows: &mut Vec<Row>) {
     let base = |meta: &Meta| base_row("latency", case, meta);
     let mut row = base(&r.meta);
-    let rtt = &r.rtt_ns;
     row.extend([
         ("protocol", protocol(r.protocol).to_owned()),
         (
@@ -276,6 +280,49 @@ pub(crate) fn latency_rows(r: &LatencyResult, case: Option<&str>, rows: &mut Vec
         ("warmup_samples", r.warmup_samples.to_string()),
         ("sent", r.sent.to_string()),
         ("samples", r.samples.to_string()),
+        ("lost", r.lost.to_string()),
+        ("lost_outbound", opt(r.lost_outbound)),
+        ("lost_return", opt(r.lost_return)),
+        ("duplicated", r.duplicated.to_string()),
+        ("reordered", r.reordered.to_string()),
+        ("late_sends", opt(r.late_sends)),
+        ("warnings", warnings(&r.meta)),
+    ]);
+    row.extend(rtt_cells(&r.rtt_ns));
+    row.extend(context::summary_cells(&r.meta));
+    row.extend(inner::summary_cells(r));
+    let detail = inner::rows(&row, r);
+    let mut config = base(&r.meta);
+    config.extend(
+        [
+            "protocol",
+            "mode",
+            "rate_per_second",
+            "msg_size_bytes",
+            "duration_ns",
+        ]
+        .map(|c| (c, row[c].clone())),
+    );
+    rows.push(row);
+    for iv in &r.intervals {
+        let mut row = config.clone();
+        row.extend([
+            ("row", "interval".to_owned()),
+            ("interval_start_ns", iv.start_ns.to_string()),
+            ("interval_end_ns", iv.end_ns.to_string()),
+            ("samples", iv.samples.to_string()),
+        ]);
+        if let Some(rtt) = &iv.rtt_ns {
+            row.extend(rtt_cells(rtt));
+        }
+        rows.push(row);
+    }
+    rows.extend(detail);
+}
+
+/// The `rtt_*_ns` columns of a distribution.
+fn rtt_cells(rtt: &crate::model::RttNs) -> [(&'static str, String); 10] {
+    [
         ("rtt_min_ns", rtt.min.to_string()),
         ("rtt_mean_ns", num_f64(rtt.mean)),
         ("rtt_stddev_ns", num_f64(rtt.stddev)),
@@ -286,19 +333,7 @@ pub(crate) fn latency_rows(r: &LatencyResult, case: Option<&str>, rows: &mut Vec
         ("rtt_p9999_ns", opt(rtt.p9999)),
         ("rtt_p99999_ns", opt(rtt.p99999)),
         ("rtt_max_ns", rtt.max.to_string()),
-        ("lost", r.lost.to_string()),
-        ("lost_outbound", opt(r.lost_outbound)),
-        ("lost_return", opt(r.lost_return)),
-        ("duplicated", r.duplicated.to_string()),
-        ("reordered", r.reordered.to_string()),
-        ("late_sends", opt(r.late_sends)),
-        ("warnings", warnings(&r.meta)),
-    ]);
-    row.extend(context::summary_cells(&r.meta));
-    row.extend(inner::summary_cells(r));
-    let detail = inner::rows(&row, r);
-    rows.push(row);
-    rows.extend(detail);
+    ]
 }
 
 /// A throughput run's rows: the summary, then its streams, intervals and per-stream intervals.
@@ -372,6 +407,7 @@ pub(crate) fn throughput_rows(r: &ThroughputResult, case: Option<&str>, rows: &m
             ("row", "interval".to_owned()),
             ("interval_start_ns", iv.start_ns.to_string()),
             ("interval_end_ns", iv.end_ns.to_string()),
+            ("omitted", iv.omitted.to_string()),
             ("receiver_bytes", iv.bytes.to_string()),
             ("receiver_bits_per_second", num_f64(iv.bits_per_second)),
             ("receiver_packets", iv.packets.to_string()),
@@ -497,6 +533,7 @@ pub(crate) fn pps_rows(r: &PpsResult, case: Option<&str>, rows: &mut Vec<Row>) {
             ("row", "interval".to_owned()),
             ("interval_start_ns", iv.start_ns.to_string()),
             ("interval_end_ns", iv.end_ns.to_string()),
+            ("omitted", iv.omitted.to_string()),
             ("received", iv.received.to_string()),
             ("received_pps", num_f64(iv.received_pps)),
         ]);
@@ -707,6 +744,56 @@ mod tests {
         assert_eq!(recs[3]["sender_bytes"], "", "no sender figure per interval");
         assert!(recs.iter().all(|r| r["parallel"] == "2"));
     }
+
+    /// `latency -i`: a row per interval with its samples and RTTs (empty where no reply came),
+    /// the run's configuration repeated, the summary first; `-O`: the omitted intervals marked.
+    #[test]
+    fn latency_intervals_and_omitted_intervals_have_rows() {
+        let TestResult::Latency(mut r) = fixtures::latency_tcp() else {
+            unreachable!()
+        };
+        let rtt = r.rtt_ns.clone();
+        r.intervals = vec![
+            crate::model::LatencyInterval {
+                start_ns: SEC_NS,
+                end_ns: 2 * SEC_NS,
+                samples: 25_000,
+                rtt_ns: Some(rtt),
+            },
+            crate::model::LatencyInterval {
+                start_ns: 2 * SEC_NS,
+                end_ns: 3 * SEC_NS,
+                samples: 0,
+                rtt_ns: None,
+            },
+        ];
+        let recs = records(&csv(&TestResult::Latency(r)));
+        let kinds: Vec<&str> = recs.iter().map(|r| r["row"].as_str()).collect();
+        assert_eq!(kinds, ["summary", "interval", "interval"]);
+        assert_eq!(recs[0]["interval_start_ns"], "");
+        assert_eq!(recs[1]["interval_start_ns"], "1000000000");
+        assert_eq!(recs[1]["samples"], "25000");
+        assert_eq!(recs[1]["rtt_p50_ns"], recs[0]["rtt_p50_ns"]);
+        assert_eq!(recs[1]["protocol"], "tcp");
+        assert_eq!(recs[1]["lost"], "", "no loss figure per interval");
+        assert_eq!(recs[2]["samples"], "0");
+        assert_eq!(recs[2]["rtt_p50_ns"], "");
+
+        let TestResult::Throughput(mut t) = fixtures::throughput_tcp_2_streams() else {
+            unreachable!()
+        };
+        t.intervals[0].omitted = true;
+        let recs = records(&csv(&TestResult::Throughput(t)));
+        let omitted: Vec<&str> = recs
+            .iter()
+            .filter(|r| r["row"] == "interval")
+            .map(|r| r["omitted"].as_str())
+            .collect();
+        assert_eq!(omitted, ["true", "false", "false"]);
+        assert_eq!(recs[0]["omitted"], "", "the summary is not an interval");
+    }
+
+    const SEC_NS: u64 = 1_000_000_000;
 
     #[test]
     fn nulls_are_empty_and_warnings_are_quoted() {
