@@ -251,18 +251,10 @@ impl Sqlite {
     fn identify(&self) -> Result<(i32, u32, i64), Error> {
         let err = |e| self.err(e);
         let tx = self.conn.unchecked_transaction().map_err(err)?;
-        let app_id: i32 = tx
-            .pragma_query_value(None, "application_id", |r| r.get(0))
-            .map_err(err)?;
-        let version: u32 = tx
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(err)?;
-        let objects: i64 = tx
-            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-            .map_err(err)?;
+        let found = read_identity(&tx).map_err(err)?;
         // Nothing was written: ending it is only letting go of the read.
         tx.rollback().map_err(err)?;
-        Ok((app_id, version, objects))
+        Ok(found)
     }
 
     /// Applies the migrations up to `target`, in one transaction that first takes the write
@@ -275,16 +267,8 @@ impl Sqlite {
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(err)?;
         // Read again under the lock: another process may have migrated meanwhile.
-        let app_id: i32 = tx
-            .pragma_query_value(None, "application_id", |r| r.get(0))
-            .map_err(err)?;
-        let version: u32 = tx
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(err)?;
+        let (app_id, version, objects) = read_identity(&tx).map_err(err)?;
         if app_id != APPLICATION_ID {
-            let objects: i64 = tx
-                .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-                .map_err(err)?;
             if app_id != 0 || objects != 0 {
                 return Err(Error::Foreign {
                     location: path.display().to_string(),
@@ -746,4 +730,13 @@ fn check_header(path: &Path) -> Result<(), Error> {
             path: path.to_owned(),
         })
     }
+}
+
+/// (application_id, user_version, number of schema objects) as `conn` sees them (inside the
+/// caller's transaction).
+fn read_identity(conn: &rusqlite::Connection) -> rusqlite::Result<(i32, u32, i64)> {
+    let app_id = conn.pragma_query_value(None, "application_id", |r| r.get(0))?;
+    let version = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let objects = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+    Ok((app_id, version, objects))
 }
