@@ -132,6 +132,8 @@ pub(crate) struct Metrics {
     pub(crate) throughput_time: Family<PairDir, FloatGauge>,
     pub(crate) pps: Family<Pair, FloatGauge>,
     pub(crate) pps_time: Family<Pair, FloatGauge>,
+    selected_peers: Gauge,
+    expected_probers: Gauge,
     sessions_active: Gauge,
     sessions_total: Family<KindLabel, Counter>,
     refusals: Family<ReasonLabel, Counter>,
@@ -156,6 +158,8 @@ impl Metrics {
             throughput_time: Family::default(),
             pps: Family::default(),
             pps_time: Family::default(),
+            selected_peers: Gauge::default(),
+            expected_probers: Gauge::default(),
             sessions_active: Gauge::default(),
             sessions_total: Family::default(),
             refusals: Family::default(),
@@ -205,6 +209,16 @@ impl Metrics {
             m.pps_time.clone(),
         );
         registry.register(
+            "sonde_mesh_probed_peers",
+            "Peers this agent probes: every listed peer, or those the mesh file's [select] picks",
+            m.selected_peers.clone(),
+        );
+        registry.register(
+            "sonde_mesh_expected_incoming_probers",
+            "Agents of the peer list whose selection includes this agent: how many should probe it",
+            m.expected_probers.clone(),
+        );
+        registry.register(
             "sonde_sessions_active",
             "Sessions this agent is serving now (every kind)",
             m.sessions_active.clone(),
@@ -232,6 +246,15 @@ impl Metrics {
             let _ = m.refusals.get_or_create(&ReasonLabel { reason });
         }
         Self { registry, ..m }
+    }
+
+    /// The peer list's counts at its last refresh: the peers this agent probes, and how many
+    /// agents' selections include it.
+    pub(crate) fn set_selection(&self, probed: usize, expected_probers: usize) {
+        self.selected_peers
+            .set(i64::try_from(probed).unwrap_or(i64::MAX));
+        self.expected_probers
+            .set(i64::try_from(expected_probers).unwrap_or(i64::MAX));
     }
 
     /// Removes every series of `target` (a peer that left): they go stale in Prometheus.
