@@ -129,7 +129,8 @@ struct PeerList {
     expected_probers: usize,
 }
 
-/// [`current_peers`], with the counts of the whole list.
+/// The peers of every source, de-duplicated by address, without this agent, narrowed to
+/// `[select]`'s when there is one, with the counts of the whole list.
 fn current_peer_list(
     cfg: &MeshConfig,
     last_file: &mut Option<PeerFile>,
