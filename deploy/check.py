@@ -25,6 +25,8 @@ Debian's `prometheus`). Nothing here talks to a cluster or the network.
    the agent with --quiet and a --max-sessions that serves SIZED_FOR_NODES nodes' probes.
 3. Every PromQL expression of deploy/grafana/*.json is checked by `promtool check rules`
    (wrapped as recording rules), and uses only metric names from docs/mesh.md.
+4. Every rule file deploy/prometheus/*-rules.yml passes `promtool check rules`, and its unit
+   tests (the `*-rules.test.yml` beside it) pass `promtool test rules`.
 """
 
 import base64
@@ -47,8 +49,9 @@ KUBERNETES_VERSIONS = ["1.29.0", "1.37.0"]
 
 # docs/mesh.md, "The mesh file": table -> keys (None: top level).
 MESH_KEYS = {
-    None: {"name", "max_link_share", "peers", "latency", "throughput", "pps"},
-    "peers": {"hosts", "file", "dns", "dns_port", "refresh"},
+    None: {"name", "max_link_share", "labels", "peers", "latency", "throughput", "pps", "select"},
+    "peers": {"hosts", "file", "name_labels", "dns", "dns_port", "refresh"},
+    "select": {"group", "neighbours", "across", "representatives"},
     "latency": {"protocols", "rate", "msg_size", "session"},
 # [throughput] and [pps]: every, jitter, time, and the test's plan keys a mesh takes (sonde's own
 # parser checks the values: crates/sonde/tests/peers/deploy.rs runs `sonde server --mesh FILE --check`).
@@ -474,12 +477,35 @@ def main():
         if name.endswith(".json"):
             exprs += check_dashboard(os.path.join(grafana, name), failures, promtool)
 
+    prometheus = os.path.join(deploy, "prometheus")
+    rule_files = 0
+    for name in sorted(os.listdir(prometheus)) if os.path.isdir(prometheus) else []:
+        path = os.path.join(prometheus, name)
+        if name.endswith("-rules.yml"):
+            rule_files += 1
+            out = subprocess.run([promtool, "check", "rules", path], capture_output=True, text=True)
+            if out.returncode != 0:
+                failures.add(path, f"promtool check rules failed:\n{out.stdout}{out.stderr}")
+            test = path.removesuffix(".yml") + ".test.yml"
+            if not os.path.isfile(test):
+                failures.add(path, f"no unit tests ({os.path.basename(test)})")
+                continue
+            out = subprocess.run(
+                [promtool, "test", "rules", os.path.basename(test)],
+                capture_output=True, text=True, cwd=prometheus,
+            )
+            if out.returncode != 0:
+                failures.add(test, f"promtool test rules failed:\n{out.stdout}{out.stderr}")
+
     if failures.messages:
         # A base reached from several kustomizations fails once.
         for message in dict.fromkeys(failures.messages):
             print(f"FAIL {message}", file=sys.stderr)
         sys.exit(1)
-    print(f"ok: {checked} objects validated strictly, {exprs} PromQL expressions checked by promtool")
+    print(
+        f"ok: {checked} objects validated strictly, {exprs} PromQL expressions checked by promtool, "
+        f"{rule_files} rule files checked and tested by promtool"
+    )
 
 
 if __name__ == "__main__":

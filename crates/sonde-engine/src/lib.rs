@@ -22,6 +22,8 @@
 //! * [`sweep`]: sweep specs (`msg_size=1:64K:*2`) expanded into the values to run.
 //! * [`schedule`]: when a mesh agent runs its short throughput and pps tests to each peer
 //!   (jitter, one test per pair at a time, a cap on each link's share of time under test).
+//! * [`mesh_select`]: which peers a mesh agent probes (the three levels of Pingmesh over
+//!   labelled nodes), the same at every agent.
 //!
 //! ```
 //! use sonde_engine::{pace::Schedule, rtt::RttRecorder, seq::SeqTracker};
@@ -49,6 +51,7 @@ pub mod crr;
 pub mod histogram;
 pub mod interval;
 pub mod jitter;
+pub mod mesh_select;
 pub mod mtu;
 pub mod offset;
 pub mod oneway;

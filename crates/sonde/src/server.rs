@@ -152,6 +152,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
             let mut out = std::io::stdout().lock();
             let _ = writeln!(out, "{}: a valid mesh file", path.display());
             let _ = write!(out, "{}", cfg.describe());
+            let _ = write!(out, "{}", crate::mesh::describe_peers(cfg));
             return Ok(());
         }
         if opt.metrics.is_none() {

@@ -1,11 +1,13 @@
 //! The mesh file (`sonde server --mesh FILE`, docs/mesh.md): parsed once into a typed
 //! [`MeshConfig`].
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
 use serde::Deserialize;
+use sonde_engine::mesh_select::{Labels, Policy};
 use sonde_engine::schedule::{Check, CheckPlan, SchedulerConfig};
 use sonde_wire::Protocol;
 
@@ -20,13 +22,67 @@ pub(crate) const DEFAULT_PORT: u16 = sonde_client::DEFAULT_PORT;
 /// and the `target` of DNS peers, which are addresses, name a node alike).
 pub(crate) const NAME_ENV: &str = "SONDE_MESH_NAME";
 
+/// This agent's labels (`zone=a,rack=r7`), over the mesh file's `labels` key by key: in
+/// Kubernetes, set from the node's labels by whatever writes the pod's environment.
+pub(crate) const LABELS_ENV: &str = "SONDE_MESH_LABELS";
+
+/// A listed peer: `HOST[:PORT]` as written, and the labels written beside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Listed {
+    pub(crate) spec: String,
+    pub(crate) labels: Labels,
+}
+
+/// A label's name: what `[select]` and `name_labels` can refer to.
+fn label_name_ok(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+}
+
+/// `KEY=VALUE` items, split by `sep` (whitespace for a peer line, `,` for [`LABELS_ENV`]).
+fn label_items<'a>(items: impl Iterator<Item = &'a str>) -> anyhow::Result<Labels> {
+    let mut labels = Labels::new();
+    for item in items.map(str::trim).filter(|i| !i.is_empty()) {
+        let (k, v) = item
+            .split_once('=')
+            .filter(|(k, v)| label_name_ok(k) && !v.is_empty())
+            .with_context(|| format!("{item:?} is not a label KEY=VALUE (e.g. zone=a)"))?;
+        labels.insert(k.to_owned(), v.to_owned());
+    }
+    Ok(labels)
+}
+
+/// A peer line, of the peer file or of `hosts`: `HOST[:PORT]`, then any labels
+/// (`198.18.0.2:5300 zone=a rack=r7`).
+pub(crate) fn parse_listed(line: &str) -> anyhow::Result<Listed> {
+    let mut words = line.split_whitespace();
+    let spec = words.next().context("an empty peer line")?.to_owned();
+    let labels = label_items(words).with_context(|| format!("peer {spec}"))?;
+    Ok(Listed { spec, labels })
+}
+
+/// `SONDE_MESH_LABELS`' form: `zone=a,rack=r7`.
+pub(crate) fn parse_label_list(text: &str) -> anyhow::Result<Labels> {
+    label_items(text.split(','))
+}
+
 /// The mesh file, as typed settings.
 #[derive(Debug, Clone)]
 pub(crate) struct MeshConfig {
     /// This agent's `source` label.
     pub(crate) name: String,
-    pub(crate) hosts: Vec<String>,
+    pub(crate) hosts: Vec<Listed>,
     pub(crate) file: Option<PathBuf>,
+    /// Labels from a peer's name: a regex whose named groups are labels, over the host part.
+    pub(crate) name_labels: Option<regex::Regex>,
+    /// This agent's own labels (the file's `labels`, then [`LABELS_ENV`]): for itself where
+    /// the peer list does not label it.
+    pub(crate) labels: Labels,
+    /// `[select]`: which of the listed peers this agent probes (None: every one).
+    pub(crate) select: Option<Policy>,
     pub(crate) dns: Option<String>,
     pub(crate) dns_port: u16,
     pub(crate) refresh: Duration,
@@ -78,14 +134,34 @@ struct File {
     throughput: Option<toml::Table>,
     pps: Option<toml::Table>,
     max_link_share: Option<f64>,
+    labels: Option<BTreeMap<String, String>>,
+    select: Option<Select>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Select {
+    group: Option<String>,
+    neighbours: Option<usize>,
+    across: Option<String>,
+    representatives: Option<usize>,
+}
+
+/// A `hosts` item: a peer line (`"HOST[:PORT] zone=a"`), or a table with `host` and labels.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum HostItem {
+    Line(String),
+    Table(BTreeMap<String, String>),
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Peers {
     #[serde(default)]
-    hosts: Vec<String>,
+    hosts: Vec<HostItem>,
     file: Option<PathBuf>,
+    name_labels: Option<String>,
     dns: Option<String>,
     dns_port: Option<u16>,
     refresh: Option<Value>,
@@ -308,6 +384,66 @@ fn scheduled<O: clap::FromArgMatches + 'static>(
     Ok((plan, spec, command))
 }
 
+/// `HOST` of `HOST`, `HOST:PORT` or `[V6]:PORT`.
+pub(crate) fn host_part(spec: &str) -> &str {
+    if let Some(rest) = spec.strip_prefix('[') {
+        return rest.split_once(']').map_or(spec, |(h, _)| h);
+    }
+    match spec.split_once(':') {
+        // One colon: HOST:PORT; more: a bare IPv6 address.
+        Some((h, port)) if !port.contains(':') => h,
+        _ => spec,
+    }
+}
+
+/// `[select]` as a policy, refusing one that selects nobody.
+fn select_policy(s: &Select) -> anyhow::Result<Policy> {
+    for (key, v) in [("group", &s.group), ("across", &s.across)] {
+        if let Some(v) = v {
+            anyhow::ensure!(label_name_ok(v), "select.{key} = {v:?} is not a label name");
+        }
+    }
+    anyhow::ensure!(
+        s.representatives.is_none() || s.across.is_some(),
+        "select.representatives needs select.across (the label of the groups they link)"
+    );
+    if let (Some(g), Some(a)) = (&s.group, &s.across) {
+        anyhow::ensure!(
+            g != a,
+            "select.group and select.across are both {g:?}: across names the higher level \
+             (e.g. group = \"rack\", across = \"zone\")"
+        );
+    }
+    let policy = Policy {
+        group: s.group.clone(),
+        neighbours: s.neighbours.unwrap_or(0),
+        across: s.across.clone(),
+        representatives: s
+            .across
+            .as_ref()
+            .map_or(0, |_| s.representatives.unwrap_or(1)),
+    };
+    anyhow::ensure!(
+        policy.group.is_some() || policy.neighbours > 0 || policy.representatives > 0,
+        "[select] selects no peer: set group, neighbours or across (or drop [select] to probe \
+         every peer)"
+    );
+    anyhow::ensure!(
+        policy.neighbours <= 1_000 && policy.representatives <= 1_000,
+        "select.neighbours and select.representatives are at most 1000"
+    );
+    Ok(policy)
+}
+
+/// `a=1 b=2`.
+pub(crate) fn label_text(labels: &Labels) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The host name, for a mesh file without `name`.
 fn host_name() -> String {
     std::env::var("HOSTNAME")
@@ -331,6 +467,11 @@ impl MeshConfig {
             .filter(|n| !n.trim().is_empty())
         {
             config.name = name.trim().to_owned();
+        }
+        if let Ok(text) = std::env::var(LABELS_ENV) {
+            let labels =
+                parse_label_list(&text).with_context(|| format!("{LABELS_ENV}={text:?}"))?;
+            config.labels.extend(labels);
         }
         Ok(config)
     }
@@ -405,10 +546,74 @@ impl MeshConfig {
             max_link_share > 0.0 && max_link_share <= 1.0,
             "max_link_share must be above 0 and at most 1"
         );
+        let hosts = f
+            .peers
+            .hosts
+            .iter()
+            .map(|item| match item {
+                HostItem::Line(line) => parse_listed(line),
+                HostItem::Table(table) => {
+                    let spec = table
+                        .get("host")
+                        .context("a [peers] hosts table needs host = \"HOST[:PORT]\"")?;
+                    let labels = label_items(
+                        table
+                            .iter()
+                            .filter(|(k, _)| *k != "host")
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .collect::<Vec<_>>()
+                            .iter()
+                            .map(String::as_str),
+                    )?;
+                    anyhow::ensure!(
+                        !spec.trim().is_empty() && !spec.contains(char::is_whitespace),
+                        "[peers] hosts: host = {spec:?} is not HOST[:PORT]"
+                    );
+                    Ok(Listed {
+                        spec: spec.clone(),
+                        labels,
+                    })
+                }
+            })
+            .collect::<anyhow::Result<Vec<_>>>()
+            .context("[peers] hosts")?;
+        let name_labels = f
+            .peers
+            .name_labels
+            .as_deref()
+            .map(|pattern| -> anyhow::Result<regex::Regex> {
+                let re = regex::Regex::new(pattern)
+                    .with_context(|| format!("peers.name_labels = {pattern:?}"))?;
+                let names: Vec<&str> = re.capture_names().flatten().collect();
+                anyhow::ensure!(
+                    !names.is_empty(),
+                    "peers.name_labels = {pattern:?} has no named group: each (?P<label>...) \
+                     gives a label"
+                );
+                if let Some(bad) = names.iter().find(|n| !label_name_ok(n)) {
+                    anyhow::bail!("peers.name_labels: {bad:?} is not a label name");
+                }
+                Ok(re)
+            })
+            .transpose()?;
+        let labels = label_items(
+            f.labels
+                .iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .iter()
+                .map(String::as_str),
+        )
+        .context("labels")?;
+        let select = f.select.as_ref().map(select_policy).transpose()?;
         let config = Self {
             name: f.name.clone().unwrap_or_else(host_name),
-            hosts: f.peers.hosts.clone(),
+            hosts,
             file: f.peers.file.clone(),
+            name_labels,
+            labels,
+            select,
             dns: f.peers.dns.clone(),
             dns_port: f.peers.dns_port.unwrap_or(DEFAULT_PORT),
             refresh: opt_duration(
@@ -450,6 +655,24 @@ impl MeshConfig {
         Ok(config)
     }
 
+    /// The labels of a listed peer: those written beside it, over those `name_labels` finds in
+    /// its host name (without the port).
+    pub(crate) fn labels_of(&self, spec: &str, written: &Labels) -> Labels {
+        let mut labels = Labels::new();
+        if let Some(re) = &self.name_labels {
+            let host = host_part(spec);
+            if let Some(caps) = re.captures(host) {
+                for name in re.capture_names().flatten() {
+                    if let Some(m) = caps.name(name) {
+                        labels.insert(name.to_owned(), m.as_str().to_owned());
+                    }
+                }
+            }
+        }
+        labels.extend(written.iter().map(|(k, v)| (k.clone(), v.clone())));
+        labels
+    }
+
     /// The scheduler's settings for this file. Each end of a link schedules its own tests, so
     /// each keeps to half of `max_link_share` and the link's total stays within it.
     pub(crate) fn scheduler_config(&self) -> SchedulerConfig {
@@ -480,10 +703,57 @@ impl MeshConfig {
         );
         let _ = writeln!(s, "peers (re-read every {:?}):", self.refresh);
         if !self.hosts.is_empty() {
-            let _ = writeln!(s, "  hosts: {}", self.hosts.join(", "));
+            let hosts: Vec<String> = self
+                .hosts
+                .iter()
+                .map(|h| {
+                    std::iter::once(h.spec.clone())
+                        .chain(h.labels.iter().map(|(k, v)| format!("{k}={v}")))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .collect();
+            let _ = writeln!(s, "  hosts: {}", hosts.join(", "));
         }
         if let Some(file) = &self.file {
-            let _ = writeln!(s, "  file: {} (one HOST[:PORT] a line)", file.display());
+            let _ = writeln!(
+                s,
+                "  file: {} (one HOST[:PORT] [LABEL=VALUE ...] a line)",
+                file.display()
+            );
+        }
+        if let Some(re) = &self.name_labels {
+            let _ = writeln!(s, "  labels from peer names: {}", re.as_str());
+        }
+        if !self.labels.is_empty() {
+            let _ = writeln!(s, "this agent's labels: {}", label_text(&self.labels));
+        }
+        match &self.select {
+            None => {
+                let _ = writeln!(s, "select: every peer");
+            }
+            Some(p) => {
+                let mut parts = Vec::new();
+                if let Some(g) = &p.group {
+                    parts.push(format!("every peer with this agent's {g}"));
+                }
+                if p.neighbours > 0 {
+                    parts.push(format!(
+                        "{} ring neighbours{}",
+                        p.neighbours,
+                        p.across
+                            .as_ref()
+                            .map_or(String::new(), |a| format!(" within its {a}"))
+                    ));
+                }
+                if let Some(a) = &p.across {
+                    parts.push(format!(
+                        "{} representatives between every two {a} values",
+                        p.representatives
+                    ));
+                }
+                let _ = writeln!(s, "select: {}", parts.join("; "));
+            }
         }
         if let Some(dns) = &self.dns {
             let _ = writeln!(s, "  dns: every address of {dns}, port {}", self.dns_port);
@@ -541,6 +811,7 @@ mod tests {
         let c = MeshConfig::parse(toml).unwrap();
         assert_eq!(c.name, "node-a");
         assert_eq!(c.hosts.len(), 3);
+        assert!(c.select.is_some());
         assert_eq!(c.dns.as_deref(), Some("sonde.sonde.svc.cluster.local"));
         assert_eq!(c.refresh, Duration::from_secs(30));
         assert_eq!(c.protocols, [Protocol::Udp, Protocol::Tcp]);
@@ -623,6 +894,80 @@ mod tests {
                 .unwrap_err()
         );
         assert!(msg.contains("[pps] time = 16s would never run"), "{msg}");
+    }
+
+    #[test]
+    fn labels_from_lines_tables_names_and_the_environment_form() {
+        let c = MeshConfig::parse(
+            "labels = { zone = \"a\" }\n\
+             [peers]\n\
+             hosts = [\"198.18.0.2:5300 zone=a rack=r7\", { host = \"198.18.0.3\", zone = \"b\" }, \"z9-r3-n1\"]\n\
+             name_labels = '^(?P<zone>z\\d+)-(?P<rack>r\\d+)-'\n\
+             [select]\ngroup = \"rack\"\nneighbours = 3\nacross = \"zone\"\n",
+        )
+        .unwrap();
+        let l = |pairs: &[(&str, &str)]| -> Labels {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        assert_eq!(c.hosts[0].spec, "198.18.0.2:5300");
+        assert_eq!(c.hosts[0].labels, l(&[("zone", "a"), ("rack", "r7")]));
+        assert_eq!(c.hosts[1].spec, "198.18.0.3");
+        assert_eq!(c.hosts[1].labels, l(&[("zone", "b")]));
+        assert_eq!(c.labels, l(&[("zone", "a")]));
+        // From the name, written labels over them.
+        assert_eq!(
+            c.labels_of("z9-r3-n1:5300", &Labels::new()),
+            l(&[("zone", "z9"), ("rack", "r3")])
+        );
+        assert_eq!(
+            c.labels_of("z9-r3-n1", &l(&[("rack", "r4")])),
+            l(&[("zone", "z9"), ("rack", "r4")])
+        );
+        assert_eq!(c.labels_of("198.18.0.9", &Labels::new()), Labels::new());
+        let p = c.select.unwrap();
+        assert_eq!(
+            (p.group.as_deref(), p.neighbours, p.across.as_deref()),
+            (Some("rack"), 3, Some("zone"))
+        );
+        assert_eq!(p.representatives, 1, "one representative by default");
+        assert_eq!(
+            parse_label_list("zone=a, rack=r7").unwrap(),
+            l(&[("zone", "a"), ("rack", "r7")])
+        );
+        assert_eq!(host_part("[::1]:5300"), "::1");
+        assert_eq!(host_part("::1"), "::1");
+        assert_eq!(host_part("node-a:5300"), "node-a");
+        let head = "[peers]\nhosts = [\"x\"]\n";
+        for (bad, want) in [
+            ("[peers]\nhosts = [\"x zone\"]\n", "not a label KEY=VALUE"),
+            ("[peers]\nhosts = [\"x =a\"]\n", "not a label KEY=VALUE"),
+            ("[peers]\nhosts = [{ zone = \"a\" }]\n", "needs host"),
+            (
+                "[peers]\nhosts = [\"x\"]\nname_labels = \"^z\\\\d+\"\n",
+                "has no named group",
+            ),
+            (
+                "[peers]\nhosts = [\"x\"]\nname_labels = \"(\"\n",
+                "name_labels",
+            ),
+            (&format!("{head}[select]\n"), "selects no peer"),
+            (
+                &format!("{head}[select]\nneighbours = 2\nrepresentatives = 2\n"),
+                "needs select.across",
+            ),
+            (
+                &format!("{head}[select]\ngroup = \"zone\"\nacross = \"zone\"\n"),
+                "both \"zone\"",
+            ),
+            (&format!("{head}[select]\nk = 3\n"), "unknown field"),
+        ] {
+            let msg = format!("{:#}", MeshConfig::parse(bad).unwrap_err());
+            assert!(msg.contains(want), "{bad}: {msg}");
+        }
+        assert!(parse_label_list("zone").is_err());
     }
 
     fn opt<O: clap::FromArgMatches + 'static>(args: &[&str]) -> O {

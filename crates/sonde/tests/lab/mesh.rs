@@ -4,6 +4,11 @@
 //! peer file written after they start (the file is re-read when it changes, each leaves itself
 //! out), and what `/metrics` serves passes `promtool check metrics`.
 //!
+//! `mesh_select_probes_exactly_the_planned_pairs` (no root): five agents on loopback share a
+//! labelled peer file and a `[select]` (racks of 2, 2 and 1, one ring neighbour): each probes
+//! exactly the peers `sonde_engine::mesh_select` plans for it (its RTT series name them and no
+//! other), and exports how many it probes and how many should probe it.
+//!
 //! `mesh_lab_four_agents_in_prometheus` (root, namespaces): four agents `198.18.0.1`-`.4`, each in
 //! its own namespace, on one bridge in a fifth namespace, which also holds a real Prometheus
 //! (Debian's `prometheus`, its storage in a temporary directory) scraping the four metrics
@@ -251,6 +256,121 @@ fn mesh_exposition_passes_promtool() {
     // The endpoint serves nothing else.
     assert!(http_get(a_metrics, "/").starts_with("HTTP/1.1 404"));
     assert!(http_get(a_metrics, "/healthz").starts_with("HTTP/1.1 200"));
+}
+
+/// The targets of `sonde_rtt_seconds_count` series with a sample, and the value of a gauge.
+fn rtt_targets(text: &str) -> std::collections::BTreeSet<String> {
+    text.lines()
+        .filter(|l| l.starts_with("sonde_rtt_seconds_count{") && !l.ends_with(" 0"))
+        .filter_map(|l| {
+            let rest = l.split("target=\"").nth(1)?;
+            Some(rest.split('"').next()?.to_owned())
+        })
+        .collect()
+}
+
+fn gauge(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} "))?.trim().parse().ok())
+}
+
+#[test]
+fn mesh_select_probes_exactly_the_planned_pairs() {
+    use sonde_engine::mesh_select::{Labels, Policy, Selection};
+    let _file = crate::common::file_lock(module_path!());
+    let dir = tempfile::tempdir().unwrap();
+    let peers = dir.path().join("peers.txt");
+    std::fs::write(&peers, "# filled in once the agents listen\n").unwrap();
+    let mesh = dir.path().join("mesh.toml");
+    std::fs::write(
+        &mesh,
+        format!(
+            "[peers]\nfile = \"{}\"\nrefresh = \"200ms\"\n\
+             [latency]\nprotocols = [\"udp\"]\nrate = 20\nsession = \"1s\"\n\
+             [select]\ngroup = \"rack\"\nneighbours = 1\n",
+            peers.display()
+        ),
+    )
+    .unwrap();
+    let racks = ["r1", "r1", "r2", "r2", "r3"];
+    let agents: Vec<(Daemon, SocketAddr, SocketAddr)> = racks
+        .iter()
+        .map(|_| {
+            mesh_agent(
+                None,
+                None,
+                &[
+                    "--bind",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--quiet",
+                    "--mesh",
+                    mesh.to_str().unwrap(),
+                    "--metrics",
+                    "127.0.0.1:0",
+                ],
+            )
+        })
+        .collect();
+    // Each agent is listed by its address: it finds itself by its own port on a local address.
+    let list: Vec<(String, Labels)> = agents
+        .iter()
+        .zip(racks)
+        .map(|((_, addr, _), rack)| {
+            (
+                addr.to_string(),
+                Labels::from([("rack".to_owned(), rack.to_owned())]),
+            )
+        })
+        .collect();
+    let text: String = list
+        .iter()
+        .map(|(name, labels)| format!("{name} rack={}\n", labels["rack"]))
+        .collect();
+    std::fs::write(&peers, text).unwrap();
+    let plan = Selection::new(
+        list.clone(),
+        &Policy {
+            group: Some("rack".into()),
+            neighbours: 1,
+            ..Policy::default()
+        },
+    );
+    for (d, addr, metrics) in &agents {
+        let me = addr.to_string();
+        let want: std::collections::BTreeSet<String> =
+            plan.peers_of(&me).unwrap().map(str::to_owned).collect();
+        // Rack mates at least, and r3's lone agent its ring neighbour.
+        assert!(!want.is_empty());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let text = loop {
+            let text = body(&http_get(*metrics, "/metrics")).to_owned();
+            if rtt_targets(&text) == want {
+                break text;
+            }
+            assert!(
+                Instant::now() < deadline && rtt_targets(&text).is_subset(&want),
+                "{me} probes {:?}, the plan {want:?}\n{}\n{text}",
+                rtt_targets(&text),
+                d.stderr()
+            );
+            thread::sleep(Duration::from_millis(200));
+        };
+        assert_eq!(
+            gauge(&text, "sonde_mesh_probed_peers"),
+            Some(want.len() as u64),
+            "{text}"
+        );
+        assert_eq!(
+            gauge(&text, "sonde_mesh_expected_incoming_probers"),
+            plan.probers_of(&me).map(|n| n as u64),
+            "{text}"
+        );
+    }
+    // Every agent has a prober (K = 1), and the plan is not every pair.
+    assert!(plan.names().all(|n| plan.probers_of(n).unwrap() >= 1));
+    assert!(plan.pairs().count() < 5 * 4);
 }
 
 #[test]

@@ -357,6 +357,13 @@ fn the_offline_checks_fail_on_each_kind_of_typo() {
             "/spec/template/hostNetwork",
             "'hostNetwork' was unexpected",
         ),
+        // The alerting rule's unit tests: an alert that waits too long does not fire in time.
+        (
+            "prometheus/sonde-mesh-rules.yml",
+            "for: 10m",
+            "for: 1h",
+            "promtool test rules failed",
+        ),
         // The ServiceMonitor against its schema.
         (
             "kubernetes/default/servicemonitor.yaml",
