@@ -22,6 +22,8 @@
 //! * [`sweep`]: sweep specs (`msg_size=1:64K:*2`) expanded into the values to run.
 //! * [`schedule`]: when a mesh agent runs its short throughput and pps tests to each peer
 //!   (jitter, one test per pair at a time, a cap on each link's share of time under test).
+//! * [`diagnose`]: which mesh pairs are bad, and which host, group or cross explains them best
+//!   (`sonde mesh diagnose`).
 //!
 //! ```
 //! use sonde_engine::{pace::Schedule, rtt::RttRecorder, seq::SeqTracker};
@@ -46,6 +48,7 @@
 
 pub mod compare;
 pub mod crr;
+pub mod diagnose;
 pub mod histogram;
 pub mod interval;
 pub mod jitter;
