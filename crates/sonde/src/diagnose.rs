@@ -42,8 +42,9 @@ when it lost at least --loss percent of its probes and at least 3 of them, or wh
 is at least --rtt-factor times the baseline and --rtt-excess above it. The baseline is the lower \
 quartile of every pair's p99 (a typical healthy pair, even when a fault slows half the mesh).
 
-A suspect's score (0 to 1) is the F1 of the pairs it names against the bad pairs: 1 when it names \
-exactly the bad pairs; each good pair it names, and each bad pair it leaves out, lowers it. A \
+A suspect's score (0 to 1) is the F0.5 of the pairs it names against the bad pairs (precision \
+weighing twice as much as recall): 1 when it names exactly the bad pairs; each good pair it \
+names, and each bad pair it leaves out, lowers it. A \
 group (from --groups or --group-regex) is a suspect only with at least --min-group members and \
 one host outside it; its pairs are those with one end in it and one outside.
 
@@ -603,6 +604,64 @@ mod tests {
         assert!(window("5").is_err());
         assert!(window("100ms").is_err());
         assert!(window("-5m").is_err());
+    }
+
+    /// The text a user reads: the suspect with its evidence, then both heatmaps with the bad
+    /// cells marked and a host with no series as a source shown as such.
+    #[test]
+    fn the_table_names_the_suspect_and_marks_the_bad_cells() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            o: DiagnoseOpt,
+        }
+        let opt = T::parse_from(["t", "--prometheus", "http://prom:9090", "--window", "30s"]).o;
+        let ok = PairStats {
+            p99_rtt: Some(Duration::from_micros(250)),
+            sent: Some(300.0),
+            lost: Some(0.0),
+            up_fraction: Some(1.0),
+        };
+        let mut pairs = BTreeMap::new();
+        for (s, t) in [
+            ("a", "b"),
+            ("b", "a"),
+            ("a", "d"),
+            ("d", "a"),
+            ("b", "d"),
+            ("d", "b"),
+        ] {
+            pairs.insert((s.to_owned(), t.to_owned()), ok);
+        }
+        // c died: the others see it down; it exports nothing.
+        for s in ["a", "b", "d"] {
+            let down = PairStats {
+                up_fraction: Some(0.0),
+                p99_rtt: None,
+                ..ok
+            };
+            pairs.insert((s.to_owned(), "c".to_owned()), down);
+        }
+        let d = diagnose(&pairs, &BTreeMap::new(), &thresholds(&opt).unwrap());
+        let text = render(&d, &BTreeMap::new(), &opt);
+        assert!(text.starts_with(
+            "Mesh diagnosis over the last 30 s from http://prom:9090: 4 hosts, 9 pairs with data, 3 bad; baseline p99 0.25 ms\n"
+        ), "{text}");
+        assert!(text.contains("  1. 1.00  target c (a bad column: it answers badly or not at all)\n         3 of its 3 pairs bad (3 unreachable); no series from it as a source (is its agent running?)\n"), "{text}");
+        // Row c has no data; column c is down and marked.
+        assert!(
+            text.contains("  [3]      .      .      -      .\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  [1]      -   0.25  down*   0.25\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  [1]      -   0.00  down*   0.00\n"),
+            "{text}"
+        );
     }
 
     #[test]
