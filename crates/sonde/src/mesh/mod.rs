@@ -8,6 +8,7 @@
 //! `session` length back to back, observing every RTT into the histogram as a session ends.
 
 pub(crate) mod config;
+mod dns;
 pub(crate) mod http;
 pub(crate) mod metrics;
 
@@ -74,7 +75,8 @@ fn resolve_one(spec: &str, default_port: u16) -> Option<SocketAddr> {
 /// record set between two refreshes).
 type Resolver<'a> = dyn Fn(&str, u16) -> std::io::Result<Vec<SocketAddr>> + 'a;
 
-/// The system's resolver (`getaddrinfo`: A and AAAA records).
+/// The C library's resolver (`getaddrinfo`: A and AAAA records). `[peers] dns` is looked up
+/// over TCP ([`dns::tcp_resolver`]), which comes here for names in /etc/hosts.
 fn system_resolver(name: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
     Ok((name, port).to_socket_addrs()?.collect())
 }
@@ -289,7 +291,7 @@ fn supervise(
         if Instant::now() >= next_refresh {
             next_refresh = Instant::now() + cfg.refresh;
             let peers: BTreeSet<Peer> =
-                current_peers(cfg, &mut file_state, &mut dns_state, &system_resolver)
+                current_peers(cfg, &mut file_state, &mut dns_state, &dns::tcp_resolver)
                     .into_iter()
                     .collect();
             apply_peers(cfg, metrics, &mut probers, &peers, &mut |peer| {
