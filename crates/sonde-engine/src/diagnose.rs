@@ -227,6 +227,9 @@ pub struct Diagnosis {
     pub suspects: Vec<Suspect>,
 }
 
+/// Which pairs a candidate names.
+type Names<'a> = dyn Fn(&Cell) -> bool + 'a;
+
 /// Judges every pair and ranks the suspects. `groups` maps a host to its group (hosts absent
 /// from it are in no group).
 pub fn diagnose(
@@ -254,7 +257,7 @@ pub fn diagnose(
         .collect();
     let bad_total = cells.iter().filter(|c| c.verdict.bad()).count();
 
-    let mut candidates: Vec<(SuspectKind, Box<dyn Fn(&Cell) -> bool + '_>)> = Vec::new();
+    let mut candidates: Vec<(SuspectKind, Box<Names<'_>>)> = Vec::new();
     for h in &hosts {
         candidates.push((
             SuspectKind::Source(h.clone()),
@@ -569,7 +572,7 @@ mod tests {
     #[test]
     fn noise_names_nothing_strongly_and_a_fault_stands_out_of_it() {
         // Scattered bad pairs, no structure: every suspect scores low.
-        let noisy = |s: usize, t: usize| (s * 7 + t * 13) % 23 == 0;
+        let noisy = |s: usize, t: usize| (s * 7 + t * 13).is_multiple_of(23);
         let d = diagnose(
             &mesh(|s, t| {
                 if noisy(s, t) {

@@ -545,9 +545,9 @@ fn render(d: &Diagnosis, groups: &BTreeMap<String, String>, opt: &DiagnoseOpt) -
 
 fn humantime(d: Duration) -> String {
     let s = d.as_secs();
-    if d.subsec_millis() == 0 && s % 3_600 == 0 {
+    if d.subsec_millis() == 0 && s.is_multiple_of(3_600) {
         format!("{} h", s / 3_600)
-    } else if d.subsec_millis() == 0 && s % 60 == 0 {
+    } else if d.subsec_millis() == 0 && s.is_multiple_of(60) {
         format!("{} min", s / 60)
     } else {
         format!("{} s", d.as_secs_f64())
