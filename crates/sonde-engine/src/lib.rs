@@ -24,6 +24,8 @@
 //!   (jitter, one test per pair at a time, a cap on each link's share of time under test).
 //! * [`mesh_select`]: which peers a mesh agent probes (the three levels of Pingmesh over
 //!   labelled nodes), the same at every agent.
+//! * [`diagnose`]: which mesh pairs are bad, and which host, group or cross explains them best
+//!   (`sonde mesh diagnose`).
 //!
 //! ```
 //! use sonde_engine::{pace::Schedule, rtt::RttRecorder, seq::SeqTracker};
@@ -48,6 +50,7 @@
 
 pub mod compare;
 pub mod crr;
+pub mod diagnose;
 pub mod histogram;
 pub mod interval;
 pub mod jitter;

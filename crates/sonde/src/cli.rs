@@ -3,7 +3,9 @@
 use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::exit::EXIT_CODES;
-use crate::{compare, completions, conf, man, plan, quick, report, results, runner, server, spec};
+use crate::{
+    compare, completions, conf, diagnose, man, plan, quick, report, results, runner, server, spec,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -21,7 +23,8 @@ sonde conf HOST           both ends' configuration side by side (CPU, kernel, NI
 sonde mtu HOST            path MTU by DF probes both ways, and each end's TCP MSS\n  \
 sonde compare A B         stored runs against each other, with significance (Mann-Whitney U)\n  \
 sonde report -o FILE      stored runs as one HTML file with tables and charts\n  \
-sonde plan run PLAN.toml  a matrix of cases from a file, one at a time, into one table\n\n\
+sonde plan run PLAN.toml  a matrix of cases from a file, one at a time, into one table\n  \
+sonde mesh diagnose       where a mesh's fault is, from its series in Prometheus\n\n\
 `sonde quick` runs latency, throughput, pps and crr against an agent it starts on loopback: no\n\
 second host needed.\n\n\
 Every test saves its result in a local database (--no-save to skip, --label KEY=VALUE to name \
@@ -60,6 +63,7 @@ enum Command {
     Completions(completions::Opt),
     Man(man::Opt),
     Plan(plan::Opt),
+    Mesh(diagnose::Opt),
 }
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
@@ -74,5 +78,6 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Completions(o) => completions::run(&o, Cli::command()),
         Command::Man(o) => man::run(&o, Cli::command()),
         Command::Plan(o) => plan::run(&o),
+        Command::Mesh(o) => diagnose::run(&o),
     }
 }

@@ -7,6 +7,7 @@ mod compare;
 mod completions;
 mod conf;
 mod crr;
+mod diagnose;
 mod exit;
 mod helpers;
 mod interrupt;

@@ -8,6 +8,7 @@
 //! `session` length back to back, observing every RTT into the histogram as a session ends.
 
 pub(crate) mod config;
+mod dns;
 pub(crate) mod http;
 pub(crate) mod metrics;
 
@@ -75,7 +76,8 @@ fn resolve_one(spec: &str, default_port: u16) -> Option<SocketAddr> {
 /// record set between two refreshes).
 type Resolver<'a> = dyn Fn(&str, u16) -> std::io::Result<Vec<SocketAddr>> + 'a;
 
-/// The system's resolver (`getaddrinfo`: A and AAAA records).
+/// The C library's resolver (`getaddrinfo`: A and AAAA records). `[peers] dns` is looked up
+/// over TCP ([`dns::tcp_resolver`]), which comes here for names in /etc/hosts.
 fn system_resolver(name: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
     Ok((name, port).to_socket_addrs()?.collect())
 }
@@ -294,7 +296,7 @@ fn current_peer_list(
 /// What `sonde server --mesh FILE --check` says of the peer list: the peers read now (the file,
 /// and the DNS name looked up once), and how many of them this agent probes.
 pub(crate) fn describe_peers(cfg: &MeshConfig) -> String {
-    let list = current_peer_list(cfg, &mut None, &mut Vec::new(), &mut None, &system_resolver);
+    let list = current_peer_list(cfg, &mut None, &mut Vec::new(), &mut None, &dns::tcp_resolver);
     match &cfg.select {
         None => format!(
             "peer list now: {} peers, all probed; {} agents probe this one\n",
@@ -419,7 +421,7 @@ fn supervise(
                 &mut file_state,
                 &mut dns_state,
                 &mut selection_memo,
-                &system_resolver,
+                &dns::tcp_resolver,
             );
             metrics.set_selection(list.peers.len(), list.expected_probers);
             let probing_here = list.expected_probers;

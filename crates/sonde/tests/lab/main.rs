@@ -9,6 +9,7 @@ mod common;
 mod balancer;
 mod basic;
 mod context;
+mod diagnose;
 mod helpers;
 mod inner;
 mod mesh;

@@ -48,7 +48,7 @@ const METRICS_PORT: u16 = 9300;
 const SHAPED_QUEUE: &str = "50ms";
 
 /// A `sonde server --mesh` child, printing the agent's and the metrics' lines.
-fn mesh_agent(
+pub(crate) fn mesh_agent(
     netns: Option<&str>,
     name: Option<&str>,
     args: &[&str],

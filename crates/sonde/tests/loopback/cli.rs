@@ -1442,6 +1442,7 @@ fn help_snapshots() {
         ("help_compare", vec!["compare", "--help"]),
         ("help_report", vec!["report", "--help"]),
         ("help_plan", vec!["plan", "--help"]),
+        ("help_mesh_diagnose", vec!["mesh", "diagnose", "--help"]),
     ] {
         let out = run_ok(&args);
         insta::assert_snapshot!(name, out);

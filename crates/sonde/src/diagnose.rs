@@ -1,0 +1,698 @@
+//! `sonde mesh diagnose`: the mesh's series from Prometheus as a source x target heatmap of p99
+//! RTT and loss, and the ranked suspects (`sonde_engine::diagnose` judges; this module queries
+//! and prints).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use sonde_engine::diagnose::{diagnose, Diagnosis, PairStats, Suspect, SuspectKind, Thresholds};
+
+use crate::output::print;
+use crate::units::BadValue;
+
+/// Mesh tools: what a mesh of `sonde server --mesh` agents measured, read back from Prometheus
+#[derive(Debug, Args)]
+pub(crate) struct Opt {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    Diagnose(DiagnoseOpt),
+}
+
+/// Where is the fault: the source x target heatmap of p99 RTT and loss, and the ranked suspects
+///
+/// Reads the mesh's series (`sonde_rtt_seconds`, `sonde_probes_sent_total`,
+/// `sonde_probes_lost_total`, `sonde_peer_up`) from Prometheus over the last --window, judges
+/// each (source, target) pair, and ranks what explains the bad pairs best: a source host (a bad
+/// row), a target host (a bad column: a host that answers badly or not at all), a cross (one host
+/// bad both ways) or a group (a rack or zone whose pairs to every other group are bad: its
+/// uplink), each with a score and its evidence.
+#[derive(Debug, Args)]
+#[command(after_long_help = "\
+A pair is bad when its target was unreachable for part of the window (sonde_peer_up below 1), \
+when it lost at least --loss percent of its probes and at least 3 of them, or when its p99 RTT \
+is at least --rtt-factor times the baseline and --rtt-excess above it. The baseline is the lower \
+quartile of every pair's p99 (a typical healthy pair, even when a fault slows half the mesh).
+
+A suspect's score (0 to 1) is the F0.5 of the pairs it names against the bad pairs (precision \
+weighing twice as much as recall): 1 when it names exactly the bad pairs; each good pair it \
+names, and each bad pair it leaves out, lowers it. A \
+group (from --groups or --group-regex) is a suspect only with at least --min-group members and \
+one host outside it; its pairs are those with one end in it and one outside.
+
+Host names: `source` is each agent's name and `target` each peer as listed; a target listed as \
+HOST:PORT whose HOST is an agent's name is read as that agent.
+
+Examples:
+  sonde mesh diagnose --prometheus http://prometheus:9090
+  sonde mesh diagnose --prometheus http://prometheus:9090 --window 15m --groups racks.txt
+  sonde mesh diagnose --prometheus http://prometheus:9090 --group-regex '^(rack-[0-9]+)-' --json
+
+Exit codes:
+    0  the diagnosis was printed (with or without suspects)
+    1  Prometheus could not be reached or answered an error, or has no mesh series
+    2  usage error (bad option, unreadable --groups file, bad --group-regex)")]
+pub(crate) struct DiagnoseOpt {
+    /// The Prometheus server that scrapes the mesh's agents (http:// only; e.g.
+    /// http://prometheus:9090)
+    #[arg(long, value_name = "URL")]
+    prometheus: String,
+    /// The window the figures are taken over, ending now: 30s, 5m, 1h
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = window)]
+    window: Duration,
+    /// Only this probe protocol's series (udp or tcp); default both
+    #[arg(long, value_name = "PROTO", value_parser = ["udp", "tcp"])]
+    protocol: Option<String>,
+    /// Groups from a file: one `HOST GROUP` a line (`#` starts a comment)
+    #[arg(long, value_name = "FILE", conflicts_with = "group_regex")]
+    groups: Option<PathBuf>,
+    /// Groups from the host names: the regex's first capture group (or the whole match) is the
+    /// host's group; hosts it does not match are in no group
+    #[arg(long, value_name = "REGEX")]
+    group_regex: Option<String>,
+    /// A pair is slow at a p99 RTT of at least this many times the baseline (and --rtt-excess
+    /// above it)
+    #[arg(long, value_name = "FACTOR", default_value_t = 3.0)]
+    rtt_factor: f64,
+    /// A pair is slow at a p99 RTT at least this far above the baseline (and --rtt-factor times
+    /// it), in milliseconds
+    #[arg(long, value_name = "MS", default_value_t = 1.0)]
+    rtt_excess: f64,
+    /// A pair is lossy at this share of its probes lost (and at least 3 probes), in percent
+    #[arg(long, value_name = "PERCENT", default_value_t = 0.5)]
+    loss: f64,
+    /// The fewest members a group needs to be a suspect of its own
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    min_group: usize,
+    /// At most this many suspects printed (every one in --json)
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    top: usize,
+    /// Print the heatmap and the suspects as one JSON document
+    #[arg(long, short = 'J')]
+    json: bool,
+}
+
+/// A Prometheus duration: `500ms`, `30s`, `5m`, `1h`.
+fn window(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (n, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3_600.0)
+    } else {
+        return Err(format!("`{s}`: give a unit (500ms, 30s, 5m, 1h)"));
+    };
+    let v: f64 = n
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite() && *v > 0.0)
+        .ok_or_else(|| format!("`{s}` is not a duration"))?;
+    let d = Duration::from_secs_f64(v * scale);
+    if d < Duration::from_secs(1) || d > Duration::from_secs(86_400 * 31) {
+        return Err(format!("`{s}`: the window must be 1s to 31 days"));
+    }
+    Ok(d)
+}
+
+pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
+    match &opt.command {
+        Command::Diagnose(o) => run_diagnose(o),
+    }
+}
+
+fn run_diagnose(opt: &DiagnoseOpt) -> anyhow::Result<()> {
+    let th = thresholds(opt)?;
+    let grouping = Grouping::from_opt(opt)?;
+    let prom = Prometheus::new(&opt.prometheus)?;
+    let pairs = fetch_pairs(&prom, opt.window, opt.protocol.as_deref())?;
+    if pairs.is_empty() {
+        bail!(
+            "{} has no mesh series (sonde_peer_up, sonde_rtt_seconds) in the last {}: does it \
+             scrape the agents' --metrics endpoints?",
+            opt.prometheus,
+            promql_duration(opt.window)
+        );
+    }
+    let hosts: BTreeSet<&String> = pairs.keys().flat_map(|(s, t)| [s, t]).collect();
+    let groups: BTreeMap<String, String> = hosts
+        .into_iter()
+        .filter_map(|h| Some((h.clone(), grouping.group(h)?)))
+        .collect();
+    let d = diagnose(&pairs, &groups, &th);
+    if opt.json {
+        let mut text = serde_json::to_string_pretty(&to_json(&d, &groups, opt))?;
+        text.push('\n');
+        print(&text)
+    } else {
+        print(&render(&d, &groups, opt))
+    }
+}
+
+fn thresholds(opt: &DiagnoseOpt) -> anyhow::Result<Thresholds> {
+    let bad = |what: &str| anyhow::Error::new(BadValue(what.to_owned()));
+    if !(opt.rtt_factor.is_finite() && opt.rtt_factor >= 1.0) {
+        return Err(bad("--rtt-factor: a factor of 1 or more"));
+    }
+    if !(opt.rtt_excess.is_finite() && opt.rtt_excess >= 0.0 && opt.rtt_excess < 3_600_000.0) {
+        return Err(bad("--rtt-excess: milliseconds, 0 or more"));
+    }
+    if !(opt.loss.is_finite() && opt.loss > 0.0 && opt.loss <= 100.0) {
+        return Err(bad("--loss: a percentage above 0, at most 100"));
+    }
+    Ok(Thresholds {
+        rtt_factor: opt.rtt_factor,
+        rtt_excess: Duration::from_secs_f64(opt.rtt_excess / 1e3),
+        loss_ratio: opt.loss / 100.0,
+        min_group: opt.min_group,
+        ..Thresholds::default()
+    })
+}
+
+/// How a host's group is found.
+enum Grouping {
+    None,
+    File(BTreeMap<String, String>),
+    Regex(regex::Regex),
+}
+
+impl Grouping {
+    fn from_opt(opt: &DiagnoseOpt) -> anyhow::Result<Grouping> {
+        if let Some(path) = &opt.groups {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                BadValue(format!("--groups {}: cannot read it: {e}", path.display()))
+            })?;
+            let mut map = BTreeMap::new();
+            for (n, line) in text.lines().enumerate() {
+                let line = line.split('#').next().unwrap_or_default().trim();
+                if line.is_empty() {
+                    continue;
+                }
+                let mut words = line.split_whitespace();
+                match (words.next(), words.next(), words.next()) {
+                    (Some(h), Some(g), None) => {
+                        map.insert(h.to_owned(), g.to_owned());
+                    }
+                    _ => {
+                        return Err(BadValue(format!(
+                            "--groups {}:{}: expected `HOST GROUP`, found {line:?}",
+                            path.display(),
+                            n + 1
+                        ))
+                        .into())
+                    }
+                }
+            }
+            return Ok(Grouping::File(map));
+        }
+        if let Some(re) = &opt.group_regex {
+            let re = regex::Regex::new(re)
+                .map_err(|e| BadValue(format!("--group-regex {re:?}: {e}")))?;
+            return Ok(Grouping::Regex(re));
+        }
+        Ok(Grouping::None)
+    }
+
+    fn group(&self, host: &str) -> Option<String> {
+        match self {
+            Grouping::None => None,
+            Grouping::File(map) => map.get(host).cloned(),
+            Grouping::Regex(re) => {
+                let c = re.captures(host)?;
+                Some(c.get(1).or_else(|| c.get(0))?.as_str().to_owned())
+            }
+        }
+    }
+}
+
+/// The Prometheus HTTP API (`/api/v1/query`), plain HTTP.
+struct Prometheus {
+    base: String,
+    agent: ureq::Agent,
+}
+
+/// A query's answer: one sample per series, its labels and value.
+type Samples = Vec<(BTreeMap<String, String>, f64)>;
+
+/// The largest answer read (a mesh of 1,000 agents' pairs is some 100 MB of JSON per query;
+/// past that, narrow the query with --protocol or a smaller mesh).
+const MAX_ANSWER_BYTES: u64 = 256 << 20;
+
+impl Prometheus {
+    fn new(url: &str) -> anyhow::Result<Prometheus> {
+        let base = url.trim_end_matches('/').to_owned();
+        if !base.starts_with("http://") {
+            return Err(BadValue(format!(
+                "--prometheus {url:?}: give an http:// URL (https is not supported: put a \
+                 local proxy in front, or reach Prometheus on its plain port)"
+            ))
+            .into());
+        }
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(30)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Ok(Prometheus { base, agent })
+    }
+
+    /// An instant query, evaluated now.
+    fn query(&self, promql: &str) -> anyhow::Result<Samples> {
+        let url = format!("{}/api/v1/query", self.base);
+        let mut resp = self
+            .agent
+            .get(&url)
+            .query("query", promql)
+            .call()
+            .with_context(|| format!("querying {url}"))?;
+        let status = resp.status();
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(MAX_ANSWER_BYTES)
+            .read_to_string()
+            .with_context(|| format!("reading the answer of {url}"))?;
+        let doc: Value = serde_json::from_str(&body).with_context(|| {
+            format!("{url} answered {status} with something that is not Prometheus' JSON")
+        })?;
+        if doc["status"] != "success" {
+            bail!(
+                "{url} refused `{promql}`: {} ({status})",
+                doc["error"].as_str().unwrap_or("no error given")
+            );
+        }
+        let result = doc["data"]["result"]
+            .as_array()
+            .with_context(|| format!("{url}: no data.result in the answer to `{promql}`"))?;
+        Ok(result
+            .iter()
+            .filter_map(|s| {
+                let labels = s["metric"]
+                    .as_object()?
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                    .collect();
+                // [time, "value"]; "NaN" parses as NaN.
+                let value = s["value"][1].as_str()?.parse::<f64>().ok()?;
+                Some((labels, value))
+            })
+            .collect())
+    }
+}
+
+fn promql_duration(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+/// Every pair's p99, probe counts and reachability over the window.
+fn fetch_pairs(
+    prom: &Prometheus,
+    window: Duration,
+    protocol: Option<&str>,
+) -> anyhow::Result<BTreeMap<(String, String), PairStats>> {
+    let w = promql_duration(window);
+    let sel = protocol.map_or(String::new(), |p| format!("protocol=\"{p}\""));
+    let p99 = prom.query(&format!(
+        "histogram_quantile(0.99, sum by (source, target, le) (rate(sonde_rtt_seconds_bucket{{{sel}}}[{w}])))"
+    ))?;
+    let sent = prom.query(&format!(
+        "sum by (source, target) (increase(sonde_probes_sent_total{{{sel}}}[{w}]))"
+    ))?;
+    let lost = prom.query(&format!(
+        "sum by (source, target) (increase(sonde_probes_lost_total{{{sel}}}[{w}]))"
+    ))?;
+    let up = prom.query(&format!(
+        "avg by (source, target) (avg_over_time(sonde_peer_up[{w}]))"
+    ))?;
+    let mut pairs: BTreeMap<(String, String), PairStats> = BTreeMap::new();
+    let key =
+        |l: &BTreeMap<String, String>| Some((l.get("source")?.clone(), l.get("target")?.clone()));
+    for (l, v) in &up {
+        if let Some(k) = key(l) {
+            pairs.entry(k).or_default().up_fraction = v.is_finite().then_some(v.clamp(0.0, 1.0));
+        }
+    }
+    for (l, v) in &p99 {
+        if let Some(k) = key(l) {
+            // NaN: no sample in the window; +Inf: beyond the last bucket (over 5.2 s).
+            let p = (v.is_finite() && *v >= 0.0).then(|| Duration::from_secs_f64(*v));
+            pairs.entry(k).or_default().p99_rtt = p;
+        }
+    }
+    for (l, v) in &sent {
+        if let Some(k) = key(l) {
+            pairs.entry(k).or_default().sent = v.is_finite().then_some(*v);
+        }
+    }
+    for (l, v) in &lost {
+        if let Some(k) = key(l) {
+            pairs.entry(k).or_default().lost = v.is_finite().then_some(*v);
+        }
+    }
+    Ok(same_names(pairs))
+}
+
+/// A target listed as `HOST:PORT` whose HOST is a source's name is that source: the agent's name
+/// and the peer list then name one node alike.
+fn same_names(
+    pairs: BTreeMap<(String, String), PairStats>,
+) -> BTreeMap<(String, String), PairStats> {
+    let sources: BTreeSet<String> = pairs.keys().map(|(s, _)| s.clone()).collect();
+    let host_of = |t: &str| -> Option<String> {
+        if sources.contains(t) {
+            return None;
+        }
+        let (host, port) = t.rsplit_once(':')?;
+        port.parse::<u16>().ok()?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        sources.contains(host).then(|| host.to_owned())
+    };
+    pairs
+        .into_iter()
+        .map(|((s, t), p)| {
+            let t = host_of(&t).unwrap_or(t);
+            ((s, t), p)
+        })
+        .collect()
+}
+
+fn ms(d: Duration) -> String {
+    let v = d.as_secs_f64() * 1e3;
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn pct(r: f64) -> String {
+    format!("{:.2}", r * 100.0)
+}
+
+/// Why a suspect is one, in a line.
+fn evidence(s: &Suspect, d: &Diagnosis) -> String {
+    let mut e = format!("{} of its {} pairs bad", s.bad_pairs, s.pairs);
+    let mut why = Vec::new();
+    if s.slow_pairs > 0 {
+        let med = s.median_bad_p99.map_or(String::new(), |p| {
+            let base = d
+                .baseline_p99
+                .map_or(String::new(), |b| format!(" vs {} ms", ms(b)));
+            format!(", median p99 {} ms{base}", ms(p))
+        });
+        why.push(format!("{} slow{med}", s.slow_pairs));
+    }
+    if s.lossy_pairs > 0 {
+        let med = s
+            .median_bad_loss
+            .map_or(String::new(), |l| format!(", median loss {} %", pct(l)));
+        why.push(format!("{} lossy{med}", s.lossy_pairs));
+    }
+    if s.down_pairs > 0 {
+        why.push(format!("{} unreachable", s.down_pairs));
+    }
+    if !why.is_empty() {
+        let _ = write!(e, " ({})", why.join("; "));
+    }
+    if s.silent_as_source {
+        e.push_str("; no series from it as a source (is its agent running?)");
+    }
+    e
+}
+
+fn describe(kind: &SuspectKind) -> String {
+    match kind {
+        SuspectKind::Source(h) => format!("source {h} (a bad row: what it sends, or the way back)"),
+        SuspectKind::Target(h) => {
+            format!("target {h} (a bad column: it answers badly or not at all)")
+        }
+        SuspectKind::Cross(h) => format!("host {h} (bad both ways)"),
+        SuspectKind::Group(g) => format!("group {g} (its pairs to every other group: its uplink)"),
+    }
+}
+
+fn render(d: &Diagnosis, groups: &BTreeMap<String, String>, opt: &DiagnoseOpt) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Mesh diagnosis over the last {} from {}: {} hosts, {} pairs with data, {} bad; baseline \
+         p99 {} ms",
+        humantime(opt.window),
+        opt.prometheus,
+        d.hosts.len(),
+        d.cells.len(),
+        d.bad_pairs,
+        d.baseline_p99.map_or("n/a".to_owned(), ms)
+    );
+    out.push('\n');
+    if d.suspects.is_empty() {
+        out.push_str("Suspects: none, every pair is within the thresholds.\n");
+    } else {
+        out.push_str("Suspects (best first; score 0 to 1):\n");
+        for (i, s) in d.suspects.iter().take(opt.top).enumerate() {
+            let _ = writeln!(
+                out,
+                "  {}. {:.2}  {}\n         {}",
+                i + 1,
+                s.score,
+                describe(&s.kind),
+                evidence(s, d)
+            );
+        }
+        if d.suspects.len() > opt.top {
+            let _ = writeln!(
+                out,
+                "  ({} more: --top N, or --json)",
+                d.suspects.len() - opt.top
+            );
+        }
+    }
+    // The heatmaps: rows are sources, columns targets, by number (the legend names them).
+    let idx: BTreeMap<&str, usize> = d
+        .hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (h.as_str(), i + 1))
+        .collect();
+    let cell = |s: &str, t: &str| d.cells.iter().find(|c| c.source == s && c.target == t);
+    out.push_str("\nHosts:\n");
+    for (i, h) in d.hosts.iter().enumerate() {
+        let g = groups
+            .get(h)
+            .map_or(String::new(), |g| format!("  (group {g})"));
+        let _ = writeln!(out, "  [{}] {h}{g}", i + 1);
+    }
+    let width = 7;
+    let table = |title: &str, value: &dyn Fn(&sonde_engine::diagnose::Cell) -> (String, bool)| {
+        let mut t = format!("\n{title} (source row x target column; * bad, . no data):\n");
+        let _ = write!(t, "{:>5}", "");
+        for h in &d.hosts {
+            let _ = write!(t, "{:>width$}", format!("[{}]", idx[h.as_str()]));
+        }
+        t.push('\n');
+        for s in &d.hosts {
+            let _ = write!(t, "{:>5}", format!("[{}]", idx[s.as_str()]));
+            for tg in &d.hosts {
+                let text = if s == tg {
+                    "-".to_owned()
+                } else if let Some(c) = cell(s, tg) {
+                    let (v, bad) = value(c);
+                    if bad {
+                        format!("{v}*")
+                    } else {
+                        v
+                    }
+                } else {
+                    ".".to_owned()
+                };
+                let _ = write!(t, "{text:>width$}");
+            }
+            t.push('\n');
+        }
+        t
+    };
+    out.push_str(&table("p99 RTT, ms", &|c| {
+        let v = match (c.stats.p99_rtt, c.verdict.down) {
+            (Some(p), _) => ms(p),
+            (None, true) => "down".to_owned(),
+            (None, false) => "n/a".to_owned(),
+        };
+        (v, c.verdict.slow || c.verdict.down)
+    }));
+    out.push_str(&table("Loss, % of probes", &|c| {
+        let v = match (c.stats.loss_ratio(), c.verdict.down) {
+            (Some(l), false) => pct(l),
+            (_, true) => "down".to_owned(),
+            (None, false) => "n/a".to_owned(),
+        };
+        (v, c.verdict.lossy || c.verdict.down)
+    }));
+    out
+}
+
+fn humantime(d: Duration) -> String {
+    let s = d.as_secs();
+    if d.subsec_millis() == 0 && s.is_multiple_of(3_600) {
+        format!("{} h", s / 3_600)
+    } else if d.subsec_millis() == 0 && s.is_multiple_of(60) {
+        format!("{} min", s / 60)
+    } else {
+        format!("{} s", d.as_secs_f64())
+    }
+}
+
+fn to_json(d: &Diagnosis, groups: &BTreeMap<String, String>, opt: &DiagnoseOpt) -> Value {
+    let ns = |d: Option<Duration>| d.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    json!({
+        "prometheus": opt.prometheus,
+        "window_ns": ns(Some(opt.window)),
+        "protocol": opt.protocol,
+        "baseline_p99_rtt_ns": ns(d.baseline_p99),
+        "hosts": d.hosts.iter().map(|h| json!({"host": h, "group": groups.get(h)})).collect::<Vec<_>>(),
+        "bad_pairs": d.bad_pairs,
+        "pairs": d.cells.iter().map(|c| json!({
+            "source": c.source,
+            "target": c.target,
+            "p99_rtt_ns": ns(c.stats.p99_rtt),
+            "probes_sent": c.stats.sent,
+            "probes_lost": c.stats.lost,
+            "loss_ratio": c.stats.loss_ratio(),
+            "up_fraction": c.stats.up_fraction,
+            "slow": c.verdict.slow,
+            "lossy": c.verdict.lossy,
+            "down": c.verdict.down,
+        })).collect::<Vec<_>>(),
+        "suspects": d.suspects.iter().map(|s| json!({
+            "kind": s.kind.label(),
+            "name": s.kind.name(),
+            "score": s.score,
+            "pairs": s.pairs,
+            "bad_pairs": s.bad_pairs,
+            "slow_pairs": s.slow_pairs,
+            "lossy_pairs": s.lossy_pairs,
+            "down_pairs": s.down_pairs,
+            "median_bad_p99_rtt_ns": ns(s.median_bad_p99),
+            "median_bad_loss_ratio": s.median_bad_loss,
+            "silent_as_source": s.silent_as_source,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_parse_as_prometheus_durations() {
+        assert_eq!(window("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(window("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(window("1500ms"), Ok(Duration::from_millis(1500)));
+        assert_eq!(promql_duration(Duration::from_secs(300)), "300000ms");
+        assert!(window("5").is_err());
+        assert!(window("100ms").is_err());
+        assert!(window("-5m").is_err());
+    }
+
+    /// The text a user reads: the suspect with its evidence, then both heatmaps with the bad
+    /// cells marked and a host with no series as a source shown as such.
+    #[test]
+    fn the_table_names_the_suspect_and_marks_the_bad_cells() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            o: DiagnoseOpt,
+        }
+        let opt = T::parse_from(["t", "--prometheus", "http://prom:9090", "--window", "30s"]).o;
+        let ok = PairStats {
+            p99_rtt: Some(Duration::from_micros(250)),
+            sent: Some(300.0),
+            lost: Some(0.0),
+            up_fraction: Some(1.0),
+        };
+        let mut pairs = BTreeMap::new();
+        for (s, t) in [
+            ("a", "b"),
+            ("b", "a"),
+            ("a", "d"),
+            ("d", "a"),
+            ("b", "d"),
+            ("d", "b"),
+        ] {
+            pairs.insert((s.to_owned(), t.to_owned()), ok);
+        }
+        // c died: the others see it down; it exports nothing.
+        for s in ["a", "b", "d"] {
+            let down = PairStats {
+                up_fraction: Some(0.0),
+                p99_rtt: None,
+                ..ok
+            };
+            pairs.insert((s.to_owned(), "c".to_owned()), down);
+        }
+        let d = diagnose(&pairs, &BTreeMap::new(), &thresholds(&opt).unwrap());
+        let text = render(&d, &BTreeMap::new(), &opt);
+        assert!(text.starts_with(
+            "Mesh diagnosis over the last 30 s from http://prom:9090: 4 hosts, 9 pairs with data, 3 bad; baseline p99 0.25 ms\n"
+        ), "{text}");
+        assert!(text.contains("  1. 1.00  target c (a bad column: it answers badly or not at all)\n         3 of its 3 pairs bad (3 unreachable); no series from it as a source (is its agent running?)\n"), "{text}");
+        // Row c has no data; column c is down and marked.
+        assert!(
+            text.contains("  [3]      .      .      -      .\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  [1]      -   0.25  down*   0.25\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  [1]      -   0.00  down*   0.00\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_regex_groups_by_its_first_capture() {
+        let g = Grouping::Regex(regex::Regex::new(r"^198\.18\.(\d+)\.").unwrap());
+        assert_eq!(g.group("198.18.3.7").as_deref(), Some("3"));
+        assert_eq!(g.group("10.0.0.1"), None);
+        // No capture group: the whole match.
+        let g = Grouping::Regex(regex::Regex::new(r"^rack-[a-z]+").unwrap());
+        assert_eq!(g.group("rack-b-node-4").as_deref(), Some("rack-b"));
+    }
+
+    #[test]
+    fn a_target_with_the_port_is_the_agent_of_that_name() {
+        let p = PairStats::default();
+        let pairs: BTreeMap<_, _> = [
+            (("10.0.0.1".to_owned(), "10.0.0.2:5300".to_owned()), p),
+            (("10.0.0.2".to_owned(), "10.0.0.1:5300".to_owned()), p),
+            // No agent of that name: kept as listed.
+            (("10.0.0.2".to_owned(), "10.0.0.9:5300".to_owned()), p),
+        ]
+        .into_iter()
+        .collect();
+        let keys: Vec<(String, String)> = same_names(pairs).into_keys().collect();
+        assert_eq!(
+            keys,
+            [
+                ("10.0.0.1".to_owned(), "10.0.0.2".to_owned()),
+                ("10.0.0.2".to_owned(), "10.0.0.1".to_owned()),
+                ("10.0.0.2".to_owned(), "10.0.0.9:5300".to_owned()),
+            ]
+        );
+    }
+}
