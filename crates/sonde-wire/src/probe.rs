@@ -216,7 +216,7 @@ impl ProbeReply {
         out: &mut [u8],
     ) -> Result<usize, ProbeError> {
         let len = probe_len;
-        if len < PROBE_HEADER_LEN + PROBE_MAC_LEN || len > MAX_PROBE_LEN || len > out.len() {
+        if !(PROBE_HEADER_LEN + PROBE_MAC_LEN..=MAX_PROBE_LEN).contains(&len) || len > out.len() {
             return Err(ProbeError::TooLarge);
         }
         let out = &mut out[..len];
