@@ -690,6 +690,10 @@ impl Agent {
         }
         let mut crr_pool = crr::Pool::new(&shared);
         while let Some(stream) = next_connection(&tcp, &shared) {
+            // A mesh probe that has fully arrived is answered here, no thread spawned.
+            let Some(stream) = probe::answer_at_accept(stream, &shared) else {
+                continue;
+            };
             // While a crr session runs, an idle pool thread takes the connection (crr.rs).
             let Some(stream) = crr_pool.offer(stream) else {
                 continue;

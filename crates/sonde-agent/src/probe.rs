@@ -200,3 +200,48 @@ pub(crate) fn tcp(
         Err(refused) => refused.is_some(),
     }
 }
+
+/// A new connection whose whole probe has already arrived (the usual case: the prober writes
+/// it as soon as the handshake completes) is answered on the accepting thread, without a
+/// thread of its own; anything else is handed back, blocking as it came, to be served as
+/// before (a probe still in flight then gets a connection thread).
+pub(crate) fn answer_at_accept(stream: TcpStream, shared: &Shared) -> Option<TcpStream> {
+    if stream.set_nonblocking(true).is_err() {
+        return Some(stream);
+    }
+    let hand_back = |stream: TcpStream| {
+        let _ = stream.set_nonblocking(false);
+        Some(stream)
+    };
+    let mut b = [0u8; MAX_PROBE_LEN];
+    let Some(len) = (match stream.peek(&mut b[..8]) {
+        Ok(8) => sonde_wire::probe::probe_len_from_prefix(&[
+            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+        ]),
+        _ => None,
+    }) else {
+        return hand_back(stream);
+    };
+    if !matches!(stream.peek(&mut b[..len]), Ok(n) if n == len) {
+        return hand_back(stream);
+    }
+    let mut stream = stream;
+    if io::Read::read_exact(&mut stream, &mut b[..len]).is_err() {
+        return None;
+    }
+    let mut out = [0u8; MAX_PROBE_LEN];
+    match shared.probes.answer(shared, &b[..len], &mut out) {
+        Ok(n) => {
+            let _ = stream.set_nodelay(true);
+            // A fresh connection's send buffer takes a probe's reply whole.
+            if !matches!(stream.write(&out[..n]), Ok(w) if w == n) {
+                shared.rejections.bad_hello.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Err(None) => {
+            shared.rejections.bad_hello.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(Some(_)) => {}
+    }
+    None
+}
