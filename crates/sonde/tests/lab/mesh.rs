@@ -69,6 +69,12 @@ fn mesh_agent(
 }
 
 /// GET `path` from `addr` (loopback only), the whole response.
+/// Whether the sample line starting with `prefix` ends with `end`.
+fn sample_is(text: &str, prefix: &str, end: &str) -> bool {
+    text.lines()
+        .any(|l| l.starts_with(prefix) && l.ends_with(end))
+}
+
 fn http_get(addr: SocketAddr, path: &str) -> String {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -98,7 +104,7 @@ fn mesh_exposition_passes_promtool() {
             format!(
                 "name = \"{name}\"\nmax_link_share = 1\n\
                  [peers]\nfile = \"{}\"\nrefresh = \"200ms\"\n\
-                 [latency]\nrate = 20\nsession = \"1s\"\n\
+                 [latency]\ninterval = \"50ms\"\n\
                  [throughput]\nevery = \"3s\"\njitter = \"1s\"\ntime = \"300ms\"\nudp = true\nbitrate = \"10M\"\n\
                  [pps]\nevery = \"3s\"\njitter = \"1s\"\ntime = \"200ms\"\n",
                 peers.display()
@@ -153,13 +159,14 @@ fn mesh_exposition_passes_promtool() {
             )
             && nonzero("sonde_pps_received_per_second{", "")
             && nonzero("sonde_pps_timestamp_seconds{", "");
-        // And b's of a, which a served.
-        let served = ["latency", "throughput", "pps"].iter().all(|kind| {
-            text.lines().any(|l| {
-                l.starts_with(&format!("sonde_sessions_total{{kind=\"{kind}\"}}"))
-                    && !l.ends_with(" 0")
-            })
-        });
+        // And b's of a, which a served: probes (no sessions) and scheduled tests.
+        let served = sample_is(&text, "sonde_mesh_incoming_probers ", " 1")
+            && ["throughput", "pps"].iter().all(|kind| {
+                text.lines().any(|l| {
+                    l.starts_with(&format!("sonde_sessions_total{{kind=\"{kind}\"}}"))
+                        && !l.ends_with(" 0")
+                })
+            });
         if probed && served {
             break text;
         }
@@ -169,20 +176,34 @@ fn mesh_exposition_passes_promtool() {
     assert!(text.contains(&format!(
         "sonde_peer_up{{source=\"a\",target=\"{b_addr}\"}} 1"
     )));
-    for way in ["outbound", "return"] {
+    // The worst UDP source port of the pair, and the TCP probes' connect times.
+    for series in [
+        "sonde_probes_lost_worst_port_ratio",
+        "sonde_probes_worst_source_port",
+    ] {
         assert!(
             text.contains(&format!(
-                "sonde_probes_lost_one_way_total{{source=\"a\",target=\"{b_addr}\",protocol=\"udp\",direction=\"{way}\"}} "
+                "{series}{{source=\"a\",target=\"{b_addr}\",protocol=\"udp\"}} "
             )),
-            "{way}:\n{text}"
+            "{series}:\n{text}"
         );
     }
+    assert!(
+        text.contains(&format!(
+            "sonde_tcp_connect_seconds_count{{source=\"a\",target=\"{b_addr}\"}} "
+        )),
+        "{text}"
+    );
     assert!(
         !text.contains(&format!("target=\"{a_addr}\"")),
         "a probes itself:\n{text}"
     );
-    // b's probes and tests of a are sessions a served, with their bytes.
-    for kind in ["latency", "throughput", "pps"] {
+    // b's tests of a are sessions a served, with their bytes; its probes are none.
+    assert!(
+        text.contains("sonde_sessions_total{kind=\"latency\"} 0\n"),
+        "{text}"
+    );
+    for kind in ["throughput", "pps"] {
         assert!(
             text.lines().any(|l| l
                 .starts_with(&format!("sonde_sessions_total{{kind=\"{kind}\"}}"))
@@ -440,7 +461,7 @@ fn mesh_lab_four_agents_in_prometheus() {
             &file,
             format!(
                 "name = \"set by SONDE_MESH_NAME\"\n[peers]\nhosts = [{peers}]\nrefresh = \"1s\"\n\
-                 [latency]\nrate = 10\nsession = \"1s\"\n"
+                 [latency]\ninterval = \"100ms\"\n"
             ),
         )
         .unwrap();
@@ -607,8 +628,7 @@ fn mesh_lab_four_agents_in_prometheus() {
         "RTT of the dead agent: {after:?}"
     );
     // The six pairs of live agents are still measured. (A pair to the dead one may show some
-    // increase too: a probe session that was under way when it died reports the replies that
-    // came before, when the session ends.)
+    // increase too: probes answered just before it died.)
     let live = query(
         br,
         "sum by (source, target) (increase(sonde_rtt_seconds_count[5s])) > 0",
