@@ -299,6 +299,26 @@ fn mesh_usage_errors_exit_2() {
     // --mesh needs somewhere to export to.
     let out = run(&["--mesh", bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
+    // And the mesh's secret: its probes carry a MAC under it (agents answer none without).
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, "[peers]\nhosts = [\"198.18.0.2\"]\n").unwrap();
+    let out = common::sonde_command()
+        .env_remove("SONDE_SECRET")
+        .args(["server", "--mesh", good.to_str().unwrap()])
+        .args([
+            "--metrics",
+            "127.0.0.1:0",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("shared secret"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing may listen first");
 }
 
 /// `promtool query instant` against the lab's Prometheus: the result vector as
