@@ -49,7 +49,7 @@ KUBERNETES_VERSIONS = ["1.29.0", "1.37.0"]
 MESH_KEYS = {
     None: {"name", "max_link_share", "peers", "latency", "throughput", "pps"},
     "peers": {"hosts", "file", "dns", "dns_port", "refresh"},
-    "latency": {"protocols", "rate", "msg_size", "session"},
+    "latency": {"protocols", "interval", "timeout", "source_ports", "msg_size", "rate", "session"},
 # [throughput] and [pps]: every, jitter, time, and the test's plan keys a mesh takes (sonde's own
 # parser checks the values: crates/sonde/tests/peers/deploy.rs runs `sonde server --mesh FILE --check`).
     "throughput": {
@@ -66,6 +66,9 @@ METRICS = {
     "sonde_pps_received_per_second", "sonde_pps_timestamp_seconds",
     "sonde_sessions_active", "sonde_sessions_total", "sonde_refusals_total",
     "sonde_served_bytes_total",
+    "sonde_tcp_connect_seconds_bucket", "sonde_tcp_connect_seconds_sum",
+    "sonde_tcp_connect_seconds_count", "sonde_probes_lost_worst_port_ratio",
+    "sonde_probes_worst_source_port", "sonde_mesh_incoming_probers",
 }
 
 # Grafana's interval variables, replaced by a value promtool accepts.
