@@ -167,7 +167,7 @@ impl Metrics {
         };
         registry.register(
             "sonde_rtt_seconds",
-            "Round-trip time of each mesh probe (open loop, from its scheduled send)",
+            "Round-trip time of each mesh probe, from its send to its valid reply",
             m.rtt.clone(),
         );
         registry.register("sonde_probes_sent", "Mesh probes sent", m.sent.clone());
