@@ -189,10 +189,6 @@ fn secs(ns: u64) -> f64 {
     s
 }
 
-fn same_peer(a: SocketAddr, b: SocketAddr) -> bool {
-    a.port() == b.port() && a.ip().to_canonical() == b.ip().to_canonical()
-}
-
 impl Driver {
     fn now_ns(&self) -> u64 {
         u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
@@ -504,7 +500,7 @@ impl Driver {
             let Some(socket) = pool.as_ref().and_then(|p| p.sockets.get(index)) else {
                 return;
             };
-            let (n, from) = match socket.recv_from(&mut buf) {
+            let (n, _from) = match socket.recv_from(&mut buf) {
                 Ok(r) => r,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // WouldBlock, or an ICMP error from an earlier send: nothing more now.
@@ -515,15 +511,11 @@ impl Driver {
             let Ok(reply) = ProbeReply::decode(&self.secret, &self.cfg.name, &buf[..n]) else {
                 continue;
             };
-            // The reply must come from the peer the probe went to.
-            let from_peer = self
-                .engine
-                .outstanding(reply.nonce)
-                .and_then(|k| self.peers.get(&k.0))
-                .is_some_and(|e| same_peer(e.peer.addr, from));
-            if from_peer {
-                self.engine.handle_reply(reply.nonce, now);
-            }
+            // Its MAC says an agent of the mesh answered this agent's probe of that nonce (a
+            // random 64-bit number only that probe carried). Its source address is not
+            // checked: an agent bound to every address of a multi-homed host may answer from
+            // another address than the one probed.
+            self.engine.handle_reply(reply.nonce, now);
         }
     }
 

@@ -41,8 +41,10 @@ fn free_base(n: usize) -> Option<u16> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::from(d.subsec_nanos()));
     (0..50u64).find_map(|k| {
+        // Below the ephemeral range (32768 up by default): the agents' own probe sockets take
+        // thousands of ephemeral ports while the later agents start.
         let base =
-            20_000 + u16::try_from((seed.wrapping_mul(2_654_435_761) + k * 7_919) % 30_000).ok()?;
+            12_000 + u16::try_from((seed.wrapping_mul(2_654_435_761) + k * 7_919) % 20_000).ok()?;
         (1..=n)
             .all(|i| {
                 let port = |off: usize| base + u16::try_from(off + i).unwrap_or(0);
@@ -153,6 +155,11 @@ fn forty_agents_on_loopback_all_reach_each_other_with_a_handful_of_threads() {
     let mut missing: BTreeMap<usize, String> = (1..=n).map(|i| (i, String::new())).collect();
     while !missing.is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(500));
+        for (i, c) in agents.0.iter_mut().enumerate() {
+            if let Some(status) = c.try_wait().unwrap() {
+                panic!("agent {} ({}) exited: {status}", i + 1, ip(i + 1));
+            }
+        }
         missing.retain(|&i, why| {
             let Some(text) = http_get(metrics(i)) else {
                 *why = "no /metrics".into();
