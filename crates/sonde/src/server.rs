@@ -286,8 +286,17 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The metrics endpoint and the mesh look at `stop` every 100 to 200 ms; a peer lookup
+    // (getaddrinfo) or a scheduled test's close may hold the mesh longer: the agent does not
+    // wait more than a second for them, so SIGTERM ends it promptly at any peer count.
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
     for t in threads {
-        let _ = t.join();
+        while !t.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if t.is_finished() {
+            let _ = t.join();
+        }
     }
     if let Ok(agent) = Arc::try_unwrap(agent) {
         agent.stop();
