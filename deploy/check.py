@@ -22,7 +22,7 @@ Debian's `prometheus`). Nothing here talks to a cluster or the network.
    contract); MESH_KEYS below follows that file. Each DaemonSet names its agent by address
    (SONDE_MESH_NAME from the downward API: status.podIP, or status.hostIP on hostNetwork), the
    same kind of value as its DNS peers' `target`, so `source` and `target` line up; and runs
-   the agent with --quiet and a --max-sessions that serves SIZED_FOR_NODES nodes' probes.
+   the agent with --quiet and a --max-sessions that serves SIZED_FOR_NODES nodes.
 3. Every PromQL expression of deploy/grafana/*.json is checked by `promtool check rules`
    (wrapped as recording rules), and uses only metric names from docs/mesh.md.
 4. Every rule file deploy/prometheus/*-rules.yml passes `promtool check rules`, and its unit
@@ -52,7 +52,7 @@ MESH_KEYS = {
     None: {"name", "max_link_share", "labels", "peers", "latency", "throughput", "pps", "select"},
     "peers": {"hosts", "file", "name_labels", "dns", "dns_port", "refresh"},
     "select": {"group", "neighbours", "across", "representatives"},
-    "latency": {"protocols", "rate", "msg_size", "session"},
+    "latency": {"protocols", "interval", "timeout", "source_ports", "msg_size", "rate", "session"},
 # [throughput] and [pps]: every, jitter, time, and the test's plan keys a mesh takes (sonde's own
 # parser checks the values: crates/sonde/tests/peers/deploy.rs runs `sonde server --mesh FILE --check`).
     "throughput": {
@@ -69,13 +69,17 @@ METRICS = {
     "sonde_pps_received_per_second", "sonde_pps_timestamp_seconds",
     "sonde_sessions_active", "sonde_sessions_total", "sonde_refusals_total",
     "sonde_served_bytes_total",
+    "sonde_tcp_connect_seconds_bucket", "sonde_tcp_connect_seconds_sum",
+    "sonde_tcp_connect_seconds_count", "sonde_probes_lost_worst_port_ratio",
+    "sonde_probes_worst_source_port", "sonde_mesh_incoming_probers",
 }
 
 # Grafana's interval variables, replaced by a value promtool accepts.
 GRAFANA_INTERVALS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
 
-# The cluster size the DaemonSet's --max-sessions is sized for: every one of N - 1 peers holds a
-# probe session per protocol (two) at each agent, plus two for scheduled tests (docs/mesh.md).
+# The cluster size the DaemonSet's --max-sessions is sized for. Probes take no sessions since
+# issue 21 (docs/mesh.md, "Probes"); the rule is kept as headroom for every peer's scheduled
+# tests and clients (the former 2 x peers + 2 of probe sessions).
 SIZED_FOR_NODES = 128
 MIN_MAX_SESSIONS = 2 * (SIZED_FOR_NODES - 1) + 2
 
@@ -368,7 +372,7 @@ def flag_values(args, flag):
 
 
 def check_agent_args(src, obj, failures):
-    """The mesh agent's flags docs/mesh.md asks for: sessions for every peer's probes, --quiet."""
+    """The mesh agent's flags docs/mesh.md asks for: room for every peer's sessions, --quiet."""
     pod = obj.get("spec", {}).get("template", {}).get("spec", {})
     for container in pod.get("containers", []):
         where = f"{src} (container {container.get('name')})"
@@ -395,7 +399,7 @@ def check_agent_args(src, obj, failures):
                 f"{SIZED_FOR_NODES} nodes' probes need (2 x peers + 2, docs/mesh.md)",
             )
         if "--quiet" not in args:
-            failures.add(where, "no --quiet: every probe session would be a log line at both ends")
+            failures.add(where, "no --quiet: every test session would be a log line at both ends")
 
 
 def dashboard_exprs(node):

@@ -25,6 +25,7 @@ mod helper;
 mod iperf3;
 mod join;
 mod link;
+mod probe;
 mod session;
 mod sockperf;
 /// The agent as a whole, through its sockets: bad input, limits, secrets, crr, descriptors.
@@ -46,7 +47,8 @@ pub(crate) use admission::PendingGuard;
 pub use event::{AgentEvent, EventSink, Events};
 pub use helper::{Helper, HelperFailure, HelperJob, HelperOutcome, HelperRunner};
 pub use link::{LinkBusy, LinkTest, LinkTests};
-use sonde_net::control::{read_preamble, ControlError};
+pub use probe::ProbeRefusal;
+use sonde_net::control::{read_exact_by, ControlError};
 use sonde_wire::auth::{Secret, SessionKey};
 use sonde_wire::{Channel, DataJoin, JoinOutcome, Limits, TestSpec, Token, UdpJoin, DATA_JOIN_LEN};
 
@@ -117,6 +119,11 @@ pub struct AgentConfig {
     /// scheduler, so that the two ends of a link never test it at once ([`LinkTests`]). `None`:
     /// every session is served as usual.
     pub link_tests: Option<Arc<LinkTests>>,
+    /// Mesh probes (`sonde_wire::probe`) are answered only when their send time is less than
+    /// this far from the agent's clock (the replay window; peers' clocks must agree within it).
+    pub probe_window: Duration,
+    /// A sender counts in [`Stats::incoming_probers`] while its last valid probe is this recent.
+    pub prober_recent: Duration,
 }
 
 impl AgentConfig {
@@ -142,6 +149,8 @@ impl AgentConfig {
             helper: None,
             cpu_list: None,
             link_tests: None,
+            probe_window: Duration::from_secs(30),
+            prober_recent: Duration::from_secs(30),
         }
     }
 
@@ -210,6 +219,13 @@ pub struct Stats {
     pub refusals: [AtomicU64; 9],
     /// Test data bytes the agent's sonde sessions sent and received (payload, both directions).
     pub served_bytes: AtomicU64,
+    /// Mesh probes answered (UDP and TCP).
+    pub probes_answered: AtomicU64,
+    /// Mesh probes not answered, by [`ProbeRefusal`]; see [`Stats::probe_refusals_of`].
+    pub probe_refusals: [AtomicU64; 4],
+    /// Distinct senders of a valid mesh probe within [`AgentConfig::prober_recent`], as of the
+    /// last count (refreshed about once a second).
+    pub incoming_probers: AtomicU64,
 }
 
 impl Stats {
@@ -221,6 +237,11 @@ impl Stats {
     /// Sessions refused for `reason`.
     pub fn refusals_of(&self, reason: sonde_wire::Refusal) -> u64 {
         self.refusals[refusal_index(reason)].load(Ordering::Relaxed)
+    }
+
+    /// Mesh probes refused for `reason`.
+    pub fn probe_refusals_of(&self, reason: ProbeRefusal) -> u64 {
+        self.probe_refusals[reason.index()].load(Ordering::Relaxed)
     }
 
     pub(crate) fn admitted(&self, kind: sonde_wire::TestKind) {
@@ -308,6 +329,8 @@ pub(crate) struct Shared {
     pub(crate) crr: crr::Registry,
     /// Pinned echoes so far: the next one takes the CPU after the last one's.
     pub(crate) pinned: std::sync::atomic::AtomicUsize,
+    /// Mesh probes: the replay guard and who probed recently.
+    pub(crate) probes: probe::Desk,
 }
 
 impl Shared {
@@ -568,7 +591,9 @@ impl Agent {
             cfg.sockperf.map(CompatListener::bind).transpose()?.unzip();
         let pending_sonde = admission::Pending::new(cfg.max_pending, cfg.max_pending_per_source);
         let pending_iperf3 = admission::Pending::new(cfg.max_pending, cfg.max_pending_per_source);
+        let probes = probe::Desk::new(cfg.probe_window, cfg.prober_recent);
         let shared = Arc::new(Shared {
+            probes,
             cfg,
             local,
             slots: Mutex::new(HashMap::new()),
@@ -665,6 +690,10 @@ impl Agent {
         }
         let mut crr_pool = crr::Pool::new(&shared);
         while let Some(stream) = next_connection(&tcp, &shared) {
+            // A mesh probe that has fully arrived is answered here, no thread spawned.
+            let Some(stream) = probe::answer_at_accept(stream, &shared) else {
+                continue;
+            };
             // While a crr session runs, an idle pool thread takes the connection (crr.rs).
             let Some(stream) = crr_pool.offer(stream) else {
                 continue;
@@ -764,8 +793,21 @@ pub(crate) fn spawn_connection(stream: TcpStream, shared: &Arc<Shared>) {
 fn handle_connection(mut stream: TcpStream, shared: &Arc<Shared>, guard: PendingGuard) {
     let mut pending = Some(guard);
     let deadline = Instant::now() + shared.cfg.hello_timeout;
-    let preamble = match read_preamble(&mut stream, deadline) {
-        Ok(p) => p,
+    let mut prefix = [0u8; sonde_wire::PREAMBLE_LEN];
+    let preamble = match read_exact_by(&mut stream, &mut prefix, deadline).and_then(|()| {
+        if let Some(len) = sonde_wire::probe::probe_len_from_prefix(&prefix) {
+            return Ok(Err(len));
+        }
+        Ok(Ok(sonde_wire::Preamble::decode(&prefix)?))
+    }) {
+        // A mesh probe: answered and closed, no session (probe.rs).
+        Ok(Err(len)) => {
+            if !probe::tcp(stream, prefix, len, shared, deadline) {
+                shared.rejections.bad_hello.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        Ok(Ok(p)) => p,
         Err(e) => {
             shared.rejections.bad_hello.fetch_add(1, Ordering::Relaxed);
             if !matches!(e, ControlError::Closed) {
@@ -873,9 +915,16 @@ fn udp_dispatch(udp: &UdpSocket, shared: &Shared) {
     let _ = udp.set_read_timeout(Some(Duration::from_millis(200)));
     let mut buf = [0u8; 2048];
     while !shared.shutdown.load(Ordering::Relaxed) {
+        shared.probes.count_probers(shared);
         let Ok((n, from)) = udp.recv_from(&mut buf) else {
             continue;
         };
+        if buf[..n].starts_with(&sonde_wire::probe::PROBE_MAGIC) {
+            if !probe::udp(udp, &buf[..n], from, shared) {
+                shared.rejections.udp_junk.fetch_add(1, Ordering::Relaxed);
+            }
+            continue;
+        }
         if !udp_join(udp, &buf[..n], from, shared) {
             shared.rejections.udp_junk.fetch_add(1, Ordering::Relaxed);
         }

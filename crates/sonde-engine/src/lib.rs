@@ -59,6 +59,7 @@ pub mod mtu;
 pub mod offset;
 pub mod oneway;
 pub mod pace;
+pub mod probe;
 pub mod rtt;
 pub mod schedule;
 pub mod seq;

@@ -32,7 +32,7 @@ use sha2::Sha256;
 
 use crate::TestSpec;
 
-type HmacSha256 = Hmac<Sha256>;
+pub(crate) type HmacSha256 = Hmac<Sha256>;
 
 /// Bytes in a [`Nonce`].
 pub const NONCE_LEN: usize = 32;
@@ -88,7 +88,7 @@ impl Secret {
         Self::new(bytes)
     }
 
-    fn mac(&self) -> HmacSha256 {
+    pub(crate) fn mac(&self) -> HmacSha256 {
         // HMAC takes a key of any length; `new_from_slice` cannot fail for it.
         <HmacSha256 as Mac>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!())
     }

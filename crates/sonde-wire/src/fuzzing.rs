@@ -43,6 +43,11 @@ pub struct Target {
 /// Every target.
 pub const TARGETS: &[Target] = &[
     Target {
+        name: "mesh_probe",
+        run: mesh_probe,
+        seeds: mesh_probe_seeds,
+    },
+    Target {
         name: "control_frame",
         run: control_frame,
         seeds: control_frame_seeds,
@@ -360,6 +365,40 @@ pub fn crr_join(data: &[u8]) -> bool {
     );
     assert_eq!(wire[12..], data[12..16], "response size encodes back");
     assert_eq!(CrrJoin::decode(&wire), Ok(j));
+    true
+}
+
+/// A mesh probe or its reply (`crate::probe`), as the agent's port and the prober read them:
+/// a probe that parses is as long as its length field says, its answer is never longer, and
+/// it encodes back (under any secret) to a probe that decodes to the same fields; nothing
+/// panics, with or without the MAC check.
+pub fn mesh_probe(data: &[u8]) -> bool {
+    use crate::probe::{Probe, ProbeReply, MAX_PROBE_LEN};
+    let secret = crate::auth::Secret::new(b"fuzz".to_vec()).unwrap_or_else(|_| unreachable!());
+    let _ = Probe::decode(&secret, data);
+    let _ = ProbeReply::decode(&secret, "a", data);
+    let reply = ProbeReply::parse(data).is_ok();
+    let Ok(p) = Probe::parse(data) else {
+        return reply;
+    };
+    assert_eq!(
+        data.len(),
+        usize::from(u16::from_be_bytes([data[6], data[7]])),
+        "accepted {data:02x?}"
+    );
+    let mut out = [0u8; MAX_PROBE_LEN];
+    let n = ProbeReply::answer(&secret, &p, data.len(), &mut out)
+        .expect("a parsed probe is answerable");
+    assert!(
+        n <= data.len(),
+        "a reply of {n} bytes to a probe of {}",
+        data.len()
+    );
+    let m = p
+        .encode(&secret, data.len(), &mut out)
+        .expect("a parsed probe encodes");
+    assert_eq!(m, data.len());
+    assert_eq!(Probe::decode(&secret, &out[..m]), Ok(p));
     true
 }
 
@@ -1009,6 +1048,33 @@ fn control_messages() -> Vec<ControlMsg> {
             agent_send_ns: 9,
         },
     ]
+}
+
+fn mesh_probe_seeds() -> Vec<Vec<u8>> {
+    use crate::probe::{Probe, ProbeReply, MAX_PROBE_LEN};
+    let secret = crate::auth::Secret::new(b"fuzz".to_vec()).unwrap_or_else(|_| unreachable!());
+    let mut out = Vec::new();
+    for (sender, len) in [
+        ("a", 0),
+        ("198.18.0.2", 64),
+        ("node-with-a-longer-name", 1_400),
+    ] {
+        let p = Probe {
+            seq: 9,
+            sent_unix_ns: 1_800_000_000_000_000_000,
+            nonce: 0x0123_4567_89ab_cdef,
+            sender,
+        };
+        let mut b = [0u8; MAX_PROBE_LEN];
+        let n = p
+            .encode(&secret, len, &mut b)
+            .unwrap_or_else(|_| unreachable!());
+        out.push(b[..n].to_vec());
+        let mut r = [0u8; MAX_PROBE_LEN];
+        let m = ProbeReply::answer(&secret, &p, n, &mut r).unwrap_or_else(|_| unreachable!());
+        out.push(r[..m].to_vec());
+    }
+    out
 }
 
 fn control_frame_seeds() -> Vec<Vec<u8>> {

@@ -16,7 +16,9 @@
 //!   time), and the 14-byte [`PpsHeader`] (48-bit sequence number) of pps datagrams shorter
 //!   than that;
 //! * the agent's receive and send times inside latency messages ([`stamps`], for one-way
-//!   delay).
+//!   delay);
+//! * mesh probes and their replies ([`probe`]): stateless, MACed with the mesh's secret,
+//!   answered by the agent's own port, a reply never larger than its probe.
 //!
 //! Decoders take caller buffers and never panic or allocate from a length field they have not
 //! checked.
@@ -43,6 +45,7 @@ mod socket;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod iperf3;
+pub mod probe;
 pub mod sockperf;
 pub mod stamps;
 

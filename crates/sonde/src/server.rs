@@ -120,10 +120,11 @@ pub(crate) struct Opt {
     #[arg(short, long)]
     quiet: bool,
     /// Mesh mode: besides serving tests, measure the peers this TOML file lists (static hosts,
-    /// a file re-read when it changes, every address of a DNS name) with low-rate open-loop
-    /// latency probes over UDP and TCP, and, if it asks, short throughput and pps tests now and
-    /// then; the results are Prometheus metrics (--metrics). Peers prove the same shared
-    /// secret as this agent's clients (--secret-file, SONDE_SECRET)
+    /// a file re-read when it changes, every address of a DNS name) with stateless probes over
+    /// UDP and TCP (one per peer and protocol every `interval`, default 1 s, answered by the
+    /// peers' own port, no session), and, if it asks, short throughput and pps tests now and
+    /// then; the results are Prometheus metrics (--metrics). A mesh needs the shared secret
+    /// (--secret-file, SONDE_SECRET), the same on every agent: probes carry a MAC under it
     #[arg(long, value_name = "FILE")]
     mesh: Option<PathBuf>,
     /// With --mesh: check the mesh file and print what the agent would do with it (this
@@ -165,6 +166,15 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         }
     }
     let secret = crate::auth::load(opt.secret_file.as_deref())?;
+    if mesh.is_some() && secret.is_none() {
+        return Err(crate::units::BadValue(
+            "--mesh needs the mesh's shared secret (--secret-file FILE or SONDE_SECRET, the same \
+             on every agent): its probes are authenticated with it, and agents answer no probe \
+             without it"
+                .into(),
+        )
+        .into());
+    }
     if let Some(CpuList(list)) = &opt.cpu_list {
         check_cpu_list(list)?;
     }
@@ -193,6 +203,10 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
             .then(|| sonde_agent::Helper(Arc::new(ClientRunner)));
         c.cpu_list = opt.cpu_list.as_ref().map(|l| l.0.clone());
         c.link_tests.clone_from(&link_tests);
+        // sonde_mesh_incoming_probers: a peer counts while it probed within 3 intervals.
+        if let Some(m) = &mesh {
+            c.prober_recent = m.interval * 3;
+        }
         c
     };
     let agent = match opt.bind {
@@ -249,11 +263,10 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         println!("metrics served on http://{local}/metrics");
         if let Some(mut cfg) = mesh {
             cfg.own_port = agent.local_addr().port();
-            cfg.max_sessions = opt.max_sessions;
             println!(
-                "mesh: this agent is {:?}; probing its peers {} times a second over {}",
+                "mesh: this agent is {:?}; probing each peer every {:?} over {}",
                 cfg.name,
-                cfg.rate,
+                cfg.interval,
                 cfg.protocols
                     .iter()
                     .map(|&p| crate::mesh::metrics::Proto::from(p).name())
@@ -274,8 +287,17 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The metrics endpoint and the mesh look at `stop` every 100 to 200 ms; a peer lookup
+    // (getaddrinfo) or a scheduled test's close may hold the mesh longer: the agent does not
+    // wait more than a second for them, so SIGTERM ends it promptly at any peer count.
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
     for t in threads {
-        let _ = t.join();
+        while !t.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if t.is_finished() {
+            let _ = t.join();
+        }
     }
     if let Ok(agent) = Arc::try_unwrap(agent) {
         agent.stop();

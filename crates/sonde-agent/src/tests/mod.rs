@@ -32,6 +32,7 @@ const PATIENCE: Duration = Duration::from_secs(3);
 mod balancer;
 mod crr;
 mod descriptors;
+mod probes;
 mod robustness;
 mod secrets;
 

@@ -87,19 +87,22 @@ pub(crate) struct MeshConfig {
     pub(crate) dns_port: u16,
     pub(crate) refresh: Duration,
     pub(crate) protocols: Vec<Protocol>,
-    /// Probes per second per peer and protocol.
-    pub(crate) rate: f64,
+    /// Time between two probes of one peer over one protocol (± a tenth, at random).
+    pub(crate) interval: Duration,
+    /// A probe not answered within this is lost.
+    pub(crate) timeout: Duration,
+    /// UDP source ports (sockets) the probes rotate over.
+    pub(crate) source_ports: u16,
+    /// Bytes of each probe (and its reply).
     pub(crate) msg_size: u32,
-    /// Length of one probe session.
-    pub(crate) session: Duration,
+    /// `latency.session` was given: probes are no sessions any more, so it is ignored.
+    pub(crate) session_ignored: bool,
     pub(crate) throughput: Option<ThroughputCheck>,
     pub(crate) pps: Option<PpsCheck>,
     pub(crate) max_link_share: f64,
     /// The port this agent serves on (set by `sonde server`): a peer at this port on one of
     /// this host's addresses is this agent.
     pub(crate) own_port: u16,
-    /// This agent's `--max-sessions`: its peers' probes hold sessions here all the time.
-    pub(crate) max_sessions: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -171,8 +174,13 @@ struct Peers {
 #[serde(deny_unknown_fields)]
 struct Latency {
     protocols: Option<Vec<String>>,
+    interval: Option<Value>,
+    /// The former spelling of `interval`: probes per second (interval = 1 / rate).
     rate: Option<f64>,
+    timeout: Option<Value>,
+    source_ports: Option<u16>,
     msg_size: Option<Value>,
+    /// Before probes were stateless, the length of a probe session; accepted and ignored.
     session: Option<Value>,
 }
 
@@ -491,19 +499,42 @@ impl MeshConfig {
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?,
         };
-        let rate = f.latency.rate.unwrap_or(5.0);
+        let interval = match (&f.latency.interval, f.latency.rate) {
+            (Some(_), Some(_)) => {
+                anyhow::bail!("latency: give interval or rate (its inverse), not both")
+            }
+            (Some(v), None) => duration(v, "latency.interval")?,
+            (None, Some(rate)) => {
+                anyhow::ensure!(
+                    rate > 0.0 && rate <= 100.0,
+                    "latency.rate must be above 0 and at most 100 probes per second"
+                );
+                Duration::from_secs_f64(1.0 / rate)
+            }
+            (None, None) => Duration::from_secs(1),
+        };
         anyhow::ensure!(
-            rate > 0.0 && rate <= 1_000.0,
-            "latency.rate must be above 0 and at most 1000 probes per second"
+            interval >= Duration::from_millis(10) && interval <= Duration::from_secs(3_600),
+            "latency.interval must be from 10ms to 1h"
         );
-        let session = opt_duration(
-            f.latency.session.as_ref(),
-            "latency.session",
-            Duration::from_secs(10),
+        let timeout = opt_duration(
+            f.latency.timeout.as_ref(),
+            "latency.timeout",
+            Duration::from_secs(1),
         )?;
         anyhow::ensure!(
-            session >= Duration::from_millis(500) && session <= Duration::from_secs(300),
-            "latency.session must be from 500ms to 300s"
+            timeout >= Duration::from_millis(1) && timeout <= Duration::from_secs(60),
+            "latency.timeout must be from 1ms to 60s"
+        );
+        let source_ports = f.latency.source_ports.unwrap_or(64);
+        anyhow::ensure!(
+            (1..=1_024).contains(&source_ports),
+            "latency.source_ports must be from 1 to 1024 (default 64)"
+        );
+        let msg_size = size(f.latency.msg_size.as_ref(), "latency.msg_size", 64)?;
+        anyhow::ensure!(
+            msg_size <= 1_400,
+            "latency.msg_size must be at most 1400 bytes (one datagram)"
         );
         let throughput = f
             .throughput
@@ -623,14 +654,15 @@ impl MeshConfig {
             )?
             .max(Duration::from_millis(100)),
             protocols,
-            rate,
-            msg_size: size(f.latency.msg_size.as_ref(), "latency.msg_size", 64)?,
-            session,
+            interval,
+            timeout,
+            source_ports,
+            msg_size,
+            session_ignored: f.latency.session.is_some(),
             throughput,
             pps,
             max_link_share,
             own_port: DEFAULT_PORT,
-            max_sessions: u32::MAX,
         };
         anyhow::ensure!(
             !config.hosts.is_empty() || config.file.is_some() || config.dns.is_some(),
@@ -760,8 +792,8 @@ impl MeshConfig {
         }
         let _ = writeln!(
             s,
-            "probes: {} per second per peer over {}, {} bytes, sessions of {:?}",
-            self.rate,
+            "probes: one per {:?} (± a tenth) per peer over {}, {} bytes, lost after {:?}, UDP from {} source ports{}",
+            self.interval,
             self.protocols
                 .iter()
                 .map(|p| match p {
@@ -771,7 +803,13 @@ impl MeshConfig {
                 .collect::<Vec<_>>()
                 .join(" and "),
             self.msg_size,
-            self.session
+            self.timeout,
+            self.source_ports,
+            if self.session_ignored {
+                " (latency.session is ignored: probes are not sessions)"
+            } else {
+                ""
+            }
         );
         let _ = writeln!(
             s,
@@ -827,7 +865,11 @@ mod tests {
     #[test]
     fn defaults_and_errors() {
         let c = MeshConfig::parse("name = \"a\"\n[peers]\nhosts = [\"198.18.0.2\"]\n").unwrap();
-        assert_eq!((c.rate, c.session), (5.0, Duration::from_secs(10)));
+        assert_eq!(
+            (c.interval, c.timeout, c.source_ports, c.msg_size),
+            (Duration::from_secs(1), Duration::from_secs(1), 64, 64)
+        );
+        assert!(!c.session_ignored);
         assert!(c.throughput.is_none() && c.pps.is_none());
         for bad in [
             "[peers]\n",
@@ -836,6 +878,9 @@ mod tests {
             "[peers]\nhosts = [\"x\"]\n[throughput]\nevery = \"1s\"\ntime = \"2s\"\n",
             "[peers]\nhosts = [\"x\"]\n[pps]\nevery = \"soon\"\n",
             "[peers]\nhosts = [\"x\"]\n[latency]\nrate = 0\n",
+            "[peers]\nhosts = [\"x\"]\n[latency]\nrate = 2\ninterval = \"1s\"\n",
+            "[peers]\nhosts = [\"x\"]\n[latency]\nsource_ports = 0\n",
+            "[peers]\nhosts = [\"x\"]\n[latency]\nmsg_size = 2000\n",
         ] {
             assert!(MeshConfig::parse(bad).is_err(), "{bad}");
         }
@@ -844,7 +889,18 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.refresh, Duration::from_millis(500));
-        assert_eq!(c.session, Duration::from_secs(2));
+        // A file from before stateless probes still loads; its session length means nothing.
+        assert!(c.session_ignored);
+        let c = MeshConfig::parse("[peers]\nhosts = [\"x\"]\n[latency]\nrate = 5\n").unwrap();
+        assert_eq!(c.interval, Duration::from_millis(200));
+        let c = MeshConfig::parse(
+            "[peers]\nhosts = [\"x\"]\n[latency]\ninterval = \"10s\"\ntimeout = \"500ms\"\nsource_ports = 256\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.interval, c.timeout, c.source_ports),
+            (Duration::from_secs(10), Duration::from_millis(500), 256)
+        );
     }
 
     #[test]

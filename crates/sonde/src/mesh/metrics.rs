@@ -12,7 +12,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
-use sonde_agent::Stats;
+use sonde_agent::{ProbeRefusal, Stats};
 use sonde_wire::{Refusal, TestKind};
 
 /// RTT buckets: 15 a doubling (a factor of 2^(1/15) = 1.0473 between bounds), so that a
@@ -148,7 +148,7 @@ impl EncodeMetric for RttHistogram {
     }
 }
 
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelValue)]
 #[allow(non_camel_case_types, reason = "label values as Prometheus shows them")]
 pub(crate) enum Proto {
     udp,
@@ -200,20 +200,6 @@ pub(crate) struct PairDir {
     pub(crate) direction: Dir,
 }
 
-/// Which way a lost probe was lost (`return` is a Rust keyword, so the label values are
-/// strings).
-pub(crate) const OUTBOUND: &str = "outbound";
-pub(crate) const RETURN: &str = "return";
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct PairProtoWay {
-    pub(crate) source: String,
-    pub(crate) target: String,
-    pub(crate) protocol: Proto,
-    /// [`OUTBOUND`] or [`RETURN`].
-    pub(crate) direction: &'static str,
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: &'static str,
@@ -243,13 +229,23 @@ const REASONS: [(Refusal, &str); 7] = [
     (Refusal::SourceBusy, "source_busy"),
 ];
 
+/// Mesh probes the agent did not answer, by reason, in the same `sonde_refusals_total`.
+const PROBE_REASONS: [(ProbeRefusal, &str); 4] = [
+    (ProbeRefusal::Mac, "probe_mac"),
+    (ProbeRefusal::Stale, "probe_stale"),
+    (ProbeRefusal::Replay, "probe_replay"),
+    (ProbeRefusal::Overload, "probe_overload"),
+];
+
 /// Every series of this agent.
 pub(crate) struct Metrics {
     registry: Registry,
     pub(crate) rtt: Family<PairProto, RttHistogram>,
     pub(crate) sent: Family<PairProto, Counter>,
     pub(crate) lost: Family<PairProto, Counter>,
-    pub(crate) lost_one_way: Family<PairProtoWay, Counter>,
+    pub(crate) tcp_connect: Family<Pair, RttHistogram>,
+    pub(crate) worst_port_ratio: Family<PairProto, FloatGauge>,
+    pub(crate) worst_port: Family<PairProto, Gauge>,
     pub(crate) up: Family<Pair, Gauge>,
     pub(crate) throughput_bytes: Family<PairDir, FloatGauge>,
     pub(crate) throughput_time: Family<PairDir, FloatGauge>,
@@ -261,6 +257,7 @@ pub(crate) struct Metrics {
     sessions_total: Family<KindLabel, Counter>,
     refusals: Family<ReasonLabel, Counter>,
     served_bytes: Counter,
+    incoming_probers: Gauge,
     /// Scrapes one at a time: the agent's counters are copied in, then everything encoded.
     scrape: Mutex<()>,
 }
@@ -272,7 +269,9 @@ impl Metrics {
             rtt: Family::default(),
             sent: Family::default(),
             lost: Family::default(),
-            lost_one_way: Family::default(),
+            tcp_connect: Family::default(),
+            worst_port_ratio: Family::default(),
+            worst_port: Family::default(),
             up: Family::default(),
             throughput_bytes: Family::default(),
             throughput_time: Family::default(),
@@ -284,12 +283,13 @@ impl Metrics {
             sessions_total: Family::default(),
             refusals: Family::default(),
             served_bytes: Counter::default(),
+            incoming_probers: Gauge::default(),
             scrape: Mutex::new(()),
             registry: Registry::default(),
         };
         registry.register(
             "sonde_rtt_seconds",
-            "Round-trip time of each mesh probe (open loop, from its scheduled send)",
+            "Round-trip time of each mesh probe, from its send to its valid reply",
             m.rtt.clone(),
         );
         registry.register("sonde_probes_sent", "Mesh probes sent", m.sent.clone());
@@ -299,13 +299,23 @@ impl Metrics {
             m.lost.clone(),
         );
         registry.register(
-            "sonde_probes_lost_one_way",
-            "Of the lost UDP probes, those lost on the way out (outbound) or back (return)",
-            m.lost_one_way.clone(),
+            "sonde_tcp_connect_seconds",
+            "Time each TCP mesh probe's connection took to establish (SYN to SYN-ACK)",
+            m.tcp_connect.clone(),
+        );
+        registry.register(
+            "sonde_probes_lost_worst_port_ratio",
+            "Loss ratio of the pair's worst UDP source port over its last 16 probes",
+            m.worst_port_ratio.clone(),
+        );
+        registry.register(
+            "sonde_probes_worst_source_port",
+            "The local UDP source port (the 5-tuple) of sonde_probes_lost_worst_port_ratio",
+            m.worst_port.clone(),
         );
         registry.register(
             "sonde_peer_up",
-            "1 when the last probe session to the peer succeeded, 0 when it failed",
+            "1 while one of the peer's last 3 probes (either protocol) was answered, 0 after 3 lost",
             m.up.clone(),
         );
         registry.register(
@@ -358,11 +368,20 @@ impl Metrics {
             "Test data bytes this agent's sonde sessions sent and received",
             m.served_bytes.clone(),
         );
+        registry.register(
+            "sonde_mesh_incoming_probers",
+            "Distinct mesh agents whose valid probe this agent answered in the last 3 intervals",
+            m.incoming_probers.clone(),
+        );
         // Every kind and reason from the start, at 0, so a rate() sees the first one.
         for (_, kind) in KINDS {
             let _ = m.sessions_total.get_or_create(&KindLabel { kind });
         }
-        for (_, reason) in REASONS {
+        for reason in REASONS
+            .iter()
+            .map(|r| r.1)
+            .chain(PROBE_REASONS.iter().map(|r| r.1))
+        {
             let _ = m.refusals.get_or_create(&ReasonLabel { reason });
         }
         Self { registry, ..m }
@@ -386,6 +405,7 @@ impl Metrics {
         self.up.remove(&pair);
         self.pps.remove(&pair);
         self.pps_time.remove(&pair);
+        self.tcp_connect.remove(&pair);
         for protocol in [Proto::udp, Proto::tcp] {
             let l = PairProto {
                 source: source.to_owned(),
@@ -395,14 +415,8 @@ impl Metrics {
             self.rtt.remove(&l);
             self.sent.remove(&l);
             self.lost.remove(&l);
-            for direction in [OUTBOUND, RETURN] {
-                self.lost_one_way.remove(&PairProtoWay {
-                    source: source.to_owned(),
-                    target: target.to_owned(),
-                    protocol,
-                    direction,
-                });
-            }
+            self.worst_port_ratio.remove(&l);
+            self.worst_port.remove(&l);
         }
         for direction in [Dir::forward, Dir::reverse] {
             let l = PairDir {
@@ -438,6 +452,20 @@ impl Metrics {
                     stats.refusals_of(reason),
                 );
             }
+            for (reason, label) in PROBE_REASONS {
+                catch_up(
+                    &self.refusals.get_or_create(&ReasonLabel { reason: label }),
+                    stats.probe_refusals_of(reason),
+                );
+            }
+            self.incoming_probers.set(
+                i64::try_from(
+                    stats
+                        .incoming_probers
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                )
+                .unwrap_or(i64::MAX),
+            );
             catch_up(
                 &self.served_bytes,
                 stats
@@ -921,14 +949,8 @@ mod tests {
             target: "b".into(),
         })
         .set(1);
-        m.lost_one_way
-            .get_or_create(&PairProtoWay {
-                source: "a".into(),
-                target: "b".into(),
-                protocol: Proto::udp,
-                direction: RETURN,
-            })
-            .inc_by(2);
+        m.worst_port_ratio.get_or_create(&pp("b")).set(0.25);
+        m.worst_port.get_or_create(&pp("b")).set(40_001);
         let stats = Stats::default();
         stats
             .served_bytes
@@ -944,7 +966,10 @@ mod tests {
             "sonde_rtt_seconds_bucket{le=\"+Inf\",source=\"a\",target=\"b\",protocol=\"udp\"} 1",
             "sonde_probes_sent_total{source=\"a\",target=\"b\",protocol=\"udp\"} 5",
             "sonde_peer_up{source=\"a\",target=\"b\"} 1",
-            "sonde_probes_lost_one_way_total{source=\"a\",target=\"b\",protocol=\"udp\",direction=\"return\"} 2",
+            "sonde_probes_lost_worst_port_ratio{source=\"a\",target=\"b\",protocol=\"udp\"} 0.25",
+            "sonde_probes_worst_source_port{source=\"a\",target=\"b\",protocol=\"udp\"} 40001",
+            "sonde_refusals_total{reason=\"probe_replay\"} 0",
+            "sonde_mesh_incoming_probers 0",
             "sonde_sessions_active 2",
             "sonde_sessions_total{kind=\"pps\"} 0",
             "sonde_refusals_total{reason=\"unauthenticated\"} 0",

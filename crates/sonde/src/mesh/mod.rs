@@ -2,15 +2,17 @@
 //! exposes the results for Prometheus (`--metrics`). The contract (file format, metric names):
 //! docs/mesh.md.
 //!
-//! Threads, as the agent: one supervisor re-reads the peer list every `refresh`, starts and
-//! stops a prober per peer and protocol, and runs the scheduled throughput and pps tests one at
-//! a time as `sonde_engine::schedule` says; each prober runs open-loop latency sessions of
-//! `session` length back to back, observing every RTT into the histogram as a session ends.
+//! Threads, besides the agent's: one supervisor re-reads the peer list every `refresh`, tells
+//! the prober which peers to probe, and runs the scheduled throughput and pps tests one at a
+//! time as `sonde_engine::schedule` says; one prober thread ([`probe`]) sends every peer's
+//! stateless probes (UDP over a pool of source ports, and TCP on a fresh connection each) and
+//! observes each RTT as its reply comes. Neither grows with the number of peers.
 
 pub(crate) mod config;
 mod dns;
 pub(crate) mod http;
 pub(crate) mod metrics;
+mod probe;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
@@ -24,10 +26,9 @@ use sonde_client::{ClientError, Controls, Target};
 use sonde_engine::mesh_select::{Labels, Selection};
 use sonde_engine::schedule::{Check, MeshScheduler};
 use sonde_wire::auth::Secret;
-use sonde_wire::Protocol;
 
 pub(crate) use config::MeshConfig;
-use metrics::{Dir, Metrics, Pair, PairDir, PairProto, PairProtoWay, Proto};
+use metrics::{Dir, Metrics, Pair, PairDir};
 
 /// A peer: its label (as listed, or the address for DNS peers) and where it answers.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -36,10 +37,8 @@ struct Peer {
     addr: SocketAddr,
 }
 
-/// Longest wait before probing a peer that failed again.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
-
-/// Starts the mesh; it runs until `stop`.
+/// Starts the mesh; it runs until `stop`. A mesh needs the shared secret: its probes are
+/// MACed with it, and an agent answers no probe without it (docs/mesh.md).
 pub(crate) fn spawn(
     cfg: MeshConfig,
     secret: Option<Secret>,
@@ -47,9 +46,26 @@ pub(crate) fn spawn(
     links: Arc<LinkTests>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<JoinHandle<()>> {
+    let Some(probe_secret) = secret.clone() else {
+        anyhow::bail!(
+            "mesh mode needs the mesh's shared secret (--secret-file FILE or SONDE_SECRET, the \
+             same on every agent): probes are authenticated with it, and agents answer no \
+             probe without it"
+        );
+    };
+    anyhow::ensure!(
+        !cfg.name.is_empty() && cfg.name.len() <= sonde_wire::probe::MAX_SENDER_LEN,
+        "the mesh name {:?} must be 1 to {} bytes long (its probes carry it)",
+        cfg.name,
+        sonde_wire::probe::MAX_SENDER_LEN
+    );
+    let prober = probe::spawn(&cfg, probe_secret, Arc::clone(&metrics), Arc::clone(&stop))?;
     Ok(thread::Builder::new()
         .name("sonde-mesh".into())
-        .spawn(move || supervise(&cfg, secret.as_ref(), &metrics, &links, &stop))?)
+        .spawn(move || {
+            supervise(&cfg, secret.as_ref(), &metrics, &links, &prober, &stop);
+            prober.join();
+        })?)
 }
 
 /// One line per event on stderr: a peer joining or leaving, a peer going down (once, not at
@@ -311,22 +327,22 @@ pub(crate) fn describe_peers(cfg: &MeshConfig) -> String {
     }
 }
 
+/// A peer being probed (by the prober thread).
 struct Prober {
-    stop: Arc<AtomicBool>,
-    /// Whether the last probe session to the peer failed: its scheduled tests are skipped.
+    /// Set while the peer does not answer probes: its scheduled tests are skipped.
     down: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
 }
 
-/// Makes the probers follow the peer list: a peer no longer listed has its probers stopped
-/// and then its series removed (so they go stale in Prometheus, never a zero RTT); a new one
-/// gets its probers from `start`.
+/// Makes the probes follow the peer list: a peer no longer listed is stopped (`end`, after
+/// which the prober writes none of its series) and its series removed (so they go stale in
+/// Prometheus, never a zero RTT); a new one is started with `start`.
 fn apply_peers(
     cfg: &MeshConfig,
     metrics: &Metrics,
     probers: &mut BTreeMap<Peer, Prober>,
     peers: &BTreeSet<Peer>,
     start: &mut dyn FnMut(&Peer) -> Prober,
+    end: &mut dyn FnMut(&Peer),
 ) {
     let gone: Vec<Peer> = probers
         .keys()
@@ -334,13 +350,8 @@ fn apply_peers(
         .cloned()
         .collect();
     for peer in gone {
-        if let Some(p) = probers.remove(&peer) {
-            p.stop.store(true, Ordering::Relaxed);
-            for t in p.threads {
-                let _ = t.join();
-            }
-        }
-        // Only once its probers have ended, so nothing writes the series again.
+        probers.remove(&peer);
+        end(&peer);
         metrics.forget(&cfg.name, &peer.label);
         log(format_args!("peer {} ({}) left", peer.label, peer.addr));
     }
@@ -353,51 +364,12 @@ fn apply_peers(
     }
 }
 
-/// A prober per protocol of the mesh for `peer`, each on its own thread.
-fn start_prober(
-    cfg: &MeshConfig,
-    secret: Option<&Secret>,
-    metrics: &Arc<Metrics>,
-    peer: &Peer,
-) -> Prober {
-    let flag = Arc::new(AtomicBool::new(false));
-    let down = Arc::new(AtomicBool::new(false));
-    let threads = cfg
-        .protocols
-        .iter()
-        .filter_map(|&protocol| {
-            let (cfg, peer, metrics, flag, down) = (
-                cfg.clone(),
-                peer.clone(),
-                Arc::clone(metrics),
-                Arc::clone(&flag),
-                Arc::clone(&down),
-            );
-            let target = Target {
-                addr: peer.addr,
-                label: peer.label.clone(),
-                secret: None,
-                source: sonde_client::Source::default(),
-            }
-            .with_secret(secret.cloned());
-            thread::Builder::new()
-                .name("sonde-probe".into())
-                .spawn(move || probe(&cfg, &target, protocol, &metrics, &flag, &down))
-                .ok()
-        })
-        .collect();
-    Prober {
-        stop: flag,
-        down,
-        threads,
-    }
-}
-
 fn supervise(
     cfg: &MeshConfig,
     secret: Option<&Secret>,
     metrics: &Arc<Metrics>,
     links: &Arc<LinkTests>,
+    prober: &probe::ProberThread,
     stop: &AtomicBool,
 ) {
     let mut probers: BTreeMap<Peer, Prober> = BTreeMap::new();
@@ -412,7 +384,6 @@ fn supervise(
     let origin = Instant::now();
     let now_ns = || u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let mut next_refresh = Instant::now();
-    let mut warned_sessions = false;
     while !stop.load(Ordering::Relaxed) {
         if Instant::now() >= next_refresh {
             next_refresh = Instant::now() + cfg.refresh;
@@ -424,35 +395,31 @@ fn supervise(
                 &dns::tcp_resolver,
             );
             metrics.set_selection(list.peers.len(), list.expected_probers);
-            let probing_here = list.expected_probers;
             let peers: BTreeSet<Peer> = list.peers.into_iter().collect();
-            apply_peers(cfg, metrics, &mut probers, &peers, &mut |peer| {
-                start_prober(cfg, secret, metrics, peer)
-            });
-            // Every peer probes this agent too, one session per protocol at all times, and
-            // runs its scheduled tests here: past --max-sessions they would be refused as busy.
-            let needed = probing_here * cfg.protocols.len() + 2;
-            if needed > usize::try_from(cfg.max_sessions).unwrap_or(usize::MAX) && !warned_sessions
-            {
-                warned_sessions = true;
-                eprintln!(
-                    "sonde mesh: warning: {} peers probing this agent need about {needed} sessions at once, \
-                     more than --max-sessions {}: raise it",
-                    probing_here,
-                    cfg.max_sessions
-                );
-            }
+            apply_peers(
+                cfg,
+                metrics,
+                &mut probers,
+                &peers,
+                &mut |peer| {
+                    let down = Arc::new(AtomicBool::new(false));
+                    prober.send(probe::Command::Add(peer.clone(), Arc::clone(&down)));
+                    Prober { down }
+                },
+                &mut |peer| prober.send(probe::Command::Remove(peer.clone())),
+            );
             scheduler.set_peers(peers.iter().cloned(), now_ns());
         }
         while let Some(start) = scheduler.poll(now_ns()) {
             // A peer that does not answer probes is not tested, nor one whose own test of this
             // link this agent is serving (docs/mesh.md): its turn passes.
-            if let Some(p) = probers
+            if let Some(_p) = probers
                 .get(&start.peer)
                 .filter(|p| !p.down.load(Ordering::Relaxed))
             {
                 if let Some(_link) = links.start_outgoing(start.peer.addr.ip()) {
-                    run_check(cfg, secret, metrics, &start.peer, start.check, &p.stop);
+                    // SIGTERM (`stop`) ends a running test too.
+                    run_check(cfg, secret, metrics, &start.peer, start.check, stop);
                 }
             }
             scheduler.finished(&start.peer, now_ns());
@@ -463,125 +430,6 @@ fn supervise(
                 Duration::from_nanos(due.saturating_sub(now_ns()))
             });
         thread::sleep(until_due.min(Duration::from_millis(200)));
-    }
-    for (_, p) in probers {
-        p.stop.store(true, Ordering::Relaxed);
-        for t in p.threads {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Open-loop latency sessions to one peer over one protocol, back to back, until `stop`.
-fn probe(
-    cfg: &MeshConfig,
-    target: &Target,
-    protocol: Protocol,
-    metrics: &Metrics,
-    stop: &AtomicBool,
-    down: &AtomicBool,
-) {
-    let labels = PairProto {
-        source: cfg.name.clone(),
-        target: target.label.clone(),
-        protocol: Proto::from(protocol),
-    };
-    let pair = Pair {
-        source: cfg.name.clone(),
-        target: target.label.clone(),
-    };
-    let options = sonde_client::LatencyOptions {
-        protocol,
-        msg_size: cfg.msg_size,
-        duration: cfg.session,
-        warmup: Duration::ZERO,
-        rate: Some(cfg.rate),
-        ..sonde_client::LatencyOptions::default()
-    };
-    let mut backoff = Duration::from_secs(1);
-    let mut was_up = None;
-    while !stop.load(Ordering::Relaxed) {
-        let up = match sonde_client::run(target, &options, Controls::new().interrupt(stop)) {
-            Ok(m) => {
-                let r = &m.result;
-                metrics.sent.get_or_create(&labels).inc_by(r.sent);
-                metrics.lost.get_or_create(&labels).inc_by(r.lost);
-                // UDP: the agent's count tells which way each lost probe was lost.
-                for (direction, n) in [
-                    (metrics::OUTBOUND, r.lost_outbound),
-                    (metrics::RETURN, r.lost_return),
-                ] {
-                    if let Some(n) = n {
-                        let l = PairProtoWay {
-                            source: labels.source.clone(),
-                            target: labels.target.clone(),
-                            protocol: labels.protocol,
-                            direction,
-                        };
-                        metrics.lost_one_way.get_or_create(&l).inc_by(n);
-                    }
-                }
-                let h = metrics.rtt.get_or_create(&labels);
-                for (rtt_ns, count) in recorded(&m.rtt_histogram) {
-                    #[expect(clippy::cast_precision_loss, reason = "RTTs are far below 2^52 ns")]
-                    let secs = rtt_ns as f64 / 1e9;
-                    for _ in 0..count {
-                        h.observe(secs);
-                    }
-                }
-                // A session in which no reply came at all: the peer does not answer.
-                r.samples > 0 || r.sent == 0
-            }
-            Err(e) => {
-                if was_up != Some(false) {
-                    log(format_args!(
-                        "{} {}: {e}",
-                        target.label,
-                        Proto::from(protocol).name()
-                    ));
-                }
-                false
-            }
-        };
-        if stop.load(Ordering::Relaxed) {
-            break;
-        }
-        metrics.up.get_or_create(&pair).set(i64::from(up));
-        down.store(!up, Ordering::Relaxed);
-        was_up = Some(up);
-        if up {
-            backoff = Duration::from_secs(1);
-        } else {
-            sleep_unless(stop, backoff);
-            backoff = (backoff * 2)
-                .min(MAX_BACKOFF)
-                .min(cfg.refresh.max(Duration::from_secs(1)));
-        }
-    }
-}
-
-/// `(value, count)` of every value in a serialized RTT histogram (hdrhistogram V2, deflated),
-/// each value the highest equivalent of its bucket (3 significant digits).
-fn recorded(serialized: &[u8]) -> Vec<(u64, u64)> {
-    let Ok(h) = hdrhistogram::serialization::Deserializer::new()
-        .deserialize::<u64, _>(&mut std::io::Cursor::new(serialized))
-    else {
-        return Vec::new();
-    };
-    h.iter_recorded()
-        .map(|v| {
-            (
-                h.highest_equivalent(v.value_iterated_to()),
-                v.count_at_value(),
-            )
-        })
-        .collect()
-}
-
-fn sleep_unless(stop: &AtomicBool, d: Duration) {
-    let until = Instant::now() + d;
-    while !stop.load(Ordering::Relaxed) && Instant::now() < until {
-        thread::sleep(Duration::from_millis(50).min(until - Instant::now()));
     }
 }
 
@@ -821,20 +669,26 @@ mod tests {
         let mut probers: BTreeMap<Peer, Prober> = BTreeMap::new();
         let mut scheduler: MeshScheduler<Peer> = MeshScheduler::new(c.scheduler_config(), 1);
         let mut started = Vec::new();
+        let ended = std::cell::RefCell::new(Vec::new());
         let mut file = None;
         let mut dns = Vec::new();
         let mut refresh = |probers: &mut BTreeMap<Peer, Prober>| {
             let peers: BTreeSet<Peer> = current_peers(&c, &mut file, &mut dns, &resolve)
                 .into_iter()
                 .collect();
-            apply_peers(&c, &metrics, probers, &peers, &mut |peer| {
-                started.push(peer.label.clone());
-                Prober {
-                    stop: Arc::new(AtomicBool::new(false)),
-                    down: Arc::new(AtomicBool::new(false)),
-                    threads: Vec::new(),
-                }
-            });
+            apply_peers(
+                &c,
+                &metrics,
+                probers,
+                &peers,
+                &mut |peer| {
+                    started.push(peer.label.clone());
+                    Prober {
+                        down: Arc::new(AtomicBool::new(false)),
+                    }
+                },
+                &mut |peer| ended.borrow_mut().push(peer.label.clone()),
+            );
             scheduler.set_peers(peers.iter().cloned(), 0);
             // What a prober's session would write for each peer it probes.
             for peer in probers.keys() {
@@ -870,14 +724,14 @@ mod tests {
         assert!(series("198.18.0.2") && series("198.18.0.3"));
         assert_eq!(asked.lock().unwrap()[0], ("sonde.test".to_owned(), own));
         // .2 goes, .4 comes: .2's probers stop and its series leave the exposition.
-        let stop_2 = Arc::clone(&probers.values().next().unwrap().stop);
         *records.lock().unwrap() = Ok(vec!["198.18.0.4", "198.18.0.3"]);
         let (now, sched) = refresh(&mut probers);
         assert_eq!(now, ["198.18.0.3", "198.18.0.4"]);
         assert_eq!(sched, now);
-        assert!(
-            stop_2.load(Ordering::Relaxed),
-            "the leaving peer's probers were not stopped"
+        assert_eq!(
+            *ended.borrow(),
+            ["198.18.0.2"],
+            "the leaving peer's probes were not stopped"
         );
         assert!(!series("198.18.0.2"), "{}", metrics.encode(None));
         assert!(series("198.18.0.3") && series("198.18.0.4"));

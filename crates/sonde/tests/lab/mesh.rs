@@ -74,6 +74,12 @@ pub(crate) fn mesh_agent(
 }
 
 /// GET `path` from `addr` (loopback only), the whole response.
+/// Whether the sample line starting with `prefix` ends with `end`.
+fn sample_is(text: &str, prefix: &str, end: &str) -> bool {
+    text.lines()
+        .any(|l| l.starts_with(prefix) && l.ends_with(end))
+}
+
 fn http_get(addr: SocketAddr, path: &str) -> String {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -103,7 +109,7 @@ fn mesh_exposition_passes_promtool() {
             format!(
                 "name = \"{name}\"\nmax_link_share = 1\n\
                  [peers]\nfile = \"{}\"\nrefresh = \"200ms\"\n\
-                 [latency]\nrate = 20\nsession = \"1s\"\n\
+                 [latency]\ninterval = \"50ms\"\n\
                  [throughput]\nevery = \"3s\"\njitter = \"1s\"\ntime = \"300ms\"\nudp = true\nbitrate = \"10M\"\n\
                  [pps]\nevery = \"3s\"\njitter = \"1s\"\ntime = \"200ms\"\n",
                 peers.display()
@@ -158,13 +164,14 @@ fn mesh_exposition_passes_promtool() {
             )
             && nonzero("sonde_pps_received_per_second{", "")
             && nonzero("sonde_pps_timestamp_seconds{", "");
-        // And b's of a, which a served.
-        let served = ["latency", "throughput", "pps"].iter().all(|kind| {
-            text.lines().any(|l| {
-                l.starts_with(&format!("sonde_sessions_total{{kind=\"{kind}\"}}"))
-                    && !l.ends_with(" 0")
-            })
-        });
+        // And b's of a, which a served: probes (no sessions) and scheduled tests.
+        let served = sample_is(&text, "sonde_mesh_incoming_probers ", " 1")
+            && ["throughput", "pps"].iter().all(|kind| {
+                text.lines().any(|l| {
+                    l.starts_with(&format!("sonde_sessions_total{{kind=\"{kind}\"}}"))
+                        && !l.ends_with(" 0")
+                })
+            });
         if probed && served {
             break text;
         }
@@ -174,20 +181,34 @@ fn mesh_exposition_passes_promtool() {
     assert!(text.contains(&format!(
         "sonde_peer_up{{source=\"a\",target=\"{b_addr}\"}} 1"
     )));
-    for way in ["outbound", "return"] {
+    // The worst UDP source port of the pair, and the TCP probes' connect times.
+    for series in [
+        "sonde_probes_lost_worst_port_ratio",
+        "sonde_probes_worst_source_port",
+    ] {
         assert!(
             text.contains(&format!(
-                "sonde_probes_lost_one_way_total{{source=\"a\",target=\"{b_addr}\",protocol=\"udp\",direction=\"{way}\"}} "
+                "{series}{{source=\"a\",target=\"{b_addr}\",protocol=\"udp\"}} "
             )),
-            "{way}:\n{text}"
+            "{series}:\n{text}"
         );
     }
+    assert!(
+        text.contains(&format!(
+            "sonde_tcp_connect_seconds_count{{source=\"a\",target=\"{b_addr}\"}} "
+        )),
+        "{text}"
+    );
     assert!(
         !text.contains(&format!("target=\"{a_addr}\"")),
         "a probes itself:\n{text}"
     );
-    // b's probes and tests of a are sessions a served, with their bytes.
-    for kind in ["latency", "throughput", "pps"] {
+    // b's tests of a are sessions a served, with their bytes; its probes are none.
+    assert!(
+        text.contains("sonde_sessions_total{kind=\"latency\"} 0\n"),
+        "{text}"
+    );
+    for kind in ["throughput", "pps"] {
         assert!(
             text.lines().any(|l| l
                 .starts_with(&format!("sonde_sessions_total{{kind=\"{kind}\"}}"))
@@ -398,6 +419,26 @@ fn mesh_usage_errors_exit_2() {
     // --mesh needs somewhere to export to.
     let out = run(&["--mesh", bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
+    // And the mesh's secret: its probes carry a MAC under it (agents answer none without).
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, "[peers]\nhosts = [\"198.18.0.2\"]\n").unwrap();
+    let out = common::sonde_command()
+        .env_remove("SONDE_SECRET")
+        .args(["server", "--mesh", good.to_str().unwrap()])
+        .args([
+            "--metrics",
+            "127.0.0.1:0",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("shared secret"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing may listen first");
 }
 
 /// `promtool query instant` against the lab's Prometheus: the result vector as
@@ -560,7 +601,7 @@ fn mesh_lab_four_agents_in_prometheus() {
             &file,
             format!(
                 "name = \"set by SONDE_MESH_NAME\"\n[peers]\nhosts = [{peers}]\nrefresh = \"1s\"\n\
-                 [latency]\nrate = 10\nsession = \"1s\"\n"
+                 [latency]\ninterval = \"100ms\"\n"
             ),
         )
         .unwrap();
@@ -727,8 +768,7 @@ fn mesh_lab_four_agents_in_prometheus() {
         "RTT of the dead agent: {after:?}"
     );
     // The six pairs of live agents are still measured. (A pair to the dead one may show some
-    // increase too: a probe session that was under way when it died reports the replies that
-    // came before, when the session ends.)
+    // increase too: probes answered just before it died.)
     let live = query(
         br,
         "sum by (source, target) (increase(sonde_rtt_seconds_count[5s])) > 0",

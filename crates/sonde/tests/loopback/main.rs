@@ -12,5 +12,6 @@ mod cli;
 mod context;
 mod crr;
 mod inner;
+mod mesh;
 mod mtu;
 mod server_faults;
