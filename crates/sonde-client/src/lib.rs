@@ -602,6 +602,7 @@ impl Test for LatencyOptions {
             skip_rx_copy: false,
             bytes: 0,
             blocks: 0,
+            request_response: None,
         };
         let run = session::run_latency_held(
             target,
@@ -786,6 +787,7 @@ pub(crate) fn pps_spec(opt: &PpsOptions) -> Result<TestSpec, ClientError> {
         skip_rx_copy: false,
         bytes: 0,
         blocks: 0,
+        request_response: None,
     })
 }
 
@@ -875,6 +877,7 @@ pub(crate) fn throughput_spec(opt: &ThroughputOptions) -> Result<TestSpec, Clien
         skip_rx_copy: opt.skip_rx_copy,
         bytes: opt.bytes.unwrap_or(0),
         blocks: opt.blocks.unwrap_or(0),
+        request_response: None,
     })
 }
 
@@ -895,6 +898,7 @@ pub(crate) fn latency_spec(opt: &LatencyOptions) -> Result<TestSpec, ClientError
         skip_rx_copy: false,
         bytes: 0,
         blocks: 0,
+        request_response: None,
     })
 }
 

@@ -1193,6 +1193,7 @@ mod context_tests {
             skip_rx_copy: false,
             bytes: 0,
             blocks: 0,
+            request_response: None,
         };
         let stats = |bytes, omitted_bytes| StreamStats {
             bytes,
@@ -1348,6 +1349,7 @@ mod context_tests {
             skip_rx_copy: false,
             bytes: 0,
             blocks: 0,
+            request_response: None,
         };
         let tcp = sonde_wire::Protocol::Tcp;
         let fresh = || meta(&target, SessionId(1), 0, 0);

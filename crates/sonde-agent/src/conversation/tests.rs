@@ -48,6 +48,7 @@ fn spec(kind: TestKind, protocol: Protocol, streams: u32, duration_ms: u64) -> T
         skip_rx_copy: false,
         bytes: 0,
         blocks: 0,
+        request_response: None,
     }
 }
 

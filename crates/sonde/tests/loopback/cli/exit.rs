@@ -264,6 +264,7 @@ fn agent_without_udp() -> (SocketAddr, thread::JoinHandle<()>) {
                     max_duration_ms: 60_000,
                     max_streams: 1,
                     max_msg_size: 65_536,
+                    request_response: false,
                 },
                 nonce: sonde_wire::auth::Nonce([0; 32]),
                 secret_required: false,
