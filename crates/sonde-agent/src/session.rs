@@ -756,6 +756,17 @@ impl<'a> Test<'a> {
                 Some(RoleOutcome::Failed(_)) | None => {}
             }
         }
+        // A many-flow test's flows, up to `--max-latency-flows` of them, would not fit the
+        // report's frame one by one: their sum, as stream 0 (the client counts each flow).
+        if self.spec.request_response.is_some() && report.echoed.len() > 1 {
+            let flows = std::mem::take(&mut report.echoed);
+            report.echoed.push(StreamStats {
+                stream: 0,
+                bytes: flows.iter().map(|f| f.bytes).sum(),
+                packets: flows.iter().map(|f| f.packets).sum(),
+                ..StreamStats::default()
+            });
+        }
         report.tuning = self.tuning_report().map(Box::new);
         // Where each stream came from, as this end saw it (a NAT in the path shows).
         for stats in report
@@ -1165,7 +1176,11 @@ fn write_shrinking(w: &mut TcpStream, mut msg: ControlMsg) -> Result<(), Control
                 ControlMsg::SenderDone { streams } => {
                     streams.iter_mut().for_each(|s| s.tcp_info = None);
                 }
-                ControlMsg::Report(r) => r.sent.iter_mut().for_each(|s| s.tcp_info = None),
+                ControlMsg::Report(r) => r
+                    .sent
+                    .iter_mut()
+                    .chain(&mut r.echoed)
+                    .for_each(|s| s.tcp_info = None),
                 _ => {}
             }
             write_frame(w, &msg)
