@@ -149,8 +149,8 @@ pub(crate) struct Opt {
     /// Open loop: send this many messages per second on a fixed schedule (e.g. 1000, 10K)
     #[arg(long, value_name = "MSG_PER_SEC", value_parser = crate::units::per_second)]
     rate: Option<f64>,
-    /// Run once per value: msg_size (-m) or rate (--rate, open loop), e.g.
-    /// `msg_size=64:64K:*4`
+    /// Run once per value: msg_size (-m), rate (--rate, open loop), parallel (-P) or depth
+    /// (--depth), e.g. `msg_size=64:64K:*4`, `parallel=1:256:*4`
     #[arg(long, value_name = "PARAM=VALUES", value_parser = crate::sweep::parse, long_help = crate::sweep::SWEEP_HELP)]
     sweep: Option<Sweep>,
     /// Write every sample to FILE as CSV (seq, send/receive time, RTT, outcome), from a thread
@@ -343,7 +343,12 @@ where
             },
         );
     };
-    let allowed = [SweepParam::MsgSize, SweepParam::Rate];
+    let allowed = [
+        SweepParam::MsgSize,
+        SweepParam::Rate,
+        SweepParam::Parallel,
+        SweepParam::Depth,
+    ];
     let doc = crate::sweep::run(
         saver,
         "latency",
@@ -355,6 +360,8 @@ where
             let mut o = options.clone();
             match sweep.param() {
                 SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
+                SweepParam::Parallel => o.parallel = crate::sweep::as_u32(sweep.param(), value)?,
+                SweepParam::Depth => o.depth = crate::sweep::as_u32(sweep.param(), value)?,
                 _ => o.rate = Some(value as f64),
             }
             client_run(target, &o, Controls::new().interrupt(interrupt))

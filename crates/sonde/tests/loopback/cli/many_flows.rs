@@ -125,3 +125,39 @@ fn what_many_flows_refuse() {
         assert!(r.stderr.contains(says), "{args:?}: {}", r.stderr);
     }
 }
+
+/// `--sweep depth=1,4` and `--sweep parallel=1,4`: one step per value, each the test its
+/// flags would run (the one-flow test where both are 1).
+#[test]
+fn sweeps_of_depth_and_parallel() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    for (args, param) in [
+        (["-P", "4", "--sweep", "depth=1,4"], "depth"),
+        (["--depth", "1", "--sweep", "parallel=1,4"], "parallel"),
+    ] {
+        let mut all = vec!["-t", "0.3", "--warmup", "0.1"];
+        all.extend(args);
+        let doc = run_json("latency", &agent, &all);
+        assert_eq!(doc["parameter"], param, "{doc:#}");
+        let steps = arr(&doc, "/steps");
+        assert_eq!(steps.len(), 2, "{doc:#}");
+        let last = &steps[1]["result"];
+        assert_eq!(
+            u(
+                last,
+                &format!(
+                    "/request_response/{}",
+                    if param == "depth" { "depth" } else { "flows" }
+                )
+            ),
+            4
+        );
+        if param == "parallel" {
+            assert!(
+                steps[0]["result"].get("request_response").is_none(),
+                "{doc:#}"
+            );
+        }
+    }
+}
