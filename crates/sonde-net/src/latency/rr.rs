@@ -1,7 +1,7 @@
 //! Many flows, many requests in flight: the request/response loops of `sonde latency -P N
 //! --depth K --response-size SIZE`, at both ends.
 //!
-//! Each thread drives its share of the flows with one readiness loop ([`sys::Poller`]: epoll,
+//! Each thread drives its share of the flows with one readiness loop (`sys::Poller`: epoll,
 //! level-triggered, the sockets non-blocking). A client flow keeps `depth` requests of
 //! `request_size` bytes outstanding (closed loop: a response sent back lets the next request
 //! go); the agent answers each request with `response_size` bytes.
@@ -31,7 +31,7 @@ use sonde_wire::{UdpJoin, UDP_JOIN_LEN};
 use super::{duration_ns, peer_closed, TCP_REPLY_TIMEOUT, UDP_FIRST_REPLY_TIMEOUT};
 use crate::{fault, sys, Clock, Counters};
 
-/// Whether this platform runs many-flow latency tests (it needs [`sys::Poller`]: Linux).
+/// Whether this platform runs many-flow latency tests (it needs epoll, `sys::Poller`: Linux).
 pub const SUPPORTED: bool = sys::POLLER;
 
 /// The smallest UDP request and response of a many-flow test: the 8-byte sequence number.

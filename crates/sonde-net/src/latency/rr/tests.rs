@@ -122,24 +122,47 @@ fn udp_every_response_carries_its_request_and_counts_once_per_flow() {
 
 #[test]
 fn tcp_responses_split_across_reads_and_joined_in_one_still_count_one_each() {
-    // A scripted peer: reads the requests (7 bytes each), and answers every 2 requests with
-    // their two 10-byte responses written in 3-byte pieces, so reads split and join responses.
+    // A scripted peer: reads the requests (7 bytes each) and owes 10 bytes for each, written
+    // in 3-byte pieces as a stream, so a piece ends one response and starts the next; what is
+    // left under 3 bytes goes when no request comes for a moment.
     let (clients, servers) = tcp_pairs(1);
     let server = servers.into_iter().next().unwrap();
     let answered = thread::spawn(move || {
         let mut server = server;
-        let mut req = [0u8; 14];
-        let mut n = 0u64;
-        while server.read_exact(&mut req).is_ok() {
-            for piece in [0u8; 20].chunks(3) {
-                if server.write_all(piece).is_err() {
+        server
+            .set_read_timeout(Some(Duration::from_millis(5)))
+            .unwrap();
+        let (mut req, mut got) = ([0u8; 7], 0usize);
+        let (mut owed, mut n) = (0usize, 0u64);
+        loop {
+            match server.read(&mut req[got..]) {
+                Ok(0) => return n,
+                Ok(k) => {
+                    got += k;
+                    if got == req.len() {
+                        got = 0;
+                        owed += 10;
+                        n += 1;
+                    }
+                }
+                Err(e) if fault::again(&e) => {
+                    // Quiet: the rest of what is owed.
+                    if owed > 0 && server.write_all(&[0u8; 64][..owed]).is_err() {
+                        return n;
+                    }
+                    owed = 0;
+                    continue;
+                }
+                Err(_) => return n,
+            }
+            while owed >= 3 {
+                if server.write_all(&[0u8; 3]).is_err() {
                     return n;
                 }
-                thread::sleep(Duration::from_micros(200));
+                owed -= 3;
+                thread::sleep(Duration::from_micros(100));
             }
-            n += 2;
         }
-        n
     });
     let cfg = RrConfig {
         until_ns: 100 * MS,
