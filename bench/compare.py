@@ -33,6 +33,7 @@ run without their peer, with a printed reason, when it is absent) and the floor'
   TCP RR, 16 flows x depth 8  -P 16 --depth 8   vs tcp_rr -F 128 -T 2 (neper keeps one request
                                                 in flight per flow: 128 flows are the same 128
                                                 requests in flight)
+  UDP RR, the same four       -u                vs udp_rr           (the floor's udp-rr)
 
 Every row also runs the floor: bench/floor/floor.c, compiled here with gcc, measures the same
 figure with nothing around the system calls (a bare ping-pong, a TCP write loop into a read
@@ -270,6 +271,8 @@ def parse_neper(text: str) -> dict:
 
     >>> parse_neper(fixture("neper-tcp-rr-16.txt"))
     {'tps': 202694.47, 'transactions': 402784}
+    >>> parse_neper(fixture("neper-udp-rr-16.txt"))
+    {'tps': 236963.0, 'transactions': 453266}
     >>> parse_neper("num_flows=1\\n")
     Traceback (most recent call last):
     ...
@@ -495,16 +498,16 @@ def metrics(
 
     threads = max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2))
 
-    def rr(key: str, title: str, flows: int, depth: int, neper_flows: int) -> Metric:
+    def rr(key: str, title: str, flows: int, depth: int, neper_flows: int, udp: bool = False) -> Metric:
         # Two threads at each end for all three (neper -T, sonde --threads and the agent's
         # default of one per core on this 2-core machine, the floor's -T), at most one per flow.
         t_n = str(min(threads, flows))
         sonde_cmd = [sonde, "latency", agent, "-P", str(flows), "--depth", str(depth), "-m", "64",
-                     "-t", t, "--warmup", "1", "--threads", t_n, "--json"]
+                     "-t", t, "--warmup", "1", "--threads", t_n, "--json"] + (["-u"] if udp else [])
         peer = None
         if neper is not None:
             peer = neper_rr(neper, ports["neper_ctl"], ports["neper_data"], neper_flows,
-                            str(min(threads, neper_flows)), secs)
+                            str(min(threads, neper_flows)), secs, "udp_rr" if udp else "tcp_rr")
         return Metric(
             key, title, "k tps", 1e-3, "≥ 1.0× neper, ≥ 0.9× floor",
             lambda rp, rf: (rp is None or rp >= 1.0) and rf is not None and rf >= 0.9,
@@ -513,7 +516,8 @@ def metrics(
             lambda out: parse_sonde(out, "rr")["tps"],
             lambda out: parse_neper(out)["tps"],
             (
-                [floor, "tcp-rr", HOST, str(ports["floor_rr_echo"]), "-F", str(flows), "-D", str(depth),
+                [floor, "udp-rr" if udp else "tcp-rr", HOST,
+                 str(ports["floor_udp_rr_echo" if udp else "floor_rr_echo"]), "-F", str(flows), "-D", str(depth),
                  "-m", "64", "-T", t_n, "-t", t, "-w", "1"],
                 lambda out: parse_floor(out, "tps"),
             ),
@@ -524,6 +528,10 @@ def metrics(
         rr("rr_16", "TCP RR, 16 flows", 16, 1, 16),
         rr("rr_256", "TCP RR, 256 flows", 256, 1, 256),
         rr("rr_16x8", "TCP RR, 16 flows x depth 8", 16, 8, 128),
+        rr("udp_rr_1", "UDP RR, 1 flow", 1, 1, 1, udp=True),
+        rr("udp_rr_16", "UDP RR, 16 flows", 16, 1, 16, udp=True),
+        rr("udp_rr_256", "UDP RR, 256 flows", 256, 1, 256, udp=True),
+        rr("udp_rr_16x8", "UDP RR, 16 flows x depth 8", 16, 8, 128, udp=True),
     ]
 
     return busy + rr_rows + [
@@ -593,11 +601,11 @@ def metrics(
     ]
 
 
-def neper_rr(neper: str, ctl: int, data: int, flows: int, threads: str, secs: int):
-    """A peer command as a callable: neper's tcp_rr server started for the run, its client run
+def neper_rr(neper: str, ctl: int, data: int, flows: int, threads: str, secs: int, tool: str = "tcp_rr"):
+    """A peer command as a callable: neper's `tool` (tcp_rr, udp_rr) server started for the run, its client run
     for `secs` with `flows` flows of 64-byte requests and responses over `threads` threads, the
     server stopped; the client's output."""
-    binary = str(Path(neper) / "tcp_rr")
+    binary = str(Path(neper) / tool)
     common = ["-C", str(ctl), "-P", str(data), "-F", str(flows), "-T", threads,
               "-Q", "64", "-R", "64", "--nolog"]
 
@@ -605,7 +613,7 @@ def neper_rr(neper: str, ctl: int, data: int, flows: int, threads: str, secs: in
         server = subprocess.Popen([binary, "-l", str(secs + 5)] + common, stdin=subprocess.DEVNULL,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            wait_tcp(ctl, server, "neper tcp_rr server")
+            wait_tcp(ctl, server, f"neper {tool} server")
             return run([binary, "-c", "-H", HOST, "-l", str(secs)] + common, secs + 30)
         finally:
             server.terminate()
@@ -615,7 +623,7 @@ def neper_rr(neper: str, ctl: int, data: int, flows: int, threads: str, secs: in
                 server.kill()
                 server.wait()
 
-    go.__name__ = f"neper tcp_rr -F {flows} -T {threads}"
+    go.__name__ = f"neper {tool} -F {flows} -T {threads}"
     return go
 
 
@@ -652,6 +660,10 @@ PEERS = {
     "rr_16": "neper",
     "rr_256": "neper",
     "rr_16x8": "neper -F 128",
+    "udp_rr_1": "neper",
+    "udp_rr_16": "neper",
+    "udp_rr_256": "neper",
+    "udp_rr_16x8": "neper -F 128",
 }
 ALL = ",".join(PEERS)
 
@@ -791,11 +803,11 @@ def main(argv: list[str] | None = None) -> int:
         if any(r in wanted for r in rows) and not shutil.which(tool):
             ap.error(f"{tool} not found (apt-get install {tool})")
     neper = args.neper
-    if any(k.startswith("rr_") for k in wanted):
+    if any(k.startswith(("rr_", "udp_rr_")) for k in wanted):
         if neper is None:
             log("no --neper DIR: the request/response rows run without their peer (neper)")
-        elif not os.access(Path(neper) / "tcp_rr", os.X_OK):
-            log(f"no tcp_rr in {neper}: the request/response rows run without their peer (neper)")
+        elif not all(os.access(Path(neper) / b, os.X_OK) for b in ("tcp_rr", "udp_rr")):
+            log(f"no tcp_rr and udp_rr in {neper}: the request/response rows run without their peer (neper)")
             neper = None
     sonde = args.sonde or build(release=True)
     floor = args.floor or build_floor()
@@ -809,7 +821,7 @@ def main(argv: list[str] | None = None) -> int:
                 "sockperf_udp", "sockperf_tcp", "iperf3", "sonde_iperf3", "sonde_sockperf",
                 "floor_udp_echo", "floor_tcp_echo", "floor_tcp_sink", "floor_udp_sink",
                 "floor_busy_udp_echo", "floor_busy_tcp_echo", "qperf", "floor_tcp_sink_1",
-                "floor_tcp_sink_8", "floor_rr_echo", "neper_ctl", "neper_data",
+                "floor_tcp_sink_8", "floor_rr_echo", "floor_udp_rr_echo", "neper_ctl", "neper_data",
             )
         }
         ports["sonde"] = start_sonde_agent(
@@ -825,6 +837,11 @@ def main(argv: list[str] | None = None) -> int:
             "floor tcp-rr-echo", [floor, "tcp-rr-echo", str(port), "-m", "64", "-T", "2"], **quiet
         )
         wait_tcp(port, p, "floor tcp-rr-echo")
+        servers.start(
+            "floor udp-rr-echo",
+            [floor, "udp-rr-echo", str(ports["floor_udp_rr_echo"]), "-m", "64", "-T", "2"],
+            **quiet,
+        )
         if shutil.which("sockperf"):
             servers.start("sockperf udp", ["sockperf", "sr", "-i", HOST, "-p", str(ports["sockperf_udp"])], **quiet)
             p = servers.start(

@@ -33,6 +33,15 @@
  *                                                  in flight (closed loop), over THREADS epoll
  *                                                  loops; prints {"tps":..,"transactions":..}
  *                                                  of the transactions after the warm-up
+ *   floor udp-rr-echo PORT -m REQ -R RESP -T THREADS
+ *                                                  THREADS sockets on PORT (SO_REUSEPORT: the
+ *                                                  kernel spreads the flows), each answering
+ *                                                  every datagram with RESP bytes
+ *   floor udp-rr HOST PORT -F FLOWS -D DEPTH -m REQ -R RESP -T THREADS -t SECS [-w SECS]
+ *                                                  as tcp-rr over UDP flows (a connected
+ *                                                  socket each); a lost datagram stalls its flow
+ *                                                  (no timeout: loopback loses none at these
+ *                                                  depths)
  *
  * --busy: non-blocking sockets polled in a spin loop (plus SO_BUSY_POLL, where permitted). A busy
  * echo spins only while traffic comes (1 s without a message and it blocks again), so an idle
@@ -604,6 +613,102 @@ static void tcp_rr(const char *host, int port, int flows, int depth, int threads
            (unsigned long long)total, secs);
 }
 
+static void *udp_rr_echo_thread(void *arg) {
+    int fd = (int)(intptr_t)arg;
+    static __thread char buf[MAX_MSG];
+    for (;;) {
+        struct sockaddr_in from;
+        socklen_t fl = sizeof from;
+        ssize_t r = recvfrom(fd, buf, sizeof buf, 0, (struct sockaddr *)&from, &fl);
+        if (r < 0)
+            continue;
+        sendto(fd, rr_zeros, rr_resp, 0, (struct sockaddr *)&from, fl);
+    }
+    return NULL;
+}
+
+static void udp_rr_echo(int port, int threads) {
+    for (int t = 0; t < threads; t++) {
+        int fd = socket(AF_INET, SOCK_DGRAM, 0);
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+        struct sockaddr_in a = addr_of("127.0.0.1", port);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0)
+            die("bind");
+        pthread_t th;
+        if (pthread_create(&th, NULL, udp_rr_echo_thread, (void *)(intptr_t)fd) != 0)
+            die("pthread_create");
+    }
+    for (;;)
+        pause();
+}
+
+static void *udp_rr_client_thread(void *arg) {
+    struct rr_client *c = arg;
+    static __thread char buf[MAX_MSG];
+    int ep = epoll_create1(0);
+    if (ep < 0)
+        die("epoll_create1");
+    for (int i = 0; i < c->nfds; i++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = c->fds[i]};
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, c->fds[i], &ev) != 0)
+            die("epoll_ctl");
+        for (int d = 0; d < c->depth; d++)
+            send(c->fds[i], rr_zeros, rr_req, 0);
+    }
+    struct epoll_event evs[256];
+    uint64_t now;
+    while ((now = now_ns()) < c->end) {
+        int n = epoll_wait(ep, evs, 256, 10);
+        for (int i = 0; i < n; i++) {
+            int fd = evs[i].data.fd;
+            while (recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0) {
+                if (now >= c->warm_end)
+                    c->transactions++;
+                send(fd, rr_zeros, rr_req, 0);
+            }
+        }
+    }
+    close(ep);
+    return NULL;
+}
+
+static void udp_rr(const char *host, int port, int flows, int depth, int threads, double secs,
+                   double warm) {
+    if (threads > flows)
+        threads = flows;
+    int *fds = calloc((size_t)flows, sizeof *fds);
+    if (!fds)
+        die("calloc");
+    for (int i = 0; i < flows; i++)
+        fds[i] = connected(SOCK_DGRAM, host, port);
+    uint64_t start = now_ns();
+    struct rr_client cs[RR_MAX_THREADS];
+    pthread_t ths[RR_MAX_THREADS];
+    for (int t = 0; t < threads; t++) {
+        int from = t * flows / threads, to = (t + 1) * flows / threads;
+        cs[t] = (struct rr_client){
+            .fds = fds + from,
+            .nfds = to - from,
+            .depth = depth,
+            .warm_end = start + (uint64_t)(warm * 1e9),
+            .end = start + (uint64_t)((warm + secs) * 1e9),
+        };
+        if (pthread_create(&ths[t], NULL, udp_rr_client_thread, &cs[t]) != 0)
+            die("pthread_create");
+    }
+    uint64_t total = 0;
+    for (int t = 0; t < threads; t++) {
+        pthread_join(ths[t], NULL);
+        total += cs[t].transactions;
+    }
+    for (int i = 0; i < flows; i++)
+        close(fds[i]);
+    free(fds);
+    printf("{\"tps\": %.1f, \"transactions\": %llu, \"seconds\": %.3f}\n", (double)total / secs,
+           (unsigned long long)total, secs);
+}
+
 static void usage(void) {
     fprintf(stderr, "usage: see the comment at the top of bench/floor/floor.c\n");
     exit(2);
@@ -614,7 +719,7 @@ int main(int argc, char **argv) {
         usage();
     const char *mode = argv[1];
     int client = strstr(mode, "ping") || !strcmp(mode, "tcp-stream") || !strcmp(mode, "udp-blast") ||
-                 !strcmp(mode, "tcp-rr");
+                 !strcmp(mode, "tcp-rr") || !strcmp(mode, "udp-rr");
     const char *host = client ? argv[2] : "127.0.0.1";
     int first_opt = client ? 4 : 3;
     if (argc < first_opt)
@@ -664,6 +769,10 @@ int main(int argc, char **argv) {
     pin(cpu);
     if (!strcmp(mode, "tcp-rr-echo"))
         tcp_rr_echo(port, threads);
+    else if (!strcmp(mode, "udp-rr-echo"))
+        udp_rr_echo(port, threads);
+    else if (!strcmp(mode, "udp-rr"))
+        udp_rr(host, port, flows, depth, threads, secs, warm);
     else if (!strcmp(mode, "tcp-rr"))
         tcp_rr(host, port, flows, depth, threads, secs, warm);
     else if (!strcmp(mode, "udp-echo"))
