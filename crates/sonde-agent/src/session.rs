@@ -824,6 +824,16 @@ impl<'a> Test<'a> {
         } else {
             self.tune_thread(&self.channels[group.start])
         };
+        // `--busy-poll`: `SO_BUSY_POLL` on the group's other flows too (`tune_thread` set the
+        // first and reports it); best effort, as there.
+        if self.tuning.busy_poll {
+            for c in &self.channels[group.start + 1..group.end] {
+                let _ = match c {
+                    DataChannel::Tcp(s) => sonde_net::tune::busy_poll_tcp(s),
+                    DataChannel::Udp(s) => sonde_net::tune::busy_poll_udp(s),
+                };
+            }
+        }
         let stop = &self.stops[group.start];
         let counters: Vec<&Counters> = self.counters[group.clone()].iter().collect();
         let spin = self.tuning.busy_poll;

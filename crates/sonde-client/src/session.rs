@@ -566,8 +566,20 @@ pub(crate) fn run_many_flows(
     hold()?;
     let interface = InterfaceSnapshot::toward(target.addr.ip());
     let mut tuned = (!tuning.is_default()).then(TuningReport::default);
+    if let Some(t) = tuned.as_mut().filter(|_| opt.busy_poll) {
+        // Every flow non-blocking (the loops make them so anyway) with `SO_BUSY_POLL` where
+        // permitted; the loops spin on a zero wait.
+        for (i, c) in c.channels.iter().enumerate() {
+            let busy = match c {
+                ClientChannel::Tcp(s) => sonde_net::tune::busy_poll_tcp(s),
+                ClientChannel::Udp(s) => sonde_net::tune::busy_poll_udp(s),
+            }
+            .map_err(|e| ClientError::Data(e, u32::try_from(i).unwrap_or(u32::MAX)))?;
+            t.so_busy_poll_us = t.so_busy_poll_us.or(busy.so_busy_poll_us);
+        }
+        t.busy_poll = true;
+    }
     if let Some(t) = tuned.as_mut() {
-        t.busy_poll = opt.busy_poll;
         t.cpus.extend(opt.cpu);
     }
     let warmup_ns = u64::try_from(opt.warmup.as_nanos()).unwrap_or(u64::MAX);
