@@ -10,6 +10,10 @@ Starts one agent (`sonde server --bind 127.0.0.1 --iperf3`, default limits) and 
                and 127.0.0.3 64 slow ones (32 per port, one byte every 0.5 s), held 2 s
   -P 1         one session: sonde throughput -P 1 --bidir -t 2 (2 streams)
   -P 128       one session: sonde throughput -P 128 --bidir -t 2 (256 streams)
+  1,000 flows  four client processes at once, each sonde latency -P 250 --depth 1 -t 2: one
+               agent serving 1,000 request/response flows (4 sessions, each over the agent's
+               few readiness-loop threads); also the agent's CPU time per flow and per
+               transaction, and the transactions per second the four clients counted
 
 and prints a markdown table of each phase's peak, then the memory per stream, from the two
 sessions' peaks: (peak(-P 128) - peak(-P 1)) / 254. VmRSS is the agent's own memory; the kernel's
@@ -26,6 +30,7 @@ phase is bounded in time and count. A benchmark, not a test: run it by hand, on 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import socket
@@ -145,6 +150,29 @@ def session(sonde: str, port: int, parallel: int) -> None:
         raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
 
 
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of `pid`, in clock ticks (/proc/PID/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def latency_clients(sonde: str, port: int, clients: int, flows: int) -> list[float]:
+    """`clients` processes of `sonde latency -P flows` at once; each one's transactions per
+    second."""
+    cmd = [sonde, "latency", f"{HOST}:{port}", "-P", str(flows), "--depth", "1", "-t", "2",
+           "--warmup", "0.5", "--json", "--no-save"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(clients)]
+    tps = []
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}): {err.strip()}")
+        tps.append(float(json.loads(out)["request_response"]["transactions_per_second"]))
+    return tps
+
+
 def mib(kib: int) -> str:
     return f"{kib / 1024:.1f} MiB"
 
@@ -183,6 +211,11 @@ def main() -> int:
             rows.append((f"throughput -P {parallel} --bidir -t 2 ({2 * parallel} streams)",
                          sampler.peak()))
             time.sleep(1.0)
+        sampler.reset()
+        ticks = cpu_ticks(agent.pid)
+        tps = latency_clients(args.sonde, port, 4, 250)
+        cpu_s = (cpu_ticks(agent.pid) - ticks) / os.sysconf("SC_CLK_TCK")
+        rows.append(("latency -P 250 --depth 1 -t 2 from 4 processes (1,000 flows)", sampler.peak()))
         final = status(agent.pid)
         sampler.stop()
     finally:
@@ -202,6 +235,15 @@ def main() -> int:
     worst = idle + 16 * 256 * per_stream
     print(f"extrapolated, 16 sessions of 256 streams: {mib(idle)} + 16 x 256 x {per_stream:.0f} KiB"
           f" = {mib(int(worst))}")
+    flows = rows[4][1]
+    total = sum(tps)
+    # The measured 2 s of each client; the agent's CPU covers their warm-up and set-up too.
+    transactions = total * 2
+    print(f"1,000 latency flows: {flows['Threads']} threads, {mib(flows['VmRSS'] - idle)} above idle"
+          f" ({(flows['VmRSS'] - idle) / 1000:.1f} KiB per flow), {flows['fds']} descriptors;"
+          f" {', '.join(f'{t:,.0f}' for t in tps)} transactions/s ({total:,.0f} in all);"
+          f" agent CPU {cpu_s:.2f} s ({cpu_s / 1000 * 1e3:.2f} ms per flow,"
+          f" {cpu_s * 1e9 / transactions:,.0f} ns per transaction, warm-up included)")
     return 0
 
 

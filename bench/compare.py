@@ -22,6 +22,19 @@ and the real clients against sonde's compatibility listeners (same client, two s
   TCP RTT p50 (sockperf client)  sonde server --sockperf  vs sockperf sr --tcp    within 5%
   TCP 1 stream (iperf3 client)   sonde server --iperf3    vs iperf3 -s (receiver) >= 0.95x
 
+and request/response over many connections (`sonde latency -P F --depth D`, 64-byte requests
+and responses, two threads at each end), in transactions per second, against neper's tcp_rr
+(built from its public source beside the repository, never committed: --neper DIR; the rows
+run without their peer, with a printed reason, when it is absent) and the floor's epoll loop:
+
+  TCP RR, 1 flow              -P 1 --depth 1    vs tcp_rr -F 1      >= 1.0x neper, >= 0.9x floor
+  TCP RR, 16 flows            -P 16             vs tcp_rr -F 16 -T 2
+  TCP RR, 256 flows           -P 256            vs tcp_rr -F 256 -T 2
+  TCP RR, 16 flows x depth 8  -P 16 --depth 8   vs tcp_rr -F 128 -T 2 (neper keeps one request
+                                                in flight per flow: 128 flows are the same 128
+                                                requests in flight)
+  UDP RR, the same four       -u                vs udp_rr           (the floor's udp-rr)
+
 Every row also runs the floor: bench/floor/floor.c, compiled here with gcc, measures the same
 figure with nothing around the system calls (a bare ping-pong, a TCP write loop into a read
 loop, a sendmmsg loop into a recvmmsg loop). sonde / floor says how much of the machine's best
@@ -219,12 +232,26 @@ def parse_sonde(text: str, test: str) -> dict:
     {'bits_per_second': 20000000000.0}
     >>> parse_sonde('{"test": "pps", "received_pps": 1e6, "lost": 3}', "pps")
     {'pps': 1000000.0, 'lost': 3}
+    >>> parse_sonde('{"test": "latency", "request_response": {"transactions_per_second": 5e5}}', "rr")
+    {'tps': 500000.0}
+    >>> parse_sonde('{"test": "latency", "samples": 300, "duration_ns": 4e9, "warmup_ns": 1e9}', "rr")
+    {'tps': 100.0}
     >>> parse_sonde('{"test": "pps"}', "latency")
     Traceback (most recent call last):
     ...
     ValueError: expected a latency result, got pps
     """
     doc = json.loads(text)
+    if test == "rr":
+        # Transactions per second: the many-flow figure, or (-P 1 --depth 1, the one-flow
+        # test) the samples over the measured time.
+        if doc.get("test") != "latency":
+            raise ValueError(f"expected a latency result, got {doc.get('test')}")
+        rr = doc.get("request_response")
+        if rr is not None:
+            return {"tps": float(rr["transactions_per_second"])}
+        measured = (doc["duration_ns"] - doc["warmup_ns"]) / 1e9
+        return {"tps": doc["samples"] / measured}
     if doc.get("test") != test:
         raise ValueError(f"expected a {test} result, got {doc.get('test')}")
     if test == "latency":
@@ -237,6 +264,24 @@ def parse_sonde(text: str, test: str) -> dict:
     if test == "pps":
         return {"pps": float(doc["received_pps"]), "lost": doc.get("lost")}
     raise ValueError(f"unknown test {test}")
+
+
+def parse_neper(text: str) -> dict:
+    """neper tcp_rr's client summary (key=value lines): its transactions per second.
+
+    >>> parse_neper(fixture("neper-tcp-rr-16.txt"))
+    {'tps': 202694.47, 'transactions': 402784}
+    >>> parse_neper(fixture("neper-udp-rr-16.txt"))
+    {'tps': 236963.0, 'transactions': 453266}
+    >>> parse_neper("num_flows=1\\n")
+    Traceback (most recent call last):
+    ...
+    ValueError: neper printed no throughput= line (did the run fail?)
+    """
+    kv = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    if "throughput" not in kv:
+        raise ValueError("neper printed no throughput= line (did the run fail?)")
+    return {"tps": float(kv["throughput"]), "transactions": int(kv.get("num_transactions", 0))}
 
 
 # --------------------------------------------------------------------------------------------
@@ -368,8 +413,11 @@ class Metric:
         self.floor: list[float] = []
 
 
-def metrics(sonde: str, ports: dict, secs: int, floor: str, cpus: tuple[int, int] | None) -> list[Metric]:
-    """Every row; `cpus` (client, server) for the busy-polled rows, which need two CPUs."""
+def metrics(
+    sonde: str, ports: dict, secs: int, floor: str, cpus: tuple[int, int] | None, neper: str | None = None
+) -> list[Metric]:
+    """Every row; `cpus` (client, server) for the busy-polled rows, which need two CPUs;
+    `neper` the directory of a neper build (None: the request/response rows run without it)."""
     t = str(secs)
     agent = f"{HOST}:{ports['sonde']}"
 
@@ -448,7 +496,45 @@ def metrics(sonde: str, ports: dict, secs: int, floor: str, cpus: tuple[int, int
                 )
             )
 
-    return busy + [
+    threads = max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2))
+
+    def rr(key: str, title: str, flows: int, depth: int, neper_flows: int, udp: bool = False) -> Metric:
+        # Two threads at each end for all three (neper -T, sonde --threads and the agent's
+        # default of one per core on this 2-core machine, the floor's -T), at most one per flow.
+        t_n = str(min(threads, flows))
+        sonde_cmd = [sonde, "latency", agent, "-P", str(flows), "--depth", str(depth), "-m", "64",
+                     "-t", t, "--warmup", "1", "--threads", t_n, "--json"] + (["-u"] if udp else [])
+        peer = None
+        if neper is not None:
+            peer = neper_rr(neper, ports["neper_ctl"], ports["neper_data"], neper_flows,
+                            str(min(threads, neper_flows)), secs, "udp_rr" if udp else "tcp_rr")
+        return Metric(
+            key, title, "k tps", 1e-3, "≥ 1.0× neper, ≥ 0.9× floor",
+            lambda rp, rf: (rp is None or rp >= 1.0) and rf is not None and rf >= 0.9,
+            sonde_cmd,
+            peer,
+            lambda out: parse_sonde(out, "rr")["tps"],
+            lambda out: parse_neper(out)["tps"],
+            (
+                [floor, "udp-rr" if udp else "tcp-rr", HOST,
+                 str(ports["floor_udp_rr_echo" if udp else "floor_rr_echo"]), "-F", str(flows), "-D", str(depth),
+                 "-m", "64", "-T", t_n, "-t", t, "-w", "1"],
+                lambda out: parse_floor(out, "tps"),
+            ),
+        )
+
+    rr_rows = [
+        rr("rr_1", "TCP RR, 1 flow", 1, 1, 1),
+        rr("rr_16", "TCP RR, 16 flows", 16, 1, 16),
+        rr("rr_256", "TCP RR, 256 flows", 256, 1, 256),
+        rr("rr_16x8", "TCP RR, 16 flows x depth 8", 16, 8, 128),
+        rr("udp_rr_1", "UDP RR, 1 flow", 1, 1, 1, udp=True),
+        rr("udp_rr_16", "UDP RR, 16 flows", 16, 1, 16, udp=True),
+        rr("udp_rr_256", "UDP RR, 256 flows", 256, 1, 256, udp=True),
+        rr("udp_rr_16x8", "UDP RR, 16 flows x depth 8", 16, 8, 128, udp=True),
+    ]
+
+    return busy + rr_rows + [
         Metric(
             "srv_udp_rtt", "UDP RTT p50, 64 B, sockperf client", "µs", 1.0, "within ±5%", within(0.05),
             sockperf(ports["sonde_sockperf"], tcp=False),
@@ -515,6 +601,32 @@ def metrics(sonde: str, ports: dict, secs: int, floor: str, cpus: tuple[int, int
     ]
 
 
+def neper_rr(neper: str, ctl: int, data: int, flows: int, threads: str, secs: int, tool: str = "tcp_rr"):
+    """A peer command as a callable: neper's `tool` (tcp_rr, udp_rr) server started for the run, its client run
+    for `secs` with `flows` flows of 64-byte requests and responses over `threads` threads, the
+    server stopped; the client's output."""
+    binary = str(Path(neper) / tool)
+    common = ["-C", str(ctl), "-P", str(data), "-F", str(flows), "-T", threads,
+              "-Q", "64", "-R", "64", "--nolog"]
+
+    def go() -> str:
+        server = subprocess.Popen([binary, "-l", str(secs + 5)] + common, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_tcp(ctl, server, f"neper {tool} server")
+            return run([binary, "-c", "-H", HOST, "-l", str(secs)] + common, secs + 30)
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+    go.__name__ = f"neper {tool} -F {flows} -T {threads}"
+    return go
+
+
 def rtt_us(r: dict) -> float:
     # Without --full-rtt sockperf halves the round trip; the commands above ask for full RTT.
     return r["p50_us"] if r["kind"] == "rtt" else 2 * r["p50_us"]
@@ -544,6 +656,14 @@ PEERS = {
     "srv_tcp_bps": "iperf3 -s",
     "tcp_bps_1": "qperf",
     "tcp_bps_8": "qperf",
+    "rr_1": "neper",
+    "rr_16": "neper",
+    "rr_256": "neper",
+    "rr_16x8": "neper -F 128",
+    "udp_rr_1": "neper",
+    "udp_rr_16": "neper",
+    "udp_rr_256": "neper",
+    "udp_rr_16x8": "neper -F 128",
 }
 ALL = ",".join(PEERS)
 
@@ -633,7 +753,7 @@ def build_floor() -> str:
     if not shutil.which(cc):
         raise RuntimeError(f"{cc} not found: the floor programs are C (apt-get install gcc)")
     out = Path(tempfile.mkdtemp(prefix="sonde-floor-")) / "floor"
-    cmd = [cc, "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(out), str(HERE / "floor" / "floor.c")]
+    cmd = [cc, "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o", str(out), str(HERE / "floor" / "floor.c")]
     log(f"build: {' '.join(cmd)}")
     subprocess.run(cmd, check=True)
     return str(out)
@@ -663,6 +783,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sonde", help="use this sonde binary instead of building one")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--floor", help="use this build of bench/floor/floor.c instead of compiling it")
+    ap.add_argument(
+        "--neper",
+        help="directory of a neper build (its tcp_rr), the peer of the request/response rows; "
+        "without it those rows run against the floor only",
+    )
     args = ap.parse_args(argv)
     # The busy-polled rows pin the clients to the first CPU this process may use and the echoes
     # (sonde's agent through --cpu-list, the floor's) to the last; they need two.
@@ -671,14 +796,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or not 1 <= args.seconds <= 60:
         ap.error("--rounds must be >= 1 and --seconds within 1..60")
 
-    for tool in ("sockperf", "iperf3", "qperf"):
-        if not shutil.which(tool):
+    wanted = args.only.split(",")
+    needs = {"sockperf": ("srv_udp_rtt", "srv_tcp_rtt", "udp_rtt", "tcp_rtt"),
+             "iperf3": ("srv_tcp_bps", "tcp_bps", "udp_pps"), "qperf": ("tcp_bps_1", "tcp_bps_8")}
+    for tool, rows in needs.items():
+        if any(r in wanted for r in rows) and not shutil.which(tool):
             ap.error(f"{tool} not found (apt-get install {tool})")
+    neper = args.neper
+    if any(k.startswith(("rr_", "udp_rr_")) for k in wanted):
+        if neper is None:
+            log("no --neper DIR: the request/response rows run without their peer (neper)")
+        elif not all(os.access(Path(neper) / b, os.X_OK) for b in ("tcp_rr", "udp_rr")):
+            log(f"no tcp_rr and udp_rr in {neper}: the request/response rows run without their peer (neper)")
+            neper = None
     sonde = args.sonde or build(release=True)
     floor = args.floor or build_floor()
     built_floor = None if args.floor else Path(floor).parent
 
-    wanted = args.only.split(",")
     servers = Servers()
     try:
         ports = {
@@ -687,7 +821,7 @@ def main(argv: list[str] | None = None) -> int:
                 "sockperf_udp", "sockperf_tcp", "iperf3", "sonde_iperf3", "sonde_sockperf",
                 "floor_udp_echo", "floor_tcp_echo", "floor_tcp_sink", "floor_udp_sink",
                 "floor_busy_udp_echo", "floor_busy_tcp_echo", "qperf", "floor_tcp_sink_1",
-                "floor_tcp_sink_8",
+                "floor_tcp_sink_8", "floor_rr_echo", "floor_udp_rr_echo", "neper_ctl", "neper_data",
             )
         }
         ports["sonde"] = start_sonde_agent(
@@ -698,15 +832,28 @@ def main(argv: list[str] | None = None) -> int:
         )
         log(f"sonde agent on {HOST}:{ports['sonde']}")
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-        servers.start("sockperf udp", ["sockperf", "sr", "-i", HOST, "-p", str(ports["sockperf_udp"])], **quiet)
+        port = ports["floor_rr_echo"]
         p = servers.start(
-            "sockperf tcp", ["sockperf", "sr", "--tcp", "-i", HOST, "-p", str(ports["sockperf_tcp"])], **quiet
+            "floor tcp-rr-echo", [floor, "tcp-rr-echo", str(port), "-m", "64", "-T", "2"], **quiet
         )
-        wait_tcp(ports["sockperf_tcp"], p, "sockperf sr --tcp")
-        p = servers.start("iperf3", ["iperf3", "-s", "-p", str(ports["iperf3"])], **quiet)
-        wait_tcp(ports["iperf3"], p, "iperf3 -s")
-        p = servers.start("qperf", ["qperf", "--listen_port", str(ports["qperf"])], **quiet)
-        wait_tcp(ports["qperf"], p, "qperf")
+        wait_tcp(port, p, "floor tcp-rr-echo")
+        servers.start(
+            "floor udp-rr-echo",
+            [floor, "udp-rr-echo", str(ports["floor_udp_rr_echo"]), "-m", "64", "-T", "2"],
+            **quiet,
+        )
+        if shutil.which("sockperf"):
+            servers.start("sockperf udp", ["sockperf", "sr", "-i", HOST, "-p", str(ports["sockperf_udp"])], **quiet)
+            p = servers.start(
+                "sockperf tcp", ["sockperf", "sr", "--tcp", "-i", HOST, "-p", str(ports["sockperf_tcp"])], **quiet
+            )
+            wait_tcp(ports["sockperf_tcp"], p, "sockperf sr --tcp")
+        if shutil.which("iperf3"):
+            p = servers.start("iperf3", ["iperf3", "-s", "-p", str(ports["iperf3"])], **quiet)
+            wait_tcp(ports["iperf3"], p, "iperf3 -s")
+        if shutil.which("qperf"):
+            p = servers.start("qperf", ["qperf", "--listen_port", str(ports["qperf"])], **quiet)
+            wait_tcp(ports["qperf"], p, "qperf")
         # sockperf's UDP server has no ready signal; its TCP twin being up says it had the time.
         servers.start("floor udp echo", [floor, "udp-echo", str(ports["floor_udp_echo"])], **quiet)
         for what in ("tcp-echo", "tcp-sink", "udp-sink"):
@@ -727,7 +874,7 @@ def main(argv: list[str] | None = None) -> int:
             p = servers.start("floor busy tcp echo", [floor, "tcp-echo", str(port)] + busy, **quiet)
             wait_tcp(port, p, "floor busy tcp-echo")
 
-        ms = [m for m in metrics(sonde, ports, args.seconds, floor, cpus) if m.key in wanted]
+        ms = [m for m in metrics(sonde, ports, args.seconds, floor, cpus, neper) if m.key in wanted]
         limit = args.seconds + 30
         for r in range(1, args.rounds + 1):
             for m in ms:
@@ -738,7 +885,7 @@ def main(argv: list[str] | None = None) -> int:
                 ):
                     if cmd is None:
                         continue
-                    out = run(cmd, limit)
+                    out = cmd() if callable(cmd) else run(cmd, limit)
                     v = fig(out)
                     into.append(v)
                     log(f"round {r}/{args.rounds} {m.key:8} {side:5} {fmt(v * m.scale)} {m.unit}")

@@ -24,6 +24,25 @@
  *   floor udp-blast HOST PORT -m SIZE -t SECS      sendmmsg batches of 64 SIZE-byte datagrams for
  *                                                  SECS, then print the sink's received rate
  *
+ *   floor tcp-rr-echo PORT -m REQ -R RESP -T THREADS
+ *                                                  answer every REQ bytes of each connection
+ *                                                  with RESP bytes; connections spread over
+ *                                                  THREADS threads, one epoll loop each
+ *   floor tcp-rr HOST PORT -F FLOWS -D DEPTH -m REQ -R RESP -T THREADS -t SECS [-w SECS]
+ *                                                  FLOWS connections, each with DEPTH requests
+ *                                                  in flight (closed loop), over THREADS epoll
+ *                                                  loops; prints {"tps":..,"transactions":..}
+ *                                                  of the transactions after the warm-up
+ *   floor udp-rr-echo PORT -m REQ -R RESP -T THREADS
+ *                                                  THREADS sockets on PORT (SO_REUSEPORT: the
+ *                                                  kernel spreads the flows), each answering
+ *                                                  every datagram with RESP bytes
+ *   floor udp-rr HOST PORT -F FLOWS -D DEPTH -m REQ -R RESP -T THREADS -t SECS [-w SECS]
+ *                                                  as tcp-rr over UDP flows (a connected
+ *                                                  socket each); a lost datagram stalls its flow
+ *                                                  (no timeout: loopback loses none at these
+ *                                                  depths)
+ *
  * --busy: non-blocking sockets polled in a spin loop (plus SO_BUSY_POLL, where permitted). A busy
  * echo spins only while traffic comes (1 s without a message and it blocks again), so an idle
  * floor server costs no CPU between runs. --cpu N: pin the thread to CPU N.
@@ -42,6 +61,9 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/epoll.h>
 
 #define MAX_MSG 65536
 #define BATCH 64
@@ -423,6 +445,270 @@ static void udp_blast(const char *host, int port, size_t size, double secs) {
            (unsigned long long)sent, s);
 }
 
+/* ---- request/response over many connections (tcp-rr, tcp-rr-echo) ---- */
+
+#define RR_MAX_FD 65536
+#define RR_MAX_THREADS 64
+static const char rr_zeros[MAX_MSG];
+/* Per descriptor: bytes of the request (echo) or response (client) read so far. Each
+ * descriptor belongs to one thread. */
+static uint32_t rr_partial[RR_MAX_FD];
+static size_t rr_req, rr_resp;
+
+static void nonblock(int fd) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        die("fcntl");
+}
+
+/* Writes n zero bytes, waiting for room when the socket is full (small messages: rare). */
+static void rr_write(int fd, uint64_t n) {
+    while (n > 0) {
+        size_t chunk = n > MAX_MSG ? MAX_MSG : (size_t)n;
+        ssize_t w = send(fd, rr_zeros, chunk, MSG_NOSIGNAL);
+        if (w > 0) {
+            n -= (uint64_t)w;
+        } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            poll(&p, 1, 100);
+        } else {
+            return; /* the peer went away */
+        }
+    }
+}
+
+static void *rr_echo_thread(void *arg) {
+    int ep = (int)(intptr_t)arg;
+    struct epoll_event evs[256];
+    static __thread char buf[MAX_MSG];
+    for (;;) {
+        int n = epoll_wait(ep, evs, 256, -1);
+        for (int i = 0; i < n; i++) {
+            int fd = evs[i].data.fd;
+            ssize_t r = recv(fd, buf, sizeof buf, 0);
+            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+                epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+                close(fd);
+                continue;
+            }
+            if (r < 0)
+                continue;
+            uint64_t got = rr_partial[fd] + (uint64_t)r;
+            rr_partial[fd] = (uint32_t)(got % rr_req);
+            rr_write(fd, (got / rr_req) * rr_resp);
+        }
+    }
+    return NULL;
+}
+
+static void tcp_rr_echo(int port, int threads) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = addr_of("127.0.0.1", port);
+    if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) != 0 || listen(l, 4096) != 0)
+        die("listen");
+    int eps[RR_MAX_THREADS];
+    for (int t = 0; t < threads; t++) {
+        pthread_t th;
+        if ((eps[t] = epoll_create1(0)) < 0)
+            die("epoll_create1");
+        if (pthread_create(&th, NULL, rr_echo_thread, (void *)(intptr_t)eps[t]) != 0)
+            die("pthread_create");
+    }
+    for (unsigned next = 0;; next++) {
+        int c = accept(l, NULL, NULL);
+        if (c < 0 || c >= RR_MAX_FD) {
+            if (c >= 0)
+                close(c);
+            continue;
+        }
+        setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        nonblock(c);
+        rr_partial[c] = 0;
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = c};
+        if (epoll_ctl(eps[next % (unsigned)threads], EPOLL_CTL_ADD, c, &ev) != 0)
+            die("epoll_ctl");
+    }
+}
+
+struct rr_client {
+    int *fds, nfds, depth;
+    uint64_t warm_end, end, transactions;
+};
+
+static void *rr_client_thread(void *arg) {
+    struct rr_client *c = arg;
+    static __thread char buf[MAX_MSG];
+    int ep = epoll_create1(0);
+    if (ep < 0)
+        die("epoll_create1");
+    for (int i = 0; i < c->nfds; i++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = c->fds[i]};
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, c->fds[i], &ev) != 0)
+            die("epoll_ctl");
+        rr_write(c->fds[i], (uint64_t)c->depth * rr_req);
+    }
+    struct epoll_event evs[256];
+    uint64_t now;
+    while ((now = now_ns()) < c->end) {
+        int n = epoll_wait(ep, evs, 256, 10);
+        for (int i = 0; i < n; i++) {
+            int fd = evs[i].data.fd;
+            ssize_t r = recv(fd, buf, sizeof buf, 0);
+            if (r <= 0) {
+                if (r == 0 || (errno != EAGAIN && errno != EINTR))
+                    die("recv");
+                continue;
+            }
+            uint64_t got = rr_partial[fd] + (uint64_t)r;
+            rr_partial[fd] = (uint32_t)(got % rr_resp);
+            uint64_t done = got / rr_resp;
+            if (now >= c->warm_end)
+                c->transactions += done;
+            rr_write(fd, done * rr_req);
+        }
+    }
+    close(ep);
+    return NULL;
+}
+
+static void tcp_rr(const char *host, int port, int flows, int depth, int threads, double secs,
+                   double warm) {
+    if (threads > flows)
+        threads = flows;
+    int *fds = calloc((size_t)flows, sizeof *fds);
+    if (!fds)
+        die("calloc");
+    for (int i = 0; i < flows; i++) {
+        fds[i] = connected(SOCK_STREAM, host, port);
+        if (fds[i] >= RR_MAX_FD)
+            die("descriptor out of range");
+        nonblock(fds[i]);
+    }
+    uint64_t start = now_ns();
+    struct rr_client cs[RR_MAX_THREADS];
+    pthread_t ths[RR_MAX_THREADS];
+    for (int t = 0; t < threads; t++) {
+        int from = t * flows / threads, to = (t + 1) * flows / threads;
+        cs[t] = (struct rr_client){
+            .fds = fds + from,
+            .nfds = to - from,
+            .depth = depth,
+            .warm_end = start + (uint64_t)(warm * 1e9),
+            .end = start + (uint64_t)((warm + secs) * 1e9),
+        };
+        if (pthread_create(&ths[t], NULL, rr_client_thread, &cs[t]) != 0)
+            die("pthread_create");
+    }
+    uint64_t total = 0;
+    for (int t = 0; t < threads; t++) {
+        pthread_join(ths[t], NULL);
+        total += cs[t].transactions;
+    }
+    for (int i = 0; i < flows; i++)
+        close(fds[i]);
+    free(fds);
+    printf("{\"tps\": %.1f, \"transactions\": %llu, \"seconds\": %.3f}\n", (double)total / secs,
+           (unsigned long long)total, secs);
+}
+
+static void *udp_rr_echo_thread(void *arg) {
+    int fd = (int)(intptr_t)arg;
+    static __thread char buf[MAX_MSG];
+    for (;;) {
+        struct sockaddr_in from;
+        socklen_t fl = sizeof from;
+        ssize_t r = recvfrom(fd, buf, sizeof buf, 0, (struct sockaddr *)&from, &fl);
+        if (r < 0)
+            continue;
+        sendto(fd, rr_zeros, rr_resp, 0, (struct sockaddr *)&from, fl);
+    }
+    return NULL;
+}
+
+static void udp_rr_echo(int port, int threads) {
+    for (int t = 0; t < threads; t++) {
+        int fd = socket(AF_INET, SOCK_DGRAM, 0);
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+        struct sockaddr_in a = addr_of("127.0.0.1", port);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0)
+            die("bind");
+        pthread_t th;
+        if (pthread_create(&th, NULL, udp_rr_echo_thread, (void *)(intptr_t)fd) != 0)
+            die("pthread_create");
+    }
+    for (;;)
+        pause();
+}
+
+static void *udp_rr_client_thread(void *arg) {
+    struct rr_client *c = arg;
+    static __thread char buf[MAX_MSG];
+    int ep = epoll_create1(0);
+    if (ep < 0)
+        die("epoll_create1");
+    for (int i = 0; i < c->nfds; i++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = c->fds[i]};
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, c->fds[i], &ev) != 0)
+            die("epoll_ctl");
+        for (int d = 0; d < c->depth; d++)
+            send(c->fds[i], rr_zeros, rr_req, 0);
+    }
+    struct epoll_event evs[256];
+    uint64_t now;
+    while ((now = now_ns()) < c->end) {
+        int n = epoll_wait(ep, evs, 256, 10);
+        for (int i = 0; i < n; i++) {
+            int fd = evs[i].data.fd;
+            while (recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0) {
+                if (now >= c->warm_end)
+                    c->transactions++;
+                send(fd, rr_zeros, rr_req, 0);
+            }
+        }
+    }
+    close(ep);
+    return NULL;
+}
+
+static void udp_rr(const char *host, int port, int flows, int depth, int threads, double secs,
+                   double warm) {
+    if (threads > flows)
+        threads = flows;
+    int *fds = calloc((size_t)flows, sizeof *fds);
+    if (!fds)
+        die("calloc");
+    for (int i = 0; i < flows; i++)
+        fds[i] = connected(SOCK_DGRAM, host, port);
+    uint64_t start = now_ns();
+    struct rr_client cs[RR_MAX_THREADS];
+    pthread_t ths[RR_MAX_THREADS];
+    for (int t = 0; t < threads; t++) {
+        int from = t * flows / threads, to = (t + 1) * flows / threads;
+        cs[t] = (struct rr_client){
+            .fds = fds + from,
+            .nfds = to - from,
+            .depth = depth,
+            .warm_end = start + (uint64_t)(warm * 1e9),
+            .end = start + (uint64_t)((warm + secs) * 1e9),
+        };
+        if (pthread_create(&ths[t], NULL, udp_rr_client_thread, &cs[t]) != 0)
+            die("pthread_create");
+    }
+    uint64_t total = 0;
+    for (int t = 0; t < threads; t++) {
+        pthread_join(ths[t], NULL);
+        total += cs[t].transactions;
+    }
+    for (int i = 0; i < flows; i++)
+        close(fds[i]);
+    free(fds);
+    printf("{\"tps\": %.1f, \"transactions\": %llu, \"seconds\": %.3f}\n", (double)total / secs,
+           (unsigned long long)total, secs);
+}
+
 static void usage(void) {
     fprintf(stderr, "usage: see the comment at the top of bench/floor/floor.c\n");
     exit(2);
@@ -432,7 +718,8 @@ int main(int argc, char **argv) {
     if (argc < 3)
         usage();
     const char *mode = argv[1];
-    int client = strstr(mode, "ping") || !strcmp(mode, "tcp-stream") || !strcmp(mode, "udp-blast");
+    int client = strstr(mode, "ping") || !strcmp(mode, "tcp-stream") || !strcmp(mode, "udp-blast") ||
+                 !strcmp(mode, "tcp-rr") || !strcmp(mode, "udp-rr");
     const char *host = client ? argv[2] : "127.0.0.1";
     int first_opt = client ? 4 : 3;
     if (argc < first_opt)
@@ -440,7 +727,8 @@ int main(int argc, char **argv) {
     int port = atoi(argv[first_opt - 1]);
     size_t size = 64, len = 128 * 1024, rsize = SINK_BUF;
     double secs = 5, warm = 1;
-    int cpu = -1;
+    int cpu = -1, flows = 1, depth = 1, threads = 1;
+    size_t resp = 0;
     for (int i = first_opt; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -458,6 +746,14 @@ int main(int argc, char **argv) {
             secs = atof(v), i++;
         else if (!strcmp(a, "-w") && v)
             warm = atof(v), i++;
+        else if (!strcmp(a, "-F") && v)
+            flows = atoi(v), i++;
+        else if (!strcmp(a, "-D") && v)
+            depth = atoi(v), i++;
+        else if (!strcmp(a, "-T") && v)
+            threads = atoi(v), i++;
+        else if (!strcmp(a, "-R") && v)
+            resp = (size_t)atol(v), i++;
         else
             usage();
     }
@@ -465,8 +761,21 @@ int main(int argc, char **argv) {
         usage();
     if (size < 1 || size > MAX_MSG || secs <= 0 || secs > MAX_SECS || warm < 0 || warm > MAX_SECS)
         usage();
+    if (flows < 1 || flows > 60000 || depth < 1 || depth > 1024 || threads < 1 ||
+        threads > RR_MAX_THREADS || resp > MAX_MSG)
+        usage();
+    rr_req = size;
+    rr_resp = resp ? resp : size;
     pin(cpu);
-    if (!strcmp(mode, "udp-echo"))
+    if (!strcmp(mode, "tcp-rr-echo"))
+        tcp_rr_echo(port, threads);
+    else if (!strcmp(mode, "udp-rr-echo"))
+        udp_rr_echo(port, threads);
+    else if (!strcmp(mode, "udp-rr"))
+        udp_rr(host, port, flows, depth, threads, secs, warm);
+    else if (!strcmp(mode, "tcp-rr"))
+        tcp_rr(host, port, flows, depth, threads, secs, warm);
+    else if (!strcmp(mode, "udp-echo"))
         udp_echo(port);
     else if (!strcmp(mode, "tcp-echo"))
         tcp_echo(port);

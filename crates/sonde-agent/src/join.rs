@@ -112,6 +112,7 @@ mod tests {
                 skip_rx_copy: false,
                 bytes: 0,
                 blocks: 0,
+                request_response: None,
             },
             channels: Mutex::new(vec![None, None]),
             joined: Condvar::new(),

@@ -75,6 +75,9 @@ pub struct AgentConfig {
     pub max_duration: Duration,
     /// Most streams (per direction) in one session.
     pub max_streams: u32,
+    /// Most flows of one many-flow latency test (`sonde latency -P`): they share a few
+    /// threads' readiness loops, so they cost descriptors and memory, not threads.
+    pub max_latency_flows: u32,
     /// Connections that are not yet sessions (or data channels handed to one), per listener
     /// (sonde's port and the iperf3 port each have this many); more are refused at once.
     pub max_pending: usize,
@@ -135,6 +138,7 @@ impl AgentConfig {
             max_sessions: 16,
             max_duration: Duration::from_secs(300),
             max_streams: 128,
+            max_latency_flows: 1024,
             max_pending: 64,
             max_pending_per_source: 16,
             max_sessions_per_source: 8,
@@ -160,6 +164,7 @@ impl AgentConfig {
             max_duration_ms: u64::try_from(self.max_duration.as_millis()).unwrap_or(u64::MAX),
             max_streams: self.max_streams,
             max_msg_size: MAX_MSG_SIZE,
+            request_response: sonde_net::latency::rr::SUPPORTED,
         }
     }
 }
@@ -1006,10 +1011,43 @@ pub(crate) fn validate(
     if spec.streams == 0 {
         return bad("a test needs at least one stream".into());
     }
-    if spec.kind == TestKind::Latency && spec.streams != 1 {
+    if let Some(rr) = &spec.request_response {
+        if spec.kind != TestKind::Latency {
+            return bad(
+                "many flows and requests in flight (-P, --depth) are for latency tests".into(),
+            );
+        }
+        if !sonde_net::latency::rr::SUPPORTED {
+            return bad(
+                "many-flow latency tests (-P, --depth, --response-size) are not supported on this \
+                 agent's platform"
+                    .into(),
+            );
+        }
+        if let Err(e) = sonde_net::latency::rr::check(
+            spec.msg_size,
+            rr.response_size,
+            rr.depth,
+            spec.protocol == Protocol::Udp,
+        ) {
+            return bad(e.to_string());
+        }
+        if rr.threads > sonde_wire::MAX_RR_THREADS {
+            return bad(format!(
+                "--threads is at most {}, not {}",
+                sonde_wire::MAX_RR_THREADS,
+                rr.threads
+            ));
+        }
+        if spec.streams > cfg.max_latency_flows {
+            return limit(format!(
+                "{} flows asked, this agent allows {} (sonde server --max-latency-flows)",
+                spec.streams, cfg.max_latency_flows
+            ));
+        }
+    } else if spec.kind == TestKind::Latency && spec.streams != 1 {
         return bad("latency tests use one stream".into());
-    }
-    if spec.streams > cfg.max_streams {
+    } else if spec.streams > cfg.max_streams {
         return limit(format!(
             "{} streams asked, this agent allows {} (sonde server --max-streams)",
             spec.streams, cfg.max_streams

@@ -511,7 +511,28 @@ impl<'a> Test<'a> {
                     ctrl_tx.send(Event::Control(m.map(Box::new))).is_ok()
                 });
             });
+            // A many-flow latency test: its flows shared by a few threads' readiness loops.
+            let rr_groups = self.rr_groups();
+            let pooled = !rr_groups.is_empty();
+            for group in rr_groups {
+                let tx = tx.clone();
+                let this = &self;
+                scope.spawn(move || {
+                    let _counted = this.cpu.track();
+                    let outcome = this.serve_flows(group.clone());
+                    for i in group.clone() {
+                        let o = match &outcome {
+                            Ok(()) => RoleOutcome::Echoed,
+                            Err(why) => RoleOutcome::Failed(why.clone()),
+                        };
+                        let _ = tx.send(Event::Done(i, o));
+                    }
+                });
+            }
             for (i, channel) in self.channels.iter().enumerate() {
+                if pooled {
+                    break;
+                }
                 let tx = tx.clone();
                 let this = &self;
                 scope.spawn(move || {
@@ -735,6 +756,17 @@ impl<'a> Test<'a> {
                 Some(RoleOutcome::Failed(_)) | None => {}
             }
         }
+        // A many-flow test's flows, up to `--max-latency-flows` of them, would not fit the
+        // report's frame one by one: their sum, as stream 0 (the client counts each flow).
+        if self.spec.request_response.is_some() && report.echoed.len() > 1 {
+            let flows = std::mem::take(&mut report.echoed);
+            report.echoed.push(StreamStats {
+                stream: 0,
+                bytes: flows.iter().map(|f| f.bytes).sum(),
+                packets: flows.iter().map(|f| f.packets).sum(),
+                ..StreamStats::default()
+            });
+        }
         report.tuning = self.tuning_report().map(Box::new);
         // Where each stream came from, as this end saw it (a NAT in the path shows).
         for stats in report
@@ -754,6 +786,78 @@ impl<'a> Test<'a> {
                 .map(|a| SocketAddr::new(a.ip().to_canonical(), a.port()));
         }
         Ok(report)
+    }
+
+    /// A many-flow latency test's flows in contiguous groups, one per thread: as many threads
+    /// as the client asked, else one per available core, at most one per flow. Empty for any
+    /// other test.
+    fn rr_groups(&self) -> Vec<std::ops::Range<usize>> {
+        let Some(rr) = self
+            .spec
+            .request_response
+            .filter(|_| self.spec.kind == TestKind::Latency)
+        else {
+            return Vec::new();
+        };
+        let n = self.channels.len();
+        let cores = thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let threads = if rr.threads == 0 {
+            cores
+        } else {
+            rr.threads as usize
+        }
+        .clamp(1, n.max(1));
+        (0..threads)
+            .map(|t| t * n / threads..(t + 1) * n / threads)
+            .filter(|r| !r.is_empty())
+            .collect()
+    }
+
+    /// One thread of a many-flow latency test: answers the requests of the flows in `group`
+    /// until they close or the test stops; pinned (and spinning) as the client asked.
+    fn serve_flows(&self, group: std::ops::Range<usize>) -> Result<(), String> {
+        let Some(rr) = self.spec.request_response else {
+            return Ok(());
+        };
+        let _pinned = if self.tuning.is_default() {
+            None
+        } else {
+            self.tune_thread(&self.channels[group.start])
+        };
+        // `--busy-poll`: `SO_BUSY_POLL` on the group's other flows too (`tune_thread` set the
+        // first and reports it); best effort, as there.
+        if self.tuning.busy_poll {
+            for c in &self.channels[group.start + 1..group.end] {
+                let _ = match c {
+                    DataChannel::Tcp(s) => sonde_net::tune::busy_poll_tcp(s),
+                    DataChannel::Udp(s) => sonde_net::tune::busy_poll_udp(s),
+                };
+            }
+        }
+        let stop = &self.stops[group.start];
+        let counters: Vec<&Counters> = self.counters[group.clone()].iter().collect();
+        let spin = self.tuning.busy_poll;
+        let (request, response) = (self.spec.msg_size, rr.response_size);
+        let tcp: Vec<&TcpStream> = self.channels[group.clone()]
+            .iter()
+            .filter_map(|c| match c {
+                DataChannel::Tcp(s) => Some(s),
+                DataChannel::Udp(_) => None,
+            })
+            .collect();
+        let r = if tcp.is_empty() {
+            let udp: Vec<&std::net::UdpSocket> = self.channels[group]
+                .iter()
+                .filter_map(|c| match c {
+                    DataChannel::Udp(s) => Some(s),
+                    DataChannel::Tcp(_) => None,
+                })
+                .collect();
+            sonde_net::latency::rr::echo(&udp, request, response, spin, stop, &counters)
+        } else {
+            sonde_net::latency::rr::echo(&tcp, request, response, spin, stop, &counters)
+        };
+        r.map_err(|e| e.to_string())
     }
 
     /// Waits for the client's `Go`; returns when it came (ns on the test clock), or `None` when
@@ -1082,7 +1186,11 @@ fn write_shrinking(w: &mut TcpStream, mut msg: ControlMsg) -> Result<(), Control
                 ControlMsg::SenderDone { streams } => {
                     streams.iter_mut().for_each(|s| s.tcp_info = None);
                 }
-                ControlMsg::Report(r) => r.sent.iter_mut().for_each(|s| s.tcp_info = None),
+                ControlMsg::Report(r) => r
+                    .sent
+                    .iter_mut()
+                    .chain(&mut r.echoed)
+                    .for_each(|s| s.tcp_info = None),
                 _ => {}
             }
             write_frame(w, &msg)

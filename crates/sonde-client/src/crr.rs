@@ -148,6 +148,7 @@ fn crr(
         skip_rx_copy: false,
         bytes: 0,
         blocks: 0,
+        request_response: None,
     };
     if !spec.socket.is_default() {
         // What this host's kernel refuses is a usage error before the agent is asked.

@@ -29,6 +29,7 @@
 //!         max_duration_ms: 300_000,
 //!         max_streams: 128,
 //!         max_msg_size: 1 << 20,
+//!         request_response: true,
 //!     },
 //!     nonce: Nonce([9; 32]),
 //!     secret_required: false,

@@ -233,6 +233,17 @@ fn prepare(
     test: &HelperTest,
 ) -> Result<(TcpStream, Vec<u8>, Ready), ClientError> {
     let mut welcomed = crate::session::hello(helper)?;
+    // A helper that predates many-flow tests would run its one-flow test instead.
+    if test.spec.request_response.is_some() && !welcomed.limits.request_response {
+        return Err(ClientError::Refused {
+            reason: sonde_wire::Refusal::BadRequest,
+            message: format!(
+                "helper {} predates many-flow latency tests (-P, --depth, --response-size): \
+                 upgrade it",
+                helper.label
+            ),
+        });
+    }
     welcomed.help(helper, target, test)?;
     let (mut ctrl, mut body) = (welcomed.ctrl, welcomed.body);
     let mut est = OffsetEstimator::new(Duration::from_secs(1));
@@ -368,6 +379,13 @@ pub fn run_as_helper(
                     duration: duration.saturating_sub(warmup),
                     warmup,
                     socket: spec.socket.clone(),
+                    // `-P`/`--depth`: the many-flow test, as the requester asked it.
+                    parallel: spec.streams,
+                    depth: spec.request_response.map_or(1, |rr| rr.depth),
+                    response_size: spec.request_response.map(|rr| rr.response_size),
+                    threads: spec
+                        .request_response
+                        .and_then(|rr| (rr.threads > 0).then_some(rr.threads)),
                     ..LatencyOptions::default()
                 };
                 crate::run(&t, &opt, Controls::new().interrupt(stop).hold(&mut hold))
@@ -689,7 +707,11 @@ fn latency_from(
         ));
     }
     let test = HelperTest {
-        spec: crate::latency_spec(opt)?,
+        spec: if opt.many_flows() {
+            crate::many_flows_spec(opt)?
+        } else {
+            crate::latency_spec(opt)?
+        },
         gso: None,
         warmup_ms: crate::millis(opt.warmup),
     };

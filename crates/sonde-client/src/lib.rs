@@ -388,6 +388,38 @@ pub struct LatencyOptions {
     pub socket: sonde_wire::SocketOptions,
     /// `-i`: the RTTs of each interval this long, live and in the result; `None` for none.
     pub interval: Option<Duration>,
+    /// `-P`: flows (TCP connections or UDP flows), 1 for the one-flow test.
+    pub parallel: u32,
+    /// `--depth`: requests in flight per flow (closed loop), 1 for one.
+    pub depth: u32,
+    /// `--response-size`: bytes of each response; `None` for `msg_size` (an echo).
+    pub response_size: Option<u32>,
+    /// `--threads`: threads at each end driving the flows; `None` for one per available core
+    /// (at most one per flow).
+    pub threads: Option<u32>,
+}
+
+impl LatencyOptions {
+    /// Whether this is a many-flow request/response test (`-P`, `--depth` above 1, or a
+    /// response size other than the request's): `-P 1 --depth 1` is the one-flow test.
+    pub fn many_flows(&self) -> bool {
+        self.parallel > 1
+            || self.depth > 1
+            || self.response_size.is_some_and(|r| r != self.msg_size)
+    }
+
+    /// The response size: `--response-size`, else the request's.
+    pub fn response_size(&self) -> u32 {
+        self.response_size.unwrap_or(self.msg_size)
+    }
+
+    /// The client's threads for a many-flow test: `--threads`, else one per available core; at
+    /// most one per flow.
+    pub fn client_threads(&self) -> u32 {
+        let cores = std::thread::available_parallelism()
+            .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX));
+        self.threads.unwrap_or(cores).clamp(1, self.parallel.max(1))
+    }
 }
 
 impl Default for LatencyOptions {
@@ -407,6 +439,10 @@ impl Default for LatencyOptions {
             cpu: None,
             socket: sonde_wire::SocketOptions::default(),
             interval: None,
+            parallel: 1,
+            depth: 1,
+            response_size: None,
+            threads: None,
         }
     }
 }
@@ -576,6 +612,19 @@ impl Test for LatencyOptions {
             ));
         }
         check_tuning(opt)?;
+        if opt.depth == 0 || opt.depth > sonde_wire::MAX_DEPTH {
+            return Err(ClientError::Usage(format!(
+                "--depth is 1 to {} requests in flight per flow, not {}",
+                sonde_wire::MAX_DEPTH,
+                opt.depth
+            )));
+        }
+        if opt.parallel == 0 {
+            return Err(ClientError::Usage("-P is at least 1 flow".into()));
+        }
+        if opt.many_flows() {
+            return many_flows(target, opt, interrupt, &mut || hold.call());
+        }
         let mut opt = opt.clone();
         // Open loop with a count: the schedule puts exactly `count` messages after the warm-up.
         if let (Some(n), Some(rate)) = (opt.count, opt.rate) {
@@ -602,6 +651,7 @@ impl Test for LatencyOptions {
             skip_rx_copy: false,
             bytes: 0,
             blocks: 0,
+            request_response: None,
         };
         let run = session::run_latency_held(
             target,
@@ -620,6 +670,95 @@ impl Test for LatencyOptions {
             rtt_histogram: run.outcome.rtt.serialized(),
         })
     }
+}
+
+/// What a many-flow test (`-P`, `--depth`, `--response-size`) cannot be combined with: a
+/// usage error naming it, rather than a figure silently missing.
+pub(crate) fn check_many_flows(opt: &LatencyOptions) -> Result<(), ClientError> {
+    if !opt.many_flows() {
+        return Ok(());
+    }
+    let refuse = |what: &str| {
+        Err(ClientError::Usage(format!(
+            "{what} is for the one-flow test (-P 1 --depth 1, responses the size of -m); many \
+             flows or requests in flight take -m, --response-size, -t, --warmup, --threads, \
+             --cpu, --busy-poll and the socket options"
+        )))
+    };
+    if opt.rate.is_some() {
+        return refuse("--rate (open loop)");
+    }
+    if opt.count.is_some() {
+        return refuse("-n (count)");
+    }
+    if opt.full_log.is_some() {
+        return refuse("--full-log");
+    }
+    if opt.timestamps {
+        return refuse("--timestamps");
+    }
+    if opt.one_way {
+        return refuse("--one-way");
+    }
+    if opt.interval.is_some() {
+        return refuse("-i (intervals)");
+    }
+    if opt.parallel == 0 {
+        return Err(ClientError::Usage("-P is at least 1 flow".into()));
+    }
+    if opt.threads == Some(0) || opt.threads.is_some_and(|t| t > sonde_wire::MAX_RR_THREADS) {
+        return Err(ClientError::Usage(format!(
+            "--threads is 1 to {}",
+            sonde_wire::MAX_RR_THREADS
+        )));
+    }
+    if !sonde_net::latency::rr::SUPPORTED {
+        return Err(ClientError::Usage(
+            "many flows or requests in flight (-P, --depth, --response-size) are not supported \
+             on this platform (their readiness loop is epoll, Linux)"
+                .into(),
+        ));
+    }
+    sonde_net::latency::rr::check(
+        opt.msg_size,
+        opt.response_size(),
+        opt.depth,
+        opt.protocol == Protocol::Udp,
+    )
+    .map_err(|e| ClientError::Usage(e.to_string()))
+}
+
+/// The agent's view of a many-flow test.
+pub(crate) fn many_flows_spec(opt: &LatencyOptions) -> Result<TestSpec, ClientError> {
+    check_many_flows(opt)?;
+    Ok(TestSpec {
+        streams: opt.parallel,
+        request_response: Some(sonde_wire::RequestResponse {
+            depth: opt.depth,
+            response_size: opt.response_size(),
+            threads: opt.threads.unwrap_or(0),
+        }),
+        ..latency_spec(opt)?
+    })
+}
+
+/// A many-flow latency test against a sonde agent.
+fn many_flows(
+    target: &Target,
+    opt: &LatencyOptions,
+    interrupt: &std::sync::atomic::AtomicBool,
+    hold: &mut dyn FnMut() -> Result<(), ClientError>,
+) -> Result<LatencyMeasurement, ClientError> {
+    let spec = many_flows_spec(opt)?;
+    let run = session::run_many_flows(target, &spec, opt, interrupt, hold)?;
+    let mut result = results::latency(target, opt, &run);
+    if run.interrupted {
+        mark_interrupted(&mut result.meta);
+    }
+    Ok(LatencyMeasurement {
+        result,
+        rtt_histogram: run.outcome.rtt.serialized(),
+    })
 }
 
 /// `--busy-poll` and `--cpu`: a closed loop only (an open loop's sender thread and reader
@@ -786,6 +925,7 @@ pub(crate) fn pps_spec(opt: &PpsOptions) -> Result<TestSpec, ClientError> {
         skip_rx_copy: false,
         bytes: 0,
         blocks: 0,
+        request_response: None,
     })
 }
 
@@ -875,6 +1015,7 @@ pub(crate) fn throughput_spec(opt: &ThroughputOptions) -> Result<TestSpec, Clien
         skip_rx_copy: opt.skip_rx_copy,
         bytes: opt.bytes.unwrap_or(0),
         blocks: opt.blocks.unwrap_or(0),
+        request_response: None,
     })
 }
 
@@ -895,6 +1036,7 @@ pub(crate) fn latency_spec(opt: &LatencyOptions) -> Result<TestSpec, ClientError
         skip_rx_copy: false,
         bytes: 0,
         blocks: 0,
+        request_response: None,
     })
 }
 

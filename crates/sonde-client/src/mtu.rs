@@ -108,6 +108,7 @@ fn mtu(
         skip_rx_copy: false,
         bytes: 0,
         blocks: 0,
+        request_response: None,
     };
     let mut c = session::connect(target, &spec, Tuning::default())?;
     let ClientChannel::Udp(sock) = &c.channels[0] else {
@@ -319,6 +320,7 @@ fn tcp_mss(target: &Target, meta: &mut sonde_report::Meta) -> Result<MtuTcp, Cli
         skip_rx_copy: false,
         bytes: 0,
         blocks: 0,
+        request_response: None,
     };
     let mut c = session::connect(target, &spec, Tuning::default())?;
     let client_at_connect = c.context.socket.as_ref().and_then(|(_, a)| a.mss_bytes);

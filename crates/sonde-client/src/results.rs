@@ -265,13 +265,26 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
         run.report.interface.as_deref(),
     );
     let udp = opt.protocol == sonde_wire::Protocol::Udp;
-    let (lost, duplicated, reordered) = o.seq.as_ref().map_or((0, 0, 0), |t| {
-        (
-            o.sent.saturating_sub(t.received()),
-            t.duplicated(),
-            t.reordered(),
-        )
-    });
+    let many = run.many_flows.as_ref().map(|m| many_flows(opt, run, m));
+    let (lost, duplicated, reordered) = if let Some(m) = &run.many_flows {
+        let lost = if udp {
+            m.flows
+                .iter()
+                .map(sonde_net::latency::rr::RrFlow::lost)
+                .sum()
+        } else {
+            0
+        };
+        (lost, 0, 0)
+    } else {
+        o.seq.as_ref().map_or((0, 0, 0), |t| {
+            (
+                o.sent.saturating_sub(t.received()),
+                t.duplicated(),
+                t.reordered(),
+            )
+        })
+    };
     let echoed: u64 = run.report.echoed.iter().map(|e| e.packets).sum();
     let (lost_outbound, lost_return) = if udp {
         let out = o.sent.saturating_sub(echoed).min(lost);
@@ -347,6 +360,48 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
         tuning,
         socket,
         intervals: run.intervals.clone(),
+        request_response: many,
+    }
+}
+
+/// A many-flow run's figures: transactions per second in all and per flow, fairness, CPU per
+/// transaction at each end.
+fn many_flows(
+    opt: &LatencyOptions,
+    run: &LatencyRun,
+    m: &crate::run::ManyFlowsRun,
+) -> sonde_report::RequestResponse {
+    // The measured time: from the end of the warm-up to the last request's send time (the
+    // duration), or less for an interrupted run.
+    let warmup = nanos(opt.warmup);
+    let measured_ns = run
+        .elapsed_ns
+        .saturating_sub(warmup)
+        .min(nanos(opt.duration))
+        .max(1);
+    let secs = measured_ns as f64 / 1e9;
+    let per_flow: Vec<u64> = m.flows.iter().map(|f| f.measured).collect();
+    let transactions: u64 = per_flow.iter().sum();
+    let rate = |x: u64| x as f64 / secs;
+    let per_transaction = |cpu: Option<&sonde_wire::CpuReport>| {
+        cpu.filter(|_| transactions > 0)
+            .map(|c| c.user_ns.saturating_add(c.system_ns) as f64 / transactions as f64)
+    };
+    sonde_report::RequestResponse {
+        flows: u32::try_from(m.flows.len()).unwrap_or(u32::MAX),
+        depth: opt.depth,
+        response_size_bytes: opt.response_size(),
+        client_threads: m.threads,
+        transactions,
+        transactions_per_second: rate(transactions),
+        flow_min_per_second: rate(per_flow.iter().copied().min().unwrap_or(0)),
+        flow_max_per_second: rate(per_flow.iter().copied().max().unwrap_or(0)),
+        fairness: sonde_report::RequestResponse::jain(&per_flow),
+        flow_transactions: per_flow,
+        timeouts: (opt.protocol == sonde_wire::Protocol::Udp)
+            .then(|| m.flows.iter().map(|f| f.timeouts).sum()),
+        client_cpu_ns_per_transaction: per_transaction(run.context.client_cpu.as_ref()),
+        server_cpu_ns_per_transaction: per_transaction(run.report.cpu.as_ref()),
     }
 }
 
@@ -1198,6 +1253,7 @@ mod context_tests {
             skip_rx_copy: false,
             bytes: 0,
             blocks: 0,
+            request_response: None,
         };
         let stats = |bytes, omitted_bytes| StreamStats {
             bytes,
@@ -1353,6 +1409,7 @@ mod context_tests {
             skip_rx_copy: false,
             bytes: 0,
             blocks: 0,
+            request_response: None,
         };
         let tcp = sonde_wire::Protocol::Tcp;
         let fresh = || meta(&target, SessionId(1), 0, 0);

@@ -72,6 +72,17 @@ pub(crate) struct LatencyRun {
     pub(crate) tuning: Option<TuningReport>,
     /// `-i`: the intervals, in order (empty without).
     pub(crate) intervals: Vec<sonde_report::LatencyInterval>,
+    /// `-P`/`--depth`: each flow's counts and the client's threads; `None` for one flow.
+    pub(crate) many_flows: Option<ManyFlowsRun>,
+}
+
+/// What a many-flow run adds to a [`LatencyRun`].
+#[derive(Debug, Clone)]
+pub(crate) struct ManyFlowsRun {
+    /// Each flow's counts, in flow order.
+    pub(crate) flows: Vec<sonde_net::latency::rr::RrFlow>,
+    /// The client's threads.
+    pub(crate) threads: u32,
 }
 
 /// One client data channel's outcome.

@@ -136,7 +136,7 @@ pub(crate) struct Welcomed {
     pub(crate) ctrl: TcpStream,
     pub(crate) body: Vec<u8>,
     pub(crate) session: SessionId,
-    limits: sonde_wire::Limits,
+    pub(crate) limits: sonde_wire::Limits,
     /// The rest of the handshake (it knows both nonces).
     handshake: Handshake,
 }
@@ -257,6 +257,16 @@ pub(crate) fn connect(
         .map_err(|e| socket_refused(&e))?;
     }
     let mut welcomed = hello(target)?;
+    if spec.request_response.is_some() && !welcomed.limits.request_response {
+        return Err(ClientError::Refused {
+            reason: sonde_wire::Refusal::BadRequest,
+            message: format!(
+                "the agent at {} predates many-flow latency tests (-P, --depth, \
+                 --response-size): upgrade it, or run -P 1 --depth 1",
+                target.label
+            ),
+        });
+    }
     let mut spec = spec.clone();
     if spec.duration_ms == 0 {
         // Open-ended (latency -n): as long as the agent allows.
@@ -516,7 +526,183 @@ pub(crate) fn run_latency_held(
         interrupted,
         tuning: tuned,
         intervals,
+        many_flows: None,
     })
+}
+
+/// Descriptors a many-flow test may need beyond its flows (the control connection, the
+/// threads' epoll instances, the standard streams, a results store).
+const SPARE_DESCRIPTORS: u64 = 64;
+
+/// A many-flow latency test (`-P`, `--depth`, `--response-size`): the flows split into
+/// contiguous groups, one per thread, each driven by one readiness loop
+/// ([`sonde_net::latency::rr`]); their histograms merged. `hold` as for
+/// [`run_latency_held`].
+pub(crate) fn run_many_flows(
+    target: &Target,
+    spec: &TestSpec,
+    opt: &LatencyOptions,
+    interrupt: &AtomicBool,
+    hold: &mut dyn FnMut() -> Result<(), ClientError>,
+) -> Result<LatencyRun, ClientError> {
+    let Some(rr) = spec.request_response else {
+        return Err(ClientError::Usage("internal: not a many-flow test".into()));
+    };
+    // One descriptor per flow at this end: the soft limit raised to the hard one if need be.
+    let needed = u64::from(spec.streams) + SPARE_DESCRIPTORS;
+    let (soft, hard) = sonde_net::socket::raise_descriptor_limit().unwrap_or((u64::MAX, u64::MAX));
+    if soft < needed {
+        return Err(ClientError::Usage(format!(
+            "-P {} needs about {needed} open files, and this process may open {soft} (hard limit \
+             {hard}): raise it (ulimit -n, or LimitNOFILE= for a service) or ask fewer flows",
+            spec.streams
+        )));
+    }
+    let tuning = Tuning {
+        busy_poll: opt.busy_poll,
+        pin: opt.busy_poll || opt.cpu.is_some(),
+    };
+    let mut c = connect(target, spec, tuning)?;
+    hold()?;
+    let interface = InterfaceSnapshot::toward(target.addr.ip());
+    let mut tuned = (!tuning.is_default()).then(TuningReport::default);
+    if let Some(t) = tuned.as_mut().filter(|_| opt.busy_poll) {
+        // Every flow non-blocking (the loops make them so anyway) with `SO_BUSY_POLL` where
+        // permitted; the loops spin on a zero wait.
+        for (i, c) in c.channels.iter().enumerate() {
+            let busy = match c {
+                ClientChannel::Tcp(s) => sonde_net::tune::busy_poll_tcp(s),
+                ClientChannel::Udp(s) => sonde_net::tune::busy_poll_udp(s),
+            }
+            .map_err(|e| ClientError::Data(e, u32::try_from(i).unwrap_or(u32::MAX)))?;
+            t.so_busy_poll_us = t.so_busy_poll_us.or(busy.so_busy_poll_us);
+        }
+        t.busy_poll = true;
+    }
+    if let Some(t) = tuned.as_mut() {
+        t.cpus.extend(opt.cpu);
+    }
+    let warmup_ns = u64::try_from(opt.warmup.as_nanos()).unwrap_or(u64::MAX);
+    let cfg = sonde_net::latency::rr::RrConfig {
+        request_size: spec.msg_size,
+        response_size: rr.response_size,
+        depth: rr.depth,
+        until_ns: warmup_ns
+            .saturating_add(u64::try_from(opt.duration.as_nanos()).unwrap_or(u64::MAX)),
+        warmup_ns,
+        spin: opt.busy_poll,
+    };
+    let n = c.channels.len();
+    let threads = (opt.client_threads() as usize).clamp(1, n.max(1));
+    let groups: Vec<std::ops::Range<usize>> = (0..threads)
+        .map(|t| t * n / threads..(t + 1) * n / threads)
+        .filter(|r| !r.is_empty())
+        .collect();
+    let stop = AtomicBool::new(false);
+    let channels = &c.channels;
+    let measured = stopped_by(interrupt, &stop, || {
+        metered_latency(spec.msg_size, |meter| {
+            let clock = Clock::start();
+            let outcomes = thread::scope(|s| {
+                let running: Vec<_> = groups
+                    .iter()
+                    .map(|group| {
+                        let (clock, stop) = (&clock, &stop);
+                        s.spawn(move || {
+                            let _counted = meter.track();
+                            let _pinned = opt
+                                .cpu
+                                .map(sonde_net::tune::pin_current_thread)
+                                .transpose()
+                                .map_err(|e| ClientError::Usage(format!("--cpu: {e}")))?;
+                            let before = sonde_net::latency::ping_syscalls();
+                            let r = flows_of(&channels[group.clone()], &cfg, clock, stop);
+                            let calls = sonde_net::latency::ping_syscalls().wrapping_sub(before);
+                            // One thread failing ends the others' loops too.
+                            if r.is_err() {
+                                stop.store(true, Ordering::Relaxed);
+                            }
+                            Ok((
+                                r.map_err(|e| ClientError::Data(e, group.start as u32))?,
+                                calls,
+                            ))
+                        })
+                    })
+                    .collect();
+                running
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                    })
+                    .collect::<Result<Vec<_>, ClientError>>()
+            })?;
+            let mut rtt = sonde_engine::rtt::RttRecorder::new(warmup_ns);
+            let mut flows = Vec::with_capacity(n);
+            for (o, calls) in outcomes {
+                sonde_net::latency::credit_ping_syscalls(calls);
+                rtt.merge(&o.rtt);
+                flows.extend(o.flows);
+            }
+            let outcome = LatencyOutcome {
+                rtt,
+                sent: flows.iter().map(|f| f.sent).sum(),
+                seq: None,
+                late_sends: 0,
+                timeouts: flows.iter().map(|f| f.timeouts).sum(),
+                socket: None,
+                one_way: None,
+                log: None,
+            };
+            Ok((outcome, (flows, clock.now_ns())))
+        })
+    });
+    let (outcome, (flows, elapsed_ns), client_cpu) = measured?;
+    c.context.client_cpu = client_cpu;
+    let (report, interrupted) = finish_latency(&mut c, interrupt.load(Ordering::Relaxed))?;
+    c.context.interface = interface.as_ref().and_then(InterfaceSnapshot::delta);
+    Ok(LatencyRun {
+        session: c.session,
+        started_unix_ms: c.started_unix_ms,
+        outcome,
+        elapsed_ns,
+        report,
+        context: c.context,
+        interrupted,
+        tuning: tuned,
+        intervals: Vec::new(),
+        many_flows: Some(crate::run::ManyFlowsRun {
+            flows,
+            threads: u32::try_from(groups.len()).unwrap_or(u32::MAX),
+        }),
+    })
+}
+
+/// One thread's flows through the readiness loop of their protocol.
+fn flows_of(
+    channels: &[ClientChannel],
+    cfg: &sonde_net::latency::rr::RrConfig,
+    clock: &Clock,
+    stop: &AtomicBool,
+) -> std::io::Result<sonde_net::latency::rr::RrOutcome> {
+    let tcp: Vec<&TcpStream> = channels
+        .iter()
+        .filter_map(|c| match c {
+            ClientChannel::Tcp(s) => Some(s),
+            ClientChannel::Udp(_) => None,
+        })
+        .collect();
+    if !tcp.is_empty() {
+        return sonde_net::latency::rr::client(&tcp, cfg, clock, stop);
+    }
+    let udp: Vec<&std::net::UdpSocket> = channels
+        .iter()
+        .filter_map(|c| match c {
+            ClientChannel::Udp(s) => Some(s),
+            ClientChannel::Tcp(_) => None,
+        })
+        .collect();
+    sonde_net::latency::rr::client(&udp, cfg, clock, stop)
 }
 
 /// A latency test's end ([`Finishing`]) over the session's control connection: `Finish`, then
@@ -1045,6 +1231,7 @@ mod tests {
             skip_rx_copy: false,
             bytes: 0,
             blocks: 0,
+            request_response: None,
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let control = TcpStream::connect(listener.local_addr().unwrap()).unwrap();

@@ -91,6 +91,13 @@ fn latency(
     opt: &LatencyOptions,
     interrupt: &AtomicBool,
 ) -> Result<crate::LatencyMeasurement, ClientError> {
+    if opt.many_flows() {
+        return Err(ClientError::Usage(
+            "-P, --depth and --response-size need a sonde agent: a sockperf server answers one \
+             flow's ping-pong (sockperf's own many-flow mode is not emulated)"
+                .into(),
+        ));
+    }
     if opt.interval.is_some() {
         return Err(ClientError::Usage(
             "-i against a sockperf server: not supported yet (the intervals are sonde's own \
@@ -206,6 +213,7 @@ fn latency(
         interrupted,
         tuning: None,
         intervals: Vec::new(),
+        many_flows: None,
     };
     let mut result = document(target, &opt, &run);
     if interrupted {

@@ -52,11 +52,19 @@ pub enum SweepParam {
     Rate,
     /// UDP bitrate in bits per second, all streams together (`-b`). Decimal suffixes.
     Bitrate,
+    /// Requests in flight per flow of a latency test (`--depth`). Decimal suffixes.
+    Depth,
 }
 
 impl SweepParam {
     /// Every parameter, in the order the error message lists them.
-    pub const ALL: [Self; 4] = [Self::MsgSize, Self::Parallel, Self::Rate, Self::Bitrate];
+    pub const ALL: [Self; 5] = [
+        Self::MsgSize,
+        Self::Parallel,
+        Self::Rate,
+        Self::Bitrate,
+        Self::Depth,
+    ];
 
     /// The name used in a spec (and in JSON): `msg_size`, `parallel`, `rate`, `bitrate`.
     pub fn name(self) -> &'static str {
@@ -65,6 +73,7 @@ impl SweepParam {
             Self::Parallel => "parallel",
             Self::Rate => "rate",
             Self::Bitrate => "bitrate",
+            Self::Depth => "depth",
         }
     }
 
@@ -75,6 +84,7 @@ impl SweepParam {
             Self::Parallel => "streams",
             Self::Rate => "messages_per_second",
             Self::Bitrate => "bits_per_second",
+            Self::Depth => "requests_in_flight",
         }
     }
 
@@ -82,7 +92,7 @@ impl SweepParam {
     fn kilo(self) -> u64 {
         match self {
             Self::MsgSize => 1024,
-            Self::Parallel | Self::Rate | Self::Bitrate => 1000,
+            Self::Parallel | Self::Rate | Self::Bitrate | Self::Depth => 1000,
         }
     }
 
@@ -105,7 +115,7 @@ pub enum SweepError {
     #[error("sweep `{0}`: expected PARAM=VALUES, e.g. msg_size=1:64K:*2 or parallel=1,2,4")]
     NoEquals(String),
     /// The parameter is not one sonde can sweep.
-    #[error("sweep: unknown parameter `{0}` (known: msg_size, parallel, rate, bitrate)")]
+    #[error("sweep: unknown parameter `{0}` (known: msg_size, parallel, rate, bitrate, depth)")]
     UnknownParam(String),
     /// Nothing after the `=`, or an empty list element.
     #[error("sweep {param}: empty value in `{text}`")]

@@ -169,6 +169,8 @@ pub enum Figure {
     Loss,
     /// Connections (transactions) per second.
     ConnectionsPerSecond,
+    /// Request/response transactions per second (`sonde latency -P`/`--depth`).
+    TransactionsPerSecond,
 }
 
 /// Which way a figure gets worse.
@@ -195,6 +197,7 @@ impl Figure {
             Self::Pps => "packets_per_second",
             Self::Loss => "loss_percent",
             Self::ConnectionsPerSecond => "connections_per_second",
+            Self::TransactionsPerSecond => "transactions_per_second",
         }
     }
 
@@ -211,13 +214,17 @@ impl Figure {
             Self::Pps => "packets/s",
             Self::Loss => "loss",
             Self::ConnectionsPerSecond => "connections/s",
+            Self::TransactionsPerSecond => "transactions/s",
         }
     }
 
     /// Which way is better.
     pub fn better(self) -> Better {
         match self {
-            Self::Throughput | Self::Pps | Self::ConnectionsPerSecond => Better::Higher,
+            Self::Throughput
+            | Self::Pps
+            | Self::ConnectionsPerSecond
+            | Self::TransactionsPerSecond => Better::Higher,
             _ => Better::Lower,
         }
     }

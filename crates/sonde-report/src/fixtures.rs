@@ -90,6 +90,7 @@ pub(crate) fn latency_tcp() -> TestResult {
         tuning: None,
         socket: None,
         intervals: Vec::new(),
+        request_response: None,
     })
 }
 
@@ -139,6 +140,7 @@ pub(crate) fn latency_udp_lossy() -> TestResult {
         tuning: None,
         socket: None,
         intervals: Vec::new(),
+        request_response: None,
     })
 }
 
@@ -1086,7 +1088,36 @@ pub(crate) fn all() -> Vec<(&'static str, TestResult)> {
         ("throughput_from_helpers", throughput_from_helpers()),
         ("latency_from_helpers", latency_from_helpers()),
         ("mtu_router_said", mtu_router_said()),
+        ("latency_many_flows", latency_many_flows()),
     ]
+}
+
+/// `sonde latency -P 16 --depth 4 --response-size 1K`: TCP, 16 flows of 4 requests in flight,
+/// 64-byte requests and 1 KiB responses, over two client threads.
+pub(crate) fn latency_many_flows() -> TestResult {
+    let TestResult::Latency(mut r) = latency_tcp() else {
+        unreachable!("latency_tcp is a latency result")
+    };
+    let flow_transactions: Vec<u64> = (0..16).map(|i| 62_000 + i * 250).collect();
+    let transactions: u64 = flow_transactions.iter().sum();
+    r.sent = transactions + 16 * 4 + 110_000;
+    r.samples = transactions;
+    r.request_response = Some(crate::model::RequestResponse {
+        flows: 16,
+        depth: 4,
+        response_size_bytes: 1024,
+        client_threads: 2,
+        transactions,
+        transactions_per_second: transactions as f64 / 10.0,
+        flow_min_per_second: 6_200.0,
+        flow_max_per_second: 6_575.0,
+        fairness: crate::model::RequestResponse::jain(&flow_transactions),
+        flow_transactions,
+        timeouts: None,
+        client_cpu_ns_per_transaction: Some(9_512.0),
+        server_cpu_ns_per_transaction: Some(7_204.0),
+    });
+    TestResult::Latency(r)
 }
 
 /// `sonde mtu 198.18.1.2` through a router whose link toward the agent has an MTU of 1,400: it

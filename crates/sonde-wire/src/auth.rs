@@ -222,6 +222,12 @@ impl Request<'_> {
                     mac.update(b"blocks");
                     mac.update(&s.blocks.to_be_bytes());
                 }
+                if let Some(rr) = &s.request_response {
+                    mac.update(b"rr");
+                    mac.update(&rr.depth.to_be_bytes());
+                    mac.update(&rr.response_size.to_be_bytes());
+                    mac.update(&rr.threads.to_be_bytes());
+                }
             }
             Self::Help(target, test) => {
                 mac.update(b"help");
@@ -316,6 +322,7 @@ mod tests {
             skip_rx_copy: false,
             bytes: 0,
             blocks: 0,
+            request_response: None,
         }
     }
 

@@ -119,7 +119,35 @@ pub struct TestSpec {
     /// from the JSON when 0.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub blocks: u64,
+    /// Latency with many flows or many requests in flight (`-P`, `--depth`,
+    /// `--response-size`): each of the `streams` flows keeps `depth` requests of `msg_size`
+    /// bytes outstanding and the agent answers each with `response_size` bytes, its flows
+    /// spread over `threads` readiness loops. `None` (absent from the JSON): the one-flow,
+    /// one-in-flight latency test, unchanged. An agent that predates it says so in
+    /// [`Limits::request_response`] (false), and the client refuses before asking.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_response: Option<RequestResponse>,
 }
+
+/// The shape of a many-flow request/response latency test ([`TestSpec::request_response`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestResponse {
+    /// Requests in flight per flow (closed loop: a flow sends its next request when a
+    /// response comes back); at least 1.
+    pub depth: u32,
+    /// Bytes of each response (the request is `msg_size`).
+    pub response_size: u32,
+    /// The agent's threads, each running one readiness loop over its share of the flows;
+    /// 0 for the agent's choice (one per available core, at most one per flow).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub threads: u32,
+}
+
+/// The most requests in flight per flow a many-flow latency test may ask (`--depth`).
+pub const MAX_DEPTH: u32 = 1024;
+
+/// The most threads either end of a many-flow latency test runs (`--threads`).
+pub const MAX_RR_THREADS: u32 = 256;
 
 /// A TCP receiver's read size when the test does not set one: 512 KiB, four of the default
 /// 128 KiB writes. On a fast path the receive queue holds several writes, and fewer, larger
@@ -228,6 +256,10 @@ pub struct Limits {
     pub max_streams: u32,
     /// Maximum message size, bytes.
     pub max_msg_size: u32,
+    /// Whether the agent runs many-flow request/response latency tests
+    /// ([`TestSpec::request_response`]); false (absent) from an agent that predates them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub request_response: bool,
 }
 
 /// One stream's (or flow's) counts, from the side that measured them.
@@ -759,6 +791,7 @@ mod tests {
             skip_rx_copy: false,
             bytes: 10,
             blocks: 0,
+            request_response: None,
         };
         let shares: Vec<u64> = (0..3).map(|i| spec.send_limit(i)).collect();
         assert_eq!(shares, [4, 3, 3]);
@@ -831,6 +864,7 @@ mod tests {
             skip_rx_copy: false,
             bytes: 0,
             blocks: 0,
+            request_response: None,
         }
     }
 

@@ -905,6 +905,7 @@ fn control_messages() -> Vec<ControlMsg> {
         skip_rx_copy: false,
         bytes: 0,
         blocks: 0,
+        request_response: None,
     };
     let info = TcpInfoStats {
         stream: 1,
@@ -947,6 +948,7 @@ fn control_messages() -> Vec<ControlMsg> {
                 max_duration_ms: 300_000,
                 max_streams: 128,
                 max_msg_size: 65_536,
+                request_response: false,
             },
             nonce: crate::auth::Nonce([0xa5; 32]),
             secret_required: true,

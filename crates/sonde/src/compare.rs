@@ -13,9 +13,9 @@ use crate::units::BadValue;
 
 /// Compare runs: A against B per figure with the change and its significance, or a matrix by label
 ///
-/// For every figure the runs have (RTT mean, p50, p99, p99.9, p99.99, max, loss; throughput,
-/// packets/s, loss; connections/s) it prints A, B, the change in percent and whether the change
-/// is significant. With `--by LABEL`, one row per value of the label instead (the spreadsheet).
+/// For every figure the runs have (RTT mean, p50, p99, p99.9, p99.99, max, loss, and
+/// transactions/s of many-flow latency runs; throughput, packets/s, loss; connections/s) it
+/// prints A, B, the change in percent and whether the change is significant. With `--by LABEL`, one row per value of the label instead (the spreadsheet).
 #[derive(Debug, Args)]
 #[command(after_long_help = concat!("\
 A side's figure is the median of its runs. Significance is the two-sided Mann-Whitney U test \

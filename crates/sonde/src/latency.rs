@@ -78,6 +78,19 @@ warning.
 --cpu N: the loop runs on CPU N only (sched_setaffinity), and the agent pins its echo too. \
 With --busy-poll on one host, give the client and the agent different CPUs.
 
+Many flows, many requests in flight (-P N, --depth K, --response-size SIZE): N TCP connections \
+or UDP flows, each keeping K requests of -m bytes outstanding (closed loop), answered with \
+--response-size bytes (neper tcp_rr/udp_rr -F N -T THREADS; netperf TCP_RR -b K-1 -r REQ,RESP). \
+Each end spreads the flows over --threads threads (one per core by default), each driving its \
+share with one epoll loop. The result adds transactions per second in total and per flow (min, \
+max, Jain's fairness index), CPU time per transaction at each end and, for UDP, requests given \
+up on after max(10 ms, 10 x median RTT); the RTT percentiles are merged over every flow. -P 1 \
+--depth 1 with responses the size of -m is the one-flow test above. Not with --rate, -n, -i, \
+--full-log, --timestamps, --one-way or sockperf://. Linux (epoll); the agent must be as recent \
+(an older one is refused before the test). The agent takes up to 1,024 flows (sonde server \
+--max-latency-flows); each end needs one open file per flow, and the client raises its soft \
+limit to the hard one when it must.
+
 Examples:
   sonde latency 198.18.0.2                 TCP, 64-byte messages, 1 s warm-up + 10 s
   sonde latency 198.18.0.2 -u -m 1472      UDP, 1472-byte datagrams
@@ -97,6 +110,10 @@ Examples:
                                            delay each way, every sample to rtt.csv
   sonde latency 198.18.0.2 -u --busy-poll --cpu 2
                                            the lowest RTT: both ends spin, this one on CPU 2
+  sonde latency 198.18.0.2 -P 256 --depth 4
+                                           256 connections, 4 requests in flight each
+  sonde latency 198.18.0.2 -u -P 16 -m 64 --response-size 1K
+                                           16 UDP flows, 64-byte requests, 1 KiB responses
 
 ", crate::exit::exit_codes!()))]
 pub(crate) struct Opt {
@@ -132,8 +149,8 @@ pub(crate) struct Opt {
     /// Open loop: send this many messages per second on a fixed schedule (e.g. 1000, 10K)
     #[arg(long, value_name = "MSG_PER_SEC", value_parser = crate::units::per_second)]
     rate: Option<f64>,
-    /// Run once per value: msg_size (-m) or rate (--rate, open loop), e.g.
-    /// `msg_size=64:64K:*4`
+    /// Run once per value: msg_size (-m), rate (--rate, open loop), parallel (-P) or depth
+    /// (--depth), e.g. `msg_size=64:64K:*4`, `parallel=1:256:*4`
     #[arg(long, value_name = "PARAM=VALUES", value_parser = crate::sweep::parse, long_help = crate::sweep::SWEEP_HELP)]
     sweep: Option<Sweep>,
     /// Write every sample to FILE as CSV (seq, send/receive time, RTT, outcome), from a thread
@@ -155,9 +172,29 @@ pub(crate) struct Opt {
     /// a whole core at each end (closed loop; not with sockperf://)
     #[arg(long = "busy-poll", conflicts_with = "rate")]
     busy_poll: bool,
-    /// Run the loop on CPU N only, and ask the agent to pin its echo too (Linux)
+    /// Run the loop on CPU N only, and ask the agent to pin its echo too (Linux). With -P or
+    /// --depth: every client thread on CPU N, and the agent pins its threads to its --cpu-list
     #[arg(long, value_name = "N")]
     cpu: Option<u32>,
+    /// Flows: N TCP connections or UDP flows at once, each with --depth requests in flight;
+    /// their RTTs merged into one distribution and their transactions per second in the result
+    /// (total, per-flow min and max, fairness). neper tcp_rr/udp_rr -F, N netperf TCP_RR
+    /// processes. Default 1 (the one-flow test)
+    #[arg(short = 'P', long = "parallel", default_value_t = 1, value_name = "N")]
+    parallel: u32,
+    /// Requests in flight per flow, closed loop (each response lets the flow's next request
+    /// go): netperf TCP_RR -b K-1 (its burst adds to the one in flight), k8s-netperf's queue
+    /// depth. 1 to 1024; default 1
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    depth: u32,
+    /// Response size, bytes (request: -m): netperf -r REQ,RESP, neper --response-size. UDP:
+    /// at least 8 with -P/--depth (each carries its sequence number). Default: -m (an echo)
+    #[arg(long = "response-size", value_name = "SIZE", value_parser = crate::units::size)]
+    response_size: Option<u32>,
+    /// With -P/--depth: threads at each end, each driving its share of the flows with one
+    /// epoll loop (neper -T). Default: one per available core, at most one per flow
+    #[arg(long, value_name = "N")]
+    threads: Option<u32>,
     #[command(flatten)]
     ip: crate::sockopt::IpOpt,
     #[command(flatten)]
@@ -205,6 +242,10 @@ impl Opt {
             busy_poll: self.busy_poll,
             cpu: self.cpu,
             interval: self.interval.filter(|d| !d.is_zero()),
+            parallel: self.parallel,
+            depth: self.depth,
+            response_size: self.response_size,
+            threads: self.threads,
             socket: crate::sockopt::socket_options(
                 &self.ip,
                 crate::sockopt::Taken {
@@ -302,7 +343,12 @@ where
             },
         );
     };
-    let allowed = [SweepParam::MsgSize, SweepParam::Rate];
+    let allowed = [
+        SweepParam::MsgSize,
+        SweepParam::Rate,
+        SweepParam::Parallel,
+        SweepParam::Depth,
+    ];
     let doc = crate::sweep::run(
         saver,
         "latency",
@@ -314,6 +360,8 @@ where
             let mut o = options.clone();
             match sweep.param() {
                 SweepParam::MsgSize => o.msg_size = crate::sweep::as_u32(sweep.param(), value)?,
+                SweepParam::Parallel => o.parallel = crate::sweep::as_u32(sweep.param(), value)?,
+                SweepParam::Depth => o.depth = crate::sweep::as_u32(sweep.param(), value)?,
                 _ => o.rate = Some(value as f64),
             }
             client_run(target, &o, Controls::new().interrupt(interrupt))

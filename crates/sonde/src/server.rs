@@ -83,6 +83,10 @@ pub(crate) struct Opt {
     /// Most parallel streams in one session (per direction)
     #[arg(long, default_value_t = 128, value_name = "N")]
     max_streams: u32,
+    /// Most flows in one many-flow latency test (`sonde latency -P N`); they share a few
+    /// threads' readiness loops, so they cost descriptors, not threads
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    max_latency_flows: u32,
     /// Also answer real iperf3 clients (`iperf3 -c HOST -p PORT`), TCP and UDP, on PORT
     /// (default 5201), several at once, under the same limits. The client's -w, -C, -M, -S,
     /// --fq-rate and -N apply to the agent's end of each stream too; what the kernel refuses
@@ -189,6 +193,7 @@ pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
         c.max_pending_per_source = opt.max_pending_per_source;
         c.max_duration = opt.max_duration;
         c.max_streams = opt.max_streams;
+        c.max_latency_flows = opt.max_latency_flows;
         // The agent reports what it does; unless --quiet, each event is a line on stderr.
         c.events = (!opt.quiet).then(|| {
             sonde_agent::Events(Arc::new(|event: sonde_agent::AgentEvent| {

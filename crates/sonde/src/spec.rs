@@ -404,6 +404,10 @@ mod tests {
                 "from",
                 "busy_poll",
                 "cpu",
+                "parallel",
+                "depth",
+                "response_size",
+                "threads",
                 "window",
                 "tos",
                 "dscp",
@@ -581,6 +585,34 @@ mod tests {
             .parse(&["h".into(), "--flows".into(), "many".into()])
             .expect_err("not a number");
         assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+    }
+
+    /// A plan's latency case with `parallel`, `depth`, `response_size` and `threads` runs the
+    /// many-flow test, as the flags do.
+    #[test]
+    fn many_flow_keys_reach_the_latency_options() {
+        let spec = kind("latency")
+            .parse(&[
+                "127.0.0.1:9".into(),
+                "--parallel".into(),
+                "16".into(),
+                "--depth".into(),
+                "8".into(),
+                "--response-size".into(),
+                "1K".into(),
+                "--threads".into(),
+                "2".into(),
+            ])
+            .expect("parses");
+        let opt = format!("{:?}", spec.test());
+        for want in [
+            "parallel: 16",
+            "depth: 8",
+            "response_size: Some(1024)",
+            "threads: Some(2)",
+        ] {
+            assert!(opt.contains(want), "{want} not in {opt}");
+        }
     }
 
     /// A plan case's (and a mesh's scheduled test's) socket options: the keys are the flags,

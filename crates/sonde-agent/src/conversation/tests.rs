@@ -48,6 +48,7 @@ fn spec(kind: TestKind, protocol: Protocol, streams: u32, duration_ms: u64) -> T
         skip_rx_copy: false,
         bytes: 0,
         blocks: 0,
+        request_response: None,
     }
 }
 
@@ -758,6 +759,51 @@ fn requests_outside_the_limits_are_refused_and_counted_before_the_refusal_is_sen
         );
         assert!(pair.fake.admitted.is_empty());
     }
+}
+
+/// A many-flow latency test is held to `--max-latency-flows`, not `--max-streams`, and its
+/// sizes and depth to what its loops carry.
+#[test]
+fn many_flow_latency_tests_have_limits_of_their_own() {
+    let cfg = config(|c| {
+        c.max_streams = 4;
+        c.max_latency_flows = 300;
+    });
+    let rr = |proto, flows, msg, depth, response| {
+        let mut s = spec(TestKind::Latency, proto, flows, 1_000);
+        s.msg_size = msg;
+        s.request_response = Some(sonde_wire::RequestResponse {
+            depth,
+            response_size: response,
+            threads: 0,
+        });
+        s
+    };
+    let cases = [
+        (rr(Protocol::Tcp, 301, 64, 4, 64), Some(Refusal::Limits)),
+        (rr(Protocol::Udp, 2, 4, 1, 64), Some(Refusal::BadRequest)),
+        (rr(Protocol::Udp, 2, 64, 1, 4), Some(Refusal::BadRequest)),
+        (rr(Protocol::Tcp, 2, 64, 0, 64), Some(Refusal::BadRequest)),
+        (
+            rr(Protocol::Tcp, 2, 64, sonde_wire::MAX_DEPTH + 1, 64),
+            Some(Refusal::BadRequest),
+        ),
+        (rr(Protocol::Tcp, 300, 64, 4, 1024), None),
+    ];
+    for (asked, want) in cases {
+        let mut pair = Pair::new(&cfg, None);
+        match want {
+            Some(want) => assert_eq!(refused_for(pair.start(&asked)), want, "{asked:?}"),
+            None => {
+                let _ = pair.start(&asked);
+                assert_eq!(pair.fake.admitted.len(), 1, "{asked:?}: {:?}", pair.did);
+            }
+        }
+    }
+    // Throughput keeps its own limit.
+    let mut pair = Pair::new(&cfg, None);
+    let asked = spec(TestKind::Throughput, Protocol::Tcp, 5, 1_000);
+    assert_eq!(refused_for(pair.start(&asked)), Refusal::Limits);
 }
 
 #[test]

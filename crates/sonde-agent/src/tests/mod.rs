@@ -193,6 +193,7 @@ fn spec(kind: TestKind, protocol: Protocol, direction: Direction, duration_ms: u
         skip_rx_copy: false,
         bytes: 0,
         blocks: 0,
+        request_response: None,
     }
 }
 

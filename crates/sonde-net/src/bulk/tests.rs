@@ -665,6 +665,7 @@ fn pps_datagrams_of_14_bytes_carry_the_short_header_and_are_each_counted() {
         skip_rx_copy: false,
         bytes: 0,
         blocks: 0,
+        request_response: None,
     };
     assert_eq!(UdpFormat::sonde(&spec(14)), UdpFormat::Short);
     assert_eq!(UdpFormat::sonde(&spec(15)), UdpFormat::Short);

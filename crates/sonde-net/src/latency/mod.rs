@@ -45,6 +45,7 @@ mod echo;
 mod framing;
 mod inner;
 mod open;
+pub mod rr;
 pub mod sockperf_echo;
 mod tcp;
 mod transport;

@@ -1356,6 +1356,95 @@ pub(crate) fn set_busy_poll(fd: BorrowedFd<'_>, usecs: u32) -> io::Result<()> {
     setsockopt(fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL, v)
 }
 
+/// An epoll instance (epoll(7)), level-triggered: the readiness loop of many-flow latency
+/// tests (`latency::rr`), one per thread, with its event buffer.
+pub(crate) struct Poller {
+    epoll: std::os::fd::OwnedFd,
+    events: Vec<libc::epoll_event>,
+    ready: usize,
+}
+
+/// Whether this platform has [`Poller`].
+pub(crate) const POLLER: bool = true;
+
+impl Poller {
+    /// A new epoll instance that reports up to `capacity` ready sockets per wait.
+    pub(crate) fn new(capacity: usize) -> io::Result<Self> {
+        // SAFETY: no pointers are passed; the result is checked before use.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by epoll_create1 and is owned by nothing else.
+        let epoll = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        Ok(Self {
+            epoll,
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; capacity.max(1)],
+            ready: 0,
+        })
+    }
+
+    fn ctl(&self, op: i32, fd: BorrowedFd<'_>, token: u64, write: bool) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | if write { libc::EPOLLOUT } else { 0 }) as u32,
+            u64: token,
+        };
+        // SAFETY: both descriptors are valid for the call (`fd` is borrowed, the epoll owned),
+        // and `ev` is a valid, writable `epoll_event` for its duration.
+        let rc = unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd.as_raw_fd(), &mut ev) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Watches `fd` for reading (and writing, when `write`), reported as `token`.
+    pub(crate) fn add(&self, fd: BorrowedFd<'_>, token: u64, write: bool) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, write)
+    }
+
+    /// Changes whether `fd` is watched for writing too.
+    pub(crate) fn modify(&self, fd: BorrowedFd<'_>, token: u64, write: bool) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, token, write)
+    }
+
+    /// Stops watching `fd`.
+    pub(crate) fn remove(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, false)
+    }
+
+    /// Waits up to `timeout` (zero: returns at once) for ready sockets; how many are ready
+    /// ([`Poller::event`] reads them). An interrupted wait reports none.
+    pub(crate) fn wait(&mut self, timeout: Duration) -> io::Result<usize> {
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        let max = i32::try_from(self.events.len()).unwrap_or(i32::MAX);
+        // SAFETY: `events` is a valid, writable buffer of `max` `epoll_event`s for the call.
+        let n =
+            unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), self.events.as_mut_ptr(), max, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            self.ready = 0;
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(0)
+            } else {
+                Err(e)
+            };
+        }
+        self.ready = usize::try_from(n).unwrap_or(0);
+        Ok(self.ready)
+    }
+
+    /// The `i`th ready socket of the last wait: its token, and whether it is readable (an
+    /// error or hang-up counts: the read finds it) and writable.
+    pub(crate) fn event(&self, i: usize) -> (u64, bool, bool) {
+        let ev = self.events[i.min(self.ready.saturating_sub(1))];
+        let bits = ev.events;
+        let readable = bits & (libc::EPOLLIN | libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0;
+        let writable = bits & (libc::EPOLLOUT | libc::EPOLLERR) as u32 != 0;
+        ({ ev.u64 }, readable, writable)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -418,3 +418,45 @@ pub(crate) fn enable_recv_tos(_sock: &UdpSocket) -> io::Result<()> {
         "reading received datagrams' ECN bits (IP_RECVTOS) is not supported on this platform",
     ))
 }
+
+/// The readiness loop of many-flow latency tests: not on this platform (epoll is Linux's).
+pub(crate) struct Poller;
+
+/// Whether this platform has [`Poller`].
+pub(crate) const POLLER: bool = false;
+
+impl Poller {
+    /// Fails: [`io::ErrorKind::Unsupported`].
+    pub(crate) fn new(_capacity: usize) -> io::Result<Self> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "many flows or requests in flight (-P, --depth, --response-size) are not supported on \
+             this platform (their readiness loop is epoll, Linux)",
+        ))
+    }
+
+    pub(crate) fn add(&self, _fd: super::SockRef<'_>, _token: u64, _write: bool) -> io::Result<()> {
+        Ok(())
+    }
+
+    pub(crate) fn modify(
+        &self,
+        _fd: super::SockRef<'_>,
+        _token: u64,
+        _write: bool,
+    ) -> io::Result<()> {
+        Ok(())
+    }
+
+    pub(crate) fn remove(&self, _fd: super::SockRef<'_>) -> io::Result<()> {
+        Ok(())
+    }
+
+    pub(crate) fn wait(&mut self, _timeout: std::time::Duration) -> io::Result<usize> {
+        Ok(0)
+    }
+
+    pub(crate) fn event(&self, _i: usize) -> (u64, bool, bool) {
+        (0, false, false)
+    }
+}

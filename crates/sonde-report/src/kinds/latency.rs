@@ -20,6 +20,7 @@ const COMPARED: Kind = Kind {
         Figure::RttP9999,
         Figure::RttMax,
         Figure::Loss,
+        Figure::TransactionsPerSecond,
     ],
     matrix: &[
         Figure::RttMean,
@@ -81,6 +82,11 @@ impl ResultKind for LatencyResult {
                 }
                 _ => Value::Absent,
             },
+            // Many-flow runs only: compare reads it when both runs have it.
+            Figure::TransactionsPerSecond => self
+                .request_response
+                .as_ref()
+                .map_or(Value::Absent, |rr| Value::Known(rr.transactions_per_second)),
             _ => Value::Absent,
         }
     }
@@ -102,7 +108,13 @@ impl ResultKind for LatencyResult {
     }
 
     fn csv_columns(&self) -> &'static [&'static [&'static str]] {
-        &[&csv::LATENCY, &csv::inner::COLUMNS]
+        // The many-flow columns only where there are many-flow figures: a one-flow run's CSV
+        // is what it was.
+        if self.request_response.is_some() {
+            &[&csv::LATENCY, &csv::inner::COLUMNS, &csv::REQUEST_RESPONSE]
+        } else {
+            &[&csv::LATENCY, &csv::inner::COLUMNS]
+        }
     }
 
     fn csv_rows(&self, case: Option<&str>, rows: &mut Vec<CsvRow>) {

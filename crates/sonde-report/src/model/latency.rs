@@ -88,6 +88,64 @@ pub struct LatencyResult {
     /// Empty (absent) without `-i`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub intervals: Vec<LatencyInterval>,
+    /// `-P N`, `--depth K`, `--response-size`: many flows, many requests in flight. The
+    /// figures above are over all flows (the RTT percentiles merged from every thread's
+    /// histogram, `sent`, `samples` and `lost` summed); this says how they were run and what
+    /// each flow got. Absent for the one-flow, one-in-flight test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_response: Option<RequestResponse>,
+}
+
+/// A many-flow request/response run (`sonde latency -P N --depth K`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RequestResponse {
+    /// Flows (TCP connections or UDP flows).
+    pub flows: u32,
+    /// Requests in flight per flow (closed loop).
+    pub depth: u32,
+    /// Response size, bytes (the request is `msg_size_bytes`).
+    pub response_size_bytes: u32,
+    /// The client's threads, each driving its share of the flows with one readiness loop.
+    pub client_threads: u32,
+    /// Transactions (a request answered) after the warm-up, all flows.
+    pub transactions: u64,
+    /// `transactions` per second of the measured time.
+    pub transactions_per_second: f64,
+    /// The least of any flow, transactions per second.
+    pub flow_min_per_second: f64,
+    /// The most of any flow, transactions per second.
+    pub flow_max_per_second: f64,
+    /// Jain's fairness index of the flows' transactions, (Σx)² / (n·Σx²): 1 when every flow
+    /// got the same, 1/n when one flow got everything.
+    pub fairness: f64,
+    /// Each flow's transactions after the warm-up, in flow order; they add up to
+    /// `transactions`.
+    pub flow_transactions: Vec<u64>,
+    /// UDP: requests given up on at the reply timeout (the flow sent the next one); a response
+    /// that came later still counts as received. Absent for TCP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<u64>,
+    /// The client's CPU time (user + system) per transaction, nanoseconds; absent when it was
+    /// not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cpu_ns_per_transaction: Option<f64>,
+    /// The agent's, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cpu_ns_per_transaction: Option<f64>,
+}
+
+impl RequestResponse {
+    /// Jain's fairness index of `xs` ((Σx)² / (n·Σx²)); 1 for no flow or none that moved.
+    pub fn jain(xs: &[u64]) -> f64 {
+        let n = xs.len() as f64;
+        let sum: f64 = xs.iter().map(|&x| x as f64).sum();
+        let squares: f64 = xs.iter().map(|&x| (x as f64) * (x as f64)).sum();
+        if squares == 0.0 {
+            1.0
+        } else {
+            sum * sum / (n * squares)
+        }
+    }
 }
 
 /// One interval of a latency test (`-i`).

@@ -19,9 +19,10 @@ pub struct SweepResult {
     pub labels: Labels,
     /// The test swept: `latency`, `throughput` or `pps`.
     pub sweep_test: String,
-    /// The parameter varied: `msg_size`, `parallel`, `rate` or `bitrate`.
+    /// The parameter varied: `msg_size`, `parallel`, `rate`, `bitrate` or `depth`.
     pub parameter: String,
-    /// The parameter's unit: `bytes`, `streams`, `messages_per_second` or `bits_per_second`.
+    /// The parameter's unit: `bytes`, `streams`, `messages_per_second`, `bits_per_second` or
+    /// `requests_in_flight`.
     pub unit: String,
     /// One run per value, in the order run.
     pub steps: Vec<SweepStep>,

@@ -278,7 +278,9 @@ pub(super) fn fmt_figure(f: Figure, v: f64, unit: TimeUnit) -> String {
     match f {
         _ if f.is_rtt() => fmt_ns(v, unit),
         Figure::Throughput => fmt_rate(v),
-        Figure::Pps | Figure::ConnectionsPerSecond => format!("{}/s", fmt_count_f64(v)),
+        Figure::Pps | Figure::ConnectionsPerSecond | Figure::TransactionsPerSecond => {
+            format!("{}/s", fmt_count_f64(v))
+        }
         Figure::Loss => fmt_percent(v),
         _ => v.to_string(),
     }

@@ -56,6 +56,18 @@ pub(crate) const LATENCY: [&str; 27] = [
     "late_sends",
 ];
 
+/// A many-flow latency run's columns (`-P`, `--depth`): empty for the one-flow test.
+pub(crate) const REQUEST_RESPONSE: [&str; 8] = [
+    "flows",
+    "depth",
+    "response_size_bytes",
+    "transactions",
+    "transactions_per_second",
+    "flow_min_per_second",
+    "flow_max_per_second",
+    "fairness",
+];
+
 pub(crate) const THROUGHPUT: [&str; 26] = [
     "protocol",
     "direction",
@@ -291,6 +303,21 @@ pub(crate) fn latency_rows(r: &LatencyResult, case: Option<&str>, rows: &mut Vec
     row.extend(rtt_cells(&r.rtt_ns));
     row.extend(context::summary_cells(&r.meta));
     row.extend(inner::summary_cells(r));
+    if let Some(rr) = &r.request_response {
+        row.extend([
+            ("flows", rr.flows.to_string()),
+            ("depth", rr.depth.to_string()),
+            ("response_size_bytes", rr.response_size_bytes.to_string()),
+            ("transactions", rr.transactions.to_string()),
+            (
+                "transactions_per_second",
+                num_f64(rr.transactions_per_second),
+            ),
+            ("flow_min_per_second", num_f64(rr.flow_min_per_second)),
+            ("flow_max_per_second", num_f64(rr.flow_max_per_second)),
+            ("fairness", num_f64(rr.fairness)),
+        ]);
+    }
     let detail = inner::rows(&row, r);
     let mut config = base(&r.meta);
     config.extend(

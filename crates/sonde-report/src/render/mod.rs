@@ -93,5 +93,6 @@ mod tests {
         throughput_from_helpers,
         latency_from_helpers,
         mtu_router_said,
+        latency_many_flows,
     );
 }

@@ -10,6 +10,8 @@ mod completions;
 mod exit;
 /// `--from` and `sonde server --helper`.
 mod helpers;
+/// `sonde latency -P --depth --response-size`.
+mod many_flows;
 /// `sonde plan`: check, run, failures, resume.
 mod plan;
 /// `--db postgres://...`: a shared database, and nothing lost when it is unreachable.

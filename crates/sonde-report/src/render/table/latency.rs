@@ -84,6 +84,9 @@ pub(crate) fn latency(r: &LatencyResult, out: &mut String) {
     let mut kv = Grid::new(vec![Col::left(), Col::left()]);
     kv.row(["protocol".into(), protocol_name(r.protocol).into()]);
     let mode = match (r.mode, r.rate_per_second) {
+        (LatencyMode::ClosedLoop, _) if r.request_response.is_some() => {
+            "closed loop (a response lets the flow's next request go)".to_owned()
+        }
         (LatencyMode::ClosedLoop, _) => "closed loop (one message in flight)".to_owned(),
         (LatencyMode::OpenLoop, Some(rate)) => format!(
             "open loop, {} msg/s scheduled (RTT counted from the scheduled send time)",
@@ -94,10 +97,32 @@ pub(crate) fn latency(r: &LatencyResult, out: &mut String) {
         }
     };
     kv.row(["mode".into(), mode]);
-    kv.row([
-        "message size".into(),
-        format!("{} each way", fmt_size(u64::from(r.msg_size_bytes))),
-    ]);
+    if let Some(rr) = &r.request_response {
+        kv.row([
+            "flows".into(),
+            format!(
+                "{} x depth {} ({} in flight; {} client thread{})",
+                rr.flows,
+                rr.depth,
+                fmt_count(u64::from(rr.flows) * u64::from(rr.depth)),
+                rr.client_threads,
+                if rr.client_threads == 1 { "" } else { "s" }
+            ),
+        ]);
+        kv.row([
+            "message size".into(),
+            format!(
+                "{} request, {} response",
+                fmt_size(u64::from(r.msg_size_bytes)),
+                fmt_size(u64::from(rr.response_size_bytes))
+            ),
+        ]);
+    } else {
+        kv.row([
+            "message size".into(),
+            format!("{} each way", fmt_size(u64::from(r.msg_size_bytes))),
+        ]);
+    }
     kv.row([
         "duration".into(),
         format!("{}, warm-up included", fmt_secs(r.duration_ns)),
@@ -114,6 +139,27 @@ pub(crate) fn latency(r: &LatencyResult, out: &mut String) {
     kv.row(["warm-up".into(), warmup]);
     kv.row(["sent".into(), format!("{} messages", fmt_count(r.sent))]);
     kv.row(["samples".into(), format!("{} RTTs", fmt_count(r.samples))]);
+    if let Some(rr) = &r.request_response {
+        kv.row([
+            "transactions".into(),
+            format!(
+                "{}/s total; per flow min {}/s, max {}/s, fairness {:.3} (Jain)",
+                fmt_count_f64(rr.transactions_per_second),
+                fmt_count_f64(rr.flow_min_per_second),
+                fmt_count_f64(rr.flow_max_per_second),
+                rr.fairness
+            ),
+        ]);
+        let per = |ns: Option<f64>| ns.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.0} ns"));
+        kv.row([
+            "cpu per transaction".into(),
+            format!(
+                "client {}, agent {}",
+                per(rr.client_cpu_ns_per_transaction),
+                per(rr.server_cpu_ns_per_transaction)
+            ),
+        ]);
+    }
     if let Some(t) = &r.tuning {
         kv.row(["client".into(), tuning_text(&t.client)]);
         let agent = t.server.as_ref().map_or_else(

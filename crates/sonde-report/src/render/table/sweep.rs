@@ -42,17 +42,16 @@ pub(crate) fn sweep(r: &SweepResult, out: &mut String) {
                 .filter_map(|s| s.result.kind().rtt()?.rtt_ns.p50.map(to_f64))
                 .fold(0.0, f64::max);
             let unit = TimeUnit::for_typical(largest);
-            let mut g = Grid::new(vec![
-                Col::left(),
-                Col::right(),
-                Col::right(),
-                Col::right(),
-                Col::right(),
-                Col::right(),
-                Col::right(),
-                Col::right(),
-            ]);
-            g.row([
+            // Many-flow steps (-P, --depth): their transactions per second too.
+            let tps = r.steps.iter().any(
+                |s| matches!(&s.result, TestResult::Latency(l) if l.request_response.is_some()),
+            );
+            let mut g = Grid::new(
+                std::iter::once(Col::left())
+                    .chain((0..7 + usize::from(tps)).map(|_| Col::right()))
+                    .collect(),
+            );
+            let mut head = vec![
                 r.parameter.clone(),
                 "samples".into(),
                 format!("p50 {}", unit.suffix()),
@@ -61,7 +60,11 @@ pub(crate) fn sweep(r: &SweepResult, out: &mut String) {
                 format!("p99.9 {}", unit.suffix()),
                 format!("mean {}", unit.suffix()),
                 "lost".into(),
-            ]);
+            ];
+            if tps {
+                head.push("transactions/s".into());
+            }
+            g.row(head);
             for s in &r.steps {
                 let TestResult::Latency(l) = &s.result else {
                     continue;
@@ -70,7 +73,7 @@ pub(crate) fn sweep(r: &SweepResult, out: &mut String) {
                     v.filter(|_| l.samples > 0)
                         .map_or_else(na, |ns| ns_number(to_f64(ns), unit))
                 };
-                g.row([
+                let mut row = vec![
                     value(s.value),
                     fmt_count(l.samples),
                     p(l.rtt_ns.p50),
@@ -83,7 +86,19 @@ pub(crate) fn sweep(r: &SweepResult, out: &mut String) {
                         na()
                     },
                     fmt_ratio(l.lost, l.sent),
-                ]);
+                ];
+                if tps {
+                    // A one-flow step's rate is its samples over the measured time.
+                    let measured = l.duration_ns.saturating_sub(l.warmup_ns).max(1);
+                    row.push(fmt_count_f64(
+                        l.request_response
+                            .as_ref()
+                            .map_or(l.samples as f64 * 1e9 / measured as f64, |rr| {
+                                rr.transactions_per_second
+                            }),
+                    ));
+                }
+                g.row(row);
             }
             g.render(out);
         }

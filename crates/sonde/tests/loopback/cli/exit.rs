@@ -264,6 +264,7 @@ fn agent_without_udp() -> (SocketAddr, thread::JoinHandle<()>) {
                     max_duration_ms: 60_000,
                     max_streams: 1,
                     max_msg_size: 65_536,
+                    request_response: false,
                 },
                 nonce: sonde_wire::auth::Nonce([0; 32]),
                 secret_required: false,
@@ -315,6 +316,23 @@ fn udp_blocked_is_exit_3() {
         r.stderr
     );
     assert_eq!(r.code, Some(3), "{}", r.stderr);
+}
+
+/// An agent that predates many-flow latency tests (its `Welcome` limits lack
+/// `request_response`) is refused before the test is asked for, with the reason: it would run
+/// its one-flow test instead.
+#[test]
+fn an_agent_without_many_flow_tests_is_refused_with_the_reason() {
+    let _file = crate::common::file_lock(module_path!());
+    let (addr, fake) = agent_without_udp();
+    let r = run(&["latency", &addr.to_string(), "-P", "4", "-t", "0.3"]);
+    let _ = fake.join();
+    assert!(
+        r.stderr.contains("predates many-flow latency tests"),
+        "{}",
+        r.stderr
+    );
+    assert_ne!(r.code, Some(0), "{}", r.stderr);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -544,3 +544,38 @@ fn a_plan_case_runs_from_helpers() {
     let sum: u64 = shares.iter().map(|s| u64_at(s, &["received"])).sum();
     assert_eq!(sum, u64_at(&doc, &["received"]));
 }
+
+/// `sonde latency -P 256 --depth 4 --from H1 --from H2`: each helper runs the many-flow test
+/// (the spec passes through) against the target at once; the document is the first helper's,
+/// with its 256 flows, and every helper's RTTs in its share.
+#[test]
+fn many_flow_latency_from_two_helpers() {
+    let _file = crate::common::file_lock(module_path!());
+    let secrets = Secrets::new();
+    let (mut helpers, target) = lab(&secrets);
+    helpers.truncate(2);
+    let t = target.target();
+    let doc = run_from(
+        &[
+            "latency", &t, "-P", "256", "--depth", "4", "-t", "0.5", "--warmup", "0.2",
+        ],
+        &helpers,
+        secrets.right(),
+    );
+    let rr = &doc["request_response"];
+    assert_eq!(u64_at(rr, &["flows"]), 256, "{doc:#}");
+    assert_eq!(u64_at(rr, &["depth"]), 4, "{doc:#}");
+    let per_flow: u64 = rr["flow_transactions"]
+        .as_array()
+        .expect("per-flow counts")
+        .iter()
+        .filter_map(Value::as_u64)
+        .sum();
+    assert_eq!(per_flow, u64_at(rr, &["transactions"]), "{doc:#}");
+    let shares = shares(&doc);
+    assert_eq!(shares.len(), 2);
+    assert!(
+        shares.iter().all(|s| s["rtt_ns"]["p50"].is_u64()),
+        "{doc:#}"
+    );
+}

@@ -1,0 +1,807 @@
+//! Many flows, many requests in flight: the request/response loops of `sonde latency -P N
+//! --depth K --response-size SIZE`, at both ends.
+//!
+//! Each thread drives its share of the flows with one readiness loop (`sys::Poller`: epoll,
+//! level-triggered, the sockets non-blocking). A client flow keeps `depth` requests of
+//! `request_size` bytes outstanding (closed loop: a response sent back lets the next request
+//! go); the agent answers each request with `response_size` bytes.
+//!
+//! * TCP: a byte stream in order, so a flow's responses answer its requests first in, first
+//!   out; the client counts `response_size` bytes as one response however the reads split
+//!   them, and the echo counts `request_size` bytes as one request. Requests and responses are
+//!   zeros (sonde's TCP framing), written from one static buffer.
+//! * UDP: each request carries its sequence number in its first 8 bytes, and the echo copies
+//!   them into its response. A request not answered within `max(10 ms, 10 × median RTT)` (1 s
+//!   before the first response) is given up on and the next one goes, so a lost datagram does
+//!   not stall its flow; a response that comes later still counts as answered (late). What is
+//!   never answered is lost.
+//!
+//! The loops do not allocate, lock or format once running: per-flow state is set up before,
+//! RTTs go into the thread's HDR histogram, which the caller merges with the other threads'.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use sonde_engine::rtt::RttRecorder;
+use sonde_wire::{UdpJoin, UDP_JOIN_LEN};
+
+use super::{duration_ns, peer_closed, TCP_REPLY_TIMEOUT, UDP_FIRST_REPLY_TIMEOUT};
+use crate::{fault, sys, Clock, Counters};
+
+/// Whether this platform runs many-flow latency tests (it needs epoll, `sys::Poller`: Linux).
+pub const SUPPORTED: bool = sys::POLLER;
+
+/// The smallest UDP request and response of a many-flow test: the 8-byte sequence number.
+pub const UDP_MIN_RR_MSG: u32 = 8;
+
+/// The shortest UDP reply timeout of a many-flow test: with hundreds of requests in flight on
+/// a loaded host, queueing alone can take milliseconds.
+const UDP_RR_MIN_TIMEOUT: Duration = Duration::from_millis(10);
+/// How long a wait for readiness lasts before the loop looks at its deadlines and stop flag.
+const POLL: Duration = Duration::from_millis(5);
+/// The echo's wait, likewise.
+const ECHO_POLL: Duration = Duration::from_millis(100);
+/// One read's buffer.
+const READ_BUF: usize = 64 * 1024;
+/// Zeros for every TCP request and response.
+static ZEROS: [u8; READ_BUF] = [0; READ_BUF];
+/// Sequence slots per UDP flow, per request in flight.
+const SLOTS_PER_DEPTH: usize = 4;
+
+/// How a many-flow run goes (one thread's share of the flows).
+#[derive(Debug, Clone, Copy)]
+pub struct RrConfig {
+    /// Request size, bytes.
+    pub request_size: u32,
+    /// Response size, bytes.
+    pub response_size: u32,
+    /// Requests in flight per flow (at least 1).
+    pub depth: u32,
+    /// Send no request at or after this time on the test clock; the loop then waits for the
+    /// responses still due.
+    pub until_ns: u64,
+    /// Transactions whose request left before this time are excluded (warm-up).
+    pub warmup_ns: u64,
+    /// `--busy-poll`: the readiness loop never sleeps (a zero wait).
+    pub spin: bool,
+}
+
+/// One flow's counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RrFlow {
+    /// Requests sent (warm-up included).
+    pub sent: u64,
+    /// Requests answered (warm-up included; UDP: late responses included).
+    pub answered: u64,
+    /// Transactions measured: requests sent after the warm-up and answered.
+    pub measured: u64,
+    /// UDP: requests given up on at the reply timeout (the flow sent the next one).
+    pub timeouts: u64,
+    /// UDP: responses that came after their request was given up on (counted answered).
+    pub late: u64,
+}
+
+impl RrFlow {
+    /// UDP: requests never answered.
+    pub fn lost(&self) -> u64 {
+        self.sent.saturating_sub(self.answered)
+    }
+}
+
+/// What one thread's flows measured.
+#[derive(Debug, Clone)]
+pub struct RrOutcome {
+    /// RTT samples of every flow of the thread.
+    pub rtt: RttRecorder,
+    /// Each flow's counts, in the order the flows were given.
+    pub flows: Vec<RrFlow>,
+}
+
+/// A socket the many-flow loops run on: a connected `TcpStream` (`TCP_NODELAY` set by the
+/// caller) or a connected `UdpSocket`.
+pub trait RrSocket: sealed::Sealed {}
+
+impl<T: sealed::Sealed> RrSocket for T {}
+
+mod sealed {
+    use std::io;
+    use std::sync::atomic::AtomicBool;
+
+    use super::{RrConfig, RrOutcome};
+    use crate::{Clock, Counters};
+
+    pub trait Sealed: Sized {
+        fn client(
+            flows: &[&Self],
+            cfg: &RrConfig,
+            clock: &Clock,
+            stop: &AtomicBool,
+        ) -> io::Result<RrOutcome>;
+
+        fn echo(
+            flows: &[&Self],
+            request_size: u32,
+            response_size: u32,
+            spin: bool,
+            stop: &AtomicBool,
+            counters: &[&Counters],
+        ) -> io::Result<()>;
+
+        fn set_nonblocking(&self, on: bool) -> io::Result<()>;
+    }
+
+    impl Sealed for std::net::TcpStream {
+        fn client(
+            flows: &[&Self],
+            cfg: &RrConfig,
+            clock: &Clock,
+            stop: &AtomicBool,
+        ) -> io::Result<RrOutcome> {
+            super::tcp_client(flows, cfg, clock, stop)
+        }
+        fn echo(
+            flows: &[&Self],
+            request_size: u32,
+            response_size: u32,
+            spin: bool,
+            stop: &AtomicBool,
+            counters: &[&Counters],
+        ) -> io::Result<()> {
+            super::tcp_echo(flows, request_size, response_size, spin, stop, counters)
+        }
+        fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+            std::net::TcpStream::set_nonblocking(self, on)
+        }
+    }
+
+    impl Sealed for std::net::UdpSocket {
+        fn client(
+            flows: &[&Self],
+            cfg: &RrConfig,
+            clock: &Clock,
+            stop: &AtomicBool,
+        ) -> io::Result<RrOutcome> {
+            super::udp_client(flows, cfg, clock, stop)
+        }
+        fn echo(
+            flows: &[&Self],
+            request_size: u32,
+            response_size: u32,
+            spin: bool,
+            stop: &AtomicBool,
+            counters: &[&Counters],
+        ) -> io::Result<()> {
+            super::udp_echo(flows, request_size, response_size, spin, stop, counters)
+        }
+        fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+            std::net::UdpSocket::set_nonblocking(self, on)
+        }
+    }
+}
+
+/// Client side: drives `flows` (this thread's share) with one readiness loop until
+/// `cfg.until_ns`, then until every response still due is back (TCP) or given up on (UDP).
+/// `stop` ends it early, with what was measured so far.
+///
+/// # Errors
+/// `InvalidInput` for sizes out of bounds or a depth of 0; `Unsupported` where the platform
+/// has no readiness loop ([`SUPPORTED`]). TCP: `TimedOut` when no flow of the thread has had a
+/// response for [`TCP_REPLY_TIMEOUT`] while responses are due, `UnexpectedEof` when the peer
+/// closes a flow early. UDP: `ConnectionRefused` when the peer's port is closed. Any other
+/// socket error.
+pub fn client<S: RrSocket>(
+    flows: &[&S],
+    cfg: &RrConfig,
+    clock: &Clock,
+    stop: &AtomicBool,
+) -> io::Result<RrOutcome> {
+    let _blocking = Nonblocking::set(flows)?;
+    S::client(flows, cfg, clock, stop)
+}
+
+/// Agent side: answers every `request_size` bytes (TCP) or datagram (UDP) on `flows` with
+/// `response_size` bytes, until every flow is closed (TCP) or `stop`. `counters[i]` counts
+/// flow `i`'s responses (bytes and messages) and system calls.
+///
+/// # Errors
+/// As [`client`] for the sizes and the platform; a failed read or write other than the peer's
+/// reset or close (which ends that flow only).
+pub fn echo<S: RrSocket>(
+    flows: &[&S],
+    request_size: u32,
+    response_size: u32,
+    spin: bool,
+    stop: &AtomicBool,
+    counters: &[&Counters],
+) -> io::Result<()> {
+    let _blocking = Nonblocking::set(flows)?;
+    S::echo(flows, request_size, response_size, spin, stop, counters)
+}
+
+/// Checks a many-flow test's sizes and depth for `udp` or TCP.
+///
+/// # Errors
+/// `InvalidInput`, saying what is allowed.
+pub fn check(request_size: u32, response_size: u32, depth: u32, udp: bool) -> io::Result<()> {
+    let (min, max) = if udp {
+        (UDP_MIN_RR_MSG, super::UDP_MAX_MSG)
+    } else {
+        (1, super::TCP_MAX_MSG)
+    };
+    let proto = if udp { "UDP" } else { "TCP" };
+    for (what, size) in [("request", request_size), ("response", response_size)] {
+        if !(min..=max).contains(&size) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{proto} {what}s of a many-flow latency test are {min} to {max} bytes, not \
+                     {size}{}",
+                    if udp && size < min {
+                        " (each carries its 8-byte sequence number)"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+    }
+    if depth == 0 || depth > sonde_wire::MAX_DEPTH {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "--depth is 1 to {} requests in flight per flow, not {depth}",
+                sonde_wire::MAX_DEPTH
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Puts the sockets back in blocking mode when dropped.
+struct Nonblocking<'a, S: RrSocket>(&'a [&'a S]);
+
+impl<'a, S: RrSocket> Nonblocking<'a, S> {
+    fn set(flows: &'a [&'a S]) -> io::Result<Self> {
+        for f in flows {
+            f.set_nonblocking(true)?;
+        }
+        Ok(Self(flows))
+    }
+}
+
+impl<S: RrSocket> Drop for Nonblocking<'_, S> {
+    fn drop(&mut self) {
+        for f in self.0 {
+            let _ = f.set_nonblocking(false);
+        }
+    }
+}
+
+fn token(i: usize) -> u64 {
+    i as u64
+}
+
+fn index(token: u64) -> usize {
+    usize::try_from(token).unwrap_or(usize::MAX)
+}
+
+fn wait_for(spin: bool, poll: Duration) -> Duration {
+    if spin {
+        Duration::ZERO
+    } else {
+        poll
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// TCP
+
+/// A TCP flow's state: the send times of its requests in flight (oldest first), the bytes of
+/// the response being read, the request bytes not yet written.
+struct TcpFlow {
+    in_flight: VecDeque<u64>,
+    partial: usize,
+    owed: u64,
+    writing: bool,
+    counts: RrFlow,
+}
+
+/// Writes what `owed` says from [`ZEROS`] until done or the socket is full; watches for
+/// writability while bytes are left.
+fn flush(
+    sock: &TcpStream,
+    owed: &mut u64,
+    writing: &mut bool,
+    poller: &sys::Poller,
+    tok: u64,
+    calls: &mut u64,
+) -> io::Result<()> {
+    while *owed > 0 {
+        let n = usize::try_from(*owed).unwrap_or(READ_BUF).min(READ_BUF);
+        *calls += 1;
+        match (&*sock).write(&ZEROS[..n]) {
+            Ok(0) => return Err(peer_closed()),
+            Ok(w) => *owed -= w as u64,
+            Err(e) if fault::again(&e) => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let want = *owed > 0;
+    if want != *writing {
+        poller.modify(sys::sock_ref(sock), tok, want)?;
+        *writing = want;
+    }
+    Ok(())
+}
+
+fn tcp_client(
+    flows: &[&TcpStream],
+    cfg: &RrConfig,
+    clock: &Clock,
+    stop: &AtomicBool,
+) -> io::Result<RrOutcome> {
+    check(cfg.request_size, cfg.response_size, cfg.depth, false)?;
+    let mut poller = sys::Poller::new(flows.len())?;
+    let req = u64::from(cfg.request_size);
+    let resp = cfg.response_size as usize;
+    let depth = cfg.depth as usize;
+    let mut rtt = RttRecorder::new(cfg.warmup_ns);
+    let mut state: Vec<TcpFlow> = flows
+        .iter()
+        .map(|_| TcpFlow {
+            in_flight: VecDeque::with_capacity(depth),
+            partial: 0,
+            owed: 0,
+            writing: false,
+            counts: RrFlow::default(),
+        })
+        .collect();
+    let mut buf = vec![0u8; READ_BUF];
+    let mut calls = 0u64;
+    for (i, sock) in flows.iter().enumerate() {
+        poller.add(sys::sock_ref(*sock), token(i), false)?;
+    }
+    let start = clock.now_ns();
+    for (i, (sock, st)) in flows.iter().zip(&mut state).enumerate() {
+        for _ in 0..depth {
+            st.in_flight.push_back(start);
+        }
+        st.owed = req * depth as u64;
+        st.counts.sent = depth as u64;
+        flush(
+            sock,
+            &mut st.owed,
+            &mut st.writing,
+            &poller,
+            token(i),
+            &mut calls,
+        )?;
+    }
+    let reply_timeout = duration_ns(TCP_REPLY_TIMEOUT);
+    let mut last_progress = start;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let ready = poller.wait(wait_for(cfg.spin, POLL))?;
+        calls += 1;
+        let mut now = clock.now_ns();
+        for e in 0..ready {
+            let (tok, readable, writable) = poller.event(e);
+            let i = index(tok);
+            let (Some(sock), Some(st)) = (flows.get(i), state.get_mut(i)) else {
+                continue;
+            };
+            if readable {
+                calls += 1;
+                let n = match (&**sock).read(&mut buf) {
+                    Ok(0) => return Err(peer_closed()),
+                    Ok(n) => n,
+                    Err(e) if fault::again(&e) || e.kind() == io::ErrorKind::Interrupted => 0,
+                    Err(e) => return Err(e),
+                };
+                if n > 0 {
+                    now = clock.now_ns();
+                    last_progress = now;
+                    st.partial += n;
+                    while st.partial >= resp {
+                        st.partial -= resp;
+                        // More bytes than were asked for: the peer is not echoing this test.
+                        let Some(sent_at) = st.in_flight.pop_front() else {
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                "the peer sent more response bytes than requests were made",
+                            ));
+                        };
+                        rtt.record(sent_at, now.saturating_sub(sent_at));
+                        st.counts.answered += 1;
+                        if sent_at >= cfg.warmup_ns {
+                            st.counts.measured += 1;
+                        }
+                        if now < cfg.until_ns {
+                            st.in_flight.push_back(now);
+                            st.owed += req;
+                            st.counts.sent += 1;
+                        }
+                    }
+                }
+            }
+            if writable || st.owed > 0 {
+                flush(
+                    sock,
+                    &mut st.owed,
+                    &mut st.writing,
+                    &poller,
+                    tok,
+                    &mut calls,
+                )?;
+            }
+        }
+        if now >= cfg.until_ns && state.iter().all(|s| s.in_flight.is_empty()) {
+            break;
+        }
+        if now.saturating_sub(last_progress) > reply_timeout {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "no response on any of this thread's {} TCP flows for {} s: is the agent \
+                     alive and answering?",
+                    flows.len(),
+                    TCP_REPLY_TIMEOUT.as_secs()
+                ),
+            ));
+        }
+    }
+    super::add_calls(calls);
+    Ok(RrOutcome {
+        rtt,
+        flows: state.into_iter().map(|s| s.counts).collect(),
+    })
+}
+
+fn tcp_echo(
+    flows: &[&TcpStream],
+    request_size: u32,
+    response_size: u32,
+    spin: bool,
+    stop: &AtomicBool,
+    counters: &[&Counters],
+) -> io::Result<()> {
+    check(request_size, response_size, 1, false)?;
+    let mut poller = sys::Poller::new(flows.len())?;
+    let req = request_size as usize;
+    let resp = u64::from(response_size);
+    // Per flow: bytes of the request being read, response bytes owed, watching for writes,
+    // still open.
+    let mut partial = vec![0usize; flows.len()];
+    let mut owed = vec![0u64; flows.len()];
+    let mut writing = vec![false; flows.len()];
+    let mut open = vec![true; flows.len()];
+    let mut open_count = flows.len();
+    let mut buf = vec![0u8; READ_BUF];
+    for (i, sock) in flows.iter().enumerate() {
+        poller.add(sys::sock_ref(*sock), token(i), false)?;
+    }
+    while open_count > 0 && !stop.load(Ordering::Relaxed) {
+        let ready = poller.wait(wait_for(spin, ECHO_POLL))?;
+        for e in 0..ready {
+            let (tok, readable, writable) = poller.event(e);
+            let i = index(tok);
+            let (Some(sock), Some(count)) = (flows.get(i), counters.get(i)) else {
+                continue;
+            };
+            if !open[i] {
+                continue;
+            }
+            if readable {
+                count.syscall();
+                match (&**sock).read(&mut buf) {
+                    Ok(0) => {
+                        close(&poller, sock, &mut open[i], &mut open_count);
+                        continue;
+                    }
+                    Ok(n) => {
+                        partial[i] += n;
+                        let requests = partial[i] / req;
+                        partial[i] %= req;
+                        owed[i] += requests as u64 * resp;
+                        count.add(requests as u64 * resp, requests as u64);
+                    }
+                    Err(e) if fault::again(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if fault::peer_gone(&e) => {
+                        close(&poller, sock, &mut open[i], &mut open_count);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if writable || owed[i] > 0 {
+                let mut calls = 0;
+                let r = flush(
+                    sock,
+                    &mut owed[i],
+                    &mut writing[i],
+                    &poller,
+                    tok,
+                    &mut calls,
+                );
+                count.add_syscalls(calls);
+                match r {
+                    Ok(()) => {}
+                    Err(e) if fault::peer_gone(&e) || e.kind() == io::ErrorKind::UnexpectedEof => {
+                        close(&poller, sock, &mut open[i], &mut open_count);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Stops watching a flow the peer closed (a level-triggered epoll would report its EOF at
+/// every wait).
+fn close(poller: &sys::Poller, sock: &TcpStream, open: &mut bool, open_count: &mut usize) {
+    let _ = poller.remove(sys::sock_ref(sock));
+    *open = false;
+    *open_count -= 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// UDP
+
+/// A UDP request in flight (or given up on): its sequence number and send time.
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    seq: u64,
+    sent_ns: u64,
+    /// Sent and not yet answered nor given up on.
+    live: bool,
+    /// Given up on at the reply timeout; a response may still come (late).
+    gave_up: bool,
+}
+
+struct UdpFlow {
+    slots: Vec<Slot>,
+    next_seq: u64,
+    in_flight: u32,
+    counts: RrFlow,
+}
+
+/// `max(10 ms, 10 × median RTT so far)`, or 1 s before the first RTT is known.
+fn udp_rr_timeout_ns(rtt: &RttRecorder) -> u64 {
+    let floor = duration_ns(UDP_RR_MIN_TIMEOUT);
+    rtt.value_at(50.0)
+        .map_or(duration_ns(UDP_FIRST_REPLY_TIMEOUT), |median| {
+            median.saturating_mul(10).max(floor)
+        })
+}
+
+/// Sends flow `f`'s next request (sequence number in its first 8 bytes); a datagram the kernel
+/// could not queue is lost like any other.
+fn udp_send(
+    sock: &UdpSocket,
+    f: &mut UdpFlow,
+    msg: &mut [u8],
+    now: u64,
+    calls: &mut u64,
+) -> io::Result<()> {
+    let seq = f.next_seq;
+    f.next_seq += 1;
+    let ring = f.slots.len() as u64;
+    let slot = &mut f.slots[(seq % ring) as usize];
+    // A request this old still in flight is given up on to free its slot.
+    if slot.live {
+        f.in_flight -= 1;
+        f.counts.timeouts += 1;
+    }
+    *slot = Slot {
+        seq,
+        sent_ns: now,
+        live: true,
+        gave_up: false,
+    };
+    f.in_flight += 1;
+    f.counts.sent += 1;
+    msg[..8].copy_from_slice(&seq.to_be_bytes());
+    *calls += 1;
+    match sock.send(msg) {
+        Ok(_) => Ok(()),
+        Err(e) if fault::datagram_dropped(&e) || fault::again(&e) => Ok(()),
+        Err(e) => Err(super::udp::udp_error(e)),
+    }
+}
+
+fn udp_client(
+    flows: &[&UdpSocket],
+    cfg: &RrConfig,
+    clock: &Clock,
+    stop: &AtomicBool,
+) -> io::Result<RrOutcome> {
+    check(cfg.request_size, cfg.response_size, cfg.depth, true)?;
+    let mut poller = sys::Poller::new(flows.len())?;
+    let ring = cfg.depth as usize * SLOTS_PER_DEPTH;
+    let mut rtt = RttRecorder::new(cfg.warmup_ns);
+    let mut state: Vec<UdpFlow> = flows
+        .iter()
+        .map(|_| UdpFlow {
+            slots: vec![Slot::default(); ring],
+            next_seq: 0,
+            in_flight: 0,
+            counts: RrFlow::default(),
+        })
+        .collect();
+    let mut msg = vec![0u8; cfg.request_size as usize];
+    let mut buf = vec![0u8; super::UDP_RECV_BUF];
+    let mut calls = 0u64;
+    for (i, sock) in flows.iter().enumerate() {
+        poller.add(sys::sock_ref(*sock), token(i), false)?;
+    }
+    let start = clock.now_ns();
+    for (sock, f) in flows.iter().zip(&mut state) {
+        for _ in 0..cfg.depth {
+            udp_send(sock, f, &mut msg, start, &mut calls)?;
+        }
+    }
+    let mut timeout_ns = duration_ns(UDP_FIRST_REPLY_TIMEOUT);
+    let mut next_refresh = 1u64;
+    let mut next_sweep = start;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let ready = poller.wait(wait_for(cfg.spin, POLL))?;
+        calls += 1;
+        for e in 0..ready {
+            let (tok, readable, _) = poller.event(e);
+            let i = index(tok);
+            let (Some(sock), Some(f)) = (flows.get(i), state.get_mut(i)) else {
+                continue;
+            };
+            if !readable {
+                continue;
+            }
+            // Every datagram queued on this flow.
+            loop {
+                calls += 1;
+                let n = match sock.recv(&mut buf) {
+                    Ok(n) => n,
+                    Err(e) if fault::again(&e) || e.kind() == io::ErrorKind::Interrupted => break,
+                    Err(e) => return Err(super::udp::udp_error(e)),
+                };
+                let now = clock.now_ns();
+                let datagram = &buf[..n];
+                // A stray join acknowledgement, or a datagram too short to be a response.
+                if n < 8 || (n == UDP_JOIN_LEN && UdpJoin::decode(datagram).is_ok()) {
+                    continue;
+                }
+                let mut seq_bytes = [0u8; 8];
+                seq_bytes.copy_from_slice(&datagram[..8]);
+                let seq = u64::from_be_bytes(seq_bytes);
+                let slot = &mut f.slots[(seq % ring as u64) as usize];
+                if slot.seq != seq || !(slot.live || slot.gave_up) {
+                    // A duplicate, or a response to a request whose slot was reused.
+                    continue;
+                }
+                let sent_at = slot.sent_ns;
+                if slot.live {
+                    slot.live = false;
+                    f.in_flight -= 1;
+                    rtt.record(sent_at, now.saturating_sub(sent_at));
+                    if sent_at >= cfg.warmup_ns {
+                        f.counts.measured += 1;
+                    }
+                    if now < cfg.until_ns {
+                        udp_send(sock, f, &mut msg, now, &mut calls)?;
+                    }
+                } else {
+                    slot.gave_up = false;
+                    f.counts.late += 1;
+                }
+                f.counts.answered += 1;
+            }
+        }
+        let now = clock.now_ns();
+        if rtt.samples() >= next_refresh {
+            timeout_ns = udp_rr_timeout_ns(&rtt);
+            next_refresh = next_refresh.saturating_mul(2).min(rtt.samples() + 1024);
+        }
+        // Requests past the reply timeout are given up on, a quarter of it at a time.
+        if now >= next_sweep {
+            next_sweep = now + timeout_ns / 4;
+            for (sock, f) in flows.iter().zip(&mut state) {
+                for s in 0..f.slots.len() {
+                    let slot = &mut f.slots[s];
+                    if slot.live && now.saturating_sub(slot.sent_ns) > timeout_ns {
+                        slot.live = false;
+                        slot.gave_up = true;
+                        f.in_flight -= 1;
+                        f.counts.timeouts += 1;
+                        if now < cfg.until_ns {
+                            udp_send(sock, f, &mut msg, now, &mut calls)?;
+                        }
+                    }
+                }
+            }
+        }
+        if now >= cfg.until_ns && state.iter().all(|f| f.in_flight == 0) {
+            break;
+        }
+    }
+    super::add_calls(calls);
+    Ok(RrOutcome {
+        rtt,
+        flows: state.into_iter().map(|f| f.counts).collect(),
+    })
+}
+
+fn udp_echo(
+    flows: &[&UdpSocket],
+    request_size: u32,
+    response_size: u32,
+    spin: bool,
+    stop: &AtomicBool,
+    counters: &[&Counters],
+) -> io::Result<()> {
+    check(request_size, response_size, 1, true)?;
+    let mut poller = sys::Poller::new(flows.len())?;
+    let mut buf = vec![0u8; super::UDP_RECV_BUF];
+    let mut response = vec![0u8; response_size as usize];
+    for (i, sock) in flows.iter().enumerate() {
+        poller.add(sys::sock_ref(*sock), token(i), false)?;
+    }
+    while !stop.load(Ordering::Relaxed) {
+        let ready = poller.wait(wait_for(spin, ECHO_POLL))?;
+        for e in 0..ready {
+            let (tok, readable, _) = poller.event(e);
+            let i = index(tok);
+            let (Some(sock), Some(count)) = (flows.get(i), counters.get(i)) else {
+                continue;
+            };
+            if !readable {
+                continue;
+            }
+            loop {
+                count.syscall();
+                let n = match sock.recv(&mut buf) {
+                    Ok(n) => n,
+                    Err(e) if fault::again(&e) || e.kind() == io::ErrorKind::Interrupted => break,
+                    // An ICMP error about an earlier response: the client may be gone; the
+                    // session decides, through `stop`.
+                    Err(e) if fault::port_unreachable(&e) || sys::message_too_long(&e) => break,
+                    Err(e) => return Err(e),
+                };
+                let datagram = &buf[..n];
+                if n == UDP_JOIN_LEN {
+                    if let Ok(join) = UdpJoin::decode(datagram) {
+                        // A repeated join: the client has not seen our first ack yet.
+                        if !join.ack {
+                            super::udp::send_transient_ok(
+                                sock,
+                                &UdpJoin { ack: true, ..join }.encode(),
+                            )?;
+                            count.syscall();
+                        }
+                        continue;
+                    }
+                }
+                let k = n.min(8);
+                response[..k].copy_from_slice(&datagram[..k]);
+                count.syscall();
+                match super::udp::send_transient_ok(sock, &response) {
+                    Ok(()) => count.add(u64::from(response_size), 1),
+                    Err(e) if sys::message_too_long(&e) || fault::port_unreachable(&e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

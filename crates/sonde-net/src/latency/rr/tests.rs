@@ -1,0 +1,219 @@
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use super::*;
+
+const MS: u64 = 1_000_000;
+
+fn tcp_pairs(n: usize) -> (Vec<TcpStream>, Vec<TcpStream>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut clients = Vec::new();
+    let mut servers = Vec::new();
+    for _ in 0..n {
+        let c = TcpStream::connect(addr).unwrap();
+        let (s, _) = listener.accept().unwrap();
+        c.set_nodelay(true).unwrap();
+        s.set_nodelay(true).unwrap();
+        clients.push(c);
+        servers.push(s);
+    }
+    (clients, servers)
+}
+
+fn udp_pairs(n: usize) -> (Vec<UdpSocket>, Vec<UdpSocket>) {
+    (0..n)
+        .map(|_| {
+            let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+            a.connect(b.local_addr().unwrap()).unwrap();
+            b.connect(a.local_addr().unwrap()).unwrap();
+            (a, b)
+        })
+        .unzip()
+}
+
+fn cfg(request_size: u32, response_size: u32, depth: u32) -> RrConfig {
+    RrConfig {
+        request_size,
+        response_size,
+        depth,
+        until_ns: 300 * MS,
+        warmup_ns: 50 * MS,
+        spin: false,
+    }
+}
+
+/// Runs the client over `clients` against the echo over `servers`; the outcome and each
+/// echo flow's (bytes, responses).
+fn run<S: RrSocket + Sync>(
+    clients: &[S],
+    servers: &[S],
+    cfg: &RrConfig,
+) -> (RrOutcome, Vec<(u64, u64)>) {
+    let counters: Vec<Counters> = servers.iter().map(|_| Counters::default()).collect();
+    let stop = AtomicBool::new(false);
+    let echo_stop = AtomicBool::new(false);
+    let clock = Clock::start();
+    let out = thread::scope(|s| {
+        let echoing = s.spawn(|| {
+            let flows: Vec<&S> = servers.iter().collect();
+            let counts: Vec<&Counters> = counters.iter().collect();
+            echo(
+                &flows,
+                cfg.request_size,
+                cfg.response_size,
+                false,
+                &echo_stop,
+                &counts,
+            )
+        });
+        let flows: Vec<&S> = clients.iter().collect();
+        let out = client(&flows, cfg, &clock, &stop);
+        // Every response was read by now; the UDP echo ends on its stop flag.
+        thread::sleep(Duration::from_millis(20));
+        echo_stop.store(true, Ordering::Relaxed);
+        echoing.join().unwrap().unwrap();
+        out.unwrap()
+    });
+    (out, counters.iter().map(Counters::load).collect())
+}
+
+#[test]
+fn tcp_every_request_is_answered_once_per_flow_with_the_response_size() {
+    let (clients, servers) = tcp_pairs(16);
+    let (out, echoed) = run(&clients, &servers, &cfg(100, 1000, 4));
+    assert_eq!(out.flows.len(), 16);
+    let mut total = 0;
+    for (f, &(bytes, responses)) in out.flows.iter().zip(&echoed) {
+        // TCP loses nothing: every request sent was answered, once, by exactly one response
+        // of 1,000 bytes.
+        assert!(f.sent > 4, "{f:?}");
+        assert_eq!(f.answered, f.sent, "{f:?}");
+        assert_eq!(responses, f.sent, "{f:?}");
+        assert_eq!(bytes, responses * 1000);
+        assert!(f.measured > 0 && f.measured <= f.answered);
+        total += f.measured;
+    }
+    // Every measured transaction is one RTT sample (the warm-up's are excluded from both).
+    assert_eq!(out.rtt.samples(), total);
+}
+
+#[test]
+fn udp_every_response_carries_its_request_and_counts_once_per_flow() {
+    let (clients, servers) = udp_pairs(8);
+    let (out, echoed) = run(&clients, &servers, &cfg(64, 200, 4));
+    let mut total = 0;
+    for (f, &(bytes, responses)) in out.flows.iter().zip(&echoed) {
+        assert!(f.sent > 4, "{f:?}");
+        // Each response the echo sent came back to this flow and was counted once (loopback
+        // drops nothing at four in flight), and answered the request it carried.
+        assert_eq!(responses, f.answered, "{f:?}");
+        assert_eq!(bytes, responses * 200);
+        assert_eq!(f.lost(), f.sent - f.answered);
+        assert!(f.answered <= f.sent);
+        total += f.measured;
+    }
+    assert_eq!(out.rtt.samples(), total);
+}
+
+#[test]
+fn tcp_responses_split_across_reads_and_joined_in_one_still_count_one_each() {
+    // A scripted peer: reads the requests (7 bytes each) and owes 10 bytes for each, written
+    // in 3-byte pieces as a stream, so a piece ends one response and starts the next; what is
+    // left under 3 bytes goes when no request comes for a moment.
+    let (clients, servers) = tcp_pairs(1);
+    let server = servers.into_iter().next().unwrap();
+    let answered = thread::spawn(move || {
+        let mut server = server;
+        server
+            .set_read_timeout(Some(Duration::from_millis(5)))
+            .unwrap();
+        let (mut req, mut got) = ([0u8; 7], 0usize);
+        let (mut owed, mut n) = (0usize, 0u64);
+        loop {
+            match server.read(&mut req[got..]) {
+                Ok(0) => return n,
+                Ok(k) => {
+                    got += k;
+                    if got == req.len() {
+                        got = 0;
+                        owed += 10;
+                        n += 1;
+                    }
+                }
+                Err(e) if fault::again(&e) => {
+                    // Quiet: the rest of what is owed.
+                    if owed > 0 && server.write_all(&[0u8; 64][..owed]).is_err() {
+                        return n;
+                    }
+                    owed = 0;
+                    continue;
+                }
+                Err(_) => return n,
+            }
+            while owed >= 3 {
+                if server.write_all(&[0u8; 3]).is_err() {
+                    return n;
+                }
+                owed -= 3;
+                thread::sleep(Duration::from_micros(100));
+            }
+        }
+    });
+    let cfg = RrConfig {
+        until_ns: 100 * MS,
+        warmup_ns: 0,
+        ..cfg(7, 10, 2)
+    };
+    let flows: Vec<&TcpStream> = clients.iter().collect();
+    let out = client(&flows, &cfg, &Clock::start(), &AtomicBool::new(false)).unwrap();
+    drop(clients);
+    let served = answered.join().unwrap();
+    let f = out.flows[0];
+    assert!(f.answered >= 4, "{f:?}");
+    assert_eq!(f.answered, f.sent);
+    assert_eq!(f.answered, served);
+    assert_eq!(out.rtt.samples(), f.answered);
+}
+
+#[test]
+fn the_echo_frames_requests_split_across_writes() {
+    // Five 7-byte requests written in 3-byte pieces: five 2-byte responses.
+    let (clients, servers) = tcp_pairs(1);
+    let counters = [Counters::default()];
+    let stop = AtomicBool::new(false);
+    thread::scope(|s| {
+        let echoing = s.spawn(|| {
+            let flows: Vec<&TcpStream> = servers.iter().collect();
+            echo(&flows, 7, 2, false, &stop, &[&counters[0]])
+        });
+        let mut c = &clients[0];
+        for piece in [1u8; 35].chunks(3) {
+            c.write_all(piece).unwrap();
+            thread::sleep(Duration::from_millis(1));
+        }
+        let mut back = [0u8; 10];
+        c.read_exact(&mut back).unwrap();
+        c.shutdown(std::net::Shutdown::Both).unwrap();
+        // The echo ends by itself when its only flow closes.
+        echoing.join().unwrap().unwrap();
+    });
+    assert_eq!(counters[0].load(), (10, 5));
+}
+
+#[test]
+fn sizes_and_depth_are_checked() {
+    assert!(
+        check(4, 64, 1, true).is_err(),
+        "UDP requests carry 8 bytes of seq"
+    );
+    assert!(check(64, 4, 1, true).is_err());
+    assert!(check(1, 1, 1, false).is_ok());
+    assert!(check(64, 64, 0, false).is_err());
+    assert!(check(64, 64, sonde_wire::MAX_DEPTH + 1, false).is_err());
+    assert!(check(64, 65_537, 1, false).is_err());
+}
