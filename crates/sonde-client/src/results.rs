@@ -383,9 +383,13 @@ fn many_flows(
     let per_flow: Vec<u64> = m.flows.iter().map(|f| f.measured).collect();
     let transactions: u64 = per_flow.iter().sum();
     let rate = |x: u64| x as f64 / secs;
+    // Each end's CPU was metered over the whole run, the warm-up included: it is divided by
+    // every transaction of that run (answered, warm-up included), not by the measured ones
+    // alone, which would overstate it by (warm-up + duration) / duration.
+    let answered: u64 = m.flows.iter().map(|f| f.answered).sum();
     let per_transaction = |cpu: Option<&sonde_wire::CpuReport>| {
-        cpu.filter(|_| transactions > 0)
-            .map(|c| c.user_ns.saturating_add(c.system_ns) as f64 / transactions as f64)
+        cpu.filter(|_| answered > 0)
+            .map(|c| c.user_ns.saturating_add(c.system_ns) as f64 / answered as f64)
     };
     sonde_report::RequestResponse {
         flows: u32::try_from(m.flows.len()).unwrap_or(u32::MAX),

@@ -125,8 +125,9 @@ pub struct RequestResponse {
     /// that came later still counts as received. Absent for TCP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeouts: Option<u64>,
-    /// The client's CPU time (user + system) per transaction, nanoseconds; absent when it was
-    /// not measured.
+    /// The client's CPU time (user + system) per transaction, nanoseconds: its CPU over the
+    /// whole run (the meter runs from the start, warm-up included) divided by every request
+    /// answered in that run; absent when it was not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_cpu_ns_per_transaction: Option<f64>,
     /// The agent's, likewise.

@@ -312,7 +312,13 @@ fn current_peer_list(
 /// What `sonde server --mesh FILE --check` says of the peer list: the peers read now (the file,
 /// and the DNS name looked up once), and how many of them this agent probes.
 pub(crate) fn describe_peers(cfg: &MeshConfig) -> String {
-    let list = current_peer_list(cfg, &mut None, &mut Vec::new(), &mut None, &dns::tcp_resolver);
+    let list = current_peer_list(
+        cfg,
+        &mut None,
+        &mut Vec::new(),
+        &mut None,
+        &dns::tcp_resolver,
+    );
     match &cfg.select {
         None => format!(
             "peer list now: {} peers, all probed; {} agents probe this one\n",
