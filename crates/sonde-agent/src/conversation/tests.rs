@@ -764,6 +764,7 @@ fn requests_outside_the_limits_are_refused_and_counted_before_the_refusal_is_sen
 /// A many-flow latency test is held to `--max-latency-flows`, not `--max-streams`, and its
 /// sizes and depth to what its loops carry.
 #[test]
+#[cfg(target_os = "linux")]
 fn many_flow_latency_tests_have_limits_of_their_own() {
     let cfg = config(|c| {
         c.max_streams = 4;
@@ -1155,4 +1156,20 @@ fn a_rate_cap_refuses_udp_above_it_or_unlimited_and_admits_below_it() {
             );
         }
     }
+}
+
+/// Where the agent has no readiness loop (not Linux), a many-flow latency test is refused as a
+/// bad request saying so, whatever its size.
+#[test]
+#[cfg(not(target_os = "linux"))]
+fn many_flow_latency_tests_are_refused_where_there_is_no_readiness_loop() {
+    let cfg = config(|_| {});
+    let mut s = spec(TestKind::Latency, Protocol::Tcp, 2, 1_000);
+    s.request_response = Some(sonde_wire::RequestResponse {
+        depth: 2,
+        response_size: 64,
+        threads: 0,
+    });
+    let mut pair = Pair::new(&cfg, None);
+    assert_eq!(refused_for(pair.start(&s)), Refusal::BadRequest);
 }

@@ -803,5 +803,21 @@ fn udp_echo(
     Ok(())
 }
 
-#[cfg(test)]
+// The loops need the readiness loop (epoll): elsewhere they only say so, which the test below
+// checks.
+#[cfg(all(test, target_os = "linux"))]
 mod tests;
+
+#[cfg(all(test, not(target_os = "linux")))]
+mod unsupported_tests {
+    #[test]
+    fn many_flows_say_this_platform_cannot() {
+        const { assert!(!super::SUPPORTED) };
+        let e = crate::sys::Poller::new(1).err().expect("no poller here");
+        assert_eq!(e.kind(), std::io::ErrorKind::Unsupported);
+        assert!(
+            e.to_string().contains("not supported on this platform"),
+            "{e}"
+        );
+    }
+}
