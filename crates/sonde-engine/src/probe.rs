@@ -47,6 +47,8 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::Hash;
 use std::time::Duration;
 
+use crate::schedule::SplitMix64;
+
 /// Outcomes kept per key and source port.
 pub const PORT_WINDOW: u32 = 16;
 
@@ -389,25 +391,6 @@ impl<K: Clone + Ord + Hash> Prober<K> {
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// The scheduler's generator (`schedule.rs`): small, seedable, good enough for jitter and
-/// nonces that only need to differ (the MAC, not the nonce, is the secret part).
-#[derive(Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
-    }
 }
 
 #[cfg(test)]

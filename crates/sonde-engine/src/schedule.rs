@@ -341,12 +341,13 @@ impl<P: Ord + Clone> MeshScheduler<P> {
 }
 
 /// A small deterministic generator for the jitter (Steele, Lea and Flood's SplitMix64, as in
-/// `java.util.SplittableRandom`): not for anything secret.
+/// `java.util.SplittableRandom`): not for anything secret. The mesh prober's too (`probe.rs`:
+/// jitter, and nonces that only need to differ; the MAC, not the nonce, is the secret part).
 #[derive(Debug, Clone)]
-struct SplitMix64(u64);
+pub(crate) struct SplitMix64(pub(crate) u64);
 
 impl SplitMix64 {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -355,7 +356,7 @@ impl SplitMix64 {
     }
 
     /// Uniform in `[0, n)` (n > 0), by multiply-shift; the bias is below 2^-32 for n < 2^32 ns.
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
     }
 }
