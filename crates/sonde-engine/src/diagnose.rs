@@ -339,6 +339,66 @@ pub fn diagnose(
     }
 }
 
+/// The pairs between two groups (or inside one), as the group matrix shows them: a rack whose
+/// uplink is bad is a bad row and column of this matrix, readable at any host count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupCell {
+    /// The sources' group.
+    pub source: String,
+    /// The targets' group.
+    pub target: String,
+    /// Pairs with data from a host of `source` to a host of `target`.
+    pub pairs: usize,
+    /// Bad pairs among them.
+    pub bad_pairs: usize,
+    /// The median of their p99 RTTs (pairs without one left out).
+    pub median_p99: Option<Duration>,
+    /// Their probes lost over their probes sent, pooled (`None` when none was sent).
+    pub loss_ratio: Option<f64>,
+}
+
+/// The diagnosis's cells pooled by the groups of their ends, by source group then target group.
+/// Pairs with an end in no group are left out; a group's own pairs (both ends in it) are its
+/// diagonal cell.
+pub fn group_matrix(d: &Diagnosis, groups: &BTreeMap<String, String>) -> Vec<GroupCell> {
+    #[derive(Default)]
+    struct Pool {
+        pairs: usize,
+        bad: usize,
+        p99: Vec<Duration>,
+        sent: f64,
+        lost: f64,
+    }
+    let mut pools: BTreeMap<(&str, &str), Pool> = BTreeMap::new();
+    for c in &d.cells {
+        let (Some(gs), Some(gt)) = (groups.get(&c.source), groups.get(&c.target)) else {
+            continue;
+        };
+        let p = pools.entry((gs.as_str(), gt.as_str())).or_default();
+        p.pairs += 1;
+        p.bad += usize::from(c.verdict.bad());
+        p.p99.extend(c.stats.p99_rtt);
+        if let (Some(sent), Some(lost)) = (c.stats.sent, c.stats.lost) {
+            p.sent += sent;
+            p.lost += lost;
+        }
+    }
+    pools
+        .into_iter()
+        .map(|((s, t), mut p)| {
+            p.p99.sort_unstable();
+            GroupCell {
+                source: s.to_owned(),
+                target: t.to_owned(),
+                pairs: p.pairs,
+                bad_pairs: p.bad,
+                median_p99: median(&p.p99).copied(),
+                loss_ratio: (p.sent > 0.0).then(|| (p.lost / p.sent).clamp(0.0, 1.0)),
+            }
+        })
+        .collect()
+}
+
 /// The F-measure with beta = 0.5: precision weighs twice as much as recall.
 fn f_half(precision: f64, recall: f64) -> f64 {
     const BETA2: f64 = 0.25;
@@ -411,6 +471,34 @@ mod tests {
     fn lossy(mut p: PairStats) -> PairStats {
         p.lost = Some(12.0); // 2 %
         p
+    }
+
+    #[test]
+    fn the_group_matrix_pools_pairs_by_the_groups_of_their_ends() {
+        // Rack r1's uplink is slow: every pair with one end in r1 and one outside.
+        let m = mesh(|s, t| {
+            let p = healthy((s * 7 + t) as u64);
+            if (s / 3 == 1) != (t / 3 == 1) {
+                slow(p)
+            } else {
+                p
+            }
+        });
+        let mut groups = racks();
+        groups.remove("h8"); // a host in no group: its pairs are in no cell
+        let d = diagnose(&m, &groups, &Thresholds::default());
+        let g = group_matrix(&d, &groups);
+        let cell = |s: &str, t: &str| g.iter().find(|c| c.source == s && c.target == t).unwrap();
+        assert_eq!(g.len(), 9, "3 x 3 groups");
+        // r0 to r1: 3 x 3 pairs, all slow; r1's own pairs 3 x 2, none.
+        assert_eq!((cell("r0", "r1").pairs, cell("r0", "r1").bad_pairs), (9, 9));
+        assert_eq!((cell("r1", "r1").pairs, cell("r1", "r1").bad_pairs), (6, 0));
+        // r2 without h8: 2 hosts, 2 x 1 pairs inside, 2 x 3 to r0.
+        assert_eq!((cell("r2", "r2").pairs, cell("r2", "r0").pairs), (2, 6));
+        assert_eq!(cell("r2", "r1").median_p99, Some(Duration::from_millis(30)));
+        assert_eq!(cell("r0", "r2").loss_ratio, Some(0.0));
+        let total: usize = g.iter().map(|c| c.pairs).sum();
+        assert_eq!(total, 8 * 7, "every pair between grouped hosts, once");
     }
 
     fn first(d: &Diagnosis) -> &Suspect {

@@ -3,14 +3,16 @@
 //! and prints).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
-use serde_json::{json, Value};
-use sonde_engine::diagnose::{diagnose, Diagnosis, PairStats, Suspect, SuspectKind, Thresholds};
+use serde_json::Value;
+use sonde_engine::diagnose::{diagnose, PairStats, Thresholds};
+use sonde_report::render::diagnosis::{
+    diagnosis_html, diagnosis_json, diagnosis_text, DiagnosisMeta,
+};
 
 use crate::output::print;
 use crate::units::BadValue;
@@ -48,6 +50,11 @@ names, and each bad pair it leaves out, lowers it. A \
 group (from --groups or --group-regex) is a suspect only with at least --min-group members and \
 one host outside it; its pairs are those with one end in it and one outside.
 
+With groups (two or more), a group matrix follows the suspects: the pairs from each group to \
+each group, how many are bad. The text prints the source x target heatmaps up to 40 hosts; \
+--html FILE draws them as a page (up to 250 hosts cell by cell, hosts ordered by group so a \
+rack is a block; past that the page draws the group matrix) that opens offline in any browser.
+
 Host names: `source` is each agent's name and `target` each peer as listed; a target listed as \
 HOST:PORT whose HOST is an agent's name is read as that agent.
 
@@ -55,6 +62,7 @@ Examples:
   sonde mesh diagnose --prometheus http://prometheus:9090
   sonde mesh diagnose --prometheus http://prometheus:9090 --window 15m --groups racks.txt
   sonde mesh diagnose --prometheus http://prometheus:9090 --group-regex '^(rack-[0-9]+)-' --json
+  sonde mesh diagnose --prometheus http://prometheus:9090 --groups racks.txt --html mesh.html
 
 Exit codes:
     0  the diagnosis was printed (with or without suspects)
@@ -98,6 +106,11 @@ pub(crate) struct DiagnoseOpt {
     /// Print the heatmap and the suspects as one JSON document
     #[arg(long, short = 'J')]
     json: bool,
+    /// Also write the diagnosis as one self-contained HTML page: the suspects, the group
+    /// matrix, and the source x target heatmaps of p99 RTT and loss (hosts ordered by group;
+    /// up to 250 hosts drawn cell by cell). The text or JSON is printed as well
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
 }
 
 /// A Prometheus duration: `500ms`, `30s`, `5m`, `1h`.
@@ -151,12 +164,34 @@ fn run_diagnose(opt: &DiagnoseOpt) -> anyhow::Result<()> {
         .filter_map(|h| Some((h.clone(), grouping.group(h)?)))
         .collect();
     let d = diagnose(&pairs, &groups, &th);
+    let made_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+    let meta = DiagnosisMeta {
+        prometheus: &opt.prometheus,
+        window: opt.window,
+        protocol: opt.protocol.as_deref(),
+        thresholds: &th,
+        made_unix_ms,
+    };
+    if let Some(path) = &opt.html {
+        let page = diagnosis_html(&d, &groups, &meta);
+        std::fs::write(path, page)
+            .with_context(|| format!("writing the page to {}", path.display()))?;
+        eprintln!(
+            "sonde: the diagnosis's page is {} ({} hosts, {} bad pairs of {})",
+            path.display(),
+            d.hosts.len(),
+            d.bad_pairs,
+            d.cells.len()
+        );
+    }
     if opt.json {
-        let mut text = serde_json::to_string_pretty(&to_json(&d, &groups, opt))?;
+        let mut text = serde_json::to_string_pretty(&diagnosis_json(&d, &groups, &meta))?;
         text.push('\n');
         print(&text)
     } else {
-        print(&render(&d, &groups, opt))
+        print(&diagnosis_text(&d, &groups, &meta, opt.top))
     }
 }
 
@@ -387,210 +422,6 @@ fn same_names(
         .collect()
 }
 
-fn ms(d: Duration) -> String {
-    let v = d.as_secs_f64() * 1e3;
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
-}
-
-fn pct(r: f64) -> String {
-    format!("{:.2}", r * 100.0)
-}
-
-/// Why a suspect is one, in a line.
-fn evidence(s: &Suspect, d: &Diagnosis) -> String {
-    let mut e = format!("{} of its {} pairs bad", s.bad_pairs, s.pairs);
-    let mut why = Vec::new();
-    if s.slow_pairs > 0 {
-        let med = s.median_bad_p99.map_or(String::new(), |p| {
-            let base = d
-                .baseline_p99
-                .map_or(String::new(), |b| format!(" vs {} ms", ms(b)));
-            format!(", median p99 {} ms{base}", ms(p))
-        });
-        why.push(format!("{} slow{med}", s.slow_pairs));
-    }
-    if s.lossy_pairs > 0 {
-        let med = s
-            .median_bad_loss
-            .map_or(String::new(), |l| format!(", median loss {} %", pct(l)));
-        why.push(format!("{} lossy{med}", s.lossy_pairs));
-    }
-    if s.down_pairs > 0 {
-        why.push(format!("{} unreachable", s.down_pairs));
-    }
-    if !why.is_empty() {
-        let _ = write!(e, " ({})", why.join("; "));
-    }
-    if s.silent_as_source {
-        e.push_str("; no series from it as a source (is its agent running?)");
-    }
-    e
-}
-
-fn describe(kind: &SuspectKind) -> String {
-    match kind {
-        SuspectKind::Source(h) => format!("source {h} (a bad row: what it sends, or the way back)"),
-        SuspectKind::Target(h) => {
-            format!("target {h} (a bad column: it answers badly or not at all)")
-        }
-        SuspectKind::Cross(h) => format!("host {h} (bad both ways)"),
-        SuspectKind::Group(g) => format!("group {g} (its pairs to every other group: its uplink)"),
-    }
-}
-
-fn render(d: &Diagnosis, groups: &BTreeMap<String, String>, opt: &DiagnoseOpt) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "Mesh diagnosis over the last {} from {}: {} hosts, {} pairs with data, {} bad; baseline \
-         p99 {} ms",
-        humantime(opt.window),
-        opt.prometheus,
-        d.hosts.len(),
-        d.cells.len(),
-        d.bad_pairs,
-        d.baseline_p99.map_or("n/a".to_owned(), ms)
-    );
-    out.push('\n');
-    if d.suspects.is_empty() {
-        out.push_str("Suspects: none, every pair is within the thresholds.\n");
-    } else {
-        out.push_str("Suspects (best first; score 0 to 1):\n");
-        for (i, s) in d.suspects.iter().take(opt.top).enumerate() {
-            let _ = writeln!(
-                out,
-                "  {}. {:.2}  {}\n         {}",
-                i + 1,
-                s.score,
-                describe(&s.kind),
-                evidence(s, d)
-            );
-        }
-        if d.suspects.len() > opt.top {
-            let _ = writeln!(
-                out,
-                "  ({} more: --top N, or --json)",
-                d.suspects.len() - opt.top
-            );
-        }
-    }
-    // The heatmaps: rows are sources, columns targets, by number (the legend names them).
-    let idx: BTreeMap<&str, usize> = d
-        .hosts
-        .iter()
-        .enumerate()
-        .map(|(i, h)| (h.as_str(), i + 1))
-        .collect();
-    let cell = |s: &str, t: &str| d.cells.iter().find(|c| c.source == s && c.target == t);
-    out.push_str("\nHosts:\n");
-    for (i, h) in d.hosts.iter().enumerate() {
-        let g = groups
-            .get(h)
-            .map_or(String::new(), |g| format!("  (group {g})"));
-        let _ = writeln!(out, "  [{}] {h}{g}", i + 1);
-    }
-    let width = 7;
-    let table = |title: &str, value: &dyn Fn(&sonde_engine::diagnose::Cell) -> (String, bool)| {
-        let mut t = format!("\n{title} (source row x target column; * bad, . no data):\n");
-        let _ = write!(t, "{:>5}", "");
-        for h in &d.hosts {
-            let _ = write!(t, "{:>width$}", format!("[{}]", idx[h.as_str()]));
-        }
-        t.push('\n');
-        for s in &d.hosts {
-            let _ = write!(t, "{:>5}", format!("[{}]", idx[s.as_str()]));
-            for tg in &d.hosts {
-                let text = if s == tg {
-                    "-".to_owned()
-                } else if let Some(c) = cell(s, tg) {
-                    let (v, bad) = value(c);
-                    if bad {
-                        format!("{v}*")
-                    } else {
-                        v
-                    }
-                } else {
-                    ".".to_owned()
-                };
-                let _ = write!(t, "{text:>width$}");
-            }
-            t.push('\n');
-        }
-        t
-    };
-    out.push_str(&table("p99 RTT, ms", &|c| {
-        let v = match (c.stats.p99_rtt, c.verdict.down) {
-            (Some(p), _) => ms(p),
-            (None, true) => "down".to_owned(),
-            (None, false) => "n/a".to_owned(),
-        };
-        (v, c.verdict.slow || c.verdict.down)
-    }));
-    out.push_str(&table("Loss, % of probes", &|c| {
-        let v = match (c.stats.loss_ratio(), c.verdict.down) {
-            (Some(l), false) => pct(l),
-            (_, true) => "down".to_owned(),
-            (None, false) => "n/a".to_owned(),
-        };
-        (v, c.verdict.lossy || c.verdict.down)
-    }));
-    out
-}
-
-fn humantime(d: Duration) -> String {
-    let s = d.as_secs();
-    if d.subsec_millis() == 0 && s.is_multiple_of(3_600) {
-        format!("{} h", s / 3_600)
-    } else if d.subsec_millis() == 0 && s.is_multiple_of(60) {
-        format!("{} min", s / 60)
-    } else {
-        format!("{} s", d.as_secs_f64())
-    }
-}
-
-fn to_json(d: &Diagnosis, groups: &BTreeMap<String, String>, opt: &DiagnoseOpt) -> Value {
-    let ns = |d: Option<Duration>| d.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-    json!({
-        "prometheus": opt.prometheus,
-        "window_ns": ns(Some(opt.window)),
-        "protocol": opt.protocol,
-        "baseline_p99_rtt_ns": ns(d.baseline_p99),
-        "hosts": d.hosts.iter().map(|h| json!({"host": h, "group": groups.get(h)})).collect::<Vec<_>>(),
-        "bad_pairs": d.bad_pairs,
-        "pairs": d.cells.iter().map(|c| json!({
-            "source": c.source,
-            "target": c.target,
-            "p99_rtt_ns": ns(c.stats.p99_rtt),
-            "probes_sent": c.stats.sent,
-            "probes_lost": c.stats.lost,
-            "loss_ratio": c.stats.loss_ratio(),
-            "up_fraction": c.stats.up_fraction,
-            "slow": c.verdict.slow,
-            "lossy": c.verdict.lossy,
-            "down": c.verdict.down,
-        })).collect::<Vec<_>>(),
-        "suspects": d.suspects.iter().map(|s| json!({
-            "kind": s.kind.label(),
-            "name": s.kind.name(),
-            "score": s.score,
-            "pairs": s.pairs,
-            "bad_pairs": s.bad_pairs,
-            "slow_pairs": s.slow_pairs,
-            "lossy_pairs": s.lossy_pairs,
-            "down_pairs": s.down_pairs,
-            "median_bad_p99_rtt_ns": ns(s.median_bad_p99),
-            "median_bad_loss_ratio": s.median_bad_loss,
-            "silent_as_source": s.silent_as_source,
-        })).collect::<Vec<_>>(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -643,8 +474,16 @@ mod tests {
             };
             pairs.insert((s.to_owned(), "c".to_owned()), down);
         }
-        let d = diagnose(&pairs, &BTreeMap::new(), &thresholds(&opt).unwrap());
-        let text = render(&d, &BTreeMap::new(), &opt);
+        let th = thresholds(&opt).unwrap();
+        let d = diagnose(&pairs, &BTreeMap::new(), &th);
+        let meta = DiagnosisMeta {
+            prometheus: &opt.prometheus,
+            window: opt.window,
+            protocol: None,
+            thresholds: &th,
+            made_unix_ms: 0,
+        };
+        let text = diagnosis_text(&d, &BTreeMap::new(), &meta, opt.top);
         assert!(text.starts_with(
             "Mesh diagnosis over the last 30 s from http://prom:9090: 4 hosts, 9 pairs with data, 3 bad; baseline p99 0.25 ms\n"
         ), "{text}");

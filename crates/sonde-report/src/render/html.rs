@@ -35,11 +35,11 @@ use crate::compare::{cases, CaseTable, Cell, Comparison, Figure, Run, ThinReadin
 use crate::model::{Helpers, Meta, TestResult};
 
 const REPORT_JS: &str = include_str!("../../assets/report.js");
-const REPORT_CSS: &str = include_str!("../../assets/report.css");
+pub(super) const REPORT_CSS: &str = include_str!("../../assets/report.css");
 
 /// Runs first, before anything else can fail: every error, failed resource and console.error
 /// goes into `data-errors` (a count) and `data-error-messages` on the document element.
-const ERROR_TRAP_JS: &str = r#"(function () {
+pub(super) const ERROR_TRAP_JS: &str = r#"(function () {
   var root = document.documentElement, messages = [];
   root.setAttribute("data-errors", "0");
   function record(m) {
@@ -195,7 +195,7 @@ pub fn html(report: &Report<'_>) -> String {
 }
 
 /// HTML-escapes text.
-fn esc(s: &str) -> String {
+pub(super) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

@@ -8,10 +8,12 @@
 //!   is an empty cell.
 //! - [`html`]: `sonde report`, one self-contained HTML file with tables and charts.
 //! - [`compare_table`], [`matrix_table`] (and their JSON): `sonde compare` and its `--by` view.
+//! - [`diagnosis`]: `sonde mesh diagnose` as text, JSON and one HTML page of heatmaps.
 
 mod axes;
 mod compare;
 pub(crate) mod csv;
+pub mod diagnosis;
 mod html;
 pub(crate) mod table;
 mod units;

@@ -1399,3 +1399,134 @@ fn rtt_over_time_draws_each_interval_in_chromium() {
     };
     assert_eq!(ticks(rtt_time_svg(&dom, 0)), ticks(rtt_time_svg(&dom, 1)));
 }
+
+/// A stand-in for Prometheus' query API on loopback, for `sonde mesh diagnose`: twelve hosts in
+/// three racks (`rack-a-n1` ...), every pair probed, host `rack-b-n2` answering slowly (p99
+/// 20 ms against 0.3 ms). Each query is answered by the metric it names; it serves until the
+/// test ends (the thread is left blocked in accept).
+fn fake_prometheus() -> std::net::SocketAddr {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().unwrap();
+    let hosts: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .flat_map(|r| (1..=4).map(move |n| format!("rack-{r}-n{n}")))
+        .collect();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(64) {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            // The rest of the request head.
+            let mut h = String::new();
+            while reader.read_line(&mut h).is_ok_and(|n| n > 2) {
+                h.clear();
+            }
+            let value = |s: &str, t: &str| -> String {
+                if line.contains("histogram_quantile") {
+                    if t == "rack-b-n2" { "0.02" } else { "0.0003" }.to_owned()
+                } else if line.contains("sonde_probes_sent_total") {
+                    "600".to_owned()
+                } else if line.contains("sonde_probes_lost_total") {
+                    "0".to_owned()
+                } else {
+                    let _ = s;
+                    "1".to_owned()
+                }
+            };
+            let result: Vec<serde_json::Value> = hosts
+                .iter()
+                .flat_map(|s| hosts.iter().filter(move |t| *t != s).map(move |t| (s, t)))
+                .map(|(s, t)| {
+                    serde_json::json!({
+                        "metric": {"source": s, "target": t},
+                        "value": [1_700_000_000.0, value(s, t)],
+                    })
+                })
+                .collect();
+            let body = serde_json::json!({
+                "status": "success",
+                "data": {"resultType": "vector", "result": result},
+            })
+            .to_string();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
+}
+
+#[test]
+fn the_mesh_diagnosis_page_opens_in_chromium_with_its_heatmaps() {
+    let test = "the_mesh_diagnosis_page_opens_in_chromium_with_its_heatmaps";
+    let _file = crate::common::file_lock(module_path!());
+    if !require_or_skip(test, &[Need::Cmd("chromium")]) {
+        return;
+    }
+    let prom = fake_prometheus();
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("diagnosis.html");
+    let out = common::check(
+        common::sonde_command()
+            .args(["mesh", "diagnose", "--prometheus"])
+            .arg(format!("http://{prom}"))
+            .args(["--group-regex", "^(rack-[a-z])-", "--json", "--html"])
+            .arg(&page),
+    );
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("--json");
+    assert_eq!(doc["suspects"][0]["kind"], "target", "{doc:#}");
+    assert_eq!(doc["suspects"][0]["name"], "rack-b-n2");
+    assert_eq!(doc["bad_pairs"], 11);
+    let _ = std::fs::copy(&page, artifact_dir().join("mesh-diagnosis.html"));
+
+    let dom = chromium(&page, &["--dump-dom"]);
+    assert_eq!(
+        root_attr(&dom, "data-errors"),
+        Some("0"),
+        "errors in the page: {:?}",
+        root_attr(&dom, "data-error-messages")
+    );
+    assert_eq!(root_attr(&dom, "data-ready"), Some("1"));
+    // The page as the browser parsed it: the first suspect, three heatmaps, the 132 pairs of
+    // each host heatmap with rack-b-n2's column outlined in p99 and nothing in loss.
+    let first = dom.find("<tr data-kind=").expect("a suspect row");
+    assert!(
+        dom[first..].starts_with("<tr data-kind=\"target\" data-name=\"rack-b-n2\">"),
+        "{}",
+        &dom[first..first + 80]
+    );
+    let svg = |kind: &str| {
+        let from = dom
+            .find(&format!("data-heatmap=\"{kind}\""))
+            .unwrap_or_else(|| panic!("no {kind} heatmap"));
+        &dom[from..from + dom[from..].find("</svg>").unwrap()]
+    };
+    assert_eq!(svg("p99").matches("<rect class=\"c").count(), 132);
+    assert_eq!(svg("p99").matches("<rect class=\"c bad\"").count(), 11);
+    assert_eq!(svg("loss").matches("<rect class=\"c bad\"").count(), 0);
+    // Three racks: the group matrix's 9 cells; rack b's column is a quarter bad (4 of the 16
+    // pairs from each other rack, 3 of its own 12), none half bad, so none outlined.
+    assert_eq!(svg("groups").matches("<rect class=\"c").count(), 9);
+    assert_eq!(svg("groups").matches("<rect class=\"c bad\"").count(), 0);
+    assert!(svg("groups").contains("rack-a → rack-b: 4 of 16 pairs bad"));
+    let png = artifact_dir().join("mesh-diagnosis.png");
+    let _ = std::fs::remove_file(&png);
+    chromium(
+        &page,
+        &[
+            &format!("--screenshot={}", png.display()),
+            "--window-size=1200,1800",
+        ],
+    );
+    let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        size > 10_000,
+        "screenshot {} is {size} bytes",
+        png.display()
+    );
+}
