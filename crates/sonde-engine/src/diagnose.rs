@@ -227,9 +227,6 @@ pub struct Diagnosis {
     pub suspects: Vec<Suspect>,
 }
 
-/// Which pairs a candidate names.
-type Names<'a> = dyn Fn(&Cell) -> bool + 'a;
-
 /// Judges every pair and ranks the suspects. `groups` maps a host to its group (hosts absent
 /// from it are in no group).
 pub fn diagnose(
@@ -257,20 +254,24 @@ pub fn diagnose(
         .collect();
     let bad_total = cells.iter().filter(|c| c.verdict.bad()).count();
 
-    let mut candidates: Vec<(SuspectKind, Box<Names<'_>>)> = Vec::new();
+    // Each candidate's pairs, as indices into `cells`: a host's row and column from one pass
+    // (O(cells), not O(hosts x cells): a mesh of thousands of hosts is diagnosed in a blink).
+    let mut rows: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    let mut cols: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, c) in cells.iter().enumerate() {
+        rows.entry(c.source.as_str()).or_default().push(i);
+        cols.entry(c.target.as_str()).or_default().push(i);
+    }
+    let mut candidates: Vec<(SuspectKind, Vec<usize>)> = Vec::new();
     for h in &hosts {
-        candidates.push((
-            SuspectKind::Source(h.clone()),
-            Box::new(move |c| c.source == *h),
-        ));
-        candidates.push((
-            SuspectKind::Target(h.clone()),
-            Box::new(move |c| c.target == *h),
-        ));
-        candidates.push((
-            SuspectKind::Cross(h.clone()),
-            Box::new(move |c| c.source == *h || c.target == *h),
-        ));
+        let row = rows.get(h.as_str()).cloned().unwrap_or_default();
+        let col = cols.get(h.as_str()).cloned().unwrap_or_default();
+        let mut cross: Vec<usize> = row.iter().chain(&col).copied().collect();
+        cross.sort_unstable();
+        cross.dedup();
+        candidates.push((SuspectKind::Source(h.clone()), row));
+        candidates.push((SuspectKind::Target(h.clone()), col));
+        candidates.push((SuspectKind::Cross(h.clone()), cross));
     }
     let mut members: BTreeMap<&str, usize> = BTreeMap::new();
     for h in &hosts {
@@ -282,17 +283,17 @@ pub fn diagnose(
         if n < th.min_group.max(2) || n == hosts.len() {
             continue;
         }
-        let in_g = move |h: &str| groups.get(h).is_some_and(|x| x == g);
-        candidates.push((
-            SuspectKind::Group(g.to_owned()),
-            Box::new(move |c| in_g(&c.source) != in_g(&c.target)),
-        ));
+        let in_g = |h: &str| groups.get(h).is_some_and(|x| x == g);
+        let boundary = (0..cells.len())
+            .filter(|&i| in_g(&cells[i].source) != in_g(&cells[i].target))
+            .collect();
+        candidates.push((SuspectKind::Group(g.to_owned()), boundary));
     }
 
     let mut suspects: Vec<Suspect> = candidates
         .into_iter()
         .filter_map(|(kind, named)| {
-            let set: Vec<&Cell> = cells.iter().filter(|c| named(c)).collect();
+            let set: Vec<&Cell> = named.iter().map(|&i| &cells[i]).collect();
             let bad: Vec<&Cell> = set.iter().copied().filter(|c| c.verdict.bad()).collect();
             if bad.is_empty() {
                 return None;
@@ -301,7 +302,7 @@ pub fn diagnose(
             let recall = bad.len() as f64 / bad_total as f64;
             let silent_as_source = match &kind {
                 SuspectKind::Group(_) => false,
-                k => !cells.iter().any(|c| c.source == k.name()),
+                k => !rows.contains_key(k.name()),
             };
             let mut bad_p99: Vec<Duration> = bad.iter().filter_map(|c| c.stats.p99_rtt).collect();
             bad_p99.sort_unstable();
