@@ -372,7 +372,7 @@ def flag_values(args, flag):
 
 
 def check_agent_args(src, obj, failures):
-    """The mesh agent's flags docs/mesh.md asks for: room for every peer's sessions, --quiet."""
+    """The mesh agent's flags docs/mesh.md asks for: room for peers' scheduled tests, --quiet."""
     pod = obj.get("spec", {}).get("template", {}).get("spec", {})
     for container in pod.get("containers", []):
         where = f"{src} (container {container.get('name')})"
@@ -388,15 +388,16 @@ def check_agent_args(src, obj, failures):
         if sessions is None and not values:
             failures.add(
                 where,
-                f"no --max-sessions: the default 16 serves 7 peers, so on a larger cluster "
-                f"healthy peers read down (set at least {MIN_MAX_SESSIONS}, "
+                f"no --max-sessions: the default 16 lets 16 peers' scheduled tests or clients "
+                f"in at once, and the next is refused (set at least {MIN_MAX_SESSIONS}, "
                 f"for {SIZED_FOR_NODES} nodes)",
             )
         elif sessions is not None and sessions < MIN_MAX_SESSIONS:
             failures.add(
                 where,
-                f"--max-sessions {sessions} is below {MIN_MAX_SESSIONS}, which "
-                f"{SIZED_FOR_NODES} nodes' probes need (2 x peers + 2, docs/mesh.md)",
+                f"--max-sessions {sessions} is below {MIN_MAX_SESSIONS}, the headroom "
+                f"{SIZED_FOR_NODES} nodes' scheduled tests and clients need (probes take no "
+                f"session, docs/mesh.md)",
             )
         if "--quiet" not in args:
             failures.add(where, "no --quiet: every test session would be a log line at both ends")

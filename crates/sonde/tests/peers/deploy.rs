@@ -403,7 +403,7 @@ fn the_offline_checks_fail_on_each_kind_of_typo() {
             "kubernetes/base/daemonset.yaml",
             "            - --max-sessions=256\n",
             "",
-            "no --max-sessions: the default 16 serves 7 peers",
+            "no --max-sessions: the default 16 lets 16 peers' scheduled tests",
         ),
         (
             "kubernetes/base/daemonset.yaml",
