@@ -62,7 +62,7 @@ Examples:
   sonde mesh diagnose --prometheus http://prometheus:9090
   sonde mesh diagnose --prometheus http://prometheus:9090 --window 15m --groups racks.txt
   sonde mesh diagnose --prometheus http://prometheus:9090 --group-regex '^(rack-[0-9]+)-' --json
-  sonde mesh diagnose --prometheus http://prometheus:9090 --groups racks.txt --html mesh.html
+  sonde mesh diagnose --prometheus http://prometheus:9090 --group-label rack --html mesh.html
 
 Exit codes:
     0  the diagnosis was printed (with or without suspects)
@@ -79,6 +79,11 @@ pub(crate) struct DiagnoseOpt {
     /// Only this probe protocol's series (udp or tcp); default both
     #[arg(long, value_name = "PROTO", value_parser = ["udp", "tcp"])]
     protocol: Option<String>,
+    /// Groups from the mesh's own labels: each host's value of this label (e.g. rack, zone)
+    /// as the agents export it (sonde_mesh_labels, and sonde_mesh_peer_labels for what the
+    /// peer lists say of a host, a dead agent's included)
+    #[arg(long, value_name = "LABEL", conflicts_with_all = ["groups", "group_regex"])]
+    group_label: Option<String>,
     /// Groups from a file: one `HOST GROUP` a line (`#` starts a comment)
     #[arg(long, value_name = "FILE", conflicts_with = "group_regex")]
     groups: Option<PathBuf>,
@@ -158,6 +163,23 @@ fn run_diagnose(opt: &DiagnoseOpt) -> anyhow::Result<()> {
             promql_duration(opt.window)
         );
     }
+    let grouping = match &opt.group_label {
+        Some(label) => {
+            let sources: BTreeSet<String> = pairs.keys().map(|(s, _)| s.clone()).collect();
+            let found = label_groups(&prom, label, opt.window, &sources)?;
+            if found.is_empty() {
+                eprintln!(
+                    "sonde: warning: no agent or peer list gives the label {label:?} in the last \
+                     {} (sonde_mesh_labels, sonde_mesh_peer_labels): the diagnosis has no groups. \
+                     Label the peers (docs/mesh.md, \"Choosing peers\"), or give --groups or \
+                     --group-regex",
+                    promql_duration(opt.window)
+                );
+            }
+            Grouping::File(found)
+        }
+        None => grouping,
+    };
     let hosts: BTreeSet<&String> = pairs.keys().flat_map(|(s, t)| [s, t]).collect();
     let groups: BTreeMap<String, String> = hosts
         .into_iter()
@@ -398,28 +420,74 @@ fn fetch_pairs(
     Ok(same_names(pairs))
 }
 
-/// A target listed as `HOST:PORT` whose HOST is a source's name is that source: the agent's name
-/// and the peer list then name one node alike.
+/// The agent a target names: a target listed as `HOST:PORT` whose HOST is a source's name is
+/// that source (the agent's name and the peer list then name one node alike); `None` when the
+/// target is to be kept as listed.
+fn agent_of(target: &str, sources: &BTreeSet<String>) -> Option<String> {
+    if sources.contains(target) {
+        return None;
+    }
+    let (host, port) = target.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    sources.contains(host).then(|| host.to_owned())
+}
+
+/// Every target renamed to the agent it names ([`agent_of`]).
 fn same_names(
     pairs: BTreeMap<(String, String), PairStats>,
 ) -> BTreeMap<(String, String), PairStats> {
     let sources: BTreeSet<String> = pairs.keys().map(|(s, _)| s.clone()).collect();
-    let host_of = |t: &str| -> Option<String> {
-        if sources.contains(t) {
-            return None;
-        }
-        let (host, port) = t.rsplit_once(':')?;
-        port.parse::<u16>().ok()?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        sources.contains(host).then(|| host.to_owned())
-    };
     pairs
         .into_iter()
         .map(|((s, t), p)| {
-            let t = host_of(&t).unwrap_or(t);
+            let t = agent_of(&t, &sources).unwrap_or(t);
             ((s, t), p)
         })
         .collect()
+}
+
+/// Each host's group from the mesh's own label series (`--group-label NAME`): an agent's
+/// `sonde_mesh_labels` first (what it says of itself), then what the peer lists say of it in
+/// `sonde_mesh_peer_labels` (which names agents that export nothing, a dead one). Where lists
+/// disagree, the value most of them give (then the smallest).
+fn label_groups(
+    prom: &Prometheus,
+    label: &str,
+    window: Duration,
+    sources: &BTreeSet<String>,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let w = promql_duration(window);
+    let quoted = label.replace('\\', "\\\\").replace('"', "\\\"");
+    let own = prom.query(&format!(
+        "max by (source, value) (max_over_time(sonde_mesh_labels{{label=\"{quoted}\"}}[{w}]))"
+    ))?;
+    let said = prom.query(&format!(
+        "count by (target, value) (max_over_time(sonde_mesh_peer_labels{{label=\"{quoted}\"}}[{w}]))"
+    ))?;
+    let mut votes: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    for (l, n) in &said {
+        let (Some(t), Some(v)) = (l.get("target"), l.get("value")) else {
+            continue;
+        };
+        let host = agent_of(t, sources).unwrap_or_else(|| t.clone());
+        *votes.entry(host).or_default().entry(v.clone()).or_default() += n;
+    }
+    let mut groups: BTreeMap<String, String> = votes
+        .into_iter()
+        .filter_map(|(host, values)| {
+            let best = values
+                .into_iter()
+                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))?;
+            Some((host, best.0))
+        })
+        .collect();
+    for (l, _) in &own {
+        if let (Some(h), Some(v)) = (l.get("source"), l.get("value")) {
+            groups.insert(h.clone(), v.clone());
+        }
+    }
+    Ok(groups)
 }
 
 #[cfg(test)]

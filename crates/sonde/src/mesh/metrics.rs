@@ -13,6 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 use sonde_agent::{ProbeRefusal, Stats};
+use sonde_engine::mesh_select::Labels;
 use sonde_wire::{Refusal, TestKind};
 
 /// RTT buckets: 15 a doubling (a factor of 2^(1/15) = 1.0473 between bounds), so that a
@@ -200,6 +201,23 @@ pub(crate) struct PairDir {
     pub(crate) direction: Dir,
 }
 
+/// One label of this agent, as its peers' lists and `[select]` see it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OwnLabel {
+    source: String,
+    label: String,
+    value: String,
+}
+
+/// One label of a peer this agent probes, as this agent's list gives it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerLabel {
+    source: String,
+    target: String,
+    label: String,
+    value: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: &'static str,
@@ -253,6 +271,8 @@ pub(crate) struct Metrics {
     pub(crate) pps_time: Family<Pair, FloatGauge>,
     selected_peers: Gauge,
     expected_probers: Gauge,
+    own_labels: Family<OwnLabel, Gauge>,
+    peer_labels: Family<PeerLabel, Gauge>,
     sessions_active: Gauge,
     sessions_total: Family<KindLabel, Counter>,
     refusals: Family<ReasonLabel, Counter>,
@@ -279,6 +299,8 @@ impl Metrics {
             pps_time: Family::default(),
             selected_peers: Gauge::default(),
             expected_probers: Gauge::default(),
+            own_labels: Family::default(),
+            peer_labels: Family::default(),
             sessions_active: Gauge::default(),
             sessions_total: Family::default(),
             refusals: Family::default(),
@@ -349,6 +371,18 @@ impl Metrics {
             m.expected_probers.clone(),
         );
         registry.register(
+            "sonde_mesh_labels",
+            "This agent's labels (zone, rack, ...) as the peer list and the mesh file give them, \
+             one series of value 1 per label",
+            m.own_labels.clone(),
+        );
+        registry.register(
+            "sonde_mesh_peer_labels",
+            "The labels of each peer this agent probes, as its peer list gives them, one series \
+             of value 1 per label",
+            m.peer_labels.clone(),
+        );
+        registry.register(
             "sonde_sessions_active",
             "Sessions this agent is serving now (every kind)",
             m.sessions_active.clone(),
@@ -394,6 +428,44 @@ impl Metrics {
             .set(i64::try_from(probed).unwrap_or(i64::MAX));
         self.expected_probers
             .set(i64::try_from(expected_probers).unwrap_or(i64::MAX));
+    }
+
+    /// The labels of this agent (`source`) and of the peers it probes, as of the list's last
+    /// refresh: the series of labels no longer said go (between two scrapes: the scrape lock
+    /// is held while they are replaced).
+    pub(crate) fn set_labels(
+        &self,
+        source: &str,
+        own: &Labels,
+        peers: &std::collections::BTreeMap<String, Labels>,
+    ) {
+        let _one = self
+            .scrape
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.own_labels.clear();
+        self.peer_labels.clear();
+        for (label, value) in own {
+            self.own_labels
+                .get_or_create(&OwnLabel {
+                    source: source.to_owned(),
+                    label: label.clone(),
+                    value: value.clone(),
+                })
+                .set(1);
+        }
+        for (target, labels) in peers {
+            for (label, value) in labels {
+                self.peer_labels
+                    .get_or_create(&PeerLabel {
+                        source: source.to_owned(),
+                        target: target.clone(),
+                        label: label.clone(),
+                        value: value.clone(),
+                    })
+                    .set(1);
+            }
+        }
     }
 
     /// Removes every series of `target` (a peer that left): they go stale in Prometheus.
@@ -937,6 +1009,45 @@ mod tests {
             target: target.into(),
             protocol: Proto::udp,
         }
+    }
+
+    #[test]
+    fn labels_are_series_of_one_and_follow_the_list() {
+        let m = Metrics::new();
+        let labels = |pairs: &[(&str, &str)]| -> Labels {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let mut peers = std::collections::BTreeMap::new();
+        peers.insert(
+            "b:5300".to_owned(),
+            labels(&[("rack", "r2"), ("zone", "z1")]),
+        );
+        peers.insert("c".to_owned(), labels(&[]));
+        m.set_labels("a", &labels(&[("rack", "r1"), ("zone", "z1")]), &peers);
+        let text = m.encode(None);
+        for line in [
+            "sonde_mesh_labels{source=\"a\",label=\"rack\",value=\"r1\"} 1",
+            "sonde_mesh_labels{source=\"a\",label=\"zone\",value=\"z1\"} 1",
+            "sonde_mesh_peer_labels{source=\"a\",target=\"b:5300\",label=\"rack\",value=\"r2\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
+        assert_eq!(text.matches("sonde_mesh_peer_labels{").count(), 2, "{text}");
+        // b moved to rack r3 and a lost its zone: the old series go, not stay at 1.
+        peers.insert("b:5300".to_owned(), labels(&[("rack", "r3")]));
+        m.set_labels("a", &labels(&[("rack", "r1")]), &peers);
+        let text = m.encode(None);
+        assert!(
+            text.contains("target=\"b:5300\",label=\"rack\",value=\"r3\"} 1"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("value=\"r2\"") && !text.contains("value=\"z1\""),
+            "{text}"
+        );
     }
 
     #[test]

@@ -156,6 +156,11 @@ struct PeerList {
     listed: usize,
     /// How many agents of the list probe this one (every listed peer, without `[select]`).
     expected_probers: usize,
+    /// This agent's labels (the list's entry for it, then the mesh file's and the
+    /// environment's for the keys the list does not give).
+    own_labels: Labels,
+    /// The labels of each peer probed, by its `target` name, as the list gives them.
+    peer_labels: BTreeMap<String, Labels>,
 }
 
 /// The peers of every source, de-duplicated by address, without this agent, narrowed to
@@ -258,13 +263,6 @@ fn current_peer_list(
         }
     }
     let listed = candidates.len();
-    let Some(policy) = &cfg.select else {
-        return PeerList {
-            peers: candidates.into_iter().map(|(p, _)| p).collect(),
-            listed,
-            expected_probers: listed,
-        };
-    };
     // The list's labels of this agent come first (every agent computes this agent's selection
     // from them); its own labels fill in what the list does not say.
     let (own_name, mut own_labels) =
@@ -272,10 +270,23 @@ fn current_peer_list(
     for (k, v) in &cfg.labels {
         own_labels.entry(k.clone()).or_insert_with(|| v.clone());
     }
+    let Some(policy) = &cfg.select else {
+        let peer_labels = candidates
+            .iter()
+            .map(|(p, labels)| (p.label.clone(), labels.clone()))
+            .collect();
+        return PeerList {
+            peers: candidates.into_iter().map(|(p, _)| p).collect(),
+            listed,
+            expected_probers: listed,
+            own_labels,
+            peer_labels,
+        };
+    };
     let nodes: Vec<(String, Labels)> = candidates
         .iter()
         .map(|(p, labels)| (p.label.clone(), labels.clone()))
-        .chain(std::iter::once((own_name.clone(), own_labels)))
+        .chain(std::iter::once((own_name.clone(), own_labels.clone())))
         .collect();
     let fresh = last_selection
         .as_ref()
@@ -298,14 +309,20 @@ fn current_peer_list(
     let (peers, probers) = last_selection
         .as_ref()
         .map_or((None, 0), |m| (Some(&m.peers), m.probers));
+    let (peers, peer_labels) = candidates
+        .into_iter()
+        .filter(|(p, _)| peers.is_some_and(|set| set.contains(&p.label)))
+        .map(|(p, labels)| {
+            let name = p.label.clone();
+            (p, (name, labels))
+        })
+        .unzip();
     PeerList {
-        peers: candidates
-            .into_iter()
-            .map(|(p, _)| p)
-            .filter(|p| peers.is_some_and(|set| set.contains(&p.label)))
-            .collect(),
+        peers,
         listed,
         expected_probers: probers,
+        own_labels,
+        peer_labels,
     }
 }
 
@@ -401,6 +418,7 @@ fn supervise(
                 &dns::tcp_resolver,
             );
             metrics.set_selection(list.peers.len(), list.expected_probers);
+            metrics.set_labels(&cfg.name, &list.own_labels, &list.peer_labels);
             let peers: BTreeSet<Peer> = list.peers.into_iter().collect();
             apply_peers(
                 cfg,

@@ -12,9 +12,12 @@
 //!    hooks): the first suspect must be that host (as a cross, row or column; not a rack);
 //! 2. a `tbf` queue on rack 1's uplink (1 Mbit/s, up to 50 ms of queue, kept full by a bulk TCP
 //!    transfer from rack 2 into rack 1): every pair between rack 1 and the others gains up to
-//!    50 ms, the pairs inside rack 1 nothing; the first suspect must be the group `rack1`
-//!    (groups from a `--groups` file);
+//!    50 ms, the pairs inside rack 1 nothing; the first suspect must be the group `rack1`;
 //! 3. a killed agent: the first suspect must be that host.
+//!
+//! The peer list labels each agent with its rack; the first case takes the groups from a
+//! `--groups` file, the other two from the agents' own label series (`--group-label rack`), and
+//! before the faults the two must give every host the same group.
 //!
 //! Each case polls `sonde mesh diagnose --json` a few times (the window must fill with the
 //! fault first), a bounded number of times. No timing is asserted: only which suspect ranks
@@ -54,20 +57,21 @@ fn agents() -> Vec<String> {
         .collect()
 }
 
-/// `sonde mesh diagnose --json` from the router's namespace.
-fn diagnose(router: &str, groups: &std::path::Path) -> Value {
+/// `sonde mesh diagnose --json` from the router's namespace, the groups from `grouping` (e.g.
+/// `--groups FILE`, or `--group-label rack`: the mesh's own label series).
+fn diagnose(router: &str, grouping: &[&str]) -> Value {
     let out = common::run_with_timeout(
-        command_in(Some(router), sonde_bin()).args([
-            "mesh",
-            "diagnose",
-            "--prometheus",
-            &format!("http://{PROM}"),
-            "--window",
-            WINDOW,
-            "--groups",
-            groups.to_str().unwrap(),
-            "--json",
-        ]),
+        command_in(Some(router), sonde_bin())
+            .args([
+                "mesh",
+                "diagnose",
+                "--prometheus",
+                &format!("http://{PROM}"),
+                "--window",
+                WINDOW,
+                "--json",
+            ])
+            .args(grouping),
         Duration::from_secs(60),
     )
     .expect("sonde mesh diagnose ran");
@@ -94,7 +98,7 @@ fn first(d: &Value) -> (String, String) {
 fn expect_first(
     case: &str,
     router: &str,
-    groups: &std::path::Path,
+    grouping: &[&str],
     right: impl Fn(&str, &str) -> bool,
     agents: &[Daemon],
 ) {
@@ -104,7 +108,7 @@ fn expect_first(
         if attempt > 0 {
             thread::sleep(Duration::from_secs(4));
         }
-        let d = diagnose(router, groups);
+        let d = diagnose(router, grouping);
         let (kind, name) = first(&d);
         eprintln!(
             "{case}: first suspect {kind} {name} (score {}), {} bad pairs; suspects: {}",
@@ -190,9 +194,12 @@ fn diagnose_names_the_faulty_host_or_rack() {
             .collect::<String>(),
     )
     .unwrap();
+    // Each peer with its rack as a label: the agents export them (sonde_mesh_labels,
+    // sonde_mesh_peer_labels), which `--group-label rack` reads back.
     let peers = addrs
         .iter()
-        .map(|a| format!("\"{a}\""))
+        .enumerate()
+        .map(|(i, a)| format!("\"{a} rack=rack{}\"", i / PER_RACK + 1))
         .collect::<Vec<_>>()
         .join(", ");
     let mut agents = Vec::new();
@@ -290,11 +297,32 @@ fn diagnose_names_the_faulty_host_or_rack() {
         }
         thread::sleep(Duration::from_secs(1));
     }
+    let by_file = ["--groups", groups.to_str().unwrap()];
+    let by_label = ["--group-label", "rack"];
     // The healthy mesh, for the log (not asserted: a busy host's jitter is its own business).
-    let d = diagnose(router, &groups);
+    let d = diagnose(router, &by_file);
     eprintln!(
         "healthy: baseline p99 {} ns, {} bad pairs, suspects {}",
         d["baseline_p99_rtt_ns"], d["bad_pairs"], d["suspects"]
+    );
+
+    // The racks read from the agents' label series are the racks of the file, host by host.
+    let from_labels = diagnose(router, &by_label);
+    let group_of = |d: &Value| -> Vec<(String, String)> {
+        d["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                let g = h["group"].as_str().unwrap_or("(none)");
+                (h["host"].as_str().unwrap().to_owned(), g.to_owned())
+            })
+            .collect()
+    };
+    assert_eq!(group_of(&from_labels), group_of(&d), "--group-label rack");
+    assert_eq!(
+        group_of(&d).iter().filter(|(_, g)| g == "rack2").count(),
+        PER_RACK
     );
 
     // 1. 1% loss each way on one host of rack 2.
@@ -329,7 +357,7 @@ fn diagnose_names_the_faulty_host_or_rack() {
     expect_first(
         "1% drop on one host",
         router,
-        &groups,
+        &by_file,
         |kind, name| name == host && kind != "group",
         &agents,
     );
@@ -358,7 +386,7 @@ fn diagnose_names_the_faulty_host_or_rack() {
     expect_first(
         "tbf queue on rack 1's uplink",
         router,
-        &groups,
+        &by_label,
         |kind, name| kind == "group" && name == "rack1",
         &agents,
     );
@@ -372,7 +400,7 @@ fn diagnose_names_the_faulty_host_or_rack() {
     expect_first(
         "killed agent",
         router,
-        &groups,
+        &by_label,
         |kind, name| name == host && kind != "group",
         &agents,
     );
