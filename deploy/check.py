@@ -72,6 +72,8 @@ METRICS = {
     "sonde_tcp_connect_seconds_bucket", "sonde_tcp_connect_seconds_sum",
     "sonde_tcp_connect_seconds_count", "sonde_probes_lost_worst_port_ratio",
     "sonde_probes_worst_source_port", "sonde_mesh_incoming_probers",
+    "sonde_mesh_probed_peers", "sonde_mesh_expected_incoming_probers",
+    "sonde_mesh_labels", "sonde_mesh_peer_labels",
 }
 
 # Grafana's interval variables, replaced by a value promtool accepts.
@@ -424,9 +426,20 @@ def check_dashboard(path, failures, promtool):
     exprs = list(dashboard_exprs(dashboard.get("panels", [])))
     if not exprs:
         failures.add(path, "no PromQL expression in any panel")
+    # The dashboard's own custom variables, at their current value (the datasource variable
+    # appears in no expression).
+    custom = {}
+    for var in dashboard.get("templating", {}).get("list", []):
+        if var.get("type") == "custom":
+            value = (var.get("current") or {}).get("value")
+            if not value:
+                failures.add(path, f"custom variable {var.get('name')!r} has no current value")
+                continue
+            custom["$" + var["name"]] = value
+            custom["${" + var["name"] + "}"] = value
     rules = []
     for i, expr in enumerate(exprs):
-        for var, value in GRAFANA_INTERVALS.items():
+        for var, value in list(GRAFANA_INTERVALS.items()) + sorted(custom.items(), key=lambda kv: -len(kv[0])):
             expr = expr.replace(var, value)
         if "$" in expr:
             failures.add(path, f"a Grafana variable this check cannot substitute: {expr}")

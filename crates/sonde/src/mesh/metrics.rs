@@ -468,6 +468,26 @@ impl Metrics {
         }
     }
 
+    /// A peer joined: its probe counters exist from now, at 0, for every protocol probed, so
+    /// a pair that never lost a probe reads a loss of 0 (a `rate()` of a series that is not
+    /// there is no answer at all: a dashboard's loss cell would be empty, a diagnosis's n/a).
+    pub(crate) fn start_pair(
+        &self,
+        source: &str,
+        target: &str,
+        protocols: &[sonde_wire::Protocol],
+    ) {
+        for p in protocols {
+            let l = PairProto {
+                source: source.to_owned(),
+                target: target.to_owned(),
+                protocol: Proto::from(*p),
+            };
+            let _ = self.sent.get_or_create(&l);
+            let _ = self.lost.get_or_create(&l);
+        }
+    }
+
     /// Removes every series of `target` (a peer that left): they go stale in Prometheus.
     pub(crate) fn forget(&self, source: &str, target: &str) {
         let pair = Pair {
@@ -1104,6 +1124,19 @@ mod tests {
         );
         assert!(text.contains("# TYPE sonde_rtt_seconds histogram\n"));
         assert!(!text.contains("# EOF"));
+        // A peer that joined: its counters at 0 before any probe, on each protocol probed.
+        m.start_pair("a", "c", &[sonde_wire::Protocol::Tcp]);
+        let text = m.encode(None);
+        assert!(
+            text.contains("sonde_probes_lost_total{source=\"a\",target=\"c\",protocol=\"tcp\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sonde_probes_sent_total{source=\"a\",target=\"c\",protocol=\"tcp\"} 0"),
+            "{text}"
+        );
+        assert!(!text.contains("target=\"c\",protocol=\"udp\""), "{text}");
+        m.forget("a", "c");
         // A peer that left: no series of it at all, not zeros.
         m.forget("a", "b");
         let text = m.encode(None);

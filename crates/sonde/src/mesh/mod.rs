@@ -383,6 +383,7 @@ fn apply_peers(
             continue;
         }
         log(format_args!("peer {} ({}) joined", peer.label, peer.addr));
+        metrics.start_pair(&cfg.name, &peer.label, &cfg.protocols);
         probers.insert(peer.clone(), start(peer));
     }
 }

@@ -324,6 +324,50 @@ fn diagnose_names_the_faulty_host_or_rack() {
         group_of(&d).iter().filter(|(_, g)| g == "rack2").count(),
         PER_RACK
     );
+    // The dashboard's two group panels (deploy/grafana/sonde-mesh.json: each source to each
+    // target rack, through sonde_mesh_peer_labels) against this Prometheus: a cell for every
+    // agent and rack, RTTs positive and under a second, a loss ratio (a busy host may lose a
+    // probe or two even when healthy: under 5%, not NaN).
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../deploy/grafana/sonde-mesh.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let grouped: Vec<String> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(str::to_owned))
+        .filter(|e| e.contains("$group_label"))
+        .map(|e| e.replace("$group_label", "rack"))
+        .collect();
+    assert_eq!(grouped.len(), 2, "the dashboard's group panels");
+    for expr in &grouped {
+        let cells = crate::mesh::promtool_query(router, &format!("http://{PROM}"), expr)
+            .unwrap_or_else(|| panic!("Prometheus did not answer {expr}"));
+        let mut seen: Vec<(String, String)> = cells
+            .iter()
+            .map(|(l, _)| (l["source"].clone(), l["value"].clone()))
+            .collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), addrs.len() * RACKS, "{expr}: {cells:?}");
+        let rtt = expr.starts_with("histogram_quantile");
+        for (l, v) in &cells {
+            assert!(
+                if rtt {
+                    *v > 0.0 && *v < 1.0
+                } else {
+                    (0.0..0.05).contains(v)
+                },
+                "{expr}: {l:?} = {v}"
+            );
+        }
+    }
 
     // 1. 1% loss each way on one host of rack 2.
     let lossy = 4;

@@ -444,15 +444,19 @@ fn mesh_usage_errors_exit_2() {
 /// `promtool query instant` against the lab's Prometheus: the result vector as
 /// `(labels, value)`; `None` while Prometheus cannot answer.
 fn query(prom_ns: &str, promql: &str) -> Option<Vec<(BTreeMap<String, String>, f64)>> {
+    promtool_query(prom_ns, &format!("http://{BRIDGE_ADDR}:9090"), promql)
+}
+
+/// `promtool query instant` from namespace `ns` against the Prometheus at `url`: the result
+/// vector as `(labels, value)`; `None` while Prometheus cannot answer.
+pub(crate) fn promtool_query(
+    ns: &str,
+    url: &str,
+    promql: &str,
+) -> Option<Vec<(BTreeMap<String, String>, f64)>> {
     let out = common::run_with_timeout(
-        command_in(Some(prom_ns), tool("promtool")).args([
-            "query",
-            "instant",
-            "-o",
-            "json",
-            &format!("http://{BRIDGE_ADDR}:9090"),
-            promql,
-        ]),
+        command_in(Some(ns), tool("promtool"))
+            .args(["query", "instant", "-o", "json", url, promql]),
         Duration::from_secs(10),
     )
     .ok()?;
