@@ -164,7 +164,8 @@ impl FlowPacer {
         let Some(last) = self.until_ns.checked_sub(1) else {
             return 0;
         };
-        self.due_by(f, end_ns.min(last)).saturating_sub(self.sent(f))
+        self.due_by(f, end_ns.min(last))
+            .saturating_sub(self.sent(f))
     }
 }
 
@@ -178,7 +179,12 @@ mod tests {
     /// Splits `n` flows into `threads` contiguous groups as the client does.
     fn groups(n: u32, threads: u32) -> Vec<(u32, usize)> {
         (0..threads)
-            .map(|t| (t * n / threads, ((t + 1) * n / threads - t * n / threads) as usize))
+            .map(|t| {
+                (
+                    t * n / threads,
+                    ((t + 1) * n / threads - t * n / threads) as usize,
+                )
+            })
             .filter(|g| g.1 > 0)
             .collect()
     }
@@ -239,7 +245,10 @@ mod tests {
         // 1,250/s each. The virtual clock steps 10 µs, finer than the 50 µs between items.
         let (pacers, sends, most) = simulate(20_000.0, 16, 2, 1, 2 * S, 10_000, 1_000);
         let total: usize = sends.iter().map(Vec::len).sum();
-        assert_eq!(total, 40_000, "exactly rate x duration, no more and no less");
+        assert_eq!(
+            total, 40_000,
+            "exactly rate x duration, no more and no less"
+        );
         for s in &sends {
             assert_eq!(s.len(), 2_500, "every flow its share exactly");
             // Each flow at R/N: its scheduled times 800 µs apart (to the ns of rounding).
@@ -277,14 +286,23 @@ mod tests {
             // About 2 per 5 ms over 1 s: 400 of the 1,000 due; the rest never left.
             assert!((395..=405).contains(&s.len()), "{}", s.len());
             assert_eq!(p.sent(f), s.len() as u64);
-            assert_eq!(p.sent(f) + p.unsent(f, u64::MAX), 1_000, "sent + unsent = due");
+            assert_eq!(
+                p.sent(f) + p.unsent(f, u64::MAX),
+                1_000,
+                "sent + unsent = due"
+            );
             // Sent in schedule order, none skipped: the scheduled times are the flow's first
             // sent(f) items, each 1 ms apart.
             for (i, due) in s.iter().enumerate() {
                 assert_eq!(*due, p.due_ns(f, i as u64));
             }
             // All but the first two left more than 1 ms after their time.
-            assert!(p.late(f) >= s.len() as u64 - 2, "{} of {}", p.late(f), s.len());
+            assert!(
+                p.late(f) >= s.len() as u64 - 2,
+                "{} of {}",
+                p.late(f),
+                s.len()
+            );
         }
     }
 
@@ -295,7 +313,11 @@ mod tests {
         // Outstanding until 10 ms: the 9 due meanwhile wait.
         assert_eq!(p.take(0, 5 * MS, 1, 1), None);
         assert_eq!(p.unsent(0, 10 * MS), 10, "due by 10 ms: 11, sent 1");
-        assert_eq!(p.take(0, 10 * MS, 0, 1), Some(MS), "the next in order, late");
+        assert_eq!(
+            p.take(0, 10 * MS, 0, 1),
+            Some(MS),
+            "the next in order, late"
+        );
         assert_eq!(p.late(0), 1);
     }
 

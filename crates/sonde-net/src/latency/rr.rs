@@ -866,7 +866,10 @@ fn udp_send(
 
 /// After a place freed on flow `i` at `now`: the closed loop sends the next request (before
 /// the end), the open loop every request due while the flow has a place.
-#[expect(clippy::too_many_arguments, reason = "the loop's state, passed by reference")]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the loop's state, passed by reference"
+)]
 fn udp_next(
     sock: &UdpSocket,
     f: &mut UdpFlow,

@@ -1426,6 +1426,10 @@ impl Poller {
     pub(crate) fn wait(&mut self, timeout: Duration) -> io::Result<usize> {
         let max = i32::try_from(self.events.len()).unwrap_or(i32::MAX);
         let n = if PWAIT2.load(std::sync::atomic::Ordering::Relaxed) {
+            #[allow(
+                clippy::unnecessary_fallible_conversions,
+                reason = "c_long is 32 bits on some targets (the nanoseconds fit)"
+            )]
             let ts = libc::timespec {
                 tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
                 tv_nsec: libc::c_long::try_from(timeout.subsec_nanos()).unwrap_or(0),

@@ -125,7 +125,8 @@ pub(crate) const PPS: [&str; 18] = [
 ///   `warnings` (joined with `; `);
 /// - latency: `protocol`, `mode`, `rate_per_second`, `msg_size_bytes`, `duration_ns`,
 ///   `warmup_ns`, `warmup_samples`, `interval_start_ns`, `interval_end_ns` (`-i`: an `interval`
-///   row per interval with its `samples` and RTT columns), `sent`, `samples`,
+///   row per interval with its `samples` and RTT columns, and with `-P`/`--depth` its
+///   `transactions_per_second`), `sent`, `samples`,
 ///   `rtt_{min,mean,stddev}_ns`, `rtt_p{50,90,99,999,9999,99999}_ns`, `rtt_max_ns`, `lost`,
 ///   `lost_outbound`, `lost_return`, `duplicated`, `reordered`, `late_sends`; then (latency and latency sweeps) the inner
 ///   view's `full_log_written`, `full_log_dropped`, `one_way_uncertainty_ns`, `clock_offset_ns`,
@@ -339,6 +340,9 @@ pub(crate) fn latency_rows(r: &LatencyResult, case: Option<&str>, rows: &mut Vec
             ("interval_end_ns", iv.end_ns.to_string()),
             ("samples", iv.samples.to_string()),
         ]);
+        if let Some(tps) = iv.transactions_per_second {
+            row.insert("transactions_per_second", num_f64(tps));
+        }
         if let Some(rtt) = &iv.rtt_ns {
             row.extend(rtt_cells(rtt));
         }
@@ -786,12 +790,14 @@ mod tests {
                 end_ns: 2 * SEC_NS,
                 samples: 25_000,
                 rtt_ns: Some(rtt),
+                transactions_per_second: None,
             },
             crate::model::LatencyInterval {
                 start_ns: 2 * SEC_NS,
                 end_ns: 3 * SEC_NS,
                 samples: 0,
                 rtt_ns: None,
+                transactions_per_second: None,
             },
         ];
         let recs = records(&csv(&TestResult::Latency(r)));

@@ -181,14 +181,7 @@ fn tcp_responses_split_across_reads_and_joined_in_one_still_count_one_each() {
         ..cfg(7, 10, 2)
     };
     let flows: Vec<&TcpStream> = clients.iter().collect();
-    let out = client(
-        &flows,
-        &cfg,
-        &Clock::start(),
-        &AtomicBool::new(false),
-        None,
-    )
-    .unwrap();
+    let out = client(&flows, &cfg, &Clock::start(), &AtomicBool::new(false), None).unwrap();
     drop(clients);
     let served = answered.join().unwrap();
     let f = out.flows[0];
@@ -293,7 +286,12 @@ fn intervals_are_cut_at_the_same_boundaries_and_add_up_to_the_run() {
         };
         let ivs: Vec<RrInterval> = rx.try_iter().collect();
         // 250 ms after the 50 ms warm-up: 4 whole intervals and the last to the loop's end.
-        assert_eq!(ivs.len(), 5, "{:?}", ivs.iter().map(|i| i.index).collect::<Vec<_>>());
+        assert_eq!(
+            ivs.len(),
+            5,
+            "{:?}",
+            ivs.iter().map(|i| i.index).collect::<Vec<_>>()
+        );
         for (k, iv) in ivs.iter().enumerate() {
             assert_eq!(iv.thread, 3);
             assert_eq!(iv.index, k as u64);

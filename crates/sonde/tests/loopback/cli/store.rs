@@ -14,7 +14,7 @@ pub(crate) fn path_str(p: &Path) -> &str {
     p.to_str().expect("temporary paths are UTF-8")
 }
 
-fn temp_db() -> (tempfile::TempDir, PathBuf) {
+pub(super) fn temp_db() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("results.db");
     (dir, db)
@@ -464,7 +464,7 @@ fn a_bad_or_repeated_label_is_a_usage_error() {
 }
 
 /// `sonde results ARGS... --db DB`, which must exit 0; its stdout.
-fn results(db: &Path, args: &[&str]) -> String {
+pub(super) fn results(db: &Path, args: &[&str]) -> String {
     let mut all = vec!["results"];
     all.extend_from_slice(args);
     all.extend(["--db", path_str(db)]);
@@ -741,7 +741,7 @@ fn interval_lines_reach_a_pipe_as_they_are_counted() {
 
 /// Runs `sonde ARGS` (with `--json-stream`): its first event must come while it runs; the
 /// `end` event (its document valid against the schema) and the events before it.
-fn json_stream(args: &[&str]) -> (Value, Vec<Value>) {
+pub(super) fn json_stream(args: &[&str]) -> (Value, Vec<Value>) {
     let (first, running, rest) = first_line_while_running(args);
     assert!(running, "the first event came only when the test had ended");
     let mut events: Vec<Value> = std::iter::once(first.as_str())
