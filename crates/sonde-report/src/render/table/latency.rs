@@ -166,14 +166,17 @@ pub(crate) fn latency(r: &LatencyResult, out: &mut String) {
             ),
         ]);
         if let Some(achieved) = rr.rate_achieved_per_second {
+            let unsent = match rr.unsent.unwrap_or(0) {
+                0 => "every request due was sent".to_owned(),
+                n => format!("{} requests never sent, flows at their depth", fmt_count(n)),
+            };
             kv.row([
                 "rate achieved".into(),
                 format!(
-                    "{}/s of {}/s scheduled ({} requests never sent, flows at their depth)",
+                    "{}/s of {}/s scheduled ({unsent})",
                     fmt_count_f64(achieved),
                     r.rate_per_second
                         .map_or_else(|| "n/a".into(), fmt_count_f64),
-                    fmt_count(rr.unsent.unwrap_or(0))
                 ),
             ]);
         }
