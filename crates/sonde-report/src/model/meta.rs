@@ -719,7 +719,8 @@ impl std::fmt::Display for Warning {
             Self::LateSends { late } => write!(
                 f,
                 "{late} sends left more than 1 ms after their scheduled time: the client could \
-                 not keep --rate; their RTT counts from the schedule"
+                 not keep --rate (or, with -P/--depth, a flow was at its limit waiting for \
+                 responses); their RTT counts from the schedule"
             ),
             Self::UnsentRequests { unsent, due, depth } => write!(
                 f,

@@ -57,7 +57,7 @@ pub(crate) const LATENCY: [&str; 27] = [
 ];
 
 /// A many-flow latency run's columns (`-P`, `--depth`): empty for the one-flow test.
-pub(crate) const REQUEST_RESPONSE: [&str; 8] = [
+pub(crate) const REQUEST_RESPONSE: [&str; 10] = [
     "flows",
     "depth",
     "response_size_bytes",
@@ -66,6 +66,8 @@ pub(crate) const REQUEST_RESPONSE: [&str; 8] = [
     "flow_min_per_second",
     "flow_max_per_second",
     "fairness",
+    "rate_achieved_per_second",
+    "unsent",
 ];
 
 pub(crate) const THROUGHPUT: [&str; 26] = [
@@ -318,6 +320,13 @@ pub(crate) fn latency_rows(r: &LatencyResult, case: Option<&str>, rows: &mut Vec
             ("flow_max_per_second", num_f64(rr.flow_max_per_second)),
             ("fairness", num_f64(rr.fairness)),
         ]);
+        // Open loop only: empty for the closed loop.
+        if let Some(achieved) = rr.rate_achieved_per_second {
+            row.insert("rate_achieved_per_second", num_f64(achieved));
+        }
+        if let Some(unsent) = rr.unsent {
+            row.insert("unsent", unsent.to_string());
+        }
     }
     let detail = inner::rows(&row, r);
     let mut config = base(&r.meta);
