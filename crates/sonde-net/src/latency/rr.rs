@@ -196,11 +196,9 @@ impl Cutter {
 
     /// Hands on every interval that ended by `now_ns`, empty ones included.
     fn tick(&mut self, now_ns: u64) {
-        let every = self.view.every_ns.max(1);
-        while now_ns >= self.start_ns.saturating_add(every)
-            && self.start_ns.saturating_add(every) < self.until_ns
+        while let Some(end_ns) =
+            super::interval_over(self.start_ns, self.view.every_ns, self.until_ns, now_ns)
         {
-            let end_ns = self.start_ns.saturating_add(every);
             self.send(end_ns);
         }
     }
@@ -554,14 +552,7 @@ fn tcp_client(
                 st.queue(start, req, cfg.warmup_ns);
             }
             outstanding += depth as u64;
-            flush(
-                sock,
-                &mut st.owed,
-                &mut st.writing,
-                &poller,
-                token(i),
-                &mut calls,
-            )?;
+            st.flush(sock, &poller, token(i), &mut calls)?;
         }
     }
     let reply_timeout = duration_ns(TCP_REPLY_TIMEOUT);
@@ -622,14 +613,7 @@ fn tcp_client(
                 }
             }
             if writable || st.owed > 0 {
-                flush(
-                    sock,
-                    &mut st.owed,
-                    &mut st.writing,
-                    &poller,
-                    tok,
-                    &mut calls,
-                )?;
+                st.flush(sock, &poller, tok, &mut calls)?;
             }
         }
         if let Some(p) = &mut pacer {
@@ -646,14 +630,7 @@ fn tcp_client(
                         last_progress = now;
                     }
                     outstanding += sent;
-                    flush(
-                        sock,
-                        &mut st.owed,
-                        &mut st.writing,
-                        &poller,
-                        token(i),
-                        &mut calls,
-                    )?;
+                    st.flush(sock, &poller, token(i), &mut calls)?;
                 }
             }
         }
@@ -694,6 +671,17 @@ impl TcpFlow {
         self.owed += req;
         self.counts.sent += 1;
         self.counts.sent_measured += u64::from(at >= warmup_ns);
+    }
+
+    /// Writes what the flow owes ([`flush`]).
+    fn flush(
+        &mut self,
+        sock: &TcpStream,
+        poller: &sys::Poller,
+        tok: u64,
+        calls: &mut u64,
+    ) -> io::Result<()> {
+        flush(sock, &mut self.owed, &mut self.writing, poller, tok, calls)
     }
 
     /// Open loop: queues every request of flow `i` due by `now` while it has a place; how many.

@@ -289,21 +289,14 @@ fn intervals_over_eight_flows_two_deep_add_up_to_the_run() {
         let (end, live) = super::store::json_stream(&args);
         let doc = &end["data"];
         check_many_flows(doc, 8, 2);
-        let intervals = arr(doc, "/intervals");
         // 0.5 to 1, 1 to 1.5, 1.5 to 2, 2 to the end (2.5 and the last responses after it).
-        assert_eq!(intervals.len(), 4, "udp {udp}: {doc:#}");
-        assert_eq!(live.len(), intervals.len(), "{live:#?}");
-        for (ev, iv) in live.iter().zip(intervals) {
-            assert_eq!(ev["event"], "interval");
-            assert_eq!(&ev["data"], iv);
-        }
-        assert_eq!(intervals[0]["start_ns"], doc["warmup_ns"]);
-        for pair in intervals.windows(2) {
-            assert_eq!(pair[0]["end_ns"], pair[1]["start_ns"]);
-        }
+        let intervals = super::store::check_latency_intervals(doc, &live, 4);
         let samples: u64 = intervals.iter().map(|iv| u(iv, "/samples")).sum();
-        assert_eq!(samples, u(doc, "/samples"), "udp {udp}: {doc:#}");
-        assert_eq!(samples, u(doc, "/request_response/transactions"));
+        assert_eq!(
+            samples,
+            u(doc, "/request_response/transactions"),
+            "udp {udp}"
+        );
         for iv in intervals {
             let secs = (u(iv, "/end_ns") - u(iv, "/start_ns")) as f64 / 1e9;
             let tps = f(iv, "/transactions_per_second");

@@ -799,10 +799,26 @@ fn latency_intervals_stream_live_and_add_up_to_the_run() {
         "--json-stream",
     ]);
     let doc = &end["data"];
-    let intervals = doc["intervals"].as_array().expect("intervals");
     // 0.5 to 1, ..., 3 to 3.5 (the planned end, and the last replies just after it).
-    assert_eq!(intervals.len(), 6, "{doc:#}");
-    assert_eq!(live.len(), intervals.len());
+    let intervals = check_latency_intervals(doc, &live, 6);
+    for iv in intervals {
+        let rtt = &iv["rtt_ns"];
+        assert!(rtt["min"].as_u64().unwrap() >= doc["rtt_ns"]["min"].as_u64().unwrap());
+        assert!(rtt["max"].as_u64().unwrap() <= doc["rtt_ns"]["max"].as_u64().unwrap());
+    }
+}
+
+/// A latency document's `count` intervals, checked against the `--json-stream` events that
+/// came live (the same, in order): they tile the run from the end of the warm-up, and their
+/// samples add up to the run's.
+pub(super) fn check_latency_intervals<'a>(
+    doc: &'a Value,
+    live: &[Value],
+    count: usize,
+) -> &'a Vec<Value> {
+    let intervals = doc["intervals"].as_array().expect("intervals");
+    assert_eq!(intervals.len(), count, "{doc:#}");
+    assert_eq!(live.len(), intervals.len(), "{live:#?}");
     for (ev, iv) in live.iter().zip(intervals) {
         assert_eq!(ev["event"], "interval");
         assert_eq!(&ev["data"], iv);
@@ -813,14 +829,14 @@ fn latency_intervals_stream_live_and_add_up_to_the_run() {
     }
     let samples: u64 = intervals
         .iter()
-        .map(|iv| iv["samples"].as_u64().unwrap())
+        .map(|iv| iv["samples"].as_u64().expect("samples"))
         .sum();
-    assert_eq!(samples, doc["samples"].as_u64().unwrap());
-    for iv in intervals {
-        let rtt = &iv["rtt_ns"];
-        assert!(rtt["min"].as_u64().unwrap() >= doc["rtt_ns"]["min"].as_u64().unwrap());
-        assert!(rtt["max"].as_u64().unwrap() <= doc["rtt_ns"]["max"].as_u64().unwrap());
-    }
+    assert_eq!(
+        samples,
+        doc["samples"].as_u64().expect("samples"),
+        "{doc:#}"
+    );
+    intervals
 }
 
 /// Sends `signal` to a child process.
