@@ -104,9 +104,9 @@ omission). The result says the rate asked (rate_per_second) and achieved \
 second), the sends that left more than 1 ms after their time (late_sends) and the requests due \
 that never left before the end (request_response.unsent), with a warning for each. Each client \
 thread sleeps in epoll until its flows' next due send (to the nanosecond where the kernel has \
-epoll_pwait2, 5.11, with a timer slack of 1 µs; else rounded up to the millisecond); it spins \
-only with --busy-poll. An RTT counted from the schedule includes this host's wake-up from that \
-sleep (tens of µs on a busy VM): the closed loop's percentiles are the path's floor. neper \
+epoll_pwait2, 5.11; else rounded up to the millisecond); it spins only with --busy-poll. An RTT \
+counted from the schedule includes this host's wake-up from that sleep (tens of µs on a busy \
+VM): the closed loop's percentiles are the path's floor. neper \
 has no open loop; sockperf --mps is the one-flow equivalent; wrk2 -R is the HTTP one.
 
 -i SECS with many flows: each client thread cuts its own interval histograms at the same \

@@ -19,8 +19,7 @@
 //! Open loop (`--rate R`, [`RrOpen`]): `R` requests per second in all, spread evenly over the
 //! test's flows, each on its own schedule with the flows' phases staggered
 //! ([`sonde_engine::open_flows::FlowPacer`], one per thread). The readiness loop sleeps until
-//! the next due send of its flows (to the nanosecond: `epoll_pwait2`, the thread's timer slack
-//! at 1 µs while it runs), never spinning unless
+//! the next due send of its flows (to the nanosecond: `epoll_pwait2`), never spinning unless
 //! `--busy-poll`. `depth` is then the most requests a flow may have outstanding: a flow at its
 //! limit sends its due request when a response (or, UDP, a give-up) frees a place, late, and
 //! never skips one. RTT counts from the request's *scheduled* send time, as the one-flow open
@@ -99,30 +98,6 @@ pub struct RrOpen {
     pub total_flows: u32,
     /// The test-wide index of this thread's first flow (its flows are the next ones in order).
     pub first_flow: u32,
-}
-
-/// The open loop's timer slack, ns: its sleeps end at the next due send, and an RTT counts
-/// from that time, so the kernel's default 50 µs of grouping would add to every RTT.
-const OPEN_TIMER_SLACK_NS: u64 = 1_000;
-
-/// Sets the calling thread's timer slack for an open loop, and puts it back when dropped.
-struct TimerSlack(Option<u64>);
-
-impl TimerSlack {
-    fn fine(open: bool) -> Self {
-        Self(
-            open.then(|| sys::set_timer_slack_ns(OPEN_TIMER_SLACK_NS))
-                .flatten(),
-        )
-    }
-}
-
-impl Drop for TimerSlack {
-    fn drop(&mut self) {
-        if let Some(before) = self.0 {
-            let _ = sys::set_timer_slack_ns(before);
-        }
-    }
 }
 
 impl RrOpen {
@@ -521,7 +496,6 @@ fn tcp_client(
 ) -> io::Result<RrOutcome> {
     check(cfg.request_size, cfg.response_size, cfg.depth, false)?;
     let mut poller = sys::Poller::new(flows.len())?;
-    let _slack = TimerSlack::fine(cfg.open.is_some());
     let req = u64::from(cfg.request_size);
     let resp = cfg.response_size as usize;
     let depth = cfg.depth as usize;
@@ -915,7 +889,6 @@ fn udp_client(
 ) -> io::Result<RrOutcome> {
     check(cfg.request_size, cfg.response_size, cfg.depth, true)?;
     let mut poller = sys::Poller::new(flows.len())?;
-    let _slack = TimerSlack::fine(cfg.open.is_some());
     let ring = cfg.depth as usize * SLOTS_PER_DEPTH;
     let mut rtt = RttRecorder::new(cfg.warmup_ns);
     let mut cutter = intervals.map(|v| Cutter::new(v, cfg));

@@ -1367,18 +1367,6 @@ pub(crate) struct Poller {
 /// Whether this platform has [`Poller`].
 pub(crate) const POLLER: bool = true;
 
-/// Sets the calling thread's timer slack (`PR_SET_TIMER_SLACK`), ns: how late the kernel may
-/// end its sleeps to group wake-ups (50 µs by default). The previous value, to restore; `None`
-/// when the kernel refused.
-pub(crate) fn set_timer_slack_ns(ns: u64) -> Option<u64> {
-    // SAFETY: PR_GET_TIMER_SLACK takes no pointer; it returns the slack or -1.
-    let before = unsafe { libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) };
-    let arg = libc::c_ulong::try_from(ns.max(1)).unwrap_or(libc::c_ulong::MAX);
-    // SAFETY: PR_SET_TIMER_SLACK takes its value as an integer, no pointer.
-    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, arg, 0, 0, 0) };
-    (rc == 0 && before >= 0).then(|| u64::try_from(before).unwrap_or(0))
-}
-
 /// Whether the kernel has `epoll_pwait2` (until a call says it has not).
 static PWAIT2: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 

@@ -422,11 +422,6 @@ pub(crate) fn enable_recv_tos(_sock: &UdpSocket) -> io::Result<()> {
 /// The readiness loop of many-flow latency tests: not on this platform (epoll is Linux's).
 pub(crate) struct Poller;
 
-/// No timer slack to set here: `None` (the Linux version returns the previous slack).
-pub(crate) fn set_timer_slack_ns(_ns: u64) -> Option<u64> {
-    None
-}
-
 /// Whether this platform has [`Poller`].
 pub(crate) const POLLER: bool = false;
 
