@@ -595,6 +595,8 @@ impl Test for LatencyOptions {
                 "the message size must be at least 1 byte".into(),
             ));
         }
+        // Before the inner view's checks: a refused --full-log creates no file.
+        check_many_flows(opt)?;
         inner::check(opt)?;
         if opt.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
             return Err(ClientError::Usage(
@@ -623,7 +625,13 @@ impl Test for LatencyOptions {
             return Err(ClientError::Usage("-P is at least 1 flow".into()));
         }
         if opt.many_flows() {
-            return many_flows(target, opt, interrupt, &mut || hold.call());
+            return many_flows(
+                target,
+                opt,
+                interrupt,
+                &mut |iv| on_interval.call(iv),
+                &mut || hold.call(),
+            );
         }
         let mut opt = opt.clone();
         // Open loop with a count: the schedule puts exactly `count` messages after the warm-up.
@@ -681,13 +689,10 @@ pub(crate) fn check_many_flows(opt: &LatencyOptions) -> Result<(), ClientError> 
     let refuse = |what: &str| {
         Err(ClientError::Usage(format!(
             "{what} is for the one-flow test (-P 1 --depth 1, responses the size of -m); many \
-             flows or requests in flight take -m, --response-size, -t, --warmup, --threads, \
-             --cpu, --busy-poll and the socket options"
+             flows or requests in flight take -m, --response-size, -t, --warmup, --rate, -i, \
+             --threads, --cpu, --busy-poll and the socket options"
         )))
     };
-    if opt.rate.is_some() {
-        return refuse("--rate (open loop)");
-    }
     if opt.count.is_some() {
         return refuse("-n (count)");
     }
@@ -699,9 +704,6 @@ pub(crate) fn check_many_flows(opt: &LatencyOptions) -> Result<(), ClientError> 
     }
     if opt.one_way {
         return refuse("--one-way");
-    }
-    if opt.interval.is_some() {
-        return refuse("-i (intervals)");
     }
     if opt.parallel == 0 {
         return Err(ClientError::Usage("-P is at least 1 flow".into()));
@@ -747,10 +749,11 @@ fn many_flows(
     target: &Target,
     opt: &LatencyOptions,
     interrupt: &std::sync::atomic::AtomicBool,
+    on_interval: &mut dyn FnMut(&sonde_report::LatencyInterval),
     hold: &mut dyn FnMut() -> Result<(), ClientError>,
 ) -> Result<LatencyMeasurement, ClientError> {
     let spec = many_flows_spec(opt)?;
-    let run = session::run_many_flows(target, &spec, opt, interrupt, hold)?;
+    let run = session::run_many_flows(target, &spec, opt, interrupt, on_interval, hold)?;
     let mut result = results::latency(target, opt, &run);
     if run.interrupted {
         mark_interrupted(&mut result.meta);
@@ -761,12 +764,16 @@ fn many_flows(
     })
 }
 
-/// `--busy-poll` and `--cpu`: a closed loop only (an open loop's sender thread and reader
-/// would spin against each other), and a CPU this process may run on.
+/// `--busy-poll` and `--cpu`: not the one-flow open loop (its sender thread and reader would
+/// spin against each other), and a CPU this process may run on.
 fn check_tuning(opt: &LatencyOptions) -> Result<(), ClientError> {
-    if opt.busy_poll && opt.rate.is_some() {
+    // The many-flow open loop has no sender thread: its readiness loop spins on a zero wait.
+    if opt.busy_poll && opt.rate.is_some() && !opt.many_flows() {
         return Err(ClientError::Usage(
-            "--busy-poll is for the closed loop (one message in flight); leave out --rate".into(),
+            "--busy-poll with --rate is for many flows or requests in flight (-P, --depth); the \
+             one-flow open loop's sender and reader would spin against each other: leave out \
+             --rate or --busy-poll"
+                .into(),
         ));
     }
     if let Some(cpu) = opt.cpu {

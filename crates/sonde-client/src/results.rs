@@ -314,6 +314,13 @@ pub(crate) fn latency(target: &Target, opt: &LatencyOptions, run: &LatencyRun) -
     if o.late_sends > 0 {
         meta.add(&Warning::LateSends { late: o.late_sends });
     }
+    if let Some(unsent) = many.as_ref().and_then(|m| m.unsent).filter(|&u| u > 0) {
+        meta.add(&Warning::UnsentRequests {
+            unsent,
+            due: o.sent.saturating_add(unsent),
+            depth: opt.depth,
+        });
+    }
     if s.samples == 0 {
         meta.add(&Warning::NoSample);
     }
@@ -406,6 +413,11 @@ fn many_flows(
             .then(|| m.flows.iter().map(|f| f.timeouts).sum()),
         client_cpu_ns_per_transaction: per_transaction(run.context.client_cpu.as_ref()),
         server_cpu_ns_per_transaction: per_transaction(run.report.cpu.as_ref()),
+        // Open loop: what left of what was scheduled in the measured time.
+        rate_achieved_per_second: opt
+            .rate
+            .map(|_| rate(m.flows.iter().map(|f| f.sent_measured).sum())),
+        unsent: opt.rate.map(|_| m.flows.iter().map(|f| f.unsent).sum()),
     }
 }
 

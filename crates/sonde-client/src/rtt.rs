@@ -42,5 +42,6 @@ pub(crate) fn latency_interval(
         end_ns: iv.end_ns,
         samples: iv.rtt.samples,
         rtt_ns: (iv.rtt.samples > 0).then(|| rtt_ns(&iv.rtt)),
+        transactions_per_second: None,
     }
 }

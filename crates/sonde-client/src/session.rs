@@ -536,13 +536,16 @@ const SPARE_DESCRIPTORS: u64 = 64;
 
 /// A many-flow latency test (`-P`, `--depth`, `--response-size`): the flows split into
 /// contiguous groups, one per thread, each driven by one readiness loop
-/// ([`sonde_net::latency::rr`]); their histograms merged. `hold` as for
-/// [`run_latency_held`].
+/// ([`sonde_net::latency::rr`]); their histograms merged. `--rate`: the open loop, the total
+/// rate spread over every flow of every thread. `-i`: each thread cuts its intervals at the
+/// same boundaries, and this thread merges each interval of every thread as the last one hands
+/// it over and passes it to `on_interval`. `hold` as for [`run_latency_held`].
 pub(crate) fn run_many_flows(
     target: &Target,
     spec: &TestSpec,
     opt: &LatencyOptions,
     interrupt: &AtomicBool,
+    on_interval: &mut dyn FnMut(&LatencyInterval),
     hold: &mut dyn FnMut() -> Result<(), ClientError>,
 ) -> Result<LatencyRun, ClientError> {
     let Some(rr) = spec.request_response else {
@@ -591,6 +594,7 @@ pub(crate) fn run_many_flows(
             .saturating_add(u64::try_from(opt.duration.as_nanos()).unwrap_or(u64::MAX)),
         warmup_ns,
         spin: opt.busy_poll,
+        open: None,
     };
     let n = c.channels.len();
     let threads = (opt.client_threads() as usize).clamp(1, n.max(1));
@@ -600,14 +604,34 @@ pub(crate) fn run_many_flows(
         .collect();
     let stop = AtomicBool::new(false);
     let channels = &c.channels;
+    let every_ns = opt
+        .interval
+        .map(|every| u64::try_from(every.as_nanos()).unwrap_or(u64::MAX));
+    let mut intervals = Vec::new();
     let measured = stopped_by(interrupt, &stop, || {
         metered_latency(spec.msg_size, |meter| {
             let clock = Clock::start();
+            let (tx, rx) = std::sync::mpsc::sync_channel(INTERVAL_QUEUE);
             let outcomes = thread::scope(|s| {
                 let running: Vec<_> = groups
                     .iter()
-                    .map(|group| {
+                    .enumerate()
+                    .map(|(t, group)| {
                         let (clock, stop) = (&clock, &stop);
+                        let view =
+                            every_ns.map(|every_ns| sonde_net::latency::rr::RrIntervalView {
+                                every_ns,
+                                thread: t,
+                                out: tx.clone(),
+                            });
+                        let cfg = sonde_net::latency::rr::RrConfig {
+                            open: opt.rate.map(|rate| sonde_net::latency::rr::RrOpen {
+                                rate_per_second: rate,
+                                total_flows: u32::try_from(n).unwrap_or(u32::MAX),
+                                first_flow: u32::try_from(group.start).unwrap_or(u32::MAX),
+                            }),
+                            ..cfg
+                        };
                         s.spawn(move || {
                             let _counted = meter.track();
                             let _pinned = opt
@@ -616,7 +640,7 @@ pub(crate) fn run_many_flows(
                                 .transpose()
                                 .map_err(|e| ClientError::Usage(format!("--cpu: {e}")))?;
                             let before = sonde_net::latency::ping_syscalls();
-                            let r = flows_of(&channels[group.clone()], &cfg, clock, stop);
+                            let r = flows_of(&channels[group.clone()], &cfg, clock, stop, view);
                             let calls = sonde_net::latency::ping_syscalls().wrapping_sub(before);
                             // One thread failing ends the others' loops too.
                             if r.is_err() {
@@ -629,6 +653,19 @@ pub(crate) fn run_many_flows(
                         })
                     })
                     .collect();
+                // `-i`: ends when every thread has dropped its sender, after its last interval.
+                drop(tx);
+                let mut merging = MergedIntervals::new(groups.len());
+                for iv in rx {
+                    merging.add(iv, &mut |iv| {
+                        on_interval(&iv);
+                        intervals.push(iv);
+                    });
+                }
+                merging.finish(&mut |iv| {
+                    on_interval(&iv);
+                    intervals.push(iv);
+                });
                 running
                     .into_iter()
                     .map(|h| {
@@ -648,7 +685,7 @@ pub(crate) fn run_many_flows(
                 rtt,
                 sent: flows.iter().map(|f| f.sent).sum(),
                 seq: None,
-                late_sends: 0,
+                late_sends: flows.iter().map(|f| f.late_sends).sum(),
                 timeouts: flows.iter().map(|f| f.timeouts).sum(),
                 socket: None,
                 one_way: None,
@@ -670,12 +707,107 @@ pub(crate) fn run_many_flows(
         context: c.context,
         interrupted,
         tuning: tuned,
-        intervals: Vec::new(),
+        intervals,
         many_flows: Some(crate::run::ManyFlowsRun {
             flows,
             threads: u32::try_from(groups.len()).unwrap_or(u32::MAX),
         }),
     })
+}
+
+/// `-i` with many flows: each interval once every thread has handed over its part, the
+/// threads' histograms merged, in order.
+struct MergedIntervals {
+    threads: usize,
+    /// Intervals from `first` on, each with the threads that have handed it over.
+    pending: std::collections::VecDeque<(sonde_net::latency::rr::RrInterval, usize)>,
+    first: u64,
+}
+
+impl MergedIntervals {
+    fn new(threads: usize) -> Self {
+        Self {
+            threads,
+            pending: std::collections::VecDeque::new(),
+            first: 0,
+        }
+    }
+
+    /// One thread's part of an interval; `done` gets every interval now complete.
+    fn add(
+        &mut self,
+        iv: sonde_net::latency::rr::RrInterval,
+        done: &mut dyn FnMut(LatencyInterval),
+    ) {
+        let Some(at) = iv
+            .index
+            .checked_sub(self.first)
+            .and_then(|k| usize::try_from(k).ok())
+        else {
+            // An interval already given out (a thread's part came after it was closed at
+            // the end): nothing to add to.
+            return;
+        };
+        if at < self.pending.len() {
+            let (merged, parts) = &mut self.pending[at];
+            merged.rtt.merge(&iv.rtt);
+            merged.start_ns = merged.start_ns.min(iv.start_ns);
+            merged.end_ns = merged.end_ns.max(iv.end_ns);
+            *parts += 1;
+        } else {
+            // Intervals before it that no thread has handed over yet (one thread ahead of
+            // another by more than an interval) hold nothing so far.
+            while self.pending.len() < at {
+                let index = self.first + self.pending.len() as u64;
+                self.pending.push_back((
+                    sonde_net::latency::rr::RrInterval {
+                        thread: iv.thread,
+                        index,
+                        start_ns: u64::MAX,
+                        end_ns: 0,
+                        rtt: sonde_engine::rtt::RttRecorder::default(),
+                    },
+                    0,
+                ));
+            }
+            self.pending.push_back((iv, 1));
+        }
+        while self
+            .pending
+            .front()
+            .is_some_and(|(_, p)| *p >= self.threads)
+        {
+            if let Some((iv, _)) = self.pending.pop_front() {
+                self.first += 1;
+                done(merged_interval(&iv));
+            }
+        }
+    }
+
+    /// The run is over: what is left, in order (a thread stopped by an interrupt may have cut
+    /// one interval fewer than another).
+    fn finish(&mut self, done: &mut dyn FnMut(LatencyInterval)) {
+        while let Some((iv, parts)) = self.pending.pop_front() {
+            self.first += 1;
+            if parts > 0 {
+                done(merged_interval(&iv));
+            }
+        }
+    }
+}
+
+/// A merged interval in the document's form, with its transactions per second.
+fn merged_interval(iv: &sonde_net::latency::rr::RrInterval) -> LatencyInterval {
+    let summary = iv.rtt.summary();
+    let secs = iv.end_ns.saturating_sub(iv.start_ns) as f64 / 1e9;
+    LatencyInterval {
+        transactions_per_second: (secs > 0.0).then(|| summary.samples as f64 / secs),
+        ..crate::rtt::latency_interval(&sonde_net::latency::RttInterval {
+            start_ns: iv.start_ns,
+            end_ns: iv.end_ns,
+            rtt: summary,
+        })
+    }
 }
 
 /// One thread's flows through the readiness loop of their protocol.
@@ -684,6 +816,7 @@ fn flows_of(
     cfg: &sonde_net::latency::rr::RrConfig,
     clock: &Clock,
     stop: &AtomicBool,
+    intervals: Option<sonde_net::latency::rr::RrIntervalView>,
 ) -> std::io::Result<sonde_net::latency::rr::RrOutcome> {
     let tcp: Vec<&TcpStream> = channels
         .iter()
@@ -693,7 +826,7 @@ fn flows_of(
         })
         .collect();
     if !tcp.is_empty() {
-        return sonde_net::latency::rr::client(&tcp, cfg, clock, stop);
+        return sonde_net::latency::rr::client(&tcp, cfg, clock, stop, intervals);
     }
     let udp: Vec<&std::net::UdpSocket> = channels
         .iter()
@@ -702,7 +835,7 @@ fn flows_of(
             ClientChannel::Tcp(_) => None,
         })
         .collect();
-    sonde_net::latency::rr::client(&udp, cfg, clock, stop)
+    sonde_net::latency::rr::client(&udp, cfg, clock, stop, intervals)
 }
 
 /// A latency test's end ([`Finishing`]) over the session's control connection: `Finish`, then
@@ -1210,6 +1343,45 @@ mod tests {
     use super::*;
     use sonde_net::bulk::TcpRecvOutcome;
     use sonde_wire::{Direction, TestKind};
+
+    /// `-i` with many flows: the threads' parts of each interval, coming in any order between
+    /// threads, make one interval each, in order, once every thread has handed over its part
+    /// (the last when the run ends), their samples merged.
+    #[test]
+    fn many_flow_intervals_merge_every_threads_part_in_order() {
+        use sonde_net::latency::rr::RrInterval;
+        let part = |thread: usize, index: u64, samples: u64, end_ns: u64| {
+            let mut rtt = sonde_engine::rtt::RttRecorder::new(0);
+            for k in 0..samples {
+                rtt.record(k, 1_000 + k);
+            }
+            RrInterval {
+                thread,
+                index,
+                start_ns: 100 * index,
+                end_ns,
+                rtt,
+            }
+        };
+        let mut m = MergedIntervals::new(2);
+        let mut out = Vec::new();
+        let mut done = |iv: LatencyInterval| out.push(iv);
+        m.add(part(0, 0, 3, 100), &mut done);
+        m.add(part(0, 1, 4, 200), &mut done);
+        m.add(part(1, 0, 5, 100), &mut done);
+        // Thread 1 ended its last interval later than thread 0 did.
+        m.add(part(0, 2, 1, 250), &mut done);
+        m.add(part(1, 1, 6, 200), &mut done);
+        m.add(part(1, 2, 2, 260), &mut done);
+        m.finish(&mut done);
+        let got: Vec<(u64, u64, u64)> = out
+            .iter()
+            .map(|iv| (iv.start_ns, iv.end_ns, iv.samples))
+            .collect();
+        assert_eq!(got, [(0, 100, 8), (100, 200, 10), (200, 260, 3)]);
+        // 8 transactions in 100 ns.
+        assert_eq!(out[0].transactions_per_second, Some(8e7));
+    }
 
     /// The agent's report reaches the loop before this host's receiver says it has ended (on a
     /// busy host its thread runs late): the bytes it read after the last boundary still land in

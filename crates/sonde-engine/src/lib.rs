@@ -8,6 +8,8 @@
 //! * [`jitter`]: RFC 3550 interarrival jitter.
 //! * [`pace`]: evenly spaced send schedules (UDP bitrate, open-loop latency), and a token bucket
 //!   for byte streams (the agent's capped TCP reads).
+//! * [`open_flows`]: the open loop over many flows: a total request rate spread evenly over
+//!   the flows with staggered phases, each flow held to its depth (`latency -P N --rate R`).
 //! * [`interval`]: cumulative receiver counters cut into fixed intervals.
 //! * [`offset`]: NTP-style clock offset and drift between two hosts, and one-way delays with
 //!   their uncertainty.
@@ -58,6 +60,7 @@ pub mod mesh_select;
 pub mod mtu;
 pub mod offset;
 pub mod oneway;
+pub mod open_flows;
 pub mod pace;
 pub mod probe;
 pub mod rtt;

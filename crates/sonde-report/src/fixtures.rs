@@ -1089,6 +1089,7 @@ pub(crate) fn all() -> Vec<(&'static str, TestResult)> {
         ("latency_from_helpers", latency_from_helpers()),
         ("mtu_router_said", mtu_router_said()),
         ("latency_many_flows", latency_many_flows()),
+        ("latency_many_flows_open", latency_many_flows_open()),
     ]
 }
 
@@ -1116,7 +1117,66 @@ pub(crate) fn latency_many_flows() -> TestResult {
         timeouts: None,
         client_cpu_ns_per_transaction: Some(9_512.0),
         server_cpu_ns_per_transaction: Some(7_204.0),
+        rate_achieved_per_second: None,
+        unsent: None,
     });
+    TestResult::Latency(r)
+}
+
+/// `sonde latency -u -P 16 --depth 2 --rate 100K -i 5`: the open loop over 16 UDP flows, 10 s
+/// after a 1 s warm-up, the flows held at their depth for a while (late and unsent sends), two
+/// intervals with their transactions per second.
+pub(crate) fn latency_many_flows_open() -> TestResult {
+    let TestResult::Latency(mut r) = latency_many_flows() else {
+        unreachable!("latency_many_flows is a latency result")
+    };
+    r.protocol = crate::model::Protocol::Udp;
+    r.mode = crate::model::LatencyMode::OpenLoop;
+    r.rate_per_second = Some(100_000.0);
+    let flow_transactions: Vec<u64> = (0..16).map(|i| 62_400 - i * 10).collect();
+    let transactions: u64 = flow_transactions.iter().sum();
+    r.samples = transactions;
+    r.sent = 1_099_000;
+    r.lost = 12;
+    r.lost_outbound = Some(5);
+    r.lost_return = Some(7);
+    r.late_sends = Some(3_210);
+    let rtt = r.rtt_ns.clone();
+    r.intervals = vec![
+        crate::model::LatencyInterval {
+            start_ns: 1_000_000_000,
+            end_ns: 6_000_000_000,
+            samples: 500_000,
+            rtt_ns: Some(rtt.clone()),
+            transactions_per_second: Some(100_000.0),
+        },
+        crate::model::LatencyInterval {
+            start_ns: 6_000_000_000,
+            end_ns: 11_000_400_000,
+            samples: transactions - 500_000,
+            rtt_ns: Some(rtt),
+            transactions_per_second: Some((transactions - 500_000) as f64 / 5.0004),
+        },
+    ];
+    r.meta
+        .add(&crate::model::Warning::LateSends { late: 3_210 });
+    r.meta.add(&crate::model::Warning::UnsentRequests {
+        unsent: 1_000,
+        due: 1_100_000,
+        depth: 2,
+    });
+    if let Some(rr) = &mut r.request_response {
+        rr.depth = 2;
+        rr.transactions = transactions;
+        rr.transactions_per_second = transactions as f64 / 10.0;
+        rr.flow_min_per_second = 6_225.0;
+        rr.flow_max_per_second = 6_240.0;
+        rr.fairness = crate::model::RequestResponse::jain(&flow_transactions);
+        rr.flow_transactions = flow_transactions;
+        rr.timeouts = Some(12);
+        rr.rate_achieved_per_second = Some(99_910.0);
+        rr.unsent = Some(1_000);
+    }
     TestResult::Latency(r)
 }
 

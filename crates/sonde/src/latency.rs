@@ -71,9 +71,10 @@ send, as its RTT does.
 SO_BUSY_POLL, 50 µs, where the kernel offers and permits it), and the agent pins its echo to a \
 CPU of its --cpu-list. No wake-up per message: the lowest RTT the hosts allow, at the price of a \
 whole core at each end for the test's duration (the result's cpu figures show it; on a host with \
-few cores the spinning ends can take the CPU each other needs). Closed loop only. The result \
-says what each end did (tuning); an agent older than this option ignores the request, with a \
-warning.
+few cores the spinning ends can take the CPU each other needs). Closed loop only, but for many \
+flows (-P/--depth), whose open loop spins its readiness loop instead of sleeping to the next \
+send. The result says what each end did (tuning); an agent older than this option ignores the \
+request, with a warning.
 
 --cpu N: the loop runs on CPU N only (sched_setaffinity), and the agent pins its echo too. \
 With --busy-poll on one host, give the client and the agent different CPUs.
@@ -85,11 +86,35 @@ Each end spreads the flows over --threads threads (one per core by default), eac
 share with one epoll loop. The result adds transactions per second in total and per flow (min, \
 max, Jain's fairness index), CPU time per transaction at each end and, for UDP, requests given \
 up on after max(10 ms, 10 x median RTT); the RTT percentiles are merged over every flow. -P 1 \
---depth 1 with responses the size of -m is the one-flow test above. Not with --rate, -n, -i, \
---full-log, --timestamps, --one-way or sockperf://. Linux (epoll); the agent must be as recent \
-(an older one is refused before the test). The agent takes up to 1,024 flows (sonde server \
+--depth 1 with responses the size of -m is the one-flow test above. Not with -n, --full-log, \
+--timestamps, --one-way or sockperf:// (and, as with one flow, --from takes neither --rate nor \
+-i). Linux (epoll); the agent must \
+be as recent (an older one is refused before the test). The agent takes up to 1,024 flows (sonde server \
 --max-latency-flows); each end needs one open file per flow, and the client raises its soft \
 limit to the hard one when it must.
+
+Open loop over many flows (-P N --rate R [--depth K]): R is the TOTAL request rate, spread evenly \
+over the N flows: each flow sends at R/N on its own schedule, the flows' phases staggered so that \
+together they make one evenly spaced stream of R (never bursts of N at once). --depth K is then \
+the most requests a flow may have outstanding (default 1). A flow at its limit does not skip a \
+request: it sends it when a response (UDP: a give-up) frees a place, late, and its RTT still \
+counts from its SCHEDULED send time, as the one-flow open loop's does (no coordinated \
+omission). The result says the rate asked (rate_per_second) and achieved \
+(request_response.rate_achieved_per_second: requests scheduled after the warm-up that left, per \
+second), the sends that left more than 1 ms after their time (late_sends) and the requests due \
+that never left before the end (request_response.unsent), with a warning for each. Each client \
+thread sleeps in epoll until its flows' next due send (to the nanosecond where the kernel has \
+epoll_pwait2, 5.11; else rounded up to the millisecond); it spins only with --busy-poll. An RTT \
+counted from the schedule includes this host's wake-up from that sleep (tens of µs on a busy \
+VM): the closed loop's percentiles are the path's floor. neper \
+has no open loop; sockperf --mps is the one-flow equivalent; wrk2 -R is the HTTP one.
+
+-i SECS with many flows: each client thread cuts its own interval histograms at the same \
+boundaries of the test clock, and this process merges every thread's part of each interval as \
+it comes (no lock between the threads): a line per interval with its transactions per second \
+over all flows and the merged RTT percentiles, interval events with --json-stream, and \
+`intervals` (with transactions_per_second) in the result and the store. The intervals' samples \
+add up to the run's.
 
 Examples:
   sonde latency 198.18.0.2                 TCP, 64-byte messages, 1 s warm-up + 10 s
@@ -114,6 +139,12 @@ Examples:
                                            256 connections, 4 requests in flight each
   sonde latency 198.18.0.2 -u -P 16 -m 64 --response-size 1K
                                            16 UDP flows, 64-byte requests, 1 KiB responses
+  sonde latency 198.18.0.2 -P 64 --depth 4 --rate 100K -i 1
+                                           open loop: 100,000 requests/s over 64 connections
+                                           (1,562.5/s each), at most 4 outstanding per flow,
+                                           a line per second
+  sonde latency 198.18.0.2 -u -P 16 --sweep rate=10K:80K:*2
+                                           RTT by total request rate over 16 UDP flows
 
 ", crate::exit::exit_codes!()))]
 pub(crate) struct Opt {
@@ -142,11 +173,17 @@ pub(crate) struct Opt {
     warmup: Duration,
     /// Report the RTTs of every SECS seconds after the warm-up (replies counted in the interval
     /// they arrived in): a line each as it ends (count, min, p50, p99, max; a percentile the
-    /// interval's replies cannot support is n/a), `interval` events with --json-stream, and
-    /// `intervals` in the result. At least 0.01. Default: none
+    /// interval's replies cannot support is n/a; with -P/--depth the transactions per second
+    /// over all flows, and percentiles merged over every thread), `interval` events with
+    /// --json-stream, and `intervals` in the result. At least 0.01. Default: none (iperf3 -i,
+    /// sockperf has none)
     #[arg(short = 'i', long = "interval", value_name = "SECS", value_parser = crate::units::seconds, conflicts_with = "from")]
     interval: Option<Duration>,
-    /// Open loop: send this many messages per second on a fixed schedule (e.g. 1000, 10K)
+    /// Open loop: send this many messages per second on a fixed schedule (e.g. 1000, 10K);
+    /// RTT counts from each message's scheduled send time. With -P: the TOTAL request rate,
+    /// spread evenly over the flows (each at RATE/N, phases staggered), --depth the most a
+    /// flow may have outstanding (a flow at it sends late, never skips). sockperf --mps, wrk2
+    /// -R; neper has none. Default: closed loop
     #[arg(long, value_name = "MSG_PER_SEC", value_parser = crate::units::per_second)]
     rate: Option<f64>,
     /// Run once per value: msg_size (-m), rate (--rate, open loop), parallel (-P) or depth
@@ -169,8 +206,8 @@ pub(crate) struct Opt {
     #[arg(long = "one-way")]
     one_way: bool,
     /// Spin on non-blocking sockets at both ends instead of sleeping in recv: the lowest RTT,
-    /// a whole core at each end (closed loop; not with sockperf://)
-    #[arg(long = "busy-poll", conflicts_with = "rate")]
+    /// a whole core at each end (closed loop, or --rate with -P/--depth; not with sockperf://)
+    #[arg(long = "busy-poll")]
     busy_poll: bool,
     /// Run the loop on CPU N only, and ask the agent to pin its echo too (Linux). With -P or
     /// --depth: every client thread on CPU N, and the agent pins its threads to its --cpu-list
@@ -184,7 +221,8 @@ pub(crate) struct Opt {
     parallel: u32,
     /// Requests in flight per flow, closed loop (each response lets the flow's next request
     /// go): netperf TCP_RR -b K-1 (its burst adds to the one in flight), k8s-netperf's queue
-    /// depth. 1 to 1024; default 1
+    /// depth. With --rate (open loop): the most requests a flow may have outstanding. 1 to
+    /// 1024; default 1
     #[arg(long, default_value_t = 1, value_name = "K")]
     depth: u32,
     /// Response size, bytes (request: -m): netperf -r REQ,RESP, neper --response-size. UDP:

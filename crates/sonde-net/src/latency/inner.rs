@@ -87,11 +87,9 @@ struct Intervals {
 impl Intervals {
     /// Sends every interval that ended by `now_ns`, empty ones included.
     fn tick(&mut self, now_ns: u64) {
-        let every = self.view.every_ns.max(1);
-        while now_ns >= self.start_ns.saturating_add(every)
-            && self.start_ns.saturating_add(every) < self.until_ns
+        while let Some(end_ns) =
+            super::interval_over(self.start_ns, self.view.every_ns, self.until_ns, now_ns)
         {
-            let end_ns = self.start_ns.saturating_add(every);
             self.send(end_ns);
             self.start_ns = end_ns;
         }

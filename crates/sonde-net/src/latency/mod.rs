@@ -94,6 +94,14 @@ pub fn host_clock_ns() -> u64 {
     sys::monotonic_ns()
 }
 
+/// `-i`: the end of the interval that began at `start_ns` (`every_ns` long), if it is over by
+/// `now_ns` and ends before the run's planned end `until_ns`; the last interval is not cut here
+/// but runs to the moment the loop stops. The one-flow and the many-flow loops cut alike.
+fn interval_over(start_ns: u64, every_ns: u64, until_ns: u64, now_ns: u64) -> Option<u64> {
+    let end_ns = start_ns.saturating_add(every_ns.max(1));
+    (now_ns >= end_ns && end_ns < until_ns).then_some(end_ns)
+}
+
 /// Largest TCP latency message, bytes.
 pub const TCP_MAX_MSG: u32 = 65_536;
 /// Largest UDP latency message, bytes: 65,535 less the IPv4 (20) and UDP (8) headers.

@@ -16,15 +16,32 @@
 //!   not stall its flow; a response that comes later still counts as answered (late). What is
 //!   never answered is lost.
 //!
+//! Open loop (`--rate R`, [`RrOpen`]): `R` requests per second in all, spread evenly over the
+//! test's flows, each on its own schedule with the flows' phases staggered
+//! ([`sonde_engine::open_flows::FlowPacer`], one per thread). The readiness loop sleeps until
+//! the next due send of its flows (to the nanosecond: `epoll_pwait2`), never spinning unless
+//! `--busy-poll`. `depth` is then the most requests a flow may have outstanding: a flow at its
+//! limit sends its due request when a response (or, UDP, a give-up) frees a place, late, and
+//! never skips one. RTT counts from the request's *scheduled* send time, as the one-flow open
+//! loop's does (no coordinated omission); a send more than [`super::LATE_SEND`] after its time
+//! counts late, and what was due before the end but never left counts unsent.
+//!
+//! `-i` ([`RrIntervalView`]): each thread cuts its own interval histograms at the same
+//! boundaries of the shared test clock and hands each one over when it ends; the caller merges
+//! the threads' histograms of each interval. No lock in the loops.
+//!
 //! The loops do not allocate, lock or format once running: per-flow state is set up before,
-//! RTTs go into the thread's HDR histogram, which the caller merges with the other threads'.
+//! RTTs go into the thread's HDR histogram, which the caller merges with the other threads'
+//! (with `-i`, a copy of the thread's interval histogram is made once per interval).
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::SyncSender;
 use std::time::Duration;
 
+use sonde_engine::open_flows::FlowPacer;
 use sonde_engine::rtt::RttRecorder;
 use sonde_wire::{UdpJoin, UDP_JOIN_LEN};
 
@@ -67,6 +84,125 @@ pub struct RrConfig {
     pub warmup_ns: u64,
     /// `--busy-poll`: the readiness loop never sleeps (a zero wait).
     pub spin: bool,
+    /// `--rate`: the open loop (`depth` is then the most outstanding per flow); `None` for
+    /// the closed loop.
+    pub open: Option<RrOpen>,
+}
+
+/// The open loop of a many-flow test, as one thread sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct RrOpen {
+    /// Requests per second over all the test's flows (every thread's).
+    pub rate_per_second: f64,
+    /// The test's flows, over every thread.
+    pub total_flows: u32,
+    /// The test-wide index of this thread's first flow (its flows are the next ones in order).
+    pub first_flow: u32,
+}
+
+impl RrOpen {
+    /// The pacer of a thread's `flows` flows: the schedule's origin is 0 on the test clock, the
+    /// same for every thread, so that their flows' phases interleave.
+    fn pacer(&self, flows: usize, until_ns: u64) -> FlowPacer {
+        FlowPacer::new(
+            self.rate_per_second,
+            self.total_flows,
+            self.first_flow,
+            flows,
+            0,
+            until_ns,
+            duration_ns(super::LATE_SEND),
+        )
+    }
+}
+
+/// `-i` with many flows: one thread's RTTs cut into intervals of `every_ns` on the test clock,
+/// from the end of the warm-up on, at the same boundaries in every thread; the last runs from
+/// the last boundary before the planned end to the moment the thread's loop stopped. A
+/// response belongs to the interval it arrived in; responses to requests scheduled in the
+/// warm-up are left out, as from the run's histogram, so the intervals' samples add up to the
+/// run's. Each interval goes to `out` when it ends (`try_send`: a caller that does not keep up
+/// loses intervals).
+#[derive(Debug)]
+pub struct RrIntervalView {
+    /// The interval, ns (above 0).
+    pub every_ns: u64,
+    /// This thread, as the caller numbers them.
+    pub thread: usize,
+    /// Where the intervals go.
+    pub out: SyncSender<RrInterval>,
+}
+
+/// One interval of one thread's flows.
+#[derive(Debug, Clone)]
+pub struct RrInterval {
+    /// The thread ([`RrIntervalView::thread`]).
+    pub thread: usize,
+    /// The interval's number, from 0 at the end of the warm-up: the same interval in every
+    /// thread.
+    pub index: u64,
+    /// Start, ns on the test clock.
+    pub start_ns: u64,
+    /// End, ns on the test clock (the thread's stop for its last one).
+    pub end_ns: u64,
+    /// The RTTs of the responses that arrived in it, to merge with the other threads'.
+    pub rtt: RttRecorder,
+}
+
+/// A thread's interval cutter.
+struct Cutter {
+    view: RrIntervalView,
+    index: u64,
+    start_ns: u64,
+    until_ns: u64,
+    rtt: RttRecorder,
+}
+
+impl Cutter {
+    fn new(view: RrIntervalView, cfg: &RrConfig) -> Self {
+        Self {
+            view,
+            index: 0,
+            start_ns: cfg.warmup_ns,
+            until_ns: cfg.until_ns,
+            rtt: RttRecorder::new(cfg.warmup_ns),
+        }
+    }
+
+    /// Hands on every interval that ended by `now_ns`, empty ones included.
+    fn tick(&mut self, now_ns: u64) {
+        while let Some(end_ns) =
+            super::interval_over(self.start_ns, self.view.every_ns, self.until_ns, now_ns)
+        {
+            self.send(end_ns);
+        }
+    }
+
+    fn record(&mut self, now_ns: u64, sent_at: u64) {
+        self.tick(now_ns);
+        self.rtt.record(sent_at, now_ns.saturating_sub(sent_at));
+    }
+
+    fn send(&mut self, end_ns: u64) {
+        let _ = self.view.out.try_send(RrInterval {
+            thread: self.view.thread,
+            index: self.index,
+            start_ns: self.start_ns,
+            end_ns,
+            rtt: self.rtt.clone(),
+        });
+        self.rtt.reset();
+        self.index += 1;
+        self.start_ns = end_ns;
+    }
+
+    /// The last interval, to `end_ns`.
+    fn finish(mut self, end_ns: u64) {
+        self.tick(end_ns);
+        if end_ns > self.start_ns {
+            self.send(end_ns);
+        }
+    }
 }
 
 /// One flow's counts.
@@ -82,6 +218,14 @@ pub struct RrFlow {
     pub timeouts: u64,
     /// UDP: responses that came after their request was given up on (counted answered).
     pub late: u64,
+    /// Requests sent at or after the end of the warm-up (open loop: scheduled then).
+    pub sent_measured: u64,
+    /// Open loop: sends that left more than [`super::LATE_SEND`] after their scheduled time
+    /// (the flow was at its depth limit, or the thread behind).
+    pub late_sends: u64,
+    /// Open loop: requests due before the end that never left (the flow was at its depth
+    /// limit until the end).
+    pub unsent: u64,
 }
 
 impl RrFlow {
@@ -110,7 +254,7 @@ mod sealed {
     use std::io;
     use std::sync::atomic::AtomicBool;
 
-    use super::{RrConfig, RrOutcome};
+    use super::{RrConfig, RrIntervalView, RrOutcome};
     use crate::{Clock, Counters};
 
     pub trait Sealed: Sized {
@@ -119,6 +263,7 @@ mod sealed {
             cfg: &RrConfig,
             clock: &Clock,
             stop: &AtomicBool,
+            intervals: Option<RrIntervalView>,
         ) -> io::Result<RrOutcome>;
 
         fn echo(
@@ -139,8 +284,9 @@ mod sealed {
             cfg: &RrConfig,
             clock: &Clock,
             stop: &AtomicBool,
+            intervals: Option<RrIntervalView>,
         ) -> io::Result<RrOutcome> {
-            super::tcp_client(flows, cfg, clock, stop)
+            super::tcp_client(flows, cfg, clock, stop, intervals)
         }
         fn echo(
             flows: &[&Self],
@@ -163,8 +309,9 @@ mod sealed {
             cfg: &RrConfig,
             clock: &Clock,
             stop: &AtomicBool,
+            intervals: Option<RrIntervalView>,
         ) -> io::Result<RrOutcome> {
-            super::udp_client(flows, cfg, clock, stop)
+            super::udp_client(flows, cfg, clock, stop, intervals)
         }
         fn echo(
             flows: &[&Self],
@@ -184,7 +331,8 @@ mod sealed {
 
 /// Client side: drives `flows` (this thread's share) with one readiness loop until
 /// `cfg.until_ns`, then until every response still due is back (TCP) or given up on (UDP).
-/// `stop` ends it early, with what was measured so far.
+/// `stop` ends it early, with what was measured so far. `cfg.open`: the open loop. `-i`:
+/// `intervals` receives this thread's intervals as they end.
 ///
 /// # Errors
 /// `InvalidInput` for sizes out of bounds or a depth of 0; `Unsupported` where the platform
@@ -197,9 +345,10 @@ pub fn client<S: RrSocket>(
     cfg: &RrConfig,
     clock: &Clock,
     stop: &AtomicBool,
+    intervals: Option<RrIntervalView>,
 ) -> io::Result<RrOutcome> {
     let _blocking = Nonblocking::set(flows)?;
-    S::client(flows, cfg, clock, stop)
+    S::client(flows, cfg, clock, stop, intervals)
 }
 
 /// Agent side: answers every `request_size` bytes (TCP) or datagram (UDP) on `flows` with
@@ -343,6 +492,7 @@ fn tcp_client(
     cfg: &RrConfig,
     clock: &Clock,
     stop: &AtomicBool,
+    intervals: Option<RrIntervalView>,
 ) -> io::Result<RrOutcome> {
     check(cfg.request_size, cfg.response_size, cfg.depth, false)?;
     let mut poller = sys::Poller::new(flows.len())?;
@@ -350,6 +500,8 @@ fn tcp_client(
     let resp = cfg.response_size as usize;
     let depth = cfg.depth as usize;
     let mut rtt = RttRecorder::new(cfg.warmup_ns);
+    let mut cutter = intervals.map(|v| Cutter::new(v, cfg));
+    let mut pacer = cfg.open.map(|o| o.pacer(flows.len(), cfg.until_ns));
     let mut state: Vec<TcpFlow> = flows
         .iter()
         .map(|_| TcpFlow {
@@ -366,20 +518,16 @@ fn tcp_client(
         poller.add(sys::sock_ref(*sock), token(i), false)?;
     }
     let start = clock.now_ns();
-    for (i, (sock, st)) in flows.iter().zip(&mut state).enumerate() {
-        for _ in 0..depth {
-            st.in_flight.push_back(start);
+    // Requests outstanding over the thread's flows.
+    let mut outstanding = 0u64;
+    if pacer.is_none() {
+        for (i, (sock, st)) in flows.iter().zip(&mut state).enumerate() {
+            for _ in 0..depth {
+                st.queue(start, req, cfg.warmup_ns);
+            }
+            outstanding += depth as u64;
+            st.flush(sock, &poller, token(i), &mut calls)?;
         }
-        st.owed = req * depth as u64;
-        st.counts.sent = depth as u64;
-        flush(
-            sock,
-            &mut st.owed,
-            &mut st.writing,
-            &poller,
-            token(i),
-            &mut calls,
-        )?;
     }
     let reply_timeout = duration_ns(TCP_REPLY_TIMEOUT);
     let mut last_progress = start;
@@ -387,7 +535,7 @@ fn tcp_client(
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let ready = poller.wait(wait_for(cfg.spin, POLL))?;
+        let ready = poller.wait(wait_for(cfg.spin, until_due(pacer.as_ref(), clock)))?;
         calls += 1;
         let mut now = clock.now_ns();
         for e in 0..ready {
@@ -417,34 +565,56 @@ fn tcp_client(
                                 "the peer sent more response bytes than requests were made",
                             ));
                         };
+                        outstanding -= 1;
                         rtt.record(sent_at, now.saturating_sub(sent_at));
+                        if let Some(c) = &mut cutter {
+                            c.record(now, sent_at);
+                        }
                         st.counts.answered += 1;
                         if sent_at >= cfg.warmup_ns {
                             st.counts.measured += 1;
                         }
-                        if now < cfg.until_ns {
-                            st.in_flight.push_back(now);
-                            st.owed += req;
-                            st.counts.sent += 1;
+                        match &mut pacer {
+                            None if now < cfg.until_ns => {
+                                st.queue(now, req, cfg.warmup_ns);
+                                outstanding += 1;
+                            }
+                            None => {}
+                            // A place is free: what is due (and waited) goes now.
+                            Some(p) => outstanding += st.take(p, i, now, cfg, req),
                         }
                     }
                 }
             }
             if writable || st.owed > 0 {
-                flush(
-                    sock,
-                    &mut st.owed,
-                    &mut st.writing,
-                    &poller,
-                    tok,
-                    &mut calls,
-                )?;
+                st.flush(sock, &poller, tok, &mut calls)?;
             }
         }
-        if now >= cfg.until_ns && state.iter().all(|s| s.in_flight.is_empty()) {
+        if let Some(p) = &mut pacer {
+            now = clock.now_ns();
+            // Each flow whose time has come sends what is due, up to its depth.
+            while let Some(i) = p.due_flow(now) {
+                let (Some(sock), Some(st)) = (flows.get(i), state.get_mut(i)) else {
+                    continue;
+                };
+                let sent = st.take(p, i, now, cfg, req);
+                if sent > 0 {
+                    // Nothing was outstanding anywhere: the reply clock starts now.
+                    if outstanding == 0 {
+                        last_progress = now;
+                    }
+                    outstanding += sent;
+                    st.flush(sock, &poller, token(i), &mut calls)?;
+                }
+            }
+        }
+        if let Some(c) = &mut cutter {
+            c.tick(now);
+        }
+        if now >= cfg.until_ns && outstanding == 0 {
             break;
         }
-        if now.saturating_sub(last_progress) > reply_timeout {
+        if outstanding > 0 && now.saturating_sub(last_progress) > reply_timeout {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!(
@@ -456,11 +626,69 @@ fn tcp_client(
             ));
         }
     }
+    let end = clock.now_ns();
+    if let Some(c) = cutter {
+        c.finish(end);
+    }
     super::add_calls(calls);
-    Ok(RrOutcome {
-        rtt,
-        flows: state.into_iter().map(|s| s.counts).collect(),
-    })
+    let mut counts: Vec<RrFlow> = state.into_iter().map(|s| s.counts).collect();
+    if let Some(p) = &pacer {
+        open_counts(p, &mut counts, end, cfg.warmup_ns);
+    }
+    Ok(RrOutcome { rtt, flows: counts })
+}
+
+impl TcpFlow {
+    /// One more request, sent (its RTT counting from) `at`: in flight, its bytes owed.
+    fn queue(&mut self, at: u64, req: u64, warmup_ns: u64) {
+        self.in_flight.push_back(at);
+        self.owed += req;
+        self.counts.sent += 1;
+        self.counts.sent_measured += u64::from(at >= warmup_ns);
+    }
+
+    /// Writes what the flow owes ([`flush`]).
+    fn flush(
+        &mut self,
+        sock: &TcpStream,
+        poller: &sys::Poller,
+        tok: u64,
+        calls: &mut u64,
+    ) -> io::Result<()> {
+        flush(sock, &mut self.owed, &mut self.writing, poller, tok, calls)
+    }
+
+    /// Open loop: queues every request of flow `i` due by `now` while it has a place; how many.
+    fn take(&mut self, p: &mut FlowPacer, i: usize, now: u64, cfg: &RrConfig, req: u64) -> u64 {
+        let mut n = 0;
+        while let Some(due) = p.take(i, now, len_u32(self.in_flight.len()), cfg.depth) {
+            self.queue(due, req, cfg.warmup_ns);
+            n += 1;
+        }
+        n
+    }
+}
+
+fn len_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The readiness loop's longest wait: [`POLL`], or less when the open loop has a send due
+/// sooner.
+fn until_due(pacer: Option<&FlowPacer>, clock: &Clock) -> Duration {
+    match pacer.and_then(FlowPacer::next_due) {
+        Some(due) => Duration::from_nanos(due.saturating_sub(clock.now_ns())).min(POLL),
+        None => POLL,
+    }
+}
+
+/// Open loop: each flow's late and unsent sends, from its pacer (the loop ended at `end`).
+fn open_counts(p: &FlowPacer, counts: &mut [RrFlow], end: u64, warmup_ns: u64) {
+    for (f, c) in counts.iter_mut().enumerate() {
+        c.late_sends = p.late(f);
+        c.unsent = p.unsent(f, end);
+        c.sent_measured = p.sent_from(f, warmup_ns);
+    }
 }
 
 fn tcp_echo(
@@ -554,11 +782,15 @@ fn close(poller: &sys::Poller, sock: &TcpStream, open: &mut bool, open_count: &m
 // ---------------------------------------------------------------------------------------------
 // UDP
 
-/// A UDP request in flight (or given up on): its sequence number and send time.
+/// A UDP request in flight (or given up on): its sequence number, the time its RTT counts
+/// from and the time it left.
 #[derive(Clone, Copy, Default)]
 struct Slot {
     seq: u64,
+    /// The RTT counts from here: the send (closed loop) or the scheduled send (open loop).
     sent_ns: u64,
+    /// When it left: the reply timeout counts from here.
+    left_ns: u64,
     /// Sent and not yet answered nor given up on.
     live: bool,
     /// Given up on at the reply timeout; a response may still come (late).
@@ -581,13 +813,15 @@ fn udp_rr_timeout_ns(rtt: &RttRecorder) -> u64 {
         })
 }
 
-/// Sends flow `f`'s next request (sequence number in its first 8 bytes); a datagram the kernel
-/// could not queue is lost like any other.
+/// Sends flow `f`'s next request (sequence number in its first 8 bytes) at `now`, its RTT
+/// counting from `at`; a datagram the kernel could not queue is lost like any other.
 fn udp_send(
     sock: &UdpSocket,
     f: &mut UdpFlow,
     msg: &mut [u8],
+    at: u64,
     now: u64,
+    warmup_ns: u64,
     calls: &mut u64,
 ) -> io::Result<()> {
     let seq = f.next_seq;
@@ -601,12 +835,14 @@ fn udp_send(
     }
     *slot = Slot {
         seq,
-        sent_ns: now,
+        sent_ns: at,
+        left_ns: now,
         live: true,
         gave_up: false,
     };
     f.in_flight += 1;
     f.counts.sent += 1;
+    f.counts.sent_measured += u64::from(at >= warmup_ns);
     msg[..8].copy_from_slice(&seq.to_be_bytes());
     *calls += 1;
     match sock.send(msg) {
@@ -616,16 +852,47 @@ fn udp_send(
     }
 }
 
+/// After a place freed on flow `i` at `now`: the closed loop sends the next request (before
+/// the end), the open loop every request due while the flow has a place.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the loop's state, passed by reference"
+)]
+fn udp_next(
+    sock: &UdpSocket,
+    f: &mut UdpFlow,
+    pacer: Option<&mut FlowPacer>,
+    i: usize,
+    msg: &mut [u8],
+    now: u64,
+    cfg: &RrConfig,
+    calls: &mut u64,
+) -> io::Result<()> {
+    match pacer {
+        None if now < cfg.until_ns => udp_send(sock, f, msg, now, now, cfg.warmup_ns, calls),
+        None => Ok(()),
+        Some(p) => {
+            while let Some(due) = p.take(i, now, f.in_flight, cfg.depth) {
+                udp_send(sock, f, msg, due, now, cfg.warmup_ns, calls)?;
+            }
+            Ok(())
+        }
+    }
+}
+
 fn udp_client(
     flows: &[&UdpSocket],
     cfg: &RrConfig,
     clock: &Clock,
     stop: &AtomicBool,
+    intervals: Option<RrIntervalView>,
 ) -> io::Result<RrOutcome> {
     check(cfg.request_size, cfg.response_size, cfg.depth, true)?;
     let mut poller = sys::Poller::new(flows.len())?;
     let ring = cfg.depth as usize * SLOTS_PER_DEPTH;
     let mut rtt = RttRecorder::new(cfg.warmup_ns);
+    let mut cutter = intervals.map(|v| Cutter::new(v, cfg));
+    let mut pacer = cfg.open.map(|o| o.pacer(flows.len(), cfg.until_ns));
     let mut state: Vec<UdpFlow> = flows
         .iter()
         .map(|_| UdpFlow {
@@ -642,9 +909,11 @@ fn udp_client(
         poller.add(sys::sock_ref(*sock), token(i), false)?;
     }
     let start = clock.now_ns();
-    for (sock, f) in flows.iter().zip(&mut state) {
-        for _ in 0..cfg.depth {
-            udp_send(sock, f, &mut msg, start, &mut calls)?;
+    if pacer.is_none() {
+        for (sock, f) in flows.iter().zip(&mut state) {
+            for _ in 0..cfg.depth {
+                udp_send(sock, f, &mut msg, start, start, cfg.warmup_ns, &mut calls)?;
+            }
         }
     }
     let mut timeout_ns = duration_ns(UDP_FIRST_REPLY_TIMEOUT);
@@ -654,7 +923,7 @@ fn udp_client(
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let ready = poller.wait(wait_for(cfg.spin, POLL))?;
+        let ready = poller.wait(wait_for(cfg.spin, until_due(pacer.as_ref(), clock)))?;
         calls += 1;
         for e in 0..ready {
             let (tok, readable, _) = poller.event(e);
@@ -692,12 +961,13 @@ fn udp_client(
                     slot.live = false;
                     f.in_flight -= 1;
                     rtt.record(sent_at, now.saturating_sub(sent_at));
+                    if let Some(c) = &mut cutter {
+                        c.record(now, sent_at);
+                    }
                     if sent_at >= cfg.warmup_ns {
                         f.counts.measured += 1;
                     }
-                    if now < cfg.until_ns {
-                        udp_send(sock, f, &mut msg, now, &mut calls)?;
-                    }
+                    udp_next(sock, f, pacer.as_mut(), i, &mut msg, now, cfg, &mut calls)?;
                 } else {
                     slot.gave_up = false;
                     f.counts.late += 1;
@@ -710,33 +980,55 @@ fn udp_client(
             timeout_ns = udp_rr_timeout_ns(&rtt);
             next_refresh = next_refresh.saturating_mul(2).min(rtt.samples() + 1024);
         }
-        // Requests past the reply timeout are given up on, a quarter of it at a time.
+        // Requests past the reply timeout (from when they left) are given up on, a quarter of
+        // it at a time.
         if now >= next_sweep {
             next_sweep = now + timeout_ns / 4;
-            for (sock, f) in flows.iter().zip(&mut state) {
-                for s in 0..f.slots.len() {
-                    let slot = &mut f.slots[s];
-                    if slot.live && now.saturating_sub(slot.sent_ns) > timeout_ns {
+            for (i, (sock, f)) in flows.iter().zip(&mut state).enumerate() {
+                let mut freed = 0;
+                for slot in &mut f.slots {
+                    if slot.live && now.saturating_sub(slot.left_ns) > timeout_ns {
                         slot.live = false;
                         slot.gave_up = true;
                         f.in_flight -= 1;
                         f.counts.timeouts += 1;
-                        if now < cfg.until_ns {
-                            udp_send(sock, f, &mut msg, now, &mut calls)?;
-                        }
+                        freed += 1;
                     }
                 }
+                // The closed loop sends one request per place freed; the open loop's one call
+                // sends all that is due.
+                let sends = if pacer.is_some() { freed.min(1) } else { freed };
+                for _ in 0..sends {
+                    udp_next(sock, f, pacer.as_mut(), i, &mut msg, now, cfg, &mut calls)?;
+                }
             }
+        }
+        if let Some(p) = &mut pacer {
+            // Each flow whose time has come sends what is due, up to its depth.
+            while let Some(i) = p.due_flow(now) {
+                let (Some(sock), Some(f)) = (flows.get(i), state.get_mut(i)) else {
+                    continue;
+                };
+                udp_next(sock, f, Some(&mut *p), i, &mut msg, now, cfg, &mut calls)?;
+            }
+        }
+        if let Some(c) = &mut cutter {
+            c.tick(now);
         }
         if now >= cfg.until_ns && state.iter().all(|f| f.in_flight == 0) {
             break;
         }
     }
+    let end = clock.now_ns();
+    if let Some(c) = cutter {
+        c.finish(end);
+    }
     super::add_calls(calls);
-    Ok(RrOutcome {
-        rtt,
-        flows: state.into_iter().map(|f| f.counts).collect(),
-    })
+    let mut counts: Vec<RrFlow> = state.into_iter().map(|f| f.counts).collect();
+    if let Some(p) = &pacer {
+        open_counts(p, &mut counts, end, cfg.warmup_ns);
+    }
+    Ok(RrOutcome { rtt, flows: counts })
 }
 
 fn udp_echo(

@@ -101,7 +101,8 @@ pub struct LatencyResult {
 pub struct RequestResponse {
     /// Flows (TCP connections or UDP flows).
     pub flows: u32,
-    /// Requests in flight per flow (closed loop).
+    /// Requests in flight per flow (closed loop); with `--rate` (open loop), the most a flow
+    /// may have outstanding.
     pub depth: u32,
     /// Response size, bytes (the request is `msg_size_bytes`).
     pub response_size_bytes: u32,
@@ -133,6 +134,18 @@ pub struct RequestResponse {
     /// The agent's, likewise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_cpu_ns_per_transaction: Option<f64>,
+    /// Open loop (`--rate`, the result's `rate_per_second`, over all flows): the requests
+    /// sent that were scheduled after the warm-up, per second of the measured time, all
+    /// flows. At most the rate asked; below it when flows were held at their depth until the
+    /// end (`unsent`). Absent for the closed loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_achieved_per_second: Option<f64>,
+    /// Open loop: requests due before the end that never left, all flows (each flow was at
+    /// its depth limit, waiting for responses, until the end). A request held back and sent
+    /// later is not here but in the result's `late_sends`, its RTT counted from its
+    /// scheduled time. Absent for the closed loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsent: Option<u64>,
 }
 
 impl RequestResponse {
@@ -161,6 +174,10 @@ pub struct LatencyInterval {
     /// Their round-trip times, each percentile `null` where `samples` cannot support it (p99
     /// needs 1,000, as for the whole run). `null` when no reply arrived.
     pub rtt_ns: Option<RttNs>,
+    /// `-P`/`--depth`: the interval's transactions (its replies, over all flows) per second of
+    /// its length. Absent for the one-flow test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transactions_per_second: Option<f64>,
 }
 
 /// `--timestamps`: the RTT at the sockets. The kernel stamps a datagram (or TCP segment) as it

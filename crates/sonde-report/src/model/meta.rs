@@ -139,6 +139,8 @@ pub enum WarningCode {
     Loss,
     /// Open loop: sends left late; the client could not keep the rate.
     LateSends,
+    /// Many-flow open loop: requests due never left (flows held at their depth).
+    UnsentRequests,
     /// The senders did not reach the rate asked: the sending host is the limit.
     SenderLimited,
     /// The receivers counted nothing.
@@ -281,6 +283,16 @@ pub enum Warning {
     LateSends {
         /// Late sends.
         late: u64,
+    },
+    /// Many-flow open loop: requests due before the end that never left, the flows being at
+    /// their `--depth` limit.
+    UnsentRequests {
+        /// Requests never sent.
+        unsent: u64,
+        /// Requests due before the end, all flows.
+        due: u64,
+        /// The depth limit per flow.
+        depth: u32,
     },
     /// Throughput (UDP): datagrams lost.
     LostDatagrams {
@@ -592,6 +604,7 @@ impl Warning {
                 WarningCode::Loss
             }
             Self::LateSends { .. } => WarningCode::LateSends,
+            Self::UnsentRequests { .. } => WarningCode::UnsentRequests,
             Self::SenderLimited { .. } => WarningCode::SenderLimited,
             Self::TcpInfoUnknown => WarningCode::TcpInfoUnknown,
             Self::NotTuned { .. } => WarningCode::NotTuned,
@@ -706,7 +719,15 @@ impl std::fmt::Display for Warning {
             Self::LateSends { late } => write!(
                 f,
                 "{late} sends left more than 1 ms after their scheduled time: the client could \
-                 not keep --rate; their RTT counts from the schedule"
+                 not keep --rate (or, with -P/--depth, a flow was at its limit waiting for \
+                 responses); their RTT counts from the schedule"
+            ),
+            Self::UnsentRequests { unsent, due, depth } => write!(
+                f,
+                "{unsent} of {due} requests due were never sent: the flows were at --depth \
+                 {depth} requests outstanding until the end, so the rate achieved is below \
+                 --rate (a larger --depth or more flows lets more go; the responses are the \
+                 limit)"
             ),
             Self::LostDatagrams {
                 lost,

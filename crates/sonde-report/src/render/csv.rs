@@ -57,7 +57,7 @@ pub(crate) const LATENCY: [&str; 27] = [
 ];
 
 /// A many-flow latency run's columns (`-P`, `--depth`): empty for the one-flow test.
-pub(crate) const REQUEST_RESPONSE: [&str; 8] = [
+pub(crate) const REQUEST_RESPONSE: [&str; 10] = [
     "flows",
     "depth",
     "response_size_bytes",
@@ -66,6 +66,8 @@ pub(crate) const REQUEST_RESPONSE: [&str; 8] = [
     "flow_min_per_second",
     "flow_max_per_second",
     "fairness",
+    "rate_achieved_per_second",
+    "unsent",
 ];
 
 pub(crate) const THROUGHPUT: [&str; 26] = [
@@ -125,7 +127,8 @@ pub(crate) const PPS: [&str; 18] = [
 ///   `warnings` (joined with `; `);
 /// - latency: `protocol`, `mode`, `rate_per_second`, `msg_size_bytes`, `duration_ns`,
 ///   `warmup_ns`, `warmup_samples`, `interval_start_ns`, `interval_end_ns` (`-i`: an `interval`
-///   row per interval with its `samples` and RTT columns), `sent`, `samples`,
+///   row per interval with its `samples` and RTT columns, and with `-P`/`--depth` its
+///   `transactions_per_second`), `sent`, `samples`,
 ///   `rtt_{min,mean,stddev}_ns`, `rtt_p{50,90,99,999,9999,99999}_ns`, `rtt_max_ns`, `lost`,
 ///   `lost_outbound`, `lost_return`, `duplicated`, `reordered`, `late_sends`; then (latency and latency sweeps) the inner
 ///   view's `full_log_written`, `full_log_dropped`, `one_way_uncertainty_ns`, `clock_offset_ns`,
@@ -317,6 +320,13 @@ pub(crate) fn latency_rows(r: &LatencyResult, case: Option<&str>, rows: &mut Vec
             ("flow_max_per_second", num_f64(rr.flow_max_per_second)),
             ("fairness", num_f64(rr.fairness)),
         ]);
+        // Open loop only: empty for the closed loop.
+        if let Some(achieved) = rr.rate_achieved_per_second {
+            row.insert("rate_achieved_per_second", num_f64(achieved));
+        }
+        if let Some(unsent) = rr.unsent {
+            row.insert("unsent", unsent.to_string());
+        }
     }
     let detail = inner::rows(&row, r);
     let mut config = base(&r.meta);
@@ -339,6 +349,9 @@ pub(crate) fn latency_rows(r: &LatencyResult, case: Option<&str>, rows: &mut Vec
             ("interval_end_ns", iv.end_ns.to_string()),
             ("samples", iv.samples.to_string()),
         ]);
+        if let Some(tps) = iv.transactions_per_second {
+            row.insert("transactions_per_second", num_f64(tps));
+        }
         if let Some(rtt) = &iv.rtt_ns {
             row.extend(rtt_cells(rtt));
         }
@@ -786,12 +799,14 @@ mod tests {
                 end_ns: 2 * SEC_NS,
                 samples: 25_000,
                 rtt_ns: Some(rtt),
+                transactions_per_second: None,
             },
             crate::model::LatencyInterval {
                 start_ns: 2 * SEC_NS,
                 end_ns: 3 * SEC_NS,
                 samples: 0,
                 rtt_ns: None,
+                transactions_per_second: None,
             },
         ];
         let recs = records(&csv(&TestResult::Latency(r)));

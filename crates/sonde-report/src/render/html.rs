@@ -1384,6 +1384,7 @@ mod tests {
             end_ns: 500_000_000 * (k + 1),
             samples,
             rtt_ns,
+            transactions_per_second: None,
         };
         l.intervals = vec![
             at(0, 5_000, Some(rtt(Some(60_000)))),

@@ -96,5 +96,6 @@ mod tests {
         latency_from_helpers,
         mtu_router_said,
         latency_many_flows,
+        latency_many_flows_open,
     );
 }

@@ -527,6 +527,7 @@ mod tests {
                 "latency_with_warnings",
                 "crr_ports_exhausted",
                 "mtu_router_said",
+                "latency_many_flows_open",
             ]
             .contains(&name)
             {

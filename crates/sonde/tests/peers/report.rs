@@ -1096,6 +1096,7 @@ fn the_report_prints_to_pdf_with_every_chart() {
             end_ns: 500_000_000 * (k + 1),
             samples: 5_000,
             rtt_ns: Some(l.rtt_ns.clone()),
+            transactions_per_second: None,
         })
         .collect();
     runs.push(Run::new("6", timed));
@@ -1350,6 +1351,7 @@ fn rtt_over_time_draws_each_interval_in_chromium() {
         end_ns: 500_000_000 * (k + 1),
         samples,
         rtt_ns,
+        transactions_per_second: None,
     };
     l.intervals = vec![
         at(0, 5_000, Some(rtt(40_000, Some(60_000)))),

@@ -44,6 +44,7 @@ fn cfg(request_size: u32, response_size: u32, depth: u32) -> RrConfig {
         until_ns: 300 * MS,
         warmup_ns: 50 * MS,
         spin: false,
+        open: None,
     }
 }
 
@@ -53,6 +54,16 @@ fn run<S: RrSocket + Sync>(
     clients: &[S],
     servers: &[S],
     cfg: &RrConfig,
+) -> (RrOutcome, Vec<(u64, u64)>) {
+    run_with(clients, servers, cfg, None)
+}
+
+/// [`run`], with `-i` intervals.
+fn run_with<S: RrSocket + Sync>(
+    clients: &[S],
+    servers: &[S],
+    cfg: &RrConfig,
+    intervals: Option<RrIntervalView>,
 ) -> (RrOutcome, Vec<(u64, u64)>) {
     let counters: Vec<Counters> = servers.iter().map(|_| Counters::default()).collect();
     let stop = AtomicBool::new(false);
@@ -72,7 +83,7 @@ fn run<S: RrSocket + Sync>(
             )
         });
         let flows: Vec<&S> = clients.iter().collect();
-        let out = client(&flows, cfg, &clock, &stop);
+        let out = client(&flows, cfg, &clock, &stop, intervals);
         // Every response was read by now; the UDP echo ends on its stop flag.
         thread::sleep(Duration::from_millis(20));
         echo_stop.store(true, Ordering::Relaxed);
@@ -170,7 +181,7 @@ fn tcp_responses_split_across_reads_and_joined_in_one_still_count_one_each() {
         ..cfg(7, 10, 2)
     };
     let flows: Vec<&TcpStream> = clients.iter().collect();
-    let out = client(&flows, &cfg, &Clock::start(), &AtomicBool::new(false)).unwrap();
+    let out = client(&flows, &cfg, &Clock::start(), &AtomicBool::new(false), None).unwrap();
     drop(clients);
     let served = answered.join().unwrap();
     let f = out.flows[0];
@@ -203,6 +214,97 @@ fn the_echo_frames_requests_split_across_writes() {
         echoing.join().unwrap().unwrap();
     });
     assert_eq!(counters[0].load(), (10, 5));
+}
+
+/// An open loop of 4,000 requests per second over 8 flows with at most 2 outstanding each,
+/// 300 ms of which 50 ms warm-up.
+fn open_cfg(request_size: u32, response_size: u32) -> RrConfig {
+    RrConfig {
+        open: Some(RrOpen {
+            rate_per_second: 4_000.0,
+            total_flows: 8,
+            first_flow: 0,
+        }),
+        ..cfg(request_size, response_size, 2)
+    }
+}
+
+/// What every open-loop run must say, however loaded the host: each flow's sent and unsent
+/// requests are exactly its share of the schedule (150 of the 1,200 due in 300 ms), the sends
+/// after the warm-up are at most the 1,000 due then, and no flow ever sent more than was due.
+fn check_open(out: &RrOutcome) {
+    assert_eq!(out.flows.len(), 8);
+    for f in &out.flows {
+        assert_eq!(f.sent + f.unsent, 150, "{f:?}");
+        assert!(f.sent_measured <= 125 && f.sent_measured <= f.sent, "{f:?}");
+        assert!(f.late_sends <= f.sent, "{f:?}");
+        assert!(f.measured <= f.sent_measured, "{f:?}");
+    }
+    let measured: u64 = out.flows.iter().map(|f| f.measured).sum();
+    assert_eq!(out.rtt.samples(), measured);
+}
+
+#[test]
+fn tcp_open_loop_sends_each_flow_its_share_of_the_total_rate() {
+    let (clients, servers) = tcp_pairs(8);
+    let (out, echoed) = run(&clients, &servers, &open_cfg(100, 300));
+    check_open(&out);
+    for (f, &(_, responses)) in out.flows.iter().zip(&echoed) {
+        // TCP loses nothing: every request sent was answered once.
+        assert_eq!(f.answered, f.sent, "{f:?}");
+        assert_eq!(responses, f.sent, "{f:?}");
+    }
+}
+
+#[test]
+fn udp_open_loop_sends_each_flow_its_share_of_the_total_rate() {
+    let (clients, servers) = udp_pairs(8);
+    let (out, echoed) = run(&clients, &servers, &open_cfg(64, 64));
+    check_open(&out);
+    for (f, &(_, responses)) in out.flows.iter().zip(&echoed) {
+        assert_eq!(responses, f.answered, "{f:?}");
+        assert!(f.answered <= f.sent, "{f:?}");
+    }
+}
+
+#[test]
+fn intervals_are_cut_at_the_same_boundaries_and_add_up_to_the_run() {
+    for udp in [false, true] {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1024);
+        let view = RrIntervalView {
+            every_ns: 50 * MS,
+            thread: 3,
+            out: tx,
+        };
+        let cfg = cfg(64, 64, 2);
+        let out = if udp {
+            let (clients, servers) = udp_pairs(4);
+            run_with(&clients, &servers, &cfg, Some(view)).0
+        } else {
+            let (clients, servers) = tcp_pairs(4);
+            run_with(&clients, &servers, &cfg, Some(view)).0
+        };
+        let ivs: Vec<RrInterval> = rx.try_iter().collect();
+        // 250 ms after the 50 ms warm-up: 4 whole intervals and the last to the loop's end.
+        assert_eq!(
+            ivs.len(),
+            5,
+            "{:?}",
+            ivs.iter().map(|i| i.index).collect::<Vec<_>>()
+        );
+        for (k, iv) in ivs.iter().enumerate() {
+            assert_eq!(iv.thread, 3);
+            assert_eq!(iv.index, k as u64);
+            assert_eq!(iv.start_ns, 50 * MS + k as u64 * 50 * MS);
+            if k < 4 {
+                assert_eq!(iv.end_ns, iv.start_ns + 50 * MS);
+            } else {
+                assert!(iv.end_ns >= 300 * MS);
+            }
+        }
+        let samples: u64 = ivs.iter().map(|iv| iv.rtt.samples()).sum();
+        assert_eq!(samples, out.rtt.samples(), "udp {udp}");
+    }
 }
 
 #[test]

@@ -18,8 +18,12 @@ pub fn latency_interval_line(iv: &LatencyInterval) -> String {
         return format!("{span}  no replies");
     };
     let opt = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |ns| fmt_ns_auto(to_f64(ns)));
+    let tps = iv
+        .transactions_per_second
+        .map(|t| format!("  {:>9} trans/s", fmt_count_f64(t)))
+        .unwrap_or_default();
     format!(
-        "{span}  {:>9} RTTs  min {}  p50 {}  p99 {}  max {}",
+        "{span}  {:>9} RTTs{tps}  min {}  p50 {}  p99 {}  max {}",
         fmt_count(iv.samples),
         fmt_ns_auto(to_f64(rtt.min)),
         opt(rtt.p50),
@@ -35,30 +39,36 @@ fn intervals(r: &LatencyResult, unit: TimeUnit, out: &mut String) {
     }
     out.push('\n');
     line(out, "Intervals: RTT of the replies that arrived in each");
-    let mut g = Grid::new(vec![
-        Col::left().indent(2),
-        Col::left().gap(1),
-        Col::right(),
-        Col::right(),
-        Col::right(),
-        Col::right(),
-        Col::right(),
-        Col::right(),
-    ]);
+    // Many flows: each interval's transactions per second too.
+    let tps = r
+        .intervals
+        .iter()
+        .any(|iv| iv.transactions_per_second.is_some());
+    let mut cols = vec![Col::left().indent(2), Col::left().gap(1), Col::right()];
+    cols.extend(std::iter::repeat_n(Col::right(), 5 + usize::from(tps)));
+    let mut g = Grid::new(cols);
     let u = unit.suffix();
-    g.row([
-        "Interval".into(),
-        String::new(),
-        "RTTs".into(),
+    let mut head = vec![String::from("Interval"), String::new(), "RTTs".into()];
+    if tps {
+        head.push("trans/s".into());
+    }
+    head.extend([
         format!("min {u}"),
         format!("p50 {u}"),
         format!("p90 {u}"),
         format!("p99 {u}"),
         format!("max {u}"),
     ]);
+    g.row(head);
     for iv in &r.intervals {
         let span = format!("{:.2}-{:.2}", ns_to_s(iv.start_ns), ns_to_s(iv.end_ns));
         let mut row = vec![span, "sec".into(), fmt_count(iv.samples)];
+        if tps {
+            row.push(
+                iv.transactions_per_second
+                    .map_or_else(|| "-".to_owned(), fmt_count_f64),
+            );
+        }
         match &iv.rtt_ns {
             Some(rtt) => {
                 let n = |v: Option<u64>| {
@@ -88,6 +98,11 @@ pub(crate) fn latency(r: &LatencyResult, out: &mut String) {
             "closed loop (a response lets the flow's next request go)".to_owned()
         }
         (LatencyMode::ClosedLoop, _) => "closed loop (one message in flight)".to_owned(),
+        (LatencyMode::OpenLoop, Some(rate)) if r.request_response.is_some() => format!(
+            "open loop, {} requests/s scheduled over all flows (RTT counted from the scheduled \
+             send time)",
+            fmt_count_f64(rate)
+        ),
         (LatencyMode::OpenLoop, Some(rate)) => format!(
             "open loop, {} msg/s scheduled (RTT counted from the scheduled send time)",
             fmt_count_f64(rate)
@@ -150,6 +165,21 @@ pub(crate) fn latency(r: &LatencyResult, out: &mut String) {
                 rr.fairness
             ),
         ]);
+        if let Some(achieved) = rr.rate_achieved_per_second {
+            let unsent = match rr.unsent.unwrap_or(0) {
+                0 => "every request due was sent".to_owned(),
+                n => format!("{} requests never sent, flows at their depth", fmt_count(n)),
+            };
+            kv.row([
+                "rate achieved".into(),
+                format!(
+                    "{}/s of {}/s scheduled ({unsent})",
+                    fmt_count_f64(achieved),
+                    r.rate_per_second
+                        .map_or_else(|| "n/a".into(), fmt_count_f64),
+                ),
+            ]);
+        }
         let per = |ns: Option<f64>| ns.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.0} ns"));
         kv.row([
             "cpu per transaction".into(),

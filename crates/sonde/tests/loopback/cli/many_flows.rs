@@ -1,6 +1,6 @@
 //! `sonde latency -P N --depth K --response-size SIZE` against a `sonde server` child: many
-//! flows, many requests in flight, TCP and UDP; what the document adds up, and the options it
-//! refuses.
+//! flows, many requests in flight, TCP and UDP, closed and open loop (`--rate`), with `-i`;
+//! what the document adds up, and the options it refuses.
 
 use serde_json::Value;
 
@@ -111,9 +111,12 @@ fn what_many_flows_refuse() {
     let agent = server(&[]);
     let t = agent.target();
     for (args, says) in [
-        (vec!["-P", "4", "--rate", "1000"], "--rate"),
         (vec!["--depth", "2", "-n", "100"], "-n"),
-        (vec!["-P", "2", "-i", "0.1"], "-i"),
+        (vec!["-P", "2", "--full-log", "x.csv"], "--full-log"),
+        (vec!["-P", "2", "--timestamps"], "--timestamps"),
+        (vec!["-P", "2", "--one-way", "-m", "64"], "--one-way"),
+        // The one-flow open loop's sender and reader would spin against each other.
+        (vec!["--rate", "1000", "--busy-poll"], "--busy-poll"),
         (vec!["-u", "-P", "2", "-m", "4"], "8-byte sequence number"),
         (vec!["--depth", "0"], "--depth is 1 to 1024"),
         (vec!["-P", "2", "--threads", "0"], "--threads"),
@@ -124,6 +127,8 @@ fn what_many_flows_refuse() {
         assert_eq!(r.code, Some(2), "{args:?}: {}", r.stderr);
         assert!(r.stderr.contains(says), "{args:?}: {}", r.stderr);
     }
+    // The refused --full-log was not created.
+    assert!(!std::path::Path::new("x.csv").exists());
 }
 
 /// `--sweep depth=1,4` and `--sweep parallel=1,4`: one step per value, each the test its
@@ -159,5 +164,150 @@ fn sweeps_of_depth_and_parallel() {
                 "{doc:#}"
             );
         }
+    }
+}
+
+/// `-P 16 --rate 20K -t 2`: the open loop over many flows, TCP and UDP. What holds on any host,
+/// however loaded: every request due on the schedule (20,000/s over the 0.5 s warm-up and the
+/// 2 s) either left or is counted unsent, exactly; no flow got more than its sixteenth of the
+/// schedule and the rate achieved is not above the rate asked (the schedule caps both); the run
+/// says how many sends were late and how many never left rather than reaching the rate.
+#[test]
+fn open_loop_sixteen_flows_at_20k_tcp_and_udp() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let common = ["-P", "16", "--rate", "20K", "-t", "2", "--warmup", "0.5"];
+    for udp in [false, true] {
+        let mut args = if udp { vec!["-u"] } else { vec![] };
+        args.extend(common);
+        let doc = run_json("latency", &agent, &args);
+        check_many_flows(&doc, 16, 1);
+        assert_eq!(doc["mode"], "open_loop", "{doc:#}");
+        assert_eq!(f(&doc, "/rate_per_second"), 20_000.0);
+        let rr = &doc["request_response"];
+        // 2.5 s at 20,000/s: 50,000 due, each sent or counted unsent.
+        let (sent, unsent) = (u(&doc, "/sent"), u(rr, "/unsent"));
+        assert_eq!(sent + unsent, 50_000, "udp {udp}: {doc:#}");
+        let late = u(&doc, "/late_sends");
+        assert!(late <= sent, "{doc:#}");
+        // Achieved: what left of the 40,000 scheduled after the warm-up, over the 2 s. The
+        // schedule caps it at the rate (a 0.1% slack for the float's rounding).
+        let achieved = f(rr, "/rate_achieved_per_second");
+        assert!(
+            achieved > 0.0 && achieved <= 20_000.0 * 1.001,
+            "udp {udp}: {doc:#}"
+        );
+        assert!(
+            f(rr, "/transactions_per_second") <= achieved * 1.001,
+            "{doc:#}"
+        );
+        // Each flow: at most its share (40,000 / 16 after the warm-up), and, unless the host
+        // starved it, a fair part of it: at least a tenth (a flow never sending would be 0).
+        for t in arr(rr, "/flow_transactions") {
+            let t = t.as_u64().expect("a count");
+            assert!(t <= 2_500, "a flow above its share: {doc:#}");
+            assert!(t >= 250, "a flow far below its share: {doc:#}");
+        }
+        if udp {
+            assert!(rr["timeouts"].is_u64(), "{doc:#}");
+        } else {
+            // TCP loses nothing: every request sent was answered.
+            assert_eq!(
+                u(&doc, "/samples") + u(&doc, "/warmup_samples"),
+                sent,
+                "{doc:#}"
+            );
+        }
+    }
+}
+
+/// `--sweep rate=` with -P: each step is the open loop over the flows at that total rate.
+#[test]
+fn a_rate_sweep_over_many_flows() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    let doc = run_json(
+        "latency",
+        &agent,
+        &[
+            "-P",
+            "4",
+            "-t",
+            "0.3",
+            "--warmup",
+            "0.1",
+            "--sweep",
+            "rate=1K,4K",
+        ],
+    );
+    let steps = arr(&doc, "/steps");
+    assert_eq!(steps.len(), 2, "{doc:#}");
+    for (step, rate) in steps.iter().zip([1_000u64, 4_000]) {
+        let r = &step["result"];
+        assert_eq!(r["mode"], "open_loop", "{doc:#}");
+        assert_eq!(u(r, "/request_response/flows"), 4);
+        // 0.4 s at the step's rate: every request due left or is counted unsent.
+        assert_eq!(
+            u(r, "/sent") + u(r, "/request_response/unsent"),
+            rate * 4 / 10,
+            "{doc:#}"
+        );
+    }
+}
+
+/// `-P 8 --depth 2 -i 0.5 -t 2`: intervals merged over every thread, live as `--json-stream`
+/// events equal to the document's, tiling the run from the end of the warm-up, their counts
+/// adding up to the run's, each with its transactions per second; and the store keeps them.
+#[test]
+fn intervals_over_eight_flows_two_deep_add_up_to_the_run() {
+    let _file = crate::common::file_lock(module_path!());
+    let agent = server(&[]);
+    for udp in [false, true] {
+        let (_dir, db) = super::store::temp_db();
+        let mut args = vec![
+            "latency",
+            "-P",
+            "8",
+            "--depth",
+            "2",
+            "--threads",
+            "2",
+            "-i",
+            "0.5",
+            "-t",
+            "2",
+            "--warmup",
+            "0.5",
+            "--json-stream",
+            "--db",
+        ];
+        let target = agent.target();
+        args.extend([super::store::path_str(&db), target.as_str()]);
+        if udp {
+            args.push("-u");
+        }
+        let (end, live) = super::store::json_stream(&args);
+        let doc = &end["data"];
+        check_many_flows(doc, 8, 2);
+        // 0.5 to 1, 1 to 1.5, 1.5 to 2, 2 to the end (2.5 and the last responses after it).
+        let intervals = super::store::check_latency_intervals(doc, &live, 4);
+        let samples: u64 = intervals.iter().map(|iv| u(iv, "/samples")).sum();
+        assert_eq!(
+            samples,
+            u(doc, "/request_response/transactions"),
+            "udp {udp}"
+        );
+        for iv in intervals {
+            let secs = (u(iv, "/end_ns") - u(iv, "/start_ns")) as f64 / 1e9;
+            let tps = f(iv, "/transactions_per_second");
+            assert!(
+                (tps * secs - u(iv, "/samples") as f64).abs() < 1.0,
+                "{iv:#}"
+            );
+        }
+        let saved: Value =
+            serde_json::from_str(&super::store::results(&db, &["show", "1", "--json"]))
+                .expect("json");
+        assert_eq!(&saved["intervals"], &doc["intervals"], "{saved:#}");
     }
 }

@@ -14,7 +14,7 @@ pub(crate) fn path_str(p: &Path) -> &str {
     p.to_str().expect("temporary paths are UTF-8")
 }
 
-fn temp_db() -> (tempfile::TempDir, PathBuf) {
+pub(super) fn temp_db() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("results.db");
     (dir, db)
@@ -464,7 +464,7 @@ fn a_bad_or_repeated_label_is_a_usage_error() {
 }
 
 /// `sonde results ARGS... --db DB`, which must exit 0; its stdout.
-fn results(db: &Path, args: &[&str]) -> String {
+pub(super) fn results(db: &Path, args: &[&str]) -> String {
     let mut all = vec!["results"];
     all.extend_from_slice(args);
     all.extend(["--db", path_str(db)]);
@@ -741,7 +741,7 @@ fn interval_lines_reach_a_pipe_as_they_are_counted() {
 
 /// Runs `sonde ARGS` (with `--json-stream`): its first event must come while it runs; the
 /// `end` event (its document valid against the schema) and the events before it.
-fn json_stream(args: &[&str]) -> (Value, Vec<Value>) {
+pub(super) fn json_stream(args: &[&str]) -> (Value, Vec<Value>) {
     let (first, running, rest) = first_line_while_running(args);
     assert!(running, "the first event came only when the test had ended");
     let mut events: Vec<Value> = std::iter::once(first.as_str())
@@ -799,10 +799,26 @@ fn latency_intervals_stream_live_and_add_up_to_the_run() {
         "--json-stream",
     ]);
     let doc = &end["data"];
-    let intervals = doc["intervals"].as_array().expect("intervals");
     // 0.5 to 1, ..., 3 to 3.5 (the planned end, and the last replies just after it).
-    assert_eq!(intervals.len(), 6, "{doc:#}");
-    assert_eq!(live.len(), intervals.len());
+    let intervals = check_latency_intervals(doc, &live, 6);
+    for iv in intervals {
+        let rtt = &iv["rtt_ns"];
+        assert!(rtt["min"].as_u64().unwrap() >= doc["rtt_ns"]["min"].as_u64().unwrap());
+        assert!(rtt["max"].as_u64().unwrap() <= doc["rtt_ns"]["max"].as_u64().unwrap());
+    }
+}
+
+/// A latency document's `count` intervals, checked against the `--json-stream` events that
+/// came live (the same, in order): they tile the run from the end of the warm-up, and their
+/// samples add up to the run's.
+pub(super) fn check_latency_intervals<'a>(
+    doc: &'a Value,
+    live: &[Value],
+    count: usize,
+) -> &'a Vec<Value> {
+    let intervals = doc["intervals"].as_array().expect("intervals");
+    assert_eq!(intervals.len(), count, "{doc:#}");
+    assert_eq!(live.len(), intervals.len(), "{live:#?}");
     for (ev, iv) in live.iter().zip(intervals) {
         assert_eq!(ev["event"], "interval");
         assert_eq!(&ev["data"], iv);
@@ -813,14 +829,14 @@ fn latency_intervals_stream_live_and_add_up_to_the_run() {
     }
     let samples: u64 = intervals
         .iter()
-        .map(|iv| iv["samples"].as_u64().unwrap())
+        .map(|iv| iv["samples"].as_u64().expect("samples"))
         .sum();
-    assert_eq!(samples, doc["samples"].as_u64().unwrap());
-    for iv in intervals {
-        let rtt = &iv["rtt_ns"];
-        assert!(rtt["min"].as_u64().unwrap() >= doc["rtt_ns"]["min"].as_u64().unwrap());
-        assert!(rtt["max"].as_u64().unwrap() <= doc["rtt_ns"]["max"].as_u64().unwrap());
-    }
+    assert_eq!(
+        samples,
+        doc["samples"].as_u64().expect("samples"),
+        "{doc:#}"
+    );
+    intervals
 }
 
 /// Sends `signal` to a child process.
