@@ -230,7 +230,9 @@ pub(crate) struct Opt {
     #[arg(long = "response-size", value_name = "SIZE", value_parser = crate::units::size)]
     response_size: Option<u32>,
     /// With -P/--depth: threads at each end, each driving its share of the flows with one
-    /// epoll loop (neper -T). Default: one per available core, at most one per flow
+    /// epoll loop (neper -T). Default: one per available core, at most one per flow. The
+    /// one-flow test (-P 1 --depth 1) runs one thread at each end and leaves it unused (so a
+    /// sweep over parallel=1,16 takes it)
     #[arg(long, value_name = "N")]
     threads: Option<u32>,
     #[command(flatten)]
