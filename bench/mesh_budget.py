@@ -21,6 +21,17 @@ how many peers it probed and how many of its probes were lost, how many probers 
 (`sonde_mesh_incoming_probers`). Then it gets SIGTERM and the time it takes to exit is taken.
 The figures go to stdout as a table and, with --json FILE, as JSON.
 
+With --floor, each count is measured a second time, right after sonde, on the floor:
+bench/floor/floor.c's `mesh` (compiled here with gcc -O2), one C thread and one epoll loop doing
+the same probe work with nothing around it (the same probes at the same rates and jitter, UDP
+from 64 source ports, a fresh non-blocking TCP connection per probe, the timer coalesced to
+--tick-ms; answering each UDP probe and each TCP connection at once; no MACs, no metrics),
+its peers answered by a second floor bound to the wildcard address, and probed by the same
+fleet. The table then adds the floor's CPU and sonde / floor. The ratio is the figure to read:
+on loopback the kernel's receive processing of a packet runs in the sender's context (the
+softirq on the sending CPU), so each measured process is charged for part of its peers' kernel
+work, and the floor is charged the same way.
+
     cargo build --release -p sonde
     python3 bench/mesh_budget.py --peers 500,1000,2000,5000
 
@@ -41,6 +52,7 @@ import os
 import re
 import secrets
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -166,6 +178,7 @@ class Fleet:
         self.stop = threading.Event()
         self.sent = {"udp": 0, "tcp": 0}
         self.answered = {"udp": 0, "tcp": 0}
+        self.rate: dict[str, float] = {}
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def run(self) -> None:
@@ -259,6 +272,20 @@ class Fleet:
         self.thread.join(timeout=5)
 
 
+def window(args, proc: subprocess.Popen, port: int, n: int, secret: bytes) -> tuple[dict, dict, float, Fleet]:
+    """Probes `proc` on `port` as N peers, and reads its /proc over the measured window:
+    (before, after, wall seconds, the fleet)."""
+    names = [f"sim-{i}" for i in range(n)]
+    with Fleet(secret, ("127.0.0.1", port), names, args.interval, 64) as fleet:
+        time.sleep(args.interval + args.warmup)
+        before, t0 = proc_stats(proc.pid), time.monotonic()
+        sent0 = dict(fleet.sent)
+        time.sleep(args.seconds)
+        after, t1 = proc_stats(proc.pid), time.monotonic()
+        fleet.rate = {k: (fleet.sent[k] - sent0[k]) / (t1 - t0) for k in sent0}
+    return before, after, t1 - t0, fleet
+
+
 def measure(args, sonde: str, secret_file: Path, secret: bytes, responder_port: int, n: int, work: Path) -> dict:
     port, mport = free_port(), free_port()
     peers = work / f"peers-{n}.txt"
@@ -276,16 +303,8 @@ def measure(args, sonde: str, secret_file: Path, secret: bytes, responder_port: 
     agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(work / f"agent-{n}.log", "w"))
     try:
         wait_tcp("127.0.0.1", port, agent, "the agent")
-        names = [f"sim-{i}" for i in range(n)]
-        with Fleet(secret, ("127.0.0.1", port), names, args.interval, 64) as fleet:
-            time.sleep(args.interval + args.warmup)
-            before, t0 = proc_stats(agent.pid), time.monotonic()
-            sent0 = dict(fleet.sent)
-            time.sleep(args.seconds)
-            after, t1 = proc_stats(agent.pid), time.monotonic()
-            sent1 = dict(fleet.sent)
-            answered = dict(fleet.answered)
-            text = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10).read().decode()
+        before, after, wall, fleet = window(args, agent, port, n, secret)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10).read().decode()
         sent = metric_values(text, "sonde_probes_sent_total")
         lost = metric_values(text, "sonde_probes_lost_total")
         incoming = metric_values(text, "sonde_mesh_incoming_probers")
@@ -297,7 +316,6 @@ def measure(args, sonde: str, secret_file: Path, secret: bytes, responder_port: 
             exit_s = time.monotonic() - t_stop
         except subprocess.TimeoutExpired:
             exit_s = None
-        wall = t1 - t0
         return {
             "peers": n,
             "cpu_percent_of_one_core": 100.0 * (after["cpu_s"] - before["cpu_s"]) / wall,
@@ -308,8 +326,8 @@ def measure(args, sonde: str, secret_file: Path, secret: bytes, responder_port: 
             "probes_lost": sum(v for _, v in lost),
             "peers_probed": len(targets),
             "incoming_probers": max((v for _, v in incoming), default=None),
-            "fleet_probes_per_second": {k: (sent1[k] - sent0[k]) / wall for k in sent1},
-            "fleet_answered": answered,
+            "fleet_probes_per_second": fleet.rate,
+            "fleet_answered": dict(fleet.answered),
             "fleet_sent": dict(fleet.sent),
             "sigterm_exit_seconds": exit_s,
         }
@@ -319,6 +337,59 @@ def measure(args, sonde: str, secret_file: Path, secret: bytes, responder_port: 
             agent.wait()
 
 
+def measure_floor(args, floor: str, secret: bytes, responder_port: int, n: int) -> dict:
+    """The floor program doing the same probe work as the agent (bench/floor/floor.c, `mesh`),
+    probed by the same fleet, measured over the same window."""
+    port = free_port()
+    secs = args.interval + args.warmup + args.seconds + 5
+    cmd = [floor, "mesh", str(port), "-N", str(n), "-P", str(responder_port),
+           "-i", str(args.interval * 1000), "-k", str(args.tick_ms), "-t", str(secs)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        wait_tcp("127.0.0.1", port, proc, "the floor")
+        before, after, wall, fleet = window(args, proc, port, n, secret)
+        proc.send_signal(signal.SIGINT)  # nothing to save: its counts are only a sanity check
+        out = proc.communicate(timeout=10)[0]
+        counts = json.loads(out) if out.strip() else {}
+        return {
+            "peers": n,
+            "cpu_percent_of_one_core": 100.0 * (after["cpu_s"] - before["cpu_s"]) / wall,
+            "rss_mib": after["rss_kib"] / 1024,
+            "threads": after["threads"],
+            "fleet_probes_per_second": fleet.rate,
+            "counts": counts,
+        }
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def build_floor(work: Path) -> str:
+    """Compiles bench/floor/floor.c with gcc -O2 into `work` (as bench/compare.py does)."""
+    cc = os.environ.get("CC", "gcc")
+    if not shutil.which(cc):
+        raise RuntimeError(f"{cc} not found: the floor program is C (apt-get install gcc)")
+    out = work / "floor"
+    cmd = [cc, "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o", str(out), str(REPO / "bench" / "floor" / "floor.c")]
+    log(f"build: {' '.join(cmd)}")
+    subprocess.run(cmd, check=True)
+    return str(out)
+
+
+def ratio(sonde_cpu: float, floor_cpu: float | None) -> float | None:
+    """sonde's CPU over the floor's for one peer count (None without a floor figure).
+
+    >>> ratio(2.0, 0.5)
+    4.0
+    >>> ratio(2.0, None) is None, ratio(2.0, 0.0) is None
+    (True, True)
+    """
+    if not floor_cpu:
+        return None
+    return sonde_cpu / floor_cpu
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--peers", default="500,1000,2000,5000", help="peer counts (default 500,1000,2000,5000)")
@@ -326,18 +397,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=60.0, help="measured window per count (default 60)")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds after the first interval before measuring (default 5)")
     ap.add_argument("--sonde", default=str(REPO / "target" / "release" / "sonde"))
+    ap.add_argument("--floor", action="store_true",
+                    help="also measure bench/floor/floor.c's `mesh` (the same probe work and nothing else) at each "
+                         "count, interleaved with sonde, and report sonde / floor")
+    ap.add_argument("--tick-ms", type=float, default=5.0, help="the floor's timer coalescing, ms (default 5)")
+    ap.add_argument("--rounds", type=int, default=1, help="sonde (then the floor) this many times per count (default 1)")
     ap.add_argument("--json", help="write the figures here too")
     args = ap.parse_args(argv)
     counts = [int(c) for c in args.peers.split(",")]
     if max(counts) > 254 * 256:
         ap.error("at most 65,024 peers (127.1.0.0/16)")
+    if not 1 <= args.rounds <= 10 or not 0 < args.seconds <= 600 or not 1 <= args.interval <= 60:
+        ap.error("--rounds within 1..10, --seconds within 0..600, --interval within 1..60")
     if not Path(args.sonde).exists():
         ap.error(f"{args.sonde} not found: cargo build --release -p sonde")
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    rows = []
+    rows, floors = [], []
     with tempfile.TemporaryDirectory(prefix="mesh-budget-", dir=REPO / "target") as tmp:
         work = Path(tmp)
         secret = secrets.token_hex(16).encode()
@@ -347,23 +425,47 @@ def main(argv: list[str] | None = None) -> int:
         responder = subprocess.Popen(
             [args.sonde, "server", "--bind", "0.0.0.0", "-p", str(rport), "--quiet", "--secret-file", str(secret_file)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        floor_responder = None
         try:
             wait_tcp("127.0.0.1", rport, responder, "the responder")
+            if args.floor:
+                floor = build_floor(work)
+                frport = free_port()
+                # The floor's peers: one floor answering for every 127.1.x.y (as the responder
+                # does for sonde), for as long as the whole run can take.
+                total = len(counts) * args.rounds * 2 * (args.interval + args.warmup + args.seconds + 20)
+                floor_responder = subprocess.Popen(
+                    [floor, "mesh", str(frport), "-N", "0", "--any", "-t", str(min(total, 3600))],
+                    stdout=subprocess.DEVNULL)
+                wait_tcp("127.0.0.1", frport, floor_responder, "the floor's responder")
             for n in counts:
-                log(f"{n} peers: {args.interval:g} s interval, measuring {args.seconds:g} s after {args.interval + args.warmup:g} s")
-                rows.append(measure(args, args.sonde, secret_file, secret, rport, n, work))
-                log(json.dumps(rows[-1]))
+                for r in range(args.rounds):
+                    log(f"{n} peers, round {r + 1}: {args.interval:g} s interval, measuring {args.seconds:g} s after {args.interval + args.warmup:g} s")
+                    rows.append(measure(args, args.sonde, secret_file, secret, rport, n, work))
+                    log(json.dumps(rows[-1]))
+                    if args.floor:
+                        floors.append(measure_floor(args, floor, secret, frport, n))
+                        log(json.dumps(floors[-1]))
         finally:
-            responder.terminate()
-            responder.wait(timeout=10)
-    print(f"{'peers':>6} {'CPU % core':>10} {'RSS MiB':>8} {'peak MiB':>8} {'threads':>7} {'probed':>7} {'lost %':>7} {'probers':>8} {'exit s':>6}")
-    for r in rows:
+            for p in (responder, floor_responder):
+                if p is not None:
+                    p.terminate()
+                    p.wait(timeout=10)
+    print(f"{'peers':>6} {'CPU % core':>10} {'RSS MiB':>8} {'peak MiB':>8} {'threads':>7} {'probed':>7} {'lost %':>7} {'probers':>8} {'exit s':>6}"
+          + (f" {'floor %':>8} {'sonde/floor':>11}" if args.floor else ""))
+    for i, r in enumerate(rows):
         lost = 100.0 * r["probes_lost"] / r["probes_sent"] if r["probes_sent"] else float("nan")
-        print(f"{r['peers']:>6} {r['cpu_percent_of_one_core']:>10.2f} {r['rss_mib']:>8.1f} {r['peak_rss_mib']:>8.1f} "
-              f"{r['threads']:>7} {r['peers_probed']:>7} {lost:>7.2f} {str(r['incoming_probers']):>8} "
-              f"{r['sigterm_exit_seconds'] if r['sigterm_exit_seconds'] is None else round(r['sigterm_exit_seconds'], 2)!s:>6}")
+        line = (f"{r['peers']:>6} {r['cpu_percent_of_one_core']:>10.2f} {r['rss_mib']:>8.1f} {r['peak_rss_mib']:>8.1f} "
+                f"{r['threads']:>7} {r['peers_probed']:>7} {lost:>7.2f} {str(r['incoming_probers']):>8} "
+                f"{r['sigterm_exit_seconds'] if r['sigterm_exit_seconds'] is None else round(r['sigterm_exit_seconds'], 2)!s:>6}")
+        if args.floor:
+            f = floors[i]["cpu_percent_of_one_core"]
+            q = ratio(r["cpu_percent_of_one_core"], f)
+            r["floor_cpu_percent_of_one_core"], r["sonde_over_floor"] = f, q
+            line += f" {f:>8.2f} {'—' if q is None else f'{q:.2f}x':>11}"
+        print(line)
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+        Path(args.json).write_text(json.dumps({"sonde": rows, "floor": floors}, indent=2) if args.floor else json.dumps(rows, indent=2))
     return 0
 
 

@@ -44,6 +44,15 @@
  *                                                  (no timeout: loopback loses none at these
  *                                                  depths)
  *
+ *   floor mesh PORT -N PEERS -P PEER_PORT [-i MS] [-k MS] [--any] -t SECS
+ *                                                  a mesh agent's probe work and nothing else
+ *                                                  (bench/mesh_budget.py --floor): probes PEERS
+ *                                                  peers at 127.1.0.1 upwards on PEER_PORT over
+ *                                                  UDP and TCP every -i ms (default 10000), the
+ *                                                  timer coalesced to -k ms (default 5), and
+ *                                                  answers probes on PORT; -N 0 only answers
+ *                                                  (the floor's responder); prints counts
+ *
  * --busy: non-blocking sockets polled in a spin loop (plus SO_BUSY_POLL, where permitted). A busy
  * echo spins only while traffic comes (1 s without a message and it blocks again), so an idle
  * floor server costs no CPU between runs. --cpu N: pin the thread to CPU N.
@@ -64,6 +73,7 @@
 #include <unistd.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/epoll.h>
 
 #define MAX_MSG 65536
@@ -759,6 +769,339 @@ static void udp_rr(const char *host, int port, int flows, int depth, int threads
            (unsigned long long)total, secs);
 }
 
+/* ---- mesh: the mesh agent's probe work and nothing else (bench/mesh_budget.py --floor) ----
+ *
+ * One thread, one epoll loop. Probing: N peers at 127.1.0.1 upwards (as mesh_budget.py's
+ * peer_addr), port -P, one UDP probe and one TCP probe per peer per interval (-i ms), each
+ * interval drawn in interval +- 10% and the first at a random point of the first, as sonde's
+ * prober; UDP from a pool of 64 source ports in rotation, each probe a sendto, each reply a
+ * recvfrom (its first 8 bytes say whose probe it was); TCP a non-blocking connect registered
+ * once (edge-triggered, in and out), one write when connected, one read of the reply, close.
+ * The timer is coalesced: the loop wakes at most every -k ms for the probes due (every probe
+ * due is sent then, its send time read from the clock as it goes). Answering, on PORT (both
+ * protocols; --any binds 0.0.0.0, else 127.0.0.1): each datagram echoed at once (recvfrom +
+ * sendto until the socket is empty), each connection accepted non-blocking, its probe read and
+ * echoed, then closed. No MACs, no statistics beyond counts. -N 0: answering only (the floor's
+ * responder). Bounded by -t seconds; prints counts as one JSON line at the end. */
+
+#define MESH_PORTS 64
+#define MESH_MAX_PEERS 65024
+#define MESH_MAX_CONNS 65536
+#define MESH_MAX_SECS 3600
+#define MESH_PROBE 64
+
+struct mesh_conn {
+    int fd;            /* -1: free */
+    int answering;     /* 1: an incoming connection waiting for its probe */
+    uint32_t peer;
+    uint64_t seq;
+    uint64_t started;
+    uint64_t written;
+};
+
+static struct mesh_conn mesh_conns[MESH_MAX_CONNS];
+static int mesh_free[MESH_MAX_CONNS];
+static int mesh_nfree;
+
+/* A min-heap of (due ns, key): key = peer * 2 + (1 for TCP). */
+struct mesh_due {
+    uint64_t due;
+    uint32_t key;
+};
+static struct mesh_due *mesh_heap;
+static size_t mesh_heap_len;
+
+static void heap_push(uint64_t due, uint32_t key) {
+    size_t i = mesh_heap_len++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (mesh_heap[p].due <= due)
+            break;
+        mesh_heap[i] = mesh_heap[p];
+        i = p;
+    }
+    mesh_heap[i].due = due;
+    mesh_heap[i].key = key;
+}
+
+static struct mesh_due heap_pop(void) {
+    struct mesh_due top = mesh_heap[0], last = mesh_heap[--mesh_heap_len];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= mesh_heap_len)
+            break;
+        if (c + 1 < mesh_heap_len && mesh_heap[c + 1].due < mesh_heap[c].due)
+            c++;
+        if (last.due <= mesh_heap[c].due)
+            break;
+        mesh_heap[i] = mesh_heap[c];
+        i = c;
+    }
+    if (mesh_heap_len > 0)
+        mesh_heap[i] = last;
+    return top;
+}
+
+static uint64_t mesh_rng = 0x9e3779b97f4a7c15ULL;
+static uint64_t mesh_rand(void) { /* SplitMix64, as sonde's prober */
+    uint64_t z = (mesh_rng += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* epoll data: the UDP pool sockets 0..63, the answering UDP socket and listener, then
+ * connections from MESH_CONN_TAG up. */
+#define MESH_TAG_UDP_IN 100
+#define MESH_TAG_LISTEN 101
+#define MESH_CONN_TAG 1000
+
+static int mesh_conn_new(void) {
+    if (mesh_nfree == 0)
+        return -1;
+    return mesh_free[--mesh_nfree];
+}
+
+static void mesh_conn_close(int c) {
+    close(mesh_conns[c].fd);
+    mesh_conns[c].fd = -1;
+    mesh_free[mesh_nfree++] = c;
+}
+
+static volatile sig_atomic_t mesh_stop;
+static void mesh_on_signal(int sig) {
+    (void)sig;
+    mesh_stop = 1;
+}
+
+static void mesh(int port, int any, uint32_t peers, int peer_port, double interval_ms,
+                 double tick_ms, double secs) {
+    static char probe[MESH_PROBE], buf[2048];
+    int ep = epoll_create1(0);
+    if (ep < 0)
+        die("epoll_create1");
+    struct epoll_event ev;
+    /* SIGINT or SIGTERM: the counts so far, printed. */
+    signal(SIGINT, mesh_on_signal);
+    signal(SIGTERM, mesh_on_signal);
+    for (int i = MESH_MAX_CONNS - 1; i >= 0; i--) {
+        mesh_conns[i].fd = -1;
+        mesh_free[mesh_nfree++] = i;
+    }
+    /* Answering. */
+    struct sockaddr_in me = addr_of(any ? "0.0.0.0" : "127.0.0.1", port);
+    int one = 1;
+    int uin = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+    int lis = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (uin < 0 || lis < 0)
+        die("socket");
+    setsockopt(lis, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(uin, (struct sockaddr *)&me, sizeof me) != 0 ||
+        bind(lis, (struct sockaddr *)&me, sizeof me) != 0 || listen(lis, 4096) != 0)
+        die("bind");
+    ev.events = EPOLLIN;
+    ev.data.u64 = MESH_TAG_UDP_IN;
+    epoll_ctl(ep, EPOLL_CTL_ADD, uin, &ev);
+    ev.data.u64 = MESH_TAG_LISTEN;
+    epoll_ctl(ep, EPOLL_CTL_ADD, lis, &ev);
+    /* Probing. */
+    int pool[MESH_PORTS];
+    for (int i = 0; i < MESH_PORTS; i++) {
+        pool[i] = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+        if (pool[i] < 0)
+            die("socket");
+        ev.events = EPOLLIN;
+        ev.data.u64 = (uint64_t)i;
+        epoll_ctl(ep, EPOLL_CTL_ADD, pool[i], &ev);
+    }
+    uint64_t *sent_ns = calloc(peers ? peers : 1, sizeof *sent_ns);
+    uint64_t *seqs = calloc(peers ? peers * 2 : 1, sizeof *seqs);
+    mesh_heap = calloc(peers ? peers * 2 : 1, sizeof *mesh_heap);
+    if (!sent_ns || !seqs || !mesh_heap)
+        die("calloc");
+    mesh_rng ^= now_ns() ^ ((uint64_t)getpid() << 32);
+    uint64_t interval = (uint64_t)(interval_ms * 1e6), jitter = interval / 10;
+    uint64_t tick = (uint64_t)(tick_ms * 1e6);
+    if (tick < 1000000)
+        tick = 1000000;
+    uint64_t start = now_ns(), end = start + (uint64_t)(secs * 1e9);
+    for (uint32_t k = 0; k < peers * 2; k++)
+        heap_push(start + mesh_rand() % interval, k);
+    unsigned long long udp_sent = 0, udp_answered = 0, tcp_sent = 0, tcp_answered = 0;
+    unsigned long long udp_in = 0, tcp_in = 0, failed = 0;
+    uint64_t rtt_sum = 0;
+    uint32_t rot = 0;
+    uint64_t last_sweep = start;
+    struct epoll_event evs[256];
+    for (;;) {
+        uint64_t now = now_ns();
+        if (now >= end || mesh_stop)
+            break;
+        /* Every probe due by now (the timer's tick passed). */
+        while (mesh_heap_len > 0 && mesh_heap[0].due <= now) {
+            struct mesh_due d = heap_pop();
+            uint32_t peer = d.key / 2;
+            int tcp = d.key & 1;
+            uint64_t seq = seqs[d.key]++;
+            uint64_t next = d.due + interval - jitter + mesh_rand() % (2 * jitter + 1);
+            heap_push(next > now ? next : now + interval, d.key);
+            struct sockaddr_in to;
+            memset(&to, 0, sizeof to);
+            to.sin_family = AF_INET;
+            to.sin_port = htons((uint16_t)peer_port);
+            to.sin_addr.s_addr = htonl((127u << 24) | (1u << 16) | ((peer / 254) << 8) | (peer % 254 + 1));
+            memcpy(probe, &peer, 4);
+            memcpy(probe + 4, &seq, 4);
+            if (!tcp) {
+                sent_ns[peer] = now_ns();
+                if (sendto(pool[rot++ % MESH_PORTS], probe, MESH_PROBE, 0, (struct sockaddr *)&to, sizeof to) == MESH_PROBE)
+                    udp_sent++;
+                else
+                    failed++;
+                continue;
+            }
+            int c = mesh_conn_new();
+            if (c < 0) {
+                failed++;
+                continue;
+            }
+            int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+            if (fd < 0) {
+                mesh_free[mesh_nfree++] = c;
+                failed++;
+                continue;
+            }
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            struct mesh_conn *m = &mesh_conns[c];
+            m->fd = fd;
+            m->answering = 0;
+            m->peer = peer;
+            m->seq = seq;
+            m->written = 0;
+            m->started = now_ns();
+            if (connect(fd, (struct sockaddr *)&to, sizeof to) != 0 && errno != EINPROGRESS) {
+                mesh_conn_close(c);
+                failed++;
+                continue;
+            }
+            ev.events = EPOLLIN | EPOLLOUT | EPOLLET | EPOLLRDHUP;
+            ev.data.u64 = MESH_CONN_TAG + (uint64_t)c;
+            epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+            tcp_sent++;
+        }
+        /* Connections older than 2 s: given up (once a second). */
+        if (now - last_sweep > 1000000000ULL) {
+            last_sweep = now;
+            for (int c = 0; c < MESH_MAX_CONNS; c++)
+                if (mesh_conns[c].fd >= 0 && now - mesh_conns[c].started > 2000000000ULL)
+                    mesh_conn_close(c);
+        }
+        /* Sleep to the tick after the next probe due (coalesced), or a second. */
+        uint64_t wake = mesh_heap_len > 0 ? mesh_heap[0].due : now + 1000000000ULL;
+        wake = (wake + tick - 1) / tick * tick;
+        if (wake > end)
+            wake = end;
+        int timeout = wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
+        int n = epoll_wait(ep, evs, 256, timeout);
+        for (int i = 0; i < n; i++) {
+            uint64_t tag = evs[i].data.u64;
+            if (tag < MESH_PORTS) {
+                for (;;) {
+                    ssize_t r = recv(pool[tag], buf, sizeof buf, 0);
+                    if (r < 0)
+                        break;
+                    uint32_t peer;
+                    memcpy(&peer, buf, 4);
+                    if (r >= 8 && peer < peers) {
+                        rtt_sum += now_ns() - sent_ns[peer];
+                        udp_answered++;
+                    }
+                }
+            } else if (tag == MESH_TAG_UDP_IN) {
+                for (;;) {
+                    struct sockaddr_in from;
+                    socklen_t fl = sizeof from;
+                    ssize_t r = recvfrom(uin, buf, sizeof buf, 0, (struct sockaddr *)&from, &fl);
+                    if (r < 0)
+                        break;
+                    sendto(uin, buf, (size_t)r, 0, (struct sockaddr *)&from, fl);
+                    udp_in++;
+                }
+            } else if (tag == MESH_TAG_LISTEN) {
+                for (;;) {
+                    int fd = accept4(lis, NULL, NULL, SOCK_NONBLOCK);
+                    if (fd < 0)
+                        break;
+                    ssize_t r = read(fd, buf, sizeof buf);
+                    if (r > 0) {
+                        (void)!write(fd, buf, (size_t)r);
+                        close(fd);
+                        tcp_in++;
+                        continue;
+                    }
+                    int c = r < 0 && errno == EAGAIN ? mesh_conn_new() : -1;
+                    if (c < 0) {
+                        close(fd);
+                        continue;
+                    }
+                    mesh_conns[c].fd = fd;
+                    mesh_conns[c].answering = 1;
+                    mesh_conns[c].started = now_ns();
+                    ev.events = EPOLLIN | EPOLLET;
+                    ev.data.u64 = MESH_CONN_TAG + (uint64_t)c;
+                    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+                }
+            } else {
+                int c = (int)(tag - MESH_CONN_TAG);
+                struct mesh_conn *m = &mesh_conns[c];
+                if (m->fd < 0)
+                    continue;
+                if (m->answering) {
+                    ssize_t r = read(m->fd, buf, sizeof buf);
+                    if (r > 0) {
+                        (void)!write(m->fd, buf, (size_t)r);
+                        tcp_in++;
+                    }
+                    if (r >= 0 || errno != EAGAIN)
+                        mesh_conn_close(c);
+                    continue;
+                }
+                if (evs[i].events & (EPOLLERR | EPOLLHUP) && !m->written) {
+                    failed++;
+                    mesh_conn_close(c);
+                    continue;
+                }
+                if (!m->written && (evs[i].events & EPOLLOUT)) {
+                    memcpy(probe, &m->peer, 4);
+                    memcpy(probe + 4, &m->seq, 4);
+                    if (write(m->fd, probe, MESH_PROBE) != MESH_PROBE) {
+                        failed++;
+                        mesh_conn_close(c);
+                        continue;
+                    }
+                    m->written = now_ns();
+                }
+                if (m->written && (evs[i].events & (EPOLLIN | EPOLLRDHUP))) {
+                    ssize_t r = read(m->fd, buf, sizeof buf);
+                    if (r < 0 && errno == EAGAIN)
+                        continue;
+                    if (r >= 8) {
+                        rtt_sum += now_ns() - m->written;
+                        tcp_answered++;
+                    }
+                    mesh_conn_close(c);
+                }
+            }
+        }
+    }
+    unsigned long long answered = udp_answered + tcp_answered;
+    printf("{\"udp_sent\": %llu, \"udp_answered\": %llu, \"tcp_sent\": %llu, \"tcp_answered\": %llu, "
+           "\"udp_in\": %llu, \"tcp_in\": %llu, \"failed\": %llu, \"mean_rtt_ns\": %llu, \"seconds\": %.3f}\n",
+           udp_sent, udp_answered, tcp_sent, tcp_answered, udp_in, tcp_in, failed,
+           answered ? (unsigned long long)(rtt_sum / answered) : 0ULL, (double)(now_ns() - start) / 1e9);
+}
+
 static void usage(void) {
     fprintf(stderr, "usage: see the comment at the top of bench/floor/floor.c\n");
     exit(2);
@@ -779,6 +1122,9 @@ int main(int argc, char **argv) {
     double secs = 5, warm = 1;
     int cpu = -1, flows = 1, depth = 1, threads = 1;
     size_t resp = 0;
+    int any = 0, mesh_peer_port = 0;
+    long mesh_peers = 0;
+    double interval_ms = 10000, tick_ms = 5;
     for (int i = first_opt; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -804,8 +1150,25 @@ int main(int argc, char **argv) {
             threads = atoi(v), i++;
         else if (!strcmp(a, "-R") && v)
             resp = (size_t)atol(v), i++;
+        else if (!strcmp(a, "--any"))
+            any = 1;
+        else if (!strcmp(a, "-N") && v)
+            mesh_peers = atol(v), i++;
+        else if (!strcmp(a, "-P") && v)
+            mesh_peer_port = atoi(v), i++;
+        else if (!strcmp(a, "-i") && v)
+            interval_ms = atof(v), i++;
+        else if (!strcmp(a, "-k") && v)
+            tick_ms = atof(v), i++;
         else
             usage();
+    }
+    if (!strcmp(mode, "mesh")) {
+        if (mesh_peers < 0 || mesh_peers > MESH_MAX_PEERS || (mesh_peers > 0 && mesh_peer_port <= 0) ||
+            interval_ms < 10 || tick_ms < 1 || tick_ms > 1000 || secs <= 0 || secs > MESH_MAX_SECS)
+            usage();
+        mesh(port, any, (uint32_t)mesh_peers, mesh_peer_port, interval_ms, tick_ms, secs);
+        return 0;
     }
     if (rsize < 1 || rsize > SINK_BUF)
         usage();

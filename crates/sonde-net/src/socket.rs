@@ -60,6 +60,19 @@ pub fn accept(listener: &TcpListener) -> Accepted {
     }
 }
 
+/// Waits at most `timeout` (on Linux rounded up to a millisecond) for `stream` to have something
+/// to read, its end or an error; true when it has, false at the timeout.
+pub fn wait_readable(stream: &TcpStream, timeout: Duration) -> io::Result<bool> {
+    sys::wait_readable(stream, timeout)
+}
+
+/// What has already arrived on a blocking `stream`, copied into `buf` without being consumed
+/// and without waiting (`WouldBlock` when nothing has): on Linux one system call
+/// (`MSG_PEEK | MSG_DONTWAIT`), elsewhere the socket is made non-blocking around the peek.
+pub fn peek_now(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    sys::peek_now(stream, buf)
+}
+
 /// Raises this process's soft limit on open file descriptors (`RLIMIT_NOFILE`) to its hard
 /// limit, so an agent holding many connections meets the limit an administrator set, not the
 /// shell's default soft limit (often 1,024). Returns the (soft, hard) limits now in force.
@@ -938,6 +951,30 @@ mod tests {
         // well above the usual 208 KiB default.
         assert!(sock.recv_buffer_size().unwrap() > 256 << 10);
         assert!(sock.send_buffer_size().unwrap() > 256 << 10);
+    }
+
+    #[test]
+    fn peek_now_does_not_wait_nor_consume_and_wait_readable_sees_arrival() {
+        let listener = tcp_listen(loopback_v4()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut client = tcp_connect(addr, Duration::from_secs(1), true).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 16];
+        // Nothing yet: no wait (the socket is blocking), and the wait times out.
+        let e = peek_now(&server, &mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert!(!wait_readable(&server, Duration::from_millis(1)).unwrap());
+        client.write_all(b"probe").unwrap();
+        assert!(wait_readable(&server, Duration::from_secs(5)).unwrap());
+        assert_eq!(peek_now(&server, &mut buf).unwrap(), 5);
+        // Not consumed: still there, and still blocking for a plain read.
+        assert_eq!(peek_now(&server, &mut buf).unwrap(), 5);
+        let mut server = server;
+        server.set_read_timeout(SECOND).unwrap();
+        let mut got = [0u8; 5];
+        server.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"probe");
+        assert_eq!(&buf[..5], b"probe");
     }
 
     #[test]

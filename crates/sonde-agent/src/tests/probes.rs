@@ -171,6 +171,46 @@ fn tcp_probes_are_answered_and_closed_without_a_session() {
 }
 
 #[test]
+fn tcp_probes_whose_bytes_come_late_or_in_pieces_are_answered() {
+    // The accepting thread waits up to FIRST_BYTES_WAIT for a probe's bytes; one that comes
+    // later, or in two pieces, is handed to a connection thread and answered there.
+    let h = agent(|c| c.secret = Some(secret()));
+    let cases: [(Duration, Option<Duration>); 4] = [
+        (Duration::ZERO, None),
+        (Duration::from_millis(1), None),
+        (crate::probe::FIRST_BYTES_WAIT * 10, None),
+        (Duration::ZERO, Some(Duration::from_millis(20))),
+    ];
+    for (i, (before, split)) in (0u64..).zip(cases) {
+        let p = Probe {
+            seq: i,
+            sent_unix_ns: now_ns(),
+            nonce: 2_000 + i,
+            sender: "prober-c",
+        };
+        let probe = encode(&p, &secret(), 64);
+        let mut s = connect(&h);
+        std::thread::sleep(before);
+        if let Some(pause) = split {
+            s.write_all(&probe[..8]).unwrap();
+            std::thread::sleep(pause);
+            s.write_all(&probe[8..]).unwrap();
+        } else {
+            s.write_all(&probe).unwrap();
+        }
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
+        let mut reply = Vec::new();
+        s.read_to_end(&mut reply)
+            .expect("the agent answers and closes");
+        let r = ProbeReply::decode(&secret(), "prober-c", &reply)
+            .unwrap_or_else(|e| panic!("case {i}: {e:?} ({reply:02x?})"));
+        assert_eq!((r.seq, r.nonce), (i, 2_000 + i));
+    }
+    assert_eq!(h.stats().probes_answered.load(Ordering::Relaxed), 4);
+    serves_with_secret(&h);
+}
+
+#[test]
 fn an_agent_without_a_secret_answers_no_probe() {
     let h = agent(|_| {});
     let p = Probe {

@@ -921,6 +921,48 @@ pub(crate) fn accept_with_wake(
     listener.accept().map(|(s, _)| s)
 }
 
+/// Waits at most `timeout` (rounded up to a millisecond) for `stream` to have something to read
+/// (or its end, or an error): one `poll(2)`. True when it has.
+pub(crate) fn wait_readable(stream: &TcpStream, timeout: Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms =
+        libc::c_int::try_from(timeout.as_nanos().div_ceil(1_000_000)).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one pollfd on this frame, for a descriptor borrowed from `stream` for the call.
+    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    match rc {
+        0 => Ok(false),
+        1.. => Ok(true),
+        _ => {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
+/// What has arrived on `stream`, copied without being consumed and without waiting: one
+/// `recv(MSG_PEEK | MSG_DONTWAIT)` (recv(2)), whatever the socket's blocking mode.
+pub(crate) fn peek_now(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: the descriptor belongs to `stream`, borrowed for the call; `buf` is valid and
+    // writable for `buf.len()` bytes until recv returns.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
 /// `EMFILE`, `ENFILE` (accept(2)), and `ENOBUFS`, `ENOMEM`: out of descriptors or socket memory.
 pub(crate) fn out_of_descriptors(e: &io::Error) -> bool {
     matches!(

@@ -300,6 +300,35 @@ pub(crate) fn available_congestion() -> Option<String> {
     None
 }
 
+/// Waits at most `timeout` for `stream` to have something to read: a peek of one byte under a
+/// read timeout. True when it has.
+pub(crate) fn wait_readable(stream: &TcpStream, timeout: std::time::Duration) -> io::Result<bool> {
+    stream.set_read_timeout(Some(timeout.max(std::time::Duration::from_millis(1))))?;
+    let r = stream.peek(&mut [0u8; 1]);
+    stream.set_read_timeout(None)?;
+    match r {
+        Ok(_) => Ok(true),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// What has arrived on `stream`, copied without being consumed and without waiting: the socket
+/// made non-blocking for one `peek`, then blocking again.
+pub(crate) fn peek_now(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    stream.set_nonblocking(true)?;
+    let n = stream.peek(buf);
+    stream.set_nonblocking(false)?;
+    n
+}
+
 /// Makes the listener non-blocking: [`accept_with_wake`] then waits in short sleeps.
 pub(crate) fn set_accept_wake(
     listener: &std::net::TcpListener,

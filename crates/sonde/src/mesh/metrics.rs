@@ -2,7 +2,7 @@
 //! `prometheus-client` crate and encoded by its text encoder.
 
 use std::sync::atomic::AtomicU64;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::{
     EncodeLabelSet, EncodeLabelValue, EncodeMetric, MetricEncoder, NoLabelSet,
@@ -45,10 +45,12 @@ pub(crate) fn rtt_bounds() -> &'static [f64; RTT_BUCKETS] {
 
 /// `sonde_rtt_seconds` of one pair: fine classic buckets ([`rtt_bounds`]), of which only those
 /// within [`RTT_BUCKET_MARGIN`] of a bucket that holds a sample are exported (they stay once
-/// exported: counts only grow), with `+Inf`, `_sum` and `_count`.
-#[derive(Debug, Default)]
+/// exported: counts only grow), with `+Inf`, `_sum` and `_count`. A clone shares the counts
+/// (as a `Counter`'s does): the prober keeps a handle per pair rather than looking the series up
+/// by its labels for every probe.
+#[derive(Debug, Default, Clone)]
 pub(crate) struct RttHistogram {
-    inner: Mutex<RttCounts>,
+    inner: Arc<Mutex<RttCounts>>,
 }
 
 #[derive(Debug, Default)]
@@ -228,7 +230,7 @@ struct ReasonLabel {
     reason: &'static str,
 }
 
-type FloatGauge = Gauge<f64, AtomicU64>;
+pub(crate) type FloatGauge = Gauge<f64, AtomicU64>;
 
 const KINDS: [(TestKind, &str); 4] = [
     (TestKind::Latency, "latency"),
