@@ -748,11 +748,14 @@ def table(ms: list[Metric], rounds: int, secs: int) -> tuple[str, bool]:
 
 
 def build_floor() -> str:
-    """Compiles bench/floor/floor.c with gcc -O2 into a fresh temporary directory."""
+    """Compiles bench/floor/floor.c with gcc -O2 into a fresh directory under target/ (the
+    repository's build directory, not /tmp)."""
     cc = os.environ.get("CC", "gcc")
     if not shutil.which(cc):
         raise RuntimeError(f"{cc} not found: the floor programs are C (apt-get install gcc)")
-    out = Path(tempfile.mkdtemp(prefix="sonde-floor-")) / "floor"
+    scratch = REPO / "target" / "bench"
+    scratch.mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(prefix="floor-", dir=scratch)) / "floor"
     cmd = [cc, "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o", str(out), str(HERE / "floor" / "floor.c")]
     log(f"build: {' '.join(cmd)}")
     subprocess.run(cmd, check=True)
