@@ -120,22 +120,28 @@ pub(crate) fn check_in_browser(page: &Path, charts: usize, rows: &[&str], shot: 
             "no row for case {row}"
         );
     }
-    let _ = std::fs::remove_file(&png);
+    screenshot(page, &png, "1400,2000");
+    dom
+}
+
+/// A screenshot of `page` at `window` ("W,H") into `png`, kept as an artifact; it must be more
+/// than a blank page's few bytes.
+fn screenshot(page: &Path, png: &Path, window: &str) {
+    let _ = std::fs::remove_file(png);
     chromium(
         page,
         &[
             &format!("--screenshot={}", png.display()),
-            "--window-size=1400,2000",
+            &format!("--window-size={window}"),
         ],
     );
-    let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
+    let size = std::fs::metadata(png).map(|m| m.len()).unwrap_or(0);
     assert!(
         size > 10_000,
         "screenshot {} is {size} bytes",
         png.display()
     );
     eprintln!("screenshot: {}", png.display());
-    dom
 }
 
 #[test]
@@ -1516,19 +1522,9 @@ fn the_mesh_diagnosis_page_opens_in_chromium_with_its_heatmaps() {
     assert_eq!(svg("groups").matches("<rect class=\"c").count(), 9);
     assert_eq!(svg("groups").matches("<rect class=\"c bad\"").count(), 0);
     assert!(svg("groups").contains("rack-a → rack-b: 4 of 16 pairs bad"));
-    let png = artifact_dir().join("mesh-diagnosis.png");
-    let _ = std::fs::remove_file(&png);
-    chromium(
+    screenshot(
         &page,
-        &[
-            &format!("--screenshot={}", png.display()),
-            "--window-size=1200,1800",
-        ],
-    );
-    let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
-    assert!(
-        size > 10_000,
-        "screenshot {} is {size} bytes",
-        png.display()
+        &artifact_dir().join("mesh-diagnosis.png"),
+        "1200,1800",
     );
 }
