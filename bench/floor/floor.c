@@ -35,8 +35,9 @@
  *                                                  recv instead); prints {"tps":..,
  *                                                  "transactions":..} after the warm-up
  *   floor udp-rr-echo PORT -m REQ -R RESP -T THREADS
- *                                                  THREADS sockets on PORT (SO_REUSEPORT: the
- *                                                  kernel spreads the flows), each answering
+ *                                                  THREADS sockets on PORT (SO_REUSEPORT, a
+ *                                                  datagram's socket picked by the client
+ *                                                  thread number it carries), each answering
  *                                                  every datagram with RESP bytes
  *   floor udp-rr HOST PORT -F FLOWS -D DEPTH -m REQ -R RESP -T THREADS -t SECS [-w SECS]
  *                                                  as tcp-rr over UDP flows (a connected
@@ -75,6 +76,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <linux/filter.h>
 
 #define MAX_MSG 65536
 #define BATCH 64
@@ -546,15 +548,17 @@ static void tcp_rr_echo(int port, int threads) {
 struct rr_client {
     int *fds, nfds, depth;
     uint64_t warm_end, end, transactions;
+    /* What a request carries: zeros, but over UDP its first four bytes are the client thread's
+     * number (big-endian), which the echo's reuseport program reads to pick the socket. */
+    char req[MAX_MSG];
 };
 
 /* Deals the flows to the threads as cards: thread t gets flows t, t + T, t + 2T ... (into `ord`,
  * thread t's from starts[t] to starts[t + 1]). The echo hands accepted connections to its
  * threads in turn, so with as many threads at each end, each client thread talks to one echo
  * thread only and the pair wakes each other on one CPU; contiguous blocks made every client
- * thread depend on both echo threads, which halved the transactions at 16 flows. UDP flows
- * reach the echo's SO_REUSEPORT sockets by the kernel's hash of their addresses, so there the
- * dealing changes nothing. */
+ * thread depend on both echo threads, which halved the transactions at 16 flows. (Over UDP
+ * the pairing is the echo's reuseport program's, by the thread number in each request.) */
 static void interleave(const int *fds, int flows, int threads, int *ord, int *starts) {
     int k = 0;
     for (int t = 0; t < threads; t++) {
@@ -577,7 +581,7 @@ static void rr_one_flow(struct rr_client *c, size_t unit, char *buf, size_t len)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0)
         die("blocking socket");
     for (int d = 0; d < c->depth; d++)
-        if (send(fd, rr_zeros, rr_req, MSG_NOSIGNAL) < 0)
+        if (send(fd, c->req, rr_req, MSG_NOSIGNAL) < 0)
             die("send");
     uint64_t partial = 0, now;
     while ((now = now_ns()) < c->end) {
@@ -596,7 +600,7 @@ static void rr_one_flow(struct rr_client *c, size_t unit, char *buf, size_t len)
         if (now >= c->warm_end)
             c->transactions += done;
         for (uint64_t i = 0; i < done; i++)
-            if (send(fd, rr_zeros, rr_req, MSG_NOSIGNAL) < 0)
+            if (send(fd, c->req, rr_req, MSG_NOSIGNAL) < 0)
                 die("send");
     }
 }
@@ -660,7 +664,7 @@ static void tcp_rr(const char *host, int port, int flows, int depth, int threads
         die("calloc");
     interleave(fds, flows, threads, ord, starts);
     uint64_t start = now_ns();
-    struct rr_client cs[RR_MAX_THREADS];
+    static struct rr_client cs[RR_MAX_THREADS];
     pthread_t ths[RR_MAX_THREADS];
     for (int t = 0; t < threads; t++) {
         cs[t] = (struct rr_client){
@@ -700,6 +704,11 @@ static void *udp_rr_echo_thread(void *arg) {
     return NULL;
 }
 
+/* The echo's sockets share the port (SO_REUSEPORT); a classic BPF program on the group picks a
+ * datagram's socket by its first payload word modulo THREADS (a request shorter than four bytes
+ * falls back to the kernel's hash). The client writes its thread's number there, so client
+ * thread t talks to echo thread t only and the pair wakes each other on one CPU, as the TCP
+ * floor's dealt connections do. */
 static void udp_rr_echo(int port, int threads) {
     for (int t = 0; t < threads; t++) {
         int fd = socket(AF_INET, SOCK_DGRAM, 0);
@@ -708,6 +717,16 @@ static void udp_rr_echo(int port, int threads) {
         struct sockaddr_in a = addr_of("127.0.0.1", port);
         if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0)
             die("bind");
+        if (t == 0) {
+            struct sock_filter code[] = {
+                {BPF_LD | BPF_W | BPF_ABS, 0, 0, 0},
+                {BPF_ALU | BPF_MOD | BPF_K, 0, 0, (uint32_t)threads},
+                {BPF_RET | BPF_A, 0, 0, 0},
+            };
+            struct sock_fprog prog = {.len = 3, .filter = code};
+            if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog) != 0)
+                die("SO_ATTACH_REUSEPORT_CBPF");
+        }
         pthread_t th;
         if (pthread_create(&th, NULL, udp_rr_echo_thread, (void *)(intptr_t)fd) != 0)
             die("pthread_create");
@@ -731,7 +750,7 @@ static void *udp_rr_client_thread(void *arg) {
         if (epoll_ctl(ep, EPOLL_CTL_ADD, c->fds[i], &ev) != 0)
             die("epoll_ctl");
         for (int d = 0; d < c->depth; d++)
-            send(c->fds[i], rr_zeros, rr_req, 0);
+            send(c->fds[i], c->req, rr_req, 0);
     }
     struct epoll_event evs[256];
     uint64_t now;
@@ -747,7 +766,7 @@ static void *udp_rr_client_thread(void *arg) {
                     break;
                 if (now >= c->warm_end)
                     c->transactions++;
-                send(fd, rr_zeros, rr_req, 0);
+                send(fd, c->req, rr_req, 0);
             }
         }
     }
@@ -770,7 +789,7 @@ static void udp_rr(const char *host, int port, int flows, int depth, int threads
         die("calloc");
     interleave(fds, flows, threads, ord, starts);
     uint64_t start = now_ns();
-    struct rr_client cs[RR_MAX_THREADS];
+    static struct rr_client cs[RR_MAX_THREADS];
     pthread_t ths[RR_MAX_THREADS];
     for (int t = 0; t < threads; t++) {
         cs[t] = (struct rr_client){
@@ -780,6 +799,8 @@ static void udp_rr(const char *host, int port, int flows, int depth, int threads
             .warm_end = start + (uint64_t)(warm * 1e9),
             .end = start + (uint64_t)((warm + secs) * 1e9),
         };
+        uint32_t id = htonl((uint32_t)t);
+        memcpy(cs[t].req, &id, sizeof id);
         if (pthread_create(&ths[t], NULL, udp_rr_client_thread, &cs[t]) != 0)
             die("pthread_create");
     }
