@@ -853,9 +853,9 @@ impl<'a> Test<'a> {
                     DataChannel::Tcp(_) => None,
                 })
                 .collect();
-            sonde_net::latency::rr::echo(&udp, request, response, spin, stop, &counters)
+            sonde_net::latency::rr::echo(&udp, request, response, rr.depth, spin, stop, &counters)
         } else {
-            sonde_net::latency::rr::echo(&tcp, request, response, spin, stop, &counters)
+            sonde_net::latency::rr::echo(&tcp, request, response, rr.depth, spin, stop, &counters)
         };
         r.map_err(|e| e.to_string())
     }

@@ -77,6 +77,7 @@ fn run_with<S: RrSocket + Sync>(
                 &flows,
                 cfg.request_size,
                 cfg.response_size,
+                cfg.depth,
                 false,
                 &echo_stop,
                 &counts,
@@ -200,7 +201,7 @@ fn the_echo_frames_requests_split_across_writes() {
     thread::scope(|s| {
         let echoing = s.spawn(|| {
             let flows: Vec<&TcpStream> = servers.iter().collect();
-            echo(&flows, 7, 2, false, &stop, &[&counters[0]])
+            echo(&flows, 7, 2, 1, false, &stop, &[&counters[0]])
         });
         let mut c = &clients[0];
         for piece in [1u8; 35].chunks(3) {
