@@ -3,7 +3,7 @@
 //! crr session needs TCP and a request within bounds.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -204,11 +204,20 @@ fn an_exchange_cut_short_is_a_failure_of_the_session_not_a_transaction() {
         response_size: 10,
         answer: false,
     };
-    // Half a request, then a close: identified, but not completed.
+    // Half a request, then a close: identified, but not completed. The agent's close is awaited:
+    // a connection the agent has not yet identified when `Finish` comes is not the session's
+    // yet (it cannot know whose it is), so without the wait the count would race the accept.
     let mut s = TcpStream::connect(h.local_addr()).unwrap();
     let mut out = join_bytes(join);
     out.extend_from_slice(&[0u8; 25]);
     s.write_all(&out).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut rest = Vec::new();
+    assert!(
+        matches!(s.read_to_end(&mut rest), Ok(0)),
+        "the agent answered half a request, or did not close"
+    );
     drop(s);
     // A full exchange closed with a reset where a FIN was agreed: abandoned.
     let sock = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
