@@ -420,6 +420,8 @@ def metrics(
     `neper` the directory of a neper build (None: the request/response rows run without it)."""
     t = str(secs)
     agent = f"{HOST}:{ports['sonde']}"
+    # The floor's io_uring echo runs only where the floor was built with liburing.
+    floor_uring = "floor_uring_rr_echo" in ports
 
     def floor_ping(port: int, tcp: bool) -> tuple:
         # sonde latency and sockperf warm up for 1 s (sockperf 2 s); the floor does 1 s too.
@@ -498,29 +500,37 @@ def metrics(
 
     threads = max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2))
 
-    def rr(key: str, title: str, flows: int, depth: int, neper_flows: int, udp: bool = False) -> Metric:
+    def rr(key: str, title: str, flows: int, depth: int, neper_flows: int, udp: bool = False,
+           uring: bool = False) -> Metric:
         # Two threads at each end for all three (neper -T, sonde --threads and the agent's
         # default of one per core on this 2-core machine, the floor's -T), at most one per flow.
+        # uring: the peer is the floor's io_uring loops at both ends instead of neper (the
+        # question: would sonde gain from io_uring), the floor column its epoll loops as ever.
         t_n = str(min(threads, flows))
         sonde_cmd = [sonde, "latency", agent, "-P", str(flows), "--depth", str(depth), "-m", "64",
                      "-t", t, "--warmup", "1", "--threads", t_n, "--json"] + (["-u"] if udp else [])
-        peer = None
-        if neper is not None:
+
+        def floor_rr(echo: str, extra: list[str]) -> list[str]:
+            return [floor, "udp-rr" if udp else "tcp-rr", HOST, str(ports[echo]), "-F", str(flows),
+                    "-D", str(depth), "-m", "64", "-T", t_n, "-t", t, "-w", "1"] + extra
+
+        peer, target, ok = None, "≥ 1.0× neper, ≥ 0.9× floor", (
+            lambda rp, rf: (rp is None or rp >= 1.0) and rf is not None and rf >= 0.9
+        )
+        if uring:
+            peer = floor_rr("floor_uring_rr_echo", ["--uring"]) if floor_uring else None
+            target = "≥ 0.9× io_uring floor, ≥ 0.9× floor"
+            ok = lambda rp, rf: rp is not None and rp >= 0.9 and rf is not None and rf >= 0.9  # noqa: E731
+        elif neper is not None:
             peer = neper_rr(neper, ports["neper_ctl"], ports["neper_data"], neper_flows,
                             str(min(threads, neper_flows)), secs, "udp_rr" if udp else "tcp_rr")
         return Metric(
-            key, title, "k tps", 1e-3, "≥ 1.0× neper, ≥ 0.9× floor",
-            lambda rp, rf: (rp is None or rp >= 1.0) and rf is not None and rf >= 0.9,
+            key, title, "k tps", 1e-3, target, ok,
             sonde_cmd,
             peer,
             lambda out: parse_sonde(out, "rr")["tps"],
-            lambda out: parse_neper(out)["tps"],
-            (
-                [floor, "udp-rr" if udp else "tcp-rr", HOST,
-                 str(ports["floor_udp_rr_echo" if udp else "floor_rr_echo"]), "-F", str(flows), "-D", str(depth),
-                 "-m", "64", "-T", t_n, "-t", t, "-w", "1"],
-                lambda out: parse_floor(out, "tps"),
-            ),
+            (lambda out: parse_floor(out, "tps")) if uring else (lambda out: parse_neper(out)["tps"]),
+            (floor_rr("floor_udp_rr_echo" if udp else "floor_rr_echo", []), lambda out: parse_floor(out, "tps")),
         )
 
     rr_rows = [
@@ -532,6 +542,10 @@ def metrics(
         rr("udp_rr_16", "UDP RR, 16 flows", 16, 1, 16, udp=True),
         rr("udp_rr_256", "UDP RR, 256 flows", 256, 1, 256, udp=True),
         rr("udp_rr_16x8", "UDP RR, 16 flows x depth 8", 16, 8, 128, udp=True),
+        rr("uring_rr_1", "TCP RR, 1 flow, io_uring floor", 1, 1, 1, uring=True),
+        rr("uring_rr_16", "TCP RR, 16 flows, io_uring floor", 16, 1, 16, uring=True),
+        rr("uring_rr_256", "TCP RR, 256 flows, io_uring floor", 256, 1, 256, uring=True),
+        rr("uring_rr_16x8", "TCP RR, 16 flows x depth 8, io_uring floor", 16, 8, 16, uring=True),
     ]
 
     return busy + rr_rows + [
@@ -664,6 +678,10 @@ PEERS = {
     "udp_rr_16": "neper",
     "udp_rr_256": "neper",
     "udp_rr_16x8": "neper -F 128",
+    "uring_rr_1": "floor --uring",
+    "uring_rr_16": "floor --uring",
+    "uring_rr_256": "floor --uring",
+    "uring_rr_16x8": "floor --uring",
 }
 ALL = ",".join(PEERS)
 
@@ -747,16 +765,24 @@ def table(ms: list[Metric], rounds: int, secs: int) -> tuple[str, bool]:
     return "\n".join(lines), all_ok
 
 
-def build_floor() -> str:
-    """Compiles bench/floor/floor.c with gcc -O2 into a fresh directory under target/ (the
-    repository's build directory, not /tmp)."""
+def build_floor(out_dir: Path | None = None) -> str:
+    """Compiles bench/floor/floor.c with gcc -O2 into `out_dir`, by default a fresh directory
+    under target/ (the repository's build directory, not /tmp); bench/mesh_budget.py builds
+    it here too. Where liburing's header is installed (Debian: liburing-dev) the floor has its
+    io_uring loops (`--uring`) and links the library."""
     cc = os.environ.get("CC", "gcc")
     if not shutil.which(cc):
         raise RuntimeError(f"{cc} not found: the floor programs are C (apt-get install gcc)")
-    scratch = REPO / "target" / "bench"
-    scratch.mkdir(parents=True, exist_ok=True)
-    out = Path(tempfile.mkdtemp(prefix="floor-", dir=scratch)) / "floor"
-    cmd = [cc, "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o", str(out), str(HERE / "floor" / "floor.c")]
+    if out_dir is None:
+        scratch = REPO / "target" / "bench"
+        scratch.mkdir(parents=True, exist_ok=True)
+        out_dir = Path(tempfile.mkdtemp(prefix="floor-", dir=scratch))
+    out = out_dir / "floor"
+    probe = subprocess.run([cc, "-E", "-x", "c", "-"], input="#include <liburing.h>\n",
+                           capture_output=True, text=True)
+    uring = ["-luring"] if probe.returncode == 0 else []
+    cmd = [cc, "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o", str(out),
+           str(HERE / "floor" / "floor.c")] + uring
     log(f"build: {' '.join(cmd)}")
     subprocess.run(cmd, check=True)
     return str(out)
@@ -840,6 +866,17 @@ def main(argv: list[str] | None = None) -> int:
             "floor tcp-rr-echo", [floor, "tcp-rr-echo", str(port), "-m", "64", "-T", "2"], **quiet
         )
         wait_tcp(port, p, "floor tcp-rr-echo")
+        if subprocess.run([floor, "has-uring"]).returncode == 0:
+            port = ports["floor_uring_rr_echo"] = free_port()
+            p = servers.start(
+                "floor tcp-rr-echo --uring",
+                [floor, "tcp-rr-echo", str(port), "-m", "64", "-T", "2", "--uring"],
+                **quiet,
+            )
+            wait_tcp(port, p, "floor tcp-rr-echo --uring")
+        elif any(k.startswith("uring_") for k in wanted):
+            log("the floor was built without liburing (apt-get install liburing-dev): "
+                "the uring_* rows run without their peer")
         servers.start(
             "floor udp-rr-echo",
             [floor, "udp-rr-echo", str(ports["floor_udp_rr_echo"]), "-m", "64", "-T", "2"],

@@ -52,7 +52,6 @@ import os
 import re
 import secrets
 import selectors
-import shutil
 import signal
 import socket
 import struct
@@ -366,15 +365,10 @@ def measure_floor(args, floor: str, secret: bytes, responder_port: int, n: int) 
 
 
 def build_floor(work: Path) -> str:
-    """Compiles bench/floor/floor.c with gcc -O2 into `work` (as bench/compare.py does)."""
-    cc = os.environ.get("CC", "gcc")
-    if not shutil.which(cc):
-        raise RuntimeError(f"{cc} not found: the floor program is C (apt-get install gcc)")
-    out = work / "floor"
-    cmd = [cc, "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o", str(out), str(REPO / "bench" / "floor" / "floor.c")]
-    log(f"build: {' '.join(cmd)}")
-    subprocess.run(cmd, check=True)
-    return str(out)
+    """Compiles bench/floor/floor.c with gcc -O2 into `work` (bench/compare.py's build)."""
+    from compare import build_floor as build  # bench/ is this script's directory
+
+    return build(work)
 
 
 def ratio(sonde_cpu: float, floor_cpu: float | None) -> float | None:

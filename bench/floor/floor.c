@@ -34,6 +34,14 @@
  *                                                  loops (a thread with one flow blocks in
  *                                                  recv instead); prints {"tps":..,
  *                                                  "transactions":..} after the warm-up
+ *   floor has-uring                                exit status 0 when built with --uring
+ *   floor tcp-rr-echo ... --uring                 as above, each thread an io_uring loop
+ *   floor tcp-rr ... --uring                      instead of epoll (every recv and send a
+ *                                                  submission, all of a wake-up's in one
+ *                                                  io_uring_enter; one flow too): whether
+ *                                                  io_uring beats the epoll loops, as
+ *                                                  docs/performance.md reports. Built only
+ *                                                  where liburing's header is installed
  *   floor udp-rr-echo PORT -m REQ -R RESP -T THREADS
  *                                                  THREADS sockets on PORT (SO_REUSEPORT, a
  *                                                  datagram's socket picked by the client
@@ -77,6 +85,10 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <linux/filter.h>
+#if __has_include(<liburing.h>)
+#include <liburing.h>
+#define HAVE_URING 1
+#endif
 
 #define MAX_MSG 65536
 #define BATCH 64
@@ -87,6 +99,8 @@
 #define SPIN_IDLE_NS 1000000000ULL
 
 static int busy;
+/* --uring: tcp-rr and tcp-rr-echo run io_uring loops instead of epoll. */
+static int uring;
 
 static void die(const char *what) {
     perror(what);
@@ -490,6 +504,13 @@ static void rr_write(int fd, uint64_t n) {
     }
 }
 
+#ifdef HAVE_URING
+struct rr_client;
+static void tcp_rr_echo_uring(int l, int threads);
+static void rr_client_uring(struct rr_client *c);
+static void uring_bufs_alloc(void);
+#endif
+
 static void *rr_echo_thread(void *arg) {
     int ep = (int)(intptr_t)arg;
     struct epoll_event evs[256];
@@ -521,6 +542,12 @@ static void tcp_rr_echo(int port, int threads) {
     struct sockaddr_in a = addr_of("127.0.0.1", port);
     if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) != 0 || listen(l, 4096) != 0)
         die("listen");
+#ifdef HAVE_URING
+    if (uring) {
+        tcp_rr_echo_uring(l, threads);
+        return;
+    }
+#endif
     int eps[RR_MAX_THREADS];
     for (int t = 0; t < threads; t++) {
         pthread_t th;
@@ -608,6 +635,12 @@ static void rr_one_flow(struct rr_client *c, size_t unit, char *buf, size_t len)
 static void *rr_client_thread(void *arg) {
     struct rr_client *c = arg;
     static __thread char buf[MAX_MSG];
+#ifdef HAVE_URING
+    if (uring) {
+        rr_client_uring(c);
+        return NULL;
+    }
+#endif
     if (c->nfds == 1) {
         rr_one_flow(c, rr_resp, buf, sizeof buf);
         return NULL;
@@ -663,6 +696,10 @@ static void tcp_rr(const char *host, int port, int flows, int depth, int threads
     if (!ord)
         die("calloc");
     interleave(fds, flows, threads, ord, starts);
+#ifdef HAVE_URING
+    if (uring)
+        uring_bufs_alloc();
+#endif
     uint64_t start = now_ns();
     static struct rr_client cs[RR_MAX_THREADS];
     pthread_t ths[RR_MAX_THREADS];
@@ -689,6 +726,191 @@ static void tcp_rr(const char *host, int port, int flows, int depth, int threads
     printf("{\"tps\": %.1f, \"transactions\": %llu, \"seconds\": %.3f}\n", (double)total / secs,
            (unsigned long long)total, secs);
 }
+
+#ifdef HAVE_URING
+/* ---- the same request/response loops over io_uring (--uring) ----
+ *
+ * Each thread owns a ring (single issuer, task work deferred to its own io_uring_enter: the
+ * kernel's fastest setting for one thread per ring). Every flow has one recv outstanding into
+ * its own buffer; a completed recv queues the sends it owes (zeros, so two sends of one flow in
+ * flight at once may complete in any order: only the byte count matters here) and the flow's
+ * next recv. Everything a wake-up queued goes to the kernel in the one io_uring_enter that also
+ * waits for the next completion: the system calls an epoll loop makes per transaction (a recv
+ * and a send, plus its share of an epoll_wait) become a share of one. */
+
+#define URING_BUF 2048
+#define URING_ENTRIES 4096
+enum { OP_RECV = 0, OP_SEND = 1, OP_NEWFD = 2 };
+
+static uint64_t ud(int fd, int op, uint64_t len) {
+    return (uint64_t)(uint32_t)fd | ((uint64_t)op << 32) | (len << 34);
+}
+
+static void uring_init(struct io_uring *ring) {
+    struct io_uring_params p = {0};
+    p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+    if (io_uring_queue_init_params(URING_ENTRIES, ring, &p) < 0) {
+        memset(&p, 0, sizeof p); /* kernels before 6.1: without the two flags */
+        if (io_uring_queue_init_params(URING_ENTRIES, ring, &p) < 0)
+            die("io_uring_queue_init");
+    }
+}
+
+static struct io_uring_sqe *sqe_of(struct io_uring *ring) {
+    struct io_uring_sqe *e = io_uring_get_sqe(ring);
+    if (!e) {
+        io_uring_submit(ring);
+        if (!(e = io_uring_get_sqe(ring)))
+            die("io_uring_get_sqe");
+    }
+    return e;
+}
+
+static void uring_recv(struct io_uring *ring, int fd, char *buf) {
+    struct io_uring_sqe *e = sqe_of(ring);
+    io_uring_prep_recv(e, fd, buf, URING_BUF, 0);
+    io_uring_sqe_set_data64(e, ud(fd, OP_RECV, 0));
+}
+
+/* Queues n zero bytes on fd, in sends of at most MAX_MSG. */
+static void uring_send(struct io_uring *ring, int fd, uint64_t n) {
+    while (n > 0) {
+        size_t chunk = n > MAX_MSG ? MAX_MSG : (size_t)n;
+        struct io_uring_sqe *e = sqe_of(ring);
+        io_uring_prep_send(e, fd, rr_zeros, chunk, MSG_NOSIGNAL);
+        io_uring_sqe_set_data64(e, ud(fd, OP_SEND, chunk));
+        n -= chunk;
+    }
+}
+
+/* One flow's buffer, by descriptor (each descriptor belongs to one thread). */
+static char (*uring_bufs)[URING_BUF];
+
+static void uring_bufs_alloc(void) {
+    if (!uring_bufs && !(uring_bufs = calloc(RR_MAX_FD, URING_BUF)))
+        die("calloc");
+}
+
+/* A send's completion: a short send queues the rest; an error is the peer gone. Returns 0 when
+ * the flow is over. */
+static int uring_sent(struct io_uring *ring, int fd, int res, uint64_t len) {
+    if (res < 0)
+        return res == -EAGAIN || res == -EINTR ? (uring_send(ring, fd, len), 1) : 0;
+    if ((uint64_t)res < len)
+        uring_send(ring, fd, len - (uint64_t)res);
+    return 1;
+}
+
+struct uring_echo {
+    int newfd[2]; /* the accept loop writes each new descriptor here */
+    int incoming;
+};
+
+static void *rr_echo_thread_uring(void *arg) {
+    struct uring_echo *u = arg;
+    struct io_uring ring;
+    uring_init(&ring);
+    struct io_uring_sqe *e = sqe_of(&ring);
+    io_uring_prep_read(e, u->newfd[0], &u->incoming, sizeof u->incoming, 0);
+    io_uring_sqe_set_data64(e, ud(u->newfd[0], OP_NEWFD, 0));
+    for (;;) {
+        io_uring_submit_and_wait(&ring, 1);
+        struct io_uring_cqe *cqe;
+        unsigned head, seen = 0;
+        io_uring_for_each_cqe(&ring, head, cqe) {
+            seen++;
+            uint64_t d = cqe->user_data;
+            int fd = (int)(uint32_t)d, op = (int)((d >> 32) & 3), res = cqe->res;
+            if (op == OP_NEWFD) {
+                if (res == (int)sizeof u->incoming)
+                    uring_recv(&ring, u->incoming, uring_bufs[u->incoming]);
+                e = sqe_of(&ring);
+                io_uring_prep_read(e, u->newfd[0], &u->incoming, sizeof u->incoming, 0);
+                io_uring_sqe_set_data64(e, ud(u->newfd[0], OP_NEWFD, 0));
+            } else if (op == OP_SEND) {
+                uring_sent(&ring, fd, res, d >> 34);
+            } else if (res <= 0 && res != -EAGAIN && res != -EINTR) {
+                close(fd); /* the client's close, or an error */
+            } else {
+                if (res > 0) {
+                    uint64_t got = rr_partial[fd] + (uint64_t)res;
+                    rr_partial[fd] = (uint32_t)(got % rr_req);
+                    uring_send(&ring, fd, (got / rr_req) * rr_resp);
+                }
+                uring_recv(&ring, fd, uring_bufs[fd]);
+            }
+        }
+        io_uring_cq_advance(&ring, seen);
+    }
+    return NULL;
+}
+
+static void tcp_rr_echo_uring(int l, int threads) {
+    static struct uring_echo us[RR_MAX_THREADS];
+    uring_bufs_alloc();
+    for (int t = 0; t < threads; t++) {
+        pthread_t th;
+        if (pipe(us[t].newfd) != 0)
+            die("pipe");
+        if (pthread_create(&th, NULL, rr_echo_thread_uring, &us[t]) != 0)
+            die("pthread_create");
+    }
+    int one = 1;
+    for (unsigned next = 0;; next++) {
+        int c = accept(l, NULL, NULL);
+        if (c < 0 || c >= RR_MAX_FD) {
+            if (c >= 0)
+                close(c);
+            continue;
+        }
+        setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        rr_partial[c] = 0;
+        if (write(us[next % (unsigned)threads].newfd[1], &c, sizeof c) != (ssize_t)sizeof c)
+            die("write");
+    }
+}
+
+static void rr_client_uring(struct rr_client *c) {
+    struct io_uring ring;
+    uring_init(&ring);
+    for (int i = 0; i < c->nfds; i++) {
+        int fd = c->fds[i];
+        uring_send(&ring, fd, (uint64_t)c->depth * rr_req);
+        uring_recv(&ring, fd, uring_bufs[fd]);
+    }
+    struct __kernel_timespec tick = {.tv_sec = 0, .tv_nsec = 10000000};
+    uint64_t now;
+    while ((now = now_ns()) < c->end) {
+        struct io_uring_cqe *first;
+        io_uring_submit_and_wait_timeout(&ring, &first, 1, &tick, NULL);
+        struct io_uring_cqe *cqe;
+        unsigned head, seen = 0;
+        io_uring_for_each_cqe(&ring, head, cqe) {
+            seen++;
+            uint64_t d = cqe->user_data;
+            int fd = (int)(uint32_t)d, op = (int)((d >> 32) & 3), res = cqe->res;
+            if (op == OP_SEND) {
+                if (!uring_sent(&ring, fd, res, d >> 34))
+                    die("send");
+                continue;
+            }
+            if (res == 0 || (res < 0 && res != -EAGAIN && res != -EINTR))
+                die("recv");
+            if (res > 0) {
+                uint64_t got = rr_partial[fd] + (uint64_t)res;
+                rr_partial[fd] = (uint32_t)(got % rr_resp);
+                uint64_t done = got / rr_resp;
+                if (now >= c->warm_end)
+                    c->transactions += done;
+                uring_send(&ring, fd, done * rr_req);
+            }
+            uring_recv(&ring, fd, uring_bufs[fd]);
+        }
+        io_uring_cq_advance(&ring, seen);
+    }
+    io_uring_queue_exit(&ring);
+}
+#endif
 
 static void *udp_rr_echo_thread(void *arg) {
     int fd = (int)(intptr_t)arg;
@@ -1156,6 +1378,12 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "has-uring")) /* exit status 0: built with --uring */
+#ifdef HAVE_URING
+        return 0;
+#else
+        return 1;
+#endif
     if (argc < 3)
         usage();
     const char *mode = argv[1];
@@ -1178,6 +1406,12 @@ int main(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--busy"))
             busy = 1;
+        else if (!strcmp(a, "--uring"))
+#ifdef HAVE_URING
+            uring = 1;
+#else
+            (fprintf(stderr, "floor: built without liburing (install liburing-dev)\n"), exit(2));
+#endif
         else if (!strcmp(a, "--cpu") && v)
             cpu = atoi(v), i++;
         else if (!strcmp(a, "-m") && v)
