@@ -507,6 +507,7 @@ static void rr_write(int fd, uint64_t n) {
 #ifdef HAVE_URING
 struct rr_client;
 static void tcp_rr_echo_uring(int l, int threads);
+static int rr_accept(int l);
 static void rr_client_uring(struct rr_client *c);
 static void uring_bufs_alloc(void);
 #endif
@@ -535,6 +536,21 @@ static void *rr_echo_thread(void *arg) {
     return NULL;
 }
 
+/* The echo's next connection, with Nagle off and no partial request yet. */
+static int rr_accept(int l) {
+    int one = 1;
+    for (;;) {
+        int c = accept(l, NULL, NULL);
+        if (c >= 0 && c < RR_MAX_FD) {
+            setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            rr_partial[c] = 0;
+            return c;
+        }
+        if (c >= 0)
+            close(c);
+    }
+}
+
 static void tcp_rr_echo(int port, int threads) {
     int l = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
@@ -557,15 +573,8 @@ static void tcp_rr_echo(int port, int threads) {
             die("pthread_create");
     }
     for (unsigned next = 0;; next++) {
-        int c = accept(l, NULL, NULL);
-        if (c < 0 || c >= RR_MAX_FD) {
-            if (c >= 0)
-                close(c);
-            continue;
-        }
-        setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        int c = rr_accept(l);
         nonblock(c);
-        rr_partial[c] = 0;
         struct epoll_event ev = {.events = EPOLLIN, .data.fd = c};
         if (epoll_ctl(eps[next % (unsigned)threads], EPOLL_CTL_ADD, c, &ev) != 0)
             die("epoll_ctl");
@@ -806,6 +815,45 @@ struct uring_echo {
     int incoming;
 };
 
+/* Handles every completion ready: a recv queues the sends it owes (`out` bytes for each whole
+ * `in` bytes received) and the flow's next recv; a short send queues the rest. Returns the
+ * whole messages received. On the echo (u set) a flow's close closes it and a descriptor from
+ * the accept loop gets its first recv; on the client (u NULL) either end of a flow is fatal. */
+static uint64_t uring_reap(struct io_uring *ring, size_t in, size_t out, struct uring_echo *u) {
+    struct io_uring_cqe *cqe;
+    unsigned head, seen = 0;
+    uint64_t messages = 0;
+    io_uring_for_each_cqe(ring, head, cqe) {
+        seen++;
+        uint64_t d = cqe->user_data;
+        int fd = (int)(uint32_t)d, op = (int)((d >> 32) & 3), res = cqe->res;
+        if (op == OP_NEWFD) {
+            if (res == (int)sizeof u->incoming)
+                uring_recv(ring, u->incoming, uring_bufs[u->incoming]);
+            struct io_uring_sqe *e = sqe_of(ring);
+            io_uring_prep_read(e, u->newfd[0], &u->incoming, sizeof u->incoming, 0);
+            io_uring_sqe_set_data64(e, ud(u->newfd[0], OP_NEWFD, 0));
+        } else if (op == OP_SEND) {
+            if (!uring_sent(ring, fd, res, d >> 34) && !u)
+                die("send");
+        } else if (res == 0 || (res < 0 && res != -EAGAIN && res != -EINTR)) {
+            if (!u)
+                die("recv");
+            close(fd); /* the client's close, or an error */
+        } else {
+            if (res > 0) {
+                uint64_t got = rr_partial[fd] + (uint64_t)res;
+                rr_partial[fd] = (uint32_t)(got % in);
+                messages += got / in;
+                uring_send(ring, fd, (got / in) * out);
+            }
+            uring_recv(ring, fd, uring_bufs[fd]);
+        }
+    }
+    io_uring_cq_advance(ring, seen);
+    return messages;
+}
+
 static void *rr_echo_thread_uring(void *arg) {
     struct uring_echo *u = arg;
     struct io_uring ring;
@@ -815,32 +863,7 @@ static void *rr_echo_thread_uring(void *arg) {
     io_uring_sqe_set_data64(e, ud(u->newfd[0], OP_NEWFD, 0));
     for (;;) {
         io_uring_submit_and_wait(&ring, 1);
-        struct io_uring_cqe *cqe;
-        unsigned head, seen = 0;
-        io_uring_for_each_cqe(&ring, head, cqe) {
-            seen++;
-            uint64_t d = cqe->user_data;
-            int fd = (int)(uint32_t)d, op = (int)((d >> 32) & 3), res = cqe->res;
-            if (op == OP_NEWFD) {
-                if (res == (int)sizeof u->incoming)
-                    uring_recv(&ring, u->incoming, uring_bufs[u->incoming]);
-                e = sqe_of(&ring);
-                io_uring_prep_read(e, u->newfd[0], &u->incoming, sizeof u->incoming, 0);
-                io_uring_sqe_set_data64(e, ud(u->newfd[0], OP_NEWFD, 0));
-            } else if (op == OP_SEND) {
-                uring_sent(&ring, fd, res, d >> 34);
-            } else if (res <= 0 && res != -EAGAIN && res != -EINTR) {
-                close(fd); /* the client's close, or an error */
-            } else {
-                if (res > 0) {
-                    uint64_t got = rr_partial[fd] + (uint64_t)res;
-                    rr_partial[fd] = (uint32_t)(got % rr_req);
-                    uring_send(&ring, fd, (got / rr_req) * rr_resp);
-                }
-                uring_recv(&ring, fd, uring_bufs[fd]);
-            }
-        }
-        io_uring_cq_advance(&ring, seen);
+        uring_reap(&ring, rr_req, rr_resp, u);
     }
     return NULL;
 }
@@ -855,16 +878,8 @@ static void tcp_rr_echo_uring(int l, int threads) {
         if (pthread_create(&th, NULL, rr_echo_thread_uring, &us[t]) != 0)
             die("pthread_create");
     }
-    int one = 1;
     for (unsigned next = 0;; next++) {
-        int c = accept(l, NULL, NULL);
-        if (c < 0 || c >= RR_MAX_FD) {
-            if (c >= 0)
-                close(c);
-            continue;
-        }
-        setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        rr_partial[c] = 0;
+        int c = rr_accept(l);
         if (write(us[next % (unsigned)threads].newfd[1], &c, sizeof c) != (ssize_t)sizeof c)
             die("write");
     }
@@ -883,30 +898,9 @@ static void rr_client_uring(struct rr_client *c) {
     while ((now = now_ns()) < c->end) {
         struct io_uring_cqe *first;
         io_uring_submit_and_wait_timeout(&ring, &first, 1, &tick, NULL);
-        struct io_uring_cqe *cqe;
-        unsigned head, seen = 0;
-        io_uring_for_each_cqe(&ring, head, cqe) {
-            seen++;
-            uint64_t d = cqe->user_data;
-            int fd = (int)(uint32_t)d, op = (int)((d >> 32) & 3), res = cqe->res;
-            if (op == OP_SEND) {
-                if (!uring_sent(&ring, fd, res, d >> 34))
-                    die("send");
-                continue;
-            }
-            if (res == 0 || (res < 0 && res != -EAGAIN && res != -EINTR))
-                die("recv");
-            if (res > 0) {
-                uint64_t got = rr_partial[fd] + (uint64_t)res;
-                rr_partial[fd] = (uint32_t)(got % rr_resp);
-                uint64_t done = got / rr_resp;
-                if (now >= c->warm_end)
-                    c->transactions += done;
-                uring_send(&ring, fd, done * rr_req);
-            }
-            uring_recv(&ring, fd, uring_bufs[fd]);
-        }
-        io_uring_cq_advance(&ring, seen);
+        uint64_t done = uring_reap(&ring, rr_resp, rr_req, NULL);
+        if (now >= c->warm_end)
+            c->transactions += done;
     }
     io_uring_queue_exit(&ring);
 }
