@@ -686,6 +686,37 @@ PEERS = {
 ALL = ",".join(PEERS)
 
 
+def idle_share(before: list[int], after: list[int]) -> float:
+    """The share of CPU time spent idle (idle + iowait) between two readings of /proc/stat's
+    `cpu` line (its numbers, in order).
+
+    >>> idle_share([100, 0, 50, 800, 50, 0, 0], [110, 0, 60, 970, 60, 0, 0])
+    0.9
+    """
+    d = [b - a for a, b in zip(before, after)]
+    return (d[3] + d[4]) / max(1, sum(d))
+
+
+def wait_idle(limit: float) -> None:
+    """Waits until the host was at least 90% idle over one second (nothing else compiling or
+    measuring beside the next runs), for at most `limit` seconds; then goes on and says so."""
+
+    def cpu() -> list[int]:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:8]]
+
+    end = time.monotonic() + limit
+    while True:
+        before = cpu()
+        time.sleep(1)
+        share = idle_share(before, cpu())
+        if share >= 0.9:
+            return
+        if time.monotonic() >= end:
+            log(f"the host is still busy ({100 * (1 - share):.0f}% of its CPU) after {limit:.0f} s: going on")
+            return
+
+
 def median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
@@ -813,6 +844,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--floor", help="use this build of bench/floor/floor.c instead of compiling it")
     ap.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0,
+        metavar="SECS",
+        help="before each row of each round, wait (at most SECS) until the host's CPUs were 90%% "
+        "idle over one second, so that a compile or another job on a shared machine does not land "
+        "inside one side of a comparison (Linux; default 0: do not wait)",
+    )
+    ap.add_argument(
         "--neper",
         help="directory of a neper build (its tcp_rr), the peer of the request/response rows; "
         "without it those rows run against the floor only",
@@ -918,6 +958,8 @@ def main(argv: list[str] | None = None) -> int:
         limit = args.seconds + 30
         for r in range(1, args.rounds + 1):
             for m in ms:
+                if args.wait_idle > 0:
+                    wait_idle(args.wait_idle)
                 for side, cmd, fig, into in (
                     ("sonde", m.sonde_cmd, m.sonde_fig, m.sonde),
                     ("peer", m.peer_cmd, m.peer_fig, m.peer),
