@@ -876,6 +876,12 @@ impl MeshConfig {
         if let Some(re) = &self.name_labels {
             let _ = writeln!(s, "  labels from peer names: {}", re.as_str());
         }
+        if let Some(dns) = &self.dns {
+            let _ = writeln!(s, "  dns: every address of {dns}, port {}", self.dns_port);
+        }
+        if let Some(k) = &self.kubernetes {
+            let _ = writeln!(s, "{}", super::kube::describe(k));
+        }
         if !self.labels.is_empty() {
             let _ = writeln!(s, "this agent's labels: {}", label_text(&self.labels));
         }
@@ -905,12 +911,6 @@ impl MeshConfig {
                 }
                 let _ = writeln!(s, "select: {}", parts.join("; "));
             }
-        }
-        if let Some(dns) = &self.dns {
-            let _ = writeln!(s, "  dns: every address of {dns}, port {}", self.dns_port);
-        }
-        if let Some(k) = &self.kubernetes {
-            let _ = writeln!(s, "{}", super::kube::describe(k));
         }
         let _ = writeln!(
             s,

@@ -1707,6 +1707,69 @@ mod tests {
         api.break_watches();
     }
 
+    /// `sonde server --mesh FILE --check` with `[peers] kubernetes`: the source described, and
+    /// one list of it (no watch) counted and selected from, as this agent (198.18.0.1) sees it.
+    #[test]
+    fn check_describes_the_source_and_lists_it_once() {
+        let good = pki();
+        let dir = tempfile::tempdir().unwrap();
+        let (token_file, ca_file) = (dir.path().join("token"), dir.path().join("ca.crt"));
+        std::fs::write(&token_file, "t\n").unwrap();
+        std::fs::write(&ca_file, &good.ca_pem).unwrap();
+        let api = FakeApi::start(
+            Arc::clone(&good.server),
+            World {
+                token: "t".into(),
+                nodes: vec![
+                    node("node-1", "z1", "r1"),
+                    node("node-2", "z1", "r1"),
+                    node("node-3", "z2", "r3"),
+                ],
+                slices: vec![slice_json(
+                    "sonde-abcde",
+                    "IPv4",
+                    &[
+                        ("198.18.0.1", "node-1", Some(true)),
+                        ("198.18.0.2", "node-2", Some(true)),
+                        ("198.18.0.3", "node-3", Some(true)),
+                        ("198.18.0.4", "node-3", Some(false)),
+                    ],
+                )],
+                ..World::default()
+            },
+        );
+        let text = format!(
+            "name = \"198.18.0.1\"\n\
+             [peers]\n\
+             kubernetes = {{ service = \"sonde\", namespace = \"sonde\", labels = {{ zone = \"topology.kubernetes.io/zone\", rack = \"example.com/rack\" }}, \
+             api_server = \"https://127.0.0.1:{}\", token_file = \"{}\", ca_file = \"{}\" }}\n\
+             [select]\ngroup = \"rack\"\n",
+            api.port,
+            token_file.display(),
+            ca_file.display()
+        );
+        let mesh = super::super::MeshConfig::parse(&text).unwrap();
+        let described = mesh.describe();
+        let want = format!(
+            "peers (re-read every 30s):\n  kubernetes: the ready endpoints of Service sonde in \
+             sonde, the slices' port named sonde-tcp (else 5300); labels from each endpoint's \
+             node: rack=example.com/rack zone=topology.kubernetes.io/zone; from the API server \
+             at https://127.0.0.1:{} (token {}, CA {}), listed then watched\n",
+            api.port,
+            token_file.display(),
+            ca_file.display()
+        );
+        assert!(described.contains(&want), "{want}\nnot in\n{described}");
+        let peers = super::super::describe_peers(&mesh);
+        assert_eq!(
+            peers,
+            "kubernetes now: 3 ready endpoints\n\
+             peer list now: 2 peers, of which [select] probes 1; 1 agents probe this one\n"
+        );
+        // Listed, never watched.
+        assert!(!api.watching("nodes") && !api.watching("endpointslices"));
+    }
+
     /// An API server that cannot be reached is named by its address; one that is not HTTPS
     /// is refused in the mesh file.
     #[test]
@@ -1735,6 +1798,21 @@ mod tests {
             cause.contains("cannot read it") && cause.contains("ca.crt"),
             "{cause}"
         );
+        for (bad, want) in [
+            ("api_server = \"http://127.0.0.1:1\"", "must be https://"),
+            (
+                "labels = { zone = \"topology.kubernetes.io/zone zone\" }",
+                "not a node label key",
+            ),
+            ("labels = { \"9zone\" = \"zone\" }", "not a label name"),
+            ("namespace = \"Sonde\"", "not a namespace name"),
+            ("port = 0", "port must be from 1"),
+            ("bogus = 1", "unknown field"),
+        ] {
+            let text = format!("[peers]\nkubernetes = {{ service = \"sonde\", {bad} }}\n");
+            let msg = format!("{:#}", super::super::MeshConfig::parse(&text).unwrap_err());
+            assert!(msg.contains(want), "{bad}: {msg}");
+        }
         cfg.api_server = None;
         if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
             let cause = list_once(&cfg).unwrap_err().to_string();
