@@ -973,6 +973,18 @@ mod tests {
         assert_eq!(c.hosts.len(), 3);
         assert!(c.select.is_some());
         assert_eq!(c.dns.as_deref(), Some("sonde.sonde.svc.cluster.local"));
+        let k = c.kubernetes.unwrap();
+        assert_eq!(
+            (k.service.as_str(), k.namespace.as_deref(), k.port),
+            ("sonde", Some("sonde"), None)
+        );
+        assert_eq!(k.labels["zone"], "topology.kubernetes.io/zone");
+        assert_eq!(k.labels["rack"], "example.com/rack");
+        assert_eq!(
+            k.token_file,
+            Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token")
+        );
+        assert!(k.api_server.is_none());
         assert_eq!(c.refresh, Duration::from_secs(30));
         assert_eq!(c.protocols, [Protocol::Udp, Protocol::Tcp]);
         let t = c.throughput.unwrap();

@@ -6,7 +6,8 @@
 //! the prober which peers to probe, and runs the scheduled throughput and pps tests one at a
 //! time as `sonde_engine::schedule` says; one prober thread ([`probe`]) sends every peer's
 //! stateless probes (UDP over a pool of source ports, and TCP on a fresh connection each) and
-//! observes each RTT as its reply comes. Neither grows with the number of peers.
+//! observes each RTT as its reply comes. Neither grows with the number of peers. With
+//! `[peers] kubernetes`, one or two more ([`kube`]) list and watch the API server.
 
 pub(crate) mod config;
 mod dns;
