@@ -44,6 +44,8 @@ pub(crate) const NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/servicea
 const PORT_NAME: &str = "sonde-tcp";
 /// Items per list page (`limit`): a page of 500 nodes' metadata is a few MB at most.
 const PAGE: usize = 500;
+/// Pages of one list at most (1,000,000 items): a server that never stops paging is a fault.
+const MAX_PAGES: usize = 2_000;
 /// Bytes of one list page, and of one watch event: an answer above this is refused, not read.
 const PAGE_LIMIT: u64 = 64 << 20;
 const EVENT_LIMIT: u64 = 16 << 20;
@@ -663,7 +665,7 @@ fn list<T: DeserializeOwned>(
     let path = api.path(kind, service);
     let sep = if path.ends_with('?') { "" } else { "&" };
     let mut next: Option<String> = None;
-    loop {
+    for _ in 0..MAX_PAGES {
         let mut query = format!("{path}{sep}limit={PAGE}");
         if let Some(token) = &next {
             query.push_str("&continue=");
@@ -688,6 +690,10 @@ fn list<T: DeserializeOwned>(
             None => return Ok(page.metadata.resource_version),
         }
     }
+    Err(Cause::Stream {
+        what: format!("list {}", api.resource(kind)),
+        detail: format!("more than {MAX_PAGES} pages of {PAGE}"),
+    })
 }
 
 type Slices = BTreeMap<String, Vec<Ready>>;
