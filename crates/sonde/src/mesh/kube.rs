@@ -1439,6 +1439,15 @@ mod tests {
     }
 
     fn slice_json(name: &str, family: &str, endpoints: &[(&str, &str, Option<bool>)]) -> Value {
+        slice_json_at(name, family, endpoints, 5301)
+    }
+
+    fn slice_json_at(
+        name: &str,
+        family: &str,
+        endpoints: &[(&str, &str, Option<bool>)],
+        port: u16,
+    ) -> Value {
         let endpoints: Vec<Value> = endpoints
             .iter()
             .map(|(ip, node, ready)| {
@@ -1450,7 +1459,7 @@ mod tests {
                "metadata": {"name": name, "namespace": "sonde", "resourceVersion": "1",
                             "labels": {"kubernetes.io/service-name": "sonde"}},
                "addressType": family, "endpoints": endpoints,
-               "ports": [{"name": "sonde-tcp", "protocol": "TCP", "port": 5301}]})
+               "ports": [{"name": "sonde-tcp", "protocol": "TCP", "port": port}]})
     }
 
     /// Waits (at most 30 s: no timing is asserted) for `cond`.
@@ -1774,6 +1783,107 @@ mod tests {
         );
         // Listed, never watched.
         assert!(!api.watching("nodes") && !api.watching("endpointslices"));
+    }
+
+    /// The mesh itself (its supervisor and prober, in-process) with `[peers] kubernetes`: two
+    /// agents on 127.0.0.1 and 127.0.0.2 answer probes; the API gives both (this agent among
+    /// them, by its port on a local address), and the mesh probes the other on the wire, exports
+    /// its node's labels and its own, and follows a label change and the peer's slice going.
+    #[test]
+    fn the_mesh_probes_the_peers_the_api_gives_with_their_node_labels() {
+        let good = pki();
+        let dir = tempfile::tempdir().unwrap();
+        let (token_file, ca_file) = (dir.path().join("token"), dir.path().join("ca.crt"));
+        std::fs::write(&token_file, "t\n").unwrap();
+        std::fs::write(&ca_file, &good.ca_pem).unwrap();
+        let secret =
+            sonde_wire::auth::Secret::from_text(b"kube mesh test secret".to_vec()).unwrap();
+        let agent = |ip: &str| {
+            let mut c = sonde_agent::AgentConfig::new(SocketAddr::new(ip.parse().unwrap(), 0));
+            c.secret = Some(secret.clone());
+            sonde_agent::Agent::bind(c).unwrap().spawn()
+        };
+        let (a, b) = (agent("127.0.0.1"), agent("127.0.0.2"));
+        let (pa, pb) = (a.local_addr().port(), b.local_addr().port());
+        let api = FakeApi::start(
+            Arc::clone(&good.server),
+            World {
+                token: "t".into(),
+                nodes: vec![node("node-1", "z1", "r1"), node("node-2", "z2", "r2")],
+                slices: vec![
+                    slice_json_at(
+                        "sonde-a",
+                        "IPv4",
+                        &[("127.0.0.1", "node-1", Some(true))],
+                        pa,
+                    ),
+                    slice_json_at(
+                        "sonde-b",
+                        "IPv4",
+                        &[("127.0.0.2", "node-2", Some(true))],
+                        pb,
+                    ),
+                ],
+                ..World::default()
+            },
+        );
+        let text = format!(
+            "name = \"127.0.0.1\"\n\
+             [peers]\n\
+             kubernetes = {{ service = \"sonde\", namespace = \"sonde\", labels = {{ zone = \"topology.kubernetes.io/zone\" }}, \
+             api_server = \"https://127.0.0.1:{}\", token_file = \"{}\", ca_file = \"{}\" }}\n\
+             refresh = \"100ms\"\n\
+             [latency]\ninterval = \"100ms\"\n",
+            api.port,
+            token_file.display(),
+            ca_file.display()
+        );
+        let mut cfg = super::super::MeshConfig::parse(&text).unwrap();
+        cfg.own_port = pa;
+        let metrics = Arc::new(super::super::metrics::Metrics::new());
+        let stop = Arc::new(AtomicBool::new(false));
+        let mesh = super::super::spawn(
+            cfg,
+            Some(secret.clone()),
+            Arc::clone(&metrics),
+            sonde_agent::LinkTests::new(),
+            Arc::clone(&stop),
+        )
+        .unwrap();
+        let has_line = |line: &str| metrics.encode(None).lines().any(|l| l == line);
+        wait_for("127.0.0.2 probed and up", || {
+            has_line("sonde_peer_up{source=\"127.0.0.1\",target=\"127.0.0.2\"} 1")
+        });
+        for line in [
+            "sonde_mesh_peer_labels{source=\"127.0.0.1\",target=\"127.0.0.2\",label=\"zone\",value=\"z2\"} 1",
+            // Its own labels, from its own node's entry.
+            "sonde_mesh_labels{source=\"127.0.0.1\",label=\"zone\",value=\"z1\"} 1",
+            "sonde_mesh_probed_peers 1",
+        ] {
+            assert!(has_line(line), "{line} not in\n{}", metrics.encode(None));
+        }
+        // The probes reached the peer's agent (answered there, not only sent).
+        assert!(b.stats().probes_answered.load(Ordering::Relaxed) > 0);
+        wait_for("both watches", || {
+            api.watching("nodes") && api.watching("endpointslices")
+        });
+        api.event("nodes", "MODIFIED", node("node-2", "z3", "r2"));
+        wait_for("node-2's new zone exported", || {
+            has_line("sonde_mesh_peer_labels{source=\"127.0.0.1\",target=\"127.0.0.2\",label=\"zone\",value=\"z3\"} 1")
+        });
+        api.event(
+            "endpointslices",
+            "DELETED",
+            slice_json("sonde-b", "IPv4", &[]),
+        );
+        wait_for("127.0.0.2 gone with its series", || {
+            !metrics.encode(None).contains("target=\"127.0.0.2\"")
+        });
+        stop.store(true, Ordering::Relaxed);
+        mesh.join().unwrap();
+        api.break_watches();
+        a.stop();
+        b.stop();
     }
 
     /// An API server that cannot be reached is named by its address; one that is not HTTPS
