@@ -108,7 +108,7 @@ fn build_static_binary() -> PathBuf {
     cmd.current_dir(repo_root())
         .args(["build", "--locked", "--profile", "dist", "--target", MUSL])
         .args(["-p", "sonde"])
-        // Debian's musl-tools: the C compiler for the bundled SQLite.
+        // Debian's musl-tools: the C compiler for the bundled SQLite and ring (rustls' crypto).
         .env("CC_x86_64_unknown_linux_musl", "musl-gcc");
     check_within(&mut cmd, BUILD_TIMEOUT);
     target_dir().join(MUSL).join("dist/sonde")
