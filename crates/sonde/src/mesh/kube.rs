@@ -58,8 +58,15 @@ const WATCH_GRACE: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 /// The backoff before a new list after a failure: doubling from the first to the last, each
-/// wait a random 50 to 100% of it.
-const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(30));
+/// wait a random 50 to 100% of it; back to the first only once a watch has run for
+/// [`HEALTHY_WATCH`], so a server that lists but breaks every watch at once is not asked for a
+/// list a second by every agent. (The tests run it 10 times faster.)
+const BACKOFF: (Duration, Duration) = if cfg!(test) {
+    (Duration::from_millis(50), Duration::from_secs(3))
+} else {
+    (Duration::from_millis(500), Duration::from_secs(30))
+};
+const HEALTHY_WATCH: Duration = Duration::from_secs(30);
 
 /// What a list or a watch failed on, named for whoever reads the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -876,6 +883,11 @@ fn pause(d: Duration, stop: &AtomicBool) {
 fn run(kind: Kind, cfg: &KubePeers, store: &Mutex<Store>, stop: &AtomicBool) {
     let mut jitter = Jitter::new();
     let mut backoff = BACKOFF.0;
+    let wait = |jitter: &mut Jitter, backoff: &mut Duration| {
+        let ms = u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX);
+        pause(Duration::from_millis(jitter.between(ms / 2, ms)), stop);
+        *backoff = (*backoff * 2).min(BACKOFF.1);
+    };
     let failed = |cause: Cause, jitter: &mut Jitter, backoff: &mut Duration| {
         let mut st = lock(store);
         let kept = st.peers(cfg).map_or(0, |p| p.len());
@@ -887,9 +899,7 @@ fn run(kind: Kind, cfg: &KubePeers, store: &Mutex<Store>, stop: &AtomicBool) {
             st.failing.insert(kind.name(), cause);
         }
         drop(st);
-        let ms = u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX);
-        pause(Duration::from_millis(jitter.between(ms / 2, ms)), stop);
-        *backoff = (*backoff * 2).min(BACKOFF.1);
+        wait(jitter, backoff);
     };
     while !stop.load(Ordering::Relaxed) {
         let listed = Api::new(cfg).and_then(|api| {
@@ -922,7 +932,6 @@ fn run(kind: Kind, cfg: &KubePeers, store: &Mutex<Store>, stop: &AtomicBool) {
         if lock(store).failing.remove(kind.name()).is_some() {
             super::log(format_args!("kubernetes {}: listed again", kind.name()));
         }
-        backoff = BACKOFF.0;
         // Watch from the list's version; the server ends each watch after `seconds`, and the
         // next starts from the last version seen. A failure lists again.
         loop {
@@ -931,19 +940,20 @@ fn run(kind: Kind, cfg: &KubePeers, store: &Mutex<Store>, stop: &AtomicBool) {
             }
             let seconds = jitter.between(WATCH_SECONDS.0, WATCH_SECONDS.1);
             let started = std::time::Instant::now();
-            match watch((&api, &agent), kind, cfg, store, &mut rv, seconds, stop) {
-                // Ended by the server: again from `rv` (not at once if it ended at once).
+            let result = watch((&api, &agent), kind, cfg, store, &mut rv, seconds, stop);
+            if started.elapsed() >= HEALTHY_WATCH {
+                backoff = BACKOFF.0;
+            }
+            match result {
+                // Ended by the server: again from `rv` (after a wait if it ended at once).
                 Ok(()) => {
                     if started.elapsed() < Duration::from_secs(1) {
-                        pause(Duration::from_secs(1), stop);
+                        wait(&mut jitter, &mut backoff);
                     }
                 }
-                // Expired: list again at once (the backoff's first step), not an error.
+                // Expired: list again soon (the backoff's step), not an error to log.
                 Err(Cause::Gone) => {
-                    pause(
-                        Duration::from_millis(jitter.between(0, BACKOFF.0.as_millis() as u64)),
-                        stop,
-                    );
+                    wait(&mut jitter, &mut backoff);
                     break;
                 }
                 Err(cause) => {
