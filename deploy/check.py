@@ -70,11 +70,14 @@ KUBERNETES_KEYS = {"service", "namespace", "port", "labels", "api_server", "toke
 
 # What `[peers] kubernetes` does on the API server, as (apiGroup, resource): the verbs its
 # ServiceAccount needs, and whether cluster-wide (a ClusterRole) or in its namespace (a Role).
-# The nodes are read only when `labels` names node labels.
+# The nodes are read only when `labels` names a node label other than ZONE_KEY (the
+# EndpointSlices carry each endpoint's zone themselves).
 KUBERNETES_RBAC = {
     ("discovery.k8s.io", "endpointslices"): ({"list", "watch"}, "namespace"),
     ("", "nodes"): ({"list", "watch"}, "cluster"),
 }
+
+ZONE_KEY = "topology.kubernetes.io/zone"
 
 # docs/mesh.md, "Metrics" (histograms with the series Prometheus makes of them).
 METRICS = {
@@ -414,7 +417,8 @@ def check_kubernetes_access(kdir, objects, mesh, failures):
             f"peers.kubernetes.service = {kube.get('service')!r} is not a Service here ({sorted(services)})",
         )
     needed = dict(KUBERNETES_RBAC)
-    if not kube.get("labels"):
+    labels = kube.get("labels") or {}
+    if not any(key != ZONE_KEY for key in labels.values()):
         del needed[("", "nodes")]
     accounts = {
         (o.get("metadata", {}).get("namespace"), o.get("metadata", {}).get("name"))

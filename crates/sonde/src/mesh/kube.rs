@@ -3,7 +3,8 @@
 //! the Kubernetes API").
 //!
 //! One thread per watched resource, no async runtime: the Service's EndpointSlices in its
-//! namespace and, when `labels` names node labels, the nodes' metadata (asked for as
+//! namespace and, when `labels` names a node label other than the zone (which the
+//! slices carry), the nodes' metadata (asked for as
 //! `PartialObjectMetadata`, so 5,000 nodes are not 5,000 full Node objects). Each thread lists
 //! (in pages of [`PAGE`]), then watches from the list's `resourceVersion` with bookmarks; the
 //! server ends a watch after `timeoutSeconds` and the thread watches again from the last version
@@ -42,6 +43,15 @@ pub(crate) const NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/servicea
 /// The EndpointSlice port whose number the peers are at, when the mesh file gives no `port`
 /// (the DaemonSet's and the Service's name for the agent's TCP port).
 const PORT_NAME: &str = "sonde-tcp";
+/// The node label the EndpointSlice controller copies into each endpoint's `zone`: a mesh whose
+/// only node label is this one reads it there and does not watch the nodes.
+const ZONE_KEY: &str = "topology.kubernetes.io/zone";
+
+/// Whether the nodes must be watched: `labels` names a node label other than the zone, which
+/// the EndpointSlices carry themselves.
+pub(crate) fn needs_nodes(cfg: &KubePeers) -> bool {
+    cfg.labels.values().any(|key| key != ZONE_KEY)
+}
 /// Items per list page (`limit`): a page of 500 nodes' metadata is a few MB at most.
 const PAGE: usize = 500;
 /// Pages of one list at most (1,000,000 items): a server that never stops paging is a fault.
@@ -192,6 +202,9 @@ struct EndpointSlice {
 struct Endpoint {
     #[serde(default)]
     addresses: Vec<String>,
+    /// The zone of its node, as the EndpointSlice controller copies it.
+    #[serde(default)]
+    zone: Option<String>,
     #[serde(default)]
     conditions: Option<Conditions>,
     #[serde(default)]
@@ -236,6 +249,7 @@ struct Status {
 struct Ready {
     addr: SocketAddr,
     node: Option<String>,
+    zone: Option<String>,
 }
 
 /// The ready addresses of a slice: `conditions.ready` not false (unknown counts as ready, as
@@ -265,6 +279,7 @@ fn ready_addresses(slice: &EndpointSlice, port: Option<u16>) -> Vec<Ready> {
                 Some(Ready {
                     addr: SocketAddr::new(a.parse::<IpAddr>().ok()?, port),
                     node: e.node_name.clone(),
+                    zone: e.zone.clone(),
                 })
             })
         })
@@ -307,7 +322,7 @@ struct Store {
 impl Store {
     /// The peers, once every watched resource was listed; each address once.
     fn peers(&self, cfg: &KubePeers) -> Option<Vec<KubePeer>> {
-        let need_nodes = !cfg.labels.is_empty();
+        let need_nodes = needs_nodes(cfg);
         if !self.slices_listed || (need_nodes && !self.nodes_listed) {
             return None;
         }
@@ -317,7 +332,14 @@ impl Store {
                 let node = ready.node.as_ref().and_then(|n| self.nodes.get(n));
                 cfg.labels
                     .iter()
-                    .filter_map(|(name, key)| Some((name.clone(), node?.get(key)?.clone())))
+                    .filter_map(|(name, key)| {
+                        // The node's label; for the zone, the slice's copy when the nodes are
+                        // not watched (or the node not yet listed).
+                        let value = node.and_then(|n| n.get(key)).or_else(|| {
+                            (key == ZONE_KEY).then_some(ready.zone.as_ref()).flatten()
+                        })?;
+                        Some((name.clone(), value.clone()))
+                    })
                     .collect()
             });
         }
@@ -338,13 +360,13 @@ pub(crate) struct KubeWatch {
 }
 
 impl KubeWatch {
-    /// Starts the watch threads (the EndpointSlices', and the nodes' when `labels` names node
-    /// labels); they end soon after `stop` (at the next event, or when the server ends the
+    /// Starts the watch threads (the EndpointSlices', and the nodes' when [`needs_nodes`]
+    /// says); they end soon after `stop` (at the next event, or when the server ends the
     /// watch).
     pub(crate) fn spawn(cfg: &KubePeers, stop: &Arc<AtomicBool>) -> io::Result<KubeWatch> {
         let store = Arc::new(Mutex::new(Store::default()));
         let mut kinds = vec![Kind::Slices];
-        if !cfg.labels.is_empty() {
+        if needs_nodes(cfg) {
             kinds.push(Kind::Nodes);
         }
         for kind in kinds {
@@ -387,7 +409,7 @@ pub(crate) fn list_once(cfg: &KubePeers) -> Result<Vec<KubePeer>, Cause> {
     let (slices, _) = list_slices(&api, &agent, cfg)?;
     store.slices = slices;
     store.slices_listed = true;
-    if !cfg.labels.is_empty() {
+    if needs_nodes(cfg) {
         let (nodes, _) = list_nodes(&api, &agent, cfg)?;
         store.nodes = nodes;
         store.nodes_listed = true;
@@ -410,6 +432,15 @@ pub(crate) fn describe(cfg: &KubePeers) -> String {
     });
     let labels = if cfg.labels.is_empty() {
         "no node labels (set labels to read them)".to_owned()
+    } else if !needs_nodes(cfg) {
+        format!(
+            "labels from each endpoint's zone in its slice (nodes not watched): {}",
+            cfg.labels
+                .keys()
+                .map(|k| format!("{k}={ZONE_KEY}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        )
     } else {
         format!(
             "labels from each endpoint's node: {}",
@@ -1020,11 +1051,13 @@ mod tests {
             [
                 Ready {
                     addr: "10.244.1.7:5310".parse().unwrap(),
-                    node: Some("node-1".into())
+                    node: Some("node-1".into()),
+                    zone: Some("z1".into()),
                 },
                 Ready {
                     addr: "10.244.3.4:5310".parse().unwrap(),
-                    node: Some("node-3".into())
+                    node: Some("node-3".into()),
+                    zone: None,
                 },
             ]
         );
@@ -1147,6 +1180,14 @@ mod tests {
         assert!(store.peers(&cfg).is_none());
         // Without node labels, the nodes are not needed.
         assert_eq!(store.peers(&peers_cfg(&[])).unwrap().len(), 3);
+        // The zone only: not needed either, and taken from the slice's copy of it where no
+        // node is listed (node-1's endpoint carries zone z1).
+        let zone_only = peers_cfg(&[("zone", "topology.kubernetes.io/zone")]);
+        assert!(!needs_nodes(&zone_only) && needs_nodes(&cfg));
+        store.nodes.clear();
+        let peers = store.peers(&zone_only).unwrap();
+        assert_eq!(peers[0].labels, l(&[("zone", "z1")]));
+        assert!(peers[1].labels.is_empty() && peers[2].labels.is_empty());
     }
 
     #[test]
@@ -1840,7 +1881,7 @@ mod tests {
         let text = format!(
             "name = \"127.0.0.1\"\n\
              [peers]\n\
-             kubernetes = {{ service = \"sonde\", namespace = \"sonde\", labels = {{ zone = \"topology.kubernetes.io/zone\" }}, \
+             kubernetes = {{ service = \"sonde\", namespace = \"sonde\", labels = {{ zone = \"topology.kubernetes.io/zone\", rack = \"example.com/rack\" }}, \
              api_server = \"https://127.0.0.1:{}\", token_file = \"{}\", ca_file = \"{}\" }}\n\
              refresh = \"100ms\"\n\
              [latency]\ninterval = \"100ms\"\n",
