@@ -373,7 +373,8 @@ fn current_peer_list(
 }
 
 /// What `sonde server --mesh FILE --check` says of the peer list: the peers read now (the file,
-/// and the DNS name looked up once), and how many of them this agent probes.
+/// the DNS name looked up once, the Kubernetes source listed once without a watch), and how
+/// many of them this agent probes.
 pub(crate) fn describe_peers(cfg: &MeshConfig) -> String {
     let mut s = String::new();
     let kube = match cfg.kubernetes.as_ref().map(kube::list_once) {
