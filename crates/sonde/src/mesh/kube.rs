@@ -134,7 +134,10 @@ impl fmt::Display for Cause {
             Self::Connect { url, detail } => {
                 write!(f, "cannot reach the API server at {url}: {detail}")
             }
-            Self::Gone => write!(f, "410 Gone: the watch's resource version expired"),
+            Self::Gone => write!(
+                f,
+                "410 Gone: the resource version expired (the API server compacted past it)"
+            ),
             Self::Status {
                 code,
                 what,
