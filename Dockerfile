@@ -21,7 +21,8 @@ ARG SONDE_BINARY=build
 
 # The toolchain CI tests with (docs/install.md: Rust 1.89 or newer builds it).
 FROM rust:1.95-slim-bookworm AS build
-# musl-gcc compiles the bundled SQLite (rusqlite) for the musl target.
+# musl-gcc compiles the bundled SQLite (rusqlite) and ring (the TLS of [peers] kubernetes) for the
+# musl target.
 RUN apt-get update -q \
     && apt-get install -y -q --no-install-recommends musl-tools \
     && rm -rf /var/lib/apt/lists/* \

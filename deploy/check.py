@@ -22,7 +22,11 @@ Debian's `prometheus`). Nothing here talks to a cluster or the network.
    contract); MESH_KEYS below follows that file. Each DaemonSet names its agent by address
    (SONDE_MESH_NAME from the downward API: status.podIP, or status.hostIP on hostNetwork), the
    same kind of value as its DNS peers' `target`, so `source` and `target` line up; and runs
-   the agent with --quiet and a --max-sessions that serves SIZED_FOR_NODES nodes.
+   the agent with --quiet and a --max-sessions that serves SIZED_FOR_NODES nodes. A mesh with
+   `[peers] kubernetes` (the node-labels overlay) runs as a ServiceAccount with its token
+   mounted, bound to the verbs KUBERNETES_RBAC lists (a Role for the EndpointSlices of its
+   namespace, a ClusterRole for the nodes), and names a Service that is rendered; one without
+   it (DNS peers) mounts no token.
 3. Every PromQL expression of deploy/grafana/*.json is checked by `promtool check rules`
    (wrapped as recording rules), and uses only metric names from docs/mesh.md.
 4. Every rule file deploy/prometheus/*-rules.yml passes `promtool check rules`, and its unit
@@ -50,7 +54,7 @@ KUBERNETES_VERSIONS = ["1.29.0", "1.37.0"]
 # docs/mesh.md, "The mesh file": table -> keys (None: top level).
 MESH_KEYS = {
     None: {"name", "max_link_share", "labels", "peers", "latency", "throughput", "pps", "select"},
-    "peers": {"hosts", "file", "name_labels", "dns", "dns_port", "refresh"},
+    "peers": {"hosts", "file", "name_labels", "dns", "dns_port", "kubernetes", "refresh"},
     "select": {"group", "neighbours", "across", "representatives"},
     "latency": {"protocols", "interval", "timeout", "source_ports", "msg_size", "rate", "session"},
 # [throughput] and [pps]: every, jitter, time, and the test's plan keys a mesh takes (sonde's own
@@ -60,6 +64,20 @@ MESH_KEYS = {
     },
     "pps": {"every", "jitter", "time", "msg_size", "flows", "gso", "protocol"},
 }
+
+# docs/mesh.md, "Peers from the Kubernetes API": the keys of `[peers] kubernetes`.
+KUBERNETES_KEYS = {"service", "namespace", "port", "labels", "api_server", "token_file", "ca_file"}
+
+# What `[peers] kubernetes` does on the API server, as (apiGroup, resource): the verbs its
+# ServiceAccount needs, and whether cluster-wide (a ClusterRole) or in its namespace (a Role).
+# The nodes are read only when `labels` names a node label other than ZONE_KEY (the
+# EndpointSlices carry each endpoint's zone themselves).
+KUBERNETES_RBAC = {
+    ("discovery.k8s.io", "endpointslices"): ({"list", "watch"}, "namespace"),
+    ("", "nodes"): ({"list", "watch"}, "cluster"),
+}
+
+ZONE_KEY = "topology.kubernetes.io/zone"
 
 # docs/mesh.md, "Metrics" (histograms with the series Prometheus makes of them).
 METRICS = {
@@ -86,7 +104,7 @@ SIZED_FOR_NODES = 128
 MIN_MAX_SESSIONS = 2 * (SIZED_FOR_NODES - 1) + 2
 
 # Kinds that are not namespaced (kustomize's `namespace:` leaves them alone).
-CLUSTER_KINDS = {"Namespace"}
+CLUSTER_KINDS = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 
 
 class Failures:
@@ -331,6 +349,21 @@ def check_mesh(src, text, failures):
     except tomllib.TOMLDecodeError as e:
         failures.add(where, f"not TOML: {e}")
         return
+    kube = mesh.get("peers", {}).get("kubernetes")
+    if kube is not None:
+        if not isinstance(kube, dict):
+            failures.add(where, "peers.kubernetes must be a table")
+        else:
+            for sub in kube:
+                if sub not in KUBERNETES_KEYS:
+                    failures.add(where, f"unknown key peers.kubernetes.{sub} (docs/mesh.md)")
+            for key in ("api_server", "token_file", "ca_file"):
+                if key in kube:
+                    failures.add(
+                        where,
+                        f"peers.kubernetes.{key} is for tests: in a pod the agent finds the API "
+                        "server and its service account's token and CA itself",
+                    )
     for key, value in mesh.items():
         if key not in MESH_KEYS[None]:
             failures.add(where, f"unknown top-level key {key!r} (docs/mesh.md)")
@@ -341,8 +374,116 @@ def check_mesh(src, text, failures):
             for sub in value:
                 if sub not in MESH_KEYS[key]:
                     failures.add(where, f"unknown key {key}.{sub} (docs/mesh.md)")
-    if "dns" not in mesh.get("peers", {}):
-        failures.add(where, "[peers] dns is not set: the agents would not find each other")
+    peers = mesh.get("peers", {})
+    if "dns" not in peers and "kubernetes" not in peers:
+        failures.add(
+            where, "neither [peers] dns nor [peers] kubernetes is set: the agents would not find each other"
+        )
+    return mesh
+
+
+def grants(rule, group, resource):
+    """The verbs a Role or ClusterRole rule grants on group/resource."""
+    groups = rule.get("apiGroups", [])
+    resources = rule.get("resources", [])
+    if (group in groups or "*" in groups) and (resource in resources or "*" in resources):
+        verbs = set(rule.get("verbs", []))
+        return {"get", "list", "watch"} if "*" in verbs else verbs
+    return set()
+
+
+def check_kubernetes_access(kdir, objects, mesh, failures):
+    """A mesh with [peers] kubernetes: the DaemonSet runs as a ServiceAccount with its token
+    mounted, bound to a Role that lists and watches endpointslices in its namespace and (with
+    `labels`) a ClusterRole that lists and watches nodes; the Service it names is the one
+    rendered here. Without it, no RBAC and no token: DNS peers need no API access."""
+    kube = mesh.get("peers", {}).get("kubernetes")
+    where = os.path.join("kubernetes", os.path.basename(kdir))
+    daemonsets = [o for _, o in objects if o.get("kind") == "DaemonSet"]
+    if not isinstance(kube, dict):
+        for ds in daemonsets:
+            pod = ds.get("spec", {}).get("template", {}).get("spec", {})
+            if pod.get("automountServiceAccountToken", True):
+                failures.add(
+                    where,
+                    "the DaemonSet mounts a service account token but its mesh uses no API "
+                    "([peers] dns): set automountServiceAccountToken: false",
+                )
+        return
+    services = {o.get("metadata", {}).get("name") for _, o in objects if o.get("kind") == "Service"}
+    if kube.get("service") not in services:
+        failures.add(
+            where,
+            f"peers.kubernetes.service = {kube.get('service')!r} is not a Service here ({sorted(services)})",
+        )
+    needed = dict(KUBERNETES_RBAC)
+    labels = kube.get("labels") or {}
+    if not any(key != ZONE_KEY for key in labels.values()):
+        del needed[("", "nodes")]
+    accounts = {
+        (o.get("metadata", {}).get("namespace"), o.get("metadata", {}).get("name"))
+        for _, o in objects
+        if o.get("kind") == "ServiceAccount"
+    }
+    roles = {
+        (o.get("kind"), o.get("metadata", {}).get("namespace"), o.get("metadata", {}).get("name")): o
+        for _, o in objects
+        if o.get("kind") in ("Role", "ClusterRole")
+    }
+    for ds in daemonsets:
+        ns = ds.get("metadata", {}).get("namespace")
+        pod = ds.get("spec", {}).get("template", {}).get("spec", {})
+        sa = pod.get("serviceAccountName")
+        if not sa or sa == "default":
+            failures.add(where, "the DaemonSet runs as no ServiceAccount of its own (serviceAccountName)")
+            continue
+        if not pod.get("automountServiceAccountToken", True):
+            failures.add(
+                where,
+                "automountServiceAccountToken is false: [peers] kubernetes reads the service "
+                "account's token, CA and namespace from the mounted volume",
+            )
+        if (ns, sa) not in accounts:
+            failures.add(where, f"ServiceAccount {sa} in namespace {ns} is not rendered here")
+        if kube.get("namespace", ns) != ns:
+            failures.add(
+                where,
+                f"peers.kubernetes.namespace = {kube.get('namespace')!r}, but the agents run in {ns!r}",
+            )
+        # What the ServiceAccount is granted, through each binding that names it.
+        granted = {key: set() for key in needed}
+        for _, binding in objects:
+            kind = binding.get("kind")
+            if kind not in ("RoleBinding", "ClusterRoleBinding"):
+                continue
+            if not any(
+                s.get("kind") == "ServiceAccount" and s.get("name") == sa and s.get("namespace", ns) == ns
+                for s in binding.get("subjects", [])
+            ):
+                continue
+            ref = binding.get("roleRef", {})
+            role_ns = None if ref.get("kind") == "ClusterRole" else binding.get("metadata", {}).get("namespace")
+            role = roles.get((ref.get("kind"), role_ns, ref.get("name")))
+            if role is None:
+                failures.add(where, f"{kind} {binding['metadata'].get('name')} binds {ref.get('kind')} {ref.get('name')}, which is not rendered here")
+                continue
+            for (group, resource), (_, scope) in needed.items():
+                if scope == "cluster" and kind != "ClusterRoleBinding":
+                    continue
+                if scope == "namespace" and kind == "RoleBinding" and binding["metadata"].get("namespace") != ns:
+                    continue
+                for rule in role.get("rules", []):
+                    granted[(group, resource)] |= grants(rule, group, resource)
+        for (group, resource), (verbs, scope) in needed.items():
+            missing = verbs - granted[(group, resource)]
+            if missing:
+                what = f"{resource}" + (f".{group}" if group else "")
+                place = "cluster-wide (a ClusterRole and ClusterRoleBinding)" if scope == "cluster" else f"in namespace {ns}"
+                failures.add(
+                    where,
+                    f"ServiceAccount {sa} may not {', '.join(sorted(missing))} {what} {place}: "
+                    "[peers] kubernetes lists and watches it",
+                )
 
 
 def check_agent_name(src, obj, failures):
@@ -476,7 +617,9 @@ def main():
         for src, obj in objects:
             check_object(os.path.relpath(src, deploy), obj, sm_schema, failures)
             if obj.get("kind") == "ConfigMap" and "mesh.toml" in obj.get("data", {}):
-                check_mesh(os.path.relpath(src, deploy), obj["data"]["mesh.toml"], failures)
+                mesh = check_mesh(os.path.relpath(src, deploy), obj["data"]["mesh.toml"], failures)
+                if mesh is not None:
+                    check_kubernetes_access(os.path.join(kube, kdir), objects, mesh, failures)
             if obj.get("kind") == "DaemonSet":
                 check_agent_name(os.path.relpath(src, deploy), obj, failures)
                 check_agent_args(os.path.relpath(src, deploy), obj, failures)

@@ -71,7 +71,7 @@ pub(crate) fn run() -> Result<()> {
 }
 
 /// `cargo build --locked --profile dist --target x86_64-unknown-linux-musl -p sonde`; the
-/// binary's path. musl-gcc (Debian's musl-tools) compiles the bundled SQLite.
+/// binary's path. musl-gcc (Debian's musl-tools) compiles the bundled SQLite and ring's C.
 fn build(root: &Path, target_dir: &Path) -> Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);

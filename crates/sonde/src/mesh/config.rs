@@ -85,6 +85,8 @@ pub(crate) struct MeshConfig {
     pub(crate) select: Option<Policy>,
     pub(crate) dns: Option<String>,
     pub(crate) dns_port: u16,
+    /// `[peers] kubernetes`: the ready endpoints of a Service, labelled from their nodes.
+    pub(crate) kubernetes: Option<KubePeers>,
     pub(crate) refresh: Duration,
     pub(crate) protocols: Vec<Protocol>,
     /// Time between two probes of one peer over one protocol (± a tenth, at random).
@@ -103,6 +105,23 @@ pub(crate) struct MeshConfig {
     /// The port this agent serves on (set by `sonde server`): a peer at this port on one of
     /// this host's addresses is this agent.
     pub(crate) own_port: u16,
+}
+
+/// `[peers] kubernetes`: where the API server and the Service are, and which node labels the
+/// peers take (mesh/kube.rs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KubePeers {
+    pub(crate) service: String,
+    /// None: this pod's own namespace ([`super::kube::NAMESPACE_FILE`]).
+    pub(crate) namespace: Option<String>,
+    /// None: each EndpointSlice's port named `sonde-tcp`, else [`DEFAULT_PORT`].
+    pub(crate) port: Option<u16>,
+    /// A sonde label name -> the node label key it is read from.
+    pub(crate) labels: BTreeMap<String, String>,
+    /// `https://HOST:PORT`; None: from `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`.
+    pub(crate) api_server: Option<String>,
+    pub(crate) token_file: PathBuf,
+    pub(crate) ca_file: PathBuf,
 }
 
 #[derive(Debug, Clone)]
@@ -167,7 +186,103 @@ struct Peers {
     name_labels: Option<String>,
     dns: Option<String>,
     dns_port: Option<u16>,
+    kubernetes: Option<KubeTable>,
     refresh: Option<Value>,
+}
+
+/// `[peers] kubernetes = { service = "sonde", labels = { zone = "topology.kubernetes.io/zone" } }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KubeTable {
+    service: String,
+    namespace: Option<String>,
+    port: Option<u16>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    api_server: Option<String>,
+    token_file: Option<PathBuf>,
+    ca_file: Option<PathBuf>,
+}
+
+/// A Kubernetes object name as the API takes it in a path or selector (RFC 1123 label).
+fn kube_name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+/// A node label key: `[PREFIX/]NAME`, PREFIX a DNS subdomain, NAME up to 63 characters of
+/// `[A-Za-z0-9._-]` (Kubernetes' "Labels and Selectors").
+fn node_label_key_ok(key: &str) -> bool {
+    let (prefix, name) = key
+        .rsplit_once('/')
+        .map_or((None, key), |(p, n)| (Some(p), n));
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '-'))
+    });
+    name_ok && prefix_ok
+}
+
+fn kube_peers(t: &KubeTable) -> anyhow::Result<KubePeers> {
+    anyhow::ensure!(
+        kube_name_ok(&t.service),
+        "peers.kubernetes.service = {:?} is not a Service name (lower-case letters, digits and -)",
+        t.service
+    );
+    if let Some(ns) = &t.namespace {
+        anyhow::ensure!(
+            kube_name_ok(ns),
+            "peers.kubernetes.namespace = {ns:?} is not a namespace name"
+        );
+    }
+    anyhow::ensure!(
+        t.port != Some(0),
+        "peers.kubernetes.port must be from 1 to 65535"
+    );
+    for (name, key) in &t.labels {
+        anyhow::ensure!(
+            label_name_ok(name),
+            "peers.kubernetes.labels: {name:?} is not a label name"
+        );
+        anyhow::ensure!(
+            node_label_key_ok(key),
+            "peers.kubernetes.labels.{name} = {key:?} is not a node label key (e.g. \
+             \"topology.kubernetes.io/zone\")"
+        );
+    }
+    if let Some(url) = &t.api_server {
+        anyhow::ensure!(
+            url.strip_prefix("https://")
+                .is_some_and(|rest| !rest.is_empty()),
+            "peers.kubernetes.api_server = {url:?} must be https://HOST[:PORT] (the service \
+             account token is never sent in clear)"
+        );
+    }
+    let dir = Path::new(super::kube::SERVICE_ACCOUNT_DIR);
+    Ok(KubePeers {
+        service: t.service.clone(),
+        namespace: t.namespace.clone(),
+        port: t.port,
+        labels: t.labels.clone(),
+        api_server: t
+            .api_server
+            .as_ref()
+            .map(|u| u.trim_end_matches('/').to_owned()),
+        token_file: t.token_file.clone().unwrap_or_else(|| dir.join("token")),
+        ca_file: t.ca_file.clone().unwrap_or_else(|| dir.join("ca.crt")),
+    })
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -647,6 +762,7 @@ impl MeshConfig {
             select,
             dns: f.peers.dns.clone(),
             dns_port: f.peers.dns_port.unwrap_or(DEFAULT_PORT),
+            kubernetes: f.peers.kubernetes.as_ref().map(kube_peers).transpose()?,
             refresh: opt_duration(
                 f.peers.refresh.as_ref(),
                 "peers.refresh",
@@ -665,8 +781,11 @@ impl MeshConfig {
             own_port: DEFAULT_PORT,
         };
         anyhow::ensure!(
-            !config.hosts.is_empty() || config.file.is_some() || config.dns.is_some(),
-            "[peers] lists no hosts, file or dns: the mesh has no peers"
+            !config.hosts.is_empty()
+                || config.file.is_some()
+                || config.dns.is_some()
+                || config.kubernetes.is_some(),
+            "[peers] lists no hosts, file, dns or kubernetes: the mesh has no peers"
         );
         let schedule = config.scheduler_config();
         if let Some((check, plan)) = schedule.never_fits().next() {
@@ -757,6 +876,12 @@ impl MeshConfig {
         if let Some(re) = &self.name_labels {
             let _ = writeln!(s, "  labels from peer names: {}", re.as_str());
         }
+        if let Some(dns) = &self.dns {
+            let _ = writeln!(s, "  dns: every address of {dns}, port {}", self.dns_port);
+        }
+        if let Some(k) = &self.kubernetes {
+            let _ = writeln!(s, "{}", super::kube::describe(k));
+        }
         if !self.labels.is_empty() {
             let _ = writeln!(s, "this agent's labels: {}", label_text(&self.labels));
         }
@@ -786,9 +911,6 @@ impl MeshConfig {
                 }
                 let _ = writeln!(s, "select: {}", parts.join("; "));
             }
-        }
-        if let Some(dns) = &self.dns {
-            let _ = writeln!(s, "  dns: every address of {dns}, port {}", self.dns_port);
         }
         let _ = writeln!(
             s,
@@ -851,6 +973,18 @@ mod tests {
         assert_eq!(c.hosts.len(), 3);
         assert!(c.select.is_some());
         assert_eq!(c.dns.as_deref(), Some("sonde.sonde.svc.cluster.local"));
+        let k = c.kubernetes.unwrap();
+        assert_eq!(
+            (k.service.as_str(), k.namespace.as_deref(), k.port),
+            ("sonde", Some("sonde"), None)
+        );
+        assert_eq!(k.labels["zone"], "topology.kubernetes.io/zone");
+        assert_eq!(k.labels["rack"], "example.com/rack");
+        assert_eq!(
+            k.token_file,
+            Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token")
+        );
+        assert!(k.api_server.is_none());
         assert_eq!(c.refresh, Duration::from_secs(30));
         assert_eq!(c.protocols, [Protocol::Udp, Protocol::Tcp]);
         let t = c.throughput.unwrap();

@@ -6,11 +6,13 @@
 //! the prober which peers to probe, and runs the scheduled throughput and pps tests one at a
 //! time as `sonde_engine::schedule` says; one prober thread ([`probe`]) sends every peer's
 //! stateless probes (UDP over a pool of source ports, and TCP on a fresh connection each) and
-//! observes each RTT as its reply comes. Neither grows with the number of peers.
+//! observes each RTT as its reply comes. Neither grows with the number of peers. With
+//! `[peers] kubernetes`, one or two more ([`kube`]) list and watch the API server.
 
 pub(crate) mod config;
 mod dns;
 pub(crate) mod http;
+pub(crate) mod kube;
 pub(crate) mod metrics;
 mod probe;
 
@@ -60,10 +62,27 @@ pub(crate) fn spawn(
         sonde_wire::probe::MAX_SENDER_LEN
     );
     let prober = probe::spawn(&cfg, probe_secret, Arc::clone(&metrics), Arc::clone(&stop))?;
+    let kube = cfg
+        .kubernetes
+        .as_ref()
+        .map(|k| kube::KubeWatch::spawn(k, &stop))
+        .transpose()?;
     Ok(thread::Builder::new()
         .name("sonde-mesh".into())
         .spawn(move || {
-            supervise(&cfg, secret.as_ref(), &metrics, &links, &prober, &stop);
+            let sources = Sources {
+                resolve: &dns::tcp_resolver,
+                kube: kube.as_ref(),
+            };
+            supervise(
+                &cfg,
+                secret.as_ref(),
+                &metrics,
+                &links,
+                &prober,
+                &sources,
+                &stop,
+            );
             prober.join();
         })?)
 }
@@ -125,6 +144,22 @@ impl PeerFile {
     }
 }
 
+/// The peer sources that are not files: `[peers] dns`'s lookup, and `[peers] kubernetes`'
+/// watches (injected, so that a test can drive them).
+struct Sources<'a> {
+    resolve: &'a Resolver<'a>,
+    /// The watches' peers as last listed and watched (None until listed).
+    kube: Option<&'a kube::KubeWatch>,
+}
+
+impl Sources<'_> {
+    fn kube_peers(&self) -> Vec<kube::KubePeer> {
+        self.kube
+            .and_then(kube::KubeWatch::peers)
+            .unwrap_or_default()
+    }
+}
+
 /// The peers of every source, de-duplicated by address, without this agent, and narrowed to
 /// `[select]`'s when there is one; `[peers] dns` through `resolve`.
 #[cfg(test)]
@@ -134,7 +169,7 @@ fn current_peers(
     last_dns: &mut Vec<SocketAddr>,
     resolve: &Resolver<'_>,
 ) -> Vec<Peer> {
-    current_peer_list(cfg, last_file, last_dns, &mut None, resolve).peers
+    current_peer_list(cfg, last_file, last_dns, &mut None, resolve, &[]).peers
 }
 
 /// The last selection's input (the list, this agent's name, the policy) and what this agent
@@ -171,6 +206,7 @@ fn current_peer_list(
     last_dns: &mut Vec<SocketAddr>,
     last_selection: &mut Option<SelectionMemo>,
     resolve: &Resolver<'_>,
+    kube: &[kube::KubePeer],
 ) -> PeerList {
     let mut listed: Vec<config::Listed> = cfg.hosts.clone();
     if let Some(path) = &cfg.file {
@@ -254,6 +290,16 @@ fn current_peer_list(
             });
         }
     }
+    // `[peers] kubernetes`: addresses, named by address as DNS peers are, with their nodes'
+    // labels; this agent among them by its port on a local address, or by its name.
+    for p in kube {
+        let label = p.addr.ip().to_string();
+        if label == cfg.name && own.is_none() {
+            own = Some((label, p.labels.clone()));
+            continue;
+        }
+        peers.entry(p.addr).or_insert((label, p.labels.clone()));
+    }
     let mut candidates = Vec::with_capacity(peers.len());
     for (addr, (label, labels)) in peers {
         if is_own(&addr, cfg.own_port) {
@@ -327,16 +373,30 @@ fn current_peer_list(
 }
 
 /// What `sonde server --mesh FILE --check` says of the peer list: the peers read now (the file,
-/// and the DNS name looked up once), and how many of them this agent probes.
+/// the DNS name looked up once, the Kubernetes source listed once without a watch), and how
+/// many of them this agent probes.
 pub(crate) fn describe_peers(cfg: &MeshConfig) -> String {
+    let mut s = String::new();
+    let kube = match cfg.kubernetes.as_ref().map(kube::list_once) {
+        None => Vec::new(),
+        Some(Ok(peers)) => {
+            s = format!("kubernetes now: {} ready endpoints\n", peers.len());
+            peers
+        }
+        Some(Err(cause)) => {
+            s = format!("kubernetes now: cannot list: {cause}\n");
+            Vec::new()
+        }
+    };
     let list = current_peer_list(
         cfg,
         &mut None,
         &mut Vec::new(),
         &mut None,
         &dns::tcp_resolver,
+        &kube,
     );
-    match &cfg.select {
+    s + &match &cfg.select {
         None => format!(
             "peer list now: {} peers, all probed; {} agents probe this one\n",
             list.listed, list.expected_probers
@@ -394,6 +454,7 @@ fn supervise(
     metrics: &Arc<Metrics>,
     links: &Arc<LinkTests>,
     prober: &probe::ProberThread,
+    sources: &Sources<'_>,
     stop: &AtomicBool,
 ) {
     let mut probers: BTreeMap<Peer, Prober> = BTreeMap::new();
@@ -416,7 +477,8 @@ fn supervise(
                 &mut file_state,
                 &mut dns_state,
                 &mut selection_memo,
-                &dns::tcp_resolver,
+                sources.resolve,
+                &sources.kube_peers(),
             );
             metrics.set_selection(list.peers.len(), list.expected_probers);
             metrics.set_labels(&cfg.name, &list.own_labels, &list.peer_labels);
@@ -881,7 +943,14 @@ mod tests {
             7000,
         );
         let mut memo = None;
-        let list = current_peer_list(&c, &mut None, &mut Vec::new(), &mut memo, &system_resolver);
+        let list = current_peer_list(
+            &c,
+            &mut None,
+            &mut Vec::new(),
+            &mut memo,
+            &system_resolver,
+            &[],
+        );
         assert_eq!(list.listed, 23);
         let selection = Selection::new(nodes, c.select.as_ref().unwrap());
         let own = format!("{me}:5300");
@@ -901,12 +970,26 @@ mod tests {
         assert!(list.expected_probers >= 3);
         // Read again with the last selection kept: the same (the list did not change), and a
         // new peer in the list is taken into account.
-        let again = current_peer_list(&c, &mut None, &mut Vec::new(), &mut memo, &system_resolver);
+        let again = current_peer_list(
+            &c,
+            &mut None,
+            &mut Vec::new(),
+            &mut memo,
+            &system_resolver,
+            &[],
+        );
         assert_eq!(labels(&again.peers), labels(&list.peers));
         let mut more = std::fs::read_to_string(&file).unwrap();
         more.push_str("198.18.1.9:5300 zone=z0 rack=r1\n");
         std::fs::write(&file, more).unwrap();
-        let grown = current_peer_list(&c, &mut None, &mut Vec::new(), &mut memo, &system_resolver);
+        let grown = current_peer_list(
+            &c,
+            &mut None,
+            &mut Vec::new(),
+            &mut memo,
+            &system_resolver,
+            &[],
+        );
         assert_eq!(grown.listed, 24);
         assert!(
             labels(&grown.peers).contains(&"198.18.1.9:5300"),
@@ -923,6 +1006,7 @@ mod tests {
             &mut Vec::new(),
             &mut None,
             &system_resolver,
+            &[],
         );
         assert_eq!((list.peers.len(), list.expected_probers), (24, 24));
         // A line whose labels do not parse is left out, not probed unlabelled.
@@ -933,6 +1017,7 @@ mod tests {
             &mut Vec::new(),
             &mut None,
             &system_resolver,
+            &[],
         );
         assert_eq!(labels(&list.peers), ["198.18.0.2"]);
     }

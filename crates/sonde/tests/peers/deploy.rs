@@ -108,7 +108,7 @@ fn build_static_binary() -> PathBuf {
     cmd.current_dir(repo_root())
         .args(["build", "--locked", "--profile", "dist", "--target", MUSL])
         .args(["-p", "sonde"])
-        // Debian's musl-tools: the C compiler for the bundled SQLite.
+        // Debian's musl-tools: the C compiler for the bundled SQLite and ring (rustls' crypto).
         .env("CC_x86_64_unknown_linux_musl", "musl-gcc");
     check_within(&mut cmd, BUILD_TIMEOUT);
     target_dir().join(MUSL).join("dist/sonde")
@@ -301,6 +301,8 @@ fn the_manifests_the_mesh_file_and_the_dashboard_pass_the_offline_checks() {
         "kubernetes/base: 5 objects (ConfigMap, DaemonSet, Namespace, Secret, Service)",
         "kubernetes/default: 6 objects (ConfigMap, DaemonSet, Namespace, Secret, Service, ServiceMonitor)",
         "kubernetes/host-network: 6 objects",
+        "kubernetes/node-labels: 11 objects (ClusterRole, ClusterRoleBinding, ConfigMap, DaemonSet, \
+         Namespace, Role, RoleBinding, Secret, Service, ServiceAccount, ServiceMonitor)",
     ] {
         assert!(out.stdout.contains(line), "{line:?} not in\n{}", out.stdout);
     }
@@ -439,6 +441,50 @@ fn the_offline_checks_fail_on_each_kind_of_typo() {
             "          image: sonde-agent\n",
             "images entry 'sonde' matches no container image",
         ),
+        // The node-labels overlay: the RBAC [peers] kubernetes needs, the token mounted, the
+        // Service it names; and the base, on DNS, mounts no token.
+        (
+            "kubernetes/node-labels/rbac.yaml",
+            "verbs: [\"get\", \"list\", \"watch\"]",
+            "verbs: [\"get\", \"list\"]",
+            "ServiceAccount sonde may not watch nodes cluster-wide",
+        ),
+        (
+            "kubernetes/node-labels/rbac.yaml",
+            "resources: [\"endpointslices\"]",
+            "resources: [\"endpoints\"]",
+            "ServiceAccount sonde may not list, watch endpointslices.discovery.k8s.io in namespace sonde",
+        ),
+        (
+            "kubernetes/node-labels/rbac.yaml",
+            "    name: sonde\n    namespace: sonde\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n",
+            "    name: sonde-agent\n    namespace: sonde\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n",
+            "ServiceAccount sonde may not list, watch nodes cluster-wide",
+        ),
+        (
+            "kubernetes/node-labels/daemonset.yaml",
+            "  value: true",
+            "  value: false",
+            "automountServiceAccountToken is false",
+        ),
+        (
+            "kubernetes/node-labels/mesh.yaml",
+            "kubernetes = { service = \"sonde\"",
+            "kubernetes = { service = \"sonde-mesh\"",
+            "peers.kubernetes.service = 'sonde-mesh' is not a Service here",
+        ),
+        (
+            "kubernetes/node-labels/mesh.yaml",
+            "kubernetes = { service",
+            "kubernetes = { servce = \"x\", service",
+            "unknown key peers.kubernetes.servce",
+        ),
+        (
+            "kubernetes/base/daemonset.yaml",
+            "automountServiceAccountToken: false",
+            "automountServiceAccountToken: true",
+            "mounts a service account token but its mesh uses no API",
+        ),
         // PromQL syntax (promtool).
         (
             "grafana/sonde-mesh.json",
@@ -519,8 +565,15 @@ fn the_secret_file_the_user_makes_is_checked() {
 
 /// The ConfigMap's `mesh.toml`: the block scalar (`mesh.toml: |`) under `data:`, unindented.
 fn configmap_mesh_toml(yaml: &str) -> String {
-    let mut lines = yaml.lines().skip_while(|l| l.trim() != "mesh.toml: |");
-    let key = lines.next().expect("the ConfigMap has no `mesh.toml: |`");
+    block_scalar(yaml, "mesh.toml: |")
+}
+
+/// The block scalar that follows the line `key` (e.g. `value: |`), unindented.
+fn block_scalar(yaml: &str, key: &str) -> String {
+    let mut lines = yaml.lines().skip_while(|l| l.trim() != key);
+    let key = lines
+        .next()
+        .unwrap_or_else(|| panic!("no {key:?} in\n{yaml}"));
     let key_indent = key.len() - key.trim_start().len();
     let body: Vec<&str> = lines
         .take_while(|l| l.trim().is_empty() || l.len() - l.trim_start().len() > key_indent)
@@ -575,4 +628,35 @@ fn the_configmaps_mesh_file_passes_sondes_own_check() {
     let out = check_mesh(&typo);
     assert_eq!(out.status.code(), Some(2), "{}{}", out.stdout, out.stderr);
     assert!(out.stderr.contains("\"paralel\""), "{}", out.stderr);
+}
+
+/// The node-labels overlay's mesh file (the ConfigMap patch's `value: |`): `[peers] kubernetes`
+/// with zone and rack from the node labels, and a `[select]` over them, as `--check` reads it
+/// outside a cluster (the source described, the list refused with the reason).
+#[test]
+fn the_node_labels_overlays_mesh_file_passes_sondes_own_check() {
+    let _file = crate::common::file_lock(module_path!());
+    let yaml = std::fs::read_to_string(repo_root().join("deploy/kubernetes/node-labels/mesh.yaml"))
+        .unwrap();
+    let toml = block_scalar(&yaml, "value: |");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sonde"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mesh.toml");
+    std::fs::write(&path, &toml).unwrap();
+    cmd.arg("server")
+        .arg("--mesh")
+        .arg(&path)
+        .arg("--check")
+        .env_remove("SONDE_MESH_NAME")
+        .env_remove("KUBERNETES_SERVICE_HOST");
+    let out = run_with_timeout(&mut cmd, Duration::from_secs(60)).expect("sonde server --check");
+    assert!(out.status.success(), "{}{}\n{toml}", out.stdout, out.stderr);
+    for want in [
+        "kubernetes: the ready endpoints of Service sonde in this pod's namespace",
+        "labels from each endpoint's node: rack=example.com/rack zone=topology.kubernetes.io/zone",
+        "select: every peer with this agent's rack; 3 ring neighbours within its zone; 1 representatives between every two zone values",
+        "kubernetes now: cannot list: not in a Kubernetes pod: KUBERNETES_SERVICE_HOST is not set",
+    ] {
+        assert!(out.stdout.contains(want), "{want:?} not in\n{}", out.stdout);
+    }
 }
