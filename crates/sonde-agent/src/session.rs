@@ -837,7 +837,12 @@ impl<'a> Test<'a> {
         let stop = &self.stops[group.start];
         let counters: Vec<&Counters> = self.counters[group.clone()].iter().collect();
         let spin = self.tuning.busy_poll;
-        let (request, response) = (self.spec.msg_size, rr.response_size);
+        let echo = sonde_net::latency::rr::RrEcho {
+            request_size: self.spec.msg_size,
+            response_size: rr.response_size,
+            depth: rr.depth,
+            spin,
+        };
         let tcp: Vec<&TcpStream> = self.channels[group.clone()]
             .iter()
             .filter_map(|c| match c {
@@ -853,9 +858,9 @@ impl<'a> Test<'a> {
                     DataChannel::Tcp(_) => None,
                 })
                 .collect();
-            sonde_net::latency::rr::echo(&udp, request, response, rr.depth, spin, stop, &counters)
+            sonde_net::latency::rr::echo(&udp, &echo, stop, &counters)
         } else {
-            sonde_net::latency::rr::echo(&tcp, request, response, rr.depth, spin, stop, &counters)
+            sonde_net::latency::rr::echo(&tcp, &echo, stop, &counters)
         };
         r.map_err(|e| e.to_string())
     }

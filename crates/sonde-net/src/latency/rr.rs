@@ -89,6 +89,20 @@ pub struct RrConfig {
     pub open: Option<RrOpen>,
 }
 
+/// What the agent's side of a many-flow test answers, and how it waits.
+#[derive(Debug, Clone, Copy)]
+pub struct RrEcho {
+    /// Request size, bytes: each is answered once whole (TCP) or as one datagram (UDP).
+    pub request_size: u32,
+    /// Response size, bytes.
+    pub response_size: u32,
+    /// The most requests the client keeps in flight per flow: the UDP echo reads at most that
+    /// many of a flow per wake-up.
+    pub depth: u32,
+    /// `--busy-poll`: the readiness loop never sleeps (a zero wait).
+    pub spin: bool,
+}
+
 /// The open loop of a many-flow test, as one thread sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct RrOpen {
@@ -254,7 +268,7 @@ mod sealed {
     use std::io;
     use std::sync::atomic::AtomicBool;
 
-    use super::{RrConfig, RrIntervalView, RrOutcome};
+    use super::{RrConfig, RrEcho, RrIntervalView, RrOutcome};
     use crate::{Clock, Counters};
 
     pub trait Sealed: Sized {
@@ -268,10 +282,7 @@ mod sealed {
 
         fn echo(
             flows: &[&Self],
-            request_size: u32,
-            response_size: u32,
-            depth: u32,
-            spin: bool,
+            cfg: &RrEcho,
             stop: &AtomicBool,
             counters: &[&Counters],
         ) -> io::Result<()>;
@@ -291,14 +302,11 @@ mod sealed {
         }
         fn echo(
             flows: &[&Self],
-            request_size: u32,
-            response_size: u32,
-            _depth: u32,
-            spin: bool,
+            cfg: &RrEcho,
             stop: &AtomicBool,
             counters: &[&Counters],
         ) -> io::Result<()> {
-            super::tcp_echo(flows, request_size, response_size, spin, stop, counters)
+            super::tcp_echo(flows, cfg, stop, counters)
         }
         fn set_nonblocking(&self, on: bool) -> io::Result<()> {
             std::net::TcpStream::set_nonblocking(self, on)
@@ -317,22 +325,11 @@ mod sealed {
         }
         fn echo(
             flows: &[&Self],
-            request_size: u32,
-            response_size: u32,
-            depth: u32,
-            spin: bool,
+            cfg: &RrEcho,
             stop: &AtomicBool,
             counters: &[&Counters],
         ) -> io::Result<()> {
-            super::udp_echo(
-                flows,
-                request_size,
-                response_size,
-                depth,
-                spin,
-                stop,
-                counters,
-            )
+            super::udp_echo(flows, cfg, stop, counters)
         }
         fn set_nonblocking(&self, on: bool) -> io::Result<()> {
             std::net::UdpSocket::set_nonblocking(self, on)
@@ -362,34 +359,21 @@ pub fn client<S: RrSocket>(
     S::client(flows, cfg, clock, stop, intervals)
 }
 
-/// Agent side: answers every `request_size` bytes (TCP) or datagram (UDP) on `flows` with
-/// `response_size` bytes, until every flow is closed (TCP) or `stop`. `depth` is the most
-/// requests a client keeps in flight per flow (the UDP echo reads at most that many of a flow
-/// per wake-up). `counters[i]` counts flow `i`'s responses (bytes and messages) and system
-/// calls.
+/// Agent side: answers every `cfg.request_size` bytes (TCP) or datagram (UDP) on `flows` with
+/// `cfg.response_size` bytes, until every flow is closed (TCP) or `stop`. `counters[i]` counts
+/// flow `i`'s responses (bytes and messages) and system calls.
 ///
 /// # Errors
 /// As [`client`] for the sizes and the platform; a failed read or write other than the peer's
 /// reset or close (which ends that flow only).
 pub fn echo<S: RrSocket>(
     flows: &[&S],
-    request_size: u32,
-    response_size: u32,
-    depth: u32,
-    spin: bool,
+    cfg: &RrEcho,
     stop: &AtomicBool,
     counters: &[&Counters],
 ) -> io::Result<()> {
     let _blocking = Nonblocking::set(flows)?;
-    S::echo(
-        flows,
-        request_size,
-        response_size,
-        depth,
-        spin,
-        stop,
-        counters,
-    )
+    S::echo(flows, cfg, stop, counters)
 }
 
 /// Checks a many-flow test's sizes and depth for `udp` or TCP.
@@ -715,12 +699,16 @@ fn open_counts(p: &FlowPacer, counts: &mut [RrFlow], end: u64, warmup_ns: u64) {
 
 fn tcp_echo(
     flows: &[&TcpStream],
-    request_size: u32,
-    response_size: u32,
-    spin: bool,
+    cfg: &RrEcho,
     stop: &AtomicBool,
     counters: &[&Counters],
 ) -> io::Result<()> {
+    let &RrEcho {
+        request_size,
+        response_size,
+        spin,
+        ..
+    } = cfg;
     check(request_size, response_size, 1, false)?;
     let mut poller = sys::Poller::new(flows.len())?;
     let req = request_size as usize;
@@ -1058,13 +1046,16 @@ fn udp_client(
 
 fn udp_echo(
     flows: &[&UdpSocket],
-    request_size: u32,
-    response_size: u32,
-    depth: u32,
-    spin: bool,
+    cfg: &RrEcho,
     stop: &AtomicBool,
     counters: &[&Counters],
 ) -> io::Result<()> {
+    let &RrEcho {
+        request_size,
+        response_size,
+        depth,
+        spin,
+    } = cfg;
     check(request_size, response_size, 1, true)?;
     let mut poller = sys::Poller::new(flows.len())?;
     let mut buf = vec![0u8; super::UDP_RECV_BUF];

@@ -73,15 +73,13 @@ fn run_with<S: RrSocket + Sync>(
         let echoing = s.spawn(|| {
             let flows: Vec<&S> = servers.iter().collect();
             let counts: Vec<&Counters> = counters.iter().collect();
-            echo(
-                &flows,
-                cfg.request_size,
-                cfg.response_size,
-                cfg.depth,
-                false,
-                &echo_stop,
-                &counts,
-            )
+            let answer = RrEcho {
+                request_size: cfg.request_size,
+                response_size: cfg.response_size,
+                depth: cfg.depth,
+                spin: false,
+            };
+            echo(&flows, &answer, &echo_stop, &counts)
         });
         let flows: Vec<&S> = clients.iter().collect();
         let out = client(&flows, cfg, &clock, &stop, intervals);
@@ -201,7 +199,13 @@ fn the_echo_frames_requests_split_across_writes() {
     thread::scope(|s| {
         let echoing = s.spawn(|| {
             let flows: Vec<&TcpStream> = servers.iter().collect();
-            echo(&flows, 7, 2, 1, false, &stop, &[&counters[0]])
+            let answer = RrEcho {
+                request_size: 7,
+                response_size: 2,
+                depth: 1,
+                spin: false,
+            };
+            echo(&flows, &answer, &stop, &[&counters[0]])
         });
         let mut c = &clients[0];
         for piece in [1u8; 35].chunks(3) {
