@@ -105,6 +105,8 @@ pub(crate) enum Cause {
     },
     /// An answer that is not what the API promises, or a stream that broke.
     Stream { what: String, detail: String },
+    /// The publisher's peer list does not fit in a ConfigMap.
+    TooLarge { bytes: usize, peers: usize },
 }
 
 impl fmt::Display for Cause {
@@ -144,6 +146,13 @@ impl fmt::Display for Cause {
                 message,
             } => write!(f, "the API server answered {code} to {what}: {message}"),
             Self::Stream { what, detail } => write!(f, "{what}: {detail}"),
+            Self::TooLarge { bytes, peers } => write!(
+                f,
+                "the peer list of {peers} peers is {bytes} bytes, over the {PEER_TEXT_LIMIT} \
+                 a ConfigMap can hold (1 MiB less 16 KiB for its metadata; about 60 bytes a \
+                 peer, so some 15,000 peers at most): not written. Shorten the labels, or use \
+                 [peers] dns with labels from the names"
+            ),
         }
     }
 }
@@ -997,6 +1006,285 @@ fn run(kind: Kind, cfg: &KubePeers, store: &Mutex<Store>, stop: &AtomicBool) {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The publisher: `sonde mesh publish` writes the labelled peer list into one ConfigMap
+// ---------------------------------------------------------------------------------------------
+
+/// What a ConfigMap's data may hold: the API server refuses a ConfigMap over 1 MiB
+/// (`MaxSecretSize`, the same for ConfigMaps); 16 KiB of it are left for the object's metadata
+/// and the key.
+pub(crate) const PEER_TEXT_LIMIT: usize = (1 << 20) - (16 << 10);
+
+/// The peer list as the peer file reads it: one `ADDRESS:PORT LABEL=VALUE ...` line per peer,
+/// sorted by address (labels by name), so that an unchanged list is an unchanged text. A label
+/// whose node gives it an empty value is left out (the peer file has no empty values).
+pub(crate) fn peer_text(peers: &[KubePeer]) -> String {
+    let mut sorted: Vec<&KubePeer> = peers.iter().collect();
+    sorted.sort_by_key(|p| p.addr);
+    let mut text = String::new();
+    for p in sorted {
+        text.push_str(&p.addr.to_string());
+        for (k, v) in p.labels.iter().filter(|(_, v)| !v.is_empty()) {
+            text.push(' ');
+            text.push_str(k);
+            text.push('=');
+            text.push_str(v);
+        }
+        text.push('\n');
+    }
+    text
+}
+
+/// [`peer_text`], refused over [`PEER_TEXT_LIMIT`].
+pub(crate) fn checked_peer_text(peers: &[KubePeer]) -> Result<String, Cause> {
+    let text = peer_text(peers);
+    if text.len() > PEER_TEXT_LIMIT {
+        return Err(Cause::TooLarge {
+            bytes: text.len(),
+            peers: peers.len(),
+        });
+    }
+    Ok(text)
+}
+
+/// The ConfigMap the publisher writes, and its data key.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) configmap: String,
+    pub(crate) key: String,
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// The key already held the text: nothing sent.
+    Unchanged,
+    /// The ConfigMap was replaced (PUT) with the new text.
+    Updated,
+    /// The ConfigMap did not exist: created (POST).
+    Created,
+}
+
+/// A ConfigMap as far as the publisher reads it (the rest of the object is sent back as it came).
+#[derive(Debug, Default, Deserialize)]
+struct ConfigMapData {
+    #[serde(default)]
+    data: Option<BTreeMap<String, String>>,
+}
+
+impl Api {
+    fn configmaps(&self) -> String {
+        format!("configmaps in namespace {}", self.namespace)
+    }
+
+    /// One request with the token read now: its status and body (at most 2 MiB), 401 and 403
+    /// as their causes.
+    fn request(
+        &self,
+        agent: &ureq::Agent,
+        (method, verb): (&str, &'static str),
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> Result<(u16, Vec<u8>), Cause> {
+        let token = std::fs::read_to_string(&self.token_file).map_err(|e| Cause::Token {
+            file: self.token_file.clone(),
+            detail: format!("cannot read it: {e} (is automountServiceAccountToken on?)"),
+        })?;
+        let url = format!("{}{path}", self.base);
+        let request = ureq::http::Request::builder()
+            .method(method)
+            .uri(&url)
+            .header("Authorization", format!("Bearer {}", token.trim()))
+            .header("Accept", "application/json")
+            .header("Content-Type", "application/json");
+        let request = request.body(body.unwrap_or_default().to_vec()).map_err(|e| {
+            Cause::Stream {
+                what: format!("{verb} {}", self.configmaps()),
+                detail: e.to_string(),
+            }
+        })?;
+        let response = agent.run(request).map_err(|e| self.transport(&e))?;
+        let code = response.status().as_u16();
+        let body = response
+            .into_body()
+            .with_config()
+            .limit(2 << 20)
+            .read_to_vec()
+            .map_err(|e| Cause::Stream {
+                what: format!("{verb} {}", self.configmaps()),
+                detail: e.to_string(),
+            })?;
+        let message = || {
+            serde_json::from_slice::<Status>(&body)
+                .map(|s| s.message)
+                .unwrap_or_default()
+        };
+        match code {
+            401 => Err(Cause::Token {
+                file: self.token_file.clone(),
+                detail: format!(
+                    "401 Unauthorized: the API server did not accept it (expired, revoked, or \
+                     not this cluster's): {}",
+                    message()
+                ),
+            }),
+            403 => Err(Cause::Forbidden {
+                verb,
+                resource: self.configmaps(),
+                message: message(),
+            }),
+            _ => Ok((code, body)),
+        }
+    }
+}
+
+/// Writes `text` under `target.key` of `target.configmap` in the namespace: read it (get); if
+/// the key already holds the text, nothing more; else replace the object with the key set
+/// (update, with its resourceVersion: a concurrent change is a 409, tried again at the next
+/// write), or create it where it does not exist. Other keys and the metadata are kept.
+pub(crate) fn write_configmap(
+    cfg: &KubePeers,
+    target: &Target,
+    text: &str,
+) -> Result<Written, Cause> {
+    let api = Api::new(cfg)?;
+    let agent = api.agent()?;
+    let base = format!("/api/v1/namespaces/{}/configmaps", api.namespace);
+    let one = format!("{base}/{}", target.configmap);
+    let status = |verb: &str, code: u16, body: &[u8]| Cause::Status {
+        code,
+        what: format!("{verb} configmap {} in namespace {}", target.configmap, api.namespace),
+        message: serde_json::from_slice::<Status>(body)
+            .map(|s| s.message)
+            .unwrap_or_default(),
+    };
+    let bad = |detail: String| Cause::Stream {
+        what: format!("get configmap {}", target.configmap),
+        detail,
+    };
+    let (code, body) = api.request(&agent, ("GET", "get"), &one, None)?;
+    match code {
+        200 => {
+            let mut object: serde_json::Value =
+                serde_json::from_slice(&body).map_err(|e| bad(format!("not JSON: {e}")))?;
+            let current: ConfigMapData = serde_json::from_value(object.clone())
+                .map_err(|e| bad(format!("not a ConfigMap: {e}")))?;
+            if current
+                .data
+                .as_ref()
+                .and_then(|d| d.get(&target.key))
+                .is_some_and(|t| t == text)
+            {
+                return Ok(Written::Unchanged);
+            }
+            let Some(map) = object.as_object_mut() else {
+                return Err(bad("not an object".to_owned()));
+            };
+            let data = map
+                .entry("data")
+                .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+            if !data.is_object() {
+                *data = serde_json::Value::Object(serde_json::Map::new());
+            }
+            data[&target.key] = serde_json::Value::String(text.to_owned());
+            let body = serde_json::to_vec(&object).map_err(|e| bad(e.to_string()))?;
+            let (code, answer) = api.request(&agent, ("PUT", "update"), &one, Some(&body))?;
+            match code {
+                200 | 201 => Ok(Written::Updated),
+                _ => Err(status("update", code, &answer)),
+            }
+        }
+        404 => {
+            let object = serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": target.configmap, "namespace": api.namespace,
+                             "labels": {"app.kubernetes.io/managed-by": "sonde-mesh-publish"}},
+                "data": {target.key.clone(): text},
+            });
+            let body = serde_json::to_vec(&object).map_err(|e| bad(e.to_string()))?;
+            let (code, answer) = api.request(&agent, ("POST", "create"), &base, Some(&body))?;
+            match code {
+                200 | 201 => Ok(Written::Created),
+                _ => Err(status("create", code, &answer)),
+            }
+        }
+        _ => Err(status("get", code, &body)),
+    }
+}
+
+/// How the publisher runs.
+#[derive(Debug, Clone)]
+pub(crate) struct Publish {
+    pub(crate) source: KubePeers,
+    pub(crate) target: Target,
+    /// At most one write per this; changes within it are written together at its end.
+    pub(crate) min_interval: Duration,
+}
+
+/// Lists once and writes the list (`--once`).
+pub(crate) fn publish_once(p: &Publish) -> Result<(usize, Written), Cause> {
+    let peers = list_once(&p.source)?;
+    let text = checked_peer_text(&peers)?;
+    Ok((peers.len(), write_configmap(&p.source, &p.target, &text)?))
+}
+
+/// Watches (as `[peers] kubernetes` does) and writes the list whenever its text changes, at
+/// most once per `min_interval`, until `stop`. A failed write is logged (once per cause) and
+/// tried again after `min_interval`; the watches keep their last list meanwhile.
+pub(crate) fn publish_watching(p: &Publish, stop: &Arc<AtomicBool>) -> io::Result<()> {
+    let watch = KubeWatch::spawn(&p.source, stop)?;
+    let step = Duration::from_millis(50).min(p.min_interval);
+    // The text the ConfigMap is known to hold (None: not yet written or read).
+    let mut written: Option<String> = None;
+    let mut last_try: Option<std::time::Instant> = None;
+    let mut failing: Option<Cause> = None;
+    while !stop.load(Ordering::Relaxed) {
+        thread::sleep(step);
+        let Some(peers) = watch.peers() else { continue };
+        if last_try.is_some_and(|t| t.elapsed() < p.min_interval) {
+            continue;
+        }
+        let outcome = checked_peer_text(&peers).and_then(|text| {
+            if written.as_deref() == Some(text.as_str()) {
+                return Ok(None);
+            }
+            last_try = Some(std::time::Instant::now());
+            let w = write_configmap(&p.source, &p.target, &text)?;
+            written = Some(text);
+            Ok(Some(w))
+        });
+        match outcome {
+            Ok(None) => {}
+            Ok(Some(w)) => {
+                failing = None;
+                let what = match w {
+                    Written::Unchanged => "already held",
+                    Written::Updated => "updated with",
+                    Written::Created => "created with",
+                };
+                super::log(format_args!(
+                    "configmap {}, key {}: {what} {} peers",
+                    p.target.configmap,
+                    p.target.key,
+                    peers.len()
+                ));
+            }
+            Err(cause) => {
+                last_try = Some(std::time::Instant::now());
+                if failing.as_ref() != Some(&cause) {
+                    super::log(format_args!(
+                        "configmap {}: {cause} (the ConfigMap keeps its last list; trying \
+                         again every {:?})",
+                        p.target.configmap, p.min_interval
+                    ));
+                    failing = Some(cause);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
