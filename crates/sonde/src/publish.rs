@@ -154,8 +154,7 @@ pub(crate) fn run(opt: &PublishOpt) -> anyhow::Result<()> {
     }
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&stop))
-            .context("cannot handle SIGTERM")?;
+        signal_hook::flag::register(signal, Arc::clone(&stop)).context("cannot handle SIGTERM")?;
     }
     kube::publish_watching(&p, &stop).context("cannot start the watch threads")
 }
