@@ -126,7 +126,7 @@ impl fmt::Display for Cause {
                 f,
                 "403 Forbidden: the service account's RBAC does not allow {verb} on {resource} \
                  (grant it with a Role or ClusterRole and a binding, as \
-                 deploy/kubernetes/node-labels does); the API server said: {message}"
+                 deploy/kubernetes/node-labels and node-labels-direct do); the API server said: {message}"
             ),
             Self::Tls { file, detail } => write!(
                 f,
