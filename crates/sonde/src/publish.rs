@@ -55,7 +55,7 @@ pub(crate) struct PublishOpt {
     /// The peers' TCP port; default each EndpointSlice's port named sonde-tcp, else 5300
     #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
     port: Option<u16>,
-    /// A label of every peer, NAME=NODE_LABEL_KEY: the sonde label NAME (what [select] uses)
+    /// A label of every peer, NAME=NODE_LABEL_KEY: the sonde label NAME (what `[select]` uses)
     /// from the node label NODE_LABEL_KEY of the endpoint's node (repeat for each; e.g.
     /// zone=topology.kubernetes.io/zone). None: the lines carry no labels
     #[arg(long = "label", value_name = "NAME=KEY")]
