@@ -101,7 +101,24 @@ impl PublishOpt {
             token_file: self.token_file.clone(),
             ca_file: self.ca_file.clone(),
         })
-        .map_err(|e| anyhow::anyhow!("{}", e.to_string().replace("peers.kubernetes.", "--")))?;
+        // The mesh file's key names, as this command's flags.
+        .map_err(|e| {
+            let text = e.to_string();
+            let text = ["api_server", "token_file", "ca_file"]
+                .iter()
+                .fold(text, |t, k| {
+                    t.replace(
+                        &format!("peers.kubernetes.{k}"),
+                        &format!("--{}", k.replace('_', "-")),
+                    )
+                });
+            anyhow::anyhow!(
+                "{}",
+                text.replace("peers.kubernetes.labels.", "--label ")
+                    .replace("peers.kubernetes.labels", "--label")
+                    .replace("peers.kubernetes.", "--")
+            )
+        })?;
         if !kube_name_ok(&self.configmap) {
             bail!(
                 "--configmap {:?} is not a ConfigMap name (lower-case letters, digits and -)",

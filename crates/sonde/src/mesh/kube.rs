@@ -520,8 +520,8 @@ impl Api {
             None => {
                 let host = std::env::var("KUBERNETES_SERVICE_HOST").map_err(|_| {
                     Cause::NotInCluster(
-                        "KUBERNETES_SERVICE_HOST is not set (set peers.kubernetes.api_server \
-                         outside a pod)"
+                        "KUBERNETES_SERVICE_HOST is not set (outside a pod, set \
+                         peers.kubernetes.api_server, or sonde mesh publish --api-server)"
                             .to_owned(),
                     )
                 })?;
