@@ -17,6 +17,10 @@
 //! the service account's bearer token from its file, read again for every request (bound
 //! tokens rotate), and its `ca.crt` as the only root of trust (read again at every list).
 //! `api_server`, `token_file` and `ca_file` in the mesh file override them (for tests).
+//!
+//! `sonde mesh publish` runs the same watches once for a whole mesh and writes the labelled list
+//! into one ConfigMap ([`publish_watching`], [`publish_once`]), which the agents mount as their
+//! `[peers] file`: no API access in the agents, and no node event sent to every agent.
 
 use std::collections::hash_map::RandomState;
 use std::collections::BTreeMap;
