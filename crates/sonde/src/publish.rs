@@ -25,7 +25,8 @@ use crate::mesh::kube::{self, Publish, Target, Written};
 #[derive(Debug, Args)]
 #[command(after_long_help = "\
 Writes only when the list's text changes (an unchanged list is no request past one get), and at \
-most once per --min-interval: a rollout's burst of changes is one write. A ConfigMap holds 1 MiB: \
+most once per --min-interval: the first change at once, those that follow within the interval together \
+at its end (a rollout is one write per interval, not one per pod). A ConfigMap holds 1 MiB: \
 about 60 bytes a peer, some 15,000 peers; a longer list is refused, not cut.
 
 RBAC: list and watch endpointslices (discovery.k8s.io) in the namespace; list and watch nodes \
