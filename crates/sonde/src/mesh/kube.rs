@@ -2532,6 +2532,16 @@ mod tests {
         publish_once(&publish).unwrap();
         let mount = dir.path().join("mount");
         std::fs::create_dir(&mount).unwrap();
+        // One fixed time (200 s ago) for the symlinks at every delivery, as a kubelet's swap
+        // leaves the key's own symlink as it was: a reader that looked at the symlink, not
+        // the file it leads to, would miss the swap (checked: this test fails with one).
+        let links_at = format!(
+            "@{}",
+            (std::time::SystemTime::now() - Duration::from_secs(200))
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+        );
         // The kubelet's atomic writer: a timestamped directory, `..data` pointing at it (made
         // aside, then renamed over), and the key a symlink through `..data`.
         let deliver = |version: u32, text: &str, age: Duration| {
@@ -2554,6 +2564,15 @@ mod tests {
             if key.symlink_metadata().is_err() {
                 std::os::unix::fs::symlink("..data/peers.txt", &key).unwrap();
             }
+            // The symlinks' own times in the past too (`touch -h`), so that only the file they
+            // lead to can tell the reader that something changed.
+            let touched = std::process::Command::new("touch")
+                .args(["-h", "-d", &links_at])
+                .arg(&key)
+                .arg(mount.join("..data"))
+                .status()
+                .unwrap();
+            assert!(touched.success());
         };
         deliver(1, &configmap_text(&api), Duration::from_secs(100));
         let mesh = super::super::MeshConfig::parse(&format!(
