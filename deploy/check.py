@@ -26,7 +26,10 @@ Debian's `prometheus`). Nothing here talks to a cluster or the network.
    `[peers] kubernetes` (the node-labels overlay) runs as a ServiceAccount with its token
    mounted, bound to the verbs KUBERNETES_RBAC lists (a Role for the EndpointSlices of its
    namespace, a ClusterRole for the nodes), and names a Service that is rendered; one without
-   it (DNS peers) mounts no token.
+   it (DNS or file peers) mounts no token and its ServiceAccount has no RBAC bound. A publisher
+   (`sonde mesh publish`, the node-labels overlay) runs as a ServiceAccount granted list and
+   watch on the EndpointSlices and nodes, get and update on its ConfigMap (by name), and the
+   DaemonSet mounts that ConfigMap where the mesh's [peers] file reads it.
 3. Every PromQL expression of deploy/grafana/*.json is checked by `promtool check rules`
    (wrapped as recording rules), and uses only metric names from docs/mesh.md.
 4. Every rule file deploy/prometheus/*-rules.yml passes `promtool check rules`, and its unit
@@ -375,28 +378,87 @@ def check_mesh(src, text, failures):
                 if sub not in MESH_KEYS[key]:
                     failures.add(where, f"unknown key {key}.{sub} (docs/mesh.md)")
     peers = mesh.get("peers", {})
-    if "dns" not in peers and "kubernetes" not in peers:
+    if not any(key in peers for key in ("dns", "kubernetes", "file", "hosts")):
         failures.add(
-            where, "neither [peers] dns nor [peers] kubernetes is set: the agents would not find each other"
+            where,
+            "none of [peers] dns, kubernetes, file or hosts is set: the agents would not find each other",
         )
     return mesh
 
 
-def grants(rule, group, resource):
-    """The verbs a Role or ClusterRole rule grants on group/resource."""
+def grants(rule, group, resource, name=None):
+    """The verbs a Role or ClusterRole rule grants on group/resource (on the object `name`, when
+    given: a rule with resourceNames grants only on those)."""
     groups = rule.get("apiGroups", [])
     resources = rule.get("resources", [])
+    names = rule.get("resourceNames")
+    if names is not None and name not in names:
+        return set()
     if (group in groups or "*" in groups) and (resource in resources or "*" in resources):
         verbs = set(rule.get("verbs", []))
-        return {"get", "list", "watch"} if "*" in verbs else verbs
+        return {"get", "list", "watch", "create", "update", "patch"} if "*" in verbs else verbs
     return set()
+
+
+def bindings_of(objects, sa, ns):
+    """The (binding, its role) pairs whose subjects name ServiceAccount ns/sa."""
+    roles = {
+        (o.get("kind"), o.get("metadata", {}).get("namespace"), o.get("metadata", {}).get("name")): o
+        for _, o in objects
+        if o.get("kind") in ("Role", "ClusterRole")
+    }
+    found = []
+    for _, binding in objects:
+        if binding.get("kind") not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(
+            s.get("kind") == "ServiceAccount" and s.get("name") == sa and s.get("namespace", ns) == ns
+            for s in binding.get("subjects", [])
+        ):
+            continue
+        ref = binding.get("roleRef", {})
+        role_ns = None if ref.get("kind") == "ClusterRole" else binding.get("metadata", {}).get("namespace")
+        found.append((binding, roles.get((ref.get("kind"), role_ns, ref.get("name")))))
+    return found
+
+
+def check_grants(where, objects, sa, ns, needed, why, failures):
+    """ServiceAccount ns/sa is granted every verb of `needed`: (group, resource) -> (verbs,
+    scope, object name or None); alternatives among verbs are written as a tuple."""
+    granted = {key: set() for key in needed}
+    for binding, role in bindings_of(objects, sa, ns):
+        kind = binding.get("kind")
+        if role is None:
+            ref = binding.get("roleRef", {})
+            failures.add(where, f"{kind} {binding['metadata'].get('name')} binds {ref.get('kind')} {ref.get('name')}, which is not rendered here")
+            continue
+        for (group, resource), (_, scope, name) in needed.items():
+            if scope == "cluster" and kind != "ClusterRoleBinding":
+                continue
+            if scope == "namespace" and kind == "RoleBinding" and binding["metadata"].get("namespace") != ns:
+                continue
+            for rule in role.get("rules", []):
+                granted[(group, resource)] |= grants(rule, group, resource, name)
+    for (group, resource), (verbs, scope, name) in needed.items():
+        missing = set()
+        for verb in verbs:
+            alternatives = verb if isinstance(verb, tuple) else (verb,)
+            if not granted[(group, resource)] & set(alternatives):
+                missing.add(" or ".join(alternatives))
+        if missing:
+            what = f"{resource}" + (f".{group}" if group else "") + (f" {name}" if name else "")
+            place = "cluster-wide (a ClusterRole and ClusterRoleBinding)" if scope == "cluster" else f"in namespace {ns}"
+            failures.add(
+                where,
+                f"ServiceAccount {sa} may not {', '.join(sorted(missing))} {what} {place}: {why}",
+            )
 
 
 def check_kubernetes_access(kdir, objects, mesh, failures):
     """A mesh with [peers] kubernetes: the DaemonSet runs as a ServiceAccount with its token
     mounted, bound to a Role that lists and watches endpointslices in its namespace and (with
     `labels`) a ClusterRole that lists and watches nodes; the Service it names is the one
-    rendered here. Without it, no RBAC and no token: DNS peers need no API access."""
+    rendered here. Without it, no RBAC and no token: DNS and file peers need no API access."""
     kube = mesh.get("peers", {}).get("kubernetes")
     where = os.path.join("kubernetes", os.path.basename(kdir))
     daemonsets = [o for _, o in objects if o.get("kind") == "DaemonSet"]
@@ -407,7 +469,15 @@ def check_kubernetes_access(kdir, objects, mesh, failures):
                 failures.add(
                     where,
                     "the DaemonSet mounts a service account token but its mesh uses no API "
-                    "([peers] dns): set automountServiceAccountToken: false",
+                    "([peers] dns or file): set automountServiceAccountToken: false",
+                )
+            sa = pod.get("serviceAccountName", "default")
+            ns = ds.get("metadata", {}).get("namespace")
+            for binding, _ in bindings_of(objects, sa, ns):
+                failures.add(
+                    where,
+                    f"{binding.get('kind')} {binding['metadata'].get('name')} grants the agents' "
+                    f"ServiceAccount {sa} API access their mesh does not use: the agents need none",
                 )
         return
     services = {o.get("metadata", {}).get("name") for _, o in objects if o.get("kind") == "Service"}
@@ -424,11 +494,6 @@ def check_kubernetes_access(kdir, objects, mesh, failures):
         (o.get("metadata", {}).get("namespace"), o.get("metadata", {}).get("name"))
         for _, o in objects
         if o.get("kind") == "ServiceAccount"
-    }
-    roles = {
-        (o.get("kind"), o.get("metadata", {}).get("namespace"), o.get("metadata", {}).get("name")): o
-        for _, o in objects
-        if o.get("kind") in ("Role", "ClusterRole")
     }
     for ds in daemonsets:
         ns = ds.get("metadata", {}).get("namespace")
@@ -450,39 +515,80 @@ def check_kubernetes_access(kdir, objects, mesh, failures):
                 where,
                 f"peers.kubernetes.namespace = {kube.get('namespace')!r}, but the agents run in {ns!r}",
             )
-        # What the ServiceAccount is granted, through each binding that names it.
-        granted = {key: set() for key in needed}
-        for _, binding in objects:
-            kind = binding.get("kind")
-            if kind not in ("RoleBinding", "ClusterRoleBinding"):
+        check_grants(
+            where,
+            objects,
+            sa,
+            ns,
+            {key: (verbs, scope, None) for key, (verbs, scope) in needed.items()},
+            "[peers] kubernetes lists and watches it",
+            failures,
+        )
+
+
+def check_publisher(kdir, objects, mesh, failures):
+    """`sonde mesh publish` (a Deployment): runs as a ServiceAccount with its token, granted list
+    and watch on the EndpointSlices of its namespace and (for a label other than the zone) on
+    the nodes, get and update (or patch) on its ConfigMap (create too when the ConfigMap is not
+    rendered here); the Service it names is rendered; and the agents read what it writes: the
+    DaemonSet mounts that ConfigMap, and the mesh's [peers] file is its key there."""
+    where = os.path.join("kubernetes", os.path.basename(kdir))
+    for _, dep in objects:
+        if dep.get("kind") != "Deployment":
+            continue
+        pod = dep.get("spec", {}).get("template", {}).get("spec", {})
+        for container in pod.get("containers", []):
+            args = container.get("args", [])
+            if args[:2] != ["mesh", "publish"]:
                 continue
-            if not any(
-                s.get("kind") == "ServiceAccount" and s.get("name") == sa and s.get("namespace", ns) == ns
-                for s in binding.get("subjects", [])
-            ):
+            name = f"{where} (Deployment {dep['metadata'].get('name')})"
+            if dep.get("spec", {}).get("replicas", 1) != 1:
+                failures.add(name, "the publisher is the single writer: replicas must be 1")
+            service = (flag_values(args, "--service") or ["sonde"])[-1]
+            configmap = (flag_values(args, "--configmap") or ["sonde-peers"])[-1]
+            key = (flag_values(args, "--key") or ["peers.txt"])[-1]
+            labels = dict(l.split("=", 1) for l in flag_values(args, "--label") if "=" in l)
+            ns = dep.get("metadata", {}).get("namespace")
+            services = {o.get("metadata", {}).get("name") for _, o in objects if o.get("kind") == "Service"}
+            if service not in services:
+                failures.add(name, f"--service {service} is not a Service here ({sorted(services)})")
+            sa = pod.get("serviceAccountName")
+            if not sa or sa == "default":
+                failures.add(name, "the publisher runs as no ServiceAccount of its own (serviceAccountName)")
                 continue
-            ref = binding.get("roleRef", {})
-            role_ns = None if ref.get("kind") == "ClusterRole" else binding.get("metadata", {}).get("namespace")
-            role = roles.get((ref.get("kind"), role_ns, ref.get("name")))
-            if role is None:
-                failures.add(where, f"{kind} {binding['metadata'].get('name')} binds {ref.get('kind')} {ref.get('name')}, which is not rendered here")
-                continue
-            for (group, resource), (_, scope) in needed.items():
-                if scope == "cluster" and kind != "ClusterRoleBinding":
+            if not pod.get("automountServiceAccountToken", True):
+                failures.add(name, "automountServiceAccountToken is false: the publisher reads its token from it")
+            shipped = any(
+                o.get("kind") == "ConfigMap" and o.get("metadata", {}).get("name") == configmap
+                for _, o in objects
+            )
+            verbs = {"get", ("update", "patch")} | (set() if shipped else {"create"})
+            needed = {
+                ("discovery.k8s.io", "endpointslices"): ({"list", "watch"}, "namespace", None),
+                ("", "configmaps"): (verbs, "namespace", configmap),
+            }
+            if any(k != ZONE_KEY for k in labels.values()):
+                needed[("", "nodes")] = ({"list", "watch"}, "cluster", None)
+            check_grants(name, objects, sa, ns, needed, "sonde mesh publish needs it", failures)
+            # The agents read what it writes.
+            path = mesh.get("peers", {}).get("file")
+            mounted = False
+            for _, ds in objects:
+                if ds.get("kind") != "DaemonSet":
                     continue
-                if scope == "namespace" and kind == "RoleBinding" and binding["metadata"].get("namespace") != ns:
-                    continue
-                for rule in role.get("rules", []):
-                    granted[(group, resource)] |= grants(rule, group, resource)
-        for (group, resource), (verbs, scope) in needed.items():
-            missing = verbs - granted[(group, resource)]
-            if missing:
-                what = f"{resource}" + (f".{group}" if group else "")
-                place = "cluster-wide (a ClusterRole and ClusterRoleBinding)" if scope == "cluster" else f"in namespace {ns}"
+                dpod = ds.get("spec", {}).get("template", {}).get("spec", {})
+                volumes = {
+                    v.get("name"): v.get("configMap", {}).get("name") for v in dpod.get("volumes", [])
+                }
+                for c in dpod.get("containers", []):
+                    for m in c.get("volumeMounts", []):
+                        if volumes.get(m.get("name")) == configmap and path == os.path.join(m.get("mountPath", ""), key):
+                            mounted = True
+            if not mounted:
                 failures.add(
-                    where,
-                    f"ServiceAccount {sa} may not {', '.join(sorted(missing))} {what} {place}: "
-                    "[peers] kubernetes lists and watches it",
+                    name,
+                    f"the agents do not read what the publisher writes: no DaemonSet mounts ConfigMap "
+                    f"{configmap} where the mesh's [peers] file ({path!r}) is its key {key}",
                 )
 
 
@@ -620,6 +726,7 @@ def main():
                 mesh = check_mesh(os.path.relpath(src, deploy), obj["data"]["mesh.toml"], failures)
                 if mesh is not None:
                     check_kubernetes_access(os.path.join(kube, kdir), objects, mesh, failures)
+                    check_publisher(os.path.join(kube, kdir), objects, mesh, failures)
             if obj.get("kind") == "DaemonSet":
                 check_agent_name(os.path.relpath(src, deploy), obj, failures)
                 check_agent_args(os.path.relpath(src, deploy), obj, failures)

@@ -24,7 +24,8 @@ sonde mtu HOST            path MTU by DF probes both ways, and each end's TCP MS
 sonde compare A B         stored runs against each other, with significance (Mann-Whitney U)\n  \
 sonde report -o FILE      stored runs as one HTML file with tables and charts\n  \
 sonde plan run PLAN.toml  a matrix of cases from a file, one at a time, into one table\n  \
-sonde mesh diagnose       where a mesh's fault is, from its series in Prometheus\n\n\
+sonde mesh diagnose       where a mesh's fault is, from its series in Prometheus\n  \
+sonde mesh publish        a Kubernetes mesh's labelled peer list into a ConfigMap\n\n\
 `sonde quick` runs latency, throughput, pps and crr against an agent it starts on loopback: no\n\
 second host needed.\n\n\
 Every test saves its result in a local database (--no-save to skip, --label KEY=VALUE to name \

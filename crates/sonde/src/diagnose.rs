@@ -17,7 +17,7 @@ use sonde_report::render::diagnosis::{
 use crate::output::print;
 use crate::units::BadValue;
 
-/// Mesh tools: what a mesh of `sonde server --mesh` agents measured, read back from Prometheus
+/// Mesh tools: where a mesh's fault is (from Prometheus), and its labelled peer list for Kubernetes
 #[derive(Debug, Args)]
 pub(crate) struct Opt {
     #[command(subcommand)]
@@ -27,6 +27,7 @@ pub(crate) struct Opt {
 #[derive(Debug, Subcommand)]
 enum Command {
     Diagnose(DiagnoseOpt),
+    Publish(crate::publish::PublishOpt),
 }
 
 /// Where is the fault: the source x target heatmap of p99 RTT and loss, and the ranked suspects
@@ -147,6 +148,7 @@ fn window(s: &str) -> Result<Duration, String> {
 pub(crate) fn run(opt: &Opt) -> anyhow::Result<()> {
     match &opt.command {
         Command::Diagnose(o) => run_diagnose(o),
+        Command::Publish(o) => crate::publish::run(o),
     }
 }
 

@@ -19,6 +19,7 @@ mod mtu;
 mod output;
 mod plan;
 mod pps;
+mod publish;
 mod quick;
 mod report;
 mod results;

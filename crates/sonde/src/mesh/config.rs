@@ -191,21 +191,22 @@ struct Peers {
 }
 
 /// `[peers] kubernetes = { service = "sonde", labels = { zone = "topology.kubernetes.io/zone" } }`.
-#[derive(Debug, Deserialize)]
+/// (Also what `sonde mesh publish` builds from its flags.)
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct KubeTable {
-    service: String,
-    namespace: Option<String>,
-    port: Option<u16>,
+pub(crate) struct KubeTable {
+    pub(crate) service: String,
+    pub(crate) namespace: Option<String>,
+    pub(crate) port: Option<u16>,
     #[serde(default)]
-    labels: BTreeMap<String, String>,
-    api_server: Option<String>,
-    token_file: Option<PathBuf>,
-    ca_file: Option<PathBuf>,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) api_server: Option<String>,
+    pub(crate) token_file: Option<PathBuf>,
+    pub(crate) ca_file: Option<PathBuf>,
 }
 
 /// A Kubernetes object name as the API takes it in a path or selector (RFC 1123 label).
-fn kube_name_ok(name: &str) -> bool {
+pub(crate) fn kube_name_ok(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
         && name
@@ -235,7 +236,8 @@ fn node_label_key_ok(key: &str) -> bool {
     name_ok && prefix_ok
 }
 
-fn kube_peers(t: &KubeTable) -> anyhow::Result<KubePeers> {
+/// The table checked and its defaults filled in.
+pub(crate) fn kube_peers(t: &KubeTable) -> anyhow::Result<KubePeers> {
     anyhow::ensure!(
         kube_name_ok(&t.service),
         "peers.kubernetes.service = {:?} is not a Service name (lower-case letters, digits and -)",

@@ -17,6 +17,10 @@
 //! the service account's bearer token from its file, read again for every request (bound
 //! tokens rotate), and its `ca.crt` as the only root of trust (read again at every list).
 //! `api_server`, `token_file` and `ca_file` in the mesh file override them (for tests).
+//!
+//! `sonde mesh publish` runs the same watches once for a whole mesh and writes the labelled list
+//! into one ConfigMap ([`publish_watching`], [`publish_once`]), which the agents mount as their
+//! `[peers] file`: no API access in the agents, and no node event sent to every agent.
 
 use std::collections::hash_map::RandomState;
 use std::collections::BTreeMap;
@@ -105,6 +109,8 @@ pub(crate) enum Cause {
     },
     /// An answer that is not what the API promises, or a stream that broke.
     Stream { what: String, detail: String },
+    /// The publisher's peer list does not fit in a ConfigMap.
+    TooLarge { bytes: usize, peers: usize },
 }
 
 impl fmt::Display for Cause {
@@ -124,7 +130,7 @@ impl fmt::Display for Cause {
                 f,
                 "403 Forbidden: the service account's RBAC does not allow {verb} on {resource} \
                  (grant it with a Role or ClusterRole and a binding, as \
-                 deploy/kubernetes/node-labels does); the API server said: {message}"
+                 deploy/kubernetes/node-labels and node-labels-direct do); the API server said: {message}"
             ),
             Self::Tls { file, detail } => write!(
                 f,
@@ -144,6 +150,13 @@ impl fmt::Display for Cause {
                 message,
             } => write!(f, "the API server answered {code} to {what}: {message}"),
             Self::Stream { what, detail } => write!(f, "{what}: {detail}"),
+            Self::TooLarge { bytes, peers } => write!(
+                f,
+                "the peer list of {peers} peers is {bytes} bytes, over the {PEER_TEXT_LIMIT} \
+                 a ConfigMap can hold (1 MiB less 16 KiB for its metadata; about 60 bytes a \
+                 peer, so some 15,000 peers at most): not written. Shorten the labels, or use \
+                 [peers] dns with labels from the names"
+            ),
         }
     }
 }
@@ -511,8 +524,8 @@ impl Api {
             None => {
                 let host = std::env::var("KUBERNETES_SERVICE_HOST").map_err(|_| {
                     Cause::NotInCluster(
-                        "KUBERNETES_SERVICE_HOST is not set (set peers.kubernetes.api_server \
-                         outside a pod)"
+                        "KUBERNETES_SERVICE_HOST is not set (outside a pod, set \
+                         peers.kubernetes.api_server, or sonde mesh publish --api-server)"
                             .to_owned(),
                     )
                 })?;
@@ -999,6 +1012,288 @@ fn run(kind: Kind, cfg: &KubePeers, store: &Mutex<Store>, stop: &AtomicBool) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The publisher: `sonde mesh publish` writes the labelled peer list into one ConfigMap
+// ---------------------------------------------------------------------------------------------
+
+/// What a ConfigMap's data may hold: the API server refuses a ConfigMap over 1 MiB
+/// (`MaxSecretSize`, the same for ConfigMaps); 16 KiB of it are left for the object's metadata
+/// and the key.
+pub(crate) const PEER_TEXT_LIMIT: usize = (1 << 20) - (16 << 10);
+
+/// The peer list as the peer file reads it: one `ADDRESS:PORT LABEL=VALUE ...` line per peer,
+/// sorted by address (labels by name), so that an unchanged list is an unchanged text. A label
+/// whose node gives it an empty value is left out (the peer file has no empty values).
+pub(crate) fn peer_text(peers: &[KubePeer]) -> String {
+    let mut sorted: Vec<&KubePeer> = peers.iter().collect();
+    sorted.sort_by_key(|p| p.addr);
+    let mut text = String::new();
+    for p in sorted {
+        text.push_str(&p.addr.to_string());
+        for (k, v) in p.labels.iter().filter(|(_, v)| !v.is_empty()) {
+            text.push(' ');
+            text.push_str(k);
+            text.push('=');
+            text.push_str(v);
+        }
+        text.push('\n');
+    }
+    text
+}
+
+/// [`peer_text`], refused over [`PEER_TEXT_LIMIT`].
+pub(crate) fn checked_peer_text(peers: &[KubePeer]) -> Result<String, Cause> {
+    let text = peer_text(peers);
+    if text.len() > PEER_TEXT_LIMIT {
+        return Err(Cause::TooLarge {
+            bytes: text.len(),
+            peers: peers.len(),
+        });
+    }
+    Ok(text)
+}
+
+/// The ConfigMap the publisher writes, and its data key.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) configmap: String,
+    pub(crate) key: String,
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// The key already held the text: nothing sent.
+    Unchanged,
+    /// The ConfigMap was replaced (PUT) with the new text.
+    Updated,
+    /// The ConfigMap did not exist: created (POST).
+    Created,
+}
+
+/// A ConfigMap as far as the publisher reads it (the rest of the object is sent back as it came).
+#[derive(Debug, Default, Deserialize)]
+struct ConfigMapData {
+    #[serde(default)]
+    data: Option<BTreeMap<String, String>>,
+}
+
+impl Api {
+    fn configmaps(&self) -> String {
+        format!("configmaps in namespace {}", self.namespace)
+    }
+
+    /// One request with the token read now: its status and body (at most 2 MiB), 401 and 403
+    /// as their causes.
+    fn request(
+        &self,
+        agent: &ureq::Agent,
+        (method, verb): (&str, &'static str),
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> Result<(u16, Vec<u8>), Cause> {
+        let token = std::fs::read_to_string(&self.token_file).map_err(|e| Cause::Token {
+            file: self.token_file.clone(),
+            detail: format!("cannot read it: {e} (is automountServiceAccountToken on?)"),
+        })?;
+        let url = format!("{}{path}", self.base);
+        let request = ureq::http::Request::builder()
+            .method(method)
+            .uri(&url)
+            .header("Authorization", format!("Bearer {}", token.trim()))
+            .header("Accept", "application/json")
+            .header("Content-Type", "application/json");
+        let request = request
+            .body(body.unwrap_or_default().to_vec())
+            .map_err(|e| Cause::Stream {
+                what: format!("{verb} {}", self.configmaps()),
+                detail: e.to_string(),
+            })?;
+        let response = agent.run(request).map_err(|e| self.transport(&e))?;
+        let code = response.status().as_u16();
+        let body = response
+            .into_body()
+            .with_config()
+            .limit(2 << 20)
+            .read_to_vec()
+            .map_err(|e| Cause::Stream {
+                what: format!("{verb} {}", self.configmaps()),
+                detail: e.to_string(),
+            })?;
+        let message = || {
+            serde_json::from_slice::<Status>(&body)
+                .map(|s| s.message)
+                .unwrap_or_default()
+        };
+        match code {
+            401 => Err(Cause::Token {
+                file: self.token_file.clone(),
+                detail: format!(
+                    "401 Unauthorized: the API server did not accept it (expired, revoked, or \
+                     not this cluster's): {}",
+                    message()
+                ),
+            }),
+            403 => Err(Cause::Forbidden {
+                verb,
+                resource: self.configmaps(),
+                message: message(),
+            }),
+            _ => Ok((code, body)),
+        }
+    }
+}
+
+/// Writes `text` under `target.key` of `target.configmap` in the namespace: read it (get); if
+/// the key already holds the text, nothing more; else replace the object with the key set
+/// (update, with its resourceVersion: a concurrent change is a 409, tried again at the next
+/// write), or create it where it does not exist. Other keys and the metadata are kept.
+pub(crate) fn write_configmap(
+    cfg: &KubePeers,
+    target: &Target,
+    text: &str,
+) -> Result<Written, Cause> {
+    let api = Api::new(cfg)?;
+    let agent = api.agent()?;
+    let base = format!("/api/v1/namespaces/{}/configmaps", api.namespace);
+    let one = format!("{base}/{}", target.configmap);
+    let status = |verb: &str, code: u16, body: &[u8]| Cause::Status {
+        code,
+        what: format!(
+            "{verb} configmap {} in namespace {}",
+            target.configmap, api.namespace
+        ),
+        message: serde_json::from_slice::<Status>(body)
+            .map(|s| s.message)
+            .unwrap_or_default(),
+    };
+    let bad = |detail: String| Cause::Stream {
+        what: format!("get configmap {}", target.configmap),
+        detail,
+    };
+    let (code, body) = api.request(&agent, ("GET", "get"), &one, None)?;
+    match code {
+        200 => {
+            let mut object: serde_json::Value =
+                serde_json::from_slice(&body).map_err(|e| bad(format!("not JSON: {e}")))?;
+            let current: ConfigMapData = serde_json::from_value(object.clone())
+                .map_err(|e| bad(format!("not a ConfigMap: {e}")))?;
+            if current
+                .data
+                .as_ref()
+                .and_then(|d| d.get(&target.key))
+                .is_some_and(|t| t == text)
+            {
+                return Ok(Written::Unchanged);
+            }
+            let Some(map) = object.as_object_mut() else {
+                return Err(bad("not an object".to_owned()));
+            };
+            let data = map
+                .entry("data")
+                .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+            if !data.is_object() {
+                *data = serde_json::Value::Object(serde_json::Map::new());
+            }
+            data[&target.key] = serde_json::Value::String(text.to_owned());
+            let body = serde_json::to_vec(&object).map_err(|e| bad(e.to_string()))?;
+            let (code, answer) = api.request(&agent, ("PUT", "update"), &one, Some(&body))?;
+            match code {
+                200 | 201 => Ok(Written::Updated),
+                _ => Err(status("update", code, &answer)),
+            }
+        }
+        404 => {
+            let object = serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": target.configmap, "namespace": api.namespace,
+                             "labels": {"app.kubernetes.io/managed-by": "sonde-mesh-publish"}},
+                "data": {target.key.clone(): text},
+            });
+            let body = serde_json::to_vec(&object).map_err(|e| bad(e.to_string()))?;
+            let (code, answer) = api.request(&agent, ("POST", "create"), &base, Some(&body))?;
+            match code {
+                200 | 201 => Ok(Written::Created),
+                _ => Err(status("create", code, &answer)),
+            }
+        }
+        _ => Err(status("get", code, &body)),
+    }
+}
+
+/// How the publisher runs.
+#[derive(Debug, Clone)]
+pub(crate) struct Publish {
+    pub(crate) source: KubePeers,
+    pub(crate) target: Target,
+    /// At most one write per this; changes within it are written together at its end.
+    pub(crate) min_interval: Duration,
+}
+
+/// Lists once and writes the list (`--once`).
+pub(crate) fn publish_once(p: &Publish) -> Result<(usize, Written), Cause> {
+    let peers = list_once(&p.source)?;
+    let text = checked_peer_text(&peers)?;
+    Ok((peers.len(), write_configmap(&p.source, &p.target, &text)?))
+}
+
+/// Watches (as `[peers] kubernetes` does) and writes the list whenever its text changes, at
+/// most once per `min_interval`, until `stop`. A failed write is logged (once per cause) and
+/// tried again after `min_interval`; the watches keep their last list meanwhile.
+pub(crate) fn publish_watching(p: &Publish, stop: &Arc<AtomicBool>) -> io::Result<()> {
+    let watch = KubeWatch::spawn(&p.source, stop)?;
+    let step = Duration::from_millis(50).min(p.min_interval);
+    // The text the ConfigMap is known to hold (None: not yet written or read).
+    let mut written: Option<String> = None;
+    let mut last_try: Option<std::time::Instant> = None;
+    let mut failing: Option<Cause> = None;
+    while !stop.load(Ordering::Relaxed) {
+        thread::sleep(step);
+        let Some(peers) = watch.peers() else { continue };
+        if last_try.is_some_and(|t| t.elapsed() < p.min_interval) {
+            continue;
+        }
+        let outcome = checked_peer_text(&peers).and_then(|text| {
+            if written.as_deref() == Some(text.as_str()) {
+                return Ok(None);
+            }
+            last_try = Some(std::time::Instant::now());
+            let w = write_configmap(&p.source, &p.target, &text)?;
+            written = Some(text);
+            Ok(Some(w))
+        });
+        match outcome {
+            Ok(None) => {}
+            Ok(Some(w)) => {
+                failing = None;
+                let what = match w {
+                    Written::Unchanged => "already held",
+                    Written::Updated => "updated with",
+                    Written::Created => "created with",
+                };
+                super::log(format_args!(
+                    "configmap {}, key {}: {what} {} peers",
+                    p.target.configmap,
+                    p.target.key,
+                    peers.len()
+                ));
+            }
+            Err(cause) => {
+                last_try = Some(std::time::Instant::now());
+                if failing.as_ref() != Some(&cause) {
+                    super::log(format_args!(
+                        "configmap {}: {cause} (the ConfigMap keeps its last list; trying \
+                         again every {:?})",
+                        p.target.configmap, p.min_interval
+                    ));
+                    failing = Some(cause);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1302,6 +1597,23 @@ mod tests {
         tokens: Vec<String>,
         accepts: Vec<String>,
         watchers: Vec<(&'static str, mpsc::Sender<String>)>,
+        /// ConfigMaps in namespace sonde, by name.
+        configmaps: BTreeMap<String, Value>,
+        /// Every ConfigMap request: (method, the object sent).
+        configmap_requests: Vec<(String, Value)>,
+        /// 403 to this ConfigMap verb (get, update, create).
+        forbid_configmap: Option<&'static str>,
+    }
+
+    impl World {
+        /// The ConfigMap writes (PUT and POST) so far.
+        fn writes(&self) -> Vec<(String, Value)> {
+            self.configmap_requests
+                .iter()
+                .filter(|(m, _)| m != "GET")
+                .cloned()
+                .collect()
+        }
     }
 
     struct FakeApi {
@@ -1409,12 +1721,52 @@ mod tests {
                     .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
                     .map(str::to_owned)
             };
+            let method = head[0].split(' ').next().unwrap_or_default().to_owned();
+            let length: usize = header("Content-Length").parse().unwrap_or(0);
+            let mut body = vec![0; length];
+            if stream.read_exact(&mut body).is_err() {
+                return;
+            }
             let out = stream.get_mut();
             let mut w = world.lock().unwrap();
             let token = header("Authorization");
             w.tokens.push(token.clone());
             if token != format!("Bearer {}", w.token) {
                 let _ = respond(out, 401, &status(401, "Unauthorized", "Unauthorized"));
+                continue;
+            }
+            if let Some(rest) = path.strip_prefix("/api/v1/namespaces/sonde/configmaps") {
+                let sent: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                w.configmap_requests.push((method.clone(), sent.clone()));
+                let name = rest.trim_start_matches('/').to_owned();
+                let verb = match method.as_str() {
+                    "GET" => "get",
+                    "PUT" => "update",
+                    _ => "create",
+                };
+                if w.forbid_configmap == Some(verb) {
+                    let message = format!(
+                        "configmaps \"{name}\" is forbidden: User \"system:serviceaccount:sonde:sonde-publish\" cannot {verb} resource \"configmaps\" in API group \"\" in the namespace \"sonde\""
+                    );
+                    let _ = respond(out, 403, &status(403, "Forbidden", &message));
+                    continue;
+                }
+                let _ = match method.as_str() {
+                    "GET" => match w.configmaps.get(&name) {
+                        Some(cm) => respond(out, 200, cm),
+                        None => respond(out, 404, &status(404, "NotFound", "not found")),
+                    },
+                    "PUT" if w.configmaps.contains_key(&name) => {
+                        w.configmaps.insert(name, sent.clone());
+                        respond(out, 200, &sent)
+                    }
+                    "POST" if name.is_empty() => {
+                        let name = sent["metadata"]["name"].as_str().unwrap_or_default();
+                        w.configmaps.insert(name.to_owned(), sent.clone());
+                        respond(out, 201, &sent)
+                    }
+                    _ => respond(out, 405, &status(405, "MethodNotAllowed", "no")),
+                };
                 continue;
             }
             let kind = match path {
@@ -1938,6 +2290,333 @@ mod tests {
         api.break_watches();
         a.stop();
         b.stop();
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The publisher
+    // -----------------------------------------------------------------------------------------
+
+    /// A fake API server with three nodes (two racks) and a slice of four endpoints, one not
+    /// ready, listed out of address order; and the publisher's settings against it.
+    fn publisher_world(dir: &std::path::Path) -> (FakeApi, Publish) {
+        let good = pki();
+        let (token_file, ca_file) = (dir.join("token"), dir.join("ca.crt"));
+        std::fs::write(&token_file, "t\n").unwrap();
+        std::fs::write(&ca_file, &good.ca_pem).unwrap();
+        let api = FakeApi::start(
+            Arc::clone(&good.server),
+            World {
+                token: "t".into(),
+                rv: 10,
+                nodes: vec![
+                    node("node-1", "z1", "r1"),
+                    node("node-2", "z1", "r1"),
+                    node("node-3", "z2", "r3"),
+                ],
+                slices: vec![slice_json(
+                    "sonde-abcde",
+                    "IPv4",
+                    &[
+                        ("198.18.0.3", "node-3", Some(true)),
+                        ("198.18.0.10", "node-2", Some(true)),
+                        ("198.18.0.1", "node-1", Some(true)),
+                        ("198.18.0.4", "node-3", Some(false)),
+                    ],
+                )],
+                ..World::default()
+            },
+        );
+        let mut source = peers_cfg(&[
+            ("zone", "topology.kubernetes.io/zone"),
+            ("rack", "example.com/rack"),
+        ]);
+        source.api_server = Some(format!("https://127.0.0.1:{}", api.port));
+        source.token_file = token_file;
+        source.ca_file = ca_file;
+        let publish = Publish {
+            source,
+            target: Target {
+                configmap: "sonde-peers".into(),
+                key: "peers.txt".into(),
+            },
+            min_interval: Duration::from_millis(100),
+        };
+        (api, publish)
+    }
+
+    fn configmap_text(api: &FakeApi) -> String {
+        api.world().configmaps["sonde-peers"]["data"]["peers.txt"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// `--once`: the ConfigMap created with the sorted, labelled list of the ready endpoints;
+    /// again with nothing changed: no write; a 403 names the verb and the resource.
+    #[test]
+    fn publish_once_writes_the_sorted_labelled_list_and_nothing_when_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let (api, publish) = publisher_world(dir.path());
+        let want = "198.18.0.1:5301 rack=r1 zone=z1\n\
+                    198.18.0.3:5301 rack=r3 zone=z2\n\
+                    198.18.0.10:5301 rack=r1 zone=z1\n";
+        assert_eq!(publish_once(&publish), Ok((3, Written::Created)));
+        {
+            let w = api.world();
+            let writes = w.writes();
+            assert_eq!(writes.len(), 1, "{writes:?}");
+            assert_eq!(writes[0].0, "POST");
+            assert_eq!(writes[0].1["metadata"]["name"], "sonde-peers");
+            assert_eq!(writes[0].1["data"]["peers.txt"], want);
+        }
+        assert_eq!(configmap_text(&api), want);
+        // Nothing changed: one get, no write.
+        assert_eq!(publish_once(&publish), Ok((3, Written::Unchanged)));
+        assert_eq!(api.world().writes().len(), 1);
+        // An existing ConfigMap with another key and its metadata: replaced with both kept.
+        {
+            let mut w = api.world();
+            let cm = w.configmaps.get_mut("sonde-peers").unwrap();
+            cm["data"]["other"] = json!("kept");
+            cm["metadata"]["resourceVersion"] = json!("77");
+            w.nodes[2] = node("node-3", "z2", "r4");
+        }
+        assert_eq!(publish_once(&publish), Ok((3, Written::Updated)));
+        {
+            let w = api.world();
+            let (method, sent) = w.writes().pop().unwrap();
+            assert_eq!(method, "PUT");
+            assert_eq!(sent["metadata"]["resourceVersion"], "77");
+            assert_eq!(sent["data"]["other"], "kept");
+        }
+        assert!(configmap_text(&api).contains("198.18.0.3:5301 rack=r4 zone=z2\n"));
+        // 403 on update (a Role without it): the verb and the resource named.
+        api.world().forbid_configmap = Some("update");
+        api.world().nodes[2] = node("node-3", "z2", "r5");
+        let cause = publish_once(&publish).unwrap_err().to_string();
+        assert!(
+            cause.contains("403 Forbidden")
+                && cause.contains("does not allow update on configmaps in namespace sonde")
+                && cause.contains("cannot update resource"),
+            "{cause}"
+        );
+        // ... and on get.
+        api.world().forbid_configmap = Some("get");
+        let cause = publish_once(&publish).unwrap_err().to_string();
+        assert!(
+            cause.contains("does not allow get on configmaps in namespace sonde"),
+            "{cause}"
+        );
+        // Create, where the ConfigMap is missing and create is not granted.
+        {
+            let mut w = api.world();
+            w.forbid_configmap = Some("create");
+            w.configmaps.clear();
+        }
+        let cause = publish_once(&publish).unwrap_err().to_string();
+        assert!(
+            cause.contains("does not allow create on configmaps in namespace sonde"),
+            "{cause}"
+        );
+    }
+
+    /// Watching: the first write, then one write per change of the text (a label change, an
+    /// endpoint added), none for an event that changes nothing the list says (a node's status
+    /// update), and the end within a moment of `stop`.
+    #[test]
+    fn publish_watching_writes_once_per_change_of_the_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let (api, publish) = publisher_world(dir.path());
+        let stop = Arc::new(AtomicBool::new(false));
+        let runner = {
+            let (publish, stop) = (publish.clone(), Arc::clone(&stop));
+            thread::spawn(move || publish_watching(&publish, &stop))
+        };
+        let writes = || api.world().writes().len();
+        wait_for("the first write", || writes() == 1);
+        wait_for("both watches", || {
+            api.watching("nodes") && api.watching("endpointslices")
+        });
+        // Settled: no second write of the same text (several intervals).
+        thread::sleep(Duration::from_millis(500));
+        assert_eq!(writes(), 1);
+        // A node's status update: a MODIFIED event, the same labels: nothing written.
+        api.event("nodes", "MODIFIED", node("node-1", "z1", "r1"));
+        thread::sleep(Duration::from_millis(500));
+        assert_eq!(writes(), 1);
+        // A label change: exactly one write, with the new text.
+        api.event("nodes", "MODIFIED", node("node-2", "z2", "r2"));
+        wait_for("the label change written", || writes() == 2);
+        thread::sleep(Duration::from_millis(500));
+        assert_eq!(writes(), 2);
+        assert_eq!(
+            configmap_text(&api),
+            "198.18.0.1:5301 rack=r1 zone=z1\n\
+             198.18.0.3:5301 rack=r3 zone=z2\n\
+             198.18.0.10:5301 rack=r2 zone=z2\n"
+        );
+        // An endpoint becomes ready: one write.
+        api.event(
+            "endpointslices",
+            "MODIFIED",
+            slice_json(
+                "sonde-abcde",
+                "IPv4",
+                &[
+                    ("198.18.0.3", "node-3", Some(true)),
+                    ("198.18.0.10", "node-2", Some(true)),
+                    ("198.18.0.1", "node-1", Some(true)),
+                    ("198.18.0.4", "node-3", Some(true)),
+                ],
+            ),
+        );
+        wait_for("the endpoint written", || writes() == 3);
+        thread::sleep(Duration::from_millis(500));
+        assert_eq!(writes(), 3);
+        assert!(configmap_text(&api).contains("198.18.0.4:5301 rack=r3 zone=z2\n"));
+        // SIGTERM's flag: it returns (the watch threads end with the process).
+        stop.store(true, Ordering::Relaxed);
+        let ended = Instant::now();
+        runner.join().unwrap().unwrap();
+        assert!(ended.elapsed() < Duration::from_secs(10));
+        api.break_watches();
+    }
+
+    /// A list that does not fit in a ConfigMap is refused with the numbers; 15,000 peers with
+    /// zone and rack labels fit.
+    #[test]
+    fn a_peer_list_over_a_configmap_is_refused() {
+        let labels = |z: usize, r: usize| -> Labels {
+            [
+                (
+                    "zone".to_owned(),
+                    format!("eu-west-1{}", ["a", "b", "c"][z % 3]),
+                ),
+                ("rack".to_owned(), format!("rack-{r:04}")),
+            ]
+            .into_iter()
+            .collect()
+        };
+        let fleet = |n: usize| -> Vec<KubePeer> {
+            (0..n)
+                .map(|i| KubePeer {
+                    addr: SocketAddr::new(
+                        IpAddr::from([10, 200 + (i >> 16) as u8, (i >> 8) as u8, i as u8]),
+                        5300,
+                    ),
+                    labels: labels(i, i / 40),
+                })
+                .collect()
+        };
+        let fits = checked_peer_text(&fleet(15_000)).unwrap();
+        assert!(fits.len() <= PEER_TEXT_LIMIT, "{}", fits.len());
+        let cause = checked_peer_text(&fleet(25_000)).unwrap_err();
+        assert!(matches!(cause, Cause::TooLarge { peers: 25_000, .. }));
+        let text = cause.to_string();
+        assert!(
+            text.contains("the peer list of 25000 peers is")
+                && text.contains("over the 1032192 a ConfigMap can hold"),
+            "{text}"
+        );
+    }
+
+    /// End to end: the publisher's text, delivered as the kubelet delivers a mounted ConfigMap
+    /// (the key a symlink to `..data/KEY`, `..data` a symlink swapped atomically to a new
+    /// directory), read by an agent's `[peers] file`: its peers, their labels and its own, and
+    /// the new list after a swap.
+    #[cfg(unix)]
+    #[test]
+    fn an_agent_reads_the_published_list_from_a_kubelet_style_mount() {
+        let dir = tempfile::tempdir().unwrap();
+        let (api, publish) = publisher_world(dir.path());
+        publish_once(&publish).unwrap();
+        let mount = dir.path().join("mount");
+        std::fs::create_dir(&mount).unwrap();
+        // One fixed time (200 s ago) for the symlinks at every delivery, as a kubelet's swap
+        // leaves the key's own symlink as it was: a reader that looked at the symlink, not
+        // the file it leads to, would miss the swap (checked: this test fails with one).
+        let links_at = format!(
+            "@{}",
+            (std::time::SystemTime::now() - Duration::from_secs(200))
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+        );
+        // The kubelet's atomic writer: a timestamped directory, `..data` pointing at it (made
+        // aside, then renamed over), and the key a symlink through `..data`.
+        let deliver = |version: u32, text: &str, age: Duration| {
+            let ts = mount.join(format!("..2026_11_28_13_00_0{version}.123456789"));
+            std::fs::create_dir(&ts).unwrap();
+            let file = ts.join("peers.txt");
+            std::fs::write(&file, text).unwrap();
+            // Timestamps well in the past: the reader must see the swap by the file, not
+            // because it was just written.
+            std::fs::File::options()
+                .write(true)
+                .open(&file)
+                .unwrap()
+                .set_modified(std::time::SystemTime::now() - age)
+                .unwrap();
+            let tmp = mount.join("..data_tmp");
+            std::os::unix::fs::symlink(ts.file_name().unwrap(), &tmp).unwrap();
+            std::fs::rename(&tmp, mount.join("..data")).unwrap();
+            let key = mount.join("peers.txt");
+            if key.symlink_metadata().is_err() {
+                std::os::unix::fs::symlink("..data/peers.txt", &key).unwrap();
+            }
+            // The symlinks' own times in the past too (`touch -h`), so that only the file they
+            // lead to can tell the reader that something changed.
+            let touched = std::process::Command::new("touch")
+                .args(["-h", "-d", &links_at])
+                .arg(&key)
+                .arg(mount.join("..data"))
+                .status()
+                .unwrap();
+            assert!(touched.success());
+        };
+        deliver(1, &configmap_text(&api), Duration::from_secs(100));
+        let mesh = super::super::MeshConfig::parse(&format!(
+            "name = \"198.18.0.1\"\n[peers]\nfile = \"{}\"\n[select]\ngroup = \"rack\"\n",
+            mount.join("peers.txt").display()
+        ))
+        .unwrap();
+        let mut last_file = None;
+        let mut list = || {
+            let l = super::super::current_peer_list(
+                &mesh,
+                &mut last_file,
+                &mut Vec::new(),
+                &mut None,
+                &super::super::system_resolver,
+                &[],
+            );
+            (
+                l.peers.into_iter().map(|p| p.label).collect::<Vec<_>>(),
+                l.listed,
+                l.own_labels.into_iter().collect::<Vec<_>>(),
+            )
+        };
+        let own = vec![
+            ("rack".to_owned(), "r1".to_owned()),
+            ("zone".to_owned(), "z1".to_owned()),
+        ];
+        // This agent (198.18.0.1, rack r1) probes its rack: 198.18.0.10.
+        assert_eq!(
+            list(),
+            (vec!["198.18.0.10:5301".to_owned()], 2, own.clone())
+        );
+        // The publisher writes a change (node-3 joins rack r1); the kubelet swaps `..data`.
+        api.world().nodes[2] = node("node-3", "z2", "r1");
+        assert_eq!(publish_once(&publish).unwrap().1, Written::Updated);
+        deliver(2, &configmap_text(&api), Duration::from_secs(50));
+        assert_eq!(
+            list(),
+            (
+                vec!["198.18.0.3:5301".to_owned(), "198.18.0.10:5301".to_owned()],
+                2,
+                own
+            )
+        );
     }
 
     /// An API server that cannot be reached is named by its address; one that is not HTTPS

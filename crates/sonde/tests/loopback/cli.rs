@@ -1445,6 +1445,7 @@ fn help_snapshots() {
         ("help_report", vec!["report", "--help"]),
         ("help_plan", vec!["plan", "--help"]),
         ("help_mesh_diagnose", vec!["mesh", "diagnose", "--help"]),
+        ("help_mesh_publish", vec!["mesh", "publish", "--help"]),
     ] {
         let out = run_ok(&args);
         insta::assert_snapshot!(name, out);

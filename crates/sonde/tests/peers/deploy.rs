@@ -301,7 +301,10 @@ fn the_manifests_the_mesh_file_and_the_dashboard_pass_the_offline_checks() {
         "kubernetes/base: 5 objects (ConfigMap, DaemonSet, Namespace, Secret, Service)",
         "kubernetes/default: 6 objects (ConfigMap, DaemonSet, Namespace, Secret, Service, ServiceMonitor)",
         "kubernetes/host-network: 6 objects",
-        "kubernetes/node-labels: 11 objects (ClusterRole, ClusterRoleBinding, ConfigMap, DaemonSet, \
+        "kubernetes/node-labels: 13 objects (ClusterRole, ClusterRoleBinding, ConfigMap, ConfigMap, \
+         DaemonSet, Deployment, Namespace, Role, RoleBinding, Secret, Service, ServiceAccount, \
+         ServiceMonitor)",
+        "kubernetes/node-labels-direct: 11 objects (ClusterRole, ClusterRoleBinding, ConfigMap, DaemonSet, \
          Namespace, Role, RoleBinding, Secret, Service, ServiceAccount, ServiceMonitor)",
     ] {
         assert!(out.stdout.contains(line), "{line:?} not in\n{}", out.stdout);
@@ -441,43 +444,82 @@ fn the_offline_checks_fail_on_each_kind_of_typo() {
             "          image: sonde-agent\n",
             "images entry 'sonde' matches no container image",
         ),
-        // The node-labels overlay: the RBAC [peers] kubernetes needs, the token mounted, the
-        // Service it names; and the base, on DNS, mounts no token.
+        // The node-labels-direct overlay: the RBAC [peers] kubernetes needs, the token mounted,
+        // the Service it names; and the base, on DNS, mounts no token.
         (
-            "kubernetes/node-labels/rbac.yaml",
+            "kubernetes/node-labels-direct/rbac.yaml",
             "verbs: [\"get\", \"list\", \"watch\"]",
             "verbs: [\"get\", \"list\"]",
             "ServiceAccount sonde may not watch nodes cluster-wide",
         ),
         (
-            "kubernetes/node-labels/rbac.yaml",
+            "kubernetes/node-labels-direct/rbac.yaml",
             "resources: [\"endpointslices\"]",
             "resources: [\"endpoints\"]",
             "ServiceAccount sonde may not list, watch endpointslices.discovery.k8s.io in namespace sonde",
         ),
         (
-            "kubernetes/node-labels/rbac.yaml",
+            "kubernetes/node-labels-direct/rbac.yaml",
             "    name: sonde\n    namespace: sonde\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n",
             "    name: sonde-agent\n    namespace: sonde\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n",
             "ServiceAccount sonde may not list, watch nodes cluster-wide",
         ),
         (
-            "kubernetes/node-labels/daemonset.yaml",
+            "kubernetes/node-labels-direct/daemonset.yaml",
             "  value: true",
             "  value: false",
             "automountServiceAccountToken is false",
         ),
         (
-            "kubernetes/node-labels/mesh.yaml",
+            "kubernetes/node-labels-direct/mesh.yaml",
             "kubernetes = { service = \"sonde\"",
             "kubernetes = { service = \"sonde-mesh\"",
             "peers.kubernetes.service = 'sonde-mesh' is not a Service here",
         ),
         (
-            "kubernetes/node-labels/mesh.yaml",
+            "kubernetes/node-labels-direct/mesh.yaml",
             "kubernetes = { service",
             "kubernetes = { servce = \"x\", service",
             "unknown key peers.kubernetes.servce",
+        ),
+        // The node-labels overlay: the publisher's RBAC (by the ConfigMap's name), the
+        // ConfigMap it writes mounted where the agents' [peers] file reads it, and no RBAC for
+        // the agents.
+        (
+            "kubernetes/node-labels/publish.yaml",
+            "verbs: [\"get\", \"update\"]",
+            "verbs: [\"get\"]",
+            "ServiceAccount sonde-publish may not update or patch configmaps sonde-peers in namespace sonde",
+        ),
+        (
+            "kubernetes/node-labels/publish.yaml",
+            "resourceNames: [\"sonde-peers\"]",
+            "resourceNames: [\"sonde-peer\"]",
+            "ServiceAccount sonde-publish may not get, update or patch configmaps sonde-peers",
+        ),
+        (
+            "kubernetes/node-labels/publish.yaml",
+            "    verbs: [\"list\", \"watch\"]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding",
+            "    verbs: [\"list\"]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding",
+            "ServiceAccount sonde-publish may not watch nodes cluster-wide",
+        ),
+        (
+            "kubernetes/node-labels/peers.yaml",
+            "name: sonde-peers",
+            "name: sonde-peers-shipped",
+            "ServiceAccount sonde-publish may not create configmaps sonde-peers",
+        ),
+        (
+            "kubernetes/node-labels/daemonset.yaml",
+            "mountPath: /etc/sonde/peers",
+            "mountPath: /etc/sonde/peer",
+            "the agents do not read what the publisher writes",
+        ),
+        (
+            "kubernetes/node-labels/publish.yaml",
+            "    name: sonde-publish\n    namespace: sonde\n---\napiVersion: apps/v1",
+            "    name: default\n    namespace: sonde\n---\napiVersion: apps/v1",
+            "RoleBinding sonde-publish grants the agents' ServiceAccount default API access",
         ),
         (
             "kubernetes/base/daemonset.yaml",
@@ -630,14 +672,15 @@ fn the_configmaps_mesh_file_passes_sondes_own_check() {
     assert!(out.stderr.contains("\"paralel\""), "{}", out.stderr);
 }
 
-/// The node-labels overlay's mesh file (the ConfigMap patch's `value: |`): `[peers] kubernetes`
+/// The node-labels-direct overlay's mesh file (the ConfigMap patch's `value: |`): `[peers] kubernetes`
 /// with zone and rack from the node labels, and a `[select]` over them, as `--check` reads it
 /// outside a cluster (the source described, the list refused with the reason).
 #[test]
 fn the_node_labels_overlays_mesh_file_passes_sondes_own_check() {
     let _file = crate::common::file_lock(module_path!());
-    let yaml = std::fs::read_to_string(repo_root().join("deploy/kubernetes/node-labels/mesh.yaml"))
-        .unwrap();
+    let yaml =
+        std::fs::read_to_string(repo_root().join("deploy/kubernetes/node-labels-direct/mesh.yaml"))
+            .unwrap();
     let toml = block_scalar(&yaml, "value: |");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sonde"));
     let dir = tempfile::tempdir().unwrap();
@@ -656,6 +699,53 @@ fn the_node_labels_overlays_mesh_file_passes_sondes_own_check() {
         "labels from each endpoint's node: rack=example.com/rack zone=topology.kubernetes.io/zone",
         "select: every peer with this agent's rack; 3 ring neighbours within its zone; 1 representatives between every two zone values",
         "kubernetes now: cannot list: not in a Kubernetes pod: KUBERNETES_SERVICE_HOST is not set",
+    ] {
+        assert!(out.stdout.contains(want), "{want:?} not in\n{}", out.stdout);
+    }
+}
+
+/// The node-labels overlay's mesh file: `[peers] file` on the ConfigMap the publisher writes, at
+/// the path the DaemonSet mounts it, with a `[select]` by rack and zone. Given a list as the
+/// publisher writes it (`ADDRESS:PORT zone=.. rack=..`, sorted), `--check` finds this agent's
+/// own entry by its name (its pod IP) and selects from the labels.
+#[test]
+fn the_node_labels_overlays_mesh_file_reads_the_publishers_list() {
+    let _file = crate::common::file_lock(module_path!());
+    let yaml = std::fs::read_to_string(repo_root().join("deploy/kubernetes/node-labels/mesh.yaml"))
+        .unwrap();
+    let toml = block_scalar(&yaml, "value: |");
+    let mounted = "file = \"/etc/sonde/peers/peers.txt\"";
+    assert!(toml.contains(mounted), "{toml}");
+    let dir = tempfile::tempdir().unwrap();
+    let peers = dir.path().join("peers.txt");
+    std::fs::write(
+        &peers,
+        "10.244.1.7:5300 rack=r1 zone=z1\n\
+         10.244.2.9:5300 rack=r1 zone=z1\n\
+         10.244.3.4:5300 rack=r2 zone=z2\n",
+    )
+    .unwrap();
+    let path = dir.path().join("mesh.toml");
+    std::fs::write(
+        &path,
+        toml.replace(
+            mounted,
+            &format!("file = {:?}", peers.display().to_string()),
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sonde"));
+    cmd.arg("server")
+        .arg("--mesh")
+        .arg(&path)
+        .arg("--check")
+        .env("SONDE_MESH_NAME", "10.244.1.7");
+    let out = run_with_timeout(&mut cmd, Duration::from_secs(60)).expect("sonde server --check");
+    assert!(out.status.success(), "{}{}\n{toml}", out.stdout, out.stderr);
+    for want in [
+        "select: every peer with this agent's rack; 3 ring neighbours within its zone",
+        // Its rack's peer, and across zones one representative each way.
+        "peer list now: 2 peers, of which [select] probes 2; 2 agents probe this one",
     ] {
         assert!(out.stdout.contains(want), "{want:?} not in\n{}", out.stdout);
     }

@@ -226,6 +226,7 @@ fn man_dir_writes_a_page_per_subcommand() {
         expected.insert(format!("sonde-plan-{sub}.1"));
     }
     expected.insert("sonde-mesh-diagnose.1".to_owned());
+    expected.insert("sonde-mesh-publish.1".to_owned());
     let written: std::collections::BTreeSet<String> = std::fs::read_dir(&dir)
         .expect("--dir was created")
         .map(|e| {

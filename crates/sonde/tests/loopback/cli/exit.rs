@@ -512,3 +512,85 @@ fn a_client_whose_agent_shuts_down_is_told_so() {
     let client_err = String::from_utf8_lossy(&client.stderr);
     assert!(client_err.contains("shutting down"), "{client_err}");
 }
+
+/// `sonde mesh publish`: a bad flag is exit 2, named as the flag; watching an API server it
+/// cannot use, it logs the cause by name and keeps trying, and SIGTERM ends it, exit 0.
+#[test]
+fn mesh_publish_names_its_errors_and_ends_on_sigterm() {
+    let _file = crate::common::file_lock(module_path!());
+    for (args, want) in [
+        (
+            vec!["--label", "zone"],
+            "--label \"zone\": give NAME=NODE_LABEL_KEY",
+        ),
+        (
+            vec!["--configmap", "Peers"],
+            "--configmap \"Peers\" is not a ConfigMap name",
+        ),
+        (
+            vec!["--api-server", "http://127.0.0.1:1"],
+            "--api-server = \"http://127.0.0.1:1\" must be https://",
+        ),
+    ] {
+        let out = common::sonde_piped()
+            .args(["mesh", "publish", "--once"])
+            .args(&args)
+            .output()
+            .expect("run sonde");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {want:?} not in {err}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (token, ca) = (dir.path().join("token"), dir.path().join("ca.crt"));
+    std::fs::write(&token, "t\n").unwrap();
+    let mut child = common::sonde_piped()
+        .args([
+            "mesh",
+            "publish",
+            "--namespace",
+            "sonde",
+            "--api-server",
+            "https://127.0.0.1:1",
+        ])
+        .arg("--token-file")
+        .arg(&token)
+        .arg("--ca-file")
+        .arg(&ca)
+        .spawn()
+        .expect("spawn sonde mesh publish");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // The CA file is missing: named, once, and the publisher keeps running.
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("no log line from the publisher");
+    assert!(
+        line.contains("TLS with the API server, checked against the CA in")
+            && line.contains("ca.crt: cannot read it"),
+        "{line}"
+    );
+    assert!(child.try_wait().unwrap().is_none(), "it gave up: {line}");
+    let killed = StdCommand::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    let signalled = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(30),
+            "still running 30 s after SIGTERM"
+        );
+        thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}
