@@ -18,8 +18,8 @@ use crate::mesh::kube::{self, Publish, Target, Written};
 /// Write the mesh's labelled peer list into a ConfigMap, for agents with no API access
 ///
 /// Watches the Service's EndpointSlices and the nodes' metadata through the Kubernetes API (the
-/// same watches as `[peers] kubernetes`), and writes one `ADDRESS:PORT LABEL=VALUE ...` line per
-/// ready endpoint, sorted, under --key of ConfigMap --configmap in --namespace. The agents mount
+/// same watches as `[peers] kubernetes`), and writes one `ADDRESS LABEL=VALUE ...` line per ready
+/// endpoint (`ADDRESS:PORT` off port 5300), sorted, under --key of ConfigMap --configmap in --namespace. The agents mount
 /// the ConfigMap and read it as `[peers] file`: their kubelets keep it current, so the API server
 /// holds 2 watches for the whole mesh instead of 2 per agent.
 #[derive(Debug, Args)]

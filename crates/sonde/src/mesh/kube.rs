@@ -1021,15 +1021,22 @@ fn run(kind: Kind, cfg: &KubePeers, store: &Mutex<Store>, stop: &AtomicBool) {
 /// and the key.
 pub(crate) const PEER_TEXT_LIMIT: usize = (1 << 20) - (16 << 10);
 
-/// The peer list as the peer file reads it: one `ADDRESS:PORT LABEL=VALUE ...` line per peer,
-/// sorted by address (labels by name), so that an unchanged list is an unchanged text. A label
-/// whose node gives it an empty value is left out (the peer file has no empty values).
+/// The peer list as the peer file reads it: one `ADDRESS LABEL=VALUE ...` line per peer
+/// (`ADDRESS:PORT`, `[V6]:PORT`, where the port is not the default 5300), sorted by address
+/// (labels by name), so that an unchanged list is an unchanged text. The bare address is what
+/// a listed peer's `target` series label then is, the same name as the agent's own (its pod's
+/// IP) and as DNS and `[peers] kubernetes` peers get: the N x N matrix lines up. A label whose
+/// node gives it an empty value is left out (the peer file has no empty values).
 pub(crate) fn peer_text(peers: &[KubePeer]) -> String {
     let mut sorted: Vec<&KubePeer> = peers.iter().collect();
     sorted.sort_by_key(|p| p.addr);
     let mut text = String::new();
     for p in sorted {
-        text.push_str(&p.addr.to_string());
+        if p.addr.port() == DEFAULT_PORT {
+            text.push_str(&p.addr.ip().to_string());
+        } else {
+            text.push_str(&p.addr.to_string());
+        }
         for (k, v) in p.labels.iter().filter(|(_, v)| !v.is_empty()) {
             text.push(' ');
             text.push_str(k);
@@ -2616,6 +2623,51 @@ mod tests {
                 2,
                 own
             )
+        );
+    }
+
+    /// At the default port the published line is the bare address (IPv6 too, unbracketed),
+    /// so a listed peer's `target` is the same name as its agent's own `source` (its pod IP)
+    /// and as DNS peers get; another port is written. An agent named by an IPv6 address finds
+    /// its own line (its labels) in the list.
+    #[test]
+    fn published_peers_at_the_default_port_are_named_by_address_alone() {
+        let peer = |addr: &str, rack: &str| KubePeer {
+            addr: addr.parse().unwrap(),
+            labels: [("rack".to_owned(), rack.to_owned())].into_iter().collect(),
+        };
+        let text = peer_text(&[
+            peer("[fd00:10:244::5]:5300", "r1"),
+            peer("198.18.0.3:7000", "r1"),
+            peer("198.18.0.2:5300", "r1"),
+            peer("198.18.0.4:5300", "r2"),
+        ]);
+        assert_eq!(
+            text,
+            "198.18.0.2 rack=r1\n198.18.0.3:7000 rack=r1\n198.18.0.4 rack=r2\n\
+             fd00:10:244::5 rack=r1\n"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("peers.txt");
+        std::fs::write(&file, &text).unwrap();
+        let mesh = super::super::MeshConfig::parse(&format!(
+            "name = \"fd00:10:244::5\"\n[peers]\nfile = \"{}\"\n[select]\ngroup = \"rack\"\n",
+            file.display()
+        ))
+        .unwrap();
+        let l = super::super::current_peer_list(
+            &mesh,
+            &mut None,
+            &mut Vec::new(),
+            &mut None,
+            &super::super::system_resolver,
+            &[],
+        );
+        let targets: Vec<String> = l.peers.into_iter().map(|p| p.label).collect();
+        assert_eq!(targets, ["198.18.0.2", "198.18.0.3:7000"]);
+        assert_eq!(
+            l.own_labels.into_iter().collect::<Vec<_>>(),
+            [("rack".to_owned(), "r1".to_owned())]
         );
     }
 

@@ -262,7 +262,7 @@ fn current_peer_list(
     let mut own: Option<(String, Labels)> = None;
     let mut peers: BTreeMap<SocketAddr, (String, Labels)> = BTreeMap::new();
     for config::Listed { spec, labels } in listed {
-        let host = spec.rsplit_once(':').map_or(spec.as_str(), |(h, _)| h);
+        let host = config::host_part(&spec);
         let labels = cfg.labels_of(&spec, &labels);
         if host == cfg.name {
             own.get_or_insert((spec, labels));
