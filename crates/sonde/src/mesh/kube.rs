@@ -1903,18 +1903,41 @@ mod tests {
         seen(watch).iter().any(|(a, l)| a == addr && *l == want)
     }
 
+    /// A fake API server over `world` (its token written beside a CA it trusts, in `dir`),
+    /// and a `[peers] kubernetes` with zone and rack labels pointed at it.
+    fn served(dir: &std::path::Path, world: World) -> (FakeApi, KubePeers) {
+        let good = pki();
+        let (token_file, ca_file) = (dir.join("token"), dir.join("ca.crt"));
+        std::fs::write(&token_file, format!("{}\n", world.token)).unwrap();
+        std::fs::write(&ca_file, &good.ca_pem).unwrap();
+        let api = FakeApi::start(Arc::clone(&good.server), world);
+        let mut cfg = peers_cfg(&[
+            ("zone", "topology.kubernetes.io/zone"),
+            ("rack", "example.com/rack"),
+        ]);
+        cfg.api_server = Some(format!("https://127.0.0.1:{}", api.port));
+        cfg.token_file = token_file;
+        cfg.ca_file = ca_file;
+        (api, cfg)
+    }
+
+    /// Three nodes: two in rack r1 of zone z1, one in rack r3 of zone z2.
+    fn two_racks() -> Vec<Value> {
+        vec![
+            node("node-1", "z1", "r1"),
+            node("node-2", "z1", "r1"),
+            node("node-3", "z2", "r3"),
+        ]
+    }
+
     /// The whole life of a watch against a fake API server: peers and labels from the lists,
     /// changes through watch events, a relist on 410, and the causes of failure named while
     /// the last list is kept.
     #[test]
     fn the_watch_follows_the_api_server_and_names_what_fails() {
-        let good = pki();
         let dir = tempfile::tempdir().unwrap();
-        let (token_file, ca_file) = (dir.path().join("token"), dir.path().join("ca.crt"));
-        std::fs::write(&token_file, "token-1\n").unwrap();
-        std::fs::write(&ca_file, &good.ca_pem).unwrap();
-        let api = FakeApi::start(
-            Arc::clone(&good.server),
+        let (api, cfg) = served(
+            dir.path(),
             World {
                 token: "token-1".into(),
                 rv: 100,
@@ -1938,13 +1961,8 @@ mod tests {
                 ..World::default()
             },
         );
-        let mut cfg = peers_cfg(&[
-            ("zone", "topology.kubernetes.io/zone"),
-            ("rack", "example.com/rack"),
-        ]);
-        cfg.api_server = Some(format!("https://127.0.0.1:{}", api.port));
-        cfg.token_file = token_file.clone();
-        cfg.ca_file = ca_file.clone();
+        let (token_file, ca_file) = (cfg.token_file.clone(), cfg.ca_file.clone());
+        let good_ca = std::fs::read(&ca_file).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let watch = KubeWatch::spawn(&cfg, &stop).unwrap();
 
@@ -2128,7 +2146,7 @@ mod tests {
             })
         });
         assert_eq!(seen(&watch), kept_after_rotation);
-        std::fs::write(&ca_file, &good.ca_pem).unwrap();
+        std::fs::write(&ca_file, &good_ca).unwrap();
         wait_for("recovered from the CA", || watch.failing().is_empty());
 
         stop.store(true, Ordering::Relaxed);
@@ -2139,20 +2157,12 @@ mod tests {
     /// one list of it (no watch) counted and selected from, as this agent (198.18.0.1) sees it.
     #[test]
     fn check_describes_the_source_and_lists_it_once() {
-        let good = pki();
         let dir = tempfile::tempdir().unwrap();
-        let (token_file, ca_file) = (dir.path().join("token"), dir.path().join("ca.crt"));
-        std::fs::write(&token_file, "t\n").unwrap();
-        std::fs::write(&ca_file, &good.ca_pem).unwrap();
-        let api = FakeApi::start(
-            Arc::clone(&good.server),
+        let (api, cfg) = served(
+            dir.path(),
             World {
                 token: "t".into(),
-                nodes: vec![
-                    node("node-1", "z1", "r1"),
-                    node("node-2", "z1", "r1"),
-                    node("node-3", "z2", "r3"),
-                ],
+                nodes: two_racks(),
                 slices: vec![slice_json(
                     "sonde-abcde",
                     "IPv4",
@@ -2166,6 +2176,7 @@ mod tests {
                 ..World::default()
             },
         );
+        let (token_file, ca_file) = (&cfg.token_file, &cfg.ca_file);
         let text = format!(
             "name = \"198.18.0.1\"\n\
              [peers]\n\
@@ -2306,20 +2317,12 @@ mod tests {
     /// A fake API server with three nodes (two racks) and a slice of four endpoints, one not
     /// ready, listed out of address order; and the publisher's settings against it.
     fn publisher_world(dir: &std::path::Path) -> (FakeApi, Publish) {
-        let good = pki();
-        let (token_file, ca_file) = (dir.join("token"), dir.join("ca.crt"));
-        std::fs::write(&token_file, "t\n").unwrap();
-        std::fs::write(&ca_file, &good.ca_pem).unwrap();
-        let api = FakeApi::start(
-            Arc::clone(&good.server),
+        let (api, source) = served(
+            dir,
             World {
                 token: "t".into(),
                 rv: 10,
-                nodes: vec![
-                    node("node-1", "z1", "r1"),
-                    node("node-2", "z1", "r1"),
-                    node("node-3", "z2", "r3"),
-                ],
+                nodes: two_racks(),
                 slices: vec![slice_json(
                     "sonde-abcde",
                     "IPv4",
@@ -2333,13 +2336,6 @@ mod tests {
                 ..World::default()
             },
         );
-        let mut source = peers_cfg(&[
-            ("zone", "topology.kubernetes.io/zone"),
-            ("rack", "example.com/rack"),
-        ]);
-        source.api_server = Some(format!("https://127.0.0.1:{}", api.port));
-        source.token_file = token_file;
-        source.ca_file = ca_file;
         let publish = Publish {
             source,
             target: Target {

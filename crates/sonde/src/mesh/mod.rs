@@ -622,6 +622,12 @@ mod tests {
         c
     }
 
+    /// The peer list of a mesh whose peers come from its file and `hosts` (no DNS, no
+    /// Kubernetes), with `memo` the last `[select]` kept between reads.
+    fn file_list(c: &MeshConfig, memo: &mut Option<SelectionMemo>) -> PeerList {
+        current_peer_list(c, &mut None, &mut Vec::new(), memo, &system_resolver, &[])
+    }
+
     fn labels(peers: &[Peer]) -> Vec<&str> {
         peers.iter().map(|p| p.label.as_str()).collect()
     }
@@ -943,14 +949,7 @@ mod tests {
             7000,
         );
         let mut memo = None;
-        let list = current_peer_list(
-            &c,
-            &mut None,
-            &mut Vec::new(),
-            &mut memo,
-            &system_resolver,
-            &[],
-        );
+        let list = file_list(&c, &mut memo);
         assert_eq!(list.listed, 23);
         let selection = Selection::new(nodes, c.select.as_ref().unwrap());
         let own = format!("{me}:5300");
@@ -970,26 +969,12 @@ mod tests {
         assert!(list.expected_probers >= 3);
         // Read again with the last selection kept: the same (the list did not change), and a
         // new peer in the list is taken into account.
-        let again = current_peer_list(
-            &c,
-            &mut None,
-            &mut Vec::new(),
-            &mut memo,
-            &system_resolver,
-            &[],
-        );
+        let again = file_list(&c, &mut memo);
         assert_eq!(labels(&again.peers), labels(&list.peers));
         let mut more = std::fs::read_to_string(&file).unwrap();
         more.push_str("198.18.1.9:5300 zone=z0 rack=r1\n");
         std::fs::write(&file, more).unwrap();
-        let grown = current_peer_list(
-            &c,
-            &mut None,
-            &mut Vec::new(),
-            &mut memo,
-            &system_resolver,
-            &[],
-        );
+        let grown = file_list(&c, &mut memo);
         assert_eq!(grown.listed, 24);
         assert!(
             labels(&grown.peers).contains(&"198.18.1.9:5300"),
@@ -1000,25 +985,11 @@ mod tests {
             &format!("name = \"{me}\"\n[peers]\nfile = \"{}\"\n", file.display()),
             7000,
         );
-        let list = current_peer_list(
-            &every,
-            &mut None,
-            &mut Vec::new(),
-            &mut None,
-            &system_resolver,
-            &[],
-        );
+        let list = file_list(&every, &mut None);
         assert_eq!((list.peers.len(), list.expected_probers), (24, 24));
         // A line whose labels do not parse is left out, not probed unlabelled.
         std::fs::write(&file, "198.18.0.1 zone\n198.18.0.2 zone=a\n").unwrap();
-        let list = current_peer_list(
-            &every,
-            &mut None,
-            &mut Vec::new(),
-            &mut None,
-            &system_resolver,
-            &[],
-        );
+        let list = file_list(&every, &mut None);
         assert_eq!(labels(&list.peers), ["198.18.0.2"]);
     }
 
