@@ -330,6 +330,10 @@ struct Store {
     nodes: BTreeMap<String, BTreeMap<String, String>>,
     slices_listed: bool,
     nodes_listed: bool,
+    /// How many times what the peers are made of changed (a list, or an event that changed an
+    /// address or a label the mesh names; not a node's status update): the publisher renders
+    /// the list again only when this moved.
+    changes: u64,
     /// The current cause of failure of each watch ("endpointslices", "nodes"), for `--check`
     /// and the tests; the log has it too.
     failing: BTreeMap<&'static str, Cause>,
@@ -400,6 +404,17 @@ impl KubeWatch {
     /// The peers as last listed and watched; None until the first list of each watch.
     pub(crate) fn peers(&self) -> Option<Vec<KubePeer>> {
         lock(&self.store).peers(&self.cfg)
+    }
+
+    /// The peers with the store's change count they reflect (see `Store::changes`).
+    fn peers_at(&self) -> (u64, Option<Vec<KubePeer>>) {
+        let st = lock(&self.store);
+        (st.changes, st.peers(&self.cfg))
+    }
+
+    /// The store's change count: the peers are the same while it stays.
+    fn changes(&self) -> u64 {
+        lock(&self.store).changes
     }
 
     /// Why the watches fail now, if they do.
@@ -832,24 +847,26 @@ fn apply_event(
                         .map_err(|e| bad(format!("not an EndpointSlice: {e}")))?;
                     *rv = s.metadata.resource_version.clone();
                     let mut st = lock(store);
-                    if deleted {
-                        st.slices.remove(&s.metadata.name);
+                    let changed = if deleted {
+                        st.slices.remove(&s.metadata.name).is_some()
                     } else {
-                        st.slices
-                            .insert(s.metadata.name.clone(), ready_addresses(&s, cfg.port));
-                    }
+                        let ready = ready_addresses(&s, cfg.port);
+                        st.slices.insert(s.metadata.name.clone(), ready.clone()) != Some(ready)
+                    };
+                    st.changes += u64::from(changed);
                 }
                 Kind::Nodes => {
                     let n: NodeMeta = serde_json::from_value(event.object)
                         .map_err(|e| bad(format!("not a node's metadata: {e}")))?;
                     *rv = n.metadata.resource_version.clone();
                     let mut st = lock(store);
-                    if deleted {
-                        st.nodes.remove(&n.metadata.name);
+                    let changed = if deleted {
+                        st.nodes.remove(&n.metadata.name).is_some()
                     } else {
-                        st.nodes
-                            .insert(n.metadata.name.clone(), wanted_labels(&n, &cfg.labels));
-                    }
+                        let labels = wanted_labels(&n, &cfg.labels);
+                        st.nodes.insert(n.metadata.name.clone(), labels.clone()) != Some(labels)
+                    };
+                    st.changes += u64::from(changed);
                 }
             }
         }
@@ -957,6 +974,7 @@ fn run(kind: Kind, cfg: &KubePeers, store: &Mutex<Store>, stop: &AtomicBool) {
                     let mut st = lock(store);
                     st.slices = slices;
                     st.slices_listed = true;
+                    st.changes += 1;
                     rv
                 }
                 Kind::Nodes => {
@@ -964,6 +982,7 @@ fn run(kind: Kind, cfg: &KubePeers, store: &Mutex<Store>, stop: &AtomicBool) {
                     let mut st = lock(store);
                     st.nodes = nodes;
                     st.nodes_listed = true;
+                    st.changes += 1;
                     rv
                 }
             };
@@ -1250,16 +1269,22 @@ pub(crate) fn publish_once(p: &Publish) -> Result<(usize, Written), Cause> {
 pub(crate) fn publish_watching(p: &Publish, stop: &Arc<AtomicBool>) -> io::Result<()> {
     let watch = KubeWatch::spawn(&p.source, stop)?;
     let step = Duration::from_millis(50).min(p.min_interval);
-    // The text the ConfigMap is known to hold (None: not yet written or read).
+    // The text the ConfigMap is known to hold (None: not yet written or read), and the store's
+    // change count it was rendered from: the list is rendered again only when that moved (or
+    // a write failed), not at every step.
     let mut written: Option<String> = None;
+    let mut rendered: Option<u64> = None;
     let mut last_try: Option<std::time::Instant> = None;
     let mut failing: Option<Cause> = None;
     while !stop.load(Ordering::Relaxed) {
         thread::sleep(step);
-        let Some(peers) = watch.peers() else { continue };
-        if last_try.is_some_and(|t| t.elapsed() < p.min_interval) {
+        if rendered == Some(watch.changes())
+            || last_try.is_some_and(|t| t.elapsed() < p.min_interval)
+        {
             continue;
         }
+        let (changes, peers) = watch.peers_at();
+        let Some(peers) = peers else { continue };
         let outcome = checked_peer_text(&peers).and_then(|text| {
             if written.as_deref() == Some(text.as_str()) {
                 return Ok(None);
@@ -1269,6 +1294,9 @@ pub(crate) fn publish_watching(p: &Publish, stop: &Arc<AtomicBool>) -> io::Resul
             written = Some(text);
             Ok(Some(w))
         });
+        if outcome.is_ok() {
+            rendered = Some(changes);
+        }
         match outcome {
             Ok(None) => {}
             Ok(Some(w)) => {
