@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use clap::Args;
 
-use crate::mesh::config::{kube_name_ok, kube_peers, KubeTable};
+use crate::mesh::config::{kube_name_ok, kube_peers_named, KubeTable};
 use crate::mesh::kube::{self, Publish, Target, Written};
 
 /// Write the mesh's labelled peer list into a ConfigMap, for agents with no API access
@@ -93,33 +93,23 @@ impl PublishOpt {
                 .with_context(|| format!("--label {item:?}: give NAME=NODE_LABEL_KEY"))?;
             labels.insert(name.to_owned(), key.to_owned());
         }
-        let source = kube_peers(&KubeTable {
-            service: self.service.clone(),
-            namespace: self.namespace.clone(),
-            port: self.port,
-            labels,
-            api_server: self.api_server.clone(),
-            token_file: self.token_file.clone(),
-            ca_file: self.ca_file.clone(),
-        })
-        // The mesh file's key names, as this command's flags.
-        .map_err(|e| {
-            let text = e.to_string();
-            let text = ["api_server", "token_file", "ca_file"]
-                .iter()
-                .fold(text, |t, k| {
-                    t.replace(
-                        &format!("peers.kubernetes.{k}"),
-                        &format!("--{}", k.replace('_', "-")),
-                    )
-                });
-            anyhow::anyhow!(
-                "{}",
-                text.replace("peers.kubernetes.labels.", "--label ")
-                    .replace("peers.kubernetes.labels", "--label")
-                    .replace("peers.kubernetes.", "--")
-            )
-        })?;
+        // The keys named as this command's flags: `--label zone`, `--api-server`.
+        let flag = |key: &str| match key.strip_prefix("labels") {
+            Some(rest) => format!("--label{}", rest.replacen('.', " ", 1)),
+            None => format!("--{}", key.replace('_', "-")),
+        };
+        let source = kube_peers_named(
+            &KubeTable {
+                service: self.service.clone(),
+                namespace: self.namespace.clone(),
+                port: self.port,
+                labels,
+                api_server: self.api_server.clone(),
+                token_file: self.token_file.clone(),
+                ca_file: self.ca_file.clone(),
+            },
+            &flag,
+        )?;
         if !kube_name_ok(&self.configmap) {
             bail!(
                 "--configmap {:?} is not a ConfigMap name (lower-case letters, digits and -)",

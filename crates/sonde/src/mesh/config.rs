@@ -236,40 +236,54 @@ fn node_label_key_ok(key: &str) -> bool {
     name_ok && prefix_ok
 }
 
-/// The table checked and its defaults filled in.
+/// The table checked and its defaults filled in; its keys named as the mesh file names them.
 pub(crate) fn kube_peers(t: &KubeTable) -> anyhow::Result<KubePeers> {
+    kube_peers_named(t, &|key| format!("peers.kubernetes.{key}"))
+}
+
+/// [`kube_peers`], with `named` naming each key in the errors (`labels.zone` for one label):
+/// as the mesh file does, or as `sonde mesh publish`'s flags do.
+pub(crate) fn kube_peers_named(
+    t: &KubeTable,
+    named: &dyn Fn(&str) -> String,
+) -> anyhow::Result<KubePeers> {
     anyhow::ensure!(
         kube_name_ok(&t.service),
-        "peers.kubernetes.service = {:?} is not a Service name (lower-case letters, digits and -)",
+        "{} = {:?} is not a Service name (lower-case letters, digits and -)",
+        named("service"),
         t.service
     );
     if let Some(ns) = &t.namespace {
         anyhow::ensure!(
             kube_name_ok(ns),
-            "peers.kubernetes.namespace = {ns:?} is not a namespace name"
+            "{} = {ns:?} is not a namespace name",
+            named("namespace")
         );
     }
     anyhow::ensure!(
         t.port != Some(0),
-        "peers.kubernetes.port must be from 1 to 65535"
+        "{} must be from 1 to 65535",
+        named("port")
     );
     for (name, key) in &t.labels {
         anyhow::ensure!(
             label_name_ok(name),
-            "peers.kubernetes.labels: {name:?} is not a label name"
+            "{}: {name:?} is not a label name",
+            named("labels")
         );
         anyhow::ensure!(
             node_label_key_ok(key),
-            "peers.kubernetes.labels.{name} = {key:?} is not a node label key (e.g. \
-             \"topology.kubernetes.io/zone\")"
+            "{} = {key:?} is not a node label key (e.g. \"topology.kubernetes.io/zone\")",
+            named(&format!("labels.{name}"))
         );
     }
     if let Some(url) = &t.api_server {
         anyhow::ensure!(
             url.strip_prefix("https://")
                 .is_some_and(|rest| !rest.is_empty()),
-            "peers.kubernetes.api_server = {url:?} must be https://HOST[:PORT] (the service \
-             account token is never sent in clear)"
+            "{} = {url:?} must be https://HOST[:PORT] (the service account token is never sent \
+             in clear)",
+            named("api_server")
         );
     }
     let dir = Path::new(super::kube::SERVICE_ACCOUNT_DIR);

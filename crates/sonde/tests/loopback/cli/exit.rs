@@ -524,6 +524,10 @@ fn mesh_publish_names_its_errors_and_ends_on_sigterm() {
             "--label \"zone\": give NAME=NODE_LABEL_KEY",
         ),
         (
+            vec!["--label", "zone=not a key"],
+            "--label zone = \"not a key\" is not a node label key",
+        ),
+        (
             vec!["--configmap", "Peers"],
             "--configmap \"Peers\" is not a ConfigMap name",
         ),
