@@ -94,7 +94,8 @@ METRICS = {
     "sonde_tcp_connect_seconds_count", "sonde_probes_lost_worst_port_ratio",
     "sonde_probes_worst_source_port", "sonde_mesh_incoming_probers",
     "sonde_mesh_probed_peers", "sonde_mesh_expected_incoming_probers",
-    "sonde_mesh_labels", "sonde_mesh_peer_labels",
+    "sonde_mesh_labels", "sonde_mesh_peer_labels", "sonde_mesh_peer_source_up",
+    "sonde_mesh_peer_source_peers", "sonde_mesh_peer_source_last_success_timestamp_seconds",
 }
 
 # Grafana's interval variables, replaced by a value promtool accepts.

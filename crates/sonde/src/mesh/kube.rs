@@ -372,6 +372,15 @@ impl Store {
     }
 }
 
+/// What `[peers] kubernetes` gives at a refresh of the peer list.
+#[derive(Debug, Default)]
+pub(crate) struct KubeView {
+    /// The peers as last listed and watched (none before the first list).
+    pub(crate) peers: Vec<KubePeer>,
+    /// Every watched resource listed, and no watch failing now.
+    pub(crate) up: bool,
+}
+
 /// The watches of one `[peers] kubernetes`: their threads fill the store, the supervisor reads
 /// the peers from it at each refresh.
 pub(crate) struct KubeWatch {
@@ -402,8 +411,21 @@ impl KubeWatch {
     }
 
     /// The peers as last listed and watched; None until the first list of each watch.
-    pub(crate) fn peers(&self) -> Option<Vec<KubePeer>> {
+    #[cfg(test)]
+    fn peers(&self) -> Option<Vec<KubePeer>> {
         lock(&self.store).peers(&self.cfg)
+    }
+
+    /// The peers and whether the watches are healthy now: `up` once every watched resource
+    /// was listed and while no watch fails (a failing watch keeps the peers of its last list,
+    /// which `peers` still gives).
+    pub(crate) fn view(&self) -> KubeView {
+        let st = lock(&self.store);
+        let peers = st.peers(&self.cfg);
+        KubeView {
+            up: peers.is_some() && st.failing.is_empty(),
+            peers: peers.unwrap_or_default(),
+        }
     }
 
     /// The peers with the store's change count they reflect (see `Store::changes`).
@@ -2046,7 +2068,7 @@ mod tests {
                 &mut Vec::new(),
                 &mut None,
                 &super::super::system_resolver,
-                &watch.peers().unwrap(),
+                Some(&watch.view()),
             );
             let own = list.own_labels.get("zone").cloned();
             (
@@ -2144,8 +2166,14 @@ mod tests {
             })
         });
         assert_eq!(seen(&watch), kept_after_rotation);
+        // What sonde_mesh_peer_source_{up,peers}{peer_source="kubernetes"} say meanwhile: down,
+        // with the peers of the last list still given.
+        let view = watch.view();
+        assert!(!view.up, "a failing watch reads as up");
+        assert_eq!(view.peers.len(), kept_after_rotation.len());
         api.world().token = "token-2".into();
         wait_for("recovered from 401", || watch.failing().is_empty());
+        assert!(watch.view().up, "recovered watches read as down");
 
         // 403 on the EndpointSlices (a Role missing): the verb and resource named, list kept.
         wait_for("watching again", || api.watching("endpointslices"));
@@ -2619,7 +2647,7 @@ mod tests {
                 &mut Vec::new(),
                 &mut None,
                 &super::super::system_resolver,
-                &[],
+                None,
             );
             (
                 l.peers.into_iter().map(|p| p.label).collect::<Vec<_>>(),
@@ -2685,7 +2713,7 @@ mod tests {
             &mut Vec::new(),
             &mut None,
             &super::super::system_resolver,
-            &[],
+            None,
         );
         let targets: Vec<String> = l.peers.into_iter().map(|p| p.label).collect();
         assert_eq!(targets, ["198.18.0.2", "198.18.0.3:7000"]);

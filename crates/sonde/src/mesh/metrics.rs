@@ -221,6 +221,12 @@ struct PeerLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerSourceLabel {
+    /// The mesh file's key: `file`, `dns` or `kubernetes`.
+    peer_source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: &'static str,
 }
@@ -275,6 +281,9 @@ pub(crate) struct Metrics {
     expected_probers: Gauge,
     own_labels: Family<OwnLabel, Gauge>,
     peer_labels: Family<PeerLabel, Gauge>,
+    peer_source_up: Family<PeerSourceLabel, Gauge>,
+    peer_source_peers: Family<PeerSourceLabel, Gauge>,
+    peer_source_success: Family<PeerSourceLabel, FloatGauge>,
     sessions_active: Gauge,
     sessions_total: Family<KindLabel, Counter>,
     refusals: Family<ReasonLabel, Counter>,
@@ -303,6 +312,9 @@ impl Metrics {
             expected_probers: Gauge::default(),
             own_labels: Family::default(),
             peer_labels: Family::default(),
+            peer_source_up: Family::default(),
+            peer_source_peers: Family::default(),
+            peer_source_success: Family::default(),
             sessions_active: Gauge::default(),
             sessions_total: Family::default(),
             refusals: Family::default(),
@@ -385,6 +397,23 @@ impl Metrics {
             m.peer_labels.clone(),
         );
         registry.register(
+            "sonde_mesh_peer_source_up",
+            "1 while the peer source (the mesh file's [peers] file, dns or kubernetes) was read \
+             at the last refresh, 0 while it fails and its last good read's peers are probed",
+            m.peer_source_up.clone(),
+        );
+        registry.register(
+            "sonde_mesh_peer_source_peers",
+            "Peers the source gives now (lines of the file, addresses of the name, ready \
+             endpoints), this agent among them where listed",
+            m.peer_source_peers.clone(),
+        );
+        registry.register(
+            "sonde_mesh_peer_source_last_success_timestamp_seconds",
+            "Unix time of the source's last good read",
+            m.peer_source_success.clone(),
+        );
+        registry.register(
             "sonde_sessions_active",
             "Sessions this agent is serving now (every kind)",
             m.sessions_active.clone(),
@@ -430,6 +459,25 @@ impl Metrics {
             .set(i64::try_from(probed).unwrap_or(i64::MAX));
         self.expected_probers
             .set(i64::try_from(expected_probers).unwrap_or(i64::MAX));
+    }
+
+    /// How each peer source fared at the list's refresh at `now` (Unix seconds): up or not,
+    /// its peers, and the time of its last good read (no series before the first).
+    pub(crate) fn set_peer_sources(&self, states: &[super::SourceState], now: f64) {
+        for state in states {
+            let label = PeerSourceLabel {
+                peer_source: state.source,
+            };
+            self.peer_source_up
+                .get_or_create(&label)
+                .set(i64::from(state.up));
+            self.peer_source_peers
+                .get_or_create(&label)
+                .set(i64::try_from(state.peers).unwrap_or(i64::MAX));
+            if state.up {
+                self.peer_source_success.get_or_create(&label).set(now);
+            }
+        }
     }
 
     /// The labels of this agent (`source`) and of the peers it probes, as of the list's last

@@ -153,11 +153,23 @@ struct Sources<'a> {
 }
 
 impl Sources<'_> {
-    fn kube_peers(&self) -> Vec<kube::KubePeer> {
-        self.kube
-            .and_then(kube::KubeWatch::peers)
-            .unwrap_or_default()
+    fn kube_view(&self) -> Option<kube::KubeView> {
+        self.kube.map(kube::KubeWatch::view)
     }
+}
+
+/// How one peer source (`[peers] file`, `dns`, `kubernetes`) fared at the last refresh: what
+/// `sonde_mesh_peer_source_*` say. A source that fails keeps giving the peers of its last good
+/// read, so the probes go on and only these series show that the list is going stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SourceState {
+    /// `file`, `dns` or `kubernetes`: the mesh file's key.
+    pub(crate) source: &'static str,
+    /// The file was read (or was unchanged), the name resolved, the watches listed and
+    /// watching.
+    pub(crate) up: bool,
+    /// The peers (lines, addresses) it gives now, this agent among them where listed.
+    pub(crate) peers: usize,
 }
 
 /// The peers of every source, de-duplicated by address, without this agent, and narrowed to
@@ -169,7 +181,7 @@ fn current_peers(
     last_dns: &mut Vec<SocketAddr>,
     resolve: &Resolver<'_>,
 ) -> Vec<Peer> {
-    current_peer_list(cfg, last_file, last_dns, &mut None, resolve, &[]).peers
+    current_peer_list(cfg, last_file, last_dns, &mut None, resolve, None).peers
 }
 
 /// The last selection's input (the list, this agent's name, the policy) and what this agent
@@ -196,6 +208,8 @@ struct PeerList {
     own_labels: Labels,
     /// The labels of each peer probed, by its `target` name, as the list gives them.
     peer_labels: BTreeMap<String, Labels>,
+    /// How each source the mesh file names fared.
+    sources: Vec<SourceState>,
 }
 
 /// The peers of every source, de-duplicated by address, without this agent, narrowed to
@@ -206,9 +220,10 @@ fn current_peer_list(
     last_dns: &mut Vec<SocketAddr>,
     last_selection: &mut Option<SelectionMemo>,
     resolve: &Resolver<'_>,
-    kube: &[kube::KubePeer],
+    kube: Option<&kube::KubeView>,
 ) -> PeerList {
     let mut listed: Vec<config::Listed> = cfg.hosts.clone();
+    let mut sources = Vec::new();
     if let Some(path) = &cfg.file {
         // Re-read only when it changed (or could not be read before, or may have changed
         // without a new timestamp: see `PeerFile::may_have_changed`).
@@ -220,6 +235,8 @@ fn current_peer_list(
             (Some(stamp), Some(seen)) => seen.may_have_changed(stamp),
             _ => true,
         };
+        // Up when read now, or unchanged since a good read.
+        let mut up = stamp.is_some() && !fresh;
         if fresh {
             let read_at = SystemTime::now();
             match std::fs::read_to_string(path) {
@@ -241,6 +258,7 @@ fn current_peer_list(
                                 .ok()
                         })
                         .collect();
+                    up = true;
                     *last_file = stamp.map(|(modified, len)| PeerFile {
                         modified,
                         len,
@@ -254,9 +272,13 @@ fn current_peer_list(
                 )),
             }
         }
-        if let Some(seen) = last_file.as_ref() {
-            listed.extend(seen.lines.iter().cloned());
-        }
+        let lines = last_file.as_ref().map_or(&[][..], |seen| &seen.lines[..]);
+        sources.push(SourceState {
+            source: "file",
+            up,
+            peers: lines.len(),
+        });
+        listed.extend(lines.iter().cloned());
     }
     // This agent as the list names it (its labels as every agent sees them), when listed.
     let mut own: Option<(String, Labels)> = None;
@@ -275,13 +297,24 @@ fn current_peer_list(
     if let Some(name) = &cfg.dns {
         // A lookup that fails keeps the last answer: a DNS blip does not drop every peer and
         // its series. An answer, even an empty one, replaces it.
-        match resolve(name, cfg.dns_port) {
-            Ok(addrs) => *last_dns = addrs,
-            Err(e) => log(format_args!(
-                "cannot resolve {name}: {e} (keeping its {} addresses of the last lookup)",
-                last_dns.len()
-            )),
-        }
+        let up = match resolve(name, cfg.dns_port) {
+            Ok(addrs) => {
+                *last_dns = addrs;
+                true
+            }
+            Err(e) => {
+                log(format_args!(
+                    "cannot resolve {name}: {e} (keeping its {} addresses of the last lookup)",
+                    last_dns.len()
+                ));
+                false
+            }
+        };
+        sources.push(SourceState {
+            source: "dns",
+            up,
+            peers: last_dns.len(),
+        });
         for &addr in last_dns.iter() {
             peers.entry(addr).or_insert_with(|| {
                 let label = addr.ip().to_string();
@@ -292,7 +325,14 @@ fn current_peer_list(
     }
     // `[peers] kubernetes`: addresses, named by address as DNS peers are, with their nodes'
     // labels; this agent among them by its port on a local address, or by its name.
-    for p in kube {
+    if let Some(view) = kube {
+        sources.push(SourceState {
+            source: "kubernetes",
+            up: view.up,
+            peers: view.peers.len(),
+        });
+    }
+    for p in kube.map_or(&[][..], |view| &view.peers[..]) {
         let label = p.addr.ip().to_string();
         if label == cfg.name && own.is_none() {
             own = Some((label, p.labels.clone()));
@@ -327,6 +367,7 @@ fn current_peer_list(
             expected_probers: listed,
             own_labels,
             peer_labels,
+            sources,
         };
     };
     let nodes: Vec<(String, Labels)> = candidates
@@ -369,6 +410,7 @@ fn current_peer_list(
         expected_probers: probers,
         own_labels,
         peer_labels,
+        sources,
     }
 }
 
@@ -378,14 +420,14 @@ fn current_peer_list(
 pub(crate) fn describe_peers(cfg: &MeshConfig) -> String {
     let mut s = String::new();
     let kube = match cfg.kubernetes.as_ref().map(kube::list_once) {
-        None => Vec::new(),
+        None => None,
         Some(Ok(peers)) => {
             s = format!("kubernetes now: {} ready endpoints\n", peers.len());
-            peers
+            Some(kube::KubeView { peers, up: true })
         }
         Some(Err(cause)) => {
             s = format!("kubernetes now: cannot list: {cause}\n");
-            Vec::new()
+            Some(kube::KubeView::default())
         }
     };
     let list = current_peer_list(
@@ -394,7 +436,7 @@ pub(crate) fn describe_peers(cfg: &MeshConfig) -> String {
         &mut Vec::new(),
         &mut None,
         &dns::tcp_resolver,
-        &kube,
+        kube.as_ref(),
     );
     s + &match &cfg.select {
         None => format!(
@@ -478,9 +520,10 @@ fn supervise(
                 &mut dns_state,
                 &mut selection_memo,
                 sources.resolve,
-                &sources.kube_peers(),
+                sources.kube_view().as_ref(),
             );
             metrics.set_selection(list.peers.len(), list.expected_probers);
+            metrics.set_peer_sources(&list.sources, unix_seconds());
             metrics.set_labels(&cfg.name, &list.own_labels, &list.peer_labels);
             let peers: BTreeSet<Peer> = list.peers.into_iter().collect();
             apply_peers(
@@ -625,7 +668,7 @@ mod tests {
     /// The peer list of a mesh whose peers come from its file and `hosts` (no DNS, no
     /// Kubernetes), with `memo` the last `[select]` kept between reads.
     fn file_list(c: &MeshConfig, memo: &mut Option<SelectionMemo>) -> PeerList {
-        current_peer_list(c, &mut None, &mut Vec::new(), memo, &system_resolver, &[])
+        current_peer_list(c, &mut None, &mut Vec::new(), memo, &system_resolver, None)
     }
 
     fn labels(peers: &[Peer]) -> Vec<&str> {
@@ -847,6 +890,88 @@ mod tests {
             ["198.18.0.2", "198.18.0.3", "198.18.0.4", "198.18.0.3"]
         );
         assert_eq!(asked.lock().unwrap().len(), 5);
+    }
+
+    /// A source that fails (the peer file gone, the name not resolving) keeps giving the peers
+    /// of its last good read, and `sonde_mesh_peer_source_*` say so: up 0 with the peers
+    /// kept, the time of the last good read unchanged; both up again when it comes back.
+    #[test]
+    fn a_failing_peer_source_keeps_its_peers_and_its_series_say_so() {
+        use std::sync::Mutex;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("peers.txt");
+        std::fs::write(&file, "198.18.0.2\n198.18.0.3\n").unwrap();
+        let c = config(
+            &format!(
+                "name = \"me\"\n[peers]\nfile = \"{}\"\ndns = \"sonde.test\"\n",
+                file.display()
+            ),
+            7000,
+        );
+        let dns_up = Mutex::new(true);
+        let resolve = |_: &str, port: u16| -> std::io::Result<Vec<SocketAddr>> {
+            if *dns_up.lock().unwrap() {
+                Ok(vec![SocketAddr::new("198.18.0.4".parse().unwrap(), port)])
+            } else {
+                Err(std::io::Error::other("no answer"))
+            }
+        };
+        let metrics = Metrics::new();
+        let (mut last_file, mut last_dns) = (None, Vec::new());
+        let mut refresh = |now: f64| {
+            let list =
+                current_peer_list(&c, &mut last_file, &mut last_dns, &mut None, &resolve, None);
+            metrics.set_peer_sources(&list.sources, now);
+            (list.sources, list.peers.len())
+        };
+        let state = |source, up, peers| SourceState { source, up, peers };
+        let series = |name: &str, source: &str| -> Option<String> {
+            let prefix = format!("{name}{{peer_source=\"{source}\"}} ");
+            metrics
+                .encode(None)
+                .lines()
+                .find_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
+        };
+        let up = "sonde_mesh_peer_source_up";
+        let peers = "sonde_mesh_peer_source_peers";
+        let when = "sonde_mesh_peer_source_last_success_timestamp_seconds";
+
+        assert_eq!(
+            refresh(100.0),
+            (vec![state("file", true, 2), state("dns", true, 1)], 3)
+        );
+        assert_eq!(series(up, "file").as_deref(), Some("1"));
+        assert_eq!(series(peers, "file").as_deref(), Some("2"));
+        assert_eq!(series(when, "dns").as_deref(), Some("100.0"));
+        // An unchanged file is not read again, and is still up.
+        assert_eq!(refresh(110.0).0[0], state("file", true, 2));
+        assert_eq!(series(when, "file").as_deref(), Some("110.0"));
+
+        // Both fail: the peers stay (no probe stops, no series goes), the sources read down and
+        // their last good read's time stays.
+        std::fs::remove_file(&file).unwrap();
+        *dns_up.lock().unwrap() = false;
+        assert_eq!(
+            refresh(120.0),
+            (vec![state("file", false, 2), state("dns", false, 1)], 3)
+        );
+        for source in ["file", "dns"] {
+            assert_eq!(series(up, source).as_deref(), Some("0"), "{source}");
+            assert_eq!(series(when, source).as_deref(), Some("110.0"), "{source}");
+        }
+        assert_eq!(series(peers, "file").as_deref(), Some("2"));
+
+        // Back: up again, with what they say now.
+        std::fs::write(&file, "198.18.0.5\n").unwrap();
+        *dns_up.lock().unwrap() = true;
+        assert_eq!(
+            refresh(130.0),
+            (vec![state("file", true, 1), state("dns", true, 1)], 2)
+        );
+        assert_eq!(series(up, "file").as_deref(), Some("1"));
+        assert_eq!(series(when, "file").as_deref(), Some("130.0"));
+        // No series for a source the mesh file does not name.
+        assert_eq!(series(up, "kubernetes"), None);
     }
 
     /// The agent's side of "one test on a link at a time", over loopback (client and agent
