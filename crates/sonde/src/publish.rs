@@ -26,7 +26,9 @@ use crate::mesh::kube::{self, Publish, Target, Written};
 #[command(after_long_help = "\
 Writes only when the list's text changes (an unchanged list is no request past one get), and at \
 most once per --min-interval: the first change at once, those that follow within the interval together \
-at its end (a rollout is one write per interval, not one per pod). A ConfigMap holds 1 MiB: \
+at its end (a rollout is one write per interval, not one per pod). Every --resync it reads the \
+ConfigMap again and writes the list back if someone else changed it (a hand edit, an older copy \
+applied), saying so in its log. A ConfigMap holds 1 MiB: \
 about 60 bytes a peer, some 15,000 peers; a longer list is refused, not cut.
 
 RBAC: list and watch endpointslices (discovery.k8s.io) in the namespace; list and watch nodes \
@@ -73,6 +75,10 @@ pub(crate) struct PublishOpt {
     /// At most one write per this many seconds; changes within it are written together
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     min_interval: f64,
+    /// Read the ConfigMap again this many seconds after the last read or write, and write the
+    /// list back if its text was changed by anyone else (one get per period)
+    #[arg(long, value_name = "SECONDS", default_value_t = 300.0)]
+    resync: f64,
     /// The API server, https://HOST:PORT; default $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT
     #[arg(long, value_name = "URL")]
     api_server: Option<String>,
@@ -131,6 +137,13 @@ impl PublishOpt {
         if !(self.min_interval.is_finite() && (0.05..=3_600.0).contains(&self.min_interval)) {
             bail!("--min-interval must be from 0.05 to 3600 seconds");
         }
+        if !(self.resync.is_finite() && (self.min_interval..=86_400.0).contains(&self.resync)) {
+            bail!(
+                "--resync must be from --min-interval ({} s) to 86400 seconds, not {}",
+                self.min_interval,
+                self.resync
+            );
+        }
         Ok(Publish {
             source,
             target: Target {
@@ -138,6 +151,7 @@ impl PublishOpt {
                 key: self.key.clone(),
             },
             min_interval: Duration::from_secs_f64(self.min_interval),
+            resync: Duration::from_secs_f64(self.resync),
         })
     }
 }

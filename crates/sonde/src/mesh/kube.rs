@@ -1276,6 +1276,10 @@ pub(crate) struct Publish {
     pub(crate) target: Target,
     /// At most one write per this; changes within it are written together at its end.
     pub(crate) min_interval: Duration,
+    /// The ConfigMap is read again this long after the last read or write, and the list
+    /// written back if its text is not the list's (a hand edit, a `kubectl apply` of an
+    /// older copy): without it, such a change would stand until the next change of the peers.
+    pub(crate) resync: Duration,
 }
 
 /// Lists once and writes the list (`--once`).
@@ -1298,8 +1302,17 @@ pub(crate) fn publish_watching(p: &Publish, stop: &Arc<AtomicBool>) -> io::Resul
     let mut rendered: Option<u64> = None;
     let mut last_try: Option<std::time::Instant> = None;
     let mut failing: Option<Cause> = None;
+    // Set from a resync's start until its read (and write) went through.
+    let mut resyncing = false;
     while !stop.load(Ordering::Relaxed) {
         thread::sleep(step);
+        // Resync: forget what the ConfigMap is known to hold, so that it is read (one get) and
+        // compared again; it is written only if its text differs.
+        if last_try.is_some_and(|t| t.elapsed() >= p.resync) && written.is_some() {
+            written = None;
+            rendered = None;
+            resyncing = true;
+        }
         if rendered == Some(watch.changes())
             || last_try.is_some_and(|t| t.elapsed() < p.min_interval)
         {
@@ -1320,20 +1333,29 @@ pub(crate) fn publish_watching(p: &Publish, stop: &Arc<AtomicBool>) -> io::Resul
             rendered = Some(changes);
         }
         match outcome {
-            Ok(None) => {}
+            Ok(None) => resyncing = false,
             Ok(Some(w)) => {
                 failing = None;
                 let what = match w {
-                    Written::Unchanged => "already held",
-                    Written::Updated => "updated with",
-                    Written::Created => "created with",
+                    // A resync that found the list in place: nothing to say.
+                    Written::Unchanged if resyncing => None,
+                    Written::Unchanged => Some("already held"),
+                    // A resync that found another text (a hand edit): said as such.
+                    Written::Updated if resyncing => {
+                        Some("found changed by someone else, restored to")
+                    }
+                    Written::Updated => Some("updated with"),
+                    Written::Created => Some("created with"),
                 };
-                super::log(format_args!(
-                    "configmap {}, key {}: {what} {} peers",
-                    p.target.configmap,
-                    p.target.key,
-                    peers.len()
-                ));
+                resyncing = false;
+                if let Some(what) = what {
+                    super::log(format_args!(
+                        "configmap {}, key {}: {what} {} peers",
+                        p.target.configmap,
+                        p.target.key,
+                        peers.len()
+                    ));
+                }
             }
             Err(cause) => {
                 last_try = Some(std::time::Instant::now());
@@ -2399,6 +2421,7 @@ mod tests {
                 key: "peers.txt".into(),
             },
             min_interval: Duration::from_millis(100),
+            resync: Duration::from_secs(3_600),
         };
         (api, publish)
     }
@@ -2538,6 +2561,49 @@ mod tests {
         let ended = Instant::now();
         runner.join().unwrap().unwrap();
         assert!(ended.elapsed() < Duration::from_secs(10));
+        api.break_watches();
+    }
+
+    /// A ConfigMap whose list someone else changed (a hand edit) is written back at the next
+    /// resync, and only then; between resyncs an unchanged list costs one get per period.
+    #[test]
+    fn a_configmap_changed_by_someone_else_is_restored_at_the_next_resync() {
+        let dir = tempfile::tempdir().unwrap();
+        let (api, mut publish) = publisher_world(dir.path());
+        publish.resync = Duration::from_millis(400);
+        let stop = Arc::new(AtomicBool::new(false));
+        let runner = {
+            let (publish, stop) = (publish.clone(), Arc::clone(&stop));
+            thread::spawn(move || publish_watching(&publish, &stop))
+        };
+        let writes = || api.world().writes().len();
+        let gets = || {
+            api.world()
+                .configmap_requests
+                .iter()
+                .filter(|(m, _)| m == "GET")
+                .count()
+        };
+        wait_for("the first write", || writes() == 1);
+        let published = configmap_text(&api);
+        // Unchanged: resyncs read it, a get each (no more than one a period), and write nothing.
+        let (before, since) = (gets(), Instant::now());
+        wait_for("a resync's read", || gets() >= before + 2);
+        let (read, periods) = (gets() - before, since.elapsed().as_secs_f64() / 0.4);
+        assert!(
+            read as f64 <= periods + 1.0,
+            "{read} gets in {periods:.1} resync periods"
+        );
+        assert_eq!(writes(), 1);
+        // A hand edit: restored at the next resync, once.
+        api.world().configmaps.get_mut("sonde-peers").unwrap()["data"]["peers.txt"] =
+            json!("198.18.0.99 rack=edited\n");
+        wait_for("the list restored", || configmap_text(&api) == published);
+        assert_eq!(writes(), 2);
+        thread::sleep(Duration::from_millis(900));
+        assert_eq!(writes(), 2);
+        stop.store(true, Ordering::Relaxed);
+        runner.join().unwrap().unwrap();
         api.break_watches();
     }
 

@@ -532,6 +532,10 @@ fn mesh_publish_names_its_errors_and_ends_on_sigterm() {
             "--configmap \"Peers\" is not a ConfigMap name",
         ),
         (
+            vec!["--resync", "1"],
+            "--resync must be from --min-interval (5 s) to 86400 seconds, not 1",
+        ),
+        (
             vec!["--api-server", "http://127.0.0.1:1"],
             "--api-server = \"http://127.0.0.1:1\" must be https://",
         ),
