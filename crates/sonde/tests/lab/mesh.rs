@@ -388,6 +388,12 @@ fn mesh_select_probes_exactly_the_planned_pairs() {
             plan.probers_of(&me).map(|n| n as u64),
             "{text}"
         );
+        // Its peer file read, with every line (this agent's own among them), and no other
+        // source said.
+        let source = |name: &str| format!("sonde_mesh_peer_source_{name}{{peer_source=\"file\"}}");
+        assert_eq!(gauge(&text, &source("up")), Some(1), "{text}");
+        assert_eq!(gauge(&text, &source("peers")), Some(5), "{text}");
+        assert!(!text.contains("peer_source=\"dns\""), "{text}");
     }
     // Every agent has a prober (K = 1), and the plan is not every pair.
     assert!(plan.names().all(|n| plan.probers_of(n).unwrap() >= 1));
