@@ -651,6 +651,42 @@ impl Api {
         }
     }
 
+    /// The `Authorization` header, with the token read now (the kubelet rotates a bound token).
+    fn bearer(&self) -> Result<String, Cause> {
+        let token = std::fs::read_to_string(&self.token_file).map_err(|e| Cause::Token {
+            file: self.token_file.clone(),
+            detail: format!("cannot read it: {e} (is automountServiceAccountToken on?)"),
+        })?;
+        Ok(format!("Bearer {}", token.trim()))
+    }
+
+    /// A 401 (the token) or a 403 (the RBAC rule for `verb` on `resource`) as its cause, with
+    /// the API server's `message`; None for any other code.
+    fn denied(
+        &self,
+        code: u16,
+        verb: &'static str,
+        resource: impl FnOnce() -> String,
+        message: impl FnOnce() -> String,
+    ) -> Option<Cause> {
+        match code {
+            401 => Some(Cause::Token {
+                file: self.token_file.clone(),
+                detail: format!(
+                    "401 Unauthorized: the API server did not accept it (expired, revoked, or \
+                     not this cluster's): {}",
+                    message()
+                ),
+            }),
+            403 => Some(Cause::Forbidden {
+                verb,
+                resource: resource(),
+                message: message(),
+            }),
+            _ => None,
+        }
+    }
+
     /// GET `path_query` with the token read now; an answer other than 200 as its cause.
     fn get(
         &self,
@@ -660,17 +696,14 @@ impl Api {
         path_query: &str,
         timeout: Duration,
     ) -> Result<ureq::http::Response<ureq::Body>, Cause> {
-        let token = std::fs::read_to_string(&self.token_file).map_err(|e| Cause::Token {
-            file: self.token_file.clone(),
-            detail: format!("cannot read it: {e} (is automountServiceAccountToken on?)"),
-        })?;
+        let bearer = self.bearer()?;
         let url = format!("{}{path_query}", self.base);
         let response = agent
             .get(&url)
             .config()
             .timeout_global(Some(timeout))
             .build()
-            .header("Authorization", format!("Bearer {}", token.trim()))
+            .header("Authorization", bearer)
             .header("Accept", kind.accept(verb == "watch"))
             .call()
             .map_err(|e| self.transport(&e))?;
@@ -686,20 +719,15 @@ impl Api {
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
+        if let Some(cause) = self.denied(
+            code,
+            verb,
+            || self.resource(kind),
+            || status.message.clone(),
+        ) {
+            return Err(cause);
+        }
         Err(match code {
-            401 => Cause::Token {
-                file: self.token_file.clone(),
-                detail: format!(
-                    "401 Unauthorized: the API server did not accept it (expired, revoked, or \
-                     not this cluster's): {}",
-                    status.message
-                ),
-            },
-            403 => Cause::Forbidden {
-                verb,
-                resource: self.resource(kind),
-                message: status.message,
-            },
             410 => Cause::Gone,
             _ => Cause::Status {
                 code,
@@ -1140,15 +1168,12 @@ impl Api {
         path: &str,
         body: Option<&[u8]>,
     ) -> Result<(u16, Vec<u8>), Cause> {
-        let token = std::fs::read_to_string(&self.token_file).map_err(|e| Cause::Token {
-            file: self.token_file.clone(),
-            detail: format!("cannot read it: {e} (is automountServiceAccountToken on?)"),
-        })?;
+        let bearer = self.bearer()?;
         let url = format!("{}{path}", self.base);
         let request = ureq::http::Request::builder()
             .method(method)
             .uri(&url)
-            .header("Authorization", format!("Bearer {}", token.trim()))
+            .header("Authorization", bearer)
             .header("Accept", "application/json")
             .header("Content-Type", "application/json");
         let request = request
@@ -1173,21 +1198,9 @@ impl Api {
                 .map(|s| s.message)
                 .unwrap_or_default()
         };
-        match code {
-            401 => Err(Cause::Token {
-                file: self.token_file.clone(),
-                detail: format!(
-                    "401 Unauthorized: the API server did not accept it (expired, revoked, or \
-                     not this cluster's): {}",
-                    message()
-                ),
-            }),
-            403 => Err(Cause::Forbidden {
-                verb,
-                resource: self.configmaps(),
-                message: message(),
-            }),
-            _ => Ok((code, body)),
+        match self.denied(code, verb, || self.configmaps(), message) {
+            Some(cause) => Err(cause),
+            None => Ok((code, body)),
         }
     }
 }

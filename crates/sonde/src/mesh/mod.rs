@@ -331,14 +331,14 @@ fn current_peer_list(
             up: view.up,
             peers: view.peers.len(),
         });
-    }
-    for p in kube.map_or(&[][..], |view| &view.peers[..]) {
-        let label = p.addr.ip().to_string();
-        if label == cfg.name && own.is_none() {
-            own = Some((label, p.labels.clone()));
-            continue;
+        for p in &view.peers {
+            let label = p.addr.ip().to_string();
+            if label == cfg.name && own.is_none() {
+                own = Some((label, p.labels.clone()));
+                continue;
+            }
+            peers.entry(p.addr).or_insert((label, p.labels.clone()));
         }
-        peers.entry(p.addr).or_insert((label, p.labels.clone()));
     }
     let mut candidates = Vec::with_capacity(peers.len());
     for (addr, (label, labels)) in peers {
